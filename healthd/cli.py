@@ -1,0 +1,70 @@
+"""The ``healthd`` command line: argument parsing and dispatch, nothing heavy at import.
+
+Each subcommand lives in its own module under ``healthd.commands`` and is imported
+only when it is the one being run, so ``healthd check --once`` pays for what it
+uses and nothing else. Exit codes follow the Nagios plugin convention for check
+results (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and sysexits.h otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Callable, Optional, Sequence
+
+from healthd import __version__
+
+EX_USAGE = 64
+EX_SOFTWARE = 70
+EX_CONFIG = 78
+
+# name -> (module under healthd.commands, one-line help). Order is the order of --help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("check", "run the checks once, report, and act through Slurm"),
+    "list-checks": ("list_checks", "list the installed checks"),
+    "config": ("config_cmd", "validate the configuration"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="healthd", description="Node health checks for GPU clusters run by Slurm.")
+    parser.add_argument("--version", action="version", version=f"healthd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        command_parser.set_defaults(_module=module)
+        _module(module).add_arguments(command_parser)
+    return parser
+
+
+def _module(name: str) -> object:
+    return importlib.import_module(f"healthd.commands.{name}")
+
+
+def add_config_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--config PATH`` option every command that reads the config takes."""
+    from pathlib import Path
+
+    parser.add_argument(
+        "--config", type=Path, default=None, metavar="PATH", help="config file (default /etc/healthd/healthd.toml)"
+    )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = getattr(_module(args._module), "run")
+    from healthd.config import ConfigError
+
+    try:
+        return run(args)
+    except ConfigError as exc:
+        print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
+        return EX_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

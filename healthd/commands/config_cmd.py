@@ -1,0 +1,24 @@
+"""``healthd config validate``: load and validate the configuration, act on nothing."""
+
+from __future__ import annotations
+
+import argparse
+
+from healthd.cli import add_config_argument
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    validate = sub.add_parser("validate", help="exit 0 if the config is valid, 78 naming each bad key if not")
+    add_config_argument(validate)
+
+
+def run(args: argparse.Namespace) -> int:
+    from healthd.config import load_config
+    from healthd.engine import settings_models
+    from healthd.plugin import discover
+
+    loaded = load_config(args.config, settings_models(discover()))
+    print(f"{loaded.source}: valid")
+    return 0

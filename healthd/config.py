@@ -1,0 +1,219 @@
+"""The TOML configuration: its pydantic models, loading, and error messages that name the key.
+
+Unknown keys are rejected everywhere. ``[paths]`` and ``[node]`` are the contract
+that deployment tools and tests rely on; each ``[checks.NAME]`` table is validated
+by that check's own settings model. Every error becomes a ``ConfigError`` whose
+lines read ``file: key.path: problem``; the CLI exits 78 (EX_CONFIG) on it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_CONFIG_PATH = Path("/etc/healthd/healthd.toml")
+
+
+class ConfigError(Exception):
+    """A configuration that must not be acted on; ``str()`` names file, key and problem."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(f"{source}: {p}" for p in problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Paths(_Model):
+    """Filesystem roots, settable so tests and post-mortems can point at captured trees."""
+
+    sysfs: Path = Path("/sys")
+    procfs: Path = Path("/proc")
+    kmsg: Path = Path("/dev/kmsg")
+    state_dir: Path = Path("/var/lib/healthd")
+
+
+class MountSpec(_Model):
+    """A filesystem the node must have mounted."""
+
+    path: str = Field(min_length=1)
+    fstype: Optional[str] = None
+    source: Optional[str] = None
+    rw: Optional[bool] = None
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"mount path must be absolute, got {value!r}")
+        return value.rstrip("/") or "/"
+
+
+class NodeSpec(_Model):
+    """What this node should have. Every key is optional; absent means "do not expect"."""
+
+    gpus: Optional[int] = Field(default=None, ge=0, le=64)
+    ib_rate_gbps: Optional[int] = Field(default=None, gt=0)
+    ib_ports: Optional[list[str]] = None
+    ib_link_layer: Optional[Literal["InfiniBand", "Ethernet"]] = None
+    mounts: list[MountSpec] = Field(default_factory=list)
+    services: list[str] = Field(default_factory=list)
+    kernel_modules: list[str] = Field(default_factory=list)
+    pcie_devices: Optional[list[str]] = None
+
+    @field_validator("ib_ports")
+    @classmethod
+    def _port_names(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+        for port in value or []:
+            device, _, number = port.partition(":")
+            if not device or not number.isdigit():
+                raise ValueError(f"IB port {port!r} must look like DEVICE:PORT, e.g. mlx5_0:1")
+        return value
+
+
+class SlurmSettings(_Model):
+    """How healthd reaches Slurm. The adapter is the only code that uses these."""
+
+    enabled: bool = True
+    bin_dir: Optional[Path] = None
+    conf: Optional[Path] = None
+    node_name: Optional[str] = None
+    timeout: float = Field(default=15.0, gt=0, le=120)
+    reason_prefix: str = Field(default="healthd:", min_length=1, max_length=32)
+
+
+class PolicySettings(_Model):
+    """What healthd does with a pass's results (see docs/policy.md)."""
+
+    dry_run: bool = False
+    unknown_action: Literal["report", "drain"] = "report"
+    unknown_passes: int = Field(default=3, ge=1)
+    fail_passes: int = Field(default=1, ge=1)
+    clean_passes: int = Field(default=1, ge=1)
+    max_out_fraction: float = Field(default=0.10, gt=0, le=1)
+
+
+class RunnerSettings(_Model):
+    """Deadlines: each check has its own (``[checks.NAME].timeout``); the pass has one."""
+
+    pass_timeout: float = Field(default=40.0, gt=0, le=600)
+
+
+class DaemonSettings(_Model):
+    """``healthd run``: the interval between passes (the source paper's five minutes)."""
+
+    interval: float = Field(default=300.0, ge=1, le=86400)
+    splay: bool = True
+
+
+class MetricsSettings(_Model):
+    """Prometheus exposition: an HTTP listener and/or a node_exporter textfile."""
+
+    listen: Optional[str] = None
+    textfile: Optional[Path] = None
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: Optional[str]) -> Optional[str]:
+        if value is None:
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"listen must be HOST:PORT with a port 1-65535, got {value!r}")
+        return value
+
+
+class Config(_Model):
+    """The whole file. ``checks`` holds raw tables, validated per check by ``resolve_checks``."""
+
+    paths: Paths = Field(default_factory=Paths)
+    node: NodeSpec = Field(default_factory=NodeSpec)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config, where it came from, and each check's validated settings."""
+
+    source: str
+    config: Config
+    check_settings: Mapping[str, Any]
+
+
+def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
+    parts: list[str] = list(prefix)
+    for item in loc:
+        if isinstance(item, int):
+            parts[-1:] = [f"{parts[-1]}[{item}]"] if parts else [f"[{item}]"]
+        else:
+            parts.append(str(item))
+    return ".".join(parts) or "(top level)"
+
+
+def _describe(error: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
+    key = _format_loc(tuple(error["loc"]), prefix)
+    if error["type"] == "extra_forbidden":
+        return f"{key}: unknown key"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{key}: {message} (got {error.get('input')!r})" if error["type"] != "missing" else f"{key}: {message}"
+
+
+def _parse_toml(text: str, source: str) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
+
+
+def parse_config(text: str, source: str, checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
+    """Validate TOML ``text``; ``checks`` maps each known check name to its settings model."""
+    raw = _parse_toml(text, source)
+    try:
+        config = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(source, [_describe(e) for e in exc.errors()]) from None
+    problems: list[str] = []
+    settings: dict[str, Any] = {}
+    for name, model in checks.items():
+        try:
+            settings[name] = model.model_validate(config.checks.get(name, {}))
+        except ValidationError as exc:
+            problems.extend(_describe(e, ("checks", name)) for e in exc.errors())
+    for name in config.checks:
+        if name not in checks:
+            known = ", ".join(sorted(checks)) or "none"
+            problems.append(f"checks.{name}: unknown check (known: {known})")
+    if problems:
+        raise ConfigError(source, problems)
+    return LoadedConfig(source=source, config=config, check_settings=settings)
+
+
+def load_config(path: Optional[Path], checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
+    """Load ``path``; with ``None``, the default path if it exists, else built-in defaults."""
+    if path is None:
+        if not DEFAULT_CONFIG_PATH.exists():
+            return parse_config("", "(built-in defaults)", checks)
+        path = DEFAULT_CONFIG_PATH
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
+    return parse_config(text, str(path), checks)

@@ -1,0 +1,92 @@
+"""Wires one pass together: discovered plugins + validated config -> prepared checks -> results.
+
+The CLI (``check --once``) and the daemon both go through ``Engine`` so that a
+pass means the same thing everywhere. The engine keeps the per-process memory of
+each check (probe processes, open readers) and the runner's record of stuck
+threads between passes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from pydantic import BaseModel
+
+from healthd.config import Config, LoadedConfig, load_config
+from healthd.model import PassResult
+from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
+from healthd.runner import PreparedCheck, Runner
+from healthd.state import StateDir
+
+
+def node_name(config: Config, environ: Optional[dict[str, str]] = None) -> str:
+    """SLURMD_NODENAME (set by slurmd for its HealthCheckProgram), then config, then short hostname."""
+    env = os.environ if environ is None else environ
+    return env.get("SLURMD_NODENAME") or config.slurm.node_name or socket.gethostname().split(".", 1)[0]
+
+
+def settings_models(specs: Iterable[CheckSpec[Any] | BrokenCheck]) -> dict[str, type[BaseModel]]:
+    """Each check's settings model; a broken plugin still accepts the common options."""
+    return {s.name: (s.settings if isinstance(s, CheckSpec) else CheckSettings) for s in specs}
+
+
+class Engine:
+    """Loads config and plugins once; runs passes on demand."""
+
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        specs: Sequence[CheckSpec[Any] | BrokenCheck],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.loaded = loaded
+        self.specs = list(specs)
+        self.clock = clock
+        self.state = StateDir(loaded.config.paths.state_dir)
+        self.runner = Runner()
+        self._memory: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def from_path(cls, path: Optional[Path]) -> Engine:
+        specs = discover()
+        return cls(load_config(path, settings_models(specs)), specs)
+
+    @property
+    def config(self) -> Config:
+        return self.loaded.config
+
+    def reconfigure(self, loaded: LoadedConfig) -> None:
+        """Adopt a new config (SIGHUP); in-process memory survives unless paths changed."""
+        if loaded.config.paths != self.config.paths:
+            self.state = StateDir(loaded.config.paths.state_dir)
+            self._memory.clear()
+        self.loaded = loaded
+
+    def prepare(self, only: Optional[Sequence[str]] = None) -> list[PreparedCheck]:
+        prepared = []
+        for spec in self.specs:
+            if only is not None and spec.name not in only:
+                continue
+            settings = self.loaded.check_settings.get(spec.name)
+            enabled = bool(getattr(settings, "enabled", True))
+            if isinstance(spec, BrokenCheck):
+                prepared.append(PreparedCheck(spec.name, spec, None, enabled))
+                continue
+            context: CheckContext[Any] = CheckContext(
+                name=spec.name,
+                settings=settings,
+                node=self.config.node,
+                paths=self.config.paths,
+                state=self.state.file(f"check-{spec.name}"),
+                memory=self._memory.setdefault(spec.name, {}),
+                clock=self.clock,
+            )
+            prepared.append(PreparedCheck(spec.name, spec, context, enabled))
+        return prepared
+
+    def run_pass(self, only: Optional[Sequence[str]] = None) -> PassResult:
+        return self.runner.run_pass(node_name(self.config), self.prepare(only), self.config.runner.pass_timeout)
