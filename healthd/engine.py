@@ -8,6 +8,7 @@ threads between passes.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -17,7 +18,7 @@ from typing import Any, Callable, Iterable, Optional, Sequence
 from pydantic import BaseModel
 
 from healthd.config import Config, LoadedConfig, load_config
-from healthd.model import PassResult
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
 from healthd.runner import PreparedCheck, Runner
 from healthd.state import StateDir
@@ -89,4 +90,14 @@ class Engine:
         return prepared
 
     def run_pass(self, only: Optional[Sequence[str]] = None) -> PassResult:
-        return self.runner.run_pass(node_name(self.config), self.prepare(only), self.config.runner.pass_timeout)
+        """One pass; problems with state files (corrupt, unreadable) join it as a ``healthd`` result."""
+        result = self.runner.run_pass(node_name(self.config), self.prepare(only), self.config.runner.pass_timeout)
+        problems = self.state.drain_problems()
+        if not problems:
+            return result
+        findings = tuple(
+            Finding("healthd", Status.WARNING, "STATE_PROBLEM", str(self.state.directory), problem)
+            for problem in problems
+        )
+        own = CheckResult("healthd", RunState.RAN, findings, 0.0, "state directory problems")
+        return dataclasses.replace(result, results=(*result.results, own))

@@ -1,0 +1,7 @@
+"""``python -m healthd``: the same entry point as the ``healthd`` script."""
+
+import sys
+
+from healthd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+FIXTURE_PROC = "procfs/gpu-node"
+
+
+def findings(doc: dict[str, Any], check: str) -> list[tuple[str, str, str]]:
+    (result,) = [c for c in doc["checks"] if c["name"] == check]
+    return [(f["status"], f["code"], f["subject"]) for f in result["findings"]]
+
+
+def config(fixtures: Path, mounts: str, extra: str = "") -> str:
+    return (
+        f'[paths]\nprocfs = "{fixtures / FIXTURE_PROC}"\n'
+        f"[node]\nmounts = [{mounts}]\n[checks.mounts]\ninclude_root = false\nprobe_usage = false\n{extra}"
+    )
+
+
+def test_all_expected_mounts_present(fixtures: Path, write_config: Callable[[str], Path], cli_json: Any) -> None:
+    # Presence, type, source and rw come from the fixture; the space probe runs on this machine's "/".
+    body = config(
+        fixtures,
+        '{ path = "/", fstype = "ext4", rw = true }, { path = "/datasets", fstype = "nfs4" }',
+    )
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    assert findings(doc, "mounts") == [] and code == 0
+
+
+def test_absent_required_mount_exits_2(fixtures: Path, write_config: Callable[[str], Path], cli_json: Any) -> None:
+    body = config(fixtures, '{ path = "/lustre2" }')
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    assert code == 2 and doc["status"] == "CRITICAL"
+    assert findings(doc, "mounts") == [("CRITICAL", "MOUNT_MISSING", "/lustre2")]
+
+
+def test_wrong_type_source_and_read_only(fixtures: Path, write_config: Callable[[str], Path], cli_json: Any) -> None:
+    body = config(
+        fixtures,
+        '{ path = "/home", fstype = "lustre" }, { path = "/scratch", source = "10.9.9.9@o2ib:/scratch" },'
+        ' { path = "/datasets", rw = true }',
+    )
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    assert code == 2
+    assert sorted(findings(doc, "mounts")) == [
+        ("CRITICAL", "MOUNT_READ_ONLY", "/datasets"),
+        ("CRITICAL", "MOUNT_WRONG_SOURCE", "/scratch"),
+        ("CRITICAL", "MOUNT_WRONG_TYPE", "/home"),
+    ]
+
+
+def test_malformed_mountinfo_is_unknown_naming_the_line(
+    fixtures: Path, write_config: Callable[[str], Path], cli_json: Any
+) -> None:
+    body = f'[paths]\nprocfs = "{fixtures / "procfs/broken"}"\n[node]\nmounts = [{{ path = "/x" }}]\n'
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    (finding,) = [c for c in doc["checks"] if c["name"] == "mounts"][0]["findings"]
+    assert code == 3 and finding["code"] == "MOUNTINFO_MALFORMED"
+    assert f"{fixtures / 'procfs/broken/self/mountinfo'}:2:" in finding["message"]
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=64", "tmpfs", str(mnt)], check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount tmpfs here")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_real_full_filesystem_warns(tiny_tmpfs: Path, write_config: Callable[[str], Path], cli_json: Any) -> None:
+    (tiny_tmpfs / "fill").write_bytes(b"\0" * (1024 * 1024 - 8192))
+    for i in range(60):
+        (tiny_tmpfs / f"f{i}").touch()
+    body = f'[node]\nmounts = [{{ path = "{tiny_tmpfs}", fstype = "tmpfs", rw = true }}]\n'
+    body += "[checks.mounts]\ninclude_root = false\nmin_free_percent = 10\nmin_free_inodes_percent = 10\n"
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    assert code == 1
+    assert sorted(findings(doc, "mounts")) == [
+        ("WARNING", "MOUNT_INODES_LOW", str(tiny_tmpfs)),
+        ("WARNING", "MOUNT_SPACE_LOW", str(tiny_tmpfs)),
+    ]
+    (result,) = [c for c in doc["checks"] if c["name"] == "mounts"]
+    space = [f for f in result["findings"] if f["code"] == "MOUNT_SPACE_LOW"][0]
+    assert 0 <= space["details"]["free_percent"] < 10
