@@ -17,8 +17,8 @@ from pydantic import Field
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
 from healthd.state import StateError
-from healthd_checks.fsprobe import Failed, Hung, ProbeTable, Usage, forget_finished
-from healthd_checks.mountinfo import MountinfoError, find_mount, parse_mountinfo
+from .fsprobe import Failed, Hung, ProbeTable, Usage, forget_finished
+from .mountinfo import MountinfoError, find_mount, parse_mountinfo
 
 
 class MountsSettings(CheckSettings):

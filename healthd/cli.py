@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
 from typing import Callable, Optional, Sequence
 
 from healthd import __version__
@@ -22,24 +23,32 @@ EX_CONFIG = 78
 # name -> (module under healthd.commands, one-line help). Order is the order of --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("check", "run the checks once, report, and act through Slurm"),
+    "ack": ("ack", "acknowledge the findings of the last pass so they no longer drain the node"),
     "list-checks": ("list_checks", "list the installed checks"),
     "config": ("config_cmd", "validate the configuration"),
+    "scan-log": ("scan_log", "list the Xid events in a saved kernel log; exit with the worst grade"),
+    "record-gpus": ("record_gpus", "record this node's NVML readings as a snapshot for the gpu check"),
+    "run": ("run", "run as a daemon: a pass at start, then one every [daemon].interval"),
+    "status": ("status", "show the daemon's last recorded pass without running checks"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; only the command named in ``argv`` has its module imported for its options."""
     parser = argparse.ArgumentParser(prog="healthd", description="Node health checks for GPU clusters run by Slurm.")
     parser.add_argument("--version", action="version", version=f"healthd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, (module, help_text) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
         command_parser.set_defaults(_module=module)
-        _module(module).add_arguments(command_parser)
+        if name == chosen:
+            _module(module).add_arguments(command_parser)
     return parser
 
 
-def _module(name: str) -> object:
+def _module(name: str) -> ModuleType:
     return importlib.import_module(f"healthd.commands.{name}")
 
 
@@ -53,8 +62,11 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = getattr(_module(args._module), "run")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv).parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = _module(args._module).run
+    if args._module == "status":  # the cheap path: config.py would import pydantic
+        return run(args)
     from healthd.config import ConfigError
 
     try:

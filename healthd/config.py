@@ -124,7 +124,7 @@ class MetricsSettings(_Model):
     def _host_port(cls, value: Optional[str]) -> Optional[str]:
         if value is None:
             return value
-        host, sep, port = value.rpartition(":")
+        _host, sep, port = value.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"listen must be HOST:PORT with a port 1-65535, got {value!r}")
         return value
@@ -176,7 +176,8 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
     else:
         import tomli as tomllib
     try:
-        return tomllib.loads(text)
+        parsed: dict[str, Any] = tomllib.loads(text)
+        return parsed
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     from healthd.plugin import BrokenCheck, discover
 
     specs = discover()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"name": s.name, "loaded": False, "description": s.error}
         if isinstance(s, BrokenCheck)
         else {"name": s.name, "loaded": True, "description": s.description}

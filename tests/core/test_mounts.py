@@ -59,7 +59,7 @@ def test_malformed_mountinfo_is_unknown_naming_the_line(
 ) -> None:
     body = f'[paths]\nprocfs = "{fixtures / "procfs/broken"}"\n[node]\nmounts = [{{ path = "/x" }}]\n'
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
-    (finding,) = [c for c in doc["checks"] if c["name"] == "mounts"][0]["findings"]
+    (finding,) = next(c for c in doc["checks"] if c["name"] == "mounts")["findings"]
     assert code == 3 and finding["code"] == "MOUNTINFO_MALFORMED"
     assert f"{fixtures / 'procfs/broken/self/mountinfo'}:2:" in finding["message"]
 
@@ -90,5 +90,5 @@ def test_real_full_filesystem_warns(tiny_tmpfs: Path, write_config: Callable[[st
         ("WARNING", "MOUNT_SPACE_LOW", str(tiny_tmpfs)),
     ]
     (result,) = [c for c in doc["checks"] if c["name"] == "mounts"]
-    space = [f for f in result["findings"] if f["code"] == "MOUNT_SPACE_LOW"][0]
+    space = next(f for f in result["findings"] if f["code"] == "MOUNT_SPACE_LOW")
     assert 0 <= space["details"]["free_percent"] < 10

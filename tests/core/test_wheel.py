@@ -1,0 +1,58 @@
+"""The wheel installs `healthd` and `healthd_checks` (never a top-level `checks`) and works from a fresh venv."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_wheel_installs_into_a_fresh_venv_and_lists_checks(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = dist.glob("healthd-*.whl")
+    top_levels = {name.split("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert "checks" not in top_levels
+    assert {"healthd", "healthd_checks"} <= top_levels
+
+    # The fresh venv sees this interpreter's packages for the dependencies, but healthd only from the wheel.
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    site = subprocess.run(
+        [sys.executable, "-c", "import pydantic, os; print(os.path.dirname(os.path.dirname(pydantic.__file__)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    env_site = next((env_dir / "lib").glob("python3*/site-packages"))
+    (env_site / "deps.pth").write_text(site + "\n")
+    done = subprocess.run(
+        [str(env_dir / "bin" / "healthd"), "list-checks", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode in (0, 3), done.stderr
+    names = {row["name"] for row in json.loads(done.stdout)}
+    assert {"mounts", "services", "xid", "gpu", "infiniband", "pcie"} <= names
+    loaded = {row["name"] for row in json.loads(done.stdout) if row["loaded"]}
+    assert {"mounts", "services"} <= loaded
