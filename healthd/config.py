@@ -211,6 +211,11 @@ def load_config(path: Optional[Path], checks: Mapping[str, type[BaseModel]]) -> 
         if not DEFAULT_CONFIG_PATH.exists():
             return parse_config("", "(built-in defaults)", checks)
         path = DEFAULT_CONFIG_PATH
+    from healthd.trust import untrusted_reason
+
+    reason = untrusted_reason(path) if path.exists() else None
+    if reason:
+        raise ConfigError(str(path), [f"refusing to load a config that others could have written: {reason}"])
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

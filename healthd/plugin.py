@@ -55,9 +55,7 @@ class CheckContext(Generic[S]):
     memory: MutableMapping[str, Any] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
 
-    def finding(
-        self, status: Status, code: str, subject: str, message: str, **details: DetailValue
-    ) -> Finding:
+    def finding(self, status: Status, code: str, subject: str, message: str, **details: DetailValue) -> Finding:
         return Finding(check=self.name, status=status, code=code, subject=subject, message=message, details=details)
 
 
@@ -84,6 +82,22 @@ class BrokenCheck:
     error: str
 
 
+def _untrusted_plugin(module: str) -> str | None:
+    """Why the plugin module's file must not be loaded (see healthd.trust), if it must not."""
+    import importlib.util
+    from pathlib import Path
+
+    from healthd.trust import untrusted_reason
+
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None  # the import itself will fail and say why
+    if found is None or not found.origin or not found.has_location:
+        return None
+    return untrusted_reason(Path(found.origin))
+
+
 def discover() -> list[CheckSpec[Any] | BrokenCheck]:
     """Load every check registered under the entry-point group, sorted by name."""
     from importlib.metadata import entry_points
@@ -95,6 +109,10 @@ def discover() -> list[CheckSpec[Any] | BrokenCheck]:
     seen: dict[str, CheckSpec[Any] | BrokenCheck] = {}
     for ep in eps:
         if ep.name in seen:
+            continue
+        reason = _untrusted_plugin(ep.module)
+        if reason:
+            seen[ep.name] = BrokenCheck(ep.name, f"refusing to load {ep.value}: {reason}")
             continue
         try:
             spec = ep.load()
