@@ -17,6 +17,7 @@ from pydantic import Field
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
 from healthd.state import StateError
+
 from .fsprobe import Failed, Hung, ProbeTable, Usage, forget_finished
 from .mountinfo import MountinfoError, find_mount, parse_mountinfo
 

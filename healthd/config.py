@@ -87,6 +87,9 @@ class SlurmSettings(_Model):
     node_name: Optional[str] = None
     timeout: float = Field(default=15.0, gt=0, le=120)
     reason_prefix: str = Field(default="healthd:", min_length=1, max_length=32)
+    reconcile_interval: float = Field(
+        default=3600.0, ge=0, description="seconds between node-state reads on passes that need none (0: every pass)"
+    )
 
 
 class PolicySettings(_Model):

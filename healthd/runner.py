@@ -120,7 +120,9 @@ class Runner:
         previous = self._inflight.get(check.name)
         if previous is not None and previous.is_alive():
             message = "an earlier run of this check is still running; not started again"
-            return CheckResult(check.name, RunState.STUCK, (_unknown(check.name, "CHECK_STUCK", message),), 0.0, message)
+            return CheckResult(
+                check.name, RunState.STUCK, (_unknown(check.name, "CHECK_STUCK", message),), 0.0, message
+            )
         assert check.context is not None
         slot = _Slot()
         deadline = min(started + check.context.settings.timeout, pass_deadline)

@@ -9,6 +9,7 @@ reported, never fatal: the owner starts from empty state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -74,10 +75,8 @@ class StateFile:
                         os.fsync(handle.fileno())
                     os.replace(tmp, self.path)
                 except BaseException:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.unlink(tmp)
-                    except OSError:
-                        pass
                     raise
             except OSError as exc:
                 raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from exc

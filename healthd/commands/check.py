@@ -1,9 +1,15 @@
-"""``healthd check --once``: one pass, a table or JSON on stdout, the Nagios exit code."""
+"""``healthd check --once``: one cycle (pass, policy, Slurm action), a table or JSON, the Nagios exit code.
+
+This is also the command slurmd runs as HealthCheckProgram: it needs no
+environment beyond ``SLURMD_NODENAME`` and finishes within ``[runner].pass_timeout``
+plus at most a few ``[slurm].timeout``-bounded scontrol calls.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 from healthd.cli import EX_USAGE, add_config_argument
@@ -17,10 +23,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    from healthd.engine import Engine
-    from healthd.report import pass_to_dict, render_table
+def _action_line(action: dict[str, object]) -> str:
+    flags = [name for name in ("applied", "held", "pending", "dry_run") if action.get(name)]
+    reason = f" reason={action['reason']!r}" if action.get("reason") else ""
+    line = f"action: {action['decision']}{reason} [{', '.join(flags) or 'not applied'}] {action['explanation']}"
+    errors = action.get("errors") or []
+    assert isinstance(errors, list)
+    return "\n".join([line, *(f"action error: {e}" for e in errors)])
 
+
+def run(args: argparse.Namespace) -> int:
+    from healthd.cycle import run_cycle
+    from healthd.engine import Engine
+    from healthd.report import render_table
+
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="healthd: %(levelname)s: %(message)s")
     engine = Engine.from_path(args.config)
     only = None
     if args.only:
@@ -30,9 +48,10 @@ def run(args: argparse.Namespace) -> int:
             known = ", ".join(spec.name for spec in engine.specs)
             print(f"healthd: --only names unknown check(s) {', '.join(unknown)} (known: {known})", file=sys.stderr)
             return EX_USAGE
-    result = engine.run_pass(only)
+    outcome = run_cycle(engine, dry_run=args.dry_run, only=only)
     if args.json:
-        print(json.dumps(pass_to_dict(result), indent=2))
+        print(json.dumps(outcome.document, indent=2))
     else:
-        print(render_table(result))
-    return int(result.status)
+        print(render_table(outcome.result))
+        print(_action_line(outcome.document["action"]))
+    return outcome.exit_code

@@ -1,0 +1,489 @@
+"""The ``gpu`` check: NVML readings (live or from a snapshot) judged against the node's expectations.
+
+``run`` gathers (``healthd_checks.nvml_source`` plus a scan of NVIDIA devices on the
+PCI bus in sysfs) and hands everything to ``evaluate``, a pure function that also
+returns the counter baselines to remember for the next pass (PCIe replays and
+NVLink errors are judged as rates, never as totals). See docs/gpu.md for the codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from pydantic import Field
+
+from healthd.model import DetailValue, Finding, Status
+from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
+
+from .nvml_source import (
+    GPU_IS_LOST,
+    LIB_RM_VERSION_MISMATCH,
+    RESET_REQUIRED,
+    GpuReading,
+    GpuSource,
+    NodeReading,
+    NvmlError,
+    NvmlLibrary,
+    SnapshotError,
+    SnapshotFile,
+)
+
+
+class GpuSettings(CheckSettings):
+    """``[checks.gpu]``. Defaults follow NVIDIA DCGM's hardware limits where it has one."""
+
+    snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
+    expect_ecc: bool = Field(default=True, description="WARNING when ECC is disabled on a GPU that supports it")
+    ecc_aggregate_corrected_max: Optional[int] = Field(default=None, ge=0)
+    ecc_aggregate_uncorrected_max: Optional[int] = Field(default=None, ge=0)
+    # DCGM (GpuHardwareLimits.h): 60 retired pages is the replacement limit.
+    retired_pages_max: int = Field(default=60, ge=1)
+    busy_utilization_percent: int = Field(default=50, ge=0, le=100)
+    # DCGM: "8 replays per minute is the maximum recommended by RM".
+    pcie_replay_per_minute_max: float = Field(default=8.0, ge=0)
+    nvlinks_expected: Optional[int] = Field(default=None, ge=0, le=36, description="active NVLinks per GPU")
+    # DCGM flags any new NVLink replay/recovery error; CRC errors matter only at 100+ per second.
+    nvlink_errors_max: int = Field(default=0, ge=0, description="new replay+recovery errors tolerated per pass")
+    nvlink_crc_per_second_max: float = Field(default=100.0, ge=0)
+
+
+# ---------------------------------------------------------------------------------------
+# NVIDIA devices on the PCI bus (sysfs), independent of the driver.
+
+NVIDIA_VENDOR = 0x10DE
+# PCI class codes (PCI Code and ID Assignment spec): 0x0300 VGA, 0x0302 3D controller.
+# Data-centre GPUs are 3D controllers; NVSwitches are bridges (0x0680) and are not counted.
+GPU_CLASSES = frozenset({0x0300, 0x0302})
+
+
+@dataclass(frozen=True)
+class PciScan:
+    """NVIDIA GPUs seen on the bus; ``bus_ids`` is None when the sysfs tree is absent."""
+
+    bus_ids: Optional[tuple[str, ...]]
+    problems: tuple[str, ...] = ()
+
+
+def parse_hex(text: str, what: str) -> int:
+    """Parse a sysfs hex attribute like ``0x10de``; ``ValueError`` names ``what`` otherwise."""
+    value = text.strip()
+    if not value.lower().startswith("0x"):
+        raise ValueError(f"{what}: expected a hex number like 0x10de, got {value[:40]!r}")
+    try:
+        return int(value, 16)
+    except ValueError:
+        raise ValueError(f"{what}: expected a hex number like 0x10de, got {value[:40]!r}") from None
+
+
+def scan_pci(sysfs: Path) -> PciScan:
+    """NVIDIA GPU functions under ``sysfs``/bus/pci/devices (vendor 0x10de, class 0x0300xx/0x0302xx)."""
+    devices = sysfs / "bus" / "pci" / "devices"
+    if not devices.is_dir():
+        return PciScan(None)
+    found: list[str] = []
+    problems: list[str] = []
+    for device in sorted(devices.iterdir()):
+        try:
+            vendor = parse_hex((device / "vendor").read_text(encoding="ascii"), str(device / "vendor"))
+            if vendor != NVIDIA_VENDOR:
+                continue
+            pci_class = parse_hex((device / "class").read_text(encoding="ascii"), str(device / "class"))
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"cannot read {getattr(exc, 'filename', None) or device}: {exc}")
+            continue
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        if pci_class >> 8 in GPU_CLASSES:
+            found.append(device.name)
+    return PciScan(tuple(found), tuple(problems))
+
+
+def pci_address(bus_id: str) -> Optional[tuple[int, int, int, int]]:
+    """``00000000:18:00.0`` (NVML) or ``0000:18:00.0`` (sysfs) as integers; None if malformed."""
+    try:
+        domain, bus, rest = bus_id.strip().split(":")
+        device, function = rest.split(".")
+        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Domain tables.
+
+# Error names after which the GPU needs a reset or the node a reboot (NVML API reference,
+# nvmlReturn_t): the GPU is unusable until then.
+_GPU_FATAL = {
+    GPU_IS_LOST: ("GPU_LOST", "GPU has fallen off the bus or is otherwise inaccessible (NVML: GPU is lost)"),
+    RESET_REQUIRED: ("GPU_RESET_REQUIRED", "GPU requires a reset (NVML: reset required)"),
+}
+# Errors that only say "this GPU, driver or binding does not offer that reading".
+_ABSENT = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "INVALID_ARGUMENT", "NOT_FOUND"})
+
+# nvmlClocksEventReasons bits (nvml.h) that mean the hardware itself is slowing the clocks.
+_HW_SLOWDOWN_BITS = {0x08: "hw_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown"}
+
+# nvmlDeviceGpuRecoveryAction_t (nvml.h); see also Xid 154 in NVIDIA's XID catalog.
+_RECOVERY_ACTIONS = {
+    1: "gpu_reset",
+    2: "node_reboot",
+    3: "drain_p2p",
+    4: "drain_and_reset",
+    5: "recover_imex_domain",
+    6: "bus_reset",
+    7: "system_reboot",
+}
+
+Make = Callable[..., Finding]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What ``evaluate`` concluded: findings, and the counter baselines for the next pass."""
+
+    findings: tuple[Finding, ...]
+    state: dict[str, Any]
+
+
+def _value(reading: Any) -> Any:
+    return None if isinstance(reading, NvmlError) else reading
+
+
+def _gpu_key(gpu: GpuReading) -> str:
+    return str(_value(gpu.uuid) or _value(gpu.pci_bus_id) or f"index{gpu.index}")
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def evaluate(
+    reading: NodeReading,
+    pci: PciScan,
+    expected_gpus: Optional[int],
+    settings: GpuSettings,
+    previous: Mapping[str, Any],
+    now: float,
+    make: Make,
+) -> Judgement:
+    """Judge one node reading. Pure: raises ``NotApplicable`` when there is nothing to judge."""
+    expected = expected_gpus or 0
+    on_bus = len(pci.bus_ids) if pci.bus_ids is not None else None
+    wanted = expected > 0 or bool(on_bus)
+    counts: dict[str, DetailValue] = {"expected": expected_gpus, "pci_count": on_bus}
+    findings = [make(Status.UNKNOWN, "PCI_SYSFS_UNREADABLE", "pci", problem) for problem in pci.problems]
+
+    if reading.init_error is not None:
+        error = reading.init_error
+        if not wanted:
+            raise NotApplicable(f"no NVIDIA driver ({error.code}) and no GPUs expected or on the PCI bus")
+        if error.code == LIB_RM_VERSION_MISMATCH:
+            message = "NVML library and kernel driver versions differ (driver updated without reboot?)"
+            findings.append(
+                make(Status.CRITICAL, "NVML_VERSION_MISMATCH", "nvml", message, nvml_error=error.code, **counts)
+            )
+        else:
+            message = f"NVML cannot be used ({error.code}: {error.message or 'no detail'}) but GPUs are expected"
+            findings.append(make(Status.CRITICAL, "NVML_UNAVAILABLE", "nvml", message, nvml_error=error.code, **counts))
+        return Judgement(tuple(findings), {})
+
+    count = reading.device_count
+    if isinstance(count, NvmlError):
+        status = Status.CRITICAL if count.code in _GPU_FATAL else Status.UNKNOWN
+        findings.append(make(status, "NVML_READ_ERROR", "nvml", f"nvmlDeviceGetCount failed: {count.code}", **counts))
+    elif count == 0 and not wanted:
+        raise NotApplicable("NVML sees no GPUs and none are expected or on the PCI bus")
+    else:
+        findings.extend(_count_findings(count, reading, pci, expected, counts, make))
+
+    state: dict[str, Any] = {}
+    raw_gpus = previous.get("gpus")
+    old_gpus: Mapping[str, Any] = raw_gpus if isinstance(raw_gpus, dict) else {}
+    for gpu in reading.gpus:
+        gpu_findings, gpu_state = _judge_gpu(gpu, settings, old_gpus.get(_gpu_key(gpu)), now, make)
+        findings.extend(gpu_findings)
+        if gpu_state:
+            state[_gpu_key(gpu)] = gpu_state
+    return Judgement(tuple(findings), {"gpus": state})
+
+
+def _count_findings(
+    count: int, reading: NodeReading, pci: PciScan, expected: int, counts: dict[str, DetailValue], make: Make
+) -> list[Finding]:
+    on_bus = len(pci.bus_ids) if pci.bus_ids is not None else 0
+    details = dict(counts, nvml_count=count)
+    if count < max(expected, on_bus) or (pci.bus_ids is not None and on_bus < expected):
+        seen = {pci_address(b) for b in (_value(g.pci_bus_id) for g in reading.gpus) if isinstance(b, str)}
+        unseen = [b for b in pci.bus_ids or () if pci_address(b) not in seen]
+        if unseen:
+            details["unseen_pci_bus_ids"] = ",".join(unseen)
+        message = f"NVML sees {count} GPU(s), {on_bus if pci.bus_ids is not None else 'unknown'} on the PCI bus"
+        message += f", {expected} expected" if expected else ""
+        return [make(Status.CRITICAL, "GPU_MISSING", "gpus", message, **details)]
+    if expected and count > expected:
+        message = f"NVML sees {count} GPUs but [node].gpus expects {expected}"
+        return [make(Status.WARNING, "GPU_COUNT_UNEXPECTED", "gpus", message, **details)]
+    return []
+
+
+def _judge_gpu(
+    gpu: GpuReading, settings: GpuSettings, old: Any, now: float, make: Make
+) -> tuple[list[Finding], dict[str, Any]]:
+    subject = f"gpu{gpu.index}"
+    ids: dict[str, DetailValue] = {"uuid": _value(gpu.uuid), "pci_bus_id": _value(gpu.pci_bus_id)}
+    out: list[Finding] = []
+
+    def add(status: Status, code: str, message: str, **details: DetailValue) -> None:
+        out.append(make(status, code, subject, message, **ids, **details))
+
+    errors = _errors(gpu)
+    fatal = [code for code in _GPU_FATAL if code in errors.values()]
+    for code in fatal:
+        add(Status.CRITICAL, _GPU_FATAL[code][0], _GPU_FATAL[code][1], nvml_error=code)
+    odd = {name: code for name, code in errors.items() if code not in _ABSENT and code not in _GPU_FATAL}
+    if odd and not fatal:
+        listed = ", ".join(f"{name}={code}" for name, code in sorted(odd.items()))
+        add(Status.UNKNOWN, "NVML_READ_ERROR", f"NVML could not read: {listed}", fields=",".join(sorted(odd)))
+
+    _judge_memory(gpu, settings, add)
+    _judge_pcie(gpu, settings, add)
+    reasons = _value(gpu.clock_event_reasons)
+    if isinstance(reasons, int):
+        slow = [name for bit, name in _HW_SLOWDOWN_BITS.items() if reasons & bit]
+        if slow:
+            add(
+                Status.WARNING,
+                "CLOCK_HW_SLOWDOWN",
+                f"hardware is slowing the clocks: {', '.join(slow)}",
+                reasons=",".join(slow),
+                reasons_mask=reasons,
+            )
+    action = _value(gpu.recovery_action)
+    if isinstance(action, int) and action != 0:
+        name = _RECOVERY_ACTIONS.get(action, f"action_{action}")
+        add(Status.CRITICAL, "GPU_RECOVERY_ACTION", f"the driver asks for recovery action {name}", action=name)
+
+    old_state = old if isinstance(old, dict) else {}
+    new_state: dict[str, Any] = {"at": now}
+    _judge_replays(gpu, settings, old_state, new_state, now, add)
+    _judge_nvlinks(gpu, settings, old_state, new_state, now, add)
+    return out, (new_state if len(new_state) > 1 else {})
+
+
+def _errors(gpu: GpuReading) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    for name in gpu.__dataclass_fields__:
+        value = getattr(gpu, name)
+        if isinstance(value, NvmlError):
+            errors[name] = value.code
+        elif name == "nvlinks":
+            for link in value:
+                for link_field in ("active", "replay_errors", "recovery_errors", "crc_flit_errors", "crc_data_errors"):
+                    link_value = getattr(link, link_field)
+                    if isinstance(link_value, NvmlError):
+                        errors[f"nvlink{link.link}.{link_field}"] = link_value.code
+    return errors
+
+
+Add = Callable[..., None]
+
+
+def _judge_memory(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
+    if settings.expect_ecc and _value(gpu.ecc_mode_current) is False:
+        add(Status.WARNING, "ECC_DISABLED", "ECC is disabled", ecc_pending=_value(gpu.ecc_mode_pending))
+    volatile = _value(gpu.ecc_volatile_uncorrected)
+    if isinstance(volatile, int) and volatile > 0:
+        add(
+            Status.CRITICAL,
+            "ECC_UNCORRECTED",
+            f"{volatile} uncorrectable ECC error(s) since the driver loaded",
+            count=volatile,
+        )
+    for kind, reading, limit in (
+        ("corrected", gpu.ecc_aggregate_corrected, settings.ecc_aggregate_corrected_max),
+        ("uncorrected", gpu.ecc_aggregate_uncorrected, settings.ecc_aggregate_uncorrected_max),
+    ):
+        total = _value(reading)
+        if limit is not None and isinstance(total, int) and total > limit:
+            add(
+                Status.WARNING,
+                f"ECC_AGGREGATE_{kind.upper()}",
+                f"{total} lifetime {kind} ECC errors (limit {limit})",
+                count=total,
+                limit=limit,
+            )
+    if _value(gpu.retired_pages_pending) is True:
+        add(Status.CRITICAL, "RETIRED_PAGES_PENDING", "a retired page is pending: the GPU needs a reset or reboot")
+    sbe, dbe = _value(gpu.retired_pages_sbe), _value(gpu.retired_pages_dbe)
+    if isinstance(sbe, int) and isinstance(dbe, int) and sbe + dbe >= settings.retired_pages_max:
+        add(
+            Status.WARNING,
+            "RETIRED_PAGES_LIMIT",
+            f"{sbe + dbe} retired pages (limit {settings.retired_pages_max})",
+            sbe=sbe,
+            dbe=dbe,
+        )
+    rows = _value(gpu.remapped_rows)
+    if rows is not None:
+        counts: dict[str, DetailValue] = {"rows_corrected": rows.corrected, "rows_uncorrected": rows.uncorrected}
+        if rows.failure:
+            add(Status.CRITICAL, "ROW_REMAP_FAILED", "a memory row remap failed: the GPU needs replacement", **counts)
+        if rows.pending:
+            add(Status.CRITICAL, "ROW_REMAP_PENDING", "a memory row remap is pending: the GPU needs a reset", **counts)
+
+
+def _judge_pcie(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
+    width, width_max = _value(gpu.pcie_width_current), _value(gpu.pcie_width_max)
+    if isinstance(width, int) and isinstance(width_max, int) and width < width_max:
+        add(
+            Status.CRITICAL,
+            "PCIE_WIDTH_DEGRADED",
+            f"PCIe link is x{width} of x{width_max}",
+            width=width,
+            width_max=width_max,
+        )
+    gen, gen_max = _value(gpu.pcie_gen_current), _value(gpu.pcie_gen_max)
+    busy = _value(gpu.utilization_gpu)
+    # Idle GPUs lower their link generation on purpose to save power; only a busy GPU
+    # running below its maximum generation is degraded.
+    if (
+        isinstance(gen, int)
+        and isinstance(gen_max, int)
+        and gen < gen_max
+        and isinstance(busy, int)
+        and busy >= settings.busy_utilization_percent
+    ):
+        add(
+            Status.WARNING,
+            "PCIE_GEN_DEGRADED",
+            f"PCIe link is Gen{gen} of Gen{gen_max} while {busy}% busy",
+            gen=gen,
+            gen_max=gen_max,
+            utilization=busy,
+        )
+
+
+def _judge_replays(
+    gpu: GpuReading, settings: GpuSettings, old: Mapping[str, Any], new: dict[str, Any], now: float, add: Add
+) -> None:
+    replays = _value(gpu.pcie_replay_counter)
+    if not isinstance(replays, int):
+        return
+    new["pcie_replay"] = replays
+    before, at = _number(old.get("pcie_replay")), _number(old.get("at"))
+    # A counter that went down was reset (driver reload, reboot): start a new baseline.
+    if before is None or at is None or now <= at or replays < before:
+        return
+    rate = (replays - before) * 60.0 / (now - at)
+    if rate > settings.pcie_replay_per_minute_max:
+        add(
+            Status.WARNING,
+            "PCIE_REPLAY_RATE",
+            f"{replays - before:.0f} PCIe replays in {now - at:.0f}s ({rate:.1f}/min, limit "
+            f"{settings.pcie_replay_per_minute_max:g})",
+            rate_per_minute=round(rate, 3),
+            replays=replays,
+        )
+
+
+def _judge_nvlinks(
+    gpu: GpuReading, settings: GpuSettings, old: Mapping[str, Any], new: dict[str, Any], now: float, add: Add
+) -> None:
+    links = _value(gpu.nvlinks)
+    if not links:
+        return
+    active = [link.link for link in links if link.active is True]
+    down = [link.link for link in links if link.active is False]
+    expected = settings.nvlinks_expected
+    # Without an expected count, a GPU whose links are all inactive is taken as one
+    # without NVLink (a PCIe card without a bridge); some up and some down is a fault.
+    if (expected is not None and len(active) < expected) or (expected is None and active and down):
+        add(
+            Status.CRITICAL,
+            "NVLINK_DOWN",
+            f"{len(down)} NVLink(s) down ({len(active)} active)",
+            links_down=",".join(map(str, down)),
+            active=len(active),
+        )
+    raw_links = old.get("nvlink")
+    old_links: Mapping[str, Any] = raw_links if isinstance(raw_links, dict) else {}
+    at = _number(old.get("at"))
+    counters: dict[str, list[int]] = {}
+    rising: list[str] = []
+    crc_rates: list[str] = []
+    for link in links:
+        values = [link.replay_errors, link.recovery_errors, link.crc_flit_errors, link.crc_data_errors]
+        if not all(isinstance(v, int) for v in values):
+            continue
+        now_counts = [int(v) for v in values]  # type: ignore[arg-type]
+        counters[str(link.link)] = now_counts
+        before = old_links.get(str(link.link))
+        if (
+            not isinstance(before, list)
+            or len(before) != 4
+            or not all(_number(b) is not None for b in before)
+            or at is None
+            or now <= at
+        ):
+            continue
+        delta = [a - b for a, b in zip(now_counts, before)]
+        if any(d < 0 for d in delta):
+            continue  # counters were reset
+        if delta[0] + delta[1] > settings.nvlink_errors_max:
+            rising.append(f"link{link.link}: +{delta[0]} replay, +{delta[1]} recovery")
+        crc_rate = (delta[2] + delta[3]) / (now - at)
+        if crc_rate > settings.nvlink_crc_per_second_max:
+            crc_rates.append(f"link{link.link}: {crc_rate:.1f}/s")
+    new["nvlink"] = counters
+    if rising:
+        add(
+            Status.WARNING,
+            "NVLINK_ERRORS_RISING",
+            "NVLink replay/recovery errors rising: " + "; ".join(rising),
+            links=len(rising),
+        )
+    if crc_rates:
+        add(
+            Status.WARNING,
+            "NVLINK_CRC_RATE",
+            "NVLink CRC error rate above limit: " + "; ".join(crc_rates),
+            links=len(crc_rates),
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Gathering.
+
+
+def source_for(settings: GpuSettings) -> GpuSource:
+    """The snapshot when ``[checks.gpu] snapshot`` is set, else the real NVML library."""
+    return SnapshotFile(settings.snapshot) if settings.snapshot is not None else NvmlLibrary()
+
+
+def run(ctx: CheckContext[GpuSettings]) -> Sequence[Finding]:
+    pci = scan_pci(ctx.paths.sysfs)
+    try:
+        reading = source_for(ctx.settings).read()
+    except SnapshotError as exc:
+        return [ctx.finding(Status.UNKNOWN, "NVML_SNAPSHOT_INVALID", "nvml", str(exc))]
+    judgement = evaluate(reading, pci, ctx.node.gpus, ctx.settings, ctx.state.load(), ctx.clock(), ctx.finding)
+    findings = list(judgement.findings)
+    if judgement.state:
+        from healthd.state import StateError
+
+        try:
+            ctx.state.save(judgement.state)
+        except StateError as exc:
+            findings.append(ctx.finding(Status.UNKNOWN, "GPU_STATE_UNWRITABLE", "gpus", str(exc)))
+    return findings
+
+
+CHECK = CheckSpec(
+    name="gpu",
+    description="GPUs through NVML: count, lost GPUs, ECC, row remapping, PCIe link and replays, clocks, NVLink",
+    settings=GpuSettings,
+    run=run,
+)

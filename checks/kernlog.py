@@ -1,0 +1,182 @@
+"""Kernel-log readers that resume from a cursor: /dev/kmsg and, where available, the journal.
+
+/dev/kmsg (kernel Documentation/ABI/testing/dev-kmsg): opened O_RDONLY|O_NONBLOCK,
+each read() returns one record ``PRI,SEQ,USEC,FLAGS;MESSAGE`` (plus continuation
+lines starting with a space), EAGAIN means no more records, and EPIPE means
+records were overwritten in the ring buffer before we read them. SEQ is a
+per-boot sequence number, so it is the cursor; there is no way to seek to a SEQ,
+so the reader starts at the oldest record and skips what it has already seen.
+A regular file holding the same record format (a saved dump, a test fixture)
+is read the same way.
+
+The journal (systemd-python's ``systemd.journal.Reader``) keeps more history than
+the ring buffer; its cursor string is the cursor. systemd-python is optional and
+imported only here, lazily. journald splits a leading ``NVRM:`` into
+SYSLOG_IDENTIFIER, so the identifier is put back in front of MESSAGE.
+
+Failures to read raise ``LogUnavailable`` naming the path: the caller must report
+that as UNKNOWN, never as healthy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+_READ_SIZE = 16384  # larger than the kernel's maximum record (CONSOLE_EXT_LOG_MAX, 8 KiB)
+_KMSG_HEAD = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]*;")
+
+
+class LogUnavailable(Exception):
+    """The kernel log could not be read; the message names the path and the reason."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One kernel message and the id of its record (unique within a boot for one source)."""
+
+    message: str
+    record_id: str
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """New lines since the cursor, the cursor after them, and lost records if any."""
+
+    lines: tuple[LogLine, ...]
+    cursor: Optional[str]
+    lost: Optional[str] = None
+
+
+def read_boot_id(procfs: Path) -> str:
+    path = procfs / "sys" / "kernel" / "random" / "boot_id"
+    try:
+        text = path.read_text(encoding="ascii", errors="replace").strip()
+    except OSError as exc:
+        raise LogUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not re.fullmatch(r"[0-9a-fA-F-]{16,64}", text):
+        raise LogUnavailable(f"{path} does not hold a boot id (got {text[:40]!r})")
+    return text.lower()
+
+
+def _records(chunk: bytes) -> list[tuple[int, str]]:
+    """(seq, message) for each record in ``chunk``; continuation lines and garbage are skipped."""
+    out = []
+    for raw in chunk.split(b"\n"):
+        match = _KMSG_HEAD.match(raw)
+        if match is None:
+            continue
+        message = raw[match.end() :].decode("utf-8", errors="replace")
+        out.append((int(match.group(2)), message))
+    return out
+
+
+def read_kmsg(path: Path, after: Optional[int]) -> ReadResult:
+    """Records with SEQ greater than ``after`` (all of them when None)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LogUnavailable(f"cannot open {path}: {exc.strerror or exc}") from None
+    lines: list[LogLine] = []
+    lost: list[str] = []
+    last = after
+    pending = b""
+    try:
+        is_device = stat.S_ISCHR(os.fstat(fd).st_mode)
+        while True:
+            try:
+                chunk = os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                lost.append("the kernel overwrote records while they were being read")
+                continue
+            except OSError as exc:
+                raise LogUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
+            if not chunk:
+                if is_device:
+                    break
+                chunk, pending = pending, b""
+                if not chunk:
+                    break
+            elif not is_device:
+                chunk, _, pending = (pending + chunk).rpartition(b"\n")
+            for seq, message in _records(chunk):
+                if last is not None and seq <= last:
+                    continue
+                if last is not None and seq > last + 1 and not lost:
+                    lost.append(f"records {last + 1}..{seq - 1} were overwritten before they were read")
+                lines.append(LogLine(message, str(seq)))
+                last = seq
+    finally:
+        os.close(fd)
+    return ReadResult(tuple(lines), None if last is None else str(last), "; ".join(lost) or None)
+
+
+def journal_available() -> bool:
+    """systemd-python imports and the machine was booted with systemd (so journald runs)."""
+    try:
+        from systemd import daemon
+    except ImportError:
+        return False
+    return bool(daemon.booted())
+
+
+def _journal_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value) if value is not None else ""
+
+
+def _journal_id(entry: dict[str, Any]) -> str:
+    cursor = _journal_text(entry.get("__CURSOR"))
+    for part in cursor.split(";"):
+        if part.startswith("i="):
+            return f"j{part[2:]}"
+    return f"m{_journal_text(entry.get('__MONOTONIC_TIMESTAMP'))}"
+
+
+def read_journal(directory: Optional[Path], boot_id: str, after: Optional[str]) -> ReadResult:
+    """Kernel-transport entries of boot ``boot_id`` after journal cursor ``after``."""
+    where = str(directory) if directory is not None else "the system journal"
+    try:
+        from systemd import journal
+    except ImportError:
+        raise LogUnavailable(f"cannot read {where}: systemd-python is not installed") from None
+    try:
+        reader = journal.Reader(path=str(directory)) if directory is not None else journal.Reader()
+    except OSError as exc:
+        raise LogUnavailable(f"cannot open {where}: {exc.strerror or exc}") from None
+    lines: list[LogLine] = []
+    cursor = after
+    try:
+        reader.add_match("_TRANSPORT=kernel")
+        reader.add_match(f"_BOOT_ID={boot_id.replace('-', '')}")
+        if after:
+            reader.seek_cursor(after)
+            first = reader.get_next()
+            if first and not reader.test_cursor(after):
+                reader.get_previous()
+        for entry in reader:
+            message = _journal_text(entry.get("MESSAGE"))
+            ident = _journal_text(entry.get("SYSLOG_IDENTIFIER"))
+            if ident and ident != "kernel" and not message.startswith(ident):
+                message = f"{ident}: {message}"
+            lines.append(LogLine(message, _journal_id(entry)))
+            cursor = _journal_text(entry.get("__CURSOR")) or cursor
+    except OSError as exc:
+        raise LogUnavailable(f"cannot read {where}: {exc.strerror or exc}") from None
+    finally:
+        reader.close()
+    return ReadResult(tuple(lines), cursor)
+
+
+def kmsg_seq(cursor: Optional[str]) -> Optional[int]:
+    """A stored kmsg cursor as an int; a malformed one means "start over"."""
+    if cursor is None or not cursor.isdigit():
+        return None
+    return int(cursor)

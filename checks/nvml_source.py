@@ -1,0 +1,476 @@
+"""Where the gpu check gets its NVML readings: the real library, or a recorded JSON snapshot.
+
+``GpuSource`` is the one small interface: ``read() -> NodeReading``. ``NvmlLibrary``
+calls NVML through ``pynvml`` (NVIDIA's ``nvidia-ml-py`` binding) and records every
+per-call error as an ``NvmlError`` value instead of raising, so one lost GPU or one
+field a driver does not support never hides the rest. ``SnapshotFile`` replays a
+reading saved by ``healthd record-gpus`` (or written by hand as a fixture); its
+format is versioned and validated, and a bad file raises ``SnapshotError`` naming
+the file and the key. Nothing here judges health: that is ``healthd_checks.gpu``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Protocol, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+SNAPSHOT_FORMAT = "healthd-nvml-snapshot"
+SNAPSHOT_VERSION = 1
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class NvmlError:
+    """An NVML call that failed: the error's stable name (``GPU_IS_LOST``) and NVML's text."""
+
+    code: str
+    message: str = ""
+
+
+# A reading is either the value NVML returned or the error it returned instead.
+Reading = Union[T, NvmlError]
+
+# NVML error names (NVML_ERROR_<name> in nvml.h) that the gpu check relies on.
+NOT_SUPPORTED = "NOT_SUPPORTED"
+GPU_IS_LOST = "GPU_IS_LOST"
+RESET_REQUIRED = "RESET_REQUIRED"
+LIB_RM_VERSION_MISMATCH = "LIB_RM_VERSION_MISMATCH"
+FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
+
+
+@dataclass(frozen=True)
+class RemappedRows:
+    """``nvmlDeviceGetRemappedRows`` (Ampere and later): a pending remap needs a GPU reset."""
+
+    corrected: int
+    uncorrected: int
+    pending: bool
+    failure: bool
+
+
+@dataclass(frozen=True)
+class NvLinkReading:
+    """One NVLink: whether it is up and its cumulative error counters."""
+
+    link: int
+    active: Reading[bool]
+    replay_errors: Reading[int]
+    recovery_errors: Reading[int]
+    crc_flit_errors: Reading[int]
+    crc_data_errors: Reading[int]
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """Everything read from one GPU handle; each field is a value or the call's error."""
+
+    index: int
+    uuid: Reading[str]
+    pci_bus_id: Reading[str]
+    name: Reading[str]
+    ecc_mode_current: Reading[bool]
+    ecc_mode_pending: Reading[bool]
+    ecc_volatile_corrected: Reading[int]
+    ecc_volatile_uncorrected: Reading[int]
+    ecc_aggregate_corrected: Reading[int]
+    ecc_aggregate_uncorrected: Reading[int]
+    retired_pages_sbe: Reading[int]
+    retired_pages_dbe: Reading[int]
+    retired_pages_pending: Reading[bool]
+    remapped_rows: Reading[RemappedRows]
+    pcie_gen_current: Reading[int]
+    pcie_gen_max: Reading[int]
+    pcie_width_current: Reading[int]
+    pcie_width_max: Reading[int]
+    pcie_replay_counter: Reading[int]
+    clock_event_reasons: Reading[int]
+    utilization_gpu: Reading[int]
+    nvlinks: Reading[tuple[NvLinkReading, ...]]
+    recovery_action: Reading[int]
+
+    @classmethod
+    def unreachable(cls, index: int, error: NvmlError) -> GpuReading:
+        """A GPU whose handle could not be obtained: every field carries that error."""
+        values: dict[str, Any] = {name: error for name in _gpu_fields()}
+        values["index"] = index
+        return cls(**values)
+
+
+def _gpu_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(GpuReading))
+
+
+@dataclass(frozen=True)
+class NodeReading:
+    """One reading of the whole node. ``init_error`` set means NVML itself was unusable."""
+
+    init_error: Optional[NvmlError]
+    driver_version: Reading[str]
+    device_count: Reading[int]
+    gpus: tuple[GpuReading, ...]
+
+
+class GpuSource(Protocol):
+    """Anything that can produce a ``NodeReading``."""
+
+    def read(self) -> NodeReading: ...
+
+
+class SnapshotError(Exception):
+    """A snapshot file that cannot be used; ``str()`` names the file and the key."""
+
+
+# ---------------------------------------------------------------------------------------
+# The real library.
+
+
+def _error_names(pynvml: ModuleType) -> dict[int, str]:
+    return {getattr(pynvml, name): name[len("NVML_ERROR_") :] for name in dir(pynvml) if name.startswith("NVML_ERROR_")}
+
+
+class NvmlLibrary:
+    """Reads the node through NVML. Imports ``pynvml`` only when ``read()`` runs."""
+
+    # Links are probed from 0 up to the binding's NVML_NVLINK_MAX_LINKS; a GPU answers
+    # NOT_SUPPORTED or INVALID_ARGUMENT for a link index it does not have.
+    _NO_SUCH_LINK = frozenset({NOT_SUPPORTED, "INVALID_ARGUMENT", "NOT_FOUND"})
+
+    def read(self) -> NodeReading:
+        import pynvml
+
+        names = _error_names(pynvml)
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            error = _as_error(exc, names)
+            return NodeReading(init_error=error, driver_version=error, device_count=error, gpus=())
+        try:
+            call = _Caller(pynvml, names)
+            driver = call(str, "nvmlSystemGetDriverVersion")
+            count = call(int, "nvmlDeviceGetCount")
+            gpus = tuple(self._gpu(call, i) for i in range(count)) if isinstance(count, int) else ()
+            return NodeReading(init_error=None, driver_version=driver, device_count=count, gpus=gpus)
+        finally:
+            # A failed shutdown changes nothing: the reading is complete either way.
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
+
+    def _gpu(self, call: _Caller, index: int) -> GpuReading:
+        pynvml = call.pynvml
+        handle = call(object, "nvmlDeviceGetHandleByIndex", index)
+        if isinstance(handle, NvmlError):
+            return GpuReading.unreachable(index, handle)
+        ecc_mode: Reading[list[int]] = call(list, "nvmlDeviceGetEccMode", handle)
+        corrected, uncorrected = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        volatile, aggregate = pynvml.NVML_VOLATILE_ECC, pynvml.NVML_AGGREGATE_ECC
+        pci = call(object, "nvmlDeviceGetPciInfo", handle)
+        utilization = call(object, "nvmlDeviceGetUtilizationRates", handle)
+        rows = call(tuple, "nvmlDeviceGetRemappedRows", handle)
+        return GpuReading(
+            index=index,
+            uuid=_map(call(str, "nvmlDeviceGetUUID", handle), _text),
+            pci_bus_id=_map(pci, lambda p: _text(p.busId)),
+            name=_map(call(str, "nvmlDeviceGetName", handle), _text),
+            ecc_mode_current=_map(ecc_mode, lambda m: bool(m[0])),
+            ecc_mode_pending=_map(ecc_mode, lambda m: bool(m[1])),
+            ecc_volatile_corrected=call(int, "nvmlDeviceGetTotalEccErrors", handle, corrected, volatile),
+            ecc_volatile_uncorrected=call(int, "nvmlDeviceGetTotalEccErrors", handle, uncorrected, volatile),
+            ecc_aggregate_corrected=call(int, "nvmlDeviceGetTotalEccErrors", handle, corrected, aggregate),
+            ecc_aggregate_uncorrected=call(int, "nvmlDeviceGetTotalEccErrors", handle, uncorrected, aggregate),
+            retired_pages_sbe=_map(
+                call(
+                    list,
+                    "nvmlDeviceGetRetiredPages",
+                    handle,
+                    pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                ),
+                len,
+            ),
+            retired_pages_dbe=_map(
+                call(list, "nvmlDeviceGetRetiredPages", handle, pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR),
+                len,
+            ),
+            retired_pages_pending=_map(call(int, "nvmlDeviceGetRetiredPagesPendingStatus", handle), bool),
+            remapped_rows=_map(rows, lambda r: RemappedRows(int(r[0]), int(r[1]), bool(r[2]), bool(r[3]))),
+            pcie_gen_current=call(int, "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+            pcie_gen_max=call(int, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+            pcie_width_current=call(int, "nvmlDeviceGetCurrPcieLinkWidth", handle),
+            pcie_width_max=call(int, "nvmlDeviceGetMaxPcieLinkWidth", handle),
+            pcie_replay_counter=call(int, "nvmlDeviceGetPcieReplayCounter", handle),
+            clock_event_reasons=self._clock_reasons(call, handle),
+            utilization_gpu=_map(utilization, lambda u: int(u.gpu)),
+            nvlinks=self._nvlinks(call, handle),
+            recovery_action=self._recovery_action(call, handle),
+        )
+
+    @staticmethod
+    def _clock_reasons(call: _Caller, handle: object) -> Reading[int]:
+        # Drivers from R535 name these "clock event reasons"; older bindings and drivers
+        # only have the "throttle reasons" call, which returns the same bit mask.
+        reasons = call(int, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if isinstance(reasons, NvmlError) and reasons.code == FUNCTION_NOT_FOUND:
+            reasons = call(int, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return reasons
+
+    def _nvlinks(self, call: _Caller, handle: object) -> Reading[tuple[NvLinkReading, ...]]:
+        pynvml = call.pynvml
+        links: list[NvLinkReading] = []
+        for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
+            state = call(int, "nvmlDeviceGetNvLinkState", handle, link)
+            if isinstance(state, NvmlError):
+                if state.code in self._NO_SUCH_LINK:
+                    continue
+                if not links:
+                    return state  # the GPU itself failed (lost, reset required): say so once
+                links.append(NvLinkReading(link, state, state, state, state, state))
+                continue
+
+            def counter(which: int, link: int = link) -> Reading[int]:
+                return call(int, "nvmlDeviceGetNvLinkErrorCounter", handle, link, which)
+
+            links.append(
+                NvLinkReading(
+                    link=link,
+                    active=bool(state),
+                    replay_errors=counter(pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
+                    recovery_errors=counter(pynvml.NVML_NVLINK_ERROR_DL_RECOVERY),
+                    crc_flit_errors=counter(pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
+                    crc_data_errors=counter(pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA),
+                )
+            )
+        return tuple(links)
+
+    @staticmethod
+    def _recovery_action(call: _Caller, handle: object) -> Reading[int]:
+        field_id = getattr(call.pynvml, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+        if field_id is None:
+            return NvmlError(FUNCTION_NOT_FOUND, "this nvidia-ml-py has no NVML_FI_DEV_GET_GPU_RECOVERY_ACTION")
+        values: Reading[list[Any]] = call(list, "nvmlDeviceGetFieldValues", handle, [field_id])
+        if isinstance(values, NvmlError):
+            return values
+        value = values[0]
+        if value.nvmlReturn != call.pynvml.NVML_SUCCESS:
+            code = call.names.get(int(value.nvmlReturn), f"ERROR_{int(value.nvmlReturn)}")
+            return NvmlError(code, f"field {field_id} returned {code}")
+        return int(value.value.uiVal)
+
+
+class _Caller:
+    """Calls one pynvml function, turning an ``NVMLError`` into an ``NvmlError`` value."""
+
+    def __init__(self, pynvml: Any, names: dict[int, str]) -> None:
+        self.pynvml = pynvml
+        self.names = names
+
+    def __call__(self, _kind: Callable[..., T], function: str, *args: Any) -> Reading[T]:
+        fn = getattr(self.pynvml, function, None)
+        if fn is None:
+            return NvmlError(FUNCTION_NOT_FOUND, f"this nvidia-ml-py has no {function}")
+        try:
+            result: T = fn(*args)
+        except self.pynvml.NVMLError as exc:
+            return _as_error(exc, self.names)
+        return result
+
+
+def _as_error(exc: Any, names: dict[int, str]) -> NvmlError:
+    value = getattr(exc, "value", None)
+    code = names.get(value, f"ERROR_{value}") if isinstance(value, int) else type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:  # pynvml asks the library for unknown codes' text; it may be gone
+        message = ""
+    return NvmlError(code, message)
+
+
+def _map(reading: Reading[Any], fn: Callable[[Any], T]) -> Reading[T]:
+    return reading if isinstance(reading, NvmlError) else fn(reading)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+# ---------------------------------------------------------------------------------------
+# The snapshot format (see docs/gpu.md). Strict types: true is not 1, "8" is not 8.
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _ErrorModel(_Model):
+    error: StrictStr = Field(min_length=1)
+    message: StrictStr = ""
+
+
+class _RowsModel(_Model):
+    corrected: StrictInt = Field(ge=0)
+    uncorrected: StrictInt = Field(ge=0)
+    pending: StrictBool
+    failure: StrictBool
+
+
+class _LinkModel(_Model):
+    link: StrictInt = Field(ge=0)
+    active: Union[StrictBool, _ErrorModel]
+    replay_errors: Union[StrictInt, _ErrorModel]
+    recovery_errors: Union[StrictInt, _ErrorModel]
+    crc_flit_errors: Union[StrictInt, _ErrorModel]
+    crc_data_errors: Union[StrictInt, _ErrorModel]
+
+
+class _GpuModel(_Model):
+    index: StrictInt = Field(ge=0)
+    uuid: Union[StrictStr, _ErrorModel]
+    pci_bus_id: Union[StrictStr, _ErrorModel]
+    name: Union[StrictStr, _ErrorModel]
+    ecc_mode_current: Union[StrictBool, _ErrorModel]
+    ecc_mode_pending: Union[StrictBool, _ErrorModel]
+    ecc_volatile_corrected: Union[StrictInt, _ErrorModel]
+    ecc_volatile_uncorrected: Union[StrictInt, _ErrorModel]
+    ecc_aggregate_corrected: Union[StrictInt, _ErrorModel]
+    ecc_aggregate_uncorrected: Union[StrictInt, _ErrorModel]
+    retired_pages_sbe: Union[StrictInt, _ErrorModel]
+    retired_pages_dbe: Union[StrictInt, _ErrorModel]
+    retired_pages_pending: Union[StrictBool, _ErrorModel]
+    remapped_rows: Union[_RowsModel, _ErrorModel]
+    pcie_gen_current: Union[StrictInt, _ErrorModel]
+    pcie_gen_max: Union[StrictInt, _ErrorModel]
+    pcie_width_current: Union[StrictInt, _ErrorModel]
+    pcie_width_max: Union[StrictInt, _ErrorModel]
+    pcie_replay_counter: Union[StrictInt, _ErrorModel]
+    clock_event_reasons: Union[StrictInt, _ErrorModel]
+    utilization_gpu: Union[StrictInt, _ErrorModel]
+    nvlinks: Union[list[_LinkModel], _ErrorModel]
+    recovery_action: Union[StrictInt, _ErrorModel]
+
+
+class _SnapshotModel(_Model):
+    format: Literal["healthd-nvml-snapshot"]
+    version: Literal[1]
+    source: StrictStr = Field(min_length=1, description="where the readings came from (host, or what they model)")
+    recorded_at: Optional[StrictStr] = None
+    init_error: Optional[_ErrorModel] = None
+    driver_version: Union[StrictStr, _ErrorModel]
+    device_count: Union[StrictInt, _ErrorModel]
+    gpus: list[_GpuModel]
+
+
+def _from_model(value: Any) -> Any:
+    if isinstance(value, _ErrorModel):
+        return NvmlError(value.error, value.message)
+    if isinstance(value, _RowsModel):
+        return RemappedRows(value.corrected, value.uncorrected, value.pending, value.failure)
+    if isinstance(value, list):
+        return tuple(
+            NvLinkReading(**{name: _from_model(getattr(link, name)) for name in _LinkModel.model_fields})
+            for link in value
+        )
+    return value
+
+
+def _gpu_from_model(gpu: _GpuModel) -> GpuReading:
+    return GpuReading(**{name: _from_model(getattr(gpu, name)) for name in _gpu_fields()})
+
+
+# Pydantic names the branch of a union it tried inside an error's location; people
+# need only the key, plus a hint that an error object was also acceptable there.
+_UNION_TAGS = frozenset({"str", "int", "bool", "list[_LinkModel]", "_ErrorModel", "_RowsModel"})
+
+
+def _describe(errors: list[Any]) -> list[str]:
+    by_key: dict[str, list[str]] = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        key = ""
+        for item in loc:
+            if isinstance(item, int):
+                key += f"[{item}]"
+            elif item not in _UNION_TAGS:
+                key += f".{item}" if key else str(item)
+        if "_ErrorModel" in loc and error["type"] == "model_type":
+            message = 'or an {"error": "NAME"} object'
+        elif error["type"] == "extra_forbidden":
+            message = "unknown key"
+        else:
+            message = str(error["msg"])
+        messages = by_key.setdefault(key or "(top level)", [])
+        if message not in messages:
+            messages.append(message)
+    return [f"{key}: {', '.join(messages)}" for key, messages in by_key.items()]
+
+
+def parse_snapshot(text: str, source: str) -> NodeReading:
+    """Parse snapshot JSON ``text``; ``source`` (the file name) prefixes every error."""
+    try:
+        raw = json.loads(text)
+    except ValueError as exc:
+        raise SnapshotError(f"{source}: not valid JSON: {exc}") from None
+    if isinstance(raw, dict) and raw.get("format") == SNAPSHOT_FORMAT and raw.get("version") != SNAPSHOT_VERSION:
+        raise SnapshotError(
+            f"{source}: version: snapshot version {raw.get('version')!r} is not supported (expected {SNAPSHOT_VERSION})"
+        )
+    try:
+        model = _SnapshotModel.model_validate(raw)
+    except ValidationError as exc:
+        seen = _describe(list(exc.errors()))
+        shown = "; ".join(seen[:5]) + (f"; and {len(seen) - 5} more" if len(seen) > 5 else "")
+        raise SnapshotError(f"{source}: {shown}") from None
+    return NodeReading(
+        init_error=_from_model(model.init_error) if model.init_error is not None else None,
+        driver_version=_from_model(model.driver_version),
+        device_count=_from_model(model.device_count),
+        gpus=tuple(_gpu_from_model(g) for g in model.gpus),
+    )
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, NvmlError):
+        return {"error": value.code, "message": value.message} if value.message else {"error": value.code}
+    if isinstance(value, RemappedRows):
+        return asdict(value)
+    if isinstance(value, tuple):
+        return [{f.name: _to_json(getattr(link, f.name)) for f in fields(NvLinkReading)} for link in value]
+    return value
+
+
+def snapshot_document(reading: NodeReading, source: str, recorded_at: Optional[str] = None) -> dict[str, Any]:
+    """The JSON document (version 1) for ``reading``; ``parse_snapshot`` reads it back unchanged."""
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "version": SNAPSHOT_VERSION,
+        "source": source,
+        "recorded_at": recorded_at,
+        "init_error": _to_json(reading.init_error) if reading.init_error is not None else None,
+        "driver_version": _to_json(reading.driver_version),
+        "device_count": _to_json(reading.device_count),
+        "gpus": [{name: _to_json(getattr(gpu, name)) for name in _gpu_fields()} for gpu in reading.gpus],
+    }
+
+
+@dataclass(frozen=True)
+class SnapshotFile:
+    """Replays a snapshot file; every ``read()`` loads it again (it may be replaced)."""
+
+    path: Path
+
+    def read(self) -> NodeReading:
+        try:
+            data = self.path.read_bytes()
+        except OSError as exc:
+            raise SnapshotError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SnapshotError(f"{self.path}: not UTF-8 text: {exc}") from None
+        return parse_snapshot(text, str(self.path))

@@ -1,0 +1,364 @@
+"""The ``xid`` check: NVIDIA Xid/SXid events from the kernel log, read exactly once, graded by catalog.
+
+Each pass reads the kernel log from the cursor kept in the check's state (with the
+boot id: a new boot starts over), folds new lines into one group per GPU and Xid,
+and reports one finding per group seen this boot. Grades come from
+``xid_catalog`` with the operator's overrides. A flood of identical lines is one
+event per ``window`` (``details["count"]`` counts every line). Xids that need a
+GPU reset or a reboot stay active until a reboot, an Xid 154 back to "no action"
+on that GPU, or an acknowledgement (handled centrally, matched on
+``details["event"]``). Everything else that was seen is still reported, as an OK
+finding, so metrics can count Xids by GPU and code.
+
+GPU numbering: the driver's Xid line names a PCI address. healthd maps it to an
+index by sorting the NVIDIA display/3D controllers under ``[paths].sysfs/bus/pci/
+devices`` by address, which is the order NVML enumerates GPUs in by default
+(``CUDA_DEVICE_ORDER`` aside); the order is captured once per boot, so a GPU that
+falls off the bus does not renumber the others.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, Optional
+
+from pydantic import Field, field_validator
+
+from healthd.model import DetailValue, Finding, Status
+from healthd.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.state import StateError
+
+from .kernlog import (
+    LogUnavailable,
+    ReadResult,
+    journal_available,
+    kmsg_seq,
+    read_boot_id,
+    read_journal,
+    read_kmsg,
+)
+from .xid_catalog import Bucket, Sticky, classify
+from .xid_parse import GpuIdentity, Kind, PciAddress, XidEvent, parse_message
+
+STATE_VERSION = 1
+_OVERRIDE_KEY = re.compile(r"(?:XID_)?(\d{1,6})|SXID_(\d{1,6})")
+_MESSAGE_LIMIT = 240
+
+
+class XidSettings(CheckSettings):
+    source: Literal["auto", "kmsg", "journal"] = Field(
+        default="auto", description="auto: the journal where systemd booted the node and systemd-python imports"
+    )
+    journal_directory: Optional[Path] = Field(default=None, description="journal files to read (default: system's)")
+    window: float = Field(default=3600.0, gt=0, description="seconds one event covers; repeats inside it are counted")
+    app_repeat_count: int = Field(default=3, ge=1, description="application Xids on one GPU that make a WARNING")
+    app_repeat_window: float = Field(default=3600.0, gt=0, description="seconds within which those repeats count")
+    overrides: dict[str, Status] = Field(
+        default_factory=dict, description='grade per Xid, e.g. { "63" = "CRITICAL", "SXID_20034" = "WARNING" }'
+    )
+
+    @field_validator("overrides", mode="before")
+    @classmethod
+    def _normalize_overrides(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise ValueError("overrides must be a table of Xid = grade")
+        normalized: dict[str, Status] = {}
+        for key, grade in value.items():
+            match = _OVERRIDE_KEY.fullmatch(str(key).strip().upper())
+            if match is None:
+                raise ValueError(f"overrides key {key!r} is not an Xid number or SXID_<n>")
+            if not isinstance(grade, (str, Status)):
+                raise ValueError(f"overrides.{key}: grade must be OK, WARNING, CRITICAL or UNKNOWN, got {grade!r}")
+            try:
+                status = grade if isinstance(grade, Status) else Status.parse(grade)
+            except ValueError as exc:
+                raise ValueError(f"overrides.{key}: {exc}") from None
+            normalized[str(int(match.group(1))) if match.group(1) else f"SXID_{int(match.group(2))}"] = status
+        return normalized
+
+
+@dataclass
+class _Group:
+    """What we know this boot about one GPU (or switch) and one Xid. Lives only in this module."""
+
+    code: str
+    xid: int
+    kind: str
+    subject: str
+    gpu: str
+    pci: str
+    bucket: str
+    grade: str
+    sticky: str
+    event: str
+    count: int = 0
+    window_start: float = 0.0
+    window_count: int = 0
+    last_seen: float = 0.0
+    sticky_active: bool = False
+    cleared: bool = False
+    recent: list[float] = field(default_factory=list)
+    text: str = ""
+    summary: str = ""
+    uuid: str = ""
+    recovery_action: str = ""
+
+
+def _load_groups(raw: Any) -> dict[str, _Group]:
+    groups: dict[str, _Group] = {}
+    if not isinstance(raw, dict):
+        return groups
+    for key, value in raw.items():
+        try:
+            group = _Group(**value)
+            valid = group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky)
+        except (TypeError, ValueError):
+            continue  # a damaged entry is dropped rather than trusted
+        if valid:
+            groups[str(key)] = group
+    return groups
+
+
+def nvidia_gpus(sysfs: Path) -> list[PciAddress]:
+    """NVIDIA VGA/3D controllers on the PCI bus, in address order (NVML's default enumeration order)."""
+    found: list[PciAddress] = []
+    try:
+        entries = list((sysfs / "bus" / "pci" / "devices").iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        try:
+            vendor = (entry / "vendor").read_text().strip().lower()
+            pci_class = (entry / "class").read_text().strip().lower()
+        except OSError:
+            continue
+        address = PciAddress.parse(entry.name)
+        if address is not None and vendor == "0x10de" and pci_class[:6] in ("0x0300", "0x0302"):
+            found.append(address)
+    return sorted(found, key=lambda a: (a.domain, a.bus, a.device, a.function or 0))
+
+
+def _one_line(text: str) -> str:
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
+
+
+class _Pass:
+    """One pass's work: read, fold into groups, report. Holds the state document while it runs."""
+
+    def __init__(self, ctx: CheckContext[XidSettings], boot_id: str, document: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.boot_id = boot_id
+        self.now = ctx.clock()
+        self.findings: list[Finding] = []
+        if document.get("version") != STATE_VERSION or document.get("boot_id") != boot_id:
+            document = {}
+        self.source: str = str(document.get("source", ""))
+        cursor = document.get("cursor")
+        self.cursor: Optional[str] = cursor if isinstance(cursor, str) else None
+        uuids = document.get("uuids")
+        self.uuids: dict[str, str] = {str(k): str(v) for k, v in uuids.items()} if isinstance(uuids, dict) else {}
+        order = document.get("gpu_order")
+        self.order: list[str] = [str(o) for o in order] if isinstance(order, list) else []
+        self.groups = _load_groups(document.get("groups"))
+        if not self.order:
+            self.order = [str(a) for a in nvidia_gpus(ctx.paths.sysfs)]
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "boot_id": self.boot_id,
+            "source": self.source,
+            "cursor": self.cursor,
+            "uuids": self.uuids,
+            "gpu_order": self.order,
+            "groups": {key: asdict(group) for key, group in sorted(self.groups.items())},
+        }
+
+    def read(self) -> Optional[ReadResult]:
+        """New lines from the configured source, falling back to kmsg; None (and UNKNOWN) when unreadable."""
+        wanted = self.settings.source
+        if wanted == "auto":
+            wanted = "journal" if journal_available() else "kmsg"
+        problems: list[str] = []
+        if wanted == "journal":
+            try:
+                result = read_journal(
+                    self.settings.journal_directory, self.boot_id, self.cursor if self.source == "journal" else None
+                )
+                self._switch_source("journal")
+                return result
+            except LogUnavailable as exc:
+                problems.append(str(exc))
+        kmsg = self.ctx.paths.kmsg
+        try:
+            result = read_kmsg(kmsg, kmsg_seq(self.cursor) if self.source == "kmsg" else None)
+            self._switch_source("kmsg")
+            return result
+        except LogUnavailable as exc:
+            problems.append(str(exc))
+        self.findings.append(
+            self.ctx.finding(
+                Status.UNKNOWN,
+                "KERNEL_LOG_UNREADABLE",
+                str(kmsg),
+                _one_line("; ".join(problems)),
+                path=str(kmsg),
+            )
+        )
+        return None
+
+    def _switch_source(self, source: str) -> None:
+        # Cursors of different sources cannot be translated: a switch starts this boot over.
+        if self.source != source:
+            self.source = source
+            self.groups = {}
+
+    def fold(self, result: ReadResult) -> None:
+        for line in result.lines:
+            event = parse_message(line.message)
+            if isinstance(event, GpuIdentity):
+                self.uuids[str(event.pci)] = event.uuid
+            elif event is not None:
+                self._add(event, f"{self.boot_id}:{line.record_id}")
+        if result.cursor is not None:
+            self.cursor = result.cursor
+        if result.lost:
+            where = str(self.ctx.paths.kmsg) if self.source == "kmsg" else "journal"
+            self.findings.append(
+                self.ctx.finding(
+                    Status.WARNING,
+                    "KERNEL_LOG_OVERRUN",
+                    where,
+                    _one_line(f"kernel log records were lost before healthd read them: {result.lost}"),
+                    event=f"{self.boot_id}:lost:{self.cursor}",
+                )
+            )
+
+    def _identify(self, event: XidEvent) -> tuple[str, str, str]:
+        """(subject, gpu, pci) for an event."""
+        if event.kind is Kind.SXID:
+            pci = event.pci.full if event.pci else ""
+            name = event.switch or pci or "unknown-nvswitch"
+            return name, name, pci
+        if event.pci is None:
+            return "unknown-gpu", "unknown", ""
+        pci = str(event.pci)
+        if pci in self.order:
+            index = self.order.index(pci)
+            return f"gpu{index}", str(index), pci
+        return pci, pci, pci
+
+    def _add(self, event: XidEvent, event_id: str) -> None:
+        entry = classify(event, self.settings.overrides)
+        subject, gpu, pci = self._identify(event)
+        prefix = "SXID" if event.kind is Kind.SXID else "XID"
+        code = f"{prefix}_{event.code}"
+        key = f"{code}@{subject}"
+        group = self.groups.get(key)
+        recovery = event.recovery.action.name if event.recovery and event.recovery.action else ""
+        new_event = (
+            group is None
+            or group.cleared
+            or self.now - group.window_start >= self.settings.window
+            or group.grade != entry.grade.name
+            or group.recovery_action != recovery
+        )
+        if group is None:
+            group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "", "", event_id)
+            self.groups[key] = group
+        if new_event:
+            group.event = event_id
+            group.window_start = self.now
+            group.window_count = 0
+        group.bucket = entry.bucket.value
+        group.grade = entry.grade.name
+        group.sticky = entry.sticky.value
+        group.summary = entry.summary
+        group.recovery_action = recovery
+        group.count += 1
+        group.window_count += 1
+        group.last_seen = self.now
+        group.cleared = False
+        group.text = _one_line(event.text)[:120]
+        group.sticky_active = group.sticky_active or (entry.sticky is not Sticky.NO and entry.grade is not Status.OK)
+        if entry.bucket is Bucket.APPLICATION:
+            horizon = self.now - self.settings.app_repeat_window
+            recent = [t for t in group.recent if t > horizon] + [self.now]
+            group.recent = recent[-self.settings.app_repeat_count :]
+        if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
+            self._clear_gpu(event.pci, key)
+
+    def _clear_gpu(self, pci: PciAddress, except_key: str) -> None:
+        """Xid 154 back to "no action": the driver says the GPU has recovered; end its sticky events."""
+        for key, group in self.groups.items():
+            if key != except_key and group.pci == str(pci) and group.sticky_active:
+                group.sticky_active = False
+                group.cleared = True
+
+    def _status(self, group: _Group) -> tuple[Status, str]:
+        grade = Status[group.grade]
+        if group.cleared:
+            return Status.OK, "; cleared by recovery action None"
+        if group.sticky_active:
+            return grade, ""
+        if grade is not Status.OK and self.now - group.last_seen < self.settings.window:
+            return grade, ""
+        if group.bucket == Bucket.APPLICATION.value and grade is Status.OK:
+            horizon = self.now - self.settings.app_repeat_window
+            repeats = sum(1 for t in group.recent if t > horizon)
+            if repeats >= self.settings.app_repeat_count:
+                return Status.WARNING, f"; repeated {repeats} times within {self.settings.app_repeat_window:g}s"
+        return Status.OK, ""
+
+    def report(self) -> list[Finding]:
+        for group in sorted(self.groups.values(), key=lambda g: (g.subject, g.xid, g.code)):
+            status, note = self._status(group)
+            what = "SXid" if group.kind == Kind.SXID.value else "Xid"
+            text = f": {group.text}" if group.text else ""
+            message = f"{what} {group.xid} on {group.subject}: {group.summary}{text}{note} ({group.count} this boot)"
+            details: dict[str, DetailValue] = {
+                "event": group.event,
+                "xid": group.xid,
+                "gpu": int(group.gpu) if group.gpu.isdigit() else group.gpu,
+                "pci": group.pci,
+                "count": group.count,
+                "window_count": group.window_count,
+                "bucket": group.bucket,
+                "sticky": group.sticky_active,
+            }
+            uuid = self.uuids.get(group.pci, "")
+            if uuid:
+                details["uuid"] = uuid
+            if group.recovery_action:
+                details["recovery_action"] = group.recovery_action
+            self.findings.append(self.ctx.finding(status, group.code, group.subject, _one_line(message), **details))
+        return self.findings
+
+
+def run(ctx: CheckContext[XidSettings]) -> Iterable[Finding]:
+    try:
+        boot_id = read_boot_id(ctx.paths.procfs)
+    except LogUnavailable as exc:
+        return [ctx.finding(Status.UNKNOWN, "KERNEL_LOG_UNREADABLE", str(ctx.paths.procfs), str(exc))]
+    work = _Pass(ctx, boot_id, ctx.state.load())
+    result = work.read()
+    if result is not None:
+        work.fold(result)
+    findings = work.report()
+    try:
+        ctx.state.save(work.document())
+    except StateError as exc:
+        findings.append(ctx.finding(Status.UNKNOWN, "XID_STATE_UNWRITABLE", str(ctx.state.path), str(exc)))
+    return findings
+
+
+CHECK = CheckSpec(
+    name="xid",
+    description="NVIDIA Xid/SXid errors in the kernel log, read once each, graded by NVIDIA's Xid catalog",
+    settings=XidSettings,
+    run=run,
+)

@@ -1,0 +1,79 @@
+"""Offline scan of a saved kernel log (``healthd scan-log``): every Xid event, graded by the catalog.
+
+Unlike the ``xid`` check this keeps no state and does no de-duplication: it lists
+each line so an operator can read a post-mortem dump. Grades are the catalog's
+(with the config's overrides); application Xids are not escalated here because
+a saved log need not carry timestamps to judge repeats by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional
+
+from healthd.model import Status, worst
+
+from .xid_catalog import Entry, classify
+from .xid_parse import GpuIdentity, Kind, Record, XidEvent, scan_lines
+
+
+@dataclass(frozen=True)
+class ScanEntry:
+    """One event line of a scanned log with its grade."""
+
+    line: int
+    record: Record
+    event: XidEvent
+    entry: Entry
+    uuid: Optional[str]
+
+    @property
+    def code(self) -> str:
+        return f"{'SXID' if self.event.kind is Kind.SXID else 'XID'}_{self.event.code}"
+
+    @property
+    def gpu(self) -> str:
+        if self.event.kind is Kind.SXID:
+            return self.event.switch or (self.event.pci.full if self.event.pci else "unknown-nvswitch")
+        return str(self.event.pci) if self.event.pci else "unknown-gpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        event = self.event
+        return {
+            "line": self.line,
+            "format": self.record.format.value,
+            "seq": self.record.seq,
+            "kind": event.kind.value,
+            "code": self.code,
+            "xid": event.code,
+            "gpu": self.gpu,
+            "pci": event.pci.full if event.pci else None,
+            "uuid": self.uuid,
+            "pid": event.pid,
+            "process": event.process,
+            "bucket": self.entry.bucket.value,
+            "grade": self.entry.grade.name,
+            "sticky": self.entry.sticky.value,
+            "summary": self.entry.summary,
+            "text": event.text,
+            "recovery_action": event.recovery.after if event.recovery else None,
+        }
+
+
+def scan(lines: Iterable[str], overrides: Optional[Mapping[str, Status]] = None) -> list[ScanEntry]:
+    """Every Xid/SXid/fallen-off-bus line, with UUIDs from the driver's ``GPU at PCI`` lines anywhere in the log."""
+    found: list[tuple[int, Record, XidEvent]] = []
+    uuids: dict[tuple[int, int, int], str] = {}
+    for number, record, event in scan_lines(lines):
+        if isinstance(event, GpuIdentity):
+            uuids[event.pci.key] = event.uuid
+        else:
+            found.append((number, record, event))
+    return [
+        ScanEntry(number, record, event, classify(event, overrides), uuids.get(event.pci.key) if event.pci else None)
+        for number, record, event in found
+    ]
+
+
+def worst_grade(entries: Iterable[ScanEntry]) -> Status:
+    return worst(entry.entry.grade for entry in entries)

@@ -1,0 +1,127 @@
+"""``healthd status``: the last pass as the daemon recorded it, without running any check.
+
+It reads the ``last-pass`` state document directly and only the two config keys it
+needs (``[paths].state_dir``, ``[daemon].interval``) straight from the TOML, so it
+neither imports pydantic nor loads the check plugins: it is cheap enough for a
+monitoring agent or a Slurm prolog to call often. The exit code is the recorded
+status (Nagios convention), or 3 (UNKNOWN) when there is no record, it cannot be
+read, or it is older than two intervals (the daemon is not running its passes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from healthd.cli import add_config_argument
+
+UNKNOWN = 3
+DEFAULT_CONFIG = Path("/etc/healthd/healthd.toml")
+DEFAULT_STATE_DIR = Path("/var/lib/healthd")
+DEFAULT_INTERVAL = 300.0
+_CODES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
+
+
+class StatusError(Exception):
+    """Why the last pass cannot be shown; ``str()`` names the file and key."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the recorded pass document with its age")
+    add_config_argument(parser)
+
+
+def read_settings(path: Optional[Path]) -> tuple[Path, float]:
+    """``[paths].state_dir`` and ``[daemon].interval`` from the config (defaults when absent)."""
+    if path is None and not DEFAULT_CONFIG.exists():
+        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL
+    source = path or DEFAULT_CONFIG
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib  # type: ignore[import-not-found,no-redef]
+    try:
+        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise StatusError(f"{source}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise StatusError(f"{source}: not valid TOML: {exc}") from None
+    paths, daemon = raw.get("paths", {}), raw.get("daemon", {})
+    state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
+    interval = daemon.get("interval", DEFAULT_INTERVAL) if isinstance(daemon, dict) else None
+    if not isinstance(state_dir, str) or not state_dir:
+        raise StatusError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        raise StatusError(f"{source}: daemon.interval: must be a positive number of seconds (got {interval!r})")
+    return Path(state_dir), float(interval)
+
+
+def read_last_pass(state_dir: Path) -> dict[str, Any]:
+    path = state_dir / "last-pass.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise StatusError(f"{path}: no pass recorded yet (is `healthd run` running?)") from None
+    except OSError as exc:
+        raise StatusError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise StatusError(f"{path}: not a valid pass document: {exc}") from None
+    if not isinstance(document, dict) or document.get("status") not in _CODES:
+        raise StatusError(f"{path}: not a valid pass document: no known 'status'")
+    return document
+
+
+def age_seconds(document: dict[str, Any], now: float) -> Optional[float]:
+    """Seconds since the recorded pass finished, or None when its time cannot be read."""
+    started = document.get("started_at")
+    duration = document.get("duration_seconds", 0)
+    if not isinstance(started, str) or not isinstance(duration, (int, float)):
+        return None
+    try:
+        when = _dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return now - when.timestamp() - float(duration)
+
+
+def _render(document: dict[str, Any], age: float) -> str:
+    lines = [f"{document.get('node', '?')}: {document['status']}, last pass {age:.0f}s ago ({document['started_at']})"]
+    for check in document.get("checks", []):
+        if not isinstance(check, dict):
+            continue
+        lines.append(f"  {check.get('name', '?'):<12} {check.get('status', '?')}")
+        for finding in check.get("findings", []):
+            if isinstance(finding, dict):
+                lines.append(
+                    f"    {finding.get('status', '?'):<8} {finding.get('code', '?')} "
+                    f"{finding.get('subject', '?')}: {finding.get('message', '')}"
+                )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        state_dir, interval = read_settings(args.config)
+        document = read_last_pass(state_dir)
+    except StatusError as exc:
+        print(f"healthd: UNKNOWN: {exc}", file=sys.stderr)
+        return UNKNOWN
+    age = age_seconds(document, time.time())
+    stale = age is None or age > 2 * interval
+    code = UNKNOWN if stale else _CODES[document["status"]]
+    if args.json:
+        print(json.dumps({"age_seconds": age, "stale": stale, "exit_code": code, "last_pass": document}, indent=2))
+    elif age is None:
+        print(f"healthd: UNKNOWN: the recorded pass in {state_dir} has no readable 'started_at'", file=sys.stderr)
+    else:
+        print(_render(document, age))
+        if stale:
+            print(f"healthd: UNKNOWN: last pass is {age:.0f}s old, more than two intervals ({2 * interval:.0f}s)")
+    return code

@@ -1,0 +1,306 @@
+"""The Slurm adapter: the only code in healthd that runs scontrol.
+
+Pure parsers turn ``scontrol -o show node`` (every version; one line per node) and
+``scontrol --json show node`` (23.02 and later) into ``NodeInfo``. ``SlurmClient``
+runs the commands with an argument list (never a shell), an absolute path (the
+HealthCheckProgram has no PATH), ``SLURM_CONF`` from the config and a timeout on
+every call. Reason texts are built and sanitized here too, since only Slurm cares
+about what may appear in them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+from healthd.config import SlurmSettings
+from healthd.model import Finding, worst
+
+# Where packages and site builds put the client commands; HealthCheckProgram runs
+# with no PATH at all (slurmd passes only SLURMD_NODENAME), so we look ourselves.
+STANDARD_BIN_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"), Path("/opt/slurm/bin"))
+
+# Longest reason healthd writes: short enough for `sinfo -R` columns and logs.
+REASON_MAX = 64
+
+# Node state flags (scontrol man page, NODE STATE): a pending or running reboot.
+REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOTING"})
+# Base states in which jobs still run on the node.
+BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:]*)=")
+_REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^@\]\s]*)@(?P<time>[^\]\s]*)\]\s*$")
+# Characters that are safe inside one scontrol `Reason=` argument and in logs.
+_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;/@+#%()\-]")
+
+
+class SlurmError(Exception):
+    """A Slurm command failed, timed out or printed something unparseable."""
+
+
+class SlurmNotFound(SlurmError):
+    """scontrol is not installed where the config says or in the standard places."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What healthd needs to know about one node, as slurmctld reports it."""
+
+    name: str
+    state: str
+    flags: frozenset[str]
+    reason: str
+    reason_user: str
+    partitions: tuple[str, ...]
+
+    @property
+    def drained(self) -> bool:
+        """DRAIN is set (shown as draining while jobs run, drained once idle)."""
+        return "DRAIN" in self.flags
+
+    @property
+    def down(self) -> bool:
+        return self.state == "DOWN"
+
+    @property
+    def out(self) -> bool:
+        return self.drained or self.down
+
+    @property
+    def busy(self) -> bool:
+        return self.state in BUSY_STATES
+
+    @property
+    def reboot_pending(self) -> bool:
+        return bool(self.flags & REBOOT_FLAGS)
+
+    @property
+    def state_text(self) -> str:
+        return "+".join([self.state, *sorted(self.flags)])
+
+
+def parse_state(text: str) -> tuple[str, frozenset[str]]:
+    """``MIXED+DRAIN+REBOOT_REQUESTED`` -> ("MIXED", {"DRAIN", "REBOOT_REQUESTED"})."""
+    parts = [p.strip().upper() for p in text.strip().rstrip("*~#!%$@^-").split("+") if p.strip()]
+    if not parts:
+        raise SlurmError(f"empty node state {text!r}")
+    return parts[0], frozenset(parts[1:])
+
+
+def split_reason(text: str) -> tuple[str, str]:
+    """``healthd: X [root@2024-01-01T00:00:00]`` -> ("healthd: X", "root")."""
+    match = _REASON_SUFFIX.match(text)
+    if match is None:
+        return text.strip(), ""
+    return match["text"].strip(), match["user"]
+
+
+def parse_show_node_line(line: str) -> NodeInfo:
+    """One line of ``scontrol -o show node``.
+
+    Values may contain spaces (``OS=Linux 6.1 #1 SMP``); ``Reason=`` comes last and
+    runs to the end of the line, so it is cut off before splitting the rest on keys.
+    """
+    line = line.strip()
+    if not line.startswith("NodeName="):
+        raise SlurmError(f"not a `scontrol -o show node` line: {line[:80]!r}")
+    head, sep, reason_text = line.partition(" Reason=")
+    fields: dict[str, str] = {}
+    matches = list(_KEY.finditer(head))
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(head)
+        fields[match[1]] = head[match.end() : end].strip()
+    if "State" not in fields:
+        raise SlurmError(f"no State= in `scontrol -o show node` line for {fields.get('NodeName', '?')}")
+    state, flags = parse_state(fields["State"])
+    reason, user = split_reason(reason_text) if sep else ("", "")
+    partitions = fields.get("Partitions", "")
+    return NodeInfo(
+        name=fields["NodeName"],
+        state=state,
+        flags=flags,
+        reason=reason,
+        reason_user=user,
+        partitions=tuple(p for p in partitions.split(",") if p and p != "(null)"),
+    )
+
+
+def parse_show_node_text(text: str) -> list[NodeInfo]:
+    return [parse_show_node_line(line) for line in text.splitlines() if line.strip()]
+
+
+def _user(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_show_node_json(text: str) -> list[NodeInfo]:
+    """``scontrol --json show node`` (data_parser v0.0.39 of 23.02 and later).
+
+    ``state`` is a list of strings whose first element is the base state
+    (``["IDLE", "DRAIN"]``); older parsers gave one ``+``-joined string.
+    """
+    try:
+        document = json.loads(text)
+        nodes = document["nodes"]
+        if not isinstance(nodes, list):
+            raise TypeError("nodes is not a list")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SlurmError(f"unparseable `scontrol --json show node` output: {exc}") from None
+    result = []
+    for index, node in enumerate(nodes):
+        try:
+            raw_state = node["state"]
+            if isinstance(raw_state, list):
+                state, flags = parse_state("+".join(str(s) for s in raw_state))
+            else:
+                state, flags = parse_state(str(raw_state))
+            partitions = node.get("partitions") or []
+            result.append(
+                NodeInfo(
+                    name=str(node["name"]),
+                    state=state,
+                    flags=flags,
+                    reason=str(node.get("reason") or "").strip(),
+                    reason_user=_user(node.get("reason_set_by_user")),
+                    partitions=tuple(str(p) for p in partitions),
+                )
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise SlurmError(f"`scontrol --json show node`: node #{index} lacks {exc}") from None
+    return result
+
+
+def sanitize(text: str) -> str:
+    """Keep only characters that cannot break scontrol's argument parsing or a log line.
+
+    Reasons quote kernel and sysfs text (device names, mount points); quotes, ``=``,
+    control characters and non-ASCII become ``_`` and runs of spaces collapse.
+    """
+    return _UNSAFE.sub("_", " ".join(text.split()))
+
+
+def make_reason(prefix: str, findings: Sequence[Finding], limit: int = REASON_MAX) -> str:
+    """``<prefix> <CODE> <subject> (+N more)`` naming the worst finding, sanitized and short."""
+    clean_prefix = sanitize(prefix) or "healthd:"
+    if not findings:
+        return clean_prefix
+    top = worst(f.status for f in findings)
+    first = sorted((f for f in findings if f.status is top), key=lambda f: f.key)[0]
+    more = len(findings) - 1
+    suffix = f" (+{more} more)" if more else ""
+    body = sanitize(f"{first.code} {first.subject}")
+    room = limit - len(clean_prefix) - 1 - len(suffix)
+    if len(body) > room:
+        body = body[: max(room - 3, 0)].rstrip() + "..."
+    return f"{clean_prefix} {body}{suffix}"
+
+
+def owned(reason: str, prefix: str) -> bool:
+    """Whether ``reason`` was written by healthd (starts with its prefix as a word)."""
+    clean_prefix = sanitize(prefix) or "healthd:"
+    return reason == clean_prefix or reason.startswith(clean_prefix + " ")
+
+
+def find_binary(name: str, bin_dir: Optional[Path], exists: Callable[[Path], bool] = os.path.isfile) -> Path:
+    """``bin_dir/name`` when configured, else the first standard location holding it."""
+    candidates = [bin_dir / name] if bin_dir is not None else [d / name for d in STANDARD_BIN_DIRS]
+    for candidate in candidates:
+        if exists(candidate):
+            return candidate
+    where = ", ".join(str(c.parent) for c in candidates)
+    raise SlurmNotFound(f"{name} not found in {where} (set [slurm].bin_dir)")
+
+
+def _version(text: str) -> tuple[int, int]:
+    match = re.search(r"(\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+class SlurmClient:
+    """Runs scontrol for one node's needs. Every call is one RPC to slurmctld except ``version``."""
+
+    def __init__(self, settings: SlurmSettings) -> None:
+        self.settings = settings
+        self._json: Optional[bool] = None
+        self.calls: list[tuple[str, ...]] = []
+
+    def _env(self) -> dict[str, str]:
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+        if self.settings.conf is not None:
+            env["SLURM_CONF"] = str(self.settings.conf)
+        elif "SLURM_CONF" in os.environ:
+            env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        return env
+
+    def _run(self, *args: str) -> str:
+        binary = find_binary("scontrol", self.settings.bin_dir)
+        argv = [str(binary), *args]
+        self.calls.append(tuple(args))
+        try:
+            proc = subprocess.run(
+                argv,
+                env=self._env(),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=self.settings.timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"`scontrol {' '.join(args)}` timed out after {self.settings.timeout:g}s") from None
+        except OSError as exc:
+            raise SlurmError(f"cannot run {binary}: {exc.strerror or exc}") from None
+        if proc.returncode != 0:
+            message = " ".join((proc.stderr or proc.stdout).split())[:300] or f"exit status {proc.returncode}"
+            raise SlurmError(f"`scontrol {' '.join(args)}` failed: {message}")
+        return proc.stdout
+
+    def uses_json(self) -> bool:
+        """JSON output exists from 23.02 (``scontrol --version`` is local, not an RPC)."""
+        if self._json is None:
+            self._json = _version(self._run("--version")) >= (23, 2)
+            self.calls.pop()
+        return self._json
+
+    def show_node(self, name: str) -> NodeInfo:
+        nodes = self._show(name)
+        for node in nodes:
+            if node.name == name:
+                return node
+        raise SlurmError(f"slurmctld does not know node {name!r}")
+
+    def show_all(self) -> list[NodeInfo]:
+        return self._show(None)
+
+    def _show(self, name: Optional[str]) -> list[NodeInfo]:
+        target = [name] if name else []
+        if self.uses_json():
+            return parse_show_node_json(self._run("--json", "show", "node", *target))
+        return parse_show_node_text(self._run("-o", "show", "node", *target))
+
+    def drain(self, name: str, reason: str) -> None:
+        self._run("update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
+
+    def down(self, name: str, reason: str) -> None:
+        self._run("update", f"NodeName={name}", "State=DOWN", f"Reason={reason}")
+
+    def resume(self, name: str) -> None:
+        self._run("update", f"NodeName={name}", "State=RESUME")
+
+
+def out_fraction(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, tuple[int, int]]:
+    """Per partition: (nodes out with a healthd reason, nodes in it)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for node in nodes:
+        for partition in node.partitions:
+            if partition not in partitions:
+                continue
+            out, total = counts.get(partition, (0, 0))
+            counts[partition] = (out + int(node.out and owned(node.reason, prefix)), total + 1)
+    return counts

@@ -1,0 +1,193 @@
+"""Malformed sysfs values: every one is an UNKNOWN finding naming the file, never a crash."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from healthd.model import Finding, Status
+from healthd.plugin import CheckSettings
+from healthd_checks import infiniband, pcie
+from healthd_checks.sysfs import (
+    parse_aer_counts,
+    parse_counter,
+    parse_hex,
+    parse_ib_rate,
+    parse_numbered_state,
+    parse_pcie_speed,
+    parse_width,
+    parse_word,
+)
+
+PARSERS: list[Callable[[str], Any]] = [
+    parse_aer_counts,
+    parse_counter,
+    parse_hex,
+    parse_ib_rate,
+    parse_numbered_state,
+    parse_pcie_speed,
+    parse_width,
+    parse_word,
+]
+
+malformed = st.one_of(
+    st.sampled_from([b"", b"\n", b" ", b"garbage\n", b"-1\n", b"1e9\n", b"0x\n", b"\xff\xfe\n", b"4: \n", b"N/\n"]),
+    st.integers(min_value=2**64, max_value=10**40).map(lambda n: f"{n}\n".encode()),
+    st.integers(max_value=-1).map(lambda n: f"{n}\n".encode()),
+    st.binary(max_size=40),
+    st.text(max_size=40).map(lambda t: t.encode("utf-8")),
+    st.just(b"7" * 5000),
+)
+
+
+@given(st.text(max_size=200))
+@settings(max_examples=300)
+def test_parsers_raise_only_value_error(text: str) -> None:
+    for parse in PARSERS:
+        with contextlib.suppress(ValueError):
+            parse(text)
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "expected"),
+    [
+        (parse_numbered_state, "4: ACTIVE", (4, "ACTIVE")),
+        (parse_numbered_state, "5: LinkUp\n", (5, "LinkUp")),
+        (parse_numbered_state, "4: PortConfigurationTraining", (4, "PortConfigurationTraining")),
+        (parse_ib_rate, "400 Gb/sec (4X NDR)", (400.0, 4, "NDR")),
+        (parse_ib_rate, "2.5 Gb/sec (1X SDR)", (2.5, 1, "SDR")),
+        (parse_ib_rate, "10 Gb/sec (4X)", (10.0, 4, "")),
+        (parse_pcie_speed, "16.0 GT/s PCIe", 16.0),
+        (parse_pcie_speed, "8 GT/s", 8.0),
+        (parse_pcie_speed, "Unknown", None),
+        (parse_counter, "N/A (no PMA)", None),
+        (parse_counter, "18446744073709551615", 2**64 - 1),
+        (parse_hex, "0x030200", 0x030200),
+        (parse_width, "16", 16),
+    ],
+)
+def test_parsers_read_real_values(parse: Callable[[str], Any], text: str, expected: Any) -> None:
+    value = parse(text)
+    if hasattr(value, "__dataclass_fields__"):
+        value = tuple(getattr(value, name) for name in value.__dataclass_fields__)
+    assert value == expected
+
+
+def test_aer_parser_keeps_every_line() -> None:
+    counts = parse_aer_counts("Undefined 0\nSDES 2\ndev_fatal_errs_bit[3] 1\nTOTAL_ERR_FATAL 3\n")
+    assert counts == {"Undefined": 0, "SDES": 2, "dev_fatal_errs_bit[3]": 1, "TOTAL_ERR_FATAL": 3}
+
+
+@pytest.mark.parametrize(
+    "text", ["", "SDES\n", "SDES 1 2\n", "SDES x\n", "SDES 1\nSDES 1\n", f"TOTAL_ERR_FATAL {2**64}\n"]
+)
+def test_aer_parser_rejects_malformed_files(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_aer_counts(text)
+
+
+def _valid(data: bytes, parse: Callable[[str], Any]) -> bool:
+    try:
+        parse(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return len(data) <= 4096
+
+
+def _run(check: Any, node: Any, check_settings: CheckSettings) -> list[Finding]:
+    if node.state_dir.exists():
+        shutil.rmtree(node.state_dir)
+    found: list[Finding] = check.run(node.context(check.CHECK.name, check_settings, lambda: 1_700_000_000.0))
+    return found
+
+
+IB_FILES = [
+    ("state", parse_numbered_state),
+    ("phys_state", parse_numbered_state),
+    ("rate", parse_ib_rate),
+    ("link_layer", parse_word),
+    ("counters/symbol_error", parse_counter),
+    ("counters/link_downed", parse_counter),
+]
+
+
+@pytest.mark.parametrize(("name", "parse"), IB_FILES, ids=[name for name, _ in IB_FILES])
+@given(data=malformed)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_malformed_ib_value_is_unknown_naming_the_file(
+    node: Any, name: str, parse: Callable[[str], Any], data: bytes
+) -> None:
+    assume(not _valid(data, parse))
+    path: Path = node.sysfs / "class/infiniband/mlx5_3/ports/1" / name
+    original = path.read_bytes()
+    path.write_bytes(data)
+    try:
+        found = _run(infiniband, node, infiniband.InfinibandSettings())
+    finally:
+        path.write_bytes(original)
+    unknown = [f for f in found if f.status is Status.UNKNOWN]
+    assert len(unknown) == 1
+    assert (unknown[0].code, unknown[0].subject, unknown[0].details["file"]) == (
+        "IB_SYSFS_UNREADABLE",
+        "mlx5_3:1",
+        str(path),
+    )
+    assert str(path) in unknown[0].message
+    # The other ports are still judged, and healthy ones are never named.
+    assert {f.subject for f in found} == {"mlx5_3:1"}
+
+
+PCI_FILES: list[tuple[str, str, Optional[Callable[[str], Any]]]] = [
+    ("0000:5d:00.0", "current_link_width", parse_width),
+    ("0000:5d:00.0", "max_link_speed", parse_pcie_speed),
+    ("0000:5d:00.0", "class", parse_hex),
+    ("0000:5d:00.0", "aer_dev_fatal", parse_aer_counts),
+    ("0000:29:00.0", "current_link_speed", parse_pcie_speed),
+    ("0000:29:00.0", "aer_dev_nonfatal", parse_aer_counts),
+    ("0000:29:00.0", "class", parse_hex),
+    ("0000:29:00.0", "vendor", parse_hex),
+]
+
+
+@pytest.mark.parametrize(("address", "name", "parse"), PCI_FILES, ids=[f"{a}-{n}" for a, n, _ in PCI_FILES])
+@given(data=malformed)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_malformed_pci_value_is_unknown_naming_the_file(
+    node: Any, address: str, name: str, parse: Callable[[str], Any], data: bytes
+) -> None:
+    assume(not _valid(data, parse))
+    path: Path = node.sysfs / "bus/pci/devices" / address / name
+    original = path.read_bytes()
+    path.write_bytes(data)
+    try:
+        found = _run(pcie, node, CheckSettings())
+    finally:
+        path.write_bytes(original)
+    assert [(f.status, f.code, f.subject, f.details["file"]) for f in found] == [
+        (Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", address, str(path))
+    ]
+    assert str(path) in found[0].message
+
+
+def test_malformed_value_on_second_pass_keeps_the_baseline(node: Any) -> None:
+    ctx = node.context("infiniband", infiniband.InfinibandSettings(), lambda: 1_700_000_000.0)
+    infiniband.run(ctx)
+    counter = node.write("class/infiniband/mlx5_3/ports/1/counters/link_downed", "lots\n")
+    assert [f.code for f in infiniband.run(ctx)] == ["IB_SYSFS_UNREADABLE"]
+    counter.write_text("2\n")
+    assert [(f.code, f.subject) for f in infiniband.run(ctx)] == [("IB_LINK_DOWNED", "mlx5_3:1")]
+
+
+def test_unreadable_file_is_unknown(node: Any) -> None:
+    rate = node.sysfs / "class/infiniband/mlx5_0/ports/1/rate"
+    rate.unlink()
+    rate.mkdir()
+    found = infiniband.run(node.context("infiniband", infiniband.InfinibandSettings(), lambda: 0.0))
+    assert [(f.status, f.code, f.subject) for f in found] == [(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", "mlx5_0:1")]
+    assert str(rate) in found[0].message

@@ -1,0 +1,141 @@
+"""Shared helpers for the gpu check's tests: fixture paths, a check context, and a fake NVML.
+
+NVML is the one component that cannot run here (no GPU, no driver), so ``fake_nvml``
+replaces pynvml's functions at the boundary with answers modelled on an H100 node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Optional
+
+import pynvml
+import pytest
+
+from healthd.config import NodeSpec, Paths
+from healthd.plugin import CheckContext
+from healthd.state import StateFile
+from healthd_checks.gpu import GpuSettings
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+SYSFS_H100 = FIXTURES / "sysfs-h100"
+BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+
+
+def nvml_error(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+class Clock:
+    """A controllable wall clock for rate checks."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def make_ctx(tmp_path: Path, clock: Clock) -> Callable[..., CheckContext[GpuSettings]]:
+    """A context whose state persists in ``tmp_path`` across calls (like passes)."""
+    state = StateFile(tmp_path / "state", "check-gpu")
+
+    def make(gpus: Optional[int] = 8, sysfs: Path = SYSFS_H100, **settings: Any) -> CheckContext[GpuSettings]:
+        return CheckContext(
+            name="gpu",
+            settings=GpuSettings(**settings),
+            node=NodeSpec(gpus=gpus),
+            paths=Paths(sysfs=sysfs, state_dir=tmp_path / "state"),
+            state=state,
+            clock=clock,
+        )
+
+    return make
+
+
+def healthy_gpu(index: int) -> dict[str, Any]:
+    """pynvml function name -> answer for one H100 (a value, an exception, or a callable of the args)."""
+    not_supported = nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    def link_state(link: int) -> int:
+        if link >= 18:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return 1
+
+    return {
+        "nvmlDeviceGetUUID": f"GPU-{index:08x}-1111-2222-3333-444455556666",
+        "nvmlDeviceGetPciInfo": SimpleNamespace(busId=f"00000000:{BUSES[index]}:00.0".encode()),
+        "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetEccMode": [1, 1],
+        "nvmlDeviceGetTotalEccErrors": lambda error_type, counter_type: 0,
+        "nvmlDeviceGetRetiredPages": not_supported,
+        "nvmlDeviceGetRetiredPagesPendingStatus": not_supported,
+        "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
+        "nvmlDeviceGetCurrPcieLinkGeneration": 5,
+        "nvmlDeviceGetMaxPcieLinkGeneration": 5,
+        "nvmlDeviceGetCurrPcieLinkWidth": 16,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16,
+        "nvmlDeviceGetPcieReplayCounter": 0,
+        "nvmlDeviceGetCurrentClocksEventReasons": 0,
+        "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=90, memory=35),
+        "nvmlDeviceGetNvLinkState": link_state,
+        "nvmlDeviceGetNvLinkErrorCounter": lambda link, counter: 0,
+        "nvmlDeviceGetFieldValues": lambda ids: [
+            SimpleNamespace(nvmlReturn=pynvml.NVML_SUCCESS, value=SimpleNamespace(uiVal=0)) for _ in ids
+        ],
+    }
+
+
+class FakeNvml:
+    """Answers pynvml calls from per-GPU tables; ``calls`` counts init/shutdown."""
+
+    def __init__(self, gpus: int = 8) -> None:
+        self.gpus = [healthy_gpu(i) for i in range(gpus)]
+        self.init_error: Optional[BaseException] = None
+        self.handle_errors: dict[int, BaseException] = {}
+        self.driver = "550.54.15"
+        self.shutdowns = 0
+
+    @staticmethod
+    def _answer(value: Any, *args: Any) -> Any:
+        if isinstance(value, BaseException):
+            raise value
+        return value(*args) if callable(value) else value
+
+    def install(self, mocker: Any) -> FakeNvml:
+        def init() -> None:
+            if self.init_error is not None:
+                raise self.init_error
+
+        def shutdown() -> None:
+            self.shutdowns += 1
+
+        def handle(index: int) -> tuple[str, int]:
+            if index in self.handle_errors:
+                raise self.handle_errors[index]
+            return ("handle", index)
+
+        mocker.patch.object(pynvml, "nvmlInit", side_effect=init)
+        mocker.patch.object(pynvml, "nvmlShutdown", side_effect=shutdown)
+        mocker.patch.object(pynvml, "nvmlSystemGetDriverVersion", side_effect=lambda: self.driver)
+        mocker.patch.object(pynvml, "nvmlDeviceGetCount", side_effect=lambda: len(self.gpus))
+        mocker.patch.object(pynvml, "nvmlDeviceGetHandleByIndex", side_effect=handle)
+        for name in healthy_gpu(0):
+
+            def call(h: tuple[str, int], *args: Any, name: str = name) -> Any:
+                return self._answer(self.gpus[h[1]][name], *args)
+
+            mocker.patch.object(pynvml, name, side_effect=call)
+        return self
+
+
+@pytest.fixture
+def fake_nvml(mocker: Any) -> FakeNvml:
+    return FakeNvml().install(mocker)

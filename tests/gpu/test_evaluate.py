@@ -1,0 +1,222 @@
+"""The judging rules, including rates across passes with a controlled clock."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from healthd.model import Finding, Status
+from healthd_checks.gpu import GpuSettings, PciScan, evaluate, run, scan_pci
+from healthd_checks.nvml_source import (
+    GpuReading,
+    NodeReading,
+    RemappedRows,
+    SnapshotFile,
+    snapshot_document,
+)
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+HEALTHY = SnapshotFile(FIXTURES / "h100-healthy.json").read()
+PCI = scan_pci(FIXTURES / "sysfs-h100")
+
+
+def _make(status: Status, code: str, subject: str, message: str, **details: Any) -> Finding:
+    return Finding("gpu", status, code, subject, message, details)
+
+
+def _with(index: int, **changes: Any) -> NodeReading:
+    gpus = list(HEALTHY.gpus)
+    gpus[index] = dataclasses.replace(gpus[index], **changes)
+    return dataclasses.replace(HEALTHY, gpus=tuple(gpus))
+
+
+def _judge(reading: NodeReading, pci: PciScan = PCI, gpus: int = 8, **settings: Any) -> list[tuple[str, Status, str]]:
+    judgement = evaluate(reading, pci, gpus, GpuSettings(**settings), {}, 0.0, _make)
+    return [(f.code, f.status, f.subject) for f in judgement.findings]
+
+
+def test_sysfs_scan_counts_gpus_not_nvswitches_or_nics() -> None:
+    assert PCI.bus_ids is not None and len(PCI.bus_ids) == 8
+    assert "0000:05:00.0" not in PCI.bus_ids  # NVSwitch, class 0x0680
+    assert PCI.problems == ()
+
+
+def test_healthy_idle_gpus_at_gen1_are_fine() -> None:
+    assert HEALTHY.gpus[5].pcie_gen_current == 1 and HEALTHY.gpus[5].utilization_gpu == 0
+    assert _judge(HEALTHY) == []
+
+
+def test_gen_below_max_only_counts_while_busy() -> None:
+    assert _judge(_with(0, pcie_gen_current=3)) == [("PCIE_GEN_DEGRADED", Status.WARNING, "gpu0")]
+    assert _judge(_with(0, pcie_gen_current=3, utilization_gpu=10)) == []
+    assert _judge(_with(0, pcie_gen_current=3, utilization_gpu=10), busy_utilization_percent=5) != []
+
+
+def test_hardware_clock_slowdown() -> None:
+    assert _judge(_with(2, clock_event_reasons=0x40 | 0x01)) == [("CLOCK_HW_SLOWDOWN", Status.WARNING, "gpu2")]
+    assert _judge(_with(2, clock_event_reasons=0x04)) == []  # software power cap is policy, not a fault
+
+
+def test_ecc_disabled() -> None:
+    assert _judge(_with(1, ecc_mode_current=False)) == [("ECC_DISABLED", Status.WARNING, "gpu1")]
+    assert _judge(_with(1, ecc_mode_current=False), expect_ecc=False) == []
+
+
+def test_aggregate_thresholds_are_configurable() -> None:
+    reading = _with(4, ecc_aggregate_corrected=500, ecc_aggregate_uncorrected=3)
+    assert _judge(reading) == []
+    assert _judge(reading, ecc_aggregate_corrected_max=100, ecc_aggregate_uncorrected_max=2) == [
+        ("ECC_AGGREGATE_CORRECTED", Status.WARNING, "gpu4"),
+        ("ECC_AGGREGATE_UNCORRECTED", Status.WARNING, "gpu4"),
+    ]
+
+
+def test_pre_ampere_retired_pages() -> None:
+    volta = _with(
+        0,
+        retired_pages_sbe=40,
+        retired_pages_dbe=20,
+        retired_pages_pending=True,
+        remapped_rows=HEALTHY.gpus[0].retired_pages_sbe,
+    )
+    assert _judge(volta) == [
+        ("RETIRED_PAGES_PENDING", Status.CRITICAL, "gpu0"),
+        ("RETIRED_PAGES_LIMIT", Status.WARNING, "gpu0"),
+    ]
+
+
+def test_remap_failed_and_pending_together() -> None:
+    reading = _with(3, remapped_rows=RemappedRows(1, 8, True, True))
+    assert _judge(reading) == [
+        ("ROW_REMAP_FAILED", Status.CRITICAL, "gpu3"),
+        ("ROW_REMAP_PENDING", Status.CRITICAL, "gpu3"),
+    ]
+
+
+def test_more_gpus_than_expected() -> None:
+    assert _judge(HEALTHY, gpus=4) == [("GPU_COUNT_UNEXPECTED", Status.WARNING, "gpus")]
+
+
+def test_gpu_missing_from_the_bus_too() -> None:
+    assert _judge(HEALTHY, pci=PciScan(PCI.bus_ids[:7] if PCI.bus_ids else ())) == [
+        ("GPU_MISSING", Status.CRITICAL, "gpus")
+    ]
+
+
+def test_nvlinks_expected() -> None:
+    links = HEALTHY.gpus[0].nvlinks
+    assert isinstance(links, tuple)
+    fewer = _with(0, nvlinks=links[:12])
+    assert _judge(fewer) == []
+    assert _judge(fewer, nvlinks_expected=18) == [("NVLINK_DOWN", Status.CRITICAL, "gpu0")]
+    all_down = _with(0, nvlinks=tuple(dataclasses.replace(link, active=False) for link in links))
+    assert _judge(all_down) == []  # taken as a GPU without NVLink unless a count is expected
+    assert _judge(all_down, nvlinks_expected=18) == [("NVLINK_DOWN", Status.CRITICAL, "gpu0")]
+
+
+def test_bad_sysfs_file_is_unknown_naming_it(tmp_path: Path) -> None:
+    device = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x10de\n")
+    (device / "class").write_text("three-d controller\n")
+    scan = scan_pci(tmp_path)
+    assert scan.bus_ids == ()
+    assert _judge(HEALTHY, pci=scan)[0] == ("PCI_SYSFS_UNREADABLE", Status.UNKNOWN, "pci")
+    assert str(device / "class") in scan.problems[0]
+
+
+# ---- rates across passes, through run() with snapshot files and a controlled clock ----
+
+
+def _write(path: Path, reading: NodeReading) -> Path:
+    path.write_text(json.dumps(snapshot_document(reading, "test")))
+    return path
+
+
+def _counters(gpu: GpuReading, replays: int, link_errors: tuple[int, int, int, int] = (0, 0, 0, 0)) -> GpuReading:
+    assert isinstance(gpu.nvlinks, tuple)
+    links = tuple(
+        dataclasses.replace(
+            link,
+            replay_errors=link_errors[0],
+            recovery_errors=link_errors[1],
+            crc_flit_errors=link_errors[2],
+            crc_data_errors=link_errors[3],
+        )
+        if link.link == 7
+        else link
+        for link in gpu.nvlinks
+    )
+    return dataclasses.replace(gpu, pcie_replay_counter=replays, nvlinks=links)
+
+
+def _pass(
+    make_ctx: Callable[..., Any], tmp_path: Path, replays: int, link_errors: tuple[int, int, int, int] = (0, 0, 0, 0)
+) -> list[tuple[str, str]]:
+    gpus = list(HEALTHY.gpus)
+    gpus[2] = _counters(gpus[2], replays, link_errors)
+    snapshot = _write(tmp_path / "snap.json", dataclasses.replace(HEALTHY, gpus=tuple(gpus)))
+    return [(f.code, f.subject) for f in run(make_ctx(snapshot=snapshot))]
+
+
+def test_pcie_replay_rate_across_passes(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
+    assert _pass(make_ctx, tmp_path, 1000) == []  # first pass: a baseline, whatever the total
+    clock.now += 60
+    assert _pass(make_ctx, tmp_path, 1005) == []  # 5 a minute: below DCGM's 8
+    clock.now += 60
+    assert _pass(make_ctx, tmp_path, 1025) == [("PCIE_REPLAY_RATE", "gpu2")]  # 20 a minute
+    clock.now += 120
+    assert _pass(make_ctx, tmp_path, 1035) == []  # 5 a minute again
+    clock.now += 60
+    assert _pass(make_ctx, tmp_path, 3) == []  # counter reset (reboot): new baseline
+
+
+def test_pcie_replay_rate_details(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
+    _pass(make_ctx, tmp_path, 0)
+    clock.now += 30
+    (finding,) = run(
+        make_ctx(
+            snapshot=_write(
+                tmp_path / "b.json",
+                dataclasses.replace(
+                    HEALTHY,
+                    gpus=(
+                        _counters(HEALTHY.gpus[0], 0),
+                        _counters(HEALTHY.gpus[1], 0),
+                        _counters(HEALTHY.gpus[2], 10),
+                        *HEALTHY.gpus[3:],
+                    ),
+                ),
+            )
+        )
+    )
+    assert finding.details["rate_per_minute"] == 20.0
+    assert finding.status is Status.WARNING
+
+
+def test_nvlink_errors_rising_across_passes(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
+    assert _pass(make_ctx, tmp_path, 0, (5, 0, 1000, 0)) == []
+    clock.now += 300
+    assert _pass(make_ctx, tmp_path, 0, (5, 0, 1500, 10)) == []  # CRC rate far below 100/s
+    clock.now += 300
+    assert _pass(make_ctx, tmp_path, 0, (5, 1, 1500, 10)) == [("NVLINK_ERRORS_RISING", "gpu2")]
+    clock.now += 10
+    assert _pass(make_ctx, tmp_path, 0, (5, 1, 5000, 10)) == [("NVLINK_CRC_RATE", "gpu2")]
+
+
+def test_corrupt_state_starts_over(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
+    ctx = make_ctx(snapshot=FIXTURES / "h100-healthy.json")
+    ctx.state.save({"gpus": {HEALTHY.gpus[0].uuid: {"at": "yesterday", "pcie_replay": [1], "nvlink": {"7": "x"}}}})
+    assert list(run(ctx)) == []
+    ctx.state.path.write_text("{broken")
+    assert list(run(ctx)) == []
+    assert ctx.state.problems and "corrupt state file" in ctx.state.problems[0]
+    assert isinstance(ctx.state.load()["gpus"], dict)
+
+
+def test_unwritable_state_is_unknown(make_ctx: Callable[..., Any], tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("a file where the directory should be")
+    findings = list(run(make_ctx(snapshot=FIXTURES / "h100-healthy.json")))
+    assert [(f.code, f.status) for f in findings] == [("GPU_STATE_UNWRITABLE", Status.UNKNOWN)]

@@ -1,0 +1,225 @@
+"""The daemon loop: schedule, sd_notify (READY, STATUS, WATCHDOG, STOPPING), reload, state problems."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from healthd.daemon import PassReport, Schedule, run_one_pass, splay_offset
+from healthd.engine import Engine
+
+# -- the schedule (pure) ------------------------------------------------------------------------------
+
+
+def test_splay_offset_is_stable_and_inside_the_interval() -> None:
+    assert splay_offset("gpu0001", 300) == splay_offset("gpu0001", 300)
+    assert splay_offset("gpu0001", 300) != splay_offset("gpu0002", 300)
+    offsets = [splay_offset(f"gpu{i:05d}", 300) for i in range(10_000)]
+    assert all(0 <= o < 300 for o in offsets)
+    # 10,000 nodes spread over the interval: every 30 s bucket holds about a tenth of them.
+    buckets = [0] * 10
+    for offset in offsets:
+        buckets[int(offset // 30)] += 1
+    assert all(850 < count < 1150 for count in buckets), buckets
+
+
+def test_first_slot_lands_on_the_node_offset_in_wall_time() -> None:
+    schedule = Schedule(300, offset=42.5)
+    now_wall, now_mono = 1_700_000_123.25, 5000.0
+    first = schedule.first_slot(now_wall, now_mono)
+    assert now_mono < first <= now_mono + 300
+    wall_at_first = now_wall + (first - now_mono)
+    assert wall_at_first % 300 == pytest.approx(42.5)
+
+
+def test_without_splay_the_first_slot_is_one_interval_after_start() -> None:
+    assert Schedule(300).first_slot(1_700_000_000.0, 10.0) == 310.0
+
+
+def test_slots_do_not_drift_over_days_and_missed_slots_are_skipped() -> None:
+    schedule = Schedule(300, offset=0.0)
+    slot = 1000.0
+    now = slot
+    for k in range(1, 289 * 7):  # a week of five-minute passes, each taking a varying time
+        now = slot + (k % 7) * 3.3
+        slot = schedule.next_slot(slot, now)
+    assert slot == 1000.0 + 300 * (289 * 7 - 1)
+    # A pass that overran two and a half intervals: the next slot is the first one still ahead.
+    assert schedule.next_slot(1000.0, 1000.0 + 750.0) == 1900.0
+    assert schedule.next_slot(1000.0, 1300.0) == 1600.0
+
+
+# -- the loop and sd_notify ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["path_listener", "abstract_listener"])
+def test_ready_status_watchdog_stopping(
+    which: str, request: pytest.FixtureRequest, make_daemon: Callable[..., Any], start_daemon: Callable[..., Any]
+) -> None:
+    listener = request.getfixturevalue(which)
+    daemon = make_daemon(listener.address, watchdog_usec=100_000)
+    handle = start_daemon(daemon)
+    listener.wait_for("READY=1")
+    # READY comes only once the first pass is done and recorded.
+    assert daemon.passes == 1
+    ready = next(text for _, text in listener.messages if "READY=1" in text)
+    assert "STATUS=OK at" in ready
+    first_ready = listener.times_of("READY=1")[0]
+    time.sleep(0.5)
+    pings = [t for t in listener.times_of("WATCHDOG=1") if t > first_ready]
+    assert len(pings) >= 4, listener.assignments()
+    assert handle.stop() == 0
+    listener.wait_for("STOPPING=1")
+    status_lines = [a for a in listener.assignments() if a.startswith("STATUS=")]
+    assert any(s.startswith("STATUS=OK at") for s in status_lines)
+
+
+def test_a_hung_pass_stops_the_watchdog_pings(
+    path_listener: Any,
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = threading.Event()
+    hang_started: list[float] = []
+
+    def pass_function(engine: Engine, dry_run: bool) -> PassReport:
+        report = run_one_pass(engine, dry_run)
+        if daemon.passes >= 1:  # the second pass hangs until the test ends
+            hang_started.append(time.monotonic())
+            release.wait()
+        return report
+
+    config = config_writer(tmp_path / "healthd.toml", tmp_path / "state", interval=1)
+    config.write_text(config.read_text().replace("pass_timeout = 2", "pass_timeout = 0.5"))
+    daemon = make_daemon(
+        path_listener.address,
+        watchdog_usec=100_000,
+        config=config,
+        pass_function=pass_function,
+        pass_grace=0.5,
+        stop_grace=0.2,
+    )
+    handle = start_daemon(daemon)
+    caplog.set_level(logging.INFO, logger="healthd")
+    try:
+        path_listener.wait_for("READY=1")
+        deadline = time.monotonic() + 5
+        while not hang_started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert hang_started, "second pass never started"
+        # Within the pass budget (0.5 s checks + 0.5 s grace) the loop still pings...
+        time.sleep(1.6)
+        pings = path_listener.times_of("WATCHDOG=1")
+        assert any(hang_started[0] < t < hang_started[0] + 1.0 for t in pings)
+        # ...after it, silence: systemd would now kill and restart the daemon.
+        last_ping = max(pings)
+        assert last_ping < hang_started[0] + 1.0 + 0.5
+        time.sleep(0.8)
+        assert max(path_listener.times_of("WATCHDOG=1")) == last_ping
+        assert any("pass has not finished" in r.getMessage() for r in caplog.records)
+        # A stop request still ends the daemon promptly, abandoning the hung pass.
+        started = time.monotonic()
+        assert handle.stop() == 0
+        assert time.monotonic() - started < 3
+        path_listener.wait_for("STOPPING=1")
+    finally:
+        release.set()
+
+
+def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
+    path_listener: Any,
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    wait_until: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="healthd")
+    state = tmp_path / "state"
+    config = config_writer(tmp_path / "healthd.toml", state, interval=1)
+    daemon = make_daemon(path_listener.address, config=config)
+    handle = start_daemon(daemon)
+    path_listener.wait_for("READY=1")
+
+    config.write_text(config.read_text().replace("interval = 1", "interval = -5"))
+    daemon.request_reload()
+    wait_until(lambda: any("new configuration rejected" in r.getMessage() for r in caplog.records), what="reject")
+    rejected = next(r.getMessage() for r in caplog.records if "new configuration rejected" in r.getMessage())
+    assert "daemon.interval" in rejected and str(config) in rejected
+    assert "RELOADING=1" in path_listener.assignments()
+    # The old config (interval 1, flag OK) goes on being used.
+    passes = daemon.passes
+    wait_until(lambda: daemon.passes >= passes + 2, what="passes after a rejected reload")
+    assert json.loads((state / "last-pass.json").read_text())["status"] == "OK"
+
+    config_writer(config, state, interval=1, report="critical")
+    daemon.request_reload()
+    wait_until(lambda: any("reloaded configuration" in r.getMessage() for r in caplog.records), what="reload")
+    wait_until(lambda: json.loads((state / "last-pass.json").read_text())["status"] == "CRITICAL", what="critical")
+    document = json.loads((state / "last-pass.json").read_text())
+    assert document["checks"][0]["findings"][0]["code"] == "FLAG_RAISED"
+    flagged = [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_CODE") == "FLAG_RAISED"]
+    assert flagged and flagged[0].levelno == logging.ERROR
+    assert flagged[0].healthd_fields["HEALTHD_SEVERITY"] == "CRITICAL"  # type: ignore[attr-defined]
+    assert handle.stop() == 0
+
+
+def test_unwritable_state_dir_is_reported_every_pass_and_checking_goes_on(
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    wait_until: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="healthd")
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the state directory should be")
+    config = config_writer(tmp_path / "healthd.toml", blocker / "state", interval=1)
+    daemon = make_daemon(config=config)
+    handle = start_daemon(daemon)
+    wait_until(lambda: daemon.passes >= 3, what="three passes")
+    assert handle.stop() == 0
+    errors = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass problem: cannot write")]
+    assert len(errors) >= 3
+    assert sum(str(blocker / "state" / "last-pass.json") in e for e in errors) >= 3
+
+
+def test_corrupt_state_file_is_set_aside_and_reported(
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    wait_until: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="healthd")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "check-flag.json").write_text("{not json")
+    daemon = make_daemon()
+    handle = start_daemon(daemon)
+    wait_until(lambda: daemon.passes >= 1, what="first pass")
+    assert handle.stop() == 0
+    assert any("corrupt state file" in r.getMessage() and "check-flag.json" in r.getMessage() for r in caplog.records)
+    assert list(state.glob("check-flag.json.corrupt-*"))
+
+
+def test_invalid_config_at_start_exits_78_naming_the_key(
+    make_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = config_writer(tmp_path / "healthd.toml", tmp_path / "state", extra='[metrics]\nlisten = "nope"')
+    assert make_daemon(config=config).run() == 78
+    assert any("metrics.listen" in r.getMessage() for r in caplog.records)

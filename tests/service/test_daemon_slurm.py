@@ -1,0 +1,136 @@
+"""The daemon against a real (local) Slurm cluster: it takes a node out, then resumes it.
+
+Uses the throwaway cluster of tests/slurm/cluster.py; skipped where Slurm or root is missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import socket
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+_spec = importlib.util.spec_from_file_location(
+    "healthd_test_service_cluster", Path(__file__).resolve().parents[1] / "slurm" / "cluster.py"
+)
+assert _spec is not None and _spec.loader is not None
+cluster_module = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = cluster_module
+_spec.loader.exec_module(cluster_module)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    why = cluster_module.missing_prerequisite()
+    if why:
+        pytest.skip(why)
+    cluster = cluster_module.Cluster(
+        root=tmp_path_factory.mktemp("service-slurm"), healthd_bin=Path(sys.executable).with_name("healthd")
+    )
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def _metric(port: int, name: str, **labels: str) -> float:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:  # not listening yet
+        return float("nan")
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return float("nan")
+
+
+def test_daemon_takes_the_node_out_and_resumes_it(
+    slurm: Any,
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    wait_until: Callable[..., None],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    caplog.set_level(logging.INFO, logger="healthd")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    slurm_table = f'[slurm]\nenabled = true\nconf = "{slurm.conf}"\nnode_name = "node2"\ntimeout = 8\n'
+    extra = f'[policy]\nmax_out_fraction = 1.0\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
+
+    def write(report: str) -> Path:
+        path = config_writer(tmp_path / "healthd.toml", tmp_path / "state", interval=1, report=report, extra=extra)
+        text = path.read_text().replace('[slurm]\nenabled = false\nnode_name = "node-test"\n', slurm_table)
+        path.write_text(text)
+        return path
+
+    daemon = make_daemon(config=write("critical"))
+    handle = start_daemon(daemon)
+    try:
+        wait_until(lambda: slurm.state("node2") in ("drained", "down", "draining"), timeout=30, what="node2 out")
+        assert slurm.reason("node2").startswith("healthd: FLAG_RAISED flag")
+        wait_until(lambda: _metric(port, "healthd_actions_total", outcome="taken") >= 1, what="taken counter")
+        assert _metric(port, "healthd_check_status", check="flag") == 2
+        assert _metric(port, "healthd_circuit_breaker_open") == 0
+        taken = [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_OUTCOME") == "taken"]
+        assert taken and taken[0].healthd_fields["HEALTHD_CHECK"] == "policy"  # type: ignore[attr-defined]
+
+        write("ok")
+        daemon.request_reload()
+        wait_until(lambda: slurm.state("node2") == "idle", timeout=30, what="node2 resumed")
+        wait_until(lambda: _metric(port, "healthd_actions_total", action="resume", outcome="taken") == 1, what="resume")
+    finally:
+        assert handle.stop() == 0
+        slurm.run("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
+
+
+def test_circuit_breaker_holds_the_take_out_and_says_so(
+    slurm: Any,
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    wait_until: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Another node is already out by healthd: taking node3 out too would exceed 10% of the partition.
+    slurm.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=healthd: XID_79 gpu0")
+    config = config_writer(
+        tmp_path / "healthd.toml",
+        tmp_path / "state",
+        interval=1,
+        report="critical",
+        extra=f'[policy]\nmax_out_fraction = 0.1\n[metrics]\nlisten = "127.0.0.1:{port}"\n',
+    )
+    config.write_text(
+        config.read_text().replace(
+            '[slurm]\nenabled = false\nnode_name = "node-test"\n',
+            f'[slurm]\nenabled = true\nconf = "{slurm.conf}"\nnode_name = "node3"\ntimeout = 8\n',
+        )
+    )
+    handle = start_daemon(make_daemon(config=config))
+    try:
+        wait_until(lambda: _metric(port, "healthd_circuit_breaker_open") == 1, timeout=30, what="breaker open")
+        assert _metric(port, "healthd_actions_total", outcome="held_back") >= 1
+        assert _metric(port, "healthd_findings", check="policy", severity="critical") == 1
+        assert slurm.state("node3") == "idle"
+    finally:
+        assert handle.stop() == 0
+        slurm.run("scontrol", "update", "NodeName=node1", "State=RESUME", check=False)

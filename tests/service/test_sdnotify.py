@@ -1,0 +1,48 @@
+"""sd_notify over real AF_UNIX datagram sockets, bound to a path and to an abstract name."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from healthd.sdnotify import Notifier, watchdog_interval
+
+
+@pytest.mark.parametrize("which", ["path_listener", "abstract_listener"])
+def test_messages_arrive_on_path_and_abstract_sockets(which: str, request: pytest.FixtureRequest) -> None:
+    listener = request.getfixturevalue(which)
+    notifier = Notifier({"NOTIFY_SOCKET": listener.address})
+    assert notifier.enabled
+    assert notifier.ready("first pass OK")
+    assert notifier.status("CRITICAL: gpu/GPU_MISSING\nsecond line")
+    assert notifier.watchdog()
+    assert notifier.stopping()
+    listener.wait_for("STOPPING=1")
+    assert [text for _, text in listener.messages] == [
+        "READY=1\nSTATUS=first pass OK",
+        "STATUS=CRITICAL: gpu/GPU_MISSING second line",
+        "WATCHDOG=1",
+        "STOPPING=1\nSTATUS=stopping",
+    ]
+
+
+def test_without_notify_socket_nothing_is_sent() -> None:
+    notifier = Notifier({})
+    assert not notifier.enabled
+    assert notifier.ready("x") is False
+    assert notifier.watchdog_seconds is None
+
+
+def test_a_socket_nobody_listens_on_is_not_an_error(tmp_path: os.PathLike[str]) -> None:
+    assert Notifier({"NOTIFY_SOCKET": f"{tmp_path}/absent.sock"}).ready("x") is False
+
+
+def test_watchdog_interval_is_half_of_watchdog_usec() -> None:
+    assert watchdog_interval({"WATCHDOG_USEC": "60000000"}) == 30.0
+    assert watchdog_interval({"WATCHDOG_USEC": "60000000", "WATCHDOG_PID": str(os.getpid())}) == 30.0
+    # sd_watchdog_enabled(3): a watchdog meant for another pid is not ours.
+    assert watchdog_interval({"WATCHDOG_USEC": "60000000", "WATCHDOG_PID": "1"}) is None
+    assert watchdog_interval({"WATCHDOG_USEC": "0"}) is None
+    assert watchdog_interval({"WATCHDOG_USEC": "garbage"}) is None
+    assert watchdog_interval({}) is None

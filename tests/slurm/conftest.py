@@ -1,0 +1,145 @@
+"""The real Slurm test cluster (session-scoped) and a healthd harness bound to one of its nodes.
+
+Faults are injected through a tiny ``fault`` check registered directly with the
+Engine: it reports whatever findings the test wrote to its JSON file, so each
+scenario controls codes, severities and event ids exactly.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+from healthd.config import parse_config
+from healthd.cycle import CycleOutcome, run_cycle
+from healthd.engine import Engine
+from healthd.model import Finding, Status
+from healthd.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.slurm import SlurmClient
+
+_spec = importlib.util.spec_from_file_location("healthd_test_slurm_cluster", Path(__file__).with_name("cluster.py"))
+assert _spec is not None and _spec.loader is not None
+cluster_module = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = cluster_module
+_spec.loader.exec_module(cluster_module)
+
+
+class FaultSettings(CheckSettings):
+    file: str = ""
+
+
+def _run_fault(ctx: CheckContext[FaultSettings]) -> list[Finding]:
+    items = json.loads(Path(ctx.settings.file).read_text()) if ctx.settings.file else []
+    return [
+        ctx.finding(
+            Status.parse(i["status"]), i["code"], i["subject"], i.get("message", "injected"), **i.get("details", {})
+        )
+        for i in items
+    ]
+
+
+FAULT = CheckSpec(name="fault", description="reports injected findings", settings=FaultSettings, run=_run_fault)
+
+
+@dataclass
+class Healthd:
+    """healthd as it would run on one node of the test cluster."""
+
+    node: str
+    root: Path
+    conf: Path
+    policy: str = "max_out_fraction = 1.0"
+    slurm: str = ""
+
+    @property
+    def fault_file(self) -> Path:
+        return self.root / "faults.json"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    def config_text(self) -> str:
+        return f"""
+[paths]
+state_dir = "{self.state_dir}"
+[slurm]
+conf = "{self.conf}"
+node_name = "{self.node}"
+timeout = 8
+{self.slurm}
+[policy]
+{self.policy}
+[checks.fault]
+file = "{self.fault_file}"
+"""
+
+    def cli_config(self, mount: str) -> Path:
+        """A config for the real CLI (installed checks only): the mounts check expects ``mount``."""
+        text = self.config_text().split("[checks.fault]")[0] + f'[node]\nmounts = [{{path = "{mount}"}}]\n'
+        path = self.root / "cli.toml"
+        path.write_text(text)
+        return path
+
+    def faults(self, *items: tuple[str, str, str] | dict[str, Any]) -> None:
+        rows = [i if isinstance(i, dict) else {"status": i[0], "code": i[1], "subject": i[2]} for i in items]
+        self.fault_file.write_text(json.dumps(rows))
+
+    def engine(self) -> Engine:
+        loaded = parse_config(self.config_text(), str(self.root / "healthd.toml"), {"fault": FaultSettings})
+        return Engine(loaded, [FAULT])
+
+    def cycle(
+        self, *, dry_run: bool = False, client: Optional[SlurmClient] = None, now: Optional[float] = None
+    ) -> CycleOutcome:
+        engine = self.engine()
+        clock = (lambda: now) if now is not None else time.time
+        return run_cycle(engine, dry_run=dry_run, client=client, clock=clock)
+
+    def client(self) -> SlurmClient:
+        return SlurmClient(self.engine().config.slurm)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    why = cluster_module.missing_prerequisite()
+    if why:
+        print(f"skipping the Slurm suite: {why}")
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("slurm")
+    cluster = cluster_module.Cluster(root=root, healthd_bin=Path(sys.executable).with_name("healthd"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture
+def cluster(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The cluster with no jobs and every node idle, for one scenario."""
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    slurm_cluster.reset()
+    yield slurm_cluster
+
+
+@pytest.fixture
+def healthd_on(cluster: Any, tmp_path: Path) -> Any:
+    """``healthd_on("node1")``: a healthd harness with its own state dir and no faults."""
+
+    def make(node: str, policy: str = "max_out_fraction = 1.0", slurm: str = "") -> Healthd:
+        root = tmp_path / node
+        root.mkdir(exist_ok=True)
+        harness = Healthd(node=node, root=root, conf=cluster.conf, policy=policy, slurm=slurm)
+        harness.faults()
+        return harness
+
+    return make

@@ -1,0 +1,223 @@
+"""End-to-end scenarios against the real Slurm cluster: real nodes, real jobs, real state changes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+MOUNT = ("CRITICAL", "MOUNT_MISSING", "/scratch")
+
+
+def _slurmd_start(cluster: Any, node: str) -> str:
+    for token in cluster.show(node).split():
+        if token.startswith("SlurmdStartTime="):
+            return str(token)
+    return ""
+
+
+def test_critical_requeues_job_and_keeps_node_out_after_slurmd_restart(cluster: Any, healthd_on: Any) -> None:
+    job = cluster.submit("node1")
+    hd = healthd_on("node1")
+    hd.faults(MOUNT)
+    outcome = hd.cycle()
+    assert outcome.exit_code == 2
+    assert outcome.action.decision.action.value == "take_out_now"
+    assert outcome.action.applied and not outcome.action.errors
+    assert cluster.reason("node1").startswith("healthd: MOUNT_MISSING /scratch [")
+    cluster.wait(lambda: cluster.state("node1") == "drained", 20, "node1 drained")
+    assert cluster.job_state(job) == "PENDING"
+    assert cluster.job_field(job, "Restarts") == "1"
+
+    before = _slurmd_start(cluster, "node1")
+    time.sleep(1.1)  # SlurmdStartTime has a resolution of one second
+    cluster.stop("node1")
+    cluster.start_slurmd("node1")
+    cluster.wait(lambda: _slurmd_start(cluster, "node1") != before, 20, "node1's slurmd to re-register")
+    time.sleep(1)
+    assert cluster.state("node1") == "drained"
+    assert cluster.reason("node1").startswith("healthd: MOUNT_MISSING /scratch")
+
+    client = hd.client()
+    again = hd.cycle(client=client)
+    assert again.action.decision.action.value == "none"
+    assert client.calls == [("-o", "show", "node", "node1")], "an unchanged pass must send no write RPC"
+
+
+def test_warning_drains_after_jobs_then_healthy_resumes(cluster: Any, healthd_on: Any) -> None:
+    job = cluster.submit("node2")
+    hd = healthd_on("node2")
+    hd.faults(("WARNING", "IB_SYMBOL_ERRORS", "mlx5_0:1"))
+    outcome = hd.cycle()
+    assert outcome.exit_code == 1
+    assert outcome.action.decision.action.value == "drain_after_jobs" and outcome.action.applied
+    assert cluster.state("node2") == "draining"
+    assert cluster.job_state(job) == "RUNNING"
+    cluster.run("scancel", job)
+    cluster.wait(lambda: cluster.state("node2") == "drained", 20, "node2 drained after its job")
+
+    hd.faults()
+    healthy = hd.cycle()
+    assert healthy.exit_code == 0
+    assert healthy.action.decision.action.value == "resume" and healthy.action.applied
+    # RESUME marks the node not-responding (idle*) until slurmctld's next ping answers.
+    cluster.wait(lambda: cluster.state("node2") == "idle", 20, "node2 idle")
+    assert cluster.reason("node2") == ""
+
+    client = hd.client()
+    quiet = hd.cycle(client=client)
+    assert quiet.action.decision.action.value == "none"
+    assert client.calls == [], "a healthy pass with nothing out or pending reads nothing from Slurm"
+
+
+def test_admin_drained_node_is_left_alone(cluster: Any, healthd_on: Any) -> None:
+    cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=admin: bad DIMM ticket 42")
+    hd = healthd_on("node3")
+    hd.faults(MOUNT)
+    client = hd.client()
+    outcome = hd.cycle(client=client)
+    assert outcome.action.decision.action.value == "none"
+    assert "not healthd's" in outcome.action.decision.explanation
+    assert all(call[0] != "update" for call in client.calls)
+    assert cluster.reason("node3").startswith("admin: bad DIMM ticket 42 [root@")
+    hd.faults()
+    assert hd.cycle().action.decision.action.value == "none"
+    assert cluster.state("node3") == "drained"
+
+
+def test_admin_resume_acknowledges_event_and_new_event_drains(cluster: Any, healthd_on: Any) -> None:
+    hd = healthd_on("node1")
+    event1 = {"status": "CRITICAL", "code": "XID_79", "subject": "gpu0", "details": {"event": "boot1:1042"}}
+    hd.faults(event1)
+    assert hd.cycle().action.applied
+    cluster.wait(lambda: cluster.state("node1") == "drained", 20, "node1 drained")
+
+    cluster.run("scontrol", "update", "NodeName=node1", "State=RESUME")
+    cluster.wait(lambda: cluster.state("node1") == "idle", 20, "node1 resumed by the admin")
+    after = hd.cycle()
+    assert after.exit_code == 0
+    assert [a.key for a in after.action.acknowledged] == ["fault/XID_79/gpu0"]
+    finding = after.document["checks"][0]["findings"][0]
+    assert finding["status"] == "OK" and finding["details"]["acknowledged"] is True
+    assert finding["details"]["acknowledged_status"] == "CRITICAL"
+    assert cluster.state("node1").startswith("idle")
+    assert hd.cycle().action.decision.action.value == "none"
+
+    event2 = dict(event1, details={"event": "boot1:2077"})
+    hd.faults(event1, event2)
+    again = hd.cycle()
+    assert again.action.decision.action.value == "take_out_now" and again.action.applied
+    cluster.wait(lambda: cluster.state("node1") == "drained", 20, "node1 drained by the new event")
+
+
+def test_ack_without_event_lapses_when_the_finding_clears(cluster: Any, healthd_on: Any) -> None:
+    hd = healthd_on("node2")
+    hd.faults(MOUNT)
+    assert hd.cycle().action.applied
+    cluster.run("scontrol", "update", "NodeName=node2", "State=RESUME")
+    assert hd.cycle().exit_code == 0
+    assert cluster.state("node2").startswith("idle")
+    hd.faults()
+    hd.cycle()
+    assert json.loads((hd.state_dir / "acks.json").read_text()) == {"acks": []}
+    hd.faults(MOUNT)
+    assert hd.cycle().action.applied
+    assert cluster.state("node2") == "drained"
+
+
+def test_action_pending_while_slurmctld_is_down(cluster: Any, healthd_on: Any) -> None:
+    hd = healthd_on("node3")
+    hd.faults(MOUNT)
+    cluster.stop("slurmctld")
+    try:
+        started = time.monotonic()
+        outcome = hd.cycle()
+        assert time.monotonic() - started < 20
+        assert outcome.exit_code == 2
+        assert outcome.action.pending and not outcome.action.applied
+        assert outcome.action.errors
+        saved = json.loads((hd.state_dir / "policy.json").read_text())
+        assert saved["pending"]["action"] == "take_out_now"
+        client = hd.client()
+        backing_off = hd.cycle(client=client)
+        assert backing_off.action.pending and client.calls == [], "within the backoff no RPC is attempted"
+    finally:
+        cluster.start_ctld()
+    cluster.wait(lambda: cluster.state("node3") in ("idle", "idle*"), 30, "node3 known again")
+    # A new process (fresh Engine) after the backoff has passed: the pending action is applied.
+    hd.faults()
+    hd.faults({"status": "UNKNOWN", "code": "CHECK_TIMEOUT", "subject": "fault"})
+    late = hd.cycle(now=time.time() + 600)
+    assert late.action.applied, late.action
+    assert late.action.decision.action.value == "take_out_now"
+    cluster.wait(lambda: cluster.state("node3") == "drained", 20, "node3 drained after slurmctld returned")
+    assert json.loads((hd.state_dir / "policy.json").read_text())["pending"] is None
+
+
+def test_circuit_breaker_holds_the_second_node(cluster: Any, healthd_on: Any) -> None:
+    policy = "max_out_fraction = 0.34"
+    first = healthd_on("node1")
+    first.policy = policy
+    first.faults(MOUNT)
+    assert first.cycle().action.applied
+    second = healthd_on("node2")
+    second.policy = policy
+    second.faults(MOUNT)
+    outcome = second.cycle()
+    assert outcome.action.decision.action.value == "hold"
+    assert outcome.action.decision.intended.value == "take_out_now"
+    assert not outcome.action.applied
+    held = [f for f in outcome.result.findings if f.code == "DRAIN_HELD"]
+    assert held and held[0].status.name == "CRITICAL" and held[0].subject == "node2"
+    assert cluster.state("node2") == "idle"
+    assert cluster.state("node1") == "drained"
+
+
+def test_dry_run_changes_nothing(cluster: Any, healthd_on: Any) -> None:
+    job = cluster.submit("node3")
+    hd = healthd_on("node3")
+    hd.faults(MOUNT)
+    client = hd.client()
+    outcome = hd.cycle(dry_run=True, client=client)
+    assert outcome.action.decision.action.value == "take_out_now"
+    assert outcome.action.dry_run and not outcome.action.applied and not outcome.action.pending
+    assert all(call[0] != "update" for call in client.calls)
+    assert cluster.state("node3") == "allocated"
+    assert cluster.job_state(job) == "RUNNING"
+
+
+def test_cli_check_json_and_ack(cluster: Any, healthd_on: Any, cli: Any) -> None:
+    hd = healthd_on("node2")
+    config = str(hd.cli_config("/no/such/mount"))
+    code, out, _ = cli("check", "--once", "--json", "--only", "mounts", "--config", config)
+    document = json.loads(out)
+    assert code == 2 and document["exit_code"] == 2
+    assert document["action"]["decision"] == "take_out_now" and document["action"]["applied"] is True
+    assert cluster.state("node2") == "drained"
+    assert cluster.reason("node2").startswith("healthd: MOUNT_MISSING /no/such/mount [")
+
+    code, out, _ = cli("ack", "MOUNT_MISSING", "--config", config)
+    assert code == 0 and "acknowledged mounts/MOUNT_MISSING//no/such/mount" in out
+    code, out, _ = cli("check", "--once", "--json", "--only", "mounts", "--config", config)
+    document = json.loads(out)
+    assert code == 0
+    assert document["action"]["decision"] == "resume" and document["action"]["applied"] is True
+    cluster.wait(lambda: cluster.state("node2") == "idle", 20, "node2 idle")
+
+
+def test_slurmd_runs_healthd_as_health_check_program(cluster: Any, healthd_on: Any) -> None:
+    hd = healthd_on("node3")
+    hd.cli_config("/no/such/hook/mount").rename(cluster.hook_config)
+    cluster.hook_nodes.write_text("node3\n")
+    try:
+        cluster.wait(lambda: cluster.state("node3") == "drained", 40, "slurmd's health check to drain node3")
+    finally:
+        cluster.hook_nodes.unlink()
+    assert cluster.reason("node3").startswith("healthd: MOUNT_MISSING /no/such/hook/mount [")
+    log = Path(cluster.hook_log).read_text()
+    assert "node3: CRITICAL" in log and "take_out_now" in log
