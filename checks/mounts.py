@@ -1,7 +1,8 @@
 """The ``mounts`` check: required filesystems are mounted as expected, not full, and not hung.
 
 Presence, type, source and rw/ro come from mountinfo without touching the
-filesystems. Free space and inodes need statvfs, which hangs on a dead network
+filesystems: PID 1's by default, because the systemd unit's sandbox (ProtectSystem)
+gives healthd's own namespace read-only views that are not the node's truth. Free space and inodes need statvfs, which hangs on a dead network
 mount, so they come from ``fsprobe`` child processes under a deadline. Missing or
 hung mounts are CRITICAL: the source paper lists missing mounts among the
 high-severity failures that take a node out at once.
@@ -25,6 +26,9 @@ from .mountinfo import MountinfoError, find_mount, parse_mountinfo
 class MountsSettings(CheckSettings):
     min_free_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this much free space")
     min_free_inodes_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this many inodes")
+    namespace_pid: int = Field(
+        default=1, ge=1, description="judge the mounts as this process sees them (1: the node's, not our sandbox's)"
+    )
     probe_usage: bool = Field(default=True, description="probe space, inodes and hangs (statvfs in a child)")
     include_root: bool = Field(default=True, description="also watch space and inodes of /")
     probe_timeout: float = Field(default=3.0, gt=0, le=60, description="seconds before a statvfs probe is hung")
@@ -93,7 +97,7 @@ def _usage_findings(ctx: CheckContext[MountsSettings], path: str, outcome: objec
 
 
 def run(ctx: CheckContext[MountsSettings]) -> list[Finding]:
-    source = ctx.paths.procfs / "self" / "mountinfo"
+    source = ctx.paths.procfs / str(ctx.settings.namespace_pid) / "mountinfo"
     try:
         entries = parse_mountinfo(source.read_text(encoding="utf-8", errors="surrogateescape"), str(source))
     except OSError as exc:

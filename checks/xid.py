@@ -228,9 +228,11 @@ class _Pass:
             self.cursor = result.cursor
         if result.lost:
             where = str(self.ctx.paths.kmsg) if self.source == "kmsg" else "journal"
+            # Lost records mean an Xid may have gone unseen: that is "could not observe"
+            # (UNKNOWN), not a fault of the node, so by default it is reported, not drained.
             self.findings.append(
                 self.ctx.finding(
-                    Status.WARNING,
+                    Status.UNKNOWN,
                     "KERNEL_LOG_OVERRUN",
                     where,
                     _one_line(f"kernel log records were lost before healthd read them: {result.lost}"),

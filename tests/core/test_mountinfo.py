@@ -10,7 +10,7 @@ from healthd_checks.mountinfo import MountinfoError, find_mount, parse_mountinfo
 
 
 def test_real_format_capture(fixtures: Path) -> None:
-    source = fixtures / "procfs/gpu-node/self/mountinfo"
+    source = fixtures / "procfs/gpu-node/1/mountinfo"
     entries = parse_mountinfo(source.read_text(), str(source))
     home = find_mount(entries, "/home")
     assert home is not None and home.fstype == "nfs4" and home.source == "storage01:/export/home"
@@ -31,7 +31,7 @@ def test_overmount_last_entry_wins() -> None:
 
 
 def test_malformed_line_names_file_and_line(fixtures: Path) -> None:
-    source = fixtures / "procfs/broken/self/mountinfo"
+    source = fixtures / "procfs/broken/1/mountinfo"
     with pytest.raises(MountinfoError) as info:
         parse_mountinfo(source.read_text(), str(source))
     assert str(info.value).startswith(f"{source}:2: ")

@@ -61,7 +61,7 @@ def test_malformed_mountinfo_is_unknown_naming_the_line(
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
     (finding,) = next(c for c in doc["checks"] if c["name"] == "mounts")["findings"]
     assert code == 3 and finding["code"] == "MOUNTINFO_MALFORMED"
-    assert f"{fixtures / 'procfs/broken/self/mountinfo'}:2:" in finding["message"]
+    assert f"{fixtures / 'procfs/broken/1/mountinfo'}:2:" in finding["message"]
 
 
 @pytest.fixture

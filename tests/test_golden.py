@@ -1,0 +1,64 @@
+"""End to end: the whole `check --once --json` document for the healthy fixture node, against a golden file.
+
+Every check that can run from captured data runs: mounts and kernel modules from
+procfs, GPUs from an NVML snapshot, InfiniBand and PCIe from sysfs, Xids from a
+kmsg capture. Run with HEALTHD_UPDATE_GOLDEN=1 to rewrite the golden file after a
+deliberate change, and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healthd.cli import main
+from healthd.schema import PassOut
+
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = REPO / "fixtures/golden/h100-node.json"
+
+
+def fixture_node_config(tmp_path: Path) -> Path:
+    """fixtures/h100-node.toml with a private state directory."""
+    text = (REPO / "fixtures/h100-node.toml").read_text()
+    text = text.replace("[paths]\n", f'[paths]\nstate_dir = "{tmp_path / "state"}"\n', 1)
+    path = tmp_path / "h100-node.toml"
+    path.write_text(text)
+    return path
+
+
+def normalise(doc: dict[str, Any]) -> dict[str, Any]:
+    """Blank what differs between runs: times, the node name and the version."""
+    doc = {**doc, "started_at": "*", "duration_seconds": 0, "node": "*", "healthd_version": "*"}
+    doc["checks"] = [{**c, "duration_seconds": 0} for c in doc["checks"]]
+    return doc
+
+
+def test_healthy_fixture_node_matches_golden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    code = main(
+        [
+            "check",
+            "--once",
+            "--json",
+            "--only",
+            "mounts,services,gpu,xid,infiniband,pcie",
+            "--config",
+            str(fixture_node_config(tmp_path)),
+        ]
+    )
+    doc = json.loads(capsys.readouterr().out)
+    PassOut.model_validate(doc)
+    got = normalise(doc)
+    if os.environ.get("HEALTHD_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+    assert got == json.loads(GOLDEN.read_text())
+    assert code == 0 and doc["status"] == "OK"
+    assert all(c["state"] == "ran" for c in doc["checks"])
