@@ -1,7 +1,11 @@
 """Cold ``healthd check --once`` wall time and peak RSS, each run a fresh process.
 
-Usage: python bench/bench_check_once.py [--runs N] [--config PATH] [-- EXTRA healthd ARGS]
-Prints the median and best wall time and the largest peak RSS over the runs.
+    python bench/bench_check_once.py [--runs 20] [--fixture-node | --config PATH]
+
+``--fixture-node`` runs every check against the fixture H100 node
+(fixtures/h100-node.toml, with a private state directory), which is how the README
+figure is taken; without it, the checks run against this machine. Prints the median
+and best wall time and the largest peak RSS; asserts nothing.
 """
 
 from __future__ import annotations
@@ -10,7 +14,11 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def one_run(command: list[str]) -> tuple[float, float]:
@@ -28,18 +36,31 @@ def one_run(command: list[str]) -> tuple[float, float]:
     return elapsed, usage.ru_maxrss / 1024
 
 
+def fixture_node_config(directory: Path) -> Path:
+    text = (REPO / "fixtures/h100-node.toml").read_text()
+    text = text.replace("[paths]\n", f'[paths]\nstate_dir = "{directory / "state"}"\n', 1)
+    path = directory / "h100-node.toml"
+    path.write_text(text)
+    return path
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--config", default=None)
-    parser.add_argument("extra", nargs="*")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--config", default=None)
+    where.add_argument("--fixture-node", action="store_true")
     args = parser.parse_args()
     healthd = os.path.join(os.path.dirname(sys.executable), "healthd")
-    command = [healthd, "check", "--once", "--dry-run", *args.extra]
-    if args.config:
-        command += ["--config", args.config]
-    one_run(command)  # warm the page cache: "cold" means a new process, not a cold disk
-    samples = [one_run(command) for _ in range(args.runs)]
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [healthd, "check", "--once", "--dry-run"]
+        if args.fixture_node:
+            os.chdir(REPO)
+            command += ["--config", str(fixture_node_config(Path(tmp)))]
+        elif args.config:
+            command += ["--config", args.config]
+        one_run(command)  # "cold" means a new process each time, not a cold page cache
+        samples = [one_run(command) for _ in range(args.runs)]
     walls = [s[0] for s in samples]
     print(f"command: {' '.join(command)}")
     print(f"runs: {args.runs}")

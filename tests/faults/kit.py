@@ -1,0 +1,180 @@
+"""Helpers of the fault-injection suite: injected checks, a healthd harness, a daemon in a thread.
+
+Faults that live inside a check are injected through small test checks registered
+directly with the Engine (``fault`` reports what its JSON file says, ``boom``
+raises, ``stall`` blocks in Python until released, ``kstat`` calls statvfs on a
+path and so blocks in the kernel on a hung mount). Everything else runs for real:
+the runner, the cycle, the daemon loop, scontrol against the test cluster of
+tests/slurm/cluster.py (started once per session, only when a test asks for it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from healthd.config import load_config
+from healthd.daemon import Daemon, PassReport, run_one_pass
+from healthd.engine import Engine, settings_models
+from healthd.model import Finding, Status
+from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
+from healthd.sdnotify import Notifier
+
+_CLUSTER_PATH = Path(__file__).resolve().parents[1] / "slurm" / "cluster.py"
+_spec = importlib.util.spec_from_file_location("healthd_test_faults_cluster", _CLUSTER_PATH)
+assert _spec is not None and _spec.loader is not None
+cluster_module = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = cluster_module
+_spec.loader.exec_module(cluster_module)
+
+# Released at the end of every test, so a check stalled in Python never outlives it.
+STALL_RELEASE = threading.Event()
+
+
+class FaultSettings(CheckSettings):
+    file: str = ""
+
+
+def _run_fault(ctx: CheckContext[FaultSettings]) -> list[Finding]:
+    ctx.state.load()  # a corrupt state file of this check is noticed and reported
+    items = json.loads(Path(ctx.settings.file).read_text()) if ctx.settings.file else []
+    return [ctx.finding(Status.parse(i["status"]), i["code"], i["subject"], "injected") for i in items]
+
+
+class StallSettings(CheckSettings):
+    stall: bool = True
+
+
+def _run_stall(ctx: CheckContext[StallSettings]) -> list[Finding]:
+    if ctx.settings.stall:
+        STALL_RELEASE.wait()
+    return []
+
+
+def _run_boom(ctx: CheckContext[CheckSettings]) -> list[Finding]:
+    raise RuntimeError("injected failure")
+
+
+class KstatSettings(CheckSettings):
+    path: str = "/"
+
+
+def _run_kstat(ctx: CheckContext[KstatSettings]) -> list[Finding]:
+    os.statvfs(ctx.settings.path)  # deliberately in the check's thread: blocks in the kernel on a hung mount
+    return []
+
+
+FAULT = CheckSpec(name="fault", description="reports injected findings", settings=FaultSettings, run=_run_fault)
+STALL = CheckSpec(name="stall", description="blocks in Python", settings=StallSettings, run=_run_stall)
+BOOM = CheckSpec(name="boom", description="raises", settings=CheckSettings, run=_run_boom)
+KSTAT = CheckSpec(name="kstat", description="statvfs in the check thread", settings=KstatSettings, run=_run_kstat)
+
+
+def builtin(*names: str) -> list[CheckSpec[Any] | BrokenCheck]:
+    """The installed checks called ``names``, loaded through the entry points as healthd does."""
+    found = {spec.name: spec for spec in discover()}
+    return [found[name] for name in names]
+
+
+@dataclass
+class Harness:
+    """healthd on one node: its config file, state dir, specs and (optionally) the test cluster."""
+
+    root: Path
+    specs: Sequence[CheckSpec[Any] | BrokenCheck]
+    slurm_conf: Optional[Path] = None
+    node: str = "node1"
+    slurm_extra: str = ""
+    extra: str = ""
+    reports: list[PassReport] = field(default_factory=list)
+
+    @property
+    def config(self) -> Path:
+        return self.root / "healthd.toml"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def fault_file(self) -> Path:
+        return self.root / "faults.json"
+
+    def faults(self, *items: tuple[str, str, str]) -> None:
+        rows = [{"status": s, "code": c, "subject": subject} for s, c, subject in items]
+        self.fault_file.write_text(json.dumps(rows))
+
+    def text(self) -> str:
+        enabled = "true" if self.slurm_conf is not None else "false"
+        conf = f'conf = "{self.slurm_conf}"\n' if self.slurm_conf is not None else ""
+        fault = f'[checks.fault]\nfile = "{self.fault_file}"\n' if any(s.name == "fault" for s in self.specs) else ""
+        return (
+            f'[paths]\nstate_dir = "{self.state_dir}"\n'
+            f'[slurm]\nenabled = {enabled}\n{conf}node_name = "{self.node}"\ntimeout = 3\n{self.slurm_extra}\n'
+            "[policy]\nmax_out_fraction = 1.0\n"
+            "[runner]\npass_timeout = 5\n"
+            "[daemon]\ninterval = 1\nsplay = false\n"
+            f"{fault}{self.extra}\n"
+        )
+
+    def write(self) -> Path:
+        if not self.fault_file.exists():
+            self.faults()
+        self.config.write_text(self.text(), encoding="utf-8")
+        return self.config
+
+    def engine(self, path: Optional[Path] = None) -> Engine:
+        return Engine(load_config(path or self.write(), settings_models(self.specs)), self.specs)
+
+    def daemon(self, **kwargs: Any) -> Daemon:
+        def record(engine: Engine, dry_run: bool) -> PassReport:
+            report = run_one_pass(engine, dry_run)
+            self.reports.append(report)
+            return report
+
+        self.write()
+        return Daemon(
+            self.config,
+            notifier=Notifier({}),
+            pass_function=record,
+            engine_factory=lambda path: Engine(load_config(path, settings_models(self.specs)), self.specs),
+            **kwargs,
+        )
+
+    def wait_passes(self, count: int, timeout: float = 30.0) -> list[PassReport]:
+        wait_for(lambda: len(self.reports) >= count, timeout, f"{count} passes")
+        return self.reports
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def codes(report: PassReport) -> dict[str, tuple[Status, str]]:
+    """``check/CODE`` -> (status, subject) of every finding of a pass."""
+    return {f"{f.check}/{f.code}": (f.status, f.subject) for f in report.result.findings}
+
+
+@dataclass
+class DaemonThread:
+    daemon: Daemon
+    thread: threading.Thread
+    exit_code: list[int]
+
+    def stop(self, timeout: float = 10.0) -> int:
+        self.daemon.request_stop()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the daemon did not stop"
+        return self.exit_code[0]
