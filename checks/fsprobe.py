@@ -12,12 +12,13 @@ mount costs at most one stuck process however many passes run.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Optional, Union
+
+from healthd.binaries import locate
 
 # %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes
 _FORMAT = "%b %a %S %c %d"
@@ -116,7 +117,10 @@ class ProbeTable:
             if start is not None and abs(start - record["start"]) < 1.0:
                 return Hung(int(record["pid"]), time.time() - record["start"], inherited=True)
             remembered.pop(path, None)
-        stat = shutil.which("stat") or "/usr/bin/stat"
+        try:
+            stat = locate("stat")
+        except FileNotFoundError as exc:
+            return Failed(str(exc))
         process = subprocess.Popen(
             [stat, "--file-system", f"--format={_FORMAT}", "--", path],
             stdout=subprocess.PIPE,

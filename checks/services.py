@@ -10,13 +10,13 @@ badly. The severity is configurable per service.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterable, Literal
 
 from pydantic import Field
 
+from healthd.binaries import locate
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
 
@@ -64,7 +64,7 @@ def systemd_is_pid1() -> bool:
 
 
 def _systemd_states(units: list[str], timeout: float) -> dict[str, str]:
-    systemctl = shutil.which("systemctl") or "/usr/bin/systemctl"
+    systemctl = locate("systemctl")
     out = subprocess.run(
         [systemctl, "is-active", "--", *(_unit(u) for u in units)],
         capture_output=True,

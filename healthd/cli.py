@@ -12,10 +12,11 @@ import argparse
 import importlib
 import sys
 from types import ModuleType
-from typing import Callable, Optional, Sequence
+from typing import Callable, NoReturn, Optional, Sequence
 
 from healthd import __version__
 
+EX_UNKNOWN = 3  # Nagios UNKNOWN: healthd itself failed, so nothing was observed
 EX_USAGE = 64
 EX_SOFTWARE = 70
 EX_CONFIG = 78
@@ -33,11 +34,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, which Nagios would read as CRITICAL; use EX_USAGE."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; only the command named in ``argv`` has its module imported for its options."""
-    parser = argparse.ArgumentParser(prog="healthd", description="Node health checks for GPU clusters run by Slurm.")
+    parser = _Parser(prog="healthd", description="Node health checks for GPU clusters run by Slurm.")
     parser.add_argument("--version", action="version", version=f"healthd {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, (module, help_text) in COMMANDS.items():
@@ -76,6 +85,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EX_CONFIG
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug must not read as WARNING (1) or CRITICAL (2) to Nagios or NHC
+        import traceback
+
+        traceback.print_exc()
+        print(f"healthd: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EX_UNKNOWN if args.command == "check" else EX_SOFTWARE
 
 
 if __name__ == "__main__":

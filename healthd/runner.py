@@ -53,7 +53,7 @@ def _execute(check: PreparedCheck, slot: _Slot, monotonic: Callable[[], float]) 
     except NotApplicable as exc:
         slot.state = RunState.NOT_APPLICABLE
         slot.reason = str(exc)
-    except Exception as exc:  # a crashing check is UNKNOWN for that check alone
+    except BaseException as exc:  # a crashing (even sys.exit()-ing) check is UNKNOWN for that check alone
         where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
         origin = f" at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}" if where else ""
         slot.state = RunState.ERROR

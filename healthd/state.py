@@ -19,6 +19,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+KEEP_CORRUPT = 3  # corrupt copies kept per file for a post-mortem; older ones are removed
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename durable: without this a power loss can bring the old file back."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _keep_newest(path: Path, keep: int) -> None:
+    copies = sorted(path.parent.glob(f"{path.name}.corrupt-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in copies[keep:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
 
 class StateError(Exception):
     """The state directory or a state file could not be read or written."""
@@ -41,20 +59,21 @@ class StateFile:
         """The stored document, or ``{}`` when there is none or it was corrupt."""
         with self._lock:
             try:
-                text = self.path.read_text(encoding="utf-8")
+                raw = self.path.read_bytes()
             except FileNotFoundError:
                 return {}
             except OSError as exc:
                 self.problems.append(f"cannot read {self.path}: {exc.strerror or exc}")
                 return {}
             try:
-                data = json.loads(text)
+                data = json.loads(raw.decode("utf-8"))  # bad UTF-8 is corruption too (a ValueError)
                 if not isinstance(data, dict):
                     raise ValueError("top level is not an object")
             except ValueError as exc:
                 aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
                 try:
                     os.replace(self.path, aside)
+                    _keep_newest(self.path, KEEP_CORRUPT)
                     where = f"moved to {aside}"
                 except OSError as move_exc:
                     where = f"could not move it aside: {move_exc}"
@@ -74,6 +93,7 @@ class StateFile:
                         handle.flush()
                         os.fsync(handle.fileno())
                     os.replace(tmp, self.path)
+                    _fsync_directory(self.directory)
                 except BaseException:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp)

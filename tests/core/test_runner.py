@@ -34,6 +34,10 @@ def raising(ctx: CheckContext[Any]) -> list[Finding]:
     raise RuntimeError("sensor exploded")
 
 
+def exiting(ctx: CheckContext[Any]) -> list[Finding]:
+    raise SystemExit(0)
+
+
 def hanging(ctx: CheckContext[Any]) -> list[Finding]:
     RELEASE.wait(30)
     return []
@@ -68,6 +72,12 @@ def test_a_raising_check_is_unknown_alone(tmp_path: Path) -> None:
     assert bad.state is RunState.ERROR and bad.status is Status.UNKNOWN
     assert bad.findings[0].code == "CHECK_ERROR" and "RuntimeError: sensor exploded" in bad.findings[0].message
     assert good.status is Status.OK and good.state is RunState.RAN
+
+
+def test_a_check_calling_sys_exit_is_unknown_not_ok(tmp_path: Path) -> None:
+    (res,) = Runner().run_pass("n1", [prepared(tmp_path, "x", exiting)], 5.0).results
+    assert res.state is RunState.ERROR and res.status is Status.UNKNOWN
+    assert "SystemExit" in res.findings[0].message
 
 
 def test_a_hanging_check_times_out_alone_and_is_not_restarted(tmp_path: Path) -> None:

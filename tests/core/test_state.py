@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from healthd.state import StateDir, StateError, StateFile
+from healthd.state import KEEP_CORRUPT, StateDir, StateError, StateFile
 
 
 def test_round_trip_and_atomic_replace(tmp_path: Path) -> None:
@@ -38,3 +39,15 @@ def test_unwritable_directory_names_the_file(tmp_path: Path) -> None:
     state = StateFile(blocker / "sub", "x")
     with pytest.raises(StateError, match=rf"cannot write {blocker / 'sub' / 'x.json'}"):
         state.save({"a": 1})
+
+
+def test_only_the_newest_corrupt_copies_are_kept(tmp_path: Path) -> None:
+    for stamp in range(5):
+        old = tmp_path / f"x.json.corrupt-{stamp}"
+        old.write_text("old")
+        os.utime(old, (stamp, stamp))
+    (tmp_path / "x.json").write_text("{not json")
+    StateFile(tmp_path, "x").load()
+    left = sorted(p.name for p in tmp_path.glob("x.json.corrupt-*"))
+    assert len(left) == KEEP_CORRUPT
+    assert "x.json.corrupt-0" not in left and "x.json.corrupt-1" not in left
