@@ -185,24 +185,38 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
 
 
+def _check_problems(
+    tables: Mapping[str, Any], checks: Mapping[str, type[BaseModel]], settings: dict[str, Any]
+) -> list[str]:
+    """Validate each ``[checks.NAME]`` table with its check's model, filling ``settings``."""
+    problems: list[str] = []
+    for name, model in checks.items():
+        try:
+            settings[name] = model.model_validate(tables.get(name, {}))
+        except ValidationError as exc:
+            problems.extend(_describe(e, ("checks", name)) for e in exc.errors())
+    known = ", ".join(sorted(checks)) or "none"
+    problems.extend(f"checks.{name}: unknown check (known: {known})" for name in tables if name not in checks)
+    return problems
+
+
 def parse_config(text: str, source: str, checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
-    """Validate TOML ``text``; ``checks`` maps each known check name to its settings model."""
+    """Validate TOML ``text``; ``checks`` maps each known check name to its settings model.
+
+    Every problem in the file is reported at once, the check tables' included, so
+    an operator fixes a config in one round.
+    """
     raw = _parse_toml(text, source)
+    settings: dict[str, Any] = {}
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(source, [_describe(e) for e in exc.errors()]) from None
-    problems: list[str] = []
-    settings: dict[str, Any] = {}
-    for name, model in checks.items():
-        try:
-            settings[name] = model.model_validate(config.checks.get(name, {}))
-        except ValidationError as exc:
-            problems.extend(_describe(e, ("checks", name)) for e in exc.errors())
-    for name in config.checks:
-        if name not in checks:
-            known = ", ".join(sorted(checks)) or "none"
-            problems.append(f"checks.{name}: unknown check (known: {known})")
+        problems = [_describe(e) for e in exc.errors()]
+        tables = raw.get("checks")
+        if isinstance(tables, dict) and all(isinstance(t, dict) for t in tables.values()):
+            problems += _check_problems(tables, checks, settings)
+        raise ConfigError(source, problems) from None
+    problems = _check_problems(config.checks, checks, settings)
     if problems:
         raise ConfigError(source, problems)
     return LoadedConfig(source=source, config=config, check_settings=settings)

@@ -99,3 +99,10 @@ def test_cli_validate_accepts_a_good_file(
 def test_missing_config_file_is_a_config_error(tmp_path: Path, cli: Callable[..., tuple[int, str, str]]) -> None:
     code, _, err = cli("check", "--once", "--config", str(tmp_path / "nope.toml"))
     assert code == 78 and "nope.toml: cannot read: No such file or directory" in err
+
+
+def test_every_problem_is_reported_in_one_round() -> None:
+    assert problems("[node]\ngpu = 8\n[checks.mounts]\nmin_free_pct = 3\n") == [
+        "node.gpu: unknown key",
+        "checks.mounts.min_free_pct: unknown key",
+    ]

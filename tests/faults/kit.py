@@ -92,6 +92,7 @@ class Harness:
     slurm_conf: Optional[Path] = None
     node: str = "node1"
     slurm_extra: str = ""
+    paths: str = ""
     extra: str = ""
     reports: list[PassReport] = field(default_factory=list)
 
@@ -116,7 +117,7 @@ class Harness:
         conf = f'conf = "{self.slurm_conf}"\n' if self.slurm_conf is not None else ""
         fault = f'[checks.fault]\nfile = "{self.fault_file}"\n' if any(s.name == "fault" for s in self.specs) else ""
         return (
-            f'[paths]\nstate_dir = "{self.state_dir}"\n'
+            f'[paths]\nstate_dir = "{self.state_dir}"\n{self.paths}\n'
             f'[slurm]\nenabled = {enabled}\n{conf}node_name = "{self.node}"\ntimeout = 3\n{self.slurm_extra}\n'
             "[policy]\nmax_out_fraction = 1.0\n"
             "[runner]\npass_timeout = 5\n"

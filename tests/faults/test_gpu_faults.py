@@ -1,0 +1,112 @@
+"""NVML missing and a GPU lost in the middle of a pass.
+
+There is no NVIDIA driver on the CI machine, so "NVML missing" runs the real
+library through the real CLI. A GPU lost mid-pass needs NVML to answer first and
+fail later, so pynvml's functions are replaced at the boundary (the fake of
+tests/gpu/conftest.py) and the loss starts after a few successful calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pynvml
+import pytest
+from healthd_faults_kit import builtin, codes
+
+from healthd.model import Status
+
+REPO = Path(__file__).resolve().parents[2]
+SYSFS_H100 = REPO / "fixtures" / "nvml" / "sysfs-h100"
+HEALTHD = Path(sys.executable).with_name("healthd")
+
+_spec = importlib.util.spec_from_file_location("healthd_faults_fake_nvml", REPO / "tests" / "gpu" / "conftest.py")
+assert _spec is not None and _spec.loader is not None
+fake_nvml_module = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = fake_nvml_module
+_spec.loader.exec_module(fake_nvml_module)
+
+
+def _driver_present() -> bool:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+def _check_once(tmp_path: Path, node: str, sysfs: Path) -> tuple[int, dict[str, Any]]:
+    config = tmp_path / "healthd.toml"
+    config.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\nsysfs = "{sysfs}"\n{node}')
+    proc = subprocess.run(
+        [str(HEALTHD), "check", "--once", "--json", "--dry-run", "--only", "gpu", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+@pytest.mark.skipif(_driver_present(), reason="an NVIDIA driver is loaded here: NVML is not missing")
+def test_nvml_missing_with_gpus_expected_is_critical(tmp_path: Path) -> None:
+    code, document = _check_once(tmp_path, "[node]\ngpus = 8\n", SYSFS_H100)
+    (check,) = document["checks"]
+    (finding,) = check["findings"]
+    assert code == 2
+    assert (finding["code"], finding["status"], finding["subject"]) == ("NVML_UNAVAILABLE", "CRITICAL", "nvml")
+    assert finding["details"]["nvml_error"] in ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED")
+
+
+@pytest.mark.skipif(_driver_present(), reason="an NVIDIA driver is loaded here: NVML is not missing")
+def test_nvml_missing_with_no_gpus_expected_is_not_applicable(tmp_path: Path) -> None:
+    empty_sysfs = tmp_path / "sys"
+    (empty_sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
+    code, document = _check_once(tmp_path, "", empty_sysfs)
+    (check,) = document["checks"]
+    assert code == 0
+    assert check["state"] == "not_applicable" and check["findings"] == []
+
+
+class _LosesGpu(dict):  # type: ignore[type-arg]
+    """One GPU's answer table that answers ``good`` lookups, then says GPU_IS_LOST forever."""
+
+    def __init__(self, table: dict[str, Any], good: int) -> None:
+        super().__init__(table)
+        self.good = good
+        self.lost = pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    def __getitem__(self, key: str) -> Any:
+        if self.good <= 0:
+            return self.lost
+        self.good -= 1
+        return super().__getitem__(key)
+
+
+def test_gpu_lost_mid_pass_is_critical_for_that_gpu_alone(
+    mocker: Any, harness: Callable[..., Any], start_daemon: Callable[..., Any]
+) -> None:
+    fake = fake_nvml_module.FakeNvml().install(mocker)
+    fake.gpus[5] = _LosesGpu(fake.gpus[5], good=3)  # the handle and three readings succeed
+    node = harness(*builtin("gpu"), paths=f'sysfs = "{SYSFS_H100}"', extra="[node]\ngpus = 8\n")
+    running = start_daemon(node.daemon())
+    reports = node.wait_passes(2)
+    for report in reports[:2]:
+        found = [(f.code, f.status, f.subject) for f in report.result.findings]
+        assert found == [("GPU_LOST", Status.CRITICAL, "gpu5")]
+        (action,) = report.actions
+        assert (action.kind, action.outcome) == ("take_out_now", "disabled")
+    assert fake.shutdowns >= 2  # NVML is shut down after every pass, lost GPU or not
+    # The GPU comes back (reset): the next passes are clean again.
+    fake.gpus[5] = fake_nvml_module.healthy_gpu(5)
+    count = len(node.reports)
+    node.wait_passes(count + 1)
+    assert codes(node.reports[-1]) == {}
+    assert running.stop() == 0

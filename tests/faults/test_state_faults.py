@@ -1,0 +1,138 @@
+"""The state directory unwritable, full, or holding corrupt files.
+
+The daemon must keep checking, report the problem every pass, recover once the
+directory is usable again, and never take a healthy node out because its own
+bookkeeping failed (the node is checked against the real test cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from healthd_faults_kit import FAULT, Harness, wait_for
+
+from healthd.cycle import run_cycle
+from healthd.model import Status
+
+HEALTHD = Path(sys.executable).with_name("healthd")
+
+
+def _untouched(cluster: Any) -> None:
+    assert cluster.state("node1") == "idle" and cluster.reason("node1") == ""
+
+
+def _passes_with_problems(node: Harness, start_daemon: Callable[..., Any], what: str) -> Any:
+    running = start_daemon(node.daemon())
+    reports = node.wait_passes(3)
+    for report in reports[:3]:
+        assert any(what in p and "policy.json" in p for p in report.problems), report.problems
+        assert any(what in p and "last-pass.json" in p for p in report.problems), report.problems
+        assert report.actions == ()
+    return running
+
+
+def test_state_dir_that_is_a_file_is_reported_every_pass_and_recovers(
+    cluster: Any, harness: Callable[..., Harness], start_daemon: Callable[..., Any]
+) -> None:
+    node = harness(FAULT, slurm_conf=cluster.conf)
+    node.state_dir.write_text("not a directory\n")
+    running = _passes_with_problems(node, start_daemon, "cannot write")
+    _untouched(cluster)
+    node.state_dir.unlink()
+    wait_for(lambda: (node.state_dir / "last-pass.json").exists(), 10, "last-pass.json written")
+    count = len(node.reports)
+    node.wait_passes(count + 1)
+    assert node.reports[-1].problems == ()
+    assert running.stop() == 0
+    _untouched(cluster)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "state"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)], check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_state_dir_is_reported_every_pass_and_recovers(
+    cluster: Any, harness: Callable[..., Harness], start_daemon: Callable[..., Any], tiny_tmpfs: Path
+) -> None:
+    node = harness(FAULT, slurm_conf=cluster.conf)
+    filler = tiny_tmpfs / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass  # ENOSPC: the state directory is full
+    finally:
+        os.close(fd)
+    running = _passes_with_problems(node, start_daemon, "No space left on device")
+    assert not [p for p in tiny_tmpfs.iterdir() if p.name.endswith(".tmp")]  # no half-written files left
+    _untouched(cluster)
+    filler.unlink()
+    wait_for(lambda: (tiny_tmpfs / "last-pass.json").exists(), 10, "last-pass.json written")
+    count = len(node.reports)
+    node.wait_passes(count + 1)
+    assert node.reports[-1].problems == ()
+    assert running.stop() == 0
+
+
+def test_corrupt_state_files_are_set_aside_and_drain_nothing(cluster: Any, harness: Callable[..., Harness]) -> None:
+    node = harness(FAULT, slurm_conf=cluster.conf)
+    node.state_dir.mkdir()
+    for name in ("policy", "check-fault", "last-pass"):
+        (node.state_dir / f"{name}.json").write_bytes(b'{"truncated": \xff')
+    outcome = run_cycle(node.engine())
+    assert codes_of(outcome)["healthd/STATE_PROBLEM"][0] is Status.WARNING
+    assert "fault/CHECK_ERROR" not in codes_of(outcome)
+    assert any("policy.json" in e and "corrupt" in e for e in outcome.action.errors), outcome.action.errors
+    aside = sorted(p.name.split(".json")[0] for p in node.state_dir.glob("*.json.corrupt-*"))
+    assert aside == ["check-fault", "policy"]
+    assert json.loads((node.state_dir / "last-pass.json").read_text())["schema_version"] == 1
+    assert not outcome.action.applied and outcome.action.decision.action.value in ("none", "resume")
+    _untouched(cluster)
+    # The next pass is clean: nothing left to report.
+    assert run_cycle(node.engine()).exit_code == 0
+
+
+def test_policy_state_of_the_wrong_shape_is_reported_not_fatal(cluster: Any, harness: Callable[..., Harness]) -> None:
+    node = harness(FAULT, slurm_conf=cluster.conf)
+    node.state_dir.mkdir()
+    (node.state_dir / "policy.json").write_text(json.dumps({"fail_streak": "many", "pending": {"action": "explode"}}))
+    outcome = run_cycle(node.engine())
+    assert outcome.exit_code == 0
+    assert any("bad policy state" in e for e in outcome.action.errors), outcome.action.errors
+    _untouched(cluster)
+
+
+def test_status_with_a_corrupt_last_pass_says_so(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "last-pass.json").write_text('{"schema_version": 1, "checks": [')
+    config = tmp_path / "healthd.toml"
+    config.write_text(f'[paths]\nstate_dir = "{state}"\n')
+    proc = subprocess.run(
+        [str(HEALTHD), "status", "--json", "--config", str(config)], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 3
+    assert "Traceback" not in proc.stderr
+    assert "last-pass.json" in proc.stdout + proc.stderr
+
+
+def codes_of(outcome: Any) -> dict[str, tuple[Status, str]]:
+    return {f"{f.check}/{f.code}": (f.status, f.subject) for f in outcome.result.findings}

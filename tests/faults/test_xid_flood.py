@@ -1,0 +1,76 @@
+"""A kernel-log flood: 100,000 Xid lines in one pass, and no Xid lost or counted twice across a restart.
+
+The xid check reads a regular file holding /dev/kmsg records as it reads the
+device (checks/kernlog.py), so the flood is written to such a file and
+``[paths].kmsg`` points at it; the real ring buffer would overwrite most of
+100,000 records before anyone read them. The check runs under the real runner
+with its default deadline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from healthd_faults_kit import Harness, builtin
+
+from healthd.model import RunState, Status
+
+GPUS = {"0000:3b:00.0": "gpu0", "0000:86:00.0": "gpu1"}
+LINES = {
+    79: "NVRM: Xid (PCI:{bus}): 79, pid=1234, name=python, GPU has fallen off the bus.",
+    48: "NVRM: Xid (PCI:{bus}): 48, pid=2345, name=python, An uncorrectable double bit error (DBE) has been detected.",
+}
+TOTAL = 100_000
+
+
+def _node(root: Path) -> str:
+    random = root / "proc" / "sys" / "kernel" / "random"
+    random.mkdir(parents=True)
+    (random / "boot_id").write_text("11111111-2222-3333-4444-555555555555\n")
+    for address in GPUS:
+        device = root / "sys" / "bus" / "pci" / "devices" / address
+        device.mkdir(parents=True)
+        (device / "vendor").write_text("0x10de\n")
+        (device / "class").write_text("0x030200\n")
+    (root / "kmsg").write_text("")
+    return f'procfs = "{root / "proc"}"\nsysfs = "{root / "sys"}"\nkmsg = "{root / "kmsg"}"'
+
+
+def _flood(kmsg: Path, first: int, count: int) -> None:
+    """Records ``first`` .. ``first + count - 1``, cycling over both GPUs and both Xids."""
+    kinds = [(bus[:-2], xid) for bus in GPUS for xid in LINES]
+    with kmsg.open("a") as handle:
+        for seq in range(first, first + count):
+            bus, xid = kinds[seq % len(kinds)]
+            handle.write(f"3,{seq},{seq * 10},-;{LINES[xid].format(bus=bus)}\n")
+
+
+def _pass(node: Harness) -> dict[str, Any]:
+    result = node.engine().run_pass()  # a new engine each time: a restart of healthd
+    (xid,) = result.results
+    assert xid.state is RunState.RAN, xid.reason  # finished within its deadline
+    return {f"{f.code}@{f.subject}": f for f in xid.findings}
+
+
+def test_flood_of_100000_xids_is_one_finding_per_gpu_and_xid(harness: Callable[..., Harness], tmp_path: Path) -> None:
+    node = harness(*builtin("xid"), paths=_node(tmp_path), extra='[checks.xid]\nsource = "kmsg"\n')
+    _flood(tmp_path / "kmsg", 1, TOTAL)
+    found = _pass(node)
+    assert sorted(found) == ["XID_48@gpu0", "XID_48@gpu1", "XID_79@gpu0", "XID_79@gpu1"]
+    assert sum(int(f.details["count"]) for f in found.values()) == TOTAL
+    assert {int(f.details["count"]) for f in found.values()} == {TOTAL // 4}
+    assert all(f.status is Status.CRITICAL for f in found.values())
+
+
+def test_no_xid_lost_or_doubled_across_a_restart_mid_flood(harness: Callable[..., Harness], tmp_path: Path) -> None:
+    node = harness(*builtin("xid"), paths=_node(tmp_path), extra='[checks.xid]\nsource = "kmsg"\n')
+    _flood(tmp_path / "kmsg", 1, 60_000)
+    first = _pass(node)
+    assert sum(int(f.details["count"]) for f in first.values()) == 60_000
+    _flood(tmp_path / "kmsg", 60_001, TOTAL - 60_000)
+    second = _pass(node)
+    assert sum(int(f.details["count"]) for f in second.values()) == TOTAL
+    # One event per GPU and Xid: the restart did not open new ones.
+    assert {k: f.details["event"] for k, f in first.items()} == {k: f.details["event"] for k, f in second.items()}
+    assert sum(int(f.details["count"]) for f in _pass(node).values()) == TOTAL  # nothing re-read

@@ -1,0 +1,201 @@
+"""Property tests for the parsers that the per-area fuzz tests leave out or only feed plain text.
+
+scontrol output (text and JSON), ``stat --file-system`` output, structured
+near-miss mountinfo and /proc/modules lines, sysfs files of arbitrary bytes, and
+/dev/kmsg dumps of arbitrary records: each parser returns a value or raises its
+documented error, never anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from healthd.model import Finding, Status
+from healthd.slurm import (
+    REASON_MAX,
+    NodeInfo,
+    SlurmError,
+    make_reason,
+    parse_show_node_json,
+    parse_show_node_text,
+    sanitize,
+)
+from healthd_checks import sysfs
+from healthd_checks.fsprobe import parse_stat_output
+from healthd_checks.kernlog import LogUnavailable, read_kmsg
+from healthd_checks.mountinfo import MountinfoError, parse_mountinfo
+from healthd_checks.services import ModulesError, parse_modules
+
+WORD = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+TOKEN = st.one_of(
+    st.sampled_from(["IDLE", "MIXED+DRAIN", "DOWN*", "+", "", "(null)", "batch,gpu", "root@2024-01-01T00:00:00", "="]),
+    WORD,
+)
+KEYS = ["NodeName", "State", "Partitions", "Reason", "Arch", "CPUTot", "OS", "Weight", "x", ""]
+
+# -- scontrol ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(KEYS), TOKEN, st.sampled_from([" ", "  ", "\t", ""])), max_size=8))
+def test_scontrol_text_lines_give_nodes_or_slurm_error(pairs: list[tuple[str, str, str]]) -> None:
+    line = "".join(f"{key}={value}{space}" for key, value, space in pairs)
+    try:
+        nodes = parse_show_node_text(line)
+    except SlurmError:
+        return
+    for node in nodes:
+        assert isinstance(node, NodeInfo) and node.state and node.state == node.state.upper()
+
+
+JSON_VALUE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | WORD,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(WORD, inner, max_size=3),
+    max_leaves=10,
+)
+NODE = st.fixed_dictionaries(
+    {},
+    optional={
+        "name": st.one_of(WORD, JSON_VALUE),
+        "state": st.one_of(st.lists(st.sampled_from(["IDLE", "DRAIN", "", "DOWN"]), max_size=3), JSON_VALUE),
+        "reason": JSON_VALUE,
+        "reason_set_by_user": JSON_VALUE,
+        "partitions": st.one_of(st.lists(WORD, max_size=3), JSON_VALUE),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.fixed_dictionaries({"nodes": st.lists(NODE, max_size=3)}), JSON_VALUE))
+def test_scontrol_json_gives_nodes_or_slurm_error(document: Any) -> None:
+    try:
+        nodes = parse_show_node_json(json.dumps(document))
+    except SlurmError:
+        return
+    assert all(isinstance(n, NodeInfo) for n in nodes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=60))
+def test_scontrol_json_of_any_text_gives_only_slurm_error(text: str) -> None:
+    with contextlib.suppress(SlurmError):
+        parse_show_node_json(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40), st.lists(st.tuples(st.text(max_size=30), st.text(max_size=80)), min_size=1, max_size=4))
+def test_reasons_built_from_any_text_are_safe_and_short(prefix: str, items: list[tuple[str, str]]) -> None:
+    findings = [Finding("c", Status.CRITICAL, code, subject, "m") for code, subject in items]
+    reason = make_reason(prefix, findings)
+    assert len(reason) <= REASON_MAX or len(sanitize(prefix) or "healthd:") > REASON_MAX // 2
+    # Nothing left that could break scontrol's argument parsing or a log line.
+    assert re.fullmatch(r"[A-Za-z0-9 _.,:;/@+#%()\-]*", reason), reason
+
+
+# -- stat --file-system --------------------------------------------------------------------------
+
+NUMBER = st.one_of(st.integers(min_value=-(10**30), max_value=10**30).map(str), st.sampled_from(["", "?", "1e3"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(NUMBER, max_size=7).map(" ".join), st.text(max_size=40)))
+def test_stat_output_gives_usage_or_value_error(text: str) -> None:
+    try:
+        usage = parse_stat_output(text)
+    except ValueError:
+        return
+    assert usage.free_fraction >= 0 or usage.free_fraction != usage.free_fraction
+    assert usage.total_bytes >= 0 or int(text.split()[2]) < 0
+
+
+# -- mountinfo and /proc/modules, structured near misses ----------------------------------------
+
+FIELD = st.one_of(st.sampled_from(["-", "/", "/mnt\\040x", "rw,relatime", "ext4", "shared:1", "0:1", "25"]), WORD)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(FIELD, max_size=12).map(" ".join), max_size=5))
+def test_mountinfo_near_misses_give_entries_or_the_documented_error(lines: list[str]) -> None:
+    try:
+        entries = parse_mountinfo("\n".join(lines), "mountinfo")
+    except MountinfoError as exc:
+        assert str(exc).startswith("mountinfo:")
+        return
+    assert all(e.mount_point.startswith("/") for e in entries)
+
+
+MODULE_FIELD = st.one_of(st.sampled_from(["nvidia", "123", "0", "-", "Live", "0x0", "mlx5_core,"]), WORD)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(MODULE_FIELD, max_size=7).map(" ".join), max_size=5))
+def test_modules_near_misses_give_names_or_the_documented_error(lines: list[str]) -> None:
+    try:
+        names = parse_modules("\n".join(lines), "modules")
+    except ModulesError as exc:
+        assert str(exc).startswith("modules:")
+        return
+    assert all(name.strip() for name in names)
+
+
+# -- sysfs files of arbitrary bytes ---------------------------------------------------------------
+
+SYSFS_PARSERS: list[Callable[[str], Any]] = [
+    sysfs.parse_numbered_state,
+    sysfs.parse_ib_rate,
+    sysfs.parse_word,
+    sysfs.parse_counter,
+    sysfs.parse_width,
+    sysfs.parse_pcie_speed,
+    sysfs.parse_hex,
+    sysfs.parse_aer_counts,
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.binary(max_size=300))
+def test_sysfs_files_of_any_bytes_give_values_or_an_error_naming_the_file(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "value"
+        path.write_bytes(data)
+        for parse in SYSFS_PARSERS:
+            try:
+                sysfs.read(path, parse)
+            except sysfs.SysfsError as exc:
+                assert str(path) in str(exc)
+
+
+# -- /dev/kmsg dumps ---------------------------------------------------------------------------------
+
+RECORD = st.tuples(
+    st.integers(min_value=0, max_value=200),
+    st.integers(min_value=0, max_value=10**6),
+    st.sampled_from(["-", "c", "+", ""]),
+    st.one_of(st.sampled_from(["NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.", ""]), WORD),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(RECORD, max_size=12), st.one_of(st.none(), st.integers(min_value=0, max_value=200)))
+def test_kmsg_dumps_of_any_records_read_in_sequence_order(records: list[tuple[int, int, str, str]], after: Any) -> None:
+    text = "".join(f"6,{seq},{usec},{flags};{message}\n" for seq, usec, flags, message in records)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "kmsg"
+        path.write_text(text, encoding="utf-8")
+        try:
+            result = read_kmsg(path, after)
+        except LogUnavailable:
+            return
+    seqs = [int(line.record_id) for line in result.lines]
+    assert seqs == sorted(set(seqs))  # never a record twice, never backwards
+    assert after is None or all(s > after for s in seqs)
+    if seqs:
+        assert result.cursor == str(seqs[-1])
