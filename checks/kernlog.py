@@ -24,6 +24,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Optional
 
@@ -37,19 +38,28 @@ class LogUnavailable(Exception):
 
 @dataclass(frozen=True)
 class LogLine:
-    """One kernel message and the id of its record (unique within a boot for one source)."""
+    """One kernel message, the id of its record (unique within a boot for one source) and its times.
+
+    ``usec`` is the kernel's own timestamp of the record (microseconds since boot, the
+    USEC field of /dev/kmsg); journald keeps the same number in _SOURCE_MONOTONIC_TIMESTAMP,
+    so it names a record whichever source read it. ``time`` is the record's wall-clock
+    time in epoch seconds when it can be known.
+    """
 
     message: str
     record_id: str
+    usec: Optional[int] = None
+    time: Optional[float] = None
 
 
 @dataclass(frozen=True)
 class ReadResult:
-    """New lines since the cursor, the cursor after them, and lost records if any."""
+    """New lines since the cursor, the cursor after them, lost records if any, and the oldest SEQ seen."""
 
     lines: tuple[LogLine, ...]
     cursor: Optional[str]
     lost: Optional[str] = None
+    oldest: Optional[int] = None
 
 
 def read_boot_id(procfs: Path) -> str:
@@ -63,20 +73,40 @@ def read_boot_id(procfs: Path) -> str:
     return text.lower()
 
 
-def _records(chunk: bytes) -> list[tuple[int, str]]:
-    """(seq, message) for each record in ``chunk``; continuation lines and garbage are skipped."""
+def read_boot_time(procfs: Path, now: float) -> Optional[float]:
+    """Wall-clock time of this boot in epoch seconds, to date kernel records; None when unknown.
+
+    From ``btime`` in ``<procfs>/stat`` (proc(5)); failing that, ``now`` minus the
+    uptime in ``<procfs>/uptime``.
+    """
+    try:
+        for line in (procfs / "stat").read_text(encoding="ascii", errors="replace").splitlines():
+            name, _, value = line.partition(" ")
+            if name == "btime" and value.strip().isdigit():
+                return float(value.strip())
+    except OSError:
+        pass
+    try:
+        uptime = float((procfs / "uptime").read_text(encoding="ascii", errors="replace").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return now - uptime if uptime >= 0 else None
+
+
+def _records(chunk: bytes) -> list[tuple[int, int, str]]:
+    """(seq, usec, message) for each record in ``chunk``; continuation lines and garbage are skipped."""
     out = []
     for raw in chunk.split(b"\n"):
         match = _KMSG_HEAD.match(raw)
         if match is None:
             continue
         message = raw[match.end() :].decode("utf-8", errors="replace")
-        out.append((int(match.group(2)), message))
+        out.append((int(match.group(2)), int(match.group(3)), message))
     return out
 
 
-def read_kmsg(path: Path, after: Optional[int]) -> ReadResult:
-    """Records with SEQ greater than ``after`` (all of them when None)."""
+def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = None) -> ReadResult:
+    """Records with SEQ greater than ``after`` (all of them when None), dated from ``boot_time``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -84,6 +114,7 @@ def read_kmsg(path: Path, after: Optional[int]) -> ReadResult:
     lines: list[LogLine] = []
     lost: list[str] = []
     last = after
+    oldest: Optional[int] = None
     pending = b""
     try:
         is_device = stat.S_ISCHR(os.fstat(fd).st_mode)
@@ -105,16 +136,18 @@ def read_kmsg(path: Path, after: Optional[int]) -> ReadResult:
                     break
             elif not is_device:
                 chunk, _, pending = (pending + chunk).rpartition(b"\n")
-            for seq, message in _records(chunk):
+            for seq, usec, message in _records(chunk):
+                oldest = seq if oldest is None else oldest
                 if last is not None and seq <= last:
                     continue
                 if last is not None and seq > last + 1 and not lost:
                     lost.append(f"records {last + 1}..{seq - 1} were overwritten before they were read")
-                lines.append(LogLine(message, str(seq)))
+                time = None if boot_time is None else boot_time + usec / 1e6
+                lines.append(LogLine(message, str(seq), usec, time))
                 last = seq
     finally:
         os.close(fd)
-    return ReadResult(tuple(lines), None if last is None else str(last), "; ".join(lost) or None)
+    return ReadResult(tuple(lines), None if last is None else str(last), "; ".join(lost) or None, oldest)
 
 
 def journal_available() -> bool:
@@ -138,6 +171,14 @@ def _journal_id(entry: dict[str, Any]) -> str:
         if part.startswith("i="):
             return f"j{part[2:]}"
     return f"m{_journal_text(entry.get('__MONOTONIC_TIMESTAMP'))}"
+
+
+def _journal_times(entry: dict[str, Any]) -> tuple[Optional[int], Optional[float]]:
+    """(kernel usec, wall-clock seconds) of a journal entry; systemd-python converts both fields."""
+    source = entry.get("_SOURCE_MONOTONIC_TIMESTAMP")
+    realtime = entry.get("__REALTIME_TIMESTAMP")
+    usec = source // timedelta(microseconds=1) if isinstance(source, timedelta) else None
+    return usec, realtime.timestamp() if isinstance(realtime, datetime) else None
 
 
 def read_journal(directory: Optional[Path], boot_id: str, after: Optional[str]) -> ReadResult:
@@ -166,7 +207,7 @@ def read_journal(directory: Optional[Path], boot_id: str, after: Optional[str]) 
             ident = _journal_text(entry.get("SYSLOG_IDENTIFIER"))
             if ident and ident != "kernel" and not message.startswith(ident):
                 message = f"{ident}: {message}"
-            lines.append(LogLine(message, _journal_id(entry)))
+            lines.append(LogLine(message, _journal_id(entry), *_journal_times(entry)))
             cursor = _journal_text(entry.get("__CURSOR")) or cursor
     except OSError as exc:
         raise LogUnavailable(f"cannot read {where}: {exc.strerror or exc}") from None

@@ -3,11 +3,14 @@
 Each pass reads the kernel log from the cursor kept in the check's state (with the
 boot id: a new boot starts over), folds new lines into one group per GPU and Xid,
 and reports one finding per group seen this boot. Grades come from
-``xid_catalog`` with the operator's overrides. A flood of identical lines is one
-event per ``window`` (``details["count"]`` counts every line). Xids that need a
-GPU reset or a reboot stay active until a reboot, an Xid 154 back to "no action"
-on that GPU, or an acknowledgement (handled centrally, matched on
-``details["event"]``). Everything else that was seen is still reported, as an OK
+``xid_catalog`` with the operator's overrides. Every line is dated by its own
+record time (kernel timestamp plus boot time, or the journal's), never by when it
+was read, and all windows are judged on that time. A flood of identical lines is
+one event per ``window`` (``details["count"]`` counts every line), and inside it a
+milder line never grades the event down. Xids that need a GPU reset stay active
+until a reboot, an Xid 154 back to "no action" on that GPU, or an acknowledgement
+(handled centrally, matched on ``details["event"]``); those that need a reboot
+ignore the Xid 154. Everything else that was seen is still reported, as an OK
 finding, so metrics can count Xids by GPU and code.
 
 GPU numbering: the driver's Xid line names a PCI address. healthd maps it to an
@@ -31,11 +34,13 @@ from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.state import StateError
 
 from .kernlog import (
+    LogLine,
     LogUnavailable,
     ReadResult,
     journal_available,
     kmsg_seq,
     read_boot_id,
+    read_boot_time,
     read_journal,
     read_kmsg,
 )
@@ -45,6 +50,9 @@ from .xid_parse import GpuIdentity, Kind, PciAddress, XidEvent, parse_message
 STATE_VERSION = 1
 _OVERRIDE_KEY = re.compile(r"(?:XID_)?(\d{1,6})|SXID_(\d{1,6})")
 _MESSAGE_LIMIT = 240
+# Lines of one GPU and application Xid closer than this are one occurrence: a crashing
+# process makes the driver print several lines at once.
+_BURST_SECONDS = 5.0
 
 
 class XidSettings(CheckSettings):
@@ -104,6 +112,7 @@ class _Group:
     summary: str = ""
     uuid: str = ""
     recovery_action: str = ""
+    action: str = ""
 
 
 def _load_groups(raw: Any) -> dict[str, _Group]:
@@ -166,6 +175,12 @@ class _Pass:
         self.groups = _load_groups(document.get("groups"))
         if not self.order:
             self.order = [str(a) for a in nvidia_gpus(ctx.paths.sysfs)]
+        # Kernel timestamps (usec since boot) of the newest record folded this boot, and,
+        # after a change of source, of the newest one the old source had folded.
+        self.last_usec = _int_or_none(document.get("last_usec"))
+        self.skip_usec = _int_or_none(document.get("skip_usec"))
+        self.first_read = self.cursor is None and self.last_usec is None
+        self.boot_time = read_boot_time(ctx.paths.procfs, self.now)
 
     def document(self) -> dict[str, Any]:
         return {
@@ -175,6 +190,8 @@ class _Pass:
             "cursor": self.cursor,
             "uuids": self.uuids,
             "gpu_order": self.order,
+            "last_usec": self.last_usec,
+            "skip_usec": self.skip_usec,
             "groups": {key: asdict(group) for key, group in sorted(self.groups.items())},
         }
 
@@ -195,11 +212,25 @@ class _Pass:
                 problems.append(str(exc))
         kmsg = self.ctx.paths.kmsg
         try:
-            result = read_kmsg(kmsg, kmsg_seq(self.cursor) if self.source == "kmsg" else None)
-            self._switch_source("kmsg")
-            return result
+            result = read_kmsg(kmsg, kmsg_seq(self.cursor) if self.source == "kmsg" else None, self.boot_time)
         except LogUnavailable as exc:
             problems.append(str(exc))
+        else:
+            self._switch_source("kmsg")
+            if problems:
+                # Xids are still seen through kmsg, so this is a note, not "could not observe";
+                # but the journal's longer history is not being used, and someone should know.
+                directory = self.settings.journal_directory
+                self.findings.append(
+                    self.ctx.finding(
+                        Status.OK,
+                        "KERNEL_LOG_JOURNAL_UNREADABLE",
+                        str(directory) if directory is not None else "journal",
+                        _one_line(f"{problems[0]}; reading {kmsg} instead"),
+                        reason=_one_line(problems[0]),
+                    )
+                )
+            return result
         self.findings.append(
             self.ctx.finding(
                 Status.UNKNOWN,
@@ -212,20 +243,55 @@ class _Pass:
         return None
 
     def _switch_source(self, source: str) -> None:
-        # Cursors of different sources cannot be translated: a switch starts this boot over.
+        # Cursors of different sources cannot be translated, so the new source is read from
+        # the start of the boot; the groups (sticky events, event ids, counts) are kept, and
+        # records the old source already folded are skipped by their kernel timestamp,
+        # which both sources carry.
         if self.source != source:
+            if self.source:
+                self.skip_usec = self.last_usec
             self.source = source
-            self.groups = {}
+            self.cursor = None
+
+    def _is_old(self, line: LogLine) -> bool:
+        """Whether the old source already folded ``line`` (only right after a change of source)."""
+        if self.skip_usec is None or line.usec is None:
+            return False
+        if line.usec <= self.skip_usec:
+            return True
+        self.skip_usec = None
+        return False
 
     def fold(self, result: ReadResult) -> None:
         for line in result.lines:
+            if self._is_old(line):
+                continue
+            if line.usec is not None:
+                self.last_usec = max(line.usec, self.last_usec or 0)
             event = parse_message(line.message)
             if isinstance(event, GpuIdentity):
                 self.uuids[str(event.pci)] = event.uuid
             elif event is not None:
-                self._add(event, f"{self.boot_id}:{line.record_id}")
+                # The kernel's timestamp names the record in both sources, so an event id
+                # does not change with the source. A record is dated by its own time: lines
+                # read late (a first pass on a node up for months) keep their age.
+                record = line.usec if line.usec is not None else line.record_id
+                when = min(line.time, self.now) if line.time is not None else self.now
+                self._add(event, f"{self.boot_id}:{record}", when)
         if result.cursor is not None:
             self.cursor = result.cursor
+        if self.source == "kmsg" and self.first_read and result.oldest:
+            # The ring buffer wraps on any long-running node: a note, never an alarm.
+            self.findings.append(
+                self.ctx.finding(
+                    Status.OK,
+                    "KERNEL_LOG_TRUNCATED",
+                    str(self.ctx.paths.kmsg),
+                    f"the kernel log starts at record {result.oldest}: earlier records of this boot were "
+                    "overwritten before healthd first read it, so Xids among them are not known",
+                    first_seq=result.oldest,
+                )
+            )
         if result.lost:
             where = str(self.ctx.paths.kmsg) if self.source == "kmsg" else "journal"
             # Lost records mean an Xid may have gone unseen: that is "could not observe"
@@ -254,7 +320,11 @@ class _Pass:
             return f"gpu{index}", str(index), pci
         return pci, pci, pci
 
-    def _add(self, event: XidEvent, event_id: str) -> None:
+    def _add(self, event: XidEvent, event_id: str, when: float) -> None:
+        if event.detail:
+            # An SXid's Severity and Data lines describe the error of its Fatal/Non-fatal
+            # line just before; that line alone creates and grades the event.
+            return
         entry = classify(event, self.settings.overrides)
         subject, gpu, pci = self._identify(event)
         prefix = "SXID" if event.kind is Kind.SXID else "XID"
@@ -262,42 +332,54 @@ class _Pass:
         key = f"{code}@{subject}"
         group = self.groups.get(key)
         recovery = event.recovery.action.name if event.recovery and event.recovery.action else ""
-        new_event = (
-            group is None
-            or group.cleared
-            or self.now - group.window_start >= self.settings.window
-            or group.grade != entry.grade.name
-            or group.recovery_action != recovery
-        )
+        is_154 = event.recovery is not None
+        created = group is None
         if group is None:
-            group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "", "", event_id)
+            group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "OK", "", event_id)
             self.groups[key] = group
+        in_window = not group.cleared and when - group.window_start < self.settings.window
+        rank, held = entry.grade.rank, Status[group.grade].rank
+        new_event = created or not in_window or group.recovery_action != recovery or rank > held
+        # Inside its window an event is never graded down by a milder line of the same Xid;
+        # only a new recovery action (Xid 154) may say the GPU needs less than before.
+        milder = not new_event and rank < held
         if new_event:
             group.event = event_id
-            group.window_start = self.now
+            group.window_start = when
             group.window_count = 0
-        group.bucket = entry.bucket.value
-        group.grade = entry.grade.name
-        group.sticky = entry.sticky.value
-        group.summary = entry.summary
+        if not milder:
+            group.bucket = entry.bucket.value
+            group.grade = entry.grade.name
+            group.sticky = entry.sticky.value
+            group.summary = entry.summary
+            group.action = entry.action.value
+            group.text = _one_line(event.text)[:120]
+            failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
+            # Xid 154 states the GPU's current need: its latest action replaces the last one.
+            group.sticky_active = failing if is_154 else group.sticky_active or failing
         group.recovery_action = recovery
         group.count += 1
         group.window_count += 1
-        group.last_seen = self.now
         group.cleared = False
-        group.text = _one_line(event.text)[:120]
-        group.sticky_active = group.sticky_active or (entry.sticky is not Sticky.NO and entry.grade is not Status.OK)
-        if entry.bucket is Bucket.APPLICATION:
+        if group.bucket == Bucket.APPLICATION.value and abs(when - group.last_seen) >= _BURST_SECONDS:
             horizon = self.now - self.settings.app_repeat_window
-            recent = [t for t in group.recent if t > horizon] + [self.now]
+            # Times after now were stamped before the clock stepped back: their age is unknown.
+            recent = [t for t in [*group.recent, when] if horizon < t <= self.now]
             group.recent = recent[-self.settings.app_repeat_count :]
+        group.last_seen = max(group.last_seen, when)
         if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
             self._clear_gpu(event.pci, key)
 
     def _clear_gpu(self, pci: PciAddress, except_key: str) -> None:
-        """Xid 154 back to "no action": the driver says the GPU has recovered; end its sticky events."""
+        """Xid 154 back to "no action": the driver says the GPU no longer needs a reset.
+
+        Only events a GPU reset clears end here; one that needs a reboot (79, a reboot
+        recovery action) ends with the boot or an acknowledgement.
+        """
         for key, group in self.groups.items():
-            if key != except_key and group.pci == str(pci) and group.sticky_active:
+            if key == except_key or group.pci != str(pci) or not group.sticky_active:
+                continue
+            if group.sticky == Sticky.UNTIL_RESET.value:
                 group.sticky_active = False
                 group.cleared = True
 
@@ -311,7 +393,7 @@ class _Pass:
             return grade, ""
         if group.bucket == Bucket.APPLICATION.value and grade is Status.OK:
             horizon = self.now - self.settings.app_repeat_window
-            repeats = sum(1 for t in group.recent if t > horizon)
+            repeats = sum(1 for t in group.recent if horizon < t <= self.now)
             if repeats >= self.settings.app_repeat_count:
                 return Status.WARNING, f"; repeated {repeats} times within {self.settings.app_repeat_window:g}s"
         return Status.OK, ""
@@ -337,8 +419,14 @@ class _Pass:
                 details["uuid"] = uuid
             if group.recovery_action:
                 details["recovery_action"] = group.recovery_action
+            if group.action:
+                details["action"] = group.action
             self.findings.append(self.ctx.finding(status, group.code, group.subject, _one_line(message), **details))
         return self.findings
+
+
+def _int_or_none(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def run(ctx: CheckContext[XidSettings]) -> Iterable[Finding]:

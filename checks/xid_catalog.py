@@ -1,15 +1,27 @@
-"""The Xid severity table: which bucket each Xid falls in, its default grade, and whether it sticks.
+"""The Xid severity table: NVIDIA's immediate action for each Xid, healthd's grade, and what clears it.
 
-Buckets follow the "Resolution Bucket (Immediate Action)" column of NVIDIA's Xid
-catalog (docs.nvidia.com/deploy/xid-errors, "Analyzing Xid Errors with the Xid
-Catalog"): RESET_GPU and RESTART_BM (reboot) Xids, uncorrectable ECC, row-remap
-failures, GSP errors, NVLink errors, fallen off the bus and CONTACT_SUPPORT are
-hardware faults and CRITICAL. RESTART_APP Xids, together with the ones NVIDIA's
-Kubernetes device plugin skips as application errors (13, 31, 43, 45, 68), are
-recorded as OK observations and only escalate when they repeat on one GPU. IGNORE
-Xids are informational. An Xid not in the table is WARNING: a new driver may log
-a new hardware fault, and an unexplained Xid deserves a look without draining a
-node at once. Every grade can be overridden per Xid in the config.
+``IMMEDIATE_ACTION`` is the "Resolution Bucket (Immediate Action)" column of
+NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html,
+sheet "Xids", Xids 1-161; 162 and later have no immediate action there). healthd
+grades by that column:
+
+- RESET_GPU, the WORKFLOW_XID_48 (double-bit ECC: reset the GPU), WORKFLOW_NVLINK_ERR
+  and WORKFLOW_NVLINK5_ERR buckets, and CONTACT_SUPPORT are CRITICAL until a GPU
+  reset (CONTACT_SUPPORT is also the bucket of every Xid the catalog marks
+  "Unused": a retired code appearing on a current GPU needs a person);
+- RESTART_BM (reboot the machine), RESTART_VM (this VM must restart) and
+  CHECK_MECHANICALS (reseat the board: power it off) are CRITICAL until reboot;
+- RESTART_APP Xids, and 43 and 45 (NVIDIA's Kubernetes device plugin also skips 13,
+  31, 43, 45 and 68 as application errors), are recorded as OK and only escalate
+  when they repeat on one GPU;
+- IGNORE Xids are informational (OK);
+- UPDATE_SWFW (vGPU start error) and CHECK_UVM ("reset the GPU if UVM/vGPU is in
+  use, else ignore": healthd cannot tell) are WARNING;
+- XID_154 is graded by the recovery action the line names.
+
+An Xid not in the table is WARNING: a new driver may log a new hardware fault, and
+an unexplained Xid deserves a look without draining a node at once. Every grade
+can be overridden per Xid in the config.
 """
 
 from __future__ import annotations
@@ -23,12 +35,33 @@ from healthd.model import Status
 from .xid_parse import Kind, RecoveryAction, XidEvent
 
 
+class Action(enum.Enum):
+    """NVIDIA's "Resolution Bucket (Immediate Action)" of an Xid, as the catalog spells it."""
+
+    RESET_GPU = "RESET_GPU"
+    RESTART_BM = "RESTART_BM"
+    RESTART_VM = "RESTART_VM"
+    RESTART_APP = "RESTART_APP"
+    IGNORE = "IGNORE"
+    CONTACT_SUPPORT = "CONTACT_SUPPORT"
+    CHECK_MECHANICALS = "CHECK_MECHANICALS"
+    UPDATE_SWFW = "UPDATE_SWFW"
+    CHECK_UVM = "CHECK_UVM"
+    WORKFLOW_XID_45 = "WORKFLOW_XID_45"
+    WORKFLOW_XID_48 = "WORKFLOW_XID_48"
+    WORKFLOW_NVLINK_ERR = "WORKFLOW_NVLINK_ERR"
+    WORKFLOW_NVLINK5_ERR = "WORKFLOW_NVLINK5_ERR"
+    XID_154 = "XID_154"
+    NONE = "NONE"  # not in NVIDIA's catalog (SXids, unknown Xids)
+
+
 class Bucket(enum.Enum):
     """Why an Xid is graded the way it is (kept in finding details and scan-log output)."""
 
     RESET_GPU = "reset_gpu"
     REBOOT = "reboot"
     CONTACT_SUPPORT = "contact_support"
+    CHECK_MECHANICALS = "check_mechanicals"
     ROW_REMAP_FAILURE = "row_remap_failure"
     UNCORRECTABLE_ECC = "uncorrectable_ecc"
     GSP_ERROR = "gsp_error"
@@ -37,6 +70,7 @@ class Bucket(enum.Enum):
     RECOVERY_ACTION = "recovery_action"
     APPLICATION = "application"
     INFORMATIONAL = "informational"
+    SOFTWARE = "software"
     NVSWITCH_FATAL = "nvswitch_fatal"
     NVSWITCH_NONFATAL = "nvswitch_nonfatal"
     UNKNOWN = "unknown"
@@ -56,72 +90,159 @@ class Entry:
     grade: Status
     sticky: Sticky
     summary: str
+    action: Action = Action.NONE
 
 
-def _hw(bucket: Bucket, summary: str, sticky: Sticky = Sticky.UNTIL_RESET) -> Entry:
-    return Entry(bucket, Status.CRITICAL, sticky, summary)
+_A = Action
+_UNUSED = "retired Xid (the catalog marks it unused on current GPUs)"
 
-
-def _app(summary: str) -> Entry:
-    return Entry(Bucket.APPLICATION, Status.OK, Sticky.NO, summary)
-
-
-def _info(summary: str) -> Entry:
-    return Entry(Bucket.INFORMATIONAL, Status.OK, Sticky.NO, summary)
-
-
-_NVLINK5 = "NVLink5 error (decode with NVIDIA's NVLink5 Xid tables)"
-
-# Xid -> entry. Summaries are our own short wording of the catalog's description.
-CATALOG: Mapping[int, Entry] = {
-    8: _app("GPU stopped processing (channel idle timeout)"),
-    13: _app("graphics engine exception"),
-    31: _app("GPU memory page fault"),
-    43: _app("GPU stopped processing (channel reset by the driver)"),
-    45: _app("preemptive cleanup after a previous error or process exit"),
-    48: _hw(Bucket.UNCORRECTABLE_ECC, "double bit ECC error"),
-    61: _hw(Bucket.CONTACT_SUPPORT, "internal micro-controller breakpoint/warning"),
-    62: _hw(Bucket.RESET_GPU, "internal micro-controller halt"),
-    63: _info("ECC page retirement or row remapping recorded"),
-    64: _hw(Bucket.ROW_REMAP_FAILURE, "ECC page retirement or row remapping failure"),
-    68: _app("NVDEC0 (video decoder) exception"),
-    69: _app("graphics engine class error"),
-    74: _hw(Bucket.NVLINK, "NVLink error"),
-    79: _hw(Bucket.FALLEN_OFF_BUS, "GPU has fallen off the bus", Sticky.UNTIL_REBOOT),
-    92: _info("high single-bit ECC error rate"),
-    94: _app("contained ECC error (affected application must restart)"),
-    95: _hw(Bucket.UNCORRECTABLE_ECC, "uncontained ECC error"),
-    109: _hw(Bucket.RESET_GPU, "context switch timeout"),
-    110: _hw(Bucket.RESET_GPU, "security fault"),
-    119: _hw(Bucket.GSP_ERROR, "GSP RPC timeout"),
-    120: _hw(Bucket.GSP_ERROR, "GSP error"),
-    121: _info("corrected C2C link error"),
-    140: _hw(Bucket.UNCORRECTABLE_ECC, "unrecovered ECC error"),
-    143: _hw(Bucket.RESET_GPU, "GPU initialization failure"),
-    144: _hw(Bucket.NVLINK, _NVLINK5),
-    145: _hw(Bucket.NVLINK, _NVLINK5),
-    146: _hw(Bucket.NVLINK, _NVLINK5),
-    147: _hw(Bucket.NVLINK, _NVLINK5),
-    148: _hw(Bucket.NVLINK, _NVLINK5),
-    149: _hw(Bucket.NVLINK, _NVLINK5),
-    150: _hw(Bucket.NVLINK, _NVLINK5),
-    154: Entry(Bucket.RECOVERY_ACTION, Status.OK, Sticky.NO, "GPU recovery action changed"),
+# Xid -> (NVIDIA's immediate action, our short wording of the catalog's description).
+IMMEDIATE_ACTION: Mapping[int, tuple[Action, str]] = {
+    **{code: (_A.CONTACT_SUPPORT, _UNUSED) for code in (*range(1, 8), 9, 10, 12, *range(15, 25), *range(26, 31))},
+    **{code: (_A.CONTACT_SUPPORT, _UNUSED) for code in (*range(33, 37), 42, 47, *range(49, 54), *range(55, 60))},
+    **{code: (_A.CONTACT_SUPPORT, _UNUSED) for code in (61, 65, 73, 81, 87, 90, 91, *range(111, 119))},
+    **{code: (_A.CONTACT_SUPPORT, _UNUSED) for code in (*range(122, 126), 138)},
+    8: (_A.RESTART_APP, "GPU stopped processing (channel idle timeout)"),
+    11: (_A.RESTART_APP, "invalid or corrupted push buffer stream"),
+    13: (_A.RESTART_APP, "graphics engine exception"),
+    14: (_A.IGNORE, "fake or injected error"),
+    25: (_A.RESTART_APP, "invalid or illegal push buffer stream"),
+    31: (_A.RESTART_APP, "GPU memory page fault"),
+    32: (_A.RESTART_APP, "invalid or corrupted push buffer stream (PBDMA)"),
+    37: (_A.IGNORE, "driver firmware error"),
+    38: (_A.IGNORE, "driver firmware watchdog timeout"),
+    39: (_A.RESTART_APP, "copy engine exception"),
+    40: (_A.RESTART_APP, "copy engine exception"),
+    41: (_A.RESTART_APP, "copy engine exception"),
+    43: (_A.IGNORE, "GPU stopped processing (channel reset by the driver)"),
+    44: (_A.IGNORE, "graphics engine fault during context switch"),
+    45: (_A.WORKFLOW_XID_45, "preemptive cleanup after a previous error or process exit"),
+    46: (_A.RESET_GPU, "GPU stopped processing (GPU timeout)"),
+    48: (_A.WORKFLOW_XID_48, "double bit ECC error"),
+    54: (_A.CHECK_MECHANICALS, "auxiliary power is not connected to the GPU board"),
+    60: (_A.RESTART_APP, "video processor exception"),
+    62: (_A.RESET_GPU, "internal micro-controller halt"),
+    63: (_A.IGNORE, "ECC page retirement or row remapping recorded"),
+    64: (_A.RESET_GPU, "ECC page retirement or row remapping failure"),
+    66: (_A.IGNORE, "illegal access by driver"),
+    67: (_A.IGNORE, "illegal access by driver"),
+    68: (_A.RESTART_APP, "NVDEC0 (video decoder) exception"),
+    69: (_A.RESTART_APP, "graphics engine class error"),
+    **{code: (_A.RESTART_APP, f"copy engine CE{code - 67} error") for code in (70, 71, 72)},
+    74: (_A.WORKFLOW_NVLINK_ERR, "NVLink error"),
+    **{code: (_A.RESTART_APP, f"copy engine CE{code - 69} error") for code in (75, 76, 77)},
+    78: (_A.UPDATE_SWFW, "vGPU start error"),
+    79: (_A.RESTART_BM, "GPU has fallen off the bus"),
+    80: (_A.RESTART_APP, "corrupted data sent to GPU"),
+    82: (_A.RESTART_APP, "NVJPG0 error"),
+    83: (_A.RESTART_APP, "NVDEC1 error"),
+    84: (_A.RESTART_APP, "NVDEC2 error"),
+    85: (_A.RESTART_APP, "copy engine CE9 error"),
+    86: (_A.RESTART_APP, "optical flow accelerator exception"),
+    88: (_A.RESTART_APP, "NVDEC3 error"),
+    89: (_A.RESTART_APP, "NVDEC4 error"),
+    92: (_A.IGNORE, "high single-bit ECC error rate"),
+    93: (_A.IGNORE, "InfoROM wear limit reached"),
+    94: (_A.RESTART_APP, "contained ECC error (affected application must restart)"),
+    95: (_A.RESET_GPU, "uncontained ECC error"),
+    **{code: (_A.RESTART_APP, f"NVDEC{code - 91} error") for code in (96, 97, 98)},
+    **{code: (_A.RESTART_APP, f"NVJPG{code - 98} error") for code in range(99, 106)},
+    106: (_A.IGNORE, "SMBPBI test message"),
+    107: (_A.IGNORE, "SMBPBI test message"),
+    108: (_A.IGNORE, "NVLink remote translation error"),
+    109: (_A.RESET_GPU, "context switch timeout"),
+    110: (_A.RESET_GPU, "security fault"),
+    119: (_A.RESET_GPU, "GSP RPC timeout"),
+    120: (_A.RESET_GPU, "GSP error"),
+    121: (_A.IGNORE, "corrected C2C link error"),
+    **{code: (_A.RESTART_APP, f"copy engine CE{code - 116} error") for code in range(126, 136)},
+    136: (_A.RESET_GPU, "NVLink link training failed"),
+    137: (_A.IGNORE, "NVLink privilege error (illegal peer access)"),
+    139: (_A.RESTART_APP, "optical flow accelerator OFA1 error"),
+    140: (_A.RESET_GPU, "unrecovered ECC error"),
+    141: (_A.IGNORE, "CUDA fast path error"),
+    142: (_A.CONTACT_SUPPORT, "NVENC3 error"),
+    143: (_A.RESET_GPU, "GPU initialization failure"),
+    **{
+        code: (_A.WORKFLOW_NVLINK5_ERR, "NVLink5 error (decode with NVIDIA's Xid 144-150 tables)")
+        for code in range(144, 151)
+    },
+    151: (_A.RESTART_VM, "key rotation error"),
+    152: (_A.IGNORE, "DLA SMMU error"),
+    153: (_A.IGNORE, "DLA timeout"),
+    154: (_A.XID_154, "GPU recovery action changed"),
+    155: (_A.RESET_GPU, "NVLink software-defined link down"),
+    156: (_A.RESET_GPU, "resource retirement event"),
+    157: (_A.IGNORE, "resource retirement failure (no spare resources left)"),
+    158: (_A.RESET_GPU, "GPU fatal timeout"),
+    159: (_A.CHECK_UVM, "CHI non-data error"),
+    160: (_A.IGNORE, "channel retirement event"),
+    161: (_A.IGNORE, "channel retirement failure"),
 }
+
+# Immediate action -> (bucket, grade, sticky): healthd's reading of each bucket (module docstring).
+_BY_ACTION: Mapping[Action, tuple[Bucket, Status, Sticky]] = {
+    Action.RESET_GPU: (Bucket.RESET_GPU, Status.CRITICAL, Sticky.UNTIL_RESET),
+    Action.WORKFLOW_XID_48: (Bucket.UNCORRECTABLE_ECC, Status.CRITICAL, Sticky.UNTIL_RESET),
+    Action.WORKFLOW_NVLINK_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),
+    Action.WORKFLOW_NVLINK5_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),
+    Action.CONTACT_SUPPORT: (Bucket.CONTACT_SUPPORT, Status.CRITICAL, Sticky.UNTIL_RESET),
+    Action.RESTART_BM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
+    Action.RESTART_VM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
+    Action.CHECK_MECHANICALS: (Bucket.CHECK_MECHANICALS, Status.CRITICAL, Sticky.UNTIL_REBOOT),
+    Action.RESTART_APP: (Bucket.APPLICATION, Status.OK, Sticky.NO),
+    Action.WORKFLOW_XID_45: (Bucket.APPLICATION, Status.OK, Sticky.NO),
+    Action.IGNORE: (Bucket.INFORMATIONAL, Status.OK, Sticky.NO),
+    Action.UPDATE_SWFW: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
+    Action.CHECK_UVM: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
+    Action.XID_154: (Bucket.RECOVERY_ACTION, Status.OK, Sticky.NO),
+}
+
+# Finer "why" than the action bucket for Xids operators look for by name.
+_BUCKET_OF: Mapping[int, Bucket] = {
+    43: Bucket.APPLICATION,  # NVIDIA's device plugin list: repeats on one GPU still deserve a look
+    64: Bucket.ROW_REMAP_FAILURE,
+    79: Bucket.FALLEN_OFF_BUS,
+    95: Bucket.UNCORRECTABLE_ECC,
+    119: Bucket.GSP_ERROR,
+    120: Bucket.GSP_ERROR,
+    140: Bucket.UNCORRECTABLE_ECC,
+}
+
+
+def _entry(code: int, action: Action, summary: str) -> Entry:
+    bucket, grade, sticky = _BY_ACTION[action]
+    return Entry(_BUCKET_OF.get(code, bucket), grade, sticky, summary, action)
+
+
+CATALOG: Mapping[int, Entry] = {code: _entry(code, *row) for code, row in sorted(IMMEDIATE_ACTION.items())}
 
 UNKNOWN_XID = Entry(Bucket.UNKNOWN, Status.WARNING, Sticky.NO, "Xid not in healthd's catalog")
 
+
+def _recovery(grade: Status, sticky: Sticky, summary: str) -> Entry:
+    return Entry(Bucket.RECOVERY_ACTION, grade, sticky, summary, Action.XID_154)
+
+
 # Xid 154's new action decides its grade: the driver itself says what the GPU needs.
 RECOVERY_ENTRIES: Mapping[RecoveryAction, Entry] = {
-    RecoveryAction.NONE: Entry(Bucket.RECOVERY_ACTION, Status.OK, Sticky.NO, "no recovery action needed"),
-    RecoveryAction.GPU_RESET: _hw(Bucket.RECOVERY_ACTION, "recovery action: GPU reset"),
-    RecoveryAction.NODE_REBOOT: _hw(Bucket.RECOVERY_ACTION, "recovery action: node reboot", Sticky.UNTIL_REBOOT),
-    RecoveryAction.DRAIN_P2P: _hw(Bucket.RECOVERY_ACTION, "recovery action: drain P2P"),
-    RecoveryAction.DRAIN_AND_RESET: _hw(Bucket.RECOVERY_ACTION, "recovery action: drain P2P and reset GPU"),
+    RecoveryAction.NONE: _recovery(Status.OK, Sticky.NO, "no recovery action needed"),
+    RecoveryAction.GPU_RESET: _recovery(Status.CRITICAL, Sticky.UNTIL_RESET, "recovery action: GPU reset"),
+    RecoveryAction.NODE_REBOOT: _recovery(Status.CRITICAL, Sticky.UNTIL_REBOOT, "recovery action: node reboot"),
+    RecoveryAction.DRAIN_P2P: _recovery(Status.CRITICAL, Sticky.UNTIL_RESET, "recovery action: drain P2P"),
+    RecoveryAction.DRAIN_AND_RESET: _recovery(
+        Status.CRITICAL, Sticky.UNTIL_RESET, "recovery action: drain P2P and reset GPU"
+    ),
+    RecoveryAction.RECOVER_IMEX_DOMAIN: _recovery(
+        Status.CRITICAL, Sticky.UNTIL_RESET, "recovery action: recover the IMEX domain"
+    ),
+    RecoveryAction.BUS_RESET: _recovery(Status.CRITICAL, Sticky.UNTIL_REBOOT, "recovery action: reset the PCIe bus"),
+    RecoveryAction.SYSTEM_REBOOT: _recovery(Status.CRITICAL, Sticky.UNTIL_REBOOT, "recovery action: system reboot"),
 }
 
 # NVSwitch SXids: NVIDIA's Fabric Manager guide treats fatal SXids as needing a
 # reset of the GPUs and switches in the fabric; non-fatal ones are corrected.
-SXID_FATAL = _hw(Bucket.NVSWITCH_FATAL, "fatal NVSwitch error")
+SXID_FATAL = Entry(Bucket.NVSWITCH_FATAL, Status.CRITICAL, Sticky.UNTIL_RESET, "fatal NVSwitch error")
 SXID_NONFATAL = Entry(Bucket.NVSWITCH_NONFATAL, Status.OK, Sticky.NO, "non-fatal NVSwitch error")
 SXID_UNCLASSIFIED = Entry(Bucket.UNKNOWN, Status.WARNING, Sticky.NO, "NVSwitch error of unstated fatality")
 
@@ -143,4 +264,4 @@ def classify(event: XidEvent, overrides: Optional[Mapping[str, Status]] = None) 
     grade = (overrides or {}).get(override_key(event))
     if grade is None or grade is entry.grade:
         return entry
-    return Entry(entry.bucket, grade, entry.sticky, entry.summary)
+    return Entry(entry.bucket, grade, entry.sticky, entry.summary, entry.action)

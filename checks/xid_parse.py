@@ -70,13 +70,18 @@ class Kind(enum.Enum):
 
 
 class RecoveryAction(enum.IntEnum):
-    """Xid 154's recovery actions (NVML ``nvmlDeviceGpuRecoveryAction_t``)."""
+    """Xid 154's recovery actions: NVML's ``nvmlDeviceGpuRecoveryAction_t`` (nvml.h, and pynvml's
+    ``NVML_GPU_RECOVERY_ACTION_*``). The one table of these codes in healthd; the same values
+    come back from NVML's ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` field."""
 
     NONE = 0
     GPU_RESET = 1
     NODE_REBOOT = 2
     DRAIN_P2P = 3
     DRAIN_AND_RESET = 4
+    RECOVER_IMEX_DOMAIN = 5
+    BUS_RESET = 6
+    SYSTEM_REBOOT = 7
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,12 @@ class RecoveryChange:
 
 @dataclass(frozen=True)
 class XidEvent:
-    """One Xid, SXid or fallen-off-bus line. A fallen-off-bus line without an Xid counts as Xid 79."""
+    """One Xid, SXid or fallen-off-bus line. A fallen-off-bus line without an Xid counts as Xid 79.
+
+    The NVSwitch driver prints each SXid as three lines: ``<code>, Fatal|Non-fatal, <text>``,
+    then ``<code>, Severity N ...`` and ``<code>, Data {...}``. Only the first says whether
+    the error is fatal; the other two carry ``detail=True`` and describe the same error.
+    """
 
     kind: Kind
     code: int
@@ -110,6 +120,7 @@ class XidEvent:
     fatal: Optional[bool] = None
     severity: Optional[int] = None
     recovery: Optional[RecoveryChange] = None
+    detail: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,7 @@ _MIG = re.compile(r"GPU-I:(\d+)(?: +GPU-CI:(\d+))?")
 _PID = re.compile(r"pid=(?:'? *<unknown>'?|(\d+))(?:, *name=([^,]*))?(?:, *(.*))?")
 _RECOVERY = re.compile(r"recovery action changed from (0x[0-9a-f]+)\b.*?\bto (0x[0-9a-f]+)\b", re.IGNORECASE)
 _SWITCH = re.compile(r"(nvidia-nvswitch\d+)\s*:\s*$")
-_SXID_REST = re.compile(r"(?:(Fatal|Non-fatal)|Severity (\d+))\b,? *(.*)", re.IGNORECASE)
+_SXID_REST = re.compile(r"(?:(Fatal|Non-fatal)\b|Severity (\d+)\b|(Data)(?= *\{)),? *(.*)", re.IGNORECASE)
 _ADDR = rf"{_HEX}{{4,8}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.{_HEX})?"
 _FALLEN = re.compile(rf"GPU (?:at )?(?:PCI:)?({_ADDR}):? (?:GPU )?has fallen off")
 _UUID = re.compile(rf"GPU at PCI:({_ADDR}): (GPU-[0-9A-Fa-f-]+)")
@@ -249,14 +260,19 @@ def _parse_sxid(prefix: str, code: int, pci: Optional[PciAddress], rest: str) ->
     switch_match = _SWITCH.search(prefix)
     fatal: Optional[bool] = None
     severity: Optional[int] = None
+    detail = False
     text = rest
     rest_match = _SXID_REST.match(rest)
     if rest_match:
-        flag, severity_text, text = rest_match.groups()
+        flag, severity_text, data, text = rest_match.groups()
         if flag is not None:
             fatal = flag.lower() == "fatal"
-        elif len(severity_text) < 4:
-            severity = int(severity_text)
+        else:
+            detail = True
+            if severity_text is not None and len(severity_text) < 4:
+                severity = int(severity_text)
+            if data is not None:
+                text = f"Data {text}"
     return XidEvent(
         Kind.SXID,
         code,
@@ -265,6 +281,7 @@ def _parse_sxid(prefix: str, code: int, pci: Optional[PciAddress], rest: str) ->
         switch=switch_match.group(1).removeprefix("nvidia-") if switch_match else None,
         fatal=fatal,
         severity=severity,
+        detail=detail,
     )
 
 

@@ -57,17 +57,22 @@ class ScanEntry:
             "summary": self.entry.summary,
             "text": event.text,
             "recovery_action": event.recovery.after if event.recovery else None,
+            "action": self.entry.action.value,
         }
 
 
 def scan(lines: Iterable[str], overrides: Optional[Mapping[str, Status]] = None) -> list[ScanEntry]:
-    """Every Xid/SXid/fallen-off-bus line, with UUIDs from the driver's ``GPU at PCI`` lines anywhere in the log."""
+    """Every Xid/SXid/fallen-off-bus line, with UUIDs from the driver's ``GPU at PCI`` lines anywhere in the log.
+
+    An SXid's Severity and Data lines are not listed: they describe the error of the
+    Fatal/Non-fatal line before them, which carries its grade.
+    """
     found: list[tuple[int, Record, XidEvent]] = []
     uuids: dict[tuple[int, int, int], str] = {}
     for number, record, event in scan_lines(lines):
         if isinstance(event, GpuIdentity):
             uuids[event.pci.key] = event.uuid
-        else:
+        elif not event.detail:
             found.append((number, record, event))
     return [
         ScanEntry(number, record, event, classify(event, overrides), uuids.get(event.pci.key) if event.pci else None)

@@ -2,7 +2,8 @@
 
 FILE may be a ``dmesg``, ``dmesg -r``, ``journalctl -k`` or /dev/kmsg dump, or ``-``
 for stdin. Grades come from the same catalog as the ``xid`` check, with the
-config's overrides when ``--config`` is given.
+overrides of the config (``--config``, else the default config file when it exists,
+as for every other command).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _overrides(args: argparse.Namespace) -> Optional[Mapping[str, Status]]:
-    if args.config is None:
-        return None
     from healthd.config import load_config
     from healthd.engine import settings_models
     from healthd.plugin import discover

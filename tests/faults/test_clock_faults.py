@@ -94,7 +94,7 @@ def test_xid_windows_across_clock_jumps(harness: Callable[..., Harness], tmp_pat
     (random / "boot_id").write_text("11111111-2222-3333-4444-555555555555\n")
     (tmp_path / "sys").mkdir()
     kmsg = tmp_path / "kmsg"
-    kmsg.write_text("")
+    kmsg.write_text("6,0,0,-;Linux version\n")  # a real kernel numbers records from 0
     paths = f'procfs = "{tmp_path / "proc"}"\nsysfs = "{tmp_path / "sys"}"\nkmsg = "{kmsg}"'
     node = harness(*builtin("xid"), paths=paths, extra='[checks.xid]\nsource = "kmsg"\n')
     clock = Clock()

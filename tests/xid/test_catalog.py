@@ -1,58 +1,156 @@
-"""The Xid catalog covers what it claims, grades buckets as documented, and applies overrides."""
+"""The Xid catalog against NVIDIA's own lists, the grades of each bucket, Xid 154, SXids and overrides.
+
+The literal lists below are copied by hand from the "Resolution Bucket (Immediate
+Action)" column of NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/
+analyzing-xid-catalog.html, sheet "Xids"), independently of the table in
+checks/xid_catalog.py, so a wrong row in that table fails here.
+"""
 
 from __future__ import annotations
 
 import pytest
 
 from healthd.model import Status
-from healthd_checks.xid_catalog import CATALOG, RECOVERY_ENTRIES, Bucket, Sticky, classify
+from healthd_checks.xid_catalog import CATALOG, RECOVERY_ENTRIES, Action, Bucket, Sticky, classify
 from healthd_checks.xid_parse import Kind, PciAddress, RecoveryAction, RecoveryChange, XidEvent
 
 PCI = PciAddress(0, 0x3B, 0)
-HARDWARE = {48, 61, 62, 64, 74, 79, 95, 109, 110, 119, 120, 140, 143, *range(144, 151)}
-APPLICATION = {8, 13, 31, 43, 45, 68, 69, 94}
-INFORMATIONAL = {63, 92, 121}
+
+NVIDIA_RESET_GPU = [46, 62, 64, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158]
+NVIDIA_RESTART_BM = [79]
+NVIDIA_IGNORE = [14, 37, 38, 43, 44, 63, 66, 67, 92, 93, 106, 107, 108, 121, 137, 141, 152, 153, 157, 160, 161]
+NVIDIA_RESTART_APP = [8, 11, 13, 25, 31, 32, 39, 40, 41, 60, 68, 69, 70, 71, 72, 75, 76, 77, 80, 82, 83, 84, 85, 86]
+NVIDIA_RESTART_APP += [88, 89, 94, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105]
+NVIDIA_RESTART_APP += [126, 127, 128, 129, 130, 131, 132, 133, 134, 135, 139]
+NVIDIA_OTHER = {
+    45: "WORKFLOW_XID_45",
+    48: "WORKFLOW_XID_48",
+    54: "CHECK_MECHANICALS",
+    74: "WORKFLOW_NVLINK_ERR",
+    78: "UPDATE_SWFW",
+    142: "CONTACT_SUPPORT",
+    **{code: "WORKFLOW_NVLINK5_ERR" for code in range(144, 151)},
+    151: "RESTART_VM",
+    154: "XID_154",
+    159: "CHECK_UVM",
+}
+# Rows the catalog marks "Unused" (deprecated); their immediate action is CONTACT_SUPPORT.
+NVIDIA_UNUSED = [1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 26, 27, 28, 29, 30]
+NVIDIA_UNUSED += [33, 34, 35, 36, 42, 47, 49, 50, 51, 52, 53, 55, 56, 57, 58, 59, 61, 65, 73, 81, 87, 90, 91]
+NVIDIA_UNUSED += [111, 112, 113, 114, 115, 116, 117, 118, 122, 123, 124, 125, 138]
 
 
 def xid(code: int, **kw: object) -> XidEvent:
     return XidEvent(Kind.XID, code, PCI, "", **kw)  # type: ignore[arg-type]
 
 
-def test_catalog_covers_every_xid_it_claims() -> None:
-    assert set(CATALOG) == HARDWARE | APPLICATION | INFORMATIONAL | {154}
-    for code in CATALOG:
-        assert classify(xid(code)) == CATALOG[code]
+def test_lists_cover_the_catalog_once() -> None:
+    lists = [NVIDIA_RESET_GPU, NVIDIA_RESTART_BM, NVIDIA_IGNORE, NVIDIA_RESTART_APP, list(NVIDIA_OTHER), NVIDIA_UNUSED]
+    every = [code for codes in lists for code in codes]
+    assert sorted(every) == list(range(1, 162))  # 162 and later have no immediate action in the catalog
+    assert set(CATALOG) == set(every)
 
 
-@pytest.mark.parametrize("code", sorted(HARDWARE))
-def test_hardware_xids_are_critical_and_sticky(code: int) -> None:
+@pytest.mark.parametrize(
+    ("codes", "action"),
+    [
+        (NVIDIA_RESET_GPU, "RESET_GPU"),
+        (NVIDIA_RESTART_BM, "RESTART_BM"),
+        (NVIDIA_IGNORE, "IGNORE"),
+        (NVIDIA_RESTART_APP, "RESTART_APP"),
+        (NVIDIA_UNUSED, "CONTACT_SUPPORT"),
+    ],
+)
+def test_immediate_action_matches_nvidia(codes: list[int], action: str) -> None:
+    assert {code: classify(xid(code)).action.value for code in codes} == dict.fromkeys(codes, action)
+
+
+def test_other_immediate_actions_match_nvidia() -> None:
+    assert {code: classify(xid(code)).action.value for code in NVIDIA_OTHER} == NVIDIA_OTHER
+
+
+@pytest.mark.parametrize("code", NVIDIA_RESET_GPU)
+def test_reset_gpu_xids_are_critical_until_reset(code: int) -> None:
     entry = classify(xid(code))
-    assert entry.grade is Status.CRITICAL and entry.sticky is not Sticky.NO
+    assert (entry.grade, entry.sticky) == (Status.CRITICAL, Sticky.UNTIL_RESET)
 
 
-def test_buckets_of_note() -> None:
-    assert classify(xid(79)).bucket is Bucket.FALLEN_OFF_BUS and classify(xid(79)).sticky is Sticky.UNTIL_REBOOT
+def test_restart_bm_xids_are_critical_until_reboot() -> None:
+    for code in NVIDIA_RESTART_BM:
+        entry = classify(xid(code))
+        assert (entry.grade, entry.sticky, entry.bucket) == (
+            Status.CRITICAL,
+            Sticky.UNTIL_REBOOT,
+            Bucket.FALLEN_OFF_BUS,
+        )
+
+
+@pytest.mark.parametrize("code", NVIDIA_IGNORE + NVIDIA_RESTART_APP)
+def test_ignore_and_restart_app_xids_are_ok(code: int) -> None:
+    entry = classify(xid(code))
+    assert (entry.grade, entry.sticky) == (Status.OK, Sticky.NO)
+
+
+def test_restart_app_xids_escalate_on_repeats_and_ignore_xids_do_not() -> None:
+    assert {classify(xid(code)).bucket for code in NVIDIA_RESTART_APP} == {Bucket.APPLICATION}
+    # 43 is IGNORE for NVIDIA but one of the device plugin's application Xids: repeats still count.
+    assert {c: classify(xid(c)).bucket for c in NVIDIA_IGNORE if c != 43} == dict.fromkeys(
+        (c for c in NVIDIA_IGNORE if c != 43), Bucket.INFORMATIONAL
+    )
+    assert classify(xid(43)).bucket is Bucket.APPLICATION and classify(xid(45)).bucket is Bucket.APPLICATION
+
+
+def test_remaining_buckets() -> None:
+    grades = {code: (classify(xid(code)).grade, classify(xid(code)).sticky) for code in NVIDIA_OTHER if code != 154}
+    assert grades == {
+        45: (Status.OK, Sticky.NO),
+        48: (Status.CRITICAL, Sticky.UNTIL_RESET),
+        54: (Status.CRITICAL, Sticky.UNTIL_REBOOT),
+        74: (Status.CRITICAL, Sticky.UNTIL_RESET),
+        78: (Status.WARNING, Sticky.NO),
+        142: (Status.CRITICAL, Sticky.UNTIL_RESET),
+        **{code: (Status.CRITICAL, Sticky.UNTIL_RESET) for code in range(144, 151)},
+        151: (Status.CRITICAL, Sticky.UNTIL_REBOOT),
+        159: (Status.WARNING, Sticky.NO),
+    }
+    assert {classify(xid(code)).grade for code in NVIDIA_UNUSED} == {Status.CRITICAL}
     assert classify(xid(48)).bucket is Bucket.UNCORRECTABLE_ECC
     assert classify(xid(64)).bucket is Bucket.ROW_REMAP_FAILURE
     assert classify(xid(119)).bucket is Bucket.GSP_ERROR
-    for code in APPLICATION:
-        assert classify(xid(code)).bucket is Bucket.APPLICATION and classify(xid(code)).grade is Status.OK
-    for code in INFORMATIONAL:
-        assert classify(xid(code)).grade is Status.OK
 
 
 def test_unknown_xid_is_warning() -> None:
-    assert classify(xid(12345)).grade is Status.WARNING and classify(xid(12345)).bucket is Bucket.UNKNOWN
+    for code in (162, 171, 12345):
+        entry = classify(xid(code))
+        assert (entry.grade, entry.bucket, entry.action) == (Status.WARNING, Bucket.UNKNOWN, Action.NONE)
 
 
 def test_recovery_action_decides_xid_154() -> None:
+    # nvmlDeviceGpuRecoveryAction_t in nvml.h, as pynvml names it.
+    assert {a.name: a.value for a in RecoveryAction} == {
+        "NONE": 0,
+        "GPU_RESET": 1,
+        "NODE_REBOOT": 2,
+        "DRAIN_P2P": 3,
+        "DRAIN_AND_RESET": 4,
+        "RECOVER_IMEX_DOMAIN": 5,
+        "BUS_RESET": 6,
+        "SYSTEM_REBOOT": 7,
+    }
     assert set(RECOVERY_ENTRIES) == set(RecoveryAction)
     grades = {a: classify(xid(154, recovery=RecoveryChange(0, a.value))) for a in RecoveryAction}
-    assert grades[RecoveryAction.NONE].grade is Status.OK
-    assert grades[RecoveryAction.NODE_REBOOT].sticky is Sticky.UNTIL_REBOOT
-    for action in (RecoveryAction.GPU_RESET, RecoveryAction.DRAIN_P2P, RecoveryAction.DRAIN_AND_RESET):
-        assert grades[action].grade is Status.CRITICAL and grades[action].sticky is Sticky.UNTIL_RESET
+    assert (grades[RecoveryAction.NONE].grade, grades[RecoveryAction.NONE].sticky) == (Status.OK, Sticky.NO)
+    until_reboot = {RecoveryAction.NODE_REBOOT, RecoveryAction.BUS_RESET, RecoveryAction.SYSTEM_REBOOT}
+    for action in set(RecoveryAction) - {RecoveryAction.NONE}:
+        expected = Sticky.UNTIL_REBOOT if action in until_reboot else Sticky.UNTIL_RESET
+        assert (grades[action].grade, grades[action].sticky) == (Status.CRITICAL, expected), action
     assert classify(xid(154, recovery=RecoveryChange(0, 9))).grade is Status.WARNING
+
+
+def test_pynvml_agrees_on_recovery_codes() -> None:
+    pynvml = pytest.importorskip("pynvml")
+    for action in RecoveryAction:
+        assert getattr(pynvml, f"NVML_GPU_RECOVERY_ACTION_{action.name}") == action.value
 
 
 def test_sxid_grades_and_overrides() -> None:
@@ -68,5 +166,5 @@ def test_sxid_grades_and_overrides() -> None:
 
 def test_override_changes_grade_only() -> None:
     entry = classify(xid(63), {"63": Status.CRITICAL})
-    assert entry.grade is Status.CRITICAL and entry.bucket is Bucket.INFORMATIONAL
+    assert entry.grade is Status.CRITICAL and entry.bucket is Bucket.INFORMATIONAL and entry.action is Action.IGNORE
     assert classify(xid(79), {"79": Status.WARNING}).sticky is Sticky.UNTIL_REBOOT

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +15,7 @@ from healthd.config import ConfigError, NodeSpec, Paths, parse_config
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext
 from healthd.state import StateFile
-from healthd_checks.kernlog import LogUnavailable, read_kmsg
+from healthd_checks.kernlog import LogUnavailable, read_boot_time, read_kmsg
 from healthd_checks.xid import CHECK, XidSettings
 
 BOOT_A = "11111111-2222-3333-4444-555555555555"
@@ -28,7 +28,7 @@ class Node:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.seq = 0
+        self.seq = -1  # the kernel numbers a boot's records from 0
         self.now = 1_000_000.0
         self.boot(BOOT_A)
         (root / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
@@ -45,7 +45,7 @@ class Node:
 
     def new_boot(self, boot_id: str) -> None:
         self.boot(boot_id)
-        self.seq = 0
+        self.seq = -1
         self.kmsg.write_text("")
 
     def gpu(self, bdf: str, pci_class: str = "0x030200") -> None:
@@ -54,11 +54,17 @@ class Node:
         (device / "vendor").write_text("0x10de\n")
         (device / "class").write_text(pci_class + "\n")
 
-    def log(self, *messages: str, level: int = 4) -> None:
+    def booted_at(self, btime: int) -> None:
+        """Give procfs a /proc/stat whose btime dates the kernel's records."""
+        (self.root / "proc" / "stat").write_text(f"cpu  1 2 3 4\nbtime {btime}\nprocesses 99\n")
+
+    def log(self, *messages: str, level: int = 4, at: Optional[float] = None) -> None:
+        """Records 1 ms apart (or at ``at`` seconds after boot); the n-th has kernel timestamp n * 1000 us."""
         with self.kmsg.open("a") as handle:
-            for message in messages:
+            for number, message in enumerate(messages):
                 self.seq += 1
-                handle.write(f"{level},{self.seq},{self.seq * 1000},-;{message}\n SUBSYSTEM=pci\n")
+                usec = (self.seq + 1) * 1000 if at is None else int(at * 1e6) + number * 1000
+                handle.write(f"{level},{self.seq},{usec},-;{message}\n SUBSYSTEM=pci\n")
 
     def run(self, **options: Any) -> list[Finding]:
         paths = Paths(sysfs=self.root / "sys", procfs=self.root / "proc", kmsg=self.kmsg, state_dir=self.root / "state")
@@ -91,7 +97,7 @@ def test_restart_neither_misses_nor_rereads(node: Node) -> None:
     node.log(X79)
     first = by_code(node.run())["XID_79@0000:3b:00"]
     assert first.status is Status.CRITICAL
-    assert first.details["count"] == 1 and first.details["event"] == f"{BOOT_A}:1"
+    assert first.details["count"] == 1 and first.details["event"] == f"{BOOT_A}:1000"
     again = by_code(node.run())["XID_79@0000:3b:00"]  # a new run, same state dir: nothing re-read
     assert again.details["count"] == 1 and again.details["event"] == first.details["event"]
     node.log("NVRM: Xid (PCI:0000:5e:00): 48, pid=1, name=x, DBE")
@@ -105,15 +111,15 @@ def test_flood_is_one_event_per_window_counting_every_line(node: Node) -> None:
     node.log(*(["NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=x, Uncontained: LTC"] * 500))
     findings = node.run(window=600)
     assert len(findings) == 1
-    assert findings[0].details["count"] == 500 and findings[0].details["event"] == f"{BOOT_A}:1"
+    assert findings[0].details["count"] == 500 and findings[0].details["event"] == f"{BOOT_A}:1000"
     node.now += 100
     node.log("NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=x, Uncontained: LTC")
-    assert node.run(window=600)[0].details["event"] == f"{BOOT_A}:1"
+    assert node.run(window=600)[0].details["event"] == f"{BOOT_A}:1000"
     node.now += 600
     node.log("NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=x, Uncontained: LTC")
     later = node.run(window=600)
     assert len(later) == 1
-    assert later[0].details["event"] == f"{BOOT_A}:502" and later[0].details["count"] == 502
+    assert later[0].details["event"] == f"{BOOT_A}:502000" and later[0].details["count"] == 502
 
 
 def test_new_boot_starts_over(node: Node) -> None:
@@ -124,7 +130,7 @@ def test_new_boot_starts_over(node: Node) -> None:
     assert node.run() == []
     node.log(X79)
     finding = by_code(node.run())["XID_79@0000:3b:00"]
-    assert finding.details["event"] == f"{BOOT_B}:2" and finding.details["count"] == 1
+    assert finding.details["event"] == f"{BOOT_B}:2000" and finding.details["count"] == 1
 
 
 def test_reset_xid_sticks_until_recovery_action_none(node: Node) -> None:
@@ -142,7 +148,7 @@ def test_reset_xid_sticks_until_recovery_action_none(node: Node) -> None:
     node.log("NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE again")
     found = by_code(node.run())
     assert found["XID_48@0000:3b:00"].status is Status.CRITICAL
-    assert found["XID_48@0000:3b:00"].details["event"] == f"{BOOT_A}:4"
+    assert found["XID_48@0000:3b:00"].details["event"] == f"{BOOT_A}:4000"
 
 
 def test_non_sticky_failure_expires_after_the_window(node: Node) -> None:
@@ -154,13 +160,14 @@ def test_non_sticky_failure_expires_after_the_window(node: Node) -> None:
 
 
 def test_application_xid_escalates_only_on_repeats(node: Node) -> None:
-    node.log("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception")
-    node.log("NVRM: Xid (PCI:0000:5e:00): 13, pid=1, name=x, Graphics Exception")
+    node.booted_at(int(node.now) - 1000)
+    node.log("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception", at=1000)
+    node.log("NVRM: Xid (PCI:0000:5e:00): 13, pid=1, name=x, Graphics Exception", at=1000)
     assert {f.status for f in node.run(app_repeat_count=3)} == {Status.OK}
-    node.now += 10
-    node.log("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception")
-    node.now += 10
-    node.log("NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception")
+    node.now += 20
+    # Two more crashes 10 s apart, read in one pass: each counts at its own time.
+    node.log("NVRM: Xid (PCI:0000:3b:00): 13, pid=2, name=x, Graphics Exception", at=1010)
+    node.log("NVRM: Xid (PCI:0000:3b:00): 13, pid=3, name=x, Graphics Exception", at=1020)
     found = by_code(node.run(app_repeat_count=3, app_repeat_window=300))
     assert found["XID_13@0000:3b:00"].status is Status.WARNING
     assert found["XID_13@0000:5e:00"].status is Status.OK
@@ -238,10 +245,16 @@ def test_unreadable_kmsg_keeps_reporting_known_sticky_events(node: Node) -> None
     assert codes == {(Status.UNKNOWN, "KERNEL_LOG_UNREADABLE"), (Status.CRITICAL, "XID_79")}
 
 
-def test_journal_source_falls_back_to_kmsg(node: Node) -> None:
+def test_journal_source_falls_back_to_kmsg_and_says_so(node: Node) -> None:
     node.log(X79)
     findings = node.run(source="journal", journal_directory=node.root / "no-journal")
-    assert [f.code for f in findings] == ["XID_79"]
+    assert [(f.status, f.code) for f in findings] == [
+        (Status.OK, "KERNEL_LOG_JOURNAL_UNREADABLE"),
+        (Status.CRITICAL, "XID_79"),
+    ]
+    note = findings[0]
+    assert note.subject == str(node.root / "no-journal") and str(node.kmsg) in note.message
+    assert note.details["reason"]
 
 
 def test_corrupt_state_starts_over_without_crashing(node: Node) -> None:
@@ -279,3 +292,117 @@ def test_read_kmsg_survives_any_bytes(data: bytes) -> None:
         result = read_kmsg(path, None)
         assert all(line.record_id.isdigit() for line in result.lines)
         os.unlink(path)
+
+
+SXID_FATAL = [
+    "nvidia-nvswitch3: SXid (PCI:0000:0a:00.0): 22013, Fatal, Link 55 Minion Link DLREQ interrupt",
+    "nvidia-nvswitch3: SXid (PCI:0000:0a:00.0): 22013, Severity 5 Engine instance 55 Sub-engine instance 00",
+    "nvidia-nvswitch3: SXid (PCI:0000:0a:00.0): 22013, Data {0x00000037, 0x00000037, 0x00000000, 0x80005302}",
+]
+SXID_NONFATAL = [line.replace("Fatal,", "Non-fatal,").replace("Severity 5", "Severity 0") for line in SXID_FATAL]
+
+
+def test_sxid_triple_is_one_event_graded_by_its_fatal_line(node: Node) -> None:
+    node.log(*SXID_FATAL)
+    (fatal,) = node.run()
+    assert (fatal.code, fatal.subject, fatal.status) == ("SXID_22013", "nvswitch3", Status.CRITICAL)
+    assert fatal.details["count"] == 1 and fatal.details["event"] == f"{BOOT_A}:1000" and fatal.details["sticky"]
+    # A non-fatal report of the same SXid inside the window does not lower the event.
+    node.log(*SXID_NONFATAL)
+    (again,) = node.run()
+    assert again.status is Status.CRITICAL and again.details["event"] == f"{BOOT_A}:1000"
+    assert again.details["count"] == 2
+    node.new_boot(BOOT_B)
+    node.log(*SXID_NONFATAL, *SXID_NONFATAL)
+    (benign,) = node.run()
+    assert (
+        benign.status is Status.OK and benign.details["count"] == 2 and benign.details["bucket"] == "nvswitch_nonfatal"
+    )
+
+
+def test_one_crash_printing_several_lines_is_one_occurrence(node: Node) -> None:
+    node.booted_at(int(node.now) - 5000)
+    crash = "NVRM: Xid (PCI:0000:3b:00): 13, pid=77, name=train, Graphics SM Warp Exception"
+    node.log(crash, crash, crash, crash, at=4000)
+    (finding,) = node.run()
+    assert finding.status is Status.OK and finding.details["count"] == 4
+    node.log(crash, crash, at=4100)
+    node.log(crash, at=4200)
+    (finding,) = node.run()
+    assert finding.status is Status.WARNING and "repeated 3 times" in finding.message
+
+
+def test_old_records_read_late_keep_their_age(node: Node) -> None:
+    """healthd installed on a node up for 90 days: what happened a month ago is judged a month old."""
+    node.now = 1_700_000_000.0
+    node.booted_at(int(node.now) - 90 * 86400)
+    month_ago = 60 * 86400
+    crash = "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=x, Graphics Exception"
+    node.log(crash, at=month_ago)
+    node.log(crash, at=month_ago + 60)
+    node.log(crash, at=month_ago + 120)
+    node.log("NVRM: Xid (PCI:0000:3b:00): 999, pid=1, name=x, something new", at=month_ago)
+    node.log("NVRM: Xid (PCI:0000:5e:00): 48, pid=1, name=x, DBE", at=month_ago)
+    found = by_code(node.run())
+    assert found["XID_13@0000:3b:00"].status is Status.OK and found["XID_13@0000:3b:00"].details["count"] == 3
+    assert found["XID_999@0000:3b:00"].status is Status.OK  # its window ended long ago
+    assert found["XID_48@0000:5e:00"].status is Status.CRITICAL  # the GPU still needs its reset
+
+
+def test_xid_154_new_actions_and_what_none_clears(node: Node) -> None:
+    node.log(X79, "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE")
+    node.log("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x6 (Bus Reset)")
+    found = by_code(node.run())
+    assert found["XID_154@0000:3b:00"].status is Status.CRITICAL
+    assert found["XID_154@0000:3b:00"].details["recovery_action"] == "BUS_RESET"
+    assert found["XID_154@0000:3b:00"].details["sticky"] is True
+    node.log("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x6 to 0x7 (System Reboot)")
+    assert by_code(node.run())["XID_154@0000:3b:00"].details["recovery_action"] == "SYSTEM_REBOOT"
+    node.log("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x7 to 0x0 (None)")
+    found = by_code(node.run())
+    assert found["XID_48@0000:3b:00"].status is Status.OK  # a GPU reset cleared it
+    assert found["XID_79@0000:3b:00"].status is Status.CRITICAL  # only a reboot (or an ack) clears 79
+    assert found["XID_79@0000:3b:00"].details["sticky"] is True
+    recovered = found["XID_154@0000:3b:00"]
+    assert recovered.status is Status.OK and recovered.details["sticky"] is False
+    node.log("NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 to 0x5 (Recover IMEX Domain)")
+    assert by_code(node.run())["XID_154@0000:3b:00"].status is Status.CRITICAL
+
+
+def test_first_read_of_a_wrapped_ring_buffer_is_a_note_once(node: Node) -> None:
+    node.kmsg.write_text(f"4,50,50000,-;{X79}\n6,51,51000,-;eth0: link up\n")
+    found = by_code(node.run())
+    note = found[f"KERNEL_LOG_TRUNCATED@{node.kmsg}"]
+    assert note.status is Status.OK and note.details["first_seq"] == 50
+    assert found["XID_79@0000:3b:00"].status is Status.CRITICAL
+    assert [f.code for f in node.run()] == ["XID_79"]
+
+
+def test_changing_source_keeps_events_and_counts(node: Node) -> None:
+    node.log(X79, "NVRM: Xid (PCI:0000:5e:00): 48, pid=1, name=x, DBE")
+    before = {k: (f.details["event"], f.details["count"]) for k, f in by_code(node.run()).items()}
+    # The last passes read the journal (it folded the same records); now only kmsg can be read,
+    # and the ring buffer has since lost the 79 record.
+    state = node.root / "state" / "check-xid.json"
+    document = json.loads(state.read_text())
+    state.write_text(json.dumps({**document, "source": "journal", "cursor": "s=abc;i=2"}))
+    node.kmsg.write_text("4,1,2000,-;NVRM: Xid (PCI:0000:5e:00): 48, pid=1, name=x, DBE\n")
+    node.seq = 1
+    node.log("NVRM: Xid (PCI:0000:5e:00): 48, pid=1, name=x, DBE again")
+    after = by_code(node.run())
+    assert after["XID_79@0000:3b:00"].status is Status.CRITICAL  # not forgotten
+    assert after["XID_79@0000:3b:00"].details["event"] == before["XID_79@0000:3b:00"][0]
+    assert after["XID_48@0000:5e:00"].details["event"] == before["XID_48@0000:5e:00"][0]
+    assert after["XID_48@0000:5e:00"].details["count"] == 2  # the old record is not counted twice
+    assert f"KERNEL_LOG_TRUNCATED@{node.kmsg}" not in after
+
+
+def test_boot_time_from_procfs(tmp_path: Path) -> None:
+    assert read_boot_time(tmp_path, 500.0) is None
+    (tmp_path / "uptime").write_text("120.50 900.00\n")
+    assert read_boot_time(tmp_path, 500.0) == 379.5
+    (tmp_path / "stat").write_text("cpu 1 2\nbtime 1700000000\n")
+    assert read_boot_time(tmp_path, 500.0) == 1_700_000_000.0
+    (tmp_path / "stat").write_text("btime garbage\n")
+    (tmp_path / "uptime").write_text("nonsense")
+    assert read_boot_time(tmp_path, 500.0) is None

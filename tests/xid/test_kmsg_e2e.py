@@ -3,6 +3,11 @@
 Other records (and earlier test runs) share the ring buffer, so every assertion
 filters on a random PCI address used as this run's marker. Records written from
 userspace get the user facility; /dev/kmsg and the parser see the full line.
+
+The ring buffer keeps what is written until the machine reboots, and any later
+``healthd check`` there reads it: so only Xids graded OK are injected (63 and 92
+are informational, a single 13 is an application error), and nothing this test
+leaves behind can alarm or drain the machine.
 """
 
 from __future__ import annotations
@@ -95,27 +100,26 @@ def test_injected_xids_are_reported_once_across_restarts(config: Path) -> None:
     marker = f"0abc:{bus:02x}:{device:02x}"
     other = f"0abd:{bus:02x}:{device:02x}"
     inject(
-        f"NVRM: Xid (PCI:{marker}): 79, pid={os.getpid()}, name=pytest, GPU has fallen off the bus.",
+        f"NVRM: Xid (PCI:{marker}): 63, pid={os.getpid()}, name=pytest, Row Remapper: New row marked for remapping",
         f"NVRM: Xid (PCI:{other}): 13, pid={os.getpid()}, name=pytest, Graphics Exception",
     )
     mine = [f for f in engine_pass(config) if f.subject in (marker, other)]
     assert sorted((f.code, f.subject, f.status.name, f.details["count"]) for f in mine) == [
         ("XID_13", other, "OK", 1),
-        ("XID_79", marker, "CRITICAL", 1),
+        ("XID_63", marker, "OK", 1),
     ]
-    event = next(f.details["event"] for f in mine if f.code == "XID_79")
+    event = next(f.details["event"] for f in mine if f.code == "XID_63")
 
     # A new process with the same state dir: the old records are not read again.
     again = [f for f in process_pass(config) if f["subject"] in (marker, other)]
-    assert sorted((f["code"], f["details"]["count"], f["details"]["event"]) for f in again)[1] == ("XID_79", 1, event)
+    assert sorted((f["code"], f["details"]["count"], f["details"]["event"]) for f in again)[1] == ("XID_63", 1, event)
     assert len(again) == 2
 
     # A new record after the restart is seen once, by a fresh engine.
-    inject(f"NVRM: Xid (PCI:{marker}): 48, pid={os.getpid()}, name=pytest, DBE")
+    inject(f"NVRM: Xid (PCI:{marker}): 92, pid={os.getpid()}, name=pytest, High single-bit ECC error rate")
     latest = {f.code: f for f in engine_pass(config) if f.subject == marker}
-    assert set(latest) == {"XID_79", "XID_48"}
-    assert latest["XID_48"].details["count"] == 1 and latest["XID_79"].details["count"] == 1
-    assert {f.code: f.details["count"] for f in engine_pass(config) if f.subject == marker} == {
-        "XID_79": 1,
-        "XID_48": 1,
-    }
+    assert set(latest) == {"XID_63", "XID_92"}
+    assert latest["XID_92"].details["count"] == 1 and latest["XID_63"].details["count"] == 1
+    final = [f for f in engine_pass(config) if f.subject in (marker, other)]
+    assert {f.code: f.details["count"] for f in final if f.subject == marker} == {"XID_63": 1, "XID_92": 1}
+    assert {f.status.name for f in final} == {"OK"}

@@ -53,7 +53,7 @@ def test_line_parses_as_expected(case: dict[str, Any]) -> None:
     assert event.code == expect["code"]
     assert event.pci is not None
     assert (event.pci.full if event.kind is Kind.SXID else str(event.pci)) == expect["pci"]
-    for name in ("pid", "process", "gpu_instance", "compute_instance", "switch", "fatal", "severity", "text"):
+    for name in ("pid", "process", "gpu_instance", "compute_instance", "switch", "fatal", "severity", "detail", "text"):
         if name in expect:
             assert getattr(event, name) == expect[name], name
     if "recovery" in expect:

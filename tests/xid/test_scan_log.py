@@ -25,7 +25,12 @@ def scan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str,
         (
             "dmesg.txt",
             0,
-            [(6, "XID_13", "0000:5e:00", "OK"), (7, "XID_13", "0000:5e:00", "OK"), (8, "XID_63", "0000:3b:00", "OK")],
+            [
+                (6, "XID_13", "0000:5e:00", "OK"),
+                (7, "XID_13", "0000:5e:00", "OK"),
+                (8, "XID_63", "0000:3b:00", "OK"),
+                (9, "SXID_22013", "nvswitch3", "OK"),  # its Severity and Data lines are not events of their own
+            ],
         ),
         ("dmesg-r.txt", 2, [(3, "XID_48", "0000:3b:00", "CRITICAL"), (4, "XID_94", "0000:3b:00", "OK")]),
         (
@@ -52,6 +57,7 @@ def test_fields_of_one_event(capsys: pytest.CaptureFixture[str]) -> None:
     event = document["events"][0]
     assert event["format"] == "dmesg-raw"
     assert event["xid"] == 48 and event["bucket"] == "uncorrectable_ecc" and event["sticky"] == "until_reset"
+    assert event["action"] == "WORKFLOW_XID_48"
     assert event["uuid"] == "GPU-8f3c1a2b-5d6e-7f80-91a2-b3c4d5e6f708"
     assert event["pid"] == 99 and event["process"] == "nccl"
     _, kmsg = scan(capsys, str(FIXTURES / "kmsg.txt"))
@@ -73,6 +79,18 @@ def test_config_overrides_apply(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     config.write_text('[checks.xid]\noverrides = { "sixty-three" = "WARNING" }\n')
     assert main(["scan-log", "--config", str(config), str(FIXTURES / "dmesg.txt")]) == EX_CONFIG
     assert "checks.xid.overrides" in capsys.readouterr().err
+
+
+def test_default_config_applies_without_config_option(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    default = tmp_path / "healthd.toml"
+    default.write_text('[checks.xid]\noverrides = { "63" = "CRITICAL" }\n')
+    monkeypatch.setattr("healthd.config.DEFAULT_CONFIG_PATH", default)
+    code, document = scan(capsys, str(FIXTURES / "dmesg.txt"))
+    assert code == 2 and document["events"][2]["grade"] == "CRITICAL"
+    monkeypatch.setattr("healthd.config.DEFAULT_CONFIG_PATH", tmp_path / "absent.toml")
+    assert scan(capsys, str(FIXTURES / "dmesg.txt"))[0] == 0
 
 
 def test_unreadable_file_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
