@@ -2,10 +2,11 @@
 
 Presence, type, source and rw/ro come from mountinfo without touching the
 filesystems: PID 1's by default, because the systemd unit's sandbox (ProtectSystem)
-gives healthd's own namespace read-only views that are not the node's truth. Free space and inodes need statvfs, which hangs on a dead network
-mount, so they come from ``fsprobe`` child processes under a deadline. Missing or
-hung mounts are CRITICAL: the source paper lists missing mounts among the
-high-severity failures that take a node out at once.
+gives healthd's own namespace read-only views that are not the node's truth. Free
+space and inodes need statvfs, which hangs on a dead network mount, so they come
+from ``fsprobe`` child processes under a deadline. Missing or hung mounts are
+CRITICAL: the source paper lists missing mounts among the high-severity failures
+that take a node out at once.
 """
 
 from __future__ import annotations
