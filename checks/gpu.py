@@ -1,9 +1,10 @@
 """The ``gpu`` check: NVML readings (live or from a snapshot) judged against the node's expectations.
 
-``run`` gathers (``healthd_checks.nvml_source`` plus a scan of NVIDIA devices on the
-PCI bus in sysfs) and hands everything to ``evaluate``, a pure function that also
-returns the counter baselines to remember for the next pass (PCIe replays and
-NVLink errors are judged as rates, never as totals). See docs/gpu.md for the codes.
+``run`` gathers (``healthd_checks.nvml_source`` plus the NVIDIA GPUs that
+``healthd_checks.sysfs.scan_pci`` finds on the PCI bus) and hands everything to
+``evaluate``, a pure function that also returns the counter baselines to remember
+for the next pass (PCIe replays and NVLink errors are judged as rates, never as
+totals, in ``healthd_checks.gpu_counters``). See docs/gpu.md for the codes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import Field
 from healthd.model import DetailValue, Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
 
+from .gpu_counters import NVLINK_COUNTERS, judge_counters
 from .nvml_source import (
     GPU_IS_LOST,
     LIB_RM_VERSION_MISMATCH,
@@ -29,6 +31,7 @@ from .nvml_source import (
     SnapshotError,
     SnapshotFile,
 )
+from .sysfs import VENDOR_NVIDIA, PciScan, normalize_pci_address, scan_pci
 
 
 class GpuSettings(CheckSettings):
@@ -47,68 +50,11 @@ class GpuSettings(CheckSettings):
     # DCGM flags any new NVLink replay/recovery error; CRC errors matter only at 100+ per second.
     nvlink_errors_max: int = Field(default=0, ge=0, description="new replay+recovery errors tolerated per pass")
     nvlink_crc_per_second_max: float = Field(default=100.0, ge=0)
-
-
-# ---------------------------------------------------------------------------------------
-# NVIDIA devices on the PCI bus (sysfs), independent of the driver.
-
-NVIDIA_VENDOR = 0x10DE
-# PCI class codes (PCI Code and ID Assignment spec): 0x0300 VGA, 0x0302 3D controller.
-# Data-centre GPUs are 3D controllers; NVSwitches are bridges (0x0680) and are not counted.
-GPU_CLASSES = frozenset({0x0300, 0x0302})
-
-
-@dataclass(frozen=True)
-class PciScan:
-    """NVIDIA GPUs seen on the bus; ``bus_ids`` is None when the sysfs tree is absent."""
-
-    bus_ids: Optional[tuple[str, ...]]
-    problems: tuple[str, ...] = ()
-
-
-def parse_hex(text: str, what: str) -> int:
-    """Parse a sysfs hex attribute like ``0x10de``; ``ValueError`` names ``what`` otherwise."""
-    value = text.strip()
-    if not value.lower().startswith("0x"):
-        raise ValueError(f"{what}: expected a hex number like 0x10de, got {value[:40]!r}")
-    try:
-        return int(value, 16)
-    except ValueError:
-        raise ValueError(f"{what}: expected a hex number like 0x10de, got {value[:40]!r}") from None
-
-
-def scan_pci(sysfs: Path) -> PciScan:
-    """NVIDIA GPU functions under ``sysfs``/bus/pci/devices (vendor 0x10de, class 0x0300xx/0x0302xx)."""
-    devices = sysfs / "bus" / "pci" / "devices"
-    if not devices.is_dir():
-        return PciScan(None)
-    found: list[str] = []
-    problems: list[str] = []
-    for device in sorted(devices.iterdir()):
-        try:
-            vendor = parse_hex((device / "vendor").read_text(encoding="ascii"), str(device / "vendor"))
-            if vendor != NVIDIA_VENDOR:
-                continue
-            pci_class = parse_hex((device / "class").read_text(encoding="ascii"), str(device / "class"))
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"cannot read {getattr(exc, 'filename', None) or device}: {exc}")
-            continue
-        except ValueError as exc:
-            problems.append(str(exc))
-            continue
-        if pci_class >> 8 in GPU_CLASSES:
-            found.append(device.name)
-    return PciScan(tuple(found), tuple(problems))
-
-
-def pci_address(bus_id: str) -> Optional[tuple[int, int, int, int]]:
-    """``00000000:18:00.0`` (NVML) or ``0000:18:00.0`` (sysfs) as integers; None if malformed."""
-    try:
-        domain, bus, rest = bus_id.strip().split(":")
-        device, function = rest.split(".")
-        return int(domain, 16), int(bus, 16), int(device, 16), int(function, 16)
-    except ValueError:
-        return None
+    # Two passes seconds apart (the daemon's, then an operator's or Slurm's hook) must
+    # not turn one replay into "12 a minute": a rate is judged over at least this long.
+    rate_window: float = Field(
+        default=60.0, ge=1, le=86400, description="rates divide by max(seconds since the last pass, this)"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -156,10 +102,6 @@ def _gpu_key(gpu: GpuReading) -> str:
     return str(_value(gpu.uuid) or _value(gpu.pci_bus_id) or f"index{gpu.index}")
 
 
-def _number(value: Any) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
 def evaluate(
     reading: NodeReading,
     pci: PciScan,
@@ -171,10 +113,10 @@ def evaluate(
 ) -> Judgement:
     """Judge one node reading. Pure: raises ``NotApplicable`` when there is nothing to judge."""
     expected = expected_gpus or 0
-    on_bus = len(pci.bus_ids) if pci.bus_ids is not None else None
+    on_bus = len(pci.nvidia_gpus) if pci.present else None
     wanted = expected > 0 or bool(on_bus)
     counts: dict[str, DetailValue] = {"expected": expected_gpus, "pci_count": on_bus}
-    findings = [make(Status.UNKNOWN, "PCI_SYSFS_UNREADABLE", "pci", problem) for problem in pci.problems]
+    findings = [make(Status.UNKNOWN, "PCI_SYSFS_UNREADABLE", "pci", str(e), file=str(e.path)) for e in pci.errors]
 
     if reading.init_error is not None:
         error = reading.init_error
@@ -213,14 +155,15 @@ def evaluate(
 def _count_findings(
     count: int, reading: NodeReading, pci: PciScan, expected: int, counts: dict[str, DetailValue], make: Make
 ) -> list[Finding]:
-    on_bus = len(pci.bus_ids) if pci.bus_ids is not None else 0
+    bus_ids = [function.address for function in pci.nvidia_gpus]
+    on_bus = len(bus_ids)
     details = dict(counts, nvml_count=count)
-    if count < max(expected, on_bus) or (pci.bus_ids is not None and on_bus < expected):
-        seen = {pci_address(b) for b in (_value(g.pci_bus_id) for g in reading.gpus) if isinstance(b, str)}
-        unseen = [b for b in pci.bus_ids or () if pci_address(b) not in seen]
+    if count < max(expected, on_bus) or (pci.present and on_bus < expected):
+        seen = {normalize_pci_address(b) for b in (_value(g.pci_bus_id) for g in reading.gpus) if isinstance(b, str)}
+        unseen = [b for b in bus_ids if b not in seen]
         if unseen:
             details["unseen_pci_bus_ids"] = ",".join(unseen)
-        message = f"NVML sees {count} GPU(s), {on_bus if pci.bus_ids is not None else 'unknown'} on the PCI bus"
+        message = f"NVML sees {count} GPU(s), {on_bus if pci.present else 'unknown'} on the PCI bus"
         message += f", {expected} expected" if expected else ""
         return [make(Status.CRITICAL, "GPU_MISSING", "gpus", message, **details)]
     if expected and count > expected:
@@ -266,11 +209,8 @@ def _judge_gpu(
         name = _RECOVERY_ACTIONS.get(action, f"action_{action}")
         add(Status.CRITICAL, "GPU_RECOVERY_ACTION", f"the driver asks for recovery action {name}", action=name)
 
-    old_state = old if isinstance(old, dict) else {}
-    new_state: dict[str, Any] = {"at": now}
-    _judge_replays(gpu, settings, old_state, new_state, now, add)
-    _judge_nvlinks(gpu, settings, old_state, new_state, now, add)
-    return out, (new_state if len(new_state) > 1 else {})
+    _judge_nvlink_state(gpu, settings, add)
+    return out, judge_counters(gpu, settings, old if isinstance(old, dict) else {}, now, add)
 
 
 def _errors(gpu: GpuReading) -> dict[str, str]:
@@ -281,7 +221,7 @@ def _errors(gpu: GpuReading) -> dict[str, str]:
             errors[name] = value.code
         elif name == "nvlinks":
             for link in value:
-                for link_field in ("active", "replay_errors", "recovery_errors", "crc_flit_errors", "crc_data_errors"):
+                for link_field in ("active", *NVLINK_COUNTERS):
                     link_value = getattr(link, link_field)
                     if isinstance(link_value, NvmlError):
                         errors[f"nvlink{link.link}.{link_field}"] = link_value.code
@@ -366,32 +306,7 @@ def _judge_pcie(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
         )
 
 
-def _judge_replays(
-    gpu: GpuReading, settings: GpuSettings, old: Mapping[str, Any], new: dict[str, Any], now: float, add: Add
-) -> None:
-    replays = _value(gpu.pcie_replay_counter)
-    if not isinstance(replays, int):
-        return
-    new["pcie_replay"] = replays
-    before, at = _number(old.get("pcie_replay")), _number(old.get("at"))
-    # A counter that went down was reset (driver reload, reboot): start a new baseline.
-    if before is None or at is None or now <= at or replays < before:
-        return
-    rate = (replays - before) * 60.0 / (now - at)
-    if rate > settings.pcie_replay_per_minute_max:
-        add(
-            Status.WARNING,
-            "PCIE_REPLAY_RATE",
-            f"{replays - before:.0f} PCIe replays in {now - at:.0f}s ({rate:.1f}/min, limit "
-            f"{settings.pcie_replay_per_minute_max:g})",
-            rate_per_minute=round(rate, 3),
-            replays=replays,
-        )
-
-
-def _judge_nvlinks(
-    gpu: GpuReading, settings: GpuSettings, old: Mapping[str, Any], new: dict[str, Any], now: float, add: Add
-) -> None:
+def _judge_nvlink_state(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
     links = _value(gpu.nvlinks)
     if not links:
         return
@@ -408,50 +323,6 @@ def _judge_nvlinks(
             links_down=",".join(map(str, down)),
             active=len(active),
         )
-    raw_links = old.get("nvlink")
-    old_links: Mapping[str, Any] = raw_links if isinstance(raw_links, dict) else {}
-    at = _number(old.get("at"))
-    counters: dict[str, list[int]] = {}
-    rising: list[str] = []
-    crc_rates: list[str] = []
-    for link in links:
-        values = [link.replay_errors, link.recovery_errors, link.crc_flit_errors, link.crc_data_errors]
-        if not all(isinstance(v, int) for v in values):
-            continue
-        now_counts = [int(v) for v in values]  # type: ignore[arg-type]
-        counters[str(link.link)] = now_counts
-        before = old_links.get(str(link.link))
-        if (
-            not isinstance(before, list)
-            or len(before) != 4
-            or not all(_number(b) is not None for b in before)
-            or at is None
-            or now <= at
-        ):
-            continue
-        delta = [a - b for a, b in zip(now_counts, before)]
-        if any(d < 0 for d in delta):
-            continue  # counters were reset
-        if delta[0] + delta[1] > settings.nvlink_errors_max:
-            rising.append(f"link{link.link}: +{delta[0]} replay, +{delta[1]} recovery")
-        crc_rate = (delta[2] + delta[3]) / (now - at)
-        if crc_rate > settings.nvlink_crc_per_second_max:
-            crc_rates.append(f"link{link.link}: {crc_rate:.1f}/s")
-    new["nvlink"] = counters
-    if rising:
-        add(
-            Status.WARNING,
-            "NVLINK_ERRORS_RISING",
-            "NVLink replay/recovery errors rising: " + "; ".join(rising),
-            links=len(rising),
-        )
-    if crc_rates:
-        add(
-            Status.WARNING,
-            "NVLINK_CRC_RATE",
-            "NVLink CRC error rate above limit: " + "; ".join(crc_rates),
-            links=len(crc_rates),
-        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -464,7 +335,7 @@ def source_for(settings: GpuSettings) -> GpuSource:
 
 
 def run(ctx: CheckContext[GpuSettings]) -> Sequence[Finding]:
-    pci = scan_pci(ctx.paths.sysfs)
+    pci = scan_pci(ctx.paths.sysfs, frozenset({VENDOR_NVIDIA}))
     try:
         reading = source_for(ctx.settings).read()
     except SnapshotError as exc:

@@ -389,8 +389,14 @@ def _judge_downs(
     return findings, {"downs": [[t, n] for t, n in events], "flapping": flapping}
 
 
-def select_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> tuple[list[str], list[Finding]]:
-    """The ports to judge: ``[node].ib_ports`` (a missing one is CRITICAL) or every port found."""
+def select_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> tuple[list[PortReading], list[Finding]]:
+    """The ports to judge, read: ``[node].ib_ports`` (a missing one is CRITICAL) or the default set.
+
+    By default every port whose link layer is InfiniBand (``[node].ib_link_layer`` when
+    set): the Ethernet ports of the same adapters (RoCE storage, management) are
+    often uncabled or judged by other means. A port whose link layer cannot be read is
+    kept, so the unreadable file is reported.
+    """
     expected = ctx.node.ib_ports
     if expected is None:
         try:
@@ -399,31 +405,44 @@ def select_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> tuple[lis
             return [], [ctx.finding(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", "infiniband", str(exc), file=str(exc.path))]
         if not ports:
             raise NotApplicable(f"no InfiniBand ports under {root}")
-        return ports, []
+        layer = ctx.node.ib_link_layer or "InfiniBand"
+        readings = [read_port(root, port) for port in ports]
+        chosen = [r for r in readings if r.link_layer in (None, layer)]
+        if not chosen:
+            others = ", ".join(f"{r.port} ({r.link_layer})" for r in readings)
+            raise NotApplicable(f"no port with link layer {layer} under {root}; not judged: {others}")
+        return chosen, []
     if not expected:
         raise NotApplicable("[node].ib_ports is empty")
-    ports = []
+    readings = []
     findings = []
     for port in dict.fromkeys(expected):
         if port_dir(root, port).is_dir():
-            ports.append(port)
+            readings.append(read_port(root, port))
         else:
             message = f"required port does not exist ({port_dir(root, port)})"
             findings.append(ctx.finding(Status.CRITICAL, "IB_PORT_MISSING", port, message))
-    return ports, findings
+    return readings, findings
+
+
+def _boot_id(procfs: Path) -> Optional[str]:
+    """The boot id, or None when unreadable (the stored baselines are then kept)."""
+    try:
+        return read_boot_id(procfs)
+    except SysfsError:
+        return None
 
 
 def run(ctx: CheckContext[InfinibandSettings]) -> list[Finding]:
     root = ctx.paths.sysfs / "class" / "infiniband"
-    ports, findings = select_ports(ctx, root)
-    readings = [read_port(root, port) for port in ports]
+    readings, findings = select_ports(ctx, root)
     fastest = fastest_rates(readings)
     for reading in readings:
         findings.extend(judge_link(ctx, reading, fastest))
 
     now = ctx.clock()
     stored = ctx.state.load()
-    boot = read_boot_id(ctx.paths.procfs)
+    boot = _boot_id(ctx.paths.procfs)
     old_ports = _mapping(stored.get("ports"))
     same_boot = boot is None or stored.get("boot_id") in (None, boot)
     new_ports: dict[str, Any] = {

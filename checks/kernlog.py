@@ -28,6 +28,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Optional
 
+from . import sysfs
+
 _READ_SIZE = 16384  # larger than the kernel's maximum record (CONSOLE_EXT_LOG_MAX, 8 KiB)
 _KMSG_HEAD = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]*;")
 
@@ -63,14 +65,10 @@ class ReadResult:
 
 
 def read_boot_id(procfs: Path) -> str:
-    path = procfs / "sys" / "kernel" / "random" / "boot_id"
     try:
-        text = path.read_text(encoding="ascii", errors="replace").strip()
-    except OSError as exc:
-        raise LogUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not re.fullmatch(r"[0-9a-fA-F-]{16,64}", text):
-        raise LogUnavailable(f"{path} does not hold a boot id (got {text[:40]!r})")
-    return text.lower()
+        return sysfs.read_boot_id(procfs)
+    except sysfs.SysfsError as exc:
+        raise LogUnavailable(str(exc)) from None
 
 
 def read_boot_time(procfs: Path, now: float) -> Optional[float]:

@@ -1,40 +1,40 @@
-"""The ``pcie`` check: link width and speed against their maximum, and AER error counters by their change.
+"""The ``pcie`` check: link width and speed against what the link can do, and AER error counters by their change.
 
 Reads ``bus/pci/devices/<address>/`` under ``[paths].sysfs`` (kernel ABI:
 Documentation/ABI/testing/sysfs-bus-pci and sysfs-bus-pci-devices-aer_stats).
-By default it looks at every NVIDIA device and every NVIDIA/Mellanox network
-controller, which on a GPU node are the parts whose links matter. AER totals
+By default it looks at NVIDIA GPUs (display class) and NVIDIA/Mellanox network
+controllers, which on a GPU node are the parts whose links matter. A link can
+train no wider or faster than both of its ends, so the current width and speed are
+compared with the lower of the device's maximum and its upstream port's. AER totals
 persist in ``ctx.state`` so only increases between passes count.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
 from healthd.state import StateError
 
 from .sysfs import (
+    VENDOR_MELLANOX,
+    VENDOR_NVIDIA,
+    PciFunction,
     SysfsError,
     SysfsMissing,
+    normalize_pci_address,
     parse_aer_counts,
-    parse_hex,
     parse_pcie_speed,
     parse_width,
     read,
     read_boot_id,
+    read_pci_function,
+    scan_pci,
 )
-
-VENDOR_NVIDIA = 0x10DE
-VENDOR_MELLANOX = 0x15B3
-# PCI class codes (PCI Code and ID Assignment spec): base class 0x03 display, 0x02 network.
-BASE_CLASS_DISPLAY = 0x03
-BASE_CLASS_NETWORK = 0x02
 
 # (file, label, total line, severity, code): a fatal error may have taken the link or
 # the device down; a non-fatal one was recovered by the hardware but cost a transaction.
@@ -45,37 +45,47 @@ AER_KINDS = (
 
 _AER_FILES = frozenset(kind[0] for kind in AER_KINDS)
 _STATE_VERSION = 1
-_ADDRESS = re.compile(r"(?:([0-9a-f]{4}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
+_VENDORS = frozenset({VENDOR_NVIDIA, VENDOR_MELLANOX})
+
+N = TypeVar("N", int, float)
+
+
+@dataclass(frozen=True)
+class LinkEnd:
+    """The most one end of a link can do; ``None`` where absent, unreadable or ``Unknown``."""
+
+    width: Optional[int] = None
+    speed: Optional[float] = None
 
 
 @dataclass(frozen=True)
 class DeviceReading:
-    """What one device's sysfs directory said; ``None`` where absent, unreadable or ``Unknown``."""
+    """What one device's sysfs directory (and its upstream port's) said."""
 
     address: str
-    vendor: Optional[int]
-    pci_class: Optional[int]
+    is_gpu: bool
     current_width: Optional[int]
-    max_width: Optional[int]
     current_speed: Optional[float]
-    max_speed: Optional[float]
+    device_max: LinkEnd
+    port: Optional[str]
+    port_max: LinkEnd
     aer: Mapping[str, Mapping[str, int]]
     errors: tuple[SysfsError, ...]
 
     @property
-    def is_gpu(self) -> Optional[bool]:
-        if self.vendor is None or self.pci_class is None:
-            return None
-        return self.vendor == VENDOR_NVIDIA and self.pci_class >> 16 == BASE_CLASS_DISPLAY
+    def max_width(self) -> Optional[int]:
+        return _lowest(self.device_max.width, self.port_max.width)
+
+    @property
+    def max_speed(self) -> Optional[float]:
+        return _lowest(self.device_max.speed, self.port_max.speed)
 
 
-def normalize_address(text: str) -> Optional[str]:
-    """``0000:3a:00.0`` in lower case; a missing domain means 0000; ``None`` if not an address."""
-    match = _ADDRESS.fullmatch(text.strip().lower())
-    if not match:
-        return None
-    domain, bus, device, function = match.groups()
-    return f"{domain or '0000'}:{bus}:{device}.{function}"
+def _lowest(device: Optional[N], port: Optional[N]) -> Optional[N]:
+    """The link's maximum: the lower end's, or the device's when the port's is unknown."""
+    if device is None or port is None:
+        return device
+    return min(device, port)
 
 
 def _aer_parser(total: str) -> Callable[[str], dict[str, int]]:
@@ -88,100 +98,99 @@ def _aer_parser(total: str) -> Callable[[str], dict[str, int]]:
     return parse
 
 
-def read_device(directory: Path) -> DeviceReading:
+def upstream_port(device: Path) -> Optional[Path]:
+    """The bridge (root or switch downstream port) the device hangs from, when sysfs shows one.
+
+    ``bus/pci/devices/X`` is a link into ``devices/pci<domain>:<bus>/.../<port>/X``: the
+    parent of the resolved directory is the upstream port, or the root bus directory
+    (``pci0000:00``), which has no link of its own, for a root-complex integrated device.
+    """
+    try:
+        parent = device.resolve().parent
+    except (OSError, RuntimeError):
+        return None
+    return parent if normalize_pci_address(parent.name) is not None else None
+
+
+def read_device(function: PciFunction) -> DeviceReading:
     """Read one device; a missing attribute is skipped (not every device has a PCIe link or AER)."""
     errors: list[SysfsError] = []
 
-    def attempt(name: str, parse: Callable[[str], Any]) -> Any:
+    def attempt(path: Path, parse: Callable[[str], Any]) -> Any:
         try:
-            return read(directory / name, parse)
+            return read(path, parse)
         except SysfsMissing:
             return None
         except SysfsError as exc:
             errors.append(exc)
             return None
 
+    directory = function.path
     aer = {}
     for filename, _label, total, _status, _code in AER_KINDS:
-        counts = attempt(filename, _aer_parser(total))
+        counts = attempt(directory / filename, _aer_parser(total))
         if counts is not None:
             aer[filename] = counts
+    port = upstream_port(directory)
+    port_max = LinkEnd()
+    if port is not None:
+        port_max = LinkEnd(
+            attempt(port / "max_link_width", parse_width), attempt(port / "max_link_speed", parse_pcie_speed)
+        )
     return DeviceReading(
-        address=directory.name,
-        vendor=attempt("vendor", parse_hex),
-        pci_class=attempt("class", parse_hex),
-        current_width=attempt("current_link_width", parse_width),
-        max_width=attempt("max_link_width", parse_width),
-        current_speed=attempt("current_link_speed", parse_pcie_speed),
-        max_speed=attempt("max_link_speed", parse_pcie_speed),
+        address=function.address,
+        is_gpu=function.is_nvidia_gpu,
+        current_width=attempt(directory / "current_link_width", parse_width),
+        current_speed=attempt(directory / "current_link_speed", parse_pcie_speed),
+        device_max=LinkEnd(
+            attempt(directory / "max_link_width", parse_width), attempt(directory / "max_link_speed", parse_pcie_speed)
+        ),
+        port=port.name if port is not None else None,
+        port_max=port_max,
         aer=aer,
         errors=tuple(errors),
     )
 
 
-def discover_devices(devices: Path) -> tuple[list[Path], list[SysfsError]]:
-    """Physical functions of NVIDIA devices and NVIDIA/Mellanox network controllers.
-
-    Virtual functions (those with a ``physfn`` link) are skipped: their link
-    registers are reserved and read as width 0, which would look like a dead link.
-    """
-    try:
-        entries = sorted(devices.iterdir(), key=lambda p: p.name)
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        return [], [SysfsError(devices, f"cannot list: {exc.strerror or exc}")]
-    chosen: list[Path] = []
-    errors: list[SysfsError] = []
-    for entry in entries:
-        try:
-            vendor = read(entry / "vendor", parse_hex)
-            if vendor == VENDOR_MELLANOX and read(entry / "class", parse_hex) >> 16 != BASE_CLASS_NETWORK:
-                continue
-        except SysfsMissing:
-            continue
-        except SysfsError as exc:
-            errors.append(exc)
-            continue
-        if vendor in (VENDOR_NVIDIA, VENDOR_MELLANOX) and not (entry / "physfn").exists():
-            chosen.append(entry)
-    return chosen, errors
-
-
 def judge_link(ctx: CheckContext[CheckSettings], reading: DeviceReading) -> Iterator[Finding]:
-    """Width below maximum is CRITICAL; speed below maximum is a WARNING, except on GPUs."""
+    """Width below the link's maximum is CRITICAL; speed below it is a WARNING, except on GPUs.
+
+    The link's maximum is the lower of the device's and its upstream port's: a Gen5 NIC
+    in a Gen4 slot, or an x16 card in an x8 slot, runs as fast as it can.
+    """
     address = reading.address
     for error in reading.errors:
         yield ctx.finding(Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", address, str(error), file=str(error.path))
-    if (
-        reading.current_width is not None
-        and reading.max_width is not None
-        and reading.current_width < reading.max_width
-    ):
+    limits: dict[str, Any] = {"upstream_port": reading.port}
+    width, max_width = reading.current_width, reading.max_width
+    if width is not None and max_width is not None and width < max_width:
         yield ctx.finding(
             Status.CRITICAL,
             "PCIE_WIDTH_DEGRADED",
             address,
-            f"link runs at x{reading.current_width} of x{reading.max_width}",
-            current_width=reading.current_width,
-            max_width=reading.max_width,
+            f"link runs at x{width} of x{max_width}",
+            current_width=width,
+            max_width=max_width,
+            device_max_width=reading.device_max.width,
+            port_max_width=reading.port_max.width,
+            **limits,
         )
     # NVIDIA GPUs drop their link speed when idle on purpose (power saving), so a
     # low current speed says nothing at rest; the gpu check judges generation under load.
-    if reading.is_gpu is not False:
+    if reading.is_gpu:
         return
-    if (
-        reading.current_speed is not None
-        and reading.max_speed is not None
-        and reading.current_speed < reading.max_speed
-    ):
+    speed, max_speed = reading.current_speed, reading.max_speed
+    if speed is not None and max_speed is not None and speed < max_speed:
         yield ctx.finding(
             Status.WARNING,
             "PCIE_SPEED_DEGRADED",
             address,
-            f"link runs at {reading.current_speed:g} GT/s of {reading.max_speed:g} GT/s",
-            current_gts=reading.current_speed,
-            max_gts=reading.max_speed,
+            f"link runs at {speed:g} GT/s of {max_speed:g} GT/s",
+            current_gts=speed,
+            max_gts=max_speed,
+            device_max_gts=reading.device_max.speed,
+            port_max_gts=reading.port_max.speed,
+            **limits,
         )
 
 
@@ -226,43 +235,65 @@ def _mapping(raw: Any) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
-def select_devices(ctx: CheckContext[CheckSettings], devices: Path) -> tuple[list[Path], list[Finding]]:
-    """The device directories to judge, with findings for configured devices that are absent or malformed."""
+def _boot_id(procfs: Path) -> Optional[str]:
+    """The boot id, or None when unreadable (the stored baselines are then kept)."""
+    try:
+        return read_boot_id(procfs)
+    except SysfsError:
+        return None
+
+
+def select_devices(ctx: CheckContext[CheckSettings], sysfs: Path) -> tuple[list[PciFunction], list[Finding]]:
+    """The functions to judge, with findings for configured devices that are absent or malformed.
+
+    By default: NVIDIA GPUs and NVIDIA/Mellanox network controllers, not the other
+    functions of those devices (a GPU's HD audio or USB-C function, an NVSwitch) and not
+    SR-IOV virtual functions, whose link registers are reserved and read as width 0.
+    """
+    devices = sysfs / "bus" / "pci" / "devices"
     configured = ctx.node.pcie_devices
     if configured is None:
-        directories, errors = discover_devices(devices)
-        if not directories and not errors:
-            raise NotApplicable(f"no NVIDIA devices or NVIDIA/Mellanox NICs under {devices}")
-        return directories, [
+        scan = scan_pci(sysfs, _VENDORS)
+        chosen = [f for f in scan.functions if (f.is_nvidia_gpu or f.is_fabric_nic) and not f.virtual]
+        if not chosen and not scan.errors:
+            raise NotApplicable(f"no NVIDIA GPUs or NVIDIA/Mellanox network controllers under {devices}")
+        return chosen, [
             ctx.finding(Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", e.path.parent.name, str(e), file=str(e.path))
-            for e in errors
+            for e in scan.errors
         ]
     if not configured:
         raise NotApplicable("[node].pcie_devices is empty")
-    directories = []
+    functions: list[PciFunction] = []
     findings = []
     for text in configured:
-        address = normalize_address(text)
+        address = normalize_pci_address(text)
         if address is None:
             message = f"[node].pcie_devices entry {text!r} is not a PCI address like 0000:3a:00.0"
             findings.append(ctx.finding(Status.UNKNOWN, "PCIE_BAD_ADDRESS", text, message))
-        elif (devices / address).is_dir():
-            if devices / address not in directories:
-                directories.append(devices / address)
-        else:
+        elif not (devices / address).is_dir():
             message = f"configured device is not on the PCI bus ({devices / address})"
             findings.append(ctx.finding(Status.CRITICAL, "PCIE_DEVICE_MISSING", address, message))
-    return directories, findings
+        elif all(function.address != address for function in functions):
+            try:
+                function = read_pci_function(devices / address)
+            except SysfsError as exc:
+                findings.append(
+                    ctx.finding(Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", address, str(exc), file=str(exc.path))
+                )
+                continue
+            if function is not None:
+                functions.append(function)
+    return functions, findings
 
 
 def run(ctx: CheckContext[CheckSettings]) -> list[Finding]:
-    directories, findings = select_devices(ctx, ctx.paths.sysfs / "bus" / "pci" / "devices")
-    readings = [read_device(directory) for directory in directories]
+    functions, findings = select_devices(ctx, ctx.paths.sysfs)
+    readings = [read_device(function) for function in functions]
     for reading in readings:
         findings.extend(judge_link(ctx, reading))
 
     stored = ctx.state.load()
-    boot = read_boot_id(ctx.paths.procfs)
+    boot = _boot_id(ctx.paths.procfs)
     # AER counters restart at boot: totals from an earlier boot are no baseline.
     same_boot = boot is None or stored.get("boot_id") in (None, boot)
     old_devices = _mapping(stored.get("devices")) if same_boot else {}
@@ -279,7 +310,7 @@ def run(ctx: CheckContext[CheckSettings]) -> list[Finding]:
 
 CHECK = CheckSpec(
     name="pcie",
-    description="PCIe links of GPUs and NICs: width and speed against their maximum, AER errors by their change",
+    description="PCIe links of GPUs and NICs: width and speed against the link's maximum, AER errors by their change",
     settings=CheckSettings,
     run=run,
 )

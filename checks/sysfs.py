@@ -3,7 +3,8 @@
 Reading and parsing are separate: each ``parse_*`` function takes text and raises
 ``ValueError`` saying what it expected; ``read_value`` fetches a file and ``read``
 joins the two, turning any problem into a ``SysfsError`` that names the file.
-Formats follow the kernel's sysfs ABI documentation
+``scan_pci`` is the one scanner of PCI functions under ``bus/pci/devices`` that the
+GPU and fabric checks share. Formats follow the kernel's sysfs ABI documentation
 (Documentation/ABI/stable/sysfs-class-infiniband, Documentation/ABI/testing/sysfs-bus-pci
 and sysfs-bus-pci-devices-aer_stats).
 """
@@ -83,15 +84,21 @@ def read(path: Path, parse: Callable[[str], T]) -> T:
         raise SysfsError(path, f"{exc} (reads {_shorten(text)})") from None
 
 
-def read_boot_id(procfs: Path) -> Optional[str]:
-    """This boot's id (``sys/kernel/random/boot_id`` under procfs), or ``None`` when unreadable.
+def parse_boot_id(text: str) -> str:
+    """``/proc/sys/kernel/random/boot_id``: a UUID the kernel makes at boot (lower-cased)."""
+    value = text.strip()
+    if not re.fullmatch(r"[0-9a-fA-F-]{16,64}", value):
+        raise ValueError("expected a boot id such as '5b1c2a9e-0d6f-4a57-9c0e-3f1e2d4c5b6a'")
+    return value.lower()
 
-    Hardware counters restart at boot; a changed id tells a reset from a value that merely went down.
+
+def read_boot_id(procfs: Path) -> str:
+    """This boot's id (``sys/kernel/random/boot_id`` under procfs); ``SysfsError`` naming the file otherwise.
+
+    Hardware counters and the kernel log restart at boot; a changed id tells a reset
+    from a value that merely went down.
     """
-    try:
-        return (procfs / "sys" / "kernel" / "random" / "boot_id").read_text(encoding="ascii").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
+    return read(procfs / "sys" / "kernel" / "random" / "boot_id", parse_boot_id)
 
 
 def _shorten(text: str, limit: int = 60) -> str:
@@ -168,9 +175,123 @@ def parse_pcie_speed(text: str) -> Optional[float]:
 def parse_hex(text: str) -> int:
     """``vendor``, ``device`` and ``class`` files: ``0x10de``, ``0x030200``."""
     value = text.strip()
-    if not re.fullmatch(r"0x[0-9a-fA-F]{1,8}", value):
+    if not re.fullmatch(r"0[xX][0-9a-fA-F]{1,8}", value):
         raise ValueError("expected a hexadecimal value such as '0x10de'")
     return int(value, 16)
+
+
+_PCI_ADDRESS = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])")
+
+
+def normalize_pci_address(text: str) -> Optional[str]:
+    """A PCI address as sysfs names it (``0000:3a:00.0``); ``None`` if ``text`` is not one.
+
+    Accepts upper case, a missing domain (``3a:00.0`` means domain 0) and NVML's
+    eight-digit domain (``00000000:3A:00.0``), so addresses from NVML, the kernel log
+    and configuration compare equal.
+    """
+    match = _PCI_ADDRESS.fullmatch(text.strip().lower())
+    if not match:
+        return None
+    domain, bus, device, function = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
+
+
+# PCI vendor ids (PCI-SIG) and base class codes (PCI Code and ID Assignment spec).
+VENDOR_NVIDIA = 0x10DE
+VENDOR_MELLANOX = 0x15B3
+BASE_CLASS_NETWORK = 0x02
+BASE_CLASS_DISPLAY = 0x03
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    """One function under ``bus/pci/devices``; ``path`` is its directory there (not resolved)."""
+
+    address: str
+    vendor: int
+    device: int
+    pci_class: int
+    virtual: bool
+    path: Path
+
+    @property
+    def is_nvidia_gpu(self) -> bool:
+        """An NVIDIA display-class function (0x03xxxx: VGA 0x0300, 3D controller 0x0302).
+
+        Excludes the other functions of NVIDIA devices: HD audio (0x0403), USB-C
+        (0x0c03) and NVSwitches (bridges, 0x0680).
+        """
+        return self.vendor == VENDOR_NVIDIA and self.pci_class >> 16 == BASE_CLASS_DISPLAY
+
+    @property
+    def is_fabric_nic(self) -> bool:
+        """A Mellanox/NVIDIA network-class function (0x02xxxx): ConnectX and BlueField ports."""
+        return self.vendor in (VENDOR_NVIDIA, VENDOR_MELLANOX) and self.pci_class >> 16 == BASE_CLASS_NETWORK
+
+
+@dataclass(frozen=True)
+class PciScan:
+    """Functions in address order, and the files that could not be read or parsed.
+
+    ``present`` is False when ``bus/pci/devices`` does not exist (no sysfs tree at
+    all), which is not the same as a bus without the devices looked for.
+    """
+
+    present: bool
+    functions: tuple[PciFunction, ...] = ()
+    errors: tuple[SysfsError, ...] = ()
+
+    @property
+    def nvidia_gpus(self) -> tuple[PciFunction, ...]:
+        return tuple(function for function in self.functions if function.is_nvidia_gpu)
+
+
+def read_pci_function(directory: Path, vendors: Optional[frozenset[int]] = None) -> Optional[PciFunction]:
+    """The function in ``directory``; ``None`` when its vendor is not in ``vendors`` (None: any).
+
+    Raises ``SysfsError`` naming the file (``SysfsMissing`` when there is no such file).
+    """
+    vendor = read(directory / "vendor", parse_hex)
+    if vendors is not None and vendor not in vendors:
+        return None
+    return PciFunction(
+        address=directory.name,
+        vendor=vendor,
+        device=read(directory / "device", parse_hex),
+        pci_class=read(directory / "class", parse_hex),
+        # SR-IOV virtual functions link to their physical function (sysfs-bus-pci: physfn).
+        virtual=(directory / "physfn").exists(),
+        path=directory,
+    )
+
+
+def scan_pci(sysfs: Path, vendors: Optional[frozenset[int]] = None) -> PciScan:
+    """Every function under ``sysfs``/bus/pci/devices whose vendor is in ``vendors`` (None: any).
+
+    Only the ``vendor`` file of other functions is read. Unreadable or malformed files
+    are kept in ``errors`` and the scan goes on.
+    """
+    devices = sysfs / "bus" / "pci" / "devices"
+    try:
+        entries = sorted(devices.iterdir(), key=lambda path: path.name)
+    except FileNotFoundError:
+        return PciScan(present=False)
+    except OSError as exc:
+        return PciScan(present=True, errors=(SysfsError(devices, f"cannot list: {exc.strerror or exc}"),))
+    functions: list[PciFunction] = []
+    errors: list[SysfsError] = []
+    for entry in entries:
+        try:
+            function = read_pci_function(entry, vendors)
+        except SysfsError as exc:
+            # An entry without a vendor file is not a PCI function (a stray file or link).
+            if not (isinstance(exc, SysfsMissing) and exc.path.name == "vendor"):
+                errors.append(exc)
+            continue
+        if function is not None:
+            functions.append(function)
+    return PciScan(present=True, functions=tuple(functions), errors=tuple(errors))
 
 
 def parse_aer_counts(text: str) -> dict[str, int]:

@@ -44,6 +44,7 @@ from .kernlog import (
     read_journal,
     read_kmsg,
 )
+from .sysfs import VENDOR_NVIDIA, scan_pci
 from .xid_catalog import Bucket, Sticky, classify
 from .xid_parse import GpuIdentity, Kind, PciAddress, XidEvent, parse_message
 
@@ -131,22 +132,9 @@ def _load_groups(raw: Any) -> dict[str, _Group]:
 
 
 def nvidia_gpus(sysfs: Path) -> list[PciAddress]:
-    """NVIDIA VGA/3D controllers on the PCI bus, in address order (NVML's default enumeration order)."""
-    found: list[PciAddress] = []
-    try:
-        entries = list((sysfs / "bus" / "pci" / "devices").iterdir())
-    except OSError:
-        return found
-    for entry in entries:
-        try:
-            vendor = (entry / "vendor").read_text().strip().lower()
-            pci_class = (entry / "class").read_text().strip().lower()
-        except OSError:
-            continue
-        address = PciAddress.parse(entry.name)
-        if address is not None and vendor == "0x10de" and pci_class[:6] in ("0x0300", "0x0302"):
-            found.append(address)
-    return sorted(found, key=lambda a: (a.domain, a.bus, a.device, a.function or 0))
+    """NVIDIA GPUs on the PCI bus, in address order (NVML's default enumeration order)."""
+    scan = scan_pci(sysfs, frozenset({VENDOR_NVIDIA}))
+    return [a for a in (PciAddress.parse(f.address) for f in scan.nvidia_gpus) if a is not None]
 
 
 def _one_line(text: str) -> str:

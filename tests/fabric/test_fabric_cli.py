@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 Capsys = pytest.CaptureFixture[str]
+IB_PORTS = [f"mlx5_{i}:1" for i in range(8)]
 
 
 def test_healthy_base_tree_has_no_findings(node: Any, capsys: Capsys) -> None:
@@ -30,11 +32,23 @@ SINGLE_PASS = [
     ("ib-rate-200", "", {("WARNING", "IB_RATE_DEGRADED", "mlx5_6:1")}, 1),
     ("ib-rate-200", "ib_rate_gbps = 400", {("CRITICAL", "IB_RATE_MISMATCH", "mlx5_6:1")}, 2),
     ("ib-counter-na", "", {("OK", "IB_COUNTERS_UNAVAILABLE", "mlx5_7:1")}, 0),
+    # By default only InfiniBand-layer ports are judged: the RoCE port is left alone.
     ("roce-storage", "", set(), 0),
-    ("roce-storage", 'ib_link_layer = "InfiniBand"', {("CRITICAL", "IB_LINK_LAYER", "mlx5_8:1")}, 2),
+    ("roce-storage", 'ib_link_layer = "InfiniBand"', set(), 0),
+    (
+        "roce-storage",
+        f'ib_ports = {json.dumps([*IB_PORTS, "mlx5_8:1"])}\nib_link_layer = "InfiniBand"',
+        {("CRITICAL", "IB_LINK_LAYER", "mlx5_8:1")},
+        2,
+    ),
     ("pcie-gpu-x8", "", {("CRITICAL", "PCIE_WIDTH_DEGRADED", "0000:5d:00.0")}, 2),
     ("pcie-gpu-idle", "", set(), 0),
     ("pcie-nic-gen4", "", {("WARNING", "PCIE_SPEED_DEGRADED", "0000:29:00.0")}, 1),
+    # A link trains no better than its upstream port allows: not a degradation.
+    ("pcie-gpu-x8-slot", "", set(), 0),
+    ("pcie-nic-gen4-slot", "", set(), 0),
+    # A GPU's audio and USB-C functions and NVSwitches are not judged by default.
+    ("pcie-nvidia-other-functions", "", set(), 0),
 ]
 
 
@@ -62,6 +76,76 @@ def test_rate_mismatch_reports_both_rates(node_with: Any, capsys: Capsys) -> Non
     node.node_toml = "ib_rate_gbps = 400"
     details = node.check_once(capsys).finding("IB_RATE_MISMATCH", "mlx5_6:1")["details"]
     assert details == {"rate_gbps": 200.0, "expected_gbps": 400}
+
+
+def test_uncabled_ethernet_port_is_not_judged_by_default(node_with: Any, capsys: Capsys) -> None:
+    node = node_with("roce-storage")
+    node.write("class/infiniband/mlx5_8/ports/1/state", "1: DOWN\n")
+    node.write("class/infiniband/mlx5_8/ports/1/phys_state", "3: Disabled\n")
+    assert node.check_once(capsys).findings() == set()
+    node.node_toml = 'ib_link_layer = "Ethernet"'
+    assert node.check_once(capsys).findings() == {("CRITICAL", "IB_PORT_DOWN", "mlx5_8:1")}
+    node.node_toml = f"ib_ports = {json.dumps([*IB_PORTS, 'mlx5_8:1'])}"
+    assert node.check_once(capsys).findings() == {("CRITICAL", "IB_PORT_DOWN", "mlx5_8:1")}
+
+
+def test_node_with_only_ethernet_ports_is_not_applicable(node: Any, capsys: Capsys) -> None:
+    for i in range(8):
+        node.write(f"class/infiniband/mlx5_{i}/ports/1/link_layer", "Ethernet\n")
+    out = node.check_once(capsys)
+    assert out.state("infiniband") == "not_applicable"
+    assert "mlx5_0:1 (Ethernet)" in next(c for c in out.document["checks"] if c["name"] == "infiniband")["reason"]
+
+
+def test_unreadable_link_layer_keeps_the_port_and_names_the_file(node: Any, capsys: Capsys) -> None:
+    path = node.write("class/infiniband/mlx5_3/ports/1/link_layer", "\xff\n")
+    finding = node.check_once(capsys).finding("IB_SYSFS_UNREADABLE", "mlx5_3:1")
+    assert finding["details"]["file"] == str(path)
+
+
+def test_width_is_judged_against_the_slot(node_with: Any, capsys: Capsys) -> None:
+    node = node_with("pcie-gpu-x8-slot")
+    node.write("bus/pci/devices/0000:5d:00.0/current_link_width", "4\n")
+    finding = node.check_once(capsys).finding("PCIE_WIDTH_DEGRADED", "0000:5d:00.0")
+    assert "x4 of x8" in finding["message"]
+    assert finding["details"] == {
+        "current_width": 4,
+        "max_width": 8,
+        "device_max_width": 16,
+        "port_max_width": 8,
+        "upstream_port": "0000:5b:01.0",
+    }
+
+
+def test_speed_is_judged_against_the_slot(node_with: Any, capsys: Capsys) -> None:
+    node = node_with("pcie-nic-gen4-slot")
+    node.write("bus/pci/devices/0000:29:00.0/current_link_speed", "8.0 GT/s PCIe\n")
+    finding = node.check_once(capsys).finding("PCIE_SPEED_DEGRADED", "0000:29:00.0")
+    assert finding["details"] == {
+        "current_gts": 8.0,
+        "max_gts": 16.0,
+        "device_max_gts": 32.0,
+        "port_max_gts": 16.0,
+        "upstream_port": "0000:28:00.0",
+    }
+
+
+def test_unreadable_upstream_port_is_unknown_naming_its_file(node: Any, capsys: Capsys) -> None:
+    port = node.sysfs / "devices/pci0000:59/0000:59:01.0/0000:5a:00.0/0000:5b:01.0/max_link_width"
+    port.write_text("sixteen\n")
+    out = node.check_once(capsys)
+    assert out.findings() == {("UNKNOWN", "PCIE_SYSFS_UNREADABLE", "0000:5d:00.0")}
+    assert out.finding("PCIE_SYSFS_UNREADABLE", "0000:5d:00.0")["details"]["file"] == str(port.resolve())
+
+
+def test_plain_directories_without_upstream_ports_use_the_device_maximum(node: Any, capsys: Capsys) -> None:
+    devices = node.sysfs / "bus/pci/devices"
+    for entry in devices.iterdir():
+        target = entry.resolve()
+        entry.unlink()
+        shutil.copytree(target, entry)
+    node.write("bus/pci/devices/0000:5d:00.0/current_link_width", "8\n")
+    assert node.check_once(capsys).findings() == {("CRITICAL", "PCIE_WIDTH_DEGRADED", "0000:5d:00.0")}
 
 
 def test_required_port_and_device_that_do_not_exist(node: Any, capsys: Capsys, ports: list[str]) -> None:

@@ -16,6 +16,7 @@ from healthd.plugin import CheckSettings
 from healthd_checks import infiniband, pcie
 from healthd_checks.sysfs import (
     parse_aer_counts,
+    parse_boot_id,
     parse_counter,
     parse_hex,
     parse_ib_rate,
@@ -27,6 +28,7 @@ from healthd_checks.sysfs import (
 
 PARSERS: list[Callable[[str], Any]] = [
     parse_aer_counts,
+    parse_boot_id,
     parse_counter,
     parse_hex,
     parse_ib_rate,

@@ -32,6 +32,7 @@ def _node(root: Path) -> str:
         device = root / "sys" / "bus" / "pci" / "devices" / address
         device.mkdir(parents=True)
         (device / "vendor").write_text("0x10de\n")
+        (device / "device").write_text("0x2330\n")
         (device / "class").write_text("0x030200\n")
     (root / "kmsg").write_text("6,0,0,-;Linux version\n")  # a real kernel numbers records from 0
     return f'procfs = "{root / "proc"}"\nsysfs = "{root / "sys"}"\nkmsg = "{root / "kmsg"}"'

@@ -8,18 +8,20 @@ from pathlib import Path
 from typing import Any, Callable
 
 from healthd.model import Finding, Status
-from healthd_checks.gpu import GpuSettings, PciScan, evaluate, run, scan_pci
+from healthd_checks.gpu import GpuSettings, evaluate, run
 from healthd_checks.nvml_source import (
     GpuReading,
     NodeReading,
+    NvmlError,
     RemappedRows,
     SnapshotFile,
     snapshot_document,
 )
+from healthd_checks.sysfs import VENDOR_NVIDIA, PciScan, scan_pci
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
 HEALTHY = SnapshotFile(FIXTURES / "h100-healthy.json").read()
-PCI = scan_pci(FIXTURES / "sysfs-h100")
+PCI = scan_pci(FIXTURES / "sysfs-h100", frozenset({VENDOR_NVIDIA}))
 
 
 def _make(status: Status, code: str, subject: str, message: str, **details: Any) -> Finding:
@@ -38,9 +40,16 @@ def _judge(reading: NodeReading, pci: PciScan = PCI, gpus: int = 8, **settings: 
 
 
 def test_sysfs_scan_counts_gpus_not_nvswitches_or_nics() -> None:
-    assert PCI.bus_ids is not None and len(PCI.bus_ids) == 8
-    assert "0000:05:00.0" not in PCI.bus_ids  # NVSwitch, class 0x0680
-    assert PCI.problems == ()
+    bus_ids = [function.address for function in PCI.nvidia_gpus]
+    assert PCI.present and len(bus_ids) == 8
+    assert "0000:05:00.0" not in bus_ids  # NVSwitch, class 0x0680
+    assert {function.address for function in PCI.functions} - set(bus_ids) == {
+        "0000:05:00.0",
+        "0000:06:00.0",
+        "0000:07:00.0",
+        "0000:08:00.0",
+    }
+    assert PCI.errors == ()
 
 
 def test_healthy_idle_gpus_at_gen1_are_fine() -> None:
@@ -100,9 +109,7 @@ def test_more_gpus_than_expected() -> None:
 
 
 def test_gpu_missing_from_the_bus_too() -> None:
-    assert _judge(HEALTHY, pci=PciScan(PCI.bus_ids[:7] if PCI.bus_ids else ())) == [
-        ("GPU_MISSING", Status.CRITICAL, "gpus")
-    ]
+    assert _judge(HEALTHY, pci=PciScan(True, PCI.nvidia_gpus[:7])) == [("GPU_MISSING", Status.CRITICAL, "gpus")]
 
 
 def test_nvlinks_expected() -> None:
@@ -120,11 +127,35 @@ def test_bad_sysfs_file_is_unknown_naming_it(tmp_path: Path) -> None:
     device = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
     device.mkdir(parents=True)
     (device / "vendor").write_text("0x10de\n")
+    (device / "device").write_text("0x2330\n")
     (device / "class").write_text("three-d controller\n")
     scan = scan_pci(tmp_path)
-    assert scan.bus_ids == ()
-    assert _judge(HEALTHY, pci=scan)[0] == ("PCI_SYSFS_UNREADABLE", Status.UNKNOWN, "pci")
-    assert str(device / "class") in scan.problems[0]
+    assert scan.present and scan.functions == ()
+    judgement = evaluate(HEALTHY, scan, 8, GpuSettings(), {}, 0.0, _make)
+    finding = judgement.findings[0]
+    assert (finding.code, finding.status, finding.subject) == ("PCI_SYSFS_UNREADABLE", Status.UNKNOWN, "pci")
+    assert finding.details["file"] == str(device / "class") and str(device / "class") in finding.message
+
+
+def test_other_functions_of_nvidia_devices_are_not_gpus(tmp_path: Path) -> None:
+    devices = tmp_path / "bus" / "pci" / "devices"
+    for address, pci_class in [
+        ("0000:18:00.0", "0x030200"),  # H100: 3D controller
+        ("0000:65:00.0", "0x030000"),  # workstation GPU: VGA
+        ("0000:65:00.1", "0x040300"),  # its HD audio function
+        ("0000:65:00.2", "0x0c0330"),  # its USB-C controller
+        ("0000:05:00.0", "0x068000"),  # NVSwitch
+    ]:
+        (devices / address).mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("device", "0x2330"), ("class", pci_class)):
+            (devices / address / name).write_text(value + "\n")
+    scan = scan_pci(tmp_path, frozenset({VENDOR_NVIDIA}))
+    assert [function.address for function in scan.nvidia_gpus] == ["0000:18:00.0", "0000:65:00.0"]
+    assert len(scan.functions) == 5 and scan.errors == ()
+
+
+def test_no_sysfs_tree_is_not_an_empty_bus(tmp_path: Path) -> None:
+    assert scan_pci(tmp_path / "absent") == PciScan(present=False)
 
 
 # ---- rates across passes, through run() with snapshot files and a controlled clock ----
@@ -135,7 +166,7 @@ def _write(path: Path, reading: NodeReading) -> Path:
     return path
 
 
-def _counters(gpu: GpuReading, replays: int, link_errors: tuple[int, int, int, int] = (0, 0, 0, 0)) -> GpuReading:
+def _counters(gpu: GpuReading, replays: int, link_errors: tuple[Any, Any, Any, Any] = (0, 0, 0, 0)) -> GpuReading:
     assert isinstance(gpu.nvlinks, tuple)
     links = tuple(
         dataclasses.replace(
@@ -153,12 +184,16 @@ def _counters(gpu: GpuReading, replays: int, link_errors: tuple[int, int, int, i
 
 
 def _pass(
-    make_ctx: Callable[..., Any], tmp_path: Path, replays: int, link_errors: tuple[int, int, int, int] = (0, 0, 0, 0)
+    make_ctx: Callable[..., Any],
+    tmp_path: Path,
+    replays: int,
+    link_errors: tuple[Any, Any, Any, Any] = (0, 0, 0, 0),
+    **settings: Any,
 ) -> list[tuple[str, str]]:
     gpus = list(HEALTHY.gpus)
     gpus[2] = _counters(gpus[2], replays, link_errors)
     snapshot = _write(tmp_path / "snap.json", dataclasses.replace(HEALTHY, gpus=tuple(gpus)))
-    return [(f.code, f.subject) for f in run(make_ctx(snapshot=snapshot))]
+    return [(f.code, f.subject) for f in run(make_ctx(snapshot=snapshot, **settings))]
 
 
 def test_pcie_replay_rate_across_passes(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
@@ -192,8 +227,27 @@ def test_pcie_replay_rate_details(make_ctx: Callable[..., Any], tmp_path: Path, 
             )
         )
     )
-    assert finding.details["rate_per_minute"] == 20.0
+    # 10 replays in 30 s: judged over the 60 s rate window, 10 a minute.
+    assert finding.details["rate_per_minute"] == 10.0
+    assert (finding.details["increase"], finding.details["seconds"]) == (10, 30.0)
     assert finding.status is Status.WARNING
+
+
+def test_a_pass_seconds_after_another_does_not_inflate_the_replay_rate(
+    make_ctx: Callable[..., Any], tmp_path: Path, clock: Any
+) -> None:
+    # The daemon's pass, then an operator's `check --once` 5 s later sharing the state dir.
+    assert _pass(make_ctx, tmp_path, 100) == []
+    clock.now += 5
+    assert _pass(make_ctx, tmp_path, 101) == []  # one replay is not "12 a minute"
+    clock.now += 5
+    assert _pass(make_ctx, tmp_path, 110) == [("PCIE_REPLAY_RATE", "gpu2")]  # 9 within a minute is
+    clock.now += 300
+    assert _pass(make_ctx, tmp_path, 150) == []  # 40 in 5 min: 8 a minute, at the limit
+    clock.now += 5
+    assert _pass(make_ctx, tmp_path, 150, rate_window=1) == []
+    clock.now += 5
+    assert _pass(make_ctx, tmp_path, 151, rate_window=1) == [("PCIE_REPLAY_RATE", "gpu2")]  # the old behaviour
 
 
 def test_nvlink_errors_rising_across_passes(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
@@ -203,7 +257,33 @@ def test_nvlink_errors_rising_across_passes(make_ctx: Callable[..., Any], tmp_pa
     clock.now += 300
     assert _pass(make_ctx, tmp_path, 0, (5, 1, 1500, 10)) == [("NVLINK_ERRORS_RISING", "gpu2")]
     clock.now += 10
-    assert _pass(make_ctx, tmp_path, 0, (5, 1, 5000, 10)) == [("NVLINK_CRC_RATE", "gpu2")]
+    assert _pass(make_ctx, tmp_path, 0, (5, 1, 3000, 10)) == []  # 1500 in 10 s: 25/s over the 60 s window
+    clock.now += 10
+    assert _pass(make_ctx, tmp_path, 0, (5, 1, 12000, 10)) == [("NVLINK_CRC_RATE", "gpu2")]  # 150/s
+
+
+def test_each_nvlink_counter_is_judged_on_its_own(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
+    unsupported = NvmlError("NOT_SUPPORTED", "Not Supported")
+    assert _pass(make_ctx, tmp_path, 0, (unsupported, 0, unsupported, 0)) == []
+    clock.now += 300
+    # The replay and CRC-flit counters are not offered; recovery and CRC-data still count.
+    assert _pass(make_ctx, tmp_path, 0, (unsupported, 2, unsupported, 0)) == [("NVLINK_ERRORS_RISING", "gpu2")]
+    clock.now += 10
+    assert _pass(make_ctx, tmp_path, 0, (unsupported, 2, unsupported, 60_000)) == [("NVLINK_CRC_RATE", "gpu2")]
+    clock.now += 300
+    # A counter that becomes readable starts its own baseline; one that went down was reset.
+    assert _pass(make_ctx, tmp_path, 0, (7, 1, unsupported, 60_000)) == []
+    clock.now += 300
+    assert _pass(make_ctx, tmp_path, 0, (8, 1, unsupported, 60_000)) == [("NVLINK_ERRORS_RISING", "gpu2")]
+
+
+def test_nvlink_rising_message_names_the_counters(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:
+    _pass(make_ctx, tmp_path, 0, (0, 0, 0, 0))
+    clock.now += 300
+    gpus = list(HEALTHY.gpus)
+    gpus[2] = _counters(gpus[2], 0, (NvmlError("NOT_SUPPORTED"), 3, 0, 0))
+    (finding,) = run(make_ctx(snapshot=_write(tmp_path / "snap.json", dataclasses.replace(HEALTHY, gpus=tuple(gpus)))))
+    assert finding.message == "NVLink replay/recovery errors rising: link7: +3 recovery"
 
 
 def test_corrupt_state_starts_over(make_ctx: Callable[..., Any], tmp_path: Path, clock: Any) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -28,6 +30,17 @@ def test_library_not_found_is_recorded_not_raised(mocker: Any) -> None:
     assert reading.gpus == ()
 
 
+def _nvml_library_loads() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_nvml_library_loads(), reason="libnvidia-ml.so.1 loads: this machine has an NVIDIA driver")
 def test_unpatched_library_on_this_machine_has_no_driver() -> None:
     # No NVIDIA driver here: the genuine binding fails in nvmlInit, and we say so.
     reading = NvmlLibrary().read()
@@ -176,3 +189,39 @@ def test_record_gpus_unwritable_destination(fake_nvml: Any, tmp_path: Path, caps
     out = tmp_path / "missing-dir" / "node.json"
     assert cli.main(["record-gpus", str(out)]) == 73
     assert str(out) in capsys.readouterr().err
+
+
+def test_record_gpus_gives_up_on_a_hung_nvml(
+    fake_nvml: Any, mocker: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], make_ctx: Callable[..., Any]
+) -> None:
+    release = threading.Event()
+    # NVML blocking inside the driver, as it can on a GPU that fell off the bus.
+    mocker.patch.object(pynvml, "nvmlDeviceGetCount", side_effect=lambda: release.wait(30) and 8)
+    out = tmp_path / "node.json"
+    try:
+        started = time.monotonic()
+        assert cli.main(["record-gpus", str(out), "--timeout", "0.3"]) == 69
+        assert time.monotonic() - started < 10
+    finally:
+        release.set()
+        for thread in threading.enumerate():
+            if thread.name == "record-gpus-nvml":
+                thread.join(10)
+    assert "NVML did not answer within 0.3 s" in capsys.readouterr().err
+    error = SnapshotFile(out).read().init_error
+    assert error is not None and error.code == "TIMEOUT"
+    (finding,) = run(make_ctx(snapshot=out))
+    assert (finding.code, finding.status, finding.details["nvml_error"]) == (
+        "NVML_UNAVAILABLE",
+        Status.CRITICAL,
+        "TIMEOUT",
+    )
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon", "3601"])
+def test_record_gpus_rejects_a_bad_timeout(tmp_path: Path, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["record-gpus", str(tmp_path / "node.json"), "--timeout", value])
+    assert exit_info.value.code != 0
+    assert "--timeout" in capsys.readouterr().err
+    assert not (tmp_path / "node.json").exists()

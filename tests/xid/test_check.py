@@ -52,6 +52,7 @@ class Node:
         device = self.root / "sys" / "bus" / "pci" / "devices" / bdf
         device.mkdir()
         (device / "vendor").write_text("0x10de\n")
+        (device / "device").write_text("0x2330\n")
         (device / "class").write_text(pci_class + "\n")
 
     def booted_at(self, btime: int) -> None:
