@@ -21,6 +21,10 @@ from healthd.state import StateFile
 STATE_NAME = "acks"
 # The check name under which the cycle reports the policy's own findings (DRAIN_HELD).
 POLICY_CHECK = "policy"
+# UNKNOWN findings the runner and the cycle make when a check (or the pass) could not
+# observe: they describe healthd's view, not a fault, and recur while the cause lasts.
+# Acknowledging one would report a check that keeps timing out as OK, so none ever is.
+UNACKNOWLEDGEABLE = frozenset({"CHECK_TIMEOUT", "CHECK_ERROR", "CHECK_STUCK", "PLUGIN_LOAD_FAILED", "PASS_FAILED"})
 
 
 @dataclass(frozen=True, order=True)
@@ -80,7 +84,7 @@ def apply_acks(result: PassResult, acks: Iterable[Ack]) -> tuple[PassResult, tup
         findings = []
         for finding in check.findings:
             ref = FindingRef.of(finding)
-            if finding.status is not Status.OK and ref in by_ref:
+            if finding.status is not Status.OK and finding.code not in UNACKNOWLEDGEABLE and ref in by_ref:
                 seen.add(ref)
                 findings.append(_acknowledged(finding))
             else:
@@ -98,12 +102,18 @@ class AckStore:
         self.problems: list[str] = []
 
     def load(self) -> tuple[Ack, ...]:
-        data = self.state.load()
+        """The stored acks; a malformed file or entry is reported in ``problems`` and ignored."""
+        items = self.state.load().get("acks", [])
+        if not isinstance(items, list):
+            self.problems.append(f"{self.state.path}: acks is {type(items).__name__}, not a list: ignored")
+            return ()
         acks = []
-        for index, item in enumerate(data.get("acks", [])):
+        for index, item in enumerate(items):
             try:
+                if not isinstance(item, dict):
+                    raise TypeError(f"{type(item).__name__}, not an object")
                 acks.append(Ack(FindingRef.from_dict(item), float(item.get("at", 0.0)), str(item.get("by", ""))))
-            except (ValueError, TypeError, AttributeError) as exc:
+            except (ValueError, TypeError) as exc:
                 self.problems.append(f"{self.state.path}: acks[{index}] ignored: {exc}")
         return tuple(acks)
 
@@ -124,7 +134,7 @@ def refs_from_document(document: dict[str, Any], selectors: Iterable[str]) -> li
 
     A selector is a check name or a finding code (case-insensitive for codes); no
     selectors means every such finding. Synthetic findings of the policy itself
-    (e.g. ``DRAIN_HELD``) are never acknowledged.
+    (e.g. ``DRAIN_HELD``) and ``UNACKNOWLEDGEABLE`` ones are never acknowledged.
     """
     wanted = [s.strip() for s in selectors if s.strip()]
     refs = []
@@ -135,9 +145,12 @@ def refs_from_document(document: dict[str, Any], selectors: Iterable[str]) -> li
             if not isinstance(finding, dict) or finding.get("status") == Status.OK.name:
                 continue
             name, code = str(finding.get("check", "")), str(finding.get("code", ""))
+            if code in UNACKNOWLEDGEABLE:
+                continue
             if wanted and not any(s == name or s.upper() == code.upper() for s in wanted):
                 continue
-            event = (finding.get("details") or {}).get("event")
+            details = finding.get("details")
+            event = details.get("event") if isinstance(details, dict) else None
             key = f"{name}/{code}/{finding.get('subject', '')}"
             refs.append(FindingRef(key, None if event is None else str(event)))
     return refs

@@ -12,14 +12,14 @@ import argparse
 import importlib
 import sys
 from types import ModuleType
-from typing import Callable, NoReturn, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from healthd import __version__
+from healthd.defaults import EX_CONFIG
 
 EX_UNKNOWN = 3  # Nagios UNKNOWN: healthd itself failed, so nothing was observed
 EX_USAGE = 64
 EX_SOFTWARE = 70
-EX_CONFIG = 78
 
 # name -> (module under healthd.commands, one-line help). Order is the order of --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -91,6 +91,52 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         traceback.print_exc()
         print(f"healthd: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EX_UNKNOWN if args.command == "check" else EX_SOFTWARE
+
+
+def hook_summary(document: dict[str, Any]) -> str:
+    """One line from a ``check --once --json`` document: status, the first non-OK findings, the action."""
+    from healthd.text import one_line
+
+    bad = [
+        f"{finding.get('check')}/{finding.get('code')} {finding.get('subject')}"
+        for check in document.get("checks") or []
+        for finding in check.get("findings") or []
+        if finding.get("status") != "OK"
+    ]
+    text = f"healthd: {document.get('status')} on {document.get('node')}"
+    if bad:
+        text += f": {', '.join(bad[:3])}" + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
+    action = document.get("action") or {}
+    if action.get("decision") not in (None, "none"):
+        text += f"; action {action.get('decision')}" + (" (applied)" if action.get("applied") else "")
+    return one_line(text, 1000)
+
+
+def hook_main() -> int:
+    """``healthd-hook``: slurmd's HealthCheckProgram, i.e. ``healthd check --once`` with the default config.
+
+    slurmd starts it without arguments and with an environment of ``SLURMD_NODENAME``
+    only (no PATH), so this entry point, installed with an absolute interpreter path,
+    needs neither a shell wrapper nor options. It prints one line instead of the table
+    (whoever captures the hook's output, slurmd's log or a person, reads one line), and
+    exits with the pass's Nagios code.
+    """
+    import contextlib
+    import io
+    import json
+
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured):
+        code = main(["check", "--once", "--json"])
+    try:
+        document = json.loads(captured.getvalue())
+    except ValueError:  # no document: the error went to stderr (a bad config, an internal error)
+        document = None
+    if isinstance(document, dict):
+        print(hook_summary(document))
+    else:
+        print(f"healthd: no result (exit {code}); see the errors above")
+    return code
 
 
 if __name__ == "__main__":

@@ -8,14 +8,17 @@ lines read ``file: key.path: problem``; the CLI exits 78 (EX_CONFIG) on it.
 
 from __future__ import annotations
 
-import sys
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-DEFAULT_CONFIG_PATH = Path("/etc/healthd/healthd.toml")
+from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+
+_PREFIX_WORD = r"[A-Za-z0-9_.,:;/@+#%()\-]+"
+_REASON_PREFIX = re.compile(rf"{_PREFIX_WORD}(?: {_PREFIX_WORD})*")
 
 
 class ConfigError(Exception):
@@ -37,7 +40,7 @@ class Paths(_Model):
     sysfs: Path = Path("/sys")
     procfs: Path = Path("/proc")
     kmsg: Path = Path("/dev/kmsg")
-    state_dir: Path = Path("/var/lib/healthd")
+    state_dir: Path = DEFAULT_STATE_DIR
 
 
 class MountSpec(_Model):
@@ -85,11 +88,34 @@ class SlurmSettings(_Model):
     bin_dir: Optional[Path] = None
     conf: Optional[Path] = None
     node_name: Optional[str] = None
-    timeout: float = Field(default=15.0, gt=0, le=120)
+    # Per scontrol call, and for all calls of one pass together: with the default
+    # [runner].pass_timeout a hook run stays well inside slurmd's 60 s kill.
+    timeout: float = Field(default=5.0, gt=0, le=120)
+    budget: float = Field(default=12.0, gt=0, le=300)
     reason_prefix: str = Field(default="healthd:", min_length=1, max_length=32)
     reconcile_interval: float = Field(
         default=3600.0, ge=0, description="seconds between node-state reads on passes that need none (0: every pass)"
     )
+    lock_timeout: float = Field(default=3.0, gt=0, le=60)
+
+    @field_validator("bin_dir", "conf")
+    @classmethod
+    def _absolute_path(cls, value: Optional[Path]) -> Optional[Path]:
+        # HealthCheckProgram runs with an unknown working directory.
+        if value is not None and not value.is_absolute():
+            raise ValueError(f"must be an absolute path, got {str(value)!r}")
+        return value
+
+    @field_validator("reason_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        # The prefix is how healthd recognises its own reasons, so it must reach
+        # Slurm exactly as written: no characters scontrol or sanitizing would change.
+        if not _REASON_PREFIX.fullmatch(value):
+            raise ValueError(
+                f"{value!r} must be words of letters, digits and _ . , : ; / @ + # % ( ) - separated by single spaces"
+            )
+        return value
 
 
 class PolicySettings(_Model):
@@ -106,13 +132,13 @@ class PolicySettings(_Model):
 class RunnerSettings(_Model):
     """Deadlines: each check has its own (``[checks.NAME].timeout``); the pass has one."""
 
-    pass_timeout: float = Field(default=40.0, gt=0, le=600)
+    pass_timeout: float = Field(default=30.0, gt=0, le=600)
 
 
 class DaemonSettings(_Model):
     """``healthd run``: the interval between passes (the source paper's five minutes)."""
 
-    interval: float = Field(default=300.0, ge=1, le=86400)
+    interval: float = Field(default=DEFAULT_INTERVAL_SECONDS, ge=1, le=86400)
     splay: bool = True
 
 
@@ -174,10 +200,7 @@ def _describe(error: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
 
 
 def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        import tomli as tomllib
+    tomllib = toml_module()
     try:
         parsed: dict[str, Any] = tomllib.loads(text)
         return parsed

@@ -9,15 +9,20 @@ the ``policy`` state file and retried with backoff on later passes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from healthd.acks import POLICY_CHECK, AckStore, FindingRef, apply_acks, merge
+from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.policy import (
     ACTING,
+    BACKOFF_MAX,
+    BREAKER_MAX,
+    OWN_CHECK,
     TAKING_OUT,
     Action,
     Decision,
@@ -25,14 +30,18 @@ from healthd.policy import (
     acknowledged_by_resume,
     after_apply,
     after_failure,
+    breaker_held,
     circuit_breaker,
     decide,
     needs_node,
+    waiting,
 )
-from healthd.slurm import NodeInfo, SlurmClient, SlurmError, out_fraction, owned
+from healthd.slurm import NodeInfo, SlurmClient, SlurmError, out_fraction, owned, reason_head
 from healthd.state import StateError
+from healthd.statelock import LockTimeout, StateLock
 
 if TYPE_CHECKING:
+    from healthd.config import Config
     from healthd.engine import Engine
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
@@ -111,7 +120,7 @@ def _apply(client: SlurmClient, node: NodeInfo, decision: Decision) -> None:
     if decision.action is Action.RESUME:
         client.resume(node.name)
         return
-    if not (node.drained and node.reason == decision.reason):
+    if not (node.drained and reason_head(node.reason) == reason_head(decision.reason)):
         client.drain(node.name, decision.reason)
     if decision.action is Action.TAKE_OUT_NOW:
         client.down(node.name, decision.reason)
@@ -126,6 +135,23 @@ def _load_policy_state(engine: Engine, errors: list[str]) -> PolicyState:
         return PolicyState()
 
 
+def _report(
+    decision: Decision, *, dry: bool, enabled: bool, errors: list[str], node: Optional[NodeInfo] = None
+) -> ActionReport:
+    return ActionReport(
+        decision=decision,
+        node_state=node.state_text if node else None,
+        node_reason=node.reason if node else None,
+        applied=False,
+        held=False,
+        pending=False,
+        dry_run=dry,
+        slurm_enabled=enabled,
+        acknowledged=(),
+        errors=tuple(errors),
+    )
+
+
 def run_cycle(
     engine: Engine,
     *,
@@ -135,27 +161,85 @@ def run_cycle(
     clock: Callable[[], float] = time.time,
     only: Optional[list[str]] = None,
 ) -> CycleOutcome:
-    """Run one pass and carry its decision out; see the module docstring."""
+    """Run one pass and carry its decision out; see the module docstring.
+
+    The policy and acks state is read, acted on and written back under the state
+    directory lock (``healthd.statelock``); a pass that cannot get the lock within
+    ``[slurm].lock_timeout`` is reported but acts on nothing. Whatever goes wrong
+    after the checks ran, the pass is still reported and saved: an unexpected
+    exception becomes an UNKNOWN ``healthd/PASS_FAILED`` finding.
+    """
     log = logger or logging.getLogger("healthd.cycle")
+    config = engine.config
+    dry = dry_run or config.policy.dry_run
+    enabled = config.slurm.enabled
+    try:
+        raw = engine.run_pass(only)
+    except Exception as exc:  # anything from the engine must still give a reported pass
+        from healthd.engine import node_name
+
+        return _failed(engine, PassResult(node_name(config), clock(), 0.0, ()), exc, log, dry=dry, enabled=enabled)
+    errors: list[str] = []
+    lock = StateLock(config.paths.state_dir, config.slurm.lock_timeout)
+    try:
+        lock.acquire()
+    except LockTimeout as exc:
+        log.warning("%s: not acting this pass", exc)
+        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load())
+        decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
+        return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[str(exc)]), None)
+    except OSError as exc:
+        # The directory is missing or unwritable: no state can be saved there either,
+        # and checking (and acting on a fault) must go on; the problem is reported.
+        errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
+    try:
+        return _locked_cycle(engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None)
+    except Exception as exc:  # see the docstring
+        return _failed(engine, raw, exc, log, dry=dry, enabled=enabled)
+    finally:
+        lock.release()
+
+
+def _failed(
+    engine: Engine, raw: PassResult, exc: Exception, log: logging.Logger, *, dry: bool, enabled: bool
+) -> CycleOutcome:
+    """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass."""
+    message = f"pass failed: {type(exc).__name__}: {exc}"
+    log.error("%s", message, exc_info=exc)
+    finding = Finding(OWN_CHECK, Status.UNKNOWN, "PASS_FAILED", OWN_CHECK, message)
+    own = CheckResult(OWN_CHECK, RunState.ERROR, (finding,), 0.0, message)
+    result = replace(raw, results=(*raw.results, own))
+    decision = Decision(Action.NONE, Action.NONE, "", "the pass failed: nothing decided")
+    return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None)
+
+
+def _locked_cycle(
+    engine: Engine,
+    raw: PassResult,
+    errors: list[str],
+    log: logging.Logger,
+    *,
+    dry: bool,
+    client: Optional[SlurmClient],
+    clock: Callable[[], float],
+    partial: bool,
+) -> CycleOutcome:
     config = engine.config
     prefix = config.slurm.reason_prefix
     enabled = config.slurm.enabled
-    dry = dry_run or config.policy.dry_run
-    errors: list[str] = []
-
-    raw = engine.run_pass(only)
     now = clock()
     state = _load_policy_state(engine, errors)
-    store = AckStore(engine.state.file("acks"))
+    store = AckStore(engine.state.file(ACKS_STATE))
     acks = store.load()
 
     node: Optional[NodeInfo] = None
     attempted = False
     slurm_error = ""
-    slurm = client or SlurmClient(config.slurm)
+    slurm = client or SlurmClient(config.slurm, output_format=state.slurm_output or None)
+    slurm.start_budget()
     if not enabled:
         slurm_error = "Slurm actions disabled ([slurm].enabled = false)"
-    elif state.pending is not None and now < state.pending.next_try:
+    elif state.pending is not None and waiting(state.pending.next_try, now, BACKOFF_MAX):
         slurm_error = f"backing off after: {state.pending.error}"
     elif needs_node(apply_acks(raw, acks)[0], state, config.policy, now, config.slurm.reconcile_interval):
         attempted = True
@@ -175,17 +259,9 @@ def run_cycle(
             log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, len(acknowledged))
 
     result, kept_acks = apply_acks(raw, acks)
-    decision, new_state = decide(result, state, node, config.policy, prefix)
+    decision, new_state = decide(result, state, node, config.policy, prefix, partial=partial)
 
-    held_why = ""
-    if decision.action in TAKING_OUT and node is not None and not (node.drained and owned(node.reason, prefix)):
-        try:
-            others = [n for n in slurm.show_all() if n.name != node.name]
-            decision, held_why = circuit_breaker(decision, out_fraction(others, node.partitions, prefix), config.policy)
-        except SlurmError as exc:
-            slurm_error = str(exc)
-            errors.append(slurm_error)
-            node = None
+    decision, new_state, held_why, node = _breaker(slurm, node, decision, new_state, now, errors, prefix, config)
     if held_why:
         result = replace(result, results=(*result.results, _held_finding(raw.node, held_why)))
         log.error(
@@ -199,9 +275,15 @@ def run_cycle(
     applied = pending = False
     if decision.action in ACTING and not dry and enabled:
         if node is None:
-            new_state = after_failure(new_state, decision, slurm_error, now, attempted)
+            why = slurm_error or (errors[-1] if errors else "node state not read")
+            new_state = after_failure(new_state, decision, why, now, attempted)
             pending = True
         else:
+            # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
+            # the next pass still knows what it was doing and retries it.
+            with contextlib.suppress(StateError):
+                unconfirmed = after_failure(new_state, decision, "not confirmed: interrupted while sending", now, True)
+                engine.state.file(POLICY_STATE).save(unconfirmed.to_dict())
             try:
                 _apply(slurm, node, decision)
                 applied = True
@@ -214,14 +296,17 @@ def run_cycle(
                 new_state = after_failure(new_state, decision, str(exc), now, attempted=True)
                 pending = True
         if pending:
-            log.warning("node %s: %s is pending: %s", raw.node, decision.action.value, errors[-1] if errors else "")
+            why = new_state.pending.error if new_state.pending else ""
+            log.warning("node %s: %s is pending: %s", raw.node, decision.action.value, why)
 
+    new_state = replace(new_state, slurm_output=slurm.output_format or "")
     if dry:
         new_state = replace(
             state,
-            fail_streak=new_state.fail_streak,
-            unknown_streak=new_state.unknown_streak,
+            fail_streaks=new_state.fail_streaks,
+            unknown_streaks=new_state.unknown_streaks,
             clean_streak=new_state.clean_streak,
+            slurm_output=new_state.slurm_output,
         )
     try:
         engine.state.file(POLICY_STATE).save(new_state.to_dict())
@@ -247,7 +332,41 @@ def run_cycle(
     return _finish(engine, result, report, new_state)
 
 
-def _finish(engine: Engine, result: PassResult, report: ActionReport, state: PolicyState) -> CycleOutcome:
+def _breaker(
+    slurm: SlurmClient,
+    node: Optional[NodeInfo],
+    decision: Decision,
+    state: PolicyState,
+    now: float,
+    errors: list[str],
+    prefix: str,
+    config: Config,
+) -> tuple[Decision, PolicyState, str, Optional[NodeInfo]]:
+    """Run the circuit breaker on a take-out; returns the decision, state, why it held, and the node.
+
+    Reading the whole node table is the one expensive RPC, so while the breaker
+    holds it is read again only at the hold's backoff time; in between the hold
+    stands. The node comes back as None when that read failed (act on nothing).
+    """
+    if decision.action not in TAKING_OUT or node is None or (node.drained and owned(node.reason, prefix)):
+        return decision, replace(state, held=None), "", node
+    hold = state.held
+    if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25):
+        explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - now:.0f}s)"
+        held = replace(decision, action=Action.HOLD, explanation=explanation)
+        return held, replace(state, pending=None), hold.why, node
+    try:
+        others = [n for n in slurm.show_all() if n.name != node.name]
+    except SlurmError as exc:
+        errors.append(str(exc))
+        return decision, state, "", None
+    decision, why = circuit_breaker(decision, out_fraction(others, node.partitions, prefix), config.policy)
+    if why:
+        return decision, breaker_held(state, why, now, node.name), why, node
+    return decision, replace(state, held=None), "", node
+
+
+def _finish(engine: Engine, result: PassResult, report: ActionReport, state: Optional[PolicyState]) -> CycleOutcome:
     from healthd.report import pass_to_dict
 
     errors = list(report.errors) + engine.state.drain_problems()
@@ -258,4 +377,4 @@ def _finish(engine: Engine, result: PassResult, report: ActionReport, state: Pol
     except StateError as exc:
         report = replace(report, errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()
-    return CycleOutcome(result=result, action=report, state=state, document=document)
+    return CycleOutcome(result=result, action=report, state=state or PolicyState(), document=document)

@@ -27,10 +27,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Callable, Optional
 
+from healthd.defaults import EX_CONFIG
 from healthd.logs import LOGGER_NAME, log_action, log_finding
 from healthd.metrics import ActionSample, HealthdCollector, MetricsServer, PassSample, new_registry, parse_listen
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.outcome import ActionOutcome
 from healthd.sdnotify import Notifier
+from healthd.text import one_line
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -38,14 +41,16 @@ if TYPE_CHECKING:
     from healthd.config import Config
     from healthd.cycle import CycleOutcome
     from healthd.engine import Engine
+    from healthd.policy import Action
 
 EX_OK = 0
-EX_CONFIG = 78  # sysexits.h; the unit's RestartPreventExitStatus keeps systemd from looping on it
 
 # How long a stop request waits for a pass in progress before abandoning it.
 STOP_GRACE_SECONDS = 3.0
 # Slack on top of a pass's own deadlines before the loop declares it hung.
 PASS_GRACE_SECONDS = 10.0
+# Start-up time asked of systemd on top of the first pass's budget (plugins, metrics listener).
+START_MARGIN_SECONDS = 15.0
 
 log = logging.getLogger(f"{LOGGER_NAME}.daemon")
 
@@ -85,21 +90,22 @@ def schedule_for(config: Config, node: str) -> Schedule:
 
 
 def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS) -> float:
-    """How long a pass may take before the loop calls it hung: the checks' deadline plus Slurm calls.
+    """How long a pass may take before the loop calls it hung.
 
-    A cycle makes at most four scontrol calls (show node, show all for the circuit
-    breaker, drain, down), each bounded by ``[slurm].timeout``.
+    The checks' deadline (``[runner].pass_timeout``), the wait for the state
+    directory's lock (``[slurm].lock_timeout``), and all scontrol calls of the pass
+    together (``[slurm].budget``, when Slurm is enabled), plus ``grace``.
     """
-    slurm = 4 * config.slurm.timeout if config.slurm.enabled else 0.0
-    return config.runner.pass_timeout + slurm + grace
+    slurm = config.slurm.budget if config.slurm.enabled else 0.0
+    return config.runner.pass_timeout + config.slurm.lock_timeout + slurm + grace
 
 
 @dataclass(frozen=True)
 class ActionLine:
     """One action decided in a pass, for the log: what, with which outcome, and why."""
 
-    kind: str
-    outcome: str
+    kind: Action
+    outcome: ActionOutcome
     detail: str
 
 
@@ -130,16 +136,16 @@ def report_from_outcome(outcome: CycleOutcome) -> PassReport:
     actions: tuple[ActionLine, ...] = ()
     if decision.action in ACTING:
         if report.applied:
-            outcome_name = "taken"
+            outcome_kind = ActionOutcome.TAKEN
         elif report.dry_run:
-            outcome_name = "dry_run"
+            outcome_kind = ActionOutcome.DRY_RUN
         elif not report.slurm_enabled:
-            outcome_name = "disabled"
+            outcome_kind = ActionOutcome.DISABLED
         else:
-            outcome_name = "pending"
-        actions = (ActionLine(decision.action.value, outcome_name, detail),)
+            outcome_kind = ActionOutcome.PENDING
+        actions = (ActionLine(decision.action, outcome_kind, detail),)
     elif decision.action is Action.HOLD and decision.intended in ACTING:
-        actions = (ActionLine(decision.intended.value, "held_back", decision.explanation),)
+        actions = (ActionLine(decision.intended, ActionOutcome.HELD_BACK, decision.explanation),)
     breaker = any(f.check == POLICY_CHECK and f.code == "DRAIN_HELD" for f in outcome.result.findings)
     return PassReport(result=outcome.result, actions=actions, breaker_open=breaker, problems=report.errors)
 
@@ -152,14 +158,27 @@ def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
 
 
 def failed_pass(engine: Engine, exc: BaseException, started_at: float) -> PassReport:
-    """A pass whose code raised: one UNKNOWN ``PASS_FAILED`` finding, so it is seen like any other fault."""
-    from healthd.engine import node_name
+    """A pass whose code raised: one UNKNOWN ``PASS_FAILED`` finding, so it is seen like any other fault.
 
-    message = f"pass raised {type(exc).__name__}: {exc}"
+    It is also saved as the ``last-pass`` document, so ``healthd status`` (and a hook
+    reading it) shows UNKNOWN instead of the last pass that went well.
+    """
+    from healthd.cycle import LAST_PASS
+    from healthd.engine import node_name
+    from healthd.report import pass_to_dict
+    from healthd.state import StateError
+
+    message = one_line(f"pass raised {type(exc).__name__}: {exc}")
     log.error("%s", message, exc_info=exc)
     finding = Finding("healthd", Status.UNKNOWN, "PASS_FAILED", "healthd", message)
     check = CheckResult("healthd", RunState.ERROR, (finding,), 0.0, message)
-    return PassReport(result=PassResult(node_name(engine.config), started_at, 0.0, (check,)))
+    result = PassResult(node_name(engine.config), started_at, 0.0, (check,))
+    problems: tuple[str, ...] = ()
+    try:
+        engine.state.file(LAST_PASS).save(pass_to_dict(result, {"action": None}))
+    except StateError as state_exc:
+        problems = (str(state_exc),)
+    return PassReport(result=result, problems=problems)
 
 
 def summary(report: PassReport) -> str:
@@ -204,6 +223,7 @@ class Daemon:
         self.collector = HealthdCollector()
         self.registry: Optional[CollectorRegistry] = None
         self.server: Optional[MetricsServer] = None
+        self._listen_failures = 0
         self.passes = 0
         self._wake = threading.Event()
         self._stop = False
@@ -248,6 +268,9 @@ class Daemon:
         self._apply_metrics_config(engine.config)
         log.info("started: config %s, every %.0fs", engine.loaded.source, engine.config.daemon.interval)
         try:
+            # READY=1 waits for the first pass, whose budget depends on the config: ask systemd
+            # for that long (sd_notify(3) EXTEND_TIMEOUT_USEC) rather than trust TimeoutStartSec=.
+            self.notifier.extend_timeout(pass_budget(engine.config, self.pass_grace) + START_MARGIN_SECONDS)
             report = self._pass(engine)
             if report is None:
                 return EX_OK
@@ -306,7 +329,13 @@ class Daemon:
         worker = threading.Thread(target=work, name="healthd-pass", daemon=True)
         started = self.monotonic()
         budget = pass_budget(engine.config, self.pass_grace)
-        worker.start()
+        try:
+            worker.start()
+        except RuntimeError as exc:  # no thread to be had (TasksMax, memory): report it, try next slot
+            self.passes += 1
+            report = failed_pass(engine, exc, self.wall())
+            self._publish(report, engine)
+            return report
         # Ping while the pass is within its budget; after that, silence tells systemd we hang.
         if self._wait(until=started + budget, stop_on_reload=False, done=done) and not done.is_set():
             log.error("pass has not finished after %.0fs; no more watchdog pings until it does", budget)
@@ -322,6 +351,7 @@ class Daemon:
         return report
 
     def _publish(self, report: PassReport, engine: Engine) -> None:
+        self._ensure_listening(engine.config)
         for finding in report.result.findings:
             if finding.status is not Status.OK:
                 log_finding(log, finding)
@@ -370,17 +400,27 @@ class Daemon:
         if self.server is not None:
             self.server.close()
             self.server = None
+        self._listen_failures = 0
         settings = config.metrics
         if settings.listen is None and settings.textfile is None:
             self.registry = None
             return
         if self.registry is None:
             self.registry = new_registry(self.collector)
-        if settings.listen is not None:
-            host, port = parse_listen(settings.listen)
-            try:
-                self.server = MetricsServer(self.registry, host, port)
-            except OSError as exc:
-                log.error("metrics: cannot listen on %s: %s; checks go on without it", settings.listen, exc)
-            else:
-                log.info("metrics: serving http://%s/metrics", settings.listen)
+        self._ensure_listening(config)
+
+    def _ensure_listening(self, config: Config) -> None:
+        """Open the metrics listener if configured and not open yet (a busy port is retried every pass)."""
+        listen = config.metrics.listen
+        if listen is None or self.server is not None or self.registry is None:
+            return
+        host, port = parse_listen(listen)
+        try:
+            self.server = MetricsServer(self.registry, host, port)
+        except (OSError, RuntimeError) as exc:
+            self._listen_failures += 1
+            # Logged loudly once, then quietly: the port may stay busy for days.
+            level = logging.ERROR if self._listen_failures == 1 else logging.DEBUG
+            log.log(level, "metrics: cannot listen on %s: %s; checks go on, retrying every pass", listen, exc)
+        else:
+            log.info("metrics: serving http://%s/metrics", listen)

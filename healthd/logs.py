@@ -2,25 +2,42 @@
 
 Every non-OK finding and every action is one log record carrying
 ``HEALTHD_CHECK``, ``HEALTHD_CODE``, ``HEALTHD_SEVERITY`` (and ``HEALTHD_SUBJECT``)
-so ``journalctl HEALTHD_CODE=XID_79`` finds them. Records go through
-``systemd.journal.send`` when systemd-python is importable and our stderr is
-connected to journald (``$JOURNAL_STREAM``, see systemd.exec(5)) or the host is
-booted with systemd. Otherwise they go to stderr; when stderr is the journal
-stream anyway, each line starts with the ``<N>`` priority prefix of
-sd-daemon(3) so journald still records the right PRIORITY.
+so ``journalctl HEALTHD_CODE=XID_79`` finds them. Records go to journald with
+those fields when our stderr is the stream systemd connected to journald
+(``$JOURNAL_STREAM`` names its device and inode, systemd.exec(5)): through
+``systemd.journal.send`` when systemd-python is importable, else through the
+built-in sender of journald's native protocol (``JournalSocket``). Otherwise they
+go to stderr. If the journal socket refuses a record, that record goes to stderr
+with the ``<N>`` priority prefix of sd-daemon(3), which journald also understands.
+
+Text from findings (kernel log lines, sysfs values, mount sources) passes through
+``healthd.text.one_line`` first, so it can neither start a forged log line nor
+carry terminal escapes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import struct
 import sys
-from typing import Any, Callable, Mapping, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, TextIO
 
 from healthd.model import Finding, Status
+from healthd.text import one_line
+
+if TYPE_CHECKING:
+    from healthd.outcome import ActionOutcome
+    from healthd.policy import Action
 
 LOGGER_NAME = "healthd"
 FIELDS_ATTR = "healthd_fields"
+# systemd's "Native Journal Protocol": datagrams of fields to this socket.
+JOURNAL_SOCKET = "/run/systemd/journal/socket"
+# A datagram must fit the socket's send buffer (about 200 KiB by default); larger
+# entries would need a sealed memfd. A record's text is cut to stay well below.
+_MAX_MESSAGE_BYTES = 48 * 1024
 
 # syslog(3) priorities, as journald's PRIORITY field expects them.
 _PRIORITY = {
@@ -63,18 +80,55 @@ def journal_fields(record: logging.LogRecord) -> dict[str, str]:
     return fields
 
 
-class JournalHandler(logging.Handler):
-    """Sends each record to journald with its structured fields."""
+def encode_journal_fields(fields: Mapping[str, str]) -> bytes:
+    """One native-protocol datagram: ``KEY=value`` lines, or the binary form for values with a newline.
 
-    def __init__(self, send: Callable[..., Any]) -> None:
+    The binary form (systemd's "Native Journal Protocol") is the key, a newline, the
+    value's length as a 64-bit little-endian integer, the value, and a newline.
+    """
+    parts: list[bytes] = []
+    for key, value in fields.items():
+        data = value.encode("utf-8", "replace")
+        if b"\n" in data:
+            parts.append(key.encode("ascii") + b"\n" + struct.pack("<Q", len(data)) + data + b"\n")
+        else:
+            parts.append(key.encode("ascii") + b"=" + data + b"\n")
+    return b"".join(parts)
+
+
+class JournalSocket:
+    """Sends journal entries to journald without systemd-python (no compiler needed to install)."""
+
+    def __init__(self, address: str = JOURNAL_SOCKET) -> None:
+        self.address = address
+
+    def __call__(self, message: str, **fields: str) -> None:
+        data = message.encode("utf-8", "replace")
+        if len(data) > _MAX_MESSAGE_BYTES:
+            message = data[:_MAX_MESSAGE_BYTES].decode("utf-8", "ignore") + "\n[truncated]"
+        payload = encode_journal_fields({"MESSAGE": message, **fields})
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.sendto(payload, self.address)
+
+
+class JournalHandler(logging.Handler):
+    """Sends each record to journald with its structured fields; ``fallback`` takes what journald refuses."""
+
+    def __init__(self, send: Callable[..., Any], fallback: Optional[logging.Handler] = None) -> None:
         super().__init__()
         self._send = send
+        self._fallback = fallback
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             fields = journal_fields(record)
             message = fields.pop("MESSAGE")
             self._send(message, **fields)
+        except OSError:
+            if self._fallback is None:
+                self.handleError(record)
+            else:
+                self._fallback.handle(record)
         except Exception:
             self.handleError(record)
 
@@ -106,15 +160,13 @@ def _stderr_is_journal(stream: TextIO, environ: Mapping[str, str]) -> bool:
     return st.st_dev == int(device) and st.st_ino == int(inode)
 
 
-def _journal_sender(environ: Mapping[str, str]) -> Optional[Callable[..., Any]]:
+def _journal_sender() -> Callable[..., Any]:
     try:
-        from systemd import daemon, journal
+        from systemd import journal
     except ImportError:
-        return None
-    if environ.get("JOURNAL_STREAM") or daemon.booted():
-        send: Callable[..., Any] = journal.send
-        return send
-    return None
+        return JournalSocket()
+    send: Callable[..., Any] = journal.send
+    return send
 
 
 def setup_logging(
@@ -127,13 +179,14 @@ def setup_logging(
     """Route the ``healthd`` logger to journald or stderr; returns the handler installed."""
     env = os.environ if environ is None else environ
     out = sys.stderr if stream is None else stream
-    sender = _journal_sender(env) if use_journal else None
-    handler: logging.Handler
-    if sender is not None:
-        handler = JournalHandler(sender)
-    else:
-        handler = logging.StreamHandler(out)
-        handler.setFormatter(_StderrFormatter(priority_prefix=_stderr_is_journal(out, env)))
+    stderr_is_journal = _stderr_is_journal(out, env)
+    stderr_handler = logging.StreamHandler(out)
+    stderr_handler.setFormatter(_StderrFormatter(priority_prefix=stderr_is_journal))
+    # Only where journald already holds our stderr: run by hand or under another
+    # supervisor, the operator reads stderr, even on a host booted with systemd.
+    handler: logging.Handler = stderr_handler
+    if use_journal and stderr_is_journal:
+        handler = JournalHandler(_journal_sender(), fallback=stderr_handler)
     logger = logging.getLogger(LOGGER_NAME)
     for old in list(logger.handlers):
         logger.removeHandler(old)
@@ -144,45 +197,46 @@ def setup_logging(
 
 
 def log_finding(logger: logging.Logger, finding: Finding) -> None:
-    """One record for one finding, at a level that follows its severity."""
+    """One record for one finding, at a level that follows its severity (text made one safe line)."""
+    check, code, subject = one_line(finding.check, 64), one_line(finding.code, 64), one_line(finding.subject, 200)
     logger.log(
         _FINDING_LEVEL[finding.status],
         "%s %s %s %s: %s",
-        finding.check,
+        check,
         finding.status.name,
-        finding.code,
-        finding.subject,
-        finding.message,
+        code,
+        subject,
+        one_line(finding.message),
         extra={
             FIELDS_ATTR: {
-                "HEALTHD_CHECK": finding.check,
-                "HEALTHD_CODE": finding.code,
+                "HEALTHD_CHECK": check,
+                "HEALTHD_CODE": code,
                 "HEALTHD_SEVERITY": finding.status.name,
-                "HEALTHD_SUBJECT": finding.subject,
+                "HEALTHD_SUBJECT": subject,
             }
         },
     )
 
 
-def log_action(logger: logging.Logger, action: str, outcome: str, node: str, detail: str, severity: Status) -> None:
-    """One record for one action on the node (``severity`` is the pass's status).
-
-    ``outcome`` is taken, held_back, pending, dry_run or disabled.
-    """
+def log_action(
+    logger: logging.Logger, action: Action, outcome: ActionOutcome, node: str, detail: str, severity: Status
+) -> None:
+    """One record for one action on the node (``severity`` is the pass's status)."""
+    node = one_line(node, 200)
     logger.log(
-        logging.WARNING if outcome in ("taken", "held_back", "pending") else logging.INFO,
+        logging.WARNING if outcome.changes_or_should_change_the_node else logging.INFO,
         "policy %s %s on %s: %s",
-        action,
-        outcome,
+        action.value,
+        outcome.value,
         node,
-        detail,
+        one_line(detail),
         extra={
             FIELDS_ATTR: {
                 "HEALTHD_CHECK": "policy",
-                "HEALTHD_CODE": action.upper(),
+                "HEALTHD_CODE": action.value.upper(),
                 "HEALTHD_SEVERITY": severity.name,
-                "HEALTHD_ACTION": action,
-                "HEALTHD_OUTCOME": outcome,
+                "HEALTHD_ACTION": action.value,
+                "HEALTHD_OUTCOME": outcome.value,
                 "HEALTHD_NODE": node,
             }
         },

@@ -12,7 +12,10 @@ prometheus_client is imported only inside functions, never at import time.
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import re
+import socket
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,25 +24,31 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from healthd import __version__
 from healthd.model import PassResult, RunState, Status
+from healthd.outcome import ActionOutcome
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
+    from healthd.policy import Action
+
 _SEVERITIES = (Status.WARNING, Status.CRITICAL, Status.UNKNOWN)
-_XID_CODE = re.compile(r"^XID_(\d+)$")
+# The xid check codes GPU Xids XID_<n> and NVSwitch SXids SXID_<n> (checks/xid.py).
+_XID_CODE = re.compile(r"^(S?XID)_(\d+)$")
+# A scrape is one small GET: a client still silent after this long is dropped.
+HANDLER_TIMEOUT_SECONDS = 5.0
+# Connections served at once; more are closed at once, so no client can make healthd
+# start threads without bound (the unit's TasksMax would then fail the pass's thread).
+MAX_CONNECTIONS = 4
 # A check "succeeds" when it observed the node (ran to the end, or had nothing to check).
 _OBSERVED = (RunState.RAN, RunState.NOT_APPLICABLE)
 
 
 @dataclass(frozen=True)
 class ActionSample:
-    """One action the policy decided in a pass: its kind (``drain_after_jobs``, ``resume``...) and outcome.
+    """One action the policy decided in a pass: its kind (``drain_after_jobs``, ``resume``...) and outcome."""
 
-    ``outcome`` is ``taken``, ``held_back``, ``pending``, ``dry_run`` or ``disabled``.
-    """
-
-    kind: str
-    outcome: str
+    kind: Action
+    outcome: ActionOutcome
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,14 @@ class PassSample:
     breaker_open: Optional[bool] = None
 
 
+class _Kind(enum.Enum):
+    GAUGE = "gauge"
+    COUNTER = "counter"
+
+
 @dataclass(frozen=True)
 class _Family:
-    kind: str  # "gauge" or "counter"
+    kind: _Kind
     name: str
     documentation: str
     labels: tuple[str, ...]
@@ -61,10 +75,11 @@ class _Family:
 
 
 def xid_events(result: PassResult) -> dict[tuple[str, str], float]:
-    """Xid events by (gpu, xid) from findings coded ``XID_<n>`` with ``gpu`` and ``count`` details.
+    """Xid events by (gpu, xid) from findings coded ``XID_<n>`` or ``SXID_<n>`` with ``gpu`` and ``count`` details.
 
-    Nothing here knows the xid check beyond that contract: a missing ``gpu`` falls back
-    to the subject, a missing ``count`` counts 1.
+    The ``xid`` label is ``<n>`` for a GPU Xid and ``SXID_<n>`` for an NVSwitch SXid
+    (whose "gpu" is the switch). Nothing here knows the xid check beyond that contract:
+    a missing ``gpu`` falls back to the subject, a missing ``count`` counts 1.
     """
     events: dict[tuple[str, str], float] = {}
     for finding in result.findings:
@@ -73,7 +88,8 @@ def xid_events(result: PassResult) -> dict[tuple[str, str], float]:
             continue
         gpu = finding.details.get("gpu")
         count = finding.details.get("count", 1)
-        key = (str(gpu if gpu is not None else finding.subject), match.group(1))
+        xid = match.group(2) if match.group(1) == "XID" else f"SXID_{match.group(2)}"
+        key = (str(gpu if gpu is not None else finding.subject), xid)
         amount = float(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else 1.0
         events[key] = events.get(key, 0.0) + amount
     return events
@@ -97,7 +113,7 @@ class HealthdCollector:
         with self._lock:
             self._passes += 1
             for action in sample.actions:
-                key = (action.kind, action.outcome)
+                key = (action.kind.value, action.outcome.value)
                 self._actions[key] = self._actions.get(key, 0.0) + 1
             checks = [r for r in result.results if r.state is not RunState.DISABLED]
             for check in checks:
@@ -165,7 +181,8 @@ class HealthdCollector:
                 # detail growing until a reboot: a counter whose resets rate() understands.
                 _counter(
                     "healthd_xid_events_total",
-                    "Xid lines the kernel logged this boot, by GPU and Xid (from XID_<n> findings).",
+                    "Xid and SXid lines the kernel logged this boot, by GPU (or NVSwitch) and Xid "
+                    "(SXID_<n> for an SXid).",
                     ("gpu", "xid"),
                     sorted(((gpu, xid), n) for (gpu, xid), n in xid_events(result).items()),
                 ),
@@ -200,8 +217,10 @@ class HealthdCollector:
         info.add_metric([self._version], 1.0)
         yield info
         for family in families:
-            cls = CounterMetricFamily if family.kind == "counter" else GaugeMetricFamily
-            name = family.name[: -len("_total")] if family.kind == "counter" else family.name
+            counter = family.kind is _Kind.COUNTER
+            cls = CounterMetricFamily if counter else GaugeMetricFamily
+            # The client appends _total to a counter family's samples itself.
+            name = family.name[: -len("_total")] if counter else family.name
             metric = cls(name, family.documentation, labels=list(family.labels))
             for labels, value in family.samples:
                 metric.add_metric(list(labels), value)
@@ -209,11 +228,11 @@ class HealthdCollector:
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...], samples: Sequence[tuple[tuple[str, ...], float]]) -> _Family:
-    return _Family("gauge", name, doc, labels, tuple(samples))
+    return _Family(_Kind.GAUGE, name, doc, labels, tuple(samples))
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...], samples: Sequence[tuple[tuple[str, ...], float]]) -> _Family:
-    return _Family("counter", name, doc, labels, tuple(samples))
+    return _Family(_Kind.COUNTER, name, doc, labels, tuple(samples))
 
 
 def new_registry(collector: HealthdCollector) -> CollectorRegistry:
@@ -226,20 +245,48 @@ def new_registry(collector: HealthdCollector) -> CollectorRegistry:
 
 
 def write_textfile(path: Path, registry: CollectorRegistry) -> None:
-    """Write the exposition for node_exporter's textfile collector atomically (temp file + rename)."""
-    from prometheus_client import write_to_textfile
+    """Write the exposition for node_exporter's textfile collector atomically, readable by all.
 
-    write_to_textfile(str(path), registry)
+    node_exporter runs as its own user and the unit's ``UMask=0077`` would leave a new
+    file 0600, so the mode is set explicitly (0644: the metrics are no secret). The temp
+    file sits in the same directory (``os.replace`` is atomic only within one
+    filesystem) and its name does not end in ``.prom``, so the collector never reads it
+    half-written.
+    """
+    import os
+    import tempfile
+
+    from prometheus_client import generate_latest
+
+    body = generate_latest(registry)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(body)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9101`` for IPv6; an empty host means all addresses) -> (host, port)."""
+    """``HOST:PORT`` -> (host, port); ``[::1]:9101`` for IPv6.
+
+    An empty host (``:9101``) binds all IPv4 addresses; ``[::]:9101`` binds all IPv6
+    addresses and, unless ``net.ipv6.bindv6only`` is set, all IPv4 ones too.
+    """
     host, _, port = listen.rpartition(":")
     return host.strip("[]"), int(port)
 
 
 class _Handler(BaseHTTPRequestHandler):
     registry: CollectorRegistry
+    # StreamRequestHandler puts this timeout on the socket: a half-sent request ends here.
+    timeout = HANDLER_TIMEOUT_SECONDS
 
     def do_GET(self) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -261,25 +308,71 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """One thread per connection, at most ``max_connections`` at once; the rest are closed unserved."""
+
+    daemon_threads = True
+    # listen(2) backlog: a burst of connections waits for accept() instead of SYN retries.
+    request_queue_size = 64
+
+    def __init__(self, address: tuple[str, int], handler: type[_Handler], max_connections: int) -> None:
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except RuntimeError:  # no thread could be started (the unit's TasksMax): drop this one
+            self._slots.release()
+            self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The default prints a traceback to stderr for every client that hangs up mid-reply.
+        import logging
+
+        logging.getLogger("healthd.metrics").debug("metrics: request from %s failed", client_address, exc_info=True)
+
+
 class MetricsServer:
-    """``GET /metrics`` on ``host:port`` from a background thread; every other path is 404."""
+    """``GET /metrics`` on ``host:port`` from a background thread; every other path is 404.
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        import socket
+    A client that connects and sends nothing (or half a request) holds one of
+    ``max_connections`` slots for at most ``timeout`` seconds; connections beyond the
+    slots are closed at once. So a flood of idle connections can delay scrapes but
+    never costs more than ``max_connections`` + 1 threads, and never touches the passes.
+    """
 
-        handler = type("MetricsHandler", (_Handler,), {"registry": registry})
-        server_class = type(
-            "MetricsHTTPServer",
-            (ThreadingHTTPServer,),
-            {"address_family": socket.AF_INET6 if ":" in host else socket.AF_INET, "daemon_threads": True},
-        )
-        self._server = server_class((host, port), handler)
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        *,
+        timeout: float = HANDLER_TIMEOUT_SECONDS,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        handler = type("MetricsHandler", (_Handler,), {"registry": registry, "timeout": timeout})
+        self._server = _BoundedHTTPServer((host, port), handler, max_connections)
         self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except RuntimeError:
+            self._server.server_close()
+            raise
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return int(self._server.socket.getsockname()[1])
 
     def close(self) -> None:
         self._server.shutdown()

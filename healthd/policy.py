@@ -1,27 +1,38 @@
 """The policy: a pure function from a pass, remembered state and the node's Slurm state to one decision.
 
-No I/O happens here. The worst severity decides (see docs/policy.md):
-CRITICAL takes the node out now, WARNING drains it after its jobs, UNKNOWN only
-reports unless ``[policy].unknown_action = "drain"``, and a clean pass resumes a
-node that healthd itself took out. Hysteresis counts consecutive passes. The
-ownership rules (never touch a node someone else drained or downed, or one with a
-reboot pending) are applied against the node state read this pass.
+No I/O happens here. The findings that call for the strongest action decide (see
+docs/policy.md): CRITICAL takes the node out now, WARNING drains it after its
+jobs, UNKNOWN only reports unless ``[policy].unknown_action = "drain"``, and a
+clean pass resumes a node that healthd itself took out. Hysteresis is per check:
+a check acts once it has failed ``fail_passes`` passes in a row, and the node is
+resumed after ``clean_passes`` clean passes of the whole node. The ownership
+rules (never touch a node with someone else's reason, or one with a reboot
+pending) are applied against the node state read this pass.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+import zlib
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
-from healthd.acks import FindingRef
+from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
 from healthd.config import PolicySettings
-from healthd.model import PassResult, Status
-from healthd.slurm import NodeInfo, make_reason, owned
+from healthd.model import Finding, PassResult, RunState, Status
+from healthd.slurm import ACTING_ORDER, NodeInfo, acting_key, make_reason, owned, reason_head
 
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
+# Re-reading the whole node table while the circuit breaker holds: 30 s doubling up
+# to 10 min, stretched by a stable per-node factor of 0.75-1.25 so the nodes of a
+# mass failure do not all ask slurmctld at the same moment.
+BREAKER_BASE = 30.0
+BREAKER_MAX = 600.0
+# healthd's own pseudo-check (state directory problems, a pass that raised): its findings
+# say nothing about the node's hardware, so they are reported but never acted on.
+OWN_CHECK = "healthd"
 
 
 class Action(enum.Enum):
@@ -84,24 +95,63 @@ class Pending:
 
 
 @dataclass(frozen=True)
-class PolicyState:
-    """What the policy remembers between passes (state file ``policy``)."""
+class BreakerHold:
+    """The circuit breaker held this node back; the node table is read again at ``next_check``."""
 
-    fail_streak: int = 0
-    unknown_streak: int = 0
+    why: str
+    since: float
+    attempts: int
+    next_check: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"why": self.why, "since": self.since, "attempts": self.attempts, "next_check": self.next_check}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BreakerHold:
+        return cls(
+            why=str(data.get("why", "")),
+            since=float(data.get("since", 0.0)),
+            attempts=int(data.get("attempts", 0)),
+            next_check=float(data.get("next_check", 0.0)),
+        )
+
+
+def _streak_map(data: Any, key: str) -> dict[str, int]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise TypeError(f"{key} is not an object")
+    return {str(check): int(count) for check, count in value.items()}
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What the policy remembers between passes (state file ``policy``).
+
+    ``fail_streaks`` and ``unknown_streaks`` count, per check, the consecutive
+    passes in which it reported CRITICAL/WARNING, or UNKNOWN; ``clean_streak``
+    counts consecutive passes in which the whole node was clean. ``slurm_output``
+    remembers which ``scontrol show node`` format works ("json", "text", "" unknown).
+    """
+
+    fail_streaks: Mapping[str, int] = field(default_factory=dict)
+    unknown_streaks: Mapping[str, int] = field(default_factory=dict)
     clean_streak: int = 0
     took_out: tuple[FindingRef, ...] = ()
     pending: Optional[Pending] = None
+    held: Optional[BreakerHold] = None
     last_read: float = 0.0
+    slurm_output: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "fail_streak": self.fail_streak,
-            "unknown_streak": self.unknown_streak,
+            "fail_streaks": dict(sorted(self.fail_streaks.items())),
+            "unknown_streaks": dict(sorted(self.unknown_streaks.items())),
             "clean_streak": self.clean_streak,
             "took_out": [r.to_dict() for r in self.took_out],
             "pending": self.pending.to_dict() if self.pending else None,
+            "held": self.held.to_dict() if self.held else None,
             "last_read": self.last_read,
+            "slurm_output": self.slurm_output,
         }
 
     @classmethod
@@ -109,98 +159,175 @@ class PolicyState:
         """Rebuild from the state file; raises ValueError naming the bad key."""
         try:
             pending = data.get("pending")
+            held = data.get("held")
             return cls(
-                fail_streak=int(data.get("fail_streak", 0)),
-                unknown_streak=int(data.get("unknown_streak", 0)),
+                fail_streaks=_streak_map(data, "fail_streaks"),
+                unknown_streaks=_streak_map(data, "unknown_streaks"),
                 clean_streak=int(data.get("clean_streak", 0)),
                 took_out=tuple(FindingRef.from_dict(r) for r in data.get("took_out", [])),
                 pending=Pending.from_dict(pending) if pending else None,
+                held=BreakerHold.from_dict(held) if held else None,
                 last_read=float(data.get("last_read", 0.0)),
+                slurm_output=str(data.get("slurm_output", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
 
 
+def _acting(finding: Finding) -> bool:
+    return finding.status is not Status.OK and finding.check != OWN_CHECK
+
+
 def _severity(result: PassResult) -> Status:
-    """The status the policy acts on: a known fault outranks "could not observe".
+    """The status the policy acts on: the first of CRITICAL, WARNING, UNKNOWN present.
 
     ``Status.rank`` puts UNKNOWN above WARNING for reporting; for acting, a WARNING
     seen on one check must still drain the node when another check was UNKNOWN.
+    healthd's own findings are left out.
     """
-    present = {f.status for f in result.findings} | {r.status for r in result.results}
-    for status in (Status.CRITICAL, Status.WARNING, Status.UNKNOWN):
+    present = {f.status for f in result.findings if f.check != OWN_CHECK}
+    present |= {r.status for r in result.results if r.check != OWN_CHECK}
+    for status in ACTING_ORDER:
         if status in present:
             return status
     return Status.OK
 
 
-def _streaks(state: PolicyState, status: Status) -> PolicyState:
-    if status in (Status.CRITICAL, Status.WARNING):
-        return replace(state, fail_streak=state.fail_streak + 1, unknown_streak=0, clean_streak=0)
-    if status is Status.UNKNOWN:
-        return replace(state, fail_streak=0, unknown_streak=state.unknown_streak + 1, clean_streak=0)
-    return replace(state, fail_streak=0, unknown_streak=0, clean_streak=state.clean_streak + 1)
+def ran_checks(result: PassResult) -> frozenset[str]:
+    """Checks that ran to the end this pass (a not-applicable check ran and found nothing to check)."""
+    return frozenset(r.check for r in result.results if r.state in (RunState.RAN, RunState.NOT_APPLICABLE))
+
+
+def _streaks(state: PolicyState, result: PassResult, partial: bool) -> PolicyState:
+    """Count consecutive failing/UNKNOWN passes per check and clean passes of the node.
+
+    A check that reports no fault resets its fail streak only if it ran to the end:
+    a timeout says nothing about the fault it saw last pass. A check absent from the
+    pass (``--only``) keeps its counts; a full pass forgets checks that no longer exist.
+    """
+    fail = dict(state.fail_streaks)
+    unknown = dict(state.unknown_streaks)
+    if not partial:
+        present = {r.check for r in result.results}
+        fail = {c: n for c, n in fail.items() if c in present}
+        unknown = {c: n for c, n in unknown.items() if c in present}
+    for check in result.results:
+        if check.check == OWN_CHECK:
+            continue
+        statuses = {f.status for f in check.findings}
+        if statuses & {Status.CRITICAL, Status.WARNING}:
+            fail[check.check] = fail.get(check.check, 0) + 1
+        elif check.state is RunState.RAN or not check.applicable:
+            fail.pop(check.check, None)
+        if Status.UNKNOWN in statuses:
+            unknown[check.check] = unknown.get(check.check, 0) + 1
+        else:
+            unknown.pop(check.check, None)
+    clean = state.clean_streak + 1 if _severity(result) is Status.OK else 0
+    return replace(state, fail_streaks=fail, unknown_streaks=unknown, clean_streak=clean)
+
+
+def _action_for(status: Status) -> Action:
+    return Action.TAKE_OUT_NOW if status is Status.CRITICAL else Action.DRAIN_AFTER_JOBS
+
+
+def _causes(findings: list[Finding]) -> tuple[FindingRef, ...]:
+    """What an administrator's resume acknowledges: never a finding the runner made up."""
+    return tuple(sorted({FindingRef.of(f) for f in findings if f.code not in UNACKNOWLEDGEABLE}))
 
 
 def _wanted(result: PassResult, state: PolicyState, settings: PolicySettings, prefix: str) -> Decision:
-    """The action the pass calls for, before looking at the node."""
-    status = _severity(result)
-    failing = [f for f in result.findings if f.status is not Status.OK]
-    causes = tuple(sorted({FindingRef.of(f) for f in failing}))
-    reason = make_reason(prefix, failing)
-    if status is Status.CRITICAL:
-        want, streak, needed = Action.TAKE_OUT_NOW, state.fail_streak, settings.fail_passes
-    elif status is Status.WARNING:
-        want, streak, needed = Action.DRAIN_AFTER_JOBS, state.fail_streak, settings.fail_passes
-    elif status is Status.UNKNOWN:
-        if settings.unknown_action == "report":
-            return Decision(Action.NONE, Action.NONE, "", "UNKNOWN results are only reported ([policy].unknown_action)")
-        want, streak, needed = Action.DRAIN_AFTER_JOBS, state.unknown_streak, settings.unknown_passes
-    else:
+    """The action the pass calls for, before looking at the node.
+
+    Findings whose check has failed enough passes in a row are *ready*; the ready
+    finding first in acting order decides the action and names the reason.
+    """
+    if _severity(result) is Status.OK:
         return Decision(Action.RESUME, Action.RESUME, "", "all checks pass")
-    if streak < needed:
-        return Decision(
-            Action.HOLD, want, reason, f"{status.name} for {streak} of {needed} consecutive passes needed", causes
-        )
-    return Decision(want, want, reason, f"worst result {status.name}", causes)
+    ready: list[Finding] = []
+    not_ready: list[tuple[Finding, int, int]] = []
+    for finding in filter(_acting, result.findings):
+        if finding.status is Status.UNKNOWN:
+            if settings.unknown_action == "report":
+                continue
+            streak, needed = state.unknown_streaks.get(finding.check, 0), settings.unknown_passes
+        else:
+            streak, needed = state.fail_streaks.get(finding.check, 0), settings.fail_passes
+        if streak >= needed:
+            ready.append(finding)
+        else:
+            not_ready.append((finding, streak, needed))
+    if not ready and not not_ready:
+        return Decision(Action.NONE, Action.NONE, "", "UNKNOWN results are only reported ([policy].unknown_action)")
+    wait_text = ""
+    wait_action = Action.NONE
+    if not_ready:
+        first, streak, needed = min(not_ready, key=lambda item: acting_key(item[0]))
+        wait_text = f"{first.status.name} from {first.check} for {streak} of {needed} consecutive passes needed"
+        wait_action = _action_for(first.status)
+    if not ready:
+        found = [item[0] for item in not_ready]
+        return Decision(Action.HOLD, wait_action, make_reason(prefix, found), wait_text, _causes(found))
+    top = min(ready, key=acting_key)
+    want = _action_for(top.status)
+    explanation = f"{top.status.name} from {top.check}"
+    if wait_text and wait_action is not want:
+        explanation += f"; {wait_text}"
+    return Decision(want, want, make_reason(prefix, ready), explanation, _causes(ready))
 
 
-def _against_node(
-    decision: Decision, state: PolicyState, node: Optional[NodeInfo], settings: PolicySettings, prefix: str
+def _resume_against_node(
+    decision: Decision,
+    state: PolicyState,
+    node: Optional[NodeInfo],
+    settings: PolicySettings,
+    prefix: str,
+    ran: frozenset[str],
+    partial: bool,
 ) -> Decision:
-    """Apply the ownership rules to ``decision`` given what Slurm says about the node."""
-    action = decision.action
-    if action is Action.RESUME:
-        if node is None:
-            if state.took_out:
-                return decision
-            return replace(decision, action=Action.NONE, intended=Action.NONE)
-        if not (node.out and owned(node.reason, prefix)):
-            return replace(decision, action=Action.NONE, intended=Action.NONE, explanation="all checks pass")
-        if node.reboot_pending:
-            return replace(decision, action=Action.NONE, explanation="reboot pending: node left alone")
-        if state.clean_streak < settings.clean_passes:
-            return replace(
-                decision,
-                action=Action.HOLD,
-                explanation=f"clean for {state.clean_streak} of {settings.clean_passes} passes needed to resume",
-            )
-        return replace(decision, explanation=f"all checks pass; resuming node out for {node.reason!r}")
-    if action not in TAKING_OUT or node is None:
+    nothing = replace(decision, action=Action.NONE, intended=Action.NONE)
+    if node is None and not state.took_out:
+        return nothing
+    if node is not None and not (node.out and owned(node.reason, prefix)):
+        return replace(nothing, explanation="all checks pass")
+    # A pass proves nothing about a check that did not run (--only, a timeout).
+    unverified = sorted({ref.check for ref in state.took_out} - ran)
+    if unverified:
+        checks = ", ".join(unverified)
+        return replace(nothing, explanation=f"not resuming: {checks}, which took the node out, did not run this pass")
+    if partial and not state.took_out:
+        why = "not resuming on a partial pass (--only): which checks took the node out is not known"
+        return replace(nothing, explanation=why)
+    if node is None:
         return decision
     if node.reboot_pending:
         return replace(decision, action=Action.NONE, explanation="reboot pending: node left alone")
-    if node.out and not owned(node.reason, prefix):
+    if state.clean_streak < settings.clean_passes:
+        return replace(
+            decision,
+            action=Action.HOLD,
+            explanation=f"clean for {state.clean_streak} of {settings.clean_passes} passes needed to resume",
+        )
+    return replace(decision, explanation=f"all checks pass; resuming node out for {node.reason!r}")
+
+
+def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> Decision:
+    """Apply the ownership rules to a take-out given what Slurm says about the node."""
+    if decision.action not in TAKING_OUT or node is None:
+        return decision
+    if node.reboot_pending:
+        return replace(decision, action=Action.NONE, explanation="reboot pending: node left alone")
+    if node.reason and not owned(node.reason, prefix):
         who = f" by {node.reason_user}" if node.reason_user else ""
         return replace(
             decision,
             action=Action.NONE,
-            explanation=f"node is {node.state_text}{who} with reason {node.reason!r}: not healthd's, left alone",
+            explanation=f"node is {node.state_text} with reason {node.reason!r}{who}: not healthd's, left alone",
         )
     if node.drained and owned(node.reason, prefix):
-        if action is Action.TAKE_OUT_NOW and node.busy:
+        if decision.action is Action.TAKE_OUT_NOW and node.busy:
             return replace(decision, explanation="drained by healthd but jobs still run: taking out now")
-        if node.reason != decision.reason:
+        if reason_head(node.reason) != reason_head(decision.reason):
             return replace(decision, action=Action.DRAIN_AFTER_JOBS, explanation="already out: updating the reason")
         return replace(decision, action=Action.NONE, explanation=f"already out ({node.state_text})")
     return decision
@@ -212,30 +339,40 @@ def decide(
     node: Optional[NodeInfo],
     settings: PolicySettings,
     prefix: str,
+    *,
+    partial: bool = False,
 ) -> tuple[Decision, PolicyState]:
     """One decision for this pass and the policy state to remember.
 
     ``node`` is None when Slurm could not be asked (unreachable, disabled): the
     decision is then what the pass calls for, to be kept pending and checked
     against the node's state when it can be read again. A remembered pending
-    action stands in for a pass that calls for nothing more specific unless
-    the pass is clean.
+    take-out stands in for a failing pass that calls for nothing more specific.
+    The pending action is kept while the decision is still that action (the
+    caller clears it once Slurm accepts it) and dropped when it no longer is.
+    ``partial`` says only some checks ran (``--only``).
     """
-    new_state = _streaks(state, _severity(result))
+    severity = _severity(result)
+    new_state = _streaks(state, result, partial)
     decision = _wanted(result, new_state, settings, prefix)
     pending = state.pending
-    if pending is not None and decision.action in (Action.NONE, Action.HOLD) and result.status is not Status.OK:
+    if (
+        pending is not None
+        and pending.action in TAKING_OUT
+        and decision.action in (Action.NONE, Action.HOLD)
+        and severity is not Status.OK
+    ):
         decision = Decision(
             pending.action, pending.action, pending.reason, f"retrying pending {pending.action.value}", pending.causes
         )
-    decision = _against_node(decision, new_state, node, settings, prefix)
-    if result.status is Status.OK:
+    if decision.action is Action.RESUME:
+        decision = _resume_against_node(decision, new_state, node, settings, prefix, ran_checks(result), partial)
+    else:
+        decision = _against_node(decision, node, prefix)
+    if pending is not None and decision.action is not pending.action:
         new_state = replace(new_state, pending=None)
-    if node is not None:
-        took_out = new_state.took_out
-        if node.drained and owned(node.reason, prefix) and decision.causes:
-            took_out = tuple(sorted(set(took_out) | set(decision.causes)))
-        new_state = replace(new_state, pending=None, took_out=took_out)
+    if node is not None and node.drained and owned(node.reason, prefix) and decision.causes:
+        new_state = replace(new_state, took_out=tuple(sorted(set(new_state.took_out) | set(decision.causes))))
     return decision, new_state
 
 
@@ -261,7 +398,7 @@ def acknowledged_by_resume(state: PolicyState, node: NodeInfo) -> tuple[FindingR
     """The findings an administrator acknowledged by resuming a node healthd took out.
 
     healthd remembers the findings behind every drain it applied; if the node is
-    now in service (no DRAIN, not DOWN) someone else put it back.
+    now in service (no DRAIN or FAIL, not DOWN) someone else put it back.
     """
     if state.took_out and not node.out and not node.reboot_pending:
         return state.took_out
@@ -292,12 +429,35 @@ def circuit_breaker(
     return decision, ""
 
 
+def waiting(next_time: float, now: float, longest: float) -> bool:
+    """Whether ``now`` is still before ``next_time``, a retry time set at most ``longest`` ahead.
+
+    A retry time further ahead than that means the clock stepped back: do not wait.
+    """
+    return 0 < next_time - now <= longest
+
+
+def _jitter(node: str) -> float:
+    """A stable factor in [0.75, 1.25) for ``node`` (CRC-32 of its name)."""
+    return 0.75 + (zlib.crc32(node.encode("utf-8")) % 1000) / 2000
+
+
+def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyState:
+    """State after the circuit breaker held the node back: when to read the node table again."""
+    previous = state.held
+    attempts = (previous.attempts if previous else 0) + 1
+    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * _jitter(node)
+    since = previous.since if previous else now
+    return replace(state, held=BreakerHold(why, since, attempts, now + delay), pending=None)
+
+
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
     """State once Slurm accepted ``decision``."""
     if decision.action in TAKING_OUT:
-        return replace(state, pending=None, took_out=tuple(sorted(set(state.took_out) | set(decision.causes))))
+        took_out = tuple(sorted(set(state.took_out) | set(decision.causes)))
+        return replace(state, pending=None, held=None, took_out=took_out)
     if decision.action is Action.RESUME:
-        return replace(state, pending=None, took_out=())
+        return replace(state, pending=None, held=None, took_out=())
     return state
 
 
@@ -310,14 +470,14 @@ def after_failure(state: PolicyState, decision: Decision, error: str, now: float
     previous = state.pending
     same = previous is not None and previous.action is decision.action
     attempts = (previous.attempts if same and previous else 0) + (1 if attempted else 0)
-    if attempted or previous is None:
+    if attempted or previous is None or not same:
         next_try = now + min(BACKOFF_BASE * 2 ** max(attempts - 1, 0), BACKOFF_MAX)
     else:
         next_try = previous.next_try
     return replace(
         state,
         pending=Pending(
-            action=decision.intended if decision.action is Action.HOLD else decision.action,
+            action=decision.action,
             reason=decision.reason,
             causes=decision.causes,
             attempts=attempts,

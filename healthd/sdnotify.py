@@ -1,4 +1,4 @@
-"""The systemd notification protocol (sd_notify): READY, STATUS, WATCHDOG, RELOADING, STOPPING.
+"""The systemd notification protocol (sd_notify): READY, STATUS, WATCHDOG, EXTEND_TIMEOUT, RELOADING, STOPPING.
 
 A message is one datagram of ``KEY=VALUE`` lines sent to ``$NOTIFY_SOCKET``; a
 leading ``@`` names a Linux abstract socket (sd_notify(3)). systemd-python's
@@ -87,6 +87,10 @@ class Notifier:
 
     def status(self, text: str) -> bool:
         return self.notify(status=text)
+
+    def extend_timeout(self, seconds: float) -> bool:
+        """Ask for ``seconds`` more before the next message is due (start-up, reload or stop timeout)."""
+        return self.notify(extend_timeout_usec=str(int(seconds * 1_000_000)))
 
     def watchdog(self) -> bool:
         return self.notify(watchdog="1")

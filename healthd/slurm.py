@@ -14,12 +14,13 @@ import json
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from healthd.config import SlurmSettings
-from healthd.model import Finding, worst
+from healthd.model import Finding, Status
 
 # Where packages and site builds put the client commands; HealthCheckProgram runs
 # with no PATH at all (slurmd passes only SLURMD_NODENAME), so we look ourselves.
@@ -28,13 +29,26 @@ STANDARD_BIN_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"), Path("/opt/slurm/
 # Longest reason healthd writes: short enough for `sinfo -R` columns and logs.
 REASON_MAX = 64
 
+# Statuses in the order they call for action (see ``acting_key``).
+ACTING_ORDER = (Status.CRITICAL, Status.WARNING, Status.UNKNOWN, Status.OK)
+
 # Node state flags (scontrol man page, NODE STATE): a pending or running reboot.
 REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOTING"})
+# Flags that keep a node out of service: DRAIN (drained/draining) and FAIL (failing/
+# failed, set by `scontrol update State=FAIL`; scontrol prints e.g. ALLOCATED+FAIL).
+OUT_FLAGS = frozenset({"DRAIN", "FAIL"})
 # Base states in which jobs still run on the node.
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:]*)=")
-_REASON_SUFFIX = re.compile(r"^(?P<text>.*?)\s*\[(?P<user>[^@\]\s]*)@(?P<time>[^\]\s]*)\]\s*$")
+# Slurm appends " [user@time]" to a reason it prints; on 22.05 Comment=, Extra=,
+# InstanceId=, InstanceType= and ReservationName= may follow on the same line, so the
+# reason ends at the first such stamp, not at the end of the line.
+_REASON_STAMP = re.compile(r"\s\[(?P<user>[^@\]\s]*)@(?P<time>[^\]\s]+)\]")
+# Fields scontrol (22.05 node_info.c) prints after Reason=; used only when a reason has no stamp.
+_AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
+# " (+N more)" that make_reason appends: a change of N alone is not a new reason.
+_MORE_SUFFIX = re.compile(r"\s\(\+\d+ more\)$")
 # Characters that are safe inside one scontrol `Reason=` argument and in logs.
 _UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;/@+#%()\-]")
 
@@ -68,8 +82,14 @@ class NodeInfo:
         return self.state == "DOWN"
 
     @property
+    def failed(self) -> bool:
+        """FAIL is set (shown as failing while jobs run, fail once idle)."""
+        return "FAIL" in self.flags
+
+    @property
     def out(self) -> bool:
-        return self.drained or self.down
+        """Out of service for the scheduler: DRAIN, FAIL or DOWN."""
+        return bool(self.flags & OUT_FLAGS) or self.down
 
     @property
     def busy(self) -> bool:
@@ -92,33 +112,50 @@ def parse_state(text: str) -> tuple[str, frozenset[str]]:
     return parts[0], frozenset(parts[1:])
 
 
-def split_reason(text: str) -> tuple[str, str]:
-    """``healthd: X [root@2024-01-01T00:00:00]`` -> ("healthd: X", "root")."""
-    match = _REASON_SUFFIX.match(text)
-    if match is None:
-        return text.strip(), ""
-    return match["text"].strip(), match["user"]
+def split_reason(text: str) -> tuple[str, str, str]:
+    """``healthd: X [root@2024-01-01T00:00:00] Comment=c`` -> ("healthd: X", "root", " Comment=c").
+
+    Returns the reason, the user who set it and the rest of the line after the reason.
+    """
+    match = _REASON_STAMP.search(text)
+    if match is not None:
+        return text[: match.start()].strip(), match["user"], text[match.end() :]
+    after = _AFTER_REASON.search(text)
+    if after is not None:
+        return text[: after.start()].strip(), "", text[after.start() :]
+    return text.strip(), "", ""
+
+
+def reason_head(reason: str) -> str:
+    """A healthd reason without its ``(+N more)`` count: the part that names the top finding."""
+    return _MORE_SUFFIX.sub("", reason)
+
+
+def _fields(text: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    matches = list(_KEY.finditer(text))
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
+        fields[match[1]] = text[match.end() : end].strip()
+    return fields
 
 
 def parse_show_node_line(line: str) -> NodeInfo:
     """One line of ``scontrol -o show node``.
 
-    Values may contain spaces (``OS=Linux 6.1 #1 SMP``); ``Reason=`` comes last and
-    runs to the end of the line, so it is cut off before splitting the rest on keys.
+    Values may contain spaces (``OS=Linux 6.1 #1 SMP``, a reason), so the line is
+    split on ``Key=`` tokens; the free text of ``Reason=`` is cut out first, up to
+    Slurm's ``[user@time]`` stamp, because it may hold anything.
     """
     line = line.strip()
     if not line.startswith("NodeName="):
         raise SlurmError(f"not a `scontrol -o show node` line: {line[:80]!r}")
     head, sep, reason_text = line.partition(" Reason=")
-    fields: dict[str, str] = {}
-    matches = list(_KEY.finditer(head))
-    for index, match in enumerate(matches):
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(head)
-        fields[match[1]] = head[match.end() : end].strip()
+    reason, user, tail = split_reason(reason_text) if sep else ("", "", "")
+    fields = {**_fields(tail), **_fields(head)}
     if "State" not in fields:
         raise SlurmError(f"no State= in `scontrol -o show node` line for {fields.get('NodeName', '?')}")
     state, flags = parse_state(fields["State"])
-    reason, user = split_reason(reason_text) if sep else ("", "")
     partitions = fields.get("Partitions", "")
     return NodeInfo(
         name=fields["NodeName"],
@@ -184,13 +221,22 @@ def sanitize(text: str) -> str:
     return _UNSAFE.sub("_", " ".join(text.split()))
 
 
+def acting_key(finding: Finding) -> tuple[int, str]:
+    """Sort key putting first the finding that calls for the strongest action.
+
+    For acting, a known fault outranks "could not observe": CRITICAL, WARNING,
+    then UNKNOWN (``Status.rank`` puts UNKNOWN above WARNING for reporting). Ties
+    go by finding key, so the same findings always give the same reason.
+    """
+    return ACTING_ORDER.index(finding.status), finding.key
+
+
 def make_reason(prefix: str, findings: Sequence[Finding], limit: int = REASON_MAX) -> str:
-    """``<prefix> <CODE> <subject> (+N more)`` naming the worst finding, sanitized and short."""
+    """``<prefix> <CODE> <subject> (+N more)`` naming the top finding by ``acting_key``, sanitized and short."""
     clean_prefix = sanitize(prefix) or "healthd:"
     if not findings:
         return clean_prefix
-    top = worst(f.status for f in findings)
-    first = sorted((f for f in findings if f.status is top), key=lambda f: f.key)[0]
+    first = min(findings, key=acting_key)
     more = len(findings) - 1
     suffix = f" (+{more} more)" if more else ""
     body = sanitize(f"{first.code} {first.subject}")
@@ -222,12 +268,29 @@ def _version(text: str) -> tuple[int, int]:
 
 
 class SlurmClient:
-    """Runs scontrol for one node's needs. Every call is one RPC to slurmctld except ``version``."""
+    """Runs scontrol for one node's needs. Every call is one RPC to slurmctld except ``--version``.
 
-    def __init__(self, settings: SlurmSettings) -> None:
+    ``output_format`` is "json", "text" or None (not known yet: asked from
+    ``scontrol --version`` on first use); the caller may keep it between passes.
+    After ``start_budget`` every call's timeout is also cut to what is left of one
+    budget shared by all calls, so a pass's Slurm work has a fixed worst case.
+    """
+
+    def __init__(
+        self,
+        settings: SlurmSettings,
+        output_format: Optional[str] = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
-        self._json: Optional[bool] = None
+        self.output_format = output_format if output_format in ("json", "text") else None
         self.calls: list[tuple[str, ...]] = []
+        self._monotonic = monotonic
+        self._deadline: Optional[float] = None
+
+    def start_budget(self, seconds: Optional[float] = None) -> None:
+        """From now on all calls together take at most ``seconds`` (default ``[slurm].budget``)."""
+        self._deadline = self._monotonic() + (self.settings.budget if seconds is None else seconds)
 
     def _env(self) -> dict[str, str]:
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
@@ -237,8 +300,21 @@ class SlurmClient:
             env["SLURM_CONF"] = os.environ["SLURM_CONF"]
         return env
 
+    def _timeout(self, command: str) -> float:
+        if self._deadline is None:
+            return self.settings.timeout
+        remaining = self._deadline - self._monotonic()
+        if remaining <= 0:
+            raise SlurmError(
+                f"`{command}` not run: this pass's Slurm time budget ([slurm].budget = {self.settings.budget:g}s)"
+                " is used up"
+            )
+        return min(self.settings.timeout, remaining)
+
     def _run(self, *args: str) -> str:
         binary = find_binary("scontrol", self.settings.bin_dir)
+        command = f"scontrol {' '.join(args)}"
+        timeout = self._timeout(command)
         argv = [str(binary), *args]
         self.calls.append(tuple(args))
         try:
@@ -248,25 +324,26 @@ class SlurmClient:
                 capture_output=True,
                 text=True,
                 errors="replace",
-                timeout=self.settings.timeout,
+                timeout=timeout,
                 check=False,
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
-            raise SlurmError(f"`scontrol {' '.join(args)}` timed out after {self.settings.timeout:g}s") from None
+            raise SlurmError(f"`{command}` timed out after {timeout:.3g}s") from None
         except OSError as exc:
             raise SlurmError(f"cannot run {binary}: {exc.strerror or exc}") from None
         if proc.returncode != 0:
             message = " ".join((proc.stderr or proc.stdout).split())[:300] or f"exit status {proc.returncode}"
-            raise SlurmError(f"`scontrol {' '.join(args)}` failed: {message}")
+            raise SlurmError(f"`{command}` failed: {message}")
         return proc.stdout
 
     def uses_json(self) -> bool:
         """JSON output exists from 23.02 (``scontrol --version`` is local, not an RPC)."""
-        if self._json is None:
-            self._json = _version(self._run("--version")) >= (23, 2)
+        if self.output_format is None:
+            version = _version(self._run("--version"))
             self.calls.pop()
-        return self._json
+            self.output_format = "json" if version >= (23, 2) else "text"
+        return self.output_format == "json"
 
     def show_node(self, name: str) -> NodeInfo:
         nodes = self._show(name)
@@ -281,7 +358,16 @@ class SlurmClient:
     def _show(self, name: Optional[str]) -> list[NodeInfo]:
         target = [name] if name else []
         if self.uses_json():
-            return parse_show_node_json(self._run("--json", "show", "node", *target))
+            try:
+                return parse_show_node_json(self._run("--json", "show", "node", *target))
+            except SlurmNotFound:
+                raise
+            except SlurmError:
+                # Builds without the data_parser plugins reject --json (or print what
+                # we cannot parse); -o works in every version. If it answers, keep it.
+                nodes = parse_show_node_text(self._run("-o", "show", "node", *target))
+                self.output_format = "text"
+                return nodes
         return parse_show_node_text(self._run("-o", "show", "node", *target))
 
     def drain(self, name: str, reason: str) -> None:

@@ -15,7 +15,11 @@ import time
 
 from healthd.cli import add_config_argument
 
+# sysexits.h: no usable input (no recorded pass); cannot create an output file;
+# temporary failure, try again (the state directory is locked by a running pass).
 EX_NOINPUT = 66
+EX_CANTCREAT = 73
+EX_TEMPFAIL = 75
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,10 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.acks import AckStore, merge, refs_from_document
+    from healthd.acks import STATE_NAME, AckStore, merge, refs_from_document
     from healthd.cycle import LAST_PASS
     from healthd.engine import Engine
     from healthd.state import StateError
+    from healthd.statelock import LockTimeout, StateLock
 
     engine = Engine.from_path(args.config)
     last = engine.state.file(LAST_PASS)
@@ -44,13 +49,21 @@ def run(args: argparse.Namespace) -> int:
         wanted = " ".join(args.selectors) or "any check"
         print(f"healthd: the last pass has no unacknowledged finding for {wanted}", file=sys.stderr)
         return 1
-    store = AckStore(engine.state.file("acks"))
-    existing = store.load()
+    store = AckStore(engine.state.file(STATE_NAME))
     try:
-        store.save(merge(existing, refs, time.time(), "cli"))
+        with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
+            store.save(merge(store.load(), refs, time.time(), "cli"))
+    except LockTimeout as exc:
+        print(f"healthd: {exc}; nothing acknowledged, try again", file=sys.stderr)
+        return EX_TEMPFAIL
     except StateError as exc:
         print(f"healthd: {exc}", file=sys.stderr)
-        return 73  # EX_CANTCREAT
+        return EX_CANTCREAT
+    except OSError as exc:
+        print(f"healthd: cannot lock {engine.config.paths.state_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return EX_CANTCREAT
+    for problem in store.problems:
+        print(f"healthd: {problem}", file=sys.stderr)
     for ref in refs:
         event = f" (event {ref.event})" if ref.event is not None else ""
         print(f"acknowledged {ref.key}{event}")

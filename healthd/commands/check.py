@@ -2,7 +2,8 @@
 
 This is also the command slurmd runs as HealthCheckProgram: it needs no
 environment beyond ``SLURMD_NODENAME`` and finishes within ``[runner].pass_timeout``
-plus at most a few ``[slurm].timeout``-bounded scontrol calls.
+plus ``[slurm].lock_timeout`` plus ``[slurm].budget`` (all scontrol calls together),
+about 45 s with the defaults, inside slurmd's 60 s kill (docs/slurm.md).
 """
 
 from __future__ import annotations
@@ -11,8 +12,12 @@ import argparse
 import json
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from healthd.cli import EX_USAGE, add_config_argument
+
+if TYPE_CHECKING:
+    from healthd.cycle import ActionReport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,13 +28,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def _action_line(action: dict[str, object]) -> str:
-    flags = [name for name in ("applied", "held", "pending", "dry_run") if action.get(name)]
-    reason = f" reason={action['reason']!r}" if action.get("reason") else ""
-    line = f"action: {action['decision']}{reason} [{', '.join(flags) or 'not applied'}] {action['explanation']}"
-    errors = action.get("errors") or []
-    assert isinstance(errors, list)
-    return "\n".join([line, *(f"action error: {e}" for e in errors)])
+def _action_line(action: ActionReport) -> str:
+    decision = action.decision
+    flags = [name for name in ("applied", "held", "pending", "dry_run") if getattr(action, name)]
+    reason = f" reason={decision.reason!r}" if decision.reason else ""
+    line = f"action: {decision.action.value}{reason} [{', '.join(flags) or 'not applied'}] {decision.explanation}"
+    return "\n".join([line, *(f"action error: {e}" for e in action.errors)])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,5 +57,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(outcome.document, indent=2))
     else:
         print(render_table(outcome.result))
-        print(_action_line(outcome.document["action"]))
+        print(_action_line(outcome.action))
     return outcome.exit_code

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd.cli import add_config_argument
+from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.text import one_line
 
 UNKNOWN = 3
-DEFAULT_CONFIG = Path("/etc/healthd/healthd.toml")
-DEFAULT_STATE_DIR = Path("/var/lib/healthd")
-DEFAULT_INTERVAL = 300.0
 _CODES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
 
@@ -38,13 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def read_settings(path: Optional[Path]) -> tuple[Path, float]:
     """``[paths].state_dir`` and ``[daemon].interval`` from the config (defaults when absent)."""
-    if path is None and not DEFAULT_CONFIG.exists():
-        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL
-    source = path or DEFAULT_CONFIG
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        import tomli as tomllib  # type: ignore[import-not-found,no-redef]
+    if path is None and not DEFAULT_CONFIG_PATH.exists():
+        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS
+    source = path or DEFAULT_CONFIG_PATH
+    tomllib = toml_module()
     try:
         raw = tomllib.loads(source.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -53,7 +49,7 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float]:
         raise StatusError(f"{source}: not valid TOML: {exc}") from None
     paths, daemon = raw.get("paths", {}), raw.get("daemon", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
-    interval = daemon.get("interval", DEFAULT_INTERVAL) if isinstance(daemon, dict) else None
+    interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
     if not isinstance(state_dir, str) or not state_dir:
         raise StatusError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
@@ -91,17 +87,26 @@ def age_seconds(document: dict[str, Any], now: float) -> Optional[float]:
     return now - when.timestamp() - float(duration)
 
 
+def _field(mapping: dict[str, Any], key: str, limit: int = 200) -> str:
+    # The document is read from disk: any field may hold any JSON type, or forged text.
+    value = mapping.get(key)
+    return "?" if value is None else one_line(value, limit)
+
+
 def _render(document: dict[str, Any], age: float) -> str:
-    lines = [f"{document.get('node', '?')}: {document['status']}, last pass {age:.0f}s ago ({document['started_at']})"]
-    for check in document.get("checks", []):
+    head = f"{_field(document, 'node')}: {_field(document, 'status')}, last pass {age:.0f}s ago"
+    lines = [f"{head} ({_field(document, 'started_at')})"]
+    checks = document.get("checks")
+    for check in checks if isinstance(checks, list) else []:
         if not isinstance(check, dict):
             continue
-        lines.append(f"  {check.get('name', '?'):<12} {check.get('status', '?')}")
-        for finding in check.get("findings", []):
+        lines.append(f"  {_field(check, 'name', 64):<12} {_field(check, 'status', 16)}")
+        findings = check.get("findings")
+        for finding in findings if isinstance(findings, list) else []:
             if isinstance(finding, dict):
                 lines.append(
-                    f"    {finding.get('status', '?'):<8} {finding.get('code', '?')} "
-                    f"{finding.get('subject', '?')}: {finding.get('message', '')}"
+                    f"    {_field(finding, 'status', 16):<8} {_field(finding, 'code', 64)} "
+                    f"{_field(finding, 'subject')}: {one_line(finding.get('message', ''))}"
                 )
     return "\n".join(lines)
 

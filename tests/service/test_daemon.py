@@ -99,7 +99,8 @@ def test_a_hung_pass_stops_the_watchdog_pings(
         return report
 
     config = config_writer(tmp_path / "healthd.toml", tmp_path / "state", interval=1)
-    config.write_text(config.read_text().replace("pass_timeout = 2", "pass_timeout = 0.5"))
+    text = config.read_text().replace("pass_timeout = 2", "pass_timeout = 0.5")
+    config.write_text(text.replace('node_name = "node-test"', 'node_name = "node-test"\nlock_timeout = 0.01'))
     daemon = make_daemon(
         path_listener.address,
         watchdog_usec=100_000,
@@ -116,7 +117,7 @@ def test_a_hung_pass_stops_the_watchdog_pings(
         while not hang_started and time.monotonic() < deadline:
             time.sleep(0.02)
         assert hang_started, "second pass never started"
-        # Within the pass budget (0.5 s checks + 0.5 s grace) the loop still pings...
+        # Within the pass budget (0.5 s checks + 0.01 s lock + 0.5 s grace) the loop still pings...
         time.sleep(1.6)
         pings = path_listener.times_of("WATCHDOG=1")
         assert any(hang_started[0] < t < hang_started[0] + 1.0 for t in pings)
@@ -212,6 +213,84 @@ def test_corrupt_state_file_is_set_aside_and_reported(
     assert handle.stop() == 0
     assert any("corrupt state file" in r.getMessage() and "check-flag.json" in r.getMessage() for r in caplog.records)
     assert list(state.glob("check-flag.json.corrupt-*"))
+    # A corrupt file of one check is reported, never a reason to act on the node.
+    document = json.loads((state / "last-pass.json").read_text())
+    assert document["action"]["decision"] == "none"
+
+
+def test_a_pass_that_raised_is_recorded_as_unknown(
+    path_listener: Any,
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    wait_until: Callable[..., None],
+) -> None:
+    state = tmp_path / "state"
+    calls: list[int] = []
+
+    def pass_function(engine: Engine, dry_run: bool) -> PassReport:
+        calls.append(1)
+        if len(calls) >= 2:
+            raise RuntimeError("policy state exploded")
+        return run_one_pass(engine, dry_run)
+
+    config = config_writer(tmp_path / "healthd.toml", state, interval=1)
+    daemon = make_daemon(path_listener.address, config=config, pass_function=pass_function)
+    handle = start_daemon(daemon)
+    path_listener.wait_for("READY=1")
+    assert json.loads((state / "last-pass.json").read_text())["status"] == "OK"
+    wait_until(lambda: daemon.passes >= 2, what="the failing pass")
+    assert handle.stop() == 0
+    # `healthd status` must not go on showing the last pass that went well.
+    document = json.loads((state / "last-pass.json").read_text())
+    assert document["status"] == "UNKNOWN" and document["exit_code"] == 3
+    finding = document["checks"][0]["findings"][0]
+    assert (finding["code"], finding["status"]) == ("PASS_FAILED", "UNKNOWN")
+    assert "policy state exploded" in finding["message"]
+    wait_until(
+        lambda: any(a.startswith("STATUS=UNKNOWN at") for a in path_listener.assignments()), what="STATUS=UNKNOWN"
+    )
+
+
+def test_no_thread_for_the_pass_is_a_failed_pass_not_a_dead_daemon(
+    path_listener: Any,
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name == "healthd-pass":  # what TasksMax= does to thread creation
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    daemon = make_daemon(path_listener.address)
+    handle = start_daemon(daemon)
+    path_listener.wait_for("READY=1")
+    assert daemon.passes == 1 and handle.thread.is_alive()
+    document = json.loads((tmp_path / "state" / "last-pass.json").read_text())
+    assert document["status"] == "UNKNOWN"
+    assert "can't start new thread" in document["checks"][0]["findings"][0]["message"]
+    assert handle.stop() == 0
+
+
+def test_start_timeout_is_extended_by_the_first_pass_budget(
+    path_listener: Any, make_daemon: Callable[..., Any], start_daemon: Callable[..., Any]
+) -> None:
+    daemon = make_daemon(path_listener.address)
+    handle = start_daemon(daemon)
+    path_listener.wait_for("READY=1")
+    assert handle.stop() == 0
+    assignments = path_listener.assignments()
+    extend = [a for a in assignments if a.startswith("EXTEND_TIMEOUT_USEC=")]
+    # pass_timeout 2 s + lock_timeout 3 s (Slurm off: no Slurm budget) + the 10 s pass grace
+    # + the 15 s start margin, before READY=1.
+    assert extend == ["EXTEND_TIMEOUT_USEC=30000000"]
+    assert assignments.index(extend[0]) < assignments.index("READY=1")
 
 
 def test_invalid_config_at_start_exits_78_naming_the_key(

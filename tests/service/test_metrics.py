@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
+import stat
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,8 +17,18 @@ from typing import Any, Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from healthd.metrics import ActionSample, HealthdCollector, MetricsServer, PassSample, new_registry, xid_events
+from healthd.metrics import (
+    ActionSample,
+    HealthdCollector,
+    MetricsServer,
+    PassSample,
+    new_registry,
+    write_textfile,
+    xid_events,
+)
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.outcome import ActionOutcome
+from healthd.policy import Action
 
 PROMTOOL = shutil.which("promtool")
 
@@ -82,13 +96,18 @@ def test_http_scrape_passes_promtool_and_carries_the_last_pass() -> None:
     collector.update(
         PassSample(
             _sample_pass(),
-            actions=(ActionSample("drain_after_jobs", "taken"), ActionSample("resume", "held_back")),
+            actions=(
+                ActionSample(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),
+                ActionSample(Action.RESUME, ActionOutcome.HELD_BACK),
+            ),
             breaker_open=False,
         )
     )
     collector.update(
         PassSample(
-            _sample_pass(1_700_000_300.0), actions=(ActionSample("drain_after_jobs", "taken"),), breaker_open=True
+            _sample_pass(1_700_000_300.0),
+            actions=(ActionSample(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),),
+            breaker_open=True,
         )
     )
     server = MetricsServer(new_registry(collector), "127.0.0.1", 0)
@@ -166,11 +185,97 @@ def test_daemon_serves_metrics_and_writes_the_textfile(
         assert values[("healthd_check_status", (("check", "flag"),))] == 1
         assert values[("healthd_findings", (("check", "flag"), ("severity", "warning")))] == 1
         assert _values(textfile.read_text())[("healthd_check_status", (("check", "flag"),))] == 1
-        assert not list(textfile.parent.glob("*.tmp*"))  # written through a temp file and a rename
+        # Written through a temp file and a rename: nothing else is ever left in the directory.
+        assert [p.name for p in textfile.parent.iterdir()] == ["healthd.prom"]
     finally:
         assert handle.stop() == 0
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_textfile_is_readable_by_node_exporter_whatever_the_umask(tmp_path: Path) -> None:
+    collector = HealthdCollector(version="1.0")
+    collector.update(PassSample(_sample_pass()))
+    textfile = tmp_path / "healthd.prom"
+    old = os.umask(0o077)  # the unit's UMask=
+    try:
+        write_textfile(textfile, new_registry(collector))
+        write_textfile(textfile, new_registry(collector))  # replacing keeps the mode too
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(textfile.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["healthd.prom"]
+    assert _values(textfile.read_text())[("healthd_pass_status", ())] == 2
+
+
+def test_sxid_events_are_counted_with_their_own_label() -> None:
+    sxid = Finding("xid", Status.CRITICAL, "SXID_20034", "nvswitch0", "SXid", {"gpu": "nvswitch0", "count": 4})
+    result = PassResult("n", 0.0, 0.0, (CheckResult("xid", RunState.RAN, (sxid, _xid(1, 79, 2)), 0.0),))
+    assert xid_events(result) == {("nvswitch0", "SXID_20034"): 4.0, ("1", "79"): 2.0}
+
+
+def test_idle_connections_cannot_exhaust_threads_or_block_scrapes_for_long() -> None:
+    server = MetricsServer(new_registry(HealthdCollector(version="1")), "127.0.0.1", 0, timeout=0.5)
+    threads_before = threading.active_count()
+    idle = []
+    try:
+        for _ in range(200):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            sock.sendall(b"GET /metr")  # half a request, never finished
+            idle.append(sock)
+        assert threading.active_count() <= threads_before + 4
+        # Once the held slots time out, a real scrape is served again although the idle sockets stay open.
+        deadline = time.monotonic() + 10
+        code = 0
+        while code != 200 and time.monotonic() < deadline:
+            try:
+                code = _scrape(server.port)[0]
+            except OSError:
+                time.sleep(0.1)
+        assert code == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        server.close()
+
+
+def test_daemon_keeps_passing_and_serving_under_a_flood_of_half_open_connections(
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    tmp_path: Path,
+    config_writer: Callable[..., Path],
+    wait_until: Callable[..., None],
+) -> None:
+    port = _free_port()
+    config = config_writer(
+        tmp_path / "healthd.toml", tmp_path / "state", interval=1, extra=f'[metrics]\nlisten = "127.0.0.1:{port}"'
+    )
+    daemon = make_daemon(config=config)
+    handle = start_daemon(daemon)
+    idle = []
+    try:
+        wait_until(lambda: daemon.passes >= 1, what="first pass")
+        threads_before = threading.active_count()
+        for _ in range(300):
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x")  # headers never finished
+            except OSError:  # the server closed a connection beyond its slots: that is the point
+                continue
+            idle.append(sock)
+        passes = daemon.passes
+        wait_until(lambda: daemon.passes >= passes + 3, what="passes during the flood")
+        # One thread per held slot at most; a pass thread may come and go.
+        assert threading.active_count() <= threads_before + 5
+        assert handle.thread.is_alive()
+        for sock in idle:
+            sock.close()
+        idle.clear()
+        wait_until(lambda: _scrape(port)[0] == 200, what="a scrape after the flood")
+    finally:
+        for sock in idle:
+            sock.close()
+        assert handle.stop() == 0
 
 
 def test_a_port_in_use_is_logged_and_checks_go_on(
@@ -190,6 +295,11 @@ def test_a_port_in_use_is_logged_and_checks_go_on(
         )
         daemon = make_daemon(config=config)
         handle = start_daemon(daemon)
-        wait_until(lambda: daemon.passes >= 2, what="passes")
+        wait_until(lambda: daemon.passes >= 3, what="passes")
+    try:
+        # Logged once, not every pass; once the port is free, the next pass opens it.
+        assert sum(f"cannot listen on 127.0.0.1:{port}" in r.getMessage() for r in caplog.records) == 1
+        wait_until(lambda: daemon.server is not None, what="the listener after the port was freed")
+        assert _scrape(port)[0] == 200
+    finally:
         assert handle.stop() == 0
-    assert any(f"cannot listen on 127.0.0.1:{port}" in r.getMessage() for r in caplog.records)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-UNIT = Path(__file__).resolve().parents[2] / "packaging" / "systemd" / "healthd.service"
+REPO = Path(__file__).resolve().parents[2]
+UNIT = REPO / "packaging" / "systemd" / "healthd.service"
+ROLE_UNIT = REPO / "deploy" / "ansible" / "roles" / "healthd" / "files" / "healthd.service"
 ANALYZE = shutil.which("systemd-analyze")
 
 pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze (Debian package systemd) is not installed")
@@ -60,9 +65,61 @@ def test_unit_keeps_what_healthd_relies_on() -> None:
         "Restart=on-failure",
         "RestartPreventExitStatus=78",
         "StateDirectory=healthd",
-        "ProtectSystem=full",
+        "ProtectSystem=strict",
+        "ProtectHome=read-only",
+        "SystemCallFilter=@system-service",
+        "ExecStart=/usr/bin/healthd run",  # no --config: a missing file means defaults, not exit 78 forever
     ):
         assert required in lines
     # These would hide /dev/kmsg, /dev/nvidia* or /home from the checks.
     for forbidden in ("PrivateDevices=yes", "ProtectKernelLogs=yes", "ProtectClock=yes", "ProtectHome=yes"):
         assert forbidden not in lines
+
+
+def test_the_role_ships_the_same_unit() -> None:
+    # The role is self-contained (no link out of it), so its copy must not drift.
+    assert not ROLE_UNIT.is_symlink()
+    assert ROLE_UNIT.read_bytes() == UNIT.read_bytes()
+
+
+def test_ioctl_is_in_the_system_service_filter() -> None:
+    # NVML drives /dev/nvidia* by ioctl and mmap; the filter must keep both.
+    assert ANALYZE is not None
+    done = subprocess.run([ANALYZE, "syscall-filter", "@system-service"], capture_output=True, text=True, check=False)
+    listed = {line.strip() for line in done.stdout.splitlines()}
+    assert "ioctl" in listed and "@basic-io" in listed and "@process" in listed
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)")
+def test_protect_system_strict_leaves_the_mounts_check_its_view(tmp_path: Path) -> None:
+    # What ProtectSystem=strict does, by hand: a private mount namespace where "/" is
+    # read-only and only the state directory is bound writable (as StateDirectory= is).
+    state = tmp_path / "state"
+    state.mkdir()
+    config = tmp_path / "healthd.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\nnode_name = "node-test"\n'
+        '[node]\nmounts = [{ path = "/", rw = true }]\n'
+    )
+    healthd = [sys.executable, "-m", "healthd.cli", "check", "--once", "--json", "--only", "mounts"]
+    script = (
+        f'mount --bind "{state}" "{state}" && mount -o remount,bind,ro / && '
+        'if touch /healthd-probe 2>/dev/null; then echo "/ is writable"; exit 99; fi && '
+        f'exec {" ".join(healthd)} --config "{config}"'
+    )
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    if done.returncode != 0 and "unshare" in done.stderr and not done.stdout:
+        pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    document = json.loads(done.stdout)
+    # healthd's own view of "/" is read-only, yet the check reads PID 1's mountinfo: rw, OK.
+    mounts = next(c for c in document["checks"] if c["name"] == "mounts")
+    assert mounts["status"] == "OK", mounts
+    assert json.loads((state / "last-pass.json").read_text())["status"] == "OK"
+    assert document["action"]["errors"] == []

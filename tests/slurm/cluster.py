@@ -6,6 +6,7 @@ path under one temporary directory. Only processes started here are ever stopped
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -192,6 +193,12 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         wait_for(lambda: all(self.state(n) == "idle" for n in NODES), 30, "all nodes idle")
 
     def shutdown(self) -> None:
+        """Stop everything started here; jobs first, so no slurmstepd or job process outlives a failed run."""
+        if self.procs.get("slurmctld") is not None and self.procs["slurmctld"].poll() is None:
+            self.run("scancel", "--full", "-u", "root", check=False)
+            # Shut down anyway after a while: stopping slurmd below ends what is left of the steps.
+            with contextlib.suppress(TimeoutError):
+                wait_for(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 15, "jobs cancelled")
         for name in list(self.procs):
             if name != "slurmctld":
                 self.stop(name)

@@ -66,13 +66,14 @@ class Healthd:
     def state_dir(self) -> Path:
         return self.root / "state"
 
-    def config_text(self) -> str:
+    def config_text(self, node_name: bool = True) -> str:
+        name = f'node_name = "{self.node}"' if node_name else ""
         return f"""
 [paths]
 state_dir = "{self.state_dir}"
 [slurm]
 conf = "{self.conf}"
-node_name = "{self.node}"
+{name}
 timeout = 8
 {self.slurm}
 [policy]
@@ -81,9 +82,9 @@ timeout = 8
 file = "{self.fault_file}"
 """
 
-    def cli_config(self, mount: str) -> Path:
+    def cli_config(self, mount: str, node_name: bool = True) -> Path:
         """A config for the real CLI (installed checks only): the mounts check expects ``mount``."""
-        text = self.config_text().split("[checks.fault]")[0] + f'[node]\nmounts = [{{path = "{mount}"}}]\n'
+        text = self.config_text(node_name).split("[checks.fault]")[0] + f'[node]\nmounts = [{{path = "{mount}"}}]\n'
         path = self.root / "cli.toml"
         path.write_text(text)
         return path

@@ -7,10 +7,12 @@ from typing import Optional
 
 import pytest
 
-from healthd.acks import Ack, FindingRef, apply_acks
+from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
 from healthd.config import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.policy import (
+    BREAKER_BASE,
+    BREAKER_MAX,
     Action,
     Decision,
     Pending,
@@ -18,10 +20,12 @@ from healthd.policy import (
     acknowledged_by_resume,
     after_apply,
     after_failure,
+    breaker_held,
     circuit_breaker,
     decide,
     needs_node,
 )
+from healthd.report import pass_to_dict
 from healthd.slurm import NodeInfo
 
 PREFIX = "healthd:"
@@ -47,6 +51,9 @@ ADMIN_DRAIN = _node("IDLE", "DRAIN", "bad DIMM")
 ADMIN_DOWN = _node("DOWN", "", "admin down")
 REBOOT = _node("MIXED", "DRAIN+REBOOT_REQUESTED", "healthd: CODE_0 subj0")
 SIMILAR_PREFIX = _node("IDLE", "DRAIN", "healthd:x mine")
+OURS_OTHER = _node("IDLE", "DRAIN", "healthd: OTHER thing (+3 more)")
+ADMIN_FAIL = _node("ALLOCATED", "FAIL", "admin: PSU fault")
+ADMIN_REASON_IN_SERVICE = _node("ALLOCATED", "", "admin: watch this node")
 
 
 @pytest.mark.parametrize(
@@ -62,13 +69,14 @@ SIMILAR_PREFIX = _node("IDLE", "DRAIN", "healthd:x mine")
             ("UNKNOWN",),
             BUSY,
             {"unknown_action": "drain", "unknown_passes": 2},
-            {"unknown_streak": 1},
+            {"unknown_streaks": {"t": 1}},
             Action.DRAIN_AFTER_JOBS,
         ),
         (("CRITICAL", "UNKNOWN"), BUSY, {}, {}, Action.TAKE_OUT_NOW),
         (("WARNING", "UNKNOWN"), BUSY, {}, {}, Action.DRAIN_AFTER_JOBS),
-        (("CRITICAL",), BUSY, {"fail_passes": 3}, {"fail_streak": 1}, Action.HOLD),
-        (("CRITICAL",), BUSY, {"fail_passes": 3}, {"fail_streak": 2}, Action.TAKE_OUT_NOW),
+        (("CRITICAL",), BUSY, {"fail_passes": 3}, {"fail_streaks": {"t": 1}}, Action.HOLD),
+        (("CRITICAL",), BUSY, {"fail_passes": 3}, {"fail_streaks": {"t": 2}}, Action.TAKE_OUT_NOW),
+        (("CRITICAL",), BUSY, {"fail_passes": 3}, {"fail_streaks": {"other": 2}}, Action.HOLD),
         ((), OURS, {}, {}, Action.RESUME),
         ((), OURS, {"clean_passes": 2}, {}, Action.HOLD),
         ((), OURS, {"clean_passes": 2}, {"clean_streak": 1}, Action.RESUME),
@@ -79,11 +87,15 @@ SIMILAR_PREFIX = _node("IDLE", "DRAIN", "healthd:x mine")
         ((), REBOOT, {}, {}, Action.NONE),
         (("CRITICAL",), ADMIN_DRAIN, {}, {}, Action.NONE),
         (("CRITICAL",), ADMIN_DOWN, {}, {}, Action.NONE),
+        (("CRITICAL",), ADMIN_FAIL, {}, {}, Action.NONE),
+        ((), ADMIN_FAIL, {}, {}, Action.NONE),
+        (("CRITICAL",), ADMIN_REASON_IN_SERVICE, {}, {}, Action.NONE),
         (("CRITICAL",), REBOOT, {}, {}, Action.NONE),
         (("CRITICAL",), OURS, {}, {}, Action.NONE),
         (("CRITICAL",), OURS_BUSY, {}, {}, Action.TAKE_OUT_NOW),
         (("WARNING",), OURS_BUSY, {}, {}, Action.NONE),
-        (("WARNING", "WARNING"), OURS, {}, {}, Action.DRAIN_AFTER_JOBS),
+        (("WARNING", "WARNING"), OURS, {}, {}, Action.NONE),
+        (("WARNING",), OURS_OTHER, {}, {}, Action.DRAIN_AFTER_JOBS),
         (("UNKNOWN",), OURS, {}, {}, Action.NONE),
     ],
 )
@@ -100,14 +112,144 @@ def test_reason_names_worst_finding_and_counts_the_rest() -> None:
     assert decision.causes == tuple(FindingRef(f"t/CODE_{i}/subj{i}") for i in range(3))
 
 
+def _checks(*results: tuple[str, RunState, tuple[tuple[str, str, str], ...]]) -> PassResult:
+    """A pass of several checks: (check, run state, ((status, code, subject), ...))."""
+    return PassResult(
+        "n1",
+        0.0,
+        0.1,
+        tuple(
+            CheckResult(name, state, tuple(Finding(name, Status[s], code, subj, "m") for s, code, subj in found), 0.1)
+            for name, state, found in results
+        ),
+    )
+
+
+RAN = RunState.RAN
+
+
+def test_reason_and_causes_follow_the_acting_order_not_the_report_order() -> None:
+    """A timed-out check (UNKNOWN) must neither name the reason nor be acknowledged by a resume."""
+    result = _checks(
+        ("gpu", RunState.TIMEOUT, (("UNKNOWN", "CHECK_TIMEOUT", "gpu"),)),
+        ("infiniband", RAN, (("WARNING", "IB_SYMBOL_ERRORS", "mlx5_0:1"),)),
+    )
+    for settings in (PolicySettings(), PolicySettings(unknown_action="drain", unknown_passes=1)):
+        decision, _ = decide(result, PolicyState(), BUSY, settings, PREFIX)
+        assert decision.action is Action.DRAIN_AFTER_JOBS
+        assert decision.reason.startswith("healthd: IB_SYMBOL_ERRORS mlx5_0:1")
+        assert decision.causes == (FindingRef("infiniband/IB_SYMBOL_ERRORS/mlx5_0:1"),)
+    only_timeout = _checks(("gpu", RunState.TIMEOUT, (("UNKNOWN", "CHECK_TIMEOUT", "gpu"),)))
+    drain = PolicySettings(unknown_action="drain", unknown_passes=1)
+    decision, _ = decide(only_timeout, PolicyState(), BUSY, drain, PREFIX)
+    assert decision.action is Action.DRAIN_AFTER_JOBS and decision.causes == ()
+
+
+def test_runner_unknowns_are_never_acknowledged() -> None:
+    result = _checks(("gpu", RunState.TIMEOUT, (("UNKNOWN", "CHECK_TIMEOUT", "gpu"),)))
+    ack = Ack(FindingRef("gpu/CHECK_TIMEOUT/gpu"), 1.0, "slurm-resume")
+    acked, _ = apply_acks(result, [ack])
+    assert acked.status is Status.UNKNOWN
+    assert refs_from_document(pass_to_dict(result), []) == []
+
+
+def test_hysteresis_is_per_check() -> None:
+    """fail_passes counts passes of the same check failing; two checks taking turns never act."""
+    settings = PolicySettings(fail_passes=2)
+    a_fails = _checks(("a", RAN, (("WARNING", "A", "x"),)), ("b", RAN, ()))
+    b_fails = _checks(("a", RAN, ()), ("b", RAN, (("WARNING", "B", "y"),)))
+    state = PolicyState()
+    for result in (a_fails, b_fails, a_fails, b_fails):
+        decision, state = decide(result, state, BUSY, settings, PREFIX)
+        assert decision.action is Action.HOLD, decision.explanation
+        assert decision.intended is Action.DRAIN_AFTER_JOBS
+    decision, state = decide(b_fails, state, BUSY, settings, PREFIX)
+    assert decision.action is Action.DRAIN_AFTER_JOBS and decision.reason == "healthd: B y"
+    assert dict(state.fail_streaks) == {"b": 2}
+
+
+def test_ready_check_acts_while_another_still_waits() -> None:
+    settings = PolicySettings(fail_passes=2)
+    state = PolicyState(fail_streaks={"b": 1})
+    result = _checks(("a", RAN, (("CRITICAL", "A", "x"),)), ("b", RAN, (("WARNING", "B", "y"),)))
+    decision, state = decide(result, state, BUSY, settings, PREFIX)
+    assert decision.action is Action.DRAIN_AFTER_JOBS and decision.reason == "healthd: B y"
+    assert "CRITICAL from a for 1 of 2" in decision.explanation
+    decision, _ = decide(result, state, BUSY, settings, PREFIX)
+    assert decision.action is Action.TAKE_OUT_NOW and decision.reason == "healthd: A x (+1 more)"
+
+
 def test_streaks_count_consecutive_passes_and_reset() -> None:
     settings = PolicySettings(fail_passes=2)
     _, state = decide(_pass("WARNING"), PolicyState(), BUSY, settings, PREFIX)
-    assert state.fail_streak == 1
+    assert dict(state.fail_streaks) == {"t": 1}
     _, state = decide(_pass("UNKNOWN"), state, BUSY, settings, PREFIX)
-    assert (state.fail_streak, state.unknown_streak) == (0, 1)
+    assert (dict(state.fail_streaks), dict(state.unknown_streaks)) == ({}, {"t": 1})
     _, state = decide(_pass(), state, BUSY, settings, PREFIX)
-    assert (state.fail_streak, state.unknown_streak, state.clean_streak) == (0, 0, 1)
+    assert (dict(state.fail_streaks), dict(state.unknown_streaks), state.clean_streak) == ({}, {}, 1)
+    # A timeout says nothing about the fault: the fail streak is kept; --only keeps absent checks'.
+    _, state = decide(_pass("WARNING"), PolicyState(), BUSY, settings, PREFIX)
+    timed_out = _checks(("t", RunState.TIMEOUT, (("UNKNOWN", "CHECK_TIMEOUT", "t"),)))
+    _, state = decide(timed_out, state, BUSY, settings, PREFIX)
+    assert dict(state.fail_streaks) == {"t": 1}
+    _, state = decide(_checks(("other", RAN, ())), state, BUSY, settings, PREFIX, partial=True)
+    assert dict(state.fail_streaks) == {"t": 1}
+    _, state = decide(_checks(("other", RAN, ())), state, BUSY, settings, PREFIX)
+    assert dict(state.fail_streaks) == {}, "a full pass forgets checks that no longer exist"
+
+
+def test_partial_pass_never_resumes_for_a_check_that_did_not_run() -> None:
+    """The review's reproduction: --only mounts drained the node, --only services must not resume it."""
+    took_out = PolicyState(took_out=(FindingRef("mounts/MOUNT_MISSING//scratch"),))
+    services_only = _checks(("services", RAN, ()))
+    decision, _ = decide(services_only, took_out, OURS, PolicySettings(), PREFIX, partial=True)
+    assert decision.action is Action.NONE and "mounts" in decision.explanation
+    decision, _ = decide(services_only, took_out, None, PolicySettings(), PREFIX, partial=True)
+    assert decision.action is Action.NONE, "not even as a pending resume"
+    decision, _ = decide(services_only, PolicyState(), OURS, PolicySettings(), PREFIX, partial=True)
+    assert decision.action is Action.NONE, "unknown causes: a partial pass proves nothing"
+    mounts_only = _checks(("mounts", RAN, ()))
+    decision, _ = decide(mounts_only, took_out, OURS, PolicySettings(), PREFIX, partial=True)
+    assert decision.action is Action.RESUME
+    decision, _ = decide(services_only, took_out, OURS, PolicySettings(), PREFIX)
+    assert decision.action is Action.NONE, "a full pass without the check (disabled, removed) does not resume"
+
+
+def test_pending_survives_a_read_that_works_and_a_write_that_fails() -> None:
+    """Backoff grows while slurmctld answers reads but rejects the write (it used to restart every pass)."""
+    state = PolicyState()
+    for attempt, delay in ((1, 10.0), (2, 20.0), (3, 40.0), (4, 80.0)):
+        decision, state = decide(_pass("CRITICAL"), state, BUSY, PolicySettings(), PREFIX)
+        assert decision.action is Action.TAKE_OUT_NOW
+        state = after_failure(state, decision, "rejected", now=1000.0, attempted=True)
+        assert state.pending is not None
+        assert (state.pending.attempts, state.pending.next_try) == (attempt, 1000.0 + delay)
+    decision, cleared = decide(_pass(), state, BUSY, PolicySettings(), PREFIX)
+    assert cleared.pending is None, "a pass that no longer calls for the action drops it"
+    decision, _ = decide(_pass("CRITICAL"), state, BUSY, PolicySettings(), PREFIX)
+    assert after_apply(state, decision).pending is None
+
+
+def test_own_findings_do_not_keep_a_pending_take_out() -> None:
+    pending = Pending(Action.TAKE_OUT_NOW, "healthd: X y", (FindingRef("t/X/y"),), 1, 0.0, 0.0, "down")
+    own = _checks(("healthd", RAN, (("WARNING", "STATE_PROBLEM", "/var/lib/healthd"),)), ("t", RAN, ()))
+    decision, state = decide(own, PolicyState(pending=pending), None, PolicySettings(), PREFIX)
+    assert decision.action is Action.NONE and state.pending is None
+
+
+def test_breaker_hold_backs_off_with_a_stable_per_node_jitter() -> None:
+    state = PolicyState()
+    delays = []
+    for _ in range(8):
+        state = breaker_held(state, "why", 0.0, "gpu001")
+        assert state.held is not None
+        delays.append(state.held.next_check)
+    assert delays == sorted(delays) and delays[-1] <= BREAKER_MAX * 1.25
+    assert BREAKER_BASE * 0.75 <= delays[0] < BREAKER_BASE * 1.25
+    assert breaker_held(PolicyState(), "why", 0.0, "gpu001") == breaker_held(PolicyState(), "why", 0.0, "gpu001")
+    spread = {breaker_held(PolicyState(), "w", 0.0, f"gpu{i:03}").held.next_check for i in range(50)}  # type: ignore[union-attr]
+    assert len(spread) > 25
+    assert PolicyState.from_dict(state.to_dict()) == state
 
 
 def test_unreachable_slurm_keeps_intent_and_pending_is_retried() -> None:
@@ -124,7 +266,7 @@ def test_unreachable_slurm_keeps_intent_and_pending_is_retried() -> None:
     assert restored == state
     # An UNKNOWN pass (the check timed out) retries the pending action once Slurm answers.
     retried, after = decide(_pass("UNKNOWN"), restored, BUSY, settings, PREFIX)
-    assert retried.action is Action.TAKE_OUT_NOW and after.pending is None
+    assert retried.action is Action.TAKE_OUT_NOW and after.pending == restored.pending
     # A clean pass drops it.
     clean, after = decide(_pass(), restored, None, settings, PREFIX)
     assert clean.action is Action.NONE and after.pending is None

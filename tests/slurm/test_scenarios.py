@@ -43,6 +43,9 @@ def test_critical_requeues_job_and_keeps_node_out_after_slurmd_restart(cluster: 
     assert cluster.state("node1") == "drained"
     assert cluster.reason("node1").startswith("healthd: MOUNT_MISSING /scratch")
 
+    # An administrator's note (printed after the reason) must not make the reason look changed.
+    cluster.run("scontrol", "update", "NodeName=node1", "Comment=rack 12 swap pending")
+    assert cluster.show("node1").endswith("Comment=rack 12 swap pending")
     client = hd.client()
     again = hd.cycle(client=client)
     assert again.action.decision.action.value == "none"
@@ -76,8 +79,10 @@ def test_warning_drains_after_jobs_then_healthy_resumes(cluster: Any, healthd_on
 
 
 def test_admin_drained_node_is_left_alone(cluster: Any, healthd_on: Any) -> None:
+    job = cluster.submit("node3")
     cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=admin: bad DIMM ticket 42")
-    hd = healthd_on("node3")
+    # Read the node on every pass, so the clean half below really looks at it.
+    hd = healthd_on("node3", slurm="reconcile_interval = 0")
     hd.faults(MOUNT)
     client = hd.client()
     outcome = hd.cycle(client=client)
@@ -85,9 +90,19 @@ def test_admin_drained_node_is_left_alone(cluster: Any, healthd_on: Any) -> None
     assert "not healthd's" in outcome.action.decision.explanation
     assert all(call[0] != "update" for call in client.calls)
     assert cluster.reason("node3").startswith("admin: bad DIMM ticket 42 [root@")
+    assert cluster.state("node3") == "draining", "no DOWN: the admin's drain lets the job finish"
+    assert cluster.job_state(job) == "RUNNING"
     hd.faults()
+    client = hd.client()
+    clean = hd.cycle(client=client)
+    assert clean.action.decision.action.value == "none"
+    assert client.calls == [("-o", "show", "node", "node3")], "the node was read, and only read"
+    assert clean.action.node_state == "ALLOCATED+DRAIN"
+    assert cluster.state("node3") == "draining" and cluster.job_state(job) == "RUNNING"
+    cluster.run("scancel", job)
+    cluster.wait(lambda: cluster.state("node3") == "drained", 20, "node3 drained after its job")
     assert hd.cycle().action.decision.action.value == "none"
-    assert cluster.state("node3") == "drained"
+    assert cluster.reason("node3").startswith("admin: bad DIMM ticket 42 [root@")
 
 
 def test_admin_resume_acknowledges_event_and_new_event_drains(cluster: Any, healthd_on: Any) -> None:
@@ -131,6 +146,7 @@ def test_ack_without_event_lapses_when_the_finding_clears(cluster: Any, healthd_
 
 
 def test_action_pending_while_slurmctld_is_down(cluster: Any, healthd_on: Any) -> None:
+    job = cluster.submit("node3")
     hd = healthd_on("node3")
     hd.faults(MOUNT)
     cluster.stop("slurmctld")
@@ -148,7 +164,8 @@ def test_action_pending_while_slurmctld_is_down(cluster: Any, healthd_on: Any) -
         assert backing_off.action.pending and client.calls == [], "within the backoff no RPC is attempted"
     finally:
         cluster.start_ctld()
-    cluster.wait(lambda: cluster.state("node3") in ("idle", "idle*"), 30, "node3 known again")
+    cluster.wait(lambda: cluster.state("node3") == "allocated", 30, "node3 known again, its job still running")
+    assert cluster.job_state(job) == "RUNNING"
     # A new process (fresh Engine) after the backoff has passed: the pending action is applied.
     hd.faults()
     hd.faults({"status": "UNKNOWN", "code": "CHECK_TIMEOUT", "subject": "fault"})
@@ -157,6 +174,7 @@ def test_action_pending_while_slurmctld_is_down(cluster: Any, healthd_on: Any) -
     assert late.action.decision.action.value == "take_out_now"
     cluster.wait(lambda: cluster.state("node3") == "drained", 20, "node3 drained after slurmctld returned")
     assert json.loads((hd.state_dir / "policy.json").read_text())["pending"] is None
+    assert cluster.job_state(job) == "PENDING" and cluster.job_field(job, "Restarts") == "1"
 
 
 def test_circuit_breaker_holds_the_second_node(cluster: Any, healthd_on: Any) -> None:
@@ -165,6 +183,7 @@ def test_circuit_breaker_holds_the_second_node(cluster: Any, healthd_on: Any) ->
     first.policy = policy
     first.faults(MOUNT)
     assert first.cycle().action.applied
+    job = cluster.submit("node2")
     second = healthd_on("node2")
     second.policy = policy
     second.faults(MOUNT)
@@ -174,8 +193,15 @@ def test_circuit_breaker_holds_the_second_node(cluster: Any, healthd_on: Any) ->
     assert not outcome.action.applied
     held = [f for f in outcome.result.findings if f.code == "DRAIN_HELD"]
     assert held and held[0].status.name == "CRITICAL" and held[0].subject == "node2"
-    assert cluster.state("node2") == "idle"
+    assert cluster.state("node2") == "allocated" and cluster.job_state(job) == "RUNNING"
     assert cluster.state("node1") == "drained"
+    # While held, the next pass does not read the whole node table again (C13).
+    client = second.client()
+    again = second.cycle(client=client)
+    assert again.action.decision.action.value == "hold"
+    assert [f.code for f in again.result.findings if f.code == "DRAIN_HELD"] == ["DRAIN_HELD"]
+    assert client.calls == [("-o", "show", "node", "node2")]
+    assert cluster.job_state(job) == "RUNNING"
 
 
 def test_dry_run_changes_nothing(cluster: Any, healthd_on: Any) -> None:
@@ -201,6 +227,15 @@ def test_cli_check_json_and_ack(cluster: Any, healthd_on: Any, cli: Any) -> None
     assert cluster.state("node2") == "drained"
     assert cluster.reason("node2").startswith("healthd: MOUNT_MISSING /no/such/mount [")
 
+    # A partial pass of another check proves nothing about the mount: no resume.
+    code, out, _ = cli("check", "--once", "--json", "--only", "services", "--config", config)
+    document = json.loads(out)
+    assert code == 0 and document["action"]["decision"] == "none", document["action"]
+    assert "mounts" in document["action"]["explanation"]
+    assert cluster.state("node2") == "drained"
+    code, out, _ = cli("check", "--once", "--json", "--only", "mounts", "--config", config)
+    assert code == 2 and json.loads(out)["action"]["decision"] == "none", "already out: nothing sent"
+
     code, out, _ = cli("ack", "MOUNT_MISSING", "--config", config)
     assert code == 0 and "acknowledged mounts/MOUNT_MISSING//no/such/mount" in out
     code, out, _ = cli("check", "--once", "--json", "--only", "mounts", "--config", config)
@@ -211,13 +246,17 @@ def test_cli_check_json_and_ack(cluster: Any, healthd_on: Any, cli: Any) -> None
 
 
 def test_slurmd_runs_healthd_as_health_check_program(cluster: Any, healthd_on: Any) -> None:
+    job = cluster.submit("node3")
     hd = healthd_on("node3")
-    hd.cli_config("/no/such/hook/mount").rename(cluster.hook_config)
+    # No node_name: the hook must find its node from SLURMD_NODENAME alone.
+    hd.cli_config("/no/such/hook/mount", node_name=False).rename(cluster.hook_config)
+    assert "node_name" not in cluster.hook_config.read_text()
     cluster.hook_nodes.write_text("node3\n")
     try:
         cluster.wait(lambda: cluster.state("node3") == "drained", 40, "slurmd's health check to drain node3")
     finally:
         cluster.hook_nodes.unlink()
     assert cluster.reason("node3").startswith("healthd: MOUNT_MISSING /no/such/hook/mount [")
+    assert cluster.job_state(job) == "PENDING" and cluster.job_field(job, "Restarts") == "1"
     log = Path(cluster.hook_log).read_text()
     assert "node3: CRITICAL" in log and "take_out_now" in log

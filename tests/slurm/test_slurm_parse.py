@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from healthd.config import SlurmSettings, parse_config
+from healthd.config import ConfigError, RunnerSettings, SlurmSettings, parse_config
 from healthd.cycle import run_cycle
 from healthd.engine import Engine
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.slurm import (
+    SlurmClient,
     SlurmError,
     SlurmNotFound,
     find_binary,
@@ -22,7 +26,9 @@ from healthd.slurm import (
     parse_show_node_line,
     parse_show_node_text,
     sanitize,
+    split_reason,
 )
+from healthd.statelock import StateLock
 
 CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 
@@ -38,7 +44,17 @@ def _line(name: str) -> str:
         ("show-node-22.05-allocated.txt", "ALLOCATED", set(), "", ""),
         ("show-node-22.05-idle-drain-healthd.txt", "IDLE", {"DRAIN"}, "healthd: MOUNT_MISSING /scratch", "root"),
         ("show-node-22.05-draining-admin.txt", "ALLOCATED", {"DRAIN"}, "admin: bad DIMM, ticket 42", "root"),
-        ("show-node-22.05-down-drain.txt", "IDLE", {"DRAIN"}, "healthd: XID_79 gpu0", "root"),
+        ("show-node-22.05-down-drain.txt", "DOWN", {"DRAIN"}, "healthd: XID_79 gpu0", "root"),
+        ("show-node-22.05-idle-drain-after-take-out.txt", "IDLE", {"DRAIN"}, "healthd: XID_79 gpu0", "root"),
+        ("show-node-22.05-idle-drain-comment.txt", "IDLE", {"DRAIN"}, "healthd: MOUNT_MISSING /scratch", "root"),
+        (
+            "show-node-22.05-idle-drain-comment-extra.txt",
+            "IDLE",
+            {"DRAIN"},
+            "healthd: MOUNT_MISSING /scratch",
+            "root",
+        ),
+        ("show-node-22.05-allocated-fail-admin.txt", "ALLOCATED", {"FAIL"}, "admin: PSU fault, ticket 7", "root"),
         ("show-node-22.05-down-admin.txt", "DOWN", set(), "admin down", "root"),
         ("show-node-22.05-reboot-requested.txt", "ALLOCATED", {"DRAIN", "REBOOT_REQUESTED"}, "kernel update", "root"),
         (
@@ -61,6 +77,25 @@ def test_derived_properties() -> None:
     draining = parse_show_node_line(_line("show-node-22.05-draining-admin.txt"))
     assert draining.drained and draining.busy and draining.out and not draining.down
     assert parse_show_node_line(_line("show-node-22.05-down-admin.txt")).out
+    failing = parse_show_node_line(_line("show-node-22.05-allocated-fail-admin.txt"))
+    assert failing.out and failing.failed and failing.busy and not failing.drained
+    taken_out = parse_show_node_line(_line("show-node-22.05-down-drain.txt"))
+    assert taken_out.down and taken_out.drained and taken_out.state_text == "DOWN+DRAIN"
+
+
+def test_fields_after_the_reason_are_not_part_of_it() -> None:
+    """Slurm prints Comment=/Extra= after ``Reason=... [user@time]``; without the stamp they still end it."""
+    line = _line("show-node-22.05-idle-drain-comment-extra.txt").strip()
+    assert line.endswith("Comment=rack 12 swap pending Extra=foo=bar")
+    node = parse_show_node_line(line)
+    assert node.reason == "healthd: MOUNT_MISSING /scratch" and node.partitions == ("batch",)
+    stampless = line.replace(" [root@", " (root@").replace("] Comment=", ") Comment=")
+    assert parse_show_node_line(stampless).reason.endswith("(root@" + line.split("[root@")[1].split("]")[0] + ")")
+    assert split_reason("admin: a [b] c [bob@2024-01-01T00:00:00] Comment=x") == (
+        "admin: a [b] c",
+        "bob",
+        " Comment=x",
+    )
 
 
 def test_parse_all_nodes_and_count_healthd_out() -> None:
@@ -70,7 +105,7 @@ def test_parse_all_nodes_and_count_healthd_out() -> None:
 
 
 def test_parse_json_sample() -> None:
-    nodes = parse_show_node_json((CAPTURES / "show-node-23.02-json.json").read_text())
+    nodes = parse_show_node_json((CAPTURES / "show-node-23.02-json-modelled.json").read_text())
     first, second, third, fourth = nodes
     assert (first.state, set(first.flags), first.reason, first.partitions) == (
         "MIXED",
@@ -140,5 +175,165 @@ def test_missing_scontrol_is_reported_not_raised(tmp_path: Path) -> None:
     assert '"pending":true' in saved
 
 
-def test_timeout_setting_bounds() -> None:
-    assert SlurmSettings().timeout == 15.0
+def test_defaults_keep_a_hook_run_inside_slurmds_60_s_kill() -> None:
+    settings = SlurmSettings()
+    assert (settings.timeout, settings.budget, settings.lock_timeout) == (5.0, 12.0, 3.0)
+    worst_case = RunnerSettings().pass_timeout + settings.lock_timeout + settings.budget
+    assert worst_case <= 45
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('reason_prefix = "   "', "slurm.reason_prefix"),
+        ('reason_prefix = "healthd: "', "slurm.reason_prefix"),
+        ('reason_prefix = "a=b"', "slurm.reason_prefix"),
+        ('bin_dir = "opt/slurm/bin"', "slurm.bin_dir"),
+        ('conf = "slurm.conf"', "slurm.conf"),
+        ("budget = 0", "slurm.budget"),
+    ],
+)
+def test_bad_slurm_settings_are_rejected_naming_the_key(table: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        parse_config(f"[slurm]\n{table}\n", "t.toml", {})
+
+
+def _fake_scontrol(directory: Path, body: str) -> Path:
+    """An scontrol stand-in (a shell script) for behaviour the test cluster's 22.05 cannot show."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "scontrol"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return directory
+
+
+def test_json_that_fails_falls_back_to_text_and_is_remembered(tmp_path: Path) -> None:
+    capture = CAPTURES / "show-node-22.05-idle-drain-healthd.txt"
+    bin_dir = _fake_scontrol(
+        tmp_path / "bin",
+        f"""case "$1" in
+--version) echo "slurm 23.02.7" ;;
+--json) echo "scontrol: unrecognized option '--json'" >&2; exit 1 ;;
+-o) cat {capture} ;;
+esac
+""",
+    )
+    client = SlurmClient(SlurmSettings(bin_dir=bin_dir))
+    assert client.show_node("node1").reason == "healthd: MOUNT_MISSING /scratch"
+    assert client.calls == [("--json", "show", "node", "node1"), ("-o", "show", "node", "node1")]
+    assert client.output_format == "text"
+    client.calls.clear()
+    client.show_node("node1")
+    assert client.calls == [("-o", "show", "node", "node1")]
+    # run_cycle keeps the choice in the policy state, so the next process starts with -o.
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node1"\n'
+    spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
+    run_cycle(Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec]))
+    assert json.loads((tmp_path / "state" / "policy.json").read_text())["slurm_output"] == "text"
+
+
+def test_all_calls_of_a_pass_share_one_time_budget(tmp_path: Path) -> None:
+    bin_dir = _fake_scontrol(tmp_path / "bin", "sleep 2\n")
+    now = [100.0]
+    client = SlurmClient(SlurmSettings(bin_dir=bin_dir, timeout=5, budget=12), "text", monotonic=lambda: now[0])
+    client.start_budget()
+    now[0] = 111.8
+    with pytest.raises(SlurmError, match=r"timed out after 0\.2s"):
+        client.drain("node1", "healthd: X y")
+    now[0] = 112.0
+    with pytest.raises(SlurmError, match=r"Slurm time budget \(\[slurm\]\.budget = 12s\) is used up"):
+        client.resume("node1")
+    assert len(client.calls) == 1, "a call past the budget is not even started"
+
+
+def _engine(tmp_path: Path, run: Any = None, slurm: str = "") -> Engine:
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n1"\n{slurm}'
+    spec = CheckSpec(name="fake", description="", settings=_Settings, run=run or _critical)
+    return Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec])
+
+
+def test_acks_file_of_the_wrong_shape_is_reported_not_fatal(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "acks.json").write_text('{"acks": null}')
+    outcome = run_cycle(_engine(tmp_path))
+    assert outcome.exit_code == 2
+    assert outcome.action.decision.action.value == "take_out_now" and outcome.action.pending
+    assert any("acks is NoneType, not a list" in e for e in outcome.action.errors), outcome.action.errors
+    (tmp_path / "state" / "acks.json").write_text('{"acks": [3, {"key": 4}, {"key": "fake/X/y", "at": "soon"}]}')
+    outcome = run_cycle(_engine(tmp_path))
+    assert sum("ignored" in e for e in outcome.action.errors) == 3, outcome.action.errors
+
+
+def test_an_unexpected_exception_is_a_reported_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("simulated bug")
+
+    monkeypatch.setattr("healthd.cycle.decide", broken)
+    outcome = run_cycle(_engine(tmp_path))
+    assert outcome.exit_code == 2, "CRITICAL still outranks the UNKNOWN PASS_FAILED"
+    codes = {(f.check, f.code): f.status for f in outcome.result.findings}
+    assert codes[("healthd", "PASS_FAILED")] is Status.UNKNOWN
+    assert codes[("fake", "MOUNT_MISSING")] is Status.CRITICAL, "the checks' results are still reported"
+    saved = json.loads((tmp_path / "state" / "last-pass.json").read_text())
+    assert saved["action"]["decision"] == "none" and "simulated bug" in saved["action"]["errors"][0]
+    assert not (tmp_path / "state" / "policy.json").exists()
+
+
+def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: Any) -> None:
+    engine = _engine(tmp_path, slurm="lock_timeout = 0.3\n")
+    with StateLock(tmp_path / "state", 1.0):
+        outcome = run_cycle(engine)
+        assert outcome.exit_code == 2
+        assert outcome.action.decision.action.value == "none" and not outcome.action.pending
+        assert "held by another healthd process" in outcome.action.decision.explanation
+        assert not (tmp_path / "state" / "policy.json").exists()
+        config = tmp_path / "t.toml"
+        config.write_text(
+            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nlock_timeout = 0.3\n'
+            '[node]\nmounts = [{path = "/no/such/mount"}]\n'
+        )
+        code, _, err = cli("check", "--once", "--json", "--only", "mounts", "--dry-run", "--config", str(config))
+        assert code == 2
+        code, _, err = cli("ack", "--config", str(config))
+        assert code == 75 and "nothing acknowledged" in err
+    assert run_cycle(engine).action.pending, "the lock is free again once released"
+    code, out, _ = cli("ack", "--config", str(config))
+    assert code == 0 and "acknowledged" in out
+
+
+def test_write_rejected_backs_off_and_the_intent_is_saved_before_sending(tmp_path: Path) -> None:
+    """slurmctld answers the read but rejects every write: retries back off (10, 20, 40 s), never restart at 10 s.
+
+    The fake scontrol copies the policy state as it is while the write is being sent:
+    the pending action must already be on disk then (slurmd may kill the hook mid-write).
+    """
+    capture = CAPTURES / "show-node-22.05-idle.txt"
+    seen = tmp_path / "policy-during-write.json"
+    bin_dir = _fake_scontrol(
+        tmp_path / "bin",
+        f"""case "$1" in
+--version) echo "slurm-wlm 22.05.8" ;;
+-o) cat {capture} ;;
+update) cp {tmp_path}/state/policy.json {seen}; echo "slurm_update error: Access/permission denied" >&2; exit 1 ;;
+esac
+""",
+    )
+    engine = Engine(
+        parse_config(
+            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node2"\n',
+            "t.toml",
+            {"fake": _Settings},
+        ),
+        [CheckSpec(name="fake", description="", settings=_Settings, run=_critical)],
+    )
+    now = 1_000_000.0
+    for attempt, at, delay in ((1, 0.0, 10.0), (2, 11.0, 20.0), (3, 32.0, 40.0)):
+        outcome = run_cycle(engine, clock=lambda at=at: now + at)
+        assert outcome.action.pending and not outcome.action.applied
+        assert "Access/permission denied" in outcome.action.errors[-1]
+        pending = json.loads((tmp_path / "state" / "policy.json").read_text())["pending"]
+        assert (pending["attempts"], pending["next_try"]) == (attempt, now + at + delay)
+        during = json.loads(seen.read_text())["pending"]
+        assert during["action"] == "take_out_now" and during["error"].startswith("not confirmed")
+    backing_off = run_cycle(engine, clock=lambda: now + 40.0)
+    assert backing_off.action.pending and backing_off.action.next_retry == now + 32.0 + 40.0

@@ -1,0 +1,86 @@
+"""An exclusive lock on the state directory, so two healthd processes never interleave their bookkeeping.
+
+The HealthCheckProgram hook, the daemon and ``healthd ack`` may run at the same
+time on one node. Each takes ``state_dir/cycle.lock`` with ``flock(2)`` around its
+read-modify-write of the ``policy`` and ``acks`` state files, so an
+acknowledgement given mid-pass is not overwritten and two passes do not both send
+the same action. The lock is never waited for longer than a timeout: a process
+that cannot get it reports that and leaves the state alone, it never hangs. The
+kernel drops the lock when the holder exits, even if it is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Callable, Optional
+
+LOCK_NAME = "cycle.lock"
+_POLL_SECONDS = 0.05
+
+
+class LockTimeout(Exception):
+    """Another process held the lock for longer than the timeout."""
+
+
+class StateLock:
+    """``with StateLock(dir, timeout):`` holds the lock for the block.
+
+    Raises ``LockTimeout`` when the lock stays taken, and ``OSError`` when the lock
+    file cannot be opened at all (the directory is missing or unwritable): callers
+    report that and go on unlocked, since they cannot save state there either.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        timeout: float,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.path = directory / LOCK_NAME
+        self.timeout = timeout
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        deadline = self._monotonic() + self.timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if self._monotonic() >= deadline:
+                    os.close(fd)
+                    raise LockTimeout(
+                        f"{self.path} is held by another healthd process (waited {self.timeout:g}s)"
+                    ) from None
+                self._sleep(_POLL_SECONDS)
+                continue
+            except OSError:
+                os.close(fd)
+                raise
+            self._fd = fd
+            return
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> StateLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.release()
