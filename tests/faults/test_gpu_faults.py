@@ -20,6 +20,8 @@ import pytest
 from healthd_faults_kit import builtin, codes
 
 from healthd.model import Status
+from healthd.outcome import ActionOutcome
+from healthd.policy import Action
 
 REPO = Path(__file__).resolve().parents[2]
 SYSFS_H100 = REPO / "fixtures" / "nvml" / "sysfs-h100"
@@ -102,7 +104,7 @@ def test_gpu_lost_mid_pass_is_critical_for_that_gpu_alone(
         found = [(f.code, f.status, f.subject) for f in report.result.findings]
         assert found == [("GPU_LOST", Status.CRITICAL, "gpu5")]
         (action,) = report.actions
-        assert (action.kind, action.outcome) == ("take_out_now", "disabled")
+        assert (action.kind, action.outcome) == (Action.TAKE_OUT_NOW, ActionOutcome.DISABLED)
     assert fake.shutdowns >= 2  # NVML is shut down after every pass, lost GPU or not
     # The GPU comes back (reset): the next passes are clean again.
     fake.gpus[5] = fake_nvml_module.healthy_gpu(5)

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from healthd_faults_kit import FAULT, Harness, wait_for
 
 from healthd.cycle import run_cycle
+from healthd.outcome import ActionOutcome
 from healthd.policy import Action
 
 
@@ -126,13 +127,17 @@ def test_slurmctld_down_and_back_the_daemon_applies_the_pending_action(
         node.faults(("CRITICAL", "INJECTED", "gpu0"))
         running = start_daemon(node.daemon())
         reports = node.wait_passes(2)
-        assert all(r.actions[0].outcome == "pending" for r in reports[:2]), [r.actions for r in reports]
+        assert all(r.actions[0].outcome is ActionOutcome.PENDING for r in reports[:2]), [r.actions for r in reports]
         assert _pending(node)["action"] == Action.TAKE_OUT_NOW.value
         assert cluster.state("node1") == ""  # nobody answers
     finally:
         cluster.start_ctld()
     # The first retry comes 10 s after the failure (the backoff); the daemon keeps passing meanwhile.
-    wait_for(lambda: any(a.outcome == "taken" for r in node.reports for a in r.actions), 40, "the action applied")
+
+    def applied() -> bool:
+        return any(a.outcome is ActionOutcome.TAKEN for r in node.reports for a in r.actions)
+
+    wait_for(applied, 40, "the action applied")
     assert cluster.state("node1") in ("down", "drained")
     assert cluster.reason("node1").startswith("healthd: INJECTED gpu0")
     assert running.thread.is_alive()
