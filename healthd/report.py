@@ -6,7 +6,7 @@ import datetime as _dt
 from typing import Any, Optional
 
 from healthd import __version__
-from healthd.model import CheckResult, Finding, PassResult, RunState
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.text import one_line
 
 SCHEMA_VERSION = 1
@@ -63,19 +63,28 @@ def _state_label(result: CheckResult) -> str:
 
 
 def render_table(result: PassResult) -> str:
-    """One line per check, then one indented line per finding; a summary line last.
+    """One line per check, then one indented line per problem; a summary line last.
 
-    Text that came from the node (reasons, subjects, messages) is made one printable
-    line first, so a crafted mount source or log line cannot forge rows or escapes.
+    Findings graded OK are notes (an informational Xid, a counter that cannot be
+    read): the table counts them and leaves them to ``--json``, so the problems stand
+    out. Text that came from the node (reasons, subjects, messages) is made one
+    printable line first, so a crafted mount source or log line cannot forge rows.
     """
     rows = [("CHECK", "STATUS", "TIME", "DETAIL")]
     for check in result.results:
-        detail = one_line(check.reason) if not check.findings else f"{len(check.findings)} finding(s)"
+        problems = sum(1 for f in check.findings if f.status is not Status.OK)
+        notes = len(check.findings) - problems
+        detail = ", ".join(
+            part for part in (f"{problems} problem(s)" if problems else "", f"{notes} note(s)" if notes else "") if part
+        )
+        detail = detail or one_line(check.reason)
         rows.append((one_line(check.check, 64), _state_label(check), f"{check.duration_seconds * 1000:.0f}ms", detail))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows]
     for check in result.results:
         for finding in check.findings:
+            if finding.status is Status.OK:
+                continue
             code, subject = one_line(finding.code, 64), one_line(finding.subject, 200)
             lines.append(f"  {finding.status.name:<8} {code} {subject}: {one_line(finding.message)}")
     lines.append(f"{one_line(result.node, 200)}: {result.status.name} ({result.duration_seconds:.2f}s)")

@@ -64,3 +64,16 @@ def test_module_entry_point_runs() -> None:
         [sys.executable, "-m", "healthd", "--version"], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0 and done.stdout.strip() == f"healthd {__version__}"
+
+
+def test_table_counts_notes_but_lists_only_problems() -> None:
+    from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+    from healthd.report import render_table
+
+    findings = (
+        Finding("xid", Status.OK, "XID_63", "gpu1", "row remapping recorded"),
+        Finding("xid", Status.CRITICAL, "XID_79", "gpu3", "fallen off the bus"),
+    )
+    table = render_table(PassResult("n1", 0.0, 0.1, (CheckResult("xid", RunState.RAN, findings, 0.01),)))
+    assert "1 problem(s), 1 note(s)" in table
+    assert "XID_79 gpu3" in table and "XID_63" not in table
