@@ -116,7 +116,7 @@ def hook_main() -> int:
     """``healthd-hook``: slurmd's HealthCheckProgram, i.e. ``healthd check --once`` with the default config.
 
     slurmd starts it without arguments and with an environment of ``SLURMD_NODENAME``
-    only (no PATH), so this entry point, installed with an absolute interpreter path,
+    and ``PWD`` only (no PATH), so this entry point, installed with an absolute interpreter path,
     needs neither a shell wrapper nor options. It prints one line instead of the table
     (whoever captures the hook's output, slurmd's log or a person, reads one line), and
     exits with the pass's Nagios code.

@@ -55,7 +55,7 @@ class MountSpec(_Model):
     @classmethod
     def _absolute(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError(f"mount path must be absolute, got {value!r}")
+            raise ValueError("mount path must be absolute")
         return value.rstrip("/") or "/"
 
 
@@ -103,7 +103,7 @@ class SlurmSettings(_Model):
     def _absolute_path(cls, value: Optional[Path]) -> Optional[Path]:
         # HealthCheckProgram runs with an unknown working directory.
         if value is not None and not value.is_absolute():
-            raise ValueError(f"must be an absolute path, got {str(value)!r}")
+            raise ValueError("must be an absolute path")
         return value
 
     @field_validator("reason_prefix")
@@ -155,7 +155,7 @@ class MetricsSettings(_Model):
             return value
         _host, sep, port = value.rpartition(":")
         if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"listen must be HOST:PORT with a port 1-65535, got {value!r}")
+            raise ValueError("listen must be HOST:PORT with a port 1-65535")
         return value
 
 

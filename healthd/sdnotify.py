@@ -57,11 +57,12 @@ def watchdog_interval(environ: Optional[Mapping[str, str]] = None) -> Optional[f
 class Notifier:
     """Sends state changes to the service manager; silently does nothing outside systemd."""
 
-    def __init__(self, environ: Optional[Mapping[str, str]] = None, use_systemd_python: bool = True) -> None:
+    def __init__(self, environ: Optional[Mapping[str, str]] = None) -> None:
         env = os.environ if environ is None else environ
         self.address = env.get("NOTIFY_SOCKET") or None
         self.watchdog_seconds = watchdog_interval(env)
-        library = _systemd_sender() if use_systemd_python and environ is None else None
+        # systemd-python reads the real environment, so it serves only when we do too.
+        library = _systemd_sender() if environ is None else None
         address = self.address
         if library is not None:
             self._send: Callable[[str], bool] = library

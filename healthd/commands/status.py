@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd.cli import add_config_argument
-from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.defaults import (
+    DEFAULT_CONFIG_PATH,
+    DEFAULT_INTERVAL_SECONDS,
+    DEFAULT_STATE_DIR,
+    EX_CONFIG,
+    toml_module,
+)
 from healthd.text import one_line
 
 UNKNOWN = 3
@@ -28,6 +34,10 @@ _CODES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
 class StatusError(Exception):
     """Why the last pass cannot be shown; ``str()`` names the file and key."""
+
+
+class StatusConfigError(StatusError):
+    """The config itself is unusable: exit 78 like every other command."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,20 +50,25 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float]:
     if path is None and not DEFAULT_CONFIG_PATH.exists():
         return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS
     source = path or DEFAULT_CONFIG_PATH
+    from healthd.trust import untrusted_reason
+
+    reason = untrusted_reason(source) if source.exists() else None
+    if reason:
+        raise StatusConfigError(f"{source}: refusing to load a config that others could have written: {reason}")
     tomllib = toml_module()
     try:
         raw = tomllib.loads(source.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise StatusError(f"{source}: cannot read: {exc.strerror or exc}") from None
+        raise StatusConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise StatusError(f"{source}: not valid TOML: {exc}") from None
+        raise StatusConfigError(f"{source}: not valid TOML: {exc}") from None
     paths, daemon = raw.get("paths", {}), raw.get("daemon", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
     interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
     if not isinstance(state_dir, str) or not state_dir:
-        raise StatusError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
+        raise StatusConfigError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-        raise StatusError(f"{source}: daemon.interval: must be a positive number of seconds (got {interval!r})")
+        raise StatusConfigError(f"{source}: daemon.interval: must be a positive number of seconds (got {interval!r})")
     return Path(state_dir), float(interval)
 
 
@@ -115,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         state_dir, interval = read_settings(args.config)
         document = read_last_pass(state_dir)
+    except StatusConfigError as exc:
+        print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
+        return EX_CONFIG
     except StatusError as exc:
         print(f"healthd: UNKNOWN: {exc}", file=sys.stderr)
         return UNKNOWN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -46,3 +47,12 @@ def test_watchdog_interval_is_half_of_watchdog_usec() -> None:
     assert watchdog_interval({"WATCHDOG_USEC": "0"}) is None
     assert watchdog_interval({"WATCHDOG_USEC": "garbage"}) is None
     assert watchdog_interval({}) is None
+
+
+def test_systemd_python_sends_when_installed(path_listener: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("systemd.daemon", reason="systemd-python (the journal extra) is not installed")
+    monkeypatch.setenv("NOTIFY_SOCKET", path_listener.address)
+    notifier = Notifier()
+    assert notifier.enabled and notifier.ready("through libsystemd")
+    path_listener.wait_for("READY=1")
+    assert [text for _, text in path_listener.messages] == ["READY=1\nSTATUS=through libsystemd"]

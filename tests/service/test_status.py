@@ -104,9 +104,17 @@ def test_bad_config_names_file_and_key(
 ) -> None:
     config = tmp_path / "healthd.toml"
     config.write_text(text)
-    assert main(["status", "--config", str(config)]) == 3
+    assert main(["status", "--config", str(config)]) == 78
     err = capsys.readouterr().err
     assert expected in err and str(config) in err
+
+
+def test_config_writable_by_others_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "healthd.toml"
+    config.write_text("")
+    config.chmod(0o666)
+    assert main(["status", "--config", str(config)]) == 78
+    assert "refusing to load a config that others could have written" in capsys.readouterr().err
 
 
 def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
