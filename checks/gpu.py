@@ -343,12 +343,7 @@ def run(ctx: CheckContext[GpuSettings]) -> Sequence[Finding]:
     judgement = evaluate(reading, pci, ctx.node.gpus, ctx.settings, ctx.state.load(), ctx.clock(), ctx.finding)
     findings = list(judgement.findings)
     if judgement.state:
-        from healthd.state import StateError
-
-        try:
-            ctx.state.save(judgement.state)
-        except StateError as exc:
-            findings.append(ctx.finding(Status.UNKNOWN, "GPU_STATE_UNWRITABLE", "gpus", str(exc)))
+        findings += ctx.save_state(judgement.state, "counter baselines")
     return findings
 
 

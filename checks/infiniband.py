@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
-from healthd.state import StateError
 
 from .sysfs import (
     IbRate,
@@ -457,12 +456,7 @@ def run(ctx: CheckContext[InfinibandSettings]) -> list[Finding]:
         entry = new_ports.get(reading.port, {})
         port_findings, new_ports[reading.port] = judge_counters(ctx, reading, entry, now)
         findings.extend(port_findings)
-    try:
-        ctx.state.save({"version": _STATE_VERSION, "boot_id": boot, "ports": new_ports})
-    except StateError as exc:
-        findings.append(
-            ctx.finding(Status.UNKNOWN, "IB_STATE_UNSAVED", "infiniband", f"counter baselines not kept: {exc}")
-        )
+    findings += ctx.save_state({"version": _STATE_VERSION, "boot_id": boot, "ports": new_ports}, "counter baselines")
     return findings
 
 

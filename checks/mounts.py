@@ -18,7 +18,6 @@ from pydantic import Field
 
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
-from healthd.state import StateError
 
 from .fsprobe import Failed, Hung, ProbeTable, Usage, forget_finished
 from .mountinfo import MountinfoError, find_mount, parse_mountinfo
@@ -125,10 +124,7 @@ def run(ctx: CheckContext[MountsSettings]) -> list[Finding]:
         findings.extend(_usage_findings(ctx, path, outcome))
     forget_finished(remembered, keep=set(paths))
     if remembered != (before or {}):
-        try:
-            ctx.state.save({**state, "stuck_probes": remembered})
-        except StateError as exc:
-            findings.append(ctx.finding(Status.UNKNOWN, "STATE_UNWRITABLE", str(ctx.state.path), str(exc)))
+        findings += ctx.save_state({**state, "stuck_probes": remembered}, "stuck probe records")
     return findings
 
 

@@ -18,7 +18,6 @@ from typing import Any, Callable, Optional, TypeVar
 
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
-from healthd.state import StateError
 
 from .sysfs import (
     VENDOR_MELLANOX,
@@ -301,10 +300,7 @@ def run(ctx: CheckContext[CheckSettings]) -> list[Finding]:
     for reading in readings:
         aer_findings, new_devices[reading.address] = judge_aer(ctx, reading, _mapping(old_devices.get(reading.address)))
         findings.extend(aer_findings)
-    try:
-        ctx.state.save({"version": _STATE_VERSION, "boot_id": boot, "devices": new_devices})
-    except StateError as exc:
-        findings.append(ctx.finding(Status.UNKNOWN, "PCIE_STATE_UNSAVED", "pcie", f"AER baselines not kept: {exc}"))
+    findings += ctx.save_state({"version": _STATE_VERSION, "boot_id": boot, "devices": new_devices}, "AER baselines")
     return findings
 
 

@@ -31,7 +31,6 @@ from pydantic import Field, field_validator
 
 from healthd.model import DetailValue, Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.state import StateError
 
 from .kernlog import (
     LogLine,
@@ -427,10 +426,7 @@ def run(ctx: CheckContext[XidSettings]) -> Iterable[Finding]:
     if result is not None:
         work.fold(result)
     findings = work.report()
-    try:
-        ctx.state.save(work.document())
-    except StateError as exc:
-        findings.append(ctx.finding(Status.UNKNOWN, "XID_STATE_UNWRITABLE", str(ctx.state.path), str(exc)))
+    findings += ctx.save_state(work.document(), "the kernel-log cursor and Xid events")
     return findings
 
 

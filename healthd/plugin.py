@@ -58,6 +58,20 @@ class CheckContext(Generic[S]):
     def finding(self, status: Status, code: str, subject: str, message: str, **details: DetailValue) -> Finding:
         return Finding(check=self.name, status=status, code=code, subject=subject, message=message, details=details)
 
+    def save_state(self, data: dict[str, Any], what: str) -> list[Finding]:
+        """Persist ``data``; when that fails, the UNKNOWN ``STATE_UNWRITABLE`` finding to report.
+
+        ``what`` says what is lost (``"counter baselines"``): without its state a
+        check cannot judge changes or remember events, so the pass says so.
+        """
+        from healthd.state import StateError
+
+        try:
+            self.state.save(data)
+        except StateError as exc:
+            return [self.finding(Status.UNKNOWN, "STATE_UNWRITABLE", str(self.state.path), f"{what} not kept: {exc}")]
+        return []
+
 
 @dataclass(frozen=True)
 class CheckSpec(Generic[S]):

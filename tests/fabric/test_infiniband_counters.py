@@ -215,7 +215,7 @@ def test_unwritable_state_is_unknown_but_findings_survive(node: Any) -> None:
     ctx = replace(ctx, state=StateFile(node.root / "blocker" / "state", "check-infiniband"))
     assert codes(run(ctx)) == {
         (Status.CRITICAL, "IB_PORT_DOWN", PORT),
-        (Status.UNKNOWN, "IB_STATE_UNSAVED", "infiniband"),
+        (Status.UNKNOWN, "STATE_UNWRITABLE", str(node.root / "blocker" / "state" / "check-infiniband.json")),
     }
 
 

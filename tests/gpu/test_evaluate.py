@@ -299,4 +299,4 @@ def test_corrupt_state_starts_over(make_ctx: Callable[..., Any], tmp_path: Path,
 def test_unwritable_state_is_unknown(make_ctx: Callable[..., Any], tmp_path: Path) -> None:
     (tmp_path / "state").write_text("a file where the directory should be")
     findings = list(run(make_ctx(snapshot=FIXTURES / "h100-healthy.json")))
-    assert [(f.code, f.status) for f in findings] == [("GPU_STATE_UNWRITABLE", Status.UNKNOWN)]
+    assert [(f.code, f.status) for f in findings] == [("STATE_UNWRITABLE", Status.UNKNOWN)]
