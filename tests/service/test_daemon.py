@@ -169,9 +169,14 @@ def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
     wait_until(lambda: json.loads((state / "last-pass.json").read_text())["status"] == "CRITICAL", what="critical")
     document = json.loads((state / "last-pass.json").read_text())
     assert document["checks"][0]["findings"][0]["code"] == "FLAG_RAISED"
-    flagged = [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_CODE") == "FLAG_RAISED"]
-    assert flagged and flagged[0].levelno == logging.ERROR
-    assert flagged[0].healthd_fields["HEALTHD_SEVERITY"] == "CRITICAL"  # type: ignore[attr-defined]
+
+    def flagged() -> list[logging.LogRecord]:
+        # The pass is saved before its findings are logged: wait for the log record too.
+        return [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_CODE") == "FLAG_RAISED"]
+
+    wait_until(lambda: bool(flagged()), what="the finding logged")
+    assert flagged()[0].levelno == logging.ERROR
+    assert flagged()[0].healthd_fields["HEALTHD_SEVERITY"] == "CRITICAL"  # type: ignore[attr-defined]
     assert handle.stop() == 0
 
 
