@@ -94,7 +94,7 @@ class NotifyListener:
     def times_of(self, line: str) -> list[float]:
         return [when for when, text in self.messages if line in text.splitlines()]
 
-    def wait_for(self, line: str, timeout: float = 10.0) -> None:
+    def wait_for(self, line: str, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if line in self.assignments():
@@ -160,7 +160,8 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
             handle.thread.join(10)
 
 
-def _wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> None:
+def _wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> None:
+    # Generous: it only bounds how long a failing test waits; a passing one returns at once.
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
