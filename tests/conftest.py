@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -12,6 +19,7 @@ from healthd.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
+HANGFS = REPO / "tests" / "core" / "hangfs.py"
 
 
 @pytest.fixture
@@ -53,3 +61,85 @@ def cli_json(cli: Callable[..., tuple[int, str, str]]) -> Callable[..., tuple[in
         return code, json.loads(out)
 
     return run
+
+
+def _mounted(path: str) -> bool:
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        return any(line.split(" ")[4] == path for line in handle)
+
+
+def _fuse_skip_reason() -> Optional[str]:
+    # Only machines without FUSE or root skip; CI (Debian 12, root, fuse3 + libfuse2) runs it.
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is absent on this machine"
+    if os.geteuid() != 0:
+        return "mounting FUSE with allow_other needs root"
+    try:
+        import fuse  # noqa: F401
+    except (ImportError, OSError) as exc:
+        return f"fusepy or libfuse2 is not installed: {exc}"
+    return None
+
+
+def stat_probes_of(path: str) -> list[int]:
+    """Pids of the mounts check's ``stat --file-system`` probes of ``path`` that are alive."""
+    import psutil
+
+    return [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if (p.info["cmdline"] or [])[-1:] == [path] and "--file-system" in (p.info["cmdline"] or [])
+    ]
+
+
+@pytest.fixture
+def stat_probes() -> Callable[[str], list[int]]:
+    return stat_probes_of
+
+
+@pytest.fixture
+def hung_mount() -> Iterator[str]:
+    """A real FUSE mount (tests/core/hangfs.py) whose getattr and statfs never return."""
+    reason = _fuse_skip_reason()
+    if reason:
+        print(f"skipping the FUSE hung-mount test: {reason}")
+        pytest.skip(reason)
+    mnt = tempfile.mkdtemp(prefix="healthd-hung-")
+    server = subprocess.Popen([sys.executable, str(HANGFS), mnt], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 15
+        while not _mounted(mnt):
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"FUSE server did not mount {mnt} (exit {server.poll()})")
+            time.sleep(0.05)
+        yield mnt
+    finally:
+        # Killing the server fails every blocked request with ENOTCONN, which frees stuck probes and threads.
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
+        deadline = time.monotonic() + 10
+        while stat_probes_of(mnt) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        shutil.rmtree(mnt, ignore_errors=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
+    """Mount a small real tmpfs: ``tmpfs(name, options)``; unmounted after the test."""
+    mounted: list[Path] = []
+
+    def mount(name: str, options: str) -> Path:
+        # Needs root; CI runs as root, so only a developer's unprivileged run skips.
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        target = tmp_path / name
+        target.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(target)], check=False).returncode:
+            pytest.skip("cannot mount a tmpfs here")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in mounted:
+        subprocess.run(["umount", "-l", str(target)], check=False)

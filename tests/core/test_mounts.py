@@ -1,11 +1,7 @@
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
-
-import pytest
 
 FIXTURE_PROC = "procfs/gpu-node"
 
@@ -64,20 +60,10 @@ def test_malformed_mountinfo_is_unknown_naming_the_line(
     assert f"{fixtures / 'procfs/broken/1/mountinfo'}:2:" in finding["message"]
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=64", "tmpfs", str(mnt)], check=False)
-    if done.returncode != 0:
-        pytest.skip("cannot mount tmpfs here")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def test_real_full_filesystem_warns(tiny_tmpfs: Path, write_config: Callable[[str], Path], cli_json: Any) -> None:
+def test_real_full_filesystem_warns(
+    tmpfs: Callable[[str, str], Path], write_config: Callable[[str], Path], cli_json: Any
+) -> None:
+    tiny_tmpfs = tmpfs("tiny", "size=1m,nr_inodes=64")
     (tiny_tmpfs / "fill").write_bytes(b"\0" * (1024 * 1024 - 8192))
     for i in range(60):
         (tiny_tmpfs / f"f{i}").touch()

@@ -8,22 +8,12 @@ still judged, and the node stays idle with no reason (UNKNOWN only reports).
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import pytest
 from healthd_faults_kit import BOOM, FAULT, KSTAT, STALL, STALL_RELEASE, codes, wait_for
 
 from healthd.model import RunState, Status
-
-HANGFS = Path(__file__).resolve().parents[1] / "core" / "hangfs.py"
 
 
 def _assert_untouched(cluster: Any, node: str) -> None:
@@ -75,43 +65,6 @@ def _threads(name: str) -> list[Any]:
     import threading
 
     return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
-
-
-def _fuse_skip_reason() -> str | None:
-    if not os.path.exists("/dev/fuse"):
-        return "/dev/fuse is absent on this machine"
-    if os.geteuid() != 0:
-        return "mounting FUSE with allow_other needs root"
-    try:
-        import fuse  # noqa: F401
-    except (ImportError, OSError) as exc:
-        return f"fusepy or libfuse2 is not installed: {exc}"
-    return None
-
-
-def _mounted(path: str) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        return any(line.split(" ")[4] == path for line in handle)
-
-
-@pytest.fixture
-def hung_mount() -> Iterator[str]:
-    reason = _fuse_skip_reason()
-    if reason:
-        print(f"skipping the FUSE fault test: {reason}")
-        pytest.skip(reason)
-    mnt = tempfile.mkdtemp(prefix="healthd-faults-")
-    server = subprocess.Popen([sys.executable, str(HANGFS), mnt], start_new_session=True)
-    try:
-        wait_for(lambda: _mounted(mnt) or server.poll() is not None, 15, f"FUSE mount at {mnt}")
-        assert server.poll() is None, f"FUSE server exited with {server.returncode}"
-        yield mnt
-    finally:
-        # Killing the server fails every blocked request with ENOTCONN, releasing the stuck thread.
-        os.killpg(server.pid, signal.SIGKILL)
-        server.wait()
-        subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
-        shutil.rmtree(mnt, ignore_errors=True)
 
 
 def test_a_check_hanging_in_the_kernel_is_abandoned_and_the_daemon_goes_on(

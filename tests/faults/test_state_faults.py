@@ -12,9 +12,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import pytest
 from healthd_faults_kit import FAULT, Harness, wait_for
 
 from healthd.cycle import run_cycle
@@ -53,24 +52,10 @@ def test_state_dir_that_is_a_file_is_reported_every_pass_and_recovers(
     _untouched(cluster)
 
 
-@pytest.fixture
-def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "state"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(mount)], check=False)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
 def test_full_state_dir_is_reported_every_pass_and_recovers(
-    cluster: Any, harness: Callable[..., Harness], start_daemon: Callable[..., Any], tiny_tmpfs: Path
+    cluster: Any, harness: Callable[..., Harness], start_daemon: Callable[..., Any], tmpfs: Callable[[str, str], Path]
 ) -> None:
+    tiny_tmpfs = tmpfs("state", "size=64k,mode=0700")
     node = harness(FAULT, slurm_conf=cluster.conf)
     filler = tiny_tmpfs / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
