@@ -18,4 +18,4 @@ apt-get install -y -q --no-install-recommends \
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/pytest -q </dev/null
+HEALTHD_NO_SKIPS=1 .venv/bin/pytest -q </dev/null
