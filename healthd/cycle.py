@@ -30,13 +30,15 @@ from healthd.policy import (
     acknowledged_by_resume,
     after_apply,
     after_failure,
+    allowed_out,
+    breaker_confirm,
     breaker_held,
     circuit_breaker,
     decide,
     needs_node,
     waiting,
 )
-from healthd.slurm import NodeInfo, SlurmClient, SlurmError, out_fraction, owned, reason_head
+from healthd.slurm import NodeInfo, SlurmClient, SlurmError, owned, partition_views, reason_head
 from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
 
@@ -109,21 +111,53 @@ def _held_finding(node: str, why: str) -> CheckResult:
     return CheckResult(check=POLICY_CHECK, state=RunState.RAN, findings=(finding,), duration_seconds=0.0)
 
 
-def _apply(client: SlurmClient, node: NodeInfo, decision: Decision) -> None:
-    """Send the write RPCs for ``decision``.
+def _apply(client: SlurmClient, node: NodeInfo, decision: Decision, confirm: Optional[Callable[[], str]]) -> str:
+    """Send the write RPCs for ``decision``; returns why the circuit breaker undid a drain, or "".
 
     Taking out now is DRAIN then DOWN: DRAIN first so no new job can land on the
     node, DOWN to kill (and requeue, where allowed) the running jobs. DOWN alone is
     not durable: with ReturnToService=2 the node returns when slurmd re-registers,
-    but the DRAIN flag (and its reason) survives that.
+    but the DRAIN flag (and its reason) survives that. ``confirm`` runs between the
+    two (see ``_confirm``), so a node that loses its place never has its jobs killed.
     """
     if decision.action is Action.RESUME:
         client.resume(node.name)
-        return
+        return ""
     if not (node.drained and reason_head(node.reason) == reason_head(decision.reason)):
         client.drain(node.name, decision.reason)
+    if confirm is not None:
+        why = confirm()
+        if why:
+            return why
     if decision.action is Action.TAKE_OUT_NOW:
         client.down(node.name, decision.reason)
+    return ""
+
+
+def _confirm(client: SlurmClient, name: str, config: Config, settle: float) -> str:
+    """The circuit breaker's read-after-write: after ``settle`` seconds, may this drained node stay out?
+
+    Returns "" when it keeps its place (``policy.breaker_confirm``); otherwise it has
+    been resumed here and the text says why. When the read fails the drain is
+    undone too: a node that cannot prove its place under the limit does not keep it.
+    Raises SlurmError when the undo fails (the caller keeps the drain unconfirmed)
+    or when the node no longer carries a healthd reason (someone else's now: left alone).
+    """
+    prefix = config.slurm.reason_prefix
+    if settle > 0:
+        time.sleep(settle)
+    try:
+        nodes = client.show_all()
+    except SlurmError as exc:
+        client.resume(name)
+        return f"could not confirm the drain against the circuit breaker ({exc}); put back"
+    me = next((n for n in nodes if n.name == name), None)
+    if me is None or not (me.out and owned(me.reason, prefix)):
+        raise SlurmError(f"node {name} no longer carries a healthd reason after the drain: left alone")
+    why = breaker_confirm(name, partition_views(nodes, me.partitions, prefix), config.policy)
+    if why:
+        client.resume(name)
+    return why
 
 
 def _load_policy_state(engine: Engine, errors: list[str]) -> PolicyState:
@@ -261,7 +295,45 @@ def _locked_cycle(
     result, kept_acks = apply_acks(raw, acks)
     decision, new_state = decide(result, state, node, config.policy, prefix, partial=partial)
 
-    decision, new_state, held_why, node = _breaker(slurm, node, decision, new_state, now, errors, prefix, config)
+    acting = enabled and not dry
+    decision, new_state, held_why, node, confirm = _breaker(
+        slurm, node, decision, new_state, now, errors, config, acting=acting
+    )
+
+    applied = pending = False
+    if decision.action in ACTING and acting:
+        if node is None:
+            why = slurm_error or (errors[-1] if errors else "node state not read")
+            new_state = after_failure(new_state, decision, why, now, attempted)
+            pending = True
+        else:
+            # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
+            # the next pass still knows what it was doing and retries it (and confirms the drain).
+            with contextlib.suppress(StateError):
+                unconfirmed = after_failure(new_state, decision, "not confirmed: interrupted while sending", now, True)
+                unconfirmed = replace(unconfirmed, unconfirmed=unconfirmed.unconfirmed or confirm)
+                engine.state.file(POLICY_STATE).save(unconfirmed.to_dict())
+            settle = config.policy.breaker_settle
+            check = (lambda: _confirm(slurm, node.name, config, settle)) if confirm else None
+            try:
+                held_why = _apply(slurm, node, decision, check)
+                if held_why:
+                    decision = replace(decision, action=Action.HOLD, explanation=held_why)
+                    new_state = replace(breaker_held(new_state, held_why, now, node.name), unconfirmed=False)
+                else:
+                    applied = True
+                    new_state = replace(after_apply(new_state, decision), unconfirmed=False)
+                    log.warning(
+                        "node %s: %s (%s)", raw.node, decision.action.value, decision.reason or decision.explanation
+                    )
+            except SlurmError as exc:
+                errors.append(str(exc))
+                new_state = after_failure(new_state, decision, str(exc), now, attempted=True)
+                new_state = replace(new_state, unconfirmed=new_state.unconfirmed or confirm)
+                pending = True
+        if pending:
+            why = new_state.pending.error if new_state.pending else ""
+            log.warning("node %s: %s is pending: %s", raw.node, decision.action.value, why)
     if held_why:
         result = replace(result, results=(*result.results, _held_finding(raw.node, held_why)))
         log.error(
@@ -271,33 +343,6 @@ def _locked_cycle(
             decision.intended.value,
             held_why,
         )
-
-    applied = pending = False
-    if decision.action in ACTING and not dry and enabled:
-        if node is None:
-            why = slurm_error or (errors[-1] if errors else "node state not read")
-            new_state = after_failure(new_state, decision, why, now, attempted)
-            pending = True
-        else:
-            # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
-            # the next pass still knows what it was doing and retries it.
-            with contextlib.suppress(StateError):
-                unconfirmed = after_failure(new_state, decision, "not confirmed: interrupted while sending", now, True)
-                engine.state.file(POLICY_STATE).save(unconfirmed.to_dict())
-            try:
-                _apply(slurm, node, decision)
-                applied = True
-                new_state = after_apply(new_state, decision)
-                log.warning(
-                    "node %s: %s (%s)", raw.node, decision.action.value, decision.reason or decision.explanation
-                )
-            except SlurmError as exc:
-                errors.append(str(exc))
-                new_state = after_failure(new_state, decision, str(exc), now, attempted=True)
-                pending = True
-        if pending:
-            why = new_state.pending.error if new_state.pending else ""
-            log.warning("node %s: %s is pending: %s", raw.node, decision.action.value, why)
 
     new_state = replace(new_state, slurm_output=slurm.output_format or "")
     if dry:
@@ -339,31 +384,50 @@ def _breaker(
     state: PolicyState,
     now: float,
     errors: list[str],
-    prefix: str,
     config: Config,
-) -> tuple[Decision, PolicyState, str, Optional[NodeInfo]]:
-    """Run the circuit breaker on a take-out; returns the decision, state, why it held, and the node.
+    *,
+    acting: bool,
+) -> tuple[Decision, PolicyState, str, Optional[NodeInfo], bool]:
+    """Run the circuit breaker's check before a take-out.
 
-    Reading the whole node table is the one expensive RPC, so while the breaker
-    holds it is read again only at the hold's backoff time; in between the hold
-    stands. The node comes back as None when that read failed (act on nothing).
+    Returns the decision, state, why it held, the node (None when a read failed:
+    act on nothing) and whether the drain must be confirmed after it is sent
+    (``_confirm``). Reading the whole node table is the one expensive RPC, so while
+    the breaker holds it is read again only at the hold's backoff time; in between
+    the hold stands. A drain left unconfirmed by an earlier pass is confirmed here.
     """
-    if decision.action not in TAKING_OUT or node is None or (node.drained and owned(node.reason, prefix)):
-        return decision, replace(state, held=None), "", node
+    prefix = config.slurm.reason_prefix
+    if node is None or decision.intended not in TAKING_OUT:
+        return decision, replace(state, held=None), "", node, False
+    ours = node.drained and owned(node.reason, prefix)
+    if ours and state.unconfirmed and acting:
+        try:
+            why = _confirm(slurm, node.name, config, 0.0)
+        except SlurmError as exc:
+            errors.append(str(exc))
+            return decision, state, "", None, False
+        if why:
+            held = replace(decision, action=Action.HOLD, explanation=why)
+            return held, replace(breaker_held(state, why, now, node.name), unconfirmed=False), why, node, False
+        return decision, replace(state, held=None, unconfirmed=False), "", node, False
+    if ours or decision.action not in TAKING_OUT:
+        return decision, replace(state, held=None, unconfirmed=False), "", node, False
     hold = state.held
     if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25):
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - now:.0f}s)"
         held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return held, replace(state, pending=None), hold.why, node
+        return held, replace(state, pending=None), hold.why, node, False
     try:
-        others = [n for n in slurm.show_all() if n.name != node.name]
+        views = partition_views(slurm.show_all(), node.partitions, prefix)
     except SlurmError as exc:
         errors.append(str(exc))
-        return decision, state, "", None
-    decision, why = circuit_breaker(decision, out_fraction(others, node.partitions, prefix), config.policy)
+        return decision, state, "", None, False
+    decision, why = circuit_breaker(decision, node.name, views, config.policy)
     if why:
-        return decision, breaker_held(state, why, now, node.name), why, node
-    return decision, replace(state, held=None), "", node
+        return decision, breaker_held(state, why, now, node.name), why, node, False
+    # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
+    binding = any(allowed_out(v.size, config.policy.max_out_fraction) < v.size for v in views.values())
+    return decision, replace(state, held=None), "", node, binding
 
 
 def _finish(engine: Engine, result: PassResult, report: ActionReport, state: Optional[PolicyState]) -> CycleOutcome:

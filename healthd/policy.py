@@ -13,6 +13,7 @@ pending) are applied against the node state read this pass.
 from __future__ import annotations
 
 import enum
+import math
 import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
@@ -20,7 +21,7 @@ from typing import Any, Mapping, Optional
 from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
 from healthd.config import PolicySettings
 from healthd.model import Finding, PassResult, RunState, Status
-from healthd.slurm import ACTING_ORDER, NodeInfo, acting_key, make_reason, owned, reason_head
+from healthd.slurm import ACTING_ORDER, NodeInfo, PartitionView, acting_key, make_reason, owned, reason_head
 
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0
@@ -131,6 +132,8 @@ class PolicyState:
     passes in which it reported CRITICAL/WARNING, or UNKNOWN; ``clean_streak``
     counts consecutive passes in which the whole node was clean. ``slurm_output``
     remembers which ``scontrol show node`` format works ("json", "text", "" unknown).
+    ``unconfirmed`` says a drain was sent whose circuit-breaker confirmation did
+    not finish (see ``breaker_confirm``): the next pass confirms or undoes it.
     """
 
     fail_streaks: Mapping[str, int] = field(default_factory=dict)
@@ -141,6 +144,7 @@ class PolicyState:
     held: Optional[BreakerHold] = None
     last_read: float = 0.0
     slurm_output: str = ""
+    unconfirmed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -152,6 +156,7 @@ class PolicyState:
             "held": self.held.to_dict() if self.held else None,
             "last_read": self.last_read,
             "slurm_output": self.slurm_output,
+            "unconfirmed": self.unconfirmed,
         }
 
     @classmethod
@@ -169,6 +174,7 @@ class PolicyState:
                 held=BreakerHold.from_dict(held) if held else None,
                 last_read=float(data.get("last_read", 0.0)),
                 slurm_output=str(data.get("slurm_output", "")),
+                unconfirmed=bool(data.get("unconfirmed", False)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
@@ -405,28 +411,69 @@ def acknowledged_by_resume(state: PolicyState, node: NodeInfo) -> tuple[FindingR
     return ()
 
 
+def allowed_out(size: int, fraction: float) -> int:
+    """How many nodes of a ``size``-node partition healthd may hold out at once: always at least one.
+
+    The limit is a fraction of the whole partition, this node included
+    (docs/policy.md: 10% of 100 nodes is 10). The epsilon keeps a product such as
+    0.29 * 100 = 28.999999999999996 from flooring to 28.
+    """
+    return max(1, math.floor(fraction * size + 1e-9))
+
+
+def _breaker_text(view: PartitionView, count: int, limit: int, settings: PolicySettings) -> str:
+    return (
+        f"partition {view.name}: {count} of its {view.size} nodes out by healthd; the limit is {limit} "
+        f"([policy].max_out_fraction = {settings.max_out_fraction:g})"
+    )
+
+
 def circuit_breaker(
-    decision: Decision, counts: Mapping[str, tuple[int, int]], settings: PolicySettings
+    decision: Decision, node: str, views: Mapping[str, PartitionView], settings: PolicySettings
 ) -> tuple[Decision, str]:
     """Hold back a take-out that would put too much of a partition out at once.
 
-    ``counts`` maps each of the node's partitions to (nodes already out with a
-    healthd reason, nodes in the partition), not counting this node. The first
-    node of a partition may always go; after that a node is held when taking it
-    out would make the healthd-out fraction exceed ``max_out_fraction``: a fault
-    that hits many nodes at once is more likely a shared cause (a file server, a
-    bad config push) than many broken nodes. Returns the decision and why it held.
+    ``views`` are the node's partitions as read before acting. The node is held
+    when, in any of them, the nodes other than itself already out by healthd fill
+    ``allowed_out``: a fault that hits many nodes at once is more likely a shared
+    cause (a file server, a bad config push) than many broken nodes. Several nodes
+    may pass this check at the same moment; ``breaker_confirm`` settles that after
+    the drain. Returns the decision and why it held.
     """
     if decision.action not in TAKING_OUT:
         return decision, ""
-    for partition, (already, total) in sorted(counts.items()):
-        if already >= 1 and total > 0 and (already + 1) / total > settings.max_out_fraction:
-            why = (
-                f"partition {partition}: {already} of {total} nodes already out by healthd; taking this one "
-                f"out would exceed [policy].max_out_fraction={settings.max_out_fraction:g}"
-            )
+    for view in sorted(views.values(), key=lambda v: v.name):
+        limit = allowed_out(view.size, settings.max_out_fraction)
+        others = sum(1 for *_, out in view.out if out != node)
+        if others >= limit:
+            why = _breaker_text(view, others, limit, settings)
             return replace(decision, action=Action.HOLD, explanation=why), why
     return decision, ""
+
+
+def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: PolicySettings) -> str:
+    """After draining ``node``, whether it keeps its place: "" if so, else why it must resume itself.
+
+    ``views`` are read at least ``[policy].breaker_settle`` seconds after the drain.
+    The nodes out by healthd take their places in ``PartitionView`` order: nodes
+    already DOWN first (a DOWN is sent only after a node kept its place, and it
+    stamps the reason again), then by the time slurmctld stamped the reason, then
+    by name. A node past the limit in any partition loses. Why this holds however
+    many nodes drain at once, with Slurm as the only shared state: take the kept
+    node that is last in that order; every other kept node drained before its read
+    (a drain sent after the read is stamped in a later second, because the settle
+    time exceeds the stamps' one-second resolution), so it saw them all ahead of
+    itself and would have lost had they filled the limit. A node missing from the
+    list (its drain was overtaken) loses.
+    """
+    for name, view in sorted(views.items()):
+        limit = allowed_out(view.size, settings.max_out_fraction)
+        order = [out for *_, out in view.out]
+        if node not in order:
+            return f"partition {name}: this node is not out with a healthd reason after the drain"
+        if order.index(node) >= limit:
+            return _breaker_text(view, len(order), limit, settings) + f"; {node} drained after {limit} other(s)"
+    return ""
 
 
 def waiting(next_time: float, now: float, longest: float) -> bool:

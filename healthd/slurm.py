@@ -16,6 +16,7 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -53,6 +54,20 @@ _MORE_SUFFIX = re.compile(r"\s\(\+\d+ more\)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;/@+#%()\-]")
 
 
+@dataclass(frozen=True)
+class PartitionView:
+    """One partition as the circuit breaker sees it.
+
+    ``out`` lists the nodes out with a healthd reason as (not DOWN, reason time,
+    name), sorted: the order in which they took their places under the limit (see
+    ``policy.breaker_confirm``).
+    """
+
+    name: str
+    size: int
+    out: tuple[tuple[bool, float, str], ...]
+
+
 class SlurmError(Exception):
     """A Slurm command failed, timed out or printed something unparseable."""
 
@@ -71,6 +86,8 @@ class NodeInfo:
     reason: str
     reason_user: str
     partitions: tuple[str, ...]
+    # When slurmctld set the reason (its own clock, whole seconds); None when not printed.
+    reason_time: Optional[float] = None
 
     @property
     def drained(self) -> bool:
@@ -112,18 +129,30 @@ def parse_state(text: str) -> tuple[str, frozenset[str]]:
     return parts[0], frozenset(parts[1:])
 
 
-def split_reason(text: str) -> tuple[str, str, str]:
-    """``healthd: X [root@2024-01-01T00:00:00] Comment=c`` -> ("healthd: X", "root", " Comment=c").
+def _stamp_time(text: str) -> Optional[float]:
+    """``2024-01-01T00:00:00`` (slurmctld's local time, no zone) as epoch seconds; None if unreadable.
 
-    Returns the reason, the user who set it and the rest of the line after the reason.
+    Only ever compared with other stamps from the same slurmctld, so the zone cancels out.
+    """
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except (ValueError, OverflowError, OSError):
+        return None
+
+
+def split_reason(text: str) -> tuple[str, str, str, Optional[float]]:
+    """``healthd: X [root@2024-01-01T00:00:00] Comment=c`` -> ("healthd: X", "root", " Comment=c", <time>).
+
+    Returns the reason, the user who set it, the rest of the line after the reason
+    and when the reason was set (None when there is no stamp).
     """
     match = _REASON_STAMP.search(text)
     if match is not None:
-        return text[: match.start()].strip(), match["user"], text[match.end() :]
+        return text[: match.start()].strip(), match["user"], text[match.end() :], _stamp_time(match["time"])
     after = _AFTER_REASON.search(text)
     if after is not None:
-        return text[: after.start()].strip(), "", text[after.start() :]
-    return text.strip(), "", ""
+        return text[: after.start()].strip(), "", text[after.start() :], None
+    return text.strip(), "", "", None
 
 
 def reason_head(reason: str) -> str:
@@ -151,7 +180,7 @@ def parse_show_node_line(line: str) -> NodeInfo:
     if not line.startswith("NodeName="):
         raise SlurmError(f"not a `scontrol -o show node` line: {line[:80]!r}")
     head, sep, reason_text = line.partition(" Reason=")
-    reason, user, tail = split_reason(reason_text) if sep else ("", "", "")
+    reason, user, tail, when = split_reason(reason_text) if sep else ("", "", "", None)
     fields = {**_fields(tail), **_fields(head)}
     if "State" not in fields:
         raise SlurmError(f"no State= in `scontrol -o show node` line for {fields.get('NodeName', '?')}")
@@ -164,6 +193,7 @@ def parse_show_node_line(line: str) -> NodeInfo:
         reason=reason,
         reason_user=user,
         partitions=tuple(p for p in partitions.split(",") if p and p != "(null)"),
+        reason_time=when,
     )
 
 
@@ -173,6 +203,15 @@ def parse_show_node_text(text: str) -> list[NodeInfo]:
 
 def _user(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _epoch(value: Any) -> Optional[float]:
+    """``reason_changed_at``: a number (23.02) or ``{"set": true, "number": N}`` (23.11 and later)."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
 
 
 def parse_show_node_json(text: str) -> list[NodeInfo]:
@@ -205,6 +244,7 @@ def parse_show_node_json(text: str) -> list[NodeInfo]:
                     reason=str(node.get("reason") or "").strip(),
                     reason_user=_user(node.get("reason_set_by_user")),
                     partitions=tuple(str(p) for p in partitions),
+                    reason_time=_epoch(node.get("reason_changed_at")),
                 )
             )
         except (KeyError, TypeError, AttributeError) as exc:
@@ -380,13 +420,17 @@ class SlurmClient:
         self._run("update", f"NodeName={name}", "State=RESUME")
 
 
-def out_fraction(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, tuple[int, int]]:
-    """Per partition: (nodes out with a healthd reason, nodes in it)."""
-    counts: dict[str, tuple[int, int]] = {}
+def partition_views(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
+    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason."""
+    sizes: dict[str, int] = {}
+    outs: dict[str, list[tuple[bool, float, str]]] = {}
     for node in nodes:
         for partition in node.partitions:
             if partition not in partitions:
                 continue
-            out, total = counts.get(partition, (0, 0))
-            counts[partition] = (out + int(node.out and owned(node.reason, prefix)), total + 1)
-    return counts
+            sizes[partition] = sizes.get(partition, 0) + 1
+            if node.out and owned(node.reason, prefix):
+                # A reason with no readable time sorts last: it never takes a place from a stamped one.
+                when = node.reason_time if node.reason_time is not None else float("inf")
+                outs.setdefault(partition, []).append((not node.down, when, node.name))
+    return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}

@@ -6,6 +6,8 @@ from dataclasses import replace
 from typing import Optional
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
 from healthd.config import PolicySettings
@@ -20,13 +22,15 @@ from healthd.policy import (
     acknowledged_by_resume,
     after_apply,
     after_failure,
+    allowed_out,
+    breaker_confirm,
     breaker_held,
     circuit_breaker,
     decide,
     needs_node,
 )
 from healthd.report import pass_to_dict
-from healthd.slurm import NodeInfo
+from healthd.slurm import NodeInfo, PartitionView
 
 PREFIX = "healthd:"
 
@@ -288,25 +292,111 @@ def test_admin_resume_is_an_acknowledgement() -> None:
     assert after_apply(state, Decision(Action.RESUME, Action.RESUME, "", "")).took_out == ()
 
 
+def _view(name: str, size: int, *out: str) -> PartitionView:
+    return PartitionView(name, size, tuple((True, float(i), n) for i, n in enumerate(out)))
+
+
 @pytest.mark.parametrize(
-    ("counts", "fraction", "held"),
+    ("size", "fraction", "allowed"),
+    [(3, 0.34, 1), (3, 0.7, 2), (1, 0.1, 1), (100, 0.1, 10), (100, 0.29, 29), (10, 0.3, 3), (7, 1.0, 7), (5, 0.01, 1)],
+)
+def test_the_limit_is_a_fraction_of_the_whole_partition(size: int, fraction: float, allowed: int) -> None:
+    """docs/policy.md: 10% of 100 nodes is 10; the first node may always go."""
+    assert allowed_out(size, fraction) == allowed
+
+
+@pytest.mark.parametrize(
+    ("views", "fraction", "held"),
     [
-        ({"batch": (0, 3)}, 0.34, False),
-        ({"batch": (1, 3)}, 0.34, True),
-        ({"batch": (1, 3)}, 0.7, False),
-        ({"batch": (0, 1)}, 0.1, False),
-        ({"batch": (1, 100)}, 0.1, False),
-        ({"batch": (9, 100)}, 0.1, False),
-        ({"batch": (10, 100)}, 0.1, True),
-        ({"a": (0, 3), "b": (2, 4)}, 0.5, True),
+        ({"batch": _view("batch", 3)}, 0.34, False),
+        ({"batch": _view("batch", 3, "n2")}, 0.34, True),
+        ({"batch": _view("batch", 3, "n2")}, 0.7, False),
+        ({"batch": _view("batch", 1)}, 0.1, False),
+        ({"batch": _view("batch", 100, *(f"o{i}" for i in range(9)))}, 0.1, False),
+        ({"batch": _view("batch", 100, *(f"o{i}" for i in range(10)))}, 0.1, True),
+        ({"batch": _view("batch", 3, "n1")}, 0.34, False),
+        ({"a": _view("a", 3), "b": _view("b", 4, "x", "y")}, 0.5, True),
     ],
 )
-def test_circuit_breaker(counts: dict[str, tuple[int, int]], fraction: float, held: bool) -> None:
+def test_circuit_breaker(views: dict[str, PartitionView], fraction: float, held: bool) -> None:
     decision = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "r", "")
-    result, why = circuit_breaker(decision, counts, PolicySettings(max_out_fraction=fraction))
+    result, why = circuit_breaker(decision, "n1", views, PolicySettings(max_out_fraction=fraction))
     assert (result.action is Action.HOLD) is held
     assert bool(why) is held
     assert result.intended is Action.TAKE_OUT_NOW
+
+
+def test_breaker_message_counts_the_whole_partition() -> None:
+    decision = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "r", "")
+    _, why = circuit_breaker(decision, "n1", {"batch": _view("batch", 3, "n2")}, PolicySettings(max_out_fraction=0.34))
+    assert why == "partition batch: 1 of its 3 nodes out by healthd; the limit is 1 ([policy].max_out_fraction = 0.34)"
+
+
+@pytest.mark.parametrize(
+    ("out", "fraction", "keeps"),
+    [
+        (("n1",), 0.34, True),
+        (("n1", "n2", "n3"), 0.34, True),
+        (("n2", "n1", "n3"), 0.34, False),
+        (("n2", "n1"), 0.7, True),
+        (("n2", "n3", "n1"), 0.7, False),
+        (("n2",), 0.34, False),
+    ],
+)
+def test_breaker_confirm_keeps_the_earliest_drains(out: tuple[str, ...], fraction: float, keeps: bool) -> None:
+    why = breaker_confirm("n1", {"batch": _view("batch", 3, *out)}, PolicySettings(max_out_fraction=fraction))
+    assert (why == "") is keeps
+
+
+@given(
+    drains=st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from("abcdefgh")), min_size=1, max_size=8, unique_by=lambda d: d[1]
+    ),
+    fraction=st.sampled_from([0.1, 0.25, 0.34, 0.5, 0.9]),
+    draw=st.data(),
+)
+def test_breaker_confirm_never_keeps_more_than_the_limit(
+    drains: list[tuple[int, str]], fraction: float, draw: st.DataObject
+) -> None:
+    """Any interleaving: each node reads >= 1.2 s after its own drain; stamps are whole seconds of one clock.
+
+    A node sees every drain sent before its read and keeps its place only if
+    ``breaker_confirm`` says so; otherwise it resumes (later readers no longer see
+    it). A node that keeps its place and takes out now is set DOWN a moment later,
+    and that update stamps its reason again. However the reads interleave, the
+    kept nodes never exceed the limit.
+    """
+    size = 8
+    settings = PolicySettings(max_out_fraction=fraction)
+    events: list[tuple[float, str, str]] = []
+    now_down = {name: draw.draw(st.booleans(), label=f"take out now {name}") for _, name in drains}
+    for second, name in drains:
+        at = second + draw.draw(st.floats(0, 0.99), label=f"offset {name}")
+        events.append((at, "drain", name))
+        events.append((at + 1.2 + draw.draw(st.floats(0, 3), label=f"delay {name}"), "read", name))
+    stamp: dict[str, float] = {}
+    down: set[str] = set()
+    out: set[str] = set()
+    kept: set[str] = set()
+    events.sort()
+    while events:
+        at, kind, name = events.pop(0)
+        if kind in ("drain", "down"):
+            stamp[name] = float(int(at))
+            out.add(name)
+            if kind == "down":
+                down.add(name)
+            continue
+        view = PartitionView("p", size, tuple(sorted((n not in down, stamp[n], n) for n in out)))
+        if breaker_confirm(name, {"p": view}, settings):
+            out.discard(name)
+        else:
+            kept.add(name)
+            if now_down[name]:
+                events.append((at + draw.draw(st.floats(0.01, 0.5), label=f"down {name}"), "down", name))
+                events.sort()
+    assert len(kept) <= allowed_out(size, fraction)
+    assert kept, "the first node to drain always keeps its place"
 
 
 def test_acks_downgrade_and_lapse() -> None:

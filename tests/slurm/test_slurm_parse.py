@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,16 +17,18 @@ from healthd.engine import Engine
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.slurm import (
+    NodeInfo,
+    PartitionView,
     SlurmClient,
     SlurmError,
     SlurmNotFound,
     find_binary,
     make_reason,
-    out_fraction,
     owned,
     parse_show_node_json,
     parse_show_node_line,
     parse_show_node_text,
+    partition_views,
     sanitize,
     split_reason,
 )
@@ -95,13 +99,38 @@ def test_fields_after_the_reason_are_not_part_of_it() -> None:
         "admin: a [b] c",
         "bob",
         " Comment=x",
+        datetime(2024, 1, 1).timestamp(),
     )
 
 
 def test_parse_all_nodes_and_count_healthd_out() -> None:
     nodes = parse_show_node_text(_line("show-node-22.05-all.txt"))
     assert [n.name for n in nodes] == ["node1", "node2", "node3"]
-    assert out_fraction(nodes, ["batch"], "healthd:") == {"batch": (1, 3)}
+    views = partition_views(nodes, ["batch"], "healthd:")
+    assert views == {
+        "batch": PartitionView("batch", 3, ((True, datetime(2026, 11, 22, 4, 47, 38).timestamp(), "node1"),))
+    }
+    assert nodes[1].reason_time is None, "no reason, no stamp"
+    assert partition_views(nodes, ["other"], "healthd:") == {}
+
+
+def test_reason_stamp_orders_the_breaker_and_unreadable_stamps_sort_last() -> None:
+    """The breaker's confirmation orders healthd-out nodes by when slurmctld stamped their reasons, then by name."""
+    base = _line("show-node-22.05-idle-drain-comment-extra.txt").strip()
+
+    def node(name: str, stamp: str) -> NodeInfo:
+        line = base.replace("NodeName=node2", f"NodeName={name}").replace("2026-11-22T05:23:08", stamp)
+        return parse_show_node_line(line)
+
+    first = node("z9", "2026-11-22T05:23:07")
+    tie_a, tie_b = node("b1", "2026-11-22T05:23:08"), node("a1", "2026-11-22T05:23:08")
+    unstamped = node("a0", "Unknown")
+    assert first.reason_time == datetime(2026, 11, 22, 5, 23, 7).timestamp()
+    assert unstamped.reason_time is None and unstamped.reason == first.reason
+    # DOWN is sent only to a node that kept its place, and it stamps the reason again: it still comes first.
+    confirmed = dataclasses.replace(node("y0", "2026-11-22T05:23:59"), state="DOWN")
+    view = partition_views([unstamped, tie_a, first, confirmed, tie_b], ["batch"], "healthd:")["batch"]
+    assert [name for *_, name in view.out] == ["y0", "z9", "a1", "b1", "a0"]
 
 
 def test_parse_json_sample() -> None:
