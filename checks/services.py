@@ -1,35 +1,266 @@
 """The ``services`` check: required services are running and required kernel modules are loaded.
 
-Where systemd is PID 1 a unit's state comes from ``systemctl is-active``; where it
-is not (containers, and the test machines), from the process table by name. A
-service that is not running is CRITICAL by default: a node without slurmd or munge
-cannot run jobs, and one without nvidia-persistenced or fabricmanager runs them
-badly. The severity is configurable per service.
+Where systemd is PID 1 a unit's state comes from ``systemctl is-active``. Where it
+is not (containers, some appliances, the test machines), it comes from the process
+table under ``[paths].procfs``: a process counts as the service only when its name
+is the daemon's, its real uid is root's or an account the service is known to run
+as (or one in ``process_users``), and, when ``process_exe`` names one, it runs that
+executable. Any user can name a process ``munged``; only those accounts can own one.
+
+A service that is not running is CRITICAL by default: a node without slurmd or
+munge cannot run jobs, and one without nvidia-persistenced or fabricmanager runs
+them badly. The severity is configurable per service.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping, Optional, Union
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from healthd.binaries import locate
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
 
+from .procs import DELETED, Process, StatusError, read_processes
+
 Grade = Literal["WARNING", "CRITICAL"]
+
+# useradd(8)/adduser(8) names, plus Samba's trailing "$"; anything else is a typo.
+_ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
 
 
 class ServicesSettings(CheckSettings):
     severity: Grade = Field(default="CRITICAL", description="grade of a service that is not running")
     severities: dict[str, Grade] = Field(default_factory=dict, description="per-service grade, by unit name")
     process_names: dict[str, list[str]] = Field(
-        default_factory=dict, description="process names that count as the service when systemd is not PID 1"
+        default_factory=dict,
+        description="per service: the process names that count as it when systemd is not PID 1 (replace the built-in)",
+    )
+    process_users: list[Union[int, str]] = Field(
+        default_factory=list,
+        description="accounts (names or uids) besides root whose processes count as services when systemd is not PID 1",
+    )
+    process_exe: dict[str, str] = Field(
+        default_factory=dict, description="per service: the executable its process must run (/proc/PID/exe)"
     )
     manager: Literal["auto", "systemd", "process"] = "auto"
+
+    @field_validator("process_users", mode="before")
+    @classmethod
+    def _accounts(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            raise ValueError('process_users must be a list of user names or uids, e.g. ["munge", 450]')
+        for account in value:
+            # bool is an int to Python; a uid must be a real number.
+            number = isinstance(account, int) and not isinstance(account, bool) and account >= 0
+            if not number and not (isinstance(account, str) and _ACCOUNT.fullmatch(account)):
+                raise ValueError(f"process_users: {account!r} is not a user name or a uid")
+        return value
+
+    @field_validator("process_exe")
+    @classmethod
+    def _absolute_exe(cls, value: dict[str, str]) -> dict[str, str]:
+        for service, exe in value.items():
+            if not exe.startswith("/") or "\0" in exe:
+                raise ValueError(f"process_exe.{service}: {exe!r} must be an absolute path, as /proc/PID/exe shows it")
+        return value
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """What a packaged service runs: its process names, and the accounts it runs as besides root."""
+
+    processes: tuple[str, ...]
+    users: tuple[str, ...] = ()
+
+
+_MUNGE = Daemon(("munged",), ("munge",))
+_SLURM_USER = ("slurm",)
+_DCGM = Daemon(("nv-hostengine",), ("nvidia-dcgm",))
+_FABRICMANAGER = Daemon(("nv-fabricmanager",))
+_CHRONY = Daemon(("chronyd",), ("_chrony",))
+_NTP = Daemon(("ntpd",), ("ntpsec", "ntp"))
+_OPENSM = Daemon(("opensm",))
+
+# Unit names as the packages ship them (Debian 12 unit files, NVIDIA's CUDA repository
+# for the GPU daemons, MLNX_OFED for opensmd), with the process their unit starts and the
+# account it runs as: the unit's User=, or the account the daemon switches to after
+# starting as root. A unit not listed is looked for under its own name, owned by root.
+DAEMONS: Mapping[str, Daemon] = {
+    # munge.service: ExecStart=/usr/sbin/munged, User=munge; /etc/init.d/munge: --chuid munge.
+    "munge": _MUNGE,
+    "munged": _MUNGE,
+    # slurmctld and slurmdbd switch to SlurmUser, Debian's "slurm" account (uid 64030).
+    "slurmctld": Daemon(("slurmctld",), _SLURM_USER),
+    "slurmdbd": Daemon(("slurmdbd",), _SLURM_USER),
+    # openssh-server: ssh.service (Alias=sshd.service) runs /usr/sbin/sshd as root.
+    "ssh": Daemon(("sshd",)),
+    # nvidia-persistenced.service: nvidia-persistenced --user nvidia-persistenced.
+    "nvidia-persistenced": Daemon(("nvidia-persistenced",), ("nvidia-persistenced",)),
+    # nvidia-fabricmanager.service runs /usr/bin/nv-fabricmanager as root.
+    "nvidia-fabricmanager": _FABRICMANAGER,
+    "nv-fabricmanager": _FABRICMANAGER,
+    # datacenter-gpu-manager: nvidia-dcgm.service (dcgm.service before DCGM 2) runs
+    # nv-hostengine, as root or with --service-account nvidia-dcgm.
+    "nvidia-dcgm": _DCGM,
+    "dcgm": _DCGM,
+    # chrony.service (Alias=chronyd.service): chronyd drops root for _chrony.
+    "chrony": _CHRONY,
+    "chronyd": _CHRONY,
+    # ntpsec.service (Alias=ntp.service ntpd.service) runs ntpd -u ntpsec; ntp before Debian 12 used -u ntp.
+    "ntp": _NTP,
+    "ntpd": _NTP,
+    "ntpsec": _NTP,
+    "rsyslog": Daemon(("rsyslogd",)),
+    "docker": Daemon(("dockerd",)),
+    "autofs": Daemon(("automount",)),
+    # nslcd.service: nslcd runs as the nslcd account (nslcd.conf "uid nslcd").
+    "nslcd": Daemon(("nslcd",), ("nslcd",)),
+    # opensm.service (Debian) and opensmd.service (MLNX_OFED) both run opensm.
+    "opensm": _OPENSM,
+    "opensmd": _OPENSM,
+}
+
+
+def _system_uid(account: str) -> Optional[int]:
+    """The uid of a built-in account, when it is a system account on this node.
+
+    Debian Policy 9.2.2 reserves uids 0-999 and 60000-64999 for system accounts
+    (Debian's slurm is 64030). A person's account that happens to be called
+    "munge" (say, from a directory service on a node without the package) has a
+    uid outside both ranges and does not count.
+    """
+    import pwd
+
+    try:
+        uid = pwd.getpwnam(account).pw_uid
+    except KeyError:
+        return None
+    return uid if uid < 1000 or 60000 <= uid < 65000 else None
+
+
+def _configured_accounts(entries: Iterable[Union[int, str]]) -> tuple[dict[int, str], list[str]]:
+    """``process_users`` as uid -> label, and the names this node has no account for."""
+    import pwd
+
+    owners: dict[int, str] = {}
+    unknown: list[str] = []
+    for entry in entries:
+        if isinstance(entry, int):
+            owners[entry] = f"uid {entry}"
+            continue
+        try:
+            owners[pwd.getpwnam(entry).pw_uid] = entry
+        except KeyError:
+            unknown.append(entry)
+    return owners, unknown
+
+
+def _per_service(mapping: Mapping[str, Any], service: str) -> Any:
+    """The value for ``service`` in a per-service table, whether keyed ``munge`` or ``munge.service``."""
+    base = service.removesuffix(".service")
+    for key in (service, base, f"{base}.service"):
+        if key in mapping:
+            return mapping[key]
+    return None
+
+
+@dataclass(frozen=True)
+class ProcessRule:
+    """What counts as one service's process: its names, its owners' uids and, if set, its executable."""
+
+    names: tuple[str, ...]
+    owners: Mapping[int, str]
+    exe: Optional[str] = None
+    exe_paths: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """What the process table shows of one service: running, or why the processes named like it do not count."""
+
+    running: bool
+    other_owners: tuple[int, ...] = ()
+    other_exes: tuple[str, ...] = ()  # "" where the exe link could not be read
+
+
+def judge(rule: ProcessRule, processes: Iterable[Process]) -> Sighting:
+    """Whether a live process with one of the rule's names, owners and executables exists (pure)."""
+    other_owners: set[int] = set()
+    other_exes: set[str] = set()
+    for process in processes:
+        if not process.alive or not any(process.named(name) for name in rule.names):
+            continue
+        # The real uid is who started the process. A setuid-root binary run by a user
+        # has effective uid 0 and the user's real uid: it is the user's, not root's.
+        # A daemon that drops privileges (setuid(2) as root) changes both.
+        if process.status.real_uid not in rule.owners:
+            other_owners.add(process.status.real_uid)
+            continue
+        # After a package upgrade the running daemon's binary is unlinked and the link
+        # reads "PATH (deleted)": still the daemon that was started from PATH, and only
+        # root can unlink a file in a root-owned directory.
+        exe = process.exe.removesuffix(DELETED) if process.exe else None
+        if rule.exe_paths and exe not in rule.exe_paths:
+            other_exes.add(process.exe or "")
+            continue
+        return Sighting(running=True)
+    return Sighting(running=False, other_owners=tuple(sorted(other_owners)), other_exes=tuple(sorted(other_exes)))
+
+
+def _first(items: Iterable[str], limit: int = 3) -> str:
+    listed = list(items)
+    more = f" and {len(listed) - limit} more" if len(listed) > limit else ""
+    return ", ".join(listed[:limit]) + more
+
+
+def absent_message(service: str, rule: ProcessRule, sighting: Sighting, unknown_accounts: Iterable[str]) -> str:
+    """One line saying what was looked for, what was ignored and which setting fixes a mismatch."""
+    names = "/".join(rule.names)
+    owners = " or ".join(dict.fromkeys(rule.owners.values()))
+    running = f" running {rule.exe}" if rule.exe else ""
+    parts = [f"{service} is inactive (per process table): no process named {names} owned by {owners}{running}"]
+    if sighting.other_owners:
+        parts.append(
+            f"ignored {names} owned by {_first(f'uid {uid}' for uid in sighting.other_owners)}"
+            " (if the daemon runs as that account, add it to [checks.services] process_users)"
+        )
+    if sighting.other_exes:
+        exes = _first(repr(exe) if exe else "an unreadable executable" for exe in sighting.other_exes)
+        hint = "if that is the daemon, name it in [checks.services] process_exe"
+        parts.append(f"ignored {names} running {exes} ({hint})")
+    if not sighting.other_owners and not sighting.other_exes:
+        parts.append(
+            f'if the daemon runs under another name, set [checks.services] process_names = {{ "{service}" = ["NAME"] }}'
+        )
+    unknown = list(unknown_accounts)
+    if unknown:
+        parts.append(f"[checks.services] process_users names no account on this node: {_first(unknown)}")
+    return "; ".join(parts)
+
+
+def service_rule(service: str, settings: ServicesSettings, configured: Mapping[int, str]) -> ProcessRule:
+    """The built-in names and accounts of ``service`` (DAEMONS), overridden and extended by the settings."""
+    base = service.removesuffix(".service")
+    daemon = DAEMONS.get(base, Daemon((base,)))
+    names = _per_service(settings.process_names, service) or daemon.processes
+    owners = {0: "root"}
+    for account in daemon.users:
+        uid = _system_uid(account)
+        if uid is not None:
+            owners.setdefault(uid, account)
+    for uid, label in configured.items():
+        owners.setdefault(uid, label)
+    exe = _per_service(settings.process_exe, service)
+    # /proc/PID/exe shows the resolved path (/usr/sbin/munged where /sbin is a link to usr/sbin).
+    paths = frozenset({exe, os.path.realpath(exe)}) if exe else frozenset()
+    return ProcessRule(names=tuple(names), owners=owners, exe=exe, exe_paths=paths)
 
 
 class ModulesError(ValueError):
@@ -78,46 +309,55 @@ def _systemd_states(units: list[str], timeout: float) -> dict[str, str]:
     return dict(zip(units, out))
 
 
-def _process_states(services: list[str], names: dict[str, list[str]]) -> dict[str, str]:
-    import psutil
+def _grade(settings: ServicesSettings, service: str) -> Status:
+    return Status[_per_service(settings.severities, service) or settings.severity]
 
-    running: set[str] = set()
-    for process in psutil.process_iter(["name", "cmdline", "status"]):
-        info = process.info
-        if info.get("status") == psutil.STATUS_ZOMBIE:
+
+def _systemd_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
+    states = _systemd_states(ctx.node.services, max(1.0, ctx.settings.timeout / 2))
+    for service, state in states.items():
+        if state == "active":
             continue
-        running.add(info.get("name") or "")
-        cmdline = info.get("cmdline") or []
-        if cmdline:
-            running.add(os.path.basename(cmdline[0]))
-    states = {}
-    for service in services:
-        wanted = names.get(service) or [service.removesuffix(".service")]
-        # /proc/PID/comm keeps only 15 characters, so compare truncated names too.
-        found = any(w in running or w[:15] in running for w in wanted)
-        states[service] = "active" if found else "inactive"
-    return states
+        code = "SERVICE_FAILED" if state == "failed" else "SERVICE_INACTIVE"
+        message = f"{service} is {state} (per systemd)"
+        yield ctx.finding(_grade(ctx.settings, service), code, service, message, state=state, source="systemd")
+
+
+def _process_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
+    procfs = Path(ctx.paths.procfs)
+    try:
+        processes = read_processes(procfs)
+    except OSError as exc:
+        yield ctx.finding(Status.UNKNOWN, "PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
+        return
+    except StatusError as exc:
+        yield ctx.finding(Status.UNKNOWN, "PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
+        return
+    configured, unknown = _configured_accounts(ctx.settings.process_users)
+    for service in ctx.node.services:
+        rule = service_rule(service, ctx.settings, configured)
+        sighting = judge(rule, processes)
+        if sighting.running:
+            continue
+        yield ctx.finding(
+            _grade(ctx.settings, service),
+            "SERVICE_INACTIVE",
+            service,
+            absent_message(service, rule, sighting, unknown),
+            state="inactive",
+            source="process table",
+            ignored_other_owners=len(sighting.other_owners),
+            ignored_other_exes=len(sighting.other_exes),
+        )
 
 
 def _service_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
-    services = ctx.node.services
-    if not services:
-        return
-    settings = ctx.settings
-    use_systemd = settings.manager == "systemd" or (settings.manager == "auto" and systemd_is_pid1())
-    if use_systemd:
-        states = _systemd_states(services, max(1.0, settings.timeout / 2))
-        how = "systemd"
-    else:
-        states = _process_states(services, settings.process_names)
-        how = "process table"
-    for service in services:
-        state = states[service]
-        if state == "active":
-            continue
-        grade = Status[settings.severities.get(service, settings.severity)]
-        code = "SERVICE_FAILED" if state == "failed" else "SERVICE_INACTIVE"
-        yield ctx.finding(grade, code, service, f"{service} is {state} (per {how})", state=state, source=how)
+    if not ctx.node.services:
+        return ()
+    manager = ctx.settings.manager
+    if manager == "systemd" or (manager == "auto" and systemd_is_pid1()):
+        return _systemd_findings(ctx)
+    return _process_findings(ctx)
 
 
 def _module_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:

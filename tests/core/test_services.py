@@ -1,8 +1,21 @@
+"""The services check end to end: real processes, real users, `healthd check --once --json --only services`.
+
+Process-table tests start copies of /bin/sleep named like daemons, as root or as a
+real unprivileged user, and pin `process_exe` to their copy where another process
+of that name (a test cluster's real munged) could otherwise answer for it.
+"""
+
 from __future__ import annotations
 
+import os
+import pwd
+import shutil
 import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 from hypothesis import given
@@ -10,64 +23,274 @@ from hypothesis import strategies as st
 
 from healthd_checks.services import ModulesError, parse_modules
 
+TEST_USER = "healthd-svc-user"
+
+
+@dataclass(frozen=True)
+class Started:
+    exe: Path
+    pid: int
+
+
+Start = Callable[..., Started]
+
+
+@pytest.fixture(scope="session")
+def user() -> pwd.struct_passwd:
+    """A real unprivileged account (created once, kept: useradd is not undone between runs)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a user and switching to it needs root")
+    try:
+        return pwd.getpwnam(TEST_USER)
+    except KeyError:
+        pass
+    # A parallel run may create it at the same moment; only that it exists matters.
+    subprocess.run(
+        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", "healthd test user", TEST_USER],
+        check=False,
+        capture_output=True,
+    )
+    account = pwd.getpwnam(TEST_USER)
+    assert account.pw_uid >= 1000, f"{TEST_USER} must be an ordinary account, got uid {account.pw_uid}"
+    return account
+
+
+def _running(pid: int, exe: Path, deadline: float) -> None:
+    """Wait until ``pid`` has exec'd ``exe`` (setpriv execs it after switching users)."""
+    while time.monotonic() < deadline:
+        try:
+            if os.readlink(f"/proc/{pid}/exe") == str(exe):
+                return
+        except OSError:
+            pass
+        time.sleep(0.02)
+    pytest.fail(f"process {pid} did not start {exe}")
+
 
 @pytest.fixture
-def fake_service() -> Iterator[str]:
-    """A real process whose argv[0] is a service name, as a daemon's would be."""
-    name = "healthd-test-svc"
-    process = subprocess.Popen([name, "60"], executable="/bin/sleep")
-    yield name
-    process.kill()
-    process.wait()
+def start() -> Iterator[Start]:
+    """``start(name, user=None, setuid_root=False, where="bin")``: run a copy of sleep named ``name``.
+
+    The copies live in a fresh world-readable directory so that another account can
+    run them; every process started is killed and reaped afterwards.
+    """
+    base = Path(tempfile.mkdtemp(prefix="healthd-svc-"))
+    base.chmod(0o755)
+    started: list[subprocess.Popen[bytes]] = []
+
+    def run(
+        name: str, user: Optional[pwd.struct_passwd] = None, setuid_root: bool = False, where: str = "bin"
+    ) -> Started:
+        directory = base / where
+        directory.mkdir(exist_ok=True)
+        directory.chmod(0o755)
+        exe = directory / name
+        if not exe.exists():
+            shutil.copy("/bin/sleep", exe)
+            exe.chmod(0o4755 if setuid_root else 0o755)
+        argv = [str(exe), "300"]
+        if user is not None:
+            argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", *argv]
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        started.append(process)
+        _running(process.pid, exe, time.monotonic() + 10)
+        return Started(exe, process.pid)
+
+    yield run
+    for process in started:
+        process.kill()
+        process.wait()
+    shutil.rmtree(base, ignore_errors=True)
 
 
-def services_config(fixtures: Path, body: str) -> str:
-    return f'[paths]\nprocfs = "{fixtures / "procfs/gpu-node"}"\n[checks.services]\nmanager = "process"\n' + body
+def uids(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/status", encoding="utf-8") as handle:
+        line = next(line for line in handle if line.startswith("Uid:"))
+    real, effective = line.split()[1:3]
+    return int(real), int(effective)
 
 
-def findings(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+def toml_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def process_table(tmp_path: Path, services: list[str], settings: str = "") -> str:
+    """A config that reads the real process table (systemd or not) and leaves Slurm alone."""
+    listed = ", ".join(toml_string(s) for s in services)
+    return (
+        f"[paths]\nstate_dir = {toml_string(str(tmp_path / 'state'))}\n[slurm]\nenabled = false\n"
+        f'[checks.services]\nmanager = "process"\n{settings}\n[node]\nservices = [{listed}]\n'
+    )
+
+
+def pinned(exe: Path, service: str = "munge") -> str:
+    return f"process_exe = {{ {toml_string(service)} = {toml_string(str(exe))} }}\n"
+
+
+def findings(doc: dict[str, Any]) -> list[dict[str, Any]]:
     (result,) = [c for c in doc["checks"] if c["name"] == "services"]
-    return sorted((f["status"], f["code"], f["subject"]) for f in result["findings"])
+    return list(result["findings"])
 
 
-def test_running_and_missing_services_and_modules(
-    fake_service: str, fixtures: Path, write_config: Callable[[str], Path], cli_json: Any
+def codes(doc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return sorted((f["status"], f["code"], f["subject"]) for f in findings(doc))
+
+
+CheckJson = Callable[[str], tuple[int, dict[str, Any]]]
+
+
+@pytest.fixture
+def check(write_config: Callable[[str], Path], cli_json: Any) -> CheckJson:
+    def run(body: str) -> tuple[int, dict[str, Any]]:
+        result: tuple[int, dict[str, Any]] = cli_json(
+            "check", "--once", "--json", "--only", "services", "--config", str(write_config(body))
+        )
+        return result
+
+    return run
+
+
+def test_a_users_process_named_munged_does_not_make_munge_alive(
+    start: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
 ) -> None:
-    body = services_config(
-        fixtures,
-        f'severities = {{ "healthd-absent-b" = "WARNING" }}\n'
-        f'[node]\nservices = ["{fake_service}", "healthd-absent-a", "healthd-absent-b"]\n'
-        'kernel_modules = ["nvidia", "nvidia-peermem", "mlx5_ib", "nvidia_fs"]\n',
-    )
-    code, doc = cli_json("check", "--once", "--json", "--only", "services", "--config", str(write_config(body)))
+    munged = start("munged", user=user)
+    code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
+    (finding,) = findings(doc)
     assert code == 2
-    assert findings(doc) == [
-        ("CRITICAL", "MODULE_NOT_LOADED", "nvidia_fs"),
-        ("CRITICAL", "SERVICE_INACTIVE", "healthd-absent-a"),
-        ("WARNING", "SERVICE_INACTIVE", "healthd-absent-b"),
-    ]
+    assert (finding["status"], finding["code"], finding["subject"]) == ("CRITICAL", "SERVICE_INACTIVE", "munge")
+    assert f"uid {user.pw_uid}" in finding["message"]
+    assert "[checks.services] process_users" in finding["message"]
+    assert finding["details"]["ignored_other_owners"] >= 1
 
 
-def test_process_names_map_a_unit_to_its_daemon(
-    fake_service: str, fixtures: Path, write_config: Callable[[str], Path], cli_json: Any
+def test_a_setuid_root_copy_run_by_a_user_is_still_the_users(
+    start: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
 ) -> None:
-    body = services_config(
-        fixtures, f'process_names = {{ "fabricmanager" = ["{fake_service}"] }}\n[node]\nservices = ["fabricmanager"]\n'
-    )
-    code, doc = cli_json("check", "--once", "--json", "--only", "services", "--config", str(write_config(body)))
+    munged = start("munged", user=user, setuid_root=True)
+    assert uids(munged.pid) == (user.pw_uid, 0), "the copy must run with effective uid 0 for this test to mean anything"
+    code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
+    assert code == 2 and codes(doc) == [("CRITICAL", "SERVICE_INACTIVE", "munge")]
+
+
+def test_a_root_process_named_munged_is_munge(start: Start, tmp_path: Path, check: CheckJson) -> None:
+    munged = start("munged")
+    code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
     assert code == 0 and findings(doc) == []
 
 
-def test_nothing_configured_is_not_applicable(write_config: Callable[[str], Path], cli_json: Any) -> None:
-    code, doc = cli_json("check", "--once", "--json", "--only", "services", "--config", str(write_config("")))
+def test_munged_as_the_munge_account_is_munge(start: Start, tmp_path: Path, check: CheckJson) -> None:
+    # Debian's munge.service has User=munge and /etc/init.d/munge starts munged with --chuid munge.
+    try:
+        munge = pwd.getpwnam("munge")
+    except KeyError:
+        pytest.fail("the munge package (and its munge account) is installed wherever these tests run")
+    munged = start("munged", user=munge)
+    code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
+    assert code == 0 and findings(doc) == []
+
+
+def test_another_executable_is_not_the_service(start: Start, tmp_path: Path, check: CheckJson) -> None:
+    impostor = start("munged", where="elsewhere").exe
+    code, doc = check(process_table(tmp_path, ["munge"], pinned(impostor.parent.parent / "sbin/munged")))
+    (finding,) = findings(doc)
+    assert code == 2 and finding["code"] == "SERVICE_INACTIVE"
+    assert repr(str(impostor)) in finding["message"]
+    assert "[checks.services] process_exe" in finding["message"]
+
+
+def test_a_binary_replaced_since_start_is_still_the_service(start: Start, tmp_path: Path, check: CheckJson) -> None:
+    munged = start("munged")
+    munged.exe.unlink()  # as a package upgrade does
+    assert os.readlink(f"/proc/{munged.pid}/exe") == f"{munged.exe} (deleted)"
+    code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
+    assert code == 0 and findings(doc) == []
+
+
+def test_process_users_lets_a_daemons_account_count(
+    start: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
+) -> None:
+    munged = start("munged", user=user)
+    for account in (toml_string(TEST_USER), str(user.pw_uid)):
+        code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe) + f"process_users = [{account}]\n"))
+        assert code == 0 and findings(doc) == [], account
+
+
+def test_default_aliases_map_units_to_their_daemons(start: Start, tmp_path: Path, check: CheckJson) -> None:
+    # No process_names: munge is found as munged, nvidia-dcgm as nv-hostengine.
+    munged = start("munged").exe
+    hostengine = start("nv-hostengine").exe
+    settings = (
+        f'process_exe = {{ "munge" = {toml_string(str(munged))}, "nvidia-dcgm" = {toml_string(str(hostengine))} }}\n'
+    )
+    code, doc = check(process_table(tmp_path, ["munge", "nvidia-dcgm.service"], settings))
+    assert code == 0 and findings(doc) == []
+
+
+def test_a_missing_service_names_the_setting_that_fixes_it(tmp_path: Path, check: CheckJson) -> None:
+    settings = 'severities = { "healthd-absent-b" = "WARNING" }\nprocess_users = ["healthd-no-such-user"]\n'
+    code, doc = check(process_table(tmp_path, ["healthd-absent-a", "healthd-absent-b"], settings))
+    assert code == 2
+    assert codes(doc) == [
+        ("CRITICAL", "SERVICE_INACTIVE", "healthd-absent-a"),
+        ("WARNING", "SERVICE_INACTIVE", "healthd-absent-b"),
+    ]
+    message = findings(doc)[0]["message"]
+    assert "no process named healthd-absent-a owned by root" in message
+    assert '[checks.services] process_names = { "healthd-absent-a" = ["NAME"] }' in message
+    assert "process_users names no account on this node: healthd-no-such-user" in message
+
+
+def test_process_names_map_a_unit_to_its_daemon(start: Start, tmp_path: Path, check: CheckJson) -> None:
+    # 16 characters: the command name keeps 15, the executable's name all of them.
+    daemon = start("healthd-test-svc")
+    settings = 'process_names = { "fabricmanager" = ["healthd-test-svc"] }\n' + pinned(daemon.exe, "fabricmanager")
+    code, doc = check(process_table(tmp_path, ["fabricmanager"], settings))
+    assert code == 0 and findings(doc) == []
+
+
+def test_an_unreadable_process_table_is_unknown(tmp_path: Path, check: CheckJson) -> None:
+    body = process_table(tmp_path, ["munge"]).replace("[paths]\n", f'[paths]\nprocfs = "{tmp_path / "no-proc"}"\n')
+    code, doc = check(body)
+    assert code == 3 and codes(doc) == [("UNKNOWN", "PROCESSES_UNREADABLE", str(tmp_path / "no-proc"))]
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ('process_exe = { "munge" = "munged" }', "checks.services.process_exe"),
+        ('process_users = ["munge", "two words"]', "checks.services.process_users"),
+        ("process_users = [-1]", "checks.services.process_users"),
+    ],
+)
+def test_bad_process_settings_name_the_key(
+    setting: str, named: str, tmp_path: Path, write_config: Callable[[str], Path], cli: Any
+) -> None:
+    code, _out, err = cli(
+        "check", "--once", "--json", "--config", str(write_config(process_table(tmp_path, [], setting)))
+    )
+    assert code == 78 and named in err
+
+
+def test_missing_and_loaded_kernel_modules(fixtures: Path, tmp_path: Path, check: CheckJson) -> None:
+    body = (
+        f'[paths]\nprocfs = "{fixtures / "procfs/gpu-node"}"\nstate_dir = "{tmp_path / "state"}"\n'
+        '[slurm]\nenabled = false\n[node]\nkernel_modules = ["nvidia", "nvidia-peermem", "mlx5_ib", "nvidia_fs"]\n'
+    )
+    code, doc = check(body)
+    assert code == 2 and codes(doc) == [("CRITICAL", "MODULE_NOT_LOADED", "nvidia_fs")]
+
+
+def test_nothing_configured_is_not_applicable(check: CheckJson) -> None:
+    code, doc = check("[slurm]\nenabled = false\n")
     assert code == 0 and doc["checks"][0]["state"] == "not_applicable"
 
 
-def test_malformed_modules_file_names_the_line(
-    fixtures: Path, write_config: Callable[[str], Path], cli_json: Any
-) -> None:
-    body = f'[paths]\nprocfs = "{fixtures / "procfs/broken"}"\n[node]\nkernel_modules = ["nvidia"]\n'
-    code, doc = cli_json("check", "--once", "--json", "--only", "services", "--config", str(write_config(body)))
+def test_malformed_modules_file_names_the_line(fixtures: Path, tmp_path: Path, check: CheckJson) -> None:
+    body = (
+        f'[paths]\nprocfs = "{fixtures / "procfs/broken"}"\nstate_dir = "{tmp_path / "state"}"\n'
+        '[slurm]\nenabled = false\n[node]\nkernel_modules = ["nvidia"]\n'
+    )
+    code, doc = check(body)
     (finding,) = doc["checks"][0]["findings"]
     assert code == 3 and finding["code"] == "MODULES_MALFORMED"
     assert f"{fixtures / 'procfs/broken/modules'}:2:" in finding["message"]
