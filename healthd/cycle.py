@@ -1,10 +1,20 @@
-"""One cycle: run a pass, apply acknowledgements, decide, act through Slurm, record the result.
+"""One pass of the acting half: checks -> plan -> execute -> settle.
 
 ``run_cycle`` is what ``healthd check --once`` (and the HealthCheckProgram hook)
-and the daemon call each pass. It never prints; everything it did or could not do
-is in the returned ``CycleOutcome`` and in log records. Slurm trouble (scontrol
-missing, slurmctld down, a timeout) never raises: the intended action is kept in
-the ``policy`` state file and retried with backoff on later passes.
+and the daemon call each pass:
+
+1. the engine runs the checks;
+2. ``plan`` (healthd.plan, pure) turns results, remembered state and Slurm's
+   answers into one decision and its writes, asking for each Slurm read it needs;
+3. ``execute`` (healthd.execute, the only Slurm caller) makes those reads and
+   sends those writes; a dry run ``rehearse``s instead;
+4. ``settle`` saves the policy state, the acknowledgements, the adapter's cache
+   and the ``last-pass`` document, and returns the outcome for the sinks.
+
+It never prints; everything it did or could not do is in the returned
+``CycleOutcome`` and in log records. Slurm trouble (scontrol missing, slurmctld
+down, a timeout) never raises: the intended action is kept in the ``policy``
+state file and retried with backoff on later passes.
 """
 
 from __future__ import annotations
@@ -15,39 +25,23 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from healthd.acks import POLICY_CHECK, AckStore, FindingRef, apply_acks, merge
 from healthd.acks import STATE_NAME as ACKS_STATE
+from healthd.acks import AckStore, FindingRef, apply_acks
+from healthd.execute import execute, observe, rehearse
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.policy import (
-    ACTING,
-    BACKOFF_MAX,
-    BREAKER_MAX,
-    OWN_CHECK,
-    TAKING_OUT,
-    Action,
-    Decision,
-    PolicyState,
-    acknowledged_by_resume,
-    after_apply,
-    after_failure,
-    allowed_out,
-    breaker_confirm,
-    breaker_held,
-    circuit_breaker,
-    decide,
-    needs_node,
-    waiting,
-)
-from healthd.slurm import NodeInfo, SlurmClient, SlurmError, owned, partition_views, reason_head
+from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
+from healthd.policy import OWN_CHECK, Action, Decision, PolicyState
+from healthd.slurm import SlurmClient
 from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
 
 if TYPE_CHECKING:
-    from healthd.config import Config
     from healthd.engine import Engine
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
 POLICY_STATE = "policy"
+# The Slurm adapter's own memory: which `scontrol show node` output format works here.
+SLURM_STATE = "slurm"
 
 
 @dataclass(frozen=True)
@@ -65,6 +59,7 @@ class ActionReport:
     acknowledged: tuple[FindingRef, ...]
     errors: tuple[str, ...]
     next_retry: Optional[float] = None
+    steps: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +78,7 @@ class ActionReport:
             "slurm_enabled": self.slurm_enabled,
             "acknowledged": [a.to_dict() for a in self.acknowledged],
             "errors": list(self.errors),
+            "steps": list(self.steps),
         }
 
 
@@ -100,66 +96,6 @@ class CycleOutcome:
         return int(self.result.status)
 
 
-def _held_finding(node: str, why: str) -> CheckResult:
-    finding = Finding(
-        check=POLICY_CHECK,
-        status=Status.CRITICAL,
-        code="DRAIN_HELD",
-        subject=node,
-        message=f"not taken out (circuit breaker): {why}",
-    )
-    return CheckResult(check=POLICY_CHECK, state=RunState.RAN, findings=(finding,), duration_seconds=0.0)
-
-
-def _apply(client: SlurmClient, node: NodeInfo, decision: Decision, confirm: Optional[Callable[[], str]]) -> str:
-    """Send the write RPCs for ``decision``; returns why the circuit breaker undid a drain, or "".
-
-    Taking out now is DRAIN then DOWN: DRAIN first so no new job can land on the
-    node, DOWN to kill (and requeue, where allowed) the running jobs. DOWN alone is
-    not durable: with ReturnToService=2 the node returns when slurmd re-registers,
-    but the DRAIN flag (and its reason) survives that. ``confirm`` runs between the
-    two (see ``_confirm``), so a node that loses its place never has its jobs killed.
-    """
-    if decision.action is Action.RESUME:
-        client.resume(node.name)
-        return ""
-    if not (node.drained and reason_head(node.reason) == reason_head(decision.reason)):
-        client.drain(node.name, decision.reason)
-    if confirm is not None:
-        why = confirm()
-        if why:
-            return why
-    if decision.action is Action.TAKE_OUT_NOW:
-        client.down(node.name, decision.reason)
-    return ""
-
-
-def _confirm(client: SlurmClient, name: str, config: Config, settle: float) -> str:
-    """The circuit breaker's read-after-write: after ``settle`` seconds, may this drained node stay out?
-
-    Returns "" when it keeps its place (``policy.breaker_confirm``); otherwise it has
-    been resumed here and the text says why. When the read fails the drain is
-    undone too: a node that cannot prove its place under the limit does not keep it.
-    Raises SlurmError when the undo fails (the caller keeps the drain unconfirmed)
-    or when the node no longer carries a healthd reason (someone else's now: left alone).
-    """
-    prefix = config.slurm.reason_prefix
-    if settle > 0:
-        time.sleep(settle)
-    try:
-        nodes = client.show_all()
-    except SlurmError as exc:
-        client.resume(name)
-        return f"could not confirm the drain against the circuit breaker ({exc}); put back"
-    me = next((n for n in nodes if n.name == name), None)
-    if me is None or not (me.out and owned(me.reason, prefix)):
-        raise SlurmError(f"node {name} no longer carries a healthd reason after the drain: left alone")
-    why = breaker_confirm(name, partition_views(nodes, me.partitions, prefix), config.policy)
-    if why:
-        client.resume(name)
-    return why
-
-
 def _load_policy_state(engine: Engine, errors: list[str]) -> PolicyState:
     state_file = engine.state.file(POLICY_STATE)
     try:
@@ -169,13 +105,12 @@ def _load_policy_state(engine: Engine, errors: list[str]) -> PolicyState:
         return PolicyState()
 
 
-def _report(
-    decision: Decision, *, dry: bool, enabled: bool, errors: list[str], node: Optional[NodeInfo] = None
-) -> ActionReport:
+def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) -> ActionReport:
+    """The action section of a pass that decided nothing (no lock, or the pass failed)."""
     return ActionReport(
         decision=decision,
-        node_state=node.state_text if node else None,
-        node_reason=node.reason if node else None,
+        node_state=None,
+        node_reason=None,
         applied=False,
         held=False,
         pending=False,
@@ -247,6 +182,30 @@ def _failed(
     return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None)
 
 
+def _load_slurm_cache(engine: Engine) -> Optional[str]:
+    try:
+        value = engine.state.file(SLURM_STATE).load().get("output_format")
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
+    """Plan, making each Slurm read the plan asks for (the node, then its partitions) and planning again."""
+    config = engine.config
+    prefix = config.slurm.reason_prefix
+    for _ in Read:
+        made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval)
+        if isinstance(made, Plan):
+            return made
+        observed = observe(slurm, made, situation.result.node, situation.observed, prefix)
+        situation = replace(situation, observed=observed)
+    made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval)
+    if not isinstance(made, Plan):
+        raise RuntimeError(f"the plan asked for {made.value} again after it was read")
+    return made
+
+
 def _locked_cycle(
     engine: Engine,
     raw: PassResult,
@@ -259,175 +218,90 @@ def _locked_cycle(
     partial: bool,
 ) -> CycleOutcome:
     config = engine.config
-    prefix = config.slurm.reason_prefix
     enabled = config.slurm.enabled
     now = clock()
     state = _load_policy_state(engine, errors)
     store = AckStore(engine.state.file(ACKS_STATE))
-    acks = store.load()
-
-    node: Optional[NodeInfo] = None
-    attempted = False
-    slurm_error = ""
-    slurm = client or SlurmClient(config.slurm, output_format=state.slurm_output or None)
+    cache = _load_slurm_cache(engine)
+    slurm = client or SlurmClient(config.slurm, output_format=cache)
     slurm.start_budget()
-    if not enabled:
-        slurm_error = "Slurm actions disabled ([slurm].enabled = false)"
-    elif state.pending is not None and waiting(state.pending.next_try, now, BACKOFF_MAX):
-        slurm_error = f"backing off after: {state.pending.error}"
-    elif needs_node(apply_acks(raw, acks)[0], state, config.policy, now, config.slurm.reconcile_interval):
-        attempted = True
-        try:
-            node = slurm.show_node(raw.node)
-            state = replace(state, last_read=now)
-        except SlurmError as exc:
-            slurm_error = str(exc)
-            errors.append(slurm_error)
+    situation = Situation(raw, state, store.load(), Observed(), now, partial, enabled, dry)
+    the_plan = _plan(engine, situation, slurm)
+    if the_plan.acknowledged and not dry:
+        log.warning(
+            "node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, len(the_plan.acknowledged)
+        )
 
-    acknowledged: tuple[FindingRef, ...] = ()
-    if node is not None:
-        acknowledged = acknowledged_by_resume(state, node)
-        if acknowledged and not dry:
-            acks = merge(acks, acknowledged, now, "slurm-resume")
-            state = replace(state, took_out=())
-            log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, len(acknowledged))
-
-    result, kept_acks = apply_acks(raw, acks)
-    decision, new_state = decide(result, state, node, config.policy, prefix, partial=partial)
-
-    acting = enabled and not dry
-    decision, new_state, held_why, node, confirm = _breaker(
-        slurm, node, decision, new_state, now, errors, config, acting=acting
-    )
-
-    applied = pending = False
-    if decision.action in ACTING and acting:
-        if node is None:
-            why = slurm_error or (errors[-1] if errors else "node state not read")
-            new_state = after_failure(new_state, decision, why, now, attempted)
-            pending = True
-        else:
+    if dry:
+        executed = rehearse(the_plan)
+    else:
+        if the_plan.interrupted is not None:
             # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
             # the next pass still knows what it was doing and retries it (and confirms the drain).
             with contextlib.suppress(StateError):
-                unconfirmed = after_failure(new_state, decision, "not confirmed: interrupted while sending", now, True)
-                unconfirmed = replace(unconfirmed, unconfirmed=unconfirmed.unconfirmed or confirm)
-                engine.state.file(POLICY_STATE).save(unconfirmed.to_dict())
-            settle = config.policy.breaker_settle
-            check = (lambda: _confirm(slurm, node.name, config, settle)) if confirm else None
-            try:
-                held_why = _apply(slurm, node, decision, check)
-                if held_why:
-                    decision = replace(decision, action=Action.HOLD, explanation=held_why)
-                    new_state = replace(breaker_held(new_state, held_why, now, node.name), unconfirmed=False)
-                else:
-                    applied = True
-                    new_state = replace(after_apply(new_state, decision), unconfirmed=False)
-                    log.warning(
-                        "node %s: %s (%s)", raw.node, decision.action.value, decision.reason or decision.explanation
-                    )
-            except SlurmError as exc:
-                errors.append(str(exc))
-                new_state = after_failure(new_state, decision, str(exc), now, attempted=True)
-                new_state = replace(new_state, unconfirmed=new_state.unconfirmed or confirm)
-                pending = True
-        if pending:
-            why = new_state.pending.error if new_state.pending else ""
-            log.warning("node %s: %s is pending: %s", raw.node, decision.action.value, why)
+                engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
+        executed = execute(the_plan, slurm, config) if the_plan.steps else Executed()
+    done = conclude(the_plan, executed, state, now)
+    _log_outcome(log, raw.node, the_plan, executed, done)
+    return _settle(engine, the_plan, executed, done, store, errors, slurm, cache, dry=dry)
+
+
+def _log_outcome(log: logging.Logger, node: str, the_plan: Plan, executed: Executed, done: Conclusion) -> None:
+    decision = done.decision
+    if done.applied:
+        log.warning("node %s: %s (%s)", node, decision.action.value, decision.reason or decision.explanation)
+    elif done.state.pending is not None and not executed.rehearsed:
+        log.warning("node %s: %s is pending: %s", node, done.state.pending.action.value, done.state.pending.error)
+    held_why = executed.lost or the_plan.held_why
     if held_why:
-        result = replace(result, results=(*result.results, _held_finding(raw.node, held_why)))
         log.error(
-            "DRAIN_HELD on %s: %s would be %s, held back: %s",
-            raw.node,
-            decision.reason,
-            decision.intended.value,
-            held_why,
+            "DRAIN_HELD on %s: %s would be %s, held back: %s", node, decision.reason, decision.intended.value, held_why
         )
 
-    new_state = replace(new_state, slurm_output=slurm.output_format or "")
-    if dry:
-        new_state = replace(
-            state,
-            fail_streaks=new_state.fail_streaks,
-            unknown_streaks=new_state.unknown_streaks,
-            clean_streak=new_state.clean_streak,
-            slurm_output=new_state.slurm_output,
-        )
+
+def _settle(
+    engine: Engine,
+    the_plan: Plan,
+    executed: Executed,
+    done: Conclusion,
+    store: AckStore,
+    errors: list[str],
+    slurm: SlurmClient,
+    cache: Optional[str],
+    *,
+    dry: bool,
+) -> CycleOutcome:
+    """Save what the pass leaves behind and build its outcome (the sinks take it from there)."""
+    config = engine.config
+    errors.extend(the_plan.errors)
+    if executed.error:
+        errors.append(executed.error)
     try:
-        engine.state.file(POLICY_STATE).save(new_state.to_dict())
+        engine.state.file(POLICY_STATE).save(done.state.to_dict())
         if not dry:
-            store.save(kept_acks)
+            store.save(the_plan.acks)
+        if slurm.output_format and slurm.output_format != cache:
+            engine.state.file(SLURM_STATE).save({"output_format": slurm.output_format})
     except StateError as exc:
         errors.append(str(exc))
     errors.extend(store.problems)
-
+    node = the_plan.node
+    pending = done.state.pending is not None and not dry
     report = ActionReport(
-        decision=decision,
+        decision=done.decision,
         node_state=node.state_text if node else None,
         node_reason=node.reason if node else None,
-        applied=applied,
-        held=decision.action is Action.HOLD,
-        pending=new_state.pending is not None and not dry,
-        next_retry=new_state.pending.next_try if new_state.pending and not dry else None,
+        applied=done.applied,
+        held=done.decision.action is Action.HOLD,
+        pending=pending,
+        next_retry=done.state.pending.next_try if pending and done.state.pending else None,
         dry_run=dry,
-        slurm_enabled=enabled,
-        acknowledged=acknowledged,
+        slurm_enabled=config.slurm.enabled,
+        acknowledged=the_plan.acknowledged,
         errors=tuple(errors),
+        steps=tuple(step.value for step in (executed.would if dry else executed.done)),
     )
-    return _finish(engine, result, report, new_state)
-
-
-def _breaker(
-    slurm: SlurmClient,
-    node: Optional[NodeInfo],
-    decision: Decision,
-    state: PolicyState,
-    now: float,
-    errors: list[str],
-    config: Config,
-    *,
-    acting: bool,
-) -> tuple[Decision, PolicyState, str, Optional[NodeInfo], bool]:
-    """Run the circuit breaker's check before a take-out.
-
-    Returns the decision, state, why it held, the node (None when a read failed:
-    act on nothing) and whether the drain must be confirmed after it is sent
-    (``_confirm``). Reading the whole node table is the one expensive RPC, so while
-    the breaker holds it is read again only at the hold's backoff time; in between
-    the hold stands. A drain left unconfirmed by an earlier pass is confirmed here.
-    """
-    prefix = config.slurm.reason_prefix
-    if node is None or decision.intended not in TAKING_OUT:
-        return decision, replace(state, held=None), "", node, False
-    ours = node.drained and owned(node.reason, prefix)
-    if ours and state.unconfirmed and acting:
-        try:
-            why = _confirm(slurm, node.name, config, 0.0)
-        except SlurmError as exc:
-            errors.append(str(exc))
-            return decision, state, "", None, False
-        if why:
-            held = replace(decision, action=Action.HOLD, explanation=why)
-            return held, replace(breaker_held(state, why, now, node.name), unconfirmed=False), why, node, False
-        return decision, replace(state, held=None, unconfirmed=False), "", node, False
-    if ours or decision.action not in TAKING_OUT:
-        return decision, replace(state, held=None, unconfirmed=False), "", node, False
-    hold = state.held
-    if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25):
-        explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - now:.0f}s)"
-        held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return held, replace(state, pending=None), hold.why, node, False
-    try:
-        views = partition_views(slurm.show_all(), node.partitions, prefix)
-    except SlurmError as exc:
-        errors.append(str(exc))
-        return decision, state, "", None, False
-    decision, why = circuit_breaker(decision, node.name, views, config.policy)
-    if why:
-        return decision, breaker_held(state, why, now, node.name), why, node, False
-    # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
-    binding = any(allowed_out(v.size, config.policy.max_out_fraction) < v.size for v in views.values())
-    return decision, replace(state, held=None), "", node, binding
+    return _finish(engine, done.result, report, done.state)
 
 
 def _finish(engine: Engine, result: PassResult, report: ActionReport, state: Optional[PolicyState]) -> CycleOutcome:

@@ -16,12 +16,13 @@ import enum
 import math
 import zlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
 from healthd.config import PolicySettings
 from healthd.model import Finding, PassResult, RunState, Status
-from healthd.slurm import ACTING_ORDER, NodeInfo, PartitionView, acting_key, make_reason, owned, reason_head
+from healthd.nodestate import NodeInfo, PartitionView
+from healthd.reasons import ACTING_ORDER, acting_key, make_reason, owned, reason_head
 
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0
@@ -130,8 +131,7 @@ class PolicyState:
 
     ``fail_streaks`` and ``unknown_streaks`` count, per check, the consecutive
     passes in which it reported CRITICAL/WARNING, or UNKNOWN; ``clean_streak``
-    counts consecutive passes in which the whole node was clean. ``slurm_output``
-    remembers which ``scontrol show node`` format works ("json", "text", "" unknown).
+    counts consecutive passes in which the whole node was clean.
     ``unconfirmed`` says a drain was sent whose circuit-breaker confirmation did
     not finish (see ``breaker_confirm``): the next pass confirms or undoes it.
     """
@@ -143,7 +143,6 @@ class PolicyState:
     pending: Optional[Pending] = None
     held: Optional[BreakerHold] = None
     last_read: float = 0.0
-    slurm_output: str = ""
     unconfirmed: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,7 +154,6 @@ class PolicyState:
             "pending": self.pending.to_dict() if self.pending else None,
             "held": self.held.to_dict() if self.held else None,
             "last_read": self.last_read,
-            "slurm_output": self.slurm_output,
             "unconfirmed": self.unconfirmed,
         }
 
@@ -173,7 +171,6 @@ class PolicyState:
                 pending=Pending.from_dict(pending) if pending else None,
                 held=BreakerHold.from_dict(held) if held else None,
                 last_read=float(data.get("last_read", 0.0)),
-                slurm_output=str(data.get("slurm_output", "")),
                 unconfirmed=bool(data.get("unconfirmed", False)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -409,6 +406,22 @@ def acknowledged_by_resume(state: PolicyState, node: NodeInfo) -> tuple[FindingR
     if state.took_out and not node.out and not node.reboot_pending:
         return state.took_out
     return ()
+
+
+def partition_views(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
+    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason."""
+    sizes: dict[str, int] = {}
+    outs: dict[str, list[tuple[bool, float, str]]] = {}
+    for node in nodes:
+        for partition in node.partitions:
+            if partition not in partitions:
+                continue
+            sizes[partition] = sizes.get(partition, 0) + 1
+            if node.out and owned(node.reason, prefix):
+                # A reason with no readable time sorts last: it never takes a place from a stamped one.
+                when = node.reason_time if node.reason_time is not None else float("inf")
+                outs.setdefault(partition, []).append((not node.down, when, node.name))
+    return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}
 
 
 def allowed_out(size: int, fraction: float) -> int:

@@ -4,8 +4,8 @@ Pure parsers turn ``scontrol -o show node`` (every version; one line per node) a
 ``scontrol --json show node`` (23.02 and later) into ``NodeInfo``. ``SlurmClient``
 runs the commands with an argument list (never a shell), an absolute path (the
 HealthCheckProgram has no PATH), ``SLURM_CONF`` from the config and a timeout on
-every call. Reason texts are built and sanitized here too, since only Slurm cares
-about what may appear in them.
+every call. It knows nothing of healthd's policy: which reason to write and whose
+a reason is are decided in ``healthd.reasons``. Only ``healthd.execute`` calls it.
 """
 
 from __future__ import annotations
@@ -15,31 +15,17 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from healthd.config import SlurmSettings
-from healthd.model import Finding, Status
+from healthd.nodestate import NodeInfo
 
 # Where packages and site builds put the client commands; HealthCheckProgram runs
 # with no PATH at all (slurmd passes only SLURMD_NODENAME), so we look ourselves.
 STANDARD_BIN_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"), Path("/opt/slurm/bin"))
 
-# Longest reason healthd writes: short enough for `sinfo -R` columns and logs.
-REASON_MAX = 64
-
-# Statuses in the order they call for action (see ``acting_key``).
-ACTING_ORDER = (Status.CRITICAL, Status.WARNING, Status.UNKNOWN, Status.OK)
-
-# Node state flags (scontrol man page, NODE STATE): a pending or running reboot.
-REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOTING"})
-# Flags that keep a node out of service: DRAIN (drained/draining) and FAIL (failing/
-# failed, set by `scontrol update State=FAIL`; scontrol prints e.g. ALLOCATED+FAIL).
-OUT_FLAGS = frozenset({"DRAIN", "FAIL"})
-# Base states in which jobs still run on the node.
-BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:]*)=")
 # Slurm appends " [user@time]" to a reason it prints; on 22.05 Comment=, Extra=,
@@ -48,24 +34,6 @@ _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:]*)=")
 _REASON_STAMP = re.compile(r"\s\[(?P<user>[^@\]\s]*)@(?P<time>[^\]\s]+)\]")
 # Fields scontrol (22.05 node_info.c) prints after Reason=; used only when a reason has no stamp.
 _AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
-# " (+N more)" that make_reason appends: a change of N alone is not a new reason.
-_MORE_SUFFIX = re.compile(r"\s\(\+\d+ more\)$")
-# Characters that are safe inside one scontrol `Reason=` argument and in logs.
-_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;/@+#%()\-]")
-
-
-@dataclass(frozen=True)
-class PartitionView:
-    """One partition as the circuit breaker sees it.
-
-    ``out`` lists the nodes out with a healthd reason as (not DOWN, reason time,
-    name), sorted: the order in which they took their places under the limit (see
-    ``policy.breaker_confirm``).
-    """
-
-    name: str
-    size: int
-    out: tuple[tuple[bool, float, str], ...]
 
 
 class SlurmError(Exception):
@@ -74,51 +42,6 @@ class SlurmError(Exception):
 
 class SlurmNotFound(SlurmError):
     """scontrol is not installed where the config says or in the standard places."""
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What healthd needs to know about one node, as slurmctld reports it."""
-
-    name: str
-    state: str
-    flags: frozenset[str]
-    reason: str
-    reason_user: str
-    partitions: tuple[str, ...]
-    # When slurmctld set the reason (its own clock, whole seconds); None when not printed.
-    reason_time: Optional[float] = None
-
-    @property
-    def drained(self) -> bool:
-        """DRAIN is set (shown as draining while jobs run, drained once idle)."""
-        return "DRAIN" in self.flags
-
-    @property
-    def down(self) -> bool:
-        return self.state == "DOWN"
-
-    @property
-    def failed(self) -> bool:
-        """FAIL is set (shown as failing while jobs run, fail once idle)."""
-        return "FAIL" in self.flags
-
-    @property
-    def out(self) -> bool:
-        """Out of service for the scheduler: DRAIN, FAIL or DOWN."""
-        return bool(self.flags & OUT_FLAGS) or self.down
-
-    @property
-    def busy(self) -> bool:
-        return self.state in BUSY_STATES
-
-    @property
-    def reboot_pending(self) -> bool:
-        return bool(self.flags & REBOOT_FLAGS)
-
-    @property
-    def state_text(self) -> str:
-        return "+".join([self.state, *sorted(self.flags)])
 
 
 def parse_state(text: str) -> tuple[str, frozenset[str]]:
@@ -153,11 +76,6 @@ def split_reason(text: str) -> tuple[str, str, str, Optional[float]]:
     if after is not None:
         return text[: after.start()].strip(), "", text[after.start() :], None
     return text.strip(), "", "", None
-
-
-def reason_head(reason: str) -> str:
-    """A healthd reason without its ``(+N more)`` count: the part that names the top finding."""
-    return _MORE_SUFFIX.sub("", reason)
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -250,46 +168,6 @@ def parse_show_node_json(text: str) -> list[NodeInfo]:
         except (KeyError, TypeError, AttributeError) as exc:
             raise SlurmError(f"`scontrol --json show node`: node #{index} lacks {exc}") from None
     return result
-
-
-def sanitize(text: str) -> str:
-    """Keep only characters that cannot break scontrol's argument parsing or a log line.
-
-    Reasons quote kernel and sysfs text (device names, mount points); quotes, ``=``,
-    control characters and non-ASCII become ``_`` and runs of spaces collapse.
-    """
-    return _UNSAFE.sub("_", " ".join(text.split()))
-
-
-def acting_key(finding: Finding) -> tuple[int, str]:
-    """Sort key putting first the finding that calls for the strongest action.
-
-    For acting, a known fault outranks "could not observe": CRITICAL, WARNING,
-    then UNKNOWN (``Status.rank`` puts UNKNOWN above WARNING for reporting). Ties
-    go by finding key, so the same findings always give the same reason.
-    """
-    return ACTING_ORDER.index(finding.status), finding.key
-
-
-def make_reason(prefix: str, findings: Sequence[Finding], limit: int = REASON_MAX) -> str:
-    """``<prefix> <CODE> <subject> (+N more)`` naming the top finding by ``acting_key``, sanitized and short."""
-    clean_prefix = sanitize(prefix) or "healthd:"
-    if not findings:
-        return clean_prefix
-    first = min(findings, key=acting_key)
-    more = len(findings) - 1
-    suffix = f" (+{more} more)" if more else ""
-    body = sanitize(f"{first.code} {first.subject}")
-    room = limit - len(clean_prefix) - 1 - len(suffix)
-    if len(body) > room:
-        body = body[: max(room - 3, 0)].rstrip() + "..."
-    return f"{clean_prefix} {body}{suffix}"
-
-
-def owned(reason: str, prefix: str) -> bool:
-    """Whether ``reason`` was written by healthd (starts with its prefix as a word)."""
-    clean_prefix = sanitize(prefix) or "healthd:"
-    return reason == clean_prefix or reason.startswith(clean_prefix + " ")
 
 
 def find_binary(name: str, bin_dir: Optional[Path], exists: Callable[[Path], bool] = os.path.isfile) -> Path:
@@ -418,19 +296,3 @@ class SlurmClient:
 
     def resume(self, name: str) -> None:
         self._run("update", f"NodeName={name}", "State=RESUME")
-
-
-def partition_views(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
-    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason."""
-    sizes: dict[str, int] = {}
-    outs: dict[str, list[tuple[bool, float, str]]] = {}
-    for node in nodes:
-        for partition in node.partitions:
-            if partition not in partitions:
-                continue
-            sizes[partition] = sizes.get(partition, 0) + 1
-            if node.out and owned(node.reason, prefix):
-                # A reason with no readable time sorts last: it never takes a place from a stamped one.
-                when = node.reason_time if node.reason_time is not None else float("inf")
-                outs.setdefault(partition, []).append((not node.down, when, node.name))
-    return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}

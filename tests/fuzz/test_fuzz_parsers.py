@@ -19,15 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
-from healthd.slurm import (
-    REASON_MAX,
-    NodeInfo,
-    SlurmError,
-    make_reason,
-    parse_show_node_json,
-    parse_show_node_text,
-    sanitize,
-)
+from healthd.nodestate import NodeInfo
+from healthd.reasons import REASON_MAX, make_reason, sanitize
+from healthd.slurm import SlurmError, parse_show_node_json, parse_show_node_text
 from healthd_checks import sysfs
 from healthd_checks.fsprobe import parse_stat_output
 from healthd_checks.kernlog import LogUnavailable, read_kmsg

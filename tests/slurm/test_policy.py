@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
 from healthd.config import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
     BREAKER_BASE,
     BREAKER_MAX,
@@ -30,7 +31,6 @@ from healthd.policy import (
     needs_node,
 )
 from healthd.report import pass_to_dict
-from healthd.slurm import NodeInfo, PartitionView
 
 PREFIX = "healthd:"
 

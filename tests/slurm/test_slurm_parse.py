@@ -15,21 +15,18 @@ from healthd.config import ConfigError, RunnerSettings, SlurmSettings, parse_con
 from healthd.cycle import run_cycle
 from healthd.engine import Engine
 from healthd.model import Finding, Status
+from healthd.nodestate import NodeInfo, PartitionView
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.policy import partition_views
+from healthd.reasons import make_reason, owned, sanitize
 from healthd.slurm import (
-    NodeInfo,
-    PartitionView,
     SlurmClient,
     SlurmError,
     SlurmNotFound,
     find_binary,
-    make_reason,
-    owned,
     parse_show_node_json,
     parse_show_node_line,
     parse_show_node_text,
-    partition_views,
-    sanitize,
     split_reason,
 )
 from healthd.statelock import StateLock
@@ -254,11 +251,11 @@ esac
     client.calls.clear()
     client.show_node("node1")
     assert client.calls == [("-o", "show", "node", "node1")]
-    # run_cycle keeps the choice in the policy state, so the next process starts with -o.
+    # run_cycle keeps the choice in the adapter's state file, so the next process starts with -o.
     text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node1"\n'
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
     run_cycle(Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec]))
-    assert json.loads((tmp_path / "state" / "policy.json").read_text())["slurm_output"] == "text"
+    assert json.loads((tmp_path / "state" / "slurm.json").read_text())["output_format"] == "text"
 
 
 def test_all_calls_of_a_pass_share_one_time_budget(tmp_path: Path) -> None:
@@ -297,7 +294,7 @@ def test_an_unexpected_exception_is_a_reported_pass(tmp_path: Path, monkeypatch:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise TypeError("simulated bug")
 
-    monkeypatch.setattr("healthd.cycle.decide", broken)
+    monkeypatch.setattr("healthd.plan.decide", broken)
     outcome = run_cycle(_engine(tmp_path))
     assert outcome.exit_code == 2, "CRITICAL still outranks the UNKNOWN PASS_FAILED"
     codes = {(f.check, f.code): f.status for f in outcome.result.findings}

@@ -1,0 +1,86 @@
+"""Carry a plan out through Slurm: the only code that calls the Slurm adapter.
+
+``observe`` makes the reads a plan asks for; ``execute`` sends the plan's writes
+in order and stops at the first that fails; ``rehearse`` is the dry run's
+execute: it records that nothing was sent. Slurm trouble never raises from here:
+it comes back as an error text for the plan to keep pending.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Callable
+
+from healthd.config import Config
+from healthd.plan import Executed, Observed, Plan, Read, Step
+from healthd.policy import breaker_confirm, partition_views
+from healthd.reasons import owned
+from healthd.slurm import SlurmClient, SlurmError
+
+
+def observe(client: SlurmClient, read: Read, node: str, observed: Observed, prefix: str) -> Observed:
+    """Make ``read`` for ``node`` and add its answer (or its error) to ``observed``."""
+    asked = observed.asked | {read}
+    try:
+        if read is Read.NODE:
+            return replace(observed, asked=asked, node=client.show_node(node))
+        partitions = observed.node.partitions if observed.node else ()
+        return replace(observed, asked=asked, views=partition_views(client.show_all(), partitions, prefix))
+    except SlurmError as exc:
+        return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
+
+
+def _confirm(client: SlurmClient, name: str, config: Config, sleep: Callable[[float], None]) -> str:
+    """The circuit breaker's read-after-write: after the settle time, may this drained node stay out?
+
+    Returns "" when it keeps its place (``policy.breaker_confirm``); otherwise it has
+    been resumed here and the text says why. When the read fails the drain is
+    undone too: a node that cannot prove its place under the limit does not keep it.
+    Raises SlurmError when the undo fails (the plan's state keeps the drain
+    unconfirmed) or when the node no longer carries a healthd reason (someone
+    else's now: left alone).
+    """
+    prefix = config.slurm.reason_prefix
+    sleep(config.policy.breaker_settle)
+    try:
+        nodes = client.show_all()
+    except SlurmError as exc:
+        client.resume(name)
+        return f"could not confirm the drain against the circuit breaker ({exc}); put back"
+    me = next((n for n in nodes if n.name == name), None)
+    if me is None or not (me.out and owned(me.reason, prefix)):
+        raise SlurmError(f"node {name} no longer carries a healthd reason after the drain: left alone")
+    why = breaker_confirm(name, partition_views(nodes, me.partitions, prefix), config.policy)
+    if why:
+        client.resume(name)
+    return why
+
+
+def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[float], None] = time.sleep) -> Executed:
+    """Send the plan's steps; a failed write ends the sequence (the rest would act on a guess)."""
+    done: list[Step] = []
+    if plan.node is None:
+        return Executed()
+    name, reason = plan.node.name, plan.decision.reason
+    try:
+        for step in plan.steps:
+            if step is Step.DRAIN:
+                client.drain(name, reason)
+            elif step is Step.CONFIRM:
+                lost = _confirm(client, name, config, sleep)
+                if lost:
+                    return Executed(tuple(done), lost=lost)
+            elif step is Step.DOWN:
+                client.down(name, reason)
+            else:
+                client.resume(name)
+            done.append(step)
+    except SlurmError as exc:
+        return Executed(tuple(done), error=str(exc))
+    return Executed(tuple(done))
+
+
+def rehearse(plan: Plan) -> Executed:
+    """The dry run's execute: records the steps it would have sent, sends nothing."""
+    return Executed(would=plan.steps, rehearsed=True)

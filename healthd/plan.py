@@ -1,0 +1,301 @@
+"""Plan one pass: checks' results, remembered state and what Slurm said go in; one decision and its writes come out.
+
+Pure: no I/O. ``plan`` may answer with a ``Read`` instead of a ``Plan``: the
+pipeline (``healthd.cycle``) has ``healthd.execute`` make that read and plans
+again with what it found. So every Slurm read is one the policy asked for: the
+node when the pass may act on it, then its partitions when a take-out must pass
+the circuit breaker. ``conclude`` turns what ``execute`` did with the plan's steps
+into the state to remember and the pass as reported.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import Mapping, Optional, Union
+
+from healthd.acks import POLICY_CHECK, Ack, FindingRef, apply_acks, merge
+from healthd.config import PolicySettings
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.nodestate import NodeInfo, PartitionView
+from healthd.policy import (
+    ACTING,
+    BACKOFF_MAX,
+    BREAKER_MAX,
+    TAKING_OUT,
+    Action,
+    Decision,
+    PolicyState,
+    acknowledged_by_resume,
+    after_apply,
+    after_failure,
+    allowed_out,
+    breaker_confirm,
+    breaker_held,
+    circuit_breaker,
+    decide,
+    needs_node,
+    waiting,
+)
+from healthd.reasons import owned, reason_head
+
+
+class Read(enum.Enum):
+    """A Slurm read the plan needs before it can decide."""
+
+    NODE = "node"  # the node's own state
+    PARTITIONS = "partitions"  # the node table, for the circuit breaker
+
+
+class Step(enum.Enum):
+    """One write to Slurm, in the order ``execute`` sends them."""
+
+    DRAIN = "drain"
+    CONFIRM = "confirm"  # the circuit breaker's read-after-write (policy.breaker_confirm)
+    DOWN = "down"
+    RESUME = "resume"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What Slurm answered this pass; each read was asked for by a plan."""
+
+    asked: frozenset[Read] = frozenset()
+    node: Optional[NodeInfo] = None
+    views: Optional[Mapping[str, PartitionView]] = None
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything a plan is made from. ``result`` is the checks' pass before acknowledgements."""
+
+    result: PassResult
+    state: PolicyState
+    acks: tuple[Ack, ...]
+    observed: Observed
+    now: float
+    partial: bool
+    slurm_enabled: bool
+    dry_run: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision and the writes that carry it out.
+
+    ``state`` is what to remember once every step succeeded (or when there are
+    none); ``interrupted`` is saved before the first write, so a pass killed in the
+    middle leaves its next pass a pending action (and an unconfirmed drain) to
+    finish. ``unasked`` says why Slurm was not asked this pass, if it was not;
+    ``errors`` are the reads that failed.
+    """
+
+    result: PassResult
+    decision: Decision
+    steps: tuple[Step, ...]
+    node: Optional[NodeInfo]
+    state: PolicyState
+    interrupted: Optional[PolicyState]
+    acks: tuple[Ack, ...]
+    acknowledged: tuple[FindingRef, ...]
+    held_why: str
+    unasked: str
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Executed:
+    """What ``execute`` did with a plan's steps.
+
+    ``lost`` is set when the circuit breaker's confirmation gave the node's place
+    back (the node was resumed); ``error`` when a write failed; ``rehearsed`` when
+    it was a dry run, with ``would`` the steps it would have sent.
+    """
+
+    done: tuple[Step, ...] = ()
+    lost: str = ""
+    error: str = ""
+    rehearsed: bool = False
+    would: tuple[Step, ...] = ()
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """The pass as reported and the policy state to save."""
+
+    result: PassResult
+    decision: Decision
+    state: PolicyState
+    applied: bool
+
+
+def held_finding(node: str, why: str) -> CheckResult:
+    """The policy's CRITICAL ``DRAIN_HELD``: a take-out the circuit breaker held back is a fault to see."""
+    finding = Finding(POLICY_CHECK, Status.CRITICAL, "DRAIN_HELD", node, f"not taken out (circuit breaker): {why}")
+    return CheckResult(check=POLICY_CHECK, state=RunState.RAN, findings=(finding,), duration_seconds=0.0)
+
+
+def _with_held(result: PassResult, why: str) -> PassResult:
+    return replace(result, results=(*result.results, held_finding(result.node, why))) if why else result
+
+
+@dataclass(frozen=True)
+class _Breaker:
+    decision: Decision
+    state: PolicyState
+    held_why: str
+    node: Optional[NodeInfo]
+    confirm: bool = False
+    undo: bool = False
+
+
+def _breaker(
+    decision: Decision, state: PolicyState, s: Situation, settings: PolicySettings, prefix: str
+) -> Union[Read, _Breaker]:
+    """The circuit breaker's part of the plan (docs/policy.md, "Circuit breaker").
+
+    Before a take-out it asks for the node's partitions, unless a hold is still
+    backing off. A drain that an earlier pass left unconfirmed is confirmed now
+    (and undone if it lost its place). ``node`` comes back None when a read the
+    breaker needed failed: then nothing is acted on.
+    """
+    node, observed = s.observed.node, s.observed
+    acting = s.slurm_enabled and not s.dry_run
+    if node is None or decision.intended not in TAKING_OUT:
+        return _Breaker(decision, replace(state, held=None), "", node)
+    ours = node.drained and owned(node.reason, prefix)
+    if ours and state.unconfirmed and acting:
+        if observed.views is None:
+            return Read.PARTITIONS if Read.PARTITIONS not in observed.asked else _Breaker(decision, state, "", None)
+        why = breaker_confirm(node.name, observed.views, settings)
+        if why:
+            held = replace(decision, action=Action.HOLD, explanation=why)
+            return _Breaker(
+                held, replace(breaker_held(state, why, s.now, node.name), unconfirmed=False), why, node, undo=True
+            )
+        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+    if ours or decision.action not in TAKING_OUT:
+        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+    hold = state.held
+    if hold is not None and waiting(hold.next_check, s.now, BREAKER_MAX * 1.25):
+        explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
+        held = replace(decision, action=Action.HOLD, explanation=explanation)
+        return _Breaker(held, replace(state, pending=None), hold.why, node)
+    if observed.views is None:
+        return Read.PARTITIONS if Read.PARTITIONS not in observed.asked else _Breaker(decision, state, "", None)
+    decision, why = circuit_breaker(decision, node.name, observed.views, settings)
+    if why:
+        return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
+    # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
+    binding = any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in observed.views.values())
+    return _Breaker(decision, replace(state, held=None), "", node, confirm=binding)
+
+
+def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
+    """The writes for ``decision``.
+
+    Taking out now is DRAIN then DOWN: DRAIN first so no new job can land on the
+    node, DOWN to kill (and requeue, where allowed) the running jobs. DOWN alone is
+    not durable: with ReturnToService=2 the node returns when slurmd re-registers,
+    but the DRAIN flag and its reason survive that. The breaker's CONFIRM sits
+    between the two, so a node that loses its place never has its jobs killed.
+    """
+    if breaker.undo:
+        return (Step.RESUME,)
+    if decision.action not in ACTING:
+        return ()
+    if decision.action is Action.RESUME:
+        return (Step.RESUME,)
+    steps: list[Step] = []
+    if not (node.drained and reason_head(node.reason) == reason_head(decision.reason)):
+        steps.append(Step.DRAIN)
+    if breaker.confirm:
+        steps.append(Step.CONFIRM)
+    if decision.action is Action.TAKE_OUT_NOW:
+        steps.append(Step.DOWN)
+    return tuple(steps)
+
+
+def plan(s: Situation, settings: PolicySettings, prefix: str, reconcile_interval: float) -> Union[Read, Plan]:
+    """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
+    state, acks, observed = s.state, s.acks, s.observed
+    unasked = ""
+    if not s.slurm_enabled:
+        unasked = "Slurm actions disabled ([slurm].enabled = false)"
+    elif state.pending is not None and waiting(state.pending.next_try, s.now, BACKOFF_MAX):
+        unasked = f"backing off after: {state.pending.error}"
+    elif Read.NODE not in observed.asked and needs_node(
+        apply_acks(s.result, acks)[0], state, settings, s.now, reconcile_interval
+    ):
+        return Read.NODE
+    node = observed.node
+    acknowledged: tuple[FindingRef, ...] = ()
+    if node is not None:
+        state = replace(state, last_read=s.now)
+        acknowledged = acknowledged_by_resume(state, node)
+        if acknowledged and not s.dry_run:
+            acks = merge(acks, acknowledged, s.now, "slurm-resume")
+            state = replace(state, took_out=())
+    result, kept = apply_acks(s.result, acks)
+    decision, new_state = decide(result, state, node, settings, prefix, partial=s.partial)
+    breaker = _breaker(decision, new_state, s, settings, prefix)
+    if isinstance(breaker, Read):
+        return breaker
+    decision, new_state, node = breaker.decision, breaker.state, breaker.node
+    steps: tuple[Step, ...] = ()
+    interrupted: Optional[PolicyState] = None
+    if s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo):
+        if node is None:
+            why = unasked or (observed.errors[-1] if observed.errors else "node state not read")
+            new_state = after_failure(new_state, decision, why, s.now, Read.NODE in observed.asked)
+        else:
+            steps = _steps(decision, node, breaker)
+            if steps and not breaker.undo:
+                cut_short = after_failure(new_state, decision, "not confirmed: interrupted while sending", s.now, True)
+                interrupted = replace(cut_short, unconfirmed=cut_short.unconfirmed or breaker.confirm)
+    return Plan(
+        result=_with_held(result, breaker.held_why),
+        decision=decision,
+        steps=steps,
+        node=node,
+        state=new_state,
+        interrupted=interrupted,
+        acks=kept,
+        acknowledged=acknowledged,
+        held_why=breaker.held_why,
+        unasked=unasked,
+        errors=observed.errors,
+    )
+
+
+def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: float) -> Conclusion:
+    """The state to remember and the pass to report, once ``execute`` has run the plan's steps.
+
+    A dry run remembers only the hysteresis counters (and when the node was read):
+    no pending action, no acknowledgement, nothing about Slurm that was not done.
+    """
+    decision, state, result = the_plan.decision, the_plan.state, the_plan.result
+    if executed.rehearsed:
+        kept = replace(
+            previous,
+            fail_streaks=state.fail_streaks,
+            unknown_streaks=state.unknown_streaks,
+            clean_streak=state.clean_streak,
+            last_read=state.last_read,
+        )
+        return Conclusion(result, decision, kept, applied=False)
+    if not the_plan.steps:
+        return Conclusion(result, decision, state, applied=False)
+    if executed.error:
+        failed = after_failure(state, decision, executed.error, now, attempted=True)
+        unconfirmed = failed.unconfirmed or Step.CONFIRM in the_plan.steps
+        return Conclusion(result, decision, replace(failed, unconfirmed=unconfirmed), applied=False)
+    if executed.lost:
+        held = replace(decision, action=Action.HOLD, explanation=executed.lost)
+        node = the_plan.node.name if the_plan.node else result.node
+        state = replace(breaker_held(state, executed.lost, now, node), unconfirmed=False)
+        return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
+    return Conclusion(
+        result, decision, replace(after_apply(state, decision), unconfirmed=False), decision.action in ACTING
+    )

@@ -1,0 +1,69 @@
+"""The reason healthd writes into Slurm, and how it knows a reason as its own: the policy's vocabulary.
+
+A reason is ``<prefix> <CODE> <subject> (+N more)``, naming the finding that calls
+for the strongest action, sanitized so that kernel or sysfs text cannot break
+scontrol's argument parsing or a log line. Only a reason that starts with the
+configured prefix (as a word) is healthd's: LBNL NHC's ownership rule, so that a
+node an administrator took out is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from healthd.model import Finding, Status
+
+# Longest reason healthd writes: short enough for `sinfo -R` columns and logs.
+REASON_MAX = 64
+# Statuses in the order they call for action (see ``acting_key``).
+ACTING_ORDER = (Status.CRITICAL, Status.WARNING, Status.UNKNOWN, Status.OK)
+# " (+N more)" that make_reason appends: a change of N alone is not a new reason.
+_MORE_SUFFIX = re.compile(r"\s\(\+\d+ more\)$")
+# Characters that are safe inside one scontrol `Reason=` argument and in logs.
+_UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;/@+#%()\-]")
+
+
+def sanitize(text: str) -> str:
+    """Keep only characters that cannot break scontrol's argument parsing or a log line.
+
+    Reasons quote kernel and sysfs text (device names, mount points); quotes, ``=``,
+    control characters and non-ASCII become ``_`` and runs of spaces collapse.
+    """
+    return _UNSAFE.sub("_", " ".join(text.split()))
+
+
+def reason_head(reason: str) -> str:
+    """A healthd reason without its ``(+N more)`` count: the part that names the top finding."""
+    return _MORE_SUFFIX.sub("", reason)
+
+
+def acting_key(finding: Finding) -> tuple[int, str]:
+    """Sort key putting first the finding that calls for the strongest action.
+
+    For acting, a known fault outranks "could not observe": CRITICAL, WARNING,
+    then UNKNOWN (``Status.rank`` puts UNKNOWN above WARNING for reporting). Ties
+    go by finding key, so the same findings always give the same reason.
+    """
+    return ACTING_ORDER.index(finding.status), finding.key
+
+
+def make_reason(prefix: str, findings: Sequence[Finding], limit: int = REASON_MAX) -> str:
+    """``<prefix> <CODE> <subject> (+N more)`` naming the top finding by ``acting_key``, sanitized and short."""
+    clean_prefix = sanitize(prefix) or "healthd:"
+    if not findings:
+        return clean_prefix
+    first = min(findings, key=acting_key)
+    more = len(findings) - 1
+    suffix = f" (+{more} more)" if more else ""
+    body = sanitize(f"{first.code} {first.subject}")
+    room = limit - len(clean_prefix) - 1 - len(suffix)
+    if len(body) > room:
+        body = body[: max(room - 3, 0)].rstrip() + "..."
+    return f"{clean_prefix} {body}{suffix}"
+
+
+def owned(reason: str, prefix: str) -> bool:
+    """Whether ``reason`` was written by healthd (starts with its prefix as a word)."""
+    clean_prefix = sanitize(prefix) or "healthd:"
+    return reason == clean_prefix or reason.startswith(clean_prefix + " ")
