@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,3 +78,194 @@ def test_table_counts_notes_but_lists_only_problems() -> None:
     table = render_table(PassResult("n1", 0.0, 0.1, (CheckResult("xid", RunState.RAN, findings, 0.01),)))
     assert "1 problem(s), 1 note(s)" in table
     assert "XID_79 gpu3" in table and "XID_63" not in table
+
+
+# --- what the table says about the action (item: a first dry run without Slurm) ---------------------------
+
+MISSING = '[node]\nmounts = [{ path = "/definitely-not-mounted" }]\n'
+WOULD = "would take the node out now (CRITICAL from mounts; reason 'healthd: MOUNT_MISSING /definitely-not-mounted')"
+
+
+def _fake_scontrol(tmp_path: Path, body: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return bin_dir
+
+
+def test_dry_run_with_a_broken_slurm_conf_says_so_in_one_line(
+    tmp_path: Path,
+    write_config: Callable[[str], Path],
+    cli: Callable[..., tuple[int, str, str]],
+    cli_json: Any,
+    controllerless_slurm_conf: Path,
+) -> None:
+    conf = controllerless_slurm_conf
+    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\n{MISSING}')
+    code, out, err = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
+    assert code == 2, err
+    lines = out.splitlines()
+    assert lines[-2].startswith("n1: CRITICAL (")
+    assert lines[-1] == f"Slurm not reachable (scontrol: Unable to process configuration file); dry run: {WOULD}"
+    assert "scontrol: error" not in out and "action error" not in out
+    # The whole message stays in the JSON document; a dry run leaves nothing pending.
+    code, doc = cli_json("check", "--once", "--only", "mounts", "--dry-run", "--json", "--config", str(path))
+    assert code == 2 and doc["action"]["dry_run"] is True and doc["action"]["pending"] is False
+    assert "No SlurmctldHost defined" in doc["action"]["errors"][0]
+    assert json.loads((tmp_path / "state" / "policy.json").read_text()).get("pending") is None
+
+
+def test_a_real_run_with_slurm_unreachable_shows_the_pending_take_out(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]], controllerless_slurm_conf: Path
+) -> None:
+    conf = controllerless_slurm_conf
+    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\n{MISSING}')
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 2
+    pending = f"action: PENDING: {re.escape(WOULD[len('would ') :])}: "
+    retry = r"; next try in ([0-9]|10)s"  # the first retry waits 10 s (docs/slurm.md)
+    cause = re.escape("Slurm not reachable (scontrol: Unable to process configuration file)")
+    assert re.fullmatch(pending + cause + retry, out.splitlines()[-1]), out
+    # The next pass is inside the backoff: it does not call scontrol and says it is waiting.
+    _, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert re.fullmatch(pending + "backing off after a Slurm failure" + retry, out.splitlines()[-1]), out
+
+
+def test_slurm_disabled_says_what_would_have_been_sent(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    path = write_config(f'[slurm]\nenabled = false\nnode_name = "n1"\n{MISSING}')
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 2
+    assert out.splitlines()[-1] == f"action: not sent, [slurm] enabled = false: {WOULD}"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            # What Debian's scontrol prints on a machine without slurm.conf (SRV lookup of the controller).
+            "echo 'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\n"
+            "echo 'scontrol: error: fetch_config: DNS SRV lookup failed' >&2\n"
+            "echo 'scontrol: error: _establish_config_source: failed to fetch config' >&2\n"
+            "echo 'scontrol: fatal: Could not establish a configuration source' >&2\nexit 1",
+            "Slurm not reachable (scontrol: Could not establish a configuration source)",
+        ),
+        ("exec sleep 30", "Slurm not reachable (scontrol timed out after 1s)"),
+        ("exit 1", "Slurm not reachable (scontrol: exit status 1)"),
+    ],
+    ids=["no-slurm-conf", "hangs", "silent-failure"],
+)
+def test_dry_run_names_why_slurm_was_not_reachable(
+    tmp_path: Path,
+    write_config: Callable[[str], Path],
+    cli: Callable[..., tuple[int, str, str]],
+    body: str,
+    expected: str,
+) -> None:
+    bin_dir = _fake_scontrol(tmp_path, body)
+    path = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\ntimeout = 1\nnode_name = "n1"\n{MISSING}')
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
+    assert code == 2
+    assert out.splitlines()[-1] == f"{expected}; dry run: {WOULD}"
+
+
+def test_dry_run_without_scontrol_installed(
+    tmp_path: Path, write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    path = write_config(f'[slurm]\nbin_dir = "{empty}"\nnode_name = "n1"\n{MISSING}')
+    _code, out, _ = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
+    assert out.splitlines()[-1] == (
+        f"Slurm not reachable (scontrol not found in {empty} (set [slurm].bin_dir)); dry run: {WOULD}"
+    )
+
+
+def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
+    """A pass document whose ``action`` section is what healthd.cycle writes."""
+    from healthd.cycle import ActionReport
+
+    report: dict[str, Any] = {
+        "node_state": None,
+        "node_reason": None,
+        "applied": False,
+        "held": False,
+        "pending": False,
+        "dry_run": False,
+        "slurm_enabled": True,
+        "acknowledged": (),
+        "errors": (),
+    }
+    report.update(fields)
+    return {"checks": list(checks), "action": ActionReport(decision=decision, **report).to_dict()}
+
+
+def test_action_lines_for_each_outcome() -> None:
+    from healthd.acks import FindingRef
+    from healthd.policy import Action, Decision
+    from healthd.report import action_lines
+
+    out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_79 gpu3", "CRITICAL from xid")
+    why = "(CRITICAL from xid; reason 'healthd: XID_79 gpu3')"
+    applied = _document(out, applied=True, node_state="IDLE+DRAIN", node_reason="healthd: XID_79 gpu3")
+    assert action_lines(applied, 0.0) == [
+        f"action: took the node out now (DRAIN, then DOWN) {why}; node is IDLE+DRAIN with reason 'healthd: XID_79 gpu3'"
+    ]
+    breaker_why = "partition gpu: 3 of 20 nodes already out by healthd; taking this one out would exceed 0.1"
+    held = Decision(Action.HOLD, Action.TAKE_OUT_NOW, out.reason, breaker_why)
+    drain_held = {"name": "policy", "findings": [{"code": "DRAIN_HELD", "status": "CRITICAL"}]}
+    assert action_lines(_document(held, [drain_held], held=True), 0.0) == [
+        f"action: HELD by the circuit breaker, the node stays in service: {breaker_why} (would take the node out now)"
+    ]
+    waiting = Decision(Action.HOLD, Action.DRAIN_AFTER_JOBS, "healthd: X", "WARNING from ib for 1 of 2 passes needed")
+    assert action_lines(_document(waiting, held=True), 0.0) == [
+        "action: waiting before acting: WARNING from ib for 1 of 2 passes needed (would drain the node after its jobs)"
+    ]
+    pending = _document(
+        out,
+        pending=True,
+        next_retry=130.0,
+        errors=(
+            "`scontrol update NodeName=n1 State=DRAIN Reason=x` failed: scontrol: error: Invalid node state specified",
+        ),
+    )
+    assert action_lines(pending, 100.0) == [
+        f"action: PENDING: take the node out now {why}: Slurm refused the change (scontrol: Invalid node state "
+        "specified); next try in 30s"
+    ]
+    resumed = Decision(Action.NONE, Action.RESUME, "", "all checks pass")
+    acked = _document(resumed, acknowledged=(FindingRef("xid/XID_79/gpu3", "b:12"),), errors=("state: disk full",))
+    assert action_lines(acked, 0.0) == [
+        "action: nothing to do (all checks pass)",
+        "acknowledged by the node's resume in Slurm: xid/XID_79/gpu3",
+        "action error: state: disk full",
+    ]
+
+
+def test_action_lines_survive_a_forged_record() -> None:
+    from healthd.report import action_lines
+
+    assert action_lines({"action": None}, 0.0) == ["action: none recorded (the pass failed before a decision)"]
+    forged = {
+        "decision": "take_out_now\nhealthd: OK",
+        "explanation": "x\n\x1b[2Jforged line",
+        "errors": "not a list",
+        "acknowledged": [7, {"key": "a\nb"}],
+        "next_retry": "soon",
+        "pending": "yes",
+    }
+    lines = action_lines({"checks": "nope", "action": forged}, 0.0)
+    assert lines == [
+        "action: nothing to do (x [2Jforged line)",
+        "acknowledged by the node's resume in Slurm: a b",
+    ]
+    odd = {"decision": "resume", "errors": ["`scontrol", "``", "`scontrol x` failed:", "x\ny", None]}
+    assert action_lines({"action": odd}, 0.0) == [
+        "Slurm read failed (`scontrol); action: resume the node was not done",
+        "action error: ``",
+        "action error: `scontrol x` failed:",
+        "action error: x y",
+    ]
