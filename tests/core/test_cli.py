@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -269,3 +270,97 @@ def test_action_lines_survive_a_forged_record() -> None:
         "action error: `scontrol x` failed:",
         "action error: x y",
     ]
+
+
+# --- output cut off by the reader (`| head`) ----------------------------------------------------------------
+
+HEALTHD = Path(sys.executable).with_name("healthd")
+
+
+def _big_setup(tmp_path: Path, fixtures: Path) -> tuple[Path, Path]:
+    """A config whose pass has 3,000 findings and a log of 4,000 Xid events: each prints far more than a pipe holds."""
+    mounts = ", ".join(f'{{ path = "/not-mounted/{i:05d}" }}' for i in range(3000))
+    config = tmp_path / "healthd.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[slurm]\nenabled = false\nnode_name = "n1"\n'
+        f"[node]\nmounts = [{mounts}]\n"
+    )
+    log = tmp_path / "dmesg.txt"
+    log.write_text((fixtures / "kernlog" / "journalctl-k.txt").read_text() * 1000)
+    return config, log
+
+
+PIPED = {
+    "check": (["check", "--once", "--only", "mounts"], 2),
+    "status": (["status"], 2),
+    "list-checks": (["list-checks"], None),  # exits as it does without a pipe
+    "scan-log": (["scan-log"], 2),
+}
+
+
+def _argv(name: str, config: Path, log: Path) -> list[str]:
+    args, _ = PIPED[name]
+    if name == "list-checks":  # reads no config
+        return [str(HEALTHD), *args]
+    return [str(HEALTHD), *args, *([str(log)] if name == "scan-log" else []), "--config", str(config)]
+
+
+def _env(buffered: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "SLURM_CONF")}
+    return env if buffered else {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def _expected_code(name: str, config: Path, log: Path) -> int:
+    code = PIPED[name][1]
+    if code is None:
+        code = subprocess.run(_argv(name, config, log), stdout=subprocess.DEVNULL, timeout=120, check=False).returncode
+    return code
+
+
+@pytest.mark.parametrize("name", ["check", "status", "scan-log"])
+def test_head_cuts_long_output_quietly_and_keeps_the_exit_code(tmp_path: Path, fixtures: Path, name: str) -> None:
+    config, log = _big_setup(tmp_path, fixtures)
+    if name == "status":
+        subprocess.run(_argv("check", config, log), stdout=subprocess.DEVNULL, timeout=120, check=False)
+    with open(tmp_path / "stderr", "w+") as stderr:
+        producer = subprocess.Popen(_argv(name, config, log), stdout=subprocess.PIPE, stderr=stderr, env=_env(True))
+        assert producer.stdout is not None
+        head = subprocess.Popen(["head", "-1"], stdin=producer.stdout, stdout=subprocess.PIPE, text=True)
+        producer.stdout.close()  # head alone reads the pipe: when it exits, the pipe has no reader
+        first, _ = head.communicate(timeout=120)
+        code = producer.wait(timeout=120)
+        stderr.seek(0)
+        errors = stderr.read()
+    assert errors == ""
+    assert code == 2
+    assert first.count("\n") == 1 and len(first) < 300
+    if name == "check":  # the pass ran to the end: it was saved after the output was cut
+        assert json.loads((tmp_path / "state" / "last-pass.json").read_text())["status"] == "CRITICAL"
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("name", list(PIPED))
+def test_a_reader_gone_before_any_output_is_no_error(
+    write_config: Callable[[str], Path], fixtures: Path, name: str, buffered: bool
+) -> None:
+    # Buffered (the default) fails when the interpreter flushes stdout at exit; unbuffered at the first print.
+    config = write_config(f'[slurm]\nenabled = false\nnode_name = "n1"\n{MISSING}')
+    log = fixtures / "kernlog" / "journalctl-k.txt"
+    if name == "status":
+        subprocess.run(_argv("check", config, log), stdout=subprocess.DEVNULL, timeout=120, check=False)
+    expected = _expected_code(name, config, log)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            _argv(name, config, log),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(buffered),
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode == expected
