@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd import __version__
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.text import one_line
+
+if TYPE_CHECKING:
+    # Imported where used: `healthd status` renders saved documents with this module
+    # and must not pay for the model's dataclasses.
+    from healthd.model import CheckResult, Finding, PassResult
 
 SCHEMA_VERSION = 1
 
@@ -57,14 +61,15 @@ def pass_to_dict(result: PassResult, extra: Optional[dict[str, Any]] = None) -> 
 def state_label(status: str, state: object) -> str:
     """A check's STATUS column: a check that did not run is ``n/a`` or ``disabled``, never OK.
 
-    ``state`` is a ``RunState`` value (a saved document's ``state`` field); a
-    document without one (older than that field) shows its status as it is.
+    ``state`` is a ``RunState`` value as the pass document carries it
+    (docs/check-output.schema.json); a document without one (older than that
+    field) shows its status as it is.
     """
-    if state is None or state == RunState.RAN.value:
+    if state is None or state == "ran":
         return status
-    if state == RunState.NOT_APPLICABLE.value:
+    if state == "not_applicable":
         return "n/a"
-    if state == RunState.DISABLED.value:
+    if state == "disabled":
         return "disabled"
     return f"{status} ({one_line(state, 16)})"
 
@@ -77,6 +82,8 @@ def render_table(result: PassResult) -> str:
     out. Text that came from the node (reasons, subjects, messages) is made one
     printable line first, so a crafted mount source or log line cannot forge rows.
     """
+    from healthd.model import Status
+
     rows = [("CHECK", "STATUS", "TIME", "DETAIL")]
     for check in result.results:
         problems = sum(1 for f in check.findings if f.status is not Status.OK)

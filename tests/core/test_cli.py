@@ -11,6 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from healthd import __version__
+from healthd.model import RunState
 from healthd.schema import PassOut, json_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -202,6 +203,14 @@ def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
     }
     report.update(fields)
     return {"checks": list(checks), "action": ActionReport(decision=decision, **report).to_dict()}
+
+
+@pytest.mark.parametrize("state", list(RunState), ids=lambda state: state.value)
+def test_state_label_reads_every_run_state_of_the_document(state: RunState) -> None:
+    from healthd.report import state_label
+
+    expected = {RunState.RAN: "WARNING", RunState.NOT_APPLICABLE: "n/a", RunState.DISABLED: "disabled"}
+    assert state_label("WARNING", state.value) == expected.get(state, f"WARNING ({state.value})")
 
 
 def test_action_lines_for_each_outcome() -> None:
