@@ -9,10 +9,13 @@ results (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and sysexits.h otherwise.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import os
 import sys
 from types import ModuleType
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 
 from healthd import __version__
 from healthd.defaults import EX_CONFIG
@@ -70,8 +73,85 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _StdoutGuard(io.TextIOBase):
+    """Stands in for ``sys.stdout`` while a command runs, so a reader that goes away ends the output quietly.
+
+    ``healthd scan-log big.log | head`` closes the pipe early; the next write fails
+    with EPIPE (Python ignores SIGPIPE). The command still finishes (a pass has
+    already acted and saved its state) and exits with its own code: the code says
+    what healthd found, not whether someone read all of it. Output after that
+    is dropped.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+        self.gone = False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.stream.encoding
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self.gone = True
+        # What the stream could not write stays in its buffer, and the interpreter
+        # flushes it at exit, which would fail again ("Exception ignored ... BrokenPipeError",
+        # exit 120): point the descriptor at /dev/null (Python docs, "Note on SIGPIPE").
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, self.stream.fileno())
+            finally:
+                os.close(devnull)
+
+
+@contextlib.contextmanager
+def quiet_broken_pipe() -> Iterator[None]:
+    """Run the body with ``sys.stdout`` guarded by ``_StdoutGuard``; flush before leaving."""
+    stream = sys.stdout
+    if stream is None:  # started with stdout closed: print() already writes nothing
+        yield
+        return
+    guard = _StdoutGuard(stream)
+    sys.stdout = guard
+    try:
+        yield
+    finally:
+        guard.flush()
+        sys.stdout = stream
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with quiet_broken_pipe():
+        return _dispatch(argv)
+
+
+def _dispatch(argv: list[str]) -> int:
     args = build_parser(argv).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = _module(args._module).run
     if args._module == "status":  # the cheap path: config.py would import pydantic
@@ -93,8 +173,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EX_UNKNOWN if args.command == "check" else EX_SOFTWARE
 
 
-def hook_summary(document: dict[str, Any]) -> str:
+def hook_summary(document: dict[str, Any], now: float) -> str:
     """One line from a ``check --once --json`` document: status, the first non-OK findings, the action."""
+    from healthd.report import action_lines
     from healthd.text import one_line
 
     bad = [
@@ -107,12 +188,31 @@ def hook_summary(document: dict[str, Any]) -> str:
     if bad:
         text += f": {', '.join(bad[:3])}" + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
     action = document.get("action") or {}
-    if action.get("decision") not in (None, "none"):
-        text += f"; action {action.get('decision')}" + (" (applied)" if action.get("applied") else "")
+    if action.get("decision") not in (None, "none") or action.get("errors") or action.get("dry_run"):
+        text += f"; {action_lines(document, now)[0]}"
     return one_line(text, 1000)
 
 
-def hook_main() -> int:
+def hook_parser() -> argparse.ArgumentParser:
+    """What ``healthd-hook`` accepts. slurmd passes nothing; the options are for a person at the node."""
+    parser = _Parser(
+        prog="healthd-hook",
+        allow_abbrev=False,
+        description=(
+            "slurmd's HealthCheckProgram: one pass of healthd with /etc/healthd/healthd.toml, acting on this node "
+            "through Slurm, one summary line, the pass's Nagios exit code. Without arguments it does exactly what "
+            "slurmd runs."
+        ),
+        epilog="Any other argument is refused (exit 64) without running a pass. For other configs: healthd check.",
+    )
+    parser.add_argument("--version", action="version", version=f"healthd-hook {__version__}")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="run the pass and say what it would do to the node, changing nothing"
+    )
+    return parser
+
+
+def hook_main(argv: Optional[Sequence[str]] = None) -> int:
     """``healthd-hook``: slurmd's HealthCheckProgram, i.e. ``healthd check --once`` with the default config.
 
     slurmd starts it without arguments and with an environment of ``SLURMD_NODENAME``
@@ -120,23 +220,32 @@ def hook_main() -> int:
     needs neither a shell wrapper nor options. It prints one line instead of the table
     (whoever captures the hook's output, slurmd's log or a person, reads one line), and
     exits with the pass's Nagios code.
-    """
-    import contextlib
-    import io
-    import json
 
-    captured = io.StringIO()
-    with contextlib.redirect_stdout(captured):
-        code = main(["check", "--once", "--json"])
-    try:
-        document = json.loads(captured.getvalue())
-    except ValueError:  # no document: the error went to stderr (a bad config, an internal error)
-        document = None
-    if isinstance(document, dict):
-        print(hook_summary(document))
-    else:
-        print(f"healthd: no result (exit {code}); see the errors above")
-    return code
+    A person who runs it by hand on a sick node must not drain it by asking for help:
+    ``--help`` and ``--version`` answer without a pass, ``--dry-run`` runs the pass
+    without acting, and anything else is a usage error (64) before any pass starts.
+    """
+    import json
+    import time
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    with quiet_broken_pipe():
+        try:
+            options = hook_parser().parse_args(args)
+        except SystemExit as exc:  # --help, --version (0) or a usage error (64), already printed
+            return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EX_USAGE
+        captured = io.StringIO()
+        with contextlib.redirect_stdout(captured):
+            code = main(["check", "--once", "--json", *(["--dry-run"] if options.dry_run else [])])
+        try:
+            document = json.loads(captured.getvalue())
+        except ValueError:  # no document: the error went to stderr (a bad config, an internal error)
+            document = None
+        if isinstance(document, dict):
+            print(hook_summary(document, time.time()))
+        else:
+            print(f"healthd: no result (exit {code}); see the errors above")
+        return code
 
 
 if __name__ == "__main__":

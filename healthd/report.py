@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd import __version__
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.text import one_line
+
+if TYPE_CHECKING:
+    # Imported where used: `healthd status` renders saved documents with this module
+    # and must not pay for the model's dataclasses.
+    from healthd.model import CheckResult, Finding, PassResult
 
 SCHEMA_VERSION = 1
 
@@ -54,12 +58,20 @@ def pass_to_dict(result: PassResult, extra: Optional[dict[str, Any]] = None) -> 
     return document
 
 
-def _state_label(result: CheckResult) -> str:
-    if result.state is RunState.RAN:
-        return result.status.name
-    if result.state in (RunState.NOT_APPLICABLE, RunState.DISABLED):
-        return "n/a" if result.state is RunState.NOT_APPLICABLE else "disabled"
-    return f"{result.status.name} ({result.state.value})"
+def state_label(status: str, state: object) -> str:
+    """A check's STATUS column: a check that did not run is ``n/a`` or ``disabled``, never OK.
+
+    ``state`` is a ``RunState`` value as the pass document carries it
+    (docs/check-output.schema.json); a document without one (older than that
+    field) shows its status as it is.
+    """
+    if state is None or state == "ran":
+        return status
+    if state == "not_applicable":
+        return "n/a"
+    if state == "disabled":
+        return "disabled"
+    return f"{status} ({one_line(state, 16)})"
 
 
 def render_table(result: PassResult) -> str:
@@ -70,6 +82,8 @@ def render_table(result: PassResult) -> str:
     out. Text that came from the node (reasons, subjects, messages) is made one
     printable line first, so a crafted mount source or log line cannot forge rows.
     """
+    from healthd.model import Status
+
     rows = [("CHECK", "STATUS", "TIME", "DETAIL")]
     for check in result.results:
         problems = sum(1 for f in check.findings if f.status is not Status.OK)
@@ -78,7 +92,8 @@ def render_table(result: PassResult) -> str:
             part for part in (f"{problems} problem(s)" if problems else "", f"{notes} note(s)" if notes else "") if part
         )
         detail = detail or one_line(check.reason)
-        rows.append((one_line(check.check, 64), _state_label(check), f"{check.duration_seconds * 1000:.0f}ms", detail))
+        label = state_label(check.status.name, check.state.value)
+        rows.append((one_line(check.check, 64), label, f"{check.duration_seconds * 1000:.0f}ms", detail))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows]
     for check in result.results:
@@ -89,3 +104,126 @@ def render_table(result: PassResult) -> str:
             lines.append(f"  {finding.status.name:<8} {code} {subject}: {one_line(finding.message)}")
     lines.append(f"{one_line(result.node, 200)}: {result.status.name} ({result.duration_seconds:.2f}s)")
     return "\n".join(lines)
+
+
+# What each acting decision does to the node (docs/slurm.md, "What healthd does to a node"):
+# the infinitive for what healthd would do or is still trying, the past for what it did.
+_ACTIONS = {
+    "take_out_now": ("take the node out now", "took the node out now (DRAIN, then DOWN)"),
+    "drain_after_jobs": ("drain the node after its jobs", "set the node to drain after its jobs (DRAIN)"),
+    "resume": ("resume the node", "resumed the node (RESUME)"),
+}
+
+
+def slurm_problem(error: str) -> Optional[str]:
+    """One short phrase for an error from the Slurm adapter, or None when ``error`` is about something else.
+
+    scontrol reports a missing or broken slurm.conf (or an unreachable slurmctld) as
+    several ``scontrol: error: ...`` lines ending in one ``scontrol: fatal: ...``;
+    the adapter joins them into one line. The fatal part says what stopped it, the
+    rest stays in ``--json`` (``action.errors``).
+    """
+    end = error.find("`", 1)
+    if error.startswith("`scontrol") and end > 0:
+        command, rest = error[1:end], error[end + 1 :].strip()
+        if not rest.startswith("failed:"):  # timed out, or not run because the budget was spent
+            return f"Slurm not reachable ({one_line('scontrol ' + rest, 160)})"
+        message = rest[len("failed:") :].strip()
+        parts = [part.strip() for part in message.split("scontrol: ") if part.strip()]
+        fatal = [part[len("fatal:") :] for part in parts if part.startswith("fatal:")]
+        errors = [part[len("error:") :] for part in parts if part.startswith("error:")]
+        cause = one_line(fatal[-1] if fatal else errors[0] if errors else message, 160)
+        if command.startswith("scontrol update"):
+            return f"Slurm refused the change (scontrol: {cause})"
+        return f"Slurm not reachable (scontrol: {cause})"
+    if error.startswith(("scontrol not found", "cannot run ")) and "scontrol" in error:
+        return f"Slurm not reachable ({one_line(error, 160)})"
+    if "scontrol" in error or error.startswith("slurmctld "):
+        return f"Slurm read failed ({one_line(error, 160)})"
+    return None
+
+
+def _items(value: object) -> list[dict[str, Any]]:
+    """The objects of a JSON list read from disk, skipping whatever else it holds."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _drain_held(document: Mapping[str, Any]) -> bool:
+    """Whether the pass holds a take-out back by the circuit breaker (its ``DRAIN_HELD`` finding)."""
+    return any(
+        finding.get("code") == "DRAIN_HELD"
+        for check in _items(document.get("checks"))
+        for finding in _items(check.get("findings"))
+    )
+
+
+def _next_try(when: object, now: float) -> str:
+    if isinstance(when, bool) or not isinstance(when, (int, float)):
+        return "next try on a later pass"
+    return f"next try in {when - now:.0f}s" if when > now else "next try on the next pass"
+
+
+def action_lines(document: Mapping[str, Any], now: float) -> list[str]:
+    """The ``action`` section of a pass document for people: one headline, then any other errors.
+
+    The headline says what healthd did to the node, or would have done (dry run,
+    Slurm disabled), or is still trying (pending, with the next retry), or why it
+    held back (circuit breaker, hysteresis), and, in one phrase, why Slurm could not
+    be used. ``document`` may come from disk (``healthd status``): every field is
+    checked and made one printable line.
+    """
+    action = document.get("action")
+    if not isinstance(action, dict):
+        return ["action: none recorded (the pass failed before a decision)"]
+
+    def text(key: str, limit: int = 200) -> str:
+        value = action.get(key)
+        return "" if value is None else one_line(value, limit)
+
+    decision, intended = text("decision", 32), text("intended", 32)
+    explanation, reason = text("explanation", 300), text("reason", 100)
+    raw_errors = action.get("errors")
+    errors = [one_line(e, 400) for e in (raw_errors if isinstance(raw_errors, list) else []) if isinstance(e, str)]
+    # The first Slurm error goes into the headline as one phrase; any other error gets its own line.
+    problem, rest = "", list(errors)
+    for error in errors:
+        phrase = slurm_problem(error)
+        if phrase:
+            problem = phrase
+            rest.remove(error)
+            break
+    would, did = _ACTIONS.get(intended if decision == "hold" else decision, ("", ""))
+    then = f" (would {would})" if would else ""
+    why = f" ({explanation}; reason {reason!r})" if reason else f" ({explanation})" if explanation else ""
+
+    dry = action.get("dry_run") is True
+    label = "dry run" if dry else "action"
+    if decision == "hold" and _drain_held(document):
+        body = f"HELD by the circuit breaker, the node stays in service: {explanation}{then}"
+    elif decision == "hold":
+        body = f"waiting before acting: {explanation}{then}"
+    elif not would:
+        body = f"nothing to do ({explanation or decision or 'no decision recorded'})"
+    elif action.get("applied") is True:
+        body = f"{did}{why}"
+    elif dry:
+        body = f"would {would}{why}" + ("" if problem else "; nothing was changed in Slurm")
+    elif action.get("slurm_enabled") is False:
+        body = f"not sent, [slurm] enabled = false: would {would}{why}"
+    elif action.get("pending") is True:
+        retry = _next_try(action.get("next_retry"), now)
+        body = f"PENDING: {would}{why}: {problem or 'backing off after a Slurm failure'}; {retry}"
+        problem = ""
+    else:
+        body = f"{would} was not done{why}"
+    line = f"{problem}; {label}: {body}" if problem else f"{label}: {body}"
+    node_state = text("node_state", 64)
+    if node_state:
+        node_reason = text("node_reason", 100)
+        line += f"; node is {node_state}" + (f" with reason {node_reason!r}" if node_reason else "")
+    lines = [line]
+    keys = [one_line(ack.get("key"), 100) for ack in _items(action.get("acknowledged"))]
+    if keys:
+        lines.append(f"acknowledged by the node's resume in Slurm: {', '.join(keys)}")
+    lines.extend(f"action error: {error}" for error in rest)
+    return lines

@@ -63,6 +63,19 @@ def cli_json(cli: Callable[..., tuple[int, str, str]]) -> Callable[..., tuple[in
     return run
 
 
+@pytest.fixture
+def controllerless_slurm_conf(tmp_path: Path) -> Path:
+    """A slurm.conf that names no SlurmctldHost: the real scontrol stops at once with a config error.
+
+    It stands for a machine where Slurm is not reachable, and contacts no controller.
+    """
+    if not any((Path(d) / "scontrol").is_file() for d in ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")):
+        pytest.skip("scontrol is not installed (Debian package slurm-wlm)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=trial\n")
+    return conf
+
+
 def _mounted(path: str) -> bool:
     with open("/proc/self/mountinfo", encoding="utf-8") as handle:
         return any(line.split(" ")[4] == path for line in handle)

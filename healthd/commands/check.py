@@ -12,12 +12,9 @@ import argparse
 import json
 import logging
 import sys
-from typing import TYPE_CHECKING
+import time
 
 from healthd.cli import EX_USAGE, add_config_argument
-
-if TYPE_CHECKING:
-    from healthd.cycle import ActionReport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,18 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def _action_line(action: ActionReport) -> str:
-    decision = action.decision
-    flags = [name for name in ("applied", "held", "pending", "dry_run") if getattr(action, name)]
-    reason = f" reason={decision.reason!r}" if decision.reason else ""
-    line = f"action: {decision.action.value}{reason} [{', '.join(flags) or 'not applied'}] {decision.explanation}"
-    return "\n".join([line, *(f"action error: {e}" for e in action.errors)])
-
-
 def run(args: argparse.Namespace) -> int:
     from healthd.cycle import run_cycle
     from healthd.engine import Engine
-    from healthd.report import render_table
+    from healthd.report import action_lines, render_table
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="healthd: %(levelname)s: %(message)s")
@@ -57,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(outcome.document, indent=2))
     else:
         print(render_table(outcome.result))
-        print(_action_line(outcome.action))
+        print("\n".join(action_lines(outcome.document, time.time())))
     return outcome.exit_code

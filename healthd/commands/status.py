@@ -108,14 +108,20 @@ def _field(mapping: dict[str, Any], key: str, limit: int = 200) -> str:
     return "?" if value is None else one_line(value, limit)
 
 
-def _render(document: dict[str, Any], age: float) -> str:
+def _render(document: dict[str, Any], age: float, now: float, limit: Optional[float]) -> str:
+    """The record for people; ``limit`` is the age beyond which it is stale (None: it is fresh)."""
+    from healthd.report import action_lines, state_label
+
     head = f"{_field(document, 'node')}: {_field(document, 'status')}, last pass {age:.0f}s ago"
     lines = [f"{head} ({_field(document, 'started_at')})"]
+    if limit is not None:
+        lines[0] += f": STALE, older than {limit:g}s"
     checks = document.get("checks")
     for check in checks if isinstance(checks, list) else []:
         if not isinstance(check, dict):
             continue
-        lines.append(f"  {_field(check, 'name', 64):<12} {_field(check, 'status', 16)}")
+        label = state_label(_field(check, "status", 16), check.get("state"))
+        lines.append(f"  {_field(check, 'name', 64):<12} {label}")
         findings = check.get("findings")
         for finding in findings if isinstance(findings, list) else []:
             if isinstance(finding, dict):
@@ -123,6 +129,8 @@ def _render(document: dict[str, Any], age: float) -> str:
                     f"    {_field(finding, 'status', 16):<8} {_field(finding, 'code', 64)} "
                     f"{_field(finding, 'subject')}: {one_line(finding.get('message', ''))}"
                 )
+    if "action" in document:  # records older than the action section have none to show
+        lines.extend(action_lines(document, now))
     return "\n".join(lines)
 
 
@@ -136,15 +144,20 @@ def run(args: argparse.Namespace) -> int:
     except StatusError as exc:
         print(f"healthd: UNKNOWN: {exc}", file=sys.stderr)
         return UNKNOWN
-    age = age_seconds(document, time.time())
-    stale = age is None or age > 2 * interval
+    now = time.time()
+    age = age_seconds(document, now)
+    limit = 2 * interval
+    stale = age is None or age > limit
     code = UNKNOWN if stale else _CODES[document["status"]]
     if args.json:
         print(json.dumps({"age_seconds": age, "stale": stale, "exit_code": code, "last_pass": document}, indent=2))
     elif age is None:
         print(f"healthd: UNKNOWN: the recorded pass in {state_dir} has no readable 'started_at'", file=sys.stderr)
     else:
-        print(_render(document, age))
+        print(_render(document, age, now, limit if stale else None))
         if stale:
-            print(f"healthd: UNKNOWN: last pass is {age:.0f}s old, more than two intervals ({2 * interval:.0f}s)")
+            print(
+                f"healthd: UNKNOWN: stale: the last pass is {age:.0f}s old, more than two intervals ({limit:g}s,"
+                f" [daemon].interval = {interval:g}s); is `healthd run` running?"
+            )
     return code

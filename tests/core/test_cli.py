@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +11,7 @@ from typing import Any, Callable
 import pytest
 
 from healthd import __version__
+from healthd.model import RunState
 from healthd.schema import PassOut, json_schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,3 +80,296 @@ def test_table_counts_notes_but_lists_only_problems() -> None:
     table = render_table(PassResult("n1", 0.0, 0.1, (CheckResult("xid", RunState.RAN, findings, 0.01),)))
     assert "1 problem(s), 1 note(s)" in table
     assert "XID_79 gpu3" in table and "XID_63" not in table
+
+
+# --- what the table says about the action (item: a first dry run without Slurm) ---------------------------
+
+MISSING = '[node]\nmounts = [{ path = "/definitely-not-mounted" }]\n'
+WOULD = "would take the node out now (CRITICAL from mounts; reason 'healthd: MOUNT_MISSING /definitely-not-mounted')"
+
+
+def _fake_scontrol(tmp_path: Path, body: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return bin_dir
+
+
+def test_dry_run_with_a_broken_slurm_conf_says_so_in_one_line(
+    tmp_path: Path,
+    write_config: Callable[[str], Path],
+    cli: Callable[..., tuple[int, str, str]],
+    cli_json: Any,
+    controllerless_slurm_conf: Path,
+) -> None:
+    conf = controllerless_slurm_conf
+    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\n{MISSING}')
+    code, out, err = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
+    assert code == 2, err
+    lines = out.splitlines()
+    assert lines[-2].startswith("n1: CRITICAL (")
+    assert lines[-1] == f"Slurm not reachable (scontrol: Unable to process configuration file); dry run: {WOULD}"
+    assert "scontrol: error" not in out and "action error" not in out
+    # The whole message stays in the JSON document; a dry run leaves nothing pending.
+    code, doc = cli_json("check", "--once", "--only", "mounts", "--dry-run", "--json", "--config", str(path))
+    assert code == 2 and doc["action"]["dry_run"] is True and doc["action"]["pending"] is False
+    assert "No SlurmctldHost defined" in doc["action"]["errors"][0]
+    assert json.loads((tmp_path / "state" / "policy.json").read_text()).get("pending") is None
+
+
+def test_a_real_run_with_slurm_unreachable_shows_the_pending_take_out(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]], controllerless_slurm_conf: Path
+) -> None:
+    conf = controllerless_slurm_conf
+    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\n{MISSING}')
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 2
+    pending = f"action: PENDING: {re.escape(WOULD[len('would ') :])}: "
+    retry = r"; next try in ([0-9]|10)s"  # the first retry waits 10 s (docs/slurm.md)
+    cause = re.escape("Slurm not reachable (scontrol: Unable to process configuration file)")
+    assert re.fullmatch(pending + cause + retry, out.splitlines()[-1]), out
+    # The next pass is inside the backoff: it does not call scontrol and says it is waiting.
+    _, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert re.fullmatch(pending + "backing off after a Slurm failure" + retry, out.splitlines()[-1]), out
+
+
+def test_slurm_disabled_says_what_would_have_been_sent(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    path = write_config(f'[slurm]\nenabled = false\nnode_name = "n1"\n{MISSING}')
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 2
+    assert out.splitlines()[-1] == f"action: not sent, [slurm] enabled = false: {WOULD}"
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            # What Debian's scontrol prints on a machine without slurm.conf (SRV lookup of the controller).
+            "echo 'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\n"
+            "echo 'scontrol: error: fetch_config: DNS SRV lookup failed' >&2\n"
+            "echo 'scontrol: error: _establish_config_source: failed to fetch config' >&2\n"
+            "echo 'scontrol: fatal: Could not establish a configuration source' >&2\nexit 1",
+            "Slurm not reachable (scontrol: Could not establish a configuration source)",
+        ),
+        ("exec sleep 30", "Slurm not reachable (scontrol timed out after 1s)"),
+        ("exit 1", "Slurm not reachable (scontrol: exit status 1)"),
+    ],
+    ids=["no-slurm-conf", "hangs", "silent-failure"],
+)
+def test_dry_run_names_why_slurm_was_not_reachable(
+    tmp_path: Path,
+    write_config: Callable[[str], Path],
+    cli: Callable[..., tuple[int, str, str]],
+    body: str,
+    expected: str,
+) -> None:
+    bin_dir = _fake_scontrol(tmp_path, body)
+    path = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\ntimeout = 1\nnode_name = "n1"\n{MISSING}')
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
+    assert code == 2
+    assert out.splitlines()[-1] == f"{expected}; dry run: {WOULD}"
+
+
+def test_dry_run_without_scontrol_installed(
+    tmp_path: Path, write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    path = write_config(f'[slurm]\nbin_dir = "{empty}"\nnode_name = "n1"\n{MISSING}')
+    _code, out, _ = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
+    assert out.splitlines()[-1] == (
+        f"Slurm not reachable (scontrol not found in {empty} (set [slurm].bin_dir)); dry run: {WOULD}"
+    )
+
+
+def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
+    """A pass document whose ``action`` section is what healthd.cycle writes."""
+    from healthd.cycle import ActionReport
+
+    report: dict[str, Any] = {
+        "node_state": None,
+        "node_reason": None,
+        "applied": False,
+        "held": False,
+        "pending": False,
+        "dry_run": False,
+        "slurm_enabled": True,
+        "acknowledged": (),
+        "errors": (),
+    }
+    report.update(fields)
+    return {"checks": list(checks), "action": ActionReport(decision=decision, **report).to_dict()}
+
+
+@pytest.mark.parametrize("state", list(RunState), ids=lambda state: state.value)
+def test_state_label_reads_every_run_state_of_the_document(state: RunState) -> None:
+    from healthd.report import state_label
+
+    expected = {RunState.RAN: "WARNING", RunState.NOT_APPLICABLE: "n/a", RunState.DISABLED: "disabled"}
+    assert state_label("WARNING", state.value) == expected.get(state, f"WARNING ({state.value})")
+
+
+def test_action_lines_for_each_outcome() -> None:
+    from healthd.acks import FindingRef
+    from healthd.policy import Action, Decision
+    from healthd.report import action_lines
+
+    out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_79 gpu3", "CRITICAL from xid")
+    why = "(CRITICAL from xid; reason 'healthd: XID_79 gpu3')"
+    applied = _document(out, applied=True, node_state="IDLE+DRAIN", node_reason="healthd: XID_79 gpu3")
+    assert action_lines(applied, 0.0) == [
+        f"action: took the node out now (DRAIN, then DOWN) {why}; node is IDLE+DRAIN with reason 'healthd: XID_79 gpu3'"
+    ]
+    breaker_why = "partition gpu: 3 of 20 nodes already out by healthd; taking this one out would exceed 0.1"
+    held = Decision(Action.HOLD, Action.TAKE_OUT_NOW, out.reason, breaker_why)
+    drain_held = {"name": "policy", "findings": [{"code": "DRAIN_HELD", "status": "CRITICAL"}]}
+    assert action_lines(_document(held, [drain_held], held=True), 0.0) == [
+        f"action: HELD by the circuit breaker, the node stays in service: {breaker_why} (would take the node out now)"
+    ]
+    waiting = Decision(Action.HOLD, Action.DRAIN_AFTER_JOBS, "healthd: X", "WARNING from ib for 1 of 2 passes needed")
+    assert action_lines(_document(waiting, held=True), 0.0) == [
+        "action: waiting before acting: WARNING from ib for 1 of 2 passes needed (would drain the node after its jobs)"
+    ]
+    pending = _document(
+        out,
+        pending=True,
+        next_retry=130.0,
+        errors=(
+            "`scontrol update NodeName=n1 State=DRAIN Reason=x` failed: scontrol: error: Invalid node state specified",
+        ),
+    )
+    assert action_lines(pending, 100.0) == [
+        f"action: PENDING: take the node out now {why}: Slurm refused the change (scontrol: Invalid node state "
+        "specified); next try in 30s"
+    ]
+    resumed = Decision(Action.NONE, Action.RESUME, "", "all checks pass")
+    acked = _document(resumed, acknowledged=(FindingRef("xid/XID_79/gpu3", "b:12"),), errors=("state: disk full",))
+    assert action_lines(acked, 0.0) == [
+        "action: nothing to do (all checks pass)",
+        "acknowledged by the node's resume in Slurm: xid/XID_79/gpu3",
+        "action error: state: disk full",
+    ]
+
+
+def test_action_lines_survive_a_forged_record() -> None:
+    from healthd.report import action_lines
+
+    assert action_lines({"action": None}, 0.0) == ["action: none recorded (the pass failed before a decision)"]
+    forged = {
+        "decision": "take_out_now\nhealthd: OK",
+        "explanation": "x\n\x1b[2Jforged line",
+        "errors": "not a list",
+        "acknowledged": [7, {"key": "a\nb"}],
+        "next_retry": "soon",
+        "pending": "yes",
+    }
+    lines = action_lines({"checks": "nope", "action": forged}, 0.0)
+    assert lines == [
+        "action: nothing to do (x [2Jforged line)",
+        "acknowledged by the node's resume in Slurm: a b",
+    ]
+    odd = {"decision": "resume", "errors": ["`scontrol", "``", "`scontrol x` failed:", "x\ny", None]}
+    assert action_lines({"action": odd}, 0.0) == [
+        "Slurm read failed (`scontrol); action: resume the node was not done",
+        "action error: ``",
+        "action error: `scontrol x` failed:",
+        "action error: x y",
+    ]
+
+
+# --- output cut off by the reader (`| head`) ----------------------------------------------------------------
+
+HEALTHD = Path(sys.executable).with_name("healthd")
+
+
+def _big_setup(tmp_path: Path, fixtures: Path) -> tuple[Path, Path]:
+    """A config whose pass has 3,000 findings and a log of 4,000 Xid events: each prints far more than a pipe holds."""
+    mounts = ", ".join(f'{{ path = "/not-mounted/{i:05d}" }}' for i in range(3000))
+    config = tmp_path / "healthd.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[slurm]\nenabled = false\nnode_name = "n1"\n'
+        f"[node]\nmounts = [{mounts}]\n"
+    )
+    log = tmp_path / "dmesg.txt"
+    log.write_text((fixtures / "kernlog" / "journalctl-k.txt").read_text() * 1000)
+    return config, log
+
+
+PIPED = {
+    "check": (["check", "--once", "--only", "mounts"], 2),
+    "status": (["status"], 2),
+    "list-checks": (["list-checks"], None),  # exits as it does without a pipe
+    "scan-log": (["scan-log"], 2),
+}
+
+
+def _argv(name: str, config: Path, log: Path) -> list[str]:
+    args, _ = PIPED[name]
+    if name == "list-checks":  # reads no config
+        return [str(HEALTHD), *args]
+    return [str(HEALTHD), *args, *([str(log)] if name == "scan-log" else []), "--config", str(config)]
+
+
+def _env(buffered: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONUNBUFFERED", "SLURM_CONF")}
+    return env if buffered else {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def _expected_code(name: str, config: Path, log: Path) -> int:
+    code = PIPED[name][1]
+    if code is None:
+        code = subprocess.run(_argv(name, config, log), stdout=subprocess.DEVNULL, timeout=120, check=False).returncode
+    return code
+
+
+@pytest.mark.parametrize("name", ["check", "status", "scan-log"])
+def test_head_cuts_long_output_quietly_and_keeps_the_exit_code(tmp_path: Path, fixtures: Path, name: str) -> None:
+    config, log = _big_setup(tmp_path, fixtures)
+    if name == "status":
+        subprocess.run(_argv("check", config, log), stdout=subprocess.DEVNULL, timeout=120, check=False)
+    with open(tmp_path / "stderr", "w+") as stderr:
+        producer = subprocess.Popen(_argv(name, config, log), stdout=subprocess.PIPE, stderr=stderr, env=_env(True))
+        assert producer.stdout is not None
+        head = subprocess.Popen(["head", "-1"], stdin=producer.stdout, stdout=subprocess.PIPE, text=True)
+        producer.stdout.close()  # head alone reads the pipe: when it exits, the pipe has no reader
+        first, _ = head.communicate(timeout=120)
+        code = producer.wait(timeout=120)
+        stderr.seek(0)
+        errors = stderr.read()
+    assert errors == ""
+    assert code == 2
+    assert first.count("\n") == 1 and len(first) < 300
+    if name == "check":  # the pass ran to the end: it was saved after the output was cut
+        assert json.loads((tmp_path / "state" / "last-pass.json").read_text())["status"] == "CRITICAL"
+
+
+@pytest.mark.parametrize("buffered", [True, False], ids=["buffered", "unbuffered"])
+@pytest.mark.parametrize("name", list(PIPED))
+def test_a_reader_gone_before_any_output_is_no_error(
+    write_config: Callable[[str], Path], fixtures: Path, name: str, buffered: bool
+) -> None:
+    # Buffered (the default) fails when the interpreter flushes stdout at exit; unbuffered at the first print.
+    config = write_config(f'[slurm]\nenabled = false\nnode_name = "n1"\n{MISSING}')
+    log = fixtures / "kernlog" / "journalctl-k.txt"
+    if name == "status":
+        subprocess.run(_argv("check", config, log), stdout=subprocess.DEVNULL, timeout=120, check=False)
+    expected = _expected_code(name, config, log)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            _argv(name, config, log),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(buffered),
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert done.stderr == ""
+    assert done.returncode == expected

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
 import time
@@ -61,10 +62,23 @@ def test_json_output_carries_age_and_document(tmp_path: Path, capsys: pytest.Cap
     assert document["last_pass"]["node"] == "gpu0001"
 
 
-def test_record_older_than_two_intervals_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_record_older_than_two_intervals_is_unknown_and_says_stale(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = _setup(tmp_path, "OK", age=700, interval=300)
     assert main(["status", "--config", str(config)]) == 3
-    assert "more than two intervals (600s)" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("gpu0001: OK, last pass 70") and lines[0].endswith(": STALE, older than 600s")
+    assert lines[-1].startswith("healthd: UNKNOWN: stale: the last pass is 70")
+    assert lines[-1].endswith(
+        "s old, more than two intervals (600s, [daemon].interval = 300s); is `healthd run` running?"
+    )
+
+
+def test_fresh_record_is_not_called_stale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _setup(tmp_path, "OK", age=500, interval=300)
+    assert main(["status", "--config", str(config)]) == 0
+    assert "stale" not in capsys.readouterr().out.lower()
 
 
 def test_missing_record_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,3 +142,82 @@ def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", probe, str(config)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout
+
+
+# --- from real passes: `healthd check --once` writes the record that `healthd status` reads ---------------
+
+
+def _real_config(tmp_path: Path, slurm: str) -> Path:
+    """mounts finds one mount missing; gpu and xid are off (NVML and the shared kernel log differ between
+    machines); services, infiniband and pcie have nothing to examine under an empty sysfs, so they do not apply."""
+    sysfs = tmp_path / "sys"
+    sysfs.mkdir()
+    config = tmp_path / "healthd.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\nsysfs = "{sysfs}"\n'
+        f'[slurm]\nnode_name = "n1"\n{slurm}\n[node]\nmounts = [{{ path = "/definitely-not-mounted" }}]\n'
+        "[checks.gpu]\nenabled = false\n[checks.xid]\nenabled = false\n"
+    )
+    return config
+
+
+def _conf_without_controller(tmp_path: Path) -> str:
+    """A slurm.conf naming no SlurmctldHost: the real scontrol fails at once with a config error, contacting nobody."""
+    if not any((Path(d) / "scontrol").is_file() for d in ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")):
+        pytest.skip("scontrol is not installed (Debian package slurm-wlm)")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=trial\n")
+    return f'conf = "{conf}"'
+
+
+def _status(config: Path, capsys: pytest.CaptureFixture[str], *check: str) -> tuple[int, list[str]]:
+    main(["check", "--once", *check, "--config", str(config)])
+    capsys.readouterr()
+    code = main(["status", "--config", str(config)])
+    return code, capsys.readouterr().out.splitlines()
+
+
+WOULD = "take the node out now (CRITICAL from mounts; reason 'healthd: MOUNT_MISSING /definitely-not-mounted')"
+
+
+def test_checks_that_did_not_apply_are_not_shown_as_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, lines = _status(_real_config(tmp_path, "enabled = false"), capsys)
+    assert code == 2
+    rows = {line.split()[0]: line.split(None, 1)[1] for line in lines if line.startswith("  ") and line[2] != " "}
+    assert rows == {
+        "gpu": "disabled",
+        "infiniband": "n/a",
+        "mounts": "CRITICAL",
+        "pcie": "n/a",
+        "services": "n/a",
+        "xid": "disabled",
+    }
+    assert lines[-1] == f"action: not sent, [slurm] enabled = false: would {WOULD}"
+
+
+def test_status_shows_a_dry_run_with_slurm_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _real_config(tmp_path, _conf_without_controller(tmp_path))
+    code, lines = _status(config, capsys, "--dry-run")
+    assert code == 2
+    assert lines[-1] == f"Slurm not reachable (scontrol: Unable to process configuration file); dry run: would {WOULD}"
+
+
+def test_status_shows_a_pending_take_out_and_its_next_retry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = _real_config(tmp_path, _conf_without_controller(tmp_path))
+    code, lines = _status(config, capsys)
+    assert code == 2
+    cause = "Slurm not reachable (scontrol: Unable to process configuration file)"
+    assert re.fullmatch(re.escape(f"action: PENDING: {WOULD}: {cause}; next try in ") + r"([0-9]|10)s", lines[-1])
+
+
+def test_a_real_record_goes_stale(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["check", "--once", "--config", str(_real_config(tmp_path, "enabled = false"))])
+    capsys.readouterr()
+    # status reads only state_dir and interval: a second config with a 0.1 s interval ages the record at once.
+    hasty = tmp_path / "hasty.toml"
+    hasty.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[daemon]\ninterval = 0.1\n')
+    time.sleep(0.3)
+    assert main(["status", "--config", str(hasty)]) == 3
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("n1: CRITICAL, last pass ") and lines[0].endswith(": STALE, older than 0.2s")
+    assert lines[-1].startswith("healthd: UNKNOWN: stale: the last pass is ")
