@@ -232,6 +232,10 @@ class SlurmClient:
     def _run(self, *args: str) -> str:
         binary = find_binary("scontrol", self.settings.bin_dir)
         command = f"scontrol {' '.join(args)}"
+        conf = self.settings.conf
+        if conf is not None and not conf.is_file():
+            # scontrol would retry a missing slurm.conf for about a minute before giving up.
+            raise SlurmError(f"`{command}` not run: {conf} does not exist ([slurm].conf)")
         timeout = self._timeout(command)
         argv = [str(binary), *args]
         self.calls.append(tuple(args))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -256,6 +257,16 @@ esac
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
     run_cycle(Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec]))
     assert json.loads((tmp_path / "state" / "slurm.json").read_text())["output_format"] == "text"
+
+
+def test_a_missing_slurm_conf_fails_at_once_and_says_which(tmp_path: Path) -> None:
+    """scontrol itself retries a missing slurm.conf for about a minute; the adapter does not start it."""
+    client = SlurmClient(SlurmSettings(conf=tmp_path / "absent" / "slurm.conf", timeout=30))
+    started = time.monotonic()
+    with pytest.raises(SlurmError, match=r"absent/slurm\.conf does not exist \(\[slurm\]\.conf\)"):
+        client.show_node("node1")
+    assert time.monotonic() - started < 5
+    assert client.calls == []
 
 
 def test_all_calls_of_a_pass_share_one_time_budget(tmp_path: Path) -> None:
