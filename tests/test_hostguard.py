@@ -47,6 +47,7 @@ def host_guard(pytestconfig):
 FILE_TESTS = """
 import contextlib
 import subprocess
+import time
 
 # At collection, outside any test: the session fails even though every test below could pass.
 with contextlib.suppress(OSError):
@@ -56,6 +57,14 @@ with contextlib.suppress(OSError):
 def test_clean(tmp_path):
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "last-pass.json").write_text("{}")
+
+
+def test_starts_no_process_while_another_program_writes():
+    (VAR.parent / "ready").write_text("go")  # the outer test's writer waits for this
+    for _ in range(600):
+        if (VAR / "foreign.json").exists():
+            return
+        time.sleep(0.05)
 
 
 def test_writes_in_process():
@@ -120,14 +129,21 @@ def test_test_cluster_conf_is_let_through(tmp_path, host_guard):
 """
 
 
-def _inner_session(tmp_path: Path, tests: str) -> tuple[int, str, dict[str, str], Path, Path]:
-    """Run ``tests`` in an inner pytest session guarding tmp_path/etc-healthd and tmp_path/var-lib-healthd.
+def _stand_ins(tmp_path: Path) -> tuple[Path, Path]:
+    """The inner session's /etc/healthd (absent at first) and /var/lib/healthd."""
+    var = tmp_path / "var-lib-healthd"
+    var.mkdir(exist_ok=True)
+    return tmp_path / "etc-healthd", var
 
-    Returns the exit code, the output, each test's teardown error text ("" if none), and the two paths.
+
+def _inner_session(tmp_path: Path, tests: str) -> tuple[int, str, dict[str, str]]:
+    """Run ``tests`` in an inner pytest session guarding the stand-ins of tmp_path.
+
+    Returns the exit code, the output, and each test's teardown error text ("" if none).
     """
-    inner, etc, var = tmp_path / "inner", tmp_path / "etc-healthd", tmp_path / "var-lib-healthd"
+    inner = tmp_path / "inner"
+    etc, var = _stand_ins(tmp_path)
     inner.mkdir()
-    var.mkdir()
     # Each inner file starts by naming the guard module and the two stand-ins.
     header = f"from pathlib import Path\nHOSTGUARD = {str(HOSTGUARD)!r}\n"
     header += f"ETC, VAR = Path({str(etc)!r}), Path({str(var)!r})\n"
@@ -147,13 +163,27 @@ def _inner_session(tmp_path: Path, tests: str) -> tuple[int, str, dict[str, str]
     for case in ET.parse(report).getroot().iter("testcase"):
         bad = [element for element in case if element.tag in ("error", "failure")]
         errors[case.get("name", "")] = "\n".join((e.get("message") or "") + (e.text or "") for e in bad)
-    return done.returncode, done.stdout + done.stderr, errors, etc, var
+    return done.returncode, done.stdout + done.stderr, errors
 
 
 def test_touching_a_guarded_path_fails_the_test_that_did(tmp_path: Path) -> None:
-    code, output, errors, etc, var = _inner_session(tmp_path, FILE_TESTS)
+    etc, var = _stand_ins(tmp_path)
+    # Another program on the machine, not started by the inner session, writes while one of its tests runs.
+    script = f'while [ ! -e "{tmp_path}/ready" ]; do sleep 0.05; done; echo x > "{var}/foreign.json"'
+    writer = subprocess.Popen(["sh", "-c", script])
+    try:
+        code, output, errors = _inner_session(tmp_path, FILE_TESTS)
+    finally:
+        writer.kill()
+        writer.wait()
     assert code == 1, output
     assert errors["test_clean"] == "", output
+    assert errors["test_starts_no_process_while_another_program_writes"] == "", output
+    assert "host guard: warning: another program on this machine changed the guarded paths:" in output
+    assert (
+        f"{var / 'foreign.json'} was created while test_inner.py::test_starts_no_process_while_another_program_writes"
+        " ran, which started no process"
+    ) in output
     assert f"open {var / 'last-pass.json'} (blocked)" in errors["test_writes_in_process"]
     assert f"open {var / 'policy.json'} (blocked)" in errors["test_reads_in_process"]
     assert f"{var / 'policy.json'} was created" in errors["test_writes_in_a_subprocess"]
@@ -167,7 +197,7 @@ def test_touching_a_guarded_path_fails_the_test_that_did(tmp_path: Path) -> None
 
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="Slurm's scontrol is not installed")
 def test_a_slurm_command_outside_the_test_cluster_fails_the_test_that_ran_it(tmp_path: Path) -> None:
-    code, output, errors, _, _ = _inner_session(tmp_path, SLURM_TESTS)
+    code, output, errors = _inner_session(tmp_path, SLURM_TESTS)
     assert code == 1, output
     assert "ran /usr/bin/scontrol with SLURM_CONF=" in errors["test_stray_slurm_client_in_process"]
     assert "which is not a test cluster" in errors["test_stray_slurm_client_in_process"]
