@@ -54,7 +54,8 @@ def main() -> None:
                 time.sleep(0.05)
             config = Path(tmp) / "healthd.toml"
             config.write_text(
-                f'[paths]\nstate_dir = "{tmp}/state"\n[node]\nmounts = [{{ path = "{mnt}" }}]\n'
+                f'[paths]\nstate_dir = "{tmp}/state"\n[slurm]\nenabled = false\n'
+                f'[node]\nmounts = [{{ path = "{mnt}" }}]\n'
                 f"[checks.mounts]\ninclude_root = false\nprobe_timeout = {args.probe_timeout}\n"
             )
             first = one_pass(config)

@@ -1,7 +1,14 @@
-"""Fixtures shared by every test area: repository paths and running the CLI in-process."""
+"""Fixtures shared by every test area: the host guard, private configs, running the CLI in-process.
+
+The host guard (tests/hostguard.py, importable as ``healthd_test_hostguard``) fails
+any test that touches /etc/healthd, /var/lib/healthd or a Slurm that is not a test
+cluster; every config written here is private (see ``write_config``).
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -15,11 +22,53 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
+import healthd.commands.status
+import healthd.config
 from healthd.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 HANGFS = REPO / "tests" / "core" / "hangfs.py"
+
+# With pytest's importlib import mode test modules cannot import each other: load the guard
+# once under a fixed name, for this conftest, the other conftests and the guard's own tests.
+_GUARD = importlib.util.spec_from_file_location("healthd_test_hostguard", Path(__file__).with_name("hostguard.py"))
+assert _GUARD is not None and _GUARD.loader is not None
+hostguard = importlib.util.module_from_spec(_GUARD)
+sys.modules[_GUARD.name] = hostguard
+_GUARD.loader.exec_module(hostguard)
+
+GUARD_PLUGIN = "healthd-host-guard"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(hostguard.HostGuardPlugin(hostguard.HostGuard()), GUARD_PLUGIN)
+
+
+@pytest.fixture(scope="session")
+def host_guard(pytestconfig: pytest.Config) -> Any:
+    """The session's HostGuard: a test cluster's fixture calls ``host_guard.allow_slurm_conf(conf)``."""
+    return pytestconfig.pluginmanager.get_plugin(GUARD_PLUGIN).guard
+
+
+@pytest.fixture(scope="session")
+def _default_configs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Where each test's default config goes, numbered (one directory: no numbered-dir scan per test)."""
+    return tmp_path_factory.mktemp("default-config"), tmp_path_factory.getbasetemp()
+
+
+_DEFAULT_CONFIG_NUMBER = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _private_default_config(_default_configs: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """In this process, healthd's default config (read when no --config is given) is private to the test."""
+    directory, basetemp = _default_configs
+    number = next(_DEFAULT_CONFIG_NUMBER)
+    path = directory / f"healthd-{number}.toml"
+    path.write_text(hostguard.private_config("", directory / f"state-{number}", basetemp))
+    monkeypatch.setattr(healthd.config, "DEFAULT_CONFIG_PATH", path)
+    monkeypatch.setattr(healthd.commands.status, "DEFAULT_CONFIG_PATH", path)
 
 
 @pytest.fixture
@@ -28,14 +77,21 @@ def fixtures() -> Path:
 
 
 @pytest.fixture
-def write_config(tmp_path: Path) -> Callable[[str], Path]:
-    """Write a TOML config whose state_dir is private to the test; returns its path."""
+def write_config(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Callable[..., Path]:
+    """``write_config(body, slurm_cluster=None)``: write ``body`` as tmp_path/healthd.toml, made private.
 
-    def write(body: str) -> Path:
+    The config gets ``[paths] state_dir = tmp_path/state`` (a state_dir the body chose is
+    kept only under the session's temporary directory) and ``[slurm] enabled = false``;
+    a test of the real cluster passes its slurm.conf as ``slurm_cluster``, which must be
+    a test cluster the host guard knows, and becomes ``[slurm] conf``.
+    """
+
+    def write(body: str, *, slurm_cluster: Optional[Path] = None) -> Path:
+        if slurm_cluster is not None and not host_guard.is_test_cluster(slurm_cluster):
+            raise ValueError(f"{slurm_cluster} is not the slurm.conf of a test cluster this session started")
+        text = hostguard.private_config(body, tmp_path / "state", tmp_path_factory.getbasetemp(), slurm_cluster)
         path = tmp_path / "healthd.toml"
-        if "[paths]" not in body:
-            body = f'[paths]\nstate_dir = "{tmp_path / "state"}"\n' + body
-        path.write_text(body)
+        path.write_text(text)
         return path
 
     return write
@@ -43,7 +99,7 @@ def write_config(tmp_path: Path) -> Callable[[str], Path]:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
-    """Run ``healthd ARGS`` in-process; returns (exit code, stdout, stderr)."""
+    """Run ``healthd ARGS`` in-process (its default config is the test's private one); returns (code, out, err)."""
 
     def run(*args: str) -> tuple[int, str, str]:
         code = main(list(args))

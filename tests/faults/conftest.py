@@ -59,7 +59,7 @@ def harness(tmp_path: Path) -> Callable[..., kit.Harness]:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Any]:
     why = kit.cluster_module.missing_prerequisite()
     if why:
         print(f"skipping the Slurm fault tests: {why}")
@@ -67,6 +67,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     cluster = kit.cluster_module.Cluster(
         root=tmp_path_factory.mktemp("faults-slurm"), healthd_bin=Path(sys.executable).with_name("healthd")
     )
+    host_guard.allow_slurm_conf(cluster.conf)
     try:
         cluster.start()
         yield cluster

@@ -45,7 +45,9 @@ def _driver_present() -> bool:
 
 def _check_once(tmp_path: Path, node: str, sysfs: Path) -> tuple[int, dict[str, Any]]:
     config = tmp_path / "healthd.toml"
-    config.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\nsysfs = "{sysfs}"\n{node}')
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\nsysfs = "{sysfs}"\n[slurm]\nenabled = false\n{node}'
+    )
     proc = subprocess.run(
         [str(HEALTHD), "check", "--once", "--json", "--dry-run", "--only", "gpu", "--config", str(config)],
         capture_output=True,

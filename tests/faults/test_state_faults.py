@@ -110,7 +110,7 @@ def test_status_with_a_corrupt_last_pass_says_so(tmp_path: Path) -> None:
     state.mkdir()
     (state / "last-pass.json").write_text('{"schema_version": 1, "checks": [')
     config = tmp_path / "healthd.toml"
-    config.write_text(f'[paths]\nstate_dir = "{state}"\n')
+    config.write_text(f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n')
     proc = subprocess.run(
         [str(HEALTHD), "status", "--json", "--config", str(config)], capture_output=True, text=True, timeout=30
     )

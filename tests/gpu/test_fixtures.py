@@ -80,7 +80,7 @@ def test_no_driver_but_gpus_on_the_bus_is_critical(make_ctx: Callable[..., Any])
 def _config(tmp_path: Path, snapshot: str, gpus: int = 8) -> Path:
     config = tmp_path / "healthd.toml"
     config.write_text(
-        f'[paths]\nsysfs = "{SYSFS_H100}"\nstate_dir = "{tmp_path / "state"}"\n'
+        f'[paths]\nsysfs = "{SYSFS_H100}"\nstate_dir = "{tmp_path / "state"}"\n[slurm]\nenabled = false\n'
         f"[node]\ngpus = {gpus}\n"
         f'[checks.gpu]\nsnapshot = "{FIXTURES / snapshot}"\n'
     )

@@ -26,13 +26,14 @@ _spec.loader.exec_module(cluster_module)
 
 
 @pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def slurm(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Any]:
     why = cluster_module.missing_prerequisite()
     if why:
         pytest.skip(why)
     cluster = cluster_module.Cluster(
         root=tmp_path_factory.mktemp("service-slurm"), healthd_bin=Path(sys.executable).with_name("healthd")
     )
+    host_guard.allow_slurm_conf(cluster.conf)
     try:
         cluster.start()
         yield cluster

@@ -41,7 +41,7 @@ def _setup(tmp_path: Path, status: str = "CRITICAL", age: float = 5.0, interval:
     }
     (state / "last-pass.json").write_text(json.dumps(document))
     config = tmp_path / "healthd.toml"
-    config.write_text(f'[paths]\nstate_dir = "{state}"\n[daemon]\ninterval = {interval}\n')
+    config.write_text(f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n[daemon]\ninterval = {interval}\n')
     return config
 
 
@@ -83,7 +83,7 @@ def test_fresh_record_is_not_called_stale(tmp_path: Path, capsys: pytest.Capture
 
 def test_missing_record_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "healthd.toml"
-    config.write_text(f'[paths]\nstate_dir = "{tmp_path}/nothing"\n')
+    config.write_text(f'[paths]\nstate_dir = "{tmp_path}/nothing"\n[slurm]\nenabled = false\n')
     assert main(["status", "--config", str(config)]) == 3
     assert "no pass recorded yet" in capsys.readouterr().err
 
@@ -125,7 +125,7 @@ def test_bad_config_names_file_and_key(
 
 def test_config_writable_by_others_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     config = tmp_path / "healthd.toml"
-    config.write_text("")
+    config.write_text(f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n')
     config.chmod(0o666)
     assert main(["status", "--config", str(config)]) == 78
     assert "refusing to load a config that others could have written" in capsys.readouterr().err

@@ -75,7 +75,7 @@ def test_status_renders_a_forged_or_odd_document_safely(tmp_path: Path, capsys: 
     }
     (state / "last-pass.json").write_text(json.dumps(document))
     config = tmp_path / "healthd.toml"
-    config.write_text(f'[paths]\nstate_dir = "{state}"\n')
+    config.write_text(f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n')
     assert main(["status", "--config", str(config)]) == 2
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("gpu 0001: CRITICAL, last pass ")

@@ -109,13 +109,14 @@ file = "{self.fault_file}"
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Any]:
     why = cluster_module.missing_prerequisite()
     if why:
         print(f"skipping the Slurm suite: {why}")
         pytest.skip(why)
     root = tmp_path_factory.mktemp("slurm")
     cluster = cluster_module.Cluster(root=root, healthd_bin=Path(sys.executable).with_name("healthd"))
+    host_guard.allow_slurm_conf(cluster.conf)
     try:
         cluster.start()
         yield cluster

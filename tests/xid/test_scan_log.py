@@ -71,12 +71,17 @@ def test_stdin_and_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest
     assert "<stdin>:4: CRITICAL SXID_20034" in out and "4 event(s), CRITICAL" in out
 
 
+def private(tmp_path: Path) -> str:
+    """The tables every config a test writes has: its own state directory, Slurm off."""
+    return f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n'
+
+
 def test_config_overrides_apply(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "healthd.toml"
-    config.write_text('[checks.xid]\noverrides = { "63" = "WARNING" }\n')
+    config.write_text(private(tmp_path) + '[checks.xid]\noverrides = { "63" = "WARNING" }\n')
     code, document = scan(capsys, "--config", str(config), str(FIXTURES / "dmesg.txt"))
     assert code == 1 and document["events"][2]["grade"] == "WARNING"
-    config.write_text('[checks.xid]\noverrides = { "sixty-three" = "WARNING" }\n')
+    config.write_text(private(tmp_path) + '[checks.xid]\noverrides = { "sixty-three" = "WARNING" }\n')
     assert main(["scan-log", "--config", str(config), str(FIXTURES / "dmesg.txt")]) == EX_CONFIG
     assert "checks.xid.overrides" in capsys.readouterr().err
 
@@ -85,7 +90,7 @@ def test_default_config_applies_without_config_option(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     default = tmp_path / "healthd.toml"
-    default.write_text('[checks.xid]\noverrides = { "63" = "CRITICAL" }\n')
+    default.write_text(private(tmp_path) + '[checks.xid]\noverrides = { "63" = "CRITICAL" }\n')
     monkeypatch.setattr("healthd.config.DEFAULT_CONFIG_PATH", default)
     code, document = scan(capsys, str(FIXTURES / "dmesg.txt"))
     assert code == 2 and document["events"][2]["grade"] == "CRITICAL"
