@@ -120,15 +120,17 @@ def cli_json(cli: Callable[..., tuple[int, str, str]]) -> Callable[..., tuple[in
 
 
 @pytest.fixture
-def controllerless_slurm_conf(tmp_path: Path) -> Path:
+def controllerless_slurm_conf(tmp_path: Path, host_guard: Any) -> Path:
     """A slurm.conf that names no SlurmctldHost: the real scontrol stops at once with a config error.
 
-    It stands for a machine where Slurm is not reachable, and contacts no controller.
+    It stands for a machine where Slurm is not reachable, and contacts no controller, so
+    the host guard lets scontrol run with it (pass it to ``write_config`` as ``slurm_cluster``).
     """
     if not any((Path(d) / "scontrol").is_file() for d in ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")):
         pytest.skip("scontrol is not installed (Debian package slurm-wlm)")
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=trial\n")
+    host_guard.allow_slurm_conf(conf)
     return conf
 
 

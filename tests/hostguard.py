@@ -436,7 +436,8 @@ def private_config(body: str, state_dir: Path, tmp_root: Path, slurm_conf: Optio
 
     A state_dir the body chose is kept if it lies under ``tmp_root``; any other is an
     error, as is a ``[slurm] enabled`` other than false without ``slurm_conf`` (the test cluster's
-    slurm.conf, which becomes ``[slurm] conf``). A body that is not valid TOML, or whose
+    slurm.conf, which becomes ``[slurm] conf``) or a ``[slurm] bin_dir`` under ``tmp_root``
+    (a stand-in scontrol the test wrote). A body that is not valid TOML, or whose
     ``[paths]`` or ``[slurm]`` is not a table, is returned as it is: healthd refuses to
     load it, so it can act on nothing.
     """
@@ -454,7 +455,11 @@ def private_config(body: str, state_dir: Path, tmp_root: Path, slurm_conf: Optio
         text = _with_key(text, "paths", f"state_dir = {json.dumps(str(state_dir))}")
     elif isinstance(chosen, str) and not _inside(chosen, tmp_root):
         raise ValueError(f"[paths].state_dir = {chosen!r} is not under the test session's directory {tmp_root}")
-    if slurm_conf is None:
+    # A scontrol the test wrote under the session's directory is a stand-in: it reaches no Slurm.
+    stand_in = isinstance(slurm.get("bin_dir"), str) and _inside(slurm["bin_dir"], tmp_root)
+    if stand_in:
+        pass
+    elif slurm_conf is None:
         if "enabled" in slurm and slurm["enabled"] is not False:
             raise ValueError("[slurm].enabled other than false needs a test cluster: pass slurm_cluster=cluster.conf")
         if "enabled" not in slurm:
@@ -469,7 +474,7 @@ def private_config(body: str, state_dir: Path, tmp_root: Path, slurm_conf: Optio
         raise ValueError(f"cannot add private settings ({exc}): write [paths] and [slurm] as tables") from None
     final_state, final_slurm = result["paths"].get("state_dir"), result["slurm"]
     if final_state not in (chosen, str(state_dir)) or not (
-        final_slurm.get("enabled") is False or final_slurm.get("conf") == str(slurm_conf)
+        stand_in or final_slurm.get("enabled") is False or final_slurm.get("conf") == str(slurm_conf)
     ):
         raise ValueError(f"could not make this config private; write [paths] and [slurm] as tables:\n{text}")
     return text

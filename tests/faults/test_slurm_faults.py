@@ -67,10 +67,11 @@ def test_scontrol_missing_keeps_the_action_pending(
 
 
 def test_scontrol_failing_keeps_the_action_pending(
-    cluster: Any, harness: Callable[..., Harness], tmp_path: Path
+    cluster: Any, harness: Callable[..., Harness], tmp_path: Path, host_guard: Any
 ) -> None:
     broken = tmp_path / "broken-slurm.conf"
     broken.write_text(cluster.conf.read_text() + "NoSuchKey=1\n")
+    host_guard.allow_slurm_conf(broken)  # the test cluster's own conf, made unreadable to scontrol
     node = harness(FAULT, slurm_conf=broken)
 
     def heal() -> None:

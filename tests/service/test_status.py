@@ -161,15 +161,6 @@ def _real_config(tmp_path: Path, slurm: str) -> Path:
     return config
 
 
-def _conf_without_controller(tmp_path: Path) -> str:
-    """A slurm.conf naming no SlurmctldHost: the real scontrol fails at once with a config error, contacting nobody."""
-    if not any((Path(d) / "scontrol").is_file() for d in ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")):
-        pytest.skip("scontrol is not installed (Debian package slurm-wlm)")
-    conf = tmp_path / "slurm.conf"
-    conf.write_text("ClusterName=trial\n")
-    return f'conf = "{conf}"'
-
-
 def _status(config: Path, capsys: pytest.CaptureFixture[str], *check: str) -> tuple[int, list[str]]:
     main(["check", "--once", *check, "--config", str(config)])
     capsys.readouterr()
@@ -195,15 +186,19 @@ def test_checks_that_did_not_apply_are_not_shown_as_ok(tmp_path: Path, capsys: p
     assert lines[-1] == f"action: not sent, [slurm] enabled = false: would {WOULD}"
 
 
-def test_status_shows_a_dry_run_with_slurm_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = _real_config(tmp_path, _conf_without_controller(tmp_path))
+def test_status_shows_a_dry_run_with_slurm_unreachable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], controllerless_slurm_conf: Path
+) -> None:
+    config = _real_config(tmp_path, f'conf = "{controllerless_slurm_conf}"')
     code, lines = _status(config, capsys, "--dry-run")
     assert code == 2
     assert lines[-1] == f"Slurm not reachable (scontrol: Unable to process configuration file); dry run: would {WOULD}"
 
 
-def test_status_shows_a_pending_take_out_and_its_next_retry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    config = _real_config(tmp_path, _conf_without_controller(tmp_path))
+def test_status_shows_a_pending_take_out_and_its_next_retry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], controllerless_slurm_conf: Path
+) -> None:
+    config = _real_config(tmp_path, f'conf = "{controllerless_slurm_conf}"')
     code, lines = _status(config, capsys)
     assert code == 2
     cause = "Slurm not reachable (scontrol: Unable to process configuration file)"
