@@ -126,6 +126,24 @@ def test_journal_source_reports_no_forged_xid(node: Node, monkeypatch: pytest.Mo
 # -- the switch is seen ----------------------------------------------------------------------------------
 
 
+def test_list_checks_shows_the_switch_and_its_value(cli: Any, tmp_path: Path) -> None:
+    config = tmp_path / "healthd.toml"
+    config.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n')
+    code, out, _ = cli("list-checks", "--json", "--config", str(config))
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert code == 0 and rows["xid"]["trust_switches"] == {"accept_userspace_kmsg": False}
+    assert rows["mounts"]["trust_switches"] == {}
+    assert "accept_userspace_kmsg = false" in cli("list-checks", "--config", str(config))[1]
+    config.write_text("[checks.xid]\naccept_userspace_kmsg = true\n")
+    rows = {row["name"]: row for row in json.loads(cli("list-checks", "--json", "--config", str(config))[1])}
+    assert rows["xid"]["trust_switches"] == {"accept_userspace_kmsg": True}
+    assert "accept_userspace_kmsg = ON" in cli("list-checks", "--config", str(config))[1]
+    config.write_text("[checks.xid]\naccept_userspace_kmsg = 1.5\n")
+    code, out, err = cli("list-checks", "--json", "--config", str(config))
+    assert code == 0 and {row["trust_switches"] for row in json.loads(out)} == {None}
+    assert "checks.xid.accept_userspace_kmsg" in err
+
+
 def test_check_json_carries_the_switch_note(cli_json: Any, tmp_path: Path) -> None:
     node = Node(tmp_path / "node")
     node.log(X79, facility=1)
