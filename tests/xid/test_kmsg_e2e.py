@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
@@ -232,3 +232,79 @@ def test_a_crashing_task_named_like_an_xid_is_no_finding(config: Callable[..., P
     # scan-log over the same records as a /dev/kmsg dump, escaped as the kernel escapes them.
     dump = [f"6,{line.record_id},{line.usec},-;{line.message}".replace("\n", "\\x0a") for line in first + second]
     assert scan(dump, None, accept_userspace=True) == []
+
+
+# -- the journal source, with a journald of its own ------------------------------------------------------
+
+JOURNALD = Path("/lib/systemd/systemd-journald")
+
+
+def _journald_skip_reason() -> str:
+    if not JOURNALD.exists():
+        return f"{JOURNALD} is not installed"
+    try:
+        from systemd import journal  # noqa: F401
+    except ImportError:
+        return "systemd-python is not installed"
+    return _crash_skip_reason()
+
+
+@pytest.fixture
+def journald(tmp_path: Path) -> Iterator[Path]:
+    """A real journald reading the real /dev/kmsg into ``tmp_path/journal``.
+
+    It runs in a mount namespace of its own with a private /run, so its sockets and
+    /run/log/journal (bound to the test's directory) are seen by nothing else.
+    """
+    directory = tmp_path / "journal"
+    directory.mkdir()
+    script = (
+        f"mount -t tmpfs tmpfs /run && mkdir -p /run/log/journal && mount --bind '{directory}' /run/log/journal"
+        f" && exec {JOURNALD}"
+    )
+    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script])
+    try:
+        yield directory
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def journal_entries_with(directory: Path, *texts: str) -> list[dict[str, Any]]:
+    """The kernel-transport entries holding each of ``texts``, once journald has stored them."""
+    from systemd import journal
+
+    deadline = time.monotonic() + 15
+    while True:
+        found: list[dict[str, Any]] = []
+        if any(directory.iterdir()):
+            reader = journal.Reader(path=str(directory))
+            reader.add_match("_TRANSPORT=kernel")
+            found = [entry for entry in reader if any(text in str(entry.get("MESSAGE")) for text in texts)]
+            reader.close()
+        if all(any(text in str(entry.get("MESSAGE")) for entry in found) for text in texts):
+            return found
+        assert time.monotonic() < deadline, f"journald did not store {texts}"
+        time.sleep(0.2)
+
+
+@pytest.mark.skipif(bool(_journald_skip_reason()), reason=_journald_skip_reason() or "ok")
+def test_journal_source_counts_only_what_the_kernel_wrote(
+    journald: Path, config: Callable[..., Path], tmp_path: Path
+) -> None:
+    marker, other = markers()
+    inject(f"NVRM: Xid (PCI:{marker}): 63, pid={os.getpid()}, name=pytest, Row Remapper: New row marked for remapping")
+    (tmp_path / "bin").mkdir()
+    crash("NVRM: Xid (PCI:", tmp_path / "bin" / f"x\nNVRM: Xid (PCI:{other}): 63, y", other)
+    entries = {entry["SYSLOG_FACILITY"]: entry for entry in journal_entries_with(journald, marker, other)}
+    # journald's view, as FIELD-NOTES section 6 says: the write is facility 1 with "NVRM" split off.
+    assert entries[1]["SYSLOG_IDENTIFIER"] == "NVRM" and entries[1]["MESSAGE"].startswith("Xid (PCI:")
+    assert entries[0]["SYSLOG_IDENTIFIER"] == "kernel" and entries[0]["MESSAGE"].startswith("NVRM: Xid (PCI:[")
+    found = engine_pass(config(journal=journald))
+    assert "KERNEL_LOG_JOURNAL_UNREADABLE" not in {f.code for f in found}  # the journal itself was read
+    assert [f for f in found if marker in f.subject or other in f.subject] == []
+    (tmp_path / "state-journal").rename(tmp_path / "state-journal-1")
+    found = engine_pass(config(True, journald))
+    assert "KERNEL_LOG_JOURNAL_UNREADABLE" not in {f.code for f in found}
+    mine = [f for f in found if marker in f.subject or other in f.subject]
+    assert [(f.code, f.subject, f.details["userspace_records"]) for f in mine] == [("XID_63", marker, 1)]
