@@ -7,12 +7,21 @@ records were overwritten in the ring buffer before we read them. SEQ is a
 per-boot sequence number, so it is the cursor; there is no way to seek to a SEQ,
 so the reader starts at the oldest record and skips what it has already seen.
 A regular file holding the same record format (a saved dump, a test fixture)
-is read the same way.
+is read the same way. PRI is ``facility * 8 + level``; the kernel gives userspace
+writes to /dev/kmsg a non-zero facility (LOG_USER when none is asked for,
+kernel/printk/printk.c devkmsg_write), so facility 0 means the kernel wrote the
+record. The message escapes bytes below 0x20, from 0x7f up, and backslash as
+``\\xHH`` (msg_add_ext_text); ``kmsg_text`` undoes that, so a message holds the
+newlines the kernel was given.
 
 The journal (systemd-python's ``systemd.journal.Reader``) keeps more history than
 the ring buffer; its cursor string is the cursor. systemd-python is optional and
-imported only here, lazily. journald splits a leading ``NVRM:`` into
-SYSLOG_IDENTIFIER, so the identifier is put back in front of MESSAGE.
+imported only here, lazily. journald stores every /dev/kmsg record with
+``_TRANSPORT=kernel`` and its facility in SYSLOG_FACILITY; for a record of another
+facility (one that userspace wrote) it splits a leading ``NVRM:`` off into
+SYSLOG_IDENTIFIER, so the identifier is put back in front of MESSAGE and the line
+reads as it does in /dev/kmsg. Both sources give the same ``LogLine`` for a record;
+which records count is the caller's decision, made on ``facility``.
 
 Failures to read raise ``LogUnavailable`` naming the path: the caller must report
 that as UNKNOWN, never as healthy.
@@ -26,12 +35,13 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from . import sysfs
 
 _READ_SIZE = 16384  # larger than the kernel's maximum record (CONSOLE_EXT_LOG_MAX, 8 KiB)
 _KMSG_HEAD = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]*;")
+_KMSG_ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
 
 
 class LogUnavailable(Exception):
@@ -40,18 +50,34 @@ class LogUnavailable(Exception):
 
 @dataclass(frozen=True)
 class LogLine:
-    """One kernel message, the id of its record (unique within a boot for one source) and its times.
+    """One kernel message, the id of its record (unique within a boot for one source), its times and facility.
 
     ``usec`` is the kernel's own timestamp of the record (microseconds since boot, the
     USEC field of /dev/kmsg); journald keeps the same number in _SOURCE_MONOTONIC_TIMESTAMP,
     so it names a record whichever source read it. ``time`` is the record's wall-clock
-    time in epoch seconds when it can be known.
+    time in epoch seconds when it can be known. ``facility`` is the syslog facility of
+    the record: 0 only for what the kernel itself logged; None when the source did not say.
     """
 
     message: str
     record_id: str
     usec: Optional[int] = None
     time: Optional[float] = None
+    facility: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class KmsgRecord:
+    """One /dev/kmsg record: ``PRI,SEQ,USEC,FLAGS;MESSAGE`` with the message unescaped."""
+
+    priority: int
+    seq: int
+    usec: int
+    message: str
+
+    @property
+    def facility(self) -> int:
+        return self.priority >> 3
 
 
 @dataclass(frozen=True)
@@ -91,16 +117,25 @@ def read_boot_time(procfs: Path, now: float) -> Optional[float]:
     return now - uptime if uptime >= 0 else None
 
 
-def _records(chunk: bytes) -> list[tuple[int, int, str]]:
-    """(seq, usec, message) for each record in ``chunk``; continuation lines and garbage are skipped."""
-    out = []
-    for raw in chunk.split(b"\n"):
-        match = _KMSG_HEAD.match(raw)
-        if match is None:
-            continue
-        message = raw[match.end() :].decode("utf-8", errors="replace")
-        out.append((int(match.group(2)), int(match.group(3)), message))
-    return out
+def kmsg_text(raw: bytes) -> str:
+    """A /dev/kmsg message with the kernel's ``\\xHH`` escapes undone, as text."""
+    if b"\\" in raw:
+        raw = _KMSG_ESCAPE.sub(lambda m: bytes((int(m.group(1), 16),)), raw)
+    return raw.decode("utf-8", errors="replace")
+
+
+def parse_kmsg_record(raw: bytes) -> Optional[KmsgRecord]:
+    """One line of /dev/kmsg output as a record; None for a continuation line (`` KEY=value``) or garbage."""
+    match = _KMSG_HEAD.match(raw)
+    if match is None:
+        return None
+    pri, seq, usec = (int(group) for group in match.groups())
+    return KmsgRecord(pri, seq, usec, kmsg_text(raw[match.end() :]))
+
+
+def _records(chunk: bytes) -> list[KmsgRecord]:
+    """The records in ``chunk``; continuation lines and garbage are skipped."""
+    return [record for record in map(parse_kmsg_record, chunk.split(b"\n")) if record is not None]
 
 
 def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = None) -> ReadResult:
@@ -134,14 +169,15 @@ def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = Non
                     break
             elif not is_device:
                 chunk, _, pending = (pending + chunk).rpartition(b"\n")
-            for seq, usec, message in _records(chunk):
+            for record in _records(chunk):
+                seq = record.seq
                 oldest = seq if oldest is None else oldest
                 if last is not None and seq <= last:
                     continue
                 if last is not None and seq > last + 1 and not lost:
                     lost.append(f"records {last + 1}..{seq - 1} were overwritten before they were read")
-                time = None if boot_time is None else boot_time + usec / 1e6
-                lines.append(LogLine(message, str(seq), usec, time))
+                time = None if boot_time is None else boot_time + record.usec / 1e6
+                lines.append(LogLine(record.message, str(seq), record.usec, time, record.facility))
                 last = seq
     finally:
         os.close(fd)
@@ -163,7 +199,7 @@ def _journal_text(value: Any) -> str:
     return str(value) if value is not None else ""
 
 
-def _journal_id(entry: dict[str, Any]) -> str:
+def _journal_id(entry: Mapping[str, Any]) -> str:
     cursor = _journal_text(entry.get("__CURSOR"))
     for part in cursor.split(";"):
         if part.startswith("i="):
@@ -171,12 +207,43 @@ def _journal_id(entry: dict[str, Any]) -> str:
     return f"m{_journal_text(entry.get('__MONOTONIC_TIMESTAMP'))}"
 
 
-def _journal_times(entry: dict[str, Any]) -> tuple[Optional[int], Optional[float]]:
+def _journal_times(entry: Mapping[str, Any]) -> tuple[Optional[int], Optional[float]]:
     """(kernel usec, wall-clock seconds) of a journal entry; systemd-python converts both fields."""
     source = entry.get("_SOURCE_MONOTONIC_TIMESTAMP")
     realtime = entry.get("__REALTIME_TIMESTAMP")
     usec = source // timedelta(microseconds=1) if isinstance(source, timedelta) else None
     return usec, realtime.timestamp() if isinstance(realtime, datetime) else None
+
+
+def _journal_facility(entry: Mapping[str, Any], ident: str) -> Optional[int]:
+    """SYSLOG_FACILITY, which journald sets on every record it reads from /dev/kmsg (int, or text unconverted).
+
+    Without it, only journald's own identifier for facility-0 records ("kernel") says
+    the kernel wrote it; the identifier alone is never trusted when the facility is there.
+    """
+    value = entry.get("SYSLOG_FACILITY")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = _journal_text(value)
+    if text.isdigit():
+        return int(text)
+    return 0 if value is None and ident == "kernel" else None
+
+
+def journal_line(entry: Mapping[str, Any]) -> Optional[LogLine]:
+    """The ``LogLine`` of one journal entry as systemd-python returns it; None unless it came from /dev/kmsg.
+
+    Only ``_TRANSPORT=kernel`` entries are kernel-log records (the reader also matches on
+    it); the facility then tells the kernel's own records from userspace writes.
+    """
+    if _journal_text(entry.get("_TRANSPORT")) != "kernel":
+        return None
+    message = _journal_text(entry.get("MESSAGE"))
+    ident = _journal_text(entry.get("SYSLOG_IDENTIFIER"))
+    facility = _journal_facility(entry, ident)
+    if facility != 0 and ident and ident != "kernel" and not message.startswith(ident):
+        message = f"{ident}: {message}"
+    return LogLine(message, _journal_id(entry), *_journal_times(entry), facility)
 
 
 def read_journal(directory: Optional[Path], boot_id: str, after: Optional[str]) -> ReadResult:
@@ -201,11 +268,9 @@ def read_journal(directory: Optional[Path], boot_id: str, after: Optional[str]) 
             if first and not reader.test_cursor(after):
                 reader.get_previous()
         for entry in reader:
-            message = _journal_text(entry.get("MESSAGE"))
-            ident = _journal_text(entry.get("SYSLOG_IDENTIFIER"))
-            if ident and ident != "kernel" and not message.startswith(ident):
-                message = f"{ident}: {message}"
-            lines.append(LogLine(message, _journal_id(entry), *_journal_times(entry)))
+            line = journal_line(entry)
+            if line is not None:
+                lines.append(line)
             cursor = _journal_text(entry.get("__CURSOR")) or cursor
     except OSError as exc:
         raise LogUnavailable(f"cannot read {where}: {exc.strerror or exc}") from None

@@ -2,7 +2,12 @@
 
 Each pass reads the kernel log from the cursor kept in the check's state (with the
 boot id: a new boot starts over), folds new lines into one group per GPU and Xid,
-and reports one finding per group seen this boot. Grades come from
+and reports one finding per group seen this boot. Only what the NVIDIA driver wrote
+counts: records of the kernel facility whose message begins with the driver's prefix
+(``xid_parse``). A record that a process wrote to /dev/kmsg is never a finding unless
+``accept_userspace_kmsg`` is on, a switch for tests that is reported in every pass
+while on. A fallen-off-the-bus banner split over records, or over passes, is
+completed from the state. Grades come from
 ``xid_catalog`` with the operator's overrides. Every line is dated by its own
 record time (kernel timestamp plus boot time, or the journal's), never by when it
 was read, and all windows are judged on that time. A flood of identical lines is
@@ -45,7 +50,7 @@ from .kernlog import (
 )
 from .sysfs import VENDOR_NVIDIA, scan_pci
 from .xid_catalog import Bucket, Sticky, classify
-from .xid_parse import GpuIdentity, Kind, PciAddress, XidEvent, parse_message
+from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message
 
 STATE_VERSION = 1
 _OVERRIDE_KEY = re.compile(r"(?:XID_)?(\d{1,6})|SXID_(\d{1,6})")
@@ -65,6 +70,12 @@ class XidSettings(CheckSettings):
     app_repeat_window: float = Field(default=3600.0, gt=0, description="seconds within which those repeats count")
     overrides: dict[str, Status] = Field(
         default_factory=dict, description='grade per Xid, e.g. { "63" = "CRITICAL", "SXID_20034" = "WARNING" }'
+    )
+    accept_userspace_kmsg: bool = Field(
+        default=False,
+        description="TESTS ONLY: count records that processes wrote to /dev/kmsg (a facility other than the "
+        "kernel's) like the driver's own; anyone who can write /dev/kmsg can then report a GPU fault",
+        json_schema_extra={"trust_switch": True},
     )
 
     @field_validator("overrides", mode="before")
@@ -113,6 +124,7 @@ class _Group:
     uuid: str = ""
     recovery_action: str = ""
     action: str = ""
+    userspace: int = 0
 
 
 def _load_groups(raw: Any) -> dict[str, _Group]:
@@ -122,12 +134,23 @@ def _load_groups(raw: Any) -> dict[str, _Group]:
     for key, value in raw.items():
         try:
             group = _Group(**value)
-            valid = group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky)
+            valid = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
+            valid = valid and isinstance(group.userspace, int)
         except (TypeError, ValueError):
             continue  # a damaged entry is dropped rather than trusted
         if valid:
             groups[str(key)] = group
     return groups
+
+
+def _load_banner(raw: Any) -> Optional[Banner]:
+    """The banner pending at the end of the last pass, if the state holds a sane one."""
+    if not isinstance(raw, dict):
+        return None
+    text, origin, waited = raw.get("text"), raw.get("origin"), raw.get("waited")
+    if not isinstance(text, str) or origin not in {o.value for o in Origin} or not isinstance(waited, int):
+        return None
+    return Banner(text, Origin(origin), waited)
 
 
 def nvidia_gpus(sysfs: Path) -> list[PciAddress]:
@@ -160,6 +183,7 @@ class _Pass:
         order = document.get("gpu_order")
         self.order: list[str] = [str(o) for o in order] if isinstance(order, list) else []
         self.groups = _load_groups(document.get("groups"))
+        self.banner = _load_banner(document.get("banner"))
         if not self.order:
             self.order = [str(a) for a in nvidia_gpus(ctx.paths.sysfs)]
         # Kernel timestamps (usec since boot) of the newest record folded this boot, and,
@@ -179,6 +203,7 @@ class _Pass:
             "gpu_order": self.order,
             "last_usec": self.last_usec,
             "skip_usec": self.skip_usec,
+            "banner": None if self.banner is None else {**asdict(self.banner), "origin": self.banner.origin.value},
             "groups": {key: asdict(group) for key, group in sorted(self.groups.items())},
         }
 
@@ -250,12 +275,20 @@ class _Pass:
         return False
 
     def fold(self, result: ReadResult) -> None:
+        accept_userspace = self.settings.accept_userspace_kmsg
         for line in result.lines:
             if self._is_old(line):
                 continue
             if line.usec is not None:
                 self.last_usec = max(line.usec, self.last_usec or 0)
-            event = parse_message(line.message)
+            origin = origin_of(line.facility)
+            # Both sources carry the facility, so a record of unknown origin is as untrusted
+            # as one that userspace wrote.
+            if origin is not Origin.KERNEL and not accept_userspace:
+                continue
+            step = read_message(line.message, self.banner, origin)
+            self.banner = step.banner
+            event = step.event
             if isinstance(event, GpuIdentity):
                 self.uuids[str(event.pci)] = event.uuid
             elif event is not None:
@@ -264,7 +297,7 @@ class _Pass:
                 # read late (a first pass on a node up for months) keep their age.
                 record = line.usec if line.usec is not None else line.record_id
                 when = min(line.time, self.now) if line.time is not None else self.now
-                self._add(event, f"{self.boot_id}:{record}", when)
+                self._add(event, f"{self.boot_id}:{record}", when, origin is not Origin.KERNEL)
         if result.cursor is not None:
             self.cursor = result.cursor
         if self.source == "kmsg" and self.first_read and result.oldest:
@@ -307,7 +340,7 @@ class _Pass:
             return f"gpu{index}", str(index), pci
         return pci, pci, pci
 
-    def _add(self, event: XidEvent, event_id: str, when: float) -> None:
+    def _add(self, event: XidEvent, event_id: str, when: float, userspace: bool) -> None:
         if event.detail:
             # An SXid's Severity and Data lines describe the error of its Fatal/Non-fatal
             # line just before; that line alone creates and grades the event.
@@ -347,6 +380,7 @@ class _Pass:
         group.recovery_action = recovery
         group.count += 1
         group.window_count += 1
+        group.userspace += int(userspace)
         group.cleared = False
         if group.bucket == Bucket.APPLICATION.value and abs(when - group.last_seen) >= _BURST_SECONDS:
             horizon = self.now - self.settings.app_repeat_window
@@ -408,6 +442,8 @@ class _Pass:
                 details["recovery_action"] = group.recovery_action
             if group.action:
                 details["action"] = group.action
+            if group.userspace:
+                details["userspace_records"] = group.userspace
             self.findings.append(self.ctx.finding(status, group.code, group.subject, _one_line(message), **details))
         return self.findings
 
@@ -422,6 +458,17 @@ def run(ctx: CheckContext[XidSettings]) -> Iterable[Finding]:
     except LogUnavailable as exc:
         return [ctx.finding(Status.UNKNOWN, "KERNEL_LOG_UNREADABLE", str(ctx.paths.procfs), str(exc))]
     work = _Pass(ctx, boot_id, ctx.state.load())
+    if ctx.settings.accept_userspace_kmsg:
+        work.findings.append(
+            ctx.finding(
+                Status.OK,
+                "KERNEL_LOG_USERSPACE_ACCEPTED",
+                "accept_userspace_kmsg",
+                "accept_userspace_kmsg is on: records that processes wrote to /dev/kmsg count as NVIDIA driver "
+                "messages, so anyone who can write /dev/kmsg can report a GPU fault (a setting for tests)",
+                setting="accept_userspace_kmsg",
+            )
+        )
     result = work.read()
     if result is not None:
         work.fold(result)

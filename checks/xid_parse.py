@@ -2,17 +2,41 @@
 
 No I/O here. ``split_record`` takes one line as any of the usual tools print it
 (a raw /dev/kmsg record, ``dmesg``, ``dmesg -r``, ``journalctl -k``, syslog) and
-returns the kernel message with its sequence number when it has one;
-``parse_message`` turns a message into an event or ``None``. Both accept any text
-and never raise. A substring prefilter rejects the ~99% of lines that cannot match
-before any regular expression runs, which is what makes scanning a flooded log
-cheap.
+returns the kernel message with its sequence number and facility when the format
+has them; ``read_message`` turns a message into an event or ``None``. All of them
+accept any text and never raise.
+
+Who wrote a line decides whether it counts. The kernel log also holds text that
+users choose: the kernel's segfault report begins with the task name and quotes
+the faulting file's name, and processes can write records to /dev/kmsg. So:
+
+- only a message that *begins* with the driver's own prefix, ``NVRM: `` or
+  ``nvidia-nvswitchN: ``, is read, and each pattern is anchored right after it
+  with strict PCI tags. A task name (at most 15 characters, always followed by
+  the kernel's ``[pid]``) cannot complete any of them;
+- ``origin_of`` maps a record's syslog facility to ``Origin``: facility 0 is the
+  kernel's alone (the kernel gives userspace writes another facility). Callers
+  count only ``Origin.KERNEL`` records, or ``Origin.UNKNOWN`` ones from formats
+  that do not carry the facility (plain ``dmesg``, ``journalctl -k`` text).
 
 Line formats follow the NVIDIA driver's output as documented in NVIDIA's "Xid
 Errors" guide (docs.nvidia.com/deploy/xid-errors) and as seen in real logs: the
 PCI tag of an Xid has no function number, MIG tags may follow it, old drivers
-omit the ``PCI:`` prefix, and journald may split a leading ``NVRM:`` off into
-SYSLOG_IDENTIFIER, so the ``NVRM:`` prefix is never required.
+omit the ``PCI:`` prefix. The driver reports a GPU off the bus as Xid 79, as
+``NVRM: GPU 0000:01:00.0: GPU has fallen off the bus.`` (some versions leave out
+the PCI domain), or as a banner printed by one call over three lines
+(open-gpu-kernel-modules, ``nv.c``)::
+
+    NVRM: The NVIDIA GPU 0000:18:00.0
+    NVRM: (PCI ID: 10de:2901) installed in this system has
+    NVRM: fallen off the bus and is not responding to commands.
+
+The kernel keeps such a call as one record with embedded newlines, which dumps
+print as indented continuation lines; older kernels and some tools split it into
+records of their own. ``Banner`` carries a banner that is not complete yet from one
+record, or one pass, to the next. A substring prefilter rejects the ~99% of lines
+that cannot match before any regular expression runs, which is what makes scanning a
+flooded log cheap.
 """
 
 from __future__ import annotations
@@ -21,6 +45,8 @@ import enum
 import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Union
+
+from .kernlog import parse_kmsg_record
 
 
 @dataclass(frozen=True)
@@ -137,6 +163,7 @@ Event = Union[XidEvent, GpuIdentity]
 class LogFormat(enum.Enum):
     KMSG = "kmsg"
     DMESG_RAW = "dmesg-raw"
+    DMESG_DECODED = "dmesg-decoded"
     DMESG = "dmesg"
     SYSLOG = "syslog"
     PLAIN = "plain"
@@ -152,25 +179,99 @@ class Record:
     priority: Optional[int] = None
     usec: Optional[int] = None
 
+    @property
+    def facility(self) -> Optional[int]:
+        """The syslog facility when the format tells it; None when it does not.
+
+        /dev/kmsg's PRI and ``dmesg -x``'s names always tell it. ``dmesg -r`` does only
+        from 8 up: util-linux before its June 2023 fix ("dmesg -r LOG_MAKEPRI needs
+        fac << 3"; Debian 12's 2.38.1 has the bug) prints ``<facility | level>``, so a
+        user-facility record can read ``<5>`` there, like a kernel notice.
+        """
+        if self.priority is None or (self.format is LogFormat.DMESG_RAW and self.priority < 8):
+            return None
+        return self.priority >> 3
+
+
+class Origin(enum.Enum):
+    """Who wrote a record, as far as its format tells."""
+
+    KERNEL = "kernel"  # facility 0: the kernel alone logs with it
+    USERSPACE = "userspace"  # another facility: a process wrote the record to /dev/kmsg
+    UNKNOWN = "unknown"  # the format does not carry the facility
+
+
+def origin_of(facility: Optional[int]) -> Origin:
+    if facility is None:
+        return Origin.UNKNOWN
+    return Origin.KERNEL if facility == 0 else Origin.USERSPACE
+
+
+@dataclass(frozen=True)
+class Banner:
+    """The driver lines of a fallen-off-the-bus banner so far, with their ``NVRM: `` prefixes removed.
+
+    ``waited`` counts the other driver lines seen since it last grew; past
+    ``BANNER_PATIENCE`` the banner is dropped. Only lines of the same origin continue it.
+    """
+
+    text: str
+    origin: Origin = Origin.KERNEL
+    waited: int = 0
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one record (or continuation line) gave: an event, the pending banner, and whether it took part in it.
+
+    ``engaged`` means the record began or continued the banner, so its further lines
+    may continue it too; the lines of any other record are never read past the first.
+    """
+
+    event: Optional[Event]
+    banner: Optional[Banner]
+    engaged: bool = False
+
 
 _HEX = "[0-9A-Fa-f]"
 _PCI = re.compile(rf"({_HEX}{{4,8}}):({_HEX}{{2}}):({_HEX}{{2}})(?:\.({_HEX}))?")
-_XID = re.compile(r"Xid \(([^)]*)\): *(\d+)(?:, *(.*))?")
+_ADDR = rf"{_HEX}{{4,8}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.{_HEX})?"
+# An address whose PCI domain may be missing (some drivers print "GPU 1a:00.0: ...").
+_BUS_ADDR = rf"((?:{_HEX}{{4,8}}:)?)({_HEX}{{2}}):({_HEX}{{2}})(?:\.({_HEX}))?"
+# The tag in "Xid (<tag>): <code>": a PCI address, then MIG tags such as "GPU-I:01 GPU-CI:00".
+# No brackets, parentheses or commas: the kernel follows a task name with "[pid]" or " (pid)".
+_TAG = rf"(?:PCI:)?{_ADDR}(?: [A-Za-z0-9:_-]{{1,24}}){{0,4}}"
+_CODE = r"(\d{1,6})(?!\d)(?:, *(.*))?"
+_XID = re.compile(rf"NVRM: Xid \(({_TAG})\): *{_CODE}")
+_SXID = re.compile(rf"nvidia-(nvswitch\d{{1,4}}): SXid \(({_TAG})\): *{_CODE}")
 _MIG = re.compile(r"GPU-I:(\d+)(?: +GPU-CI:(\d+))?")
 _PID = re.compile(r"pid=(?:'? *<unknown>'?|(\d+))(?:, *name=([^,]*))?(?:, *(.*))?")
 _RECOVERY = re.compile(r"recovery action changed from (0x[0-9a-f]+)\b.*?\bto (0x[0-9a-f]+)\b", re.IGNORECASE)
-_SWITCH = re.compile(r"(nvidia-nvswitch\d+)\s*:\s*$")
 _SXID_REST = re.compile(r"(?:(Fatal|Non-fatal)\b|Severity (\d+)\b|(Data)(?= *\{)),? *(.*)", re.IGNORECASE)
-_ADDR = rf"{_HEX}{{4,8}}:{_HEX}{{2}}:{_HEX}{{2}}(?:\.{_HEX})?"
-_FALLEN = re.compile(rf"GPU (?:at )?(?:PCI:)?({_ADDR}):? (?:GPU )?has fallen off")
-_UUID = re.compile(rf"GPU at PCI:({_ADDR}): (GPU-[0-9A-Fa-f-]+)")
-_KMSG = re.compile(r"(\d{1,4}),(\d+),(\d+),[^;]*;(.*)", re.DOTALL)
+_FALLEN = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?{_BUS_ADDR}:? (?:GPU )?has fallen off the bus")
+_UUID = re.compile(rf"NVRM: GPU at PCI:({_ADDR}): (GPU-[0-9A-Fa-f-]+)")
+_BANNER_HEAD = re.compile(rf"The NVIDIA GPU {_BUS_ADDR}(?: \(PCI ID: ({_HEX}{{4}}:{_HEX}{{4}})\))?")
+_BANNER_TAIL = " installed in this system has fallen off the bus and is not responding to commands."
+_BANNER_START = "NVRM: The NVIDIA GPU "
 _DMESG_RAW = re.compile(r"<(\d{1,4})>(?:\[ *[0-9.]+\] ?)?(.*)", re.DOTALL)
 _DMESG = re.compile(r"\[[^\]]{1,40}\] ?(.*)", re.DOTALL)
+# ``dmesg -x``: "kern  :err   : [  12.3] text", names from util-linux's facility_names and level_names.
+_FACILITIES = ["kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp"]
+_FACILITIES += ["res0", "res1", "res2", "res3", *(f"local{n}" for n in range(8))]
+_LEVELS = ["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]
+_DMESG_DECODED = re.compile(
+    rf"({'|'.join(_FACILITIES)}) *:({'|'.join(_LEVELS)}) *: (?:\[[^\]]{{1,40}}\] ?)?(.*)", re.DOTALL
+)
 _SYSLOG = re.compile(
     r"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[0-9:.,+\-Z]+) \S+ kernel: (?:\[ *[0-9.]+\] )?(.*)",
     re.DOTALL,
 )
+DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch")
+# Other driver lines after which a banner that stopped growing is dropped. The driver
+# prints a banner in one call, so its lines are adjacent unless another CPU's lines
+# land between them.
+BANNER_PATIENCE = 8
+_BANNER_LIMIT = 400
 _TEXT_LIMIT = 300
 
 
@@ -181,8 +282,8 @@ def _clean(text: str) -> str:
 
 
 def might_match(line: str) -> bool:
-    """The cheap prefilter: every line ``parse_message`` accepts contains "Xid" or "GPU"."""
-    return "Xid" in line or "GPU" in line
+    """The cheap prefilter: every line that ``read_message`` reads contains a driver prefix."""
+    return "NVRM: " in line or "nvidia-nvswitch" in line
 
 
 def split_record(line: str) -> Record:
@@ -190,10 +291,9 @@ def split_record(line: str) -> Record:
     line = line.rstrip("\r\n")
     head = line[:1]
     if head.isdigit():
-        match = _KMSG.match(line)
-        if match:
-            pri, seq, usec, message = match.groups()
-            return Record(message, LogFormat.KMSG, int(seq), int(pri), int(usec))
+        kmsg = parse_kmsg_record(line.encode("utf-8", errors="replace"))
+        if kmsg is not None:
+            return Record(kmsg.message, LogFormat.KMSG, kmsg.seq, kmsg.priority, kmsg.usec)
     elif head == "<":
         match = _DMESG_RAW.match(line)
         if match:
@@ -202,6 +302,12 @@ def split_record(line: str) -> Record:
         match = _DMESG.match(line)
         if match:
             return Record(match.group(1), LogFormat.DMESG)
+    elif head.islower():
+        match = _DMESG_DECODED.match(line)
+        if match:
+            facility, level, message = match.groups()
+            priority = _FACILITIES.index(facility) * 8 + _LEVELS.index(level)
+            return Record(message, LogFormat.DMESG_DECODED, priority=priority)
     match = _SYSLOG.match(line)
     if match:
         return Record(match.group(1), LogFormat.SYSLOG)
@@ -218,17 +324,13 @@ def _parse_xid_tag(tag: str) -> tuple[Optional[PciAddress], Optional[int], Optio
     return pci, int(mig.group(1)), None if ci is None else int(ci)
 
 
-def _parse_xid(message: str, start: int) -> Optional[XidEvent]:
-    match = _XID.match(message, start)
+def _parse_xid(message: str) -> Optional[XidEvent]:
+    match = _XID.match(message)
     if match is None:
         return None
     tag, code_text, rest = match.groups()
-    if len(code_text) > 6:
-        return None
     code = int(code_text)
     pci, gpu_instance, compute_instance = _parse_xid_tag(tag)
-    if start >= 1 and message[start - 1] == "S":
-        return _parse_sxid(message[: start - 1], code, pci, rest or "")
     pid: Optional[int] = None
     process: Optional[str] = None
     text = rest or ""
@@ -256,13 +358,16 @@ def _parse_xid(message: str, start: int) -> Optional[XidEvent]:
     )
 
 
-def _parse_sxid(prefix: str, code: int, pci: Optional[PciAddress], rest: str) -> XidEvent:
-    switch_match = _SWITCH.search(prefix)
+def _parse_sxid(message: str) -> Optional[XidEvent]:
+    match = _SXID.match(message)
+    if match is None:
+        return None
+    switch, tag, code_text, rest = match.groups()
     fatal: Optional[bool] = None
     severity: Optional[int] = None
     detail = False
-    text = rest
-    rest_match = _SXID_REST.match(rest)
+    text = rest or ""
+    rest_match = _SXID_REST.match(text)
     if rest_match:
         flag, severity_text, data, text = rest_match.groups()
         if flag is not None:
@@ -275,53 +380,164 @@ def _parse_sxid(prefix: str, code: int, pci: Optional[PciAddress], rest: str) ->
                 text = f"Data {text}"
     return XidEvent(
         Kind.SXID,
-        code,
-        pci,
+        int(code_text),
+        _parse_xid_tag(tag)[0],
         _clean(text),
-        switch=switch_match.group(1).removeprefix("nvidia-") if switch_match else None,
+        switch=switch,
         fatal=fatal,
         severity=severity,
         detail=detail,
     )
 
 
+def _bus_address(domain: str, bus: str, device: str) -> PciAddress:
+    """A driver address that may lack its domain: the driver leaves it out only for domain 0."""
+    return PciAddress(int(domain[:-1] or "0", 16), int(bus, 16), int(device, 16))
+
+
+def _fallen(pci: PciAddress, text: str) -> XidEvent:
+    """A GPU off the bus, however the driver said it: what Xid 79 means (NVIDIA's catalog: RESTART_BM)."""
+    return XidEvent(Kind.FALLEN_OFF_BUS, 79, pci, _clean(text))
+
+
 def parse_message(message: str) -> Optional[Event]:
-    """The event in one kernel message (or whole log line), or None. Never raises."""
-    if not might_match(message):
+    """The event in one line of a driver message, or None. Never raises.
+
+    Only the first line of ``message`` is read, and only from its start: text after
+    a driver prefix in the middle of a line, or on a later line, is not the driver's.
+    A banner is complete here only when it fits in this one line.
+    """
+    if message.startswith("NVRM: "):
+        line = message.partition("\n")[0]
+        if line.startswith("NVRM: Xid ("):
+            return _parse_xid(line)
+        if line.startswith("NVRM: GPU "):
+            fallen = _FALLEN.match(line)
+            if fallen:
+                return _fallen(_bus_address(*fallen.groups()[:3]), "GPU has fallen off the bus")
+            uuid = _UUID.match(line)
+            if uuid:
+                pci = PciAddress.parse(uuid.group(1))
+                return GpuIdentity(pci, uuid.group(2)[:64]) if pci is not None else None
+            return None
+        if line.startswith(_BANNER_START):
+            return _banner(line[6:].strip(), Origin.UNKNOWN).event
         return None
-    start = message.find("Xid (")
-    if start >= 0:
-        return _parse_xid(message, start)
-    if "fallen off" in message:
-        fallen = _FALLEN.search(message)
-        if fallen:
-            return XidEvent(Kind.FALLEN_OFF_BUS, 79, PciAddress.parse(fallen.group(1)), "GPU has fallen off the bus")
-        return None
-    if "GPU at PCI:" in message:
-        uuid = _UUID.search(message)
-        if uuid:
-            pci = PciAddress.parse(uuid.group(1))
-            if pci is not None:
-                return GpuIdentity(pci, uuid.group(2)[:64])
+    if message.startswith("nvidia-nvswitch"):
+        return _parse_sxid(message.partition("\n")[0])
     return None
 
 
-def parse_line(line: str) -> tuple[Record, Optional[Event]]:
-    """``split_record`` then ``parse_message``, skipping the envelope work for lines that cannot match."""
+def _banner(text: str, origin: Origin) -> Step:
+    """A banner whose lines so far read ``text``: complete (an event), still growing, or not a banner at all."""
+    head = _BANNER_HEAD.match(text)
+    if head is None or len(text) > _BANNER_LIMIT:
+        return Step(None, None)
+    rest = text[head.end() :]
+    if rest in (_BANNER_TAIL, _BANNER_TAIL[:-1]):
+        pci_id = head.group(5)
+        said = "GPU has fallen off the bus and is not responding to commands"
+        return Step(
+            _fallen(_bus_address(*head.groups()[:3]), f"{said} (PCI ID {pci_id})" if pci_id else said), None, True
+        )
+    # Lines end between words, so a banner still growing ends at a word of the tail.
+    if _BANNER_TAIL.startswith(rest) and _BANNER_TAIL[len(rest)] == " ":
+        return Step(None, Banner(text, origin), True)
+    return Step(None, None)
+
+
+def _waited(banner: Optional[Banner]) -> Optional[Banner]:
+    if banner is None or banner.waited >= BANNER_PATIENCE:
+        return None
+    return Banner(banner.text, banner.origin, banner.waited + 1)
+
+
+def read_continuation(line: str, banner: Optional[Banner], origin: Origin = Origin.KERNEL) -> Step:
+    """A further line of a record that began or continued ``banner``: it may only continue the banner."""
+    line = line.strip()
+    if banner is None or banner.origin is not origin or not line.startswith("NVRM: "):
+        return Step(None, banner)
+    step = _banner(f"{banner.text} {line[6:].strip()}", origin)
+    return step if step.engaged else Step(None, banner)
+
+
+def _first_line(line: str, banner: Optional[Banner], origin: Origin) -> Step:
+    if banner is not None and line.startswith("NVRM: "):
+        step = read_continuation(line, banner, origin)
+        if step.engaged:
+            return step
+    if line.startswith(_BANNER_START):
+        step = _banner(line[6:].strip(), origin)
+        if step.engaged:
+            return step
+    return Step(parse_message(line), _waited(banner))
+
+
+def read_message(message: str, banner: Optional[Banner] = None, origin: Origin = Origin.KERNEL) -> Step:
+    """The event in one record's message, given the banner pending before it. Never raises.
+
+    The caller decides first whether the record counts at all (``origin_of``). A
+    message that does not begin with a driver prefix changes nothing; its later lines
+    are never read. The later lines of a driver record are read only to continue a
+    banner that its first line began or continued.
+    """
+    if not message.startswith(DRIVER_PREFIXES):
+        return Step(None, banner)
+    first, newline, more = message.partition("\n")
+    step = _first_line(first, banner, origin)
+    if newline:
+        for line in more.split("\n"):
+            if step.event is not None or not step.engaged:
+                break
+            step = read_continuation(line, step.banner, origin)
+    return step
+
+
+def counts(origin: Origin, accept_userspace: bool = False) -> bool:
+    """Whether a record of ``origin`` may give an event: never one that userspace wrote, unless told to."""
+    return origin is not Origin.USERSPACE or accept_userspace
+
+
+def parse_line(line: str, accept_userspace: bool = False) -> tuple[Record, Optional[Event]]:
+    """One line of a dump on its own: ``split_record``, the origin rule, then ``read_message``."""
     if not might_match(line):
         return Record(line, LogFormat.PLAIN), None
     record = split_record(line)
-    return record, parse_message(record.message)
+    origin = origin_of(record.facility)
+    if not counts(origin, accept_userspace):
+        return record, None
+    return record, read_message(record.message, None, origin).event
 
 
-def scan_lines(lines: Iterable[str]) -> Iterator[tuple[int, Record, Event]]:
-    """Every event in ``lines`` with its 1-based line number. /dev/kmsg continuation lines are skipped."""
+def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator[tuple[int, Record, Event]]:
+    """Every event in the dump ``lines`` with its 1-based line number and the record it belongs to.
+
+    A line starting with white space continues the record above it: in a /dev/kmsg dump
+    it is a `` KEY=value`` property and is skipped; in ``dmesg`` or ``journalctl``
+    output it is a further line of the message and may only continue a banner that
+    record took part in. Records that userspace wrote (where the format says so) give
+    nothing unless ``accept_userspace``.
+    """
+    banner: Optional[Banner] = None
+    engaged = False  # the record above began or continued ``banner``
+    record = Record("", LogFormat.PLAIN)
+    origin = Origin.UNKNOWN
     for number, line in enumerate(lines, 1):
-        if "Xid" not in line and "GPU" not in line:
+        if "NVRM: " not in line and "nvidia-nvswitch" not in line:
+            if engaged and line[:1] not in (" ", "\t"):
+                engaged = False
             continue
-        if line[:1] == " ":
-            continue
-        record = split_record(line)
-        event = parse_message(record.message)
-        if event is not None:
-            yield number, record, event
+        if line[:1] in (" ", "\t"):
+            if not engaged or record.format is LogFormat.KMSG:
+                continue
+            step = read_continuation(line, banner, origin)
+        else:
+            record = split_record(line)
+            origin = origin_of(record.facility)
+            if not counts(origin, accept_userspace):
+                engaged = False
+                continue
+            step = read_message(record.message, banner, origin)
+        banner, engaged = step.banner, step.engaged and step.event is None
+        if step.event is not None:
+            yield number, record, step.event

@@ -3,7 +3,10 @@
 Unlike the ``xid`` check this keeps no state and does no de-duplication: it lists
 each line so an operator can read a post-mortem dump. Grades are the catalog's
 (with the config's overrides); application Xids are not escalated here because
-a saved log need not carry timestamps to judge repeats by.
+a saved log need not carry timestamps to judge repeats by. The same rules as the
+check decide which lines count: only messages that begin with a driver prefix,
+and, where the format carries the facility (/dev/kmsg dumps, ``dmesg -r``), never a
+record that userspace wrote unless ``accept_userspace``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any, Iterable, Mapping, Optional
 from healthd.model import Status, worst
 
 from .xid_catalog import Entry, classify
-from .xid_parse import GpuIdentity, Kind, Record, XidEvent, scan_lines
+from .xid_parse import GpuIdentity, Kind, Origin, Record, XidEvent, origin_of, scan_lines
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class ScanEntry:
         return f"{'SXID' if self.event.kind is Kind.SXID else 'XID'}_{self.event.code}"
 
     @property
+    def origin(self) -> Origin:
+        return origin_of(self.record.facility)
+
+    @property
     def gpu(self) -> str:
         if self.event.kind is Kind.SXID:
             return self.event.switch or (self.event.pci.full if self.event.pci else "unknown-nvswitch")
@@ -43,6 +50,7 @@ class ScanEntry:
             "line": self.line,
             "format": self.record.format.value,
             "seq": self.record.seq,
+            "origin": self.origin.value,
             "kind": event.kind.value,
             "code": self.code,
             "xid": event.code,
@@ -61,7 +69,9 @@ class ScanEntry:
         }
 
 
-def scan(lines: Iterable[str], overrides: Optional[Mapping[str, Status]] = None) -> list[ScanEntry]:
+def scan(
+    lines: Iterable[str], overrides: Optional[Mapping[str, Status]] = None, accept_userspace: bool = False
+) -> list[ScanEntry]:
     """Every Xid/SXid/fallen-off-bus line, with UUIDs from the driver's ``GPU at PCI`` lines anywhere in the log.
 
     An SXid's Severity and Data lines are not listed: they describe the error of the
@@ -69,7 +79,7 @@ def scan(lines: Iterable[str], overrides: Optional[Mapping[str, Status]] = None)
     """
     found: list[tuple[int, Record, XidEvent]] = []
     uuids: dict[tuple[int, int, int], str] = {}
-    for number, record, event in scan_lines(lines):
+    for number, record, event in scan_lines(lines, accept_userspace):
         if isinstance(event, GpuIdentity):
             uuids[event.pci.key] = event.uuid
         elif not event.detail:

@@ -1,13 +1,46 @@
-"""``healthd list-checks``: the installed checks, where they come from, and whether they load."""
+"""``healthd list-checks``: the installed checks, where they come from, whether they load, and their trust switches.
+
+A trust switch is a check setting that makes the check believe input it does not
+believe by default (the ``xid`` check's ``accept_userspace_kmsg``); a check marks
+one with ``json_schema_extra={"trust_switch": True}`` on the field. Each is listed
+with its value in the config (``--config``, else the default config file when it
+exists), so a switch left on where it should not be is seen.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import sys
+from typing import Any, Optional
+
+from healthd.cli import add_config_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list")
+    add_config_argument(parser)
+
+
+def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, dict[str, Any]]]:
+    """Each loaded check's trust switches and their values; None (and a note) when the config is unusable."""
+    from healthd.config import ConfigError, load_config
+    from healthd.engine import settings_models
+    from healthd.plugin import CheckSpec
+
+    try:
+        settings = load_config(args.config, settings_models(specs)).check_settings
+    except ConfigError as exc:
+        # Listing the checks must still work with a broken config: that is when it is needed.
+        print(f"healthd: trust switches not shown, the config is unusable:\n{exc}", file=sys.stderr)
+        return None
+    switches: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        if not isinstance(spec, CheckSpec):
+            continue
+        fields = spec.settings.model_fields
+        marked = [name for name, info in fields.items() if (info.json_schema_extra or {}) == {"trust_switch": True}]
+        switches[spec.name] = {name: getattr(settings[spec.name], name) for name in marked}
+    return switches
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,12 +49,15 @@ def run(args: argparse.Namespace) -> int:
     from healthd.plugin import BrokenCheck, discover
 
     specs = discover()
+    switches = _switches(args, specs)
     rows: list[dict[str, Any]] = [
         {"name": s.name, "loaded": False, "description": s.error}
         if isinstance(s, BrokenCheck)
         else {"name": s.name, "loaded": True, "description": s.description}
         for s in specs
     ]
+    for row in rows:
+        row["trust_switches"] = None if switches is None else switches.get(row["name"], {})
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -29,4 +65,7 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             mark = "" if row["loaded"] else "BROKEN: "
             print(f"{row['name']:<{width}}  {mark}{row['description']}")
+            for name, value in (row["trust_switches"] or {}).items():
+                state = "ON: trusts what it does not by default" if value is True else json.dumps(value)
+                print(f"{'':<{width}}  {name} = {state}")
     return 0 if all(r["loaded"] for r in rows) else 3

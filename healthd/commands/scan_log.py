@@ -3,7 +3,7 @@
 FILE may be a ``dmesg``, ``dmesg -r``, ``journalctl -k`` or /dev/kmsg dump, or ``-``
 for stdin. Grades come from the same catalog as the ``xid`` check, with the
 overrides of the config (``--config``, else the default config file when it exists,
-as for every other command).
+as for every other command); its ``accept_userspace_kmsg`` switch applies too.
 """
 
 from __future__ import annotations
@@ -23,28 +23,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def _overrides(args: argparse.Namespace) -> Optional[Mapping[str, Status]]:
+def _settings(args: argparse.Namespace) -> tuple[Optional[Mapping[str, Status]], bool]:
+    """The ``[checks.xid]`` overrides and ``accept_userspace_kmsg`` of the config."""
     from healthd.config import load_config
     from healthd.engine import settings_models
     from healthd.plugin import discover
 
     settings = load_config(args.config, settings_models(discover())).check_settings.get("xid")
     overrides: Optional[Mapping[str, Status]] = getattr(settings, "overrides", None)
-    return overrides
+    return overrides, getattr(settings, "accept_userspace_kmsg", False) is True
 
 
 def run(args: argparse.Namespace) -> int:
     # mypy sees the checks/ folder under its source name, not as the installed healthd_checks.
     from healthd_checks.xid_scan import scan, worst_grade  # type: ignore[import-not-found]
 
-    overrides = _overrides(args)
+    overrides, accept_userspace = _settings(args)
     name = "<stdin>" if args.file == "-" else args.file
     try:
         if args.file == "-":
-            entries = scan(sys.stdin, overrides)
+            entries = scan(sys.stdin, overrides, accept_userspace)
         else:
             with open(args.file, encoding="utf-8", errors="replace") as handle:
-                entries = scan(handle, overrides)
+                entries = scan(handle, overrides, accept_userspace)
     except OSError as exc:
         print(f"healthd: cannot read {name}: {exc.strerror or exc}", file=sys.stderr)
         return int(Status.UNKNOWN)
@@ -54,14 +55,17 @@ def run(args: argparse.Namespace) -> int:
             "file": name,
             "status": status.name,
             "exit_code": int(status),
+            "accept_userspace_kmsg": accept_userspace,
             "events": [entry.to_dict() for entry in entries],
         }
         print(json.dumps(document, indent=2))
     else:
         for entry in entries:
+            written = " (written by userspace)" if entry.origin.value == "userspace" else ""
             print(
                 f"{name}:{entry.line}: {entry.entry.grade.name:<8} {entry.code:<10} {entry.gpu:<14} "
-                f"{entry.entry.bucket.value}: {entry.event.text}"
+                f"{entry.entry.bucket.value}: {entry.event.text}{written}"
             )
-        print(f"{name}: {len(entries)} event(s), {status.name}")
+        trusted = "; records written by userspace counted (accept_userspace_kmsg)" if accept_userspace else ""
+        print(f"{name}: {len(entries)} event(s), {status.name}{trusted}")
     return int(status)

@@ -75,3 +75,26 @@ def test_no_xid_lost_or_doubled_across_a_restart_mid_flood(harness: Callable[...
     # One event per GPU and Xid: the restart did not open new ones.
     assert {k: f.details["event"] for k, f in first.items()} == {k: f.details["event"] for k, f in second.items()}
     assert sum(int(f.details["count"]) for f in _pass(node).values()) == TOTAL  # nothing re-read
+
+
+def test_flood_of_forged_xids_is_read_in_time_and_counts_for_nothing(
+    harness: Callable[..., Harness], tmp_path: Path
+) -> None:
+    """100,000 forged lines (written to /dev/kmsg by a process, or a crashing task's report) among real ones."""
+    node = harness(*builtin("xid"), paths=_node(tmp_path), extra='[checks.xid]\nsource = "kmsg"\n')
+    forged = [
+        "12,{seq},{usec},-;" + LINES[79].format(bus="0000:3b:00"),  # facility 1: a process wrote it
+        "6,{seq},{usec},-;Xid (PCI:0000:f[{seq}]: segfault at 0 ip 00007f0000001000 error 6 in Xid (PCI:0000:86:00)"
+        ": 79[0,7f0000001000+1000] likely on CPU 0 (core 0, socket 0)",
+        "6,{seq},{usec},-;NVRM: Xid (PCI:[{seq}]: segfault at 0 ip 00007f0000001000 error 6 in x\\x0a"
+        + LINES[48].format(bus="0000:86:00"),
+    ]
+    with (tmp_path / "kmsg").open("a") as handle:
+        for seq in range(1, TOTAL + 1):
+            if seq % 10_000 == 0:
+                handle.write(f"3,{seq},{seq * 10},-;{LINES[48].format(bus='0000:3b:00')}\n")
+            else:
+                handle.write(forged[seq % len(forged)].format(seq=seq, usec=seq * 10) + "\n")
+    found = _pass(node)
+    assert sorted(found) == ["XID_48@gpu0"]
+    assert found["XID_48@gpu0"].details["count"] == TOTAL // 10_000

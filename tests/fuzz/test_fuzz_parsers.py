@@ -3,7 +3,8 @@
 scontrol output (text and JSON), ``stat --file-system`` output, structured
 near-miss mountinfo and /proc/modules lines, sysfs files of arbitrary bytes, and
 /dev/kmsg dumps of arbitrary records: each parser returns a value or raises its
-documented error, never anything else.
+documented error, never anything else. Xid events from a /dev/kmsg dump come only from
+records of the kernel's facility that begin with a driver prefix.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from healthd_checks.fsprobe import parse_stat_output
 from healthd_checks.kernlog import LogUnavailable, read_kmsg
 from healthd_checks.mountinfo import MountinfoError, parse_mountinfo
 from healthd_checks.services import ModulesError, parse_modules
+from healthd_checks.xid_parse import DRIVER_PREFIXES, scan_lines
 
 WORD = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 TOKEN = st.one_of(
@@ -193,3 +195,38 @@ def test_kmsg_dumps_of_any_records_read_in_sequence_order(records: list[tuple[in
     assert after is None or all(s > after for s in seqs)
     if seqs:
         assert result.cursor == str(seqs[-1])
+
+
+XID_MESSAGE = st.one_of(
+    st.sampled_from(
+        [
+            "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+            "nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up",
+            "NVRM: GPU 3b:00.0: GPU has fallen off the bus.",
+            "NVRM: The NVIDIA GPU 0000:3b:00.0",
+            "NVRM: (PCI ID: 10de:2330) installed in this system has",
+            "NVRM: fallen off the bus and is not responding to commands.",
+            "NVRM: The NVIDIA GPU 0000:3b:00.0\\x0aNVRM: fallen off the bus and is not responding to commands.",
+            "Xid (PCI:0000:f[3739]: segfault at 0 ip 0 error 6 in Xid (PCI:0000:fe:01): 79[1132,55a6a23b2000+1000]",
+            "NVRM: Xid (PCI:[3739]: segfault at 0 error 6 in x\\x0aNVRM: Xid (PCI:0000:fe:01): 79, y[1,2+3]",
+        ]
+    ),
+    WORD,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(min_value=0, max_value=2047), XID_MESSAGE), max_size=12))
+def test_kmsg_dump_events_come_only_from_the_kernels_driver_records(records: list[tuple[int, str]]) -> None:
+    # /dev/kmsg never holds a raw newline inside a message: the kernel writes it as \x0a.
+    lines = [
+        f"{pri},{seq},{seq * 10},-;{message}".replace("\n", " ") + "\n" for seq, (pri, message) in enumerate(records)
+    ]
+    for _number, record, _event in scan_lines(lines):
+        assert record.facility == 0 and record.message.startswith(DRIVER_PREFIXES)
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "kmsg"
+        path.write_text("".join(lines), encoding="utf-8")
+        result = read_kmsg(path, None)
+    pris = {str(seq): pri for seq, (pri, _) in enumerate(records)}
+    assert all(line.facility == pris[line.record_id] >> 3 for line in result.lines)

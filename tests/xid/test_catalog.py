@@ -8,6 +8,9 @@ checks/xid_catalog.py, so a wrong row in that table fails here.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from healthd.model import Status
@@ -168,3 +171,54 @@ def test_override_changes_grade_only() -> None:
     entry = classify(xid(63), {"63": Status.CRITICAL})
     assert entry.grade is Status.CRITICAL and entry.bucket is Bucket.INFORMATIONAL and entry.action is Action.IGNORE
     assert classify(xid(79), {"79": Status.WARNING}).sticky is Sticky.UNTIL_REBOOT
+
+
+# -- the README and docs/xid.md say what the code does ---------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _numbers(text: str) -> list[int]:
+    """Xid numbers in prose: "46, 62, 144-150" (an en dash in the docs) -> [46, 62, 144, ..., 150]."""
+    codes: list[int] = []
+    for first, last in re.findall(r"\b(\d{1,3})(?:[\u2013-](\d{1,3}))?\b", text):
+        codes += range(int(first), int(last or first) + 1)
+    return codes
+
+
+def _bullet(readme: str, start: str) -> str:
+    at = readme.index(f"\n- {start}")
+    end = readme.find("\n- ", at + 1)
+    return readme[at:end]
+
+
+def test_docs_table_grades_each_xid_as_the_catalog() -> None:
+    rows = [line.split("|")[1:4] for line in (REPO / "docs" / "xid.md").read_text().splitlines()]
+    checked = 0
+    for actions_text, codes_text, grade_text in (row for row in rows if len(row) == 3):
+        actions = {a.strip() for a in actions_text.split(",")}
+        if not actions <= {a.value for a in Action} or actions == {"XID_154"}:
+            continue
+        grade = grade_text.split()[0].rstrip(";")
+        for code in _numbers(codes_text):
+            entry = classify(xid(code))
+            assert entry.action.value in actions, (code, actions)
+            if grade in Status.__members__:
+                assert entry.grade is Status[grade], (code, grade)
+            checked += 1
+    assert checked >= 150
+
+
+def test_readme_examples_grade_as_the_catalog() -> None:
+    """Xid 94 is RESTART_APP in NVIDIA's catalog: the README once listed it as CRITICAL until a reset."""
+    readme = (REPO / "README.md").read_text()
+    reset = [c for c in _numbers(_bullet(readme, "CRITICAL until a GPU reset").split("(for example")[1]) if c != 154]
+    assert reset and all(classify(xid(c)).sticky is Sticky.UNTIL_RESET for c in reset)
+    assert all(classify(xid(c)).grade is Status.CRITICAL for c in reset)
+    counted = _numbers(_bullet(readme, "OK, but counted").split("(")[1].split(")")[0])
+    assert 94 in counted
+    assert all((classify(xid(c)).grade, classify(xid(c)).bucket) == (Status.OK, Bucket.APPLICATION) for c in counted)
+    informational = _numbers(_bullet(readme, "OK: IGNORE").split("(")[1].split(")")[0])
+    assert informational and all(classify(xid(c)).grade is Status.OK for c in informational)
+    entry = classify(xid(94))
+    assert (entry.action, entry.grade, entry.sticky) == (Action.RESTART_APP, Status.OK, Sticky.NO)

@@ -5,88 +5,16 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Optional
 
 import pytest
+from healthd_xid_kit import BOOT_A, BOOT_B, X79, Node, by_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthd.config import ConfigError, NodeSpec, Paths, parse_config
-from healthd.model import Finding, Status
-from healthd.plugin import CheckContext
-from healthd.state import StateFile
+from healthd.config import ConfigError, parse_config
+from healthd.model import Status
 from healthd_checks.kernlog import LogUnavailable, read_boot_time, read_kmsg
-from healthd_checks.xid import CHECK, XidSettings
-
-BOOT_A = "11111111-2222-3333-4444-555555555555"
-BOOT_B = "99999999-2222-3333-4444-555555555555"
-X79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
-
-
-class Node:
-    """A fake node root: procfs with a boot id, sysfs with NVIDIA GPUs, a kmsg dump, a state dir."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.seq = -1  # the kernel numbers a boot's records from 0
-        self.now = 1_000_000.0
-        self.boot(BOOT_A)
-        (root / "sys" / "bus" / "pci" / "devices").mkdir(parents=True)
-        self.kmsg.write_text("")
-
-    @property
-    def kmsg(self) -> Path:
-        return self.root / "kmsg"
-
-    def boot(self, boot_id: str) -> None:
-        path = self.root / "proc" / "sys" / "kernel" / "random"
-        path.mkdir(parents=True, exist_ok=True)
-        (path / "boot_id").write_text(boot_id + "\n")
-
-    def new_boot(self, boot_id: str) -> None:
-        self.boot(boot_id)
-        self.seq = -1
-        self.kmsg.write_text("")
-
-    def gpu(self, bdf: str, pci_class: str = "0x030200") -> None:
-        device = self.root / "sys" / "bus" / "pci" / "devices" / bdf
-        device.mkdir()
-        (device / "vendor").write_text("0x10de\n")
-        (device / "device").write_text("0x2330\n")
-        (device / "class").write_text(pci_class + "\n")
-
-    def booted_at(self, btime: int) -> None:
-        """Give procfs a /proc/stat whose btime dates the kernel's records."""
-        (self.root / "proc" / "stat").write_text(f"cpu  1 2 3 4\nbtime {btime}\nprocesses 99\n")
-
-    def log(self, *messages: str, level: int = 4, at: Optional[float] = None) -> None:
-        """Records 1 ms apart (or at ``at`` seconds after boot); the n-th has kernel timestamp n * 1000 us."""
-        with self.kmsg.open("a") as handle:
-            for number, message in enumerate(messages):
-                self.seq += 1
-                usec = (self.seq + 1) * 1000 if at is None else int(at * 1e6) + number * 1000
-                handle.write(f"{level},{self.seq},{usec},-;{message}\n SUBSYSTEM=pci\n")
-
-    def run(self, **options: Any) -> list[Finding]:
-        paths = Paths(sysfs=self.root / "sys", procfs=self.root / "proc", kmsg=self.kmsg, state_dir=self.root / "state")
-        ctx = CheckContext(
-            name="xid",
-            settings=XidSettings(**{"source": "kmsg", **options}),
-            node=NodeSpec(),
-            paths=paths,
-            state=StateFile(self.root / "state", "check-xid"),
-            clock=lambda: self.now,
-        )
-        return list(CHECK.run(ctx))
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Node:
-    return Node(tmp_path)
-
-
-def by_code(findings: list[Finding]) -> dict[str, Finding]:
-    return {f"{f.code}@{f.subject}": f for f in findings}
+from healthd_checks.xid import XidSettings
 
 
 def test_no_xid_means_no_findings(node: Node) -> None:

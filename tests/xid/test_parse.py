@@ -1,4 +1,9 @@
-"""The Xid line parser against real-format lines with expected parses, and fuzzed input."""
+"""The Xid line parser against real-format lines with expected parses, and fuzzed input.
+
+Property tests hold the parser to its two rules whatever the text: a message that
+does not begin with a driver prefix never gives an event, and neither does a record
+that userspace wrote (where the format tells), unless that is switched on.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from healthd_checks.xid_parse import (
+    DRIVER_PREFIXES,
+    Banner,
     GpuIdentity,
     Kind,
     LogFormat,
+    Origin,
     PciAddress,
     XidEvent,
     parse_line,
     parse_message,
+    read_continuation,
+    read_message,
     scan_lines,
     split_record,
 )
@@ -67,12 +77,35 @@ def test_same_line_in_every_envelope_gives_the_same_event() -> None:
         message,
         f"4,77,123456,-;{message}",
         f"<4>[  123.456789] {message}",
+        f"kern  :warn  : [  123.456789] {message}",
         f"[  123.456789] {message}",
         f"Nov 22 04:51:10 node kernel: {message}",
-        "Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
     ]
     events = {parse_line(line)[1] for line in lines}
-    assert len(events) == 1
+    assert len(events) == 1 and None not in events
+
+
+def test_a_record_that_userspace_wrote_counts_only_when_accepted() -> None:
+    message = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+    for line in (f"12,77,123456,-;{message}", f"<12>[  123.456789] {message}", f"user  :warn  : [ 1.0] {message}"):
+        assert parse_line(line)[1] is None
+        assert list(scan_lines([line])) == []
+        event = parse_line(line, accept_userspace=True)[1]
+        assert isinstance(event, XidEvent) and event.code == 79
+        assert [n for n, _, _ in scan_lines([line], accept_userspace=True)] == [1]
+
+
+def test_dmesg_r_below_8_does_not_tell_the_facility() -> None:
+    """util-linux's dmesg -r before its 2023 fix prints <facility | level>: <5> may be a user record."""
+    record = split_record("<5>[  616.685238] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=capture, x")
+    assert record.facility is None
+    assert split_record("<12>[  616.685238] NVRM: x").facility == 1
+    assert split_record("12,1,2,-;NVRM: x").facility == 1 and split_record("5,1,2,-;NVRM: x").facility == 0
+
+
+def test_kmsg_escapes_are_undone() -> None:
+    record = split_record("6,1,2,-;caf\\xc3\\xa9\\x5cx0a\\x0aNVRM: next line")
+    assert record.message == "caf\u00e9\\x0a\nNVRM: next line"
 
 
 def test_pci_addresses_compare_as_integers() -> None:
@@ -149,3 +182,88 @@ def test_no_bytes_make_a_parser_raise(data: bytes) -> None:
     text = data.decode("utf-8", errors="replace")
     parse_line(text)
     list(scan_lines(text.splitlines(keepends=True)))
+
+
+# -- the driver-prefix rule, whatever the text --------------------------------------------------------
+
+DRIVER_LINES = [
+    "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+    "nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up",
+    "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+    "NVRM: GPU 3b:00.0: GPU has fallen off the bus.",
+    "NVRM: GPU at PCI:0000:3b:00: GPU-8f3c1a2b-5d6e-7f80-91a2-b3c4d5e6f708",
+    "NVRM: The NVIDIA GPU 0000:3b:00.0 installed in this system has fallen off the bus and is not responding to"
+    " commands.",
+    "NVRM: fallen off the bus and is not responding to commands.",
+    "NVRM: (PCI ID: 10de:2330) installed in this system has",
+]
+# Whatever may come first in a message the kernel writes for a task: its name, then "[pid]".
+BODY_PIECES = st.one_of(
+    st.sampled_from(DRIVER_LINES),
+    NEAR_MISSES,
+    st.sampled_from(["[3739]: segfault at 0 ip 00007f0000000000 error 6 in ", "\n", "\\x0a", " ", "NVRM:", "NVRM"]),
+    st.text(max_size=8),
+)
+BODY = st.lists(BODY_PIECES, min_size=1, max_size=8).map("".join).filter(lambda b: not b.startswith(DRIVER_PREFIXES))
+ENVELOPES = ["4,77,123456,-;", "6,1,2,-;", "<3>[  1.000000] ", "kern  :err   : [  1.0] ", "[  12.345678] ", ""]
+ENVELOPES += ["Nov 22 04:51:10 node kernel: "]
+PENDING = Banner("The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:2330) installed in this system has")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(ENVELOPES), BODY)
+def test_no_line_without_the_driver_prefix_gives_an_event(envelope: str, body: str) -> None:
+    line = envelope + body
+    record = split_record(line)
+    # An empty envelope lets the body be read as one (a body "[ 1.0] NVRM: ..." is a dmesg line).
+    assume(not record.message.startswith(DRIVER_PREFIXES))
+    assert parse_line(line)[1] is None
+    assert parse_line(line, accept_userspace=True)[1] is None
+    assert parse_message(record.message) is None
+    # Not even a banner that waits for its last line is completed by it, or by its later lines.
+    for origin in Origin:
+        step = read_message(record.message, PENDING, origin)
+        assert step.event is None and step.banner == PENDING
+    # A line that starts with white space continues the record above it, whatever it holds.
+    assume(not line[:1].isspace())
+    continued = [line, *(f"  {driver}" for driver in DRIVER_LINES)]
+    assert list(scan_lines(continued, accept_userspace=True)) == []
+    interrupted = [
+        "[ 1.0] NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:2330) installed in this system has",
+        line,
+        "  NVRM: fallen off the bus and is not responding to commands.",
+    ]
+    assert list(scan_lines(interrupted)) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=255),
+    st.integers(min_value=0, max_value=7),
+    st.sampled_from([*DRIVER_LINES, "NVRM: The NVIDIA GPU 0000:3b:00.0\\x0aNVRM: fallen off the bus"]),
+)
+def test_no_userspace_kmsg_record_gives_an_event(facility: int, level: int, message: str) -> None:
+    line = f"{facility * 8 + level},5,6,-;{message}"
+    assert parse_line(line)[1] is None
+    assert list(scan_lines(["3,4,5,-;NVRM: The NVIDIA GPU 0000:3b:00.0", line])) == []
+
+
+def test_banner_lines_continue_only_the_banner_of_their_origin() -> None:
+    start = read_message("NVRM: The NVIDIA GPU 0000:3b:00.0", None, Origin.KERNEL)
+    assert start.banner is not None and start.event is None
+    forged = read_continuation("NVRM: (PCI ID: 10de:2330) installed in this system has", start.banner, Origin.USERSPACE)
+    assert forged.banner == start.banner and not forged.engaged
+    middle = read_message("NVRM: (PCI ID: 10de:2330) installed in this system has", start.banner)
+    last = read_message("NVRM: fallen off the bus and is not responding to commands.", middle.banner)
+    assert isinstance(last.event, XidEvent) and last.event.kind is Kind.FALLEN_OFF_BUS and last.banner is None
+    assert str(last.event.pci) == "0000:3b:00"
+
+
+def test_a_stalled_banner_is_dropped_after_other_driver_lines() -> None:
+    step = read_message("NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:2330) installed in this system has")
+    banner = step.banner
+    for _ in range(8):
+        banner = read_message("NVRM: loading NVIDIA UNIX x86_64 Kernel Module", banner).banner
+        assert banner is not None
+        banner = read_message("eth0: link up", banner).banner  # other messages do not count
+    assert read_message("NVRM: GPU at PCI:0000:5e:00: GPU-1d2e3f40-5162-7384-95a6-b7c8d9eaf0b1", banner).banner is None

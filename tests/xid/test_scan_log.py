@@ -1,4 +1,8 @@
-"""``healthd scan-log`` over saved dumps in each format: JSON fields and the Nagios exit code."""
+"""``healthd scan-log`` over saved dumps in each format: JSON fields and the Nagios exit code.
+
+The driver-prefix rule applies to every format; the facility rule where the format
+carries the facility: /dev/kmsg dumps, ``dmesg -x`` and ``dmesg -r`` (from ``<8>`` up).
+"""
 
 from __future__ import annotations
 
@@ -44,6 +48,18 @@ def scan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str,
             ],
         ),
         ("kmsg.txt", 2, [(4, "XID_154", "0000:9b:00", "CRITICAL"), (5, "XID_43", "0000:3b:00", "OK")]),
+        ("kmsg-hostile.txt", 0, []),
+        ("dmesg-hostile.txt", 0, []),
+        ("dmesg-r-hostile.txt", 0, []),
+        ("dmesg-x-hostile.txt", 0, []),
+        ("kmsg-banner.txt", 2, [(7, "XID_79", "0000:18:00", "CRITICAL"), (8, "XID_79", "0000:2a:00", "CRITICAL")]),
+        ("kmsg-banner-split.txt", 2, [(7, "XID_79", "0000:3b:00", "CRITICAL")]),
+        ("dmesg-banner.txt", 2, [(4, "XID_79", "0000:18:00", "CRITICAL"), (5, "XID_79", "0000:2a:00", "CRITICAL")]),
+        (
+            "journalctl-k-banner.txt",
+            2,
+            [(4, "XID_79", "0000:18:00", "CRITICAL"), (5, "XID_79", "0000:2a:00", "CRITICAL")],
+        ),
     ],
 )
 def test_dumps(capsys: pytest.CaptureFixture[str], name: str, exit_code: int, expected: list[tuple[Any, ...]]) -> None:
@@ -109,3 +125,48 @@ def test_garbage_file_is_not_a_crash(capsys: pytest.CaptureFixture[str], tmp_pat
     path.write_bytes(bytes(range(256)) * 50 + b"\nNVRM: Xid (PCI:0000:3b:00): \xff\xfe 79\n")
     code, document = scan(capsys, str(path))
     assert code == 0 and document["events"] == []
+
+
+USERSPACE = [("XID_79", "0000:3b:00"), ("SXID_20034", "nvswitch0"), ("XID_79", "0000:5e:00"), ("XID_79", "0000:86:00")]
+
+
+@pytest.mark.parametrize("name", ["kmsg-hostile.txt", "dmesg-r-hostile.txt", "dmesg-x-hostile.txt"])
+def test_the_switch_counts_userspace_records_and_marks_them(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
+) -> None:
+    config = tmp_path / "healthd.toml"
+    config.write_text("[checks.xid]\naccept_userspace_kmsg = true\n")
+    code, document = scan(capsys, "--config", str(config), str(FIXTURES / name))
+    assert code == 2 and document["accept_userspace_kmsg"] is True
+    # The four /dev/kmsg writes (the banner among them); never the kernel's segfault reports.
+    assert [(e["code"], e["gpu"]) for e in document["events"]] == USERSPACE
+    assert {e["origin"] for e in document["events"]} == {"userspace"}
+    assert main(["scan-log", "--config", str(config), str(FIXTURES / name)]) == 2
+    out = capsys.readouterr().out
+    assert "(written by userspace)" in out and "accept_userspace_kmsg" in out.splitlines()[-1]
+
+
+def test_default_json_names_the_switch_and_each_origin(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "healthd.toml"
+    config.write_text("")
+    _, document = scan(capsys, "--config", str(config), str(FIXTURES / "kmsg.txt"))
+    assert document["accept_userspace_kmsg"] is False
+    assert [e["origin"] for e in document["events"]] == ["kernel", "kernel"]
+    _, document = scan(capsys, "--config", str(config), str(FIXTURES / "dmesg.txt"))
+    assert {e["origin"] for e in document["events"]} == {"unknown"}
+    assert {e["format"] for e in document["events"]} == {"dmesg"}
+
+
+def test_dmesg_r_of_util_linux_before_its_fix_cannot_tell_userspace(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Debian 12's dmesg -r printed this /dev/kmsg write (facility 1, level 4) as <5>: only the prefix rule is left.
+
+    ``dmesg -x`` names the facility right on every version, so it is the dump to take.
+    """
+    dump = tmp_path / "dmesg-r-debian12.txt"
+    dump.write_text("<5>[  616.685238] NVRM: Xid (PCI:0000:3b:00): 63, pid=1, name=capture, Row Remapper\n")
+    _, document = scan(capsys, str(dump))
+    assert [(e["code"], e["origin"]) for e in document["events"]] == [("XID_63", "unknown")]
+    dump.write_text("user  :warn  : [  616.685238] NVRM: Xid (PCI:0000:3b:00): 63, pid=1, name=capture, Row\n")
+    assert scan(capsys, str(dump))[1]["events"] == []
