@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import re
 import socket
 import threading
+import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
@@ -31,14 +32,19 @@ if TYPE_CHECKING:
 
     from healthd.policy import Action
 
+log = logging.getLogger(__name__)
+
 _SEVERITIES = (Status.WARNING, Status.CRITICAL, Status.UNKNOWN)
 # The xid check codes GPU Xids XID_<n> and NVSwitch SXids SXID_<n> (checks/xid.py).
 _XID_CODE = re.compile(r"^(S?XID)_(\d+)$")
-# A scrape is one small GET: a client still silent after this long is dropped.
-HANDLER_TIMEOUT_SECONDS = 5.0
-# Connections served at once; more are closed at once, so no client can make healthd
-# start threads without bound (the unit's TasksMax would then fail the pass's thread).
-MAX_CONNECTIONS = 4
+# A scrape is one small GET: a client has this long from connecting to have sent its whole
+# request and taken the reply, however it paces its bytes; then it is dropped.
+REQUEST_DEADLINE_SECONDS = 5.0
+# Connections held open at once (one thread serves them all, so this bounds file
+# descriptors, not threads); a new connection beyond it drops the oldest.
+MAX_CONNECTIONS = 64
+# The most a request head (request line and headers) may take; a scrape sends a few hundred bytes.
+MAX_REQUEST_BYTES = 16384
 # A check "succeeds" when it observed the node (ran to the end, or had nothing to check).
 _OBSERVED = (RunState.RAN, RunState.NOT_APPLICABLE)
 
@@ -283,73 +289,59 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    registry: CollectorRegistry
-    # StreamRequestHandler puts this timeout on the socket: a half-sent request ends here.
-    timeout = HANDLER_TIMEOUT_SECONDS
+class _Connection:
+    """One client of the metrics endpoint: what it sent so far and the reply still to send."""
 
-    def do_GET(self) -> None:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    __slots__ = ("deadline", "received", "reply", "sock")
 
-        if self.path.split("?", 1)[0] != "/metrics":
-            self._reply(404, "text/plain; charset=utf-8", b"not found; metrics are at /metrics\n")
-            return
-        self._reply(200, CONTENT_TYPE_LATEST, generate_latest(self.registry))
-
-    def _reply(self, code: int, content_type: str, body: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        # Scrapes every 15-60 s would drown the journal; errors surface as failed scrapes.
-        return
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+        self.received = bytearray()
+        self.reply: Optional[memoryview] = None
 
 
-class _BoundedHTTPServer(ThreadingHTTPServer):
-    """One thread per connection, at most ``max_connections`` at once; the rest are closed unserved."""
+def _end_of_head(received: bytearray) -> bool:
+    # RFC 9112 section 2.2: a line ends in CRLF, and a recipient may accept a bare LF.
+    return b"\r\n\r\n" in received or b"\n\n" in received
 
-    daemon_threads = True
-    # listen(2) backlog: a burst of connections waits for accept() instead of SYN retries.
-    request_queue_size = 64
 
-    def __init__(self, address: tuple[str, int], handler: type[_Handler], max_connections: int) -> None:
-        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        self._slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, handler)
+def _response(code: int, content_type: str, body: bytes, extra: str = "") -> bytes:
+    from http import HTTPStatus
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except RuntimeError:  # no thread could be started (the unit's TasksMax): drop this one
-            self._slots.release()
-            self.shutdown_request(request)
+    head = (
+        f"HTTP/1.0 {code} {HTTPStatus(code).phrase}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # The default prints a traceback to stderr for every client that hangs up mid-reply.
-        import logging
+def _reply_to(head: bytes, registry: CollectorRegistry) -> bytes:
+    """The whole reply to a request whose head (request line and headers) is ``head``."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-        logging.getLogger("healthd.metrics").debug("metrics: request from %s failed", client_address, exc_info=True)
+    text = "text/plain; charset=utf-8"
+    parts = head.split(b"\n", 1)[0].split()
+    if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
+        return _response(400, text, b"bad request\n")
+    method, target, _ = parts
+    if method != b"GET":
+        return _response(405, text, b"only GET is served\n", "Allow: GET\r\n")
+    if target.split(b"?", 1)[0] != b"/metrics":
+        return _response(404, text, b"not found; metrics are at /metrics\n")
+    return _response(200, CONTENT_TYPE_LATEST, generate_latest(registry))
 
 
 class MetricsServer:
-    """``GET /metrics`` on ``host:port`` from a background thread; every other path is 404.
+    """``GET /metrics`` on ``host:port``, every other path 404; one background thread serves all clients.
 
-    A client that connects and sends nothing (or half a request) holds one of
-    ``max_connections`` slots for at most ``timeout`` seconds; connections beyond the
-    slots are closed at once. So a flood of idle connections can delay scrapes but
-    never costs more than ``max_connections`` + 1 threads, and never touches the passes.
+    The thread multiplexes its connections (``selectors``), so a slow client costs a
+    file descriptor, never a thread, and never delays another client's reply. Each
+    connection has ``deadline`` seconds from accept to receive the whole request head
+    and take the whole reply; a client that trickles header lines (slowloris) is
+    dropped at that deadline however steady its pace. At most ``max_connections`` are
+    held open: a new one drops the oldest, so clients that keep connections open cannot
+    keep a scraper out, whose request arrives in one piece and is answered at once.
     """
 
     def __init__(
@@ -358,23 +350,134 @@ class MetricsServer:
         host: str,
         port: int,
         *,
-        timeout: float = HANDLER_TIMEOUT_SECONDS,
+        deadline: float = REQUEST_DEADLINE_SECONDS,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
-        handler = type("MetricsHandler", (_Handler,), {"registry": registry, "timeout": timeout})
-        self._server = _BoundedHTTPServer((host, port), handler, max_connections)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http", daemon=True)
+        self._registry = registry
+        self._deadline = deadline
+        self._max_connections = max_connections
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listener = socket.socket(family, socket.SOCK_STREAM)
+        # Wakes the serving thread for close(); AF_UNIX is among the unit's RestrictAddressFamilies.
+        self._wake_reader, self._wake_writer = socket.socketpair()
         try:
+            # As http.server does: a restarted daemon can bind again while old connections linger
+            # in TIME_WAIT. It does not let two listeners share the port (Linux needs both to set it,
+            # and neither may be listening).
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind((host, port))
+            # listen(2) backlog: a burst of connections waits for accept() instead of SYN retries.
+            self._listener.listen(64)
+            self._listener.setblocking(False)
+            self._wake_reader.setblocking(False)
+            self._thread = threading.Thread(target=self._serve, name="metrics-http", daemon=True)
             self._thread.start()
-        except RuntimeError:
-            self._server.server_close()
+        except BaseException:
+            self._close_sockets()
             raise
 
     @property
     def port(self) -> int:
-        return int(self._server.socket.getsockname()[1])
+        return int(self._listener.getsockname()[1])
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        with contextlib.suppress(OSError):
+            self._wake_writer.send(b"x")
         self._thread.join(timeout=5)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
+        for sock in (self._listener, self._wake_reader, self._wake_writer):
+            sock.close()
+
+    def _serve(self) -> None:
+        import selectors
+
+        selector = selectors.DefaultSelector()
+        selector.register(self._listener, selectors.EVENT_READ)
+        selector.register(self._wake_reader, selectors.EVENT_READ)
+        # Insertion order is accept order: the first entry is the oldest connection.
+        connections: dict[socket.socket, _Connection] = {}
+
+        def drop(conn: _Connection) -> None:
+            del connections[conn.sock]
+            selector.unregister(conn.sock)
+            conn.sock.close()
+
+        try:
+            while True:
+                soonest = min((c.deadline for c in connections.values()), default=None)
+                wait = None if soonest is None else max(0.0, soonest - time.monotonic())
+                ready = {key.fileobj: key.data for key, _ in selector.select(wait)}
+                if self._wake_reader in ready:
+                    return
+                # Connections first, new ones after: a burst of connects cannot drop a scrape
+                # whose request is already here.
+                for conn in ready.values():
+                    if not isinstance(conn, _Connection) or connections.get(conn.sock) is not conn:
+                        continue  # the listener, or a connection dropped earlier in this round
+                    try:
+                        done = self._progress(conn)
+                    except Exception:
+                        # A client that hangs up mid-request, or a reply that could not be built:
+                        # this connection ends, the others and the daemon go on.
+                        log.debug("metrics: a request failed", exc_info=True)
+                        done = True
+                    if done:
+                        drop(conn)
+                    elif conn.reply is not None:
+                        selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+                if self._listener in ready:
+                    for sock in self._accept():
+                        if len(connections) >= self._max_connections:
+                            drop(next(iter(connections.values())))
+                        connections[sock] = _Connection(sock, time.monotonic() + self._deadline)
+                        selector.register(sock, selectors.EVENT_READ, connections[sock])
+                now = time.monotonic()
+                for late in [c for c in connections.values() if c.deadline <= now]:
+                    drop(late)
+        finally:
+            for left in list(connections.values()):
+                drop(left)
+            selector.close()
+
+    def _accept(self) -> list[socket.socket]:
+        accepted: list[socket.socket] = []
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except BlockingIOError:
+                return accepted
+            except OSError:
+                # ECONNABORTED (the client gave up first), or no file descriptor left: the
+                # listener stays registered, and the next readiness tries again.
+                log.debug("metrics: accept failed", exc_info=True)
+                return accepted
+            sock.setblocking(False)
+            accepted.append(sock)
+
+    def _progress(self, conn: _Connection) -> bool:
+        """Read or write what the socket allows now; True when the connection is finished."""
+        try:
+            return self._step(conn)
+        except BlockingIOError:  # a readiness that went away (select(2) may report one spuriously)
+            return False
+
+    def _step(self, conn: _Connection) -> bool:
+        if conn.reply is None:
+            data = conn.sock.recv(4096)
+            if not data:
+                return True
+            conn.received += data
+            if not _end_of_head(conn.received):
+                # A scrape's head is a line and a few headers; a longer one is no scrape.
+                return len(conn.received) > MAX_REQUEST_BYTES
+            conn.reply = memoryview(_reply_to(bytes(conn.received), self._registry))
+        sent = conn.sock.send(conn.reply)
+        conn.reply = conn.reply[sent:]
+        if conn.reply:
+            return False
+        # Half-close first (as http.server does), so the reply is not cut off by a reset.
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_WR)
+        return True

@@ -1,16 +1,22 @@
-"""The Ansible role: lint, syntax check, a real run on localhost into a temporary root, idempotence."""
+"""The Ansible role: lint, syntax check, real runs on localhost into a temporary root from a wheel built here."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import json
 import os
 import re
 import shutil
+import ssl
 import stat
 import subprocess
 import sys
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -36,9 +42,10 @@ LINT = _tool("ansible-lint")
 pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook is not installed")
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return {
         **os.environ,
+        **extra,
         "ANSIBLE_ROLES_PATH": str(ANSIBLE_DIR / "roles"),
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
         "ANSIBLE_REMOTE_TEMP": str(tmp_path / "ansible-tmp"),
@@ -46,6 +53,8 @@ def _env(tmp_path: Path) -> dict[str, str]:
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         "ANSIBLE_PYTHON_INTERPRETER": "/usr/bin/python3",
+        # Local runs only: modules go over stdin instead of a temp file each, much faster.
+        "ANSIBLE_PIPELINING": "1",
     }
 
 
@@ -84,12 +93,106 @@ def _recap(output: str) -> dict[str, int]:
     return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group(1))}
 
 
-def _play(tmp_path: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def _play(tmp_path: Path, variables: dict[str, Any], **env: str) -> subprocess.CompletedProcess[str]:
     assert PLAYBOOK is not None
     playbook = tmp_path / "play.yml"
     playbook.write_text("- name: Install healthd\n  hosts: all\n  gather_facts: false\n  roles:\n    - role: healthd\n")
     command = [PLAYBOOK, "-i", "localhost,", "-c", "local", str(playbook), "-e", json.dumps(variables)]
-    return subprocess.run(command, env=_env(tmp_path), capture_output=True, text=True, check=False, timeout=600)
+    return subprocess.run(command, env=_env(tmp_path, **env), capture_output=True, text=True, check=False, timeout=600)
+
+
+def _build_wheels(source: Path, out: Path, *, deps: bool = True) -> Path:
+    """``pip wheel -w OUT`` as docs/ansible.md tells operators: healthd and every dependency; the healthd wheel."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(out), str(source), *([] if deps else ["--no-deps"])],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (wheel,) = out.glob("healthd-*.whl")
+    return wheel
+
+
+def _copy_source(dest: Path) -> Path:
+    # Only what the wheel is built from, so the build leaves nothing in the checkout.
+    dest.mkdir()
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for name in ("healthd", "checks"):
+        shutil.copytree(REPO / name, dest / name, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, dest / name)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A wheelhouse built from this checkout: the healthd wheel and the wheels of its dependencies."""
+    build = tmp_path_factory.mktemp("build")
+    _build_wheels(_copy_source(build / "src"), build / "wheelhouse")
+    return build / "wheelhouse"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def _self_signed_certificate(cert: Path, key: Path) -> None:
+    """A certificate for 127.0.0.1, valid for a day (cryptography comes with ansible-core)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(private.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(private, hashes.SHA256())
+    )
+    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+
+
+@contextlib.contextmanager
+def _https_server(directory: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """Serves ``directory`` over HTTPS on 127.0.0.1; yields the base URL and the certificate to trust."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    _self_signed_certificate(cert, key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(directory)))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def test_role_refuses_the_daemon_and_the_hook_together(tmp_path: Path) -> None:
@@ -99,14 +202,30 @@ def test_role_refuses_the_daemon_and_the_hook_together(tmp_path: Path) -> None:
     assert not (tmp_path / "root" / "opt").exists()  # refused before installing anything
 
 
-def test_role_installs_into_a_temporary_root_idempotently(tmp_path: Path) -> None:
-    # Install from a copy of the source tree, so the build leaves nothing in the checkout.
-    source = tmp_path / "src"
-    shutil.copytree(
-        REPO,
-        source,
-        ignore=shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"),
-    )
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({}, "healthd_wheel must be set"),
+        ({"healthd_wheel": "dist/healthd-0.1.0-py3-none-any.whl"}, "healthd_wheel must be set"),
+        ({"healthd_wheel": "WHEEL"}, "healthd_wheel_sha256 must be set"),
+        ({"healthd_wheel": "WHEEL", "healthd_wheel_sha256": "sha256sum output"}, "healthd_wheel_sha256 must be set"),
+        ({"healthd_package": "healthd==0.1.0"}, "healthd_package is no longer used"),
+    ],
+)
+def test_role_installs_nothing_without_a_wheel_and_its_sha256(
+    tmp_path: Path, wheelhouse: Path, variables: dict[str, str], message: str
+) -> None:
+    wheel = str(next(wheelhouse.glob("healthd-*.whl")))
+    root = tmp_path / "root"
+    given = {k: wheel if v == "WHEEL" else v for k, v in variables.items()}
+    done = _play(tmp_path, {"healthd_root": str(root), "healthd_manage_service": False, **given})
+    assert done.returncode != 0
+    assert message in done.stdout, done.stdout[-3000:]
+    assert not root.exists()  # refused before installing anything
+
+
+def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_path: Path, wheelhouse: Path) -> None:
+    wheel = next(wheelhouse.glob("healthd-*.whl"))
     root = tmp_path / "root"
     (root / "etc" / "slurm").mkdir(parents=True)
     # slurm.conf(5) keys are case-insensitive and may have spaces around "=".
@@ -115,7 +234,10 @@ def test_role_installs_into_a_temporary_root_idempotently(tmp_path: Path) -> Non
     textfile = tmp_path / "textfile" / "healthd.prom"
     variables: dict[str, Any] = {
         "healthd_root": str(root),
-        "healthd_package": str(source),
+        "healthd_wheel": str(wheel),
+        "healthd_wheel_sha256": _sha256(wheel).upper(),  # either case, as sha256sum users may paste it
+        # Dependencies from the wheelhouse only (--no-index): nothing comes from a package index.
+        "healthd_wheelhouse": str(wheelhouse),
         "healthd_manage_service": False,
         "healthd_daemon": False,
         "healthd_state_dir": str(state_dir),
@@ -153,7 +275,8 @@ def test_role_installs_into_a_temporary_root_idempotently(tmp_path: Path) -> Non
         "paths": {"state_dir": str(state_dir)},
         "node": {"gpus": 0, "services": [], "mounts": [{"path": "/", "rw": True}]},
         "slurm": {"enabled": False, "conf": "/etc/slurm/slurm.conf", "node_name": "node-test", "timeout": 10},
-        "policy": {"dry_run": False, "unknown_action": "drain", "unknown_passes": 2},
+        # A first deployment is a dry run unless healthd_dry_run says otherwise.
+        "policy": {"dry_run": True, "unknown_action": "drain", "unknown_passes": 2},
         "runner": {"pass_timeout": 30},
         "daemon": {"interval": 300, "splay": True},
         "metrics": {"textfile": str(textfile), "listen": "127.0.0.1:9101"},
@@ -166,10 +289,19 @@ def test_role_installs_into_a_temporary_root_idempotently(tmp_path: Path) -> Non
     assert (candidate.stat().st_uid, stat.S_IMODE(candidate.stat().st_mode)) == (0, 0o644)
     tasks = (ANSIBLE_DIR / "roles" / "healthd" / "tasks" / "main.yml").read_text().splitlines()
     assert not [line for line in tasks if line.strip().startswith("validate:")]
+    # The verified wheel is kept for root alone; the installed healthd came from it.
+    staged = root / "var" / "cache" / "healthd" / wheel.name
+    assert _sha256(staged) == _sha256(wheel)
+    assert stat.S_IMODE(staged.parent.stat().st_mode) == 0o700
+    assert sorted(p.name for p in (staged.parent / "wheelhouse").iterdir()) == sorted(
+        p.name for p in wheelhouse.iterdir()
+    )
+    assert (venv / "healthd-wheel.sha256").read_text() == _sha256(wheel) + "\n"
     unit = root / "etc" / "systemd" / "system" / "healthd.service"
     assert unit.read_text() == (REPO / "packaging" / "systemd" / "healthd.service").read_text()
     dropin = (unit.parent / "healthd.service.d" / "10-virtualenv.conf").read_text()
     assert "ExecStart=/opt/healthd/bin/healthd run\n" in dropin
+    assert "ExecStart=/opt/healthd/bin/healthd run" in unit.read_text().splitlines()  # the same without the drop-in
     paths = (unit.parent / "healthd.service.d" / "20-paths.conf").read_text().splitlines()
     assert f"ReadWritePaths=-{state_dir}" in paths and f"ReadWritePaths=-{textfile.parent}" in paths
     assert os.readlink(root / "usr" / "local" / "sbin" / "healthd") == "/opt/healthd/bin/healthd"
@@ -185,18 +317,27 @@ def test_role_installs_into_a_temporary_root_idempotently(tmp_path: Path) -> Non
     # A console script: its own interpreter by absolute path, no shell and no PATH needed.
     assert hook.read_text().splitlines()[0].startswith(f"#!{venv}/bin/python")
 
-    check = subprocess.run(
-        [str(venv / "bin" / "healthd"), "check", "--once", "--json", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert check.returncode in (0, 1, 2, 3), check.stderr
-    document = json.loads(check.stdout)
-    assert document["exit_code"] == check.returncode
+    def check_once() -> dict[str, Any]:
+        done = subprocess.run(
+            [str(venv / "bin" / "healthd"), "check", "--once", "--json", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        assert done.returncode in (0, 1, 2, 3), done.stderr
+        document: dict[str, Any] = json.loads(done.stdout)
+        assert document["exit_code"] == done.returncode
+        return document
+
+    def installed_init() -> Path:
+        (path,) = (venv / "lib").glob("python3*/site-packages/healthd/__init__.py")
+        return path
+
+    document = check_once()
     mounts = next(c for c in document["checks"] if c["name"] == "mounts")
     assert mounts["status"] == "OK", mounts
+    assert document["action"]["dry_run"] is True
 
     # Typos in values are not coerced ("eight" -> 0, "ture" -> false): the play fails
     # naming each key, and the configuration in place stays the valid one.
@@ -205,3 +346,32 @@ def test_role_installs_into_a_temporary_root_idempotently(tmp_path: Path) -> Non
     assert typo.returncode != 0
     assert "daemon.interval" in typo.stdout and "policy.dry_run" in typo.stdout, typo.stdout[-4000:]
     assert config.read_text() == before
+
+    # A wheel that is not the one the sha256 names is never installed.
+    wrong = _play(tmp_path, {**variables, "healthd_wheel_sha256": "0" * 64})
+    assert wrong.returncode != 0
+    assert "healthd_wheel_sha256 does not match healthd_wheel" in wrong.stdout, wrong.stdout[-4000:]
+    assert (venv / "healthd-wheel.sha256").read_text() == _sha256(wheel) + "\n"
+
+    # A wheel rebuilt with the same version, from an https URL: the wrong sha256 stops it,
+    # the right one installs it over the old healthd (pip alone would keep the old one).
+    source = _copy_source(tmp_path / "rebuilt-src")
+    with (source / "healthd" / "__init__.py").open("a") as handle:
+        handle.write("# rebuilt\n")
+    rebuilt = _build_wheels(source, tmp_path / "rebuilt", deps=False)
+    assert rebuilt.name == wheel.name and _sha256(rebuilt) != _sha256(wheel)
+    with _https_server(rebuilt.parent, tmp_path) as (url, cert):
+        by_url = {**variables, "healthd_wheel": f"{url}/{rebuilt.name}"}
+        refused = _play(tmp_path, {**by_url, "healthd_wheel_sha256": "1" * 64}, SSL_CERT_FILE=str(cert))
+        assert refused.returncode != 0
+        assert "healthd_wheel_sha256" in refused.stdout and "nothing was installed" in refused.stdout, refused.stdout
+        assert "did not match" in refused.stdout, refused.stdout[-4000:]  # get_url's own reason is kept
+        assert (
+            "# rebuilt" not in (venv / "lib").glob("python3*/site-packages/healthd/__init__.py").__next__().read_text()
+        )
+        upgraded = _play(tmp_path, {**by_url, "healthd_wheel_sha256": _sha256(rebuilt)}, SSL_CERT_FILE=str(cert))
+    assert upgraded.returncode == 0, upgraded.stdout[-6000:] + upgraded.stderr[-3000:]
+    assert _recap(upgraded.stdout)["changed"] > 0
+    assert installed_init().read_text().endswith("# rebuilt\n")
+    assert (venv / "healthd-wheel.sha256").read_text() == _sha256(rebuilt) + "\n"
+    assert check_once()["action"]["dry_run"] is True

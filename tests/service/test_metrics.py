@@ -223,8 +223,19 @@ def test_sxid_events_are_counted_with_their_own_label() -> None:
     assert xid_events(result) == {("nvswitch0", "SXID_20034"): 4.0, ("1", "79"): 2.0}
 
 
-def test_idle_connections_cannot_exhaust_threads_or_block_scrapes_for_long() -> None:
-    server = MetricsServer(new_registry(HealthdCollector(version="1")), "127.0.0.1", 0, timeout=0.5)
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed ``sock`` (a read sees EOF or a reset)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_idle_connections_cost_no_thread_and_cannot_block_scrapes(wait_until: Callable[..., None]) -> None:
+    server = MetricsServer(new_registry(HealthdCollector(version="1")), "127.0.0.1", 0, max_connections=16)
     threads_before = threading.active_count()
     idle = []
     try:
@@ -232,19 +243,136 @@ def test_idle_connections_cannot_exhaust_threads_or_block_scrapes_for_long() -> 
             sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
             sock.sendall(b"GET /metr")  # half a request, never finished
             idle.append(sock)
-        assert threading.active_count() <= threads_before + 4
-        # Once the held slots time out, a real scrape is served again although the idle sockets stay open.
-        deadline = time.monotonic() + 10
-        code = 0
-        while code != 200 and time.monotonic() < deadline:
-            try:
-                code = _scrape(server.port)[0]
-            except OSError:
-                time.sleep(0.1)
-        assert code == 200
+        # The idle sockets stay open on this side; the server keeps at most 16 of them.
+        code, body = _scrape(server.port)
+        assert code == 200 and "healthd_build_info" in body
+        assert threading.active_count() == threads_before  # one thread serves every connection
+        wait_until(lambda: sum(not _closed_by_server(s) for s in idle) <= 16, what="the oldest dropped")
     finally:
         for sock in idle:
             sock.close()
+        server.close()
+
+
+class _Slowloris(threading.Thread):
+    """Keeps a connection open by sending one more header line every ``pace`` seconds, reconnecting when dropped.
+
+    Records how long each connection lived until the server closed it.
+    """
+
+    def __init__(self, port: int, pace: float) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.pace = pace
+        self.stop = threading.Event()
+        self.lifetimes: list[float] = []
+        self.lines_sent = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            except OSError:
+                continue
+            opened = time.monotonic()
+            try:
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: node\r\n")
+                while not self.stop.wait(self.pace):
+                    if _closed_by_server(sock):
+                        self.lifetimes.append(time.monotonic() - opened)
+                        break
+                    sock.setblocking(True)
+                    sock.sendall(b"X-Slow: %d\r\n" % self.lines_sent)
+                    self.lines_sent += 1
+            except OSError:  # reset by the server while sending: dropped too
+                self.lifetimes.append(time.monotonic() - opened)
+            finally:
+                sock.close()
+
+
+@pytest.mark.parametrize("max_connections", [64, 4])
+def test_slowloris_clients_are_dropped_at_the_deadline_and_never_hold_off_a_scrape(
+    max_connections: int, wait_until: Callable[..., None]
+) -> None:
+    collector = HealthdCollector(version="1")
+    collector.update(PassSample(_sample_pass()))
+    deadline = 3.0
+    server = MetricsServer(new_registry(collector), "127.0.0.1", 0, deadline=deadline, max_connections=max_connections)
+    # Twice as many slow clients as the smaller cap, each sending a header line every 1 s,
+    # well inside any per-read timeout: they would hold every slot of a thread-per-slot server.
+    clients = [_Slowloris(server.port, pace=1.0) for _ in range(8)]
+    try:
+        for client in clients:
+            client.start()
+        wait_until(lambda: sum(c.lines_sent for c in clients) >= len(clients), what="slow clients sending")
+        started = time.monotonic()
+        code, body = _scrape(server.port)
+        elapsed = time.monotonic() - started
+        assert code == 200
+        assert _values(body)[("healthd_pass_status", ())] == 2
+        assert elapsed < deadline + 3, elapsed
+        # The slow clients' connections end at the deadline (or earlier, for a newer one):
+        # none outlives it, however steadily it sends.
+        wait_until(lambda: sum(len(c.lifetimes) for c in clients) >= len(clients), what="slow clients dropped")
+        lifetimes = [t for c in clients for t in c.lifetimes]
+        assert max(lifetimes) < deadline + 3, lifetimes
+    finally:
+        for client in clients:
+            client.stop.set()
+        for client in clients:
+            client.join(timeout=10)
+        server.close()
+
+
+def test_a_reader_too_slow_for_a_large_reply_delays_no_other_scrape() -> None:
+    # 3000 Xid series make a reply far larger than the slow reader's receive window, so the
+    # server must send it in pieces while it serves others.
+    findings = tuple(_xid(gpu, xid, 1) for gpu in range(100) for xid in range(30))
+    collector = HealthdCollector(version="1")
+    collector.update(PassSample(PassResult("n", 0.0, 0.0, (CheckResult("xid", RunState.RAN, findings, 0.0),))))
+    server = MetricsServer(new_registry(collector), "127.0.0.1", 0)
+    # Loopback buffers grow to megabytes; small ones (inherited by accepted sockets) make the
+    # reply outgrow them, as it would towards a client that stopped reading.
+    server._listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    slow = socket.socket()
+    try:
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.settimeout(5)
+        slow.connect(("127.0.0.1", server.port))
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        code, body = _scrape(server.port)  # while the slow reader has read nothing
+        assert code == 200
+        assert len(body) > 100_000
+        reply = b""
+        while chunk := slow.recv(65536):
+            reply += chunk
+        head, _, slow_body = reply.partition(b"\r\n\r\n")
+        assert f"Content-Length: {len(slow_body)}".encode() in head
+        assert slow_body.decode() == body
+    finally:
+        slow.close()
+        server.close()
+
+
+def test_requests_other_than_a_get_of_metrics_are_refused() -> None:
+    server = MetricsServer(new_registry(HealthdCollector(version="1")), "127.0.0.1", 0)
+    try:
+        for request, status in (
+            (b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", b"405"),
+            (b"GET /metrics\r\n\r\n", b"400"),
+            (b"GET /metrics HTTP/1.0\n\n", b"200"),  # bare LF line ends are accepted (RFC 9112 2.2)
+        ):
+            with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+                sock.sendall(request)
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+            assert reply.split(b" ", 2)[1] == status, reply
+        # A head larger than any scrape's is dropped without a reply.
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 20000 + b"\r\n")
+            assert sock.recv(65536) == b""
+    finally:
         server.close()
 
 

@@ -19,6 +19,9 @@ ANALYZE = shutil.which("systemd-analyze")
 pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze (Debian package systemd) is not installed")
 
 
+INSTALLED = "/opt/healthd/bin/healthd"
+
+
 def _verify(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     # verify needs ExecStart's binary to exist: point the copy at a real executable here.
     binary = tmp_path / "bin" / "healthd"
@@ -26,7 +29,8 @@ def _verify(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     binary.write_text("#!/bin/sh\nexit 0\n")
     binary.chmod(0o755)
     unit = tmp_path / "healthd.service"
-    unit.write_text(text.replace("/usr/bin/healthd", str(binary)))
+    assert INSTALLED in text
+    unit.write_text(text.replace(INSTALLED, str(binary)))
     assert ANALYZE is not None
     return subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True, check=False)
 
@@ -48,13 +52,23 @@ def test_a_broken_unit_is_caught(tmp_path: Path, mutation: tuple[str, str]) -> N
 
 
 def test_a_missing_binary_is_caught(tmp_path: Path) -> None:
+    missing = tmp_path / "no-venv" / "bin" / "healthd"
     unit = tmp_path / "healthd.service"
-    unit.write_text(UNIT.read_text())
-    if Path("/usr/bin/healthd").exists():
-        pytest.skip("a healthd is installed in /usr/bin on this machine")
+    unit.write_text(UNIT.read_text().replace(INSTALLED, str(missing)))
     assert ANALYZE is not None
     done = subprocess.run([ANALYZE, "verify", str(unit)], capture_output=True, text=True, check=False)
-    assert done.returncode != 0 and "/usr/bin/healthd" in done.stderr
+    assert done.returncode != 0 and str(missing) in done.stderr
+
+
+def test_the_unit_runs_healthd_where_the_documented_install_puts_it() -> None:
+    # The README's install, docs/service.md's manual steps and the role's default virtualenv
+    # all make /opt/healthd; the unit must start the healthd that they install there.
+    venv = str(Path(INSTALLED).parents[1])
+    for doc in ("README.md", "docs/service.md"):
+        assert f"python3 -m venv {venv} && {venv}/bin/pip install ." in (REPO / doc).read_text(), doc
+    defaults = (REPO / "deploy" / "ansible" / "roles" / "healthd" / "defaults" / "main.yml").read_text()
+    assert f"\nhealthd_venv: {venv}\n" in defaults
+    assert f"ExecStart={INSTALLED} run" in UNIT.read_text().splitlines()
 
 
 def test_unit_keeps_what_healthd_relies_on() -> None:
@@ -68,7 +82,7 @@ def test_unit_keeps_what_healthd_relies_on() -> None:
         "ProtectSystem=strict",
         "ProtectHome=read-only",
         "SystemCallFilter=@system-service",
-        "ExecStart=/usr/bin/healthd run",  # no --config: a missing file means defaults, not exit 78 forever
+        f"ExecStart={INSTALLED} run",  # no --config: a missing file means defaults, not exit 78 forever
     ):
         assert required in lines
     # These would hide /dev/kmsg, /dev/nvidia* or /home from the checks.
