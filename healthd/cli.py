@@ -157,11 +157,15 @@ def _dispatch(argv: list[str]) -> int:
     if args._module == "status":  # the cheap path: config.py would import pydantic
         return run(args)
     from healthd.config import ConfigError
+    from healthd.trust import UntrustedPath
 
     try:
         return run(args)
     except ConfigError as exc:
         print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
+        return EX_CONFIG
+    except UntrustedPath as exc:  # the state directory (healthd.state): refused before acting on anything
+        print(f"healthd: {exc}; nothing was done", file=sys.stderr)
         return EX_CONFIG
     except KeyboardInterrupt:
         return 130

@@ -34,6 +34,7 @@ from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.outcome import ActionOutcome
 from healthd.sdnotify import Notifier
 from healthd.text import one_line
+from healthd.trust import UntrustedPath
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -262,10 +263,13 @@ class Daemon:
         factory = self.engine_factory or Engine.from_path
         try:
             engine = factory(self.config_path)
+            self._apply_metrics_config(engine.config)
         except ConfigError as exc:
             log.error("configuration error, not starting:\n%s", exc)
             return EX_CONFIG
-        self._apply_metrics_config(engine.config)
+        except UntrustedPath as exc:
+            log.error("%s; not starting", exc)
+            return EX_CONFIG
         log.info("started: config %s, every %.0fs", engine.loaded.source, engine.config.daemon.interval)
         try:
             # READY=1 waits for the first pass, whose budget depends on the config: ask systemd
@@ -287,6 +291,11 @@ class Daemon:
                     break
                 slot = schedule.next_slot(slot, self.monotonic())
             return EX_OK
+        except UntrustedPath as exc:
+            # The state or textfile directory became writable by others while running:
+            # nothing it holds can be believed any more, so stop as at start (docs/service.md).
+            log.error("%s; stopping", exc)
+            return EX_CONFIG
         finally:
             self.notifier.stopping()
             log.info("stopping")
@@ -345,6 +354,8 @@ class Daemon:
         if self._stop and not done.wait(self.stop_grace):
             log.warning("stop requested; abandoning the pass in progress")
             return None
+        if failure and isinstance(failure[0], UntrustedPath):
+            raise failure[0]
         self.passes += 1
         report = box[0] if box else failed_pass(engine, failure[0], self.wall() - (self.monotonic() - started))
         self._publish(report, engine)
@@ -376,17 +387,23 @@ class Daemon:
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
         from healthd.config import ConfigError, load_config
         from healthd.engine import node_name, settings_models
+        from healthd.metrics import refuse_untrusted_textfile
 
         self._reload = False
         self.notifier.reloading()
+        old_metrics = engine.config.metrics
         try:
             loaded = load_config(self.config_path, settings_models(engine.specs))
+            refuse_untrusted_textfile(loaded.config.metrics.textfile)
+            engine.reconfigure(loaded)
         except ConfigError as exc:
             log.error("reload: new configuration rejected, keeping the old one:\n%s", exc)
             self.notifier.notify(ready="1", status=f"reload rejected ({len(exc.problems)} problem(s)); old config kept")
             return engine, schedule, slot
-        old_metrics = engine.config.metrics
-        engine.reconfigure(loaded)
+        except UntrustedPath as exc:
+            log.error("reload: new configuration rejected, keeping the old one: %s", exc)
+            self.notifier.notify(ready="1", status="reload rejected (untrusted path); old config kept")
+            return engine, schedule, slot
         if loaded.config.metrics != old_metrics:
             self._apply_metrics_config(loaded.config)
         new_schedule = schedule_for(loaded.config, node_name(loaded.config))
@@ -397,6 +414,9 @@ class Daemon:
         return engine, new_schedule, slot
 
     def _apply_metrics_config(self, config: Config) -> None:
+        from healthd.metrics import refuse_untrusted_textfile
+
+        refuse_untrusted_textfile(config.metrics.textfile)
         if self.server is not None:
             self.server.close()
             self.server = None

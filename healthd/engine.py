@@ -4,6 +4,10 @@ The CLI (``check --once``) and the daemon both go through ``Engine`` so that a
 pass means the same thing everywhere. The engine keeps the per-process memory of
 each check (probe processes, open readers) and the runner's record of stuck
 threads between passes.
+
+Building an engine (every command that runs a pass, and ``healthd ack``) and
+adopting a new config check the state directory first: one that fails
+``healthd.trust``'s rule raises ``UntrustedPath`` before any check runs.
 """
 
 from __future__ import annotations
@@ -35,6 +39,13 @@ def settings_models(specs: Iterable[CheckSpec[Any] | BrokenCheck]) -> dict[str, 
     return {s.name: (s.settings if isinstance(s, CheckSpec) else CheckSettings) for s in specs}
 
 
+def _trusted_state(config: Config) -> StateDir:
+    """The config's state directory; raises ``UntrustedPath`` when it or an entry fails the trust rule."""
+    state = StateDir(config.paths.state_dir)
+    state.refuse_untrusted()
+    return state
+
+
 class Engine:
     """Loads config and plugins once; runs passes on demand."""
 
@@ -47,7 +58,7 @@ class Engine:
         self.loaded = loaded
         self.specs = list(specs)
         self.clock = clock
-        self.state = StateDir(loaded.config.paths.state_dir)
+        self.state = _trusted_state(loaded.config)
         self.runner = Runner()
         self._memory: dict[str, dict[str, Any]] = {}
 
@@ -61,9 +72,12 @@ class Engine:
         return self.loaded.config
 
     def reconfigure(self, loaded: LoadedConfig) -> None:
-        """Adopt a new config (SIGHUP); in-process memory survives unless paths changed."""
+        """Adopt a new config (SIGHUP); in-process memory survives unless paths changed.
+
+        Raises ``UntrustedPath``, having adopted nothing, when the new state directory fails the trust rule.
+        """
         if loaded.config.paths != self.config.paths:
-            self.state = StateDir(loaded.config.paths.state_dir)
+            self.state = _trusted_state(loaded.config)
             self._memory.clear()
         self.loaded = loaded
 

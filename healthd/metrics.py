@@ -12,7 +12,6 @@ prometheus_client is imported only inside functions, never at import time.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import re
@@ -250,33 +249,42 @@ def new_registry(collector: HealthdCollector) -> CollectorRegistry:
     return registry
 
 
+def refuse_untrusted_textfile(path: Optional[Path]) -> None:
+    """Raise ``UntrustedPath`` when the directory of ``[metrics].textfile`` fails ``healthd.trust``'s rule.
+
+    Root writes there after every pass: a directory another user can write would let
+    them plant the name as a link, or swap the directory, and choose where root writes.
+    A directory that does not exist is not refused: each write reports it.
+    """
+    from healthd.trust import refuse_untrusted
+
+    if path is not None:
+        refuse_untrusted(path.parent)
+
+
 def write_textfile(path: Path, registry: CollectorRegistry) -> None:
     """Write the exposition for node_exporter's textfile collector atomically, readable by all.
 
-    node_exporter runs as its own user and the unit's ``UMask=0077`` would leave a new
-    file 0600, so the mode is set explicitly (0644: the metrics are no secret). The temp
-    file sits in the same directory (``os.replace`` is atomic only within one
-    filesystem) and its name does not end in ``.prom``, so the collector never reads it
-    half-written.
+    The directory must pass the trust rule (``UntrustedPath`` otherwise); the new file
+    is created ``O_EXCL`` next to ``path`` and renamed over it, so no link planted at
+    either name is followed (``healthd.state.write_atomically``). node_exporter runs as
+    its own user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode
+    is set explicitly (0644: the metrics are no secret). The temp file's name does not
+    end in ``.prom``, so the collector never reads it half-written.
     """
     import os
-    import tempfile
 
     from prometheus_client import generate_latest
 
+    from healthd.state import write_atomically
+    from healthd.trust import open_trusted_dir
+
     body = generate_latest(registry)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    dir_fd = open_trusted_dir(path.parent)
     try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(body)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        write_atomically(dir_fd, path.name, body, 0o644)
+    finally:
+        os.close(dir_fd)
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -7,6 +7,12 @@ acknowledgement given mid-pass is not overwritten and two passes do not both sen
 the same action. The lock is never waited for longer than a timeout: a process
 that cannot get it reports that and leaves the state alone, it never hangs. The
 kernel drops the lock when the holder exits, even if it is killed.
+
+Taking the lock is also where every cycle and ``healthd ack`` check the whole state
+directory against ``healthd.trust``'s rule before reading or acting on anything in
+it: ``UntrustedPath`` comes out of ``acquire`` and the command refuses (exit 78).
+The lock file itself is opened with ``O_NOFOLLOW``, so a ``cycle.lock`` planted as a
+link to another file is refused, and root never creates or opens the file it names.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Optional
 
+from healthd.state import open_entry, open_state_dir
+
 LOCK_NAME = "cycle.lock"
 _POLL_SECONDS = 0.05
 
@@ -30,9 +38,10 @@ class LockTimeout(Exception):
 class StateLock:
     """``with StateLock(dir, timeout):`` holds the lock for the block.
 
-    Raises ``LockTimeout`` when the lock stays taken, and ``OSError`` when the lock
-    file cannot be opened at all (the directory is missing or unwritable): callers
-    report that and go on unlocked, since they cannot save state there either.
+    Raises ``LockTimeout`` when the lock stays taken, ``UntrustedPath`` when the
+    directory or an entry in it fails the trust rule, and ``OSError`` when the lock
+    file cannot be opened at all (the directory cannot be created or is unwritable):
+    callers report that and go on unlocked, since they cannot save state there either.
     """
 
     def __init__(
@@ -42,6 +51,7 @@ class StateLock:
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.directory = directory
         self.path = directory / LOCK_NAME
         self.timeout = timeout
         self._monotonic = monotonic
@@ -49,8 +59,11 @@ class StateLock:
         self._fd: Optional[int] = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        dir_fd = open_state_dir(self.directory, create=True)
+        try:
+            fd = open_entry(dir_fd, self.directory, LOCK_NAME, os.O_RDWR | os.O_CREAT)
+        finally:
+            os.close(dir_fd)
         deadline = self._monotonic() + self.timeout
         while True:
             try:

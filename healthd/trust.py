@@ -1,39 +1,157 @@
-"""Refuses files that someone other than root (or us) could have written: configs and plugin code.
+"""Refuses paths that someone other than root (or us) could have written: configs, plugins, state, metrics.
 
 healthd runs as root and can drain every node of a cluster, so a config or plugin
-that an unprivileged user could modify is as good as a root shell for them. The rule
-is the one OpenSSH's StrictModes and sudo apply: the file and every directory above
-it must belong to root or to the user running healthd, and must not be writable by
-group (other than root's) or others. A world-writable directory with the sticky bit (``/tmp``) is
-accepted, because there others cannot rename or replace what we own.
+that an unprivileged user could modify is as good as a root shell for them, and a
+state directory they can write lets them plant an acknowledgement that silences a
+fault, or a symbolic link that turns root's next write into one of their choosing.
+The rule is the one OpenSSH's StrictModes and sudo apply: the file and every
+directory above it must belong to root or to the user running healthd, and must not
+be writable by group (other than root's) or others. A world-writable directory with
+the sticky bit (``/tmp``) is accepted above the path, because there others cannot
+rename or replace what we own; it is refused as the path itself.
+
+The path is walked the way the kernel resolves it (path_resolution(7)), from ``/``
+down, so a directory a symbolic link passes through is checked too, and each link
+must belong to root or us (the rule of the kernel's fs.protected_symlinks for
+sticky directories, applied everywhere).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
+
+# The kernel's own limit on links followed in one lookup (MAXSYMLINKS, path_resolution(7)).
+_MAX_LINKS = 40
+
+
+class UntrustedPath(Exception):
+    """``path`` fails the trust rule; ``reason`` names the offending file or directory and why.
+
+    Every command refuses with exit 78 (EX_CONFIG) on it: the fix is an administrator's.
+    """
+
+    def __init__(self, path: Path, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"refusing {path}, which others could have written: {reason}")
+
+
+def stat_reason(path: Path, info: os.stat_result, *, container: bool = False) -> Optional[str]:
+    """The rule for one file, directory or link, from its ``lstat``: why it is untrusted, or None.
+
+    ``container`` accepts a sticky world-writable directory: one the path passes through
+    (or where a new entry of ours is created), never the path itself. A link's own mode
+    is always 0777 and means nothing; only its owner counts.
+    """
+    if info.st_uid not in (0, os.geteuid()):
+        return f"{path} belongs to uid {info.st_uid}, not root"
+    if stat.S_ISLNK(info.st_mode):
+        return None
+    # Group write is fine when the group is root's own.
+    group_writable = info.st_mode & stat.S_IWGRP and info.st_gid != 0
+    if not (group_writable or info.st_mode & stat.S_IWOTH):
+        return None
+    if container and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX:
+        return None
+    return f"{path} is writable by group or others (mode {stat.filemode(info.st_mode)})"
+
+
+def trusted_stat(path: Path, *, container: bool = False) -> os.stat_result:
+    """Check ``path`` and everything the kernel passes through to reach it; return what it names.
+
+    Raises ``UntrustedPath`` when a component fails the rule (``container`` as in
+    ``stat_reason``, for the last component), ``OSError`` when the path cannot be
+    walked (missing, not a directory, a link loop).
+    """
+    start = path if path.is_absolute() else Path.cwd() / path
+    # A stack of names still to walk; Path keeps ".." so links resolve as the kernel does.
+    pending = list(reversed(start.parts[1:]))
+    current = Path("/")
+    info = os.lstat(current)
+    links = 0
+    while True:
+        reason = stat_reason(current, info, container=container or bool(pending))
+        if reason:
+            raise UntrustedPath(path, reason)
+        if not pending:
+            break
+        name = pending.pop()
+        if name == "..":
+            # ``current`` is a real directory (links are expanded), so its lexical parent is its parent.
+            current = current.parent
+            info = os.lstat(current)
+            continue
+        candidate = current / name
+        info = os.lstat(candidate)
+        if stat.S_ISLNK(info.st_mode):
+            reason = stat_reason(candidate, info)
+            if reason:
+                raise UntrustedPath(path, reason)
+            links += 1
+            if links > _MAX_LINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+            target = Path(os.readlink(candidate))
+            pending.extend(reversed(target.parts[1:] if target.is_absolute() else target.parts))
+            if target.is_absolute():
+                current = Path("/")
+                info = os.lstat(current)
+            continue
+        current = candidate
+    final = os.stat(path)
+    if (final.st_dev, final.st_ino) != (info.st_dev, info.st_ino):
+        raise UntrustedPath(path, f"{path} changed while it was being checked")
+    return info
 
 
 def untrusted_reason(path: Path) -> Optional[str]:
     """Why ``path`` must not be trusted, or ``None`` when it is safe to load."""
-    me = os.geteuid()
     try:
-        target = path.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        return f"cannot resolve {path}: {exc}"
-    for component in [target, *target.parents]:
-        try:
-            info = component.stat()
-        except OSError as exc:
-            return f"cannot stat {component}: {exc.strerror or exc}"
-        if info.st_uid not in (0, me):
-            return f"{component} belongs to uid {info.st_uid}, not root"
-        # Group write is fine when the group is root's own.
-        group_writable = info.st_mode & stat.S_IWGRP and info.st_gid != 0
-        writable_by_others = group_writable or info.st_mode & stat.S_IWOTH
-        sticky_dir = stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
-        if writable_by_others and not (sticky_dir and component != target):
-            return f"{component} is writable by group or others (mode {stat.filemode(info.st_mode)})"
+        trusted_stat(path)
+    except UntrustedPath as exc:
+        return exc.reason
+    except OSError as exc:
+        return f"cannot check {path}: {exc.strerror or exc}"
     return None
+
+
+def refuse_untrusted(path: Path, *, container: bool = False) -> None:
+    """Raise ``UntrustedPath`` if ``path`` fails the rule.
+
+    A path that cannot be walked at all (missing, not a directory) is not refused
+    here: whoever uses it meets the same error and reports it as unusable.
+    """
+    try:
+        trusted_stat(path, container=container)
+    except OSError:
+        return
+
+
+def open_trusted_dir(path: Path) -> int:
+    """A file descriptor of the directory ``path`` once it passes the rule (raises ``UntrustedPath``, ``OSError``).
+
+    The descriptor is checked to be the very directory that was checked, so a rename
+    between the check and the open cannot swap it; files are then opened relative to
+    it (``dir_fd``), never by a path that could be redirected later.
+    """
+    info = trusted_stat(path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    with closed_on_error(fd):
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (info.st_dev, info.st_ino):
+            raise UntrustedPath(path, f"{path} changed while it was being checked")
+    return fd
+
+
+@contextlib.contextmanager
+def closed_on_error(fd: int) -> Iterator[int]:
+    """Close ``fd`` if the block raises (a refused file is never left open), keep it open otherwise."""
+    try:
+        yield fd
+    except BaseException:
+        os.close(fd)
+        raise

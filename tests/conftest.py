@@ -11,6 +11,7 @@ import importlib.util
 import itertools
 import json
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -214,6 +215,29 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
     yield mount
     for target in mounted:
         subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+# A real unprivileged account for the trust tests: no home, no shell, no password.
+INTRUDER = "healthd-intruder"
+
+
+@pytest.fixture(scope="session")
+def intruder() -> tuple[int, int]:
+    """(uid, gid) of a real unprivileged user, created with useradd if missing and left in place (harmless)."""
+    if os.geteuid() != 0:
+        pytest.skip("creating a user and handing files to it need root")
+    try:
+        entry = pwd.getpwnam(INTRUDER)
+    except KeyError:
+        # Exit 9 ("already exists") is another test run creating it at the same moment: fine.
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER],
+            check=False,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(INTRUDER)
+    assert entry.pw_uid != 0
+    return entry.pw_uid, entry.pw_gid
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -5,7 +5,9 @@ needs (``[paths].state_dir``, ``[daemon].interval``) straight from the TOML, so 
 neither imports pydantic nor loads the check plugins: it is cheap enough for a
 monitoring agent or a Slurm prolog to call often. The exit code is the recorded
 status (Nagios convention), or 3 (UNKNOWN) when there is no record, it cannot be
-read, or it is older than two intervals (the daemon is not running its passes).
+read, or it is older than two intervals (the daemon is not running its passes),
+and 78 when the config, the state directory or a file in it fails the trust rule
+(``healthd.trust``): a record others could have written is not shown.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from healthd.defaults import (
     toml_module,
 )
 from healthd.text import one_line
+from healthd.trust import UntrustedPath
 
 UNKNOWN = 3
 _CODES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
@@ -73,9 +76,14 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float]:
 
 
 def read_last_pass(state_dir: Path) -> dict[str, Any]:
+    """The recorded pass; raises ``UntrustedPath`` when the state directory or a file in it fails the trust rule."""
+    from healthd.state import StateDir, read_entry
+
     path = state_dir / "last-pass.json"
+    # A last-pass.json that another user could have written could show a failing node as OK.
+    StateDir(state_dir).refuse_untrusted()
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(read_entry(state_dir, path.name).decode("utf-8"))
     except FileNotFoundError:
         raise StatusError(f"{path}: no pass recorded yet (is `healthd run` running?)") from None
     except OSError as exc:
@@ -140,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
         document = read_last_pass(state_dir)
     except StatusConfigError as exc:
         print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
+        return EX_CONFIG
+    except UntrustedPath as exc:
+        print(f"healthd: {exc}; nothing was done", file=sys.stderr)
         return EX_CONFIG
     except StatusError as exc:
         print(f"healthd: UNKNOWN: {exc}", file=sys.stderr)

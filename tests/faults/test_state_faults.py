@@ -1,12 +1,15 @@
-"""The state directory unwritable, full, or holding corrupt files.
+"""The state directory unwritable, full, holding corrupt files, or writable by another user.
 
 The daemon must keep checking, report the problem every pass, recover once the
 directory is usable again, and never take a healthy node out because its own
-bookkeeping failed (the node is checked against the real test cluster).
+bookkeeping failed (the node is checked against the real test cluster). A state
+directory another user could have written is different: nothing in it can be
+believed, so every entry point refuses with exit 78 and no pass acts on Slurm.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,10 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 from healthd_faults_kit import FAULT, Harness, wait_for
 
+from healthd.cli import main
 from healthd.cycle import run_cycle
 from healthd.model import Status
+from healthd.trust import UntrustedPath
 
 HEALTHD = Path(sys.executable).with_name("healthd")
 
@@ -117,6 +123,69 @@ def test_status_with_a_corrupt_last_pass_says_so(tmp_path: Path) -> None:
     assert proc.returncode == 3
     assert "Traceback" not in proc.stderr
     assert "last-pass.json" in proc.stdout + proc.stderr
+
+
+def _plant(node: Harness, intruder: tuple[int, int]) -> None:
+    """What a user who can write the state dir does: acknowledge the fault, and point cycle.lock at a victim."""
+    node.state_dir.mkdir(exist_ok=True)
+    node.state_dir.chmod(0o777)
+    acks = node.state_dir / "acks.json"
+    acks.write_text(json.dumps({"acks": [{"key": "fault/INJECTED/gpu0", "event": None, "at": 0, "by": "cli"}]}))
+    os.chown(acks, *intruder)
+    with contextlib.suppress(FileNotFoundError):
+        (node.state_dir / "cycle.lock").unlink()
+    (node.state_dir / "cycle.lock").symlink_to(node.root / "victim")
+    os.lchown(node.state_dir / "cycle.lock", *intruder)
+
+
+def test_an_untrusted_state_dir_never_acts_on_slurm(
+    cluster: Any,
+    harness: Callable[..., Harness],
+    intruder: tuple[int, int],
+    start_daemon: Callable[..., Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    node = harness(FAULT, slurm_conf=cluster.conf)
+    node.faults(("CRITICAL", "INJECTED", "gpu0"))
+    _plant(node, intruder)
+    # The command line, with a real CRITICAL finding of a built-in check (a missing mount).
+    config = node.root / "cli.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{node.state_dir}"\n[slurm]\nconf = "{cluster.conf}"\nnode_name = "node1"\n'
+        '[node]\nmounts = [{ path = "/no/such/mount" }]\n'
+        + "".join(f"[checks.{name}]\nenabled = false\n" for name in ("services", "xid", "gpu", "infiniband", "pcie"))
+    )
+    for command in (["check", "--once"], ["check", "--once", "--json"], ["ack"]):
+        assert main([*command, "--config", str(config)]) == 78
+        assert f"refusing {node.state_dir}, which others could have written" in capsys.readouterr().err
+    with pytest.raises(UntrustedPath):
+        node.engine()
+    running = start_daemon(node.daemon())
+    running.thread.join(30)
+    assert running.exit_code == [78] and node.reports == []
+    _untouched(cluster)
+    assert not (node.root / "victim").exists()
+    # The control: the same fault in a trusted state dir takes node1 out, so a pass that acted would show.
+    for entry in node.state_dir.iterdir():
+        entry.unlink()
+    node.state_dir.chmod(0o700)
+    outcome = run_cycle(node.engine())
+    assert outcome.action.applied and cluster.state("node1") in ("down", "drained")
+
+
+def test_a_state_dir_made_untrusted_under_a_running_daemon_stops_it_before_acting(
+    cluster: Any, harness: Callable[..., Harness], intruder: tuple[int, int], start_daemon: Callable[..., Any]
+) -> None:
+    node = harness(FAULT, slurm_conf=cluster.conf)
+    running = start_daemon(node.daemon())
+    node.wait_passes(1)
+    _plant(node, intruder)
+    node.faults(("CRITICAL", "INJECTED", "gpu0"))
+    running.thread.join(30)
+    assert running.exit_code == [78]
+    assert all(report.actions == () for report in node.reports)
+    _untouched(cluster)
+    assert not (node.root / "victim").exists()
 
 
 def codes_of(outcome: Any) -> dict[str, tuple[Status, str]]:
