@@ -12,6 +12,7 @@ prometheus_client is imported only inside functions, never at import time.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import re
