@@ -89,7 +89,7 @@ PLANTS: dict[str, Callable[[Path, Path, tuple[int, int]], None]] = {
 
 def _hook(config: Path, monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.setattr(healthd.config, "DEFAULT_CONFIG_PATH", config)  # slurmd passes no arguments
-    return hook_main()
+    return hook_main([])
 
 
 ENTRY_POINTS: dict[str, Callable[[Path, pytest.MonkeyPatch], int]] = {
