@@ -240,6 +240,23 @@ def intruder() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+# The fast tier (`pytest -m "not slow"`, see CONTRIBUTING.md) leaves out every test that needs a
+# component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
+# mounts, real users, the kernel log, Ansible runs and wheel builds.
+SLOW_FIXTURES = frozenset({"slurm_cluster", "cluster", "healthd_on", "slurm", "hung_mount", "tmpfs", "intruder", "user"})
+SLOW_MARKERS = frozenset({"slurm", "root"})
+SLOW_MODULES = frozenset({"test_ansible", "test_wheel", "test_hostguard", "test_hung_mount", "test_unit"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        markers = {mark.name for mark in item.iter_markers()}
+        module = item.path.stem
+        if fixtures & SLOW_FIXTURES or markers & SLOW_MARKERS or module in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Under tests/run.sh (HEALTHD_NO_SKIPS=1) every real component is installed, so a skip is a failure.
 
