@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "record-gpus": ("record_gpus", "record this node's NVML readings as a snapshot for the gpu check"),
     "run": ("run", "run as a daemon: a pass at start, then one every [daemon].interval"),
     "status": ("status", "show the daemon's last recorded pass without running checks"),
+    "history": ("history", "show the node's history: findings raised and cleared, actions, acks, boots"),
 }
 
 
@@ -154,7 +155,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _dispatch(argv: list[str]) -> int:
     args = build_parser(argv).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = _module(args._module).run
-    if args._module == "status":  # the cheap path: config.py would import pydantic
+    if args._module in ("status", "history"):  # the cheap path: config.py would import pydantic
         return run(args)
     from healthd.config import ConfigError
     from healthd.trust import UntrustedPath

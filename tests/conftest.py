@@ -243,7 +243,9 @@ def intruder() -> tuple[int, int]:
 # The fast tier (`pytest -m "not slow"`, see CONTRIBUTING.md) leaves out every test that needs a
 # component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
 # mounts, real users, the kernel log, Ansible runs and wheel builds.
-SLOW_FIXTURES = frozenset({"slurm_cluster", "cluster", "healthd_on", "slurm", "hung_mount", "tmpfs", "intruder", "user"})
+SLOW_FIXTURES = frozenset(
+    {"slurm_cluster", "cluster", "healthd_on", "slurm", "hung_mount", "tmpfs", "intruder", "user"}
+)
 SLOW_MARKERS = frozenset({"slurm", "root"})
 SLOW_MODULES = frozenset({"test_ansible", "test_wheel", "test_hostguard", "test_hung_mount", "test_unit"})
 
