@@ -30,7 +30,7 @@ from healthd.acks import AckStore, FindingRef, apply_acks
 from healthd.execute import execute, observe, rehearse
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
-from healthd.policy import OWN_CHECK, Action, Decision, PolicyState
+from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm import SlurmClient
 from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
@@ -243,7 +243,69 @@ def _locked_cycle(
         executed = execute(the_plan, slurm, config) if the_plan.steps else Executed()
     done = conclude(the_plan, executed, state, now)
     _log_outcome(log, raw.node, the_plan, executed, done)
+    done = _record_history(engine, the_plan, executed, done, now, dry=dry)
     return _settle(engine, the_plan, executed, done, store, errors, slurm, cache, dry=dry)
+
+
+def _action_outcome(the_plan: Plan, executed: Executed, done: Conclusion) -> Optional[tuple[str, str]]:
+    """(action, outcome) for the node's history: what was done to the node, or held back, this pass."""
+    decision = done.decision
+    if executed.lost or (the_plan.held_why and decision.action is Action.HOLD):
+        return decision.intended.value, "held"
+    if done.applied:
+        return decision.action.value, "applied"
+    if done.state.pending is not None and decision.action in ACTING:
+        return decision.action.value, "pending"
+    return None
+
+
+def _record_history(
+    engine: Engine, the_plan: Plan, executed: Executed, done: Conclusion, now: float, *, dry: bool
+) -> Conclusion:
+    """Add this pass to the node's history (healthd.history), under the state lock the cycle holds.
+
+    The reported pass is recorded (acknowledgements applied), so an acknowledgement
+    shows as a change to OK. A dry run records the findings but no action. A history
+    that cannot be written, or was corrupt and set aside, becomes one UNKNOWN finding
+    of healthd's own: it says what is lost, and never stops the pass.
+    """
+    from healthd.history import History, read_boot_id
+
+    result = done.result
+    history = History.open(engine.config.paths.state_dir)
+    try:
+        boot_id = read_boot_id(engine.config.paths.procfs)
+        if boot_id:
+            history.record_boot(at=now, boot_id=boot_id)
+        history.record_pass(result, at=now, boot_id=boot_id)
+        if the_plan.acknowledged and not dry:
+            history.record_ack(at=now, refs=the_plan.acknowledged, by="slurm-resume")
+        action = None if dry else _action_outcome(the_plan, executed, done)
+        if action is not None:
+            history.record_action(
+                at=now,
+                action=action[0],
+                outcome=action[1],
+                node=result.node,
+                reason=done.decision.reason or done.decision.explanation,
+                details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
+            )
+        history.maintain(now)
+        problem = history.problem_finding(OWN_CHECK)
+        if not boot_id and problem is None:
+            problem = Finding(
+                OWN_CHECK,
+                Status.UNKNOWN,
+                "HISTORY_PROBLEM",
+                "boot_id",
+                "boot id unreadable: new boots are not detected",
+            )
+    finally:
+        history.close()
+    if problem is None:
+        return done
+    own = CheckResult(OWN_CHECK, RunState.RAN, (problem,), 0.0)
+    return replace(done, result=replace(result, results=(*result.results, own)))
 
 
 def _log_outcome(log: logging.Logger, node: str, the_plan: Plan, executed: Executed, done: Conclusion) -> None:

@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from healthd.acks import STATE_NAME, AckStore, merge, refs_from_document
     from healthd.cycle import LAST_PASS
     from healthd.engine import Engine
+    from healthd.history import History
     from healthd.state import StateError
     from healthd.statelock import LockTimeout, StateLock
 
@@ -52,7 +53,11 @@ def run(args: argparse.Namespace) -> int:
     store = AckStore(engine.state.file(STATE_NAME))
     try:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
-            store.save(merge(store.load(), refs, time.time(), "cli"))
+            now = time.time()
+            store.save(merge(store.load(), refs, now, "cli"))
+            with History.open(engine.config.paths.state_dir) as history:
+                history.record_ack(at=now, refs=refs, by="cli")
+                problems = [f.message for f in [history.problem_finding("healthd")] if f is not None]
     except LockTimeout as exc:
         print(f"healthd: {exc}; nothing acknowledged, try again", file=sys.stderr)
         return EX_TEMPFAIL
@@ -62,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"healthd: cannot lock {engine.config.paths.state_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EX_CANTCREAT
-    for problem in store.problems:
+    for problem in [*store.problems, *problems]:
         print(f"healthd: {problem}", file=sys.stderr)
     for ref in refs:
         event = f" (event {ref.event})" if ref.event is not None else ""

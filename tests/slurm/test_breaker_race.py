@@ -17,6 +17,7 @@ from typing import Any, Optional
 import pytest
 
 from healthd.cycle import CycleOutcome
+from healthd.history import History, Kind
 from healthd.slurm import SlurmClient, SlurmError
 
 pytestmark = pytest.mark.slurm
@@ -143,3 +144,16 @@ def test_an_unconfirmed_drain_is_confirmed_by_the_next_pass(cluster: Any, health
     assert "node3 drained after 1 other(s)" in outcome.action.decision.explanation
     assert not cluster.reason("node3").startswith("healthd: ")
     assert _healthd_out(cluster) == ["node1"]
+
+
+def test_actions_and_holds_are_in_the_node_history(cluster: Any, healthd_on: Any) -> None:
+    first, second = healthd_on("node1", policy=POLICY), healthd_on("node2", policy=POLICY)
+    for hd in (first, second):
+        hd.faults(MOUNT)
+    assert first.cycle().action.applied
+    assert second.cycle().action.held
+    for hd, outcome in ((first, "applied"), (second, "held")):
+        with History.open(hd.state_dir) as history:
+            actions = list(history.events(since=0.0, kinds=(Kind.ACTION,)))
+        assert [(e.code, e.status) for e in actions] == [("take_out_now", outcome)], hd.node
+        assert actions[0].subject == hd.node
