@@ -162,6 +162,46 @@ class MetricsSettings(_Model):
         return value
 
 
+class EscalationSettings(_Model):
+    """Repeat failures send a node to repair (docs/history.md, "Escalation").
+
+    The same finding code raised ``repeats`` times on the same unit (a GPU by UUID
+    or serial, an IB port, a mount) within ``window_days`` keeps the node out for
+    hardware work; ``overrides`` sets ``repeats`` per code (0: never escalate it).
+    """
+
+    repeats: int = Field(default=3, ge=0)
+    window_days: float = Field(default=30.0, gt=0, le=3650)
+    overrides: dict[str, int] = Field(default_factory=dict)
+
+    @field_validator("overrides")
+    @classmethod
+    def _counts(cls, value: dict[str, int]) -> dict[str, int]:
+        for code, count in value.items():
+            if count < 0:
+                raise ValueError(f"{code} = {count}: a repeat count must be 0 (never) or more")
+        return value
+
+
+class RemediationSettings(_Model):
+    """What healthd does besides draining (docs/history.md).
+
+    ``on_repair`` is a program (absolute path, run without a shell, within
+    ``on_repair_timeout`` seconds) that receives the node's history as JSON on
+    stdin when the node is sent to repair: a ticketing hook.
+    """
+
+    on_repair: Optional[Path] = None
+    on_repair_timeout: float = Field(default=30.0, gt=0, le=300)
+
+    @field_validator("on_repair")
+    @classmethod
+    def _absolute(cls, value: Optional[Path]) -> Optional[Path]:
+        if value is not None and not value.is_absolute():
+            raise ValueError(f"{value} must be an absolute path (healthd runs no shell and searches no PATH)")
+        return value
+
+
 class Config(_Model):
     """The whole file. ``checks`` holds raw tables, validated per check by ``resolve_checks``."""
 
@@ -172,6 +212,8 @@ class Config(_Model):
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    escalation: EscalationSettings = Field(default_factory=EscalationSettings)
+    remediation: RemediationSettings = Field(default_factory=RemediationSettings)
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 

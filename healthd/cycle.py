@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.acks import AckStore, FindingRef, apply_acks
 from healthd.execute import execute, observe, rehearse
+from healthd.history import History, HistoryError, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm import SlurmClient
@@ -36,6 +38,7 @@ from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
 
 if TYPE_CHECKING:
+    from healthd.config import Config
     from healthd.engine import Engine
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
@@ -195,12 +198,12 @@ def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
     config = engine.config
     prefix = config.slurm.reason_prefix
     for _ in Read:
-        made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval)
+        made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval, config.escalation)
         if isinstance(made, Plan):
             return made
         observed = observe(slurm, made, situation.result.node, situation.observed, prefix)
         situation = replace(situation, observed=observed)
-    made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval)
+    made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval, config.escalation)
     if not isinstance(made, Plan):
         raise RuntimeError(f"the plan asked for {made.value} again after it was read")
     return made
@@ -225,26 +228,62 @@ def _locked_cycle(
     cache = _load_slurm_cache(engine)
     slurm = client or SlurmClient(config.slurm, output_format=cache)
     slurm.start_budget()
-    situation = Situation(raw, state, store.load(), Observed(), now, partial, enabled, dry)
-    the_plan = _plan(engine, situation, slurm)
-    if the_plan.acknowledged and not dry:
-        log.warning(
-            "node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, len(the_plan.acknowledged)
-        )
+    # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
+    history = History.open(config.paths.state_dir)
+    try:
+        repeats = _repeats(history, raw, config.escalation.window_days, now)
+        situation = Situation(raw, state, store.load(), Observed(), now, partial, enabled, dry, repeats)
+        the_plan = _plan(engine, situation, slurm)
+        if the_plan.acknowledged and not dry:
+            count = len(the_plan.acknowledged)
+            log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, count)
 
-    if dry:
-        executed = rehearse(the_plan)
-    else:
-        if the_plan.interrupted is not None:
-            # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
-            # the next pass still knows what it was doing and retries it (and confirms the drain).
-            with contextlib.suppress(StateError):
-                engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
-        executed = execute(the_plan, slurm, config) if the_plan.steps else Executed()
-    done = conclude(the_plan, executed, state, now)
-    _log_outcome(log, raw.node, the_plan, executed, done)
-    done = _record_history(engine, the_plan, executed, done, now, dry=dry)
+        if dry:
+            executed = rehearse(the_plan)
+        else:
+            if the_plan.interrupted is not None:
+                # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
+                # the next pass still knows what it was doing and retries it (and confirms the drain).
+                with contextlib.suppress(StateError):
+                    engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
+            executed = execute(the_plan, slurm, config) if the_plan.steps else Executed()
+        done = conclude(the_plan, executed, state, now)
+        _log_outcome(log, raw.node, the_plan, executed, done)
+        done = _record_history(history, config, the_plan, executed, done, now, dry=dry)
+        if done.state.repair is not None and state.repair is None and not dry:
+            _tell_repair(history, config, done, now, log)
+    finally:
+        history.close()
     return _settle(engine, the_plan, executed, done, store, errors, slurm, cache, dry=dry)
+
+
+def _repeats(history: History, raw: PassResult, window_days: float, now: float) -> dict[str, tuple[str, int]]:
+    """How often each fault of this pass was raised on its unit in the escalation window (policy._escalate)."""
+    faults = [f for f in raw.findings if f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK]
+    if not faults:
+        return {}
+    try:
+        return history.repeats(faults, now - window_days * 86400)
+    except HistoryError as exc:
+        history.problems.append(f"{exc}: repeat failures are not escalated this pass")
+        return {}
+
+
+def _tell_repair(history: History, config: Config, done: Conclusion, now: float, log: logging.Logger) -> None:
+    """Run ``[remediation] on_repair`` with the node's history, and record what it did."""
+    repair = done.state.repair
+    program = config.remediation.on_repair
+    if repair is None or program is None:
+        return
+    try:
+        events = [e.to_dict() for e in history.events(since=now - config.escalation.window_days * 86400)]
+    except HistoryError as exc:
+        history.problems.append(str(exc))
+        events = []
+    document = {"node": done.result.node, "at": now, "repair": repair.to_dict(), "events": events}
+    told = run_on_repair(program, document, config.remediation.on_repair_timeout)
+    (log.info if told.outcome == "ok" else log.error)("on_repair for %s: %s", repair.subject, told.detail)
+    history.record_action(at=now, action="on_repair", outcome=told.outcome, node=done.result.node, reason=told.detail)
 
 
 def _action_outcome(the_plan: Plan, executed: Executed, done: Conclusion) -> Optional[tuple[str, str]]:
@@ -260,7 +299,7 @@ def _action_outcome(the_plan: Plan, executed: Executed, done: Conclusion) -> Opt
 
 
 def _record_history(
-    engine: Engine, the_plan: Plan, executed: Executed, done: Conclusion, now: float, *, dry: bool
+    history: History, config: Config, the_plan: Plan, executed: Executed, done: Conclusion, now: float, *, dry: bool
 ) -> Conclusion:
     """Add this pass to the node's history (healthd.history), under the state lock the cycle holds.
 
@@ -269,39 +308,27 @@ def _record_history(
     that cannot be written, or was corrupt and set aside, becomes one UNKNOWN finding
     of healthd's own: it says what is lost, and never stops the pass.
     """
-    from healthd.history import History, read_boot_id
-
     result = done.result
-    history = History.open(engine.config.paths.state_dir)
-    try:
-        boot_id = read_boot_id(engine.config.paths.procfs)
-        if boot_id:
-            history.record_boot(at=now, boot_id=boot_id)
-        history.record_pass(result, at=now, boot_id=boot_id)
-        if the_plan.acknowledged and not dry:
-            history.record_ack(at=now, refs=the_plan.acknowledged, by="slurm-resume")
-        action = None if dry else _action_outcome(the_plan, executed, done)
-        if action is not None:
-            history.record_action(
-                at=now,
-                action=action[0],
-                outcome=action[1],
-                node=result.node,
-                reason=done.decision.reason or done.decision.explanation,
-                details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
-            )
-        history.maintain(now)
-        problem = history.problem_finding(OWN_CHECK)
-        if not boot_id and problem is None:
-            problem = Finding(
-                OWN_CHECK,
-                Status.UNKNOWN,
-                "HISTORY_PROBLEM",
-                "boot_id",
-                "boot id unreadable: new boots are not detected",
-            )
-    finally:
-        history.close()
+    boot_id = read_boot_id(config.paths.procfs)
+    if boot_id:
+        history.record_boot(at=now, boot_id=boot_id)
+    else:
+        history.problems.append("the boot id is unreadable: new boots are not told apart")
+    history.record_pass(result, at=now, boot_id=boot_id)
+    if the_plan.acknowledged and not dry:
+        history.record_ack(at=now, refs=the_plan.acknowledged, by="slurm-resume")
+    action = None if dry else _action_outcome(the_plan, executed, done)
+    if action is not None:
+        history.record_action(
+            at=now,
+            action=action[0],
+            outcome=action[1],
+            node=result.node,
+            reason=done.decision.reason or done.decision.explanation,
+            details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
+        )
+    history.maintain(now)
+    problem = history.problem_finding(OWN_CHECK)
     if problem is None:
         return done
     own = CheckResult(OWN_CHECK, RunState.RAN, (problem,), 0.0)

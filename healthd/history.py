@@ -154,6 +154,7 @@ class Kind(enum.Enum):
     INVENTORY = "inventory"  # GPUs (or their ids) that a boot's first inventory lacked
     REBOOT_REQUESTED = "reboot_requested"
     REBOOT_DONE = "reboot_done"
+    REPAIRED = "repaired"  # hardware work done on a unit (`healthd ack --repaired`): its counts start again
     RESET = "reset"  # this database replaced a corrupt one
 
 
@@ -895,6 +896,39 @@ class History:
             return int(conn.execute(query, (unit, *codes, since)).fetchone()[0])
 
         return self._read("the raise count", body, 0)
+
+    def repeats(self, findings: Iterable[Finding], since: float) -> dict[str, tuple[str, int]]:
+        """For each finding (by key): its unit, and how often its code was raised on that unit.
+
+        The count runs from ``since`` or the unit's last repair, whichever is later,
+        and includes this pass's raise when the finding is new (not open with the
+        same event id): the pass is recorded only after it is planned.
+        """
+
+        def body(conn: sqlite3.Connection) -> dict[str, tuple[str, int]]:
+            gpus = self._gpu_units(conn, self._boot)
+            open_events = dict(conn.execute("SELECT key, event FROM open_findings"))
+            counts: dict[str, tuple[str, int]] = {}
+            for finding in findings:
+                unit = _unit(finding, gpus)
+                (repaired,) = conn.execute(
+                    "SELECT max(at) FROM events WHERE kind = 'repaired' AND unit = ?", (unit,)
+                ).fetchone()
+                start = max(since, repaired or 0.0)
+                (past,) = conn.execute(
+                    "SELECT count(*) FROM events WHERE kind = 'raised' AND unit = ? AND code = ? AND at >= ?",
+                    (unit, finding.code, start),
+                ).fetchone()
+                new = finding.key not in open_events or open_events[finding.key] != _event_id(finding)
+                counts[finding.key] = (unit, int(past) + int(new))
+            return counts
+
+        return self._read("the repeat counts", body, {})
+
+    def record_repaired(self, *, at: float, unit: str, subject: str, by: str) -> Optional[Event]:
+        """Hardware work was done on ``unit``: escalation counts for it start again from here."""
+        entry = _Entry(subject=subject, unit=unit, message=f"repaired ({by})", details=_details_json({"by": by}))
+        return self._write("the repair", lambda conn: self._insert(conn, at, Kind.REPAIRED, entry))
 
     def boots(self) -> tuple[Boot, ...]:
         """Every boot kept, oldest first, with its GPU inventory."""

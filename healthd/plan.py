@@ -11,11 +11,11 @@ into the state to remember and the pass as reported.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Union
 
 from healthd.acks import POLICY_CHECK, Ack, FindingRef, apply_acks, merge
-from healthd.config import PolicySettings
+from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
@@ -78,6 +78,7 @@ class Situation:
     partial: bool
     slurm_enabled: bool
     dry_run: bool
+    repeats: Mapping[str, tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,13 @@ def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step,
     return tuple(steps)
 
 
-def plan(s: Situation, settings: PolicySettings, prefix: str, reconcile_interval: float) -> Union[Read, Plan]:
+def plan(
+    s: Situation,
+    settings: PolicySettings,
+    prefix: str,
+    reconcile_interval: float,
+    escalation: Optional[EscalationSettings] = None,
+) -> Union[Read, Plan]:
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
     state, acks, observed = s.state, s.acks, s.observed
     unasked = ""
@@ -235,10 +242,13 @@ def plan(s: Situation, settings: PolicySettings, prefix: str, reconcile_interval
         state = replace(state, last_read=s.now)
         acknowledged = acknowledged_by_resume(state, node)
         if acknowledged and not s.dry_run:
+            # An administrator put the node back: that acknowledges its findings, and ends a repair.
             acks = merge(acks, acknowledged, s.now, "slurm-resume")
-            state = replace(state, took_out=())
+            state = replace(state, took_out=(), repair=None)
     result, kept = apply_acks(s.result, acks)
-    decision, new_state = decide(result, state, node, settings, prefix, partial=s.partial)
+    decision, new_state = decide(
+        result, state, node, settings, prefix, partial=s.partial, repeats=s.repeats, escalation=escalation
+    )
     breaker = _breaker(decision, new_state, s, settings, prefix)
     if isinstance(breaker, Read):
         return breaker

@@ -16,13 +16,14 @@ import enum
 import math
 import zlib
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
-from healthd.config import PolicySettings
+from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
-from healthd.reasons import ACTING_ORDER, acting_key, make_reason, owned, reason_head
+from healthd.reasons import ACTING_ORDER, acting_key, make_reason, owned, reason_head, repair_reason
 
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0
@@ -118,6 +119,47 @@ class BreakerHold:
         )
 
 
+@dataclass(frozen=True)
+class Repair:
+    """The node is out for hardware work: ``code`` was raised ``count`` times on ``unit`` (docs/history.md).
+
+    It stays out until ``healthd ack --repaired`` names the subject or unit, or an
+    administrator resumes it; healthd never resumes it on its own.
+    """
+
+    code: str
+    subject: str
+    unit: str
+    count: int
+    severity: str
+    since: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "subject": self.subject,
+            "unit": self.unit,
+            "count": self.count,
+            "severity": self.severity,
+            "since": self.since,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Repair:
+        return cls(
+            code=str(data["code"]),
+            subject=str(data["subject"]),
+            unit=str(data.get("unit", data["subject"])),
+            count=int(data.get("count", 0)),
+            severity=str(data.get("severity", "CRITICAL")),
+            since=float(data.get("since", 0.0)),
+        )
+
+    def names(self, subject: str) -> bool:
+        """Whether ``subject`` (as given to ``healthd ack --repaired``) is this repair's subject or unit."""
+        return subject in (self.subject, self.unit)
+
+
 def _streak_map(data: Any, key: str) -> dict[str, int]:
     value = data.get(key, {})
     if not isinstance(value, dict):
@@ -144,6 +186,7 @@ class PolicyState:
     held: Optional[BreakerHold] = None
     last_read: float = 0.0
     unconfirmed: bool = False
+    repair: Optional[Repair] = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +198,7 @@ class PolicyState:
             "held": self.held.to_dict() if self.held else None,
             "last_read": self.last_read,
             "unconfirmed": self.unconfirmed,
+            "repair": self.repair.to_dict() if self.repair else None,
         }
 
     @classmethod
@@ -172,6 +216,7 @@ class PolicyState:
                 held=BreakerHold.from_dict(held) if held else None,
                 last_read=float(data.get("last_read", 0.0)),
                 unconfirmed=bool(data.get("unconfirmed", False)),
+                repair=Repair.from_dict(data["repair"]) if data.get("repair") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
@@ -336,6 +381,47 @@ def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> 
     return decision
 
 
+def _escalate(
+    result: PassResult,
+    decision: Decision,
+    state: PolicyState,
+    repeats: Mapping[str, tuple[str, int]],
+    escalation: Optional[EscalationSettings],
+    prefix: str,
+) -> tuple[Decision, PolicyState]:
+    """Repeat failures send the node to repair, and a node in repair stays out (docs/history.md, "Escalation").
+
+    A finding behind this take-out whose code was raised on its unit (a GPU by UUID
+    or serial, an IB port, a mount) at least the configured number of times in the
+    window makes the node a lemon: it goes out with a ``REPAIR`` reason that no
+    clean pass lifts, so it stops the drain/resume ping-pong.
+    """
+    repair = state.repair
+    if repair is None and escalation is not None and decision.action in TAKING_OUT:
+        causes = set(decision.causes)
+        hits: list[tuple[Finding, str, int]] = []
+        for finding in result.findings:
+            if FindingRef.of(finding) not in causes or finding.key not in repeats:
+                continue
+            unit, count = repeats[finding.key]
+            needed = escalation.overrides.get(finding.code, escalation.repeats)
+            if needed > 0 and count >= needed:
+                hits.append((finding, unit, count))
+        if hits:
+            finding, unit, count = min(hits, key=lambda hit: acting_key(hit[0]))
+            repair = Repair(finding.code, finding.subject, unit, count, finding.status.name, result.started_at)
+            state = replace(state, repair=repair)
+    if repair is None:
+        return decision, state
+    action = Action.TAKE_OUT_NOW if repair.severity == Status.CRITICAL.name else Action.DRAIN_AFTER_JOBS
+    why = (
+        f"in repair: {repair.code} raised {repair.count} times on {repair.unit}; "
+        f"`healthd ack --repaired {repair.subject}` returns the node after the hardware work"
+    )
+    reason = repair_reason(prefix, repair.code, repair.subject, repair.count)
+    return Decision(action, action, reason, why, decision.causes), state
+
+
 def decide(
     result: PassResult,
     state: PolicyState,
@@ -344,6 +430,8 @@ def decide(
     prefix: str,
     *,
     partial: bool = False,
+    repeats: Mapping[str, tuple[str, int]] = MappingProxyType({}),
+    escalation: Optional[EscalationSettings] = None,
 ) -> tuple[Decision, PolicyState]:
     """One decision for this pass and the policy state to remember.
 
@@ -353,7 +441,9 @@ def decide(
     take-out stands in for a failing pass that calls for nothing more specific.
     The pending action is kept while the decision is still that action (the
     caller clears it once Slurm accepts it) and dropped when it no longer is.
-    ``partial`` says only some checks ran (``--only``).
+    ``partial`` says only some checks ran (``--only``). ``repeats`` maps a finding's
+    key to its unit and how often its code was raised there (from the node's
+    history), for ``escalation``.
     """
     severity = _severity(result)
     new_state = _streaks(state, result, partial)
@@ -368,6 +458,7 @@ def decide(
         decision = Decision(
             pending.action, pending.action, pending.reason, f"retrying pending {pending.action.value}", pending.causes
         )
+    decision, new_state = _escalate(result, decision, new_state, repeats, escalation, prefix)
     if decision.action is Action.RESUME:
         decision = _resume_against_node(decision, new_state, node, settings, prefix, ran_checks(result), partial)
     else:

@@ -67,3 +67,14 @@ def owned(reason: str, prefix: str) -> bool:
     """Whether ``reason`` was written by healthd (starts with its prefix as a word)."""
     clean_prefix = sanitize(prefix) or "healthd:"
     return reason == clean_prefix or reason.startswith(clean_prefix + " ")
+
+
+def repair_reason(prefix: str, code: str, subject: str, count: int, limit: int = REASON_MAX) -> str:
+    """``<prefix> REPAIR <CODE> <subject> x<N>``: the node is out for hardware work (docs/history.md)."""
+    clean_prefix = sanitize(prefix) or "healthd:"
+    suffix = f" x{count}"
+    body = sanitize(f"REPAIR {code} {subject}")
+    room = limit - len(clean_prefix) - 1 - len(suffix)
+    if len(body) > room:
+        body = body[: max(room - 3, 0)].rstrip() + "..."
+    return f"{clean_prefix} {body}{suffix}"

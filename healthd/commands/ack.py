@@ -5,6 +5,10 @@ longer drains the node, by the rules in ``healthd.acks``: an ack names the
 finding's key and event id, so a new event drains again, and it lapses once the
 finding stops being reported. A node healthd drained for findings that are now all
 acknowledged is resumed by the next pass.
+
+``healthd ack --repaired SUBJECT`` ends a repair (docs/history.md, "Escalation"):
+the hardware work on SUBJECT (a GPU's subject or UUID, an IB port, a mount) is done,
+its repeat count starts again, and the next clean pass resumes the node.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 from healthd.cli import add_config_argument
 
@@ -20,16 +25,63 @@ from healthd.cli import add_config_argument
 EX_NOINPUT = 66
 EX_CANTCREAT = 73
 EX_TEMPFAIL = 75
+EX_USAGE = 64
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "selectors", nargs="*", metavar="CHECK-or-CODE", help="check names or finding codes (default: all findings)"
     )
+    parser.add_argument(
+        "--repaired",
+        metavar="SUBJECT",
+        help="the hardware work on SUBJECT is done: end the node's repair (see `healthd history`)",
+    )
     add_config_argument(parser)
 
 
+def _repaired(args: argparse.Namespace) -> int:
+    from healthd.cycle import POLICY_STATE
+    from healthd.engine import Engine
+    from healthd.history import History
+    from healthd.policy import PolicyState
+    from healthd.state import StateError
+    from healthd.statelock import LockTimeout, StateLock
+
+    engine = Engine.from_path(args.config)
+    subject = args.repaired
+    try:
+        with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
+            policy = engine.state.file(POLICY_STATE)
+            state = PolicyState.from_dict(policy.load())
+            repair = state.repair
+            if repair is None or not repair.names(subject):
+                now_in = f"it is in repair for {repair.subject} ({repair.unit})" if repair else "it is not in repair"
+                print(f"healthd: nothing to do: {now_in}", file=sys.stderr)
+                return 1
+            now = time.time()
+            policy.save(replace(state, repair=None).to_dict())
+            with History.open(engine.config.paths.state_dir) as history:
+                history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by="cli")
+                problem = history.problem_finding("healthd")
+    except LockTimeout as exc:
+        print(f"healthd: {exc}; nothing changed, try again", file=sys.stderr)
+        return EX_TEMPFAIL
+    except (StateError, ValueError) as exc:
+        print(f"healthd: {exc}", file=sys.stderr)
+        return EX_CANTCREAT
+    if problem is not None:
+        print(f"healthd: {problem.message}", file=sys.stderr)
+    print(f"repaired {repair.subject} ({repair.code} x{repair.count}): the next clean pass puts the node back")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.repaired is not None:
+        if args.selectors:
+            print("healthd: --repaired takes no CHECK-or-CODE arguments", file=sys.stderr)
+            return EX_USAGE
+        return _repaired(args)
     from healthd.acks import STATE_NAME, AckStore, merge, refs_from_document
     from healthd.cycle import LAST_PASS
     from healthd.engine import Engine

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
-from healthd.config import PolicySettings
+from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
@@ -430,3 +430,44 @@ def test_event_ack_does_not_cover_a_new_event() -> None:
 )
 def test_reads_only_when_needed(statuses: tuple[str, ...], state: PolicyState, now: float, needed: bool) -> None:
     assert needs_node(_pass(*statuses), state, PolicySettings(), now, 3600.0) is needed
+
+
+ESCALATION = EscalationSettings(repeats=3, window_days=30, overrides={"CODE_9": 0})
+
+
+def _decide_with(repeats: int, *, code: str = "CODE_0") -> tuple[Decision, PolicyState]:
+    result = _pass("CRITICAL")
+    if code != "CODE_0":
+        finding = replace(result.findings[0], code=code)
+        result = replace(result, results=(replace(result.results[0], findings=(finding,)),))
+    key = result.findings[0].key
+    counts = {key: ("GPU-1", repeats)}
+    return decide(result, PolicyState(), IDLE, PolicySettings(), PREFIX, repeats=counts, escalation=ESCALATION)
+
+
+def test_the_third_repeat_sends_the_node_to_repair() -> None:
+    decision, state = _decide_with(2)
+    assert decision.reason == "healthd: CODE_0 subj0" and state.repair is None
+    decision, state = _decide_with(3)
+    assert decision.action is Action.TAKE_OUT_NOW
+    assert decision.reason == "healthd: REPAIR CODE_0 subj0 x3"
+    assert state.repair is not None and (state.repair.unit, state.repair.count) == ("GPU-1", 3)
+    assert "ack --repaired subj0" in decision.explanation
+
+
+def test_a_code_overridden_to_zero_never_escalates() -> None:
+    decision, state = _decide_with(50, code="CODE_9")
+    assert not decision.reason.startswith("healthd: REPAIR") and state.repair is None
+
+
+def test_a_node_in_repair_is_never_resumed_by_a_clean_pass() -> None:
+    _, in_repair = _decide_with(3)
+    ours = _node("IDLE", "DRAIN", "healthd: REPAIR CODE_0 subj0 x3")
+    decision, state = decide(_pass(), in_repair, ours, PolicySettings(), PREFIX, escalation=ESCALATION)
+    assert decision.action is Action.NONE and state.repair == in_repair.repair
+    assert "already out" in decision.explanation
+
+
+def test_repair_state_survives_the_state_file() -> None:
+    _, state = _decide_with(3)
+    assert PolicyState.from_dict(state.to_dict()) == state
