@@ -268,16 +268,16 @@ def write_textfile(path: Path, registry: CollectorRegistry) -> None:
 
     The directory must pass the trust rule (``UntrustedPath`` otherwise); the new file
     is created ``O_EXCL`` next to ``path`` and renamed over it, so no link planted at
-    either name is followed (``healthd.state.write_atomically``). node_exporter runs as
-    its own user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode
-    is set explicitly (0644: the metrics are no secret). The temp file's name does not
+    either name is followed (``healthd.atomicfile``). node_exporter runs as its own
+    user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode is set
+    explicitly (0644: the metrics are no secret). The temp file's name does not
     end in ``.prom``, so the collector never reads it half-written.
     """
     import os
 
     from prometheus_client import generate_latest
 
-    from healthd.state import write_atomically
+    from healthd.atomicfile import write_atomically
     from healthd.trust import open_trusted_dir
 
     body = generate_latest(registry)
