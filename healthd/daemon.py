@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Callable, Optional
 
-from healthd.defaults import EX_CONFIG
+from healthd.exitcodes import EX_CONFIG, EX_OK
 from healthd.logs import LOGGER_NAME, log_action, log_finding
 from healthd.metrics import ActionSample, HealthdCollector, MetricsServer, PassSample, new_registry, parse_listen
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
@@ -43,8 +43,6 @@ if TYPE_CHECKING:
     from healthd.cycle import CycleOutcome
     from healthd.engine import Engine
     from healthd.policy import Action
-
-EX_OK = 0
 
 # How long a stop request waits for a pass in progress before abandoning it.
 STOP_GRACE_SECONDS = 3.0

@@ -14,12 +14,7 @@ import sys
 import time
 
 from healthd.cli import add_config_argument
-
-# sysexits.h: no usable input (no recorded pass); cannot create an output file;
-# temporary failure, try again (the state directory is locked by a running pass).
-EX_NOINPUT = 66
-EX_CANTCREAT = 73
-EX_TEMPFAIL = 75
+from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_TEMPFAIL
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if not refs:
         wanted = " ".join(args.selectors) or "any check"
         print(f"healthd: the last pass has no unacknowledged finding for {wanted}", file=sys.stderr)
-        return 1
+        return EX_NO_MATCH
     store = AckStore(engine.state.file(STATE_NAME))
     try:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
@@ -67,4 +62,4 @@ def run(args: argparse.Namespace) -> int:
     for ref in refs:
         event = f" (event {ref.event})" if ref.event is not None else ""
         print(f"acknowledged {ref.key}{event}")
-    return 0
+    return EX_OK
