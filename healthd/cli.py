@@ -175,23 +175,10 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def hook_summary(document: dict[str, Any], now: float) -> str:
-    """One line from a ``check --once --json`` document: status, the first non-OK findings, the action."""
-    from healthd.report import action_lines
-    from healthd.text import one_line
+    """The hook's one line from a ``check --once --json`` document (``healthd.report.pass_summary``)."""
+    from healthd.report import pass_summary
 
-    bad = [
-        f"{finding.get('check')}/{finding.get('code')} {finding.get('subject')}"
-        for check in document.get("checks") or []
-        for finding in check.get("findings") or []
-        if finding.get("status") != "OK"
-    ]
-    text = f"healthd: {document.get('status')} on {document.get('node')}"
-    if bad:
-        text += f": {', '.join(bad[:3])}" + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
-    action = document.get("action") or {}
-    if action.get("decision") not in (None, "none") or action.get("errors") or action.get("dry_run"):
-        text += f"; {action_lines(document, now)[0]}"
-    return one_line(text, 1000)
+    return pass_summary(document, now, head=f"healthd: {document.get('status')} on {document.get('node')}")
 
 
 def hook_parser() -> argparse.ArgumentParser:
