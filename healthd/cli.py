@@ -2,8 +2,9 @@
 
 Each subcommand lives in its own module under ``healthd.commands`` and is imported
 only when it is the one being run, so ``healthd check --once`` pays for what it
-uses and nothing else. Exit codes follow the Nagios plugin convention for check
-results (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and sysexits.h otherwise.
+uses and nothing else. Exit codes are those of ``healthd.exitcodes``: the Nagios
+plugin convention for check results (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and
+sysexits.h otherwise.
 """
 
 from __future__ import annotations
@@ -18,11 +19,7 @@ from types import ModuleType
 from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
 
 from healthd import __version__
-from healthd.defaults import EX_CONFIG
-
-EX_UNKNOWN = 3  # Nagios UNKNOWN: healthd itself failed, so nothing was observed
-EX_USAGE = 64
-EX_SOFTWARE = 70
+from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN, EX_USAGE
 
 # name -> (module under healthd.commands, one-line help). Order is the order of --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -169,7 +166,7 @@ def _dispatch(argv: list[str]) -> int:
         print(f"healthd: {exc}; nothing was done", file=sys.stderr)
         return EX_CONFIG
     except KeyboardInterrupt:
-        return 130
+        return EX_INTERRUPTED
     except Exception as exc:  # a bug must not read as WARNING (1) or CRITICAL (2) to Nagios or NHC
         import traceback
 
@@ -179,23 +176,10 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def hook_summary(document: dict[str, Any], now: float) -> str:
-    """One line from a ``check --once --json`` document: status, the first non-OK findings, the action."""
-    from healthd.report import action_lines
-    from healthd.text import one_line
+    """The hook's one line from a ``check --once --json`` document (``healthd.report.pass_summary``)."""
+    from healthd.report import pass_summary
 
-    bad = [
-        f"{finding.get('check')}/{finding.get('code')} {finding.get('subject')}"
-        for check in document.get("checks") or []
-        for finding in check.get("findings") or []
-        if finding.get("status") != "OK"
-    ]
-    text = f"healthd: {document.get('status')} on {document.get('node')}"
-    if bad:
-        text += f": {', '.join(bad[:3])}" + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
-    action = document.get("action") or {}
-    if action.get("decision") not in (None, "none") or action.get("errors") or action.get("dry_run"):
-        text += f"; {action_lines(document, now)[0]}"
-    return one_line(text, 1000)
+    return pass_summary(document, now, head=f"healthd: {document.get('status')} on {document.get('node')}")
 
 
 def hook_parser() -> argparse.ArgumentParser:

@@ -36,6 +36,8 @@ from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm import SlurmClient
 from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
+from healthd.text import one_line
+from healthd.trust import UntrustedPath
 
 if TYPE_CHECKING:
     from healthd.config import Config
@@ -150,7 +152,7 @@ def run_cycle(
     except Exception as exc:  # anything from the engine must still give a reported pass
         from healthd.engine import node_name
 
-        return _failed(engine, PassResult(node_name(config), clock(), 0.0, ()), exc, log, dry=dry, enabled=enabled)
+        return failed_pass(engine, PassResult(node_name(config), clock(), 0.0, ()), exc, log, dry=dry, enabled=enabled)
     errors: list[str] = []
     lock = StateLock(config.paths.state_dir, config.slurm.lock_timeout)
     try:
@@ -166,19 +168,33 @@ def run_cycle(
         errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
     try:
         return _locked_cycle(engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None)
+    except UntrustedPath:
+        raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
     except Exception as exc:  # see the docstring
-        return _failed(engine, raw, exc, log, dry=dry, enabled=enabled)
+        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled)
     finally:
         lock.release()
 
 
-def _failed(
-    engine: Engine, raw: PassResult, exc: Exception, log: logging.Logger, *, dry: bool, enabled: bool
+# The code of the finding that stands for a pass that raised.
+PASS_FAILED = "PASS_FAILED"  # noqa: S105 (a finding code)
+
+
+def failed_pass(
+    engine: Engine, raw: PassResult, exc: BaseException, log: logging.Logger, *, dry: bool, enabled: bool
 ) -> CycleOutcome:
-    """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass."""
-    message = f"pass failed: {type(exc).__name__}: {exc}"
+    """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass.
+
+    The one way a pass that raised is reported: ``run_cycle`` takes it when one of
+    its steps raised, and the daemon when a pass could not run at all (no thread to
+    be had) or raised outside the cycle. The pass is saved as ``last-pass`` like any
+    other, so ``healthd status`` and the hook show UNKNOWN instead of the last pass
+    that went well.
+    """
+    # The exception's text may quote anything (a path, a line of a state file): one safe line.
+    message = one_line(f"pass failed: {type(exc).__name__}: {exc}")
     log.error("%s", message, exc_info=exc)
-    finding = Finding(OWN_CHECK, Status.UNKNOWN, "PASS_FAILED", OWN_CHECK, message)
+    finding = Finding(OWN_CHECK, Status.UNKNOWN, PASS_FAILED, OWN_CHECK, message)
     own = CheckResult(OWN_CHECK, RunState.ERROR, (finding,), 0.0, message)
     result = replace(raw, results=(*raw.results, own))
     decision = Decision(Action.NONE, Action.NONE, "", "the pass failed: nothing decided")

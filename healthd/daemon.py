@@ -12,6 +12,10 @@ finished pass, SIGTERM/SIGINT and SIGHUP all set, so a stop request is honoured
 within seconds even in the middle of a pass. The loop (and only the loop) pings
 the systemd watchdog; it keeps pinging while a pass is within its time budget
 and stops once a pass overruns it, so systemd restarts a daemon whose pass hangs.
+
+Each finished pass goes to the sinks (healthd.sinks) in order: the log, the
+metrics, systemd's ``STATUS=``. A pass that raised, or could not start, is
+reported like any other through the cycle's one failed-pass path.
 """
 
 from __future__ import annotations
@@ -27,24 +31,16 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Callable, Optional
 
-from healthd.defaults import EX_CONFIG
-from healthd.logs import LOGGER_NAME, log_action, log_finding
-from healthd.metrics import ActionSample, HealthdCollector, MetricsServer, PassSample, new_registry, parse_listen
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.outcome import ActionOutcome
+from healthd.exitcodes import EX_CONFIG, EX_OK
+from healthd.logs import LOGGER_NAME
+from healthd.outcome import PassReport, report_from_outcome
 from healthd.sdnotify import Notifier
-from healthd.text import one_line
+from healthd.sinks import LogSink, MetricsSink, NotifySink, Sink
 from healthd.trust import UntrustedPath
 
 if TYPE_CHECKING:
-    from prometheus_client.registry import CollectorRegistry
-
     from healthd.config import Config
-    from healthd.cycle import CycleOutcome
     from healthd.engine import Engine
-    from healthd.policy import Action
-
-EX_OK = 0
 
 # How long a stop request waits for a pass in progress before abandoning it.
 STOP_GRACE_SECONDS = 3.0
@@ -101,56 +97,6 @@ def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS) -> float:
     return config.runner.pass_timeout + config.slurm.lock_timeout + slurm + grace
 
 
-@dataclass(frozen=True)
-class ActionLine:
-    """One action decided in a pass, for the log: what, with which outcome, and why."""
-
-    kind: Action
-    outcome: ActionOutcome
-    detail: str
-
-
-@dataclass(frozen=True)
-class PassReport:
-    """What the loop needs from one pass: the results, the actions decided, and problems to report."""
-
-    result: PassResult
-    actions: tuple[ActionLine, ...] = ()
-    breaker_open: Optional[bool] = None
-    problems: tuple[str, ...] = ()
-
-
-def report_from_outcome(outcome: CycleOutcome) -> PassReport:
-    """Condense a cycle into what is logged and exported.
-
-    An acting decision was ``taken`` (Slurm accepted it), is ``pending`` (Slurm failed;
-    retried later), or was only a ``dry_run``/``disabled`` (Slurm actions off). A HOLD of
-    an acting decision is ``held_back`` (hysteresis streak not reached, or the circuit
-    breaker); the breaker is open when the cycle added its DRAIN_HELD finding.
-    """
-    from healthd.acks import POLICY_CHECK
-    from healthd.policy import ACTING, Action
-
-    report = outcome.action
-    decision = report.decision
-    detail = decision.reason or decision.explanation
-    actions: tuple[ActionLine, ...] = ()
-    if decision.action in ACTING:
-        if report.applied:
-            outcome_kind = ActionOutcome.TAKEN
-        elif report.dry_run:
-            outcome_kind = ActionOutcome.DRY_RUN
-        elif not report.slurm_enabled:
-            outcome_kind = ActionOutcome.DISABLED
-        else:
-            outcome_kind = ActionOutcome.PENDING
-        actions = (ActionLine(decision.action, outcome_kind, detail),)
-    elif decision.action is Action.HOLD and decision.intended in ACTING:
-        actions = (ActionLine(decision.intended, ActionOutcome.HELD_BACK, decision.explanation),)
-    breaker = any(f.check == POLICY_CHECK and f.code == "DRAIN_HELD" for f in outcome.result.findings)
-    return PassReport(result=outcome.result, actions=actions, breaker_open=breaker, problems=report.errors)
-
-
 def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
     """One cycle (healthd.cycle): run the checks, decide, act through Slurm, save ``last-pass``."""
     from healthd.cycle import run_cycle
@@ -158,42 +104,16 @@ def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
     return report_from_outcome(run_cycle(engine, dry_run=dry_run))
 
 
-def failed_pass(engine: Engine, exc: BaseException, started_at: float) -> PassReport:
-    """A pass whose code raised: one UNKNOWN ``PASS_FAILED`` finding, so it is seen like any other fault.
-
-    It is also saved as the ``last-pass`` document, so ``healthd status`` (and a hook
-    reading it) shows UNKNOWN instead of the last pass that went well.
-    """
-    from healthd.cycle import LAST_PASS
+def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassReport:
+    """A pass that raised outside the cycle, or never started: ``healthd.cycle.failed_pass`` with no results."""
+    from healthd.cycle import failed_pass
     from healthd.engine import node_name
-    from healthd.report import pass_to_dict
-    from healthd.state import StateError
+    from healthd.model import PassResult
 
-    message = one_line(f"pass raised {type(exc).__name__}: {exc}")
-    log.error("%s", message, exc_info=exc)
-    finding = Finding("healthd", Status.UNKNOWN, "PASS_FAILED", "healthd", message)
-    check = CheckResult("healthd", RunState.ERROR, (finding,), 0.0, message)
-    result = PassResult(node_name(engine.config), started_at, 0.0, (check,))
-    problems: tuple[str, ...] = ()
-    try:
-        engine.state.file(LAST_PASS).save(pass_to_dict(result, {"action": None}))
-    except StateError as state_exc:
-        problems = (str(state_exc),)
-    return PassReport(result=result, problems=problems)
-
-
-def summary(report: PassReport) -> str:
-    """One line for systemd's STATUS= and the log: status, the first few non-OK codes, duration."""
-    result = report.result
-    bad = [f for f in result.findings if f.status is not Status.OK]
-    codes = ", ".join(f"{f.check}/{f.code}" for f in bad[:3]) + (", ..." if len(bad) > 3 else "")
-    when = time.strftime("%H:%M:%S", time.localtime(result.started_at))
-    text = f"{result.status.name} at {when} ({result.duration_seconds:.1f}s)"
-    if bad:
-        text += f": {len(bad)} finding(s): {codes}"
-    if report.problems:
-        text += f"; {len(report.problems)} state problem(s)"
-    return text
+    config = engine.config
+    raw = PassResult(node_name(config), started_at, 0.0, ())
+    dry = dry_run or config.policy.dry_run
+    return report_from_outcome(failed_pass(engine, raw, exc, log, dry=dry, enabled=config.slurm.enabled))
 
 
 class Daemon:
@@ -221,10 +141,9 @@ class Daemon:
         self.wall = wall
         self.stop_grace = stop_grace
         self.pass_grace = pass_grace
-        self.collector = HealthdCollector()
-        self.registry: Optional[CollectorRegistry] = None
-        self.server: Optional[MetricsServer] = None
-        self._listen_failures = 0
+        self.metrics = MetricsSink(log)
+        # In order: the log first, so a sink that raises (UntrustedPath) leaves the pass logged.
+        self.sinks: tuple[Sink, ...] = (LogSink(log), self.metrics, NotifySink(self.notifier))
         self.passes = 0
         self._wake = threading.Event()
         self._stop = False
@@ -263,7 +182,7 @@ class Daemon:
         factory = self.engine_factory or Engine.from_path
         try:
             engine = factory(self.config_path)
-            self._apply_metrics_config(engine.config)
+            self.metrics.configure(engine.config.metrics)
         except ConfigError as exc:
             log.error("configuration error, not starting:\n%s", exc)
             return EX_CONFIG
@@ -275,10 +194,8 @@ class Daemon:
             # READY=1 waits for the first pass, whose budget depends on the config: ask systemd
             # for that long (sd_notify(3) EXTEND_TIMEOUT_USEC) rather than trust TimeoutStartSec=.
             self.notifier.extend_timeout(pass_budget(engine.config, self.pass_grace) + START_MARGIN_SECONDS)
-            report = self._pass(engine)
-            if report is None:
+            if self._pass(engine) is None:
                 return EX_OK
-            self.notifier.ready(summary(report))
             schedule = schedule_for(engine.config, node_name(engine.config))
             slot = schedule.first_slot(self.wall(), self.monotonic())
             while not self._stop:
@@ -299,8 +216,7 @@ class Daemon:
         finally:
             self.notifier.stopping()
             log.info("stopping")
-            if self.server is not None:
-                self.server.close()
+            self.metrics.close()
 
     def _wait(self, until: float, stop_on_reload: bool, done: Optional[threading.Event] = None) -> bool:
         """Sleep until ``until`` (monotonic), pinging the watchdog; False when woken by a request first."""
@@ -341,10 +257,7 @@ class Daemon:
         try:
             worker.start()
         except RuntimeError as exc:  # no thread to be had (TasksMax, memory): report it, try next slot
-            self.passes += 1
-            report = failed_pass(engine, exc, self.wall())
-            self._publish(report, engine)
-            return report
+            return self._publish(failed_report(engine, exc, self.wall(), self.dry_run))
         # Ping while the pass is within its budget; after that, silence tells systemd we hang.
         if self._wait(until=started + budget, stop_on_reload=False, done=done) and not done.is_set():
             log.error("pass has not finished after %.0fs; no more watchdog pings until it does", budget)
@@ -356,33 +269,17 @@ class Daemon:
             return None
         if failure and isinstance(failure[0], UntrustedPath):
             raise failure[0]
+        if box:
+            return self._publish(box[0])
+        started_at = self.wall() - (self.monotonic() - started)
+        return self._publish(failed_report(engine, failure[0], started_at, self.dry_run))
+
+    def _publish(self, report: PassReport) -> PassReport:
+        """Hand a finished pass to each sink in turn."""
         self.passes += 1
-        report = box[0] if box else failed_pass(engine, failure[0], self.wall() - (self.monotonic() - started))
-        self._publish(report, engine)
+        for sink in self.sinks:
+            sink.publish(report, self.passes)
         return report
-
-    def _publish(self, report: PassReport, engine: Engine) -> None:
-        self._ensure_listening(engine.config)
-        for finding in report.result.findings:
-            if finding.status is not Status.OK:
-                log_finding(log, finding)
-        for action in report.actions:
-            log_action(log, action.kind, action.outcome, report.result.node, action.detail, report.result.status)
-        for problem in report.problems:
-            log.error("pass problem: %s", problem)
-        samples = tuple(ActionSample(a.kind, a.outcome) for a in report.actions)
-        self.collector.update(PassSample(report.result, samples, report.breaker_open))
-        textfile = engine.config.metrics.textfile
-        if textfile is not None and self.registry is not None:
-            from healthd.metrics import write_textfile
-
-            try:
-                write_textfile(textfile, self.registry)
-            except OSError as exc:
-                log.error("metrics: cannot write textfile %s: %s", textfile, exc.strerror or exc)
-        line = summary(report)
-        log.info("pass %d: %s", self.passes, line)
-        self.notifier.status(line)
 
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
         from healthd.config import ConfigError, load_config
@@ -405,42 +302,10 @@ class Daemon:
             self.notifier.notify(ready="1", status="reload rejected (untrusted path); old config kept")
             return engine, schedule, slot
         if loaded.config.metrics != old_metrics:
-            self._apply_metrics_config(loaded.config)
+            self.metrics.configure(loaded.config.metrics)
         new_schedule = schedule_for(loaded.config, node_name(loaded.config))
         if new_schedule != schedule:
             slot = new_schedule.first_slot(self.wall(), self.monotonic())
         log.info("reloaded configuration from %s", loaded.source)
         self.notifier.notify(ready="1", status=f"configuration reloaded from {loaded.source}")
         return engine, new_schedule, slot
-
-    def _apply_metrics_config(self, config: Config) -> None:
-        from healthd.metrics import refuse_untrusted_textfile
-
-        refuse_untrusted_textfile(config.metrics.textfile)
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        self._listen_failures = 0
-        settings = config.metrics
-        if settings.listen is None and settings.textfile is None:
-            self.registry = None
-            return
-        if self.registry is None:
-            self.registry = new_registry(self.collector)
-        self._ensure_listening(config)
-
-    def _ensure_listening(self, config: Config) -> None:
-        """Open the metrics listener if configured and not open yet (a busy port is retried every pass)."""
-        listen = config.metrics.listen
-        if listen is None or self.server is not None or self.registry is None:
-            return
-        host, port = parse_listen(listen)
-        try:
-            self.server = MetricsServer(self.registry, host, port)
-        except (OSError, RuntimeError) as exc:
-            self._listen_failures += 1
-            # Logged loudly once, then quietly: the port may stay busy for days.
-            level = logging.ERROR if self._listen_failures == 1 else logging.DEBUG
-            log.log(level, "metrics: cannot listen on %s: %s; checks go on, retrying every pass", listen, exc)
-        else:
-            log.info("metrics: serving http://%s/metrics", listen)

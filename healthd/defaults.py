@@ -1,4 +1,4 @@
-"""Defaults and exit codes shared by the config models and the cheap commands, without pydantic.
+"""Defaults shared by the config models and the cheap commands, without pydantic.
 
 ``healthd status`` (and the slurmd hook reading the last pass) must stay cheap, so
 it cannot import ``healthd.config``; the values both need live here, once.
@@ -14,10 +14,6 @@ DEFAULT_CONFIG_PATH = Path("/etc/healthd/healthd.toml")
 DEFAULT_STATE_DIR = Path("/var/lib/healthd")
 # The source paper's five minutes between passes.
 DEFAULT_INTERVAL_SECONDS = 300.0
-
-# sysexits.h: a configuration that must not be acted on; the unit's
-# RestartPreventExitStatus keeps systemd from restarting into it again and again.
-EX_CONFIG = 78
 
 
 def toml_module() -> ModuleType:

@@ -1,12 +1,13 @@
 """Prometheus exposition of the last pass: a collector, an HTTP ``/metrics`` endpoint, a textfile.
 
-The daemon hands each finished pass to ``HealthdCollector.update``, which turns it
-into ready-made samples; a scrape only copies those out (no check, no file read,
-no Slurm call happens during a scrape). The collector lives in its own
-``CollectorRegistry`` so no process or platform metrics of the Python client leak
-in. Names follow the Prometheus conventions: ``healthd_`` prefix, base units,
-``_total`` counters, ``_seconds`` and ``_timestamp_seconds``; labels stay
-low-cardinality (check names, severities, GPU indexes, Xid numbers, action kinds).
+The daemon's metrics sink (healthd.sinks) hands each finished pass to
+``HealthdCollector.update``, which turns it into ready-made samples; a scrape only
+copies those out (no check, no file read, no Slurm call happens during a scrape).
+The collector lives in its own ``CollectorRegistry`` so no process or platform
+metrics of the Python client leak in. Names follow the Prometheus conventions:
+``healthd_`` prefix, base units, ``_total`` counters, ``_seconds`` and
+``_timestamp_seconds``; labels stay low-cardinality (check names, severities, GPU
+indexes, Xid numbers, action kinds).
 prometheus_client is imported only inside functions, never at import time.
 """
 
@@ -25,12 +26,11 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from healthd import __version__
 from healthd.model import PassResult, RunState, Status
-from healthd.outcome import ActionOutcome
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
-    from healthd.policy import Action
+    from healthd.outcome import PassReport
 
 log = logging.getLogger(__name__)
 
@@ -47,23 +47,6 @@ MAX_CONNECTIONS = 64
 MAX_REQUEST_BYTES = 16384
 # A check "succeeds" when it observed the node (ran to the end, or had nothing to check).
 _OBSERVED = (RunState.RAN, RunState.NOT_APPLICABLE)
-
-
-@dataclass(frozen=True)
-class ActionSample:
-    """One action the policy decided in a pass: its kind (``drain_after_jobs``, ``resume``...) and outcome."""
-
-    kind: Action
-    outcome: ActionOutcome
-
-
-@dataclass(frozen=True)
-class PassSample:
-    """What one pass contributes to the metrics."""
-
-    result: PassResult
-    actions: tuple[ActionSample, ...] = ()
-    breaker_open: Optional[bool] = None
 
 
 class _Kind(enum.Enum):
@@ -112,8 +95,8 @@ class HealthdCollector:
         self._passes = 0.0
         self._actions: dict[tuple[str, str], float] = {}
 
-    def update(self, sample: PassSample) -> None:
-        """Replace the exported samples with those of ``sample`` (called once per pass)."""
+    def update(self, sample: PassReport) -> None:
+        """Replace the exported samples with those of the pass ``sample`` (called once per pass)."""
         result = sample.result
         finished_at = result.started_at + result.duration_seconds
         with self._lock:
@@ -268,16 +251,16 @@ def write_textfile(path: Path, registry: CollectorRegistry) -> None:
 
     The directory must pass the trust rule (``UntrustedPath`` otherwise); the new file
     is created ``O_EXCL`` next to ``path`` and renamed over it, so no link planted at
-    either name is followed (``healthd.state.write_atomically``). node_exporter runs as
-    its own user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode
-    is set explicitly (0644: the metrics are no secret). The temp file's name does not
+    either name is followed (``healthd.atomicfile``). node_exporter runs as its own
+    user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode is set
+    explicitly (0644: the metrics are no secret). The temp file's name does not
     end in ``.prom``, so the collector never reads it half-written.
     """
     import os
 
     from prometheus_client import generate_latest
 
-    from healthd.state import write_atomically
+    from healthd.atomicfile import write_atomically
     from healthd.trust import open_trusted_dir
 
     body = generate_latest(registry)

@@ -175,6 +175,17 @@ def action_lines(document: Mapping[str, Any], now: float) -> list[str]:
     action = document.get("action")
     if not isinstance(action, dict):
         return ["action: none recorded (the pass failed before a decision)"]
+    headline, rest = _headline(document, action, now)
+    lines = [headline]
+    keys = [one_line(ack.get("key"), 100) for ack in _items(action.get("acknowledged"))]
+    if keys:
+        lines.append(f"acknowledged by the node's resume in Slurm: {', '.join(keys)}")
+    lines.extend(f"action error: {error}" for error in rest)
+    return lines
+
+
+def _headline(document: Mapping[str, Any], action: dict[str, Any], now: float) -> tuple[str, list[str]]:
+    """The headline of ``action_lines`` and the errors it leaves for lines of their own."""
 
     def text(key: str, limit: int = 200) -> str:
         value = action.get(key)
@@ -221,9 +232,33 @@ def action_lines(document: Mapping[str, Any], now: float) -> list[str]:
     if node_state:
         node_reason = text("node_reason", 100)
         line += f"; node is {node_state}" + (f" with reason {node_reason!r}" if node_reason else "")
-    lines = [line]
-    keys = [one_line(ack.get("key"), 100) for ack in _items(action.get("acknowledged"))]
-    if keys:
-        lines.append(f"acknowledged by the node's resume in Slurm: {', '.join(keys)}")
-    lines.extend(f"action error: {error}" for error in rest)
-    return lines
+    return line, rest
+
+
+def pass_summary(document: Mapping[str, Any], now: float, *, head: str) -> str:
+    """The one-line summary of a pass: ``head``, its first non-OK findings, and what it did to the node.
+
+    The daemon's ``STATUS=`` and log line and the hook's output line are this line
+    with their own ``head``. The action's headline (``action_lines``) follows when
+    there is something to tell (an action, a dry run, an error), then the number of
+    errors it does not name (``action_lines`` lists them). ``document`` may come from disk: every field is
+    checked, and the whole line is made one printable line.
+    """
+    bad = [
+        f"{finding.get('check')}/{finding.get('code')} {finding.get('subject')}"
+        for check in _items(document.get("checks"))
+        for finding in _items(check.get("findings"))
+        if finding.get("status") != "OK"
+    ]
+    text = head
+    if bad:
+        text += f": {', '.join(bad[:3])}" + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
+    action = document.get("action")
+    if isinstance(action, dict) and (
+        action.get("decision") not in (None, "none") or action.get("errors") or action.get("dry_run")
+    ):
+        headline, rest = _headline(document, action, now)
+        text += f"; {headline}"
+        if rest:
+            text += f"; {len(rest)} error(s)"
+    return one_line(text, 1000)

@@ -13,6 +13,11 @@ import os
 import socket
 from typing import Callable, Mapping, Optional
 
+from healthd.text import one_line
+
+# The longest value sent; a STATUS= line is for `systemctl status`, one screen line or so.
+_VALUE_LIMIT = 1000
+
 
 def _send_datagram(address: str, message: str) -> bool:
     # sd_notify(3): "@" at the start means the abstract namespace (a leading NUL byte).
@@ -79,8 +84,8 @@ class Notifier:
         """Send ``KEY=VALUE`` lines (keys upper-cased); True when the datagram went out."""
         if not self.enabled or not fields:
             return False
-        # A newline inside a value would start a new, bogus assignment.
-        lines = (f"{key.upper()}={' '.join(str(value).splitlines())}" for key, value in fields.items())
+        # A newline inside a value would start a new, bogus assignment: each value is one line.
+        lines = (f"{key.upper()}={one_line(value, _VALUE_LIMIT)}" for key, value in fields.items())
         return self._send("\n".join(lines))
 
     def ready(self, status: str) -> bool:

@@ -2,8 +2,8 @@
 
 Cursors, counter baselines, sticky findings, pending actions, acknowledgements and
 the last pass all live here. A write goes to a new temporary file in the same
-directory, is fsynced and renamed over the old one, so a crash leaves either the
-old or the new document. A file that cannot be parsed is renamed aside
+directory, is fsynced and renamed over the old one (``healthd.atomicfile``), so a
+crash leaves either the old or the new document. A file that cannot be parsed is renamed aside
 (``NAME.json.corrupt-<time>``) and reported, never fatal: the owner starts from
 empty state.
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from healthd.atomicfile import write_atomically
 from healthd.trust import (
     UntrustedPath,
     closed_on_error,
@@ -141,32 +142,6 @@ def read_entry(directory: Path, name: str) -> bytes:
         os.close(dir_fd)
     with os.fdopen(fd, "rb") as handle:
         return handle.read()
-
-
-def write_atomically(dir_fd: int, name: str, body: bytes, mode: int) -> None:
-    """Replace ``name`` in the checked directory ``dir_fd`` with ``body``, file mode ``mode``.
-
-    The temporary file is new (``O_CREAT | O_EXCL``: a planted name or link makes
-    the write fail, it is never followed), sits in the same directory (``rename`` is
-    atomic only within one filesystem), is fsynced before the rename, and the
-    directory after it, or a power loss could bring the old file back. Its name
-    starts with a dot and ends in ``.tmp``, so readers of ``*.json`` or ``*.prom``
-    never see it half-written.
-    """
-    tmp = f".{name}.{os.urandom(8).hex()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, mode, dir_fd=dir_fd)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)  # the umask (the unit's UMask=0077) may have taken bits away
-            handle.write(body)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        os.fsync(dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
 
 
 def _keep_newest(dir_fd: int, name: str, keep: int) -> None:

@@ -19,13 +19,7 @@ import time
 from dataclasses import replace
 
 from healthd.cli import add_config_argument
-
-# sysexits.h: no usable input (no recorded pass); cannot create an output file;
-# temporary failure, try again (the state directory is locked by a running pass).
-EX_NOINPUT = 66
-EX_CANTCREAT = 73
-EX_TEMPFAIL = 75
-EX_USAGE = 64
+from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_USAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +52,7 @@ def _repaired(args: argparse.Namespace) -> int:
             if repair is None or not repair.names(subject):
                 now_in = f"it is in repair for {repair.subject} ({repair.unit})" if repair else "it is not in repair"
                 print(f"healthd: nothing to do: {now_in}", file=sys.stderr)
-                return 1
+                return EX_NO_MATCH
             now = time.time()
             policy.save(replace(state, repair=None).to_dict())
             with History.open(engine.config.paths.state_dir) as history:
@@ -73,7 +67,7 @@ def _repaired(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"healthd: {problem.message}", file=sys.stderr)
     print(f"repaired {repair.subject} ({repair.code} x{repair.count}): the next clean pass puts the node back")
-    return 0
+    return EX_OK
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if not refs:
         wanted = " ".join(args.selectors) or "any check"
         print(f"healthd: the last pass has no unacknowledged finding for {wanted}", file=sys.stderr)
-        return 1
+        return EX_NO_MATCH
     store = AckStore(engine.state.file(STATE_NAME))
     try:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
@@ -124,4 +118,4 @@ def run(args: argparse.Namespace) -> int:
     for ref in refs:
         event = f" (event {ref.event})" if ref.event is not None else ""
         print(f"acknowledged {ref.key}{event}")
-    return 0
+    return EX_OK

@@ -14,7 +14,8 @@ import logging
 import sys
 import time
 
-from healthd.cli import EX_USAGE, add_config_argument
+from healthd.cli import add_config_argument
+from healthd.exitcodes import EX_USAGE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

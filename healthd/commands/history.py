@@ -21,13 +21,12 @@ import sys
 import time
 from typing import Any, Optional
 
-from healthd.cli import EX_USAGE, add_config_argument
+from healthd.cli import add_config_argument
 from healthd.commands.status import StatusConfigError, read_settings
-from healthd.defaults import EX_CONFIG
+from healthd.exitcodes import EX_CONFIG, EX_NOINPUT, EX_USAGE
 from healthd.history import History, HistoryError
 from healthd.text import one_line
 
-EX_NOINPUT = 66  # sysexits.h: the input (the database) cannot be read
 DEFAULT_SINCE = "7d"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d{1,9})([smhdw])")

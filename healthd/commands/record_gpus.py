@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-EX_UNAVAILABLE = 69
-EX_CANTCREAT = 73
+from healthd.exitcodes import EX_CANTCREAT, EX_UNAVAILABLE
+
 DEFAULT_TIMEOUT = 30.0
 
 
@@ -71,26 +71,13 @@ def _read_within(timeout: float) -> Optional[Any]:
     return answer[0] if answer else None
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     import datetime as dt
     import json
     import socket
 
     from healthd import __version__
+    from healthd.atomicfile import replace_file
     from healthd_checks.nvml_source import (  # type: ignore[import-not-found]
         NodeReading,
         NvmlError,
@@ -107,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     source = args.source or f"recorded on {socket.gethostname()} by healthd {__version__} record-gpus"
     document = snapshot_document(reading, source, recorded_at=now)
     try:
-        _write_atomically(args.output, json.dumps(document, indent=1) + "\n")
+        # 0600, as the temporary file it replaced was: a snapshot names the node's hardware.
+        replace_file(args.output, (json.dumps(document, indent=1) + "\n").encode("utf-8"), 0o600)
     except OSError as exc:
         print(f"healthd: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return EX_CANTCREAT

@@ -21,18 +21,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd.cli import add_config_argument
-from healthd.defaults import (
-    DEFAULT_CONFIG_PATH,
-    DEFAULT_INTERVAL_SECONDS,
-    DEFAULT_STATE_DIR,
-    EX_CONFIG,
-    toml_module,
-)
+from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN
+from healthd.model import Status
 from healthd.text import one_line
 from healthd.trust import UntrustedPath
-
-UNKNOWN = 3
-_CODES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
 
 class StatusError(Exception):
@@ -90,7 +83,9 @@ def read_last_pass(state_dir: Path) -> dict[str, Any]:
         raise StatusError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise StatusError(f"{path}: not a valid pass document: {exc}") from None
-    if not isinstance(document, dict) or document.get("status") not in _CODES:
+    # Any JSON type may stand where the status should be: only a string can name one.
+    status = document.get("status") if isinstance(document, dict) else None
+    if not isinstance(document, dict) or not isinstance(status, str) or status not in Status.__members__:
         raise StatusError(f"{path}: not a valid pass document: no known 'status'")
     return document
 
@@ -154,12 +149,13 @@ def run(args: argparse.Namespace) -> int:
         return EX_CONFIG
     except StatusError as exc:
         print(f"healthd: UNKNOWN: {exc}", file=sys.stderr)
-        return UNKNOWN
+        return EX_UNKNOWN
     now = time.time()
     age = age_seconds(document, now)
     limit = 2 * interval
     stale = age is None or age > limit
-    code = UNKNOWN if stale else _CODES[document["status"]]
+    # A record's status is its Nagios code (healthd.exitcodes); a stale one is UNKNOWN.
+    code = EX_UNKNOWN if stale else int(Status[document["status"]])
     if args.json:
         print(json.dumps({"age_seconds": age, "stale": stale, "exit_code": code, "last_pass": document}, indent=2))
     elif age is None:

@@ -281,6 +281,45 @@ def test_action_lines_survive_a_forged_record() -> None:
     ]
 
 
+def test_pass_summary_names_the_first_problems_the_action_and_counts_other_errors() -> None:
+    from healthd.policy import Action, Decision
+    from healthd.report import pass_summary
+
+    findings = [{"check": "xid", "code": f"XID_{n}", "subject": f"gpu{n}", "status": "CRITICAL"} for n in range(5)]
+    note = {"check": "xid", "code": "XID_43", "subject": "gpu7", "status": "OK"}
+    out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_0 gpu0", "CRITICAL from xid")
+    slurm_error = "`scontrol -o show node n1` failed: scontrol: fatal: Unable to process configuration file"
+    document = _document(
+        out,
+        [{"name": "xid", "findings": [note, *findings]}],
+        dry_run=True,
+        errors=(slurm_error, "cannot write /x/policy.json: disk full", "cannot write /x/last-pass.json: disk full"),
+    )
+    assert pass_summary(document, 0.0, head="CRITICAL at 12:05:00 (0.4s)") == (
+        "CRITICAL at 12:05:00 (0.4s): xid/XID_0 gpu0, xid/XID_1 gpu1, xid/XID_2 gpu2 (+2 more); Slurm not reachable "
+        "(scontrol: Unable to process configuration file); dry run: would take the node out now (CRITICAL from xid; "
+        "reason 'healthd: XID_0 gpu0'); 2 error(s)"
+    )
+    # A healthy pass with nothing to tell is its head alone; a failed one says so and counts its error.
+    assert pass_summary(_document(Decision(Action.NONE, Action.NONE, "", "all checks pass")), 0.0, head="OK") == "OK"
+    failed = _document(Decision(Action.NONE, Action.NONE, "", "the pass failed"), errors=("pass failed: OSError: x",))
+    assert pass_summary(failed, 0.0, head="UNKNOWN") == "UNKNOWN; action: nothing to do (the pass failed); 1 error(s)"
+
+
+def test_pass_summary_of_a_forged_record_is_one_bounded_line() -> None:
+    from healthd.report import pass_summary
+
+    hostile = {"check": "a\nb", "code": "\x1b[2J", "subject": "x" * 5000}
+    forged = {
+        "checks": [7, {"findings": "nope"}, {"findings": [hostile]}],
+        "action": {"decision": 5, "errors": 9},
+    }
+    line = pass_summary(forged, 0.0, head="healthd: ? on n1")
+    assert "\n" not in line and "\x1b" not in line and len(line) <= 1000
+    assert line.startswith("healthd: ? on n1: a b/ [2J xxx")
+    assert pass_summary({"action": "none"}, 0.0, head="h") == "h"
+
+
 # --- output cut off by the reader (`| head`) ----------------------------------------------------------------
 
 HEALTHD = Path(sys.executable).with_name("healthd")

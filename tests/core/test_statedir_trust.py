@@ -325,3 +325,17 @@ def test_the_daemon_refuses_to_start_with_an_untrusted_textfile_dir(tmp_path: Pa
         log.read_text()
     )
     assert not (state / "last-pass.json").exists() and list(theirs.iterdir()) == []
+
+
+def test_an_untrusted_entry_found_mid_pass_refuses_with_78(
+    write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    """Something planted in the state dir after the lock is taken is a refusal, not a failed pass."""
+    config = write_config("")
+    assert cli("check", "--once", "--only", "mounts", "--config", str(config))[0] == 0
+    policy = tmp_path / "state" / "policy.json"
+    policy.unlink()
+    policy.mkdir()
+    code, _, err = cli("check", "--once", "--only", "mounts", "--config", str(config))
+    assert code == 78, err
+    assert str(policy) in err

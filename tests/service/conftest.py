@@ -204,3 +204,13 @@ def make_daemon(tmp_path: Path) -> Callable[..., Daemon]:
 @pytest.fixture
 def config_writer() -> Callable[..., Path]:
     return write_config
+
+
+@pytest.fixture
+def make_engine(tmp_path: Path) -> Callable[..., Engine]:
+    """An Engine over the ``flag`` test check reporting ``report``, its config and state in tmp_path."""
+
+    def make(report: str = "ok") -> Engine:
+        return engine_factory(write_config(tmp_path / "healthd.toml", tmp_path / "state", report=report))
+
+    return make

@@ -18,17 +18,9 @@ from typing import Any, Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from healthd.metrics import (
-    ActionSample,
-    HealthdCollector,
-    MetricsServer,
-    PassSample,
-    new_registry,
-    write_textfile,
-    xid_events,
-)
+from healthd.metrics import HealthdCollector, MetricsServer, new_registry, write_textfile, xid_events
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.outcome import ActionOutcome
+from healthd.outcome import ActionOutcome, PassAction, PassReport
 from healthd.policy import Action
 
 PROMTOOL = shutil.which("promtool")
@@ -103,19 +95,19 @@ def test_xid_events_are_derived_from_findings() -> None:
 def test_http_scrape_passes_promtool_and_carries_the_last_pass() -> None:
     collector = HealthdCollector(version="9.9.9")
     collector.update(
-        PassSample(
+        PassReport(
             _sample_pass(),
             actions=(
-                ActionSample(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),
-                ActionSample(Action.RESUME, ActionOutcome.HELD_BACK),
+                PassAction(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),
+                PassAction(Action.RESUME, ActionOutcome.HELD_BACK),
             ),
             breaker_open=False,
         )
     )
     collector.update(
-        PassSample(
+        PassReport(
             _sample_pass(1_700_000_300.0),
-            actions=(ActionSample(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),),
+            actions=(PassAction(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),),
             breaker_open=True,
         )
     )
@@ -204,7 +196,7 @@ def test_daemon_serves_metrics_and_writes_the_textfile(
 
 def test_textfile_is_readable_by_node_exporter_whatever_the_umask(tmp_path: Path) -> None:
     collector = HealthdCollector(version="1.0")
-    collector.update(PassSample(_sample_pass()))
+    collector.update(PassReport(_sample_pass()))
     textfile = tmp_path / "healthd.prom"
     old = os.umask(0o077)  # the unit's UMask=
     try:
@@ -295,7 +287,7 @@ def test_slowloris_clients_are_dropped_at_the_deadline_and_never_hold_off_a_scra
     max_connections: int, wait_until: Callable[..., None]
 ) -> None:
     collector = HealthdCollector(version="1")
-    collector.update(PassSample(_sample_pass()))
+    collector.update(PassReport(_sample_pass()))
     deadline = 3.0
     server = MetricsServer(new_registry(collector), "127.0.0.1", 0, deadline=deadline, max_connections=max_connections)
     # Twice as many slow clients as the smaller cap, each sending a header line every 1 s,
@@ -329,7 +321,7 @@ def test_a_reader_too_slow_for_a_large_reply_delays_no_other_scrape() -> None:
     # server must send it in pieces while it serves others.
     findings = tuple(_xid(gpu, xid, 1) for gpu in range(100) for xid in range(30))
     collector = HealthdCollector(version="1")
-    collector.update(PassSample(PassResult("n", 0.0, 0.0, (CheckResult("xid", RunState.RAN, findings, 0.0),))))
+    collector.update(PassReport(PassResult("n", 0.0, 0.0, (CheckResult("xid", RunState.RAN, findings, 0.0),))))
     server = MetricsServer(new_registry(collector), "127.0.0.1", 0)
     # Loopback buffers grow to megabytes; small ones (inherited by accepted sockets) make the
     # reply outgrow them, as it would towards a client that stopped reading.
@@ -436,7 +428,7 @@ def test_a_port_in_use_is_logged_and_checks_go_on(
     try:
         # Logged once, not every pass; once the port is free, the next pass opens it.
         assert sum(f"cannot listen on 127.0.0.1:{port}" in r.getMessage() for r in caplog.records) == 1
-        wait_until(lambda: daemon.server is not None, what="the listener after the port was freed")
+        wait_until(lambda: daemon.metrics.server is not None, what="the listener after the port was freed")
         assert _scrape(port)[0] == 200
     finally:
         assert handle.stop() == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -56,3 +56,14 @@ def test_systemd_python_sends_when_installed(path_listener: Any, monkeypatch: py
     assert notifier.enabled and notifier.ready("through libsystemd")
     path_listener.wait_for("READY=1")
     assert [text for _, text in path_listener.messages] == ["READY=1\nSTATUS=through libsystemd"]
+
+
+def test_a_value_cannot_forge_an_assignment_or_carry_escapes(
+    path_listener: Any, wait_until: Callable[..., None]
+) -> None:
+    notifier = Notifier({"NOTIFY_SOCKET": path_listener.address})
+    assert notifier.status("CRITICAL: gpu/X\u2028READY=1\r\nWATCHDOG=1\x1b[2J\x00" + "y" * 5000)
+    wait_until(lambda: path_listener.messages, what="the datagram")
+    (text,) = [message for _, message in path_listener.messages]
+    assert text.startswith("STATUS=CRITICAL: gpu/X READY=1 WATCHDOG=1 [2J y")
+    assert "\n" not in text and "\x1b" not in text and "\x00" not in text and len(text) == len("STATUS=") + 1000

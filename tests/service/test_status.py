@@ -93,6 +93,10 @@ def test_missing_record_is_unknown(tmp_path: Path, capsys: pytest.CaptureFixture
     [
         ("{truncated", "not a valid pass document"),
         ('{"status": "GREAT"}', "no known 'status'"),
+        # Any JSON type may stand where the status should be; none may crash the command.
+        ('{"status": ["OK"]}', "no known 'status'"),
+        ('{"status": {"OK": 0}}', "no known 'status'"),
+        ('["OK"]', "no known 'status'"),
     ],
 )
 def test_garbage_record_is_unknown_and_named(

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from healthd.cli import EX_CONFIG, main
+from healthd.cli import main
+from healthd.exitcodes import EX_CONFIG
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kernlog"
 

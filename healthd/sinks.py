@@ -1,0 +1,154 @@
+"""Where a finished pass goes: the log, the metrics, systemd's ``STATUS=`` line.
+
+The daemon (healthd.daemon) runs a pass, condenses its outcome into one
+``PassReport`` (healthd.outcome) and hands it to each sink in turn. A sink has one
+job, never acts on the node, and never raises for its own trouble (a busy port, an
+unwritable textfile are logged) except ``UntrustedPath``, which stops the daemon.
+
+Saving the pass is not a sink's job: the cycle's settle step writes the policy
+state and the ``last-pass`` document (healthd.cycle), because ``healthd check
+--once`` and the hook, which have no sinks, must leave them behind too.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Optional, Protocol
+
+from healthd.logs import log_action, log_finding
+from healthd.metrics import (
+    HealthdCollector,
+    MetricsServer,
+    new_registry,
+    parse_listen,
+    refuse_untrusted_textfile,
+    write_textfile,
+)
+from healthd.model import Status
+from healthd.report import pass_summary
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
+    from healthd.config import MetricsSettings
+    from healthd.outcome import PassReport
+    from healthd.sdnotify import Notifier
+
+
+class Sink(Protocol):
+    """Takes each finished pass; ``number`` counts the passes since the daemon started (1 for the first)."""
+
+    def publish(self, report: PassReport, number: int) -> None: ...
+
+
+def status_line(report: PassReport) -> str:
+    """The daemon's one line for a pass, for ``STATUS=`` and the log: ``CRITICAL at 12:05:00 (0.4s): ...``."""
+    result = report.result
+    when = time.strftime("%H:%M:%S", time.localtime(result.started_at))
+    head = f"{result.status.name} at {when} ({result.duration_seconds:.1f}s)"
+    # "next try in Ns" counts from the end of the pass, so the line says the same whenever it is made.
+    return pass_summary(report.document, result.started_at + result.duration_seconds, head=head)
+
+
+class LogSink:
+    """One record per non-OK finding, per decided action and per problem, then the pass's summary line.
+
+    Findings and actions carry the ``HEALTHD_*`` journal fields (healthd.logs).
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+
+    def publish(self, report: PassReport, number: int) -> None:
+        result = report.result
+        for finding in result.findings:
+            if finding.status is not Status.OK:
+                log_finding(self._log, finding)
+        for action in report.actions:
+            log_action(self._log, action.kind, action.outcome, result.node, action.detail, result.status)
+        for problem in report.problems:
+            self._log.error("pass problem: %s", problem)
+        self._log.info("pass %d: %s", number, status_line(report))
+
+
+class NotifySink:
+    """Tells systemd how the last pass went: ``READY=1`` with the first pass's line, ``STATUS=`` after each.
+
+    ``READY=1`` waits for the first pass, so ``systemctl start`` returns once a first
+    result exists (docs/service.md). The watchdog is the loop's, not a sink's: it
+    must stop when the loop hangs, not when passes stop arriving.
+    """
+
+    def __init__(self, notifier: Notifier) -> None:
+        self._notifier = notifier
+        self._ready = False
+
+    def publish(self, report: PassReport, number: int) -> None:
+        line = status_line(report)
+        if self._ready:
+            self._notifier.status(line)
+        else:
+            self._notifier.ready(line)
+            self._ready = True
+
+
+class MetricsSink:
+    """Exports the last pass: the collector, the ``[metrics].listen`` endpoint, the ``[metrics].textfile``.
+
+    ``configure`` takes the ``[metrics]`` table at start and on each reload that
+    changes it. A listener that cannot open (a busy port) is retried every pass.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self.collector = HealthdCollector()
+        self.registry: Optional[CollectorRegistry] = None
+        self.server: Optional[MetricsServer] = None
+        self._settings: Optional[MetricsSettings] = None
+        self._listen_failures = 0
+
+    def configure(self, settings: MetricsSettings) -> None:
+        """Take new ``[metrics]`` settings; raises ``UntrustedPath`` for a textfile directory others can write."""
+        refuse_untrusted_textfile(settings.textfile)
+        self.close()
+        self._settings = settings
+        self._listen_failures = 0
+        if settings.listen is None and settings.textfile is None:
+            self.registry = None
+            return
+        if self.registry is None:
+            self.registry = new_registry(self.collector)
+        self._ensure_listening()
+
+    def publish(self, report: PassReport, number: int) -> None:
+        self._ensure_listening()
+        self.collector.update(report)
+        textfile = self._settings.textfile if self._settings is not None else None
+        if textfile is not None and self.registry is not None:
+            try:
+                write_textfile(textfile, self.registry)
+            except OSError as exc:
+                self._log.error("metrics: cannot write textfile %s: %s", textfile, exc.strerror or exc)
+
+    def close(self) -> None:
+        """Stop serving ``/metrics`` (a later ``configure`` may open it again)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    def _ensure_listening(self) -> None:
+        """Open the listener if configured and not open yet."""
+        listen = self._settings.listen if self._settings is not None else None
+        if listen is None or self.server is not None or self.registry is None:
+            return
+        host, port = parse_listen(listen)
+        try:
+            self.server = MetricsServer(self.registry, host, port)
+        except (OSError, RuntimeError) as exc:
+            self._listen_failures += 1
+            # Logged loudly once, then quietly: the port may stay busy for days.
+            level = logging.ERROR if self._listen_failures == 1 else logging.DEBUG
+            self._log.log(level, "metrics: cannot listen on %s: %s; checks go on, retrying every pass", listen, exc)
+        else:
+            self._log.info("metrics: serving http://%s/metrics", listen)

@@ -1,0 +1,118 @@
+"""The sinks a finished pass goes to (log, metrics, systemd), and the one failed-pass path that feeds them."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from healthd.cycle import failed_pass, run_cycle
+from healthd.daemon import failed_report
+from healthd.metrics import HealthdCollector
+from healthd.model import PassResult, Status
+from healthd.outcome import report_from_outcome
+from healthd.policy import Action
+from healthd.sdnotify import Notifier
+from healthd.sinks import LogSink, NotifySink, status_line
+
+
+def test_notify_sink_sends_ready_with_the_first_pass_and_status_after_each(
+    make_engine: Callable[..., Any], path_listener: Any
+) -> None:
+    engine = make_engine("critical")
+    report = report_from_outcome(run_cycle(engine))
+    sink = NotifySink(Notifier({"NOTIFY_SOCKET": path_listener.address}))
+    sink.publish(report, 1)
+    sink.publish(report, 2)
+    line = status_line(report)
+    path_listener.wait_for(f"STATUS={line}")
+    assert [text for _, text in path_listener.messages] == [f"READY=1\nSTATUS={line}", f"STATUS={line}"]
+    assert line.startswith("CRITICAL at ") and ": flag/FLAG_RAISED flag; action: not sent, [slurm] enabled" in line
+
+
+def test_log_sink_logs_findings_actions_problems_then_the_summary(
+    make_engine: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    report = report_from_outcome(run_cycle(make_engine("critical")))
+    report = replace(report, problems=("cannot write /x/policy.json: No space left on device",))
+    logger = logging.getLogger("healthd.test-sinks")
+    caplog.set_level(logging.INFO, logger="healthd.test-sinks")
+    LogSink(logger).publish(report, 7)
+    records = [r for r in caplog.records if r.name == "healthd.test-sinks"]
+    assert [(r.levelno, r.getMessage()) for r in records] == [
+        (logging.ERROR, "flag CRITICAL FLAG_RAISED flag: the test flag is raised"),
+        # Slurm is off here: the action changed nothing, so it is no warning.
+        (logging.INFO, "policy take_out_now disabled on node-test: healthd: FLAG_RAISED flag"),
+        (logging.ERROR, "pass problem: cannot write /x/policy.json: No space left on device"),
+        (logging.INFO, f"pass 7: {status_line(report)}"),
+    ]
+    fields = [getattr(r, "healthd_fields", {}) for r in records]
+    assert fields[0]["HEALTHD_CODE"] == "FLAG_RAISED"
+    assert (fields[1]["HEALTHD_ACTION"], fields[1]["HEALTHD_OUTCOME"]) == ("take_out_now", "disabled")
+
+
+def test_a_pass_that_raised_in_the_cycle_and_one_that_never_ran_take_the_same_path(
+    make_engine: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine()
+
+    def explode(only: Any = None) -> PassResult:
+        raise OSError("disk gone\n<0>forged line")
+
+    monkeypatch.setattr(engine, "run_pass", explode)
+    in_cycle = report_from_outcome(run_cycle(engine))
+    saved_in_cycle = json.loads((tmp_path / "state" / "last-pass.json").read_text())
+    in_daemon = failed_report(engine, RuntimeError("can't start new thread"), 1_700_000_000.0, dry_run=False)
+    saved_in_daemon = json.loads((tmp_path / "state" / "last-pass.json").read_text())
+
+    for report, saved, text in (
+        (in_cycle, saved_in_cycle, "pass failed: OSError: disk gone <0>forged line"),
+        (in_daemon, saved_in_daemon, "pass failed: RuntimeError: can't start new thread"),
+    ):
+        (finding,) = report.result.findings
+        assert (finding.check, finding.code, finding.status, finding.message) == (
+            "healthd",
+            "PASS_FAILED",
+            Status.UNKNOWN,
+            text,
+        )
+        assert report.actions == () and report.problems == (text,) and report.breaker_open is None
+        # What the sinks read and what `healthd status` reads are one document.
+        assert saved == report.document
+        assert saved["status"] == "UNKNOWN" and saved["action"]["decision"] == "none"
+        assert saved["action"]["errors"] == [text]
+    assert saved_in_daemon["started_at"] == "2023-11-14T22:13:20Z"
+
+
+def test_a_failed_pass_exports_no_circuit_breaker_state(make_engine: Callable[..., Any]) -> None:
+    engine = make_engine()
+    collector = HealthdCollector()
+    collector.update(report_from_outcome(run_cycle(engine)))
+    assert {m.name for m in collector.collect()} >= {"healthd_circuit_breaker_open"}
+    raw = PassResult("node-test", 0.0, 0.0, ())
+    failed = failed_pass(engine, raw, ValueError("x"), logging.getLogger("t"), dry=False, enabled=False)
+    collector.update(report_from_outcome(failed))
+    # Nothing was decided: whether the breaker is open is not known, so it is not claimed.
+    assert "healthd_circuit_breaker_open" not in {m.name for m in collector.collect()}
+
+
+def test_the_daemon_logs_and_notifies_one_summary_per_pass(
+    tmp_path: Path,
+    path_listener: Any,
+    make_daemon: Callable[..., Any],
+    start_daemon: Callable[..., Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="healthd")
+    daemon = make_daemon(path_listener.address)
+    handle = start_daemon(daemon)
+    path_listener.wait_for("READY=1")
+    assert handle.stop() == 0
+    (logged,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass 1: ")]
+    statuses = [a for a in path_listener.assignments() if a.startswith("STATUS=OK at")]
+    assert statuses == [f"STATUS={logged[len('pass 1: ') :]}"]
+    assert json.loads((tmp_path / "state" / "last-pass.json").read_text())["action"]["decision"] == Action.NONE.value
