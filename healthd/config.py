@@ -128,7 +128,7 @@ class PolicySettings(_Model):
     clean_passes: int = Field(default=1, ge=1)
     max_out_fraction: float = Field(default=0.10, gt=0, le=1)
     # Seconds between a drain and the circuit breaker's confirming read. It must exceed
-    # the one-second resolution of slurmctld's reason stamps (see policy.breaker_confirm).
+    # the one-second resolution of slurmctld's reason stamps (see breaker.breaker_confirm).
     breaker_settle: float = Field(default=2.0, ge=1.2, le=20)
 
 

@@ -12,9 +12,9 @@ import time
 from dataclasses import replace
 from typing import Callable
 
+from healthd.breaker import breaker_confirm, partition_views
 from healthd.config import Config
 from healthd.plan import Executed, Observed, Plan, Read, Step
-from healthd.policy import breaker_confirm, partition_views
 from healthd.reasons import owned
 from healthd.slurm import SlurmClient, SlurmError
 
@@ -34,7 +34,7 @@ def observe(client: SlurmClient, read: Read, node: str, observed: Observed, pref
 def _confirm(client: SlurmClient, name: str, config: Config, sleep: Callable[[float], None]) -> str:
     """The circuit breaker's read-after-write: after the settle time, may this drained node stay out?
 
-    Returns "" when it keeps its place (``policy.breaker_confirm``); otherwise it has
+    Returns "" when it keeps its place (``breaker.breaker_confirm``); otherwise it has
     been resumed here and the text says why. When the read fails the drain is
     undone too: a node that cannot prove its place under the limit does not keep it.
     Raises SlurmError when the undo fails (the plan's state keeps the drain

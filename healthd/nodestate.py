@@ -69,7 +69,7 @@ class PartitionView:
 
     ``out`` lists the nodes out with a healthd reason as (not DOWN, reason time,
     name), sorted: the order in which they took their places under the limit (see
-    ``policy.breaker_confirm``).
+    ``breaker.breaker_confirm``).
     """
 
     name: str

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Union
 
 from healthd.acks import POLICY_CHECK, Ack, FindingRef, apply_acks, merge
+from healthd.breaker import BREAKER_MAX, allowed_out, breaker_confirm
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
     ACTING,
     BACKOFF_MAX,
-    BREAKER_MAX,
     TAKING_OUT,
     Action,
     Decision,
@@ -29,8 +29,6 @@ from healthd.policy import (
     acknowledged_by_resume,
     after_apply,
     after_failure,
-    allowed_out,
-    breaker_confirm,
     breaker_held,
     circuit_breaker,
     decide,
@@ -51,7 +49,7 @@ class Step(enum.Enum):
     """One write to Slurm, in the order ``execute`` sends them."""
 
     DRAIN = "drain"
-    CONFIRM = "confirm"  # the circuit breaker's read-after-write (policy.breaker_confirm)
+    CONFIRM = "confirm"  # the circuit breaker's read-after-write (breaker.breaker_confirm)
     DOWN = "down"
     RESUME = "resume"
 

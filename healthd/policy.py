@@ -13,13 +13,12 @@ pending) are applied against the node state read this pass.
 from __future__ import annotations
 
 import enum
-import math
-import zlib
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
+from healthd.breaker import BreakerHold, next_hold, over_limit
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
@@ -28,11 +27,6 @@ from healthd.reasons import ACTING_ORDER, acting_key, make_reason, owned, reason
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0
 BACKOFF_MAX = 300.0
-# Re-reading the whole node table while the circuit breaker holds: 30 s doubling up
-# to 10 min, stretched by a stable per-node factor of 0.75-1.25 so the nodes of a
-# mass failure do not all ask slurmctld at the same moment.
-BREAKER_BASE = 30.0
-BREAKER_MAX = 600.0
 # healthd's own pseudo-check (state directory problems, a pass that raised): its findings
 # say nothing about the node's hardware, so they are reported but never acted on.
 OWN_CHECK = "healthd"
@@ -94,28 +88,6 @@ class Pending:
             next_try=float(data.get("next_try", 0.0)),
             since=float(data.get("since", 0.0)),
             error=str(data.get("error", "")),
-        )
-
-
-@dataclass(frozen=True)
-class BreakerHold:
-    """The circuit breaker held this node back; the node table is read again at ``next_check``."""
-
-    why: str
-    since: float
-    attempts: int
-    next_check: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"why": self.why, "since": self.since, "attempts": self.attempts, "next_check": self.next_check}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BreakerHold:
-        return cls(
-            why=str(data.get("why", "")),
-            since=float(data.get("since", 0.0)),
-            attempts=int(data.get("attempts", 0)),
-            next_check=float(data.get("next_check", 0.0)),
         )
 
 
@@ -499,85 +471,21 @@ def acknowledged_by_resume(state: PolicyState, node: NodeInfo) -> tuple[FindingR
     return ()
 
 
-def partition_views(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
-    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason."""
-    sizes: dict[str, int] = {}
-    outs: dict[str, list[tuple[bool, float, str]]] = {}
-    for node in nodes:
-        for partition in node.partitions:
-            if partition not in partitions:
-                continue
-            sizes[partition] = sizes.get(partition, 0) + 1
-            if node.out and owned(node.reason, prefix):
-                # A reason with no readable time sorts last: it never takes a place from a stamped one.
-                when = node.reason_time if node.reason_time is not None else float("inf")
-                outs.setdefault(partition, []).append((not node.down, when, node.name))
-    return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}
-
-
-def allowed_out(size: int, fraction: float) -> int:
-    """How many nodes of a ``size``-node partition healthd may hold out at once: always at least one.
-
-    The limit is a fraction of the whole partition, this node included
-    (docs/policy.md: 10% of 100 nodes is 10). The epsilon keeps a product such as
-    0.29 * 100 = 28.999999999999996 from flooring to 28.
-    """
-    return max(1, math.floor(fraction * size + 1e-9))
-
-
-def _breaker_text(view: PartitionView, count: int, limit: int, settings: PolicySettings) -> str:
-    return (
-        f"partition {view.name}: {count} of its {view.size} nodes out by healthd; the limit is {limit} "
-        f"([policy].max_out_fraction = {settings.max_out_fraction:g})"
-    )
-
-
 def circuit_breaker(
     decision: Decision, node: str, views: Mapping[str, PartitionView], settings: PolicySettings
 ) -> tuple[Decision, str]:
-    """Hold back a take-out that would put too much of a partition out at once.
+    """Hold back a take-out that would put too much of a partition out at once (``breaker.over_limit``).
 
-    ``views`` are the node's partitions as read before acting. The node is held
-    when, in any of them, the nodes other than itself already out by healthd fill
-    ``allowed_out``: a fault that hits many nodes at once is more likely a shared
-    cause (a file server, a bad config push) than many broken nodes. Several nodes
-    may pass this check at the same moment; ``breaker_confirm`` settles that after
-    the drain. Returns the decision and why it held.
+    A fault that hits many nodes at once is more likely a shared cause (a file
+    server, a bad config push) than many broken nodes. Returns the decision and why
+    it held.
     """
     if decision.action not in TAKING_OUT:
         return decision, ""
-    for view in sorted(views.values(), key=lambda v: v.name):
-        limit = allowed_out(view.size, settings.max_out_fraction)
-        others = sum(1 for *_, out in view.out if out != node)
-        if others >= limit:
-            why = _breaker_text(view, others, limit, settings)
-            return replace(decision, action=Action.HOLD, explanation=why), why
+    why = over_limit(node, views, settings)
+    if why:
+        return replace(decision, action=Action.HOLD, explanation=why), why
     return decision, ""
-
-
-def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: PolicySettings) -> str:
-    """After draining ``node``, whether it keeps its place: "" if so, else why it must resume itself.
-
-    ``views`` are read at least ``[policy].breaker_settle`` seconds after the drain.
-    The nodes out by healthd take their places in ``PartitionView`` order: nodes
-    already DOWN first (a DOWN is sent only after a node kept its place, and it
-    stamps the reason again), then by the time slurmctld stamped the reason, then
-    by name. A node past the limit in any partition loses. Why this holds however
-    many nodes drain at once, with Slurm as the only shared state: take the kept
-    node that is last in that order; every other kept node drained before its read
-    (a drain sent after the read is stamped in a later second, because the settle
-    time exceeds the stamps' one-second resolution), so it saw them all ahead of
-    itself and would have lost had they filled the limit. A node missing from the
-    list (its drain was overtaken) loses.
-    """
-    for name, view in sorted(views.items()):
-        limit = allowed_out(view.size, settings.max_out_fraction)
-        order = [out for *_, out in view.out]
-        if node not in order:
-            return f"partition {name}: this node is not out with a healthd reason after the drain"
-        if order.index(node) >= limit:
-            return _breaker_text(view, len(order), limit, settings) + f"; {node} drained after {limit} other(s)"
-    return ""
 
 
 def waiting(next_time: float, now: float, longest: float) -> bool:
@@ -588,18 +496,9 @@ def waiting(next_time: float, now: float, longest: float) -> bool:
     return 0 < next_time - now <= longest
 
 
-def _jitter(node: str) -> float:
-    """A stable factor in [0.75, 1.25) for ``node`` (CRC-32 of its name)."""
-    return 0.75 + (zlib.crc32(node.encode("utf-8")) % 1000) / 2000
-
-
 def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyState:
     """State after the circuit breaker held the node back: when to read the node table again."""
-    previous = state.held
-    attempts = (previous.attempts if previous else 0) + 1
-    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * _jitter(node)
-    since = previous.since if previous else now
-    return replace(state, held=BreakerHold(why, since, attempts, now + delay), pending=None)
+    return replace(state, held=next_hold(state.held, why, now, node), pending=None)
 
 
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:

@@ -10,12 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
+from healthd.breaker import BREAKER_BASE, BREAKER_MAX, allowed_out, breaker_confirm
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
-    BREAKER_BASE,
-    BREAKER_MAX,
     Action,
     Decision,
     Pending,
@@ -23,8 +22,6 @@ from healthd.policy import (
     acknowledged_by_resume,
     after_apply,
     after_failure,
-    allowed_out,
-    breaker_confirm,
     breaker_held,
     circuit_breaker,
     decide,

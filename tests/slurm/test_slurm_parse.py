@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from healthd.breaker import partition_views
 from healthd.config import ConfigError, RunnerSettings, SlurmSettings, parse_config
 from healthd.cycle import run_cycle
 from healthd.engine import Engine
 from healthd.model import Finding, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.policy import partition_views
 from healthd.reasons import make_reason, owned, sanitize
 from healthd.slurm import (
     SlurmClient,

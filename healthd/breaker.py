@@ -1,0 +1,131 @@
+"""The circuit breaker's arithmetic: how many nodes of a partition healthd may hold out, and who keeps a place.
+
+Pure functions over ``PartitionView`` (healthd.nodestate), used by the policy
+before a take-out (``over_limit``) and by ``healthd.execute`` after the drain
+(``breaker_confirm``). docs/policy.md, "Circuit breaker", explains the design.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+from healthd.config import PolicySettings
+from healthd.nodestate import NodeInfo, PartitionView
+from healthd.reasons import owned
+
+# Re-reading the whole node table while the circuit breaker holds: 30 s doubling up
+# to 10 min, stretched by a stable per-node factor of 0.75-1.25 so the nodes of a
+# mass failure do not all ask slurmctld at the same moment.
+BREAKER_BASE = 30.0
+BREAKER_MAX = 600.0
+
+
+@dataclass(frozen=True)
+class BreakerHold:
+    """The circuit breaker held this node back; the node table is read again at ``next_check``."""
+
+    why: str
+    since: float
+    attempts: int
+    next_check: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"why": self.why, "since": self.since, "attempts": self.attempts, "next_check": self.next_check}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BreakerHold:
+        return cls(
+            why=str(data.get("why", "")),
+            since=float(data.get("since", 0.0)),
+            attempts=int(data.get("attempts", 0)),
+            next_check=float(data.get("next_check", 0.0)),
+        )
+
+
+def partition_views(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
+    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason."""
+    sizes: dict[str, int] = {}
+    outs: dict[str, list[tuple[bool, float, str]]] = {}
+    for node in nodes:
+        for partition in node.partitions:
+            if partition not in partitions:
+                continue
+            sizes[partition] = sizes.get(partition, 0) + 1
+            if node.out and owned(node.reason, prefix):
+                # A reason with no readable time sorts last: it never takes a place from a stamped one.
+                when = node.reason_time if node.reason_time is not None else float("inf")
+                outs.setdefault(partition, []).append((not node.down, when, node.name))
+    return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}
+
+
+def allowed_out(size: int, fraction: float) -> int:
+    """How many nodes of a ``size``-node partition healthd may hold out at once: always at least one.
+
+    The limit is a fraction of the whole partition, this node included
+    (docs/policy.md: 10% of 100 nodes is 10). The epsilon keeps a product such as
+    0.29 * 100 = 28.999999999999996 from flooring to 28.
+    """
+    return max(1, math.floor(fraction * size + 1e-9))
+
+
+def _breaker_text(view: PartitionView, count: int, limit: int, settings: PolicySettings) -> str:
+    return (
+        f"partition {view.name}: {count} of its {view.size} nodes out by healthd; the limit is {limit} "
+        f"([policy].max_out_fraction = {settings.max_out_fraction:g})"
+    )
+
+
+def over_limit(node: str, views: Mapping[str, PartitionView], settings: PolicySettings) -> str:
+    """Before acting: why taking ``node`` out would break the limit, or "".
+
+    ``views`` are the node's partitions as read before acting. The node is held
+    when, in any of them, the nodes other than itself already out by healthd fill
+    ``allowed_out``. Several nodes may pass this check at the same moment;
+    ``breaker_confirm`` settles that after the drain.
+    """
+    for view in sorted(views.values(), key=lambda v: v.name):
+        limit = allowed_out(view.size, settings.max_out_fraction)
+        others = sum(1 for *_, out in view.out if out != node)
+        if others >= limit:
+            return _breaker_text(view, others, limit, settings)
+    return ""
+
+
+def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: PolicySettings) -> str:
+    """After draining ``node``, whether it keeps its place: "" if so, else why it must resume itself.
+
+    ``views`` are read at least ``[policy].breaker_settle`` seconds after the drain.
+    The nodes out by healthd take their places in ``PartitionView`` order: nodes
+    already DOWN first (a DOWN is sent only after a node kept its place, and it
+    stamps the reason again), then by the time slurmctld stamped the reason, then
+    by name. A node past the limit in any partition loses. Why this holds however
+    many nodes drain at once, with Slurm as the only shared state: take the kept
+    node that is last in that order; every other kept node drained before its read
+    (a drain sent after the read is stamped in a later second, because the settle
+    time exceeds the stamps' one-second resolution), so it saw them all ahead of
+    itself and would have lost had they filled the limit. A node missing from the
+    list (its drain was overtaken) loses.
+    """
+    for name, view in sorted(views.items()):
+        limit = allowed_out(view.size, settings.max_out_fraction)
+        order = [out for *_, out in view.out]
+        if node not in order:
+            return f"partition {name}: this node is not out with a healthd reason after the drain"
+        if order.index(node) >= limit:
+            return _breaker_text(view, len(order), limit, settings) + f"; {node} drained after {limit} other(s)"
+    return ""
+
+
+def _jitter(node: str) -> float:
+    """A stable factor in [0.75, 1.25) for ``node`` (CRC-32 of its name)."""
+    return 0.75 + (zlib.crc32(node.encode("utf-8")) % 1000) / 2000
+
+
+def next_hold(previous: Optional[BreakerHold], why: str, now: float, node: str) -> BreakerHold:
+    """The hold after the breaker held ``node`` back (again): when to read the node table next."""
+    attempts = (previous.attempts if previous else 0) + 1
+    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * _jitter(node)
+    return BreakerHold(why, previous.since if previous else now, attempts, now + delay)
