@@ -55,8 +55,8 @@ def main() -> None:
             config = Path(tmp) / "healthd.toml"
             config.write_text(
                 f'[paths]\nstate_dir = "{tmp}/state"\n[slurm]\nenabled = false\n'
-                f'[node]\nmounts = [{{ path = "{mnt}" }}]\n'
-                f"[checks.mounts]\ninclude_root = false\nprobe_timeout = {args.probe_timeout}\n"
+                f'[checks.mounts]\nexpect = [{{ path = "{mnt}" }}]\n'
+                f"include_root = false\nprobe_timeout = {args.probe_timeout}\n"
             )
             first = one_pass(config)
             later = [one_pass(config) for _ in range(args.runs)]

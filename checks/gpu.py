@@ -1,22 +1,24 @@
 """The ``gpu`` check: NVML readings (live or from a snapshot) judged against the node's expectations.
 
-``run`` gathers (``healthd_checks.nvml_source`` plus the NVIDIA GPUs that
-``healthd_checks.sysfs.scan_pci`` finds on the PCI bus) and hands everything to
-``evaluate``, a pure function that also returns the counter baselines to remember
-for the next pass (PCIe replays and NVLink errors are judged as rates, never as
-totals, in ``healthd_checks.gpu_counters``). See docs/gpu.md for the codes.
+``gather`` reads NVML (``healthd_checks.nvml_source``), the NVIDIA GPUs that
+``healthd_checks.sysfs.scan_pci`` finds on the PCI bus and the last pass's counter
+baselines; ``judge`` hands them to ``evaluate``, a pure function that also returns
+the baselines to remember for the next pass (PCIe replays and NVLink errors are
+judged as rates, never as totals, in ``healthd_checks.gpu_counters``). See
+docs/gpu.md for the codes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from pydantic import Field
 
+from healthd.config import moved_from_node
 from healthd.model import DetailValue, Finding, Status
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
+from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .gpu_counters import NVLINK_COUNTERS, judge_counters
 from .nvml_source import (
@@ -33,10 +35,20 @@ from .nvml_source import (
 )
 from .sysfs import VENDOR_NVIDIA, PciScan, normalize_pci_address, scan_pci
 
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
+
 
 class GpuSettings(CheckSettings):
     """``[checks.gpu]``. Defaults follow NVIDIA DCGM's hardware limits where it has one."""
 
+    expect_gpus: Optional[int] = Field(
+        default=None,
+        ge=0,
+        le=64,
+        description="GPUs this node must have (GPU_MISSING below it)",
+        json_schema_extra=moved_from_node("gpus"),
+    )
     snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
     expect_ecc: bool = Field(default=True, description="WARNING when ECC is disabled on a GPU that supports it")
     ecc_aggregate_corrected_max: Optional[int] = Field(default=None, ge=0)
@@ -86,14 +98,6 @@ _RECOVERY_ACTIONS = {
 Make = Callable[..., Finding]
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """What ``evaluate`` concluded: findings, and the counter baselines for the next pass."""
-
-    findings: tuple[Finding, ...]
-    state: dict[str, Any]
-
-
 def _value(reading: Any) -> Any:
     return None if isinstance(reading, NvmlError) else reading
 
@@ -110,8 +114,11 @@ def evaluate(
     previous: Mapping[str, Any],
     now: float,
     make: Make,
-) -> Judgement:
-    """Judge one node reading. Pure: raises ``NotApplicable`` when there is nothing to judge."""
+) -> Verdict:
+    """Judge one node reading. Pure: raises ``NotApplicable`` when there is nothing to judge.
+
+    The verdict's state holds the counter baselines for the next pass (None when NVML was unusable).
+    """
     expected = expected_gpus or 0
     on_bus = len(pci.nvidia_gpus) if pci.present else None
     wanted = expected > 0 or bool(on_bus)
@@ -130,7 +137,7 @@ def evaluate(
         else:
             message = f"NVML cannot be used ({error.code}: {error.message or 'no detail'}) but GPUs are expected"
             findings.append(make(Status.CRITICAL, "NVML_UNAVAILABLE", "nvml", message, nvml_error=error.code, **counts))
-        return Judgement(tuple(findings), {})
+        return Verdict(tuple(findings))
 
     count = reading.device_count
     if isinstance(count, NvmlError):
@@ -149,7 +156,7 @@ def evaluate(
         findings.extend(gpu_findings)
         if gpu_state:
             state[_gpu_key(gpu)] = gpu_state
-    return Judgement(tuple(findings), {"gpus": state})
+    return Verdict(tuple(findings), {"gpus": state})
 
 
 def _count_findings(
@@ -167,7 +174,7 @@ def _count_findings(
         message += f", {expected} expected" if expected else ""
         return [make(Status.CRITICAL, "GPU_MISSING", "gpus", message, **details)]
     if expected and count > expected:
-        message = f"NVML sees {count} GPUs but [node].gpus expects {expected}"
+        message = f"NVML sees {count} GPUs but [checks.gpu] expect_gpus is {expected}"
         return [make(Status.WARNING, "GPU_COUNT_UNEXPECTED", "gpus", message, **details)]
     return []
 
@@ -334,22 +341,36 @@ def source_for(settings: GpuSettings) -> GpuSource:
     return SnapshotFile(settings.snapshot) if settings.snapshot is not None else NvmlLibrary()
 
 
-def run(ctx: CheckContext[GpuSettings]) -> Sequence[Finding]:
+@dataclass(frozen=True)
+class GpuObservation:
+    """NVML's reading (or why the snapshot is unusable), the PCI bus, and the last pass's baselines."""
+
+    pci: PciScan
+    reading: Union[NodeReading, Unobserved]
+    previous: Mapping[str, Any] = field(default_factory=dict)
+
+
+def gather(ctx: CheckContext[GpuSettings]) -> GpuObservation:
     pci = scan_pci(ctx.paths.sysfs, frozenset({VENDOR_NVIDIA}))
     try:
         reading = source_for(ctx.settings).read()
     except SnapshotError as exc:
-        return [ctx.finding(Status.UNKNOWN, "NVML_SNAPSHOT_INVALID", "nvml", str(exc))]
-    judgement = evaluate(reading, pci, ctx.node.gpus, ctx.settings, ctx.state.load(), ctx.clock(), ctx.finding)
-    findings = list(judgement.findings)
-    if judgement.state:
-        findings += ctx.save_state(judgement.state, "counter baselines")
-    return findings
+        return GpuObservation(pci, Unobserved("NVML_SNAPSHOT_INVALID", "nvml", str(exc)))
+    return GpuObservation(pci, reading, previous=ctx.state.load())
+
+
+def judge(observed: GpuObservation, jc: JudgeContext[GpuSettings]) -> Verdict:
+    if isinstance(observed.reading, Unobserved):
+        return Verdict((observed.reading.finding(jc),))
+    settings = jc.settings
+    return evaluate(
+        observed.reading, observed.pci, settings.expect_gpus, settings, observed.previous, jc.now, jc.finding
+    )
 
 
 CHECK = CheckSpec(
     name="gpu",
     description="GPUs through NVML: count, lost GPUs, ECC, row remapping, PCIe link and replays, clocks, NVLink",
     settings=GpuSettings,
-    run=run,
+    run=Staged(gather, judge, keeps="counter baselines"),
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+from healthd.counters import rise
 from healthd.model import Status
 
 from .nvml_source import GpuReading, NvLinkReading, NvmlError
@@ -55,20 +56,20 @@ def _judge_replays(
     if isinstance(replays, NvmlError):
         return
     new["pcie_replay"] = replays
-    before = _number(old.get("pcie_replay"))
-    # A counter that went down was reset (driver reload, reboot): start a new baseline.
-    if before is None or elapsed is None or replays < before:
+    # A counter that went down was reset (driver reload, reboot): it is the new baseline.
+    increase = rise(old.get("pcie_replay"), replays)
+    if increase is None or elapsed is None:
         return
-    rate = (replays - before) * 60.0 / max(elapsed, settings.rate_window)
+    rate = increase * 60.0 / max(elapsed, settings.rate_window)
     if rate > settings.pcie_replay_per_minute_max:
         add(
             Status.WARNING,
             "PCIE_REPLAY_RATE",
-            f"{replays - before:.0f} PCIe replays in {elapsed:.0f}s ({rate:.1f}/min, limit "
+            f"{increase} PCIe replays in {elapsed:.0f}s ({rate:.1f}/min, limit "
             f"{settings.pcie_replay_per_minute_max:g})",
             rate_per_minute=round(rate, 3),
             replays=replays,
-            increase=int(replays - before),
+            increase=increase,
             seconds=round(elapsed, 3),
         )
 
@@ -130,9 +131,5 @@ def _link_counters(link: NvLinkReading) -> dict[str, int]:
 
 def _increases(current: Mapping[str, int], stored: Mapping[str, Any]) -> dict[str, int]:
     """Each counter's rise since its own stored value; a counter without one, or lower (reset), has none yet."""
-    rises = {}
-    for name, value in current.items():
-        before = stored.get(name)
-        if isinstance(before, int) and not isinstance(before, bool) and value >= before:
-            rises[name] = value - before
-    return rises
+    rises = {name: rise(stored.get(name), value) for name, value in current.items()}
+    return {name: amount for name, amount in rises.items() if amount is not None}

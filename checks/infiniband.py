@@ -1,36 +1,40 @@
 """The ``infiniband`` check: port state, rate and link layer, and error counters judged by their change.
 
-Reads ``class/infiniband/<dev>/ports/<n>/`` under ``[paths].sysfs`` (kernel ABI:
-Documentation/ABI/stable/sysfs-class-infiniband). Link state is judged from one
-reading; error counters only from their change between passes, because on HDR/NDR
-links raw symbol errors are never zero and counters restart at every reboot.
-Counter samples, link-down events and the flapping flag persist in ``ctx.state``.
+``gather`` reads ``class/infiniband/<dev>/ports/<n>/`` under ``[paths].sysfs``
+(kernel ABI: Documentation/ABI/stable/sysfs-class-infiniband), the boot id and the
+last pass's state; ``judge`` compares them with ``[checks.infiniband]``. Link state
+is judged from one reading; error counters only from their change between passes,
+because on HDR/NDR links raw symbol errors are never zero and counters restart at
+every reboot. Counter samples (per boot), link-down events and the flapping flag
+persist in the check's state (``healthd.counters.BootScoped``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from healthd.config import moved_from_node
+from healthd.counters import BootScoped, rise, saturated
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
+from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .sysfs import (
     IbRate,
     NumberedState,
     SysfsError,
     SysfsMissing,
+    boot_id_or_none,
     parse_counter,
     parse_ib_rate,
     parse_numbered_state,
     parse_word,
     read,
-    read_boot_id,
 )
 
 # IBA PortCounters widths: narrow counters stop at their maximum instead of wrapping,
@@ -49,9 +53,12 @@ COUNTER_BITS: Mapping[str, int] = {
 STATE_ACTIVE = 4
 PHYS_LINK_UP = 5
 
-_STATE_VERSION = 1
-# A port not seen for this long (removed card, renamed device) is forgotten.
-_FORGET_SECONDS = 7 * 86400.0
+# Counter samples restart with the counters at boot; link drops and flapping are remembered
+# across it. A port not seen for a week (removed card, renamed device) is forgotten.
+_STATE = BootScoped("ports", version=1, boot_fields=frozenset({"samples"}), forget_after=7 * 86400.0)
+
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
 
 
 class PerHourLimits(BaseModel):
@@ -71,8 +78,24 @@ class PerHourLimits(BaseModel):
 
 
 class InfinibandSettings(CheckSettings):
-    """``[checks.infiniband]``: counter limits, the rate window and the flapping rule."""
+    """``[checks.infiniband]``: the expected ports, counter limits, the rate window and the flapping rule."""
 
+    expect_ports: Optional[list[str]] = Field(
+        default=None,
+        description="the ports to judge, DEVICE:PORT (a missing one is CRITICAL); default: every InfiniBand port",
+        json_schema_extra=moved_from_node("ib_ports"),
+    )
+    expect_rate_gbps: Optional[int] = Field(
+        default=None,
+        gt=0,
+        description="the rate every up port must run at",
+        json_schema_extra=moved_from_node("ib_rate_gbps"),
+    )
+    expect_link_layer: Optional[Literal["InfiniBand", "Ethernet"]] = Field(
+        default=None,
+        description="the link layer every judged port must have (and the one judged by default)",
+        json_schema_extra=moved_from_node("ib_link_layer"),
+    )
     per_hour: PerHourLimits = Field(default_factory=PerHourLimits)
     rate_window: float = Field(
         default=3600.0, ge=60, le=7 * 86400, description="seconds of counter history a rate is judged over"
@@ -80,6 +103,15 @@ class InfinibandSettings(CheckSettings):
     # Azure's node health agent errors when link_downed rises by more than 3 in 3 hours.
     flap_downs: int = Field(default=4, ge=1, le=255, description="link_downed increments that make a port flapping")
     flap_window: float = Field(default=3 * 3600.0, ge=60, le=7 * 86400, description="seconds the flap count spans")
+
+    @field_validator("expect_ports")
+    @classmethod
+    def _port_names(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+        for port in value or []:
+            device, _, number = port.partition(":")
+            if not device or not number.isdigit():
+                raise ValueError(f"IB port {port!r} must look like DEVICE:PORT, e.g. mlx5_0:1")
+        return value
 
 
 @dataclass(frozen=True)
@@ -173,16 +205,16 @@ def _gbps(rate: IbRate) -> str:
 
 
 def judge_link(
-    ctx: CheckContext[InfinibandSettings], reading: PortReading, fastest: Mapping[Optional[str], float]
+    jc: JudgeContext[InfinibandSettings], reading: PortReading, fastest: Mapping[Optional[str], float]
 ) -> Iterator[Finding]:
     """State, link layer and rate of one port; ``fastest`` is the best up rate per link layer."""
     port = reading.port
     for error in reading.errors:
-        yield ctx.finding(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", port, str(error), file=str(error.path))
+        yield jc.finding(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", port, str(error), file=str(error.path))
     if reading.up is False:
         state = reading.state.name if reading.state else "?"
         phys = reading.phys_state.name if reading.phys_state else "?"
-        yield ctx.finding(
+        yield jc.finding(
             Status.CRITICAL,
             "IB_PORT_DOWN",
             port,
@@ -190,9 +222,9 @@ def judge_link(
             state=state,
             phys_state=phys,
         )
-    expected_layer = ctx.node.ib_link_layer
+    expected_layer = jc.settings.expect_link_layer
     if expected_layer is not None and reading.link_layer is not None and reading.link_layer != expected_layer:
-        yield ctx.finding(
+        yield jc.finding(
             Status.CRITICAL,
             "IB_LINK_LAYER",
             port,
@@ -202,10 +234,10 @@ def judge_link(
         )
     if reading.up is not True or reading.rate is None:
         return
-    expected_rate = ctx.node.ib_rate_gbps
+    expected_rate = jc.settings.expect_rate_gbps
     if expected_rate is not None:
         if reading.rate.gbps != expected_rate:
-            yield ctx.finding(
+            yield jc.finding(
                 Status.CRITICAL,
                 "IB_RATE_MISMATCH",
                 port,
@@ -216,7 +248,7 @@ def judge_link(
         return
     best = fastest.get(reading.link_layer, reading.rate.gbps)
     if reading.rate.gbps < best:
-        yield ctx.finding(
+        yield jc.finding(
             Status.WARNING,
             "IB_RATE_DEGRADED",
             port,
@@ -261,7 +293,7 @@ def _samples(raw: Any, now: float) -> list[tuple[float, int]]:
 
 def _increase(samples: list[tuple[float, int]]) -> int:
     """Sum of rises between consecutive samples; a drop is a reset (reboot, clear) and starts a new baseline."""
-    return sum(max(0, b[1] - a[1]) for a, b in zip(samples, samples[1:]))
+    return sum(rise(a[1], b[1]) or 0 for a, b in zip(samples, samples[1:]))
 
 
 def _trim(samples: list[tuple[float, int]], now: float, window: float) -> list[tuple[float, int]]:
@@ -272,15 +304,16 @@ def _trim(samples: list[tuple[float, int]], now: float, window: float) -> list[t
 
 
 def judge_counters(
-    ctx: CheckContext[InfinibandSettings], reading: PortReading, stored: Mapping[str, Any], now: float
+    jc: JudgeContext[InfinibandSettings], reading: PortReading, stored: Mapping[str, Any]
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Judge one port's counters against its stored history; returns findings and the new history."""
-    settings = ctx.settings
+    settings = jc.settings
+    now = jc.now
     port = reading.port
     findings: list[Finding] = []
     old_samples = _mapping(stored.get("samples"))
     new_samples: dict[str, list[list[float]]] = {}
-    saturated: list[str] = []
+    stuck: list[str] = []
     for name, bits in COUNTER_BITS.items():
         history = _samples(old_samples.get(name), now)
         value = reading.counters.get(name)
@@ -288,37 +321,37 @@ def judge_counters(
             if history:
                 new_samples[name] = [[t, v] for t, v in history]
             continue
-        is_saturated = value >= 2**bits - 1
+        is_saturated = saturated(value, bits)
         if is_saturated:
-            saturated.append(name)
+            stuck.append(name)
         history = _trim([*history, (now, value)], now, settings.rate_window)
         new_samples[name] = [[t, v] for t, v in history]
         if name == "link_downed" or len(history) < 2:
             continue
         limit = getattr(settings.per_hour, name)
-        rise = _increase(history)
+        rose = _increase(history)
         elapsed = now - history[0][0]
-        per_hour = rise * 3600.0 / max(elapsed, settings.rate_window)
-        if rise and per_hour > limit:
+        per_hour = rose * 3600.0 / max(elapsed, settings.rate_window)
+        if rose and per_hour > limit:
             findings.append(
-                ctx.finding(
+                jc.finding(
                     Status.WARNING,
                     "IB_COUNTER_RATE",
                     port,
-                    f"{name} rose by {rise} in the last {elapsed / 60:.0f} min ({per_hour:.1f}/h, limit {limit:g}/h)",
+                    f"{name} rose by {rose} in the last {elapsed / 60:.0f} min ({per_hour:.1f}/h, limit {limit:g}/h)",
                     counter=name,
-                    increase=rise,
+                    increase=rose,
                     per_hour=round(per_hour, 3),
                     limit_per_hour=limit,
                     window_seconds=settings.rate_window,
                     saturated=is_saturated,
                 )
             )
-    downs_findings, downs_state = _judge_downs(ctx, reading, stored, _samples(old_samples.get("link_downed"), now), now)
+    downs_findings, downs_state = _judge_downs(jc, reading, stored, _samples(old_samples.get("link_downed"), now))
     findings.extend(downs_findings)
     if reading.unavailable:
         findings.append(
-            ctx.finding(
+            jc.finding(
                 Status.OK,
                 "IB_COUNTERS_UNAVAILABLE",
                 port,
@@ -326,48 +359,47 @@ def judge_counters(
                 counters=",".join(reading.unavailable),
             )
         )
-    if saturated:
+    if stuck:
         findings.append(
-            ctx.finding(
+            jc.finding(
                 Status.OK,
                 "IB_COUNTER_SATURATED",
                 port,
-                f"counters stuck at their maximum, further increases are invisible until cleared: "
-                f"{', '.join(saturated)}",
-                counters=",".join(saturated),
+                f"counters stuck at their maximum, further increases are invisible until cleared: {', '.join(stuck)}",
+                counters=",".join(stuck),
             )
         )
-    return findings, {"samples": new_samples, "seen": now, **downs_state}
+    return findings, {"samples": new_samples, **downs_state}
 
 
 def _judge_downs(
-    ctx: CheckContext[InfinibandSettings],
+    jc: JudgeContext[InfinibandSettings],
     reading: PortReading,
     stored: Mapping[str, Any],
     previous: list[tuple[float, int]],
-    now: float,
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Any new link_downed increment is CRITICAL; enough of them in the window make the port flapping.
 
     Flapping stays CRITICAL until a whole window passes without a new increment.
     """
-    settings = ctx.settings
+    settings = jc.settings
+    now = jc.now
     port = reading.port
     findings: list[Finding] = []
     events = [(t, n) for t, n in _samples(stored.get("downs"), now) if t > now - settings.flap_window and n > 0]
     value = reading.counters.get("link_downed")
-    if value is not None and previous and value > previous[-1][1]:
-        delta = value - previous[-1][1]
+    delta = rise(previous[-1][1], value) if value is not None and previous else None
+    if value is not None and delta:
         events.append((now, delta))
         findings.append(
-            ctx.finding(
+            jc.finding(
                 Status.CRITICAL,
                 "IB_LINK_DOWNED",
                 port,
                 f"link went down {delta} time(s) since the previous pass (link_downed {previous[-1][1]} -> {value})",
                 increase=delta,
                 link_downed=value,
-                saturated=value >= 2 ** COUNTER_BITS["link_downed"] - 1,
+                saturated=saturated(value, COUNTER_BITS["link_downed"]),
             )
         )
     count = sum(n for _, n in events)
@@ -375,7 +407,7 @@ def _judge_downs(
     if flapping:
         hours = settings.flap_window / 3600
         findings.append(
-            ctx.finding(
+            jc.finding(
                 Status.CRITICAL,
                 "IB_LINK_FLAPPING",
                 port,
@@ -388,81 +420,85 @@ def _judge_downs(
     return findings, {"downs": [[t, n] for t, n in events], "flapping": flapping}
 
 
-def select_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> tuple[list[PortReading], list[Finding]]:
-    """The ports to judge, read: ``[node].ib_ports`` (a missing one is CRITICAL) or the default set.
+@dataclass(frozen=True)
+class PortsObservation:
+    """The ports read (all of them, or the expected ones that exist), and the last pass's state.
 
-    By default every port whose link layer is InfiniBand (``[node].ib_link_layer`` when
-    set): the Ethernet ports of the same adapters (RoCE storage, management) are
-    often uncabled or judged by other means. A port whose link layer cannot be read is
-    kept, so the unreadable file is reported.
+    ``missing`` are expected ports without a directory; ``unreadable`` says why the
+    ports could not be listed.
     """
-    expected = ctx.node.ib_ports
+
+    root: Path
+    readings: tuple[PortReading, ...] = ()
+    missing: tuple[str, ...] = ()
+    unreadable: Optional[Unobserved] = None
+    boot_id: Optional[str] = None
+    previous: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _read_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> PortsObservation:
+    """``[checks.infiniband] expect_ports`` when set, else every port under ``root``."""
+    expected = ctx.settings.expect_ports
     if expected is None:
         try:
             ports = discover_ports(root)
         except SysfsError as exc:
-            return [], [ctx.finding(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", "infiniband", str(exc), file=str(exc.path))]
+            return PortsObservation(
+                root, unreadable=Unobserved("IB_SYSFS_UNREADABLE", "infiniband", str(exc), {"file": str(exc.path)})
+            )
         if not ports:
             raise NotApplicable(f"no InfiniBand ports under {root}")
-        layer = ctx.node.ib_link_layer or "InfiniBand"
-        readings = [read_port(root, port) for port in ports]
-        chosen = [r for r in readings if r.link_layer in (None, layer)]
-        if not chosen:
-            others = ", ".join(f"{r.port} ({r.link_layer})" for r in readings)
-            raise NotApplicable(f"no port with link layer {layer} under {root}; not judged: {others}")
-        return chosen, []
+        return PortsObservation(root, tuple(read_port(root, port) for port in ports))
     if not expected:
-        raise NotApplicable("[node].ib_ports is empty")
-    readings = []
-    findings = []
-    for port in dict.fromkeys(expected):
-        if port_dir(root, port).is_dir():
-            readings.append(read_port(root, port))
-        else:
-            message = f"required port does not exist ({port_dir(root, port)})"
-            findings.append(ctx.finding(Status.CRITICAL, "IB_PORT_MISSING", port, message))
-    return readings, findings
+        raise NotApplicable("[checks.infiniband] expect_ports is empty")
+    unique = list(dict.fromkeys(expected))
+    present = [port for port in unique if port_dir(root, port).is_dir()]
+    missing = tuple(port for port in unique if port not in present)
+    return PortsObservation(root, tuple(read_port(root, port) for port in present), missing)
 
 
-def _boot_id(procfs: Path) -> Optional[str]:
-    """The boot id, or None when unreadable (the stored baselines are then kept)."""
-    try:
-        return read_boot_id(procfs)
-    except SysfsError:
-        return None
+def gather(ctx: CheckContext[InfinibandSettings]) -> PortsObservation:
+    observed = _read_ports(ctx, ctx.paths.sysfs / "class" / "infiniband")
+    return replace(observed, boot_id=boot_id_or_none(ctx.paths.procfs), previous=ctx.state.load())
 
 
-def run(ctx: CheckContext[InfinibandSettings]) -> list[Finding]:
-    root = ctx.paths.sysfs / "class" / "infiniband"
-    readings, findings = select_ports(ctx, root)
+def _chosen(observed: PortsObservation, settings: InfinibandSettings) -> list[PortReading]:
+    """The ports to judge: the expected ones, or by default every one whose link layer is InfiniBand.
+
+    By default ``expect_link_layer`` (when set) replaces InfiniBand: the Ethernet ports
+    of the same adapters (RoCE storage, management) are often uncabled or judged by
+    other means. A port whose link layer cannot be read is kept, so the unreadable
+    file is reported.
+    """
+    if settings.expect_ports is not None or not observed.readings:
+        return list(observed.readings)
+    layer = settings.expect_link_layer or "InfiniBand"
+    chosen = [r for r in observed.readings if r.link_layer in (None, layer)]
+    if not chosen:
+        others = ", ".join(f"{r.port} ({r.link_layer})" for r in observed.readings)
+        raise NotApplicable(f"no port with link layer {layer} under {observed.root}; not judged: {others}")
+    return chosen
+
+
+def judge(observed: PortsObservation, jc: JudgeContext[InfinibandSettings]) -> Verdict:
+    readings = _chosen(observed, jc.settings)
+    findings = [p.finding(jc) for p in (observed.unreadable,) if p is not None]
+    for port in observed.missing:
+        message = f"required port does not exist ({port_dir(observed.root, port)})"
+        findings.append(jc.finding(Status.CRITICAL, "IB_PORT_MISSING", port, message))
     fastest = fastest_rates(readings)
     for reading in readings:
-        findings.extend(judge_link(ctx, reading, fastest))
-
-    now = ctx.clock()
-    stored = ctx.state.load()
-    boot = _boot_id(ctx.paths.procfs)
-    old_ports = _mapping(stored.get("ports"))
-    same_boot = boot is None or stored.get("boot_id") in (None, boot)
-    new_ports: dict[str, Any] = {
-        # Counters restart at boot: earlier samples are no baseline, but link drops stay remembered.
-        name: entry if same_boot else {key: value for key, value in entry.items() if key != "samples"}
-        for name, entry in old_ports.items()
-        if isinstance(entry, dict)
-        and isinstance(entry.get("seen"), (int, float))
-        and now - _FORGET_SECONDS <= entry["seen"] <= now
-    }
-    for reading in readings:
-        entry = new_ports.get(reading.port, {})
-        port_findings, new_ports[reading.port] = judge_counters(ctx, reading, entry, now)
-        findings.extend(port_findings)
-    findings += ctx.save_state({"version": _STATE_VERSION, "boot_id": boot, "ports": new_ports}, "counter baselines")
-    return findings
+        findings.extend(judge_link(jc, reading, fastest))
+    ports = ((reading.port, reading) for reading in readings)
+    counted, state = _STATE.judge_each(
+        observed.previous, observed.boot_id, jc.now, ports, lambda reading, stored: judge_counters(jc, reading, stored)
+    )
+    return Verdict((*findings, *counted), state)
 
 
 CHECK = CheckSpec(
     name="infiniband",
     description="InfiniBand ports: state, rate, link layer, and error counters judged by their change",
     settings=InfinibandSettings,
-    run=run,
+    run=Staged(gather, judge, keeps="counter baselines"),
 )

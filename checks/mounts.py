@@ -6,24 +6,54 @@ gives healthd's own namespace read-only views that are not the node's truth. Fre
 space and inodes need statvfs, which hangs on a dead network mount, so they come
 from ``fsprobe`` child processes under a deadline. Missing or hung mounts are
 CRITICAL: the source paper lists missing mounts among the high-severity failures
-that take a node out at once.
+that take a node out at once. ``gather`` reads mountinfo and runs the probes;
+``judge`` compares what they saw with ``[checks.mounts] expect``.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from healthd.config import moved_from_node
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
+from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 
-from .fsprobe import Failed, Hung, ProbeTable, Usage, forget_finished
-from .mountinfo import MountinfoError, find_mount, parse_mountinfo
+from .fsprobe import Failed, Hung, ProbeOutcome, ProbeTable, Usage, forget_finished
+from .mountinfo import MountEntry, find_mount, parse_mountinfo
+
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
+
+
+class MountSpec(BaseModel):
+    """A filesystem the node must have mounted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(min_length=1)
+    fstype: Optional[str] = None
+    source: Optional[str] = None
+    rw: Optional[bool] = None
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("mount path must be absolute")
+        return value.rstrip("/") or "/"
 
 
 class MountsSettings(CheckSettings):
+    expect: list[MountSpec] = Field(
+        default_factory=list,
+        description="filesystems this node must have mounted: { path, fstype, source, rw }",
+        json_schema_extra=moved_from_node("mounts"),
+    )
     min_free_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this much free space")
     min_free_inodes_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this many inodes")
     namespace_pid: int = Field(
@@ -34,14 +64,62 @@ class MountsSettings(CheckSettings):
     probe_timeout: float = Field(default=3.0, gt=0, le=60, description="seconds before a statvfs probe is hung")
 
 
-def _mount_findings(ctx: CheckContext[MountsSettings], entries: list[Any]) -> Iterable[Finding]:
-    for spec in ctx.node.mounts:
+StuckProbes = dict[str, dict[str, float]]
+
+
+@dataclass(frozen=True)
+class MountsObservation:
+    """Mountinfo as the namespace's process sees it, and the probes' outcomes by path.
+
+    ``problem`` says why mountinfo could not be read. ``stuck`` is the
+    record of probes still stuck after this pass when it changed (None when it did
+    not), and ``previous`` the state it is kept in.
+    """
+
+    source: Path
+    entries: tuple[MountEntry, ...] = ()
+    problem: Optional[Unobserved] = None
+    outcomes: tuple[tuple[str, ProbeOutcome], ...] = ()
+    stuck: Optional[StuckProbes] = None
+    previous: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _stuck_probes(state: Mapping[str, Any]) -> StuckProbes:
+    before = state.get("stuck_probes")
+    return {k: dict(v) for k, v in before.items() if isinstance(v, dict)} if isinstance(before, dict) else {}
+
+
+def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
+    settings = ctx.settings
+    source = ctx.paths.procfs / str(settings.namespace_pid) / "mountinfo"
+    entries = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
+    if isinstance(entries, Unobserved):
+        return MountsObservation(source, problem=entries)
+    if not settings.expect and not settings.include_root:
+        raise NotApplicable("no mounts configured in [checks.mounts] expect and include_root is off")
+    if not settings.probe_usage:
+        return MountsObservation(source, tuple(entries))
+    paths = [] if not settings.include_root else ["/"]
+    paths += [m.path for m in settings.expect if find_mount(entries, m.path) is not None and m.path not in paths]
+    probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
+    state = ctx.state.load()
+    remembered = _stuck_probes(state)
+    before = dict(remembered)
+    with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
+        outcomes = list(pool.map(lambda p: probes.probe(p, settings.probe_timeout, remembered), paths))
+    forget_finished(remembered, keep=set(paths))
+    stuck = remembered if remembered != before else None
+    return MountsObservation(source, tuple(entries), None, tuple(zip(paths, outcomes)), stuck, state)
+
+
+def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry]) -> Iterable[Finding]:
+    for spec in jc.settings.expect:
         entry = find_mount(entries, spec.path)
         if entry is None:
-            yield ctx.finding(Status.CRITICAL, "MOUNT_MISSING", spec.path, f"{spec.path} is not mounted")
+            yield jc.finding(Status.CRITICAL, "MOUNT_MISSING", spec.path, f"{spec.path} is not mounted")
             continue
         if spec.fstype is not None and entry.fstype != spec.fstype:
-            yield ctx.finding(
+            yield jc.finding(
                 Status.CRITICAL,
                 "MOUNT_WRONG_TYPE",
                 spec.path,
@@ -50,7 +128,7 @@ def _mount_findings(ctx: CheckContext[MountsSettings], entries: list[Any]) -> It
                 expected=spec.fstype,
             )
         if spec.source is not None and entry.source != spec.source:
-            yield ctx.finding(
+            yield jc.finding(
                 Status.CRITICAL,
                 "MOUNT_WRONG_SOURCE",
                 spec.path,
@@ -59,14 +137,14 @@ def _mount_findings(ctx: CheckContext[MountsSettings], entries: list[Any]) -> It
                 expected=spec.source,
             )
         if spec.rw and entry.read_only:
-            yield ctx.finding(Status.CRITICAL, "MOUNT_READ_ONLY", spec.path, f"{spec.path} is mounted read-only")
+            yield jc.finding(Status.CRITICAL, "MOUNT_READ_ONLY", spec.path, f"{spec.path} is mounted read-only")
 
 
-def _usage_findings(ctx: CheckContext[MountsSettings], path: str, outcome: object) -> Iterable[Finding]:
-    settings = ctx.settings
+def _usage_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome) -> Iterable[Finding]:
+    settings = jc.settings
     if isinstance(outcome, Hung):
         how = "an earlier probe is still stuck" if outcome.inherited else "statvfs did not return"
-        yield ctx.finding(
+        yield jc.finding(
             Status.CRITICAL,
             "MOUNT_HUNG",
             path,
@@ -75,10 +153,10 @@ def _usage_findings(ctx: CheckContext[MountsSettings], path: str, outcome: objec
             stuck_seconds=round(outcome.stuck_seconds, 3),
         )
     elif isinstance(outcome, Failed):
-        yield ctx.finding(Status.UNKNOWN, "MOUNT_PROBE_FAILED", path, f"cannot read usage of {path}: {outcome.message}")
+        yield jc.finding(Status.UNKNOWN, "MOUNT_PROBE_FAILED", path, f"cannot read usage of {path}: {outcome.message}")
     elif isinstance(outcome, Usage):
         if outcome.free_fraction * 100 < settings.min_free_percent:
-            yield ctx.finding(
+            yield jc.finding(
                 Status.WARNING,
                 "MOUNT_SPACE_LOW",
                 path,
@@ -87,7 +165,7 @@ def _usage_findings(ctx: CheckContext[MountsSettings], path: str, outcome: objec
             )
         inodes = outcome.free_inode_fraction
         if inodes is not None and inodes * 100 < settings.min_free_inodes_percent:
-            yield ctx.finding(
+            yield jc.finding(
                 Status.WARNING,
                 "MOUNT_INODES_LOW",
                 path,
@@ -96,41 +174,19 @@ def _usage_findings(ctx: CheckContext[MountsSettings], path: str, outcome: objec
             )
 
 
-def run(ctx: CheckContext[MountsSettings]) -> list[Finding]:
-    source = ctx.paths.procfs / str(ctx.settings.namespace_pid) / "mountinfo"
-    try:
-        entries = parse_mountinfo(source.read_text(encoding="utf-8", errors="surrogateescape"), str(source))
-    except OSError as exc:
-        return [ctx.finding(Status.UNKNOWN, "MOUNTINFO_UNREADABLE", str(source), f"cannot read {source}: {exc}")]
-    except MountinfoError as exc:
-        return [ctx.finding(Status.UNKNOWN, "MOUNTINFO_MALFORMED", str(source), str(exc))]
-    if not ctx.node.mounts and not ctx.settings.include_root:
-        raise NotApplicable("no mounts configured in [node].mounts and include_root is off")
-    findings = list(_mount_findings(ctx, entries))
-    missing = {f.subject for f in findings if f.code == "MOUNT_MISSING"}
-    if not ctx.settings.probe_usage:
-        return findings
-    paths = [] if not ctx.settings.include_root else ["/"]
-    paths += [m.path for m in ctx.node.mounts if m.path not in missing and m.path not in paths]
-    probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
-    state = ctx.state.load()
-    before = state.get("stuck_probes")
-    remembered: dict[str, dict[str, float]] = (
-        {k: dict(v) for k, v in before.items() if isinstance(v, dict)} if isinstance(before, dict) else {}
-    )
-    with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
-        outcomes = list(pool.map(lambda p: probes.probe(p, ctx.settings.probe_timeout, remembered), paths))
-    for path, outcome in zip(paths, outcomes):
-        findings.extend(_usage_findings(ctx, path, outcome))
-    forget_finished(remembered, keep=set(paths))
-    if remembered != (before or {}):
-        findings += ctx.save_state({**state, "stuck_probes": remembered}, "stuck probe records")
-    return findings
+def judge(observed: MountsObservation, jc: JudgeContext[MountsSettings]) -> Verdict:
+    if observed.problem is not None:
+        return Verdict((observed.problem.finding(jc),))
+    findings = list(_mount_findings(jc, list(observed.entries)))
+    for path, outcome in observed.outcomes:
+        findings.extend(_usage_findings(jc, path, outcome))
+    state = None if observed.stuck is None else {**observed.previous, "stuck_probes": observed.stuck}
+    return Verdict(tuple(findings), state)
 
 
 CHECK = CheckSpec(
     name="mounts",
     description="required filesystems mounted as expected, with space and inodes free, and not hung",
     settings=MountsSettings,
-    run=run,
+    run=Staged(gather, judge, keeps="stuck probe records"),
 )

@@ -1,23 +1,28 @@
 """The ``pcie`` check: link width and speed against what the link can do, and AER error counters by their change.
 
-Reads ``bus/pci/devices/<address>/`` under ``[paths].sysfs`` (kernel ABI:
-Documentation/ABI/testing/sysfs-bus-pci and sysfs-bus-pci-devices-aer_stats).
-By default it looks at NVIDIA GPUs (display class) and NVIDIA/Mellanox network
-controllers, which on a GPU node are the parts whose links matter. A link can
-train no wider or faster than both of its ends, so the current width and speed are
-compared with the lower of the device's maximum and its upstream port's. AER totals
-persist in ``ctx.state`` so only increases between passes count.
+``gather`` reads ``bus/pci/devices/<address>/`` under ``[paths].sysfs`` (kernel ABI:
+Documentation/ABI/testing/sysfs-bus-pci and sysfs-bus-pci-devices-aer_stats), the
+boot id and the last pass's AER totals; ``judge`` compares them. By default it looks
+at NVIDIA GPUs (display class) and NVIDIA/Mellanox network controllers, which on a
+GPU node are the parts whose links matter. A link can train no wider or faster than
+both of its ends, so the current width and speed are compared with the lower of the
+device's maximum and its upstream port's. AER totals persist per boot
+(``healthd.counters.BootScoped``) so only increases between passes count.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
+from pydantic import Field
+
+from healthd.config import moved_from_node
+from healthd.counters import BootScoped, rise
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
+from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .sysfs import (
     VENDOR_MELLANOX,
@@ -25,12 +30,12 @@ from .sysfs import (
     PciFunction,
     SysfsError,
     SysfsMissing,
+    boot_id_or_none,
     normalize_pci_address,
     parse_aer_counts,
     parse_pcie_speed,
     parse_width,
     read,
-    read_boot_id,
     read_pci_function,
     scan_pci,
 )
@@ -43,8 +48,24 @@ AER_KINDS = (
 )
 
 _AER_FILES = frozenset(kind[0] for kind in AER_KINDS)
-_STATE_VERSION = 1
+# AER counters restart at boot: totals from an earlier boot are no baseline.
+_STATE = BootScoped("devices", version=1)
 _VENDORS = frozenset({VENDOR_NVIDIA, VENDOR_MELLANOX})
+
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
+
+
+class PcieSettings(CheckSettings):
+    """``[checks.pcie]``: the devices to judge."""
+
+    expect_devices: Optional[list[str]] = Field(
+        default=None,
+        description="PCI addresses of the devices to judge (a missing one is CRITICAL); "
+        "default: NVIDIA GPUs and NVIDIA/Mellanox network controllers",
+        json_schema_extra=moved_from_node("pcie_devices"),
+    )
+
 
 N = TypeVar("N", int, float)
 
@@ -151,7 +172,7 @@ def read_device(function: PciFunction) -> DeviceReading:
     )
 
 
-def judge_link(ctx: CheckContext[CheckSettings], reading: DeviceReading) -> Iterator[Finding]:
+def judge_link(jc: JudgeContext[PcieSettings], reading: DeviceReading) -> Iterator[Finding]:
     """Width below the link's maximum is CRITICAL; speed below it is a WARNING, except on GPUs.
 
     The link's maximum is the lower of the device's and its upstream port's: a Gen5 NIC
@@ -159,11 +180,11 @@ def judge_link(ctx: CheckContext[CheckSettings], reading: DeviceReading) -> Iter
     """
     address = reading.address
     for error in reading.errors:
-        yield ctx.finding(Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", address, str(error), file=str(error.path))
+        yield _unreadable(address, error).finding(jc)
     limits: dict[str, Any] = {"upstream_port": reading.port}
     width, max_width = reading.current_width, reading.max_width
     if width is not None and max_width is not None and width < max_width:
-        yield ctx.finding(
+        yield jc.finding(
             Status.CRITICAL,
             "PCIE_WIDTH_DEGRADED",
             address,
@@ -180,7 +201,7 @@ def judge_link(ctx: CheckContext[CheckSettings], reading: DeviceReading) -> Iter
         return
     speed, max_speed = reading.current_speed, reading.max_speed
     if speed is not None and max_speed is not None and speed < max_speed:
-        yield ctx.finding(
+        yield jc.finding(
             Status.WARNING,
             "PCIE_SPEED_DEGRADED",
             address,
@@ -194,7 +215,7 @@ def judge_link(ctx: CheckContext[CheckSettings], reading: DeviceReading) -> Iter
 
 
 def judge_aer(
-    ctx: CheckContext[CheckSettings], reading: DeviceReading, stored: Mapping[str, Any]
+    jc: JudgeContext[PcieSettings], reading: DeviceReading, stored: Mapping[str, Any]
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Compare AER totals with the last pass's; a lower total is a reset and a new baseline."""
     findings: list[Finding] = []
@@ -203,22 +224,18 @@ def judge_aer(
         previous = stored.get(filename)
         if counts is None or not isinstance(previous, dict):
             continue
-        before = previous.get(total)
-        if not isinstance(before, int) or isinstance(before, bool) or counts[total] <= before:
+        increase = rise(previous.get(total), counts[total])
+        if not increase:
             continue
-        rose = [
-            name
-            for name, value in counts.items()
-            if name != total and isinstance(previous.get(name), int) and value > previous[name]
-        ]
+        rose = [name for name, value in counts.items() if name != total and rise(previous.get(name), value)]
         findings.append(
-            ctx.finding(
+            jc.finding(
                 status,
                 code,
                 reading.address,
-                f"{counts[total] - before} new {label} AER error(s) since the previous pass"
+                f"{increase} new {label} AER error(s) since the previous pass"
                 + (f" ({', '.join(rose)})" if rose else ""),
-                increase=counts[total] - before,
+                increase=increase,
                 total=counts[total],
                 errors=",".join(rose),
             )
@@ -229,84 +246,86 @@ def judge_aer(
     return findings, kept
 
 
-def _mapping(raw: Any) -> dict[str, Any]:
-    """A stored JSON object, or empty when the state holds something else."""
-    return raw if isinstance(raw, dict) else {}
+@dataclass(frozen=True)
+class DevicesObservation:
+    """The devices read, what kept configured ones from being read (in config order), and the last pass's state.
+
+    An ``unjudged`` path is the sysfs directory of a configured device that is not on the PCI bus.
+    """
+
+    readings: tuple[DeviceReading, ...] = ()
+    unjudged: tuple[Union[Unobserved, Path], ...] = ()
+    boot_id: Optional[str] = None
+    previous: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _boot_id(procfs: Path) -> Optional[str]:
-    """The boot id, or None when unreadable (the stored baselines are then kept)."""
-    try:
-        return read_boot_id(procfs)
-    except SysfsError:
-        return None
+def _unreadable(subject: str, error: SysfsError) -> Unobserved:
+    return Unobserved("PCIE_SYSFS_UNREADABLE", subject, str(error), {"file": str(error.path)})
 
 
-def select_devices(ctx: CheckContext[CheckSettings], sysfs: Path) -> tuple[list[PciFunction], list[Finding]]:
-    """The functions to judge, with findings for configured devices that are absent or malformed.
+def select_devices(settings: PcieSettings, sysfs: Path) -> tuple[list[PciFunction], list[Union[Unobserved, Path]]]:
+    """The functions to judge, and what kept configured ones (or the scan) from being read.
 
     By default: NVIDIA GPUs and NVIDIA/Mellanox network controllers, not the other
     functions of those devices (a GPU's HD audio or USB-C function, an NVSwitch) and not
     SR-IOV virtual functions, whose link registers are reserved and read as width 0.
     """
     devices = sysfs / "bus" / "pci" / "devices"
-    configured = ctx.node.pcie_devices
+    configured = settings.expect_devices
     if configured is None:
         scan = scan_pci(sysfs, _VENDORS)
         chosen = [f for f in scan.functions if (f.is_nvidia_gpu or f.is_fabric_nic) and not f.virtual]
         if not chosen and not scan.errors:
             raise NotApplicable(f"no NVIDIA GPUs or NVIDIA/Mellanox network controllers under {devices}")
-        return chosen, [
-            ctx.finding(Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", e.path.parent.name, str(e), file=str(e.path))
-            for e in scan.errors
-        ]
+        return chosen, [_unreadable(e.path.parent.name, e) for e in scan.errors]
     if not configured:
-        raise NotApplicable("[node].pcie_devices is empty")
+        raise NotApplicable("[checks.pcie] expect_devices is empty")
     functions: list[PciFunction] = []
-    findings = []
+    unjudged: list[Union[Unobserved, Path]] = []
     for text in configured:
         address = normalize_pci_address(text)
         if address is None:
-            message = f"[node].pcie_devices entry {text!r} is not a PCI address like 0000:3a:00.0"
-            findings.append(ctx.finding(Status.UNKNOWN, "PCIE_BAD_ADDRESS", text, message))
+            message = f"[checks.pcie] expect_devices entry {text!r} is not a PCI address like 0000:3a:00.0"
+            unjudged.append(Unobserved("PCIE_BAD_ADDRESS", text, message))
         elif not (devices / address).is_dir():
-            message = f"configured device is not on the PCI bus ({devices / address})"
-            findings.append(ctx.finding(Status.CRITICAL, "PCIE_DEVICE_MISSING", address, message))
+            unjudged.append(devices / address)
         elif all(function.address != address for function in functions):
             try:
                 function = read_pci_function(devices / address)
             except SysfsError as exc:
-                findings.append(
-                    ctx.finding(Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", address, str(exc), file=str(exc.path))
-                )
+                unjudged.append(_unreadable(address, exc))
                 continue
             if function is not None:
                 functions.append(function)
-    return functions, findings
+    return functions, unjudged
 
 
-def run(ctx: CheckContext[CheckSettings]) -> list[Finding]:
-    functions, findings = select_devices(ctx, ctx.paths.sysfs)
-    readings = [read_device(function) for function in functions]
-    for reading in readings:
-        findings.extend(judge_link(ctx, reading))
+def gather(ctx: CheckContext[PcieSettings]) -> DevicesObservation:
+    functions, unjudged = select_devices(ctx.settings, ctx.paths.sysfs)
+    readings = tuple(read_device(function) for function in functions)
+    return DevicesObservation(readings, tuple(unjudged), boot_id_or_none(ctx.paths.procfs), ctx.state.load())
 
-    stored = ctx.state.load()
-    boot = _boot_id(ctx.paths.procfs)
-    # AER counters restart at boot: totals from an earlier boot are no baseline.
-    same_boot = boot is None or stored.get("boot_id") in (None, boot)
-    old_devices = _mapping(stored.get("devices")) if same_boot else {}
-    new_devices: dict[str, Any] = {}
-    for reading in readings:
-        aer_findings, new_devices[reading.address] = judge_aer(ctx, reading, _mapping(old_devices.get(reading.address)))
-        findings.extend(aer_findings)
-    findings += ctx.save_state({"version": _STATE_VERSION, "boot_id": boot, "devices": new_devices}, "AER baselines")
-    return findings
+
+def judge(observed: DevicesObservation, jc: JudgeContext[PcieSettings]) -> Verdict:
+    findings = []
+    for item in observed.unjudged:
+        if isinstance(item, Path):
+            message = f"configured device is not on the PCI bus ({item})"
+            findings.append(jc.finding(Status.CRITICAL, "PCIE_DEVICE_MISSING", item.name, message))
+        else:
+            findings.append(item.finding(jc))
+    for reading in observed.readings:
+        findings.extend(judge_link(jc, reading))
+    devices = ((reading.address, reading) for reading in observed.readings)
+    aer, state = _STATE.judge_each(
+        observed.previous, observed.boot_id, jc.now, devices, lambda reading, stored: judge_aer(jc, reading, stored)
+    )
+    return Verdict((*findings, *aer), state)
 
 
 CHECK = CheckSpec(
     name="pcie",
     description="PCIe links of GPUs and NICs: width and speed against the link's maximum, AER errors by their change",
-    settings=CheckSettings,
-    run=run,
+    settings=PcieSettings,
+    run=Staged(gather, judge, keeps="AER baselines"),
 )

@@ -9,7 +9,9 @@ executable. Any user can name a process ``munged``; only those accounts can own 
 
 A service that is not running is CRITICAL by default: a node without slurmd or
 munge cannot run jobs, and one without nvidia-persistenced or fabricmanager runs
-them badly. The severity is configurable per service.
+them badly. The severity is configurable per service. ``gather`` asks systemd or
+reads the process table and /proc/modules; ``judge`` compares that with
+``[checks.services] expect`` and ``expect_kernel_modules``.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Optional, Union
 
 from pydantic import Field, field_validator
 
 from healthd.binaries import locate
+from healthd.config import moved_from_node
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec, NotApplicable
+from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 
 from .procs import DELETED, Process, StatusError, read_processes
 
@@ -34,8 +37,21 @@ Grade = Literal["WARNING", "CRITICAL"]
 # useradd(8)/adduser(8) names, plus Samba's trailing "$"; anything else is a typo.
 _ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
 
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
+
 
 class ServicesSettings(CheckSettings):
+    expect: list[str] = Field(
+        default_factory=list,
+        description="services (systemd units) this node must be running",
+        json_schema_extra=moved_from_node("services"),
+    )
+    expect_kernel_modules: list[str] = Field(
+        default_factory=list,
+        description="kernel modules this node must have loaded",
+        json_schema_extra=moved_from_node("kernel_modules"),
+    )
     severity: Grade = Field(default="CRITICAL", description="grade of a service that is not running")
     severities: dict[str, Grade] = Field(default_factory=dict, description="per-service grade, by unit name")
     process_names: dict[str, list[str]] = Field(
@@ -190,7 +206,7 @@ class Sighting:
     other_exes: tuple[str, ...] = ()  # "" where the exe link could not be read
 
 
-def judge(rule: ProcessRule, processes: Iterable[Process]) -> Sighting:
+def find_service(rule: ProcessRule, processes: Iterable[Process]) -> Sighting:
     """Whether a live process with one of the rule's names, owners and executables exists (pure)."""
     other_owners: set[int] = set()
     other_exes: set[str] = set()
@@ -313,37 +329,83 @@ def _grade(settings: ServicesSettings, service: str) -> Status:
     return Status[_per_service(settings.severities, service) or settings.severity]
 
 
-def _systemd_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
-    states = _systemd_states(ctx.node.services, max(1.0, ctx.settings.timeout / 2))
-    for service, state in states.items():
-        if state == "active":
-            continue
-        code = "SERVICE_FAILED" if state == "failed" else "SERVICE_INACTIVE"
-        message = f"{service} is {state} (per systemd)"
-        yield ctx.finding(_grade(ctx.settings, service), code, service, message, state=state, source="systemd")
+@dataclass(frozen=True)
+class ServicesObservation:
+    """What systemd or the process table says of the services, and which modules are loaded.
+
+    ``systemd`` holds each unit's ``is-active`` state when systemd was asked;
+    otherwise ``rules`` says what counts as each service in ``processes``.
+    """
+
+    systemd: Optional[Mapping[str, str]] = None
+    processes: tuple[Process, ...] = ()
+    rules: Mapping[str, ProcessRule] = field(default_factory=dict)
+    unknown_accounts: tuple[str, ...] = ()
+    processes_problem: Optional[Unobserved] = None
+    modules: frozenset[str] = frozenset()
+    modules_problem: Optional[Unobserved] = None
 
 
-def _process_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
+def _gather_processes(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
     procfs = Path(ctx.paths.procfs)
     try:
         processes = read_processes(procfs)
     except OSError as exc:
-        yield ctx.finding(Status.UNKNOWN, "PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
-        return
+        return ServicesObservation(
+            processes_problem=Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
+        )
     except StatusError as exc:
-        yield ctx.finding(Status.UNKNOWN, "PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
-        return
+        return ServicesObservation(processes_problem=Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc)))
     configured, unknown = _configured_accounts(ctx.settings.process_users)
-    for service in ctx.node.services:
-        rule = service_rule(service, ctx.settings, configured)
-        sighting = judge(rule, processes)
+    rules = {service: service_rule(service, ctx.settings, configured) for service in ctx.settings.expect}
+    return ServicesObservation(processes=tuple(processes), rules=rules, unknown_accounts=tuple(unknown))
+
+
+def _gather_services(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
+    settings = ctx.settings
+    if not settings.expect:
+        return ServicesObservation()
+    if settings.manager == "systemd" or (settings.manager == "auto" and systemd_is_pid1()):
+        return ServicesObservation(systemd=_systemd_states(settings.expect, max(1.0, settings.timeout / 2)))
+    return _gather_processes(ctx)
+
+
+def gather(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
+    settings = ctx.settings
+    if not settings.expect and not settings.expect_kernel_modules:
+        raise NotApplicable("no services or kernel modules configured in [checks.services]")
+    observed = _gather_services(ctx)
+    if not settings.expect_kernel_modules:
+        return observed
+    source = Path(ctx.paths.procfs) / "modules"
+    loaded = read_parsed(source, parse_modules, "MODULES", "replace")
+    if isinstance(loaded, Unobserved):
+        return replace(observed, modules_problem=loaded)
+    return replace(observed, modules=loaded)
+
+
+def _service_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
+    settings = jc.settings
+    if observed.systemd is not None:
+        for service, state in observed.systemd.items():
+            if state == "active":
+                continue
+            code = "SERVICE_FAILED" if state == "failed" else "SERVICE_INACTIVE"
+            message = f"{service} is {state} (per systemd)"
+            yield jc.finding(_grade(settings, service), code, service, message, state=state, source="systemd")
+        return
+    if observed.processes_problem is not None:
+        yield observed.processes_problem.finding(jc)
+        return
+    for service, rule in observed.rules.items():
+        sighting = find_service(rule, observed.processes)
         if sighting.running:
             continue
-        yield ctx.finding(
-            _grade(ctx.settings, service),
+        yield jc.finding(
+            _grade(settings, service),
             "SERVICE_INACTIVE",
             service,
-            absent_message(service, rule, sighting, unknown),
+            absent_message(service, rule, sighting, observed.unknown_accounts),
             state="inactive",
             source="process table",
             ignored_other_owners=len(sighting.other_owners),
@@ -351,43 +413,23 @@ def _process_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
         )
 
 
-def _service_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
-    if not ctx.node.services:
-        return ()
-    manager = ctx.settings.manager
-    if manager == "systemd" or (manager == "auto" and systemd_is_pid1()):
-        return _systemd_findings(ctx)
-    return _process_findings(ctx)
-
-
-def _module_findings(ctx: CheckContext[ServicesSettings]) -> Iterable[Finding]:
-    required = ctx.node.kernel_modules
-    if not required:
+def _module_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
+    if observed.modules_problem is not None:
+        yield observed.modules_problem.finding(jc)
         return
-    source = Path(ctx.paths.procfs) / "modules"
-    try:
-        loaded = parse_modules(source.read_text(encoding="utf-8", errors="replace"), str(source))
-    except OSError as exc:
-        yield ctx.finding(Status.UNKNOWN, "MODULES_UNREADABLE", str(source), f"cannot read {source}: {exc}")
-        return
-    except ModulesError as exc:
-        yield ctx.finding(Status.UNKNOWN, "MODULES_MALFORMED", str(source), str(exc))
-        return
-    loaded = frozenset(_normalise_module(m) for m in loaded)
-    for module in required:
+    loaded = frozenset(_normalise_module(m) for m in observed.modules)
+    for module in jc.settings.expect_kernel_modules:
         if _normalise_module(module) not in loaded:
-            yield ctx.finding(Status.CRITICAL, "MODULE_NOT_LOADED", module, f"kernel module {module} is not loaded")
+            yield jc.finding(Status.CRITICAL, "MODULE_NOT_LOADED", module, f"kernel module {module} is not loaded")
 
 
-def run(ctx: CheckContext[ServicesSettings]) -> list[Finding]:
-    if not ctx.node.services and not ctx.node.kernel_modules:
-        raise NotApplicable("no services or kernel modules configured in [node]")
-    return [*_service_findings(ctx), *_module_findings(ctx)]
+def judge(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Verdict:
+    return Verdict((*_service_findings(observed, jc), *_module_findings(observed, jc)))
 
 
 CHECK = CheckSpec(
     name="services",
     description="required services running (systemd or process table) and kernel modules loaded",
     settings=ServicesSettings,
-    run=run,
+    run=Staged(gather, judge),
 )

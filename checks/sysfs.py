@@ -101,6 +101,14 @@ def read_boot_id(procfs: Path) -> str:
     return read(procfs / "sys" / "kernel" / "random" / "boot_id", parse_boot_id)
 
 
+def boot_id_or_none(procfs: Path) -> Optional[str]:
+    """The boot id, or None when unreadable: counter baselines are then kept (``healthd.counters.BootScoped``)."""
+    try:
+        return read_boot_id(procfs)
+    except SysfsError:
+        return None
+
+
 def _shorten(text: str, limit: int = 60) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 

@@ -46,6 +46,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Union
 
+from healthd.text import one_line
+
 from .kernlog import parse_kmsg_record
 
 
@@ -277,8 +279,7 @@ _TEXT_LIMIT = 300
 
 def _clean(text: str) -> str:
     """One printable line, bounded: kernel text may carry control characters or garbage."""
-    text = "".join(ch if ch.isprintable() else " " for ch in text[:_TEXT_LIMIT])
-    return " ".join(text.split())
+    return one_line(text[:_TEXT_LIMIT], _TEXT_LIMIT)
 
 
 def might_match(line: str) -> bool:

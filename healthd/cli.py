@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module under ``healthd.commands`` and is imported
 only when it is the one being run, so ``healthd check --once`` pays for what it
-uses and nothing else. Exit codes are those of ``healthd.exitcodes``: the Nagios
+uses and nothing else. Plugins add commands through the ``healthd.commands`` entry
+points (``healthd.plugin.CommandSpec``), which are looked up only when the command
+is not one of these. Exit codes are those of ``healthd.exitcodes``: the Nagios
 plugin convention for check results (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and
 sysexits.h otherwise.
 """
@@ -27,8 +29,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ack": ("ack", "acknowledge the findings of the last pass so they no longer drain the node"),
     "list-checks": ("list_checks", "list the installed checks"),
     "config": ("config_cmd", "validate the configuration"),
-    "scan-log": ("scan_log", "list the Xid events in a saved kernel log; exit with the worst grade"),
-    "record-gpus": ("record_gpus", "record this node's NVML readings as a snapshot for the gpu check"),
     "run": ("run", "run as a daemon: a pass at start, then one every [daemon].interval"),
     "status": ("status", "show the daemon's last recorded pass without running checks"),
     "history": ("history", "show the node's history: findings raised and cleared, actions, acks, boots"),
@@ -55,7 +55,22 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         command_parser.set_defaults(_module=module)
         if name == chosen:
             _module(module).add_arguments(command_parser)
+    if chosen not in COMMANDS:
+        _add_plugin_commands(sub, chosen)
     return parser
+
+
+def _add_plugin_commands(sub: Any, chosen: Optional[str]) -> None:
+    """The commands plugins contribute; none may replace a built-in one."""
+    from healthd.plugin import discover_commands
+
+    for command in discover_commands():
+        if command.name in COMMANDS:
+            continue
+        command_parser = sub.add_parser(command.name, help=command.help, description=command.help)
+        command_parser.set_defaults(_module=None, _run=command.run)
+        if command.name == chosen:
+            command.add_arguments(command_parser)
 
 
 def _module(name: str) -> ModuleType:
@@ -151,7 +166,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _dispatch(argv: list[str]) -> int:
     args = build_parser(argv).parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = _module(args._module).run
+    run: Callable[[argparse.Namespace], int] = args._run if args._module is None else _module(args._module).run
     if args._module in ("status", "history"):  # the cheap path: config.py would import pydantic
         return run(args)
     from healthd.config import ConfigError

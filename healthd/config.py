@@ -1,13 +1,20 @@
 """The TOML configuration: its pydantic models, loading, and error messages that name the key.
 
-Unknown keys are rejected everywhere. ``[paths]`` and ``[node]`` are the contract
-that deployment tools and tests rely on; each ``[checks.NAME]`` table is validated
-by that check's own settings model. Every error becomes a ``ConfigError`` whose
-lines read ``file: key.path: problem``; the CLI exits 78 (EX_CONFIG) on it.
+Unknown keys are rejected everywhere. ``[paths]`` is the contract that deployment
+tools and tests rely on; each ``[checks.NAME]`` table is validated by that check's
+own settings model, which holds the check's node expectations too (what mounts,
+services, GPUs, ports this node must have). Every error becomes a ``ConfigError``
+whose lines read ``file: key.path: problem``; the CLI exits 78 (EX_CONFIG) on it.
+
+``[node]`` held those expectations before they moved to the checks. It is still
+read: each key goes to the check setting that declares it replaces it
+(``moved_from_node``), with a deprecation note naming the new place, so a config
+that worked keeps its meaning; a key set in both places is an error.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +24,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
 
+log = logging.getLogger(__name__)
+
 _PREFIX_WORD = r"[A-Za-z0-9_.,:;/@+#%()\-]+"
 _REASON_PREFIX = re.compile(rf"{_PREFIX_WORD}(?: {_PREFIX_WORD})*")
+_NODE_KEY = "replaces_node_key"
+
+
+def moved_from_node(key: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a check setting that replaces ``[node] key``: old configs then keep working."""
+    return {_NODE_KEY: key}
 
 
 class ConfigError(Exception):
@@ -41,44 +56,6 @@ class Paths(_Model):
     procfs: Path = Path("/proc")
     kmsg: Path = Path("/dev/kmsg")
     state_dir: Path = DEFAULT_STATE_DIR
-
-
-class MountSpec(_Model):
-    """A filesystem the node must have mounted."""
-
-    path: str = Field(min_length=1)
-    fstype: Optional[str] = None
-    source: Optional[str] = None
-    rw: Optional[bool] = None
-
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("mount path must be absolute")
-        return value.rstrip("/") or "/"
-
-
-class NodeSpec(_Model):
-    """What this node should have. Every key is optional; absent means "do not expect"."""
-
-    gpus: Optional[int] = Field(default=None, ge=0, le=64)
-    ib_rate_gbps: Optional[int] = Field(default=None, gt=0)
-    ib_ports: Optional[list[str]] = None
-    ib_link_layer: Optional[Literal["InfiniBand", "Ethernet"]] = None
-    mounts: list[MountSpec] = Field(default_factory=list)
-    services: list[str] = Field(default_factory=list)
-    kernel_modules: list[str] = Field(default_factory=list)
-    pcie_devices: Optional[list[str]] = None
-
-    @field_validator("ib_ports")
-    @classmethod
-    def _port_names(cls, value: Optional[list[str]]) -> Optional[list[str]]:
-        for port in value or []:
-            device, _, number = port.partition(":")
-            if not device or not number.isdigit():
-                raise ValueError(f"IB port {port!r} must look like DEVICE:PORT, e.g. mlx5_0:1")
-        return value
 
 
 class SlurmSettings(_Model):
@@ -206,7 +183,6 @@ class Config(_Model):
     """The whole file. ``checks`` holds raw tables, validated per check by ``resolve_checks``."""
 
     paths: Paths = Field(default_factory=Paths)
-    node: NodeSpec = Field(default_factory=NodeSpec)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
@@ -219,11 +195,12 @@ class Config(_Model):
 
 @dataclass(frozen=True)
 class LoadedConfig:
-    """A validated config, where it came from, and each check's validated settings."""
+    """A validated config, where it came from, each check's validated settings, and deprecation notes."""
 
     source: str
     config: Config
     check_settings: Mapping[str, Any]
+    deprecated: tuple[str, ...] = ()
 
 
 def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
@@ -253,16 +230,75 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
 
 
+# (check, setting) -> the [node] key its value was written under.
+_Moved = Mapping[tuple[str, str], str]
+
+
+def _node_claims(checks: Mapping[str, type[BaseModel]]) -> dict[str, tuple[str, str]]:
+    """Each old ``[node]`` key -> the (check, setting) that declares it replaces it."""
+    claims: dict[str, tuple[str, str]] = {}
+    for name, model in checks.items():
+        for setting, info in model.model_fields.items():
+            extra = info.json_schema_extra
+            key = extra.get(_NODE_KEY) if isinstance(extra, dict) else None
+            if isinstance(key, str):
+                claims.setdefault(key, (name, setting))
+    return claims
+
+
+def _move_node_keys(
+    raw: dict[str, Any], checks: Mapping[str, type[BaseModel]]
+) -> tuple[dict[tuple[str, str], str], list[str], list[str]]:
+    """Move each ``[node]`` key of ``raw`` into its check's table; returns (moved, deprecation notes, problems)."""
+    node = raw.pop("node", None)
+    moved: dict[tuple[str, str], str] = {}
+    notes: list[str] = []
+    problems: list[str] = []
+    if node is None:
+        return moved, notes, problems
+    if not isinstance(node, dict):
+        return moved, notes, [f"node: must be a table (got {node!r}); its keys now belong to [checks.NAME] tables"]
+    claims = _node_claims(checks)
+    tables = raw.setdefault("checks", {})
+    for key, value in node.items():
+        if key not in claims:
+            problems.append(f"node.{key}: unknown key")
+            continue
+        check, setting = claims[key]
+        table = tables.setdefault(check, {}) if isinstance(tables, dict) else None
+        if not isinstance(table, dict):
+            continue  # [checks] itself is malformed, and reported as such
+        if setting in table:
+            problems.append(
+                f"node.{key}: also set as checks.{check}.{setting}; keep only [checks.{check}] {setting}"
+                " ([node] is deprecated)"
+            )
+            continue
+        table[setting] = value
+        moved[(check, setting)] = key
+        notes.append(f"[node] {key} is deprecated: write it as [checks.{check}] {setting} (it means the same)")
+    return moved, notes, problems
+
+
 def _check_problems(
-    tables: Mapping[str, Any], checks: Mapping[str, type[BaseModel]], settings: dict[str, Any]
+    tables: Mapping[str, Any], checks: Mapping[str, type[BaseModel]], settings: dict[str, Any], moved: _Moved
 ) -> list[str]:
-    """Validate each ``[checks.NAME]`` table with its check's model, filling ``settings``."""
+    """Validate each ``[checks.NAME]`` table with its check's model, filling ``settings``.
+
+    A value that came from ``[node]`` is named by the key it was written under there.
+    """
     problems: list[str] = []
     for name, model in checks.items():
         try:
             settings[name] = model.model_validate(tables.get(name, {}))
         except ValidationError as exc:
-            problems.extend(_describe(e, ("checks", name)) for e in exc.errors())
+            for error in exc.errors():
+                loc = tuple(error["loc"])
+                old = moved.get((name, loc[0])) if loc and isinstance(loc[0], str) else None
+                if old is None:
+                    problems.append(_describe(error, ("checks", name)))
+                else:
+                    problems.append(_describe({**error, "loc": loc[1:]}, ("node", old)))
     known = ", ".join(sorted(checks)) or "none"
     problems.extend(f"checks.{name}: unknown check (known: {known})" for name in tables if name not in checks)
     return problems
@@ -275,23 +311,27 @@ def parse_config(text: str, source: str, checks: Mapping[str, type[BaseModel]]) 
     an operator fixes a config in one round.
     """
     raw = _parse_toml(text, source)
+    moved, notes, problems = _move_node_keys(raw, checks)
     settings: dict[str, Any] = {}
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        problems = [_describe(e) for e in exc.errors()]
+        problems += [_describe(e) for e in exc.errors()]
         tables = raw.get("checks")
         if isinstance(tables, dict) and all(isinstance(t, dict) for t in tables.values()):
-            problems += _check_problems(tables, checks, settings)
+            problems += _check_problems(tables, checks, settings, moved)
         raise ConfigError(source, problems) from None
-    problems = _check_problems(config.checks, checks, settings)
+    problems += _check_problems(config.checks, checks, settings, moved)
     if problems:
         raise ConfigError(source, problems)
-    return LoadedConfig(source=source, config=config, check_settings=settings)
+    return LoadedConfig(source=source, config=config, check_settings=settings, deprecated=tuple(notes))
 
 
 def load_config(path: Optional[Path], checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
-    """Load ``path``; with ``None``, the default path if it exists, else built-in defaults."""
+    """Load ``path``; with ``None``, the default path if it exists, else built-in defaults.
+
+    Deprecation notes are logged as warnings, naming the file.
+    """
     if path is None:
         if not DEFAULT_CONFIG_PATH.exists():
             return parse_config("", "(built-in defaults)", checks)
@@ -307,4 +347,7 @@ def load_config(path: Optional[Path], checks: Mapping[str, type[BaseModel]]) -> 
         raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
-    return parse_config(text, str(path), checks)
+    loaded = parse_config(text, str(path), checks)
+    for note in loaded.deprecated:
+        log.warning("%s: %s", loaded.source, note)
+    return loaded

@@ -94,7 +94,6 @@ class Engine:
             context: CheckContext[Any] = CheckContext(
                 name=spec.name,
                 settings=settings,
-                node=self.config.node,
                 paths=self.config.paths,
                 state=self.state.file(f"check-{spec.name}"),
                 memory=self._memory.setdefault(spec.name, {}),

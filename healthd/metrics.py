@@ -6,8 +6,11 @@ copies those out (no check, no file read, no Slurm call happens during a scrape)
 The collector lives in its own ``CollectorRegistry`` so no process or platform
 metrics of the Python client leak in. Names follow the Prometheus conventions:
 ``healthd_`` prefix, base units, ``_total`` counters, ``_seconds`` and
-``_timestamp_seconds``; labels stay low-cardinality (check names, severities, GPU
-indexes, Xid numbers, action kinds).
+``_timestamp_seconds``; labels stay low-cardinality (check names, severities, action
+kinds, and the labels a check declares for its event counters). Event counters
+(``healthd_<name>_total``) come from the tallies the runner made of each check's
+findings with the counters the check declares (``healthd.plugin.EventCounter``):
+nothing here knows any check.
 prometheus_client is imported only inside functions, never at import time.
 """
 
@@ -16,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-import re
 import socket
 import threading
 import time
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 from healthd import __version__
-from healthd.model import PassResult, RunState, Status
+from healthd.model import EventTally, PassResult, RunState, Status
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SEVERITIES = (Status.WARNING, Status.CRITICAL, Status.UNKNOWN)
-# The xid check codes GPU Xids XID_<n> and NVSwitch SXids SXID_<n> (checks/xid.py).
-_XID_CODE = re.compile(r"^(S?XID)_(\d+)$")
 # A scrape is one small GET: a client has this long from connecting to have sent its whole
 # request and taken the reply, however it paces its bytes; then it is dropped.
 REQUEST_DEADLINE_SECONDS = 5.0
@@ -63,25 +63,30 @@ class _Family:
     samples: tuple[tuple[tuple[str, ...], float], ...]
 
 
-def xid_events(result: PassResult) -> dict[tuple[str, str], float]:
-    """Xid events by (gpu, xid) from findings coded ``XID_<n>`` or ``SXID_<n>`` with ``gpu`` and ``count`` details.
+def event_counts(result: PassResult) -> dict[str, tuple[EventTally, dict[tuple[str, ...], float]]]:
+    """Each event counter's family name -> its first declaration and its counts, summed over the checks' tallies.
 
-    The ``xid`` label is ``<n>`` for a GPU Xid and ``SXID_<n>`` for an NVSwitch SXid
-    (whose "gpu" is the switch). Nothing here knows the xid check beyond that contract:
-    a missing ``gpu`` falls back to the subject, a missing ``count`` counts 1.
+    Two checks may feed one counter when they declare the same labels; a tally whose
+    labels differ from the first one's is left out (and logged), since one family
+    cannot carry two label sets.
     """
-    events: dict[tuple[str, str], float] = {}
-    for finding in result.findings:
-        match = _XID_CODE.match(finding.code)
-        if match is None:
-            continue
-        gpu = finding.details.get("gpu")
-        count = finding.details.get("count", 1)
-        xid = match.group(2) if match.group(1) == "XID" else f"SXID_{match.group(2)}"
-        key = (str(gpu if gpu is not None else finding.subject), xid)
-        amount = float(count) if isinstance(count, (int, float)) and not isinstance(count, bool) else 1.0
-        events[key] = events.get(key, 0.0) + amount
-    return events
+    merged: dict[str, tuple[EventTally, dict[tuple[str, ...], float]]] = {}
+    for check in result.results:
+        for tally in check.tallies:
+            name = f"healthd_{tally.name}_total"
+            known = merged.setdefault(name, (tally, {}))
+            if known[0].labels != tally.labels:
+                log.warning(
+                    "metrics: %s of check %s has labels %s, not %s: left out",
+                    name,
+                    check.check,
+                    tally.labels,
+                    known[0].labels,
+                )
+                continue
+            for labels, value in tally.counts:
+                known[1][labels] = known[1].get(labels, 0.0) + value
+    return merged
 
 
 class HealthdCollector:
@@ -166,15 +171,6 @@ class HealthdCollector:
                         for s in _SEVERITIES
                     ],
                 ),
-                # The xid check reports one finding per GPU and Xid seen this boot, its count
-                # detail growing until a reboot: a counter whose resets rate() understands.
-                _counter(
-                    "healthd_xid_events_total",
-                    "Xid and SXid lines the kernel logged this boot, by GPU (or NVSwitch) and Xid "
-                    "(SXID_<n> for an SXid).",
-                    ("gpu", "xid"),
-                    sorted(((gpu, xid), n) for (gpu, xid), n in xid_events(result).items()),
-                ),
                 _counter(
                     "healthd_actions_total",
                     "Actions decided by the policy since the daemon started, by kind and outcome (taken, held_back).",
@@ -182,6 +178,7 @@ class HealthdCollector:
                     sorted(((kind, outcome), n) for (kind, outcome), n in self._actions.items()),
                 ),
             ]
+            families += _event_families(result, families)
             if sample.breaker_open is not None:
                 families.append(
                     _gauge(
@@ -214,6 +211,18 @@ class HealthdCollector:
             for labels, value in family.samples:
                 metric.add_metric(list(labels), value)
             yield metric
+
+
+def _event_families(result: PassResult, core: Sequence[_Family]) -> list[_Family]:
+    """The checks' event counters; one whose name healthd's own metrics use is left out (and logged)."""
+    taken = {family.name.removesuffix("_total") for family in core} | {"healthd_build_info"}
+    families = []
+    for name, (tally, counts) in sorted(event_counts(result).items()):
+        if name.removesuffix("_total") in taken:
+            log.warning("metrics: event counter %s would replace one of healthd's own metrics: left out", name)
+            continue
+        families.append(_counter(name, tally.documentation, tally.labels, sorted(counts.items())))
+    return families
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...], samples: Sequence[tuple[tuple[str, ...], float]]) -> _Family:

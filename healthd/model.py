@@ -86,14 +86,29 @@ class RunState(enum.Enum):
 
 
 @dataclass(frozen=True)
+class EventTally:
+    """Events one check counted among its findings for one counter (``healthd_<name>_total``), by label values.
+
+    A check declares the counter (``healthd.plugin.EventCounter``); the runner tallies
+    the check's findings into this, and the metrics sink exports it as it is.
+    """
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    counts: tuple[tuple[tuple[str, ...], float], ...]
+
+
+@dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one check in one pass."""
+    """The outcome of one check in one pass, with the event counts of its findings."""
 
     check: str
     state: RunState
     findings: tuple[Finding, ...]
     duration_seconds: float
     reason: str = ""
+    tallies: tuple[EventTally, ...] = ()
 
     @property
     def status(self) -> Status:

@@ -1,30 +1,53 @@
-"""The check plugin interface and its discovery through the ``healthd.checks`` entry points.
+"""The plugin interface: checks and commands, and their discovery through entry points.
 
-A plugin module exposes one ``CheckSpec``. Built-in checks are registered in
-``pyproject.toml`` under the same entry-point group a third-party package would use,
-so both are found the same way. A plugin that cannot be imported becomes a
-``BrokenCheck`` whose every run is an UNKNOWN finding, never a crash.
+A check module exports one ``CheckSpec``: its name, its settings model (node
+expectations included, under ``[checks.NAME]``) and its ``run``, which built-in
+checks compose with ``Staged`` from a ``gather`` (all I/O) and a pure ``judge``.
+A check may declare event counters its findings feed (``EventCounter``). A module
+may also contribute a ``healthd`` subcommand (``CommandSpec``). Built-in checks
+and commands are registered in ``pyproject.toml`` under the same entry-point
+groups a third-party package would use, so both are found the same way. A plugin
+that cannot be imported becomes a ``BrokenCheck`` whose every run is an UNKNOWN
+finding (or a ``BrokenCommand`` that says why it cannot run), never a crash.
 """
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, MutableMapping, TypeVar
+from pathlib import Path
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Generic,
+    Iterable,
+    Mapping,
+    MutableMapping,
+    Optional,
+    TypeVar,
+    Union,
+)
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from healthd.model import DetailValue, Finding, Status
+from healthd.exitcodes import EX_SOFTWARE
+from healthd.model import DetailValue, EventTally, Finding, Status
 
 if TYPE_CHECKING:
-    from healthd.config import NodeSpec, Paths
+    import argparse
+
+    from healthd.config import Paths
     from healthd.state import StateFile
 
 ENTRY_POINT_GROUP = "healthd.checks"
+COMMAND_GROUP = "healthd.commands"
 
 
 class CheckSettings(BaseModel):
-    """Options every check accepts under ``[checks.NAME]``; checks subclass it."""
+    """Options every check accepts under ``[checks.NAME]``; checks subclass it with their own."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -37,28 +60,35 @@ class NotApplicable(Exception):
 
 
 S = TypeVar("S", bound=CheckSettings)
+Obs = TypeVar("Obs")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class CheckContext(Generic[S]):
-    """Everything a check may use: settings, node expectations, roots, state, clock.
+class _Reporter:
+    """Makes findings in the name of one check."""
+
+    name: str
+
+    def finding(self, status: Status, code: str, subject: str, message: str, **details: DetailValue) -> Finding:
+        return Finding(check=self.name, status=status, code=code, subject=subject, message=message, details=details)
+
+
+@dataclass(frozen=True)
+class CheckContext(_Reporter, Generic[S]):
+    """Everything a check's gathering may use: settings, roots, state, memory, clock.
 
     ``state`` persists across processes (in ``[paths].state_dir``); ``memory`` lives
     only as long as this process and carries things like running probe processes.
     """
 
-    name: str
     settings: S
-    node: NodeSpec
     paths: Paths
     state: StateFile
     memory: MutableMapping[str, Any] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
 
-    def finding(self, status: Status, code: str, subject: str, message: str, **details: DetailValue) -> Finding:
-        return Finding(check=self.name, status=status, code=code, subject=subject, message=message, details=details)
-
-    def save_state(self, data: dict[str, Any], what: str) -> list[Finding]:
+    def save_state(self, data: Mapping[str, Any], what: str) -> list[Finding]:
         """Persist ``data``; when that fails, the UNKNOWN ``STATE_UNWRITABLE`` finding to report.
 
         ``what`` says what is lost (``"counter baselines"``): without its state a
@@ -67,25 +97,151 @@ class CheckContext(Generic[S]):
         from healthd.state import StateError
 
         try:
-            self.state.save(data)
+            self.state.save(dict(data))
         except StateError as exc:
             return [self.finding(Status.UNKNOWN, "STATE_UNWRITABLE", str(self.state.path), f"{what} not kept: {exc}")]
         return []
 
 
 @dataclass(frozen=True)
-class CheckSpec(Generic[S]):
-    """What a plugin module exports: a name, a settings model and a ``run`` function.
+class JudgeContext(_Reporter, Generic[S]):
+    """What a judge may use besides its observation: the check's name, its settings and the time of the pass.
 
-    ``run`` gathers and judges, returning findings (none means healthy); it raises
-    ``NotApplicable`` when the node has nothing to check. It must not log, act or
-    touch metrics: it only reports.
+    Plain values and no I/O: the same observation and context always give the same verdict.
+    """
+
+    settings: S
+    now: float
+
+
+@dataclass(frozen=True)
+class Unobserved:
+    """Something ``gather`` could not read: its judge reports it as UNKNOWN ("could not observe" is never healthy)."""
+
+    code: str
+    subject: str
+    message: str
+    details: Mapping[str, DetailValue] = field(default_factory=dict)
+
+    def finding(self, reporter: _Reporter) -> Finding:
+        return reporter.finding(Status.UNKNOWN, self.code, self.subject, self.message, **self.details)
+
+
+def read_parsed(
+    path: Path, parse: Callable[[str, str], T], code: str, decode_errors: str = "strict"
+) -> Union[T, Unobserved]:
+    """``parse(text, str(path))`` of a UTF-8 text file, for a ``gather``.
+
+    A file that cannot be read is ``CODE_UNREADABLE``, one that ``parse`` rejects
+    with a ``ValueError`` (whose message names the line) ``CODE_MALFORMED``.
+    """
+    try:
+        text = path.read_text(encoding="utf-8", errors=decode_errors)
+    except OSError as exc:
+        return Unobserved(f"{code}_UNREADABLE", str(path), f"cannot read {path}: {exc}")
+    try:
+        return parse(text, str(path))
+    except ValueError as exc:
+        return Unobserved(f"{code}_MALFORMED", str(path), str(exc))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a judge concluded: its findings, and the state to keep for the next pass.
+
+    ``state`` None leaves the saved state as it is; a check that keeps state reads the
+    previous one in its ``gather`` (``ctx.state.load()``) and judges it with the rest.
+    """
+
+    findings: tuple[Finding, ...] = ()
+    state: Optional[Mapping[str, Any]] = None
+
+
+@dataclass(frozen=True)
+class Staged(Generic[S, Obs]):
+    """A check's ``run`` in two stages: ``gather`` does all the I/O, ``judge`` is a pure function of what it got.
+
+    ``gather(ctx)`` reads the node (files, NVML, child processes, the check's saved
+    state) and returns an observation; ``judge(observation, JudgeContext)`` returns a
+    ``Verdict``. Either may raise ``NotApplicable``. The judge's state is saved here,
+    and a failure to save it becomes the UNKNOWN ``STATE_UNWRITABLE`` finding naming
+    ``keeps`` (what the state holds).
+    """
+
+    gather: Callable[[CheckContext[S]], Obs]
+    judge: Callable[[Obs, JudgeContext[S]], Verdict]
+    keeps: str = "check state"
+
+    def __call__(self, ctx: CheckContext[S]) -> list[Finding]:
+        observation = self.gather(ctx)
+        verdict = self.judge(observation, JudgeContext(ctx.name, ctx.settings, ctx.clock()))
+        findings = list(verdict.findings)
+        if verdict.state is not None:
+            findings += ctx.save_state(verdict.state, self.keeps)
+        return findings
+
+
+# Metric and label names within the Prometheus data model's, and never its reserved "__" prefix.
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class EventCounter:
+    """A Prometheus counter that a check's findings feed: ``healthd_<name>_total``.
+
+    ``select`` gives the label values (in the order of ``labels``) of a finding that
+    is one of the counted events, and None for any other finding. A finding's
+    ``count`` detail is its number of events (1 without one): the total since a
+    point the check chooses, such as the boot, so the series is a counter whose
+    resets ``rate()`` handles. Labels must stay few and low-cardinality (GPU
+    indexes, error numbers), never free text.
+    """
+
+    name: str
+    documentation: str
+    labels: tuple[str, ...]
+    select: Callable[[Finding], Optional[tuple[str, ...]]]
+
+    def __post_init__(self) -> None:
+        if not _NAME.fullmatch(self.name) or self.name.endswith("_total"):
+            raise ValueError(f"event counter name {self.name!r}: lower-case letters, digits and _, no _total")
+        if not all(_NAME.fullmatch(label) for label in self.labels) or len(set(self.labels)) != len(self.labels):
+            raise ValueError(
+                f"event counter {self.name!r}: labels must be distinct lower-case names, got {self.labels}"
+            )
+
+    def tally(self, findings: Iterable[Finding]) -> EventTally:
+        """The events among ``findings``, summed by label values."""
+        counts: dict[tuple[str, ...], float] = {}
+        for finding in findings:
+            values = self.select(finding)
+            if values is None:
+                continue
+            if len(values) != len(self.labels):
+                raise ValueError(f"event counter {self.name!r} gave {len(values)} label values for {self.labels}")
+            count = finding.details.get("count")
+            amount = 1.0
+            if isinstance(count, (int, float)) and not isinstance(count, bool) and math.isfinite(count) and count >= 0:
+                amount = float(count)
+            key = tuple(str(v) for v in values)
+            counts[key] = counts.get(key, 0.0) + amount
+        return EventTally(self.name, self.documentation, self.labels, tuple(sorted(counts.items())))
+
+
+@dataclass(frozen=True)
+class CheckSpec(Generic[S]):
+    """What a check module exports: a name, a settings model, a ``run`` function and its event counters.
+
+    ``run`` gathers and judges (``Staged``), returning findings (none means healthy);
+    it raises ``NotApplicable`` when the node has nothing to check. It must not log,
+    act or touch metrics: it only reports. ``events`` turn findings into counters.
     """
 
     name: str
     description: str
     settings: type[S]
     run: Callable[[CheckContext[S]], Iterable[Finding]]
+    events: tuple[EventCounter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +255,6 @@ class BrokenCheck:
 def _untrusted_plugin(module: str) -> str | None:
     """Why the plugin module's file must not be loaded (see healthd.trust), if it must not."""
     import importlib.util
-    from pathlib import Path
 
     from healthd.trust import untrusted_reason
 
@@ -112,29 +267,77 @@ def _untrusted_plugin(module: str) -> str | None:
     return untrusted_reason(Path(found.origin))
 
 
-def discover() -> list[CheckSpec[Any] | BrokenCheck]:
-    """Load every check registered under the entry-point group, sorted by name."""
+def _load(group: str, kind: type[T]) -> dict[str, Union[T, str]]:
+    """Each entry point of ``group`` by name: the loaded object, or why it could not be loaded."""
     from importlib.metadata import entry_points
 
     try:
-        eps = list(entry_points(group=ENTRY_POINT_GROUP))
+        eps = list(entry_points(group=group))
     except TypeError:  # Python 3.9: entry_points() takes no arguments
-        eps = list(entry_points().get(ENTRY_POINT_GROUP, []))  # type: ignore[attr-defined]
-    seen: dict[str, CheckSpec[Any] | BrokenCheck] = {}
+        eps = list(entry_points().get(group, []))  # type: ignore[attr-defined]
+    seen: dict[str, Union[T, str]] = {}
     for ep in eps:
         if ep.name in seen:
             continue
         reason = _untrusted_plugin(ep.module)
         if reason:
-            seen[ep.name] = BrokenCheck(ep.name, f"refusing to load {ep.value}: {reason}")
+            seen[ep.name] = f"refusing to load {ep.value}: {reason}"
             continue
         try:
-            spec = ep.load()
+            loaded = ep.load()
         except Exception as exc:  # any import failure must become a visible result
-            seen[ep.name] = BrokenCheck(ep.name, f"cannot load {ep.value}: {type(exc).__name__}: {exc}")
+            seen[ep.name] = f"cannot load {ep.value}: {type(exc).__name__}: {exc}"
             continue
-        if not isinstance(spec, CheckSpec) or spec.name != ep.name:
-            seen[ep.name] = BrokenCheck(ep.name, f"{ep.value} is not a CheckSpec named {ep.name!r}")
+        if not isinstance(loaded, kind) or getattr(loaded, "name", None) != ep.name:
+            seen[ep.name] = f"{ep.value} is not a {kind.__name__} named {ep.name!r}"
             continue
-        seen[ep.name] = spec
-    return [seen[name] for name in sorted(seen)]
+        seen[ep.name] = loaded
+    return seen
+
+
+def discover() -> list[CheckSpec[Any] | BrokenCheck]:
+    """Load every check registered under the ``healthd.checks`` entry-point group, sorted by name."""
+    found = _load(ENTRY_POINT_GROUP, CheckSpec)
+    return [spec if isinstance(spec, CheckSpec) else BrokenCheck(name, spec) for name, spec in sorted(found.items())]
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """A ``healthd`` subcommand a plugin contributes through the ``healthd.commands`` entry points.
+
+    Its module is imported only to run it or to list it in ``healthd --help``: keep
+    it light and import heavy modules inside ``run``. ``run`` returns the exit code.
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class BrokenCommand:
+    """Stands in for a command whose entry point failed to load; running it says why."""
+
+    name: str
+    error: str
+    help: str = "(cannot be loaded)"
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        import argparse
+
+        parser.add_argument("ignored", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    def run(self, args: argparse.Namespace) -> int:
+        import sys
+
+        print(f"healthd: the {self.name} command cannot be used: {self.error}", file=sys.stderr)
+        return EX_SOFTWARE  # sysexits.h, as for any other internal error
+
+
+def discover_commands() -> list[CommandSpec | BrokenCommand]:
+    """Load every command registered under the ``healthd.commands`` entry-point group, sorted by name."""
+    found = _load(COMMAND_GROUP, CommandSpec)
+    return [
+        spec if isinstance(spec, CommandSpec) else BrokenCommand(name, spec) for name, spec in sorted(found.items())
+    ]

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
 from healthd.plugin import BrokenCheck, CheckContext, CheckSpec, NotApplicable
 
 
@@ -33,6 +33,7 @@ class PreparedCheck:
 class _Slot:
     done: threading.Event = field(default_factory=threading.Event)
     findings: tuple[Finding, ...] = ()
+    tallies: tuple[EventTally, ...] = ()
     state: RunState = RunState.RAN
     reason: str = ""
     finished_at: float = 0.0
@@ -49,6 +50,8 @@ def _execute(check: PreparedCheck, slot: _Slot, monotonic: Callable[[], float]) 
         bad = [f for f in findings if not isinstance(f, Finding) or f.check != check.name]
         if bad:
             raise TypeError(f"check returned {len(bad)} value(s) that are not its own Findings: {bad[0]!r}")
+        # The check's own code decides what is an event: a crash in it is the check's, like any other.
+        slot.tallies = tuple(counter.tally(findings) for counter in check.spec.events)
         slot.findings = findings
     except NotApplicable as exc:
         slot.state = RunState.NOT_APPLICABLE
@@ -93,9 +96,8 @@ class Runner:
             slot.done.wait(max(0.0, deadline - self._monotonic()))
             if slot.done.is_set():
                 self._inflight.pop(check.name, None)
-                results.append(
-                    CheckResult(check.name, slot.state, slot.findings, slot.finished_at - started, slot.reason)
-                )
+                duration = slot.finished_at - started
+                results.append(CheckResult(check.name, slot.state, slot.findings, duration, slot.reason, slot.tallies))
             else:
                 limit = deadline - started
                 results.append(

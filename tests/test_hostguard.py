@@ -112,7 +112,7 @@ def test_stray_healthd_check_subprocess(tmp_path):
     config = tmp_path / "healthd.toml"
     config.write_text(
         f'[paths]\\nstate_dir = "{tmp_path}/state"\\n[slurm]\\nnode_name = "node1"\\n'
-        '[node]\\nmounts = [{ path = "/no/such/mount" }]\\n'
+        '[checks.mounts]\\nexpect = [{ path = "/no/such/mount" }]\\n'
     )
     done = subprocess.run(
         [str(HEALTHD), "check", "--once", "--only", "mounts", "--config", str(config)], capture_output=True, timeout=60
@@ -210,10 +210,10 @@ def test_write_config_adds_a_private_state_dir_and_turns_slurm_off(
     write_config: Callable[..., Path], tmp_path: Path
 ) -> None:
     tomllib = toml_module()
-    path = write_config('[paths]\nprocfs = "/proc"\n[node]\ngpus = 8\n')
+    path = write_config('[paths]\nprocfs = "/proc"\n[checks.gpu]\nexpect_gpus = 8\n')
     document = tomllib.loads(path.read_text())
     assert document["paths"] == {"procfs": "/proc", "state_dir": str(tmp_path / "state")}
-    assert document["slurm"] == {"enabled": False} and document["node"] == {"gpus": 8}
+    assert document["slurm"] == {"enabled": False} and document["checks"] == {"gpu": {"expect_gpus": 8}}
     path = write_config('[slurm]\nnode_name = "n1"\n')
     assert tomllib.loads(path.read_text())["slurm"] == {"enabled": False, "node_name": "n1"}
 

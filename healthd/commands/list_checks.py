@@ -14,6 +14,7 @@ import sys
 from typing import Any, Optional
 
 from healthd.cli import add_config_argument
+from healthd.exitcodes import EX_OK, EX_UNKNOWN
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,4 +69,4 @@ def run(args: argparse.Namespace) -> int:
             for name, value in (row["trust_switches"] or {}).items():
                 state = "ON: trusts what it does not by default" if value is True else json.dumps(value)
                 print(f"{'':<{width}}  {name} = {state}")
-    return 0 if all(r["loaded"] for r in rows) else 3
+    return EX_OK if all(r["loaded"] for r in rows) else EX_UNKNOWN

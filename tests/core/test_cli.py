@@ -33,7 +33,7 @@ def test_list_checks_names_every_builtin(cli: Callable[..., tuple[int, str, str]
 def test_json_output_validates_against_the_documented_schema(
     write_config: Callable[[str], Path], cli_json: Any
 ) -> None:
-    path = write_config('[node]\nmounts = [{ path = "/definitely-not-mounted" }]\n')
+    path = write_config('[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n')
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts,services", "--config", str(path), "--dry-run")
     parsed = PassOut.model_validate(doc)
     assert parsed.exit_code == code == 2
@@ -48,7 +48,7 @@ def test_schema_file_is_up_to_date() -> None:
 def test_table_output_lists_checks_and_findings(
     write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    path = write_config('[node]\nmounts = [{ path = "/definitely-not-mounted" }]\n')
+    path = write_config('[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n')
     code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path), "--dry-run")
     assert code == 2
     lines = out.splitlines()
@@ -84,7 +84,7 @@ def test_table_counts_notes_but_lists_only_problems() -> None:
 
 # --- what the table says about the action (item: a first dry run without Slurm) ---------------------------
 
-MISSING = '[node]\nmounts = [{ path = "/definitely-not-mounted" }]\n'
+MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'
 WOULD = "would take the node out now (CRITICAL from mounts; reason 'healthd: MOUNT_MISSING /definitely-not-mounted')"
 
 
@@ -331,7 +331,7 @@ def _big_setup(tmp_path: Path, fixtures: Path) -> tuple[Path, Path]:
     config = tmp_path / "healthd.toml"
     config.write_text(
         f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[slurm]\nenabled = false\nnode_name = "n1"\n'
-        f"[node]\nmounts = [{mounts}]\n"
+        f"[checks.mounts]\nexpect = [{mounts}]\n"
     )
     log = tmp_path / "dmesg.txt"
     log.write_text((fixtures / "kernlog" / "journalctl-k.txt").read_text() * 1000)

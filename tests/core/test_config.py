@@ -1,15 +1,20 @@
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from healthd.config import ConfigError, MountSpec, parse_config
+from healthd.config import ConfigError, parse_config
 from healthd.engine import settings_models
 from healthd.plugin import discover
+from healthd_checks.mounts import MountSpec
 
 MODELS = settings_models(discover())
+HEALTHD = str(Path(sys.executable).with_name("healthd"))
 
 
 def problems(text: str) -> list[str]:
@@ -26,7 +31,7 @@ def test_empty_config_gives_defaults() -> None:
 
 
 def test_typo_in_a_section_key_is_named() -> None:
-    assert problems("[node]\ngpu = 8\n") == ["node.gpu: unknown key"]
+    assert problems("[slurm]\nnodename = 8\n") == ["slurm.nodename: unknown key"]
 
 
 def test_unknown_section_is_named() -> None:
@@ -34,8 +39,8 @@ def test_unknown_section_is_named() -> None:
 
 
 def test_wrong_type_names_key_and_value() -> None:
-    (problem,) = problems('[node]\ngpus = "eight"\n')
-    assert problem.startswith("node.gpus: ") and "'eight'" in problem
+    (problem,) = problems('[checks.gpu]\nexpect_gpus = "eight"\n')
+    assert problem.startswith("checks.gpu.expect_gpus: ") and "'eight'" in problem
 
 
 def test_negative_timeout_in_a_check_table_is_named() -> None:
@@ -53,23 +58,23 @@ def test_unknown_check_lists_the_known_ones() -> None:
 
 
 def test_list_items_are_indexed() -> None:
-    (problem,) = problems('[node]\nmounts = [{ path = "/a" }, { path = "relative" }]\n')
-    assert problem.startswith("node.mounts[1].path: mount path must be absolute")
+    (problem,) = problems('[checks.mounts]\nexpect = [{ path = "/a" }, { path = "relative" }]\n')
+    assert problem.startswith("checks.mounts.expect[1].path: mount path must be absolute")
 
 
 def test_bad_ib_port_name() -> None:
-    (problem,) = problems('[node]\nib_ports = ["mlx5_0"]\n')
-    assert problem.startswith("node.ib_ports: IB port 'mlx5_0' must look like DEVICE:PORT")
+    (problem,) = problems('[checks.infiniband]\nexpect_ports = ["mlx5_0"]\n')
+    assert problem.startswith("checks.infiniband.expect_ports: IB port 'mlx5_0' must look like DEVICE:PORT")
 
 
 def test_toml_syntax_error_names_the_line() -> None:
-    (problem,) = problems("[node]\ngpus = = 8\n")
+    (problem,) = problems("[checks.gpu]\nexpect_gpus = = 8\n")
     assert "not valid TOML" in problem and "line 2" in problem
 
 
 def test_error_text_names_the_file() -> None:
-    with pytest.raises(ConfigError, match=r"^test.toml: node.gpu: unknown key$"):
-        parse_config("[node]\ngpu = 8\n", "test.toml", MODELS)
+    with pytest.raises(ConfigError, match=r"^test.toml: checks.gpu.gpus: unknown key$"):
+        parse_config("[checks.gpu]\ngpus = 8\n", "test.toml", MODELS)
 
 
 def test_mount_path_trailing_slash_is_normalised() -> None:
@@ -79,21 +84,24 @@ def test_mount_path_trailing_slash_is_normalised() -> None:
 def test_cli_exits_78_naming_the_key(
     write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    path = write_config("[node]\nservices = 3\nmountz = []\n")
+    path = write_config("[checks.services]\nexpect = 3\nmountz = []\n")
     for args in (["config", "validate"], ["check", "--once"], ["check", "--once", "--json"]):
         code, out, err = cli(*args, "--config", str(path))
         assert code == 78
         assert out == ""
-        assert f"{path}: node.mountz: unknown key" in err
-        assert f"{path}: node.services: Input should be a valid list" in err
+        assert f"{path}: checks.services.mountz: unknown key" in err
+        assert f"{path}: checks.services.expect: Input should be a valid list" in err
 
 
 def test_cli_validate_accepts_a_good_file(
     write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    path = write_config('[node]\ngpus = 8\nmounts = [{ path = "/scratch", fstype = "lustre", rw = true }]\n')
-    code, out, _ = cli("config", "validate", "--config", str(path))
-    assert code == 0 and out.strip() == f"{path}: valid"
+    path = write_config(
+        "[checks.gpu]\nexpect_gpus = 8\n"
+        '[checks.mounts]\nexpect = [{ path = "/scratch", fstype = "lustre", rw = true }]\n'
+    )
+    code, out, err = cli("config", "validate", "--config", str(path))
+    assert code == 0 and out.strip() == f"{path}: valid" and err == ""
 
 
 def test_missing_config_file_is_a_config_error(tmp_path: Path, cli: Callable[..., tuple[int, str, str]]) -> None:
@@ -102,7 +110,79 @@ def test_missing_config_file_is_a_config_error(tmp_path: Path, cli: Callable[...
 
 
 def test_every_problem_is_reported_in_one_round() -> None:
-    assert problems("[node]\ngpu = 8\n[checks.mounts]\nmin_free_pct = 3\n") == [
-        "node.gpu: unknown key",
+    assert problems("[slurm]\nnodename = 8\n[checks.mounts]\nmin_free_pct = 3\n") == [
+        "slurm.nodename: unknown key",
         "checks.mounts.min_free_pct: unknown key",
     ]
+
+
+# --- [node]: the expectations that moved to the checks' own tables -------------------------------------------
+
+# Every key [node] had, and where it lives now: the same value there means the same.
+MOVED = [
+    ("gpus = 8", "gpu", "expect_gpus", 8),
+    ('ib_ports = ["mlx5_0:1"]', "infiniband", "expect_ports", ["mlx5_0:1"]),
+    ("ib_rate_gbps = 400", "infiniband", "expect_rate_gbps", 400),
+    ('ib_link_layer = "Ethernet"', "infiniband", "expect_link_layer", "Ethernet"),
+    ('services = ["munge"]', "services", "expect", ["munge"]),
+    ('kernel_modules = ["nvidia"]', "services", "expect_kernel_modules", ["nvidia"]),
+    ('pcie_devices = ["0000:3a:00.0"]', "pcie", "expect_devices", ["0000:3a:00.0"]),
+]
+
+
+@pytest.mark.parametrize(("line", "check", "setting", "value"), MOVED)
+def test_a_node_key_still_means_what_it_meant_and_says_where_it_moved(
+    line: str, check: str, setting: str, value: object
+) -> None:
+    old = parse_config(f"[node]\n{line}\n", "test.toml", MODELS)
+    key = line.split(" = ")[0]
+    new = parse_config(f"[checks.{check}]\n{setting} = {line.split(' = ', 1)[1]}\n", "test.toml", MODELS)
+    assert getattr(old.check_settings[check], setting) == value
+    assert old.check_settings == new.check_settings and new.deprecated == ()
+    note = f"[node] {key} is deprecated: write it as [checks.{check}] {setting} (it means the same)"
+    assert old.deprecated == (note,)
+
+
+def test_node_mounts_become_the_mounts_checks_expectations() -> None:
+    loaded = parse_config('[node]\nmounts = [{ path = "/scratch/", rw = true }]\n', "test.toml", MODELS)
+    assert loaded.check_settings["mounts"].expect == [MountSpec(path="/scratch", rw=True)]
+    assert loaded.deprecated == ("[node] mounts is deprecated: write it as [checks.mounts] expect (it means the same)",)
+
+
+def test_errors_in_a_node_key_name_the_key_as_written() -> None:
+    assert problems("[node]\ngpu = 8\n") == ["node.gpu: unknown key"]
+    (problem,) = problems('[node]\ngpus = "eight"\n')
+    assert problem.startswith("node.gpus: ") and "'eight'" in problem
+    (problem,) = problems('[node]\nmounts = [{ path = "/a" }, { path = "relative" }]\n')
+    assert problem.startswith("node.mounts[1].path: mount path must be absolute")
+    (problem,) = problems('[node]\nib_ports = ["mlx5_0"]\n')
+    assert problem.startswith("node.ib_ports: IB port 'mlx5_0' must look like DEVICE:PORT")
+
+
+def test_a_key_set_in_both_places_is_refused_not_guessed() -> None:
+    text = "[node]\ngpus = 8\n[checks.gpu]\nexpect_gpus = 4\n"
+    assert problems(text) == [
+        "node.gpus: also set as checks.gpu.expect_gpus; keep only [checks.gpu] expect_gpus ([node] is deprecated)"
+    ]
+
+
+def test_node_that_is_not_a_table_is_named() -> None:
+    (problem,) = problems("node = 3\n")
+    assert problem.startswith("node: must be a table (got 3)")
+
+
+def test_an_old_config_still_runs_and_warns_on_stderr(write_config: Callable[[str], Path]) -> None:
+    path = write_config(
+        '[node]\nmounts = [{ path = "/definitely-not-mounted" }]\n[checks.mounts]\ninclude_root = false\n'
+    )
+    done = subprocess.run(
+        [HEALTHD, "check", "--once", "--json", "--only", "mounts", "--dry-run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2
+    (mounts,) = json.loads(done.stdout)["checks"]
+    assert [f["code"] for f in mounts["findings"]] == ["MOUNT_MISSING"]
+    assert f"{path}: [node] mounts is deprecated: write it as [checks.mounts] expect (it means the same)" in done.stderr

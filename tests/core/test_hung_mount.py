@@ -26,8 +26,8 @@ def test_hung_mount_is_critical_within_deadline_and_probed_once(
     hung_mount: str, write_config: Callable[[str], Path], stat_probes: Callable[[str], list[int]]
 ) -> None:
     config = write_config(
-        f'[node]\nmounts = [{{ path = "{hung_mount}" }}]\n'
-        f"[checks.mounts]\ninclude_root = false\ntimeout = 10\nprobe_timeout = {PROBE_TIMEOUT}\n"
+        f'[checks.mounts]\nexpect = [{{ path = "{hung_mount}" }}]\n'
+        f"include_root = false\ntimeout = 10\nprobe_timeout = {PROBE_TIMEOUT}\n"
     )
     code, doc = _pass(config)
     (mounts,) = doc["checks"]

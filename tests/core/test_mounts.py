@@ -14,7 +14,7 @@ def findings(doc: dict[str, Any], check: str) -> list[tuple[str, str, str]]:
 def config(fixtures: Path, mounts: str, extra: str = "") -> str:
     return (
         f'[paths]\nprocfs = "{fixtures / FIXTURE_PROC}"\n'
-        f"[node]\nmounts = [{mounts}]\n[checks.mounts]\ninclude_root = false\nprobe_usage = false\n{extra}"
+        f"[checks.mounts]\nexpect = [{mounts}]\ninclude_root = false\nprobe_usage = false\n{extra}"
     )
 
 
@@ -53,7 +53,7 @@ def test_wrong_type_source_and_read_only(fixtures: Path, write_config: Callable[
 def test_malformed_mountinfo_is_unknown_naming_the_line(
     fixtures: Path, write_config: Callable[[str], Path], cli_json: Any
 ) -> None:
-    body = f'[paths]\nprocfs = "{fixtures / "procfs/broken"}"\n[node]\nmounts = [{{ path = "/x" }}]\n'
+    body = f'[paths]\nprocfs = "{fixtures / "procfs/broken"}"\n[checks.mounts]\nexpect = [{{ path = "/x" }}]\n'
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
     (finding,) = next(c for c in doc["checks"] if c["name"] == "mounts")["findings"]
     assert code == 3 and finding["code"] == "MOUNTINFO_MALFORMED"
@@ -67,8 +67,8 @@ def test_real_full_filesystem_warns(
     (tiny_tmpfs / "fill").write_bytes(b"\0" * (1024 * 1024 - 8192))
     for i in range(60):
         (tiny_tmpfs / f"f{i}").touch()
-    body = f'[node]\nmounts = [{{ path = "{tiny_tmpfs}", fstype = "tmpfs", rw = true }}]\n'
-    body += "[checks.mounts]\ninclude_root = false\nmin_free_percent = 10\nmin_free_inodes_percent = 10\n"
+    body = f'[checks.mounts]\nexpect = [{{ path = "{tiny_tmpfs}", fstype = "tmpfs", rw = true }}]\n'
+    body += "include_root = false\nmin_free_percent = 10\nmin_free_inodes_percent = 10\n"
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
     assert code == 1
     assert sorted(findings(doc, "mounts")) == [

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-from healthd.config import NodeSpec, Paths
+from healthd.config import Paths
 from healthd.model import Finding, RunState, Status
 from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, NotApplicable
 from healthd.runner import PreparedCheck, Runner
@@ -18,7 +18,7 @@ RELEASE = threading.Event()
 
 def prepared(tmp_path: Path, name: str, run: Callable[[CheckContext[Any]], Iterable[Finding]], timeout: float = 1.0):
     spec: CheckSpec[CheckSettings] = CheckSpec(name, "test", CheckSettings, run)
-    ctx = CheckContext(name, CheckSettings(timeout=timeout), NodeSpec(), Paths(), StateFile(tmp_path, name))
+    ctx = CheckContext(name, CheckSettings(timeout=timeout), Paths(), StateFile(tmp_path, name))
     return PreparedCheck(name, spec, ctx)
 
 

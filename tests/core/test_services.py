@@ -119,7 +119,7 @@ def process_table(tmp_path: Path, services: list[str], settings: str = "") -> st
     listed = ", ".join(toml_string(s) for s in services)
     return (
         f"[paths]\nstate_dir = {toml_string(str(tmp_path / 'state'))}\n[slurm]\nenabled = false\n"
-        f'[checks.services]\nmanager = "process"\n{settings}\n[node]\nservices = [{listed}]\n'
+        f'[checks.services]\nexpect = [{listed}]\nmanager = "process"\n{settings}\n'
     )
 
 
@@ -274,7 +274,8 @@ def test_bad_process_settings_name_the_key(
 def test_missing_and_loaded_kernel_modules(fixtures: Path, tmp_path: Path, check: CheckJson) -> None:
     body = (
         f'[paths]\nprocfs = "{fixtures / "procfs/gpu-node"}"\nstate_dir = "{tmp_path / "state"}"\n'
-        '[slurm]\nenabled = false\n[node]\nkernel_modules = ["nvidia", "nvidia-peermem", "mlx5_ib", "nvidia_fs"]\n'
+        "[slurm]\nenabled = false\n"
+        '[checks.services]\nexpect_kernel_modules = ["nvidia", "nvidia-peermem", "mlx5_ib", "nvidia_fs"]\n'
     )
     code, doc = check(body)
     assert code == 2 and codes(doc) == [("CRITICAL", "MODULE_NOT_LOADED", "nvidia_fs")]
@@ -288,7 +289,7 @@ def test_nothing_configured_is_not_applicable(check: CheckJson) -> None:
 def test_malformed_modules_file_names_the_line(fixtures: Path, tmp_path: Path, check: CheckJson) -> None:
     body = (
         f'[paths]\nprocfs = "{fixtures / "procfs/broken"}"\nstate_dir = "{tmp_path / "state"}"\n'
-        '[slurm]\nenabled = false\n[node]\nkernel_modules = ["nvidia"]\n'
+        '[slurm]\nenabled = false\n[checks.services]\nexpect_kernel_modules = ["nvidia"]\n'
     )
     code, doc = check(body)
     (finding,) = doc["checks"][0]["findings"]

@@ -1,4 +1,4 @@
-"""The services check's process-table reader and judge, on a captured process table (fixtures/procfs/services)."""
+"""The services check's process-table reader and matcher, on a captured process table (fixtures/procfs/services)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd_checks.procs import StatusError, TaskStatus, parse_status, read_processes
-from healthd_checks.services import ProcessRule, Sighting, judge
+from healthd_checks.services import ProcessRule, Sighting, find_service
 
 
 @pytest.fixture
@@ -47,29 +47,29 @@ def rule(owners: dict[int, str], exe: str | None = None) -> ProcessRule:
 
 def test_users_processes_never_count(table: Path) -> None:
     users_only = [p for p in read_processes(table) if p.pid >= 31337]
-    assert judge(rule({0: "root"}), users_only) == Sighting(running=False, other_owners=(1001,))
+    assert find_service(rule({0: "root"}), users_only) == Sighting(running=False, other_owners=(1001,))
 
 
 def test_root_and_service_accounts_count(table: Path) -> None:
     processes = read_processes(table)
     root_started = [p for p in processes if p.pid != 1201]
-    assert judge(rule({0: "root"}), root_started).running
+    assert find_service(rule({0: "root"}), root_started).running
     as_munge = [p for p in processes if p.pid != 1200]
-    assert judge(rule({0: "root"}), as_munge) == Sighting(running=False, other_owners=(102, 1001))
-    assert judge(rule({0: "root", 102: "munge"}), as_munge).running
+    assert find_service(rule({0: "root"}), as_munge) == Sighting(running=False, other_owners=(102, 1001))
+    assert find_service(rule({0: "root", 102: "munge"}), as_munge).running
 
 
 def test_executable_must_match_and_a_deleted_binary_still_counts(table: Path) -> None:
     processes = [p for p in read_processes(table) if p.pid == 1201]
-    assert judge(rule({102: "munge"}, "/usr/sbin/munged"), processes).running
-    assert judge(rule({102: "munge"}, "/opt/munge/sbin/munged"), processes) == Sighting(
+    assert find_service(rule({102: "munge"}, "/usr/sbin/munged"), processes).running
+    assert find_service(rule({102: "munge"}, "/opt/munge/sbin/munged"), processes) == Sighting(
         running=False, other_exes=("/usr/sbin/munged (deleted)",)
     )
 
 
 def test_zombies_do_not_count(table: Path) -> None:
     zombie = [p for p in read_processes(table) if p.pid == 4242]
-    assert not judge(ProcessRule(names=("true",), owners={0: "root"}), zombie).running
+    assert not find_service(ProcessRule(names=("true",), owners={0: "root"}), zombie).running
 
 
 def test_malformed_status_names_the_file(tmp_path: Path) -> None:

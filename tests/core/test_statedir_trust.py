@@ -41,7 +41,7 @@ def write_config(tmp_path: Path, state: Path, extra: str = "") -> Path:
         f'[paths]\nstate_dir = "{state}"\n'
         '[slurm]\nenabled = false\nnode_name = "node-test"\n'
         "[daemon]\ninterval = 1\nsplay = false\n"
-        '[node]\nmounts = [{ path = "/no/such/mount" }]\n'
+        '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n'
         + "".join(f"[checks.{name}]\nenabled = false\n" for name in OTHER_CHECKS)
         + extra
     )

@@ -6,12 +6,12 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import pytest
 
 from healthd.cli import main
-from healthd.config import NodeSpec, Paths
+from healthd.config import Paths
 from healthd.plugin import CheckContext, CheckSettings
 from healthd.state import StateFile
 
@@ -70,7 +70,8 @@ class Node:
     """A temporary node: a sysfs tree (base plus overlays), a procfs with a boot id, a state dir."""
 
     root: Path
-    node_toml: str = ""
+    infiniband_toml: str = ""
+    pcie_toml: str = ""
     checks_toml: str = ""
     passes: list[dict[str, Any]] = field(default_factory=list)
 
@@ -104,7 +105,8 @@ class Node:
         path = self.root / "healthd.toml"
         path.write_text(
             f'[paths]\nsysfs = "{self.sysfs}"\nprocfs = "{self.procfs}"\nstate_dir = "{self.state_dir}"\n'
-            f"[slurm]\nenabled = false\n[node]\n{self.node_toml}\n{self.checks_toml}\n"
+            f"[slurm]\nenabled = false\n[checks.infiniband]\n{self.infiniband_toml}\n"
+            f"[checks.pcie]\n{self.pcie_toml}\n{self.checks_toml}\n"
         )
         return path
 
@@ -114,13 +116,10 @@ class Node:
         code = main(argv)
         return PassOutput(code, json.loads(capsys.readouterr().out))
 
-    def context(
-        self, name: str, settings: CheckSettings, clock: Callable[[], float], node: Optional[NodeSpec] = None
-    ) -> CheckContext[Any]:
+    def context(self, name: str, settings: CheckSettings, clock: Callable[[], float]) -> CheckContext[Any]:
         return CheckContext(
             name=name,
             settings=settings,
-            node=node or NodeSpec(),
             paths=self.paths(),
             state=StateFile(self.state_dir, f"check-{name}"),
             clock=clock,

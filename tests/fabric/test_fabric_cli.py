@@ -30,14 +30,14 @@ SINGLE_PASS = [
     ("ib-port-down", "", {("CRITICAL", "IB_PORT_DOWN", "mlx5_5:1")}, 2),
     ("ib-port-polling", "", {("CRITICAL", "IB_PORT_DOWN", "mlx5_2:1")}, 2),
     ("ib-rate-200", "", {("WARNING", "IB_RATE_DEGRADED", "mlx5_6:1")}, 1),
-    ("ib-rate-200", "ib_rate_gbps = 400", {("CRITICAL", "IB_RATE_MISMATCH", "mlx5_6:1")}, 2),
+    ("ib-rate-200", "expect_rate_gbps = 400", {("CRITICAL", "IB_RATE_MISMATCH", "mlx5_6:1")}, 2),
     ("ib-counter-na", "", {("OK", "IB_COUNTERS_UNAVAILABLE", "mlx5_7:1")}, 0),
     # By default only InfiniBand-layer ports are judged: the RoCE port is left alone.
     ("roce-storage", "", set(), 0),
-    ("roce-storage", 'ib_link_layer = "InfiniBand"', set(), 0),
+    ("roce-storage", 'expect_link_layer = "InfiniBand"', set(), 0),
     (
         "roce-storage",
-        f'ib_ports = {json.dumps([*IB_PORTS, "mlx5_8:1"])}\nib_link_layer = "InfiniBand"',
+        f'expect_ports = {json.dumps([*IB_PORTS, "mlx5_8:1"])}\nexpect_link_layer = "InfiniBand"',
         {("CRITICAL", "IB_LINK_LAYER", "mlx5_8:1")},
         2,
     ),
@@ -52,12 +52,12 @@ SINGLE_PASS = [
 ]
 
 
-@pytest.mark.parametrize(("overlay", "node_toml", "expected", "exit_code"), SINGLE_PASS)
+@pytest.mark.parametrize(("overlay", "infiniband_toml", "expected", "exit_code"), SINGLE_PASS)
 def test_variant_names_exactly_the_degraded_part(
-    node_with: Any, capsys: Capsys, overlay: str, node_toml: str, expected: set[Any], exit_code: int
+    node_with: Any, capsys: Capsys, overlay: str, infiniband_toml: str, expected: set[Any], exit_code: int
 ) -> None:
     node = node_with(overlay)
-    node.node_toml = node_toml
+    node.infiniband_toml = infiniband_toml
     out = node.check_once(capsys)
     assert out.findings() == expected
     assert out.code == exit_code
@@ -73,7 +73,7 @@ def test_down_and_polling_messages_say_what_the_port_reads(node_with: Any, capsy
 
 def test_rate_mismatch_reports_both_rates(node_with: Any, capsys: Capsys) -> None:
     node = node_with("ib-rate-200")
-    node.node_toml = "ib_rate_gbps = 400"
+    node.infiniband_toml = "expect_rate_gbps = 400"
     details = node.check_once(capsys).finding("IB_RATE_MISMATCH", "mlx5_6:1")["details"]
     assert details == {"rate_gbps": 200.0, "expected_gbps": 400}
 
@@ -83,9 +83,9 @@ def test_uncabled_ethernet_port_is_not_judged_by_default(node_with: Any, capsys:
     node.write("class/infiniband/mlx5_8/ports/1/state", "1: DOWN\n")
     node.write("class/infiniband/mlx5_8/ports/1/phys_state", "3: Disabled\n")
     assert node.check_once(capsys).findings() == set()
-    node.node_toml = 'ib_link_layer = "Ethernet"'
+    node.infiniband_toml = 'expect_link_layer = "Ethernet"'
     assert node.check_once(capsys).findings() == {("CRITICAL", "IB_PORT_DOWN", "mlx5_8:1")}
-    node.node_toml = f"ib_ports = {json.dumps([*IB_PORTS, 'mlx5_8:1'])}"
+    node.infiniband_toml = f"expect_ports = {json.dumps([*IB_PORTS, 'mlx5_8:1'])}"
     assert node.check_once(capsys).findings() == {("CRITICAL", "IB_PORT_DOWN", "mlx5_8:1")}
 
 
@@ -149,10 +149,8 @@ def test_plain_directories_without_upstream_ports_use_the_device_maximum(node: A
 
 
 def test_required_port_and_device_that_do_not_exist(node: Any, capsys: Capsys, ports: list[str]) -> None:
-    node.node_toml = (
-        f"ib_ports = {json.dumps([*ports, 'mlx5_9:1'])}\n"
-        'pcie_devices = ["0000:18:00.0", "0000:C1:00.0", "3a:00.0", "not-an-address"]'
-    )
+    node.infiniband_toml = f"expect_ports = {json.dumps([*ports, 'mlx5_9:1'])}"
+    node.pcie_toml = 'expect_devices = ["0000:18:00.0", "0000:C1:00.0", "3a:00.0", "not-an-address"]'
     out = node.check_once(capsys)
     assert out.findings() == {
         ("CRITICAL", "IB_PORT_MISSING", "mlx5_9:1"),
@@ -164,7 +162,8 @@ def test_required_port_and_device_that_do_not_exist(node: Any, capsys: Capsys, p
 
 def test_configured_subset_judges_only_those(node_with: Any, capsys: Capsys) -> None:
     node = node_with("ib-port-down", "pcie-gpu-x8")
-    node.node_toml = 'ib_ports = ["mlx5_0:1", "mlx5_1:1"]\npcie_devices = ["0000:18:00.0"]'
+    node.infiniband_toml = 'expect_ports = ["mlx5_0:1", "mlx5_1:1"]'
+    node.pcie_toml = 'expect_devices = ["0000:18:00.0"]'
     assert node.check_once(capsys).findings() == set()
 
 
@@ -183,7 +182,7 @@ def test_no_devices_but_ports_expected_is_critical(node: Any, capsys: Capsys) ->
     import shutil
 
     shutil.rmtree(node.sysfs / "class")
-    node.node_toml = 'ib_ports = ["mlx5_0:1"]'
+    node.infiniband_toml = 'expect_ports = ["mlx5_0:1"]'
     out = node.check_once(capsys)
     assert out.findings() == {("CRITICAL", "IB_PORT_MISSING", "mlx5_0:1")}
 

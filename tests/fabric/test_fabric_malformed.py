@@ -105,7 +105,7 @@ def _valid(data: bytes, parse: Callable[[str], Any]) -> bool:
 def _run(check: Any, node: Any, check_settings: CheckSettings) -> list[Finding]:
     if node.state_dir.exists():
         shutil.rmtree(node.state_dir)
-    found: list[Finding] = check.run(node.context(check.CHECK.name, check_settings, lambda: 1_700_000_000.0))
+    found: list[Finding] = check.CHECK.run(node.context(check.CHECK.name, check_settings, lambda: 1_700_000_000.0))
     return found
 
 
@@ -168,7 +168,7 @@ def test_malformed_pci_value_is_unknown_naming_the_file(
     original = path.read_bytes()
     path.write_bytes(data)
     try:
-        found = _run(pcie, node, CheckSettings())
+        found = _run(pcie, node, pcie.PcieSettings())
     finally:
         path.write_bytes(original)
     assert [(f.status, f.code, f.subject, f.details["file"]) for f in found] == [
@@ -179,17 +179,17 @@ def test_malformed_pci_value_is_unknown_naming_the_file(
 
 def test_malformed_value_on_second_pass_keeps_the_baseline(node: Any) -> None:
     ctx = node.context("infiniband", infiniband.InfinibandSettings(), lambda: 1_700_000_000.0)
-    infiniband.run(ctx)
+    infiniband.CHECK.run(ctx)
     counter = node.write("class/infiniband/mlx5_3/ports/1/counters/link_downed", "lots\n")
-    assert [f.code for f in infiniband.run(ctx)] == ["IB_SYSFS_UNREADABLE"]
+    assert [f.code for f in infiniband.CHECK.run(ctx)] == ["IB_SYSFS_UNREADABLE"]
     counter.write_text("2\n")
-    assert [(f.code, f.subject) for f in infiniband.run(ctx)] == [("IB_LINK_DOWNED", "mlx5_3:1")]
+    assert [(f.code, f.subject) for f in infiniband.CHECK.run(ctx)] == [("IB_LINK_DOWNED", "mlx5_3:1")]
 
 
 def test_unreadable_file_is_unknown(node: Any) -> None:
     rate = node.sysfs / "class/infiniband/mlx5_0/ports/1/rate"
     rate.unlink()
     rate.mkdir()
-    found = infiniband.run(node.context("infiniband", infiniband.InfinibandSettings(), lambda: 0.0))
+    found = infiniband.CHECK.run(node.context("infiniband", infiniband.InfinibandSettings(), lambda: 0.0))
     assert [(f.status, f.code, f.subject) for f in found] == [(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", "mlx5_0:1")]
     assert str(rate) in found[0].message

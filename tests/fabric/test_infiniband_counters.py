@@ -7,10 +7,11 @@ from typing import Any
 
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext
-from healthd_checks.infiniband import InfinibandSettings, PerHourLimits, run
+from healthd_checks.infiniband import CHECK, InfinibandSettings, PerHourLimits
 
 HOUR = 3600.0
 PORT = "mlx5_3:1"
+run = CHECK.run
 COUNTERS = "class/infiniband/mlx5_3/ports/1/counters"
 
 

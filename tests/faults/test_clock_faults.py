@@ -71,7 +71,8 @@ def test_infiniband_counters_across_clock_jumps(harness: Callable[..., Harness],
 
 def test_gpu_replay_rate_across_clock_jumps(harness: Callable[..., Harness], mocker: Any, tmp_path: Path) -> None:
     fake = fake_nvml_module.FakeNvml().install(mocker)
-    node = harness(*builtin("gpu"), paths=f'sysfs = "{fake_nvml_module.SYSFS_H100}"', extra="[node]\ngpus = 8\n")
+    sysfs = f'sysfs = "{fake_nvml_module.SYSFS_H100}"'
+    node = harness(*builtin("gpu"), paths=sysfs, extra="[checks.gpu]\nexpect_gpus = 8\n")
     clock = Clock()
     engine = _engine(node, clock)
     for step, now in enumerate(JUMPS):

@@ -61,7 +61,7 @@ def _check_once(tmp_path: Path, node: str, sysfs: Path) -> tuple[int, dict[str, 
 
 @pytest.mark.skipif(_driver_present(), reason="an NVIDIA driver is loaded here: NVML is not missing")
 def test_nvml_missing_with_gpus_expected_is_critical(tmp_path: Path) -> None:
-    code, document = _check_once(tmp_path, "[node]\ngpus = 8\n", SYSFS_H100)
+    code, document = _check_once(tmp_path, "[checks.gpu]\nexpect_gpus = 8\n", SYSFS_H100)
     (check,) = document["checks"]
     (finding,) = check["findings"]
     assert code == 2
@@ -99,7 +99,7 @@ def test_gpu_lost_mid_pass_is_critical_for_that_gpu_alone(
 ) -> None:
     fake = fake_nvml_module.FakeNvml().install(mocker)
     fake.gpus[5] = _LosesGpu(fake.gpus[5], good=3)  # the handle and three readings succeed
-    node = harness(*builtin("gpu"), paths=f'sysfs = "{SYSFS_H100}"', extra="[node]\ngpus = 8\n")
+    node = harness(*builtin("gpu"), paths=f'sysfs = "{SYSFS_H100}"', extra="[checks.gpu]\nexpect_gpus = 8\n")
     running = start_daemon(node.daemon())
     reports = node.wait_passes(2)
     for report in reports[:2]:

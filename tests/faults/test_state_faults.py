@@ -152,7 +152,7 @@ def test_an_untrusted_state_dir_never_acts_on_slurm(
     config = node.root / "cli.toml"
     config.write_text(
         f'[paths]\nstate_dir = "{node.state_dir}"\n[slurm]\nconf = "{cluster.conf}"\nnode_name = "node1"\n'
-        '[node]\nmounts = [{ path = "/no/such/mount" }]\n'
+        '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n'
         + "".join(f"[checks.{name}]\nenabled = false\n" for name in ("services", "xid", "gpu", "infiniband", "pcie"))
     )
     for command in (["check", "--once"], ["check", "--once", "--json"], ["ack"]):

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import pynvml
 import pytest
 
-from healthd.config import NodeSpec, Paths
+from healthd.config import Paths
 from healthd.plugin import CheckContext
 from healthd.state import StateFile
 from healthd_checks.gpu import GpuSettings
@@ -50,8 +50,7 @@ def make_ctx(tmp_path: Path, clock: Clock) -> Callable[..., CheckContext[GpuSett
     def make(gpus: Optional[int] = 8, sysfs: Path = SYSFS_H100, **settings: Any) -> CheckContext[GpuSettings]:
         return CheckContext(
             name="gpu",
-            settings=GpuSettings(**settings),
-            node=NodeSpec(gpus=gpus),
+            settings=GpuSettings(expect_gpus=gpus, **settings),
             paths=Paths(sysfs=sysfs, state_dir=tmp_path / "state"),
             state=state,
             clock=clock,

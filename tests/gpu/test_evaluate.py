@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from healthd.model import Finding, Status
-from healthd_checks.gpu import GpuSettings, evaluate, run
+from healthd_checks.gpu import CHECK, GpuSettings, evaluate
 from healthd_checks.nvml_source import (
     GpuReading,
     NodeReading,
@@ -22,6 +22,7 @@ from healthd_checks.sysfs import VENDOR_NVIDIA, PciScan, scan_pci
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
 HEALTHY = SnapshotFile(FIXTURES / "h100-healthy.json").read()
 PCI = scan_pci(FIXTURES / "sysfs-h100", frozenset({VENDOR_NVIDIA}))
+run = CHECK.run
 
 
 def _make(status: Status, code: str, subject: str, message: str, **details: Any) -> Finding:

@@ -11,10 +11,11 @@ import pytest
 from healthd import cli
 from healthd.model import Status
 from healthd.plugin import NotApplicable
-from healthd_checks.gpu import run
+from healthd_checks.gpu import CHECK
 from healthd_checks.nvml_source import SnapshotFile
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+run = CHECK.run
 SYSFS_H100 = FIXTURES / "sysfs-h100"
 
 CASES = [
@@ -81,8 +82,7 @@ def _config(tmp_path: Path, snapshot: str, gpus: int = 8) -> Path:
     config = tmp_path / "healthd.toml"
     config.write_text(
         f'[paths]\nsysfs = "{SYSFS_H100}"\nstate_dir = "{tmp_path / "state"}"\n[slurm]\nenabled = false\n'
-        f"[node]\ngpus = {gpus}\n"
-        f'[checks.gpu]\nsnapshot = "{FIXTURES / snapshot}"\n'
+        f'[checks.gpu]\nexpect_gpus = {gpus}\nsnapshot = "{FIXTURES / snapshot}"\n'
     )
     return config
 

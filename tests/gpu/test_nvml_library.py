@@ -15,8 +15,10 @@ import pytest
 from healthd import cli
 from healthd.model import Status
 from healthd.plugin import NotApplicable
-from healthd_checks.gpu import run
+from healthd_checks.gpu import CHECK
 from healthd_checks.nvml_source import NvmlError, NvmlLibrary, RemappedRows, SnapshotFile
+
+run = CHECK.run
 
 
 def _error(code: int) -> pynvml.NVMLError:

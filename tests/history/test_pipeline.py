@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-MISSING = '[node]\nmounts = [{ path = "/no/such/history/mount" }]\n'
+MISSING = '[checks.mounts]\nexpect = [{ path = "/no/such/history/mount" }]\n'
 
 
 def _events(cli: Callable[..., tuple[int, str, str]], config: Path) -> list[dict[str, Any]]:

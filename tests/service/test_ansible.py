@@ -271,16 +271,22 @@ def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_p
 
     venv = root / "opt" / "healthd"
     config = root / "etc" / "healthd" / "healthd.toml"
+    # The node's expectations join the tables of the checks that judge them; unset ones are left out.
+    checks = variables["healthd_checks"]
     assert tomllib.loads(config.read_text()) == {
         "paths": {"state_dir": str(state_dir)},
-        "node": {"gpus": 0, "services": [], "mounts": [{"path": "/", "rw": True}]},
         "slurm": {"enabled": False, "conf": "/etc/slurm/slurm.conf", "node_name": "node-test", "timeout": 10},
         # A first deployment is a dry run unless healthd_dry_run says otherwise.
         "policy": {"dry_run": True, "unknown_action": "drain", "unknown_passes": 2},
         "runner": {"pass_timeout": 30},
         "daemon": {"interval": 300, "splay": True},
         "metrics": {"textfile": str(textfile), "listen": "127.0.0.1:9101"},
-        "checks": variables["healthd_checks"],
+        "checks": {
+            "gpu": {"expect_gpus": 0},
+            "mounts": {"expect": [{"path": "/", "rw": True}], **checks["mounts"]},
+            "services": {"expect": [], **checks["services"]},
+            "xid": checks["xid"],
+        },
     }
     # The file that was validated is the root-owned candidate next to the config, never a
     # temp copy of the login user's (which healthd's trust check refuses under become).

@@ -28,7 +28,7 @@ def _default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, 
 def test_hook_prints_one_line_and_exits_with_the_pass_status(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _default_config(tmp_path, monkeypatch, '[node]\nmounts = [{ path = "/no/such/mount\\nforged" }]')
+    _default_config(tmp_path, monkeypatch, '[checks.mounts]\nexpect = [{ path = "/no/such/mount\\nforged" }]')
     assert hook_main([]) == 2
     out = capsys.readouterr().out
     assert out == (
@@ -56,7 +56,7 @@ def test_hook_with_a_bad_config_says_so_in_one_line(
     assert "daemon.interval" in captured.err
 
 
-MISSING = '[node]\nmounts = [{ path = "/no/such/mount" }]'
+MISSING = '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]'
 
 
 @pytest.mark.parametrize(("argv", "expected"), [(["--help"], "usage: healthd-hook"), (["-h"], "--dry-run")])

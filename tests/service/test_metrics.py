@@ -18,10 +18,12 @@ from typing import Any, Callable
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from healthd.metrics import HealthdCollector, MetricsServer, new_registry, write_textfile, xid_events
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
+from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
 from healthd.outcome import ActionOutcome, PassAction, PassReport
+from healthd.plugin import EventCounter
 from healthd.policy import Action
+from healthd_checks.xid import XID_EVENTS
 
 PROMTOOL = shutil.which("promtool")
 
@@ -36,6 +38,15 @@ def _xid(gpu: int, xid: int, count: int) -> Finding:
     return Finding("xid", Status.CRITICAL, f"XID_{xid}", f"gpu{gpu}", f"Xid {xid}", {"gpu": gpu, "count": count})
 
 
+def _xid_result(findings: tuple[Finding, ...], duration: float = 0.0) -> CheckResult:
+    """The xid check's result as the runner makes it: its findings tallied by the counter it declares."""
+    return CheckResult("xid", RunState.RAN, findings, duration, tallies=(XID_EVENTS.tally(findings),))
+
+
+def _xid_events(result: PassResult) -> dict[tuple[str, ...], float]:
+    return event_counts(result)["healthd_xid_events_total"][1]
+
+
 def _sample_pass(started_at: float = 1_700_000_000.0) -> PassResult:
     return PassResult(
         node="gpu0001",
@@ -43,9 +54,7 @@ def _sample_pass(started_at: float = 1_700_000_000.0) -> PassResult:
         duration_seconds=1.5,
         results=(
             CheckResult("mounts", RunState.RAN, (), 0.25),
-            CheckResult(
-                "xid",
-                RunState.RAN,
+            _xid_result(
                 (
                     _xid(0, 79, 1),
                     _xid(3, 48, 2),
@@ -88,7 +97,7 @@ def _values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def test_xid_events_are_derived_from_findings() -> None:
-    assert xid_events(_sample_pass()) == {("0", "79"): 1.0, ("3", "48"): 3.0}
+    assert _xid_events(_sample_pass()) == {("0", "79"): 1.0, ("3", "48"): 3.0}
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) is not installed")
@@ -211,8 +220,8 @@ def test_textfile_is_readable_by_node_exporter_whatever_the_umask(tmp_path: Path
 
 def test_sxid_events_are_counted_with_their_own_label() -> None:
     sxid = Finding("xid", Status.CRITICAL, "SXID_20034", "nvswitch0", "SXid", {"gpu": "nvswitch0", "count": 4})
-    result = PassResult("n", 0.0, 0.0, (CheckResult("xid", RunState.RAN, (sxid, _xid(1, 79, 2)), 0.0),))
-    assert xid_events(result) == {("nvswitch0", "SXID_20034"): 4.0, ("1", "79"): 2.0}
+    result = PassResult("n", 0.0, 0.0, (_xid_result((sxid, _xid(1, 79, 2))),))
+    assert _xid_events(result) == {("nvswitch0", "SXID_20034"): 4.0, ("1", "79"): 2.0}
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
@@ -321,7 +330,7 @@ def test_a_reader_too_slow_for_a_large_reply_delays_no_other_scrape() -> None:
     # server must send it in pieces while it serves others.
     findings = tuple(_xid(gpu, xid, 1) for gpu in range(100) for xid in range(30))
     collector = HealthdCollector(version="1")
-    collector.update(PassReport(PassResult("n", 0.0, 0.0, (CheckResult("xid", RunState.RAN, findings, 0.0),))))
+    collector.update(PassReport(PassResult("n", 0.0, 0.0, (_xid_result(findings),))))
     server = MetricsServer(new_registry(collector), "127.0.0.1", 0)
     # Loopback buffers grow to megabytes; small ones (inherited by accepted sockets) make the
     # reply outgrow them, as it would towards a client that stopped reading.
@@ -432,3 +441,44 @@ def test_a_port_in_use_is_logged_and_checks_go_on(
         assert _scrape(port)[0] == 200
     finally:
         assert handle.stop() == 0
+
+
+def _counted(name: str, labels: tuple[str, ...], *counts: tuple[tuple[str, ...], float]) -> EventTally:
+    return EventTally(name, f"{name} of a test check.", labels, counts)
+
+
+def test_event_counters_know_no_check_and_sum_over_checks() -> None:
+    # Any check may declare counters; two checks feeding one counter with the same labels add up.
+    a = CheckResult("a", RunState.RAN, (), 0.0, tallies=(_counted("link_flaps", ("port",), (("p1",), 2.0)),))
+    b = CheckResult("b", RunState.RAN, (), 0.0, tallies=(_counted("link_flaps", ("port",), (("p1",), 1.0)),))
+    collector = HealthdCollector(version="1")
+    collector.update(PassReport(PassResult("n", 0.0, 0.0, (a, b))))
+    values = _values(_exposition(collector))
+    assert values[("healthd_link_flaps_total", (("port", "p1"),))] == 3.0
+
+
+def test_an_event_counter_cannot_take_a_core_name_or_change_labels() -> None:
+    core = CheckResult("a", RunState.RAN, (), 0.0, tallies=(_counted("passes", ("x",), (("1",), 5.0)),))
+    first = CheckResult("b", RunState.RAN, (), 0.0, tallies=(_counted("flaps", ("port",), (("p1",), 1.0)),))
+    other = CheckResult("c", RunState.RAN, (), 0.0, tallies=(_counted("flaps", ("gpu",), (("0",), 7.0)),))
+    collector = HealthdCollector(version="1")
+    collector.update(PassReport(PassResult("n", 0.0, 0.0, (core, first, other))))
+    values = _values(_exposition(collector))
+    assert values[("healthd_passes_total", ())] == 1.0  # healthd's own, not the check's
+    assert values[("healthd_flaps_total", (("port", "p1"),))] == 1.0
+    assert not [key for key in values if key[0] == "healthd_flaps_total" and key[1] != (("port", "p1"),)]
+
+
+def test_event_counter_names_and_labels_are_checked_when_declared() -> None:
+    with pytest.raises(ValueError, match="no _total"):
+        EventCounter("xid_total", "doc", ("gpu",), lambda f: None)
+    with pytest.raises(ValueError, match="labels"):
+        EventCounter("xid", "doc", ("gpu", "gpu"), lambda f: None)
+    with pytest.raises(ValueError, match="labels"):
+        EventCounter("xid", "doc", ("__name__",), lambda f: None)
+
+
+def _exposition(collector: HealthdCollector) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(new_registry(collector)).decode()

@@ -113,7 +113,7 @@ def test_protect_system_strict_leaves_the_mounts_check_its_view(tmp_path: Path) 
     config = tmp_path / "healthd.toml"
     config.write_text(
         f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\nnode_name = "node-test"\n'
-        '[node]\nmounts = [{ path = "/", rw = true }]\n'
+        '[checks.mounts]\nexpect = [{ path = "/", rw = true }]\n'
     )
     healthd = [sys.executable, "-m", "healthd.cli", "check", "--once", "--json", "--only", "mounts"]
     script = (

@@ -84,7 +84,8 @@ file = "{self.fault_file}"
 
     def cli_config(self, mount: str, node_name: bool = True) -> Path:
         """A config for the real CLI (installed checks only): the mounts check expects ``mount``."""
-        text = self.config_text(node_name).split("[checks.fault]")[0] + f'[node]\nmounts = [{{path = "{mount}"}}]\n'
+        expect = f'[checks.mounts]\nexpect = [{{path = "{mount}"}}]\n'
+        text = self.config_text(node_name).split("[checks.fault]")[0] + expect
         path = self.root / "cli.toml"
         path.write_text(text)
         return path

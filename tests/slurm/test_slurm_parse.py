@@ -327,7 +327,7 @@ def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: An
         config = tmp_path / "t.toml"
         config.write_text(
             f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\nlock_timeout = 0.3\n'
-            '[node]\nmounts = [{path = "/no/such/mount"}]\n'
+            '[checks.mounts]\nexpect = [{path = "/no/such/mount"}]\n'
         )
         code, _, err = cli("check", "--once", "--json", "--only", "mounts", "--dry-run", "--config", str(config))
         assert code == 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from healthd.config import NodeSpec, Paths
+from healthd.config import Paths
 from healthd.model import Finding
 from healthd.plugin import CheckContext
 from healthd.state import StateFile
@@ -77,17 +77,18 @@ class Node:
         seqs = [int(line.split(",")[1]) for line in text.splitlines() if line[:1].isdigit()]
         self.seq = max([self.seq, *seqs])
 
-    def run(self, **options: Any) -> list[Finding]:
+    def context(self, **options: Any) -> CheckContext[XidSettings]:
         paths = Paths(sysfs=self.root / "sys", procfs=self.root / "proc", kmsg=self.kmsg, state_dir=self.root / "state")
-        ctx = CheckContext(
+        return CheckContext(
             name="xid",
             settings=XidSettings(**{"source": "kmsg", **options}),
-            node=NodeSpec(),
             paths=paths,
             state=StateFile(self.root / "state", "check-xid"),
             clock=lambda: self.now,
         )
-        return list(CHECK.run(ctx))
+
+    def run(self, **options: Any) -> list[Finding]:
+        return list(CHECK.run(self.context(**options)))
 
 
 def by_code(findings: list[Finding]) -> dict[str, Finding]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -13,13 +14,32 @@ from hypothesis import strategies as st
 
 from healthd.config import ConfigError, parse_config
 from healthd.model import Status
+from healthd.plugin import JudgeContext
 from healthd_checks.kernlog import LogUnavailable, read_boot_time, read_kmsg
-from healthd_checks.xid import XidSettings
+from healthd_checks.xid import XidSettings, gather, judge
 
 
 def test_no_xid_means_no_findings(node: Node) -> None:
     node.log("EXT4-fs (vda): mounted filesystem", level=6)
     assert node.run() == []
+
+
+def test_judging_is_pure_and_leaves_what_was_gathered_as_it_was(node: Node) -> None:
+    node.gpu("0000:3b:00.0")
+    node.log(X79)
+    node.run()  # a saved state that already holds an event
+    node.log(X79, "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE")
+    ctx = node.context()
+    observed = gather(ctx)
+    before = copy.deepcopy(observed)
+    jc = JudgeContext("xid", ctx.settings, node.now)
+    first, second = judge(observed, jc), judge(observed, jc)
+    assert observed == before
+    assert first == second and first.state == second.state
+    assert [(f.code, f.subject, f.details["count"]) for f in first.findings] == [
+        ("XID_48", "gpu0", 1),
+        ("XID_79", "gpu0", 2),
+    ]
 
 
 def test_restart_neither_misses_nor_rereads(node: Node) -> None:

@@ -3,7 +3,8 @@
 Values are written as they are, never coerced: a typo such as ``interval = "eight"``
 or ``dry_run = "ture"`` reaches healthd, whose validation names the key, instead of
 silently becoming 0 or false. ``None`` means "not set" (the role's defaults use it
-for optional keys) and is left out; TOML has no null. Tables become ``[a.b]``
+for optional keys) and is left out; TOML has no null. A table with nothing set
+is left out too (to healthd an empty table means the same as none). Tables become ``[a.b]``
 sections, dicts inside lists become inline tables, and keys that are not bare
 TOML keys (``"63"`` for an Xid override, names with dots) are quoted.
 """
@@ -70,12 +71,17 @@ def _value(value: Any, path: str) -> str:
     raise TomlRenderError(f"{path}: {type(value).__name__} {value!r} cannot be written as TOML")
 
 
+def _unset(value: Any) -> bool:
+    """None, or a table holding nothing but unset values."""
+    return value is None or (isinstance(value, Mapping) and all(_unset(v) for v in value.values()))
+
+
 def _table(table: Mapping[Any, Any], path: str, lines: list[str]) -> None:
     subtables = []
     for key, value in table.items():
         name = _key(key, path or "(top level)")
         full = f"{path}.{name}" if path else name
-        if value is None:
+        if _unset(value):
             continue
         if isinstance(value, Mapping):
             subtables.append((full, value))

@@ -10,6 +10,8 @@ when the file cannot be written.
 NVML can block for minutes on a GPU that fell off the bus, which is exactly when this
 command is run, so the reading runs in a daemon thread that is abandoned at the deadline
 (a thread stuck inside the driver cannot be interrupted; the process exits without it).
+A command the gpu plugin contributes (``healthd.commands`` entry point); NVML is
+imported only when it runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd.exitcodes import EX_CANTCREAT, EX_UNAVAILABLE
+from healthd.plugin import CommandSpec
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -51,8 +54,7 @@ def _read_within(timeout: float) -> Optional[Any]:
     """NVML's ``NodeReading``, or None when it has not answered after ``timeout`` seconds."""
     import threading
 
-    # mypy sees the checks/ folder under its source name, not as the installed healthd_checks.
-    from healthd_checks.nvml_source import NvmlLibrary  # type: ignore[import-not-found]
+    from .nvml_source import NvmlLibrary
 
     answer: list[Any] = []
     failure: list[BaseException] = []
@@ -78,11 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
     from healthd import __version__
     from healthd.atomicfile import replace_file
-    from healthd_checks.nvml_source import (  # type: ignore[import-not-found]
-        NodeReading,
-        NvmlError,
-        snapshot_document,
-    )
+
+    from .nvml_source import NodeReading, NvmlError, snapshot_document
 
     reading = _read_within(args.timeout)
     hung = reading is None
@@ -116,3 +115,11 @@ def run(args: argparse.Namespace) -> int:
     driver = reading.driver_version if not isinstance(reading.driver_version, NvmlError) else "unknown"
     print(f"wrote {args.output}: {len(reading.gpus)} GPU(s), driver {driver}")
     return 0
+
+
+COMMAND = CommandSpec(
+    name="record-gpus",
+    help="record this node's NVML readings as a snapshot for the gpu check",
+    add_arguments=add_arguments,
+    run=run,
+)

@@ -4,6 +4,8 @@ FILE may be a ``dmesg``, ``dmesg -r``, ``journalctl -k`` or /dev/kmsg dump, or `
 for stdin. Grades come from the same catalog as the ``xid`` check, with the
 overrides of the config (``--config``, else the default config file when it exists,
 as for every other command); its ``accept_userspace_kmsg`` switch applies too.
+A command the xid plugin contributes (``healthd.commands`` entry point); the scanner
+is imported only when it runs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Mapping, Optional
 
 from healthd.cli import add_config_argument
 from healthd.model import Status
+from healthd.plugin import CommandSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,8 +38,7 @@ def _settings(args: argparse.Namespace) -> tuple[Optional[Mapping[str, Status]],
 
 
 def run(args: argparse.Namespace) -> int:
-    # mypy sees the checks/ folder under its source name, not as the installed healthd_checks.
-    from healthd_checks.xid_scan import scan, worst_grade  # type: ignore[import-not-found]
+    from .xid_scan import scan, worst_grade
 
     overrides, accept_userspace = _settings(args)
     name = "<stdin>" if args.file == "-" else args.file
@@ -69,3 +71,11 @@ def run(args: argparse.Namespace) -> int:
         trusted = "; records written by userspace counted (accept_userspace_kmsg)" if accept_userspace else ""
         print(f"{name}: {len(entries)} event(s), {status.name}{trusted}")
     return int(status)
+
+
+COMMAND = CommandSpec(
+    name="scan-log",
+    help="list the Xid events in a saved kernel log; exit with the worst grade",
+    add_arguments=add_arguments,
+    run=run,
+)

@@ -1,0 +1,363 @@
+"""The ``xid`` check's judging: new kernel-log lines folded into this boot's events, graded and reported.
+
+Pure: ``Position`` and ``Folding`` are built from the saved state document and what
+the check's ``gather`` read, and only compute; ``Folding.document()`` is the state to
+save. One event is one GPU (or NVSwitch) and one Xid within a ``window``; a flood
+of identical lines is counted, never repeated. Grades come from ``xid_catalog``
+with the operator's overrides, and every line is dated by its own record time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from healthd.model import DetailValue, Finding, Status
+
+from .kernlog import LogLine, ReadResult
+from .xid_catalog import Bucket, Sticky, classify
+from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message
+
+if TYPE_CHECKING:
+    from healthd.plugin import JudgeContext
+
+    from .xid import XidSettings
+
+STATE_VERSION = 1
+_MESSAGE_LIMIT = 240
+# Lines of one GPU and application Xid closer than this are one occurrence: a crashing
+# process makes the driver print several lines at once.
+_BURST_SECONDS = 5.0
+
+
+def one_line(text: str) -> str:
+    """``text`` as one printable line of at most 240 characters."""
+    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
+
+
+def _int_or_none(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where the reading of this boot's kernel log stands, and the GPU order captured at its start.
+
+    ``last_usec`` is the kernel timestamp (usec since boot) of the newest record folded
+    this boot; ``skip_usec``, after a change of source, that of the newest record the
+    old source had folded.
+    """
+
+    source: str = ""
+    cursor: Optional[str] = None
+    last_usec: Optional[int] = None
+    skip_usec: Optional[int] = None
+    order: tuple[str, ...] = ()
+
+    @classmethod
+    def load(cls, document: Mapping[str, Any]) -> Position:
+        cursor, order = document.get("cursor"), document.get("gpu_order")
+        return cls(
+            source=str(document.get("source", "")),
+            cursor=cursor if isinstance(cursor, str) else None,
+            last_usec=_int_or_none(document.get("last_usec")),
+            skip_usec=_int_or_none(document.get("skip_usec")),
+            order=tuple(str(o) for o in order) if isinstance(order, list) else (),
+        )
+
+    def switched(self, source: str) -> Position:
+        """This position once ``source`` is read.
+
+        Cursors of different sources cannot be translated, so a new source is read from
+        the start of the boot; the events (sticky ones, event ids, counts) are kept, and
+        records the old source already folded are skipped by their kernel timestamp,
+        which both sources carry.
+        """
+        if self.source == source:
+            return self
+        skip = self.last_usec if self.source else self.skip_usec
+        return replace(self, source=source, cursor=None, skip_usec=skip)
+
+
+@dataclass
+class _Group:
+    """What we know this boot about one GPU (or switch) and one Xid. Lives only in this module."""
+
+    code: str
+    xid: int
+    kind: str
+    subject: str
+    gpu: str
+    pci: str
+    bucket: str
+    grade: str
+    sticky: str
+    event: str
+    count: int = 0
+    window_start: float = 0.0
+    window_count: int = 0
+    last_seen: float = 0.0
+    sticky_active: bool = False
+    cleared: bool = False
+    recent: list[float] = field(default_factory=list)
+    text: str = ""
+    summary: str = ""
+    uuid: str = ""
+    recovery_action: str = ""
+    action: str = ""
+    userspace: int = 0
+
+
+def _load_groups(raw: Any) -> dict[str, _Group]:
+    groups: dict[str, _Group] = {}
+    if not isinstance(raw, dict):
+        return groups
+    for key, value in raw.items():
+        try:
+            group = _Group(**value)
+            valid = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
+            valid = valid and isinstance(group.userspace, int)
+        except (TypeError, ValueError):
+            continue  # a damaged entry is dropped rather than trusted
+        if valid:
+            groups[str(key)] = group
+    return groups
+
+
+def _load_banner(raw: Any) -> Optional[Banner]:
+    """The banner pending at the end of the last pass, if the state holds a sane one."""
+    if not isinstance(raw, dict):
+        return None
+    text, origin, waited = raw.get("text"), raw.get("origin"), raw.get("waited")
+    if not isinstance(text, str) or origin not in {o.value for o in Origin} or not isinstance(waited, int):
+        return None
+    return Banner(text, Origin(origin), waited)
+
+
+class Folding:
+    """One pass's judging of this boot's Xid events: folds new lines in, reports every event.
+
+    Holds a working copy of the saved state (built fresh from ``document``, which it
+    never changes) and collects findings as it goes.
+    """
+
+    def __init__(
+        self,
+        jc: JudgeContext[XidSettings],
+        document: Mapping[str, Any],
+        boot_id: str,
+        position: Position,
+        kmsg: str,
+    ) -> None:
+        self.jc = jc
+        self.settings = jc.settings
+        self.now = jc.now
+        self.boot_id = boot_id
+        self.kmsg = kmsg
+        self.source = position.source
+        self.cursor = position.cursor
+        self.last_usec = position.last_usec
+        self.skip_usec = position.skip_usec
+        self.order = list(position.order)
+        uuids = document.get("uuids")
+        self.uuids: dict[str, str] = {str(k): str(v) for k, v in uuids.items()} if isinstance(uuids, dict) else {}
+        self.groups = _load_groups(document.get("groups"))
+        self.banner = _load_banner(document.get("banner"))
+        self.findings: list[Finding] = []
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "boot_id": self.boot_id,
+            "source": self.source,
+            "cursor": self.cursor,
+            "uuids": self.uuids,
+            "gpu_order": self.order,
+            "last_usec": self.last_usec,
+            "skip_usec": self.skip_usec,
+            "banner": None if self.banner is None else {**asdict(self.banner), "origin": self.banner.origin.value},
+            "groups": {key: asdict(group) for key, group in sorted(self.groups.items())},
+        }
+
+    def _is_old(self, line: LogLine) -> bool:
+        """Whether the old source already folded ``line`` (only right after a change of source)."""
+        if self.skip_usec is None or line.usec is None:
+            return False
+        if line.usec <= self.skip_usec:
+            return True
+        self.skip_usec = None
+        return False
+
+    def fold(self, result: ReadResult, first_read: bool) -> None:
+        accept_userspace = self.settings.accept_userspace_kmsg
+        for line in result.lines:
+            if self._is_old(line):
+                continue
+            if line.usec is not None:
+                self.last_usec = max(line.usec, self.last_usec or 0)
+            origin = origin_of(line.facility)
+            # Both sources carry the facility, so a record of unknown origin is as untrusted
+            # as one that userspace wrote.
+            if origin is not Origin.KERNEL and not accept_userspace:
+                continue
+            step = read_message(line.message, self.banner, origin)
+            self.banner = step.banner
+            event = step.event
+            if isinstance(event, GpuIdentity):
+                self.uuids[str(event.pci)] = event.uuid
+            elif event is not None:
+                # The kernel's timestamp names the record in both sources, so an event id
+                # does not change with the source. A record is dated by its own time: lines
+                # read late (a first pass on a node up for months) keep their age.
+                record = line.usec if line.usec is not None else line.record_id
+                when = min(line.time, self.now) if line.time is not None else self.now
+                self._add(event, f"{self.boot_id}:{record}", when, origin is not Origin.KERNEL)
+        if result.cursor is not None:
+            self.cursor = result.cursor
+        if self.source == "kmsg" and first_read and result.oldest:
+            # The ring buffer wraps on any long-running node: a note, never an alarm.
+            self.findings.append(
+                self.jc.finding(
+                    Status.OK,
+                    "KERNEL_LOG_TRUNCATED",
+                    self.kmsg,
+                    f"the kernel log starts at record {result.oldest}: earlier records of this boot were "
+                    "overwritten before healthd first read it, so Xids among them are not known",
+                    first_seq=result.oldest,
+                )
+            )
+        if result.lost:
+            where = self.kmsg if self.source == "kmsg" else "journal"
+            # Lost records mean an Xid may have gone unseen: that is "could not observe"
+            # (UNKNOWN), not a fault of the node, so by default it is reported, not drained.
+            self.findings.append(
+                self.jc.finding(
+                    Status.UNKNOWN,
+                    "KERNEL_LOG_OVERRUN",
+                    where,
+                    one_line(f"kernel log records were lost before healthd read them: {result.lost}"),
+                    event=f"{self.boot_id}:lost:{self.cursor}",
+                )
+            )
+
+    def _identify(self, event: XidEvent) -> tuple[str, str, str]:
+        """(subject, gpu, pci) for an event."""
+        if event.kind is Kind.SXID:
+            pci = event.pci.full if event.pci else ""
+            name = event.switch or pci or "unknown-nvswitch"
+            return name, name, pci
+        if event.pci is None:
+            return "unknown-gpu", "unknown", ""
+        pci = str(event.pci)
+        if pci in self.order:
+            index = self.order.index(pci)
+            return f"gpu{index}", str(index), pci
+        return pci, pci, pci
+
+    def _add(self, event: XidEvent, event_id: str, when: float, userspace: bool) -> None:
+        if event.detail:
+            # An SXid's Severity and Data lines describe the error of its Fatal/Non-fatal
+            # line just before; that line alone creates and grades the event.
+            return
+        entry = classify(event, self.settings.overrides)
+        subject, gpu, pci = self._identify(event)
+        prefix = "SXID" if event.kind is Kind.SXID else "XID"
+        code = f"{prefix}_{event.code}"
+        key = f"{code}@{subject}"
+        group = self.groups.get(key)
+        recovery = event.recovery.action.name if event.recovery and event.recovery.action else ""
+        is_154 = event.recovery is not None
+        created = group is None
+        if group is None:
+            group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "OK", "", event_id)
+            self.groups[key] = group
+        in_window = not group.cleared and when - group.window_start < self.settings.window
+        rank, held = entry.grade.rank, Status[group.grade].rank
+        new_event = created or not in_window or group.recovery_action != recovery or rank > held
+        # Inside its window an event is never graded down by a milder line of the same Xid;
+        # only a new recovery action (Xid 154) may say the GPU needs less than before.
+        milder = not new_event and rank < held
+        if new_event:
+            group.event = event_id
+            group.window_start = when
+            group.window_count = 0
+        if not milder:
+            group.bucket = entry.bucket.value
+            group.grade = entry.grade.name
+            group.sticky = entry.sticky.value
+            group.summary = entry.summary
+            group.action = entry.action.value
+            group.text = one_line(event.text)[:120]
+            failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
+            # Xid 154 states the GPU's current need: its latest action replaces the last one.
+            group.sticky_active = failing if is_154 else group.sticky_active or failing
+        group.recovery_action = recovery
+        group.count += 1
+        group.window_count += 1
+        group.userspace += int(userspace)
+        group.cleared = False
+        if group.bucket == Bucket.APPLICATION.value and abs(when - group.last_seen) >= _BURST_SECONDS:
+            horizon = self.now - self.settings.app_repeat_window
+            # Times after now were stamped before the clock stepped back: their age is unknown.
+            recent = [t for t in [*group.recent, when] if horizon < t <= self.now]
+            group.recent = recent[-self.settings.app_repeat_count :]
+        group.last_seen = max(group.last_seen, when)
+        if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
+            self._clear_gpu(event.pci, key)
+
+    def _clear_gpu(self, pci: PciAddress, except_key: str) -> None:
+        """Xid 154 back to "no action": the driver says the GPU no longer needs a reset.
+
+        Only events a GPU reset clears end here; one that needs a reboot (79, a reboot
+        recovery action) ends with the boot or an acknowledgement.
+        """
+        for key, group in self.groups.items():
+            if key == except_key or group.pci != str(pci) or not group.sticky_active:
+                continue
+            if group.sticky == Sticky.UNTIL_RESET.value:
+                group.sticky_active = False
+                group.cleared = True
+
+    def _status(self, group: _Group) -> tuple[Status, str]:
+        grade = Status[group.grade]
+        if group.cleared:
+            return Status.OK, "; cleared by recovery action None"
+        if group.sticky_active:
+            return grade, ""
+        if grade is not Status.OK and self.now - group.last_seen < self.settings.window:
+            return grade, ""
+        if group.bucket == Bucket.APPLICATION.value and grade is Status.OK:
+            horizon = self.now - self.settings.app_repeat_window
+            repeats = sum(1 for t in group.recent if horizon < t <= self.now)
+            if repeats >= self.settings.app_repeat_count:
+                return Status.WARNING, f"; repeated {repeats} times within {self.settings.app_repeat_window:g}s"
+        return Status.OK, ""
+
+    def report(self) -> list[Finding]:
+        for group in sorted(self.groups.values(), key=lambda g: (g.subject, g.xid, g.code)):
+            status, note = self._status(group)
+            what = "SXid" if group.kind == Kind.SXID.value else "Xid"
+            text = f": {group.text}" if group.text else ""
+            message = f"{what} {group.xid} on {group.subject}: {group.summary}{text}{note} ({group.count} this boot)"
+            details: dict[str, DetailValue] = {
+                "event": group.event,
+                "xid": group.xid,
+                "gpu": int(group.gpu) if group.gpu.isdigit() else group.gpu,
+                "pci": group.pci,
+                "count": group.count,
+                "window_count": group.window_count,
+                "bucket": group.bucket,
+                "sticky": group.sticky_active,
+            }
+            uuid = self.uuids.get(group.pci, "")
+            if uuid:
+                details["uuid"] = uuid
+            if group.recovery_action:
+                details["recovery_action"] = group.recovery_action
+            if group.action:
+                details["action"] = group.action
+            if group.userspace:
+                details["userspace_records"] = group.userspace
+            self.findings.append(self.jc.finding(status, group.code, group.subject, one_line(message), **details))
+        return self.findings
