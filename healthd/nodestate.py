@@ -16,6 +16,10 @@ REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOTING"})
 OUT_FLAGS = frozenset({"DRAIN", "FAIL"})
 # Base states in which jobs still run on the node.
 BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+# Power saving (slurm.conf SuspendProgram/ResumeProgram; scontrol(1) NODE STATE). sinfo
+# marks them with a suffix: POWER_DOWN "!" (requested), POWERING_DOWN "%", POWERED_DOWN
+# "~", POWERING_UP "#". POWER_UP is the requested power-up, shown with POWERED_DOWN.
+POWER_FLAGS = frozenset({"POWER_DOWN", "POWERING_DOWN", "POWERED_DOWN", "POWER_UP", "POWERING_UP"})
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,11 @@ class NodeInfo:
     partitions: tuple[str, ...]
     # When slurmctld set the reason (its own clock, whole seconds); None when not printed.
     reason_time: Optional[float] = None
+    # When the node last booted, as its slurmd reported at registration (slurmctld's clock,
+    # whole seconds); None before the first registration or while powering up.
+    boot_time: Optional[float] = None
+    # The state a pending reboot leaves the node in (``DOWN``, ``RESUME``); "" when none.
+    next_state: str = ""
 
     @property
     def drained(self) -> bool:
@@ -57,6 +66,41 @@ class NodeInfo:
     @property
     def reboot_pending(self) -> bool:
         return bool(self.flags & REBOOT_FLAGS)
+
+    @property
+    def reboot_requested(self) -> bool:
+        """``scontrol reboot`` asked for it; slurmctld issues it once the node is idle (``@`` in sinfo)."""
+        return "REBOOT_REQUESTED" in self.flags
+
+    @property
+    def reboot_issued(self) -> bool:
+        """RebootProgram was started; the node is DOWN until it registers with a newer boot time."""
+        return "REBOOT_ISSUED" in self.flags
+
+    @property
+    def power_saving(self) -> bool:
+        """Powered down, or on its way down or up: the machine is not (or not yet) running its jobs' OS."""
+        return bool(self.flags & POWER_FLAGS)
+
+    @property
+    def powered_down(self) -> bool:
+        """Off (``idle~``): no slurmd, no checks; slurmctld powers it up when a job needs it."""
+        return "POWERED_DOWN" in self.flags
+
+    @property
+    def reserved(self) -> bool:
+        """In an active advanced reservation (any kind; see ``maintenance``)."""
+        return "RESERVED" in self.flags
+
+    @property
+    def maintenance(self) -> bool:
+        """In an active reservation with the MAINT flag: an administrator's maintenance window."""
+        return "MAINTENANCE" in self.flags
+
+    @property
+    def not_responding(self) -> bool:
+        """slurmctld's last ping went unanswered (``*`` in sinfo)."""
+        return "NOT_RESPONDING" in self.flags
 
     @property
     def state_text(self) -> str:

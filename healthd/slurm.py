@@ -25,6 +25,8 @@ from healthd.nodestate import NodeInfo
 # Where packages and site builds put the client commands; HealthCheckProgram runs
 # with no PATH at all (slurmd passes only SLURMD_NODENAME), so we look ourselves.
 STANDARD_BIN_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"), Path("/opt/slurm/bin"))
+# What `scontrol reboot nextstate=` accepts in 22.05 to 24.11 (scontrol(1)).
+REBOOT_NEXT_STATES = ("DOWN", "RESUME")
 
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:]*)=")
@@ -112,7 +114,19 @@ def parse_show_node_line(line: str) -> NodeInfo:
         reason_user=user,
         partitions=tuple(p for p in partitions.split(",") if p and p != "(null)"),
         reason_time=when,
+        # 22.05 prints BootTime=None while a node powers up and Unknown before it registers.
+        boot_time=_stamp_time(fields.get("BootTime", "")),
+        # Printed only while a reboot is pending (node_info.c: with REBOOT_REQUESTED/ISSUED).
+        next_state=_next_state(fields.get("NextState", "")),
     )
+
+
+def _next_state(value: Any) -> str:
+    """``NextState=DOWN`` (text), ``["RESUME"]`` (JSON lists) or ``"invalid"``: the state after a reboot, or ""."""
+    if isinstance(value, list):
+        value = "+".join(str(v) for v in value)
+    text = str(value or "").strip().upper()
+    return "" if text in ("", "INVALID", "N/A", "(NULL)") else text
 
 
 def parse_show_node_text(text: str) -> list[NodeInfo]:
@@ -163,6 +177,8 @@ def parse_show_node_json(text: str) -> list[NodeInfo]:
                     reason_user=_user(node.get("reason_set_by_user")),
                     partitions=tuple(str(p) for p in partitions),
                     reason_time=_epoch(node.get("reason_changed_at")),
+                    boot_time=_epoch(node.get("boot_time")),
+                    next_state=_next_state(node.get("next_state_after_reboot")),
                 )
             )
         except (KeyError, TypeError, AttributeError) as exc:
@@ -300,3 +316,31 @@ class SlurmClient:
 
     def resume(self, name: str) -> None:
         self._run("update", f"NodeName={name}", "State=RESUME")
+
+    def reboot(self, name: str, reason: str, nextstate: Optional[str] = "DOWN", asap: bool = True) -> None:
+        """``scontrol reboot [ASAP] [nextstate=NEXT] reason=REASON NAME``.
+
+        slurmctld waits until the node is idle, then has its slurmd run RebootProgram;
+        ASAP also drains it at once, so no new job starts meanwhile. ``reason`` is one
+        argument, spaces and all: 22.05 stores it as ``Reason=`` verbatim. 22.05 accepts
+        nextstate RESUME or DOWN only (scontrol(1)).
+
+        Observed on 22.05: ASAP or a nextstate make the node lose DRAIN when it
+        registers after the reboot, and with ``ReturnToService=2`` a DOWN node returns to
+        service (reason cleared) about a second later. To keep the node out until a
+        clean pass, drain it first and call with ``asap=False, nextstate=None``: it then
+        comes back IDLE+DRAIN with ``<reason> : reboot issued``.
+        """
+        if nextstate is not None and nextstate not in REBOOT_NEXT_STATES:
+            raise ValueError(f"reboot nextstate must be one of {', '.join(REBOOT_NEXT_STATES)}, not {nextstate!r}")
+        options = (["ASAP"] if asap else []) + ([f"nextstate={nextstate}"] if nextstate else [])
+        self._run("reboot", *options, f"reason={reason}", name)
+
+    def cancel_reboot(self, name: str) -> None:
+        """``scontrol cancel_reboot NAME``: withdraw a reboot not yet issued.
+
+        Slurm also undrains the node and clears its reason when the DRAIN came from an
+        ASAP reboot (scontrol(1)). A reboot already issued cannot be cancelled: slurmctld
+        answers with an error.
+        """
+        self._run("cancel_reboot", name)

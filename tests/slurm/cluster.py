@@ -2,22 +2,55 @@
 
 munged, one slurmctld and three slurmd (``slurmd -N nodeK``) run with every port and
 path under one temporary directory. Only processes started here are ever stopped.
+munged is the cluster's own too (own key and socket, ``AuthInfo=socket=`` in slurm.conf):
+a munged shared with another cluster on the same machine dies when that one shuts down.
+
+The machines are simulated, so that reboots and power saving run for real in Slurm.
+``RebootProgram``, ``SuspendProgram`` and ``ResumeProgram`` are small scripts under the
+root that run this file (``python cluster.py reboot|suspend|resume ROOT [NODES]``). A
+machine that goes off loses its slurmd; a machine that boots gets a new boot id under
+its own procfs root (``<root>/procfs/<node>``, for a test's ``[paths] procfs``), a line in
+``<root>/boots.log`` and a slurmd started in a new time namespace whose uptime starts at
+zero. slurmctld counts a reboot or a power-up as done only when the node registers
+with a boot time no older than its request; a plain slurmd restart keeps the machine's
+real boot time, and the reboot times out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 NODES = ("node1", "node2", "node3")
+# How long slurmctld waits for a rebooted or resumed node to register with a new boot
+# before it marks it DOWN; a simulated boot takes about 3 seconds.
+RESUME_TIMEOUT = 60
+# How long slurmctld shows a node POWERING_DOWN (``%``) before it counts it powered down.
+SUSPEND_TIMEOUT = 5
+# The simulated machine stays off this long, so that its new boot time (slurmd derives it
+# from the uptime, in whole seconds) is surely later than slurmctld's reboot or resume
+# request: slurmctld ignores a registration whose boot time is older than the request.
+OFF_SECONDS = 2.0
+# slurmctld powers nodes down by itself after this long idle: never within a test session.
+SUSPEND_TIME = 86400
+# The simulated machines' environment: slurmd and slurmctld pass their own to the programs.
+MACHINE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+MACHINE_WRAPPER = """#!/bin/sh
+# {role} of the test cluster: runs cluster.py, which simulates the machines.
+exec {python} {script} {action} {root} "$@"
+"""
 
 HOOK_WRAPPER = """#!/bin/sh
 # Runs healthd as HealthCheckProgram only on nodes listed in hook-nodes (one per line).
@@ -49,10 +82,23 @@ def missing_prerequisite() -> Optional[str]:
     return None
 
 
-def _munge_running() -> bool:
-    return (
-        subprocess.run("munge -n | unmunge", shell=True, capture_output=True, timeout=10, check=False).returncode == 0
+def _munge_running(socket: Path) -> bool:
+    encoded = subprocess.run(["munge", "-n", "-S", str(socket)], capture_output=True, timeout=10, check=False)
+    if encoded.returncode != 0:
+        return False
+    decoded = subprocess.run(
+        ["unmunge", "-S", str(socket)], input=encoded.stdout, capture_output=True, timeout=10, check=False
     )
+    return decoded.returncode == 0
+
+
+class Boot(NamedTuple):
+    """One simulated boot, as logged in ``<root>/boots.log``: ``how`` is "reboot" or "resume"."""
+
+    node: str
+    at: float
+    boot_id: str
+    how: str
 
 
 @dataclass
@@ -84,6 +130,60 @@ class Cluster:
     def hook_log(self) -> Path:
         return self.root / "hook.log"
 
+    @property
+    def munge_socket(self) -> Path:
+        return self.root / "munge" / "munge.socket"
+
+    # -- the simulated machines --------------------------------------------------
+
+    def procfs(self, node: str) -> Path:
+        """The node's own procfs root, for ``[paths] procfs``.
+
+        It holds what a boot changes and healthd reads: ``sys/kernel/random/boot_id``
+        and ``stat`` (``btime`` only). Checks that read other procfs files (mountinfo,
+        the process table, modules) need the real /proc.
+        """
+        return self.root / "procfs" / node
+
+    def boot_id(self, node: str) -> str:
+        return (self.procfs(node) / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+
+    def boots(self, node: Optional[str] = None) -> list[Boot]:
+        """The simulated boots so far (of ``node``, or of every node), oldest first."""
+        return [b for b in read_boots(self.root) if node is None or b.node == node]
+
+    def reboots(self, node: Optional[str] = None) -> list[Boot]:
+        """The boots that RebootProgram made (``scontrol reboot``), oldest first."""
+        return [b for b in self.boots(node) if b.how == "reboot"]
+
+    def in_transition(self, node: str) -> bool:
+        """The simulated machine is going off or booting (its slurmd stopped or not yet running again)."""
+        return transition_marker(self.root, node).exists()
+
+    def wait_booted(self, node: str, count: int = 1, timeout: float = 30) -> Boot:
+        """Wait until ``node`` has booted ``count`` times in all and its slurmd runs; returns the last boot."""
+        wait_for(
+            lambda: len(self.boots(node)) >= count and not self.in_transition(node) and self.slurmd_running(node),
+            timeout,
+            f"boot #{count} of {node}",
+        )
+        return self.boots(node)[-1]
+
+    def wait_machines_settled(self, timeout: float = 30) -> None:
+        wait_for(lambda: not any(self.in_transition(n) for n in NODES), timeout, "simulated machines to settle")
+
+    # -- configuration -----------------------------------------------------------
+
+    def _write_program(self, name: str, role: str, action: str) -> Path:
+        path = self.root / name
+        path.write_text(
+            MACHINE_WRAPPER.format(
+                role=role, python=sys.executable, script=Path(__file__).resolve(), action=action, root=self.root
+            )
+        )
+        path.chmod(0o755)
+        return path
+
     def write_conf(self) -> None:
         ctld_port, slurmd_base, *_ = _free_ports(2)
         node_ports = _free_ports(len(NODES))
@@ -94,8 +194,16 @@ class Cluster:
             )
         )
         wrapper.chmod(0o755)
+        # slurmd runs RebootProgram through system() with no arguments; slurmctld runs
+        # SuspendProgram and ResumeProgram with the nodes as a hostlist argument.
+        reboot = self._write_program("reboot.sh", "RebootProgram", "reboot")
+        suspend = self._write_program("suspend.sh", "SuspendProgram", "suspend")
+        resume = self._write_program("resume.sh", "ResumeProgram", "resume")
         for sub in ("state", "spool", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for node in NODES:
+            (self.root / "spool" / node).mkdir(exist_ok=True)
+            write_boot(self.procfs(node), str(uuid.uuid4()), time.time())
         nodes = "\n".join(
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=100 State=UNKNOWN"
             for name, port in zip(NODES, node_ports)
@@ -108,6 +216,7 @@ SlurmdPort={slurmd_base}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
 CredType=cred/munge
 StateSaveLocation={self.root}/state
 SlurmdSpoolDir={self.root}/spool/%n
@@ -128,6 +237,12 @@ KillWait=2
 MinJobAge=300
 SlurmdTimeout=30
 MessageTimeout=5
+RebootProgram={reboot}
+SuspendProgram={suspend}
+ResumeProgram={resume}
+SuspendTime={SUSPEND_TIME}
+SuspendTimeout={SUSPEND_TIMEOUT}
+ResumeTimeout={RESUME_TIMEOUT}
 HealthCheckProgram={wrapper}
 HealthCheckInterval=3
 HealthCheckNodeState=ANY
@@ -139,22 +254,28 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     # -- daemons -----------------------------------------------------------------
 
     def start_munge(self) -> None:
-        if _munge_running():
-            return
-        for directory in ("/run/munge", "/var/log/munge", "/var/lib/munge", "/etc/munge"):
-            Path(directory).mkdir(parents=True, exist_ok=True)
-            shutil.chown(directory, "munge", "munge")
-        if not Path("/etc/munge/munge.key").exists():
-            subprocess.run(["mungekey", "--create"], check=True, timeout=30)
-            shutil.chown("/etc/munge/munge.key", "munge", "munge")
+        directory = self.munge_socket.parent
+        directory.mkdir(mode=0o700, exist_ok=True)
+        key = directory / "munge.key"
+        if not key.exists():
+            subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True, timeout=30)
+        # --force: munged refuses to run as root, or with its socket under a world-writable /tmp, without it.
         self.munged = subprocess.Popen(
-            ["munged", "--foreground", "--force"],
-            user="munge",
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--socket={self.munge_socket}",
+                f"--key-file={key}",
+                f"--pid-file={directory / 'munged.pid'}",
+                f"--log-file={directory / 'munged.log'}",
+                f"--seed-file={directory / 'munged.seed'}",
+            ],
             start_new_session=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for(_munge_running, 15, "munged to answer")
+        wait_for(lambda: _munge_running(self.munge_socket), 15, "munged to answer")
 
     def start_ctld(self) -> None:
         self.procs["slurmctld"] = subprocess.Popen(
@@ -173,16 +294,25 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             stderr=subprocess.DEVNULL,
         )
 
+    def slurmd_running(self, node: str) -> bool:
+        """Whether a slurmd of this cluster serves ``node`` (one started here, or one a simulated boot started)."""
+        proc = self.procs.get(node)
+        return (proc is not None and proc.poll() is None) or slurmd_pid(self.root, node) is not None
+
     def stop(self, name: str) -> None:
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        if name in NODES:
+            # After a simulated boot the node's slurmd is no child of ours: its pid file names it.
+            pid = slurmd_pid(self.root, name)
+            if pid is not None:
+                stop_pid(pid)
 
     def start(self) -> None:
         self.write_conf()
@@ -193,13 +323,20 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         wait_for(lambda: all(self.state(n) == "idle" for n in NODES), 30, "all nodes idle")
 
     def shutdown(self) -> None:
-        """Stop everything started here; jobs first, so no slurmstepd or job process outlives a failed run."""
+        """Stop everything started here; jobs first, so no slurmstepd or job process outlives a failed run.
+
+        Pending reboots are cancelled and simulated boots let finish first: a boot under
+        way would otherwise start a slurmd after the cluster is gone.
+        """
         if self.procs.get("slurmctld") is not None and self.procs["slurmctld"].poll() is None:
+            self.cancel_reboots()
             self.run("scancel", "--full", "-u", "root", check=False)
             # Shut down anyway after a while: stopping slurmd below ends what is left of the steps.
             with contextlib.suppress(TimeoutError):
                 wait_for(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 15, "jobs cancelled")
-        for name in list(self.procs):
+        with contextlib.suppress(TimeoutError):
+            self.wait_machines_settled()
+        for name in [*NODES, *self.procs]:
             if name != "slurmctld":
                 self.stop(name)
         self.stop("slurmctld")
@@ -232,6 +369,35 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def show(self, node: str) -> str:
         return self.run("scontrol", "-o", "show", "node", node).stdout.strip()
 
+    def node_field(self, node: str, key: str) -> str:
+        """One space-free field of ``scontrol -o show node`` (``State``, ``BootTime``, ``NextState``...); "" if absent.
+
+        Also "" when slurmctld does not answer, so that shutdown() gets on with stopping.
+        """
+        line = self.run("scontrol", "-o", "show", "node", node, check=False).stdout
+        for token in line.split():
+            if token.startswith(f"{key}="):
+                return token.split("=", 1)[1]
+        return ""
+
+    def node_state(self, node: str) -> str:
+        """``State=`` with its flags, as scontrol prints it (``MIXED+DRAIN+REBOOT_REQUESTED``)."""
+        return self.node_field(node, "State")
+
+    def wait_state(self, node: str, predicate: Callable[[str], bool], timeout: float, what: str) -> str:
+        """Wait until ``predicate(node_state(node))`` holds; returns that state."""
+        seen = [""]
+
+        def check() -> bool:
+            seen[0] = self.node_state(node)
+            return predicate(seen[0])
+
+        try:
+            wait_for(check, timeout, f"{node} {what}", interval=0.5)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; last state {seen[0]!r}, reason {self.reason(node)!r}") from None
+        return seen[0]
+
     def submit(self, node: str, seconds: int = 300) -> str:
         out = self.run("sbatch", "--parsable", "--requeue", "-w", node, "-o", "/dev/null", "--wrap", f"sleep {seconds}")
         job = out.stdout.strip().split(";")[0]
@@ -255,13 +421,39 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 return token.split("=", 1)[1]
         return ""
 
-    def reset(self) -> None:
-        """Cancel every job and bring every node back to idle with no reason."""
-        self.run("scancel", "--full", "-u", "root", check=False)
-        wait_for(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 20, "no jobs left")
+    def cancel_reboots(self) -> None:
+        """Cancel reboots requested but not issued yet (slurmctld cannot cancel an issued one)."""
         for node in NODES:
-            if node not in self.procs or self.procs[node].poll() is not None:
+            if "REBOOT_REQUESTED" in self.node_state(node):
+                self.run("scontrol", "cancel_reboot", node, check=False)
+
+    def reservations(self) -> list[str]:
+        out = self.run("scontrol", "-o", "show", "reservation", check=False).stdout
+        return [token.split("=", 1)[1] for token in out.split() if token.startswith("ReservationName=")]
+
+    def reset(self) -> None:
+        """Cancel every job, pending reboot and reservation and bring every node back to idle with no reason.
+
+        An issued reboot cannot be cancelled: it is let finish (the simulated machine
+        boots within seconds). Powered-down nodes are powered up and wait for their boot.
+        """
+        self.cancel_reboots()
+        self.run("scancel", "--full", "-u", "root", check=False)
+        for name in self.reservations():
+            self.run("scontrol", "delete", f"ReservationName={name}", check=False)
+        wait_for(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 20, "no jobs left")
+        self.wait_machines_settled()
+        for node in NODES:
+            flags = set(self.node_state(node).split("+"))
+            if flags & {"POWER_DOWN", "POWERING_DOWN", "POWERED_DOWN"}:
+                self.wait_state(node, lambda s: "POWERED_DOWN" in s.split("+"), 2 * SUSPEND_TIMEOUT + 10, "off")
+                self.run("scontrol", "update", f"NodeName={node}", "State=POWER_UP")
+        self.wait_machines_settled()
+        for node in NODES:
+            if not self.slurmd_running(node) and "POWER" not in self.node_state(node):
                 self.start_slurmd(node)
+        for node in NODES:
+            self.wait_state(node, lambda s: "REBOOT" not in s and "POWER" not in s, 30, "booted")
             if self.state(node) != "idle":
                 self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
         wait_for(lambda: all(self.state(n) == "idle" for n in NODES), 30, "all nodes idle after reset")
@@ -276,3 +468,207 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
             return
         time.sleep(interval)
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+# -- the simulated machines ------------------------------------------------------------
+# Plain functions: Cluster uses them, and so does this file run as the cluster's
+# RebootProgram, SuspendProgram or ResumeProgram (by root, from slurmd or slurmctld).
+
+
+def write_boot(procfs: Path, boot_id: str, at: float) -> None:
+    """What a boot leaves in procfs for healthd: ``sys/kernel/random/boot_id`` and ``stat``'s ``btime`` (proc(5))."""
+    random = procfs / "sys" / "kernel" / "random"
+    random.mkdir(parents=True, exist_ok=True)
+    for path, text in ((random / "boot_id", f"{boot_id}\n"), (procfs / "stat", f"btime {int(at)}\n")):
+        temporary = path.with_name(f".{path.name}.new")
+        temporary.write_text(text)
+        temporary.replace(path)
+
+
+def read_boots(root: Path) -> list[Boot]:
+    log = root / "boots.log"
+    if not log.exists():
+        return []
+    rows = (line.split("\t") for line in log.read_text().splitlines() if line.strip())
+    return [Boot(node, float(at), boot_id, how) for node, at, boot_id, how in rows]
+
+
+def transition_marker(root: Path, node: str) -> Path:
+    return root / f"machine-{node}.busy"
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is no zombie (a slurmd that exited waits there for its parent to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _slurmd_node(argv: list[str], conf: Path) -> Optional[str]:
+    """The node a ``slurmd ... -f CONF ... -N NODE`` command line serves; None unless a slurmd of this cluster."""
+    if not argv or Path(argv[0]).name != "slurmd" or "-N" not in argv[:-1] or "-f" not in argv[:-1]:
+        return None
+    if argv[argv.index("-f") + 1] != str(conf):
+        return None
+    return argv[argv.index("-N") + 1]
+
+
+def slurmd_pid(root: Path, node: str) -> Optional[int]:
+    """The live slurmd of this cluster that serves ``node``, from its pid file (``SlurmdPidFile``)."""
+    try:
+        pid = int((root / f"slurmd-{node}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if _slurmd_node(_argv(pid), root / "slurm.conf") != node or not _alive(pid):
+        return None
+    return pid
+
+
+def stop_pid(pid: int, timeout: float = 15) -> None:
+    """SIGTERM, then SIGKILL after ``timeout``; returns when the process is gone (or a zombie)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    try:
+        wait_for(lambda: not _alive(pid), timeout, f"process {pid} to stop")
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not _alive(pid), 5, f"process {pid} to die")
+
+
+def _slurmd_ancestor(conf: Path) -> str:
+    """The node whose slurmd runs this RebootProgram: slurmd passes neither its name nor arguments."""
+    pid = os.getppid()
+    while pid > 1:
+        node = _slurmd_node(_argv(pid), conf)
+        if node is not None:
+            return node
+        status = Path(f"/proc/{pid}/status").read_text()
+        pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+    raise SystemExit(f"no slurmd of {conf} among the ancestors of process {os.getpid()}")
+
+
+def _host_uptime() -> float:
+    """Seconds since the real boot, also from inside the time namespace of a node booted here before."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    for line in Path("/proc/self/timens_offsets").read_text().splitlines():
+        clock, seconds, nanoseconds = line.split()
+        if clock in ("boottime", "7"):  # 7 is CLOCK_BOOTTIME (time_namespaces(7))
+            uptime -= int(seconds) + int(nanoseconds) / 1e9
+    return uptime
+
+
+def _boot(root: Path, node: str, how: str) -> None:
+    """Power the simulated machine on: a new boot id, a line in boots.log, slurmd with an uptime near zero."""
+    conf = root / "slurm.conf"
+    boot_id, now = str(uuid.uuid4()), time.time()
+    write_boot(root / "procfs" / node, boot_id, now)
+    with open(root / "boots.log", "a") as log:
+        log.write(f"{node}\t{now:.3f}\t{boot_id}\t{how}\n")
+    # Time namespace offsets are absolute (relative to the real clock), not to the parent's namespace.
+    subprocess.Popen(
+        ["unshare", "--time", f"--boottime={-int(_host_uptime())}", "slurmd", "-D", "-f", str(conf), "-N", node],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"PATH": MACHINE_PATH, "SLURM_CONF": str(conf)},
+    )
+    # The transition marker stays until the new slurmd's pid file is there: Cluster.reset()
+    # starts a slurmd for a node without one, and two would fight over the port.
+    wait_for(lambda: slurmd_pid(root, node) is not None, 15, f"the new slurmd of {node}")
+    print(f"{node} booted ({how}) at {now:.3f}: boot id {boot_id}", flush=True)
+
+
+def _power_off(root: Path, node: str) -> None:
+    pid = slurmd_pid(root, node)
+    if pid is not None:
+        stop_pid(pid)
+    print(f"{node} off at {time.time():.3f}", flush=True)
+
+
+def _in_background(root: Path, nodes: list[str], work: Callable[[str], None]) -> None:
+    """Run ``work`` for each node in a child outside the caller's session, and return at once.
+
+    slurmd waits for RebootProgram (system()) and would be stopped while waiting;
+    slurmctld's script runner may end the program's process group when it returns.
+    """
+    for node in nodes:
+        transition_marker(root, node).write_text(f"{os.getpid()}\n")
+    if os.fork() != 0:
+        return
+    os.setsid()
+    # The caller's thread had signals blocked or ignored, and a slurmd started with them
+    # so would not stop on SIGTERM (seen: it kept running until the next slurmd killed it).
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for number in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGPIPE):
+        signal.signal(number, signal.SIG_DFL)
+    # slurmctld may start the program with fds 0-2 closed: new fds would land there, so move them up first.
+    null = fcntl.fcntl(os.open(os.devnull, os.O_RDONLY), fcntl.F_DUPFD, 3)
+    log = fcntl.fcntl(
+        os.open(root / "log" / "machines.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), fcntl.F_DUPFD, 3
+    )
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    # Python had no sys.stdout when it started without fd 1.
+    sys.stdout = sys.stderr = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    try:
+        for node in nodes:
+            try:
+                work(node)
+            except BaseException as exc:
+                print(f"simulated machine {node}: {exc!r}", flush=True)
+            finally:
+                transition_marker(root, node).unlink()
+    finally:
+        os._exit(0)
+
+
+def _hostnames(root: Path, hostlist: str) -> list[str]:
+    """``node[2-3]`` -> node2, node3 (``scontrol show hostnames`` is local: no RPC)."""
+    out = subprocess.run(
+        ["scontrol", "show", "hostnames", hostlist],
+        env={"PATH": MACHINE_PATH, "SLURM_CONF": str(root / "slurm.conf")},
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
+    return [name for name in out.split() if name in NODES]
+
+
+def machine_main(argv: list[str]) -> None:
+    """``reboot ROOT`` (RebootProgram), ``suspend ROOT HOSTLIST`` (SuspendProgram), ``resume ROOT HOSTLIST``."""
+    if len(argv) < 2 or argv[0] not in ("reboot", "suspend", "resume"):
+        raise SystemExit("usage: cluster.py reboot ROOT | suspend ROOT HOSTLIST | resume ROOT HOSTLIST")
+    action, root = argv[0], Path(argv[1])
+    if action == "reboot":
+
+        def reboot(node: str) -> None:
+            _power_off(root, node)
+            time.sleep(OFF_SECONDS)
+            _boot(root, node, "reboot")
+
+        _in_background(root, [_slurmd_ancestor(root / "slurm.conf")], reboot)
+    elif action == "suspend":
+        _in_background(root, _hostnames(root, " ".join(argv[2:])), lambda node: _power_off(root, node))
+    else:
+
+        def resume(node: str) -> None:
+            time.sleep(OFF_SECONDS)
+            _boot(root, node, "resume")
+
+        _in_background(root, _hostnames(root, " ".join(argv[2:])), resume)
+
+
+if __name__ == "__main__":
+    machine_main(sys.argv[1:])

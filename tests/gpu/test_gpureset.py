@@ -1,0 +1,201 @@
+"""GPU reset through nvidia-smi: refused unless the node is drained and idle and no process uses the GPU.
+
+There is no GPU here, so nvidia-smi is a shell script under tmp_path that answers
+``--query-compute-apps`` from a file and logs every call; it runs as a real
+subprocess, so deadlines, exit statuses and output are real. A reset stuck in the
+kernel is a real one too: the stand-in stats a file on a hung FUSE mount.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from healthd.gpureset import (
+    ComputeApp,
+    GpuResetError,
+    ResetOutcome,
+    ResetSettings,
+    parse_compute_apps,
+    reset_gpu,
+)
+from healthd.nodestate import NodeInfo
+
+BUS = "00000000:3B:00.0"
+REBOOTING = "node node1 is rebooting or in power saving"
+DRAINED = NodeInfo("node1", "IDLE", frozenset({"DRAIN"}), "healthd: XID_154 gpu3", "root", ("batch",))
+
+FAKE = """#!/bin/sh
+echo "$*" >> {log}
+case "$1" in
+--query-compute-apps=pid,gpu_bus_id) {query} ;;
+--gpu-reset) {reset} ;;
+*) echo "unexpected arguments: $*" >&2; exit 2 ;;
+esac
+"""
+APPS = 'cat "{apps}"'
+RESET_OK = 'echo "GPU $3 was successfully reset."; echo "All done."'
+
+
+class FakeSmi:
+    def __init__(self, directory: Path, query: str = APPS, reset: str = RESET_OK) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "nvidia-smi"
+        self.log = directory / "calls.log"
+        self.apps = directory / "apps.csv"
+        self.apps.write_text("")
+        self.path.write_text(FAKE.format(log=self.log, query=query.format(apps=self.apps), reset=reset))
+        self.path.chmod(0o755)
+
+    def calls(self) -> list[str]:
+        return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def settings(self, reset_timeout: float = 10, query_timeout: float = 10) -> ResetSettings:
+        return ResetSettings(nvidia_smi=self.path, reset_timeout=reset_timeout, query_timeout=query_timeout)
+
+
+def test_an_idle_gpu_on_a_drained_node_is_reset(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin")
+    smi.apps.write_text("4242, 00000000:18:00.0\n")  # a process on another GPU does not matter
+    result = reset_gpu(BUS, node=DRAINED, settings=smi.settings())
+    assert (result.outcome, result.done, result.pids) == (ResetOutcome.DONE, True, ())
+    assert result.output == f"GPU {BUS} was successfully reset. All done."
+    assert smi.calls() == ["--query-compute-apps=pid,gpu_bus_id --format=csv,noheader", f"--gpu-reset -i {BUS}"]
+
+
+def test_a_process_on_the_gpu_refuses_the_reset_whatever_the_bus_id_spelling(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin")
+    smi.apps.write_text("4242, 0000:3b:00.0\n977, 00000000:3B:00.0\n12, 00000000:18:00.0\n")
+    result = reset_gpu("3b:00.0", node=DRAINED, settings=smi.settings())
+    assert (result.outcome, result.pids) == (ResetOutcome.REFUSED, (977, 4242))
+    assert result.message == "processes use the GPU: 977, 4242"
+    assert not any(call.startswith("--gpu-reset") for call in smi.calls())
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "why"),
+    [
+        ("IDLE", set(), "node node1 is not drained (IDLE)"),
+        ("MIXED", {"DRAIN"}, "node node1 still runs jobs (MIXED+DRAIN)"),
+        ("IDLE", {"DRAIN", "REBOOT_REQUESTED"}, f"{REBOOTING} (IDLE+DRAIN+REBOOT_REQUESTED)"),
+        ("IDLE", {"DRAIN", "POWERING_DOWN"}, f"{REBOOTING} (IDLE+DRAIN+POWERING_DOWN)"),
+    ],
+)
+def test_a_node_not_drained_and_idle_refuses_without_running_nvidia_smi(
+    tmp_path: Path, state: str, flags: set[str], why: str
+) -> None:
+    smi = FakeSmi(tmp_path / "bin")
+    node = NodeInfo("node1", state, frozenset(flags), "", "", ("batch",))
+    result = reset_gpu(BUS, node=node, settings=smi.settings())
+    assert (result.outcome, result.message) == (ResetOutcome.REFUSED, why)
+    assert smi.calls() == []
+
+
+def test_without_a_scheduler_only_the_process_check_guards(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin")
+    assert reset_gpu(BUS, node=None, settings=smi.settings()).outcome is ResetOutcome.DONE
+
+
+@pytest.mark.parametrize("bus", ["-q", "--gpu-reset", "00000000:3B:00.0 -i 0", "GPU-5a3c", "", "3B:00.0;reboot"])
+def test_anything_but_a_pci_bus_id_is_refused_before_nvidia_smi_sees_it(tmp_path: Path, bus: str) -> None:
+    smi = FakeSmi(tmp_path / "bin")
+    result = reset_gpu(bus, node=DRAINED, settings=smi.settings())
+    assert result.outcome is ResetOutcome.REFUSED and result.message.endswith("is not a PCI bus id")
+    assert smi.calls() == []
+
+
+def test_when_the_processes_cannot_be_listed_the_gpu_is_not_reset(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin", query='echo "NVIDIA-SMI has failed because it could not communicate" >&2; exit 9')
+    result = reset_gpu(BUS, node=DRAINED, settings=smi.settings())
+    assert result.outcome is ResetOutcome.REFUSED
+    assert result.message == (
+        "cannot tell whether a process uses the GPU: `--query-compute-apps=pid,gpu_bus_id --format=csv,noheader`"
+        " failed with exit status 9: NVIDIA-SMI has failed because it could not communicate"
+    )
+    assert len(smi.calls()) == 1
+
+
+def test_an_unreadable_process_list_is_not_read_as_no_process(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin")
+    smi.apps.write_text("4242, 00000000:18:00.0\n[Insufficient Permissions], 00000000:3B:00.0\n")
+    result = reset_gpu(BUS, node=DRAINED, settings=smi.settings())
+    assert result.outcome is ResetOutcome.REFUSED
+    assert "line 2 is not 'pid, pci bus id': '[Insufficient Permissions], 00000000:3B:00.0'" in result.message
+
+
+def test_a_hanging_process_query_is_abandoned_at_its_deadline(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin", query="exec sleep 30")
+    started = time.monotonic()
+    result = reset_gpu(BUS, node=DRAINED, settings=smi.settings(query_timeout=0.5))
+    assert time.monotonic() - started < 3
+    assert result.outcome is ResetOutcome.REFUSED
+    assert result.message.endswith("did not answer within 0.5s")
+
+
+def test_a_reset_past_its_deadline_is_killed_and_reported_failed(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin", reset="exec sleep 30")
+    started = time.monotonic()
+    result = reset_gpu("00000000:5D:00.0", node=DRAINED, settings=smi.settings(reset_timeout=0.5))
+    assert time.monotonic() - started < 3
+    assert result.outcome is ResetOutcome.FAILED
+    assert result.message == (
+        "nvidia-smi --gpu-reset did not finish within 0.5s and was killed; the GPU's state is unknown"
+    )
+
+
+def test_a_reset_stuck_in_the_kernel_is_not_waited_for_and_not_started_twice(tmp_path: Path, hung_mount: str) -> None:
+    # stat on the hung FUSE mount sleeps uninterruptibly, as a reset stuck in the driver does: SIGKILL waits.
+    smi = FakeSmi(tmp_path / "bin", reset=f"exec /usr/bin/stat {hung_mount}/gpu")
+    bus = "00000000:9A:00.0"
+    started = time.monotonic()
+    first = reset_gpu(bus, node=DRAINED, settings=smi.settings(reset_timeout=0.5))
+    assert time.monotonic() - started < 3
+    assert first.outcome is ResetOutcome.FAILED
+    second = reset_gpu(bus, node=DRAINED, settings=smi.settings(reset_timeout=0.5))
+    assert second.outcome is ResetOutcome.REFUSED
+    assert second.message.startswith("an earlier reset of this GPU (pid ") and second.message.endswith(
+        ") is still stuck"
+    )
+    assert [c for c in smi.calls() if c.startswith("--gpu-reset")] == [f"--gpu-reset -i {bus}"]
+
+
+def test_nvidia_smis_own_refusal_comes_back_as_the_failure(tmp_path: Path) -> None:
+    message = (
+        "Unable to reset this GPU because it's being used by some other process"
+        " (e.g. CUDA application, graphics application like X server, monitoring application like other instance"
+        " of nvidia-smi). Please first kill all processes using this GPU and all compute applications running in"
+        " the system."
+    )
+    smi = FakeSmi(tmp_path / "bin", reset=f'echo "{message}" >&2; exit 255')
+    result = reset_gpu(BUS, node=DRAINED, settings=smi.settings())
+    assert (result.outcome, result.message) == (ResetOutcome.FAILED, "nvidia-smi --gpu-reset exited with status 255")
+    assert result.output == message[:500]
+
+
+def test_an_nvidia_smi_others_could_have_written_is_never_run(tmp_path: Path) -> None:
+    smi = FakeSmi(tmp_path / "bin")
+    smi.path.chmod(0o777)
+    result = reset_gpu(BUS, node=DRAINED, settings=smi.settings())
+    assert result.outcome is ResetOutcome.REFUSED
+    assert result.message == (f"not running {smi.path}: {smi.path} is writable by group or others (mode -rwxrwxrwx)")
+    assert smi.calls() == []
+
+
+def test_a_relative_or_missing_nvidia_smi_is_refused(tmp_path: Path) -> None:
+    relative = reset_gpu(BUS, node=DRAINED, settings=ResetSettings(nvidia_smi=Path("nvidia-smi")))
+    assert (relative.outcome, relative.message) == (ResetOutcome.REFUSED, "nvidia-smi path nvidia-smi is not absolute")
+    missing = reset_gpu(BUS, node=DRAINED, settings=ResetSettings(nvidia_smi=tmp_path / "none" / "nvidia-smi"))
+    assert missing.outcome is ResetOutcome.REFUSED and "cannot check" in missing.message
+
+
+def test_parse_compute_apps() -> None:
+    assert parse_compute_apps("") == []
+    assert parse_compute_apps("12, 00000000:3B:00.0\n\n977,0000:3b:00.0\n") == [
+        ComputeApp(12, "00000000:3B:00.0"),
+        ComputeApp(977, "0000:3b:00.0"),
+    ]
+    for text in ("No running processes found", "12 00000000:3B:00.0", "12, gpu0", "-1, 00000000:3B:00.0"):
+        with pytest.raises(GpuResetError, match="line 1 is not 'pid, pci bus id'"):
+            parse_compute_apps(text)
