@@ -17,7 +17,7 @@ import sys
 import time
 
 PATH = (
-    "import healthd.cli, healthd.commands.check, healthd.engine, healthd.cycle;"
+    "import healthd.cli, healthd.commands.check, healthd.engine, healthd.pipeline;"
     "from healthd.plugin import discover; discover()"
 )
 

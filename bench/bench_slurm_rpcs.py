@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from healthd.config import parse_config
-from healthd.cycle import run_cycle
 from healthd.engine import Engine
 from healthd.model import Finding
+from healthd.pipeline import run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 
 HERE = Path(__file__).resolve().parent
@@ -72,11 +72,11 @@ def bench(conf: Path, node: str, passes: int, state_dir: Path, reconcile: float)
     text += f"reconcile_interval = {reconcile}\n"
     spec = CheckSpec(name="healthy", description="always healthy", settings=_Healthy, run=_healthy)
     engine = Engine(parse_config(text, "bench.toml", {"healthy": _Healthy}), [spec])
-    run_cycle(engine)  # warm up: the first pass may resume a node left drained by healthd
+    run_pass(engine)  # warm up: the first pass may resume a node left drained by healthd
     before = rpc_counts(env)
     started = time.perf_counter()
     for _ in range(passes):
-        outcome = run_cycle(engine)
+        outcome = run_pass(engine)
         assert outcome.action.errors == (), outcome.action.errors
     elapsed = time.perf_counter() - started
     after = rpc_counts(env)

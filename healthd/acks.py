@@ -19,9 +19,9 @@ from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.state import StateFile
 
 STATE_NAME = "acks"
-# The check name under which the cycle reports the policy's own findings (DRAIN_HELD).
+# The check name under which the pipeline reports the policy's own findings (DRAIN_HELD).
 POLICY_CHECK = "policy"
-# UNKNOWN findings the runner and the cycle make when a check (or the pass) could not
+# UNKNOWN findings the runner and the pipeline make when a check (or the pass) could not
 # observe: they describe healthd's view, not a fault, and recur while the cause lasts.
 # Acknowledging one would report a check that keeps timing out as OK, so none ever is.
 UNACKNOWLEDGEABLE = frozenset({"CHECK_TIMEOUT", "CHECK_ERROR", "CHECK_STUCK", "PLUGIN_LOAD_FAILED", "PASS_FAILED"})

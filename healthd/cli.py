@@ -191,8 +191,8 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def hook_summary(document: dict[str, Any], now: float) -> str:
-    """The hook's one line from a ``check --once --json`` document (``healthd.report.pass_summary``)."""
-    from healthd.report import pass_summary
+    """The hook's one line from a ``check --once --json`` document (``healthd.render.pass_summary``)."""
+    from healthd.render import pass_summary
 
     return pass_summary(document, now, head=f"healthd: {document.get('status')} on {document.get('node')}")
 

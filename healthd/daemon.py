@@ -15,7 +15,7 @@ and stops once a pass overruns it, so systemd restarts a daemon whose pass hangs
 
 Each finished pass goes to the sinks (healthd.sinks) in order: the log, the
 metrics, systemd's ``STATUS=``. A pass that raised, or could not start, is
-reported like any other through the cycle's one failed-pass path.
+reported like any other through the pipeline's one failed-pass path.
 """
 
 from __future__ import annotations
@@ -98,17 +98,17 @@ def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS) -> float:
 
 
 def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
-    """One cycle (healthd.cycle): run the checks, decide, act through Slurm, save ``last-pass``."""
-    from healthd.cycle import run_cycle
+    """One pass (healthd.pipeline): run the checks, decide, act through Slurm, save ``last-pass``."""
+    from healthd.pipeline import run_pass
 
-    return report_from_outcome(run_cycle(engine, dry_run=dry_run))
+    return report_from_outcome(run_pass(engine, dry_run=dry_run))
 
 
 def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassReport:
-    """A pass that raised outside the cycle, or never started: ``healthd.cycle.failed_pass`` with no results."""
-    from healthd.cycle import failed_pass
+    """A pass that raised outside the pipeline, or never started: ``healthd.pipeline.failed_pass`` with no results."""
     from healthd.engine import node_name
     from healthd.model import PassResult
+    from healthd.pipeline import failed_pass
 
     config = engine.config
     raw = PassResult(node_name(config), started_at, 0.0, ())

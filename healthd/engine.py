@@ -102,9 +102,9 @@ class Engine:
             prepared.append(PreparedCheck(spec.name, spec, context, enabled))
         return prepared
 
-    def run_pass(self, only: Optional[Sequence[str]] = None) -> PassResult:
+    def run_checks(self, only: Optional[Sequence[str]] = None) -> PassResult:
         """One pass; problems with state files (corrupt, unreadable) join it as a ``healthd`` result."""
-        result = self.runner.run_pass(node_name(self.config), self.prepare(only), self.config.runner.pass_timeout)
+        result = self.runner.run_checks(node_name(self.config), self.prepare(only), self.config.runner.pass_timeout)
         problems = self.state.drain_problems()
         if not problems:
             return result

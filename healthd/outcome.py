@@ -1,6 +1,6 @@
 """One finished pass as the daemon's sinks take it: the pass, the actions decided and what became of them.
 
-``report_from_outcome`` condenses a cycle's ``CycleOutcome`` (healthd.cycle) into a
+``report_from_outcome`` condenses a pass's ``PassOutcome`` (healthd.pipeline) into a
 ``PassReport``, the one value the sinks (healthd.sinks: log, metrics, systemd)
 read; nothing here acts or writes.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 if TYPE_CHECKING:
-    from healthd.cycle import CycleOutcome
     from healthd.model import PassResult
+    from healthd.pipeline import PassOutcome
     from healthd.policy import Action
 
 
@@ -58,17 +58,17 @@ class PassReport:
     document: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
-def report_from_outcome(outcome: CycleOutcome) -> PassReport:
-    """Condense a cycle into what is logged and exported.
+def report_from_outcome(outcome: PassOutcome) -> PassReport:
+    """Condense a pass into what is logged and exported.
 
     An acting decision was ``taken`` (Slurm accepted it), is ``pending`` (Slurm failed;
     retried later), or was only a ``dry_run``/``disabled`` (Slurm actions off). A HOLD of
     an acting decision is ``held_back`` (hysteresis streak not reached, or the circuit
-    breaker); the breaker is open when the cycle added its DRAIN_HELD finding, and not
-    known at all when the pass failed (``healthd.cycle.failed_pass``).
+    breaker); the breaker is open when the pipeline added its DRAIN_HELD finding, and not
+    known at all when the pass failed (``healthd.pipeline.failed_pass``).
     """
     from healthd.acks import POLICY_CHECK
-    from healthd.cycle import PASS_FAILED
+    from healthd.pipeline import PASS_FAILED
     from healthd.policy import ACTING, OWN_CHECK, Action
 
     report = outcome.action

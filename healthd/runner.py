@@ -77,7 +77,7 @@ class Runner:
     def stuck(self) -> list[str]:
         return sorted(name for name, thread in self._inflight.items() if thread.is_alive())
 
-    def run_pass(self, node: str, checks: Sequence[PreparedCheck], pass_timeout: float) -> PassResult:
+    def run_checks(self, node: str, checks: Sequence[PreparedCheck], pass_timeout: float) -> PassResult:
         started_wall = time.time()
         started = self._monotonic()
         pass_deadline = started + pass_timeout

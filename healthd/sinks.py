@@ -5,8 +5,8 @@ The daemon (healthd.daemon) runs a pass, condenses its outcome into one
 job, never acts on the node, and never raises for its own trouble (a busy port, an
 unwritable textfile are logged) except ``UntrustedPath``, which stops the daemon.
 
-Saving the pass is not a sink's job: the cycle's settle step writes the policy
-state and the ``last-pass`` document (healthd.cycle), because ``healthd check
+Saving the pass is not a sink's job: the pipeline's settle step writes the policy
+state and the ``last-pass`` document (healthd.pipeline), because ``healthd check
 --once`` and the hook, which have no sinks, must leave them behind too.
 """
 
@@ -26,7 +26,7 @@ from healthd.metrics import (
     write_textfile,
 )
 from healthd.model import Status
-from healthd.report import pass_summary
+from healthd.render import pass_summary
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry

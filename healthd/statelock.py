@@ -8,7 +8,7 @@ the same action. The lock is never waited for longer than a timeout: a process
 that cannot get it reports that and leaves the state alone, it never hangs. The
 kernel drops the lock when the holder exits, even if it is killed.
 
-Taking the lock is also where every cycle and ``healthd ack`` check the whole state
+Taking the lock is also where every pass and ``healthd ack`` check the whole state
 directory against ``healthd.trust``'s rule before reading or acting on anything in
 it: ``UntrustedPath`` comes out of ``acquire`` and the command refuses (exit 78).
 The lock file itself is opened with ``O_NOFOLLOW``, so a ``cycle.lock`` planted as a

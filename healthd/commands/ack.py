@@ -35,9 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _repaired(args: argparse.Namespace) -> int:
-    from healthd.cycle import POLICY_STATE
     from healthd.engine import Engine
     from healthd.history import History
+    from healthd.pipeline import POLICY_STATE
     from healthd.policy import PolicyState
     from healthd.state import StateError
     from healthd.statelock import LockTimeout, StateLock
@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
             return EX_USAGE
         return _repaired(args)
     from healthd.acks import STATE_NAME, AckStore, merge, refs_from_document
-    from healthd.cycle import LAST_PASS
     from healthd.engine import Engine
     from healthd.history import History
+    from healthd.pipeline import LAST_PASS
     from healthd.state import StateError
     from healthd.statelock import LockTimeout, StateLock
 

@@ -1,4 +1,4 @@
-"""``healthd check --once``: one cycle (pass, policy, Slurm action), a table or JSON, the Nagios exit code.
+"""``healthd check --once``: one pass (checks, plan, Slurm action), a table or JSON, the Nagios exit code.
 
 This is also the command slurmd runs as HealthCheckProgram: it needs no
 environment beyond ``SLURMD_NODENAME`` and finishes within ``[runner].pass_timeout``
@@ -27,9 +27,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.cycle import run_cycle
     from healthd.engine import Engine
-    from healthd.report import action_lines, render_table
+    from healthd.pipeline import run_pass
+    from healthd.render import action_lines, render_table
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="healthd: %(levelname)s: %(message)s")
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             known = ", ".join(spec.name for spec in engine.specs)
             print(f"healthd: --only names unknown check(s) {', '.join(unknown)} (known: {known})", file=sys.stderr)
             return EX_USAGE
-    outcome = run_cycle(engine, dry_run=args.dry_run, only=only)
+    outcome = run_pass(engine, dry_run=args.dry_run, only=only)
     if args.json:
         print(json.dumps(outcome.document, indent=2))
     else:

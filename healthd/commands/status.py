@@ -113,7 +113,7 @@ def _field(mapping: dict[str, Any], key: str, limit: int = 200) -> str:
 
 def _render(document: dict[str, Any], age: float, now: float, limit: Optional[float]) -> str:
     """The record for people; ``limit`` is the age beyond which it is stale (None: it is fresh)."""
-    from healthd.report import action_lines, state_label
+    from healthd.render import action_lines, state_label
 
     head = f"{_field(document, 'node')}: {_field(document, 'status')}, last pass {age:.0f}s ago"
     lines = [f"{head} ({_field(document, 'started_at')})"]

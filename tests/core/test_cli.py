@@ -71,7 +71,7 @@ def test_module_entry_point_runs() -> None:
 
 def test_table_counts_notes_but_lists_only_problems() -> None:
     from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-    from healthd.report import render_table
+    from healthd.render import render_table
 
     findings = (
         Finding("xid", Status.OK, "XID_63", "gpu1", "row remapping recorded"),
@@ -187,8 +187,8 @@ def test_dry_run_without_scontrol_installed(
 
 
 def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
-    """A pass document whose ``action`` section is what healthd.cycle writes."""
-    from healthd.cycle import ActionReport
+    """A pass document whose ``action`` section is what healthd.pipeline writes."""
+    from healthd.pipeline import ActionSection
 
     report: dict[str, Any] = {
         "node_state": None,
@@ -202,12 +202,12 @@ def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
         "errors": (),
     }
     report.update(fields)
-    return {"checks": list(checks), "action": ActionReport(decision=decision, **report).to_dict()}
+    return {"checks": list(checks), "action": ActionSection(decision=decision, **report).to_dict()}
 
 
 @pytest.mark.parametrize("state", list(RunState), ids=lambda state: state.value)
 def test_state_label_reads_every_run_state_of_the_document(state: RunState) -> None:
-    from healthd.report import state_label
+    from healthd.render import state_label
 
     expected = {RunState.RAN: "WARNING", RunState.NOT_APPLICABLE: "n/a", RunState.DISABLED: "disabled"}
     assert state_label("WARNING", state.value) == expected.get(state, f"WARNING ({state.value})")
@@ -216,7 +216,7 @@ def test_state_label_reads_every_run_state_of_the_document(state: RunState) -> N
 def test_action_lines_for_each_outcome() -> None:
     from healthd.acks import FindingRef
     from healthd.policy import Action, Decision
-    from healthd.report import action_lines
+    from healthd.render import action_lines
 
     out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_79 gpu3", "CRITICAL from xid")
     why = "(CRITICAL from xid; reason 'healthd: XID_79 gpu3')"
@@ -256,7 +256,7 @@ def test_action_lines_for_each_outcome() -> None:
 
 
 def test_action_lines_survive_a_forged_record() -> None:
-    from healthd.report import action_lines
+    from healthd.render import action_lines
 
     assert action_lines({"action": None}, 0.0) == ["action: none recorded (the pass failed before a decision)"]
     forged = {
@@ -283,7 +283,7 @@ def test_action_lines_survive_a_forged_record() -> None:
 
 def test_pass_summary_names_the_first_problems_the_action_and_counts_other_errors() -> None:
     from healthd.policy import Action, Decision
-    from healthd.report import pass_summary
+    from healthd.render import pass_summary
 
     findings = [{"check": "xid", "code": f"XID_{n}", "subject": f"gpu{n}", "status": "CRITICAL"} for n in range(5)]
     note = {"check": "xid", "code": "XID_43", "subject": "gpu7", "status": "OK"}
@@ -307,7 +307,7 @@ def test_pass_summary_names_the_first_problems_the_action_and_counts_other_error
 
 
 def test_pass_summary_of_a_forged_record_is_one_bounded_line() -> None:
-    from healthd.report import pass_summary
+    from healthd.render import pass_summary
 
     hostile = {"check": "a\nb", "code": "\x1b[2J", "subject": "x" * 5000}
     forged = {

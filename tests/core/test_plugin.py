@@ -219,7 +219,7 @@ def _spec(counter: EventCounter) -> CheckSpec[CheckSettings]:
 def test_the_runner_tallies_a_checks_findings_with_its_counters(tmp_path: Path) -> None:
     counter = EventCounter("faults", "Faults.", ("gpu",), _faults)
     ctx = CheckContext("faulty", CheckSettings(), Paths(), StateFile(tmp_path, "faulty"))
-    (result,) = Runner().run_pass("n1", [PreparedCheck("faulty", _spec(counter), ctx)], 5.0).results
+    (result,) = Runner().run_checks("n1", [PreparedCheck("faulty", _spec(counter), ctx)], 5.0).results
     (tally,) = result.tallies
     assert (tally.name, tally.labels, tally.counts) == ("faults", ("gpu",), ((("1",), 3.0),))
 
@@ -230,6 +230,6 @@ def test_a_counter_that_raises_is_the_checks_error_alone(tmp_path: Path) -> None
 
     ctx = CheckContext("faulty", CheckSettings(), Paths(), StateFile(tmp_path, "faulty"))
     spec = _spec(EventCounter("faults", "Faults.", ("gpu",), explode))
-    (result,) = Runner().run_pass("n1", [PreparedCheck("faulty", spec, ctx)], 5.0).results
+    (result,) = Runner().run_checks("n1", [PreparedCheck("faulty", spec, ctx)], 5.0).results
     assert result.state is RunState.ERROR and result.tallies == ()
     assert [f.code for f in result.findings] == ["CHECK_ERROR"]

@@ -18,9 +18,9 @@ from typing import Any, Callable
 from healthd_faults_kit import FAULT, Harness, builtin
 
 from healthd.config import load_config
-from healthd.cycle import run_cycle
 from healthd.engine import Engine, settings_models
 from healthd.model import PassResult, Status
+from healthd.pipeline import run_pass
 
 REPO = Path(__file__).resolve().parents[2]
 DAY = 86400.0
@@ -64,7 +64,7 @@ def test_infiniband_counters_across_clock_jumps(harness: Callable[..., Harness],
     for step, now in enumerate(JUMPS):
         clock.now = now
         counter.write_text(f"{step}\n")  # one symbol error per pass: far below any alarm
-        result = engine.run_pass()
+        result = engine.run_checks()
         _no_rates_negative(result)
         assert result.findings == (), [(f.code, f.subject, f.message) for f in result.findings]
 
@@ -79,13 +79,13 @@ def test_gpu_replay_rate_across_clock_jumps(harness: Callable[..., Harness], moc
         clock.now = now
         replays = step * 2  # two replays per pass: a tiny rate whatever the clock says
         fake.gpus[0]["nvmlDeviceGetPcieReplayCounter"] = replays
-        result = engine.run_pass()
+        result = engine.run_checks()
         _no_rates_negative(result)
         assert result.findings == (), [(f.code, f.subject, f.message) for f in result.findings]
     # A real replay storm is still seen once the clock is sane.
     clock.now += 60
     fake.gpus[0]["nvmlDeviceGetPcieReplayCounter"] = 10_000
-    (finding,) = engine.run_pass().findings
+    (finding,) = engine.run_checks().findings
     assert (finding.code, finding.subject, finding.status) == ("PCIE_REPLAY_RATE", "gpu0", Status.WARNING)
 
 
@@ -106,7 +106,7 @@ def test_xid_windows_across_clock_jumps(harness: Callable[..., Harness], tmp_pat
         clock.now = now
         with kmsg.open("a") as handle:
             handle.write(f"4,{seq},{seq},-;{xid13}\n")
-        result = engine.run_pass()
+        result = engine.run_checks()
         (finding,) = result.findings
         # Never three within the hour on a sane clock: never a repeat alarm.
         assert (finding.code, finding.status) == ("XID_13", Status.OK), finding.message
@@ -115,16 +115,16 @@ def test_xid_windows_across_clock_jumps(harness: Callable[..., Harness], tmp_pat
         clock.now += 60
         with kmsg.open("a") as handle:
             handle.write(f"4,{seq},{seq},-;{xid13}\n")
-        (finding,) = engine.run_pass().findings
+        (finding,) = engine.run_checks().findings
     assert (finding.code, finding.status) == ("XID_13", Status.WARNING)
     fallen = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
     with kmsg.open("a") as handle:
         handle.write(f"3,9,1,-;{fallen}\n")
     clock.now = T0 - 10 * DAY
-    found = {f.code: f for f in engine.run_pass().findings}
+    found = {f.code: f for f in engine.run_checks().findings}
     assert found["XID_79"].status is Status.CRITICAL  # a real fault is reported whatever the clock says
     clock.now = T0 + 60 * DAY
-    assert {f.code: f.status for f in engine.run_pass().findings}["XID_79"] is Status.CRITICAL  # sticky
+    assert {f.code: f.status for f in engine.run_checks().findings}["XID_79"] is Status.CRITICAL  # sticky
 
 
 def test_pending_action_survives_the_clock_jumping_back(
@@ -135,9 +135,9 @@ def test_pending_action_survives_the_clock_jumping_back(
     node = harness(FAULT, slurm_conf=cluster.conf, slurm_extra=f'bin_dir = "{empty}"')
     node.faults(("CRITICAL", "INJECTED", "gpu0"))
     now = time.time()
-    assert run_cycle(node.engine(), clock=lambda: now).action.pending
+    assert run_pass(node.engine(), clock=lambda: now).action.pending
     # The clock steps back a day and Slurm is reachable again: the retry must not wait a day.
     node.slurm_extra = ""
-    outcome = run_cycle(node.engine(), clock=lambda: now - DAY)
+    outcome = run_pass(node.engine(), clock=lambda: now - DAY)
     assert outcome.action.applied, outcome.action.errors
     assert cluster.state("node1") in ("down", "drained")

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from healthd_faults_kit import FAULT, Harness, wait_for
 
-from healthd.cycle import run_cycle
 from healthd.outcome import ActionOutcome
+from healthd.pipeline import run_pass
 from healthd.policy import Action
 
 
@@ -30,7 +30,7 @@ def _pending(node: Harness) -> dict[str, Any]:
 
 
 def _cycle(node: Harness, now: float) -> Any:
-    return run_cycle(node.engine(), clock=lambda: now)
+    return run_pass(node.engine(), clock=lambda: now)
 
 
 def _fails_then_applies(node: Harness, cluster: Any, expected_error: str, heal: Callable[[], None]) -> None:

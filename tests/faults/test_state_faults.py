@@ -21,8 +21,8 @@ import pytest
 from healthd_faults_kit import FAULT, Harness, wait_for
 
 from healthd.cli import main
-from healthd.cycle import run_cycle
 from healthd.model import Status
+from healthd.pipeline import run_pass
 from healthd.trust import UntrustedPath
 
 HEALTHD = Path(sys.executable).with_name("healthd")
@@ -88,7 +88,7 @@ def test_corrupt_state_files_are_set_aside_and_drain_nothing(cluster: Any, harne
     node.state_dir.mkdir()
     for name in ("policy", "check-fault", "last-pass"):
         (node.state_dir / f"{name}.json").write_bytes(b'{"truncated": \xff')
-    outcome = run_cycle(node.engine())
+    outcome = run_pass(node.engine())
     assert codes_of(outcome)["healthd/STATE_PROBLEM"][0] is Status.WARNING
     assert "fault/CHECK_ERROR" not in codes_of(outcome)
     assert any("policy.json" in e and "corrupt" in e for e in outcome.action.errors), outcome.action.errors
@@ -98,14 +98,14 @@ def test_corrupt_state_files_are_set_aside_and_drain_nothing(cluster: Any, harne
     assert not outcome.action.applied and outcome.action.decision.action.value in ("none", "resume")
     _untouched(cluster)
     # The next pass is clean: nothing left to report.
-    assert run_cycle(node.engine()).exit_code == 0
+    assert run_pass(node.engine()).exit_code == 0
 
 
 def test_policy_state_of_the_wrong_shape_is_reported_not_fatal(cluster: Any, harness: Callable[..., Harness]) -> None:
     node = harness(FAULT, slurm_conf=cluster.conf)
     node.state_dir.mkdir()
     (node.state_dir / "policy.json").write_text(json.dumps({"fail_streak": "many", "pending": {"action": "explode"}}))
-    outcome = run_cycle(node.engine())
+    outcome = run_pass(node.engine())
     assert outcome.exit_code == 0
     assert any("bad policy state" in e for e in outcome.action.errors), outcome.action.errors
     _untouched(cluster)
@@ -169,7 +169,7 @@ def test_an_untrusted_state_dir_never_acts_on_slurm(
     for entry in node.state_dir.iterdir():
         entry.unlink()
     node.state_dir.chmod(0o700)
-    outcome = run_cycle(node.engine())
+    outcome = run_pass(node.engine())
     assert outcome.action.applied and cluster.state("node1") in ("down", "drained")
 
 

@@ -48,7 +48,7 @@ def _flood(kmsg: Path, first: int, count: int) -> None:
 
 
 def _pass(node: Harness) -> dict[str, Any]:
-    result = node.engine().run_pass()  # a new engine each time: a restart of healthd
+    result = node.engine().run_checks()  # a new engine each time: a restart of healthd
     (xid,) = result.results
     assert xid.state is RunState.RAN, xid.reason  # finished within its deadline
     return {f"{f.code}@{f.subject}": f for f in xid.findings}

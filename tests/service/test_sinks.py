@@ -10,11 +10,11 @@ from typing import Any, Callable
 
 import pytest
 
-from healthd.cycle import failed_pass, run_cycle
 from healthd.daemon import failed_report
 from healthd.metrics import HealthdCollector
 from healthd.model import PassResult, Status
 from healthd.outcome import report_from_outcome
+from healthd.pipeline import failed_pass, run_pass
 from healthd.policy import Action
 from healthd.sdnotify import Notifier
 from healthd.sinks import LogSink, NotifySink, status_line
@@ -24,7 +24,7 @@ def test_notify_sink_sends_ready_with_the_first_pass_and_status_after_each(
     make_engine: Callable[..., Any], path_listener: Any
 ) -> None:
     engine = make_engine("critical")
-    report = report_from_outcome(run_cycle(engine))
+    report = report_from_outcome(run_pass(engine))
     sink = NotifySink(Notifier({"NOTIFY_SOCKET": path_listener.address}))
     sink.publish(report, 1)
     sink.publish(report, 2)
@@ -37,7 +37,7 @@ def test_notify_sink_sends_ready_with_the_first_pass_and_status_after_each(
 def test_log_sink_logs_findings_actions_problems_then_the_summary(
     make_engine: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = report_from_outcome(run_cycle(make_engine("critical")))
+    report = report_from_outcome(run_pass(make_engine("critical")))
     report = replace(report, problems=("cannot write /x/policy.json: No space left on device",))
     logger = logging.getLogger("healthd.test-sinks")
     caplog.set_level(logging.INFO, logger="healthd.test-sinks")
@@ -63,8 +63,8 @@ def test_a_pass_that_raised_in_the_cycle_and_one_that_never_ran_take_the_same_pa
     def explode(only: Any = None) -> PassResult:
         raise OSError("disk gone\n<0>forged line")
 
-    monkeypatch.setattr(engine, "run_pass", explode)
-    in_cycle = report_from_outcome(run_cycle(engine))
+    monkeypatch.setattr(engine, "run_checks", explode)
+    in_cycle = report_from_outcome(run_pass(engine))
     saved_in_cycle = json.loads((tmp_path / "state" / "last-pass.json").read_text())
     in_daemon = failed_report(engine, RuntimeError("can't start new thread"), 1_700_000_000.0, dry_run=False)
     saved_in_daemon = json.loads((tmp_path / "state" / "last-pass.json").read_text())
@@ -91,7 +91,7 @@ def test_a_pass_that_raised_in_the_cycle_and_one_that_never_ran_take_the_same_pa
 def test_a_failed_pass_exports_no_circuit_breaker_state(make_engine: Callable[..., Any]) -> None:
     engine = make_engine()
     collector = HealthdCollector()
-    collector.update(report_from_outcome(run_cycle(engine)))
+    collector.update(report_from_outcome(run_pass(engine)))
     assert {m.name for m in collector.collect()} >= {"healthd_circuit_breaker_open"}
     raw = PassResult("node-test", 0.0, 0.0, ())
     failed = failed_pass(engine, raw, ValueError("x"), logging.getLogger("t"), dry=False, enabled=False)

@@ -18,9 +18,9 @@ from typing import Any, Iterator, Optional
 import pytest
 
 from healthd.config import parse_config
-from healthd.cycle import CycleOutcome, run_cycle
 from healthd.engine import Engine
 from healthd.model import Finding, Status
+from healthd.pipeline import PassOutcome, run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.slurm import SlurmClient
 
@@ -100,10 +100,10 @@ file = "{self.fault_file}"
 
     def cycle(
         self, *, dry_run: bool = False, client: Optional[SlurmClient] = None, now: Optional[float] = None
-    ) -> CycleOutcome:
+    ) -> PassOutcome:
         engine = self.engine()
         clock = (lambda: now) if now is not None else time.time
-        return run_cycle(engine, dry_run=dry_run, client=client, clock=clock)
+        return run_pass(engine, dry_run=dry_run, client=client, clock=clock)
 
     def client(self) -> SlurmClient:
         return SlurmClient(self.engine().config.slurm)

@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 import pytest
 
-from healthd.cycle import CycleOutcome
 from healthd.history import History, Kind
+from healthd.pipeline import PassOutcome
 from healthd.slurm import SlurmClient, SlurmError
 
 pytestmark = pytest.mark.slurm
@@ -41,9 +41,9 @@ def _watch_downs(cluster: Any, stop: threading.Event, seen: list[set[str]]) -> N
         time.sleep(0.1)
 
 
-def _simultaneous(harnesses: list[Any], delays: list[float]) -> list[CycleOutcome]:
+def _simultaneous(harnesses: list[Any], delays: list[float]) -> list[PassOutcome]:
     barrier = threading.Barrier(len(harnesses))
-    outcomes: list[Optional[CycleOutcome]] = [None] * len(harnesses)
+    outcomes: list[Optional[PassOutcome]] = [None] * len(harnesses)
 
     def run(index: int) -> None:
         barrier.wait()

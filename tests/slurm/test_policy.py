@@ -27,7 +27,7 @@ from healthd.policy import (
     decide,
     needs_node,
 )
-from healthd.report import pass_to_dict
+from healthd.render import pass_to_dict
 
 PREFIX = "healthd:"
 

@@ -14,10 +14,10 @@ import pytest
 
 from healthd.breaker import partition_views
 from healthd.config import ConfigError, RunnerSettings, SlurmSettings, parse_config
-from healthd.cycle import run_cycle
 from healthd.engine import Engine
 from healthd.model import Finding, Status
 from healthd.nodestate import NodeInfo, PartitionView
+from healthd.pipeline import run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.reasons import make_reason, owned, sanitize
 from healthd.slurm import (
@@ -193,7 +193,7 @@ def test_missing_scontrol_is_reported_not_raised(tmp_path: Path) -> None:
     text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n1"\n'
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
     engine = Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec])
-    outcome = run_cycle(engine)
+    outcome = run_pass(engine)
     assert outcome.exit_code == 2
     assert outcome.action.pending and not outcome.action.applied
     assert "scontrol not found" in outcome.action.errors[0]
@@ -252,10 +252,10 @@ esac
     client.calls.clear()
     client.show_node("node1")
     assert client.calls == [("-o", "show", "node", "node1")]
-    # run_cycle keeps the choice in the adapter's state file, so the next process starts with -o.
+    # run_pass keeps the choice in the adapter's state file, so the next process starts with -o.
     text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node1"\n'
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
-    run_cycle(Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec]))
+    run_pass(Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec]))
     assert json.loads((tmp_path / "state" / "slurm.json").read_text())["output_format"] == "text"
 
 
@@ -292,12 +292,12 @@ def _engine(tmp_path: Path, run: Any = None, slurm: str = "") -> Engine:
 def test_acks_file_of_the_wrong_shape_is_reported_not_fatal(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "acks.json").write_text('{"acks": null}')
-    outcome = run_cycle(_engine(tmp_path))
+    outcome = run_pass(_engine(tmp_path))
     assert outcome.exit_code == 2
     assert outcome.action.decision.action.value == "take_out_now" and outcome.action.pending
     assert any("acks is NoneType, not a list" in e for e in outcome.action.errors), outcome.action.errors
     (tmp_path / "state" / "acks.json").write_text('{"acks": [3, {"key": 4}, {"key": "fake/X/y", "at": "soon"}]}')
-    outcome = run_cycle(_engine(tmp_path))
+    outcome = run_pass(_engine(tmp_path))
     assert sum("ignored" in e for e in outcome.action.errors) == 3, outcome.action.errors
 
 
@@ -306,7 +306,7 @@ def test_an_unexpected_exception_is_a_reported_pass(tmp_path: Path, monkeypatch:
         raise TypeError("simulated bug")
 
     monkeypatch.setattr("healthd.plan.decide", broken)
-    outcome = run_cycle(_engine(tmp_path))
+    outcome = run_pass(_engine(tmp_path))
     assert outcome.exit_code == 2, "CRITICAL still outranks the UNKNOWN PASS_FAILED"
     codes = {(f.check, f.code): f.status for f in outcome.result.findings}
     assert codes[("healthd", "PASS_FAILED")] is Status.UNKNOWN
@@ -319,7 +319,7 @@ def test_an_unexpected_exception_is_a_reported_pass(tmp_path: Path, monkeypatch:
 def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: Any) -> None:
     engine = _engine(tmp_path, slurm="lock_timeout = 0.3\n")
     with StateLock(tmp_path / "state", 1.0):
-        outcome = run_cycle(engine)
+        outcome = run_pass(engine)
         assert outcome.exit_code == 2
         assert outcome.action.decision.action.value == "none" and not outcome.action.pending
         assert "held by another healthd process" in outcome.action.decision.explanation
@@ -333,7 +333,7 @@ def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: An
         assert code == 2
         code, _, err = cli("ack", "--config", str(config))
         assert code == 75 and "nothing acknowledged" in err
-    assert run_cycle(engine).action.pending, "the lock is free again once released"
+    assert run_pass(engine).action.pending, "the lock is free again once released"
     code, out, _ = cli("ack", "--config", str(config))
     assert code == 0 and "acknowledged" in out
 
@@ -365,12 +365,12 @@ esac
     )
     now = 1_000_000.0
     for attempt, at, delay in ((1, 0.0, 10.0), (2, 11.0, 20.0), (3, 32.0, 40.0)):
-        outcome = run_cycle(engine, clock=lambda at=at: now + at)
+        outcome = run_pass(engine, clock=lambda at=at: now + at)
         assert outcome.action.pending and not outcome.action.applied
         assert "Access/permission denied" in outcome.action.errors[-1]
         pending = json.loads((tmp_path / "state" / "policy.json").read_text())["pending"]
         assert (pending["attempts"], pending["next_try"]) == (attempt, now + at + delay)
         during = json.loads(seen.read_text())["pending"]
         assert during["action"] == "take_out_now" and during["error"].startswith("not confirmed")
-    backing_off = run_cycle(engine, clock=lambda: now + 40.0)
+    backing_off = run_pass(engine, clock=lambda: now + 40.0)
     assert backing_off.action.pending and backing_off.action.next_retry == now + 32.0 + 40.0

@@ -1,6 +1,6 @@
 """One pass of the acting half: checks -> plan -> execute -> settle.
 
-``run_cycle`` is what ``healthd check --once`` (and the HealthCheckProgram hook)
+``run_pass`` is what ``healthd check --once`` (and the HealthCheckProgram hook)
 and the daemon call each pass:
 
 1. the engine runs the checks;
@@ -12,7 +12,7 @@ and the daemon call each pass:
    and the ``last-pass`` document, and returns the outcome for the sinks.
 
 It never prints; everything it did or could not do is in the returned
-``CycleOutcome`` and in log records. Slurm trouble (scontrol missing, slurmctld
+``PassOutcome`` and in log records. Slurm trouble (scontrol missing, slurmctld
 down, a timeout) never raises: the intended action is kept in the ``policy``
 state file and retried with backoff on later passes.
 """
@@ -50,7 +50,7 @@ SLURM_STATE = "slurm"
 
 
 @dataclass(frozen=True)
-class ActionReport:
+class ActionSection:
     """The ``action`` section of the pass document."""
 
     decision: Decision
@@ -88,11 +88,11 @@ class ActionReport:
 
 
 @dataclass(frozen=True)
-class CycleOutcome:
-    """Everything one cycle did. ``result`` is the pass as reported (acks applied, DRAIN_HELD added)."""
+class PassOutcome:
+    """Everything one pass did. ``result`` is the pass as reported (acks applied, DRAIN_HELD added)."""
 
     result: PassResult
-    action: ActionReport
+    action: ActionSection
     state: PolicyState
     document: dict[str, Any]
 
@@ -110,9 +110,9 @@ def _load_policy_state(engine: Engine, errors: list[str]) -> PolicyState:
         return PolicyState()
 
 
-def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) -> ActionReport:
+def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) -> ActionSection:
     """The action section of a pass that decided nothing (no lock, or the pass failed)."""
-    return ActionReport(
+    return ActionSection(
         decision=decision,
         node_state=None,
         node_reason=None,
@@ -126,7 +126,7 @@ def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) 
     )
 
 
-def run_cycle(
+def run_pass(
     engine: Engine,
     *,
     dry_run: bool = False,
@@ -134,7 +134,7 @@ def run_cycle(
     client: Optional[SlurmClient] = None,
     clock: Callable[[], float] = time.time,
     only: Optional[list[str]] = None,
-) -> CycleOutcome:
+) -> PassOutcome:
     """Run one pass and carry its decision out; see the module docstring.
 
     The policy and acks state is read, acted on and written back under the state
@@ -143,12 +143,12 @@ def run_cycle(
     after the checks ran, the pass is still reported and saved: an unexpected
     exception becomes an UNKNOWN ``healthd/PASS_FAILED`` finding.
     """
-    log = logger or logging.getLogger("healthd.cycle")
+    log = logger or logging.getLogger("healthd.pipeline")
     config = engine.config
     dry = dry_run or config.policy.dry_run
     enabled = config.slurm.enabled
     try:
-        raw = engine.run_pass(only)
+        raw = engine.run_checks(only)
     except Exception as exc:  # anything from the engine must still give a reported pass
         from healthd.engine import node_name
 
@@ -167,7 +167,7 @@ def run_cycle(
         # and checking (and acting on a fault) must go on; the problem is reported.
         errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
     try:
-        return _locked_cycle(engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None)
+        return _locked_pass(engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None)
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
     except Exception as exc:  # see the docstring
@@ -182,12 +182,12 @@ PASS_FAILED = "PASS_FAILED"  # noqa: S105 (a finding code)
 
 def failed_pass(
     engine: Engine, raw: PassResult, exc: BaseException, log: logging.Logger, *, dry: bool, enabled: bool
-) -> CycleOutcome:
+) -> PassOutcome:
     """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass.
 
-    The one way a pass that raised is reported: ``run_cycle`` takes it when one of
+    The one way a pass that raised is reported: ``run_pass`` takes it when one of
     its steps raised, and the daemon when a pass could not run at all (no thread to
-    be had) or raised outside the cycle. The pass is saved as ``last-pass`` like any
+    be had) or raised outside the pipeline. The pass is saved as ``last-pass`` like any
     other, so ``healthd status`` and the hook show UNKNOWN instead of the last pass
     that went well.
     """
@@ -225,7 +225,7 @@ def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
     return made
 
 
-def _locked_cycle(
+def _locked_pass(
     engine: Engine,
     raw: PassResult,
     errors: list[str],
@@ -235,7 +235,7 @@ def _locked_cycle(
     client: Optional[SlurmClient],
     clock: Callable[[], float],
     partial: bool,
-) -> CycleOutcome:
+) -> PassOutcome:
     config = engine.config
     enabled = config.slurm.enabled
     now = clock()
@@ -317,7 +317,7 @@ def _action_outcome(the_plan: Plan, executed: Executed, done: Conclusion) -> Opt
 def _record_history(
     history: History, config: Config, the_plan: Plan, executed: Executed, done: Conclusion, now: float, *, dry: bool
 ) -> Conclusion:
-    """Add this pass to the node's history (healthd.history), under the state lock the cycle holds.
+    """Add this pass to the node's history (healthd.history), under the state lock the pass holds.
 
     The reported pass is recorded (acknowledgements applied), so an acknowledgement
     shows as a change to OK. A dry run records the findings but no action. A history
@@ -375,7 +375,7 @@ def _settle(
     cache: Optional[str],
     *,
     dry: bool,
-) -> CycleOutcome:
+) -> PassOutcome:
     """Save what the pass leaves behind and build its outcome (the sinks take it from there)."""
     config = engine.config
     errors.extend(the_plan.errors)
@@ -392,7 +392,7 @@ def _settle(
     errors.extend(store.problems)
     node = the_plan.node
     pending = done.state.pending is not None and not dry
-    report = ActionReport(
+    report = ActionSection(
         decision=done.decision,
         node_state=node.state_text if node else None,
         node_reason=node.reason if node else None,
@@ -409,8 +409,8 @@ def _settle(
     return _finish(engine, done.result, report, done.state)
 
 
-def _finish(engine: Engine, result: PassResult, report: ActionReport, state: Optional[PolicyState]) -> CycleOutcome:
-    from healthd.report import pass_to_dict
+def _finish(engine: Engine, result: PassResult, report: ActionSection, state: Optional[PolicyState]) -> PassOutcome:
+    from healthd.render import pass_to_dict
 
     errors = list(report.errors) + engine.state.drain_problems()
     report = replace(report, errors=tuple(errors))
@@ -420,4 +420,4 @@ def _finish(engine: Engine, result: PassResult, report: ActionReport, state: Opt
     except StateError as exc:
         report = replace(report, errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()
-    return CycleOutcome(result=result, action=report, state=state or PolicyState(), document=document)
+    return PassOutcome(result=result, action=report, state=state or PolicyState(), document=document)
