@@ -2,7 +2,7 @@
 
     python bench/bench_hung_mount.py [--probe-timeout 3] [--runs 5]   (root; needs /dev/fuse and fusepy)
 
-Mounts the test suite's blocking FUSE filesystem (tests/core/hangfs.py), then runs
+Mounts the test suite's blocking FUSE filesystem (tests/healthd_testkit/hangfs.py), then runs
 ``healthd check --once --only mounts``: the first pass waits for the statvfs probe's
 deadline; later passes find the stuck probe still alive and answer at once without
 starting another. Prints the pass durations healthd reports; asserts nothing.
@@ -48,7 +48,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         mnt = tempfile.mkdtemp(prefix="healthd-bench-hung-")
-        server = subprocess.Popen([sys.executable, str(REPO / "tests/core/hangfs.py"), mnt], start_new_session=True)
+        server = subprocess.Popen(
+            [sys.executable, str(REPO / "tests/healthd_testkit/hangfs.py"), mnt], start_new_session=True
+        )
         try:
             while not mounted(mnt):
                 time.sleep(0.05)

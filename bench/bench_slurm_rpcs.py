@@ -11,7 +11,6 @@ write and read RPCs per pass; the target is 0 writes and at most 1 read.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import subprocess
@@ -58,12 +57,11 @@ def _healthy(ctx: CheckContext[_Healthy]) -> list[Finding]:
 
 
 def _cluster_module() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_cluster", HERE.parent / "tests" / "slurm" / "cluster.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The test suite's throwaway cluster (tests/healthd_testkit/cluster.py)."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from healthd_testkit import cluster
+
+    return cluster
 
 
 def bench(conf: Path, node: str, passes: int, state_dir: Path, reconcile: float) -> None:

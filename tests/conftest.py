@@ -1,13 +1,13 @@
 """Fixtures shared by every test area: the host guard, private configs, running the CLI in-process.
 
-The host guard (tests/hostguard.py, importable as ``healthd_test_hostguard``) fails
-any test that touches /etc/healthd, /var/lib/healthd or a Slurm that is not a test
-cluster; every config written here is private (see ``write_config``).
+The host guard (``healthd_testkit.hostguard``) fails any test that touches
+/etc/healthd, /var/lib/healthd or a Slurm that is not a test cluster; every config
+written here is private (see ``write_config``). The tests' shared helpers live in
+the ``healthd_testkit`` package next to this file.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -27,17 +27,14 @@ import healthd.commands.status
 import healthd.config
 from healthd.cli import main
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "fixtures"
-HANGFS = REPO / "tests" / "core" / "hangfs.py"
+# With pytest's importlib import mode test modules cannot import each other: the helpers
+# they share are one package, importable once tests/ is on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# With pytest's importlib import mode test modules cannot import each other: load the guard
-# once under a fixed name, for this conftest, the other conftests and the guard's own tests.
-_GUARD = importlib.util.spec_from_file_location("healthd_test_hostguard", Path(__file__).with_name("hostguard.py"))
-assert _GUARD is not None and _GUARD.loader is not None
-hostguard = importlib.util.module_from_spec(_GUARD)
-sys.modules[_GUARD.name] = hostguard
-_GUARD.loader.exec_module(hostguard)
+from healthd_testkit import hostguard
+from healthd_testkit.paths import FIXTURES, REPO
+
+HANGFS = REPO / "tests" / "healthd_testkit" / "hangfs.py"
 
 GUARD_PLUGIN = "healthd-host-guard"
 
@@ -171,7 +168,7 @@ def stat_probes() -> Callable[[str], list[int]]:
 
 @pytest.fixture
 def hung_mount() -> Iterator[str]:
-    """A real FUSE mount (tests/core/hangfs.py) whose getattr and statfs never return."""
+    """A real FUSE mount (tests/healthd_testkit/hangfs.py) whose getattr and statfs never return."""
     reason = _fuse_skip_reason()
     if reason:
         print(f"skipping the FUSE hung-mount test: {reason}")
@@ -244,10 +241,22 @@ def intruder() -> tuple[int, int]:
 # component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
 # mounts, real users, the kernel log, Ansible runs and wheel builds.
 SLOW_FIXTURES = frozenset(
-    {"slurm_cluster", "cluster", "healthd_on", "slurm", "hung_mount", "tmpfs", "intruder", "user"}
+    {"slurm_cluster", "cluster", "healthd_on", "slurm", "hung_mount", "tmpfs", "intruder", "user", "start_process"}
 )
 SLOW_MARKERS = frozenset({"slurm", "root"})
-SLOW_MODULES = frozenset({"test_ansible", "test_wheel", "test_hostguard", "test_hung_mount", "test_unit"})
+SLOW_MODULES = frozenset(
+    {
+        "test_ansible",
+        "test_wheel",
+        "test_hostguard",
+        "test_hung_mount",
+        "test_unit",
+        "test_daemon",
+        "test_run_command",
+        "test_xid_flood",
+        "test_kill",
+    }
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.paths import REPO
 
 from healthd.cli import main
+from healthd.plugin import BrokenCheck, discover
 from healthd.schema import PassOut
 
-REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "fixtures/golden/h100-node.json"
 
 
@@ -38,22 +39,22 @@ def normalise(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def installed_checks() -> list[str]:
+    """Every check registered under the ``healthd.checks`` entry points: a new one cannot fall outside."""
+    specs = discover()
+    broken = [s.name for s in specs if isinstance(s, BrokenCheck)]
+    assert not broken, f"checks that fail to load: {broken}"
+    return sorted(s.name for s in specs)
+
+
 def test_healthy_fixture_node_matches_golden(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
-    code = main(
-        [
-            "check",
-            "--once",
-            "--json",
-            "--only",
-            "mounts,services,gpu,xid,infiniband,pcie",
-            "--config",
-            str(fixture_node_config(tmp_path)),
-        ]
-    )
+    checks = installed_checks()
+    config = str(fixture_node_config(tmp_path))
+    code = main(["check", "--once", "--json", "--only", ",".join(checks), "--config", config])
     doc = json.loads(capsys.readouterr().out)
     PassOut.model_validate(doc)
     got = normalise(doc)
@@ -61,4 +62,5 @@ def test_healthy_fixture_node_matches_golden(
         GOLDEN.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
     assert got == json.loads(GOLDEN.read_text())
     assert code == 0 and doc["status"] == "OK"
-    assert all(c["state"] == "ran" for c in doc["checks"])
+    assert sorted(c["name"] for c in doc["checks"]) == checks, "every installed check is in the golden document"
+    assert all(c["state"] == "ran" for c in doc["checks"]), "every check runs on the fixture node"

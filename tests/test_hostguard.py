@@ -1,4 +1,4 @@
-"""The host guard (tests/hostguard.py) fails each test that touches the host, and ``write_config`` is private.
+"""The host guard (``healthd_testkit.hostguard``) fails each test that touches the host; ``write_config`` is private.
 
 The guard is shown at work in an inner pytest session run in a subprocess, whose
 guarded paths are two directories under tmp_path standing in for /etc/healthd and
@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_test_hostguard import private_config
+from healthd_testkit.hostguard import private_config
 
 from healthd.defaults import toml_module
 
-HOSTGUARD = Path(__file__).with_name("hostguard.py")
+HOSTGUARD = Path(__file__).resolve().parent / "healthd_testkit" / "hostguard.py"
 
 INNER_CONFTEST = """
 import importlib.util

@@ -9,12 +9,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.paths import REPO
 
 from healthd import __version__
 from healthd.model import RunState
 from healthd.schema import PassOut, json_schema
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_version(cli: Callable[..., tuple[int, str, str]]) -> None:
@@ -144,6 +143,7 @@ def test_slurm_disabled_says_what_would_have_been_sent(
     assert out.splitlines()[-1] == f"action: not sent, [slurm] enabled = false: {WOULD}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("body", "expected"),
     [

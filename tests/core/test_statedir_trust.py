@@ -258,6 +258,7 @@ def test_the_daemon_stops_with_78_when_its_state_dir_becomes_untrusted(
     assert "stopping" in text and not victim.exists()
 
 
+@pytest.mark.slow
 def test_a_reload_onto_an_untrusted_state_dir_keeps_the_old_one(tmp_path: Path) -> None:
     state, other = tmp_path / "state", tmp_path / "other"
     other.mkdir()

@@ -9,7 +9,7 @@ import venv
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from healthd_testkit.paths import REPO
 
 
 def test_wheel_installs_into_a_fresh_venv_and_lists_checks(tmp_path: Path) -> None:

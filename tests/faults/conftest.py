@@ -1,4 +1,4 @@
-"""Fixtures of the fault-injection suite; the helpers live in kit.py (importable as ``healthd_faults_kit``).
+"""Fixtures of the fault-injection suite; the helpers live in ``healthd_testkit.faults``.
 
 With pytest's importlib import mode test modules cannot import each other, so
 this conftest loads kit.py once under a fixed module name for them.
@@ -6,22 +6,16 @@ this conftest loads kit.py once under a fixed module name for them.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from healthd_testkit import faults as kit
 
 from healthd.daemon import Daemon
 from healthd.plugin import BrokenCheck, CheckSpec
-
-_KIT = importlib.util.spec_from_file_location("healthd_faults_kit", Path(__file__).with_name("kit.py"))
-assert _KIT is not None and _KIT.loader is not None
-kit = importlib.util.module_from_spec(_KIT)
-sys.modules[_KIT.name] = kit
-_KIT.loader.exec_module(kit)
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from healthd_faults_kit import BOOM, FAULT, KSTAT, STALL, STALL_RELEASE, codes, wait_for
+from healthd_testkit.faults import BOOM, FAULT, KSTAT, STALL, STALL_RELEASE, codes
+from healthd_testkit.waiting import wait_for
 
 from healthd.model import RunState, Status
 

@@ -8,31 +8,24 @@ back to normal once the clock is sane again.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from healthd_faults_kit import FAULT, Harness, builtin
+from healthd_testkit import nvml as fake_nvml_module
+from healthd_testkit.faults import FAULT, Harness, builtin
+from healthd_testkit.paths import REPO
 
 from healthd.config import load_config
 from healthd.engine import Engine, settings_models
 from healthd.model import PassResult, Status
 from healthd.pipeline import run_pass
 
-REPO = Path(__file__).resolve().parents[2]
 DAY = 86400.0
 T0 = 1_750_000_000.0
 # Backwards a day, forwards again, a month ahead, then small steps.
 JUMPS = [T0, T0 - DAY, T0 - DAY + 60, T0 + 30 * DAY, T0 + 30 * DAY + 60, T0 + 30 * DAY + 120]
-
-_spec = importlib.util.spec_from_file_location("healthd_faults_clock_nvml", REPO / "tests" / "gpu" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-fake_nvml_module = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = fake_nvml_module
-_spec.loader.exec_module(fake_nvml_module)
 
 
 class Clock:

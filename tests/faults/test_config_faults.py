@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from healthd_faults_kit import wait_for
+from healthd_testkit.waiting import wait_for
 
 HEALTHD = Path(sys.executable).with_name("healthd")
 EX_CONFIG = 78
@@ -64,6 +64,7 @@ def _last_pass(state: Path) -> dict[str, object]:
     return document
 
 
+@pytest.mark.slow
 def test_invalid_config_at_reload_keeps_the_old_one_and_names_the_key(tmp_path: Path) -> None:
     config = _config(tmp_path)
     state = tmp_path / "state"

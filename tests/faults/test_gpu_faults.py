@@ -3,12 +3,11 @@
 There is no NVIDIA driver on the CI machine, so "NVML missing" runs the real
 library through the real CLI. A GPU lost mid-pass needs NVML to answer first and
 fail later, so pynvml's functions are replaced at the boundary (the fake of
-tests/gpu/conftest.py) and the loss starts after a few successful calls.
+tests/healthd_testkit/nvml.py) and the loss starts after a few successful calls.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,21 +16,16 @@ from typing import Any, Callable
 
 import pynvml
 import pytest
-from healthd_faults_kit import builtin, codes
+from healthd_testkit import nvml as fake_nvml_module
+from healthd_testkit.faults import builtin, codes
+from healthd_testkit.paths import REPO
 
 from healthd.model import Status
 from healthd.outcome import ActionOutcome
 from healthd.policy import Action
 
-REPO = Path(__file__).resolve().parents[2]
 SYSFS_H100 = REPO / "fixtures" / "nvml" / "sysfs-h100"
 HEALTHD = Path(sys.executable).with_name("healthd")
-
-_spec = importlib.util.spec_from_file_location("healthd_faults_fake_nvml", REPO / "tests" / "gpu" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-fake_nvml_module = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = fake_nvml_module
-_spec.loader.exec_module(fake_nvml_module)
 
 
 def _driver_present() -> bool:
@@ -94,6 +88,7 @@ class _LosesGpu(dict):  # type: ignore[type-arg]
         return super().__getitem__(key)
 
 
+@pytest.mark.slow
 def test_gpu_lost_mid_pass_is_critical_for_that_gpu_alone(
     mocker: Any, harness: Callable[..., Any], start_daemon: Callable[..., Any]
 ) -> None:

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from healthd_faults_kit import FAULT, Harness, wait_for
+from healthd_testkit.faults import FAULT, Harness
+from healthd_testkit.waiting import wait_for
 
 from healthd.outcome import ActionOutcome
 from healthd.pipeline import run_pass

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_faults_kit import FAULT, Harness, wait_for
+from healthd_testkit.faults import FAULT, Harness
+from healthd_testkit.waiting import wait_for
 
 from healthd.cli import main
 from healthd.model import Status

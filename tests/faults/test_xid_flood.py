@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from healthd_faults_kit import Harness, builtin
+from healthd_testkit.faults import Harness, builtin
 
 from healthd.model import RunState, Status
 

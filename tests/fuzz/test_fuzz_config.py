@@ -14,6 +14,7 @@ import re
 import sys
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -116,6 +117,7 @@ def _check_problem(document: dict[str, Any], problem: str) -> None:
     assert _exists(document, key), f"{problem!r} names a key the document does not have"
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(DOCUMENT)
 def test_any_document_loads_or_names_its_keys(document: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
+from healthd_testkit.waiting import wait_for
 
 from healthd.config import load_config
 from healthd.daemon import Daemon
@@ -160,19 +161,9 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
             handle.thread.join(10)
 
 
-def _wait_until(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> None:
-    # Generous: it only bounds how long a failing test waits; a passing one returns at once.
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def wait_until() -> Callable[..., None]:
-    return _wait_until
+    return wait_for
 
 
 def notify_env(address: str, watchdog_usec: Optional[int] = None) -> dict[str, str]:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from healthd_testkit.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "deploy" / "ansible"
 BIN = Path(sys.executable).parent
 

@@ -1,11 +1,10 @@
 """The daemon against a real (local) Slurm cluster: it takes a node out, then resumes it.
 
-Uses the throwaway cluster of tests/slurm/cluster.py; skipped where Slurm or root is missing.
+Uses the throwaway cluster of tests/healthd_testkit/cluster.py; skipped where Slurm or root is missing.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import socket
 import sys
@@ -14,15 +13,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from healthd_testkit import cluster as cluster_module
 from prometheus_client.parser import text_string_to_metric_families
-
-_spec = importlib.util.spec_from_file_location(
-    "healthd_test_service_cluster", Path(__file__).resolve().parents[1] / "slurm" / "cluster.py"
-)
-assert _spec is not None and _spec.loader is not None
-cluster_module = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = cluster_module
-_spec.loader.exec_module(cluster_module)
 
 
 @pytest.fixture(scope="module")

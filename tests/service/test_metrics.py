@@ -291,6 +291,7 @@ class _Slowloris(threading.Thread):
                 sock.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_connections", [64, 4])
 def test_slowloris_clients_are_dropped_at_the_deadline_and_never_hold_off_a_scrape(
     max_connections: int, wait_until: Callable[..., None]
@@ -377,6 +378,7 @@ def test_requests_other_than_a_get_of_metrics_are_refused() -> None:
         server.close()
 
 
+@pytest.mark.slow
 def test_daemon_keeps_passing_and_serving_under_a_flood_of_half_open_connections(
     make_daemon: Callable[..., Any],
     start_daemon: Callable[..., Any],
@@ -416,6 +418,7 @@ def test_daemon_keeps_passing_and_serving_under_a_flood_of_half_open_connections
         assert handle.stop() == 0
 
 
+@pytest.mark.slow
 def test_a_port_in_use_is_logged_and_checks_go_on(
     make_daemon: Callable[..., Any],
     start_daemon: Callable[..., Any],

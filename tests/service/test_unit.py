@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from healthd_testkit.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "packaging" / "systemd" / "healthd.service"
 ROLE_UNIT = REPO / "deploy" / "ansible" / "roles" / "healthd" / "files" / "healthd.service"
 ANALYZE = shutil.which("systemd-analyze")

@@ -7,7 +7,6 @@ scenario controls codes, severities and event ids exactly.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import pytest
+from healthd_testkit import cluster as cluster_module
 
 from healthd.config import parse_config
 from healthd.engine import Engine
@@ -23,12 +23,6 @@ from healthd.model import Finding, Status
 from healthd.pipeline import PassOutcome, run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.slurm import SlurmClient
-
-_spec = importlib.util.spec_from_file_location("healthd_test_slurm_cluster", Path(__file__).with_name("cluster.py"))
-assert _spec is not None and _spec.loader is not None
-cluster_module = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = cluster_module
-_spec.loader.exec_module(cluster_module)
 
 
 class FaultSettings(CheckSettings):

@@ -1,6 +1,6 @@
 """Reboots, power saving and reservations: the adapter's parsing of real 22.05 captures, and the real cluster.
 
-The test cluster simulates its machines (tests/slurm/cluster.py): RebootProgram stops
+The test cluster simulates its machines (tests/healthd_testkit/cluster.py): RebootProgram stops
 the node's slurmd, gives the node a new boot id under ``cluster.procfs(node)`` and
 starts slurmd again with a new boot time; SuspendProgram and ResumeProgram power a
 node off and on the same way. So ``scontrol reboot`` and power saving run through
@@ -12,17 +12,17 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd.config import SlurmSettings
 from healthd.history import read_boot_id
 from healthd.nodestate import NodeInfo
 from healthd.slurm import SlurmClient, SlurmError, parse_show_node_json, parse_show_node_line
 
-CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+CAPTURES = ALL_FIXTURES / "slurm"
 REBOOT_REASON = "healthd: REBOOT XID_79 gpu0 (+1 more)"
 
 

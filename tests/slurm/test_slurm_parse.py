@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd.breaker import partition_views
 from healthd.config import ConfigError, RunnerSettings, SlurmSettings, parse_config
@@ -32,7 +33,7 @@ from healthd.slurm import (
 )
 from healthd.statelock import StateLock
 
-CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+CAPTURES = ALL_FIXTURES / "slurm"
 
 
 def _line(name: str) -> str:
@@ -316,6 +317,7 @@ def test_an_unexpected_exception_is_a_reported_pass(tmp_path: Path, monkeypatch:
     assert not (tmp_path / "state" / "policy.json").exists()
 
 
+@pytest.mark.slow
 def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: Any) -> None:
     engine = _engine(tmp_path, slurm="lock_timeout = 0.3\n")
     with StateLock(tmp_path / "state", 1.0):

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from healthd_xid_kit import BOOT_A, BOOT_B, X79, Node, by_code
+from healthd_testkit.xid import BOOT_A, BOOT_B, X79, Node, by_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

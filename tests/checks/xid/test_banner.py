@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from healthd_xid_kit import BOOT_A, BOOT_B, FIXTURES, X79, Node, by_code
+from healthd_testkit.xid import BOOT_A, BOOT_B, FIXTURES, X79, Node, by_code
 
 from healthd.model import Status
 

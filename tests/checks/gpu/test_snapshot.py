@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healthd_checks.nvml_source import NodeReading, SnapshotError, SnapshotFile, parse_snapshot, snapshot_document
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+FIXTURES = ALL_FIXTURES / "nvml"
 HEALTHY = json.loads((FIXTURES / "h100-healthy.json").read_text())
 
 

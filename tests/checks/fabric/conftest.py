@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd.cli import main
 from healthd.config import Paths
 from healthd.plugin import CheckContext, CheckSettings
 from healthd.state import StateFile
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
+FIXTURES = ALL_FIXTURES / "sysfs"
 IB_PORTS = [f"mlx5_{i}:1" for i in range(8)]
 GPUS = [
     "0000:18:00.0",

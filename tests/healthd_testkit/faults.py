@@ -5,20 +5,17 @@ directly with the Engine (``fault`` reports what its JSON file says, ``boom``
 raises, ``stall`` blocks in Python until released, ``kstat`` calls statvfs on a
 path and so blocks in the kernel on a hung mount). Everything else runs for real:
 the runner, the cycle, the daemon loop, scontrol against the test cluster of
-tests/slurm/cluster.py (started once per session, only when a test asks for it).
+tests/healthd_testkit/cluster.py (started once per session, only when a test asks for it).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from healthd.config import load_config
 from healthd.daemon import Daemon, PassReport, run_one_pass
@@ -26,13 +23,7 @@ from healthd.engine import Engine, settings_models
 from healthd.model import Finding, Status
 from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
 from healthd.sdnotify import Notifier
-
-_CLUSTER_PATH = Path(__file__).resolve().parents[1] / "slurm" / "cluster.py"
-_spec = importlib.util.spec_from_file_location("healthd_test_faults_cluster", _CLUSTER_PATH)
-assert _spec is not None and _spec.loader is not None
-cluster_module = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = cluster_module
-_spec.loader.exec_module(cluster_module)
+from healthd_testkit.waiting import wait_for
 
 # Released at the end of every test, so a check stalled in Python never outlives it.
 STALL_RELEASE = threading.Event()
@@ -152,15 +143,6 @@ class Harness:
     def wait_passes(self, count: int, timeout: float = 30.0) -> list[PassReport]:
         wait_for(lambda: len(self.reports) >= count, timeout, f"{count} passes")
         return self.reports
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def codes(report: PassReport) -> dict[str, tuple[Status, str]]:

@@ -8,10 +8,10 @@ that userspace wrote (where the format tells), unless that is switched on.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +32,7 @@ from healthd_checks.xid_parse import (
     split_record,
 )
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kernlog"
+FIXTURES = ALL_FIXTURES / "kernlog"
 CASES = [json.loads(line) for line in (FIXTURES / "lines.jsonl").read_text().splitlines() if line.strip()]
 
 

@@ -15,8 +15,9 @@ from healthd.model import Finding
 from healthd.plugin import CheckContext
 from healthd.state import StateFile
 from healthd_checks.xid import CHECK, XidSettings
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kernlog"
+FIXTURES = ALL_FIXTURES / "kernlog"
 BOOT_A = "11111111-2222-3333-4444-555555555555"
 BOOT_B = "99999999-2222-3333-4444-555555555555"
 X79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."

@@ -1,24 +1,20 @@
-"""Shared helpers for the gpu check's tests: fixture paths, a check context, and a fake NVML.
+"""A fake NVML for the gpu check's tests and the fault suite: NVML is the one component that cannot run here.
 
-NVML is the one component that cannot run here (no GPU, no driver), so ``fake_nvml``
-replaces pynvml's functions at the boundary with answers modelled on an H100 node.
+``FakeNvml`` replaces pynvml's functions at the boundary with answers modelled on an
+H100 node (``healthy_gpu``), per GPU, so a test changes one answer and sees what the
+check makes of it. ``SYSFS_H100`` is the matching sysfs capture under fixtures/.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import pynvml
-import pytest
 
-from healthd.config import Paths
-from healthd.plugin import CheckContext
-from healthd.state import StateFile
-from healthd_checks.gpu import GpuSettings
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+FIXTURES = ALL_FIXTURES / "nvml"
 SYSFS_H100 = FIXTURES / "sysfs-h100"
 BUSES = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
 
@@ -35,28 +31,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def make_ctx(tmp_path: Path, clock: Clock) -> Callable[..., CheckContext[GpuSettings]]:
-    """A context whose state persists in ``tmp_path`` across calls (like passes)."""
-    state = StateFile(tmp_path / "state", "check-gpu")
-
-    def make(gpus: Optional[int] = 8, sysfs: Path = SYSFS_H100, **settings: Any) -> CheckContext[GpuSettings]:
-        return CheckContext(
-            name="gpu",
-            settings=GpuSettings(expect_gpus=gpus, **settings),
-            paths=Paths(sysfs=sysfs, state_dir=tmp_path / "state"),
-            state=state,
-            clock=clock,
-        )
-
-    return make
 
 
 def healthy_gpu(index: int) -> dict[str, Any]:
@@ -133,8 +107,3 @@ class FakeNvml:
 
             mocker.patch.object(pynvml, name, side_effect=call)
         return self
-
-
-@pytest.fixture
-def fake_nvml(mocker: Any) -> FakeNvml:
-    return FakeNvml().install(mocker)

@@ -9,9 +9,9 @@ checks/xid_catalog.py, so a wrong row in that table fails here.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from healthd_testkit.paths import REPO
 
 from healthd.model import Status
 from healthd_checks.xid_catalog import CATALOG, RECOVERY_ENTRIES, Action, Bucket, Sticky, classify
@@ -174,8 +174,6 @@ def test_override_changes_grade_only() -> None:
 
 
 # -- the README and docs/xid.md say what the code does ---------------------------------------------------
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _numbers(text: str) -> list[int]:

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd.cli import main
 from healthd.exitcodes import EX_CONFIG
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kernlog"
+FIXTURES = ALL_FIXTURES / "kernlog"
 
 
 def scan(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-from healthd_xid_kit import BOOT_A, FIXTURES, X79, Node, by_code, reader_entry
+from healthd_testkit.xid import BOOT_A, FIXTURES, X79, Node, by_code, reader_entry
 
 from healthd.model import Status
 from healthd_checks.kernlog import ReadResult, journal_line

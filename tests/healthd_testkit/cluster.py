@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
+if __package__ in (None, ""):  # run as a script: the simulated machines' programs start this file
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from healthd_testkit.waiting import wait_for
+
 NODES = ("node1", "node2", "node3")
 # How long slurmctld waits for a rebooted or resumed node to register with a new boot
 # before it marks it DOWN; a simulated boot takes about 3 seconds.
@@ -459,15 +463,6 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         wait_for(lambda: all(self.state(n) == "idle" for n in NODES), 30, "all nodes idle after reset")
         if self.hook_nodes.exists():
             self.hook_nodes.unlink()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 # -- the simulated machines ------------------------------------------------------------

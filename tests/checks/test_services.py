@@ -68,8 +68,8 @@ def _running(pid: int, exe: Path, deadline: float) -> None:
 
 
 @pytest.fixture
-def start() -> Iterator[Start]:
-    """``start(name, user=None, setuid_root=False, where="bin")``: run a copy of sleep named ``name``.
+def start_process() -> Iterator[Start]:
+    """``start_process(name, user=None, setuid_root=False, where="bin")``: run a copy of sleep named ``name``.
 
     The copies live in a fresh world-readable directory so that another account can
     run them; every process started is killed and reaped afterwards.
@@ -151,9 +151,9 @@ def check(write_config: Callable[[str], Path], cli_json: Any) -> CheckJson:
 
 
 def test_a_users_process_named_munged_does_not_make_munge_alive(
-    start: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
+    start_process: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
 ) -> None:
-    munged = start("munged", user=user)
+    munged = start_process("munged", user=user)
     code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
     (finding,) = findings(doc)
     assert code == 2
@@ -164,33 +164,33 @@ def test_a_users_process_named_munged_does_not_make_munge_alive(
 
 
 def test_a_setuid_root_copy_run_by_a_user_is_still_the_users(
-    start: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
+    start_process: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
 ) -> None:
-    munged = start("munged", user=user, setuid_root=True)
+    munged = start_process("munged", user=user, setuid_root=True)
     assert uids(munged.pid) == (user.pw_uid, 0), "the copy must run with effective uid 0 for this test to mean anything"
     code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
     assert code == 2 and codes(doc) == [("CRITICAL", "SERVICE_INACTIVE", "munge")]
 
 
-def test_a_root_process_named_munged_is_munge(start: Start, tmp_path: Path, check: CheckJson) -> None:
-    munged = start("munged")
+def test_a_root_process_named_munged_is_munge(start_process: Start, tmp_path: Path, check: CheckJson) -> None:
+    munged = start_process("munged")
     code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
     assert code == 0 and findings(doc) == []
 
 
-def test_munged_as_the_munge_account_is_munge(start: Start, tmp_path: Path, check: CheckJson) -> None:
+def test_munged_as_the_munge_account_is_munge(start_process: Start, tmp_path: Path, check: CheckJson) -> None:
     # Debian's munge.service has User=munge and /etc/init.d/munge starts munged with --chuid munge.
     try:
         munge = pwd.getpwnam("munge")
     except KeyError:
         pytest.fail("the munge package (and its munge account) is installed wherever these tests run")
-    munged = start("munged", user=munge)
+    munged = start_process("munged", user=munge)
     code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
     assert code == 0 and findings(doc) == []
 
 
-def test_another_executable_is_not_the_service(start: Start, tmp_path: Path, check: CheckJson) -> None:
-    impostor = start("munged", where="elsewhere").exe
+def test_another_executable_is_not_the_service(start_process: Start, tmp_path: Path, check: CheckJson) -> None:
+    impostor = start_process("munged", where="elsewhere").exe
     code, doc = check(process_table(tmp_path, ["munge"], pinned(impostor.parent.parent / "sbin/munged")))
     (finding,) = findings(doc)
     assert code == 2 and finding["code"] == "SERVICE_INACTIVE"
@@ -198,8 +198,10 @@ def test_another_executable_is_not_the_service(start: Start, tmp_path: Path, che
     assert "[checks.services] process_exe" in finding["message"]
 
 
-def test_a_binary_replaced_since_start_is_still_the_service(start: Start, tmp_path: Path, check: CheckJson) -> None:
-    munged = start("munged")
+def test_a_binary_replaced_since_start_is_still_the_service(
+    start_process: Start, tmp_path: Path, check: CheckJson
+) -> None:
+    munged = start_process("munged")
     munged.exe.unlink()  # as a package upgrade does
     assert os.readlink(f"/proc/{munged.pid}/exe") == f"{munged.exe} (deleted)"
     code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
@@ -207,18 +209,18 @@ def test_a_binary_replaced_since_start_is_still_the_service(start: Start, tmp_pa
 
 
 def test_process_users_lets_a_daemons_account_count(
-    start: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
+    start_process: Start, user: pwd.struct_passwd, tmp_path: Path, check: CheckJson
 ) -> None:
-    munged = start("munged", user=user)
+    munged = start_process("munged", user=user)
     for account in (toml_string(TEST_USER), str(user.pw_uid)):
         code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe) + f"process_users = [{account}]\n"))
         assert code == 0 and findings(doc) == [], account
 
 
-def test_default_aliases_map_units_to_their_daemons(start: Start, tmp_path: Path, check: CheckJson) -> None:
+def test_default_aliases_map_units_to_their_daemons(start_process: Start, tmp_path: Path, check: CheckJson) -> None:
     # No process_names: munge is found as munged, nvidia-dcgm as nv-hostengine.
-    munged = start("munged").exe
-    hostengine = start("nv-hostengine").exe
+    munged = start_process("munged").exe
+    hostengine = start_process("nv-hostengine").exe
     settings = (
         f'process_exe = {{ "munge" = {toml_string(str(munged))}, "nvidia-dcgm" = {toml_string(str(hostengine))} }}\n'
     )
@@ -240,9 +242,9 @@ def test_a_missing_service_names_the_setting_that_fixes_it(tmp_path: Path, check
     assert "process_users names no account on this node: healthd-no-such-user" in message
 
 
-def test_process_names_map_a_unit_to_its_daemon(start: Start, tmp_path: Path, check: CheckJson) -> None:
+def test_process_names_map_a_unit_to_its_daemon(start_process: Start, tmp_path: Path, check: CheckJson) -> None:
     # 16 characters: the command name keeps 15, the executable's name all of them.
-    daemon = start("healthd-test-svc")
+    daemon = start_process("healthd-test-svc")
     settings = 'process_names = { "fabricmanager" = ["healthd-test-svc"] }\n' + pinned(daemon.exe, "fabricmanager")
     code, doc = check(process_table(tmp_path, ["fabricmanager"], settings))
     assert code == 0 and findings(doc) == []

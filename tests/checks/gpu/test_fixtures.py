@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd import cli
 from healthd.model import Status
@@ -14,9 +15,9 @@ from healthd.plugin import NotApplicable
 from healthd_checks.gpu import CHECK
 from healthd_checks.nvml_source import SnapshotFile
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+FIXTURES = ALL_FIXTURES / "nvml"
 run = CHECK.run
-SYSFS_H100 = FIXTURES / "sysfs-h100"
+SYSFS_H100 = ALL_FIXTURES / "sysfs-h100"
 
 CASES = [
     ("h100-healthy", []),

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
+
 from healthd.model import Finding, Status
 from healthd_checks.gpu import CHECK, GpuSettings, evaluate
 from healthd_checks.nvml_source import (
@@ -19,7 +21,7 @@ from healthd_checks.nvml_source import (
 )
 from healthd_checks.sysfs import VENDOR_NVIDIA, PciScan, scan_pci
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+FIXTURES = ALL_FIXTURES / "nvml"
 HEALTHY = SnapshotFile(FIXTURES / "h100-healthy.json").read()
 PCI = scan_pci(FIXTURES / "sysfs-h100", frozenset({VENDOR_NVIDIA}))
 run = CHECK.run
