@@ -1,4 +1,4 @@
-"""Renders a pass for people (a table) and for programs (versioned JSON, see docs/json-output.md)."""
+"""Renders a pass for people (a table) and for programs (versioned JSON, see docs/check-output.schema.json)."""
 
 from __future__ import annotations
 
