@@ -25,14 +25,13 @@ caller's policy chooses what follows (check again, or reboot).
 from __future__ import annotations
 
 import enum
-import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from healthd.bounded import TimedOut, run_bounded
 from healthd.history import pci_key
 from healthd.nodestate import NodeInfo
 from healthd.trust import untrusted_reason
@@ -118,9 +117,6 @@ def node_refusal(node: Optional[NodeInfo]) -> Optional[str]:
     return None
 
 
-_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-
-
 def _trim(*texts: str) -> str:
     return " ".join(" ".join(t.split()) for t in texts if t.strip())[:OUTPUT_LIMIT]
 
@@ -147,49 +143,12 @@ class _Stuck:
 _STUCK = _Stuck()
 
 
-@dataclass(frozen=True)
-class _Finished:
-    returncode: int
-    out: str
-    err: str
-
-
-class _TimedOut(Exception):
-    """The program outlived its deadline; it was sent SIGKILL, and is not waited for."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        super().__init__(process.pid)
-        self.process = process
-
-
-def _run(argv: list[str], timeout: float) -> _Finished:
-    """Run ``argv`` in its own session for at most ``timeout`` seconds (``_TimedOut``, ``OSError``)."""
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
-        env=_ENV,
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # The kill takes effect whenever the kernel lets the process go (a reset stuck in
-        # the driver sleeps uninterruptibly): waiting for it could take forever.
-        os.killpg(process.pid, signal.SIGKILL)
-        raise _TimedOut(process) from None
-    return _Finished(process.returncode, out, err)
-
-
 def compute_apps(settings: ResetSettings) -> list[ComputeApp]:
     """Every compute process on every GPU, from nvidia-smi; ``GpuResetError`` when that cannot be known."""
     argv = [str(settings.nvidia_smi), "--query-compute-apps=pid,gpu_bus_id", "--format=csv,noheader"]
     try:
-        finished = _run(argv, settings.query_timeout)
-    except _TimedOut:
+        finished = run_bounded(argv, settings.query_timeout)
+    except TimedOut:
         raise GpuResetError(f"`{' '.join(argv[1:])}` did not answer within {settings.query_timeout:g}s") from None
     except OSError as exc:
         raise GpuResetError(f"cannot run {settings.nvidia_smi}: {exc.strerror or exc}") from None
@@ -242,8 +201,8 @@ def reset_gpu(
         return result(ResetOutcome.REFUSED, f"processes use the GPU: {listed}", pids=users)
     argv = [str(settings.nvidia_smi), "--gpu-reset", "-i", pci_bus_id.strip()]
     try:
-        finished = _run(argv, settings.reset_timeout)
-    except _TimedOut as exc:
+        finished = run_bounded(argv, settings.reset_timeout)
+    except TimedOut as exc:
         _STUCK.keep(key, exc.process)
         return result(
             ResetOutcome.FAILED,

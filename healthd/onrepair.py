@@ -11,17 +11,13 @@ Its outcome goes into the node's history; it never fails the pass.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from healthd.bounded import TimedOut, run_bounded
 from healthd.text import one_line
 from healthd.trust import untrusted_reason
-
-_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
 
 @dataclass(frozen=True)
@@ -38,26 +34,12 @@ def run_on_repair(program: Path, document: Mapping[str, Any], timeout: float) ->
     if why is not None:
         return HookResult("refused", f"{program} not run: {why}")
     try:
-        proc = subprocess.Popen(
-            [str(program)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=_ENV,
-            cwd="/",
-            start_new_session=True,
-            text=True,
-            errors="replace",
-        )
+        finished = run_bounded([str(program)], timeout, stdin=json.dumps(document, sort_keys=True))
+    except TimedOut:
+        # The whole group was killed: a ticketing script's curl must not outlive it either.
+        return HookResult("timeout", f"{program} killed after {timeout:g}s")
     except OSError as exc:
         return HookResult("failed", f"cannot run {program}: {exc.strerror or exc}")
-    try:
-        _, stderr = proc.communicate(json.dumps(document, sort_keys=True), timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # The whole group: a ticketing script's curl must not outlive it either.
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return HookResult("timeout", f"{program} killed after {timeout:g}s")
-    if proc.returncode != 0:
-        return HookResult("failed", f"{program} exited {proc.returncode}: {one_line(stderr, 300)}")
+    if finished.returncode != 0:
+        return HookResult("failed", f"{program} exited {finished.returncode}: {one_line(finished.err, 300)}")
     return HookResult("ok", f"{program} exited 0")

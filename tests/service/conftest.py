@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
+from healthd_testkit.faults import DaemonThread
 from healthd_testkit.waiting import wait_for
 
 from healthd.config import load_config
@@ -129,28 +130,15 @@ def abstract_listener() -> Iterator[NotifyListener]:
     listener.close()
 
 
-@dataclass
-class RunningDaemon:
-    daemon: Daemon
-    thread: threading.Thread
-    exit_code: list[int]
-
-    def stop(self, timeout: float = 10.0) -> int:
-        self.daemon.request_stop()
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "daemon did not stop"
-        return self.exit_code[0]
-
-
 @pytest.fixture
-def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
-    running: list[RunningDaemon] = []
+def start_daemon() -> Iterator[Callable[..., DaemonThread]]:
+    running: list[DaemonThread] = []
 
-    def start(daemon: Daemon) -> RunningDaemon:
+    def start(daemon: Daemon) -> DaemonThread:
         codes: list[int] = []
         thread = threading.Thread(target=lambda: codes.append(daemon.run()), daemon=True)
         thread.start()
-        handle = RunningDaemon(daemon, thread, codes)
+        handle = DaemonThread(daemon, thread, codes)
         running.append(handle)
         return handle
 
