@@ -69,6 +69,37 @@ def _private_default_config(_default_configs: tuple[Path, Path], monkeypatch: py
     monkeypatch.setattr(healthd.commands.status, "DEFAULT_CONFIG_PATH", path)
 
 
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Any]:
+    """The session's one throwaway Slurm cluster (healthd_testkit.cluster), started on first use."""
+    from healthd_testkit import cluster as cluster_module
+
+    why = cluster_module.missing_prerequisite()
+    if why:
+        print(f"skipping the tests of the real Slurm cluster: {why}")
+        pytest.skip(why)
+    cluster = cluster_module.Cluster(
+        root=tmp_path_factory.mktemp("slurm"), healthd_bin=Path(sys.executable).with_name("healthd")
+    )
+    host_guard.allow_slurm_conf(cluster.conf)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture
+def cluster(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The cluster for one test: slurmctld running, no jobs, every node idle, client commands pointed at it."""
+    if "slurmctld" not in slurm_cluster.procs or slurm_cluster.procs["slurmctld"].poll() is not None:
+        slurm_cluster.start_ctld()  # a fault test may have stopped it
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
+    slurm_cluster.reset()
+    return slurm_cluster
+
+
 @pytest.fixture
 def fixtures() -> Path:
     return FIXTURES
@@ -241,7 +272,7 @@ def intruder() -> tuple[int, int]:
 # component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
 # mounts, real users, the kernel log, Ansible runs and wheel builds.
 SLOW_FIXTURES = frozenset(
-    {"slurm_cluster", "cluster", "healthd_on", "slurm", "hung_mount", "tmpfs", "intruder", "user", "start_process"}
+    {"slurm_cluster", "cluster", "healthd_on", "hung_mount", "tmpfs", "intruder", "user", "start_process"}
 )
 SLOW_MARKERS = frozenset({"slurm", "root"})
 SLOW_MODULES = frozenset(

@@ -6,7 +6,6 @@ this conftest loads kit.py once under a fixed module name for them.
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -50,30 +49,3 @@ def harness(tmp_path: Path) -> Callable[..., kit.Harness]:
         return kit.Harness(root=tmp_path, specs=list(specs), **kwargs)
 
     return make
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Any]:
-    why = kit.cluster_module.missing_prerequisite()
-    if why:
-        print(f"skipping the Slurm fault tests: {why}")
-        pytest.skip(why)
-    cluster = kit.cluster_module.Cluster(
-        root=tmp_path_factory.mktemp("faults-slurm"), healthd_bin=Path(sys.executable).with_name("healthd")
-    )
-    host_guard.allow_slurm_conf(cluster.conf)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.shutdown()
-
-
-@pytest.fixture
-def cluster(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The cluster with slurmctld running, no jobs and every node idle."""
-    if "slurmctld" not in slurm_cluster.procs or slurm_cluster.procs["slurmctld"].poll() is not None:
-        slurm_cluster.start_ctld()
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    slurm_cluster.reset()
-    return slurm_cluster

@@ -7,30 +7,12 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
-from healthd_testkit import cluster as cluster_module
 from prometheus_client.parser import text_string_to_metric_families
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Any]:
-    why = cluster_module.missing_prerequisite()
-    if why:
-        pytest.skip(why)
-    cluster = cluster_module.Cluster(
-        root=tmp_path_factory.mktemp("service-slurm"), healthd_bin=Path(sys.executable).with_name("healthd")
-    )
-    host_guard.allow_slurm_conf(cluster.conf)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.shutdown()
 
 
 def _metric(port: int, name: str, **labels: str) -> float:
@@ -47,7 +29,7 @@ def _metric(port: int, name: str, **labels: str) -> float:
 
 
 def test_daemon_takes_the_node_out_and_resumes_it(
-    slurm: Any,
+    cluster: Any,
     make_daemon: Callable[..., Any],
     start_daemon: Callable[..., Any],
     tmp_path: Path,
@@ -61,7 +43,7 @@ def test_daemon_takes_the_node_out_and_resumes_it(
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    slurm_table = f'[slurm]\nenabled = true\nconf = "{slurm.conf}"\nnode_name = "node2"\ntimeout = 8\n'
+    slurm_table = f'[slurm]\nenabled = true\nconf = "{cluster.conf}"\nnode_name = "node2"\ntimeout = 8\n'
     extra = f'[policy]\nmax_out_fraction = 1.0\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
 
     def write(report: str) -> Path:
@@ -73,8 +55,8 @@ def test_daemon_takes_the_node_out_and_resumes_it(
     daemon = make_daemon(config=write("critical"))
     handle = start_daemon(daemon)
     try:
-        wait_until(lambda: slurm.state("node2") in ("drained", "down", "draining"), timeout=30, what="node2 out")
-        assert slurm.reason("node2").startswith("healthd: FLAG_RAISED flag")
+        wait_until(lambda: cluster.state("node2") in ("drained", "down", "draining"), timeout=30, what="node2 out")
+        assert cluster.reason("node2").startswith("healthd: FLAG_RAISED flag")
         wait_until(lambda: _metric(port, "healthd_actions_total", outcome="taken") >= 1, what="taken counter")
         assert _metric(port, "healthd_check_status", check="flag") == 2
         assert _metric(port, "healthd_circuit_breaker_open") == 0
@@ -83,15 +65,15 @@ def test_daemon_takes_the_node_out_and_resumes_it(
 
         write("ok")
         daemon.request_reload()
-        wait_until(lambda: slurm.state("node2") == "idle", timeout=30, what="node2 resumed")
+        wait_until(lambda: cluster.state("node2") == "idle", timeout=30, what="node2 resumed")
         wait_until(lambda: _metric(port, "healthd_actions_total", action="resume", outcome="taken") == 1, what="resume")
     finally:
         assert handle.stop() == 0
-        slurm.run("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
+        cluster.run("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
 
 
 def test_circuit_breaker_holds_the_take_out_and_says_so(
-    slurm: Any,
+    cluster: Any,
     make_daemon: Callable[..., Any],
     start_daemon: Callable[..., Any],
     tmp_path: Path,
@@ -104,7 +86,7 @@ def test_circuit_breaker_holds_the_take_out_and_says_so(
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     # Another node is already out by healthd: taking node3 out too would exceed 10% of the partition.
-    slurm.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=healthd: XID_79 gpu0")
+    cluster.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=healthd: XID_79 gpu0")
     config = config_writer(
         tmp_path / "healthd.toml",
         tmp_path / "state",
@@ -115,7 +97,7 @@ def test_circuit_breaker_holds_the_take_out_and_says_so(
     config.write_text(
         config.read_text().replace(
             '[slurm]\nenabled = false\nnode_name = "node-test"\n',
-            f'[slurm]\nenabled = true\nconf = "{slurm.conf}"\nnode_name = "node3"\ntimeout = 8\n',
+            f'[slurm]\nenabled = true\nconf = "{cluster.conf}"\nnode_name = "node3"\ntimeout = 8\n',
         )
     )
     handle = start_daemon(make_daemon(config=config))
@@ -123,7 +105,7 @@ def test_circuit_breaker_holds_the_take_out_and_says_so(
         wait_until(lambda: _metric(port, "healthd_circuit_breaker_open") == 1, timeout=30, what="breaker open")
         assert _metric(port, "healthd_actions_total", outcome="held_back") >= 1
         assert _metric(port, "healthd_findings", check="policy", severity="critical") == 1
-        assert slurm.state("node3") == "idle"
+        assert cluster.state("node3") == "idle"
     finally:
         assert handle.stop() == 0
-        slurm.run("scontrol", "update", "NodeName=node1", "State=RESUME", check=False)
+        cluster.run("scontrol", "update", "NodeName=node1", "State=RESUME", check=False)

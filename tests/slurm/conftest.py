@@ -8,14 +8,12 @@ scenario controls codes, severities and event ids exactly.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import pytest
-from healthd_testkit import cluster as cluster_module
 
 from healthd.config import parse_config
 from healthd.engine import Engine
@@ -101,31 +99,6 @@ file = "{self.fault_file}"
 
     def client(self) -> SlurmClient:
         return SlurmClient(self.engine().config.slurm)
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Any]:
-    why = cluster_module.missing_prerequisite()
-    if why:
-        print(f"skipping the Slurm suite: {why}")
-        pytest.skip(why)
-    root = tmp_path_factory.mktemp("slurm")
-    cluster = cluster_module.Cluster(root=root, healthd_bin=Path(sys.executable).with_name("healthd"))
-    host_guard.allow_slurm_conf(cluster.conf)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.shutdown()
-
-
-@pytest.fixture
-def cluster(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The cluster with no jobs and every node idle, for one scenario."""
-    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
-    monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
-    slurm_cluster.reset()
-    yield slurm_cluster
 
 
 @pytest.fixture
