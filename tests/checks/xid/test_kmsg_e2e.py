@@ -103,7 +103,7 @@ accept_userspace_kmsg = {str(accept_userspace).lower()}
 
 def engine_pass(config: Path) -> list[Finding]:
     loaded = parse_config(config.read_text(), str(config), {"xid": XidSettings})
-    result = Engine(loaded, [CHECK]).run_pass(["xid"])
+    result = Engine(loaded, [CHECK]).run_checks(["xid"])
     return list(result.findings)
 
 
