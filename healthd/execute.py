@@ -73,6 +73,9 @@ def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[fl
                     return Executed(tuple(done), lost=lost)
             elif step is Step.DOWN:
                 client.down(name, reason)
+            elif step is Step.REBOOT:
+                # Plain: the DRAIN just sent keeps the node out through the reboot (plan._steps).
+                client.reboot(name, reason, nextstate=None, asap=False)
             else:
                 client.resume(name)
             done.append(step)
