@@ -410,6 +410,8 @@ def _remediate(
         state = replace(state, reboot=None, rebooted=request.cause)
         request = None
     if request is not None:
+        # The node is judged in its new boot: clean passes before the reboot do not count.
+        state = replace(state, clean_streak=0)
         waiting_why = f"waiting for the reboot asked for at {request.at:.0f} ({request.reason})"
         if node is not None and not node.reboot_pending and not node.power_saving:
             waiting_why = f"the reboot asked for at {request.at:.0f} did not happen: left out for a person"

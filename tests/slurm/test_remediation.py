@@ -1,0 +1,120 @@
+"""Remediation on the real cluster: healthd has Slurm reboot a node for a reboot-class fault.
+
+The test cluster's RebootProgram simulates the machine (tests/slurm/cluster.py): a
+new boot id under ``cluster.procfs(node)``, which healthd reads through
+``[paths] procfs``, and slurmd started again. The reboot runs through slurmctld for
+real: it waits for the node's job, and the node comes back drained with healthd's
+reason until a clean pass in the new boot resumes it (docs/remediation.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from healthd.history import History, Kind
+
+pytestmark = pytest.mark.slurm
+
+XID_79 = {
+    "status": "CRITICAL",
+    "code": "XID_79",
+    "subject": "0000:3b:00",
+    "details": {"remedy": "reboot", "uuid": "GPU-aaaa"},
+}
+REASON = "healthd: REBOOT XID_79 0000:3b:00"
+
+
+def _healthd(cluster: Any, healthd_on: Any, node: str, extra: str = "[remediation]\nreboot = true\n") -> Any:
+    """healthd on ``node``, reading the node's own boot id, with ``extra`` config."""
+    hd = healthd_on(node, policy="max_out_fraction = 1.0\nclean_passes = 2")
+    text = hd.config_text().replace("[paths]\n", f'[paths]\nprocfs = "{cluster.procfs(node)}"\n', 1) + extra
+    hd.config_text = lambda node_name=True: text
+    return hd
+
+
+def _kinds(hd: Any) -> list[str]:
+    history = History.open(hd.state_dir)
+    try:
+        return [e.kind.value for e in history.events(since=0) if e.kind in (Kind.REBOOT_REQUESTED, Kind.REBOOT_DONE)]
+    finally:
+        history.close()
+
+
+def test_the_reboot_waits_for_the_job_and_the_node_returns_only_after_a_clean_pass(
+    cluster: Any, healthd_on: Any
+) -> None:
+    node = "node1"
+    hd = _healthd(cluster, healthd_on, node)
+    reboots, boots, old_id = len(cluster.reboots(node)), len(cluster.boots(node)), cluster.boot_id(node)
+    job = cluster.submit(node, 8)
+    hd.faults(XID_79)
+
+    asked = hd.cycle()
+    assert asked.action.decision.action.value == "reboot" and asked.action.applied
+    assert asked.action.steps == ("drain", "reboot")
+    info = hd.client().show_node(node)
+    assert info.drained and info.reboot_requested and info.busy and info.reason == REASON
+    assert cluster.job_state(job) == "RUNNING", "no DOWN: the job keeps running"
+
+    # Passes while the job runs send nothing, with or without the fault.
+    assert hd.cycle().action.steps == ()
+    hd.faults()
+    waiting = hd.cycle()
+    assert waiting.action.steps == () and "reboot" in waiting.action.decision.explanation
+    assert cluster.reboots(node)[reboots:] == [] and cluster.job_state(job) == "RUNNING"
+
+    cluster.wait_booted(node, count=boots + 1, timeout=60)
+    cluster.wait_state(node, lambda s: "REBOOT" not in s, 30, "registered after the reboot")
+    assert cluster.job_state(job) == "COMPLETED", "the reboot waited for the job to end"
+    assert len(cluster.reboots(node)) == reboots + 1 and cluster.boot_id(node) != old_id
+    assert cluster.node_state(node) == "IDLE+DRAIN" and cluster.reason(node).startswith(f"{REASON} : reboot issued")
+
+    first = hd.cycle()
+    assert first.action.decision.action.value == "hold" and first.action.steps == ()
+    assert cluster.node_state(node) == "IDLE+DRAIN", "one clean pass of the two needed: still out"
+    second = hd.cycle()
+    assert second.action.decision.action.value == "resume" and second.action.applied
+    cluster.wait_state(node, lambda s: s == "IDLE", 15, "resumed by healthd")
+    assert len(cluster.reboots(node)) == reboots + 1, "exactly one reboot"
+    assert _kinds(hd) == ["reboot_requested", "reboot_done"]
+
+
+def test_the_same_fault_after_the_reboot_is_an_ordinary_take_out(cluster: Any, healthd_on: Any) -> None:
+    node = "node2"
+    hd = _healthd(cluster, healthd_on, node)
+    reboots, boots = len(cluster.reboots(node)), len(cluster.boots(node))
+    hd.faults(XID_79)
+    assert hd.cycle().action.steps == ("drain", "reboot")
+    cluster.wait_booted(node, count=boots + 1, timeout=60)
+    cluster.wait_state(node, lambda s: "REBOOT" not in s, 30, "registered after the reboot")
+    after = hd.cycle()
+    assert after.action.decision.action.value == "drain_after_jobs", "already out: only the reason changes"
+    assert after.action.steps == ("drain",)
+    assert cluster.reason(node).startswith("healthd: XID_79 0000:3b:00")
+    assert hd.cycle().action.steps == ()
+    assert len(cluster.reboots(node)) == reboots + 1, "no second reboot for the same fault"
+
+
+def test_reboot_off_by_default_is_an_ordinary_take_out(cluster: Any, healthd_on: Any) -> None:
+    node = "node3"
+    hd = _healthd(cluster, healthd_on, node, extra="")
+    reboots = len(cluster.reboots(node))
+    hd.faults(XID_79)
+    out = hd.cycle()
+    assert out.action.decision.action.value == "take_out_now" and out.action.steps == ("drain", "down")
+    assert "REBOOT" not in cluster.node_state(node) and cluster.reboots(node)[reboots:] == []
+    assert _kinds(hd) == []
+
+
+def test_a_node_in_repair_is_not_rebooted(cluster: Any, healthd_on: Any) -> None:
+    node = "node3"
+    hd = _healthd(cluster, healthd_on, node, extra="[escalation]\nrepeats = 1\n[remediation]\nreboot = true\n")
+    reboots = len(cluster.reboots(node))
+    hd.faults(XID_79)
+    out = hd.cycle()
+    assert out.action.decision.reason.startswith("healthd: REPAIR XID_79")
+    assert out.action.steps == ("drain", "down")
+    assert "REBOOT" not in cluster.node_state(node) and cluster.reboots(node)[reboots:] == []
+    assert _kinds(hd) == []
