@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import pytest
 
@@ -200,3 +200,89 @@ def test_policy_state_keeps_the_reboot_request() -> None:
 def test_the_breakers_confirmation_sits_between_the_drain_and_the_reboot() -> None:
     made = _plan(_capture("allocated"), XID_79, settings=PolicySettings(max_out_fraction=0.5))
     assert made.steps == (Step.DRAIN, Step.CONFIRM, Step.REBOOT), "a node that loses its place is never rebooted"
+
+
+# -- the checks declare the remedy --------------------------------------------------------
+
+XID_154 = "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None)"
+NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+
+
+def _xid_findings(tmp_path: Path, *messages: str) -> dict[str, Finding]:
+    """The xid check over a kmsg file of real-format records (``PRI,SEQ,USEC,FLAGS;MESSAGE``)."""
+    from healthd.config import Paths
+    from healthd.plugin import CheckContext
+    from healthd.state import StateFile
+    from healthd_checks.xid import CHECK, XidSettings
+
+    proc = tmp_path / "proc" / "sys" / "kernel" / "random"
+    proc.mkdir(parents=True)
+    (proc / "boot_id").write_text("11111111-2222-3333-4444-555555555555\n")
+    (tmp_path / "sys").mkdir()
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("".join(f"4,{n},{(n + 1) * 1000},-;{m}\n SUBSYSTEM=pci\n" for n, m in enumerate(messages)))
+    paths = Paths(sysfs=tmp_path / "sys", procfs=tmp_path / "proc", kmsg=kmsg, state_dir=tmp_path / "state")
+    ctx = CheckContext(
+        name="xid",
+        settings=XidSettings(source="kmsg"),
+        paths=paths,
+        state=StateFile(tmp_path / "state", "check-xid"),
+        clock=lambda: 1_000_000.0,
+    )
+    return {f"{f.code}@{f.subject}": f for f in CHECK.run(ctx)}
+
+
+@pytest.mark.parametrize(
+    ("message", "remedy"),
+    [
+        ("NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.", "reboot"),
+        (
+            f"{XID_154} to 0x2 (Node Reboot Required)",
+            "reboot",
+        ),
+        (
+            f"{XID_154} to 0x1 (GPU Reset Required)",
+            "reset",
+        ),
+        (f"{XID_154} to 0x6 (Bus Reset)", None),
+        ("NVRM: Xid (PCI:0000:3b:00): 48, pid=1234, name=python, An uncorrectable double bit error", None),
+    ],
+)
+def test_the_xid_check_declares_the_remedy_from_nvidias_catalog(tmp_path: Path, message: str, remedy: str) -> None:
+    finding = next(iter(_xid_findings(tmp_path, message).values()))
+    assert finding.status is Status.CRITICAL
+    assert finding.details.get("remedy") == remedy
+    if remedy == "reset":
+        assert finding.details["pci"] == "0000:3b:00"
+
+
+def test_an_xid_154_back_to_none_has_no_remedy(tmp_path: Path) -> None:
+    found = _xid_findings(
+        tmp_path,
+        f"{XID_154} to 0x1 (GPU Reset Required)",
+        "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+    )
+    assert found["XID_154@0000:3b:00"].status is Status.OK and "remedy" not in found["XID_154@0000:3b:00"].details
+
+
+def test_the_gpu_check_declares_the_remedy() -> None:
+    import dataclasses
+
+    from healthd_checks.gpu import GpuSettings, evaluate
+    from healthd_checks.nvml_source import RemappedRows, SnapshotFile
+    from healthd_checks.sysfs import VENDOR_NVIDIA, scan_pci
+
+    def make(status: Status, code: str, subject: str, message: str, **details: Any) -> Finding:
+        return Finding("gpu", status, code, subject, message, details)
+
+    pci = scan_pci(NVML / "sysfs-h100", frozenset({VENDOR_NVIDIA}))
+    lost = SnapshotFile(NVML / "h100-gpu-lost.json").read()
+    found = {f.code: f for f in evaluate(lost, pci, 8, GpuSettings(), {}, 0.0, make).findings}
+    assert found["GPU_LOST"].details["remedy"] == "reboot"
+    healthy = SnapshotFile(NVML / "h100-healthy.json").read()
+    gpus = list(healthy.gpus)
+    gpus[3] = dataclasses.replace(gpus[3], remapped_rows=RemappedRows(1, 8, True, False))
+    pending = dataclasses.replace(healthy, gpus=tuple(gpus))
+    found = {f.code: f for f in evaluate(pending, pci, 8, GpuSettings(), {}, 0.0, make).findings}
+    assert found["ROW_REMAP_PENDING"].details["remedy"] == "reset"
+    assert found["ROW_REMAP_PENDING"].details["pci"] == found["ROW_REMAP_PENDING"].details["pci_bus_id"]
