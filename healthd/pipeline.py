@@ -217,6 +217,7 @@ def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
         config.slurm.reconcile_interval,
         config.escalation,
         reboot=config.remediation.reboot,
+        reset=config.remediation.reset,
     )
 
 
@@ -371,6 +372,15 @@ def _record_history(
             node=result.node,
             reason=done.decision.reason or done.decision.explanation,
             details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
+        )
+    if the_plan.reset is not None and executed.reset:
+        history.record_action(
+            at=now,
+            action="gpu_reset",
+            outcome=executed.reset,
+            node=result.node,
+            reason=executed.reset_message,
+            details={"pci": the_plan.reset.pci, "finding": the_plan.reset.key},
         )
     history.maintain(now)
     problem = history.problem_finding(OWN_CHECK)

@@ -25,6 +25,7 @@ from healthd.policy import (
     TAKING_OUT,
     Action,
     Decision,
+    GpuReset,
     PolicyState,
     RebootRequest,
     acknowledged_by_resume,
@@ -34,6 +35,7 @@ from healthd.policy import (
     circuit_breaker,
     decide,
     needs_node,
+    reset_target,
     top_cause,
     waiting,
 )
@@ -55,6 +57,7 @@ class Step(enum.Enum):
     DOWN = "down"
     RESUME = "resume"
     REBOOT = "reboot"  # a plain ``scontrol reboot``: Slurm reboots the drained node once its jobs end
+    RESET = "reset"  # a GPU reset (healthd.gpureset) on a drained, idle node: not a Slurm write
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class Plan:
     unasked: str
     errors: tuple[str, ...]
     reboot: Optional[RebootRequest] = None
+    reset: Optional[GpuReset] = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,8 @@ class Executed:
 
     ``lost`` is set when the circuit breaker's confirmation gave the node's place
     back (the node was resumed); ``error`` when a write failed; ``rehearsed`` when
-    it was a dry run, with ``would`` the steps it would have sent.
+    it was a dry run, with ``would`` the steps it would have sent. ``reset`` is a
+    GPU reset's outcome (``gpureset.ResetOutcome`` value) and ``reset_message`` why.
     """
 
     done: tuple[Step, ...] = ()
@@ -123,6 +128,8 @@ class Executed:
     error: str = ""
     rehearsed: bool = False
     would: tuple[Step, ...] = ()
+    reset: str = ""
+    reset_message: str = ""
 
 
 @dataclass(frozen=True)
@@ -234,6 +241,7 @@ def plan(
     reconcile_interval: float,
     escalation: Optional[EscalationSettings] = None,
     reboot: bool = False,
+    reset: bool = False,
 ) -> Union[Read, Plan]:
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
     state, acks, observed = s.state, s.acks, s.observed
@@ -275,6 +283,7 @@ def plan(
     steps: tuple[Step, ...] = ()
     interrupted: Optional[PolicyState] = None
     request: Optional[RebootRequest] = None
+    gpu_reset: Optional[GpuReset] = None
     if s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo):
         if node is None:
             why = unasked or (observed.errors[-1] if observed.errors else "node state not read")
@@ -290,6 +299,10 @@ def plan(
                 interrupted = replace(
                     cut_short, unconfirmed=cut_short.unconfirmed or breaker.confirm, reboot=request or cut_short.reboot
                 )
+
+    if reset and s.slurm_enabled and not s.dry_run and not steps and not breaker.undo:
+        gpu_reset = reset_target(result, decision, new_state, node, prefix)
+        steps = (Step.RESET,) if gpu_reset else ()
     return Plan(
         result=_with_held(result, breaker.held_why),
         decision=decision,
@@ -303,6 +316,7 @@ def plan(
         unasked=unasked,
         errors=observed.errors,
         reboot=request,
+        reset=gpu_reset,
     )
 
 
@@ -322,6 +336,10 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
             last_read=state.last_read,
         )
         return Conclusion(result, decision, kept, applied=False)
+    if the_plan.reset is not None:
+        # One try per finding: the next pass checks the GPU again, whatever the outcome.
+        tried = replace(state, reset_tried=(*state.reset_tried, the_plan.reset.key))
+        return Conclusion(result, decision, tried, applied=False)
     if not the_plan.steps:
         return Conclusion(result, decision, state, applied=False)
     if executed.error:

@@ -183,6 +183,8 @@ class PolicyState:
     reboot: Optional[RebootRequest] = None
     # The finding key a reboot was done for: if it is still there, no second reboot for it.
     rebooted: str = ""
+    # Finding keys whose GPU reset was tried: one try each until a clean pass.
+    reset_tried: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,6 +199,7 @@ class PolicyState:
             "repair": self.repair.to_dict() if self.repair else None,
             "reboot": self.reboot.to_dict() if self.reboot else None,
             "rebooted": self.rebooted,
+            "reset_tried": list(self.reset_tried),
         }
 
     @classmethod
@@ -217,6 +220,7 @@ class PolicyState:
                 repair=Repair.from_dict(data["repair"]) if data.get("repair") else None,
                 reboot=RebootRequest.from_dict(data["reboot"]) if data.get("reboot") else None,
                 rebooted=str(data.get("rebooted", "")),
+                reset_tried=tuple(str(key) for key in data.get("reset_tried", [])),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
@@ -404,7 +408,7 @@ def _remediate(
     Slurm, same boot) it is not asked for again: the node stays out for a person.
     """
     if _severity(result) is Status.OK:
-        state = replace(state, rebooted="")
+        state = replace(state, rebooted="", reset_tried=())
     request = state.reboot
     if request is not None and _booted(request, boot_id, node):
         state = replace(state, reboot=None, rebooted=request.cause)
@@ -427,6 +431,43 @@ def _remediate(
     behind = [f for f in result.findings if FindingRef.of(f) in causes]
     why = f"{top.status.name} from {top.check}: its remedy is a reboot, after the node's jobs end"
     return Decision(Action.REBOOT, Action.REBOOT, reboot_reason(prefix, behind), why, decision.causes), state
+
+
+@dataclass(frozen=True)
+class GpuReset:
+    """A GPU to reset: the finding that asks for it and the GPU's PCI bus id."""
+
+    key: str
+    pci: str
+
+
+def reset_target(
+    result: PassResult, decision: Decision, state: PolicyState, node: Optional[NodeInfo], prefix: str
+) -> Optional[GpuReset]:
+    """The GPU to reset this pass, if any (docs/remediation.md, "GPU reset").
+
+    Only on a node healthd drained that runs no job, with nothing else to send this
+    pass, no reboot asked for and no repair: a finding with ``remedy = "reset"`` and
+    its ``pci``, once per finding until a clean pass. ``healthd.gpureset`` checks the
+    node and the GPU's processes again just before the reset.
+    """
+    if node is None or decision.action is not Action.NONE or state.reboot is not None or state.repair is not None:
+        return None
+    if not (node.drained and owned(node.reason, prefix)) or node.busy or _hands_off(node):
+        return None
+    wanted = [
+        f
+        for f in result.findings
+        if f.status in (Status.CRITICAL, Status.WARNING)
+        and f.check != OWN_CHECK
+        and f.details.get(REMEDY) == "reset"
+        and isinstance(f.details.get("pci"), str)
+        and f.key not in state.reset_tried
+    ]
+    if not wanted:
+        return None
+    top = min(wanted, key=acting_key)
+    return GpuReset(top.key, str(top.details["pci"]))
 
 
 def top_cause(result: PassResult, decision: Decision) -> Optional[Finding]:

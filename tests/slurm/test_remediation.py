@@ -118,3 +118,53 @@ def test_a_node_in_repair_is_not_rebooted(cluster: Any, healthd_on: Any) -> None
     assert out.action.steps == ("drain", "down")
     assert "REBOOT" not in cluster.node_state(node) and cluster.reboots(node)[reboots:] == []
     assert _kinds(hd) == []
+
+
+SMI = """#!/bin/sh
+echo "$*" >> {log}
+case "$1" in
+--query-compute-apps=pid,gpu_bus_id) ;;
+--gpu-reset) echo "GPU $3 was successfully reset." ;;
+*) exit 2 ;;
+esac
+"""
+
+
+def test_a_reset_class_fault_resets_the_gpu_once_the_node_is_out_and_idle(
+    cluster: Any, healthd_on: Any, tmp_path: Any
+) -> None:
+    """nvidia-smi is a stand-in (no GPU here) run as a real subprocess; Slurm is real."""
+    node = "node2"
+    smi, log = tmp_path / "bin" / "nvidia-smi", tmp_path / "bin" / "calls.log"
+    smi.parent.mkdir()
+    smi.write_text(SMI.format(log=log))
+    smi.chmod(0o755)
+    hd = _healthd(cluster, healthd_on, node, extra=f'[remediation]\nreset = true\nnvidia_smi = "{smi}"\n')
+    remap = {
+        "status": "CRITICAL",
+        "code": "ROW_REMAP_PENDING",
+        "subject": "gpu3",
+        "details": {"remedy": "reset", "pci": "00000000:3B:00.0"},
+    }
+    job = cluster.submit(node, 300)
+    hd.faults(remap)
+    out = hd.cycle()
+    assert out.action.steps == ("drain", "down") and not log.exists(), "the take-out first: no reset under a job"
+    cluster.wait(lambda: cluster.job_state(job) != "RUNNING", 20, "the job killed by the take-out")
+    reset = hd.cycle()
+    assert reset.action.steps == ("reset",)
+    assert log.read_text().splitlines() == [
+        "--query-compute-apps=pid,gpu_bus_id --format=csv,noheader",
+        "--gpu-reset -i 00000000:3B:00.0",
+    ]
+    assert hd.cycle().action.steps == (), "one reset per finding"
+    history = History.open(hd.state_dir)
+    try:
+        resets = [e for e in history.events(since=0) if e.kind is Kind.ACTION and e.code == "gpu_reset"]
+    finally:
+        history.close()
+    assert [(e.status, e.subject) for e in resets] == [("done", node)]
+    hd.faults()
+    hd.cycle()
+    assert hd.cycle().action.decision.action.value == "resume"
+    cluster.wait_state(node, lambda s: s == "IDLE", 15, "resumed after the reset and clean passes")

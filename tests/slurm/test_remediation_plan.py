@@ -286,3 +286,63 @@ def test_the_gpu_check_declares_the_remedy() -> None:
     found = {f.code: f for f in evaluate(pending, pci, 8, GpuSettings(), {}, 0.0, make).findings}
     assert found["ROW_REMAP_PENDING"].details["remedy"] == "reset"
     assert found["ROW_REMAP_PENDING"].details["pci"] == found["ROW_REMAP_PENDING"].details["pci_bus_id"]
+
+
+# -- GPU reset ----------------------------------------------------------------------------
+
+REMAP = Finding(
+    "gpu", Status.CRITICAL, "ROW_REMAP_PENDING", "gpu3", "remap pending", {"remedy": "reset", "pci": "3b:00"}
+)
+
+
+def _reset_plan(node: NodeInfo, *findings: Finding, state: PolicyState = EMPTY, reset: bool = True) -> Plan:
+    result = PassResult(node.name, NOW, 0.1, (CheckResult("gpu", RunState.RAN, findings, 0.1),))
+    observed = Observed(asked=frozenset(Read), node=node, views=WIDE)
+    situation = Situation(result, state, (), observed, NOW, False, True, False, {}, "boot-a")
+    made = plan(situation, SETTINGS, PREFIX, 300.0, reset=reset)
+    assert isinstance(made, Plan)
+    return made
+
+
+OUT_FOR_REMAP = replace(_capture("idle-drain-healthd"), reason="healthd: ROW_REMAP_PENDING gpu3")
+
+
+def test_a_reset_class_finding_on_a_drained_idle_node_resets_its_gpu_once() -> None:
+    made = _reset_plan(OUT_FOR_REMAP, REMAP)
+    assert made.steps == (Step.RESET,) and made.reset is not None
+    assert (made.reset.pci, made.reset.key) == ("3b:00", REMAP.key)
+    done = conclude(made, Executed(done=(Step.RESET,), reset="done"), EMPTY, NOW)
+    assert done.state.reset_tried == (REMAP.key,) and not done.applied
+    again = _reset_plan(OUT_FOR_REMAP, REMAP, state=done.state)
+    assert again.steps == (), "still there after the reset: a person's, not a reset loop"
+    clean = _reset_plan(OUT_FOR_REMAP, state=done.state)
+    assert clean.state.reset_tried == () and clean.steps == (Step.RESUME,)
+
+
+def test_a_refused_reset_is_tried_once_too() -> None:
+    made = _reset_plan(OUT_FOR_REMAP, REMAP)
+    done = conclude(made, Executed(reset="refused", reset_message="processes use the GPU: 977"), EMPTY, NOW)
+    assert done.state.reset_tried == (REMAP.key,)
+
+
+@pytest.mark.parametrize(
+    ("node", "reset", "why"),
+    [
+        (_capture("allocated"), True, "not drained yet: the take-out comes first"),
+        (
+            replace(_capture("allocated"), flags=frozenset({"DRAIN"}), reason="healthd: ROW_REMAP_PENDING gpu3"),
+            True,
+            "jobs run",
+        ),
+        (replace(_capture("idle-drain-healthd"), reason="admin: DIMM"), True, "someone else's drain"),
+        (OUT_FOR_REMAP, False, "[remediation] reset is off"),
+        (replace(OUT_FOR_REMAP, flags=frozenset({"DRAIN", "MAINTENANCE", "RESERVED"})), True, "maintenance"),
+    ],
+)
+def test_no_reset_unless_healthd_drained_the_idle_node_and_reset_is_on(node: NodeInfo, reset: bool, why: str) -> None:
+    assert Step.RESET not in _reset_plan(node, REMAP, reset=reset).steps, why
+
+
+def test_a_reset_finding_without_a_pci_is_not_reset() -> None:
+    bare = replace(REMAP, details={"remedy": "reset"})
+    assert _reset_plan(OUT_FOR_REMAP, bare).steps == ()
