@@ -97,25 +97,22 @@ def test_the_same_fault_after_the_reboot_is_an_ordinary_take_out(cluster: Any, h
     assert len(cluster.reboots(node)) == reboots + 1, "no second reboot for the same fault"
 
 
-def test_reboot_off_by_default_is_an_ordinary_take_out(cluster: Any, healthd_on: Any) -> None:
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ("", "healthd: XID_79 0000:3b:00"),  # reboot is off by default: an ordinary take-out
+        ("[escalation]\nrepeats = 1\n[remediation]\nreboot = true\n", "healthd: REPAIR XID_79 0000:3b:00 x1"),
+    ],
+    ids=["reboot-off-by-default", "node-in-repair"],
+)
+def test_no_reboot_when_off_or_in_repair(cluster: Any, healthd_on: Any, extra: str, reason: str) -> None:
     node = "node3"
-    hd = _healthd(cluster, healthd_on, node, extra="")
+    hd = _healthd(cluster, healthd_on, node, extra=extra)
     reboots = len(cluster.reboots(node))
     hd.faults(XID_79)
     out = hd.cycle()
+    assert out.action.decision.reason == reason
     assert out.action.decision.action.value == "take_out_now" and out.action.steps == ("drain", "down")
-    assert "REBOOT" not in cluster.node_state(node) and cluster.reboots(node)[reboots:] == []
-    assert _kinds(hd) == []
-
-
-def test_a_node_in_repair_is_not_rebooted(cluster: Any, healthd_on: Any) -> None:
-    node = "node3"
-    hd = _healthd(cluster, healthd_on, node, extra="[escalation]\nrepeats = 1\n[remediation]\nreboot = true\n")
-    reboots = len(cluster.reboots(node))
-    hd.faults(XID_79)
-    out = hd.cycle()
-    assert out.action.decision.reason.startswith("healthd: REPAIR XID_79")
-    assert out.action.steps == ("drain", "down")
     assert "REBOOT" not in cluster.node_state(node) and cluster.reboots(node)[reboots:] == []
     assert _kinds(hd) == []
 
