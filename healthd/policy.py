@@ -413,6 +413,10 @@ def _remediate(
     if request is not None and _booted(request, boot_id, node):
         state = replace(state, reboot=None, rebooted=request.cause)
         request = None
+    unsent = state.pending is not None and state.pending.action is Action.REBOOT
+    if request is not None and unsent and not (node is not None and node.reboot_pending):
+        # A pass cut short after its DRAIN: the reboot may never have reached Slurm.
+        request = None
     if request is not None:
         # The node is judged in its new boot: clean passes before the reboot do not count.
         state = replace(state, clean_streak=0)

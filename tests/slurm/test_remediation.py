@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from healthd.history import History, Kind
+from healthd.render import action_lines
 
 pytestmark = pytest.mark.slurm
 
@@ -54,6 +55,7 @@ def test_the_reboot_waits_for_the_job_and_the_node_returns_only_after_a_clean_pa
     asked = hd.cycle()
     assert asked.action.decision.action.value == "reboot" and asked.action.applied
     assert asked.action.steps == ("drain", "reboot")
+    assert "Slurm reboots it after its jobs" in action_lines(asked.document, asked.result.started_at)[0]
     info = hd.client().show_node(node)
     assert info.drained and info.reboot_requested and info.busy and info.reason == REASON
     assert cluster.job_state(job) == "RUNNING", "no DOWN: the job keeps running"

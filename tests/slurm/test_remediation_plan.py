@@ -346,3 +346,14 @@ def test_no_reset_unless_healthd_drained_the_idle_node_and_reset_is_on(node: Nod
 def test_a_reset_finding_without_a_pci_is_not_reset() -> None:
     bare = replace(REMAP, details={"remedy": "reset"})
     assert _reset_plan(OUT_FOR_REMAP, bare).steps == ()
+
+
+def test_a_pass_cut_short_before_the_reboot_was_sent_sends_it_next_pass() -> None:
+    made = _plan(_capture("allocated"), XID_79)
+    assert made.interrupted is not None and made.interrupted.reboot is not None
+    drained = replace(_capture("idle-drain-healthd"), state="ALLOCATED", reason=REBOOT_REASON)
+    retried = _plan(drained, XID_79, state=made.interrupted)
+    assert retried.steps == (Step.REBOOT,)
+    pending = replace(drained, flags=frozenset({"DRAIN", "REBOOT_REQUESTED"}))
+    sent = _plan(pending, XID_79, state=made.interrupted)
+    assert sent.steps == () and sent.state.reboot is not None, "it did reach Slurm: wait for it"
