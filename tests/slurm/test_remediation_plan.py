@@ -357,3 +357,15 @@ def test_a_pass_cut_short_before_the_reboot_was_sent_sends_it_next_pass() -> Non
     pending = replace(drained, flags=frozenset({"DRAIN", "REBOOT_REQUESTED"}))
     sent = _plan(pending, XID_79, state=made.interrupted)
     assert sent.steps == () and sent.state.reboot is not None, "it did reach Slurm: wait for it"
+
+
+def test_remediation_config_is_off_by_default_and_checks_the_nvidia_smi_path() -> None:
+    from healthd.config import ConfigError
+
+    remediation = parse_config("", "healthd.toml", {}).config.remediation
+    assert (remediation.reboot, remediation.reset, str(remediation.nvidia_smi)) == (False, False, "/usr/bin/nvidia-smi")
+    with pytest.raises(ConfigError, match="nvidia_smi") as caught:
+        parse_config('[remediation]\nnvidia_smi = "nvidia-smi"\n', "healthd.toml", {})
+    assert "absolute path" in str(caught.value)
+    with pytest.raises(ConfigError, match="reboot"):
+        parse_config('[remediation]\nreboot = "yes please"\n', "healthd.toml", {})
