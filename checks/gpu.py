@@ -78,6 +78,13 @@ _GPU_FATAL = {
     GPU_IS_LOST: ("GPU_LOST", "GPU has fallen off the bus or is otherwise inaccessible (NVML: GPU is lost)"),
     RESET_REQUIRED: ("GPU_RESET_REQUIRED", "GPU requires a reset (NVML: reset required)"),
 }
+# The ``remedy`` detail healthd's remediation acts on (docs/remediation.md): a GPU lost to
+# NVML is back only after a reboot (NVIDIA's Xid 79 "fallen off the bus" bucket is
+# RESTART_BM); a reset NVML asks for, or a pending row remap (NVIDIA's memory error
+# management: remapping takes effect at the next GPU reset), is a GPU reset.
+_REMEDY = {GPU_IS_LOST: "reboot", RESET_REQUIRED: "reset"}
+# The driver's recovery actions (by name, below) that are a reboot or a GPU reset.
+_RECOVERY_REMEDY = {"gpu_reset": "reset", "node_reboot": "reboot", "system_reboot": "reboot"}
 # Errors that only say "this GPU, driver or binding does not offer that reading".
 _ABSENT = frozenset({"NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "INVALID_ARGUMENT", "NOT_FOUND"})
 
@@ -191,8 +198,9 @@ def _judge_gpu(
 
     errors = _errors(gpu)
     fatal = [code for code in _GPU_FATAL if code in errors.values()]
+    pci = _value(gpu.pci_bus_id)
     for code in fatal:
-        add(Status.CRITICAL, _GPU_FATAL[code][0], _GPU_FATAL[code][1], nvml_error=code)
+        add(Status.CRITICAL, _GPU_FATAL[code][0], _GPU_FATAL[code][1], nvml_error=code, **_remedy(_REMEDY[code], pci))
     odd = {name: code for name, code in errors.items() if code not in _ABSENT and code not in _GPU_FATAL}
     if odd and not fatal:
         listed = ", ".join(f"{name}={code}" for name, code in sorted(odd.items()))
@@ -214,10 +222,20 @@ def _judge_gpu(
     action = _value(gpu.recovery_action)
     if isinstance(action, int) and action != 0:
         name = _RECOVERY_ACTIONS.get(action, f"action_{action}")
-        add(Status.CRITICAL, "GPU_RECOVERY_ACTION", f"the driver asks for recovery action {name}", action=name)
+        fix = _remedy(_RECOVERY_REMEDY.get(name, ""), pci)
+        add(Status.CRITICAL, "GPU_RECOVERY_ACTION", f"the driver asks for recovery action {name}", action=name, **fix)
 
     _judge_nvlink_state(gpu, settings, add)
     return out, judge_counters(gpu, settings, old if isinstance(old, dict) else {}, now, add)
+
+
+def _remedy(remedy: str, pci: object) -> dict[str, DetailValue]:
+    """The ``remedy`` details of a finding: a reset names the GPU to reset by its PCI bus id."""
+    if not remedy:
+        return {}
+    if remedy == "reset":
+        return {"remedy": remedy, "pci": pci} if isinstance(pci, str) else {}
+    return {"remedy": remedy}
 
 
 def _errors(gpu: GpuReading) -> dict[str, str]:
@@ -279,7 +297,9 @@ def _judge_memory(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
         if rows.failure:
             add(Status.CRITICAL, "ROW_REMAP_FAILED", "a memory row remap failed: the GPU needs replacement", **counts)
         if rows.pending:
-            add(Status.CRITICAL, "ROW_REMAP_PENDING", "a memory row remap is pending: the GPU needs a reset", **counts)
+            fix = _remedy("reset", _value(gpu.pci_bus_id))
+            message = "a memory row remap is pending: the GPU needs a reset"
+            add(Status.CRITICAL, "ROW_REMAP_PENDING", message, **counts, **fix)
 
 
 def _judge_pcie(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:

@@ -247,6 +247,28 @@ SXID_NONFATAL = Entry(Bucket.NVSWITCH_NONFATAL, Status.OK, Sticky.NO, "non-fatal
 SXID_UNCLASSIFIED = Entry(Bucket.UNKNOWN, Status.WARNING, Sticky.NO, "NVSwitch error of unstated fatality")
 
 
+# What fixes the fault without a person, as the finding's ``remedy`` detail that healthd's
+# remediation acts on (docs/remediation.md): NVIDIA's RESTART_BM/RESTART_VM bucket ("restart
+# the bare-metal machine / the VM") and Xid 154's reboot recovery actions are a reboot;
+# Xid 154's GPU_RESET is a GPU reset. CHECK_MECHANICALS needs the power off and the board
+# reseated, and the RESET_GPU bucket's Xids are left to a person's reset until healthd's
+# reset of them is proven here: no remedy.
+_REBOOT, _RESET = "reboot", "reset"
+_REMEDY_OF_ACTION: Mapping[str, str] = {Action.RESTART_BM.value: _REBOOT, Action.RESTART_VM.value: _REBOOT}
+_REMEDY_OF_RECOVERY: Mapping[str, str] = {
+    RecoveryAction.NODE_REBOOT.name: _REBOOT,
+    RecoveryAction.SYSTEM_REBOOT.name: _REBOOT,
+    RecoveryAction.GPU_RESET.name: _RESET,
+}
+
+
+def remedy(action: str, recovery_action: str) -> str:
+    """The remedy of an event with NVIDIA's immediate ``action`` and Xid 154 ``recovery_action`` (names); "" if none."""
+    if recovery_action:
+        return _REMEDY_OF_RECOVERY.get(recovery_action, "")
+    return _REMEDY_OF_ACTION.get(action, "")
+
+
 def override_key(event: XidEvent) -> str:
     """The key an operator uses in ``overrides``: ``"79"`` for Xid 79, ``"SXID_20034"`` for an SXid."""
     return f"SXID_{event.code}" if event.kind is Kind.SXID else str(event.code)

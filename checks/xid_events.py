@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 from healthd.model import DetailValue, Finding, Status
 
 from .kernlog import LogLine, ReadResult
-from .xid_catalog import Bucket, Sticky, classify
+from .xid_catalog import Bucket, Sticky, classify, remedy
 from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message
 
 if TYPE_CHECKING:
@@ -359,5 +359,8 @@ class Folding:
                 details["action"] = group.action
             if group.userspace:
                 details["userspace_records"] = group.userspace
+            fix = remedy(group.action, group.recovery_action)
+            if fix and status is not Status.OK:
+                details["remedy"] = fix
             self.findings.append(self.jc.finding(status, group.code, group.subject, one_line(message), **details))
         return self.findings

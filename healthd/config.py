@@ -161,7 +161,10 @@ class EscalationSettings(_Model):
 
 
 class RemediationSettings(_Model):
-    """What healthd does besides draining (docs/history.md).
+    """What healthd does besides draining (docs/history.md, docs/remediation.md).
+
+    ``reboot`` lets a finding whose remedy is a reboot have Slurm reboot the node;
+    ``reset`` lets one whose remedy is a GPU reset have ``nvidia_smi`` reset that GPU.
 
     ``on_repair`` is a program (absolute path, run without a shell, within
     ``on_repair_timeout`` seconds) that receives the node's history as JSON on
@@ -170,8 +173,13 @@ class RemediationSettings(_Model):
 
     on_repair: Optional[Path] = None
     on_repair_timeout: float = Field(default=30.0, gt=0, le=300)
+    # Off by default: a reboot or a GPU reset is healthd acting on the machine, not only on Slurm
+    # (docs/remediation.md).
+    reboot: bool = False
+    reset: bool = False
+    nvidia_smi: Path = Path("/usr/bin/nvidia-smi")
 
-    @field_validator("on_repair")
+    @field_validator("on_repair", "nvidia_smi")
     @classmethod
     def _absolute(cls, value: Optional[Path]) -> Optional[Path]:
         if value is not None and not value.is_absolute():

@@ -14,7 +14,9 @@ from typing import Callable
 
 from healthd.breaker import breaker_confirm, partition_views
 from healthd.config import Config
+from healthd.nodestate import NodeInfo
 from healthd.plan import Executed, Observed, Plan, Read, Step
+from healthd.policy import GpuReset
 from healthd.reasons import owned
 from healthd.slurm import SlurmClient, SlurmError
 
@@ -62,6 +64,8 @@ def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[fl
     done: list[Step] = []
     if plan.node is None:
         return Executed()
+    if plan.reset is not None:
+        return _reset(plan.reset, plan.node, config)
     name, reason = plan.node.name, plan.decision.reason
     try:
         for step in plan.steps:
@@ -73,12 +77,25 @@ def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[fl
                     return Executed(tuple(done), lost=lost)
             elif step is Step.DOWN:
                 client.down(name, reason)
+            elif step is Step.REBOOT:
+                # Plain: the DRAIN just sent keeps the node out through the reboot (plan._steps).
+                client.reboot(name, reason, nextstate=None, asap=False)
             else:
                 client.resume(name)
             done.append(step)
     except SlurmError as exc:
         return Executed(tuple(done), error=str(exc))
     return Executed(tuple(done))
+
+
+def _reset(gpu: GpuReset, node: NodeInfo, config: Config) -> Executed:
+    """A GPU reset, through ``healthd.gpureset`` (which checks the node and the GPU's processes again)."""
+    from healthd.gpureset import ResetSettings, reset_gpu
+
+    settings = ResetSettings(nvidia_smi=config.remediation.nvidia_smi)
+    outcome = reset_gpu(gpu.pci, node=node, settings=settings)
+    done = (Step.RESET,) if outcome.done else ()
+    return Executed(done, reset=outcome.outcome.value, reset_message=outcome.message)
 
 
 def rehearse(plan: Plan) -> Executed:

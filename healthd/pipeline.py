@@ -23,12 +23,12 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.acks import AckStore, FindingRef, apply_acks
 from healthd.execute import execute, observe, rehearse
-from healthd.history import History, HistoryError, read_boot_id
+from healthd.history import History, HistoryError, RebootPhase, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
@@ -209,17 +209,29 @@ def _load_slurm_cache(engine: Engine) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
+def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
+    return plan(
+        situation,
+        config.policy,
+        config.slurm.reason_prefix,
+        config.slurm.reconcile_interval,
+        config.escalation,
+        reboot=config.remediation.reboot,
+        reset=config.remediation.reset,
+    )
+
+
 def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
     """Plan, making each Slurm read the plan asks for (the node, then its partitions) and planning again."""
     config = engine.config
     prefix = config.slurm.reason_prefix
     for _ in Read:
-        made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval, config.escalation)
+        made = _plan_once(situation, config)
         if isinstance(made, Plan):
             return made
         observed = observe(slurm, made, situation.result.node, situation.observed, prefix)
         situation = replace(situation, observed=observed)
-    made = plan(situation, config.policy, prefix, config.slurm.reconcile_interval, config.escalation)
+    made = _plan_once(situation, config)
     if not isinstance(made, Plan):
         raise RuntimeError(f"the plan asked for {made.value} again after it was read")
     return made
@@ -248,7 +260,8 @@ def _locked_pass(
     history = History.open(config.paths.state_dir)
     try:
         repeats = _repeats(history, raw, config.escalation.window_days, now)
-        situation = Situation(raw, state, store.load(), Observed(), now, partial, enabled, dry, repeats)
+        boot_id = read_boot_id(config.paths.procfs)
+        situation = Situation(raw, state, store.load(), Observed(), now, partial, enabled, dry, repeats, boot_id)
         the_plan = _plan(engine, situation, slurm)
         if the_plan.acknowledged and not dry:
             count = len(the_plan.acknowledged)
@@ -265,7 +278,9 @@ def _locked_pass(
             executed = execute(the_plan, slurm, config) if the_plan.steps else Executed()
         done = conclude(the_plan, executed, state, now)
         _log_outcome(log, raw.node, the_plan, executed, done)
-        done = _record_history(history, config, the_plan, executed, done, now, dry=dry)
+        done = _record_history(history, the_plan, executed, done, now, boot_id, dry=dry)
+        if not dry:
+            _record_reboot(history, state, done, now)
         if done.state.repair is not None and state.repair is None and not dry:
             _tell_repair(history, config, done, now, log)
     finally:
@@ -314,8 +329,24 @@ def _action_outcome(the_plan: Plan, executed: Executed, done: Conclusion) -> Opt
     return None
 
 
+def _record_reboot(history: History, before: PolicyState, done: Conclusion, now: float) -> None:
+    """A reboot asked for this pass, or one seen done (the boot changed), into the node's history."""
+    asked, was = done.state.reboot, before.reboot
+    if asked is not None and asked != was:
+        history.record_reboot(at=now, phase=RebootPhase.REQUESTED, boot_id=asked.boot_id, reason=asked.reason)
+    elif was is not None and asked is None and done.state.rebooted == was.cause:
+        history.record_reboot(at=now, phase=RebootPhase.DONE, boot_id=was.boot_id, reason=was.reason)
+
+
 def _record_history(
-    history: History, config: Config, the_plan: Plan, executed: Executed, done: Conclusion, now: float, *, dry: bool
+    history: History,
+    the_plan: Plan,
+    executed: Executed,
+    done: Conclusion,
+    now: float,
+    boot_id: str,
+    *,
+    dry: bool,
 ) -> Conclusion:
     """Add this pass to the node's history (healthd.history), under the state lock the pass holds.
 
@@ -325,7 +356,6 @@ def _record_history(
     of healthd's own: it says what is lost, and never stops the pass.
     """
     result = done.result
-    boot_id = read_boot_id(config.paths.procfs)
     if boot_id:
         history.record_boot(at=now, boot_id=boot_id)
     else:
@@ -342,6 +372,15 @@ def _record_history(
             node=result.node,
             reason=done.decision.reason or done.decision.explanation,
             details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
+        )
+    if the_plan.reset is not None and executed.reset:
+        history.record_action(
+            at=now,
+            action="gpu_reset",
+            outcome=executed.reset,
+            node=result.node,
+            reason=executed.reset_message,
+            details={"pci": the_plan.reset.pci, "finding": the_plan.reset.key},
         )
     history.maintain(now)
     problem = history.problem_finding(OWN_CHECK)

@@ -25,7 +25,9 @@ from healthd.policy import (
     TAKING_OUT,
     Action,
     Decision,
+    GpuReset,
     PolicyState,
+    RebootRequest,
     acknowledged_by_resume,
     after_apply,
     after_failure,
@@ -33,6 +35,8 @@ from healthd.policy import (
     circuit_breaker,
     decide,
     needs_node,
+    reset_target,
+    top_cause,
     waiting,
 )
 from healthd.reasons import owned, reason_head
@@ -52,6 +56,8 @@ class Step(enum.Enum):
     CONFIRM = "confirm"  # the circuit breaker's read-after-write (breaker.breaker_confirm)
     DOWN = "down"
     RESUME = "resume"
+    REBOOT = "reboot"  # a plain ``scontrol reboot``: Slurm reboots the drained node once its jobs end
+    RESET = "reset"  # a GPU reset (healthd.gpureset) on a drained, idle node: not a Slurm write
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class Situation:
     slurm_enabled: bool
     dry_run: bool
     repeats: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    boot_id: str = ""  # this boot's id ("" when unreadable): tells a reboot asked for from one done
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,8 @@ class Plan:
     none); ``interrupted`` is saved before the first write, so a pass killed in the
     middle leaves its next pass a pending action (and an unconfirmed drain) to
     finish. ``unasked`` says why Slurm was not asked this pass, if it was not;
-    ``errors`` are the reads that failed.
+    ``errors`` are the reads that failed. ``reboot`` is the request to remember once
+    the REBOOT step went through.
     """
 
     result: PassResult
@@ -101,6 +109,8 @@ class Plan:
     held_why: str
     unasked: str
     errors: tuple[str, ...]
+    reboot: Optional[RebootRequest] = None
+    reset: Optional[GpuReset] = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,8 @@ class Executed:
 
     ``lost`` is set when the circuit breaker's confirmation gave the node's place
     back (the node was resumed); ``error`` when a write failed; ``rehearsed`` when
-    it was a dry run, with ``would`` the steps it would have sent.
+    it was a dry run, with ``would`` the steps it would have sent. ``reset`` is a
+    GPU reset's outcome (``gpureset.ResetOutcome`` value) and ``reset_message`` why.
     """
 
     done: tuple[Step, ...] = ()
@@ -117,6 +128,8 @@ class Executed:
     error: str = ""
     rehearsed: bool = False
     would: tuple[Step, ...] = ()
+    reset: str = ""
+    reset_message: str = ""
 
 
 @dataclass(frozen=True)
@@ -194,10 +207,13 @@ def _breaker(
 def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
     """The writes for ``decision``.
 
-    Taking out now is DRAIN then DOWN: DRAIN first so no new job can land on the
-    node, DOWN to kill (and requeue, where allowed) the running jobs. DOWN alone is
-    not durable: with ReturnToService=2 the node returns when slurmd re-registers,
-    but the DRAIN flag and its reason survive that. The breaker's CONFIRM sits
+    A reboot is DRAIN then a plain reboot, never ASAP or a nextstate: on 22.05 those
+    lose the DRAIN when the node registers again, and the node must stay out until
+    a clean pass (docs/slurm.md, "Reboot requests"). Taking out now is DRAIN then
+    DOWN: DRAIN first so no new job can land on the node, DOWN to kill (and requeue,
+    where allowed) the running jobs. DOWN alone is not durable: with ReturnToService=2
+    the node returns when slurmd re-registers, but the DRAIN flag and its reason
+    survive that. The breaker's CONFIRM sits
     between the two, so a node that loses its place never has its jobs killed.
     """
     if breaker.undo:
@@ -213,6 +229,8 @@ def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step,
         steps.append(Step.CONFIRM)
     if decision.action is Action.TAKE_OUT_NOW:
         steps.append(Step.DOWN)
+    if decision.action is Action.REBOOT:
+        steps.append(Step.REBOOT)
     return tuple(steps)
 
 
@@ -222,6 +240,8 @@ def plan(
     prefix: str,
     reconcile_interval: float,
     escalation: Optional[EscalationSettings] = None,
+    reboot: bool = False,
+    reset: bool = False,
 ) -> Union[Read, Plan]:
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
     state, acks, observed = s.state, s.acks, s.observed
@@ -242,10 +262,19 @@ def plan(
         if acknowledged and not s.dry_run:
             # An administrator put the node back: that acknowledges its findings, and ends a repair.
             acks = merge(acks, acknowledged, s.now, "slurm-resume")
-            state = replace(state, took_out=(), repair=None)
+            state = replace(state, took_out=(), repair=None, reboot=None)
     result, kept = apply_acks(s.result, acks)
     decision, new_state = decide(
-        result, state, node, settings, prefix, partial=s.partial, repeats=s.repeats, escalation=escalation
+        result,
+        state,
+        node,
+        settings,
+        prefix,
+        partial=s.partial,
+        repeats=s.repeats,
+        escalation=escalation,
+        reboot=reboot,
+        boot_id=s.boot_id,
     )
     breaker = _breaker(decision, new_state, s, settings, prefix)
     if isinstance(breaker, Read):
@@ -253,15 +282,27 @@ def plan(
     decision, new_state, node = breaker.decision, breaker.state, breaker.node
     steps: tuple[Step, ...] = ()
     interrupted: Optional[PolicyState] = None
+    request: Optional[RebootRequest] = None
+    gpu_reset: Optional[GpuReset] = None
     if s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo):
         if node is None:
             why = unasked or (observed.errors[-1] if observed.errors else "node state not read")
             new_state = after_failure(new_state, decision, why, s.now, Read.NODE in observed.asked)
         else:
             steps = _steps(decision, node, breaker)
+            if Step.REBOOT in steps:
+                top = top_cause(result, decision)
+                request = RebootRequest(s.boot_id, s.now, decision.reason, top.key if top else "")
             if steps and not breaker.undo:
                 cut_short = after_failure(new_state, decision, "not confirmed: interrupted while sending", s.now, True)
-                interrupted = replace(cut_short, unconfirmed=cut_short.unconfirmed or breaker.confirm)
+                # A pass killed after the reboot was asked for must still know it was.
+                interrupted = replace(
+                    cut_short, unconfirmed=cut_short.unconfirmed or breaker.confirm, reboot=request or cut_short.reboot
+                )
+
+    if reset and s.slurm_enabled and not s.dry_run and not steps and not breaker.undo:
+        gpu_reset = reset_target(result, decision, new_state, node, prefix)
+        steps = (Step.RESET,) if gpu_reset else ()
     return Plan(
         result=_with_held(result, breaker.held_why),
         decision=decision,
@@ -274,6 +315,8 @@ def plan(
         held_why=breaker.held_why,
         unasked=unasked,
         errors=observed.errors,
+        reboot=request,
+        reset=gpu_reset,
     )
 
 
@@ -293,6 +336,10 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
             last_read=state.last_read,
         )
         return Conclusion(result, decision, kept, applied=False)
+    if the_plan.reset is not None:
+        # One try per finding: the next pass checks the GPU again, whatever the outcome.
+        tried = replace(state, reset_tried=(*state.reset_tried, the_plan.reset.key))
+        return Conclusion(result, decision, tried, applied=False)
     if not the_plan.steps:
         return Conclusion(result, decision, state, applied=False)
     if executed.error:
@@ -304,6 +351,7 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         node = the_plan.node.name if the_plan.node else result.node
         state = replace(breaker_held(state, executed.lost, now, node), unconfirmed=False)
         return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
-    return Conclusion(
-        result, decision, replace(after_apply(state, decision), unconfirmed=False), decision.action in ACTING
-    )
+    applied = replace(after_apply(state, decision), unconfirmed=False)
+    if the_plan.reboot is not None and Step.REBOOT in executed.done:
+        applied = replace(applied, reboot=the_plan.reboot)
+    return Conclusion(result, decision, applied, decision.action in ACTING)

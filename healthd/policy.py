@@ -22,7 +22,7 @@ from healthd.breaker import BreakerHold, next_hold, over_limit
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
-from healthd.reasons import ACTING_ORDER, acting_key, make_reason, owned, reason_head, repair_reason
+from healthd.reasons import ACTING_ORDER, acting_key, make_reason, owned, reason_head, reboot_reason, repair_reason
 
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0
@@ -38,10 +38,14 @@ class Action(enum.Enum):
     TAKE_OUT_NOW = "take_out_now"
     RESUME = "resume"
     HOLD = "hold"
+    # Drain, then have Slurm reboot the node once its jobs end (docs/remediation.md).
+    REBOOT = "reboot"
 
 
-ACTING = (Action.DRAIN_AFTER_JOBS, Action.TAKE_OUT_NOW, Action.RESUME)
-TAKING_OUT = (Action.DRAIN_AFTER_JOBS, Action.TAKE_OUT_NOW)
+ACTING = (Action.DRAIN_AFTER_JOBS, Action.TAKE_OUT_NOW, Action.RESUME, Action.REBOOT)
+TAKING_OUT = (Action.DRAIN_AFTER_JOBS, Action.TAKE_OUT_NOW, Action.REBOOT)
+# The finding detail naming what fixes the fault short of a person (set by the checks).
+REMEDY = "remedy"
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,23 @@ class Repair:
         return subject in (self.subject, self.unit)
 
 
+@dataclass(frozen=True)
+class RebootRequest:
+    """A reboot healthd asked Slurm for: the boot it is to end, when, the reason, the finding behind it."""
+
+    boot_id: str
+    at: float
+    reason: str
+    cause: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"boot_id": self.boot_id, "at": self.at, "reason": self.reason, "cause": self.cause}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RebootRequest:
+        return cls(str(data["boot_id"]), float(data["at"]), str(data.get("reason", "")), str(data["cause"]))
+
+
 def _streak_map(data: Any, key: str) -> dict[str, int]:
     value = data.get(key, {})
     if not isinstance(value, dict):
@@ -159,6 +180,11 @@ class PolicyState:
     last_read: float = 0.0
     unconfirmed: bool = False
     repair: Optional[Repair] = None
+    reboot: Optional[RebootRequest] = None
+    # The finding key a reboot was done for: if it is still there, no second reboot for it.
+    rebooted: str = ""
+    # Finding keys whose GPU reset was tried: one try each until a clean pass.
+    reset_tried: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -171,6 +197,9 @@ class PolicyState:
             "last_read": self.last_read,
             "unconfirmed": self.unconfirmed,
             "repair": self.repair.to_dict() if self.repair else None,
+            "reboot": self.reboot.to_dict() if self.reboot else None,
+            "rebooted": self.rebooted,
+            "reset_tried": list(self.reset_tried),
         }
 
     @classmethod
@@ -189,6 +218,9 @@ class PolicyState:
                 last_read=float(data.get("last_read", 0.0)),
                 unconfirmed=bool(data.get("unconfirmed", False)),
                 repair=Repair.from_dict(data["repair"]) if data.get("repair") else None,
+                reboot=RebootRequest.from_dict(data["reboot"]) if data.get("reboot") else None,
+                rebooted=str(data.get("rebooted", "")),
+                reset_tried=tuple(str(key) for key in data.get("reset_tried", [])),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
@@ -320,8 +352,9 @@ def _resume_against_node(
         return replace(nothing, explanation=why)
     if node is None:
         return decision
-    if node.reboot_pending:
-        return replace(decision, action=Action.NONE, explanation="reboot pending: node left alone")
+    hands_off = _hands_off(node)
+    if hands_off:
+        return replace(decision, action=Action.NONE, explanation=hands_off)
     if state.clean_streak < settings.clean_passes:
         return replace(
             decision,
@@ -331,12 +364,129 @@ def _resume_against_node(
     return replace(decision, explanation=f"all checks pass; resuming node out for {node.reason!r}")
 
 
+def _hands_off(node: NodeInfo) -> str:
+    """Why no write at all may be sent for ``node`` now, or "" (docs/slurm.md, "Reboots, power saving ...").
+
+    A pending reboot (anyone's): a DOWN would kill the jobs it waits for, a RESUME
+    cancel it. Power saving: the machine is off or on its way, what was seen is not
+    about a running node, and slurmctld answers a reboot of it with success and does
+    nothing. A maintenance reservation: the administrator's window, where burn-in
+    tests raise faults on purpose.
+    """
+    if node.reboot_pending:
+        return "reboot pending: node left alone"
+    if node.power_saving:
+        return f"power saving ({node.state_text}): node left alone"
+    if node.maintenance:
+        return "in a maintenance reservation: the administrator's, node left alone"
+    return ""
+
+
+def _booted(request: RebootRequest, boot_id: str, node: Optional[NodeInfo]) -> bool:
+    """Whether the machine booted since ``request``: the boot id changed, else Slurm's boot time moved past it."""
+    if boot_id and request.boot_id:
+        return boot_id != request.boot_id
+    return node is not None and node.boot_time is not None and node.boot_time > request.at
+
+
+def _remediate(
+    result: PassResult,
+    decision: Decision,
+    state: PolicyState,
+    node: Optional[NodeInfo],
+    prefix: str,
+    reboot: bool,
+    boot_id: str,
+) -> tuple[Decision, PolicyState]:
+    """A reboot in place of a take-out, and the node kept out until one has happened (docs/remediation.md).
+
+    A take-out whose top finding declares ``remedy = "reboot"`` becomes a REBOOT
+    when ``[remediation] reboot`` is on, once per finding: if the same finding is
+    there after the reboot it is an ordinary take-out. Once asked for, the reboot
+    stands until the machine has booted, however long its jobs take; a pass in
+    between resumes nothing. If the reboot did not happen (no reboot pending in
+    Slurm, same boot) it is not asked for again: the node stays out for a person.
+    """
+    if _severity(result) is Status.OK:
+        state = replace(state, rebooted="", reset_tried=())
+    request = state.reboot
+    if request is not None and _booted(request, boot_id, node):
+        state = replace(state, reboot=None, rebooted=request.cause)
+        request = None
+    unsent = state.pending is not None and state.pending.action is Action.REBOOT
+    if request is not None and unsent and not (node is not None and node.reboot_pending):
+        # A pass cut short after its DRAIN: the reboot may never have reached Slurm.
+        request = None
+    if request is not None:
+        # The node is judged in its new boot: clean passes before the reboot do not count.
+        state = replace(state, clean_streak=0)
+        waiting_why = f"waiting for the reboot asked for at {request.at:.0f} ({request.reason})"
+        if node is not None and not node.reboot_pending and not node.power_saving:
+            waiting_why = f"the reboot asked for at {request.at:.0f} did not happen: left out for a person"
+        if decision.action in TAKING_OUT:
+            return replace(decision, action=Action.NONE, explanation=waiting_why), state
+        return Decision(Action.NONE, Action.NONE, "", waiting_why, decision.causes), state
+    if not reboot or decision.action not in TAKING_OUT:
+        return decision, state
+    top = top_cause(result, decision)
+    if top is None or top.details.get(REMEDY) != "reboot" or top.key == state.rebooted:
+        return decision, state
+    causes = set(decision.causes)
+    behind = [f for f in result.findings if FindingRef.of(f) in causes]
+    why = f"{top.status.name} from {top.check}: its remedy is a reboot, after the node's jobs end"
+    return Decision(Action.REBOOT, Action.REBOOT, reboot_reason(prefix, behind), why, decision.causes), state
+
+
+@dataclass(frozen=True)
+class GpuReset:
+    """A GPU to reset: the finding that asks for it and the GPU's PCI bus id."""
+
+    key: str
+    pci: str
+
+
+def reset_target(
+    result: PassResult, decision: Decision, state: PolicyState, node: Optional[NodeInfo], prefix: str
+) -> Optional[GpuReset]:
+    """The GPU to reset this pass, if any (docs/remediation.md, "GPU reset").
+
+    Only on a node healthd drained that runs no job, with nothing else to send this
+    pass, no reboot asked for and no repair: a finding with ``remedy = "reset"`` and
+    its ``pci``, once per finding until a clean pass. ``healthd.gpureset`` checks the
+    node and the GPU's processes again just before the reset.
+    """
+    if node is None or decision.action is not Action.NONE or state.reboot is not None or state.repair is not None:
+        return None
+    if not (node.drained and owned(node.reason, prefix)) or node.busy or _hands_off(node):
+        return None
+    wanted = [
+        f
+        for f in result.findings
+        if f.status in (Status.CRITICAL, Status.WARNING)
+        and f.check != OWN_CHECK
+        and f.details.get(REMEDY) == "reset"
+        and isinstance(f.details.get("pci"), str)
+        and f.key not in state.reset_tried
+    ]
+    if not wanted:
+        return None
+    top = min(wanted, key=acting_key)
+    return GpuReset(top.key, str(top.details["pci"]))
+
+
+def top_cause(result: PassResult, decision: Decision) -> Optional[Finding]:
+    """The finding behind ``decision`` that names its reason (first in acting order), if any."""
+    causes = set(decision.causes)
+    return min((f for f in result.findings if FindingRef.of(f) in causes), key=acting_key, default=None)
+
+
 def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> Decision:
     """Apply the ownership rules to a take-out given what Slurm says about the node."""
     if decision.action not in TAKING_OUT or node is None:
         return decision
-    if node.reboot_pending:
-        return replace(decision, action=Action.NONE, explanation="reboot pending: node left alone")
+    hands_off = _hands_off(node)
+    if hands_off:
+        return replace(decision, action=Action.NONE, explanation=hands_off)
     if node.reason and not owned(node.reason, prefix):
         who = f" by {node.reason_user}" if node.reason_user else ""
         return replace(
@@ -345,6 +495,8 @@ def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> 
             explanation=f"node is {node.state_text} with reason {node.reason!r}{who}: not healthd's, left alone",
         )
     if node.drained and owned(node.reason, prefix):
+        if decision.action is Action.REBOOT:
+            return decision  # drained already (its reason updated if need be), the reboot still to ask for
         if decision.action is Action.TAKE_OUT_NOW and node.busy:
             return replace(decision, explanation="drained by healthd but jobs still run: taking out now")
         if reason_head(node.reason) != reason_head(decision.reason):
@@ -404,6 +556,8 @@ def decide(
     partial: bool = False,
     repeats: Mapping[str, tuple[str, int]] = MappingProxyType({}),
     escalation: Optional[EscalationSettings] = None,
+    reboot: bool = False,
+    boot_id: str = "",
 ) -> tuple[Decision, PolicyState]:
     """One decision for this pass and the policy state to remember.
 
@@ -415,7 +569,8 @@ def decide(
     caller clears it once Slurm accepts it) and dropped when it no longer is.
     ``partial`` says only some checks ran (``--only``). ``repeats`` maps a finding's
     key to its unit and how often its code was raised there (from the node's
-    history), for ``escalation``.
+    history), for ``escalation``. ``reboot`` is ``[remediation] reboot``; ``boot_id``
+    this boot's, to tell when a reboot asked for has happened.
     """
     severity = _severity(result)
     new_state = _streaks(state, result, partial)
@@ -431,6 +586,8 @@ def decide(
             pending.action, pending.action, pending.reason, f"retrying pending {pending.action.value}", pending.causes
         )
     decision, new_state = _escalate(result, decision, new_state, repeats, escalation, prefix)
+    if new_state.repair is None:  # a node in repair is never rebooted (docs/history.md, "Escalation")
+        decision, new_state = _remediate(result, decision, new_state, node, prefix, reboot, boot_id)
     if decision.action is Action.RESUME:
         decision = _resume_against_node(decision, new_state, node, settings, prefix, ran_checks(result), partial)
     else:

@@ -20,6 +20,9 @@ REASON_MAX = 64
 ACTING_ORDER = (Status.CRITICAL, Status.WARNING, Status.UNKNOWN, Status.OK)
 # " (+N more)" that make_reason appends: a change of N alone is not a new reason.
 _MORE_SUFFIX = re.compile(r"\s\(\+\d+ more\)$")
+# What slurmctld 22.05 appends to the reason of a node it reboots (docs/slurm.md, "Reboot
+# requests"): not part of the reason healthd wrote.
+_REBOOT_SUFFIXES = re.compile(r"(\s:\sreboot (issued|complete|timed out))+$")
 # Characters that are safe inside one scontrol `Reason=` argument and in logs.
 _UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;/@+#%()\-]")
 
@@ -34,8 +37,8 @@ def sanitize(text: str) -> str:
 
 
 def reason_head(reason: str) -> str:
-    """A healthd reason without its ``(+N more)`` count: the part that names the top finding."""
-    return _MORE_SUFFIX.sub("", reason)
+    """A healthd reason without its ``(+N more)`` count and Slurm's reboot suffixes: the part naming the top finding."""
+    return _MORE_SUFFIX.sub("", _REBOOT_SUFFIXES.sub("", reason))
 
 
 def acting_key(finding: Finding) -> tuple[int, str]:
@@ -78,3 +81,8 @@ def repair_reason(prefix: str, code: str, subject: str, count: int, limit: int =
     if len(body) > room:
         body = body[: max(room - 3, 0)].rstrip() + "..."
     return f"{clean_prefix} {body}{suffix}"
+
+
+def reboot_reason(prefix: str, findings: Sequence[Finding], limit: int = REASON_MAX) -> str:
+    """``<prefix> REBOOT <CODE> <subject> (+N more)``: the node is out for a reboot healthd asked Slurm for."""
+    return make_reason(f"{sanitize(prefix) or 'healthd:'} REBOOT", findings, limit)

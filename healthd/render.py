@@ -112,6 +112,10 @@ _ACTIONS = {
     "take_out_now": ("take the node out now", "took the node out now (DRAIN, then DOWN)"),
     "drain_after_jobs": ("drain the node after its jobs", "set the node to drain after its jobs (DRAIN)"),
     "resume": ("resume the node", "resumed the node (RESUME)"),
+    "reboot": (
+        "drain the node and have Slurm reboot it after its jobs",
+        "drained the node; Slurm reboots it after its jobs (DRAIN, then scontrol reboot)",
+    ),
 }
 
 
