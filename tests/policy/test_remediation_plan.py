@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import pytest
+from healthd_testkit.paths import FIXTURES
 
 from healthd.acks import FindingRef
 from healthd.config import EscalationSettings, PolicySettings, parse_config
@@ -18,7 +19,7 @@ from healthd.policy import Action, PolicyState, RebootRequest
 from healthd.reasons import reason_head
 from healthd.slurm import parse_show_node_line
 
-CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+CAPTURES = FIXTURES / "slurm"
 PREFIX = "healthd:"
 NOW = 1_800_000_000.0
 SETTINGS = PolicySettings(max_out_fraction=1.0)
@@ -205,7 +206,7 @@ def test_the_breakers_confirmation_sits_between_the_drain_and_the_reboot() -> No
 # -- the checks declare the remedy --------------------------------------------------------
 
 XID_154 = "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None)"
-NVML = Path(__file__).resolve().parents[2] / "fixtures" / "nvml"
+NVML = FIXTURES / "nvml"
 
 
 def _xid_findings(tmp_path: Path, *messages: str) -> dict[str, Finding]:
