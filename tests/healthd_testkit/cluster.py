@@ -405,7 +405,9 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def submit(self, node: str, seconds: int = 300) -> str:
         out = self.run("sbatch", "--parsable", "--requeue", "-w", node, "-o", "/dev/null", "--wrap", f"sleep {seconds}")
         job = out.stdout.strip().split(";")[0]
-        wait_for(lambda: self.job_state(job) == "RUNNING", 20, f"job {job} running")
+        # A node that was just rebooted or resumed runs jobs only once it answers slurmctld's
+        # next ping (SlurmdTimeout / 3): on a loaded machine that can take a while.
+        wait_for(lambda: self.job_state(job) == "RUNNING", 60, f"job {job} running")
         return job
 
     def job_state(self, job: str) -> str:
