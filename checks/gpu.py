@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 from pydantic import Field
 
 from healthd.config import moved_from_node
-from healthd.model import DetailValue, Finding, Status
+from healthd.model import DetailValue, Device, Finding, Status
 from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .gpu_counters import NVLINK_COUNTERS, judge_counters
@@ -156,6 +156,7 @@ def evaluate(
         findings.extend(_count_findings(count, reading, pci, expected, counts, make))
 
     state: dict[str, Any] = {}
+    devices = tuple(_device(gpu) for gpu in reading.gpus if isinstance(gpu.pci_bus_id, str))
     raw_gpus = previous.get("gpus")
     old_gpus: Mapping[str, Any] = raw_gpus if isinstance(raw_gpus, dict) else {}
     for gpu in reading.gpus:
@@ -163,7 +164,13 @@ def evaluate(
         findings.extend(gpu_findings)
         if gpu_state:
             state[_gpu_key(gpu)] = gpu_state
-    return Verdict(tuple(findings), {"gpus": state})
+    return Verdict(tuple(findings), {"gpus": state}, devices)
+
+
+def _device(gpu: GpuReading) -> Device:
+    """The GPU for the boot's inventory: its slot (PCI address) and the part in it (UUID, serial)."""
+    address = str(gpu.pci_bus_id)
+    return Device("gpu", gpu.index, normalize_pci_address(address) or address, _value(gpu.uuid), _value(gpu.serial))
 
 
 def _count_findings(
@@ -241,6 +248,8 @@ def _remedy(remedy: str, pci: object) -> dict[str, DetailValue]:
 def _errors(gpu: GpuReading) -> dict[str, str]:
     errors: dict[str, str] = {}
     for name in gpu.__dataclass_fields__:
+        if name == "serial":  # identity for the inventory, not health: many boards have none to give
+            continue
         value = getattr(gpu, name)
         if isinstance(value, NvmlError):
             errors[name] = value.code

@@ -45,6 +45,8 @@ GPU_IS_LOST = "GPU_IS_LOST"
 RESET_REQUIRED = "RESET_REQUIRED"
 LIB_RM_VERSION_MISMATCH = "LIB_RM_VERSION_MISMATCH"
 FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
+# Not an NVML error: a snapshot recorded before a field was read stands for it with this.
+NOT_RECORDED = "NOT_RECORDED"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class GpuReading:
 
     index: int
     uuid: Reading[str]
+    serial: Reading[str]
     pci_bus_id: Reading[str]
     name: Reading[str]
     ecc_mode_current: Reading[bool]
@@ -178,6 +181,9 @@ class NvmlLibrary:
         return GpuReading(
             index=index,
             uuid=_map(call(str, "nvmlDeviceGetUUID", handle), _text),
+            # The board serial (nvmlDeviceGetSerial, NVML API reference): it names the part
+            # in a hardware ticket and tells a replaced GPU from a repaired one.
+            serial=_map(call(str, "nvmlDeviceGetSerial", handle), _text),
             pci_bus_id=_map(pci, lambda p: _text(p.busId)),
             name=_map(call(str, "nvmlDeviceGetName", handle), _text),
             ecc_mode_current=_map(ecc_mode, lambda m: bool(m[0])),
@@ -332,6 +338,8 @@ class _LinkModel(_Model):
 class _GpuModel(_Model):
     index: StrictInt = Field(ge=0)
     uuid: Union[StrictStr, _ErrorModel]
+    # Snapshots recorded before serials were read have none: that reads as a failed call.
+    serial: Union[StrictStr, _ErrorModel] = _ErrorModel(error=NOT_RECORDED, message="not in this snapshot")
     pci_bus_id: Union[StrictStr, _ErrorModel]
     name: Union[StrictStr, _ErrorModel]
     ecc_mode_current: Union[StrictBool, _ErrorModel]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping, Optional, Union
 
 DetailValue = Union[str, int, float, bool, None]
 
@@ -100,8 +100,25 @@ class EventTally:
 
 
 @dataclass(frozen=True)
+class Device:
+    """A device a check saw in a pass, for the node history's per-boot inventory.
+
+    ``kind`` names the class of device (``"gpu"``) and ``index`` its number among
+    them as its tool counts (NVML's index); ``address`` is its slot on this node (the
+    PCI bus id), which stays put when the part in it is swapped; ``uuid`` and
+    ``serial`` identify the part, so a replaced one is told from a repaired one.
+    """
+
+    kind: str
+    index: int
+    address: str
+    uuid: Optional[str] = None
+    serial: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one check in one pass, with the event counts of its findings."""
+    """The outcome of one check in one pass: findings, the event counts of its findings, the devices it saw."""
 
     check: str
     state: RunState
@@ -109,6 +126,7 @@ class CheckResult:
     duration_seconds: float
     reason: str = ""
     tallies: tuple[EventTally, ...] = ()
+    devices: tuple[Device, ...] = ()
 
     @property
     def status(self) -> Status:
@@ -137,3 +155,7 @@ class PassResult:
     @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(f for r in self.results for f in r.findings)
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return tuple(d for r in self.results for d in r.devices)

@@ -34,7 +34,7 @@ from typing import (
 from pydantic import BaseModel, ConfigDict, Field
 
 from healthd.exitcodes import EX_SOFTWARE
-from healthd.model import DetailValue, EventTally, Finding, Status
+from healthd.model import DetailValue, Device, EventTally, Finding, Status
 
 if TYPE_CHECKING:
     import argparse
@@ -80,6 +80,7 @@ class CheckContext(_Reporter, Generic[S]):
 
     ``state`` persists across processes (in ``[paths].state_dir``); ``memory`` lives
     only as long as this process and carries things like running probe processes.
+    ``devices`` collects the devices the check saw in this pass (``Verdict.devices``).
     """
 
     settings: S
@@ -87,6 +88,7 @@ class CheckContext(_Reporter, Generic[S]):
     state: StateFile
     memory: MutableMapping[str, Any] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
+    devices: list[Device] = field(default_factory=list)
 
     def save_state(self, data: Mapping[str, Any], what: str) -> list[Finding]:
         """Persist ``data``; when that fails, the UNKNOWN ``STATE_UNWRITABLE`` finding to report.
@@ -147,14 +149,16 @@ def read_parsed(
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a judge concluded: its findings, and the state to keep for the next pass.
+    """What a judge concluded: its findings, the state to keep for the next pass, the devices it saw.
 
     ``state`` None leaves the saved state as it is; a check that keeps state reads the
     previous one in its ``gather`` (``ctx.state.load()``) and judges it with the rest.
+    ``devices`` go into the node history's inventory of the boot (``healthd history``).
     """
 
     findings: tuple[Finding, ...] = ()
     state: Optional[Mapping[str, Any]] = None
+    devices: tuple[Device, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,7 @@ class Staged(Generic[S, Obs]):
         observation = self.gather(ctx)
         verdict = self.judge(observation, JudgeContext(ctx.name, ctx.settings, ctx.clock()))
         findings = list(verdict.findings)
+        ctx.devices.extend(verdict.devices)
         if verdict.state is not None:
             findings += ctx.save_state(verdict.state, self.keeps)
         return findings

@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
+from healthd.model import CheckResult, Device, EventTally, Finding, PassResult, RunState, Status
 from healthd.plugin import BrokenCheck, CheckContext, CheckSpec, NotApplicable
 
 
@@ -34,6 +34,7 @@ class _Slot:
     done: threading.Event = field(default_factory=threading.Event)
     findings: tuple[Finding, ...] = ()
     tallies: tuple[EventTally, ...] = ()
+    devices: tuple[Device, ...] = ()
     state: RunState = RunState.RAN
     reason: str = ""
     finished_at: float = 0.0
@@ -53,6 +54,7 @@ def _execute(check: PreparedCheck, slot: _Slot, monotonic: Callable[[], float]) 
         # The check's own code decides what is an event: a crash in it is the check's, like any other.
         slot.tallies = tuple(counter.tally(findings) for counter in check.spec.events)
         slot.findings = findings
+        slot.devices = tuple(check.context.devices)
     except NotApplicable as exc:
         slot.state = RunState.NOT_APPLICABLE
         slot.reason = str(exc)
@@ -97,7 +99,11 @@ class Runner:
             if slot.done.is_set():
                 self._inflight.pop(check.name, None)
                 duration = slot.finished_at - started
-                results.append(CheckResult(check.name, slot.state, slot.findings, duration, slot.reason, slot.tallies))
+                results.append(
+                    CheckResult(
+                        check.name, slot.state, slot.findings, duration, slot.reason, slot.tallies, slot.devices
+                    )
+                )
             else:
                 limit = deadline - started
                 results.append(

@@ -44,6 +44,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
 
     return {
         "nvmlDeviceGetUUID": f"GPU-{index:08x}-1111-2222-3333-444455556666",
+        "nvmlDeviceGetSerial": f"165{index:010d}",
         "nvmlDeviceGetPciInfo": SimpleNamespace(busId=f"00000000:{BUSES[index]}:00.0".encode()),
         "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
         "nvmlDeviceGetEccMode": [1, 1],
