@@ -65,7 +65,8 @@ def test_a_gpu_without_a_serial_is_still_inventoried_and_healthy(
         gpu["nvmlDeviceGetSerial"] = pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
     procfs = tmp_path / "proc"
     _boot(procfs, "boot-1")
-    config = write_config(f'[paths]\nprocfs = "{procfs}"\nsysfs = "{tmp_path / "nosys"}"\n[checks.gpu]\nexpect_gpus = 2\n')
+    no_sysfs = tmp_path / "nosys"
+    config = write_config(f'[paths]\nprocfs = "{procfs}"\nsysfs = "{no_sysfs}"\n[checks.gpu]\nexpect_gpus = 2\n')
     engine = Engine(load_config(config, settings_models([CHECK])), [CHECK])
 
     outcome = run_pass(engine)
