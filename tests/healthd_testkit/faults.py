@@ -15,7 +15,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from healthd.config import load_config
 from healthd.daemon import Daemon, PassReport, run_one_pass
@@ -23,6 +23,7 @@ from healthd.engine import Engine, settings_models
 from healthd.model import Finding, Status
 from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
 from healthd.sdnotify import Notifier
+from healthd_testkit.paths import Below
 from healthd_testkit.waiting import wait_for
 
 # Released at the end of every test, so a check stalled in Python never outlives it.
@@ -87,17 +88,9 @@ class Harness:
     extra: str = ""
     reports: list[PassReport] = field(default_factory=list)
 
-    @property
-    def config(self) -> Path:
-        return self.root / "healthd.toml"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / "state"
-
-    @property
-    def fault_file(self) -> Path:
-        return self.root / "faults.json"
+    config = Below("healthd.toml")
+    state_dir = Below("state")
+    fault_file = Below("faults.json")
 
     def faults(self, *items: tuple[str, str, str]) -> None:
         rows = [{"status": s, "code": c, "subject": subject} for s, c, subject in items]
@@ -161,3 +154,13 @@ class DaemonThread:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the daemon did not stop"
         return self.exit_code[0]
+
+
+@dataclass(frozen=True)
+class DaemonKit:
+    """A daemon test's tools: ``make`` a Daemon, ``start`` it in a thread, write a ``config``, ``wait`` for it."""
+
+    make: Callable[..., Daemon]
+    start: Callable[[Daemon], DaemonThread]
+    config: Callable[..., Path]
+    wait: Callable[..., None]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
-from healthd_testkit.faults import DaemonThread
+from healthd_testkit.faults import DaemonKit, DaemonThread
 from healthd_testkit.waiting import wait_for
 
 from healthd.config import load_config
@@ -149,11 +149,6 @@ def start_daemon() -> Iterator[Callable[..., DaemonThread]]:
             handle.thread.join(10)
 
 
-@pytest.fixture
-def wait_until() -> Callable[..., None]:
-    return wait_for
-
-
 def notify_env(address: str, watchdog_usec: Optional[int] = None) -> dict[str, str]:
     env = {"NOTIFY_SOCKET": address}
     if watchdog_usec is not None:
@@ -181,8 +176,8 @@ def make_daemon(tmp_path: Path) -> Callable[..., Daemon]:
 
 
 @pytest.fixture
-def config_writer() -> Callable[..., Path]:
-    return write_config
+def daemons(make_daemon: Callable[..., Daemon], start_daemon: Callable[[Daemon], DaemonThread]) -> DaemonKit:
+    return DaemonKit(make_daemon, start_daemon, write_config, wait_for)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.faults import DaemonKit
 
 from healthd.daemon import PassReport, Schedule, run_one_pass, splay_offset
 from healthd.engine import Engine
@@ -60,11 +61,11 @@ def test_slots_do_not_drift_over_days_and_missed_slots_are_skipped() -> None:
 
 @pytest.mark.parametrize("which", ["path_listener", "abstract_listener"])
 def test_ready_status_watchdog_stopping(
-    which: str, request: pytest.FixtureRequest, make_daemon: Callable[..., Any], start_daemon: Callable[..., Any]
+    daemons: DaemonKit, which: str, request: pytest.FixtureRequest, start_daemon: Callable[..., Any]
 ) -> None:
     listener = request.getfixturevalue(which)
-    daemon = make_daemon(listener.address, watchdog_usec=100_000)
-    handle = start_daemon(daemon)
+    daemon = daemons.make(listener.address, watchdog_usec=100_000)
+    handle = daemons.start(daemon)
     listener.wait_for("READY=1")
     # READY comes only once the first pass is done and recorded.
     assert daemon.passes == 1
@@ -81,11 +82,9 @@ def test_ready_status_watchdog_stopping(
 
 
 def test_a_hung_pass_stops_the_watchdog_pings(
+    daemons: DaemonKit,
     path_listener: Any,
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
     tmp_path: Path,
-    config_writer: Callable[..., Path],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     release = threading.Event()
@@ -98,10 +97,10 @@ def test_a_hung_pass_stops_the_watchdog_pings(
             release.wait()
         return report
 
-    config = config_writer(tmp_path / "healthd.toml", tmp_path / "state", interval=1)
+    config = daemons.config(tmp_path / "healthd.toml", tmp_path / "state", interval=1)
     text = config.read_text().replace("pass_timeout = 2", "pass_timeout = 0.5")
     config.write_text(text.replace('node_name = "node-test"', 'node_name = "node-test"\nlock_timeout = 0.01'))
-    daemon = make_daemon(
+    daemon = daemons.make(
         path_listener.address,
         watchdog_usec=100_000,
         config=config,
@@ -109,7 +108,7 @@ def test_a_hung_pass_stops_the_watchdog_pings(
         pass_grace=0.5,
         stop_grace=0.2,
     )
-    handle = start_daemon(daemon)
+    handle = daemons.start(daemon)
     caplog.set_level(logging.INFO, logger="healthd")
     try:
         path_listener.wait_for("READY=1")
@@ -137,36 +136,33 @@ def test_a_hung_pass_stops_the_watchdog_pings(
 
 
 def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
+    daemons: DaemonKit,
     path_listener: Any,
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="healthd")
     state = tmp_path / "state"
-    config = config_writer(tmp_path / "healthd.toml", state, interval=1)
-    daemon = make_daemon(path_listener.address, config=config)
-    handle = start_daemon(daemon)
+    config = daemons.config(tmp_path / "healthd.toml", state, interval=1)
+    daemon = daemons.make(path_listener.address, config=config)
+    handle = daemons.start(daemon)
     path_listener.wait_for("READY=1")
 
     config.write_text(config.read_text().replace("interval = 1", "interval = -5"))
     daemon.request_reload()
-    wait_until(lambda: any("new configuration rejected" in r.getMessage() for r in caplog.records), what="reject")
+    daemons.wait(lambda: any("new configuration rejected" in r.getMessage() for r in caplog.records), what="reject")
     rejected = next(r.getMessage() for r in caplog.records if "new configuration rejected" in r.getMessage())
     assert "daemon.interval" in rejected and str(config) in rejected
     assert "RELOADING=1" in path_listener.assignments()
     # The old config (interval 1, flag OK) goes on being used.
     passes = daemon.passes
-    wait_until(lambda: daemon.passes >= passes + 2, what="passes after a rejected reload")
+    daemons.wait(lambda: daemon.passes >= passes + 2, what="passes after a rejected reload")
     assert json.loads((state / "last-pass.json").read_text())["status"] == "OK"
 
-    config_writer(config, state, interval=1, report="critical")
+    daemons.config(config, state, interval=1, report="critical")
     daemon.request_reload()
-    wait_until(lambda: any("reloaded configuration" in r.getMessage() for r in caplog.records), what="reload")
-    wait_until(lambda: json.loads((state / "last-pass.json").read_text())["status"] == "CRITICAL", what="critical")
+    daemons.wait(lambda: any("reloaded configuration" in r.getMessage() for r in caplog.records), what="reload")
+    daemons.wait(lambda: json.loads((state / "last-pass.json").read_text())["status"] == "CRITICAL", what="critical")
     document = json.loads((state / "last-pass.json").read_text())
     assert document["checks"][0]["findings"][0]["code"] == "FLAG_RAISED"
 
@@ -174,27 +170,24 @@ def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
         # The pass is saved before its findings are logged: wait for the log record too.
         return [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_CODE") == "FLAG_RAISED"]
 
-    wait_until(lambda: bool(flagged()), what="the finding logged")
+    daemons.wait(lambda: bool(flagged()), what="the finding logged")
     assert flagged()[0].levelno == logging.ERROR
     assert flagged()[0].healthd_fields["HEALTHD_SEVERITY"] == "CRITICAL"  # type: ignore[attr-defined]
     assert handle.stop() == 0
 
 
 def test_unwritable_state_dir_is_reported_every_pass_and_checking_goes_on(
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
+    daemons: DaemonKit,
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="healthd")
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the state directory should be")
-    config = config_writer(tmp_path / "healthd.toml", blocker / "state", interval=1)
-    daemon = make_daemon(config=config)
-    handle = start_daemon(daemon)
-    wait_until(lambda: daemon.passes >= 3, what="three passes")
+    config = daemons.config(tmp_path / "healthd.toml", blocker / "state", interval=1)
+    daemon = daemons.make(config=config)
+    handle = daemons.start(daemon)
+    daemons.wait(lambda: daemon.passes >= 3, what="three passes")
     assert handle.stop() == 0
     errors = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass problem: cannot write")]
     assert len(errors) >= 3
@@ -202,19 +195,17 @@ def test_unwritable_state_dir_is_reported_every_pass_and_checking_goes_on(
 
 
 def test_corrupt_state_file_is_set_aside_and_reported(
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
+    daemons: DaemonKit,
     tmp_path: Path,
-    wait_until: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="healthd")
     state = tmp_path / "state"
     state.mkdir()
     (state / "check-flag.json").write_text("{not json")
-    daemon = make_daemon()
-    handle = start_daemon(daemon)
-    wait_until(lambda: daemon.passes >= 1, what="first pass")
+    daemon = daemons.make()
+    handle = daemons.start(daemon)
+    daemons.wait(lambda: daemon.passes >= 1, what="first pass")
     assert handle.stop() == 0
     assert any("corrupt state file" in r.getMessage() and "check-flag.json" in r.getMessage() for r in caplog.records)
     assert list(state.glob("check-flag.json.corrupt-*"))
@@ -224,12 +215,9 @@ def test_corrupt_state_file_is_set_aside_and_reported(
 
 
 def test_a_pass_that_raised_is_recorded_as_unknown(
+    daemons: DaemonKit,
     path_listener: Any,
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
 ) -> None:
     state = tmp_path / "state"
     calls: list[int] = []
@@ -240,12 +228,12 @@ def test_a_pass_that_raised_is_recorded_as_unknown(
             raise RuntimeError("policy state exploded")
         return run_one_pass(engine, dry_run)
 
-    config = config_writer(tmp_path / "healthd.toml", state, interval=1)
-    daemon = make_daemon(path_listener.address, config=config, pass_function=pass_function)
-    handle = start_daemon(daemon)
+    config = daemons.config(tmp_path / "healthd.toml", state, interval=1)
+    daemon = daemons.make(path_listener.address, config=config, pass_function=pass_function)
+    handle = daemons.start(daemon)
     path_listener.wait_for("READY=1")
     assert json.loads((state / "last-pass.json").read_text())["status"] == "OK"
-    wait_until(lambda: daemon.passes >= 2, what="the failing pass")
+    daemons.wait(lambda: daemon.passes >= 2, what="the failing pass")
     assert handle.stop() == 0
     # `healthd status` must not go on showing the last pass that went well.
     document = json.loads((state / "last-pass.json").read_text())
@@ -253,15 +241,14 @@ def test_a_pass_that_raised_is_recorded_as_unknown(
     finding = document["checks"][0]["findings"][0]
     assert (finding["code"], finding["status"]) == ("PASS_FAILED", "UNKNOWN")
     assert "policy state exploded" in finding["message"]
-    wait_until(
+    daemons.wait(
         lambda: any(a.startswith("STATUS=UNKNOWN at") for a in path_listener.assignments()), what="STATUS=UNKNOWN"
     )
 
 
 def test_no_thread_for_the_pass_is_a_failed_pass_not_a_dead_daemon(
+    daemons: DaemonKit,
     path_listener: Any,
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -273,8 +260,8 @@ def test_no_thread_for_the_pass_is_a_failed_pass_not_a_dead_daemon(
         real_start(self)
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    daemon = make_daemon(path_listener.address)
-    handle = start_daemon(daemon)
+    daemon = daemons.make(path_listener.address)
+    handle = daemons.start(daemon)
     path_listener.wait_for("READY=1")
     assert daemon.passes == 1 and handle.thread.is_alive()
     document = json.loads((tmp_path / "state" / "last-pass.json").read_text())
@@ -284,10 +271,10 @@ def test_no_thread_for_the_pass_is_a_failed_pass_not_a_dead_daemon(
 
 
 def test_start_timeout_is_extended_by_the_first_pass_budget(
-    path_listener: Any, make_daemon: Callable[..., Any], start_daemon: Callable[..., Any]
+    daemons: DaemonKit, path_listener: Any, start_daemon: Callable[..., Any]
 ) -> None:
-    daemon = make_daemon(path_listener.address)
-    handle = start_daemon(daemon)
+    daemon = daemons.make(path_listener.address)
+    handle = daemons.start(daemon)
     path_listener.wait_for("READY=1")
     assert handle.stop() == 0
     assignments = path_listener.assignments()
@@ -299,11 +286,10 @@ def test_start_timeout_is_extended_by_the_first_pass_budget(
 
 
 def test_invalid_config_at_start_exits_78_naming_the_key(
-    make_daemon: Callable[..., Any],
+    daemons: DaemonKit,
     tmp_path: Path,
-    config_writer: Callable[..., Path],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    config = config_writer(tmp_path / "healthd.toml", tmp_path / "state", extra='[metrics]\nlisten = "nope"')
-    assert make_daemon(config=config).run() == 78
+    config = daemons.config(tmp_path / "healthd.toml", tmp_path / "state", extra='[metrics]\nlisten = "nope"')
+    assert daemons.make(config=config).run() == 78
     assert any("metrics.listen" in r.getMessage() for r in caplog.records)

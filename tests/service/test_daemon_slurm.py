@@ -6,12 +6,13 @@ Uses the throwaway cluster of tests/healthd_testkit/cluster.py; skipped where Sl
 from __future__ import annotations
 
 import logging
-import socket
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from healthd_testkit.faults import DaemonKit
+from healthd_testkit.net import free_ports
 from prometheus_client.parser import text_string_to_metric_families
 
 
@@ -29,35 +30,30 @@ def _metric(port: int, name: str, **labels: str) -> float:
 
 
 def test_daemon_takes_the_node_out_and_resumes_it(
+    daemons: DaemonKit,
     cluster: Any,
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
     caplog.set_level(logging.INFO, logger="healthd")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)
     slurm_table = f'[slurm]\nenabled = true\nconf = "{cluster.conf}"\nnode_name = "node2"\ntimeout = 8\n'
     extra = f'[policy]\nmax_out_fraction = 1.0\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
 
     def write(report: str) -> Path:
-        path = config_writer(tmp_path / "healthd.toml", tmp_path / "state", interval=1, report=report, extra=extra)
+        path = daemons.config(tmp_path / "healthd.toml", tmp_path / "state", interval=1, report=report, extra=extra)
         text = path.read_text().replace('[slurm]\nenabled = false\nnode_name = "node-test"\n', slurm_table)
         path.write_text(text)
         return path
 
-    daemon = make_daemon(config=write("critical"))
-    handle = start_daemon(daemon)
+    daemon = daemons.make(config=write("critical"))
+    handle = daemons.start(daemon)
     try:
-        wait_until(lambda: cluster.state("node2") in ("drained", "down", "draining"), timeout=30, what="node2 out")
+        daemons.wait(lambda: cluster.state("node2") in ("drained", "down", "draining"), timeout=30, what="node2 out")
         assert cluster.reason("node2").startswith("healthd: FLAG_RAISED flag")
-        wait_until(lambda: _metric(port, "healthd_actions_total", outcome="taken") >= 1, what="taken counter")
+        daemons.wait(lambda: _metric(port, "healthd_actions_total", outcome="taken") >= 1, what="taken counter")
         assert _metric(port, "healthd_check_status", check="flag") == 2
         assert _metric(port, "healthd_circuit_breaker_open") == 0
         taken = [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_OUTCOME") == "taken"]
@@ -65,29 +61,26 @@ def test_daemon_takes_the_node_out_and_resumes_it(
 
         write("ok")
         daemon.request_reload()
-        wait_until(lambda: cluster.state("node2") == "idle", timeout=30, what="node2 resumed")
-        wait_until(lambda: _metric(port, "healthd_actions_total", action="resume", outcome="taken") == 1, what="resume")
+        daemons.wait(lambda: cluster.state("node2") == "idle", timeout=30, what="node2 resumed")
+        daemons.wait(
+            lambda: _metric(port, "healthd_actions_total", action="resume", outcome="taken") == 1, what="resume"
+        )
     finally:
         assert handle.stop() == 0
         cluster.run("scontrol", "update", "NodeName=node2", "State=RESUME", check=False)
 
 
 def test_circuit_breaker_holds_the_take_out_and_says_so(
+    daemons: DaemonKit,
     cluster: Any,
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    (port,) = free_ports(1)
     # Another node is already out by healthd: taking node3 out too would exceed 10% of the partition.
     cluster.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=healthd: XID_79 gpu0")
-    config = config_writer(
+    config = daemons.config(
         tmp_path / "healthd.toml",
         tmp_path / "state",
         interval=1,
@@ -100,9 +93,9 @@ def test_circuit_breaker_holds_the_take_out_and_says_so(
             f'[slurm]\nenabled = true\nconf = "{cluster.conf}"\nnode_name = "node3"\ntimeout = 8\n',
         )
     )
-    handle = start_daemon(make_daemon(config=config))
+    handle = daemons.start(daemons.make(config=config))
     try:
-        wait_until(lambda: _metric(port, "healthd_circuit_breaker_open") == 1, timeout=30, what="breaker open")
+        daemons.wait(lambda: _metric(port, "healthd_circuit_breaker_open") == 1, timeout=30, what="breaker open")
         assert _metric(port, "healthd_actions_total", outcome="held_back") >= 1
         assert _metric(port, "healthd_findings", check="policy", severity="critical") == 1
         assert cluster.state("node3") == "idle"

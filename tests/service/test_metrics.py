@@ -13,9 +13,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
+from healthd_testkit.faults import DaemonKit
+from healthd_testkit.net import free_ports
 from prometheus_client.parser import text_string_to_metric_families
 
 from healthd.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
@@ -26,12 +27,6 @@ from healthd.policy import Action
 from healthd_checks.xid import XID_EVENTS
 
 PROMTOOL = shutil.which("promtool")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _xid(gpu: int, xid: int, count: int) -> Finding:
@@ -170,25 +165,22 @@ def test_before_the_first_pass_only_build_info_is_exported() -> None:
 
 
 def test_daemon_serves_metrics_and_writes_the_textfile(
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
+    daemons: DaemonKit,
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
 ) -> None:
-    port = _free_port()
+    port = free_ports(1)[0]
     textfile = tmp_path / "textfile" / "healthd.prom"
     textfile.parent.mkdir()
-    config = config_writer(
+    config = daemons.config(
         tmp_path / "healthd.toml",
         tmp_path / "state",
         report="warning",
         extra=f'[metrics]\nlisten = "127.0.0.1:{port}"\ntextfile = "{textfile}"',
     )
-    daemon = make_daemon(config=config)
-    handle = start_daemon(daemon)
+    daemon = daemons.make(config=config)
+    handle = daemons.start(daemon)
     try:
-        wait_until(lambda: textfile.exists(), what="textfile")
+        daemons.wait(lambda: textfile.exists(), what="textfile")
         code, body = _scrape(port)
         assert code == 200
         values = _values(body)
@@ -235,7 +227,7 @@ def _closed_by_server(sock: socket.socket) -> bool:
         return True
 
 
-def test_idle_connections_cost_no_thread_and_cannot_block_scrapes(wait_until: Callable[..., None]) -> None:
+def test_idle_connections_cost_no_thread_and_cannot_block_scrapes(daemons: DaemonKit) -> None:
     server = MetricsServer(new_registry(HealthdCollector(version="1")), "127.0.0.1", 0, max_connections=16)
     threads_before = threading.active_count()
     idle = []
@@ -248,7 +240,7 @@ def test_idle_connections_cost_no_thread_and_cannot_block_scrapes(wait_until: Ca
         code, body = _scrape(server.port)
         assert code == 200 and "healthd_build_info" in body
         assert threading.active_count() == threads_before  # one thread serves every connection
-        wait_until(lambda: sum(not _closed_by_server(s) for s in idle) <= 16, what="the oldest dropped")
+        daemons.wait(lambda: sum(not _closed_by_server(s) for s in idle) <= 16, what="the oldest dropped")
     finally:
         for sock in idle:
             sock.close()
@@ -294,7 +286,7 @@ class _Slowloris(threading.Thread):
 @pytest.mark.slow
 @pytest.mark.parametrize("max_connections", [64, 4])
 def test_slowloris_clients_are_dropped_at_the_deadline_and_never_hold_off_a_scrape(
-    max_connections: int, wait_until: Callable[..., None]
+    daemons: DaemonKit, max_connections: int
 ) -> None:
     collector = HealthdCollector(version="1")
     collector.update(PassReport(_sample_pass()))
@@ -306,7 +298,7 @@ def test_slowloris_clients_are_dropped_at_the_deadline_and_never_hold_off_a_scra
     try:
         for client in clients:
             client.start()
-        wait_until(lambda: sum(c.lines_sent for c in clients) >= len(clients), what="slow clients sending")
+        daemons.wait(lambda: sum(c.lines_sent for c in clients) >= len(clients), what="slow clients sending")
         started = time.monotonic()
         code, body = _scrape(server.port)
         elapsed = time.monotonic() - started
@@ -315,7 +307,7 @@ def test_slowloris_clients_are_dropped_at_the_deadline_and_never_hold_off_a_scra
         assert elapsed < deadline + 3, elapsed
         # The slow clients' connections end at the deadline (or earlier, for a newer one):
         # none outlives it, however steadily it sends.
-        wait_until(lambda: sum(len(c.lifetimes) for c in clients) >= len(clients), what="slow clients dropped")
+        daemons.wait(lambda: sum(len(c.lifetimes) for c in clients) >= len(clients), what="slow clients dropped")
         lifetimes = [t for c in clients for t in c.lifetimes]
         assert max(lifetimes) < deadline + 3, lifetimes
     finally:
@@ -380,21 +372,18 @@ def test_requests_other_than_a_get_of_metrics_are_refused() -> None:
 
 @pytest.mark.slow
 def test_daemon_keeps_passing_and_serving_under_a_flood_of_half_open_connections(
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
+    daemons: DaemonKit,
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
 ) -> None:
-    port = _free_port()
-    config = config_writer(
+    port = free_ports(1)[0]
+    config = daemons.config(
         tmp_path / "healthd.toml", tmp_path / "state", interval=1, extra=f'[metrics]\nlisten = "127.0.0.1:{port}"'
     )
-    daemon = make_daemon(config=config)
-    handle = start_daemon(daemon)
+    daemon = daemons.make(config=config)
+    handle = daemons.start(daemon)
     idle = []
     try:
-        wait_until(lambda: daemon.passes >= 1, what="first pass")
+        daemons.wait(lambda: daemon.passes >= 1, what="first pass")
         threads_before = threading.active_count()
         for _ in range(300):
             try:
@@ -404,14 +393,14 @@ def test_daemon_keeps_passing_and_serving_under_a_flood_of_half_open_connections
                 continue
             idle.append(sock)
         passes = daemon.passes
-        wait_until(lambda: daemon.passes >= passes + 3, what="passes during the flood")
+        daemons.wait(lambda: daemon.passes >= passes + 3, what="passes during the flood")
         # One thread per held slot at most; a pass thread may come and go.
         assert threading.active_count() <= threads_before + 5
         assert handle.thread.is_alive()
         for sock in idle:
             sock.close()
         idle.clear()
-        wait_until(lambda: _scrape_succeeds(port), what="a scrape after the flood")
+        daemons.wait(lambda: _scrape_succeeds(port), what="a scrape after the flood")
     finally:
         for sock in idle:
             sock.close()
@@ -420,27 +409,24 @@ def test_daemon_keeps_passing_and_serving_under_a_flood_of_half_open_connections
 
 @pytest.mark.slow
 def test_a_port_in_use_is_logged_and_checks_go_on(
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
+    daemons: DaemonKit,
     tmp_path: Path,
-    config_writer: Callable[..., Path],
-    wait_until: Callable[..., None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        config = config_writer(
+        config = daemons.config(
             tmp_path / "healthd.toml", tmp_path / "state", interval=1, extra=f'[metrics]\nlisten = "127.0.0.1:{port}"'
         )
-        daemon = make_daemon(config=config)
-        handle = start_daemon(daemon)
-        wait_until(lambda: daemon.passes >= 3, what="passes")
+        daemon = daemons.make(config=config)
+        handle = daemons.start(daemon)
+        daemons.wait(lambda: daemon.passes >= 3, what="passes")
     try:
         # Logged once, not every pass; once the port is free, the next pass opens it.
         assert sum(f"cannot listen on 127.0.0.1:{port}" in r.getMessage() for r in caplog.records) == 1
-        wait_until(lambda: daemon.metrics.server is not None, what="the listener after the port was freed")
+        daemons.wait(lambda: daemon.metrics.server is not None, what="the listener after the port was freed")
         assert _scrape(port)[0] == 200
     finally:
         assert handle.stop() == 0

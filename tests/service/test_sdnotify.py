@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from healthd_testkit.faults import DaemonKit
 
 from healthd.sdnotify import Notifier, watchdog_interval
 
@@ -58,12 +59,10 @@ def test_systemd_python_sends_when_installed(path_listener: Any, monkeypatch: py
     assert [text for _, text in path_listener.messages] == ["READY=1\nSTATUS=through libsystemd"]
 
 
-def test_a_value_cannot_forge_an_assignment_or_carry_escapes(
-    path_listener: Any, wait_until: Callable[..., None]
-) -> None:
+def test_a_value_cannot_forge_an_assignment_or_carry_escapes(path_listener: Any, daemons: DaemonKit) -> None:
     notifier = Notifier({"NOTIFY_SOCKET": path_listener.address})
     assert notifier.status("CRITICAL: gpu/X\u2028READY=1\r\nWATCHDOG=1\x1b[2J\x00" + "y" * 5000)
-    wait_until(lambda: path_listener.messages, what="the datagram")
+    daemons.wait(lambda: path_listener.messages, what="the datagram")
     (text,) = [message for _, message in path_listener.messages]
     assert text.startswith("STATUS=CRITICAL: gpu/X READY=1 WATCHDOG=1 [2J y")
     assert "\n" not in text and "\x1b" not in text and "\x00" not in text and len(text) == len("STATUS=") + 1000

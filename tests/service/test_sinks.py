@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.faults import DaemonKit
 
 from healthd.daemon import failed_report
 from healthd.metrics import HealthdCollector
@@ -101,15 +102,14 @@ def test_a_failed_pass_exports_no_circuit_breaker_state(make_engine: Callable[..
 
 
 def test_the_daemon_logs_and_notifies_one_summary_per_pass(
+    daemons: DaemonKit,
     tmp_path: Path,
     path_listener: Any,
-    make_daemon: Callable[..., Any],
-    start_daemon: Callable[..., Any],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="healthd")
-    daemon = make_daemon(path_listener.address)
-    handle = start_daemon(daemon)
+    daemon = daemons.make(path_listener.address)
+    handle = daemons.start(daemon)
     path_listener.wait_for("READY=1")
     assert handle.stop() == 0
     (logged,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass 1: ")]

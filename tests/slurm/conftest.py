@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from healthd_testkit.paths import Below
 
 from healthd.config import parse_config
 from healthd.engine import Engine
@@ -50,13 +51,8 @@ class Healthd:
     policy: str = "max_out_fraction = 1.0"
     slurm: str = ""
 
-    @property
-    def fault_file(self) -> Path:
-        return self.root / "faults.json"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / "state"
+    fault_file = Below("faults.json")
+    state_dir = Below("state")
 
     def config_text(self, node_name: bool = True) -> str:
         name = f'node_name = "{self.node}"' if node_name else ""

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import pytest
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
+from healthd_testkit.paths import Below
 
 from healthd.cli import main
 from healthd.config import Paths
@@ -76,17 +77,9 @@ class Node:
     checks_toml: str = ""
     passes: list[dict[str, Any]] = field(default_factory=list)
 
-    @property
-    def sysfs(self) -> Path:
-        return self.root / "sys"
-
-    @property
-    def procfs(self) -> Path:
-        return self.root / "proc"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / "state"
+    sysfs = Below("sys")
+    procfs = Below("proc")
+    state_dir = Below("state")
 
     def overlay(self, name: str) -> None:
         shutil.copytree(FIXTURES / "overlays" / name, self.sysfs, dirs_exist_ok=True, symlinks=True)
