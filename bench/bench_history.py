@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 from healthd.acks import FindingRef
-from healthd.history import DB_NAME, KEEP_DAYS, GpuIdentity, History, RebootPhase
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.history import DB_NAME, KEEP_DAYS, History, RebootPhase
+from healthd.model import CheckResult, Device, Finding, PassResult, RunState, Status
 
 INTERVAL = 300.0
 YEAR_PASSES = 105_120
@@ -43,10 +43,11 @@ CHECKS = ("mounts", "services", "xid", "gpu", "infiniband", "pcie", "nvlink", "d
 START = 1_700_000_000.0
 
 
-def gpus(boot: int) -> list[GpuIdentity]:
+def gpus(boot: int) -> list[Device]:
     # GPU 5 is replaced at the sixth boot: a new UUID and serial at the same address.
     return [
-        GpuIdentity(
+        Device(
+            "gpu",
             i,
             f"00000000:{0x18 + 0x10 * i:02X}:00.0",
             f"GPU-{i}{'-new' if i == 5 and boot >= 5 else ''}",

@@ -64,7 +64,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple, Optional, TypeVar
 
-from healthd.model import Finding, PassResult, RunState, Status
+from healthd.model import Device, Finding, PassResult, RunState, Status
 
 if TYPE_CHECKING:
     from healthd.acks import FindingRef
@@ -171,17 +171,9 @@ class RebootPhase(enum.Enum):
     DONE = "done"
 
 
-@dataclass(frozen=True)
-class GpuIdentity:
-    """One GPU of a boot's inventory. ``pci_bus_id`` is its key within the boot."""
-
-    index: int
-    pci_bus_id: str
-    uuid: Optional[str] = None
-    serial: Optional[str] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields(self)
+def _gpu_dict(gpu: Device) -> dict[str, Any]:
+    """A GPU of a boot's inventory for JSON; ``pci_bus_id`` (its ``address``) is its key within the boot."""
+    return {"index": gpu.index, "pci_bus_id": gpu.address, "uuid": gpu.uuid, "serial": gpu.serial}
 
 
 @dataclass(frozen=True)
@@ -238,10 +230,10 @@ class Boot:
     boot_id: str
     first_seen: float
     previous: Optional[str]
-    gpus: tuple[GpuIdentity, ...]
+    gpus: tuple[Device, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return _fields(self, gpus=[g.to_dict() for g in self.gpus], first_seen_time=iso_time(self.first_seen))
+        return _fields(self, gpus=[_gpu_dict(g) for g in self.gpus], first_seen_time=iso_time(self.first_seen))
 
 
 @dataclass(frozen=True)
@@ -692,7 +684,7 @@ class History:
         acked = self._write("the acknowledgement", lambda c: tuple(self._insert(c, at, Kind.ACK, e) for e in entries))
         return acked or ()
 
-    def record_boot(self, *, at: float, boot_id: str, gpus: Iterable[GpuIdentity] = ()) -> bool:
+    def record_boot(self, *, at: float, boot_id: str, gpus: Iterable[Device] = ()) -> bool:
         """Note the boot (cheap when it is known); True when ``boot_id`` is new.
 
         A new boot gets a ``boot`` event with its GPU inventory and the GPUs whose
@@ -704,7 +696,7 @@ class History:
         listed = list(gpus)
         return bool(self._write("the boot", lambda conn: self._record_boot(conn, at, boot_id, listed)))
 
-    def _record_boot(self, conn: sqlite3.Connection, at: float, boot_id: str, gpus: list[GpuIdentity]) -> bool:
+    def _record_boot(self, conn: sqlite3.Connection, at: float, boot_id: str, gpus: list[Device]) -> bool:
         known = {
             row[0]: row[1:]
             for row in conn.execute("SELECT pci_bus_id, uuid, serial FROM gpus WHERE boot_id = ?", (boot_id,))
@@ -713,9 +705,7 @@ class History:
         added = [
             g
             for g in gpus
-            if g.pci_bus_id not in known
-            or (g.uuid and not known[g.pci_bus_id][0])
-            or (g.serial and not known[g.pci_bus_id][1])
+            if g.address not in known or (g.uuid and not known[g.address][0]) or (g.serial and not known[g.address][1])
         ]
         if not is_new and not added:
             return False
@@ -723,14 +713,14 @@ class History:
             # Not an UPSERT: that needs SQLite 3.24, newer than some distributions' Python 3.9 links.
             conn.execute(
                 "INSERT OR IGNORE INTO gpus (boot_id, pci_bus_id, idx, uuid, serial) VALUES (?, ?, ?, ?, ?)",
-                (boot_id, g.pci_bus_id, g.index, g.uuid, g.serial),
+                (boot_id, g.address, g.index, g.uuid, g.serial),
             )
             conn.execute(
                 "UPDATE gpus SET uuid = coalesce(uuid, ?), serial = coalesce(serial, ?)"
                 " WHERE boot_id = ? AND pci_bus_id = ?",
-                (g.uuid, g.serial, boot_id, g.pci_bus_id),
+                (g.uuid, g.serial, boot_id, g.address),
             )
-        listing = [g.to_dict() for g in sorted(added, key=lambda g: g.index)]
+        listing = [_gpu_dict(g) for g in sorted(added, key=lambda g: g.index)]
         if not is_new:
             message = f"{len(added)} GPU(s) added to this boot's inventory"
             entry = _Entry(subject=boot_id, message=message, details=_details_json({"gpus": listing}))
@@ -749,17 +739,15 @@ class History:
         return True
 
     @staticmethod
-    def _replaced(conn: sqlite3.Connection, previous: str, gpus: list[GpuIdentity]) -> list[dict[str, Any]]:
+    def _replaced(conn: sqlite3.Connection, previous: str, gpus: list[Device]) -> list[dict[str, Any]]:
         """GPUs whose UUID or serial differs from the previous boot's at the same PCI address."""
         query = "SELECT pci_bus_id, uuid, serial FROM gpus WHERE boot_id = ?"
         before = {pci_key(pci): (uuid, serial) for pci, uuid, serial in conn.execute(query, (previous,))}
         replaced = []
         for gpu in gpus:
-            for name, was, now in zip(
-                ("uuid", "serial"), before.get(pci_key(gpu.pci_bus_id), ()), (gpu.uuid, gpu.serial)
-            ):
+            for name, was, now in zip(("uuid", "serial"), before.get(pci_key(gpu.address), ()), (gpu.uuid, gpu.serial)):
                 if was and now and was != now:
-                    replaced.append({"pci_bus_id": gpu.pci_bus_id, "id": name, "before": was, "after": now})
+                    replaced.append({"pci_bus_id": gpu.address, "id": name, "before": was, "after": now})
                     break
         return replaced
 
@@ -934,11 +922,11 @@ class History:
         """Every boot kept, oldest first, with its GPU inventory."""
 
         def body(conn: sqlite3.Connection) -> tuple[Boot, ...]:
-            inventory: dict[str, list[GpuIdentity]] = {}
+            inventory: dict[str, list[Device]] = {}
             for boot_id, pci, index, uuid, serial in conn.execute(
                 "SELECT boot_id, pci_bus_id, idx, uuid, serial FROM gpus ORDER BY boot_id, idx"
             ):
-                inventory.setdefault(boot_id, []).append(GpuIdentity(index, pci, uuid, serial))
+                inventory.setdefault(boot_id, []).append(Device("gpu", index, pci, uuid, serial))
             rows = conn.execute("SELECT boot_id, first_seen, previous FROM boots ORDER BY first_seen")
             return tuple(Boot(b, t, p, tuple(inventory.get(b, ()))) for b, t, p in rows)
 

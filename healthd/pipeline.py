@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.acks import AckStore, FindingRef, apply_acks
 from healthd.execute import execute, observe, rehearse
-from healthd.history import GpuIdentity, History, HistoryError, RebootPhase, read_boot_id
+from healthd.history import History, HistoryError, RebootPhase, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
@@ -357,8 +357,7 @@ def _record_history(
     """
     result = done.result
     if boot_id:
-        gpus = [GpuIdentity(d.index, d.address, d.uuid, d.serial) for d in result.devices if d.kind == "gpu"]
-        history.record_boot(at=now, boot_id=boot_id, gpus=gpus)
+        history.record_boot(at=now, boot_id=boot_id, gpus=[d for d in result.devices if d.kind == "gpu"])
     else:
         history.problems.append("the boot id is unreadable: new boots are not told apart")
     history.record_pass(result, at=now, boot_id=boot_id)

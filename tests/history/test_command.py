@@ -15,8 +15,8 @@ from typing import Callable
 import pytest
 
 from healthd.acks import FindingRef
-from healthd.history import DB_NAME, GpuIdentity, History
-from healthd.model import Finding, PassResult
+from healthd.history import DB_NAME, History
+from healthd.model import Device, Finding, PassResult
 from healthd.statelock import StateLock
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -44,7 +44,7 @@ def recorded(state: Path, make_pass: Make, finding: Find) -> float:
         old = finding("mounts", "MOUNT_MISSING", "/scratch")
         history.record_pass(make_pass(old), at=now - 10 * DAY, boot_id="boot-a")
         history.record_pass(make_pass(), at=now - 10 * DAY + 300, boot_id="boot-a")
-        history.record_boot(at=now - HOUR, boot_id="boot-b", gpus=[GpuIdentity(3, "0000:3b:00.0", "GPU-aaaa", "s1")])
+        history.record_boot(at=now - HOUR, boot_id="boot-b", gpus=[Device("gpu", 3, "0000:3b:00.0", "GPU-aaaa", "s1")])
         xid = finding(
             "xid", "XID_79", "gpu3", message="Xid 79 on gpu3: fallen off the bus", event="boot-b:1", pci="0000:3b:00"
         )

@@ -13,7 +13,8 @@ from healthd_testkit.nvml import SYSFS_H100, FakeNvml
 
 from healthd.config import load_config
 from healthd.engine import Engine, settings_models
-from healthd.history import GpuIdentity, History, Kind
+from healthd.history import History, Kind
+from healthd.model import Device
 from healthd.pipeline import run_pass
 from healthd_checks.gpu import CHECK
 
@@ -40,7 +41,7 @@ def test_each_boot_records_the_gpus_it_has_and_names_a_swapped_one(
         (boot,) = history.boots()
     assert boot.boot_id == "boot-1"
     assert len(boot.gpus) == 8
-    assert boot.gpus[3] == GpuIdentity(3, "0000:5d:00.0", "GPU-00000003-1111-2222-3333-444455556666", "1650000000003")
+    assert boot.gpus[3] == Device("gpu", 3, "0000:5d:00.0", "GPU-00000003-1111-2222-3333-444455556666", "1650000000003")
 
     # The GPU in slot 3 is swapped while the node is down: a new boot, a new UUID and serial.
     nvml.gpus[3]["nvmlDeviceGetUUID"] = "GPU-replacement"
@@ -51,7 +52,7 @@ def test_each_boot_records_the_gpus_it_has_and_names_a_swapped_one(
         boots = history.boots()
         (event,) = [e for e in history.events(kinds=[Kind.BOOT]) if e.subject == "boot-2"]
     assert [b.boot_id for b in boots] == ["boot-1", "boot-2"]
-    assert boots[1].gpus[3] == GpuIdentity(3, "0000:5d:00.0", "GPU-replacement", "1659999999999")
+    assert boots[1].gpus[3] == Device("gpu", 3, "0000:5d:00.0", "GPU-replacement", "1659999999999")
     assert "0000:5d:00.0 GPU-00000003-1111-2222-3333-444455556666 -> GPU-replacement" in event.message
 
 

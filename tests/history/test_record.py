@@ -13,17 +13,16 @@ from healthd.acks import FindingRef
 from healthd.history import (
     MESSAGE_LIMIT,
     PROBLEM_CODE,
-    GpuIdentity,
     History,
     Kind,
     RebootPhase,
 )
-from healthd.model import Finding, PassResult, RunState, Status
+from healthd.model import Device, Finding, PassResult, RunState, Status
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]
 
-GPU3 = GpuIdentity(3, "00000000:3B:00.0", "GPU-aaaa", "1650000000001")
+GPU3 = Device("gpu", 3, "00000000:3B:00.0", "GPU-aaaa", "1650000000001")
 
 
 def kinds(store: History) -> list[tuple[str, str]]:
@@ -101,7 +100,7 @@ def test_a_duplicate_key_in_one_pass_counts_once(store: History, make_pass: Make
 
 
 def test_units_follow_the_gpu_not_its_index(store: History, make_pass: Make, finding: Find) -> None:
-    store.record_boot(at=1, boot_id="b1", gpus=[GPU3, GpuIdentity(0, "0000:18:00.0", None, "1650000000002")])
+    store.record_boot(at=1, boot_id="b1", gpus=[GPU3, Device("gpu", 0, "0000:18:00.0", None, "1650000000002")])
     events = store.record_pass(
         make_pass(
             finding("gpu", "ECC_UNCORRECTED", "gpu3", uuid="GPU-aaaa", pci_bus_id="00000000:3B:00.0"),
@@ -133,7 +132,7 @@ def test_a_gpu_swapped_at_the_same_address_starts_its_count_afresh(
     store.record_pass(make_pass(xid), at=2, boot_id="b1")
     assert store.count_raised(["XID_79"], "GPU-aaaa", since=0) == 1
 
-    new = GpuIdentity(3, "00000000:3B:00.0", "GPU-bbbb", "1650000000009")
+    new = Device("gpu", 3, "00000000:3B:00.0", "GPU-bbbb", "1650000000009")
     assert store.record_boot(at=3, boot_id="b2", gpus=[new]) is True
     boot = next(store.events(kinds={Kind.BOOT}, subject="b2"))
     assert boot.details["previous_boot"] == "b1"
@@ -148,15 +147,15 @@ def test_a_gpu_swapped_at_the_same_address_starts_its_count_afresh(
 
 
 def test_boot_is_recorded_once_and_its_inventory_fills_in(store: History) -> None:
-    assert store.record_boot(at=1, boot_id="b1", gpus=[GpuIdentity(3, "0000:3b:00.0", None, None)]) is True
-    assert store.record_boot(at=2, boot_id="b1", gpus=[GpuIdentity(3, "0000:3b:00.0", None, None)]) is False
+    assert store.record_boot(at=1, boot_id="b1", gpus=[Device("gpu", 3, "0000:3b:00.0", None, None)]) is True
+    assert store.record_boot(at=2, boot_id="b1", gpus=[Device("gpu", 3, "0000:3b:00.0", None, None)]) is False
     assert [e.kind for e in store.events()] == [Kind.BOOT]
     # NVML could not read the UUID in the first pass, and GPU 0 was not visible yet.
-    later = [GpuIdentity(3, "0000:3b:00.0", "GPU-aaaa", "s3"), GpuIdentity(0, "0000:18:00.0", "GPU-0000", "s0")]
+    later = [Device("gpu", 3, "0000:3b:00.0", "GPU-aaaa", "s3"), Device("gpu", 0, "0000:18:00.0", "GPU-0000", "s0")]
     assert store.record_boot(at=3, boot_id="b1", gpus=later) is False
     inventory = list(store.events(kinds={Kind.INVENTORY}))
     assert [g["index"] for g in inventory[0].details["gpus"]] == [0, 3]
-    assert store.boots()[0].gpus == (GpuIdentity(0, "0000:18:00.0", "GPU-0000", "s0"), later[0])
+    assert store.boots()[0].gpus == (Device("gpu", 0, "0000:18:00.0", "GPU-0000", "s0"), later[0])
     assert store.boot_id == "b1"
 
 

@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from healthd.history import DB_NAME, MAINTENANCE_INTERVAL, GpuIdentity, History, Kind
-from healthd.model import Finding, PassResult, Status
+from healthd.history import DB_NAME, MAINTENANCE_INTERVAL, History, Kind
+from healthd.model import Device, Finding, PassResult, Status
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]
@@ -28,8 +28,8 @@ def _flapping_year(store: History, make_pass: Make, finding: Find, days: int, pe
 
 
 def test_events_older_than_keep_days_go_and_open_findings_stay(store: History, make_pass: Make, finding: Find) -> None:
-    store.record_boot(at=0.0, boot_id="b0", gpus=[GpuIdentity(0, "0000:18:00.0", "GPU-old", None)])
-    store.record_boot(at=1.0, boot_id="b1", gpus=[GpuIdentity(0, "0000:18:00.0", "GPU-new", None)])
+    store.record_boot(at=0.0, boot_id="b0", gpus=[Device("gpu", 0, "0000:18:00.0", "GPU-old", None)])
+    store.record_boot(at=1.0, boot_id="b1", gpus=[Device("gpu", 0, "0000:18:00.0", "GPU-new", None)])
     _flapping_year(store, make_pass, finding, days=30)
     now = 30 * DAY
     done = store.maintain(now, keep_days=10)
