@@ -9,6 +9,7 @@ into a high rate. Pure: the caller loads and saves the state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.counters import rise
@@ -25,6 +26,21 @@ NVLINK_COUNTERS = ("replay_errors", "recovery_errors", "crc_flit_errors", "crc_d
 Add = Callable[..., None]
 
 
+@dataclass(frozen=True)
+class _Span:
+    """What judging one GPU's counters over the time since the last pass needs besides the reading.
+
+    ``elapsed`` is None when the last pass's time is unknown: there is no rate to judge
+    yet, but ``new`` still gets the baselines for the next pass.
+    """
+
+    settings: GpuSettings
+    old: Mapping[str, Any]
+    new: dict[str, Any]
+    elapsed: Optional[float]
+    add: Add
+
+
 def judge_counters(
     gpu: GpuReading, settings: GpuSettings, old: Mapping[str, Any], now: float, add: Add
 ) -> dict[str, Any]:
@@ -35,8 +51,9 @@ def judge_counters(
     new: dict[str, Any] = {"at": now}
     at = _number(old.get("at"))
     elapsed = now - at if at is not None and now > at else None
-    _judge_replays(gpu, settings, old, new, elapsed, add)
-    _judge_nvlinks(gpu, settings, old, new, elapsed, add)
+    span = _Span(settings, old, new, elapsed, add)
+    _judge_replays(gpu, span)
+    _judge_nvlinks(gpu, span)
     return new if len(new) > 1 else {}
 
 
@@ -44,25 +61,19 @@ def _number(value: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _judge_replays(
-    gpu: GpuReading,
-    settings: GpuSettings,
-    old: Mapping[str, Any],
-    new: dict[str, Any],
-    elapsed: Optional[float],
-    add: Add,
-) -> None:
+def _judge_replays(gpu: GpuReading, span: _Span) -> None:
+    settings, new, elapsed = span.settings, span.new, span.elapsed
     replays = gpu.pcie_replay_counter
     if isinstance(replays, NvmlError):
         return
     new["pcie_replay"] = replays
     # A counter that went down was reset (driver reload, reboot): it is the new baseline.
-    increase = rise(old.get("pcie_replay"), replays)
+    increase = rise(span.old.get("pcie_replay"), replays)
     if increase is None or elapsed is None:
         return
     rate = increase * 60.0 / max(elapsed, settings.rate_window)
     if rate > settings.pcie_replay_per_minute_max:
-        add(
+        span.add(
             Status.WARNING,
             "PCIE_REPLAY_RATE",
             f"{increase} PCIe replays in {elapsed:.0f}s ({rate:.1f}/min, limit "
@@ -74,18 +85,12 @@ def _judge_replays(
         )
 
 
-def _judge_nvlinks(
-    gpu: GpuReading,
-    settings: GpuSettings,
-    old: Mapping[str, Any],
-    new: dict[str, Any],
-    elapsed: Optional[float],
-    add: Add,
-) -> None:
+def _judge_nvlinks(gpu: GpuReading, span: _Span) -> None:
+    settings, elapsed, add = span.settings, span.elapsed, span.add
     links = gpu.nvlinks
     if isinstance(links, NvmlError) or not links:
         return
-    raw_links = old.get("nvlink")
+    raw_links = span.old.get("nvlink")
     old_links: Mapping[str, Any] = raw_links if isinstance(raw_links, dict) else {}
     counters: dict[str, dict[str, int]] = {}
     rising: list[str] = []
@@ -106,21 +111,13 @@ def _judge_nvlinks(
         crc_rate = sum(crc) / max(elapsed, settings.rate_window)
         if crc and crc_rate > settings.nvlink_crc_per_second_max:
             crc_rates.append(f"link{link.link}: {crc_rate:.1f}/s")
-    new["nvlink"] = counters
-    if rising:
-        add(
-            Status.WARNING,
-            "NVLINK_ERRORS_RISING",
-            "NVLink replay/recovery errors rising: " + "; ".join(rising),
-            links=len(rising),
-        )
-    if crc_rates:
-        add(
-            Status.WARNING,
-            "NVLINK_CRC_RATE",
-            "NVLink CRC error rate above limit: " + "; ".join(crc_rates),
-            links=len(crc_rates),
-        )
+    span.new["nvlink"] = counters
+    for links_found, code, what in (
+        (rising, "NVLINK_ERRORS_RISING", "NVLink replay/recovery errors rising"),
+        (crc_rates, "NVLINK_CRC_RATE", "NVLink CRC error rate above limit"),
+    ):
+        if links_found:
+            add(Status.WARNING, code, f"{what}: " + "; ".join(links_found), links=len(links_found))
 
 
 def _link_counters(link: NvLinkReading) -> dict[str, int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -13,30 +13,22 @@ from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
 from healthd.plugin import CheckSettings
-from healthd_checks import infiniband, pcie
-from healthd_checks.sysfs import (
-    parse_aer_counts,
-    parse_boot_id,
-    parse_counter,
-    parse_hex,
-    parse_ib_rate,
-    parse_numbered_state,
-    parse_pcie_speed,
-    parse_width,
-    parse_word,
-)
+from healthd_checks import infiniband, pcie, sysfs
 
-PARSERS: list[Callable[[str], Any]] = [
-    parse_aer_counts,
-    parse_boot_id,
-    parse_counter,
-    parse_hex,
-    parse_ib_rate,
-    parse_numbered_state,
-    parse_pcie_speed,
-    parse_width,
-    parse_word,
-]
+# Every sysfs value parser, found by name, so a new one is fuzzed without being listed here.
+PARSERS: list[Callable[[str], Any]] = [value for name, value in vars(sysfs).items() if name.startswith("parse_")]
+
+
+@contextlib.contextmanager
+def _replaced(path: Path, data: bytes) -> Iterator[None]:
+    """``path`` holds ``data`` inside the block, and its own bytes again after it."""
+    original = path.read_bytes()
+    path.write_bytes(data)
+    try:
+        yield
+    finally:
+        path.write_bytes(original)
+
 
 malformed = st.one_of(
     st.sampled_from([b"", b"\n", b" ", b"garbage\n", b"-1\n", b"1e9\n", b"0x\n", b"\xff\xfe\n", b"4: \n", b"N/\n"]),
@@ -51,6 +43,7 @@ malformed = st.one_of(
 @given(st.text(max_size=200))
 @settings(max_examples=300)
 def test_parsers_raise_only_value_error(text: str) -> None:
+    assert len(PARSERS) >= 9
     for parse in PARSERS:
         with contextlib.suppress(ValueError):
             parse(text)
@@ -59,19 +52,19 @@ def test_parsers_raise_only_value_error(text: str) -> None:
 @pytest.mark.parametrize(
     ("parse", "text", "expected"),
     [
-        (parse_numbered_state, "4: ACTIVE", (4, "ACTIVE")),
-        (parse_numbered_state, "5: LinkUp\n", (5, "LinkUp")),
-        (parse_numbered_state, "4: PortConfigurationTraining", (4, "PortConfigurationTraining")),
-        (parse_ib_rate, "400 Gb/sec (4X NDR)", (400.0, 4, "NDR")),
-        (parse_ib_rate, "2.5 Gb/sec (1X SDR)", (2.5, 1, "SDR")),
-        (parse_ib_rate, "10 Gb/sec (4X)", (10.0, 4, "")),
-        (parse_pcie_speed, "16.0 GT/s PCIe", 16.0),
-        (parse_pcie_speed, "8 GT/s", 8.0),
-        (parse_pcie_speed, "Unknown", None),
-        (parse_counter, "N/A (no PMA)", None),
-        (parse_counter, "18446744073709551615", 2**64 - 1),
-        (parse_hex, "0x030200", 0x030200),
-        (parse_width, "16", 16),
+        (sysfs.parse_numbered_state, "4: ACTIVE", (4, "ACTIVE")),
+        (sysfs.parse_numbered_state, "5: LinkUp\n", (5, "LinkUp")),
+        (sysfs.parse_numbered_state, "4: PortConfigurationTraining", (4, "PortConfigurationTraining")),
+        (sysfs.parse_ib_rate, "400 Gb/sec (4X NDR)", (400.0, 4, "NDR")),
+        (sysfs.parse_ib_rate, "2.5 Gb/sec (1X SDR)", (2.5, 1, "SDR")),
+        (sysfs.parse_ib_rate, "10 Gb/sec (4X)", (10.0, 4, "")),
+        (sysfs.parse_pcie_speed, "16.0 GT/s PCIe", 16.0),
+        (sysfs.parse_pcie_speed, "8 GT/s", 8.0),
+        (sysfs.parse_pcie_speed, "Unknown", None),
+        (sysfs.parse_counter, "N/A (no PMA)", None),
+        (sysfs.parse_counter, "18446744073709551615", 2**64 - 1),
+        (sysfs.parse_hex, "0x030200", 0x030200),
+        (sysfs.parse_width, "16", 16),
     ],
 )
 def test_parsers_read_real_values(parse: Callable[[str], Any], text: str, expected: Any) -> None:
@@ -82,7 +75,7 @@ def test_parsers_read_real_values(parse: Callable[[str], Any], text: str, expect
 
 
 def test_aer_parser_keeps_every_line() -> None:
-    counts = parse_aer_counts("Undefined 0\nSDES 2\ndev_fatal_errs_bit[3] 1\nTOTAL_ERR_FATAL 3\n")
+    counts = sysfs.parse_aer_counts("Undefined 0\nSDES 2\ndev_fatal_errs_bit[3] 1\nTOTAL_ERR_FATAL 3\n")
     assert counts == {"Undefined": 0, "SDES": 2, "dev_fatal_errs_bit[3]": 1, "TOTAL_ERR_FATAL": 3}
 
 
@@ -91,7 +84,7 @@ def test_aer_parser_keeps_every_line() -> None:
 )
 def test_aer_parser_rejects_malformed_files(text: str) -> None:
     with pytest.raises(ValueError):
-        parse_aer_counts(text)
+        sysfs.parse_aer_counts(text)
 
 
 def _valid(data: bytes, parse: Callable[[str], Any]) -> bool:
@@ -110,12 +103,12 @@ def _run(check: Any, node: Any, check_settings: CheckSettings) -> list[Finding]:
 
 
 IB_FILES = [
-    ("state", parse_numbered_state),
-    ("phys_state", parse_numbered_state),
-    ("rate", parse_ib_rate),
-    ("link_layer", parse_word),
-    ("counters/symbol_error", parse_counter),
-    ("counters/link_downed", parse_counter),
+    ("state", sysfs.parse_numbered_state),
+    ("phys_state", sysfs.parse_numbered_state),
+    ("rate", sysfs.parse_ib_rate),
+    ("link_layer", sysfs.parse_word),
+    ("counters/symbol_error", sysfs.parse_counter),
+    ("counters/link_downed", sysfs.parse_counter),
 ]
 
 
@@ -127,12 +120,8 @@ def test_malformed_ib_value_is_unknown_naming_the_file(
 ) -> None:
     assume(not _valid(data, parse))
     path: Path = node.sysfs / "class/infiniband/mlx5_3/ports/1" / name
-    original = path.read_bytes()
-    path.write_bytes(data)
-    try:
+    with _replaced(path, data):
         found = _run(infiniband, node, infiniband.InfinibandSettings())
-    finally:
-        path.write_bytes(original)
     unknown = [f for f in found if f.status is Status.UNKNOWN]
     assert len(unknown) == 1
     assert (unknown[0].code, unknown[0].subject, unknown[0].details["file"]) == (
@@ -146,14 +135,14 @@ def test_malformed_ib_value_is_unknown_naming_the_file(
 
 
 PCI_FILES: list[tuple[str, str, Optional[Callable[[str], Any]]]] = [
-    ("0000:5d:00.0", "current_link_width", parse_width),
-    ("0000:5d:00.0", "max_link_speed", parse_pcie_speed),
-    ("0000:5d:00.0", "class", parse_hex),
-    ("0000:5d:00.0", "aer_dev_fatal", parse_aer_counts),
-    ("0000:29:00.0", "current_link_speed", parse_pcie_speed),
-    ("0000:29:00.0", "aer_dev_nonfatal", parse_aer_counts),
-    ("0000:29:00.0", "class", parse_hex),
-    ("0000:29:00.0", "vendor", parse_hex),
+    ("0000:5d:00.0", "current_link_width", sysfs.parse_width),
+    ("0000:5d:00.0", "max_link_speed", sysfs.parse_pcie_speed),
+    ("0000:5d:00.0", "class", sysfs.parse_hex),
+    ("0000:5d:00.0", "aer_dev_fatal", sysfs.parse_aer_counts),
+    ("0000:29:00.0", "current_link_speed", sysfs.parse_pcie_speed),
+    ("0000:29:00.0", "aer_dev_nonfatal", sysfs.parse_aer_counts),
+    ("0000:29:00.0", "class", sysfs.parse_hex),
+    ("0000:29:00.0", "vendor", sysfs.parse_hex),
 ]
 
 
@@ -165,12 +154,8 @@ def test_malformed_pci_value_is_unknown_naming_the_file(
 ) -> None:
     assume(not _valid(data, parse))
     path: Path = node.sysfs / "bus/pci/devices" / address / name
-    original = path.read_bytes()
-    path.write_bytes(data)
-    try:
+    with _replaced(path, data):
         found = _run(pcie, node, pcie.PcieSettings())
-    finally:
-        path.write_bytes(original)
     assert [(f.status, f.code, f.subject, f.details["file"]) for f in found] == [
         (Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", address, str(path))
     ]
