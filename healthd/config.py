@@ -14,6 +14,8 @@ that worked keeps its meaning; a key set in both places is an error.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import re
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.hosts import for_host, host_sections, merge, this_node
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +212,8 @@ class LoadedConfig:
     config: Config
     check_settings: Mapping[str, Any]
     deprecated: tuple[str, ...] = ()
+    host: str = ""
+    host_sections: tuple[str, ...] = ()  # the [[hosts]] entries merged in for ``host`` (healthd.hosts)
 
 
 def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
@@ -312,13 +317,41 @@ def _check_problems(
     return problems
 
 
-def parse_config(text: str, source: str, checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
-    """Validate TOML ``text``; ``checks`` maps each known check name to its settings model.
+def parse_config(
+    text: str, source: str, checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
+) -> LoadedConfig:
+    """Validate TOML ``text`` for the node ``host`` (by default this one); ``checks`` maps check names to models.
 
-    Every problem in the file is reported at once, the check tables' included, so
-    an operator fixes a config in one round.
+    The ``[[hosts]]`` sections that match the node are merged in first (healthd.hosts).
+    Every problem in the file is reported at once, the check tables' and every host
+    section's included, so an operator fixes a config in one round.
     """
     raw = _parse_toml(text, source)
+    sections, problems = host_sections(raw)
+    # A section that does not apply here is still validated: a typo must fail on every node, not only its own.
+    for section in sections:
+        problems += [f"{section.label}: {p}" for p in _problems(merge(raw, section.tables), checks)]
+    slurm = raw.get("slurm")
+    configured = slurm.get("node_name") if isinstance(slurm, dict) else None
+    node = host or this_node(configured if isinstance(configured, str) else None)
+    raw, applied = for_host(raw, sections, node)
+    if problems:
+        raise ConfigError(source, problems)
+    loaded = _validated(raw, source, checks)
+    return dataclasses.replace(loaded, host=node, host_sections=tuple(s.label for s in applied))
+
+
+def _problems(raw: dict[str, Any], checks: Mapping[str, type[BaseModel]]) -> list[str]:
+    try:
+        _validated(raw, "", checks)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def _validated(raw: dict[str, Any], source: str, checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
+    """``raw`` (one host's tables) validated; ``ConfigError`` naming every problem."""
+    raw = copy.deepcopy(raw)
     moved, notes, problems = _move_node_keys(raw, checks)
     settings: dict[str, Any] = {}
     try:
@@ -335,14 +368,16 @@ def parse_config(text: str, source: str, checks: Mapping[str, type[BaseModel]]) 
     return LoadedConfig(source=source, config=config, check_settings=settings, deprecated=tuple(notes))
 
 
-def load_config(path: Optional[Path], checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
-    """Load ``path``; with ``None``, the default path if it exists, else built-in defaults.
+def load_config(
+    path: Optional[Path], checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
+) -> LoadedConfig:
+    """Load ``path`` for the node ``host`` (this one by default); with ``None``, the default path or built-in defaults.
 
     Deprecation notes are logged as warnings, naming the file.
     """
     if path is None:
         if not DEFAULT_CONFIG_PATH.exists():
-            return parse_config("", "(built-in defaults)", checks)
+            return parse_config("", "(built-in defaults)", checks, host)
         path = DEFAULT_CONFIG_PATH
     from healthd.trust import untrusted_reason
 
@@ -355,7 +390,7 @@ def load_config(path: Optional[Path], checks: Mapping[str, type[BaseModel]]) -> 
         raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
-    loaded = parse_config(text, str(path), checks)
+    loaded = parse_config(text, str(path), checks, host)
     for note in loaded.deprecated:
         log.warning("%s: %s", loaded.source, note)
     return loaded

@@ -13,8 +13,6 @@ adopting a new config check the state directory first: one that fails
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
@@ -30,8 +28,9 @@ from healthd.state import StateDir
 
 def node_name(config: Config, environ: Optional[dict[str, str]] = None) -> str:
     """SLURMD_NODENAME (set by slurmd for its HealthCheckProgram), then config, then short hostname."""
-    env = os.environ if environ is None else environ
-    return env.get("SLURMD_NODENAME") or config.slurm.node_name or socket.gethostname().split(".", 1)[0]
+    from healthd.hosts import this_node
+
+    return this_node(config.slurm.node_name, environ)
 
 
 def settings_models(specs: Iterable[CheckSpec[Any] | BrokenCheck]) -> dict[str, type[BaseModel]]:

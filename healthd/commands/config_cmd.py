@@ -12,6 +12,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.required = True
     validate = sub.add_parser("validate", help="exit 0 if the config is valid, 78 naming each bad key if not")
     add_config_argument(validate)
+    validate.add_argument("--host", metavar="NODE", help="validate for this node: which [[hosts]] sections apply to it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from healthd.engine import settings_models
     from healthd.plugin import discover
 
-    loaded = load_config(args.config, settings_models(discover()))
-    print(f"{loaded.source}: valid")
+    loaded = load_config(args.config, settings_models(discover()), args.host)
+    sections = ", ".join(loaded.host_sections) or "none"
+    print(f"{loaded.source}: valid; for node {loaded.host} the host sections that apply: {sections}")
     return 0

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from healthd.config import ConfigError, parse_config
+from healthd.config import ConfigError, load_config, parse_config
 from healthd.engine import settings_models
 from healthd.plugin import discover
 from healthd_checks.mounts import MountSpec
@@ -100,8 +100,34 @@ def test_cli_validate_accepts_a_good_file(
         "[checks.gpu]\nexpect_gpus = 8\n"
         '[checks.mounts]\nexpect = [{ path = "/scratch", fstype = "lustre", rw = true }]\n'
     )
-    code, out, err = cli("config", "validate", "--config", str(path))
-    assert code == 0 and out.strip() == f"{path}: valid" and err == ""
+    code, out, err = cli("config", "validate", "--config", str(path), "--host", "gpu1")
+    assert code == 0 and out.strip() == f"{path}: valid; for node gpu1 the host sections that apply: none"
+    assert err == ""
+
+
+def test_host_sections_apply_by_node_name_and_are_all_validated(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    body = (
+        "[checks.gpu]\nexpect_gpus = 8\n"
+        '[[hosts]]\nmatch = "login*"\n[hosts.checks.gpu]\nenabled = false\n'
+        '[[hosts]]\nmatch = "{gpu[01-16]}"\n[hosts.checks.gpu]\nexpect_gpus = 4\n'
+    )
+    path = write_config(body)
+    code, out, _ = cli("config", "validate", "--config", str(path), "--host", "gpu07")
+    assert code == 0 and out.strip().endswith(
+        "for node gpu07 the host sections that apply: hosts[1] (match '{gpu[01-16]}')"
+    )
+    models = settings_models(discover())
+    assert load_config(path, models, "gpu07").check_settings["gpu"].expect_gpus == 4
+    assert load_config(path, models, "gpu17").check_settings["gpu"].expect_gpus == 8
+    assert load_config(path, models, "login2").check_settings["gpu"].enabled is False
+
+    # A bad key in a section for other nodes fails everywhere, named with its section.
+    path.write_text(path.read_text() + '[[hosts]]\nmatch = "cpu*"\n[hosts.checks.gpu]\nexpect_gpu = 2\n')
+    code, _, err = cli("config", "validate", "--config", str(path), "--host", "gpu07")
+    assert code == 78
+    assert "hosts[2] (match 'cpu*'): checks.gpu.expect_gpu: unknown key" in err
 
 
 def test_missing_config_file_is_a_config_error(tmp_path: Path, cli: Callable[..., tuple[int, str, str]]) -> None:

@@ -1,0 +1,50 @@
+"""``healthd import-nhc``: convert an LBNL NHC config into healthd's TOML (healthd.nhcimport)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from healthd.exitcodes import EX_CANTCREAT, EX_NOINPUT
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("nhc_conf", type=Path, metavar="NHC_CONF", help="the nhc.conf to convert")
+    parser.add_argument(
+        "-o", "--output", type=Path, help="write the TOML here (not overwriting a file) instead of to standard output"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from healthd.nhcimport import convert
+    from healthd.tomlwrite import dumps
+
+    try:
+        text = args.nhc_conf.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        print(f"healthd: cannot read {args.nhc_conf}: {exc.strerror or exc}", file=sys.stderr)
+        return EX_NOINPUT
+    imported = convert(text)
+    header = (
+        f"# Converted by `healthd import-nhc` from {args.nhc_conf.name}: {imported.converted} check(s);"
+        f" {len(imported.notes)} note(s) printed when it ran. Review before deploying.\n"
+    )
+    toml = header + dumps(imported.document)
+    for note in imported.notes:
+        print(f"{args.nhc_conf}: {note}", file=sys.stderr)
+    if args.output is None:
+        sys.stdout.write(toml)
+    else:
+        try:
+            with open(args.output, "x", encoding="utf-8") as out:
+                out.write(toml)
+        except OSError as exc:
+            print(f"healthd: cannot create {args.output}: {exc.strerror or exc}", file=sys.stderr)
+            return EX_CANTCREAT
+    print(
+        f"healthd: converted {imported.converted} check(s) from {args.nhc_conf};"
+        f" {len(imported.notes)} line(s) or option(s) not converted (listed above)",
+        file=sys.stderr,
+    )
+    return 0
