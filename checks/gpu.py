@@ -49,6 +49,9 @@ class GpuSettings(CheckSettings):
         description="GPUs this node must have (GPU_MISSING below it)",
         json_schema_extra=moved_from_node("gpus"),
     )
+    expect_model: Optional[str] = Field(
+        default=None, min_length=1, description="the model every GPU must be (NVML's name, e.g. NVIDIA H100 80GB HBM3)"
+    )
     snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
     expect_ecc: bool = Field(default=True, description="WARNING when ECC is disabled on a GPU that supports it")
     ecc_aggregate_corrected_max: Optional[int] = Field(default=None, ge=0)
@@ -203,6 +206,10 @@ def _judge_gpu(
     def add(status: Status, code: str, message: str, **details: DetailValue) -> None:
         out.append(make(status, code, subject, message, **ids, **details))
 
+    name = _value(gpu.name)
+    if settings.expect_model is not None and isinstance(name, str) and name != settings.expect_model:
+        # A different part than the node was built with: its jobs get other memory and speed than asked for.
+        add(Status.WARNING, "GPU_MODEL_MISMATCH", f"GPU is {name}, expected {settings.expect_model}", model=name)
     errors = _errors(gpu)
     fatal = [code for code in _GPU_FATAL if code in errors.values()]
     pci = _value(gpu.pci_bus_id)
@@ -397,9 +404,33 @@ def judge(observed: GpuObservation, jc: JudgeContext[GpuSettings]) -> Verdict:
     )
 
 
+def baseline(ctx: CheckContext[GpuSettings]) -> dict[str, Any]:
+    """The GPUs NVML sees: their count, their model when they share one, and their active NVLinks."""
+    observed = gather(ctx)
+    reading = observed.reading
+    if isinstance(reading, Unobserved):
+        raise OSError(reading.message)
+    if reading.init_error is not None:
+        if observed.pci.nvidia_gpus:
+            raise OSError(f"NVML cannot be used ({reading.init_error.code}) but GPUs are on the PCI bus")
+        raise NotApplicable(f"no NVIDIA driver ({reading.init_error.code}) and no GPU on the PCI bus")
+    found: dict[str, Any] = {"expect_gpus": len(reading.gpus)}
+    models = {_value(gpu.name) for gpu in reading.gpus}
+    if len(models) == 1 and isinstance(next(iter(models)), str):
+        found["expect_model"] = next(iter(models))
+    active = set()
+    for gpu in reading.gpus:
+        links = _value(gpu.nvlinks)
+        active.add(sum(1 for link in links if link.active is True) if isinstance(links, tuple) else None)
+    if len(active) == 1 and next(iter(active)):
+        found["nvlinks_expected"] = next(iter(active))
+    return found
+
+
 CHECK = CheckSpec(
     name="gpu",
     description="GPUs through NVML: count, lost GPUs, ECC, row remapping, PCIe link and replays, clocks, NVLink",
     settings=GpuSettings,
+    baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
 )

@@ -496,9 +496,25 @@ def judge(observed: PortsObservation, jc: JudgeContext[InfinibandSettings]) -> V
     return Verdict((*findings, *counted), state)
 
 
+def baseline(ctx: CheckContext[InfinibandSettings]) -> dict[str, Any]:
+    """The InfiniBand ports that are up, and their rate when they share one."""
+    observed = _read_ports(ctx, ctx.paths.sysfs / "class" / "infiniband")
+    if observed.unreadable is not None:
+        raise OSError(observed.unreadable.message)
+    up = [r for r in observed.readings if r.link_layer == "InfiniBand" and r.up]
+    if not up:
+        raise NotApplicable("no InfiniBand port is up on this node")
+    found: dict[str, Any] = {"expect_ports": [r.port for r in up]}
+    rates = {r.rate.gbps for r in up if r.rate is not None}
+    if len(rates) == 1:
+        found["expect_rate_gbps"] = round(next(iter(rates)))
+    return found
+
+
 CHECK = CheckSpec(
     name="infiniband",
     description="InfiniBand ports: state, rate, link layer, and error counters judged by their change",
     settings=InfinibandSettings,
+    baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
 )

@@ -184,9 +184,37 @@ def judge(observed: MountsObservation, jc: JudgeContext[MountsSettings]) -> Verd
     return Verdict(tuple(findings), state)
 
 
+# Filesystems a node's jobs depend on: local disks and the network and parallel ones.
+# Pseudo filesystems (proc, sysfs, cgroup, tmpfs ...) come with the kernel and are not expectations.
+_BASELINE_FSTYPES = frozenset(
+    {"ext4", "xfs", "btrfs", "zfs", "nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "wekafs", "ceph", "fuse.ceph"}
+)
+# Network filesystems: their source (server:/export) is part of what is expected.
+_NETWORK_FSTYPES = frozenset({"nfs", "nfs4", "lustre", "cifs", "ceph"})
+
+
+def baseline(ctx: CheckContext[MountsSettings]) -> dict[str, Any]:
+    """``expect`` for every mounted disk, network or parallel filesystem, read-write as it is now."""
+    source = ctx.paths.procfs / str(ctx.settings.namespace_pid) / "mountinfo"
+    entries = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
+    if isinstance(entries, Unobserved):
+        raise OSError(entries.message)
+    expect: list[dict[str, Any]] = []
+    for entry in entries:
+        if entry.fstype not in _BASELINE_FSTYPES or entry.mount_point in {e["path"] for e in expect}:
+            continue
+        spec: dict[str, Any] = {"path": entry.mount_point, "fstype": entry.fstype}
+        if entry.fstype in _NETWORK_FSTYPES:
+            spec["source"] = entry.source
+        spec["rw"] = not entry.read_only
+        expect.append(spec)
+    return {"expect": expect}
+
+
 CHECK = CheckSpec(
     name="mounts",
     description="required filesystems mounted as expected, with space and inodes free, and not hung",
     settings=MountsSettings,
+    baseline=baseline,
     run=Staged(gather, judge, keeps="stuck probe records"),
 )

@@ -28,7 +28,16 @@ from pydantic import Field, field_validator
 from healthd.binaries import locate
 from healthd.config import moved_from_node
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.plugin import (
+    CheckSettings,
+    CheckSpec,
+    JudgeContext,
+    NotApplicable,
+    Staged,
+    Unobserved,
+    Verdict,
+    read_parsed,
+)
 
 from .procs import DELETED, Process, StatusError, read_processes
 
@@ -38,7 +47,7 @@ Grade = Literal["WARNING", "CRITICAL"]
 _ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
 
 if TYPE_CHECKING:
-    from healthd.plugin import CheckContext, JudgeContext
+    from healthd.plugin import CheckContext
 
 
 class ServicesSettings(CheckSettings):
@@ -427,9 +436,43 @@ def judge(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> 
     return Verdict((*_service_findings(observed, jc), *_module_findings(observed, jc)))
 
 
+# What a GPU cluster node runs (Slurm, munge, the NVIDIA daemons, time and remote access)
+# and the kernel modules its jobs need: the baseline expects those it finds running or loaded.
+BASELINE_SERVICES = (
+    "slurmd",
+    "munge",
+    "sshd",
+    "chronyd",
+    "nvidia-persistenced",
+    "nvidia-fabricmanager",
+    "nvidia-dcgm",
+)
+BASELINE_MODULES = ("nvidia", "nvidia_uvm", "nvidia_peermem", "ib_core", "ib_uverbs", "mlx5_core", "mlx5_ib")
+
+
+def baseline(ctx: CheckContext[ServicesSettings]) -> dict[str, Any]:
+    """The services of ``BASELINE_SERVICES`` (and the ones configured) that run, and the modules loaded."""
+    candidates = list(dict.fromkeys([*ctx.settings.expect, *BASELINE_SERVICES]))
+    modules = list(dict.fromkeys([*ctx.settings.expect_kernel_modules, *BASELINE_MODULES]))
+    settings = ctx.settings.model_copy(update={"expect": candidates, "expect_kernel_modules": modules})
+    probe = replace(ctx, settings=settings)
+    verdict = judge(gather(probe), JudgeContext(ctx.name, settings, ctx.clock()))
+    unobserved = [f for f in verdict.findings if f.status is Status.UNKNOWN]
+    if unobserved:
+        raise OSError(unobserved[0].message)
+    missing = {(f.code, f.subject) for f in verdict.findings}
+    return {
+        "expect": [
+            s for s in candidates if ("SERVICE_INACTIVE", s) not in missing and ("SERVICE_FAILED", s) not in missing
+        ],
+        "expect_kernel_modules": [m for m in modules if ("MODULE_NOT_LOADED", m) not in missing],
+    }
+
+
 CHECK = CheckSpec(
     name="services",
     description="required services running (systemd or process table) and kernel modules loaded",
     settings=ServicesSettings,
+    baseline=baseline,
     run=Staged(gather, judge),
 )

@@ -240,6 +240,8 @@ class CheckSpec(Generic[S]):
     ``run`` gathers and judges (``Staged``), returning findings (none means healthy);
     it raises ``NotApplicable`` when the node has nothing to check. It must not log,
     act or touch metrics: it only reports. ``events`` turn findings into counters.
+    ``baseline``, when given, reads a known-good node and returns the settings
+    (``[checks.NAME]`` keys) that expect what it has, for ``healthd baseline``.
     """
 
     name: str
@@ -247,6 +249,7 @@ class CheckSpec(Generic[S]):
     settings: type[S]
     run: Callable[[CheckContext[S]], Iterable[Finding]]
     events: tuple[EventCounter, ...] = ()
+    baseline: Optional[Callable[[CheckContext[S]], Mapping[str, Any]]] = None
 
 
 @dataclass(frozen=True)
