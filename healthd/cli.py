@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "run as a daemon: a pass at start, then one every [daemon].interval"),
     "status": ("status", "show the daemon's last recorded pass without running checks"),
     "history": ("history", "show the node's history: findings raised and cleared, actions, acks, boots"),
+    "fleet": ("fleet", "fleet reliability from Slurm accounting: failure causes, MTTF, ETTR, lemon nodes"),
 }
 
 
