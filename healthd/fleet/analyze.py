@@ -37,7 +37,6 @@ from healthd.fleet.sacct import (
     InputSummary,
     LineTally,
     LocalTimes,
-    cached,
     first_word,
     open_table,
     sacct_command,
@@ -45,7 +44,8 @@ from healthd.fleet.sacct import (
     tres_gpus,
 )
 
-FAILED_STATES = frozenset({"FAILED", "NODE_FAIL"})
+# sacct's State words of a run that failed; no other state starts with either.
+FAILED_PREFIXES = ("FAILED", "NODE_FAIL")
 DEFAULT_GPUS_PER_NODE = 8
 _XID = re.compile(r"S?XID_\d+")
 
@@ -177,9 +177,8 @@ def _read_events(lines: Iterable[str], source: str, settings: FleetSettings) -> 
 
 @dataclass
 class _Node:
-    """Per-node counters while the runs stream by."""
+    """Per-node counters of attributed failures and exclusions."""
 
-    users: dict[str, list[int]] = field(default_factory=dict)  # user -> [single-node runs, failures]
     single_caused: int = 0
     multi_caused: int = 0
     excluded_by: int = 0
@@ -187,15 +186,16 @@ class _Node:
 
 @dataclass
 class _Jobs:
-    """Everything kept from the job runs."""
+    """Everything kept from the job runs: counters, and the details of attributed failures only."""
 
     tally: LineTally
-    buckets: dict[int, list[float]] = field(default_factory=dict)  # gpus -> [runs, hours, node-hours, failures]
+    # (GPUs, nodes) -> [runs, hours, attributed failures]: few distinct keys, one lookup per run.
+    by_size: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    # (node, user) -> [single-node runs, their failures]: one dict operation per run, summed later.
+    single: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
-    users: dict[str, list[int]] = field(default_factory=dict)  # user -> [single-node runs, failures]
     multi_lists: set[str] = field(default_factory=set)
     attributed: list[Attributed] = field(default_factory=list)
-    per_node_gpus: Counter[int] = field(default_factory=Counter)
     runs: int = 0
     failed: int = 0
     first: Optional[float] = None
@@ -206,6 +206,26 @@ class _Jobs:
         if found is None:
             found = self.nodes[name] = _Node()
         return found
+
+    def buckets(self) -> tuple[Bucket, ...]:
+        """The MTTF buckets of the runs with GPUs."""
+        sums: dict[int, list[float]] = {}
+        for (gpus, nnodes), (runs, hours, failures) in self.by_size.items():
+            if gpus > 0:
+                total = sums.setdefault(bucket(gpus), [0, 0.0, 0.0, 0])
+                total[0] += runs
+                total[1] += hours
+                total[2] += hours * nnodes
+                total[3] += failures
+        return tuple(Bucket(g, int(t[0]), t[1], t[2], int(t[3])) for g, t in sorted(sums.items()))
+
+    def gpus_per_node(self) -> Optional[int]:
+        """The most common GPUs per node among the runs with GPUs on whole nodes."""
+        counts: Counter[int] = Counter()
+        for (gpus, nnodes), (runs, _, _) in self.by_size.items():
+            if gpus > 0 and gpus % nnodes == 0:
+                counts[gpus // nnodes] += int(runs)
+        return counts.most_common(1)[0][0] if counts else None
 
 
 def _attribute(
@@ -226,18 +246,53 @@ def _attribute(
     return None if best is None else (best[1], best[2])
 
 
+def _failed_run(
+    jobs: _Jobs,
+    fields: list[str],
+    columns: tuple[int, int, int],
+    run: tuple[float, float, int, int, str],
+    events: _Events,
+    settings: FleetSettings,
+) -> bool:
+    """Count a FAILED or NODE_FAIL run and attribute it; True when a cause was found."""
+    i_id, i_user, i_state = columns
+    end, hours, gpus, nnodes, node_list = run
+    jobs.failed += 1
+    names = (node_list,) if nnodes == 1 else expand(node_list)
+    found = _attribute(names, end, events, settings)
+    if found is None:
+        return False
+    name, position = found
+    node_events = events.index[name]
+    code, incident = node_events.codes[position], node_events.incident[position]
+    state = first_word(fields[i_state])
+    jobs.attributed.append(
+        Attributed(fields[i_id], name, code, state, gpus, nnodes, end, hours, fields[i_user], incident)
+    )
+    counters = jobs.node(name)
+    if nnodes == 1:
+        counters.single_caused += 1
+    else:
+        counters.multi_caused += 1
+    return True
+
+
 def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, events: _Events) -> _Jobs:
+    """One pass over the runs. The loop is the hot path of four million lines: lookups are kept local."""
     table = open_table(lines, source, JOB_COLUMNS, sacct_command())
     i_id, i_user, i_state, i_start, i_end, i_nnodes, i_list, i_tres = (
         table.index(c) for c in ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
     )
     i_submit = table.optional("SubmitLine")
+    failed_columns = (i_id, i_user, i_state)
     times = LocalTimes()
-    gpus_of = cached(tres_gpus)
+    gpus_memo: dict[str, int] = {}
     jobs = _Jobs(LineTally(source))
     tally = jobs.tally
     since, until = settings.since, settings.until
     split = table.split
+    by_size, single, multi_lists = jobs.by_size, jobs.single, jobs.multi_lists
+    first = last = None
     for number, line in table.rows:
         fields = split(line)
         if fields is None:
@@ -252,82 +307,62 @@ def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, event
             if end < start:
                 raise ValueError(f"End {fields[i_end]} is before Start {fields[i_start]}")
             nnodes = int(fields[i_nnodes])
-            gpus = gpus_of(fields[i_tres])
-            node_list = fields[i_list]
             if nnodes < 1:
                 raise ValueError(f"NNodes {nnodes} of a run that started")
+            tres = fields[i_tres]
+            gpus = gpus_memo.get(tres)
+            if gpus is None:
+                gpus = gpus_memo[tres] = tres_gpus(tres)
         except ValueError as exc:
             tally.reject(number, str(exc))
             continue
         if (since is not None and end < since) or (until is not None and end > until):
             tally.skipped += 1
             continue
-        state = first_word(fields[i_state])
-        failed = state in FAILED_STATES
-        user = fields[i_user]
+        failed = fields[i_state].startswith(FAILED_PREFIXES)
+        node_list = fields[i_list]
+        hours = (end - start) / 3600.0
         try:
-            names = (node_list,) if nnodes == 1 else expand(node_list) if failed else ()
-            excludes = excluded(fields[i_submit]) if i_submit is not None else ()
+            run = (end, hours, gpus, nnodes, node_list)
+            attributed = failed and _failed_run(jobs, fields, failed_columns, run, events, settings)
+            submit = fields[i_submit] if i_submit is not None else ""
+            excludes = excluded(submit) if ("-x" in submit or "--exclude" in submit) else ()
         except HostlistError as exc:
             tally.reject(number, str(exc))
             continue
         tally.records += 1
-        jobs.runs += 1
-        if jobs.first is None or start < jobs.first:
-            jobs.first = start
-        if jobs.last is None or end > jobs.last:
-            jobs.last = end
-        hours = (end - start) / 3600.0
-        attributed = None
-        if failed:
-            jobs.failed += 1
-            found = _attribute(names, end, events, settings)
-            if found is not None:
-                name, position = found
-                node_events = events.index[name]
-                incident = node_events.incident[position]
-                attributed = Attributed(
-                    fields[i_id], name, node_events.codes[position], state, gpus, nnodes, end, hours, user, incident
-                )
-                jobs.attributed.append(attributed)
-                counters = jobs.node(name)
-                if nnodes == 1:
-                    counters.single_caused += 1
-                else:
-                    counters.multi_caused += 1
-        if gpus > 0:
-            stats = jobs.buckets.get(bucket(gpus))
-            if stats is None:
-                stats = jobs.buckets[bucket(gpus)] = [0, 0.0, 0.0, 0]
-            stats[0] += 1
-            stats[1] += hours
-            stats[2] += hours * nnodes
-            if attributed is not None:
-                stats[3] += 1
-            if gpus % nnodes == 0:
-                jobs.per_node_gpus[gpus // nnodes] += 1
+        if first is None or start < first:
+            first = start
+        if last is None or end > last:
+            last = end
+        size = (gpus, nnodes)
+        stats = by_size.get(size)
+        if stats is None:
+            stats = by_size[size] = [0, 0.0, 0]
+        stats[0] += 1
+        stats[1] += hours
+        if attributed:
+            stats[2] += 1
         if nnodes == 1:
-            per_user = jobs.node(node_list).users.get(user)
-            if per_user is None:
-                per_user = jobs.nodes[node_list].users[user] = [0, 0]
-            per_user[0] += 1
-            fleet_user = jobs.users.get(user)
-            if fleet_user is None:
-                fleet_user = jobs.users[user] = [0, 0]
-            fleet_user[0] += 1
+            key = (node_list, fields[i_user])
+            counts = single.get(key)
+            if counts is None:
+                counts = single[key] = [0, 0]
+            counts[0] += 1
             if failed:
-                per_user[1] += 1
-                fleet_user[1] += 1
+                counts[1] += 1
         else:
-            jobs.multi_lists.add(node_list)
+            multi_lists.add(node_list)
         for name in excludes:
             jobs.node(name).excluded_by += 1
+    jobs.first, jobs.last = first, last
+    jobs.runs = tally.records
     return jobs
 
 
 def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     """Per-node signals over every node seen in a run or an event."""
-    fleet = set(jobs.nodes) | events.nodes
+    fleet = {name for name, _ in jobs.single} | set(jobs.nodes) | events.nodes
     for node_list in jobs.multi_lists:
         try:
             fleet.update(expand(node_list))
@@ -337,14 +372,19 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     xids: dict[str, set[str]] = {}
     for incident in events.incidents:
         xids.setdefault(incident.node, set()).update(c for c in incident.codes if _XID.fullmatch(c))
-    rates = {user: fails / runs for user, (runs, fails) in jobs.users.items() if runs}
+    users: dict[str, list[int]] = {}
+    per_node: dict[str, list[tuple[str, int, int]]] = {}
+    for (name, user), (runs, fails) in jobs.single.items():
+        total = users.setdefault(user, [0, 0])
+        total[0] += runs
+        total[1] += fails
+        per_node.setdefault(name, []).append((user, runs, fails))
+    rates = {user: fails / runs for user, (runs, fails) in users.items() if runs}
     signals = []
     empty = _Node()
     for name in sorted(fleet):
         node = jobs.nodes.get(name, empty)
-        runs = sum(r for r, _ in node.users.values())
-        fails = sum(f for _, f in node.users.values())
-        expected = sum(r * rates.get(user, 0.0) for user, (r, _) in node.users.items())
+        rows = per_node.get(name, [])
         signals.append(
             NodeSignals(
                 node=name,
@@ -352,9 +392,9 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
                 xids=tuple(sorted(xids.get(name, ()))),
                 single_node_failures_caused=node.single_caused,
                 multi_node_failures_caused=node.multi_caused,
-                single_node_runs=runs,
-                single_node_failures=fails,
-                expected_single_node_failures=expected,
+                single_node_runs=sum(runs for _, runs, _ in rows),
+                single_node_failures=sum(fails for _, _, fails in rows),
+                expected_single_node_failures=sum(runs * rates.get(user, 0.0) for user, runs, _ in rows),
                 excluded_by_jobs=node.excluded_by,
             )
         )
@@ -384,13 +424,8 @@ def analyze(
     settings = settings or FleetSettings()
     read_events = _read_events(events, events_source, settings)
     read_jobs = _read_jobs(jobs, jobs_source, settings, read_events)
-    if settings.gpus_per_node is not None:
-        per_node = settings.gpus_per_node
-    elif read_jobs.per_node_gpus:
-        per_node = read_jobs.per_node_gpus.most_common(1)[0][0]
-    else:
-        per_node = DEFAULT_GPUS_PER_NODE
-    buckets = tuple(Bucket(gpus, int(s[0]), s[1], s[2], int(s[3])) for gpus, s in sorted(read_jobs.buckets.items()))
+    per_node = settings.gpus_per_node or read_jobs.gpus_per_node() or DEFAULT_GPUS_PER_NODE
+    buckets = read_jobs.buckets()
     rate = fit_rate(buckets)
     checkpoint_hours, restart_hours = settings.checkpoint_interval / 3600, settings.restart_overhead / 3600
     verdicts, base = detect(_signals(read_jobs, read_events), settings.alpha)

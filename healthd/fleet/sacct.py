@@ -99,23 +99,25 @@ class LocalTimes:
 
     def __call__(self, text: str) -> Optional[float]:
         """Epoch seconds, None for sacct's "not set" words; ValueError for anything else."""
-        if text in _NO_TIME:
-            return None
-        if len(text) != 19 or text[10] != "T" or text[13] != ":" or text[16] != ":":
-            raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
-        hour = text[:13]
-        base = self._hours.get(hour)
+        base = self._hours.get(text[:13])
         if base is None:
-            try:
-                parts = (int(hour[:4]), int(hour[5:7]), int(hour[8:10]), int(hour[11:13]))
-                base = time.mktime((*parts, 0, 0, 0, 0, -1))
-            except (ValueError, OverflowError) as exc:
-                raise ValueError(f"time {text!r}: {exc}") from None
-            self._hours[hour] = base
-        minutes, seconds = text[14:16], text[17:19]
-        if not (minutes.isdigit() and seconds.isdigit()):
-            raise ValueError(f"time {text!r} is not YYYY-MM-DDTHH:MM:SS")
-        return base + int(minutes) * 60 + int(seconds)
+            if text in _NO_TIME:
+                return None
+            base = self._hour(text)
+        if len(text) != 19 or text[13] != ":" or text[16] != ":":
+            raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
+        return base + int(text[14:16]) * 60 + int(text[17:19])
+
+    def _hour(self, text: str) -> float:
+        if len(text) != 19 or text[4] != "-" or text[7] != "-" or text[10] != "T":
+            raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
+        try:
+            parts = (int(text[:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]))
+            base = time.mktime((*parts, 0, 0, 0, 0, -1))
+        except (ValueError, OverflowError) as exc:
+            raise ValueError(f"time {text!r}: {exc}") from None
+        self._hours[text[:13]] = base
+        return base
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,13 @@ class Table:
 
 def open_table(lines: Iterable[str], source: str, required: tuple[str, ...], command: str) -> Table:
     """The header of ``lines`` (the first non-blank one), checked for ``required`` columns."""
-    numbered = ((n, line.rstrip("\r\n")) for n, line in enumerate(lines, 1))
+    source_lines = iter(lines)
     header = ""
-    for _, line in numbered:
+    first = 0
+    for line in source_lines:
+        first += 1
         if line.strip():
-            header = line
+            header = line.rstrip("\r\n")
             break
     if not header:
         raise FleetInputError(f"{source} is empty: expected the parsable output (with its header line) of\n  {command}")
@@ -168,7 +172,15 @@ def open_table(lines: Iterable[str], source: str, required: tuple[str, ...], com
             f"{source}: no column {which} in the header {header[:200]!r}; produce the file with\n  {command}"
         )
     free = [columns[name.lower()] for name in FREE_TEXT if name.lower() in columns]
-    return Table(columns, len(names), max(free) if free else None, ((n, line) for n, line in numbered if line))
+    return Table(columns, len(names), max(free) if free else None, _data(source_lines, first))
+
+
+def _data(lines: Iterator[str], header: int) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) of the non-empty lines after the header."""
+    for number, line in enumerate(lines, header + 1):
+        text = line.rstrip("\r\n")
+        if text:
+            yield number, text
 
 
 def first_word(text: str) -> str:
