@@ -78,6 +78,8 @@ def ettr(mttf_hours: Optional[float], checkpoint_hours: float, restart_hours: fl
     x = rate * checkpoint_hours
     if x == 0:
         return 1.0 / (1.0 + rate * restart_hours)
+    if x > 700:  # e**x overflows a float; the job then (practically) never finishes an interval
+        return 0.0
     return x / ((1.0 + rate * restart_hours) * math.expm1(x))
 
 
