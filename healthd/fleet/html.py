@@ -70,7 +70,8 @@ def mttf_plot(report: FleetReport) -> str:
         return _empty("plot-mttf", title, "no attributed failures: no MTTF to plot")
     xs = [g for g, _ in points] + [1.0]
     ys = [m for _, m in points]
-    fit = [(float(g), m) for g, m in ((g, _model(report, g)) for g in (1, *[g for g, _ in points])) if m]
+    sizes = sorted({1, report.gpus_per_node, *[g for g, _ in points]})
+    fit = [(float(g), m) for g, m in ((g, _model(report, g)) for g in sizes) if m]
     ys += [m for _, m in fit]
     x_lo, x_hi = 10 ** math.floor(math.log10(min(xs))), 10 ** math.ceil(math.log10(max(xs)))
     y_lo, y_hi = 10 ** math.floor(math.log10(min(ys))), 10 ** math.ceil(math.log10(max(ys)))
@@ -82,12 +83,9 @@ def mttf_plot(report: FleetReport) -> str:
     for tick in _log_ticks(y_lo, y_hi):
         body.append(f'<text x="{LEFT - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:g}</text>')
     if fit:
-        ends = sorted(fit)
-        (g0, m0), (g1, m1) = ends[0], ends[-1]
-        body.append(
-            f'<line class="fit" x1="{x(g0):.1f}" y1="{y(m0):.1f}" x2="{x(g1):.1f}" y2="{y(m1):.1f}" '
-            f'stroke="{PALETTE[0]}" stroke-dasharray="6 4"/>'
-        )
+        # A polyline, not a line: one node is the least a job takes, so the model is flat below a node's GPUs.
+        path = " ".join(f"{x(g):.1f},{y(m):.1f}" for g, m in sorted(set(fit)))
+        body.append(f'<polyline class="fit" points="{path}" fill="none" stroke="{PALETTE[0]}" stroke-dasharray="6 4"/>')
     for g, m in observed:
         if m is not None:
             body.append(f'<circle class="observed" cx="{x(g):.1f}" cy="{y(m):.1f}" r="5" fill="{PALETTE[1]}"/>')
