@@ -37,7 +37,9 @@ class DrainStep:
 def summary(verdict: Verdict) -> str:
     """The reason's text after ``LEMON``: the signals an administrator reads in ``sinfo -R``."""
     s = verdict.signals
-    return f"outs={s.out_count} fails={s.single_node_failures}/{s.single_node_runs} score={verdict.score:.1f}"
+    return (
+        f"{s.out_count} incidents, {s.single_node_failures}/{s.single_node_runs} runs failed, score {verdict.score:.1f}"
+    )
 
 
 def plan_drains(

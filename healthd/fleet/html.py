@@ -16,7 +16,7 @@ from healthd.fleet.analyze import FleetReport
 from healthd.fleet.render import local_iso, per_1000_node_days
 
 WIDTH, HEIGHT = 640, 360
-LEFT, RIGHT, TOP, BOTTOM = 70, 20, 30, 50
+LEFT, RIGHT, TOP, BOTTOM = 70, 30, 30, 50
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 TIMELINE_NODES = 20
 

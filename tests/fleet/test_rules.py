@@ -24,7 +24,7 @@ EVENTS = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User"
         ("healthd: XID_79 0000:3b:00 fallen off the bus", "XID_79"),
         ("healthd: REBOOT XID_48 gpu1 (+2 more)", "XID_48"),
         ("healthd: REPAIR IB_PORT_DOWN mlx5_0/1 x3", "IB_PORT_DOWN"),
-        ("healthd: LEMON outs=9", None),
+        ("healthd: LEMON 9 incidents", None),
         ("Not responding", "NOT_RESPONDING"),
         ("Kill task failed", "KILL_TASK_FAILED"),
         ("Prolog error", "PROLOG_ERROR"),
