@@ -117,3 +117,36 @@ def test_check_once_imports_nothing_of_the_fleet(write_config: Callable[..., Pat
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
     assert "LOADED []" in proc.stderr, proc.stderr
+
+
+def test_live_hands_the_collected_texts_to_the_same_analysis(
+    cli: Cli, write_config: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--live`` calls ``healthd.fleet.live.collect`` (tested against slurmdbd on its own); here a stand-in."""
+    import datetime as dt
+    import types
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls: list[tuple[Path, dt.datetime, dt.datetime, float]] = []
+
+    def collect(bin_dir: Path, since: dt.datetime, until: dt.datetime, timeout: float) -> tuple[str, str]:
+        calls.append((bin_dir, since, until, timeout))
+        jobs = "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n"
+        start, end = f"{until - dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%S}", f"{until:%Y-%m-%dT%H:%M:%S}"
+        jobs += f"1|a|NODE_FAIL|{start}|{end}|1|node1|gres/gpu=8\n"
+        events = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+        events += f"c|node1|{until:%Y-%m-%dT%H:%M:%S}|Unknown|DRAIN|healthd: XID_79 gpu0|root(0)\n"
+        return jobs, events
+
+    monkeypatch.setitem(sys.modules, "healthd.fleet.live", types.SimpleNamespace(collect=collect))
+    config = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\n')
+    code, out, err = cli(
+        "fleet", "report", "--live", "--since", "2d", "--until", "1h", "--json", "--config", str(config)
+    )
+    assert code == 0, err
+    ((where, since, until, timeout),) = calls
+    assert where == bin_dir and timeout == 300
+    assert dt.timedelta(hours=46, minutes=59) < until - since < dt.timedelta(hours=47, minutes=1)
+    attributed = json.loads(out)["attributed_failures"]
+    assert [(a["node"], a["cause"], a["state"]) for a in attributed] == [("node1", "XID_79", "NODE_FAIL")]
