@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("history", "show the node's history: findings raised and cleared, actions, acks, boots"),
     "baseline": ("baseline", "write a config that expects what this known-good node has (GPUs, ports, mounts, ...)"),
     "import-nhc": ("import_nhc", "convert an LBNL NHC config (nhc.conf) into healthd's TOML, naming what it cannot"),
+    "fleet": ("fleet", "fleet reliability from Slurm accounting: failure causes, MTTF, ETTR, lemon nodes"),
 }
 
 

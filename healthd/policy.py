@@ -22,7 +22,16 @@ from healthd.breaker import BreakerHold, next_hold, over_limit
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
-from healthd.reasons import ACTING_ORDER, acting_key, make_reason, owned, reason_head, reboot_reason, repair_reason
+from healthd.reasons import (
+    ACTING_ORDER,
+    acting_key,
+    is_lemon,
+    make_reason,
+    owned,
+    reason_head,
+    reboot_reason,
+    repair_reason,
+)
 
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0
@@ -328,6 +337,11 @@ def _wanted(result: PassResult, state: PolicyState, settings: PolicySettings, pr
     return Decision(want, want, make_reason(prefix, ready), explanation, _causes(ready))
 
 
+# A lemon drain (``healthd fleet lemons --drain``) is decided from the fleet's records, which one
+# node's clean pass does not refute: the node agent neither lifts nor rewrites it (docs/fleet.md).
+_LEMON_HELD = "out as a lemon node (healthd fleet lemons): an administrator resumes it"
+
+
 def _resume_against_node(
     decision: Decision,
     state: PolicyState,
@@ -342,6 +356,8 @@ def _resume_against_node(
         return nothing
     if node is not None and not (node.out and owned(node.reason, prefix)):
         return replace(nothing, explanation="all checks pass")
+    if node is not None and is_lemon(node.reason, prefix):
+        return replace(nothing, explanation=_LEMON_HELD)
     # A pass proves nothing about a check that did not run (--only, a timeout).
     unverified = sorted({ref.check for ref in state.took_out} - ran)
     if unverified:
@@ -494,6 +510,8 @@ def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> 
             action=Action.NONE,
             explanation=f"node is {node.state_text} with reason {node.reason!r}{who}: not healthd's, left alone",
         )
+    if node.drained and is_lemon(node.reason, prefix) and not (decision.action is Action.TAKE_OUT_NOW and node.busy):
+        return replace(decision, action=Action.NONE, explanation=_LEMON_HELD)
     if node.drained and owned(node.reason, prefix):
         if decision.action is Action.REBOOT:
             return decision  # drained already (its reason updated if need be), the reboot still to ask for

@@ -86,3 +86,19 @@ def repair_reason(prefix: str, code: str, subject: str, count: int, limit: int =
 def reboot_reason(prefix: str, findings: Sequence[Finding], limit: int = REASON_MAX) -> str:
     """``<prefix> REBOOT <CODE> <subject> (+N more)``: the node is out for a reboot healthd asked Slurm for."""
     return make_reason(f"{sanitize(prefix) or 'healthd:'} REBOOT", findings, limit)
+
+
+def lemon_reason(prefix: str, summary: str, limit: int = REASON_MAX) -> str:
+    """``<prefix> LEMON <summary>``: ``healthd fleet lemons --drain`` took the node out (docs/fleet.md)."""
+    clean_prefix = sanitize(prefix) or "healthd:"
+    body = sanitize(f"LEMON {summary}")
+    room = limit - len(clean_prefix) - 1
+    if len(body) > room:
+        body = body[: max(room - 3, 0)].rstrip() + "..."
+    return f"{clean_prefix} {body}"
+
+
+def is_lemon(reason: str, prefix: str) -> bool:
+    """Whether ``reason`` is a lemon drain: healthd's, but the fleet's decision, which no clean pass lifts."""
+    clean_prefix = sanitize(prefix) or "healthd:"
+    return reason == f"{clean_prefix} LEMON" or reason.startswith(f"{clean_prefix} LEMON ")

@@ -45,12 +45,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
+def parse_duration(text: str) -> Optional[float]:
+    """Seconds in ``30m``, ``24h``, ``7d``, ``2w`` (also ``90s``); None when ``text`` is not such a duration."""
+    match = _DURATION.fullmatch(text.strip())
+    return float(int(match.group(1)) * _UNITS[match.group(2)]) if match else None
+
+
 def parse_since(text: str, now: float) -> float:
     """Epoch seconds from ``7d``-style durations or an ISO date/time; ``ValueError`` naming the text otherwise."""
     value = text.strip()
-    match = _DURATION.fullmatch(value)
-    if match:
-        return now - int(match.group(1)) * _UNITS[match.group(2)]
+    duration = parse_duration(value)
+    if duration is not None:
+        return now - duration
     try:
         # fromisoformat takes "Z" only from Python 3.11.
         when = _dt.datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)

@@ -55,6 +55,8 @@ SIMILAR_PREFIX = _node("IDLE", "DRAIN", "healthd:x mine")
 OURS_OTHER = _node("IDLE", "DRAIN", "healthd: OTHER thing (+3 more)")
 ADMIN_FAIL = _node("ALLOCATED", "FAIL", "admin: PSU fault")
 ADMIN_REASON_IN_SERVICE = _node("ALLOCATED", "", "admin: watch this node")
+LEMON = _node("IDLE", "DRAIN", "healthd: LEMON 9 incidents, 3/40 runs failed, score 6.1")
+LEMON_BUSY = _node("MIXED", "DRAIN", "healthd: LEMON 9 incidents, 3/40 runs failed, score 6.1")
 
 
 @pytest.mark.parametrize(
@@ -98,6 +100,10 @@ ADMIN_REASON_IN_SERVICE = _node("ALLOCATED", "", "admin: watch this node")
         (("WARNING", "WARNING"), OURS, {}, {}, Action.NONE),
         (("WARNING",), OURS_OTHER, {}, {}, Action.DRAIN_AFTER_JOBS),
         (("UNKNOWN",), OURS, {}, {}, Action.NONE),
+        # A lemon drain (healthd fleet lemons) is neither lifted by a clean pass nor rewritten by a warning.
+        ((), LEMON, {}, {}, Action.NONE),
+        (("WARNING",), LEMON, {}, {}, Action.NONE),
+        (("CRITICAL",), LEMON_BUSY, {}, {}, Action.TAKE_OUT_NOW),
     ],
 )
 def test_decision_table(

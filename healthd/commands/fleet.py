@@ -1,0 +1,263 @@
+"""``healthd fleet report`` and ``healthd fleet lemons``: fleet reliability from Slurm accounting (docs/fleet.md).
+
+Both read the same inputs: ``--jobs FILE --events FILE`` (the parsable output of
+the sacct and sacctmgr commands in the README, ``-`` for standard input) or
+``--live``, which runs those commands through ``healthd.fleet.live.collect`` with
+``[slurm] bin_dir``. Either way the texts go to ``healthd.fleet.analyze.analyze``.
+``lemons --drain`` is a dry run unless ``--apply`` is given. Exit codes: 0; 64
+for a bad option; 65 for an input that cannot be analysed (empty, a column
+missing); 66 for a file that cannot be read; 69 when Slurm cannot be asked;
+73 when the HTML file cannot be written; 78 for a config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any, Iterator, Optional
+
+from healthd.cli import add_config_argument
+from healthd.exitcodes import EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
+
+EX_DATAERR = 65  # sysexits.h: the input data was incorrect
+DEFAULT_LIVE_SINCE = "30d"
+LIVE_TIMEOUT = 300.0
+
+
+class _Usage(Exception):
+    """A bad combination of options, said in words."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="fleet_command", metavar="SUBCOMMAND")
+    sub.required = True
+    report = sub.add_parser("report", help="failures attributed to causes, MTTF by job size, ETTR, lemon nodes")
+    _inputs(report)
+    form = report.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="print the versioned JSON document")
+    form.add_argument("--html", type=Path, metavar="FILE", help="write one self-contained HTML page with the plots")
+    lemons = sub.add_parser("lemons", help="list the flagged lemon nodes; --drain takes them out")
+    _inputs(lemons)
+    lemons.add_argument("--json", action="store_true", help="print the lemon nodes (and drain steps) as JSON")
+    lemons.add_argument("--drain", action="store_true", help="drain the flagged nodes (a dry run without --apply)")
+    lemons.add_argument("--apply", action="store_true", help="with --drain: really send the drains")
+
+
+def _inputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=Path, metavar="FILE", help="sacct -P output (see README); - for stdin")
+    parser.add_argument("--events", type=Path, metavar="FILE", help="sacctmgr -P show event output (see README)")
+    parser.add_argument("--live", action="store_true", help="run sacct and sacctmgr from [slurm] bin_dir")
+    parser.add_argument(
+        "--since", metavar="WHEN", help=f"runs that ended after: 30d, 12h or an ISO date (--live: {DEFAULT_LIVE_SINCE})"
+    )
+    parser.add_argument("--until", metavar="WHEN", help="runs that ended before: a duration back from now or a date")
+    parser.add_argument(
+        "--window-before", default="10m", metavar="DUR", help="cause may start this long before a run's end (10m)"
+    )
+    parser.add_argument("--window-after", default="5m", metavar="DUR", help="or this long after it (5m)")
+    parser.add_argument(
+        "--incident-gap", default="5m", metavar="DUR", help="events on a node this close are one incident (5m)"
+    )
+    parser.add_argument("--checkpoint-interval", default="30m", metavar="DUR", help="for expected ETTR (30m)")
+    parser.add_argument("--restart-overhead", default="10m", metavar="DUR", help="for expected ETTR (10m)")
+    parser.add_argument("--gpus-per-node", type=int, metavar="N", help="default: the most common among the runs")
+    parser.add_argument("--alpha", type=float, default=0.05, help="false discovery rate of the lemon test (0.05)")
+    parser.add_argument(
+        "--cause", action="append", default=[], metavar="PREFIX", help="another reason prefix that is a cause (repeat)"
+    )
+    parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds per command (300)")
+    add_config_argument(parser)
+
+
+def _seconds(text: str, option: str) -> float:
+    from healthd.commands.history import parse_duration
+
+    value = parse_duration(text)
+    if value is None:
+        raise _Usage(f"{option} {text!r}: expected a duration such as 90s, 10m, 1h")
+    return value
+
+
+def _when(text: Optional[str], now: float, option: str) -> Optional[float]:
+    from healthd.commands.history import parse_since
+
+    if text is None:
+        return None
+    try:
+        return parse_since(text, now)
+    except ValueError as exc:
+        raise _Usage(str(exc).replace("--since", option)) from None
+
+
+def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
+    from healthd.fleet.analyze import FleetSettings
+    from healthd.fleet.causes import DEFAULT_CAUSES, CauseRules
+
+    if not 0 < args.alpha < 1:
+        raise _Usage(f"--alpha {args.alpha:g}: must be between 0 and 1")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise _Usage(f"--gpus-per-node {args.gpus_per_node}: must be at least 1")
+    since = args.since if args.since is not None or not args.live else DEFAULT_LIVE_SINCE
+    return FleetSettings(
+        window_before=_seconds(args.window_before, "--window-before"),
+        window_after=_seconds(args.window_after, "--window-after"),
+        incident_gap=_seconds(args.incident_gap, "--incident-gap"),
+        rules=CauseRules(prefix, (*DEFAULT_CAUSES, *args.cause)),
+        checkpoint_interval=_seconds(args.checkpoint_interval, "--checkpoint-interval"),
+        restart_overhead=_seconds(args.restart_overhead, "--restart-overhead"),
+        gpus_per_node=args.gpus_per_node,
+        alpha=args.alpha,
+        since=_when(since, now, "--since"),
+        until=_when(args.until, now, "--until"),
+    )
+
+
+def _load_config(args: argparse.Namespace) -> Any:
+    from healthd.config import load_config
+    from healthd.engine import settings_models
+    from healthd.plugin import discover
+
+    return load_config(args.config, settings_models(discover())).config
+
+
+@contextlib.contextmanager
+def _lines(path: Path) -> Iterator[IO[str]]:
+    if str(path) == "-":
+        yield sys.stdin
+        return
+    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+        yield handle
+
+
+def collect_live(bin_dir: Path, since: float, until: float, timeout: float) -> tuple[str, str]:
+    """(sacct text, sacctmgr text) from ``healthd.fleet.live.collect``, imported only for ``--live``."""
+    import datetime as _dt
+
+    live = importlib.import_module("healthd.fleet.live")
+    texts: tuple[str, str] = live.collect(
+        bin_dir, _dt.datetime.fromtimestamp(since), _dt.datetime.fromtimestamp(until), timeout
+    )
+    return texts
+
+
+def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
+    """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
+    from healthd.fleet.analyze import analyze
+
+    prefix = config.slurm.reason_prefix if config is not None else "healthd:"
+    settings = _settings(args, prefix, now)
+    if args.live:
+        if args.jobs is not None or args.events is not None:
+            raise _Usage("--live reads Slurm itself: give either --live or --jobs and --events")
+        from healthd.slurm import find_binary
+
+        bin_dir = config.slurm.bin_dir or find_binary("sacct", None).parent
+        if config.slurm.conf is not None:  # the client commands find the cluster the way scontrol does
+            os.environ["SLURM_CONF"] = str(config.slurm.conf)
+        until = settings.until if settings.until is not None else now
+        jobs_text, events_text = collect_live(bin_dir, settings.since, until, args.timeout)
+        return analyze(jobs_text.splitlines(), events_text.splitlines(), settings, "sacct", "sacctmgr show event")
+    if args.jobs is None or args.events is None:
+        raise _Usage("give --jobs FILE and --events FILE (the sacct and sacctmgr output), or --live")
+    with _lines(args.jobs) as jobs, _lines(args.events) as events:
+        return analyze(jobs, events, settings, str(args.jobs), str(args.events))
+
+
+def run(args: argparse.Namespace) -> int:
+    from healthd.fleet.sacct import FleetInputError
+    from healthd.slurm import SlurmError
+
+    now = time.time()
+    try:
+        config = _load_config(args) if (args.live or args.config or getattr(args, "drain", False)) else None
+        if getattr(args, "apply", False) and not args.drain:
+            raise _Usage("--apply only goes with --drain")
+        report = _report(args, config, now)
+    except _Usage as exc:
+        print(f"healthd fleet: {exc}", file=sys.stderr)
+        return EX_USAGE
+    except FleetInputError as exc:
+        print(f"healthd fleet: {exc}", file=sys.stderr)
+        return EX_DATAERR
+    except SlurmError as exc:
+        print(f"healthd fleet: {exc}", file=sys.stderr)
+        return EX_UNAVAILABLE
+    except OSError as exc:
+        print(f"healthd fleet: cannot read {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EX_NOINPUT
+    if args.fleet_command == "report":
+        return _print_report(args, report)
+    return _lemons(args, report, config, now)
+
+
+def _print_report(args: argparse.Namespace, report: Any) -> int:
+    from healthd.fleet.render import document, table
+
+    if args.json:
+        print(json.dumps(document(report), indent=2, sort_keys=True))
+        return 0
+    if args.html is not None:
+        from healthd.atomicfile import replace_file
+        from healthd.fleet.html import page
+
+        try:
+            replace_file(args.html, page(report).encode("utf-8"), 0o644)
+        except OSError as exc:
+            print(f"healthd fleet: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
+            return EX_CANTCREAT
+    print(table(report), end="")
+    return 0
+
+
+def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> int:
+    from healthd.fleet.render import document
+    from healthd.text import one_line
+
+    lemons = report.lemons
+    steps: list[Any] = []
+    if args.drain:
+        from healthd.fleet.drain import apply_drains, plan_drains
+        from healthd.slurm import SlurmClient, SlurmError
+
+        prefix = config.slurm.reason_prefix
+        client = SlurmClient(config.slurm)
+        try:
+            steps = plan_drains(lemons, client.show_all(), prefix, config.policy, now)
+            if args.apply:
+                steps = apply_drains(steps, client, prefix, config.policy)
+        except SlurmError as exc:
+            print(f"healthd fleet: {exc}", file=sys.stderr)
+            return EX_UNAVAILABLE
+    if args.json:
+        out = {
+            "lemon_nodes": document(report)["lemon_nodes"],
+            "drain": [
+                {"node": s.node, "reason": s.reason, "drain": s.drain, "why": s.why, "applied": bool(args.apply)}
+                for s in steps
+            ],
+        }
+        print(json.dumps(out, indent=2, sort_keys=True))
+        return 0
+    if not lemons:
+        print(
+            f"no lemon nodes flagged among {len(report.verdicts)} nodes "
+            f"(false discovery rate {report.settings.alpha:g})"
+        )
+    for verdict in lemons:
+        s = verdict.signals
+        print(
+            f"{one_line(verdict.node, 40)}  score {verdict.score:.1f}  incidents {s.out_count}  "
+            f"single-node failures {s.single_node_failures}/{s.single_node_runs} "
+            f"(expected {s.expected_single_node_failures:.1f})  failures caused {s.single_node_failures_caused}+"
+            f"{s.multi_node_failures_caused}  xids {','.join(s.xids) or '-'}"
+        )
+    for step in steps:
+        verb = ("drained" if args.apply else "would drain") if step.drain else "not drained"
+        print(f"{verb} {one_line(step.node, 40)}: {one_line(step.why, 200)} [{step.reason}]")
+    return 0

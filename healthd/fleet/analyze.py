@@ -1,0 +1,452 @@
+"""The analysis: sacct job runs and sacctmgr events in, one ``FleetReport`` out. Live and offline both end here.
+
+``analyze(jobs, events, settings)`` takes the two texts as iterables of lines
+(an open file, ``str.splitlines()``), reads the events first (thousands), then
+streams the job runs (millions) once, keeping per-bucket and per-node counters
+and only the failed runs' details, so memory grows with the fleet, not with the
+number of runs. The rules are the study's (docs/fleet.md):
+
+- a run that ended FAILED or NODE_FAIL is attributed to the earliest cause event on
+  any of its nodes that started within [end - window_before, end + window_after];
+- MTTF of a bucket (largest power of two <= its GPUs) = its runs' wall hours /
+  its attributed failures; r_f is fitted over all GPU runs (``reliability``);
+- every run counts, requeued runs included (sacct -D prints each).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+from healthd.fleet.causes import CauseRules, Incident, NodeEvents, group_incidents
+from healthd.fleet.hosts import HostlistError, excluded, expand
+from healthd.fleet.lemons import Baseline, NodeSignals, Verdict, detect
+from healthd.fleet.reliability import (
+    PROJECTION_GPUS,
+    Bucket,
+    SizePoint,
+    bucket,
+    fit_rate,
+    size_points,
+)
+from healthd.fleet.sacct import (
+    EVENT_COLUMNS,
+    JOB_COLUMNS,
+    InputSummary,
+    LineTally,
+    LocalTimes,
+    first_word,
+    open_table,
+    sacct_command,
+    sacctmgr_command,
+    tres_gpus,
+)
+
+# sacct's State words of a run that failed; no other state starts with either.
+FAILED_PREFIXES = ("FAILED", "NODE_FAIL")
+DEFAULT_GPUS_PER_NODE = 8
+_XID = re.compile(r"S?XID_\d+")
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    """Everything the analysis can be told; the defaults are the study's."""
+
+    window_before: float = 600.0  # seconds before a run's end in which a cause may start
+    window_after: float = 300.0  # and after it
+    incident_gap: float = 300.0  # cause events on one node this close are one incident
+    rules: CauseRules = field(default_factory=CauseRules)
+    checkpoint_interval: float = 1800.0  # seconds, for expected ETTR
+    restart_overhead: float = 600.0  # seconds; the study saw 5-20 minutes
+    gpus_per_node: Optional[int] = None  # None: the most common GPUs per node among the runs
+    alpha: float = 0.05  # the false discovery rate of the lemon test
+    since: Optional[float] = None  # only runs that ended in [since, until] (epoch seconds)
+    until: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """A failed run and the cause it is attributed to."""
+
+    job_id: str
+    node: str
+    cause: str
+    state: str
+    gpus: int
+    nodes: int
+    end: float
+    hours: float
+    user: str
+    incident: int  # index into FleetReport.incidents
+
+
+@dataclass(frozen=True)
+class CauseTotal:
+    """One cause code of the taxonomy."""
+
+    code: str
+    failures: int
+    gpu_hours_lost: float
+    incidents: int
+
+
+@dataclass(frozen=True)
+class FleetReport:
+    """All the analysis found, as values; ``render`` turns it into a table, JSON or HTML."""
+
+    settings: FleetSettings
+    jobs: InputSummary
+    events: InputSummary
+    start: Optional[float]
+    end: Optional[float]
+    runs: int
+    failed_runs: int
+    gpus_per_node: int
+    buckets: tuple[Bucket, ...]
+    rate_per_node_hour: Optional[float]
+    sizes: tuple[SizePoint, ...]  # the fitted model at each observed bucket
+    projection: tuple[SizePoint, ...]
+    attributed: tuple[Attributed, ...]
+    taxonomy: tuple[CauseTotal, ...]
+    incidents: tuple[Incident, ...]
+    verdicts: tuple[Verdict, ...]  # every node, most suspicious first
+    baseline: Baseline
+    other_events: int  # events whose reason is not a cause (maintenance, administrators)
+
+    @property
+    def lemons(self) -> tuple[Verdict, ...]:
+        return tuple(v for v in self.verdicts if v.flagged)
+
+    @property
+    def days(self) -> float:
+        return (self.end - self.start) / 86400 if self.start is not None and self.end is not None else 0.0
+
+
+@dataclass
+class _Events:
+    incidents: list[Incident]
+    index: dict[str, NodeEvents]
+    nodes: set[str]
+    other: int
+    summary: InputSummary
+    last: Optional[float]
+
+
+def _read_events(lines: Iterable[str], source: str, settings: FleetSettings) -> _Events:
+    table = open_table(lines, source, EVENT_COLUMNS, sacctmgr_command())
+    i_node, i_start, i_end, i_reason = (table.index(c) for c in ("NodeName", "TimeStart", "TimeEnd", "Reason"))
+    times = LocalTimes()
+    tally = LineTally(source)
+    low = None if settings.since is None else settings.since - settings.window_before
+    high = None if settings.until is None else settings.until + settings.window_after
+    causes: list[tuple[str, float, Optional[float], str]] = []
+    nodes: set[str] = set()
+    other = 0
+    last: Optional[float] = None
+    for number, line in table.rows:
+        fields = table.split(line)
+        if fields is None:
+            tally.reject(number, f"{len(line.split('|'))} fields, the header has {table.width}")
+            continue
+        try:
+            names = expand(fields[i_node].strip())
+            start = times(fields[i_start])
+            end = times(fields[i_end])
+        except (ValueError, HostlistError) as exc:
+            tally.reject(number, str(exc))
+            continue
+        if not names or start is None:  # a cluster-wide event (no node), or one never started
+            tally.skipped += 1
+            continue
+        if (low is not None and start < low) or (high is not None and start > high):
+            tally.skipped += 1
+            continue
+        tally.records += 1
+        nodes.update(names)
+        last = start if last is None else max(last, start)
+        code = settings.rules.classify(fields[i_reason])
+        if code is None:
+            other += 1
+            continue
+        causes.extend((name, start, end, code) for name in names)
+    incidents, index = group_incidents(causes, settings.incident_gap)
+    return _Events(incidents, index, nodes, other, tally.summary(), last)
+
+
+@dataclass
+class _Node:
+    """Per-node counters of attributed failures and exclusions."""
+
+    single_caused: int = 0
+    multi_caused: int = 0
+    excluded_by: int = 0
+
+
+@dataclass
+class _Jobs:
+    """Everything kept from the job runs: counters, and the details of attributed failures only."""
+
+    tally: LineTally
+    # (GPUs, nodes) -> [runs, hours, attributed failures]: few distinct keys, one lookup per run.
+    by_size: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    # (node, user) -> [single-node runs, their failures]: one dict operation per run, summed later.
+    single: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    multi_lists: set[str] = field(default_factory=set)
+    attributed: list[Attributed] = field(default_factory=list)
+    runs: int = 0
+    failed: int = 0
+    first: Optional[float] = None
+    last: Optional[float] = None
+
+    def node(self, name: str) -> _Node:
+        found = self.nodes.get(name)
+        if found is None:
+            found = self.nodes[name] = _Node()
+        return found
+
+    def buckets(self) -> tuple[Bucket, ...]:
+        """The MTTF buckets of the runs with GPUs."""
+        sums: dict[int, list[float]] = {}
+        for (gpus, nnodes), (runs, hours, failures) in self.by_size.items():
+            if gpus > 0:
+                total = sums.setdefault(bucket(gpus), [0, 0.0, 0.0, 0])
+                total[0] += runs
+                total[1] += hours
+                total[2] += hours * nnodes
+                total[3] += failures
+        return tuple(Bucket(g, int(t[0]), t[1], t[2], int(t[3])) for g, t in sorted(sums.items()))
+
+    def gpus_per_node(self) -> Optional[int]:
+        """The most common GPUs per node among the runs with GPUs on whole nodes."""
+        counts: Counter[int] = Counter()
+        for (gpus, nnodes), (runs, _, _) in self.by_size.items():
+            if gpus > 0 and gpus % nnodes == 0:
+                counts[gpus // nnodes] += int(runs)
+        return counts.most_common(1)[0][0] if counts else None
+
+
+def _attribute(
+    names: tuple[str, ...], end: float, events: _Events, settings: FleetSettings
+) -> Optional[tuple[str, int]]:
+    """(node, event position) of the earliest cause on ``names`` in the window around ``end``, or None."""
+    low, high = end - settings.window_before, end + settings.window_after
+    best: Optional[tuple[float, str, int]] = None
+    for name in names:
+        node_events = events.index.get(name)
+        if node_events is None:
+            continue
+        position = node_events.first_in(low, high)
+        if position is not None:
+            candidate = (node_events.starts[position], name, position)
+            if best is None or candidate < best:
+                best = candidate
+    return None if best is None else (best[1], best[2])
+
+
+def _failed_run(
+    jobs: _Jobs,
+    fields: list[str],
+    columns: tuple[int, int, int],
+    run: tuple[float, float, int, int, str],
+    events: _Events,
+    settings: FleetSettings,
+) -> bool:
+    """Count a FAILED or NODE_FAIL run and attribute it; True when a cause was found."""
+    i_id, i_user, i_state = columns
+    end, hours, gpus, nnodes, node_list = run
+    jobs.failed += 1
+    names = (node_list,) if nnodes == 1 else expand(node_list)
+    found = _attribute(names, end, events, settings)
+    if found is None:
+        return False
+    name, position = found
+    node_events = events.index[name]
+    code, incident = node_events.codes[position], node_events.incident[position]
+    state = first_word(fields[i_state])
+    jobs.attributed.append(
+        Attributed(fields[i_id], name, code, state, gpus, nnodes, end, hours, fields[i_user], incident)
+    )
+    counters = jobs.node(name)
+    if nnodes == 1:
+        counters.single_caused += 1
+    else:
+        counters.multi_caused += 1
+    return True
+
+
+def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, events: _Events) -> _Jobs:
+    """One pass over the runs. The loop is the hot path of four million lines: lookups are kept local."""
+    table = open_table(lines, source, JOB_COLUMNS, sacct_command())
+    i_id, i_user, i_state, i_start, i_end, i_nnodes, i_list, i_tres = (
+        table.index(c) for c in ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
+    )
+    i_submit = table.optional("SubmitLine")
+    failed_columns = (i_id, i_user, i_state)
+    times = LocalTimes()
+    gpus_memo: dict[str, int] = {}
+    jobs = _Jobs(LineTally(source))
+    tally = jobs.tally
+    since, until = settings.since, settings.until
+    split = table.split
+    by_size, single, multi_lists = jobs.by_size, jobs.single, jobs.multi_lists
+    first = last = None
+    for number, line in table.rows:
+        fields = split(line)
+        if fields is None:
+            tally.reject(number, f"{len(line.split('|'))} fields, the header has {table.width}")
+            continue
+        try:
+            start = times(fields[i_start])
+            end = times(fields[i_end])
+            if start is None or end is None:  # never started, or still running
+                tally.skipped += 1
+                continue
+            if end < start:
+                raise ValueError(f"End {fields[i_end]} is before Start {fields[i_start]}")
+            nnodes = int(fields[i_nnodes])
+            if nnodes < 1:
+                raise ValueError(f"NNodes {nnodes} of a run that started")
+            tres = fields[i_tres]
+            gpus = gpus_memo.get(tres)
+            if gpus is None:
+                gpus = gpus_memo[tres] = tres_gpus(tres)
+        except ValueError as exc:
+            tally.reject(number, str(exc))
+            continue
+        if (since is not None and end < since) or (until is not None and end > until):
+            tally.skipped += 1
+            continue
+        failed = fields[i_state].startswith(FAILED_PREFIXES)
+        node_list = fields[i_list]
+        hours = (end - start) / 3600.0
+        try:
+            run = (end, hours, gpus, nnodes, node_list)
+            attributed = failed and _failed_run(jobs, fields, failed_columns, run, events, settings)
+            submit = fields[i_submit] if i_submit is not None else ""
+            excludes = excluded(submit) if ("-x" in submit or "--exclude" in submit) else ()
+        except HostlistError as exc:
+            tally.reject(number, str(exc))
+            continue
+        tally.records += 1
+        if first is None or start < first:
+            first = start
+        if last is None or end > last:
+            last = end
+        size = (gpus, nnodes)
+        stats = by_size.get(size)
+        if stats is None:
+            stats = by_size[size] = [0, 0.0, 0]
+        stats[0] += 1
+        stats[1] += hours
+        if attributed:
+            stats[2] += 1
+        if nnodes == 1:
+            key = (node_list, fields[i_user])
+            counts = single.get(key)
+            if counts is None:
+                counts = single[key] = [0, 0]
+            counts[0] += 1
+            if failed:
+                counts[1] += 1
+        else:
+            multi_lists.add(node_list)
+        for name in excludes:
+            jobs.node(name).excluded_by += 1
+    jobs.first, jobs.last = first, last
+    jobs.runs = tally.records
+    return jobs
+
+
+def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
+    """Per-node signals over every node seen in a run or an event."""
+    fleet = {name for name, _ in jobs.single} | set(jobs.nodes) | events.nodes
+    for node_list in jobs.multi_lists:
+        try:
+            fleet.update(expand(node_list))
+        except HostlistError:
+            continue  # its run was counted bad already
+    outs: Counter[str] = Counter(incident.node for incident in events.incidents)
+    xids: dict[str, set[str]] = {}
+    for incident in events.incidents:
+        xids.setdefault(incident.node, set()).update(c for c in incident.codes if _XID.fullmatch(c))
+    users: dict[str, list[int]] = {}
+    per_node: dict[str, list[tuple[str, int, int]]] = {}
+    for (name, user), (runs, fails) in jobs.single.items():
+        total = users.setdefault(user, [0, 0])
+        total[0] += runs
+        total[1] += fails
+        per_node.setdefault(name, []).append((user, runs, fails))
+    rates = {user: fails / runs for user, (runs, fails) in users.items() if runs}
+    signals = []
+    empty = _Node()
+    for name in sorted(fleet):
+        node = jobs.nodes.get(name, empty)
+        rows = per_node.get(name, [])
+        signals.append(
+            NodeSignals(
+                node=name,
+                out_count=outs.get(name, 0),
+                xids=tuple(sorted(xids.get(name, ()))),
+                single_node_failures_caused=node.single_caused,
+                multi_node_failures_caused=node.multi_caused,
+                single_node_runs=sum(runs for _, runs, _ in rows),
+                single_node_failures=sum(fails for _, _, fails in rows),
+                expected_single_node_failures=sum(runs * rates.get(user, 0.0) for user, runs, _ in rows),
+                excluded_by_jobs=node.excluded_by,
+            )
+        )
+    return signals
+
+
+def _taxonomy(attributed: list[Attributed], incidents: list[Incident]) -> tuple[CauseTotal, ...]:
+    failures: Counter[str] = Counter()
+    lost: dict[str, float] = {}
+    for run in attributed:
+        failures[run.cause] += 1
+        lost[run.cause] = lost.get(run.cause, 0.0) + run.gpus * run.hours
+    seen: Counter[str] = Counter(code for incident in incidents for code in incident.codes)
+    codes = set(failures) | set(seen)
+    totals = [CauseTotal(code, failures[code], lost.get(code, 0.0), seen[code]) for code in codes]
+    return tuple(sorted(totals, key=lambda t: (-t.failures, -t.gpu_hours_lost, -t.incidents, t.code)))
+
+
+def analyze(
+    jobs: Iterable[str],
+    events: Iterable[str],
+    settings: Optional[FleetSettings] = None,
+    jobs_source: str = "jobs",
+    events_source: str = "events",
+) -> FleetReport:
+    """The whole report from sacct's and sacctmgr's parsable output (``FleetInputError`` if one is unusable)."""
+    settings = settings or FleetSettings()
+    read_events = _read_events(events, events_source, settings)
+    read_jobs = _read_jobs(jobs, jobs_source, settings, read_events)
+    per_node = settings.gpus_per_node or read_jobs.gpus_per_node() or DEFAULT_GPUS_PER_NODE
+    buckets = read_jobs.buckets()
+    rate = fit_rate(buckets)
+    checkpoint_hours, restart_hours = settings.checkpoint_interval / 3600, settings.restart_overhead / 3600
+    verdicts, base = detect(_signals(read_jobs, read_events), settings.alpha)
+    ends = [t for t in (read_jobs.last, read_events.last) if t is not None]
+    return FleetReport(
+        settings=settings,
+        jobs=read_jobs.tally.summary(),
+        events=read_events.summary,
+        start=settings.since if settings.since is not None else read_jobs.first,
+        end=settings.until if settings.until is not None else (max(ends) if ends else None),
+        runs=read_jobs.runs,
+        failed_runs=read_jobs.failed,
+        gpus_per_node=per_node,
+        buckets=buckets,
+        rate_per_node_hour=rate,
+        sizes=size_points(tuple(b.gpus for b in buckets), per_node, rate, checkpoint_hours, restart_hours, True),
+        projection=size_points(PROJECTION_GPUS, per_node, rate, checkpoint_hours, restart_hours, False),
+        attributed=tuple(read_jobs.attributed),
+        taxonomy=_taxonomy(read_jobs.attributed, read_events.incidents),
+        incidents=tuple(read_events.incidents),
+        verdicts=tuple(verdicts),
+        baseline=base,
+        other_events=read_events.other,
+    )

@@ -1,0 +1,123 @@
+"""``healthd fleet lemons --drain``: take flagged nodes out through the Slurm adapter, within the circuit breaker.
+
+``plan_drains`` is pure: from the ranked verdicts and the node table it decides,
+most suspicious first, which nodes to drain and why the others are left alone
+(unknown to Slurm, already out, someone else's reason, a pending reboot, or the
+partition's ``[policy].max_out_fraction`` of nodes out by healthd already reached,
+counting the drains planned before). ``apply_drains`` sends them, then, like the
+node agent (``healthd.execute``), reads the table again after the settle time and
+puts back every node that ``breaker.breaker_confirm`` says lost its place, in case
+node agents drained nodes meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from healthd.breaker import breaker_confirm, over_limit, partition_views
+from healthd.config import PolicySettings
+from healthd.fleet.lemons import Verdict
+from healthd.nodestate import NodeInfo
+from healthd.reasons import is_lemon, lemon_reason, owned
+from healthd.slurm import SlurmClient, SlurmError
+
+
+@dataclass(frozen=True)
+class DrainStep:
+    """One flagged node: drain it (``drain``) or why not; after ``apply_drains``, what happened."""
+
+    node: str
+    reason: str
+    drain: bool
+    why: str
+
+
+def summary(verdict: Verdict) -> str:
+    """The reason's text after ``LEMON``: the signals an administrator reads in ``sinfo -R``."""
+    s = verdict.signals
+    return (
+        f"{s.out_count} incidents, {s.single_node_failures}/{s.single_node_runs} runs failed, score {verdict.score:.1f}"
+    )
+
+
+def plan_drains(
+    lemons: Sequence[Verdict], nodes: Sequence[NodeInfo], prefix: str, policy: PolicySettings, now: float
+) -> list[DrainStep]:
+    """The drains to send, most suspicious first, each within the circuit breaker given those before it."""
+    table = {node.name: node for node in nodes}
+    steps = []
+    for verdict in lemons:
+        reason = lemon_reason(prefix, summary(verdict))
+        node = table.get(verdict.node)
+        if node is None:
+            steps.append(DrainStep(verdict.node, reason, False, "not a node slurmctld knows"))
+            continue
+        if node.out:
+            if is_lemon(node.reason, prefix):
+                why = "already out as a lemon"
+            elif owned(node.reason, prefix):
+                why = f"already out by healthd ({node.reason})"
+            else:
+                why = f"out with someone else's reason ({node.reason}): left alone"
+            steps.append(DrainStep(verdict.node, reason, False, why))
+            continue
+        if node.reboot_pending:
+            steps.append(DrainStep(verdict.node, reason, False, "a reboot is pending: left alone"))
+            continue
+        views = partition_views(table.values(), node.partitions, prefix)
+        held = over_limit(node.name, views, policy)
+        if held:
+            steps.append(DrainStep(verdict.node, reason, False, f"held by the circuit breaker: {held}"))
+            continue
+        steps.append(DrainStep(verdict.node, reason, True, "drain"))
+        # Later candidates count this drain: planned drains are stamped in rank order.
+        table[node.name] = replace(node, flags=node.flags | {"DRAIN"}, reason=reason, reason_time=now)
+    return steps
+
+
+def apply_drains(
+    steps: Sequence[DrainStep],
+    client: SlurmClient,
+    prefix: str,
+    policy: PolicySettings,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[DrainStep]:
+    """Send the planned drains; confirm each against the breaker after the settle time; put back losers."""
+    done: list[DrainStep] = []
+    for step in steps:
+        if not step.drain:
+            done.append(step)
+            continue
+        try:
+            client.drain(step.node, step.reason)
+            done.append(replace(step, why="drained"))
+        except SlurmError as exc:
+            done.append(replace(step, drain=False, why=f"drain failed: {exc}"))
+    drained = [step.node for step in done if step.drain]
+    if not drained:
+        return done
+    sleep(policy.breaker_settle)
+    try:
+        table = {node.name: node for node in client.show_all()}
+    except SlurmError as exc:
+        return [
+            replace(s, why=f"drained; could not confirm against the breaker: {exc}") if s.drain else s for s in done
+        ]
+    confirmed = []
+    for step in done:
+        node = table.get(step.node)
+        if not step.drain or node is None:
+            confirmed.append(step)
+            continue
+        why = breaker_confirm(step.node, partition_views(table.values(), node.partitions, prefix), policy)
+        if why:
+            try:
+                client.resume(step.node)
+                confirmed.append(replace(step, drain=False, why=f"put back: {why}"))
+            except SlurmError as exc:
+                confirmed.append(replace(step, why=f"over the breaker's limit ({why}) and resume failed: {exc}"))
+        else:
+            confirmed.append(step)
+    return confirmed

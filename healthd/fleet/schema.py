@@ -1,0 +1,140 @@
+"""The documented schema of ``healthd fleet report --json``, as pydantic models.
+
+``render.document`` builds the document with plain values; these models are the
+contract: ``docs/fleet-report.schema.json`` is generated from them
+(``python -m healthd.fleet.schema``) and the tests validate real output against them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Window(_Strict):
+    start: Optional[str] = Field(description="local time with offset, ISO 8601")
+    end: Optional[str]
+    days: float = Field(ge=0)
+
+
+class BadLine(_Strict):
+    line: int = Field(ge=1)
+    why: str
+
+
+class InputOut(_Strict):
+    source: str
+    records: int = Field(ge=0)
+    bad_lines: int = Field(ge=0)
+    first_bad_lines: list[BadLine]
+    skipped: int = Field(ge=0, description="well-formed records not used: not started, running, outside the window")
+
+
+class Inputs(_Strict):
+    jobs: InputOut
+    events: InputOut
+
+
+class Settings(_Strict):
+    window_before_seconds: float
+    window_after_seconds: float
+    incident_gap_seconds: float
+    checkpoint_interval_seconds: float
+    restart_overhead_seconds: float
+    gpus_per_node: int = Field(ge=1)
+    alpha: float
+    causes: list[str]
+    healthd_prefix: str
+
+
+class AttributedOut(_Strict):
+    job_id: str
+    node: str
+    cause: str
+    state: Literal["FAILED", "NODE_FAIL"]
+    gpus: int = Field(ge=0)
+    end: Optional[str]
+
+
+class MttfOut(_Strict):
+    gpus: int = Field(ge=1, description="bucket: the largest power of two <= the runs' GPUs")
+    runs: int = Field(ge=0)
+    job_hours: float = Field(ge=0)
+    failures: int = Field(ge=0)
+    mttf_hours: Optional[float] = Field(description="job hours / attributed failures; null without failures")
+
+
+class SizeOut(_Strict):
+    gpus: int = Field(ge=1)
+    nodes: float
+    mttf_hours: Optional[float] = Field(description="from the fitted model 1 / (nodes * r_f)")
+    ettr: float = Field(ge=0, le=1)
+    observed: bool
+
+
+class CauseOut(_Strict):
+    cause: str
+    failures: int = Field(ge=0)
+    gpu_hours_lost: float = Field(ge=0)
+    incidents: int = Field(ge=0)
+
+
+class Signals(_Strict):
+    out_count: int = Field(ge=0)
+    xids: list[str]
+    single_node_failures_caused: int = Field(ge=0)
+    multi_node_failures_caused: int = Field(ge=0)
+    single_node_runs: int = Field(ge=0)
+    single_node_failures: int = Field(ge=0)
+    single_node_failure_rate: Optional[float]
+    expected_single_node_failures: float = Field(ge=0)
+    excluded_by_jobs: int = Field(ge=0)
+    p_incidents: float = Field(ge=0, le=1)
+    p_failures: float = Field(ge=0, le=1)
+    q_value: float = Field(ge=0, le=1)
+
+
+class LemonOut(_Strict):
+    node: str
+    score: float = Field(description="-log10 of the Benjamini-Hochberg adjusted p-value")
+    signals: Signals
+
+
+class BaselineOut(_Strict):
+    nodes: int = Field(ge=0)
+    incidents_per_node: float = Field(ge=0)
+    variance: float = Field(ge=0)
+
+
+class FleetReportOut(_Strict):
+    schema_version: Literal[1]
+    healthd_version: str
+    window: Window
+    inputs: Inputs
+    settings: Settings
+    runs: int = Field(ge=0)
+    failed_runs: int = Field(ge=0)
+    attributed_failures: list[AttributedOut]
+    mttf: list[MttfOut]
+    node_failure_rate_per_1000_node_days: Optional[float]
+    projection: list[SizeOut]
+    ettr: list[SizeOut]
+    taxonomy: list[CauseOut]
+    lemon_nodes: list[LemonOut] = Field(description="flagged nodes only, most suspicious first")
+    baseline: BaselineOut
+    incidents: int = Field(ge=0)
+    other_events: int = Field(ge=0, description="events whose reason is not a cause (maintenance, administrators)")
+
+
+def json_schema() -> str:
+    return json.dumps(FleetReportOut.model_json_schema(), indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":
+    print(json_schema(), end="")

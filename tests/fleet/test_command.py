@@ -1,0 +1,152 @@
+"""``healthd fleet report`` and ``healthd fleet lemons`` through the real CLI, offline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from healthd_testkit.paths import REPO
+
+from healthd.fleet import synth
+from healthd.fleet.schema import FleetReportOut, json_schema
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+@pytest.fixture(scope="module")
+def fleet_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[synth.Fleet, Path, Path]:
+    directory = tmp_path_factory.mktemp("fleet")
+    fleet = synth.plant(synth.FleetSpec(days=60, runs=40_000, seed=11))
+    jobs, events = directory / "jobs.txt", directory / "events.txt"
+    jobs.write_text("\n".join(synth.job_lines(fleet)) + "\n")
+    events.write_text("\n".join(synth.event_lines(fleet)) + "\n")
+    return fleet, jobs, events
+
+
+def test_the_table_shows_mttf_projection_causes_and_lemons(
+    cli: Cli, fleet_files: tuple[synth.Fleet, Path, Path]
+) -> None:
+    fleet, jobs, events = fleet_files
+    code, out, err = cli("fleet", "report", "--jobs", str(jobs), "--events", str(events))
+    assert (code, err) == (0, "")
+    assert "healthd fleet report: 40000 job runs" in out
+    assert "   100000 GPUs: MTTF" in out
+    assert "XID_79" in out
+    for node in fleet.incident_lemons + fleet.silent_lemons:
+        assert f"\n{node} " in out
+
+
+def test_json_follows_the_documented_schema(cli: Cli, fleet_files: tuple[synth.Fleet, Path, Path]) -> None:
+    fleet, jobs, events = fleet_files
+    code, out, _ = cli(
+        "fleet", "report", "--jobs", str(jobs), "--events", str(events), "--json",
+        "--checkpoint-interval", "20m", "--restart-overhead", "5m",
+    )  # fmt: skip
+    assert code == 0
+    document = json.loads(out)
+    FleetReportOut.model_validate(document)
+    assert document["settings"]["checkpoint_interval_seconds"] == 1200
+    assert {"job_id", "node", "cause", "state", "gpus", "end"} == set(document["attributed_failures"][0])
+    assert {"gpus", "runs", "job_hours", "failures", "mttf_hours"} == set(document["mttf"][0])
+    lemons = [entry["node"] for entry in document["lemon_nodes"]]
+    assert set(fleet.incident_lemons) | set(fleet.silent_lemons) <= set(lemons)
+    scores = [entry["score"] for entry in document["lemon_nodes"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_the_schema_file_is_up_to_date() -> None:
+    assert (REPO / "docs/fleet-report.schema.json").read_text() == json_schema()
+
+
+def test_lemons_lists_the_flagged_nodes(cli: Cli, fleet_files: tuple[synth.Fleet, Path, Path]) -> None:
+    fleet, jobs, events = fleet_files
+    code, out, _ = cli("fleet", "lemons", "--jobs", str(jobs), "--events", str(events))
+    assert code == 0
+    listed = {line.split()[0] for line in out.splitlines()}
+    assert set(fleet.incident_lemons) | set(fleet.silent_lemons) <= listed
+
+
+def test_inputs_that_cannot_be_analysed_exit_with_clear_messages(cli: Cli, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    events = tmp_path / "events.txt"
+    events.write_text("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n")
+    code, _, err = cli("fleet", "report", "--jobs", str(empty), "--events", str(events))
+    assert code == 65 and f"{empty} is empty" in err and "sacct -a -X -D -P" in err
+    nocol = tmp_path / "nocol.txt"
+    nocol.write_text("JobID|State\n1|FAILED\n")
+    code, _, err = cli("fleet", "report", "--jobs", str(nocol), "--events", str(events))
+    assert code == 65 and "no column User, Start, End, NNodes, NodeList, AllocTRES" in err
+    code, _, err = cli("fleet", "report", "--jobs", str(tmp_path / "absent"), "--events", str(events))
+    assert code == 66 and "absent" in err
+    assert cli("fleet", "report", "--jobs", str(empty))[0] == 64
+    assert cli("fleet", "report", "--live", "--jobs", str(empty), "--events", str(events))[0] == 64
+    assert cli("fleet", "report", "--jobs", str(empty), "--events", str(events), "--window-before", "soon")[0] == 64
+    assert cli("fleet", "lemons", "--apply", "--jobs", str(empty), "--events", str(events))[0] == 64
+
+
+def test_header_only_inputs_say_there_is_nothing_to_analyse(cli: Cli, tmp_path: Path) -> None:
+    jobs, events = tmp_path / "jobs.txt", tmp_path / "events.txt"
+    jobs.write_text("JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n")
+    events.write_text("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n")
+    code, out, _ = cli("fleet", "report", "--jobs", str(jobs), "--events", str(events))
+    assert code == 0 and "no finished job runs in the input" in out
+
+
+def test_bad_lines_are_reported_in_the_table(cli: Cli, tmp_path: Path) -> None:
+    jobs, events = tmp_path / "jobs.txt", tmp_path / "events.txt"
+    good = "1|a|COMPLETED|2024-03-01T10:00:00|2024-03-01T11:00:00|1|n1|gres/gpu=8"
+    jobs.write_text("JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n" + good + "\nbroken\n" + good + "\n")
+    events.write_text("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n")
+    code, out, _ = cli("fleet", "report", "--jobs", str(jobs), "--events", str(events))
+    assert code == 0
+    assert f"{jobs}: 1 bad line(s) skipped; first: line 3 (1 fields, the header has 8)" in out
+
+
+def test_check_once_imports_nothing_of_the_fleet(write_config: Callable[..., Path]) -> None:
+    config = write_config("[checks.mounts]\nexpect = []\n")
+    probe = (
+        "import sys\nfrom healthd.cli import main\n"
+        f"main(['check', '--once', '--config', {str(config)!r}, '--only', 'mounts'])\n"
+        "loaded = [m for m in sys.modules if m.startswith(('healthd.fleet', 'hostlist'))]\n"
+        "print('LOADED', loaded, file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    assert "LOADED []" in proc.stderr, proc.stderr
+
+
+def test_live_hands_the_collected_texts_to_the_same_analysis(
+    cli: Cli, write_config: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--live`` calls ``healthd.fleet.live.collect`` (tested against slurmdbd on its own); here a stand-in."""
+    import datetime as dt
+    import types
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls: list[tuple[Path, dt.datetime, dt.datetime, float]] = []
+
+    def collect(bin_dir: Path, since: dt.datetime, until: dt.datetime, timeout: float) -> tuple[str, str]:
+        calls.append((bin_dir, since, until, timeout))
+        jobs = "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n"
+        start, end = f"{until - dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%S}", f"{until:%Y-%m-%dT%H:%M:%S}"
+        jobs += f"1|a|NODE_FAIL|{start}|{end}|1|node1|gres/gpu=8\n"
+        events = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+        events += f"c|node1|{until:%Y-%m-%dT%H:%M:%S}|Unknown|DRAIN|healthd: XID_79 gpu0|root(0)\n"
+        return jobs, events
+
+    monkeypatch.setitem(sys.modules, "healthd.fleet.live", types.SimpleNamespace(collect=collect))
+    config = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\n')
+    code, out, err = cli(
+        "fleet", "report", "--live", "--since", "2d", "--until", "1h", "--json", "--config", str(config)
+    )
+    assert code == 0, err
+    ((where, since, until, timeout),) = calls
+    assert where == bin_dir and timeout == 300
+    assert dt.timedelta(hours=46, minutes=59) < until - since < dt.timedelta(hours=47, minutes=1)
+    attributed = json.loads(out)["attributed_failures"]
+    assert [(a["node"], a["cause"], a["state"]) for a in attributed] == [("node1", "XID_79", "NODE_FAIL")]
