@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from healthd.config import PolicySettings
-from healthd.nodestate import NodeInfo, PartitionView
+from healthd.hostlist import expand
+from healthd.nodestate import NodeGroup, PartitionView
 from healthd.reasons import owned
 
 # Re-reading the whole node table while the circuit breaker holds: 30 s doubling up
@@ -45,20 +46,28 @@ class BreakerHold:
         )
 
 
-def partition_views(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
-    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason."""
+def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
+    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason.
+
+    ``groups`` are sinfo's lines for those partitions (``SlurmClient.partitions``);
+    only the groups out with a healthd reason have their host lists expanded.
+    """
     sizes: dict[str, int] = {}
     outs: dict[str, list[tuple[bool, float, str]]] = {}
-    for node in nodes:
-        for partition in node.partitions:
-            if partition not in partitions:
-                continue
-            sizes[partition] = sizes.get(partition, 0) + 1
-            if node.out and owned(node.reason, prefix):
-                # A reason with no readable time sorts last: it never takes a place from a stamped one.
-                when = node.reason_time if node.reason_time is not None else float("inf")
-                outs.setdefault(partition, []).append((not node.down, when, node.name))
+    for group in groups:
+        if group.partition not in partitions:
+            continue
+        sizes[group.partition] = sizes.get(group.partition, 0) + group.count
+        if group.out and owned(group.reason, prefix):
+            # A reason with no readable time sorts last: it never takes a place from a stamped one.
+            when = group.reason_time if group.reason_time is not None else float("inf")
+            outs.setdefault(group.partition, []).extend((not group.down, when, n) for n in expand(group.nodelist))
     return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}
+
+
+def out_by_healthd(node: str, views: Mapping[str, PartitionView]) -> bool:
+    """Whether ``node`` is out with a healthd reason in these views (it is in at least one's ``out``)."""
+    return any(node == name for view in views.values() for *_, name in view.out)
 
 
 def allowed_out(size: int, fraction: float) -> int:

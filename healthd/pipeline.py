@@ -8,8 +8,8 @@ and the daemon call each pass:
    answers into one decision and its writes, asking for each Slurm read it needs;
 3. ``execute`` (healthd.execute, the only Slurm caller) makes those reads and
    sends those writes; a dry run ``rehearse``s instead;
-4. ``settle`` saves the policy state, the acknowledgements, the adapter's cache
-   and the ``last-pass`` document, and returns the outcome for the sinks.
+4. ``settle`` saves the policy state, the acknowledgements and the ``last-pass``
+   document, and returns the outcome for the sinks.
 
 It never prints; everything it did or could not do is in the returned
 ``PassOutcome`` and in log records. Slurm trouble (scontrol missing, slurmctld
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
 POLICY_STATE = "policy"
-# The Slurm adapter's own memory: which `scontrol show node` output format works here.
-SLURM_STATE = "slurm"
 
 
 @dataclass(frozen=True)
@@ -201,14 +199,6 @@ def failed_pass(
     return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None)
 
 
-def _load_slurm_cache(engine: Engine) -> Optional[str]:
-    try:
-        value = engine.state.file(SLURM_STATE).load().get("output_format")
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
 def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
     return plan(
         situation,
@@ -229,7 +219,9 @@ def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
         made = _plan_once(situation, config)
         if isinstance(made, Plan):
             return made
-        observed = observe(slurm, made, situation.result.node, situation.observed, prefix)
+        # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
+        boot_time = situation.state.reboot is not None and not situation.boot_id
+        observed = observe(slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time)
         situation = replace(situation, observed=observed)
     made = _plan_once(situation, config)
     if not isinstance(made, Plan):
@@ -253,8 +245,7 @@ def _locked_pass(
     now = clock()
     state = _load_policy_state(engine, errors)
     store = AckStore(engine.state.file(ACKS_STATE))
-    cache = _load_slurm_cache(engine)
-    slurm = client or SlurmClient(config.slurm, output_format=cache)
+    slurm = client or SlurmClient(config.slurm)
     slurm.start_budget()
     # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
     history = History.open(config.paths.state_dir)
@@ -285,7 +276,7 @@ def _locked_pass(
             _tell_repair(history, config, done, now, log)
     finally:
         history.close()
-    return _settle(engine, the_plan, executed, done, store, errors, slurm, cache, dry=dry)
+    return _settle(engine, the_plan, executed, done, store, errors, dry=dry)
 
 
 def _repeats(history: History, raw: PassResult, window_days: float, now: float) -> dict[str, tuple[str, int]]:
@@ -410,8 +401,6 @@ def _settle(
     done: Conclusion,
     store: AckStore,
     errors: list[str],
-    slurm: SlurmClient,
-    cache: Optional[str],
     *,
     dry: bool,
 ) -> PassOutcome:
@@ -424,8 +413,6 @@ def _settle(
         engine.state.file(POLICY_STATE).save(done.state.to_dict())
         if not dry:
             store.save(the_plan.acks)
-        if slurm.output_format and slurm.output_format != cache:
-            engine.state.file(SLURM_STATE).save({"output_format": slurm.output_format})
     except StateError as exc:
         errors.append(str(exc))
     errors.extend(store.problems)
