@@ -8,7 +8,6 @@ before a take-out (``over_limit``) and by ``healthd.execute`` after the drain
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -16,17 +15,18 @@ from healthd.config import PolicySettings
 from healthd.hostlist import expand
 from healthd.nodestate import NodeGroup, PartitionView
 from healthd.reasons import owned
+from healthd.spread import jitter
 
-# Re-reading the whole node table while the circuit breaker holds: 30 s doubling up
-# to 10 min, stretched by a stable per-node factor of 0.75-1.25 so the nodes of a
-# mass failure do not all ask slurmctld at the same moment.
+# Reading the partitions again while the circuit breaker holds: 30 s doubling up to
+# 10 min, stretched by a stable per-node factor of 0.75-1.25 (healthd.spread) so the
+# nodes of a mass failure do not all ask slurmctld at the same moment.
 BREAKER_BASE = 30.0
 BREAKER_MAX = 600.0
 
 
 @dataclass(frozen=True)
 class BreakerHold:
-    """The circuit breaker held this node back; the node table is read again at ``next_check``."""
+    """The circuit breaker held this node back; its partitions are read again at ``next_check``."""
 
     why: str
     since: float
@@ -128,13 +128,8 @@ def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: Pol
     return ""
 
 
-def _jitter(node: str) -> float:
-    """A stable factor in [0.75, 1.25) for ``node`` (CRC-32 of its name)."""
-    return 0.75 + (zlib.crc32(node.encode("utf-8")) % 1000) / 2000
-
-
 def next_hold(previous: Optional[BreakerHold], why: str, now: float, node: str) -> BreakerHold:
-    """The hold after the breaker held ``node`` back (again): when to read the node table next."""
+    """The hold after the breaker held ``node`` back (again): when to read its partitions next."""
     attempts = (previous.attempts if previous else 0) + 1
-    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * _jitter(node)
+    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * jitter(node)
     return BreakerHold(why, previous.since if previous else now, attempts, now + delay)

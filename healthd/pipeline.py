@@ -34,6 +34,7 @@ from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm import SlurmClient
+from healthd.spread import act_delay
 from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
 from healthd.text import one_line
@@ -132,8 +133,13 @@ def run_pass(
     client: Optional[SlurmClient] = None,
     clock: Callable[[], float] = time.time,
     only: Optional[list[str]] = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> PassOutcome:
     """Run one pass and carry its decision out; see the module docstring.
+
+    A pass whose checks found a fault first waits its node's ``[slurm].act_splay``
+    delay (``healthd.spread.act_delay``; ``sleep`` is injectable for tests), outside
+    the state lock, so a fleet-wide fault reaches slurmctld spread over that time.
 
     The policy and acks state is read, acted on and written back under the state
     directory lock (``healthd.statelock``); a pass that cannot get the lock within
@@ -152,6 +158,8 @@ def run_pass(
 
         return failed_pass(engine, PassResult(node_name(config), clock(), 0.0, ()), exc, log, dry=dry, enabled=enabled)
     errors: list[str] = []
+    if enabled and not dry and _may_act(raw):
+        sleep(act_delay(raw.node, config.slurm.act_splay))
     lock = StateLock(config.paths.state_dir, config.slurm.lock_timeout)
     try:
         lock.acquire()
@@ -165,13 +173,20 @@ def run_pass(
         # and checking (and acting on a fault) must go on; the problem is reported.
         errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
     try:
-        return _locked_pass(engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None)
+        return _locked_pass(
+            engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None, sleep=sleep
+        )
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
     except Exception as exc:  # see the docstring
         return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled)
     finally:
         lock.release()
+
+
+def _may_act(raw: PassResult) -> bool:
+    """Whether the checks found a fault (CRITICAL or WARNING) that may take the node out: a healthy pass never waits."""
+    return any(f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK for f in raw.findings)
 
 
 # The code of the finding that stands for a pass that raised.
@@ -239,6 +254,7 @@ def _locked_pass(
     client: Optional[SlurmClient],
     clock: Callable[[], float],
     partial: bool,
+    sleep: Callable[[float], None],
 ) -> PassOutcome:
     config = engine.config
     enabled = config.slurm.enabled
@@ -266,7 +282,7 @@ def _locked_pass(
                 # the next pass still knows what it was doing and retries it (and confirms the drain).
                 with contextlib.suppress(StateError):
                     engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
-            executed = execute(the_plan, slurm, config) if the_plan.steps else Executed()
+            executed = execute(the_plan, slurm, config, sleep) if the_plan.steps else Executed()
         done = conclude(the_plan, executed, state, now)
         _log_outcome(log, raw.node, the_plan, executed, done)
         done = _record_history(history, the_plan, executed, done, now, boot_id, dry=dry)

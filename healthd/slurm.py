@@ -377,7 +377,7 @@ class SlurmClient:
         if not names:
             return []
         fields = sinfo_format(_GROUP_FIELDS)
-        return parse_sinfo_groups(self._run("-h", "--all", "-p", ",".join(names), "-O", fields, program="sinfo"))
+        return parse_sinfo_groups(self._run("-h", "-p", ",".join(names), "-O", fields, program="sinfo"))
 
     def show_node(self, name: str) -> NodeInfo:
         """One node with its boot time and next state (``scontrol show node``: slurmctld packs the whole table)."""

@@ -32,6 +32,7 @@ from healthd.slurm import (
     parse_sinfo_node,
     split_reason,
 )
+from healthd.spread import act_delay
 from healthd.statelock import StateLock
 
 CAPTURES = ALL_FIXTURES / "slurm"
@@ -239,12 +240,17 @@ class _Settings(CheckSettings):
     pass
 
 
+def _healthy_check(ctx: CheckContext[_Settings]) -> list[Finding]:
+    return []
+
+
 def _critical(ctx: CheckContext[_Settings]) -> list[Finding]:
     return [ctx.finding(Status.CRITICAL, "MOUNT_MISSING", "/scratch", "not mounted")]
 
 
 def test_missing_scontrol_is_reported_not_raised(tmp_path: Path) -> None:
     text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n1"\n'
+    text += "act_splay = 0\n"
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
     engine = Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec])
     outcome = run_pass(engine)
@@ -259,8 +265,8 @@ def test_missing_scontrol_is_reported_not_raised(tmp_path: Path) -> None:
 def test_defaults_keep_a_hook_run_inside_slurmds_60_s_kill() -> None:
     settings = SlurmSettings()
     assert (settings.timeout, settings.budget, settings.lock_timeout) == (5.0, 12.0, 3.0)
-    worst_case = RunnerSettings().pass_timeout + settings.lock_timeout + settings.budget
-    assert worst_case <= 45
+    worst_case = RunnerSettings().pass_timeout + settings.lock_timeout + settings.act_splay + settings.budget
+    assert worst_case <= 55
 
 
 @pytest.mark.parametrize(
@@ -413,7 +419,7 @@ esac
     )
     engine = Engine(
         parse_config(
-            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node2"\n',
+            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node2"\nact_splay = 0\n',
             "t.toml",
             {"fake": _Settings},
         ),
@@ -430,3 +436,35 @@ esac
         assert during["action"] == "take_out_now" and during["error"].startswith("not confirmed")
     backing_off = run_pass(engine, clock=lambda: now + 40.0)
     assert backing_off.action.pending and backing_off.action.next_retry == now + 32.0 + 40.0
+
+
+def _splay_engine(tmp_path: Path, run: Any, slurm: str = "") -> Engine:
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n42"\n{slurm}'
+    spec = CheckSpec(name="fake", description="", settings=_Settings, run=run)
+    return Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec])
+
+
+def test_a_pass_with_a_fault_waits_its_nodes_stable_splay_before_slurm(tmp_path: Path) -> None:
+    slept: list[float] = []
+    engine = _splay_engine(tmp_path, _critical, "act_splay = 30\n")
+    first = run_pass(engine, sleep=slept.append)
+    assert first.action.pending and "sinfo not found" in first.action.errors[0], "the pass went on to Slurm"
+    assert run_pass(engine, sleep=slept.append).action.pending
+    assert slept == [act_delay("n42", 30)] * 2, "the same wait on every pass"
+    assert 0 <= slept[0] < 30
+    delays = {act_delay(f"node{i:05d}", 30) for i in range(1000)}
+    assert len(delays) > 400 and max(delays) < 30, "a fleet's waits are spread over the bound"
+
+
+def test_a_healthy_pass_a_dry_run_and_slurm_off_never_wait(tmp_path: Path) -> None:
+    slept: list[float] = []
+    run_pass(_splay_engine(tmp_path / "a", _healthy_check, "act_splay = 30\n"), sleep=slept.append)
+    run_pass(_splay_engine(tmp_path / "b", _critical, "act_splay = 30\n"), sleep=slept.append, dry_run=True)
+    run_pass(_splay_engine(tmp_path / "c", _critical, "act_splay = 30\nenabled = false\n"), sleep=slept.append)
+    assert slept == []
+
+
+@pytest.mark.parametrize("value", ["-1", "61"])
+def test_act_splay_is_bounded_to_a_minute(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"slurm\.act_splay"):
+        parse_config(f"[slurm]\nact_splay = {value}\n", "t.toml", {})
