@@ -419,7 +419,8 @@ esac
     )
     engine = Engine(
         parse_config(
-            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node2"\nact_splay = 0\n',
+            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node2"\n'
+            "act_splay = 0\n",
             "t.toml",
             {"fake": _Settings},
         ),
