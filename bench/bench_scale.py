@@ -38,7 +38,7 @@ from healthd.engine import Engine
 from healthd.model import Finding, Status
 from healthd.pipeline import run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.slurm import _GROUP_FIELDS, _NODE_FIELDS, sinfo_format
+from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, sinfo_format
 
 HERE = Path(__file__).resolve().parent
 _RPC = re.compile(r"^\s*(REQUEST_[A-Z0-9_]+)\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)")
@@ -67,12 +67,12 @@ def measure(env: dict[str, str], work: Callable[[], Any]) -> tuple[int, float, d
 
 
 def per_command(env: dict[str, str], repeat: int) -> None:
-    node_read = ["sinfo", "-h", "--all", "-N", "-n", "node1", "-O", sinfo_format(_NODE_FIELDS)]
+    node_read = ["sinfo", "-h", "--all", "-N", "-n", "node1", "-O", sinfo_format(NODE_FIELDS)]
     commands = {
         "scontrol -o show node NAME": ["scontrol", "-o", "show", "node", "node1"],
         "scontrol -o show node (all)": ["scontrol", "-o", "show", "node"],
         "sinfo -N -n NAME -O ... (healthd's node read)": node_read,
-        "sinfo -p P -O ... (healthd's breaker read)": ["sinfo", "-h", "-p", "batch", "-O", sinfo_format(_GROUP_FIELDS)],
+        "sinfo -p P -O ... (healthd's breaker read)": ["sinfo", "-h", "-p", "batch", "-O", sinfo_format(GROUP_FIELDS)],
         "sinfo -h -p P -o '%T %D'": ["sinfo", "-h", "-p", "batch", "-o", "%T %D"],
         "scontrol -o show partition P": ["scontrol", "-o", "show", "partition", "batch"],
         "squeue -h": ["squeue", "-h"],

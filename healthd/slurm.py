@@ -43,8 +43,8 @@ _AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|Reservat
 
 # sinfo -O fields ("|" after each, no padding); the free-text reason comes last, so a
 # "|" in it cannot shift the others. StateComplete (21.08+) is base state plus flags.
-_NODE_FIELDS = ("NodeList", "Partition", "StateComplete", "TimeStamp", "UserLong", "Reason")
-_GROUP_FIELDS = ("Partition", "Nodes", "StateComplete", "TimeStamp", "NodeList", "Reason")
+NODE_FIELDS = ("NodeList", "Partition", "StateComplete", "TimeStamp", "UserLong", "Reason")
+GROUP_FIELDS = ("Partition", "Nodes", "StateComplete", "TimeStamp", "NodeList", "Reason")
 
 
 def sinfo_format(fields: tuple[str, ...]) -> str:
@@ -183,11 +183,11 @@ def _partition(text: str) -> str:
 
 
 def parse_sinfo_node(text: str, name: str) -> Optional[NodeInfo]:
-    """``sinfo -h -N -n NAME -O <_NODE_FIELDS>``: one line per partition of the node; None if none.
+    """``sinfo -h -N -n NAME -O <NODE_FIELDS>``: one line per partition of the node; None if none.
 
     sinfo has no boot time and no next state: both stay unset (``show_node`` reads them).
     """
-    rows = [r for r in _sinfo_rows(text, _NODE_FIELDS) if r[0].strip() == name]
+    rows = [r for r in _sinfo_rows(text, NODE_FIELDS) if r[0].strip() == name]
     if not rows:
         return None
     _, _, state_text, stamp, user, reason = rows[0]
@@ -204,9 +204,9 @@ def parse_sinfo_node(text: str, name: str) -> Optional[NodeInfo]:
 
 
 def parse_sinfo_groups(text: str) -> list[NodeGroup]:
-    """``sinfo -h -p P -O <_GROUP_FIELDS>``: one ``NodeGroup`` per line."""
+    """``sinfo -h -p P -O <GROUP_FIELDS>``: one ``NodeGroup`` per line."""
     groups = []
-    for partition, count, state_text, stamp, nodelist, reason in _sinfo_rows(text, _GROUP_FIELDS):
+    for partition, count, state_text, stamp, nodelist, reason in _sinfo_rows(text, GROUP_FIELDS):
         if not count.strip().isdigit():
             raise SlurmError(f"sinfo: node count {count!r} is not a number")
         state, flags = parse_state(state_text)
@@ -368,7 +368,7 @@ class SlurmClient:
         ``--all`` counts hidden partitions too. A node in no partition is not listed
         by sinfo: ``show_node`` then answers (and says whether slurmctld knows it).
         """
-        text = self._run("-h", "--all", "-N", "-n", name, "-O", sinfo_format(_NODE_FIELDS), program="sinfo")
+        text = self._run("-h", "--all", "-N", "-n", name, "-O", sinfo_format(NODE_FIELDS), program="sinfo")
         node = parse_sinfo_node(text, name)
         return node if node is not None else self.show_node(name)
 
@@ -376,7 +376,7 @@ class SlurmClient:
         """The nodes of ``names`` grouped by partition, state and reason (``sinfo -p``): the circuit breaker's read."""
         if not names:
             return []
-        fields = sinfo_format(_GROUP_FIELDS)
+        fields = sinfo_format(GROUP_FIELDS)
         return parse_sinfo_groups(self._run("-h", "-p", ",".join(names), "-O", fields, program="sinfo"))
 
     def show_node(self, name: str) -> NodeInfo:
