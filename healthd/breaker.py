@@ -8,24 +8,25 @@ before a take-out (``over_limit``) and by ``healthd.execute`` after the drain
 from __future__ import annotations
 
 import math
-import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from healthd.config import PolicySettings
-from healthd.nodestate import NodeInfo, PartitionView
+from healthd.hostlist import expand
+from healthd.nodestate import NodeGroup, PartitionView
 from healthd.reasons import owned
+from healthd.spread import jitter
 
-# Re-reading the whole node table while the circuit breaker holds: 30 s doubling up
-# to 10 min, stretched by a stable per-node factor of 0.75-1.25 so the nodes of a
-# mass failure do not all ask slurmctld at the same moment.
+# Reading the partitions again while the circuit breaker holds: 30 s doubling up to
+# 10 min, stretched by a stable per-node factor of 0.75-1.25 (healthd.spread) so the
+# nodes of a mass failure do not all ask slurmctld at the same moment.
 BREAKER_BASE = 30.0
 BREAKER_MAX = 600.0
 
 
 @dataclass(frozen=True)
 class BreakerHold:
-    """The circuit breaker held this node back; the node table is read again at ``next_check``."""
+    """The circuit breaker held this node back; its partitions are read again at ``next_check``."""
 
     why: str
     since: float
@@ -45,20 +46,28 @@ class BreakerHold:
         )
 
 
-def partition_views(nodes: Iterable[NodeInfo], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
-    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason."""
+def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
+    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason.
+
+    ``groups`` are sinfo's lines for those partitions (``SlurmClient.partitions``);
+    only the groups out with a healthd reason have their host lists expanded.
+    """
     sizes: dict[str, int] = {}
     outs: dict[str, list[tuple[bool, float, str]]] = {}
-    for node in nodes:
-        for partition in node.partitions:
-            if partition not in partitions:
-                continue
-            sizes[partition] = sizes.get(partition, 0) + 1
-            if node.out and owned(node.reason, prefix):
-                # A reason with no readable time sorts last: it never takes a place from a stamped one.
-                when = node.reason_time if node.reason_time is not None else float("inf")
-                outs.setdefault(partition, []).append((not node.down, when, node.name))
+    for group in groups:
+        if group.partition not in partitions:
+            continue
+        sizes[group.partition] = sizes.get(group.partition, 0) + group.count
+        if group.out and owned(group.reason, prefix):
+            # A reason with no readable time sorts last: it never takes a place from a stamped one.
+            when = group.reason_time if group.reason_time is not None else float("inf")
+            outs.setdefault(group.partition, []).extend((not group.down, when, n) for n in expand(group.nodelist))
     return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}
+
+
+def out_by_healthd(node: str, views: Mapping[str, PartitionView]) -> bool:
+    """Whether ``node`` is out with a healthd reason in these views (it is in at least one's ``out``)."""
+    return any(node == name for view in views.values() for *_, name in view.out)
 
 
 def allowed_out(size: int, fraction: float) -> int:
@@ -119,13 +128,8 @@ def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: Pol
     return ""
 
 
-def _jitter(node: str) -> float:
-    """A stable factor in [0.75, 1.25) for ``node`` (CRC-32 of its name)."""
-    return 0.75 + (zlib.crc32(node.encode("utf-8")) % 1000) / 2000
-
-
 def next_hold(previous: Optional[BreakerHold], why: str, now: float, node: str) -> BreakerHold:
-    """The hold after the breaker held ``node`` back (again): when to read the node table next."""
+    """The hold after the breaker held ``node`` back (again): when to read its partitions next."""
     attempts = (previous.attempts if previous else 0) + 1
-    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * _jitter(node)
+    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * jitter(node)
     return BreakerHold(why, previous.since if previous else now, attempts, now + delay)

@@ -77,6 +77,10 @@ class SlurmSettings(_Model):
         default=3600.0, ge=0, description="seconds between node-state reads on passes that need none (0: every pass)"
     )
     lock_timeout: float = Field(default=3.0, gt=0, le=60)
+    # The most a pass with a fault waits, a stable per-node delay, before its first
+    # Slurm call (docs/scale.md, "Spread"). At most 60 s: the bound on how long a
+    # CRITICAL take-out is put off; the default keeps a hook run inside slurmd's 60 s kill.
+    act_splay: float = Field(default=10.0, ge=0, le=60)
 
     @field_validator("bin_dir", "conf")
     @classmethod

@@ -90,10 +90,11 @@ def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS) -> float:
     """How long a pass may take before the loop calls it hung.
 
     The checks' deadline (``[runner].pass_timeout``), the wait for the state
-    directory's lock (``[slurm].lock_timeout``), and all scontrol calls of the pass
-    together (``[slurm].budget``, when Slurm is enabled), plus ``grace``.
+    directory's lock (``[slurm].lock_timeout``), and, when Slurm is enabled, the
+    wait before acting on a fault (``[slurm].act_splay``) and all Slurm calls of the
+    pass together (``[slurm].budget``), plus ``grace``.
     """
-    slurm = config.slurm.budget if config.slurm.enabled else 0.0
+    slurm = config.slurm.budget + config.slurm.act_splay if config.slurm.enabled else 0.0
     return config.runner.pass_timeout + config.slurm.lock_timeout + slurm + grace
 
 

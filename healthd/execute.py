@@ -12,28 +12,46 @@ import time
 from dataclasses import replace
 from typing import Callable
 
-from healthd.breaker import breaker_confirm, partition_views
+from healthd.breaker import breaker_confirm, group_views, out_by_healthd
 from healthd.config import Config
-from healthd.nodestate import NodeInfo
+from healthd.hostlist import HostlistError
+from healthd.nodestate import NodeInfo, PartitionView
 from healthd.plan import Executed, Observed, Plan, Read, Step
 from healthd.policy import GpuReset
-from healthd.reasons import owned
 from healthd.slurm import SlurmClient, SlurmError
 
 
-def observe(client: SlurmClient, read: Read, node: str, observed: Observed, prefix: str) -> Observed:
-    """Make ``read`` for ``node`` and add its answer (or its error) to ``observed``."""
+def observe(
+    client: SlurmClient, read: Read, node: str, observed: Observed, prefix: str, *, boot_time: bool = False
+) -> Observed:
+    """Make ``read`` for ``node`` and add its answer (or its error) to ``observed``.
+
+    The node is read alone (``SlurmClient.node``), or with its boot time when
+    ``boot_time`` asks for it (``show_node``: the whole table, see docs/scale.md);
+    the breaker's read covers only the node's partitions.
+    """
     asked = observed.asked | {read}
     try:
         if read is Read.NODE:
-            return replace(observed, asked=asked, node=client.show_node(node))
+            return replace(observed, asked=asked, node=client.show_node(node) if boot_time else client.node(node))
         partitions = observed.node.partitions if observed.node else ()
-        return replace(observed, asked=asked, views=partition_views(client.show_all(), partitions, prefix))
+        return replace(observed, asked=asked, views=read_views(client, partitions, prefix))
     except SlurmError as exc:
         return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
 
 
-def _confirm(client: SlurmClient, name: str, config: Config, sleep: Callable[[float], None]) -> str:
+def read_views(client: SlurmClient, partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:
+    """The circuit breaker's view of ``partitions``: one sinfo over them, never the whole node table."""
+    groups = client.partitions(partitions)
+    try:
+        return group_views(groups, partitions, prefix)
+    except HostlistError as exc:
+        raise SlurmError(f"sinfo: {exc}") from None
+
+
+def _confirm(
+    client: SlurmClient, name: str, partitions: tuple[str, ...], config: Config, sleep: Callable[[float], None]
+) -> str:
     """The circuit breaker's read-after-write: after the settle time, may this drained node stay out?
 
     Returns "" when it keeps its place (``breaker.breaker_confirm``); otherwise it has
@@ -43,17 +61,15 @@ def _confirm(client: SlurmClient, name: str, config: Config, sleep: Callable[[fl
     unconfirmed) or when the node no longer carries a healthd reason (someone
     else's now: left alone).
     """
-    prefix = config.slurm.reason_prefix
     sleep(config.policy.breaker_settle)
     try:
-        nodes = client.show_all()
+        views = read_views(client, partitions, config.slurm.reason_prefix)
     except SlurmError as exc:
         client.resume(name)
         return f"could not confirm the drain against the circuit breaker ({exc}); put back"
-    me = next((n for n in nodes if n.name == name), None)
-    if me is None or not (me.out and owned(me.reason, prefix)):
+    if not out_by_healthd(name, views):
         raise SlurmError(f"node {name} no longer carries a healthd reason after the drain: left alone")
-    why = breaker_confirm(name, partition_views(nodes, me.partitions, prefix), config.policy)
+    why = breaker_confirm(name, views, config.policy)
     if why:
         client.resume(name)
     return why
@@ -62,17 +78,18 @@ def _confirm(client: SlurmClient, name: str, config: Config, sleep: Callable[[fl
 def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[float], None] = time.sleep) -> Executed:
     """Send the plan's steps; a failed write ends the sequence (the rest would act on a guess)."""
     done: list[Step] = []
-    if plan.node is None:
+    node = plan.node
+    if node is None:
         return Executed()
     if plan.reset is not None:
-        return _reset(plan.reset, plan.node, config)
-    name, reason = plan.node.name, plan.decision.reason
+        return _reset(plan.reset, node, config)
+    name, reason = node.name, plan.decision.reason
     try:
         for step in plan.steps:
             if step is Step.DRAIN:
                 client.drain(name, reason)
             elif step is Step.CONFIRM:
-                lost = _confirm(client, name, config, sleep)
+                lost = _confirm(client, name, node.partitions, config, sleep)
                 if lost:
                     return Executed(tuple(done), lost=lost)
             elif step is Step.DOWN:

@@ -119,3 +119,30 @@ class PartitionView:
     name: str
     size: int
     out: tuple[tuple[bool, float, str], ...]
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Nodes of one partition that share a state, a reason and its time, as one line of sinfo.
+
+    What the circuit breaker reads instead of the node table: a partition's size is
+    the sum of its groups' ``count``, and only the groups out with a healthd reason
+    have their ``nodelist`` (a Slurm host list) expanded.
+    """
+
+    partition: str
+    count: int
+    state: str
+    flags: frozenset[str]
+    reason: str
+    reason_time: Optional[float]
+    nodelist: str
+
+    @property
+    def down(self) -> bool:
+        return self.state == "DOWN"
+
+    @property
+    def out(self) -> bool:
+        """As ``NodeInfo.out``: DRAIN, FAIL or DOWN."""
+        return bool(self.flags & OUT_FLAGS) or self.down

@@ -8,8 +8,8 @@ and the daemon call each pass:
    answers into one decision and its writes, asking for each Slurm read it needs;
 3. ``execute`` (healthd.execute, the only Slurm caller) makes those reads and
    sends those writes; a dry run ``rehearse``s instead;
-4. ``settle`` saves the policy state, the acknowledgements, the adapter's cache
-   and the ``last-pass`` document, and returns the outcome for the sinks.
+4. ``settle`` saves the policy state, the acknowledgements and the ``last-pass``
+   document, and returns the outcome for the sinks.
 
 It never prints; everything it did or could not do is in the returned
 ``PassOutcome`` and in log records. Slurm trouble (scontrol missing, slurmctld
@@ -34,6 +34,7 @@ from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm import SlurmClient
+from healthd.spread import act_delay
 from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
 from healthd.text import one_line
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
 POLICY_STATE = "policy"
-# The Slurm adapter's own memory: which `scontrol show node` output format works here.
-SLURM_STATE = "slurm"
 
 
 @dataclass(frozen=True)
@@ -134,8 +133,13 @@ def run_pass(
     client: Optional[SlurmClient] = None,
     clock: Callable[[], float] = time.time,
     only: Optional[list[str]] = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> PassOutcome:
     """Run one pass and carry its decision out; see the module docstring.
+
+    A pass whose checks found a fault first waits its node's ``[slurm].act_splay``
+    delay (``healthd.spread.act_delay``; ``sleep`` is injectable for tests), outside
+    the state lock, so a fleet-wide fault reaches slurmctld spread over that time.
 
     The policy and acks state is read, acted on and written back under the state
     directory lock (``healthd.statelock``); a pass that cannot get the lock within
@@ -154,6 +158,8 @@ def run_pass(
 
         return failed_pass(engine, PassResult(node_name(config), clock(), 0.0, ()), exc, log, dry=dry, enabled=enabled)
     errors: list[str] = []
+    if enabled and not dry and _may_act(raw):
+        sleep(act_delay(raw.node, config.slurm.act_splay))
     lock = StateLock(config.paths.state_dir, config.slurm.lock_timeout)
     try:
         lock.acquire()
@@ -167,13 +173,20 @@ def run_pass(
         # and checking (and acting on a fault) must go on; the problem is reported.
         errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
     try:
-        return _locked_pass(engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None)
+        return _locked_pass(
+            engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None, sleep=sleep
+        )
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
     except Exception as exc:  # see the docstring
         return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled)
     finally:
         lock.release()
+
+
+def _may_act(raw: PassResult) -> bool:
+    """Whether the checks found a fault (CRITICAL or WARNING) that may take the node out: a healthy pass never waits."""
+    return any(f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK for f in raw.findings)
 
 
 # The code of the finding that stands for a pass that raised.
@@ -201,14 +214,6 @@ def failed_pass(
     return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None)
 
 
-def _load_slurm_cache(engine: Engine) -> Optional[str]:
-    try:
-        value = engine.state.file(SLURM_STATE).load().get("output_format")
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
 def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
     return plan(
         situation,
@@ -229,7 +234,9 @@ def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
         made = _plan_once(situation, config)
         if isinstance(made, Plan):
             return made
-        observed = observe(slurm, made, situation.result.node, situation.observed, prefix)
+        # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
+        boot_time = situation.state.reboot is not None and not situation.boot_id
+        observed = observe(slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time)
         situation = replace(situation, observed=observed)
     made = _plan_once(situation, config)
     if not isinstance(made, Plan):
@@ -247,14 +254,14 @@ def _locked_pass(
     client: Optional[SlurmClient],
     clock: Callable[[], float],
     partial: bool,
+    sleep: Callable[[float], None],
 ) -> PassOutcome:
     config = engine.config
     enabled = config.slurm.enabled
     now = clock()
     state = _load_policy_state(engine, errors)
     store = AckStore(engine.state.file(ACKS_STATE))
-    cache = _load_slurm_cache(engine)
-    slurm = client or SlurmClient(config.slurm, output_format=cache)
+    slurm = client or SlurmClient(config.slurm)
     slurm.start_budget()
     # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
     history = History.open(config.paths.state_dir)
@@ -275,7 +282,7 @@ def _locked_pass(
                 # the next pass still knows what it was doing and retries it (and confirms the drain).
                 with contextlib.suppress(StateError):
                     engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
-            executed = execute(the_plan, slurm, config) if the_plan.steps else Executed()
+            executed = execute(the_plan, slurm, config, sleep) if the_plan.steps else Executed()
         done = conclude(the_plan, executed, state, now)
         _log_outcome(log, raw.node, the_plan, executed, done)
         done = _record_history(history, the_plan, executed, done, now, boot_id, dry=dry)
@@ -285,7 +292,7 @@ def _locked_pass(
             _tell_repair(history, config, done, now, log)
     finally:
         history.close()
-    return _settle(engine, the_plan, executed, done, store, errors, slurm, cache, dry=dry)
+    return _settle(engine, the_plan, executed, done, store, errors, dry=dry)
 
 
 def _repeats(history: History, raw: PassResult, window_days: float, now: float) -> dict[str, tuple[str, int]]:
@@ -410,8 +417,6 @@ def _settle(
     done: Conclusion,
     store: AckStore,
     errors: list[str],
-    slurm: SlurmClient,
-    cache: Optional[str],
     *,
     dry: bool,
 ) -> PassOutcome:
@@ -424,8 +429,6 @@ def _settle(
         engine.state.file(POLICY_STATE).save(done.state.to_dict())
         if not dry:
             store.save(the_plan.acks)
-        if slurm.output_format and slurm.output_format != cache:
-            engine.state.file(SLURM_STATE).save({"output_format": slurm.output_format})
     except StateError as exc:
         errors.append(str(exc))
     errors.extend(store.problems)

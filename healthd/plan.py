@@ -46,7 +46,7 @@ class Read(enum.Enum):
     """A Slurm read the plan needs before it can decide."""
 
     NODE = "node"  # the node's own state
-    PARTITIONS = "partitions"  # the node table, for the circuit breaker
+    PARTITIONS = "partitions"  # the node's partitions, for the circuit breaker
 
 
 class Step(enum.Enum):

@@ -672,7 +672,7 @@ def waiting(next_time: float, now: float, longest: float) -> bool:
 
 
 def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyState:
-    """State after the circuit breaker held the node back: when to read the node table again."""
+    """State after the circuit breaker held the node back: when to read its partitions again."""
     return replace(state, held=next_hold(state.held, why, now, node), pending=None)
 
 

@@ -122,27 +122,30 @@ _ACTIONS = {
 def slurm_problem(error: str) -> Optional[str]:
     """One short phrase for an error from the Slurm adapter, or None when ``error`` is about something else.
 
-    scontrol reports a missing or broken slurm.conf (or an unreachable slurmctld) as
-    several ``scontrol: error: ...`` lines ending in one ``scontrol: fatal: ...``;
+    scontrol and sinfo report a missing or broken slurm.conf (or an unreachable
+    slurmctld) as several ``PROGRAM: error: ...`` lines ending in one ``PROGRAM: fatal: ...``;
     the adapter joins them into one line. The fatal part says what stopped it, the
     rest stays in ``--json`` (``action.errors``).
     """
     end = error.find("`", 1)
-    if error.startswith("`scontrol") and end > 0:
+    program = error[1:end].split(" ")[0] if error.startswith("`") and end > 0 else ""
+    if program in ("scontrol", "sinfo"):
         command, rest = error[1:end], error[end + 1 :].strip()
         if not rest.startswith("failed:"):  # timed out, or not run because the budget was spent
-            return f"Slurm not reachable ({one_line('scontrol ' + rest, 160)})"
+            return f"Slurm not reachable ({one_line(program + ' ' + rest, 160)})"
         message = rest[len("failed:") :].strip()
-        parts = [part.strip() for part in message.split("scontrol: ") if part.strip()]
+        parts = [part.strip() for part in message.split(f"{program}: ") if part.strip()]
         fatal = [part[len("fatal:") :] for part in parts if part.startswith("fatal:")]
         errors = [part[len("error:") :] for part in parts if part.startswith("error:")]
         cause = one_line(fatal[-1] if fatal else errors[0] if errors else message, 160)
         if command.startswith("scontrol update"):
             return f"Slurm refused the change (scontrol: {cause})"
-        return f"Slurm not reachable (scontrol: {cause})"
-    if error.startswith(("scontrol not found", "cannot run ")) and "scontrol" in error:
+        return f"Slurm not reachable ({program}: {cause})"
+    if error.startswith(("scontrol not found", "sinfo not found", "cannot run ")) and (
+        "scontrol" in error or "sinfo" in error
+    ):
         return f"Slurm not reachable ({one_line(error, 160)})"
-    if "scontrol" in error or error.startswith("slurmctld "):
+    if "scontrol" in error or "sinfo" in error or error.startswith("slurmctld "):
         return f"Slurm read failed ({one_line(error, 160)})"
     return None
 

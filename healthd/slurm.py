@@ -1,7 +1,10 @@
-"""The Slurm adapter: the only code in healthd that runs scontrol.
+"""The Slurm adapter: the only code in healthd that runs scontrol and sinfo.
 
-Pure parsers turn ``scontrol -o show node`` (every version; one line per node) and
-``scontrol --json show node`` (23.02 and later) into ``NodeInfo``. ``SlurmClient``
+Pure parsers turn ``sinfo -O`` lines (every version from 21.08) into ``NodeInfo``
+and ``NodeGroup``, and ``scontrol -o show node`` (every version; one line per node)
+and ``scontrol --json show node`` (23.02 and later) into ``NodeInfo``. A pass reads
+its node with sinfo: scontrol loads the whole node table even for one node (see
+docs/scale.md, "Reads"). ``SlurmClient``
 runs the commands with an argument list (never a shell), an absolute path (the
 HealthCheckProgram has no PATH), ``SLURM_CONF`` from the config and a timeout on
 every call. It knows nothing of healthd's policy: which reason to write and whose
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from healthd.config import SlurmSettings
-from healthd.nodestate import NodeInfo
+from healthd.nodestate import NodeGroup, NodeInfo
 
 # Where packages and site builds put the client commands; HealthCheckProgram runs
 # with no PATH at all (slurmd passes only SLURMD_NODENAME), so we look ourselves.
@@ -36,6 +39,17 @@ _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:]*)=")
 _REASON_STAMP = re.compile(r"\s\[(?P<user>[^@\]\s]*)@(?P<time>[^\]\s]+)\]")
 # Fields scontrol (22.05 node_info.c) prints after Reason=; used only when a reason has no stamp.
 _AFTER_REASON = re.compile(r"\s(?:Comment|Extra|InstanceId|InstanceType|ReservationName)=")
+
+
+# sinfo -O fields ("|" after each, no padding); the free-text reason comes last, so a
+# "|" in it cannot shift the others. StateComplete (21.08+) is base state plus flags.
+NODE_FIELDS = ("NodeList", "Partition", "StateComplete", "TimeStamp", "UserLong", "Reason")
+GROUP_FIELDS = ("Partition", "Nodes", "StateComplete", "TimeStamp", "NodeList", "Reason")
+
+
+def sinfo_format(fields: tuple[str, ...]) -> str:
+    """``-O`` argument: ``Field:0|`` for each field but the last, whose text runs to the end of the line."""
+    return ",".join([f"{f}:0|" for f in fields[:-1]] + [f"{fields[-1]}:0"])
 
 
 class SlurmError(Exception):
@@ -146,6 +160,70 @@ def _epoch(value: Any) -> Optional[float]:
     return None
 
 
+def _sinfo_rows(text: str, fields: tuple[str, ...]) -> list[list[str]]:
+    rows = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        row = line.split("|", len(fields) - 1)
+        if len(row) != len(fields):
+            raise SlurmError(f"not a `sinfo -O {','.join(fields)}` line: {line[:80]!r}")
+        rows.append(row)
+    return rows
+
+
+def _sinfo_reason(text: str) -> str:
+    """sinfo prints ``none`` for a node without a reason."""
+    reason = text.strip()
+    return "" if reason == "none" else reason
+
+
+def _partition(text: str) -> str:
+    return text.strip().rstrip("*")  # sinfo marks the default partition with "*"
+
+
+def parse_sinfo_node(text: str, name: str) -> Optional[NodeInfo]:
+    """``sinfo -h -N -n NAME -O <NODE_FIELDS>``: one line per partition of the node; None if none.
+
+    sinfo has no boot time and no next state: both stay unset (``show_node`` reads them).
+    """
+    rows = [r for r in _sinfo_rows(text, NODE_FIELDS) if r[0].strip() == name]
+    if not rows:
+        return None
+    _, _, state_text, stamp, user, reason = rows[0]
+    state, flags = parse_state(state_text)
+    return NodeInfo(
+        name=name,
+        state=state,
+        flags=flags,
+        reason=_sinfo_reason(reason),
+        reason_user=user.split("(")[0] if user.strip() != "Unknown" else "",
+        partitions=tuple(dict.fromkeys(_partition(r[1]) for r in rows if _partition(r[1]))),
+        reason_time=_stamp_time(stamp.strip()),
+    )
+
+
+def parse_sinfo_groups(text: str) -> list[NodeGroup]:
+    """``sinfo -h -p P -O <GROUP_FIELDS>``: one ``NodeGroup`` per line."""
+    groups = []
+    for partition, count, state_text, stamp, nodelist, reason in _sinfo_rows(text, GROUP_FIELDS):
+        if not count.strip().isdigit():
+            raise SlurmError(f"sinfo: node count {count!r} is not a number")
+        state, flags = parse_state(state_text)
+        groups.append(
+            NodeGroup(
+                partition=_partition(partition),
+                count=int(count),
+                state=state,
+                flags=flags,
+                reason=_sinfo_reason(reason),
+                reason_time=_stamp_time(stamp.strip()),
+                nodelist=nodelist.strip(),
+            )
+        )
+    return groups
+
+
 def parse_show_node_json(text: str) -> list[NodeInfo]:
     """``scontrol --json show node`` (data_parser v0.0.39 of 23.02 and later).
 
@@ -245,16 +323,17 @@ class SlurmClient:
             )
         return min(self.settings.timeout, remaining)
 
-    def _run(self, *args: str) -> str:
-        binary = find_binary("scontrol", self.settings.bin_dir)
-        command = f"scontrol {' '.join(args)}"
+    def _run(self, *args: str, program: str = "scontrol") -> str:
+        """Run ``program`` (scontrol or sinfo); ``calls`` records scontrol's arguments, sinfo's with "sinfo" first."""
+        binary = find_binary(program, self.settings.bin_dir)
+        command = f"{program} {' '.join(args)}"
         conf = self.settings.conf
         if conf is not None and not conf.is_file():
             # scontrol would retry a missing slurm.conf for about a minute before giving up.
             raise SlurmError(f"`{command}` not run: {conf} does not exist ([slurm].conf)")
         timeout = self._timeout(command)
         argv = [str(binary), *args]
-        self.calls.append(tuple(args))
+        self.calls.append(tuple(args) if program == "scontrol" else (program, *args))
         try:
             proc = subprocess.run(
                 argv,
@@ -283,18 +362,33 @@ class SlurmClient:
             self.output_format = "json" if version >= (23, 2) else "text"
         return self.output_format == "json"
 
+    def node(self, name: str) -> NodeInfo:
+        """One node, without its boot time: ``sinfo -N -n NAME`` (a single-node request to slurmctld).
+
+        ``--all`` counts hidden partitions too. A node in no partition is not listed
+        by sinfo: ``show_node`` then answers (and says whether slurmctld knows it).
+        """
+        text = self._run("-h", "--all", "-N", "-n", name, "-O", sinfo_format(NODE_FIELDS), program="sinfo")
+        node = parse_sinfo_node(text, name)
+        return node if node is not None else self.show_node(name)
+
+    def partitions(self, names: tuple[str, ...]) -> list[NodeGroup]:
+        """The nodes of ``names`` grouped by partition, state and reason (``sinfo -p``): the circuit breaker's read."""
+        if not names:
+            return []
+        fields = sinfo_format(GROUP_FIELDS)
+        return parse_sinfo_groups(self._run("-h", "-p", ",".join(names), "-O", fields, program="sinfo"))
+
     def show_node(self, name: str) -> NodeInfo:
+        """One node with its boot time and next state (``scontrol show node``: slurmctld packs the whole table)."""
         nodes = self._show(name)
         for node in nodes:
             if node.name == name:
                 return node
         raise SlurmError(f"slurmctld does not know node {name!r}")
 
-    def show_all(self) -> list[NodeInfo]:
-        return self._show(None)
-
-    def _show(self, name: Optional[str]) -> list[NodeInfo]:
-        target = [name] if name else []
+    def _show(self, name: str) -> list[NodeInfo]:
+        target = [name]
         if self.uses_json():
             try:
                 return parse_show_node_json(self._run("--json", "show", "node", *target))

@@ -109,8 +109,8 @@ def test_dry_run_with_a_broken_slurm_conf_says_so_in_one_line(
     assert code == 2, err
     lines = out.splitlines()
     assert lines[-2].startswith("n1: CRITICAL (")
-    assert lines[-1] == f"Slurm not reachable (scontrol: Unable to process configuration file); dry run: {WOULD}"
-    assert "scontrol: error" not in out and "action error" not in out
+    assert lines[-1] == f"Slurm not reachable (sinfo: Unable to process configuration file); dry run: {WOULD}"
+    assert "sinfo: error" not in out and "action error" not in out
     # The whole message stays in the JSON document; a dry run leaves nothing pending.
     code, doc = cli_json("check", "--once", "--only", "mounts", "--dry-run", "--json", "--config", str(path))
     assert code == 2 and doc["action"]["dry_run"] is True and doc["action"]["pending"] is False
@@ -127,7 +127,7 @@ def test_a_real_run_with_slurm_unreachable_shows_the_pending_take_out(
     assert code == 2
     pending = f"action: PENDING: {re.escape(WOULD[len('would ') :])}: "
     retry = r"; next try in ([0-9]|10)s"  # the first retry waits 10 s (docs/slurm.md)
-    cause = re.escape("Slurm not reachable (scontrol: Unable to process configuration file)")
+    cause = re.escape("Slurm not reachable (sinfo: Unable to process configuration file)")
     assert re.fullmatch(pending + cause + retry, out.splitlines()[-1]), out
     # The next pass is inside the backoff: it does not call scontrol and says it is waiting.
     _, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
@@ -182,7 +182,7 @@ def test_dry_run_without_scontrol_installed(
     path = write_config(f'[slurm]\nbin_dir = "{empty}"\nnode_name = "n1"\n{MISSING}')
     _code, out, _ = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
     assert out.splitlines()[-1] == (
-        f"Slurm not reachable (scontrol not found in {empty} (set [slurm].bin_dir)); dry run: {WOULD}"
+        f"Slurm not reachable (sinfo not found in {empty} (set [slurm].bin_dir)); dry run: {WOULD}"
     )
 
 

@@ -64,7 +64,7 @@ def test_scontrol_missing_keeps_the_action_pending(
     def heal() -> None:
         node.slurm_extra = ""
 
-    _fails_then_applies(node, cluster, f"scontrol not found in {empty}", heal)
+    _fails_then_applies(node, cluster, f"sinfo not found in {empty}", heal)
 
 
 def test_scontrol_failing_keeps_the_action_pending(

@@ -111,6 +111,10 @@ class Cluster:
 
     root: Path
     healthd_bin: Path
+    # Nodes defined in slurm.conf (and the partition) that never register: they grow
+    # slurmctld's node table to a large cluster's size for the scale benchmark
+    # (bench/bench_scale.py) and cost nothing else.
+    extra_nodes: int = 0
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     munged: Optional[subprocess.Popen[bytes]] = None
 
@@ -212,6 +216,10 @@ class Cluster:
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=100 State=UNKNOWN"
             for name, port in zip(NODES, node_ports)
         )
+        if self.extra_nodes:
+            # Port 29999 on loopback: slurmctld's pings to them fail at once.
+            last = f"{self.extra_nodes:05d}"
+            nodes += f"\nNodeName=n[00001-{last}] NodeAddr=127.0.0.1 Port=29999 CPUs=1 RealMemory=100 State=UNKNOWN"
         self.conf.write_text(
             f"""ClusterName=healthdtest
 SlurmctldHost=localhost

@@ -102,7 +102,8 @@ class Harness:
         fault = f'[checks.fault]\nfile = "{self.fault_file}"\n' if any(s.name == "fault" for s in self.specs) else ""
         return (
             f'[paths]\nstate_dir = "{self.state_dir}"\n{self.paths}\n'
-            f'[slurm]\nenabled = {enabled}\n{conf}node_name = "{self.node}"\ntimeout = 3\n{self.slurm_extra}\n'
+            f'[slurm]\nenabled = {enabled}\n{conf}node_name = "{self.node}"\ntimeout = 3\n'
+            f"act_splay = 0\n{self.slurm_extra}\n"
             "[policy]\nmax_out_fraction = 1.0\n"
             "[runner]\npass_timeout = 5\n"
             "[daemon]\ninterval = 1\nsplay = false\n"

@@ -115,7 +115,7 @@ def test_dry_run_reports_the_pass_and_changes_nothing(
     _default_config(tmp_path, monkeypatch, MISSING, slurm=f'conf = "{controllerless_slurm_conf}"')
     assert hook_main(["--dry-run"]) == 2
     assert capsys.readouterr().out == (
-        "healthd: CRITICAL on node-test: mounts/MOUNT_MISSING /no/such/mount; Slurm not reachable (scontrol: Unable "
+        "healthd: CRITICAL on node-test: mounts/MOUNT_MISSING /no/such/mount; Slurm not reachable (sinfo: Unable "
         "to process configuration file); dry run: would take the node out now (CRITICAL from mounts; reason "
         "'healthd: MOUNT_MISSING /no/such/mount')\n"
     )

@@ -196,7 +196,7 @@ def test_status_shows_a_dry_run_with_slurm_unreachable(
     config = _real_config(tmp_path, f'conf = "{controllerless_slurm_conf}"')
     code, lines = _status(config, capsys, "--dry-run")
     assert code == 2
-    assert lines[-1] == f"Slurm not reachable (scontrol: Unable to process configuration file); dry run: would {WOULD}"
+    assert lines[-1] == f"Slurm not reachable (sinfo: Unable to process configuration file); dry run: would {WOULD}"
 
 
 def test_status_shows_a_pending_take_out_and_its_next_retry(
@@ -205,7 +205,7 @@ def test_status_shows_a_pending_take_out_and_its_next_retry(
     config = _real_config(tmp_path, f'conf = "{controllerless_slurm_conf}"')
     code, lines = _status(config, capsys)
     assert code == 2
-    cause = "Slurm not reachable (scontrol: Unable to process configuration file)"
+    cause = "Slurm not reachable (sinfo: Unable to process configuration file)"
     assert re.fullmatch(re.escape(f"action: PENDING: {WOULD}: {cause}; next try in ") + r"([0-9]|10)s", lines[-1])
 
 

@@ -63,6 +63,8 @@ state_dir = "{self.state_dir}"
 conf = "{self.conf}"
 {name}
 timeout = 8
+# The race tests need simultaneous passes; the spread is tested in test_slurm_parse.py.
+act_splay = 0
 {self.slurm}
 [policy]
 {self.policy}

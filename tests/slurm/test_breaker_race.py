@@ -107,13 +107,13 @@ def test_the_limit_holds_when_every_node_fails_at_once(cluster: Any, healthd_on:
 
 
 class _ConfirmFails(SlurmClient):
-    """The confirming read (the second whole-table read of the pass) fails, as under an overloaded slurmctld."""
+    """The confirming read (the second partition read of the pass) fails, as under an overloaded slurmctld."""
 
-    def show_all(self) -> list[Any]:
+    def partitions(self, names: tuple[str, ...]) -> list[Any]:
         self.tables = getattr(self, "tables", 0) + 1
         if self.tables == 2:
-            raise SlurmError("`scontrol -o show node` timed out after 8s")
-        return super().show_all()
+            raise SlurmError("`sinfo -p batch` timed out after 8s")
+        return super().partitions(names)
 
 
 def test_a_drain_that_cannot_be_confirmed_is_undone(cluster: Any, healthd_on: Any) -> None:

@@ -9,9 +9,16 @@ from typing import Any
 
 import pytest
 
+from healthd.slurm import NODE_FIELDS, sinfo_format
+
 pytestmark = pytest.mark.slurm
 
 MOUNT = ("CRITICAL", "MOUNT_MISSING", "/scratch")
+
+
+def _node_read(node: str) -> tuple[str, ...]:
+    """The one call a pass makes to read its node: sinfo for that node alone (docs/scale.md)."""
+    return ("sinfo", "-h", "--all", "-N", "-n", node, "-O", sinfo_format(NODE_FIELDS))
 
 
 def _slurmd_start(cluster: Any, node: str) -> str:
@@ -49,7 +56,7 @@ def test_critical_requeues_job_and_keeps_node_out_after_slurmd_restart(cluster: 
     client = hd.client()
     again = hd.cycle(client=client)
     assert again.action.decision.action.value == "none"
-    assert client.calls == [("-o", "show", "node", "node1")], "an unchanged pass must send no write RPC"
+    assert client.calls == [_node_read("node1")], "an unchanged pass must send no write RPC"
 
 
 def test_warning_drains_after_jobs_then_healthy_resumes(cluster: Any, healthd_on: Any) -> None:
@@ -96,7 +103,7 @@ def test_admin_drained_node_is_left_alone(cluster: Any, healthd_on: Any) -> None
     client = hd.client()
     clean = hd.cycle(client=client)
     assert clean.action.decision.action.value == "none"
-    assert client.calls == [("-o", "show", "node", "node3")], "the node was read, and only read"
+    assert client.calls == [_node_read("node3")], "the node was read, and only read"
     assert clean.action.node_state == "ALLOCATED+DRAIN"
     assert cluster.state("node3") == "draining" and cluster.job_state(job) == "RUNNING"
     cluster.run("scancel", job)
@@ -200,7 +207,7 @@ def test_circuit_breaker_holds_the_second_node(cluster: Any, healthd_on: Any) ->
     again = second.cycle(client=client)
     assert again.action.decision.action.value == "hold"
     assert [f.code for f in again.result.findings if f.code == "DRAIN_HELD"] == ["DRAIN_HELD"]
-    assert client.calls == [("-o", "show", "node", "node2")]
+    assert client.calls == [_node_read("node2")]
     assert cluster.job_state(job) == "RUNNING"
 
 

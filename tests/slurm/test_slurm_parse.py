@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
@@ -13,11 +12,11 @@ from typing import Any
 import pytest
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
-from healthd.breaker import partition_views
+from healthd.breaker import group_views, out_by_healthd
 from healthd.config import ConfigError, RunnerSettings, SlurmSettings, parse_config
 from healthd.engine import Engine
 from healthd.model import Finding, Status
-from healthd.nodestate import NodeInfo, PartitionView
+from healthd.nodestate import NodeGroup, PartitionView
 from healthd.pipeline import run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.reasons import make_reason, owned, sanitize
@@ -29,8 +28,11 @@ from healthd.slurm import (
     parse_show_node_json,
     parse_show_node_line,
     parse_show_node_text,
+    parse_sinfo_groups,
+    parse_sinfo_node,
     split_reason,
 )
+from healthd.spread import act_delay
 from healthd.statelock import StateLock
 
 CAPTURES = ALL_FIXTURES / "slurm"
@@ -102,34 +104,86 @@ def test_fields_after_the_reason_are_not_part_of_it() -> None:
     )
 
 
-def test_parse_all_nodes_and_count_healthd_out() -> None:
+def test_parse_all_nodes() -> None:
     nodes = parse_show_node_text(_line("show-node-22.05-all.txt"))
     assert [n.name for n in nodes] == ["node1", "node2", "node3"]
-    views = partition_views(nodes, ["batch"], "healthd:")
-    assert views == {
-        "batch": PartitionView("batch", 3, ((True, datetime(2026, 11, 22, 4, 47, 38).timestamp(), "node1"),))
-    }
+    assert nodes[0].reason_time == datetime(2026, 11, 22, 4, 47, 38).timestamp()
     assert nodes[1].reason_time is None, "no reason, no stamp"
-    assert partition_views(nodes, ["other"], "healthd:") == {}
+
+
+def _stamp(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").timestamp()
+
+
+def test_sinfo_node_lines_give_state_reason_user_time_and_partitions() -> None:
+    text = _line("sinfo-22.05-nodes.txt")
+    node1, node3, far = (parse_sinfo_node(text, n) for n in ("node1", "node3", "n00007"))
+    assert node1 is not None and node3 is not None and far is not None
+    assert (node1.state, set(node1.flags), node1.reason, node1.reason_user) == (
+        "DOWN",
+        {"DRAIN"},
+        "healthd: XID_79 gpu0",
+        "root",
+    )
+    assert node1.partitions == ("batch",), "the default partition's '*' is sinfo's mark, not its name"
+    assert node1.reason_time == _stamp("2026-11-24T13:53:30") and node1.out and node1.boot_time is None
+    assert node3.reason == "admin: bad DIMM | ticket 42", "a '|' in the last field stays in the reason"
+    assert far.not_responding and far.drained and far.state == "UNKNOWN"
+    assert parse_sinfo_node(text, "node9") is None
+
+
+def test_sinfo_node_in_two_partitions_and_without_a_reason() -> None:
+    text = "node4|gpu*|idle|Unknown|Unknown|none\nnode4|debug|idle|Unknown|Unknown|none\n"
+    node = parse_sinfo_node(text, "node4")
+    assert node is not None
+    assert (node.partitions, node.reason, node.reason_user, node.reason_time) == (("gpu", "debug"), "", "", None)
+
+
+def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> None:
+    groups = parse_sinfo_groups(_line("sinfo-22.05-groups-10k.txt"))
+    assert sum(g.count for g in groups) == 10003
+    views = group_views(groups, ("batch",), "healthd:")
+    mount, xid = _stamp("2026-11-24T13:53:46"), _stamp("2026-11-24T13:53:45")
+    # DOWN first (it kept its place), then by stamp and name; node3's drain is the administrator's.
+    assert views == {
+        "batch": PartitionView(
+            "batch",
+            10003,
+            ((False, xid, "node1"), (True, mount, "n00007"), (True, mount, "n00009"), (True, mount, "node2")),
+        )
+    }
+    assert out_by_healthd("n00009", views) and not out_by_healthd("node3", views)
+    assert group_views(groups, ("other",), "healthd:") == {}
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    ["batch*|many|idle|Unknown|n1|none", "batch*|1|idle", "batch*|1||Unknown|n1|none"],
+)
+def test_sinfo_garbage_is_a_slurm_error(garbage: str) -> None:
+    with pytest.raises(SlurmError):
+        parse_sinfo_groups(garbage)
 
 
 def test_reason_stamp_orders_the_breaker_and_unreadable_stamps_sort_last() -> None:
     """The breaker's confirmation orders healthd-out nodes by when slurmctld stamped their reasons, then by name."""
-    base = _line("show-node-22.05-idle-drain-comment-extra.txt").strip()
+    reason = "healthd: MOUNT_MISSING /scratch"
 
-    def node(name: str, stamp: str) -> NodeInfo:
-        line = base.replace("NodeName=node2", f"NodeName={name}").replace("2026-11-22T05:23:08", stamp)
-        return parse_show_node_line(line)
+    def group(nodelist: str, stamp: str, state: str = "IDLE") -> NodeGroup:
+        when = None if stamp == "Unknown" else _stamp(stamp)
+        return NodeGroup("batch", len(nodelist.split(",")), state, frozenset({"DRAIN"}), reason, when, nodelist)
 
-    first = node("z9", "2026-11-22T05:23:07")
-    tie_a, tie_b = node("b1", "2026-11-22T05:23:08"), node("a1", "2026-11-22T05:23:08")
-    unstamped = node("a0", "Unknown")
-    assert first.reason_time == datetime(2026, 11, 22, 5, 23, 7).timestamp()
-    assert unstamped.reason_time is None and unstamped.reason == first.reason
-    # DOWN is sent only to a node that kept its place, and it stamps the reason again: it still comes first.
-    confirmed = dataclasses.replace(node("y0", "2026-11-22T05:23:59"), state="DOWN")
-    view = partition_views([unstamped, tie_a, first, confirmed, tie_b], ["batch"], "healthd:")["batch"]
+    groups = [
+        group("a0", "Unknown"),
+        group("b1,a1", "2026-11-22T05:23:08"),
+        group("z9", "2026-11-22T05:23:07"),
+        # DOWN is sent only to a node that kept its place, and it stamps the reason again: it still comes first.
+        group("y0", "2026-11-22T05:23:59", state="DOWN"),
+        NodeGroup("batch", 5, "IDLE", frozenset(), "", None, "c[1-5]"),
+    ]
+    view = group_views(groups, ("batch",), "healthd:")["batch"]
     assert [name for *_, name in view.out] == ["y0", "z9", "a1", "b1", "a0"]
+    assert view.size == 10
 
 
 def test_parse_json_sample() -> None:
@@ -186,18 +240,23 @@ class _Settings(CheckSettings):
     pass
 
 
+def _healthy_check(ctx: CheckContext[_Settings]) -> list[Finding]:
+    return []
+
+
 def _critical(ctx: CheckContext[_Settings]) -> list[Finding]:
     return [ctx.finding(Status.CRITICAL, "MOUNT_MISSING", "/scratch", "not mounted")]
 
 
 def test_missing_scontrol_is_reported_not_raised(tmp_path: Path) -> None:
     text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n1"\n'
+    text += "act_splay = 0\n"
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
     engine = Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec])
     outcome = run_pass(engine)
     assert outcome.exit_code == 2
     assert outcome.action.pending and not outcome.action.applied
-    assert "scontrol not found" in outcome.action.errors[0]
+    assert "sinfo not found" in outcome.action.errors[0]
     assert outcome.document["action"]["decision"] == "take_out_now"
     saved = (tmp_path / "state" / "last-pass.json").read_text()
     assert '"pending":true' in saved
@@ -206,8 +265,8 @@ def test_missing_scontrol_is_reported_not_raised(tmp_path: Path) -> None:
 def test_defaults_keep_a_hook_run_inside_slurmds_60_s_kill() -> None:
     settings = SlurmSettings()
     assert (settings.timeout, settings.budget, settings.lock_timeout) == (5.0, 12.0, 3.0)
-    worst_case = RunnerSettings().pass_timeout + settings.lock_timeout + settings.budget
-    assert worst_case <= 45
+    worst_case = RunnerSettings().pass_timeout + settings.lock_timeout + settings.act_splay + settings.budget
+    assert worst_case <= 55
 
 
 @pytest.mark.parametrize(
@@ -226,12 +285,13 @@ def test_bad_slurm_settings_are_rejected_naming_the_key(table: str, key: str) ->
         parse_config(f"[slurm]\n{table}\n", "t.toml", {})
 
 
-def _fake_scontrol(directory: Path, body: str) -> Path:
-    """An scontrol stand-in (a shell script) for behaviour the test cluster's 22.05 cannot show."""
+def _fake_scontrol(directory: Path, body: str, sinfo: str = "") -> Path:
+    """scontrol and sinfo stand-ins (shell scripts) for behaviour the test cluster's 22.05 cannot show."""
     directory.mkdir(parents=True, exist_ok=True)
-    script = directory / "scontrol"
-    script.write_text("#!/bin/sh\n" + body)
-    script.chmod(0o755)
+    for name, text in (("scontrol", body), ("sinfo", sinfo)):
+        script = directory / name
+        script.write_text("#!/bin/sh\n" + text)
+        script.chmod(0o755)
     return directory
 
 
@@ -253,11 +313,6 @@ esac
     client.calls.clear()
     client.show_node("node1")
     assert client.calls == [("-o", "show", "node", "node1")]
-    # run_pass keeps the choice in the adapter's state file, so the next process starts with -o.
-    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node1"\n'
-    spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
-    run_pass(Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec]))
-    assert json.loads((tmp_path / "state" / "slurm.json").read_text())["output_format"] == "text"
 
 
 def test_a_missing_slurm_conf_fails_at_once_and_says_which(tmp_path: Path) -> None:
@@ -356,10 +411,16 @@ def test_write_rejected_backs_off_and_the_intent_is_saved_before_sending(tmp_pat
 update) cp {tmp_path}/state/policy.json {seen}; echo "slurm_update error: Access/permission denied" >&2; exit 1 ;;
 esac
 """,
+        sinfo="""case "$*" in
+*-N*) echo 'node2|batch*|idle|Unknown|Unknown|none' ;;
+*) echo 'batch*|3|idle|Unknown|node[1-3]|none' ;;
+esac
+""",
     )
     engine = Engine(
         parse_config(
-            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node2"\n',
+            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "node2"\n'
+            "act_splay = 0\n",
             "t.toml",
             {"fake": _Settings},
         ),
@@ -376,3 +437,35 @@ esac
         assert during["action"] == "take_out_now" and during["error"].startswith("not confirmed")
     backing_off = run_pass(engine, clock=lambda: now + 40.0)
     assert backing_off.action.pending and backing_off.action.next_retry == now + 32.0 + 40.0
+
+
+def _splay_engine(tmp_path: Path, run: Any, slurm: str = "") -> Engine:
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n42"\n{slurm}'
+    spec = CheckSpec(name="fake", description="", settings=_Settings, run=run)
+    return Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec])
+
+
+def test_a_pass_with_a_fault_waits_its_nodes_stable_splay_before_slurm(tmp_path: Path) -> None:
+    slept: list[float] = []
+    engine = _splay_engine(tmp_path, _critical, "act_splay = 30\n")
+    first = run_pass(engine, sleep=slept.append)
+    assert first.action.pending and "sinfo not found" in first.action.errors[0], "the pass went on to Slurm"
+    assert run_pass(engine, sleep=slept.append).action.pending
+    assert slept == [act_delay("n42", 30)] * 2, "the same wait on every pass"
+    assert 0 <= slept[0] < 30
+    delays = {act_delay(f"node{i:05d}", 30) for i in range(1000)}
+    assert len(delays) > 400 and max(delays) < 30, "a fleet's waits are spread over the bound"
+
+
+def test_a_healthy_pass_a_dry_run_and_slurm_off_never_wait(tmp_path: Path) -> None:
+    slept: list[float] = []
+    run_pass(_splay_engine(tmp_path / "a", _healthy_check, "act_splay = 30\n"), sleep=slept.append)
+    run_pass(_splay_engine(tmp_path / "b", _critical, "act_splay = 30\n"), sleep=slept.append, dry_run=True)
+    run_pass(_splay_engine(tmp_path / "c", _critical, "act_splay = 30\nenabled = false\n"), sleep=slept.append)
+    assert slept == []
+
+
+@pytest.mark.parametrize("value", ["-1", "61"])
+def test_act_splay_is_bounded_to_a_minute(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"slurm\.act_splay"):
+        parse_config(f"[slurm]\nact_splay = {value}\n", "t.toml", {})

@@ -1,0 +1,238 @@
+"""What a fleet-wide fault costs slurmctld, measured with sdiag on a 10,000-node node table.
+
+Usage (root, slurm-wlm and munge installed):
+    python bench/bench_scale.py [--extra-nodes 10000] [--storm 200] [--splay 20] [--conf CONF]
+
+Without --conf it starts the test cluster of tests/slurm with ``--extra-nodes``
+never-registered nodes in its partition (they only grow slurmctld's tables) and
+stops it afterwards. It prints, as slurmctld's own time per request from
+``sdiag -r`` then ``sdiag``:
+
+1. each Slurm read and write healthd (or an administrator) might make;
+2. a mass failure: the three real nodes fail at once (CRITICAL), taken out or held
+   by the circuit breaker: RPCs and slurmctld milliseconds per node;
+3. a storm: ``--storm`` simultaneous passes of nodes that all find a fault while the
+   breaker is full (each is held), at once and then spread by ``--splay`` seconds,
+   with the latency of an unrelated ``squeue`` and sdiag's server threads and
+   queue sampled meanwhile.
+
+The figures go in docs/scale.md; bench/scale_model.py turns them into the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from healthd.config import parse_config
+from healthd.engine import Engine
+from healthd.model import Finding, Status
+from healthd.pipeline import run_pass
+from healthd.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, sinfo_format
+
+HERE = Path(__file__).resolve().parent
+_RPC = re.compile(r"^\s*(REQUEST_[A-Z0-9_]+)\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)")
+# slurmctld's own background traffic, not caused by the commands measured.
+IGNORED = ("REQUEST_STATS_INFO", "REQUEST_PING", "REQUEST_RESET_STATS")
+
+
+def sdiag(env: dict[str, str]) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """Per-type (count, total microseconds), and the server's gauges (threads, queue sizes)."""
+    out = subprocess.run(["sdiag"], env=env, capture_output=True, text=True, check=True, timeout=60).stdout
+    rpcs = {m[1]: (int(m[2]), int(m[3])) for m in map(_RPC.match, out.splitlines()) if m and m[1] not in IGNORED}
+    gauges = {}
+    for key in ("Server thread count", "Agent queue size", "Jobs pending"):
+        match = re.search(rf"{key}:\s*(\d+)", out)
+        if match:
+            gauges[key] = int(match[1])
+    return rpcs, gauges
+
+
+def measure(env: dict[str, str], work: Callable[[], Any]) -> tuple[int, float, dict[str, tuple[int, int]]]:
+    """Run ``work`` between ``sdiag -r`` and ``sdiag``: (RPC count, slurmctld ms, per type)."""
+    subprocess.run(["sdiag", "-r"], env=env, capture_output=True, check=True, timeout=60)
+    work()
+    rpcs, _ = sdiag(env)
+    return sum(c for c, _ in rpcs.values()), sum(t for _, t in rpcs.values()) / 1000, rpcs
+
+
+def per_command(env: dict[str, str], repeat: int) -> None:
+    node_read = ["sinfo", "-h", "--all", "-N", "-n", "node1", "-O", sinfo_format(NODE_FIELDS)]
+    commands = {
+        "scontrol -o show node NAME": ["scontrol", "-o", "show", "node", "node1"],
+        "scontrol -o show node (all)": ["scontrol", "-o", "show", "node"],
+        "sinfo -N -n NAME -O ... (healthd's node read)": node_read,
+        "sinfo -p P -O ... (healthd's breaker read)": ["sinfo", "-h", "-p", "batch", "-O", sinfo_format(GROUP_FIELDS)],
+        "sinfo -h -p P -o '%T %D'": ["sinfo", "-h", "-p", "batch", "-o", "%T %D"],
+        "scontrol -o show partition P": ["scontrol", "-o", "show", "partition", "batch"],
+        "squeue -h": ["squeue", "-h"],
+    }
+    print(f"## Per command ({repeat} runs each): slurmctld time from sdiag")
+    for name, argv in commands.items():
+        started = time.perf_counter()
+
+        def run(argv: list[str] = argv) -> None:
+            for _ in range(repeat):
+                subprocess.run(argv, env=env, capture_output=True, check=True, timeout=60)
+
+        count, total, rpcs = measure(env, run)
+        wall = (time.perf_counter() - started) / repeat * 1000
+        types = ", ".join(f"{k.removeprefix('REQUEST_')} {t / c / 1000:.2f} ms" for k, (c, t) in rpcs.items())
+        print(f"  {name:<48} {count / repeat:.0f} RPCs  {total / repeat:6.2f} ms  (wall {wall:.0f} ms; {types})")
+
+    def writes() -> None:
+        for _ in range(repeat):
+            for state in ("DRAIN", "RESUME"):
+                argv = ["scontrol", "update", "NodeName=node1", f"State={state}"]
+                subprocess.run(argv + (["Reason=bench"] if state == "DRAIN" else []), env=env, check=True, timeout=60)
+
+    count, total, _ = measure(env, writes)
+    print(f"  {'scontrol update (DRAIN, RESUME)':<48} {count / repeat / 2:.0f} RPCs  {total / repeat / 2:6.2f} ms")
+
+
+class _Fault(CheckSettings):
+    file: str = ""
+
+
+def _fault(ctx: CheckContext[_Fault]) -> list[Finding]:
+    if Path(ctx.settings.file).exists():
+        return [ctx.finding(Status.CRITICAL, "MOUNT_MISSING", "/scratch", "not mounted (bench)")]
+    return []
+
+
+def _engine(conf: Path, node: str, root: Path, fault: Path, policy: str, splay: float) -> Engine:
+    text = (
+        f'[paths]\nstate_dir = "{root / node}"\n[slurm]\nconf = "{conf}"\nnode_name = "{node}"\n'
+        f'act_splay = {splay}\ntimeout = 60\nbudget = 300\n[policy]\n{policy}\n[checks.fault]\nfile = "{fault}"\n'
+    )
+    spec = CheckSpec(name="fault", description="a fault file", settings=_Fault, run=_fault)
+    return Engine(parse_config(text, "bench.toml", {"fault": _Fault}), [spec])
+
+
+def _at_once(engines: list[Engine]) -> list[Any]:
+    outcomes: list[Any] = [None] * len(engines)
+    barrier = threading.Barrier(len(engines))
+
+    def one(index: int) -> None:
+        barrier.wait()
+        outcomes[index] = run_pass(engines[index])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(engines))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def mass_failure(env: dict[str, str], conf: Path, root: Path) -> None:
+    fault = root / "fault"
+    print("## Mass failure: node1-3 find a CRITICAL fault in the same second (act_splay 0: the worst case)")
+    for label, fraction in (("limit 1000 (10%): all taken out", 0.10), ("limit 1 (0.0001): one out, two held", 0.0001)):
+        policy = f"max_out_fraction = {fraction}\nbreaker_settle = 2"
+        engines = [_engine(conf, n, root / label[:9], fault, policy, 0) for n in ("node1", "node2", "node3")]
+        fault.write_text("")
+        count, total, rpcs = measure(env, lambda engines=engines: _at_once(engines))
+        print(f"  {label}: {count / 3:.1f} RPCs and {total / 3:.1f} ms per node")
+        for name, (c, t) in rpcs.items():
+            print(f"      {name:<32} {c:>4}  {t / 1000:8.1f} ms")
+        fault.unlink()
+        for engine in engines:
+            run_pass(engine)  # the fault clears: healthd resumes what it took out
+
+
+def storm(env: dict[str, str], conf: Path, root: Path, size: int, splay: float) -> None:
+    """``size`` nodes find a fault while the breaker is full: every one is held (node read + breaker read)."""
+    fault = root / "fault"
+    fault.write_text("")
+    policy = "max_out_fraction = 0.0001\nbreaker_settle = 2"
+    keeper = _engine(conf, "node1", root / "storm", fault, policy, 0)
+    assert run_pass(keeper).action.applied, "node1 fills the breaker's limit of 1"
+    for spread in (0.0, splay):
+        names = [f"n{i:05d}" for i in range(1, size + 1)]
+        engines = [_engine(conf, n, root / f"storm-{spread}", fault, policy, spread) for n in names]
+        latencies: list[float] = []
+        threads: list[int] = []
+        done = threading.Event()
+
+        def watch(
+            done: threading.Event = done, latencies: list[float] = latencies, threads: list[int] = threads
+        ) -> None:
+            while not done.is_set():
+                started = time.perf_counter()
+                subprocess.run(["squeue", "-h"], env=env, capture_output=True, timeout=60)
+                latencies.append(time.perf_counter() - started)
+                threads.append(sdiag(env)[1].get("Server thread count", 0))
+                time.sleep(0.2)
+
+        watcher = threading.Thread(target=watch)
+        started = time.perf_counter()
+        subprocess.run(["sdiag", "-r"], env=env, capture_output=True, check=True, timeout=60)
+        watcher.start()
+        outcomes = _at_once(engines)
+        done.set()
+        watcher.join()
+        wall = time.perf_counter() - started
+        rpcs, _ = sdiag(env)
+        held = sum(1 for o in outcomes if o.action.held)
+        count = sum(c for c, _ in rpcs.values())
+        total = sum(t for _, t in rpcs.values()) / 1000
+        print(
+            f"## Storm: {size} passes, act_splay {spread:g} s: {held} held, wall {wall:.1f} s, "
+            f"{count / size:.1f} RPCs and {total / size:.1f} ms per node; "
+            f"squeue max {max(latencies):.2f} s (median {sorted(latencies)[len(latencies) // 2]:.2f} s, "
+            f"{len(latencies)} samples); server threads max {max(threads)}"
+        )
+    fault.unlink()
+    run_pass(keeper)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conf", type=Path, help="use this running test cluster instead of starting one")
+    parser.add_argument("--extra-nodes", type=int, default=10000)
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--storm", type=int, default=200)
+    parser.add_argument("--splay", type=float, default=20.0)
+    args = parser.parse_args()
+    logging.getLogger("healthd").setLevel(logging.CRITICAL)  # hundreds of DRAIN_HELD lines otherwise
+    with tempfile.TemporaryDirectory(prefix="healthd-scale-") as tmp:
+        root = Path(tmp)
+        cluster = None
+        conf = args.conf
+        if conf is None:
+            sys.path.insert(0, str(HERE.parent / "tests"))
+            from healthd_testkit import cluster as module
+
+            why = module.missing_prerequisite()
+            if why:
+                print(f"cannot start the test cluster: {why}", file=sys.stderr)
+                return 1
+            healthd_bin = Path(sys.executable).with_name("healthd")
+            cluster = module.Cluster(root=root / "cluster", healthd_bin=healthd_bin, extra_nodes=args.extra_nodes)
+            cluster.root.mkdir()
+            cluster.start()
+            conf = cluster.conf
+        env = {**os.environ, "SLURM_CONF": str(conf)}
+        try:
+            per_command(env, args.repeat)
+            mass_failure(env, conf, root)
+            storm(env, conf, root, args.storm, args.splay)
+        finally:
+            if cluster is not None:
+                cluster.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

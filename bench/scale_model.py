@@ -1,0 +1,103 @@
+"""The controller load healthd puts on slurmctld at 10k, 50k and 100k nodes, from measured per-RPC costs.
+
+Usage:
+    python bench/scale_model.py [--full-ms 14.7] [--partition-ms 2.0] [--single-ms 0.16] [--update-ms 1.2]
+
+The defaults are slurmctld's own time per request at 10,003 nodes on Slurm 22.05,
+from bench/bench_scale.py (docs/scale.md, "Measured"). Reads that pack the node
+table (REQUEST_NODE_INFO) or the partitions' node lists (REQUEST_PARTITION_INFO)
+are scaled linearly with the node count; a single-node read and an update are not.
+The model is docs/scale.md, "Model"; the table it prints is there too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+MEASURED_NODES = 10_000
+BREAKER_BASE, BREAKER_MAX = 30.0, 600.0  # healthd.breaker: the held node's backoff
+
+
+@dataclass(frozen=True)
+class Costs:
+    """slurmctld milliseconds per request at ``nodes`` nodes."""
+
+    nodes: int
+    full: float
+    partition: float
+    single: float
+    update: float
+
+    def scaled(self, nodes: int) -> Costs:
+        k = nodes / self.nodes
+        return Costs(nodes, self.full * k, self.partition * k, self.single, self.update)
+
+    @property
+    def node_read(self) -> float:  # sinfo -N -n NAME: NODE_INFO_SINGLE + PARTITION_INFO
+        return self.single + self.partition
+
+    @property
+    def breaker_read(self) -> float:  # sinfo -p P: NODE_INFO (packs the table) + PARTITION_INFO
+        return self.full + self.partition
+
+    @property
+    def held(self) -> float:  # a node that finds the breaker full: node read, breaker read
+        return self.node_read + self.breaker_read
+
+    @property
+    def taken_out(self) -> float:  # node read, breaker read, DRAIN, settle, breaker read, DOWN
+        return self.node_read + 2 * self.breaker_read + 2 * self.update
+
+
+def breaker_reads_in_first_hour() -> int:
+    """Re-reads of a node held for an hour: 30 s doubling to 600 s (jitter averages out)."""
+    at, delay, count = 0.0, BREAKER_BASE, 0
+    while at + delay <= 3600:
+        at += delay
+        count += 1
+        delay = min(delay * 2, BREAKER_MAX)
+    return count
+
+
+def row(c: Costs, fraction: float, interval: float, reconcile: float) -> dict[str, str]:
+    n = c.nodes
+    out = int(n * fraction)
+    mass = (out * c.taken_out + (n - out) * c.held) / 1000  # seconds of slurmctld time
+    held_hour = (n - out) * (3600 / interval * c.node_read + breaker_reads_in_first_hour() * c.breaker_read) / 1000
+    reconcile_hour = n * 3600 / reconcile * c.node_read / 1000
+    # The window a fleet-wide fault must be spread over to keep slurmctld under half a core.
+    window = 2 * mass
+    return {
+        "nodes": f"{n:,}",
+        "held ms/node": f"{c.held:.1f}",
+        "out ms/node": f"{c.taken_out:.1f}",
+        "mass failure (s)": f"{mass:,.0f}",
+        "held, 1st hour (s)": f"{held_hour:,.0f}",
+        "reconcile (s/h)": f"{reconcile_hour:.1f}",
+        "spread needed (s)": f"{window:,.0f}",
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--full-ms", type=float, default=14.7, help="REQUEST_NODE_INFO (whole table) at 10k nodes")
+    parser.add_argument("--partition-ms", type=float, default=2.0, help="REQUEST_PARTITION_INFO at 10k nodes")
+    parser.add_argument("--single-ms", type=float, default=0.16, help="REQUEST_NODE_INFO_SINGLE")
+    parser.add_argument("--update-ms", type=float, default=1.2, help="REQUEST_UPDATE_NODE (a drain)")
+    parser.add_argument("--fraction", type=float, default=0.10, help="[policy].max_out_fraction")
+    parser.add_argument("--interval", type=float, default=300.0, help="seconds between passes (daemon or hook)")
+    parser.add_argument("--reconcile", type=float, default=3600.0, help="[slurm].reconcile_interval")
+    args = parser.parse_args()
+    base = Costs(MEASURED_NODES, args.full_ms, args.partition_ms, args.single_ms, args.update_ms)
+    rows = [row(base.scaled(n), args.fraction, args.interval, args.reconcile) for n in (10_000, 50_000, 100_000)]
+    keys = list(rows[0])
+    print("| " + " | ".join(keys) + " |")
+    print("|" + "---|" * len(keys))
+    for r in rows:
+        print("| " + " | ".join(r[k] for k in keys) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
