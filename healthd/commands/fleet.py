@@ -222,13 +222,14 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
     lemons = report.lemons
     steps: list[Any] = []
     if args.drain:
-        from healthd.fleet.drain import apply_drains, plan_drains
+        from healthd.fleet.drain import apply_drains, plan_drains, read_cluster
         from healthd.slurm import SlurmClient, SlurmError
 
         prefix = config.slurm.reason_prefix
         client = SlurmClient(config.slurm)
         try:
-            steps = plan_drains(lemons, client.show_all(), prefix, config.policy, now)
+            nodes, views = read_cluster(client, [verdict.node for verdict in lemons], prefix)
+            steps = plan_drains(lemons, nodes, views, prefix, config.policy, now)
             if args.apply:
                 steps = apply_drains(steps, client, prefix, config.policy)
         except SlurmError as exc:

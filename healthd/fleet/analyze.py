@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from healthd.fleet.causes import CauseRules, Incident, NodeEvents, group_incidents
-from healthd.fleet.hosts import HostlistError, excluded, expand
+from healthd.fleet.hosts import excluded, expand
 from healthd.fleet.lemons import Baseline, NodeSignals, Verdict, detect
 from healthd.fleet.reliability import (
     PROJECTION_GPUS,
@@ -43,6 +43,7 @@ from healthd.fleet.sacct import (
     sacctmgr_command,
     tres_gpus,
 )
+from healthd.hostlist import HostlistError
 
 # sacct's State words of a run that failed; no other state starts with either.
 FAILED_PREFIXES = ("FAILED", "NODE_FAIL")

@@ -1,27 +1,32 @@
 """``healthd fleet lemons --drain``: take flagged nodes out through the Slurm adapter, within the circuit breaker.
 
-``plan_drains`` is pure: from the ranked verdicts and the node table it decides,
-most suspicious first, which nodes to drain and why the others are left alone
-(unknown to Slurm, already out, someone else's reason, a pending reboot, or the
-partition's ``[policy].max_out_fraction`` of nodes out by healthd already reached,
-counting the drains planned before). ``apply_drains`` sends them, then, like the
-node agent (``healthd.execute``), reads the table again after the settle time and
-puts back every node that ``breaker.breaker_confirm`` says lost its place, in case
-node agents drained nodes meanwhile.
+``read_cluster`` reads what the plan needs the way the node agent does: each
+flagged node (``SlurmClient.node``) and its partitions' groups (the breaker's sinfo
+read), never the whole node table. ``plan_drains`` is pure: from the ranked
+verdicts, the nodes and the partitions it decides, most suspicious first, which
+nodes to drain and why the others are left alone (unknown to Slurm, already out,
+someone else's reason, a pending reboot, or the partition's
+``[policy].max_out_fraction`` of nodes out by healthd already reached, counting the
+drains planned before). ``apply_drains`` sends them, then, like the node agent
+(``healthd.execute``), reads the partitions again after the settle time and puts
+back every node that ``breaker.breaker_confirm`` says lost its place, in case node
+agents drained nodes meanwhile.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
-from healthd.breaker import breaker_confirm, over_limit, partition_views
+from healthd.breaker import breaker_confirm, group_views, over_limit
 from healthd.config import PolicySettings
 from healthd.fleet.lemons import Verdict
-from healthd.nodestate import NodeInfo
+from healthd.nodestate import NodeInfo, PartitionView
 from healthd.reasons import is_lemon, lemon_reason, owned
-from healthd.slurm import SlurmClient, SlurmError
+from healthd.slurm import SlurmClient, SlurmError, SlurmNotFound
+
+Views = dict[str, PartitionView]
 
 
 @dataclass(frozen=True)
@@ -42,11 +47,39 @@ def summary(verdict: Verdict) -> str:
     )
 
 
+def read_cluster(client: SlurmClient, names: Sequence[str], prefix: str) -> tuple[dict[str, NodeInfo], Views]:
+    """The flagged nodes slurmctld knows, and the breaker's view of their partitions.
+
+    A node slurmctld does not know is left out (the plan says so); any other error,
+    such as slurmctld not answering, is raised: it says nothing about the node.
+    """
+    nodes: dict[str, NodeInfo] = {}
+    for name in names:
+        try:
+            nodes[name] = client.node(name)
+        except SlurmNotFound:
+            raise
+        except SlurmError as exc:
+            if "does not know" not in str(exc) and "not found" not in str(exc).lower():
+                raise
+    return nodes, _views(client, nodes.values(), prefix)
+
+
+def _views(client: SlurmClient, nodes: Iterable[NodeInfo], prefix: str) -> Views:
+    partitions = tuple(sorted({p for node in nodes for p in node.partitions}))
+    return group_views(client.partitions(partitions), partitions, prefix)
+
+
 def plan_drains(
-    lemons: Sequence[Verdict], nodes: Sequence[NodeInfo], prefix: str, policy: PolicySettings, now: float
+    lemons: Sequence[Verdict],
+    table: Mapping[str, NodeInfo],
+    views: Views,
+    prefix: str,
+    policy: PolicySettings,
+    now: float,
 ) -> list[DrainStep]:
     """The drains to send, most suspicious first, each within the circuit breaker given those before it."""
-    table = {node.name: node for node in nodes}
+    views = dict(views)
     steps = []
     for verdict in lemons:
         reason = lemon_reason(prefix, summary(verdict))
@@ -66,14 +99,15 @@ def plan_drains(
         if node.reboot_pending:
             steps.append(DrainStep(verdict.node, reason, False, "a reboot is pending: left alone"))
             continue
-        views = partition_views(table.values(), node.partitions, prefix)
-        held = over_limit(node.name, views, policy)
+        mine = {p: views[p] for p in node.partitions if p in views}
+        held = over_limit(node.name, mine, policy)
         if held:
             steps.append(DrainStep(verdict.node, reason, False, f"held by the circuit breaker: {held}"))
             continue
         steps.append(DrainStep(verdict.node, reason, True, "drain"))
         # Later candidates count this drain: planned drains are stamped in rank order.
-        table[node.name] = replace(node, flags=node.flags | {"DRAIN"}, reason=reason, reason_time=now)
+        for name, view in mine.items():
+            views[name] = replace(view, out=(*view.out, (True, now, node.name)))
     return steps
 
 
@@ -100,7 +134,7 @@ def apply_drains(
         return done
     sleep(policy.breaker_settle)
     try:
-        table = {node.name: node for node in client.show_all()}
+        table, views = read_cluster(client, drained, prefix)
     except SlurmError as exc:
         return [
             replace(s, why=f"drained; could not confirm against the breaker: {exc}") if s.drain else s for s in done
@@ -111,7 +145,7 @@ def apply_drains(
         if not step.drain or node is None:
             confirmed.append(step)
             continue
-        why = breaker_confirm(step.node, partition_views(table.values(), node.partitions, prefix), policy)
+        why = breaker_confirm(step.node, {p: views[p] for p in node.partitions if p in views}, policy)
         if why:
             try:
                 client.resume(step.node)

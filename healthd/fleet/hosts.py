@@ -1,38 +1,24 @@
-"""Node lists in Slurm's hostlist notation (``gpu[001-004,010]``), expanded by python-hostlist.
+"""Accounting's node lists: a job run's nodes, and the nodes its submit line excluded.
 
-python-hostlist (in the ``fleet`` extra) is imported on first use only. Expansions
-are memoised: a fleet's job runs repeat the same node lists many times. The
-``-x``/``--exclude`` of a job is read from its ``SubmitLine`` (Slurm keeps the
-command line, not the options of ``#SBATCH`` lines), which is all that accounting
-has of it (docs/fleet.md, "Excluded nodes").
+The notation is expanded by ``healthd.hostlist``. The ``-x``/``--exclude`` of a job
+is read from its ``SubmitLine`` (Slurm keeps the command line, not the options of
+``#SBATCH`` lines), which is all that accounting has of it (docs/fleet.md,
+"Excluded nodes").
 """
 
 from __future__ import annotations
 
 import shlex
-from functools import lru_cache
 
-# One job run's list is at most a few thousand names; the memo holds the distinct lists.
-_MEMO = 1 << 16
-
-
-class HostlistError(ValueError):
-    """A node list that is not valid hostlist notation."""
+from healthd import hostlist
+from healthd.hostlist import HostlistError
 
 
-@lru_cache(maxsize=_MEMO)
 def expand(text: str) -> tuple[str, ...]:
     """``gpu[01-03]`` -> ("gpu01", "gpu02", "gpu03"); a plain name is itself; "None assigned" is empty."""
     if not text or text.startswith("None"):
         return ()
-    if "[" not in text and "," not in text:
-        return (text,)
-    import hostlist
-
-    try:
-        return tuple(hostlist.expand_hostlist(text))
-    except hostlist.BadHostlist as exc:
-        raise HostlistError(f"node list {text[:80]!r}: {exc}") from None
+    return hostlist.expand(text)
 
 
 def excluded(submit_line: str) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from healthd.config import PolicySettings
 from healthd.fleet import synth
 from healthd.fleet.drain import plan_drains
 from healthd.fleet.lemons import NodeSignals, Verdict
-from healthd.nodestate import NodeInfo
+from healthd.nodestate import NodeInfo, PartitionView
 
 PREFIX = "healthd:"
 
@@ -33,7 +33,10 @@ def test_the_plan_drains_in_rank_order_up_to_the_breaker_and_leaves_others_alone
     lemons = [
         _verdict(n, q) for n, q in (("n1", 1e-9), ("n3", 1e-8), ("n4", 1e-7), ("n5", 1e-6), ("x9", 1e-5), ("n2", 1e-4))
     ]
-    steps = plan_drains(lemons, nodes, PREFIX, PolicySettings(max_out_fraction=0.2), now=0.0)
+    table = {node.name: node for node in nodes}
+    out = tuple(sorted((True, 0.0, n.name) for n in nodes if n.out and n.reason.startswith(PREFIX)))
+    views = {"batch": PartitionView("batch", len(nodes), out)}
+    steps = plan_drains(lemons, table, views, PREFIX, PolicySettings(max_out_fraction=0.2), now=0.0)
     assert [(s.node, s.drain) for s in steps] == [
         ("n1", True),
         ("n3", False),

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from healthd.fleet.analyze import FleetSettings, analyze
 from healthd.fleet.causes import CauseRules, group_incidents
-from healthd.fleet.hosts import HostlistError, excluded, expand
+from healthd.fleet.hosts import excluded, expand
 from healthd.fleet.lemons import benjamini_hochberg, upper_tail
 from healthd.fleet.reliability import bucket, ettr
+from healthd.hostlist import HostlistError
 
 JOBS = "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES"
 EVENTS = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User"
