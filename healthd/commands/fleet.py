@@ -179,15 +179,12 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, "apply", False) and not args.drain:
             raise _Usage("--apply only goes with --drain")
         report = _report(args, config, now)
-    except _Usage as exc:
+    except (_Usage, FleetInputError, SlurmError) as exc:
         print(f"healthd fleet: {exc}", file=sys.stderr)
-        return EX_USAGE
-    except FleetInputError as exc:
-        print(f"healthd fleet: {exc}", file=sys.stderr)
-        return EX_DATAERR
-    except SlurmError as exc:
-        print(f"healthd fleet: {exc}", file=sys.stderr)
-        return EX_UNAVAILABLE
+        # sysexits.h: a bad command line, bad input data, or Slurm not answering.
+        if isinstance(exc, SlurmError):
+            return EX_UNAVAILABLE
+        return EX_USAGE if isinstance(exc, _Usage) else EX_DATAERR
     except OSError as exc:
         print(f"healthd fleet: cannot read {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return EX_NOINPUT
