@@ -1,0 +1,1 @@
+"""Fleet reliability analytics from Slurm accounting."""
