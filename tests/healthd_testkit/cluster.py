@@ -111,6 +111,11 @@ def _munge_running(socket: Path) -> bool:
     return decoded.returncode == 0
 
 
+def _spawn(argv: list[str], env: Optional[dict[str, str]] = None) -> subprocess.Popen[bytes]:
+    """A daemon of the cluster, in the foreground of its own session, its output to its log file only."""
+    return subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def missing_accounting() -> Optional[str]:
     """Why the cluster cannot keep accounting here, or None."""
     missing = [name for name in ACCOUNTING_PROGRAMS if shutil.which(name, path=MACHINE_PATH) is None]
@@ -352,7 +357,7 @@ AccountingStoragePass={self.munge_socket}
         if not key.exists():
             subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True, timeout=30)
         # --force: munged refuses to run as root, or with its socket under a world-writable /tmp, without it.
-        self.munged = subprocess.Popen(
+        self.munged = _spawn(
             [
                 "munged",
                 "--foreground",
@@ -362,10 +367,7 @@ AccountingStoragePass={self.munge_socket}
                 f"--pid-file={directory / 'munged.pid'}",
                 f"--log-file={directory / 'munged.log'}",
                 f"--seed-file={directory / 'munged.seed'}",
-            ],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            ]
         )
         wait_for(lambda: _munge_running(self.munge_socket), 15, "munged to answer")
 
@@ -389,7 +391,7 @@ AccountingStoragePass={self.munge_socket}
             )
         # --user=root: mariadbd refuses root otherwise, and the session's temporary
         # directory is closed to the mysql user.
-        self.procs["mariadbd"] = subprocess.Popen(
+        self.procs["mariadbd"] = _spawn(
             [
                 "mariadbd",
                 "--no-defaults",
@@ -403,10 +405,7 @@ AccountingStoragePass={self.munge_socket}
                 f"--log-error={self.root / 'log' / 'mariadb.log'}",
                 f"--init-file={self.db_dir / 'init.sql'}",
                 *MARIADB_SIZES,
-            ],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            ]
         )
         wait_for(lambda: _accepts(self.db_port), 60, "MariaDB to accept connections")
         self.start_dbd()
@@ -414,31 +413,15 @@ AccountingStoragePass={self.munge_socket}
             self.run("sacctmgr", "-i", "add", "cluster", self.name)
 
     def start_dbd(self) -> None:
-        self.procs["slurmdbd"] = subprocess.Popen(
-            ["slurmdbd", "-D"],
-            env=self.env,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.procs["slurmdbd"] = _spawn(["slurmdbd", "-D"], self.env)
         wait_for(lambda: _accepts(self.dbd_port), 60, "slurmdbd to accept connections")
 
     def start_ctld(self) -> None:
-        self.procs["slurmctld"] = subprocess.Popen(
-            ["slurmctld", "-D", "-f", str(self.conf)],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.procs["slurmctld"] = _spawn(["slurmctld", "-D", "-f", str(self.conf)])
         wait_for(lambda: self.run("scontrol", "ping", check=False).returncode == 0, 20, "slurmctld to answer")
 
     def start_slurmd(self, node: str) -> None:
-        self.procs[node] = subprocess.Popen(
-            ["slurmd", "-D", "-f", str(self.conf), "-N", node],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.procs[node] = _spawn(["slurmd", "-D", "-f", str(self.conf), "-N", node])
 
     def slurmd_running(self, node: str) -> bool:
         """Whether a slurmd of this cluster serves ``node`` (one started here, or one a simulated boot started)."""
