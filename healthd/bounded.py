@@ -1,7 +1,7 @@
 """Runs one outside program with a deadline: the one way healthd starts a program that may hang.
 
 The program runs as an argument list (no shell), by the path given, with a bare
-environment, in a session of its own. At the deadline the whole process group gets
+environment (or the one the caller gives), in a session of its own. At the deadline the whole process group gets
 SIGKILL and is not waited for: a program stuck in the kernel (a GPU reset in the
 driver, a stat on a hung mount) sleeps uninterruptibly, and waiting could take
 forever. The caller keeps the process to see whether it has gone yet.
@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
@@ -35,8 +35,13 @@ class TimedOut(Exception):
         self.process = process
 
 
-def run_bounded(argv: Sequence[str], timeout: float, stdin: Optional[str] = None) -> Finished:
-    """Run ``argv`` for at most ``timeout`` seconds, feeding it ``stdin``; raises ``TimedOut`` or ``OSError``."""
+def run_bounded(
+    argv: Sequence[str], timeout: float, stdin: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+) -> Finished:
+    """Run ``argv`` for at most ``timeout`` seconds, feeding it ``stdin``; raises ``TimedOut`` or ``OSError``.
+
+    ``env`` replaces ``BARE_ENV`` whole: nothing of healthd's own environment is added.
+    """
     process = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
@@ -44,7 +49,7 @@ def run_bounded(argv: Sequence[str], timeout: float, stdin: Optional[str] = None
         stderr=subprocess.PIPE,
         text=True,
         errors="replace",
-        env=BARE_ENV,
+        env=BARE_ENV if env is None else dict(env),
         cwd="/",
         start_new_session=True,
     )

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from healthd.bounded import BARE_ENV
 from healthd.config import SlurmSettings
 from healthd.nodestate import NodeGroup, NodeInfo
 
@@ -274,6 +275,24 @@ def find_binary(name: str, bin_dir: Optional[Path], exists: Callable[[Path], boo
     raise SlurmNotFound(f"{name} not found in {where} (set [slurm].bin_dir)")
 
 
+def client_env(conf: Optional[Path]) -> dict[str, str]:
+    """The environment of a Slurm client command: a bare one, with ``SLURM_CONF`` and ``TZ``.
+
+    ``SLURM_CONF`` is ``[slurm].conf`` when configured, else healthd's own; without
+    either the command finds slurm.conf where it was built to look. ``TZ`` passes
+    through because the commands print and read times in local time, with no zone:
+    they must mean the same local time as healthd does.
+    """
+    env = dict(BARE_ENV)
+    if conf is not None:
+        env["SLURM_CONF"] = str(conf)
+    elif "SLURM_CONF" in os.environ:
+        env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+    if "TZ" in os.environ:
+        env["TZ"] = os.environ["TZ"]
+    return env
+
+
 def _version(text: str) -> tuple[int, int]:
     match = re.search(r"(\d+)\.(\d+)", text)
     return (int(match[1]), int(match[2])) if match else (0, 0)
@@ -304,14 +323,6 @@ class SlurmClient:
         """From now on all calls together take at most ``seconds`` (default ``[slurm].budget``)."""
         self._deadline = self._monotonic() + (self.settings.budget if seconds is None else seconds)
 
-    def _env(self) -> dict[str, str]:
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
-        if self.settings.conf is not None:
-            env["SLURM_CONF"] = str(self.settings.conf)
-        elif "SLURM_CONF" in os.environ:
-            env["SLURM_CONF"] = os.environ["SLURM_CONF"]
-        return env
-
     def _timeout(self, command: str) -> float:
         if self._deadline is None:
             return self.settings.timeout
@@ -337,7 +348,7 @@ class SlurmClient:
         try:
             proc = subprocess.run(
                 argv,
-                env=self._env(),
+                env=client_env(self.settings.conf),
                 capture_output=True,
                 text=True,
                 errors="replace",

@@ -78,8 +78,13 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> 
     if why:
         print(f"skipping the tests of the real Slurm cluster: {why}")
         pytest.skip(why)
+    no_accounting = cluster_module.missing_accounting()
+    if no_accounting:
+        print(f"the test cluster runs without accounting: {no_accounting}")
     cluster = cluster_module.Cluster(
-        root=tmp_path_factory.mktemp("slurm"), healthd_bin=Path(sys.executable).with_name("healthd")
+        root=tmp_path_factory.mktemp("slurm"),
+        healthd_bin=Path(sys.executable).with_name("healthd"),
+        accounting=no_accounting is None,
     )
     host_guard.allow_slurm_conf(cluster.conf)
     try:
@@ -98,6 +103,18 @@ def cluster(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     slurm_cluster.reset()
     return slurm_cluster
+
+
+@pytest.fixture
+def accounting_cluster(cluster: Any) -> Any:
+    """``cluster`` with Slurm accounting (its own slurmdbd and MariaDB): ``sacct`` and ``sacctmgr`` answer."""
+    if not cluster.accounting:
+        from healthd_testkit.cluster import missing_accounting
+
+        why = f"the test cluster has no accounting: {missing_accounting()}"
+        print(f"skipping: {why}")
+        pytest.skip(why)
+    return cluster
 
 
 @pytest.fixture
@@ -272,7 +289,17 @@ def intruder() -> tuple[int, int]:
 # component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
 # mounts, real users, the kernel log, Ansible runs and wheel builds.
 SLOW_FIXTURES = frozenset(
-    {"slurm_cluster", "cluster", "healthd_on", "hung_mount", "tmpfs", "intruder", "user", "start_process"}
+    {
+        "slurm_cluster",
+        "cluster",
+        "accounting_cluster",
+        "healthd_on",
+        "hung_mount",
+        "tmpfs",
+        "intruder",
+        "user",
+        "start_process",
+    }
 )
 SLOW_MARKERS = frozenset({"slurm", "root"})
 SLOW_MODULES = frozenset(

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine, as root, with no standard input:
-# installs the Debian packages the tests use for real (Slurm, munge, FUSE, systemd-analyze,
-# promtool, Ansible, Chromium), builds a virtual environment with healthd, lints, type-checks, tests.
+# installs the Debian packages the tests use for real (Slurm with slurmdbd and MariaDB for
+# accounting, munge, FUSE, systemd-analyze, promtool, Ansible, Chromium), builds a virtual
+# environment with healthd, lints, type-checks, tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
     python3 python3-venv python3-dev gcc pkg-config libsystemd-dev \
-    slurm-wlm munge fuse3 libfuse2 prometheus ansible systemd procps coreutils util-linux chromium </dev/null
+    slurm-wlm slurmdbd mariadb-server munge fuse3 libfuse2 prometheus ansible systemd procps coreutils util-linux chromium </dev/null
 
 /usr/bin/python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip setuptools wheel </dev/null

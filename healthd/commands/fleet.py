@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -135,17 +133,6 @@ def _lines(path: Path) -> Iterator[IO[str]]:
         yield handle
 
 
-def collect_live(bin_dir: Path, since: float, until: float, timeout: float) -> tuple[str, str]:
-    """(sacct text, sacctmgr text) from ``healthd.fleet.live.collect``, imported only for ``--live``."""
-    import datetime as _dt
-
-    live = importlib.import_module("healthd.fleet.live")
-    texts: tuple[str, str] = live.collect(
-        bin_dir, _dt.datetime.fromtimestamp(since), _dt.datetime.fromtimestamp(until), timeout
-    )
-    return texts
-
-
 def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
     from healthd.fleet.analyze import analyze
@@ -155,13 +142,19 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     if args.live:
         if args.jobs is not None or args.events is not None:
             raise _Usage("--live reads Slurm itself: give either --live or --jobs and --events")
-        from healthd.slurm import find_binary
+        import datetime
 
-        bin_dir = config.slurm.bin_dir or find_binary("sacct", None).parent
-        if config.slurm.conf is not None:  # the client commands find the cluster the way scontrol does
-            os.environ["SLURM_CONF"] = str(config.slurm.conf)
+        from healthd.fleet.live import collect
+
         until = settings.until if settings.until is not None else now
-        jobs_text, events_text = collect_live(bin_dir, settings.since, until, args.timeout)
+        # sacct's window is in local time, as its output is (docs/fleet.md).
+        jobs_text, events_text = collect(
+            config.slurm.bin_dir,
+            datetime.datetime.fromtimestamp(settings.since),
+            datetime.datetime.fromtimestamp(until),
+            args.timeout,
+            conf=config.slurm.conf,
+        )
         return analyze(jobs_text.splitlines(), events_text.splitlines(), settings, "sacct", "sacctmgr show event")
     if args.jobs is None or args.events is None:
         raise _Usage("give --jobs FILE and --events FILE (the sacct and sacctmgr output), or --live")

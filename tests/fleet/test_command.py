@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 from healthd_testkit.paths import REPO
@@ -124,13 +124,14 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
 ) -> None:
     """``--live`` calls ``healthd.fleet.live.collect`` (tested against slurmdbd on its own); here a stand-in."""
     import datetime as dt
-    import types
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls: list[tuple[Path, dt.datetime, dt.datetime, float]] = []
 
-    def collect(bin_dir: Path, since: dt.datetime, until: dt.datetime, timeout: float) -> tuple[str, str]:
+    def collect(
+        bin_dir: Path, since: dt.datetime, until: dt.datetime, timeout: float, conf: Optional[Path]
+    ) -> tuple[str, str]:
         calls.append((bin_dir, since, until, timeout))
         jobs = "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n"
         start, end = f"{until - dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%S}", f"{until:%Y-%m-%dT%H:%M:%S}"
@@ -139,7 +140,9 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
         events += f"c|node1|{until:%Y-%m-%dT%H:%M:%S}|Unknown|DRAIN|healthd: XID_79 gpu0|root(0)\n"
         return jobs, events
 
-    monkeypatch.setitem(sys.modules, "healthd.fleet.live", types.SimpleNamespace(collect=collect))
+    import healthd.fleet.live
+
+    monkeypatch.setattr(healthd.fleet.live, "collect", collect)
     config = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\n')
     code, out, err = cli(
         "fleet", "report", "--live", "--since", "2d", "--until", "1h", "--json", "--config", str(config)

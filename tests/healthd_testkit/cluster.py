@@ -14,6 +14,13 @@ its own procfs root (``<root>/procfs/<node>``, for a test's ``[paths] procfs``),
 zero. slurmctld counts a reboot or a power-up as done only when the node registers
 with a boot time no older than its request; a plain slurmd restart keeps the machine's
 real boot time, and the reboot times out.
+
+With ``accounting=True`` the cluster also keeps Slurm accounting, as a site with
+slurmdbd does: a private MariaDB server (its own datadir, socket and port, run as root
+from ``mariadbd --no-defaults``, so no option file of the machine's MariaDB applies)
+and a slurmdbd on its own port, both started before slurmctld, so that the cluster is
+registered in the database once (``sacctmgr -i add cluster``) and slurmctld never
+restarts for it. ``sacct`` and ``sacctmgr`` then answer with the cluster's ``env``.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -63,6 +71,13 @@ test -f {nodes} || exit 0
 exec {healthd} check --once --only mounts --config {config} >>{log} 2>&1
 """
 
+# Debian 12's packages for accounting (slurmdbd(8) and its MySQL/MariaDB storage).
+ACCOUNTING_PROGRAMS = ("slurmdbd", "mariadbd", "mariadb-install-db")
+# The database slurmdbd keeps (slurmdbd.conf(5) StorageLoc; this is its default name).
+ACCOUNTING_DB = "slurm_acct_db"
+# A small InnoDB: the default log file alone is 96 MiB, written out at install.
+MARIADB_SIZES = ("--innodb-log-file-size=4M", "--innodb-buffer-pool-size=16M")
+
 
 def _free_ports(count: int) -> list[int]:
     sockets = []
@@ -96,6 +111,25 @@ def _munge_running(socket: Path) -> bool:
     return decoded.returncode == 0
 
 
+def _spawn(argv: list[str], env: Optional[dict[str, str]] = None) -> subprocess.Popen[bytes]:
+    """A daemon of the cluster, in the foreground of its own session, its output to its log file only."""
+    return subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def missing_accounting() -> Optional[str]:
+    """Why the cluster cannot keep accounting here, or None."""
+    missing = [name for name in ACCOUNTING_PROGRAMS if shutil.which(name, path=MACHINE_PATH) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (apt-get install slurmdbd mariadb-server)"
+    return None
+
+
+def _accepts(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
+
+
 class Boot(NamedTuple):
     """One simulated boot, as logged in ``<root>/boots.log``: ``how`` is "reboot" or "resume"."""
 
@@ -115,8 +149,11 @@ class Cluster:
     # slurmctld's node table to a large cluster's size for the scale benchmark
     # (bench/bench_scale.py) and cost nothing else.
     extra_nodes: int = 0
+    accounting: bool = False
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     munged: Optional[subprocess.Popen[bytes]] = None
+    db_port: int = 0
+    dbd_port: int = 0
 
     @property
     def conf(self) -> Path:
@@ -141,6 +178,20 @@ class Cluster:
     @property
     def munge_socket(self) -> Path:
         return self.root / "munge" / "munge.socket"
+
+    @property
+    def name(self) -> str:
+        """slurm.conf's ClusterName, also the cluster's name in accounting."""
+        return "healthdtest"
+
+    @property
+    def dbd_conf(self) -> Path:
+        # slurmdbd has no option for its config: it reads slurmdbd.conf next to SLURM_CONF.
+        return self.root / "slurmdbd.conf"
+
+    @property
+    def db_dir(self) -> Path:
+        return self.root / "mariadb"
 
     # -- the simulated machines --------------------------------------------------
 
@@ -221,7 +272,7 @@ class Cluster:
             last = f"{self.extra_nodes:05d}"
             nodes += f"\nNodeName=n[00001-{last}] NodeAddr=127.0.0.1 Port=29999 CPUs=1 RealMemory=100 State=UNKNOWN"
         self.conf.write_text(
-            f"""ClusterName=healthdtest
+            f"""ClusterName={self.name}
 SlurmctldHost=localhost
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_base}
@@ -260,8 +311,50 @@ HealthCheckInterval=3
 HealthCheckNodeState=ANY
 {nodes}
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+{self._accounting_conf()}"""
+        )
+
+    def _accounting_conf(self) -> str:
+        """slurm.conf's accounting lines, after writing slurmdbd.conf and the database's first statements."""
+        if not self.accounting:
+            return ""
+        self.db_port, self.dbd_port = _free_ports(2)
+        password = secrets.token_hex(12)
+        self.db_dir.mkdir(mode=0o700, exist_ok=True)
+        init = self.db_dir / "init.sql"
+        # Run by mariadbd at every start (--init-file), before it accepts connections.
+        init.write_text(
+            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{password}';\n"
+            f"GRANT ALL ON {ACCOUNTING_DB}.* TO 'slurm'@'127.0.0.1';\n"
+        )
+        init.chmod(0o600)
+        # slurmdbd.conf(5): it holds the database password, so slurmdbd wants it owned
+        # by SlurmUser and readable by nobody else.
+        self.dbd_conf.write_text(
+            f"""AuthType=auth/munge
+AuthInfo=socket={self.munge_socket}
+DbdHost=localhost
+DbdPort={self.dbd_port}
+SlurmUser=root
+PidFile={self.root}/slurmdbd.pid
+LogFile={self.root}/log/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={self.db_port}
+StorageUser=slurm
+StoragePass={password}
+StorageLoc={ACCOUNTING_DB}
 """
         )
+        self.dbd_conf.chmod(0o600)
+        # With slurmdbd, AccountingStoragePass names the munge socket for the connections to
+        # it (slurm.conf(5)): AuthInfo's socket= does not reach them, and the default
+        # socket is the machine's munged.
+        return f"""AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort={self.dbd_port}
+AccountingStoragePass={self.munge_socket}
+"""
 
     # -- daemons -----------------------------------------------------------------
 
@@ -272,7 +365,7 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         if not key.exists():
             subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True, timeout=30)
         # --force: munged refuses to run as root, or with its socket under a world-writable /tmp, without it.
-        self.munged = subprocess.Popen(
+        self.munged = _spawn(
             [
                 "munged",
                 "--foreground",
@@ -282,29 +375,61 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 f"--pid-file={directory / 'munged.pid'}",
                 f"--log-file={directory / 'munged.log'}",
                 f"--seed-file={directory / 'munged.seed'}",
-            ],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            ]
         )
         wait_for(lambda: _munge_running(self.munge_socket), 15, "munged to answer")
 
-    def start_ctld(self) -> None:
-        self.procs["slurmctld"] = subprocess.Popen(
-            ["slurmctld", "-D", "-f", str(self.conf)],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+    def start_accounting(self) -> None:
+        """MariaDB in its own datadir, then slurmdbd, then the cluster registered: all before slurmctld starts."""
+        data = self.db_dir / "data"
+        fresh = not data.exists()
+        if fresh:
+            subprocess.run(
+                [
+                    "mariadb-install-db",
+                    "--no-defaults",
+                    "--user=root",
+                    f"--datadir={data}",
+                    "--skip-test-db",
+                    *MARIADB_SIZES,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
+        # --user=root: mariadbd refuses root otherwise, and the session's temporary
+        # directory is closed to the mysql user.
+        self.procs["mariadbd"] = _spawn(
+            [
+                "mariadbd",
+                "--no-defaults",
+                "--user=root",
+                f"--datadir={data}",
+                f"--port={self.db_port}",
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                f"--socket={self.db_dir / 'mariadb.sock'}",
+                f"--pid-file={self.db_dir / 'mariadb.pid'}",
+                f"--log-error={self.root / 'log' / 'mariadb.log'}",
+                f"--init-file={self.db_dir / 'init.sql'}",
+                *MARIADB_SIZES,
+            ]
         )
+        wait_for(lambda: _accepts(self.db_port), 60, "MariaDB to accept connections")
+        self.start_dbd()
+        if fresh:
+            self.run("sacctmgr", "-i", "add", "cluster", self.name)
+
+    def start_dbd(self) -> None:
+        self.procs["slurmdbd"] = _spawn(["slurmdbd", "-D"], self.env)
+        wait_for(lambda: _accepts(self.dbd_port), 60, "slurmdbd to accept connections")
+
+    def start_ctld(self) -> None:
+        self.procs["slurmctld"] = _spawn(["slurmctld", "-D", "-f", str(self.conf)])
         wait_for(lambda: self.run("scontrol", "ping", check=False).returncode == 0, 20, "slurmctld to answer")
 
     def start_slurmd(self, node: str) -> None:
-        self.procs[node] = subprocess.Popen(
-            ["slurmd", "-D", "-f", str(self.conf), "-N", node],
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.procs[node] = _spawn(["slurmd", "-D", "-f", str(self.conf), "-N", node])
 
     def slurmd_running(self, node: str) -> bool:
         """Whether a slurmd of this cluster serves ``node`` (one started here, or one a simulated boot started)."""
@@ -329,6 +454,8 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def start(self) -> None:
         self.write_conf()
         self.start_munge()
+        if self.accounting:
+            self.start_accounting()
         self.start_ctld()
         for node in NODES:
             self.start_slurmd(node)
@@ -348,10 +475,13 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
                 wait_for(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 15, "jobs cancelled")
         with contextlib.suppress(TimeoutError):
             self.wait_machines_settled()
+        # slurmctld before slurmdbd (it hands its last records over), slurmdbd before its database.
+        last = ("slurmctld", "slurmdbd", "mariadbd")
         for name in [*NODES, *self.procs]:
-            if name != "slurmctld":
+            if name not in last:
                 self.stop(name)
-        self.stop("slurmctld")
+        for name in last:
+            self.stop(name)
         if self.munged is not None and self.munged.poll() is None:
             self.munged.terminate()
             self.munged.wait(timeout=10)

@@ -1,0 +1,144 @@
+"""Live collection for ``healthd fleet``: the raw accounting texts, from sacct and sacctmgr.
+
+Two read-only queries of slurmdbd, by absolute path (``[slurm].bin_dir`` or the
+standard places, as the Slurm adapter finds scontrol), with the adapter's
+environment (``SLURM_CONF`` from ``[slurm].conf`` or healthd's own, and ``TZ``) and
+one deadline for both (``healthd.bounded``: a slurmdbd that does not answer cannot
+hold the caller). Parsing is the analysis's business; this module returns the texts.
+
+- ``sacct -a -X -D -P``: every user's jobs (``-a``), one line per allocation
+  without its steps (``-X``), every run of a requeued job (``-D``: the run a node
+  failure ended is the evidence), ``|``-separated (``-P``), with ``SubmitLine``
+  to tell the runs of one workload apart (sacct(1), 22.05 and later).
+- ``sacctmgr -P show event``: every node drain, down or fail with its reason and
+  who set it, which is where healthd's ``healthd: CODE ...`` reasons are kept.
+
+Both commands take times as local time without a zone (``YYYY-MM-DDTHH:MM:SS``) and
+print them so; the window is converted to the local time of ``TZ`` (or the system's),
+which the commands get too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from healthd.bounded import TimedOut, run_bounded
+from healthd.slurm import SlurmError, SlurmNotFound, client_env, find_binary
+from healthd.text import one_line
+
+SACCT_FIELDS = (
+    "JobID",
+    "JobName",
+    "User",
+    "Partition",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "NNodes",
+    "NodeList",
+    "AllocTRES",
+    "SubmitLine",
+)
+EVENT_FIELDS = ("Cluster", "NodeName", "TimeStart", "TimeEnd", "State", "Reason", "User")
+SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
+
+# What the commands print (22.05) when they cannot reach slurmdbd or accounting is off:
+# said in plain words before their own message.
+_UNREACHABLE = ("Connection refused", "persistent connection", "Problem talking to the database", "Unable to contact")
+_DISABLED = ("accounting storage is disabled", "not running a supported accounting_storage plugin")
+
+
+class AccountingError(SlurmError):
+    """sacct or sacctmgr is missing, failed, timed out, or slurmdbd could not be reached."""
+
+
+def slurm_time(when: datetime.datetime) -> str:
+    """``when`` as the local time the commands read (a naive ``when`` is already local time)."""
+    return when.astimezone().strftime(SLURM_TIME)
+
+
+def _whole_second_after(when: datetime.datetime) -> datetime.datetime:
+    """``when`` rounded up to a whole second: accounting keeps whole seconds, so an event
+    stamped in the second a window ends at would fall outside a window cut down to it."""
+    return when if when.microsecond == 0 else when.replace(microsecond=0) + datetime.timedelta(seconds=1)
+
+
+def sacct_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
+    until = _whole_second_after(until)
+    return ["-a", "-X", "-D", "-P", "-o", ",".join(SACCT_FIELDS), "-S", slurm_time(since), "-E", slurm_time(until)]
+
+
+def sacctmgr_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
+    return [
+        "-P",
+        "show",
+        "event",
+        f"Start={slurm_time(since)}",
+        f"End={slurm_time(_whole_second_after(until))}",
+        f"Format={','.join(EVENT_FIELDS)}",
+    ]
+
+
+def collect(
+    bin_dir: Optional[Path],
+    since: datetime.datetime,
+    until: datetime.datetime,
+    timeout: float,
+    *,
+    conf: Optional[Path] = None,
+) -> tuple[str, str]:
+    """(sacct's text, sacctmgr's text) for the jobs and node events from ``since`` to ``until``.
+
+    ``bin_dir`` and ``conf`` mean what ``[slurm].bin_dir`` and ``[slurm].conf`` mean
+    (None: the standard places, and healthd's own ``SLURM_CONF``). ``timeout``
+    seconds cover both commands. Raises ``AccountingError`` naming the command.
+    """
+    if until <= since:
+        raise AccountingError(f"empty window: it ends at {slurm_time(until)}, not after its start {slurm_time(since)}")
+    if conf is not None and not conf.is_file():
+        # The commands would retry a missing slurm.conf for about a minute before giving up.
+        raise AccountingError(f"{conf} does not exist ([slurm].conf)")
+    deadline = time.monotonic() + timeout
+    jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
+    events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
+    return jobs, events
+
+
+def _run(
+    bin_dir: Optional[Path], name: str, args: Sequence[str], deadline: float, timeout: float, conf: Optional[Path]
+) -> str:
+    try:
+        binary = find_binary(name, bin_dir)
+    except SlurmNotFound as exc:
+        raise AccountingError(str(exc)) from None
+    command = shlex.join([str(binary), *args])
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise AccountingError(f"`{command}` not run: the {timeout:g}s for collecting accounting are used up")
+    try:
+        finished = run_bounded([str(binary), *args], remaining, env=client_env(conf))
+    except TimedOut:
+        raise AccountingError(
+            f"`{command}` did not answer within {timeout:g}s: slurmdbd is slow or not reachable"
+        ) from None
+    except OSError as exc:
+        raise AccountingError(f"cannot run {binary}: {exc.strerror or exc}") from None
+    if finished.returncode != 0:
+        said = one_line(finished.err or finished.out, 500) or "no output"
+        raise AccountingError(f"`{command}` failed (exit status {finished.returncode}){_cause(said)}: {said}")
+    return finished.out
+
+
+def _cause(said: str) -> str:
+    if any(text in said for text in _DISABLED):
+        return "; Slurm accounting is not enabled (slurm.conf AccountingStorageType)"
+    if any(text in said for text in _UNREACHABLE):
+        return "; slurmdbd is not reachable"
+    return ""
