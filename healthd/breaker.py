@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from healthd.config import PolicySettings
 from healthd.hostlist import expand
 from healthd.nodestate import NodeGroup, PartitionView
-from healthd.reasons import owned
+from healthd.reasons import owned, place_stamp
 from healthd.spread import jitter
 
 # Reading the partitions again while the circuit breaker holds: 30 s doubling up to
@@ -60,7 +60,9 @@ def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: 
         sizes[group.partition] = sizes.get(group.partition, 0) + group.count
         if group.out and owned(group.reason, prefix):
             # A reason with no readable time sorts last: it never takes a place from a stamped one.
-            when = group.reason_time if group.reason_time is not None else float("inf")
+            # A taken-out node keeps the stamp of the drain that won its place (reasons.with_place).
+            stamp = place_stamp(group.reason)
+            when = stamp if stamp is not None else group.reason_time if group.reason_time is not None else float("inf")
             outs.setdefault(group.partition, []).extend((not group.down, when, n) for n in expand(group.nodelist))
     return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, Optional
 
 from healthd.breaker import breaker_confirm, group_views, out_by_healthd
 from healthd.config import Config
@@ -18,6 +18,7 @@ from healthd.hostlist import HostlistError
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.plan import Executed, Observed, Plan, Read, Step
 from healthd.policy import GpuReset
+from healthd.reasons import place_stamp, with_place
 from healthd.slurm import SlurmClient, SlurmError
 
 
@@ -51,11 +52,11 @@ def read_views(client: SlurmClient, partitions: tuple[str, ...], prefix: str) ->
 
 def _confirm(
     client: SlurmClient, name: str, partitions: tuple[str, ...], config: Config, sleep: Callable[[float], None]
-) -> str:
+) -> tuple[str, Optional[float]]:
     """The circuit breaker's read-after-write: after the settle time, may this drained node stay out?
 
-    Returns "" when it keeps its place (``breaker.breaker_confirm``); otherwise it has
-    been resumed here and the text says why. When the read fails the drain is
+    Returns ("", the stamp of its drain) when it keeps its place (``breaker.breaker_confirm``);
+    otherwise it has been resumed here and the text says why. When the read fails the drain is
     undone too: a node that cannot prove its place under the limit does not keep it.
     Raises SlurmError when the undo fails (the plan's state keeps the drain
     unconfirmed) or when the node no longer carries a healthd reason (someone
@@ -66,13 +67,14 @@ def _confirm(
         views = read_views(client, partitions, config.slurm.reason_prefix)
     except SlurmError as exc:
         client.resume(name)
-        return f"could not confirm the drain against the circuit breaker ({exc}); put back"
+        return f"could not confirm the drain against the circuit breaker ({exc}); put back", None
     if not out_by_healthd(name, views):
         raise SlurmError(f"node {name} no longer carries a healthd reason after the drain: left alone")
     why = breaker_confirm(name, views, config.policy)
     if why:
         client.resume(name)
-    return why
+    stamps = [when for view in views.values() for _, when, out in view.out if out == name and when != float("inf")]
+    return why, (stamps[0] if stamps else None)
 
 
 def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[float], None] = time.sleep) -> Executed:
@@ -84,16 +86,20 @@ def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[fl
     if plan.reset is not None:
         return _reset(plan.reset, node, config)
     name, reason = node.name, plan.decision.reason
+    # The drain that holds the node's place: confirmed now, or one of an earlier pass.
+    place = place_stamp(node.reason) if node.drained else None
+    place = place if place is not None else node.reason_time if node.drained else None
     try:
         for step in plan.steps:
             if step is Step.DRAIN:
                 client.drain(name, reason)
+                place = None
             elif step is Step.CONFIRM:
-                lost = _confirm(client, name, node.partitions, config, sleep)
+                lost, place = _confirm(client, name, node.partitions, config, sleep)
                 if lost:
                     return Executed(tuple(done), lost=lost)
             elif step is Step.DOWN:
-                client.down(name, reason)
+                client.down(name, with_place(reason, place) if place is not None else reason)
             elif step is Step.REBOOT:
                 # Plain: the DRAIN just sent keeps the node out through the reboot (plan._steps).
                 client.reboot(name, reason, nextstate=None, asap=False)

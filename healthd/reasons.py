@@ -10,7 +10,7 @@ node an administrator took out is never touched.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Optional, Sequence
 
 from healthd.model import Finding, Status
 
@@ -23,6 +23,9 @@ _MORE_SUFFIX = re.compile(r"\s\(\+\d+ more\)$")
 # What slurmctld 22.05 appends to the reason of a node it reboots (docs/slurm.md, "Reboot
 # requests"): not part of the reason healthd wrote.
 _REBOOT_SUFFIXES = re.compile(r"(\s:\sreboot (issued|complete|timed out))+$")
+# The stamp of the drain with which a node took its place under the circuit breaker,
+# carried into the DOWN that follows, which re-stamps the reason (see ``with_place``).
+_PLACE_SUFFIX = re.compile(r"\s#(\d{1,12})$")
 # Characters that are safe inside one scontrol `Reason=` argument and in logs.
 _UNSAFE = re.compile(r"[^A-Za-z0-9 _.,:;/@+#%()\-]")
 
@@ -37,8 +40,29 @@ def sanitize(text: str) -> str:
 
 
 def reason_head(reason: str) -> str:
-    """A healthd reason without its ``(+N more)`` count and Slurm's reboot suffixes: the part naming the top finding."""
-    return _MORE_SUFFIX.sub("", _REBOOT_SUFFIXES.sub("", reason))
+    """A healthd reason without its ``(+N more)`` count, its place stamp and Slurm's reboot suffixes.
+
+    What is left is the part naming the top finding.
+    """
+    return _MORE_SUFFIX.sub("", _PLACE_SUFFIX.sub("", _REBOOT_SUFFIXES.sub("", reason)))
+
+
+def with_place(reason: str, stamp: float) -> str:
+    """``reason`` for the DOWN of a take-out, carrying the stamp of the drain that kept the node's place.
+
+    slurmctld stamps a reason again whenever it is set, and a DOWN node that slurmd
+    brings back (ReturnToService=2) is no longer DOWN: without its drain's stamp it
+    would queue behind nodes that drained after it, and they would keep places it
+    holds (breaker.breaker_confirm). The stamp is slurmctld's own, read back after the
+    drain, so every node orders the places alike.
+    """
+    return f"{_PLACE_SUFFIX.sub('', reason)} #{int(stamp)}"
+
+
+def place_stamp(reason: str) -> Optional[float]:
+    """The drain stamp ``with_place`` put in ``reason``, if any."""
+    found = _PLACE_SUFFIX.search(_REBOOT_SUFFIXES.sub("", reason))
+    return float(found.group(1)) if found else None
 
 
 def acting_key(finding: Finding) -> tuple[int, str]:

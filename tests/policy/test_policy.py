@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
-from healthd.breaker import BREAKER_BASE, BREAKER_MAX, allowed_out, breaker_confirm
+from healthd.breaker import BREAKER_BASE, BREAKER_MAX, allowed_out, breaker_confirm, group_views
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.nodestate import NodeInfo, PartitionView
+from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.policy import (
     Action,
     Decision,
@@ -27,6 +27,7 @@ from healthd.policy import (
     decide,
     needs_node,
 )
+from healthd.reasons import place_stamp, with_place
 from healthd.render import pass_to_dict
 
 PREFIX = "healthd:"
@@ -365,9 +366,12 @@ def test_breaker_confirm_never_keeps_more_than_the_limit(
 
     A node sees every drain sent before its read and keeps its place only if
     ``breaker_confirm`` says so; otherwise it resumes (later readers no longer see
-    it). A node that keeps its place and takes out now is set DOWN a moment later,
-    and that update stamps its reason again. However the reads interleave, the
-    kept nodes never exceed the limit.
+    it). A node that keeps its place and takes out now is set DOWN a moment later:
+    that update stamps its reason again, and the reason carries its drain's stamp
+    (``with_place``). slurmd may bring a DOWN node back (ReturnToService=2): still
+    drained, no longer DOWN, its reason stamped at the DOWN. The partition is read as
+    sinfo's groups through ``group_views``. However the reads interleave, the kept
+    nodes never exceed the limit.
     """
     size = 8
     settings = PolicySettings(max_out_fraction=fraction)
@@ -377,26 +381,33 @@ def test_breaker_confirm_never_keeps_more_than_the_limit(
         at = second + draw.draw(st.floats(0, 0.99), label=f"offset {name}")
         events.append((at, "drain", name))
         events.append((at + 1.2 + draw.draw(st.floats(0, 3), label=f"delay {name}"), "read", name))
-    stamp: dict[str, float] = {}
-    down: set[str] = set()
-    out: set[str] = set()
+    groups: dict[str, NodeGroup] = {}
     kept: set[str] = set()
     events.sort()
     while events:
         at, kind, name = events.pop(0)
-        if kind in ("drain", "down"):
-            stamp[name] = float(int(at))
-            out.add(name)
-            if kind == "down":
-                down.add(name)
+        if kind == "drain":
+            groups[name] = NodeGroup("p", 1, "IDLE", frozenset({"DRAIN"}), "healthd: X", float(int(at)), name)
             continue
-        view = PartitionView("p", size, tuple(sorted((n not in down, stamp[n], n) for n in out)))
-        if breaker_confirm(name, {"p": view}, settings):
-            out.discard(name)
+        if kind in ("down", "back"):
+            group = groups[name]
+            down = kind == "down"
+            place = place_stamp(group.reason)
+            reason = with_place(group.reason, place if place is not None else group.reason_time or 0.0)
+            stamp = float(int(at)) if down else group.reason_time
+            groups[name] = replace(group, state="DOWN" if down else "IDLE", reason=reason, reason_time=stamp)
+            continue
+        idle = NodeGroup("p", size - len(groups), "IDLE", frozenset(), "", None, "spare[1-8]")
+        views = group_views([*groups.values(), idle], ("p",), "healthd:")
+        if breaker_confirm(name, views, settings):
+            del groups[name]
         else:
             kept.add(name)
             if now_down[name]:
-                events.append((at + draw.draw(st.floats(0.01, 0.5), label=f"down {name}"), "down", name))
+                down_at = at + draw.draw(st.floats(0.01, 0.5), label=f"down {name}")
+                events.append((down_at, "down", name))
+                if draw.draw(st.booleans(), label=f"back {name}"):
+                    events.append((down_at + draw.draw(st.floats(0.01, 4), label=f"back after {name}"), "back", name))
                 events.sort()
     assert len(kept) <= allowed_out(size, fraction)
     assert kept, "the first node to drain always keeps its place"

@@ -16,7 +16,7 @@ from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
 from healthd.policy import Action, PolicyState, RebootRequest
-from healthd.reasons import reason_head
+from healthd.reasons import place_stamp, reason_head, with_place
 from healthd.slurm import parse_show_node_line
 
 CAPTURES = FIXTURES / "slurm"
@@ -189,6 +189,16 @@ def test_the_circuit_breaker_holds_a_reboot_like_a_take_out() -> None:
 def test_reason_head_strips_slurms_reboot_suffixes() -> None:
     for suffix in (" : reboot issued", " : reboot issued : reboot complete", " : reboot timed out"):
         assert reason_head(REBOOT_REASON + " (+1 more)" + suffix) == REBOOT_REASON
+
+
+def test_a_take_outs_reason_carries_its_drains_stamp_and_is_still_the_same_reason() -> None:
+    reason = "healthd: XID_79 gpu3 (+2 more)"
+    down = with_place(reason, 1_764_000_123.0)
+    assert down == reason + " #1764000123"
+    assert place_stamp(down) == 1_764_000_123.0 and place_stamp(reason) is None
+    assert reason_head(down) == reason_head(reason) == "healthd: XID_79 gpu3"
+    assert with_place(down, 5.0) == reason + " #5", "one stamp, never two"
+    assert place_stamp(down + " : reboot issued") == 1_764_000_123.0
 
 
 def test_policy_state_keeps_the_reboot_request() -> None:
