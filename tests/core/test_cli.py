@@ -87,12 +87,14 @@ MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'
 WOULD = "would take the node out now (CRITICAL from mounts; reason 'healthd: MOUNT_MISSING /definitely-not-mounted')"
 
 
-def _fake_scontrol(tmp_path: Path, body: str) -> Path:
+def _fake_slurm(tmp_path: Path, body: str) -> Path:
+    """A bin_dir whose scontrol and sinfo both run ``body`` (``$0`` names which)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    script = bin_dir / "scontrol"
-    script.write_text(f"#!/bin/sh\n{body}\n")
-    script.chmod(0o755)
+    for name in ("scontrol", "sinfo"):
+        script = bin_dir / name
+        script.write_text(f"#!/bin/sh\n{body}\n")
+        script.chmod(0o755)
     return bin_dir
 
 
@@ -148,15 +150,16 @@ def test_slurm_disabled_says_what_would_have_been_sent(
     ("body", "expected"),
     [
         (
-            # What Debian's scontrol prints on a machine without slurm.conf (SRV lookup of the controller).
-            "echo 'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\n"
-            "echo 'scontrol: error: fetch_config: DNS SRV lookup failed' >&2\n"
-            "echo 'scontrol: error: _establish_config_source: failed to fetch config' >&2\n"
-            "echo 'scontrol: fatal: Could not establish a configuration source' >&2\nexit 1",
-            "Slurm not reachable (scontrol: Could not establish a configuration source)",
+            # What Debian's Slurm clients print on a machine without slurm.conf (SRV lookup of the controller).
+            'p=$(basename "$0")\n'
+            "echo \"$p: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\" >&2\n"
+            "echo \"$p: error: fetch_config: DNS SRV lookup failed\" >&2\n"
+            "echo \"$p: error: _establish_config_source: failed to fetch config\" >&2\n"
+            "echo \"$p: fatal: Could not establish a configuration source\" >&2\nexit 1",
+            "Slurm not reachable (sinfo: Could not establish a configuration source)",
         ),
-        ("exec sleep 30", "Slurm not reachable (scontrol timed out after 1s)"),
-        ("exit 1", "Slurm not reachable (scontrol: exit status 1)"),
+        ("exec sleep 30", "Slurm not reachable (sinfo timed out after 1s)"),
+        ("exit 1", "Slurm not reachable (sinfo: exit status 1)"),
     ],
     ids=["no-slurm-conf", "hangs", "silent-failure"],
 )
@@ -167,7 +170,7 @@ def test_dry_run_names_why_slurm_was_not_reachable(
     body: str,
     expected: str,
 ) -> None:
-    bin_dir = _fake_scontrol(tmp_path, body)
+    bin_dir = _fake_slurm(tmp_path, body)
     path = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\ntimeout = 1\nnode_name = "n1"\n{MISSING}')
     code, out, _ = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
     assert code == 2
