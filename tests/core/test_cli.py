@@ -152,10 +152,10 @@ def test_slurm_disabled_says_what_would_have_been_sent(
         (
             # What Debian's Slurm clients print on a machine without slurm.conf (SRV lookup of the controller).
             'p=$(basename "$0")\n'
-            "echo \"$p: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\" >&2\n"
-            "echo \"$p: error: fetch_config: DNS SRV lookup failed\" >&2\n"
-            "echo \"$p: error: _establish_config_source: failed to fetch config\" >&2\n"
-            "echo \"$p: fatal: Could not establish a configuration source\" >&2\nexit 1",
+            'echo "$p: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host" >&2\n'
+            'echo "$p: error: fetch_config: DNS SRV lookup failed" >&2\n'
+            'echo "$p: error: _establish_config_source: failed to fetch config" >&2\n'
+            'echo "$p: fatal: Could not establish a configuration source" >&2\nexit 1',
             "Slurm not reachable (sinfo: Could not establish a configuration source)",
         ),
         ("exec sleep 30", "Slurm not reachable (sinfo timed out after 1s)"),
