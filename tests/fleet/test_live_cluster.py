@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import time
 from typing import Any, Callable
 
 import pytest
@@ -78,6 +79,10 @@ def test_healthd_take_out_is_in_accounting(
     cluster = accounting_cluster
     # Accounting has whole seconds: a second's margin on each side of the window.
     since = datetime.datetime.now().replace(microsecond=0) - datetime.timedelta(seconds=1)
+    # The report's window starts in the next whole second, after the events of earlier tests
+    # on these nodes (ended by the cluster's reset): near this one's, they would be one incident.
+    report_since = since + datetime.timedelta(seconds=2)
+    time.sleep(max(0.0, (report_since - datetime.datetime.now()).total_seconds()))
     job = cluster.submit("node1")
     admin_job = cluster.submit("node3")
     completes = sbatch(cluster, "node2", "true")
@@ -120,7 +125,8 @@ expect = [{{path = "{MOUNT}"}}]
     assert_take_out_attributed(jobs, events, job=job, node="node1", code="MOUNT_MISSING")
 
     # The report run live on the same accounting names healthd's finding as the cause of the job's failure.
-    code, out, err = cli("fleet", "report", "--live", "--since", "1h", "--json", "--config", str(config))
+    window = ("--since", report_since.isoformat())
+    code, out, err = cli("fleet", "report", "--live", *window, "--json", "--config", str(config))
     assert code == 0, err
     attributed = {a["job_id"]: a for a in json.loads(out)["attributed_failures"]}
     assert attributed[job]["node"] == "node1" and attributed[job]["state"] == "NODE_FAIL"
