@@ -24,9 +24,9 @@ jobs drains the node after its jobs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
@@ -57,28 +57,79 @@ class _Deadline:
 
 
 def run_with_deadline(work: Callable[[_Deadline], int], deadline: _Deadline) -> Optional[int]:
-    """``work``'s exit code, or None when it is still running at the deadline (it is left running, daemonic).
+    """``work``'s exit code, run in a child process; None when the child is still running at the deadline.
 
-    A thread, not a child process: what can hang here (NVML, a stat on a hung mount)
-    blocks in the kernel, and the caller ends the whole process with ``os._exit``.
+    A child, not a thread: what can hang here (NVML, an open on a hung mount) blocks in
+    the kernel, and a process with a thread stuck there cannot finish exiting; the
+    child is sent SIGKILL at the deadline and not waited for (``healthd.bounded``'s
+    rule). It sends back a moved deadline (``deadline <at>``) once it has read its
+    budget, then its exit code and what it printed. Its standard streams are
+    /dev/null, so a stuck child holds no pipe of slurmd's or of a caller's.
     """
-    result: list[int] = []
+    import io
+    import json
+    import select
+    import signal
 
-    def body() -> None:
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read_end)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        out = io.StringIO()
+        sys.stdout = sys.stderr = out
+        code = 0
+        moved = _Deadline(deadline.at)
         try:
-            result.append(work(deadline))
+            code = work(_Moving(moved, write_end))
         except Exception as exc:  # healthd's own failure never fails a job
-            print(f"healthd: internal error, job allowed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            result.append(0)
-
-    thread = threading.Thread(target=body, name="healthd-job", daemon=True)
-    thread.start()
-    while thread.is_alive():
+            out.write(f"healthd: internal error, job allowed: {type(exc).__name__}: {exc}\n")
+        os.write(write_end, (json.dumps({"code": code, "out": out.getvalue()}) + "\n").encode())
+        os._exit(0)
+    os.close(write_end)
+    buffer = b""
+    while True:
         left = deadline.at - time.monotonic()
-        if left <= 0:
+        if left <= 0 or not select.select([read_end], [], [], left)[0]:
+            if deadline.at - time.monotonic() > 0:
+                continue
+            os.kill(pid, signal.SIGKILL)
+            os.close(read_end)
             return None
-        thread.join(min(left, 0.05))
-    return result[0] if result else 0
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.startswith(b"deadline "):
+                deadline.at = float(line.split()[1])
+            elif line:
+                result = json.loads(line)
+                os.close(read_end)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                sys.stdout.write(result["out"])
+                return int(result["code"])
+    os.close(read_end)
+    return 0
+
+
+class _Moving(_Deadline):
+    """The child's side of the deadline: moving it tells the parent."""
+
+    def __init__(self, deadline: _Deadline, fd: int) -> None:
+        super().__init__(deadline.at)
+        self._fd = fd
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "at" and "_fd" in self.__dict__:
+            os.write(self._fd, f"deadline {value!r}\n".encode())
 
 
 def _engine(config: Any) -> Engine:
