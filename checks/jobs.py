@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from pydantic import Field
 
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSettings, CheckSpec, Staged, Unobserved, Verdict
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
@@ -72,8 +72,8 @@ def gather(ctx: CheckContext[JobsSettings]) -> JobsObservation:
         history = History.open_readonly(state_dir)
     except HistoryError as exc:
         return JobsObservation((), Unobserved("JOB_HISTORY_UNREADABLE", str(state_dir), str(exc)))
-    if history is None:
-        raise NotApplicable("no node history yet")
+    if history is None:  # no history yet: no job has recorded an Xid
+        return JobsObservation(())
     since = ctx.clock() - ctx.settings.app_xid_window_days * 86400
     try:
         with history:
