@@ -156,6 +156,8 @@ class Kind(enum.Enum):
     REBOOT_DONE = "reboot_done"
     REPAIRED = "repaired"  # hardware work done on a unit (`healthd ack --repaired`): its counts start again
     RESET = "reset"  # this database replaced a corrupt one
+    JOB_START = "job_start"  # a job's prolog ran: ``subject`` the job id, ``details`` its user, GPUs, log position
+    JOB_XID = "job_xid"  # an Xid, SXid or fallen-off-the-bus event in a job's window (``details``: job, user)
 
 
 TRANSITIONS = frozenset({Kind.RAISED, Kind.CHANGED, Kind.CLEARED})
@@ -917,6 +919,27 @@ class History:
         """Hardware work was done on ``unit``: escalation counts for it start again from here."""
         entry = _Entry(subject=subject, unit=unit, message=f"repaired ({by})", details=_details_json({"by": by}))
         return self._write("the repair", lambda conn: self._insert(conn, at, Kind.REPAIRED, entry))
+
+    def record_job(
+        self,
+        *,
+        at: float,
+        kind: Kind,
+        subject: str,
+        code: str = "",
+        status: str = "",
+        message: str = "",
+        unit: str = "",
+        details: Optional[Mapping[str, Any]] = None,
+    ) -> Optional[Event]:
+        """A job-scoped event (``JOB_START``, ``JOB_XID``); ``unit`` defaults to the GPU of this boot at ``subject``."""
+
+        def body(conn: sqlite3.Connection) -> Event:
+            resolved = unit or self._gpu_units(conn, self._boot).get(pci_key(subject) or (-1, -1, -1), subject)
+            entry = _Entry("jobs", code, subject, resolved, status, message, _details_json(details or {}))
+            return self._insert(conn, at, kind, entry)
+
+        return self._write(f"the job event {kind.value}", body)
 
     def boots(self) -> tuple[Boot, ...]:
         """Every boot kept, oldest first, with its GPU inventory."""

@@ -78,6 +78,14 @@ ACCOUNTING_DB = "slurm_acct_db"
 # A small InnoDB: the default log file alone is 96 MiB, written out at install.
 MARIADB_SIZES = ("--innodb-log-file-size=4M", "--innodb-buffer-pool-size=16M")
 
+# Runs `healthd prolog`/`healthd epilog` only on nodes listed in prolog-nodes, with that node's
+# config (job-NODE.toml): other tests' jobs start as if there were no Prolog= or Epilog=.
+JOB_WRAPPER = """#!/bin/sh
+test -f {nodes} || exit 0
+/bin/grep -qx "$SLURMD_NODENAME" {nodes} || exit 0
+exec {healthd} {action} --config {root}/job-"$SLURMD_NODENAME".toml >>{root}/job-"$SLURMD_NODENAME".log 2>&1
+"""
+
 
 def _free_ports(count: int) -> list[int]:
     sockets = []
@@ -176,6 +184,17 @@ class Cluster:
         return self.root / "hook.log"
 
     @property
+    def prolog_nodes(self) -> Path:
+        """Nodes (one a line) whose Prolog= and Epilog= run healthd with ``job_config(node)``."""
+        return self.root / "prolog-nodes"
+
+    def job_config(self, node: str) -> Path:
+        return self.root / f"job-{node}.toml"
+
+    def job_log(self, node: str) -> Path:
+        return self.root / f"job-{node}.log"
+
+    @property
     def munge_socket(self) -> Path:
         return self.root / "munge" / "munge.socket"
 
@@ -253,6 +272,12 @@ class Cluster:
             )
         )
         wrapper.chmod(0o755)
+        for action in ("prolog", "epilog"):
+            job_wrapper = self.root / f"{action}.sh"
+            job_wrapper.write_text(
+                JOB_WRAPPER.format(nodes=self.prolog_nodes, healthd=self.healthd_bin, action=action, root=self.root)
+            )
+            job_wrapper.chmod(0o755)
         # slurmd runs RebootProgram through system() with no arguments; slurmctld runs
         # SuspendProgram and ResumeProgram with the nodes as a hostlist argument.
         reboot = self._write_program("reboot.sh", "RebootProgram", "reboot")
@@ -309,6 +334,8 @@ ResumeTimeout={RESUME_TIMEOUT}
 HealthCheckProgram={wrapper}
 HealthCheckInterval=3
 HealthCheckNodeState=ANY
+Prolog={self.root}/prolog.sh
+Epilog={self.root}/epilog.sh
 {nodes}
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 {self._accounting_conf()}"""
@@ -601,8 +628,9 @@ AccountingStoragePass={self.munge_socket}
             if self.state(node) != "idle":
                 self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
         wait_for(lambda: all(self.state(n) == "idle" for n in NODES), 30, "all nodes idle after reset")
-        if self.hook_nodes.exists():
-            self.hook_nodes.unlink()
+        for listed in (self.hook_nodes, self.prolog_nodes):
+            if listed.exists():
+                listed.unlink()
 
 
 # -- the simulated machines ------------------------------------------------------------

@@ -182,6 +182,7 @@ def test_checks_that_did_not_apply_are_not_shown_as_ok(tmp_path: Path, capsys: p
     assert rows == {
         "gpu": "disabled",
         "infiniband": "n/a",
+        "jobs": "OK",
         "mounts": "CRITICAL",
         "pcie": "n/a",
         "services": "n/a",

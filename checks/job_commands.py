@@ -1,0 +1,387 @@
+"""``healthd prolog`` and ``healthd epilog`` (also ``healthd-prolog``/``healthd-epilog``): Slurm's Prolog= and Epilog=.
+
+Prolog. slurmd runs it before a job starts on the node (slurm.conf(5), Prolog); a
+non-zero exit makes Slurm drain the node and requeue the job. Within
+``[checks.jobs].prolog_timeout`` (1 s by default, far under PrologTimeout) it notes
+where the kernel log stands (for the epilog), reads the daemon's last pass when it is
+fresh (``healthd status``'s reader), then runs ``prolog_checks`` through the ordinary
+pass (``run_pass(only=...)``: checks, plan, Slurm, history, under the state lock), so a
+fault it finds drains the node with healthd's own reason and is later resumed by
+healthd like any other. It fails (exit 2, one line) only for a CRITICAL finding about
+the job's GPUs or the whole node. Everything else, healthd's own trouble included (a
+bad config, a check that hangs, a held lock), lets the job start: at the deadline the
+prolog prints an UNKNOWN line, tries briefly to record it, and leaves with
+``os._exit(0)`` whatever thread is still stuck in the kernel.
+
+Epilog. slurmd runs it after the job; a non-zero exit drains the node, so it always
+exits 0. It records, in the node's history, each Xid, SXid and fallen-off-the-bus
+event of the job's window on the job's GPUs (``job_log``) with the job id and user,
+then, when it recorded an application Xid, runs the ``jobs`` check through the
+ordinary pass: the same application Xid on one GPU under ``app_xid_jobs`` different
+jobs drains the node after its jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+
+from healthd.cli import add_config_argument
+from healthd.plugin import CommandSpec
+
+if TYPE_CHECKING:
+    from healthd.engine import Engine
+    from healthd.history import History
+    from healthd.model import Finding
+
+    from .job_scope import Job
+    from .jobs import JobsSettings
+
+# Used until the config is read (reading it is part of the prolog's time).
+DEFAULT_PROLOG_TIMEOUT = 1.0
+DEFAULT_EPILOG_TIMEOUT = 20.0
+# How long a prolog past its deadline still tries to record that it gave up.
+RECORD_GRACE = 0.25
+
+
+@dataclass
+class _Deadline:
+    """A deadline the work may move once it has read its configured budget."""
+
+    at: float
+
+
+def run_with_deadline(work: Callable[[_Deadline], int], deadline: _Deadline) -> Optional[int]:
+    """``work``'s exit code, run in a child process; None when the child is still running at the deadline.
+
+    A child, not a thread: what can hang here (NVML, an open on a hung mount) blocks in
+    the kernel, and a process with a thread stuck there cannot finish exiting; the
+    child is sent SIGKILL at the deadline and not waited for (``healthd.bounded``'s
+    rule). It sends back a moved deadline (``deadline <at>``) once it has read its
+    budget, then its exit code and what it printed. Its standard streams are
+    /dev/null, so a stuck child holds no pipe of slurmd's or of a caller's.
+    """
+    import io
+    import json
+    import select
+    import signal
+
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(read_end)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        out = io.StringIO()
+        sys.stdout = sys.stderr = out
+        code = 0
+        moved = _Deadline(deadline.at)
+        try:
+            code = work(_Moving(moved, write_end))
+        except Exception as exc:  # healthd's own failure never fails a job
+            out.write(f"healthd: internal error, job allowed: {type(exc).__name__}: {exc}\n")
+        os.write(write_end, (json.dumps({"code": code, "out": out.getvalue()}) + "\n").encode())
+        os._exit(0)
+    os.close(write_end)
+    buffer = b""
+    while True:
+        left = deadline.at - time.monotonic()
+        if left <= 0 or not select.select([read_end], [], [], left)[0]:
+            if deadline.at - time.monotonic() > 0:
+                continue
+            os.kill(pid, signal.SIGKILL)
+            os.close(read_end)
+            return None
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.startswith(b"deadline "):
+                deadline.at = float(line.split()[1])
+            elif line:
+                result = json.loads(line)
+                os.close(read_end)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+                sys.stdout.write(result["out"])
+                return int(result["code"])
+    os.close(read_end)
+    return 0
+
+
+class _Moving(_Deadline):
+    """The child's side of the deadline: moving it tells the parent."""
+
+    def __init__(self, deadline: _Deadline, fd: int) -> None:
+        super().__init__(deadline.at)
+        self._fd = fd
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "at" and "_fd" in self.__dict__:
+            os.write(self._fd, f"deadline {value!r}\n".encode())
+
+
+def _engine(config: Any) -> Engine:
+    from healthd.engine import Engine
+
+    return Engine.from_path(config)
+
+
+def _settings(engine: Engine) -> JobsSettings:
+    from .jobs import JobsSettings
+
+    settings = engine.loaded.check_settings.get("jobs")
+    return settings if isinstance(settings, JobsSettings) else JobsSettings()
+
+
+def _with_history(engine: Engine, write: Callable[[History], object]) -> None:
+    """Open the node's history under the state lock, write, close (history.py's rule for writers)."""
+    from healthd.history import History
+    from healthd.statelock import StateLock
+
+    config = engine.config
+    with StateLock(config.paths.state_dir, config.slurm.lock_timeout):
+        history = History.open(config.paths.state_dir)
+        try:
+            write(history)
+        finally:
+            history.close()
+    for problem in history.problems:
+        print(f"healthd: {problem}", file=sys.stderr)
+
+
+def _kmsg_settings(engine: Engine) -> tuple[Any, bool]:
+    """The xid check's overrides and its userspace switch, so the epilog grades exactly as the check does."""
+    xid = engine.loaded.check_settings.get("xid")
+    return getattr(xid, "overrides", None), getattr(xid, "accept_userspace_kmsg", False) is True
+
+
+def _daemon_criticals(engine: Engine, job: Job, now: float) -> list[Finding]:
+    """CRITICAL findings about the job in the daemon's last pass, when that pass is fresh (two intervals)."""
+    from healthd.commands.status import StatusError, age_seconds, read_last_pass
+    from healthd.model import Finding, Status
+
+    try:
+        document = read_last_pass(engine.config.paths.state_dir)
+    except StatusError:
+        return []
+    age = age_seconds(document, now)
+    if age is None or age > 2 * engine.config.daemon.interval:
+        return []
+    found = []
+    for check in document.get("checks", []):
+        for item in check.get("findings", []) if isinstance(check, dict) else []:
+            if not isinstance(item, dict) or item.get("status") != "CRITICAL":
+                continue
+            raw = item.get("details")
+            details = (
+                {str(k): v for k, v in raw.items() if v is None or isinstance(v, (str, int, float))}
+                if isinstance(raw, dict)
+                else {}
+            )
+            finding = Finding(
+                str(item.get("check", "")),
+                Status.CRITICAL,
+                str(item.get("code", "")),
+                str(item.get("subject", "")),
+                str(item.get("message", "")),
+                details,
+            )
+            if job.concerns(finding):
+                found.append(finding)
+    return found
+
+
+def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
+    def work(deadline: _Deadline) -> int:
+        from healthd.history import Kind
+        from healthd.model import Status
+        from healthd.pipeline import run_pass
+        from healthd.reasons import make_reason
+
+        from .job_log import LogUnavailable, last_seq
+
+        started = deadline.at - DEFAULT_PROLOG_TIMEOUT
+        engine = _engine(config)
+        settings = _settings(engine)
+        deadline.at = started + settings.prolog_timeout
+        now = time.time()
+        try:
+            seq = last_seq(engine.config.paths.kmsg)
+        except LogUnavailable as exc:
+            seq = None
+            print(f"healthd: {exc}: the epilog will not see this job's kernel log", file=sys.stderr)
+        details = {**job.to_dict(), "kmsg_seq": seq}
+        _with_history(
+            engine,
+            lambda h: h.record_job(at=now, kind=Kind.JOB_START, subject=job.job_id, message="prolog", details=details),
+        )
+        prefix = engine.config.slurm.reason_prefix
+        known = _daemon_criticals(engine, job, now)
+        if known:
+            print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
+            return int(Status.CRITICAL)
+        installed = {spec.name for spec in engine.specs}
+        outcome = run_pass(engine, only=[name for name in settings.prolog_checks if name in installed])
+        criticals = [f for f in outcome.result.findings if f.status is Status.CRITICAL and job.concerns(f)]
+        if criticals:
+            reason = outcome.action.decision.reason or make_reason(prefix, criticals)
+            print(f"healthd prolog: job {job.job_id}: {reason}")
+            return int(Status.CRITICAL)
+        print(f"healthd prolog: job {job.job_id}: {outcome.result.status.name}, job allowed")
+        return 0
+
+    return work
+
+
+def _epilog(job: Job, config: Any) -> Callable[[_Deadline], int]:
+    def work(deadline: _Deadline) -> int:
+        from healthd.history import History, Kind
+        from healthd.pipeline import run_pass
+
+        from .job_log import LogUnavailable, job_events
+
+        engine = _engine(config)
+        settings = _settings(engine)
+        deadline.at = deadline.at - DEFAULT_EPILOG_TIMEOUT + settings.epilog_timeout
+        paths = engine.config.paths
+        after = _job_start_seq(History, paths.state_dir, job)
+        if after is None:
+            print(f"healthd epilog: job {job.job_id}: no prolog record; reading the whole kernel log", file=sys.stderr)
+        overrides, accept_userspace = _kmsg_settings(engine)
+        try:
+            events, lost = job_events(paths.kmsg, paths.sysfs, job, after, overrides, accept_userspace)
+        except LogUnavailable as exc:
+            print(f"healthd epilog: job {job.job_id}: {exc}", file=sys.stderr)
+            return 0
+        if lost:
+            print(f"healthd epilog: job {job.job_id}: {lost}", file=sys.stderr)
+        now = time.time()
+
+        def write(history: History) -> None:
+            for event in events:
+                grade = event.entry.entry.grade.name
+                history.record_job(
+                    at=now,
+                    kind=Kind.JOB_XID,
+                    subject=event.subject,
+                    code=event.entry.code,
+                    status=grade,
+                    message=f"job {job.job_id} ({job.user}): {event.entry.event.text}"[:500],
+                    details=event.details(job),
+                )
+
+        if events:
+            _with_history(engine, write)
+        applications = sum(1 for e in events if e.entry.entry.bucket.value == "application")
+        if applications and "jobs" in {spec.name for spec in engine.specs}:
+            run_pass(engine, only=["jobs"])
+        print(f"healthd epilog: job {job.job_id}: {len(events)} event(s) recorded, {applications} application Xid(s)")
+        return 0
+
+    return work
+
+
+def _job_start_seq(history_type: Any, state_dir: Any, job: Job) -> Optional[int]:
+    """The kernel-log position the job's prolog noted (its last ``job_start`` event); None when unknown."""
+    from healthd.history import HistoryError, Kind
+
+    try:
+        history = history_type.open_readonly(state_dir)
+        if history is None:
+            return None
+        with history:
+            starts = [e for e in history.events(kinds=(Kind.JOB_START,), subject=job.job_id)]
+    except HistoryError:
+        return None
+    seq = starts[-1].details.get("kmsg_seq") if starts else None
+    return seq if isinstance(seq, int) else None
+
+
+def _run(which: str, args: argparse.Namespace) -> int:
+    from .job_scope import Job
+
+    job = Job.from_env(os.environ)
+    prolog = which == "prolog"
+    budget = DEFAULT_PROLOG_TIMEOUT if prolog else DEFAULT_EPILOG_TIMEOUT
+    deadline = _Deadline(time.monotonic() + budget)
+    work = _prolog(job, args.config) if prolog else _epilog(job, args.config)
+    code = run_with_deadline(work, deadline)
+    if code is not None:
+        sys.stdout.flush()
+        return code if prolog else 0
+    print(f"healthd {which}: job {job.job_id}: UNKNOWN {which.upper()}_TIMEOUT: deadline passed, job not held up")
+    _record_timeout(which, job, args.config)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A thread stuck in the kernel (NVML, a hung mount) would keep the process alive: leave now.
+    os._exit(0)
+
+
+def _record_timeout(which: str, job: Job, config: Any) -> None:
+    """Record the timeout as an UNKNOWN ``job_start`` event, if that can be done within ``RECORD_GRACE``."""
+
+    def work(_: _Deadline) -> int:
+        from healthd.history import Kind
+
+        engine = _engine(config)
+        message = f"{which} deadline passed: UNKNOWN, job allowed"
+        _with_history(
+            engine,
+            lambda h: h.record_job(
+                at=time.time(),
+                kind=Kind.JOB_START,
+                subject=job.job_id,
+                status="UNKNOWN",
+                message=message,
+                details=job.to_dict(),
+            ),
+        )
+        return 0
+
+    run_with_deadline(work, _Deadline(time.monotonic() + RECORD_GRACE))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_argument(parser)
+
+
+def _console(which: str, argv: Optional[Sequence[str]]) -> int:
+    from healthd.cli import main
+
+    return main([which, *(sys.argv[1:] if argv is None else argv)])
+
+
+def prolog_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``healthd-prolog``: for slurm.conf ``Prolog=``."""
+    return _console("prolog", argv)
+
+
+def epilog_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``healthd-epilog``: for slurm.conf ``Epilog=``."""
+    return _console("epilog", argv)
+
+
+PROLOG = CommandSpec(
+    name="prolog",
+    help="Slurm Prolog=: fast checks on the job's GPUs within a deadline; exit 2 on a CRITICAL fault",
+    add_arguments=add_arguments,
+    run=lambda args: _run("prolog", args),
+)
+EPILOG = CommandSpec(
+    name="epilog",
+    help="Slurm Epilog=: record the job's Xid events with its id and user; triage application Xids",
+    add_arguments=add_arguments,
+    run=lambda args: _run("epilog", args),
+)
