@@ -22,7 +22,10 @@ import pytest
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
 
 
-def _node(cluster: Any, node: str, tmp_path: Path, extra: str = "", kmsg: str = "/dev/kmsg") -> Path:
+def _node(
+    cluster: Any, node: str, tmp_path: Path, extra: str = "", kmsg: str = "/dev/kmsg", jobs: str = "prolog_timeout = 20"
+) -> Path:
+    """The node's job config; the prolog gets 20 s (a loaded test machine is no production node) unless `jobs`."""
     state = tmp_path / node / "state"
     state.mkdir(parents=True)
     config = cluster.job_config(node)
@@ -40,6 +43,8 @@ max_out_fraction = 1.0
 [checks.xid]
 source = "kmsg"
 accept_userspace_kmsg = true
+[checks.jobs]
+{jobs}
 {extra}
 """
     )
@@ -77,7 +82,8 @@ def test_a_critical_prolog_requeues_the_job_and_drains_with_healthds_reason(clus
         cluster,
         "node1",
         tmp_path,
-        '[checks.jobs]\nprolog_checks = ["mounts"]\n[checks.mounts]\nexpect = [{path = "/healthd-test-not-mounted"}]\n',
+        '[checks.mounts]\nexpect = [{path = "/healthd-test-not-mounted"}]\n',
+        jobs='prolog_timeout = 20\nprolog_checks = ["mounts"]',
     )
     out = cluster.run("sbatch", "--parsable", "--requeue", "-w", "node1", "-o", "/dev/null", "--wrap", "sleep 30")
     job = out.stdout.strip().split(";")[0]
@@ -117,7 +123,7 @@ def test_the_same_application_xid_under_three_jobs_drains_after_jobs(cluster: An
 
 def test_a_prolog_at_its_deadline_exits_0(cluster: Any, tmp_path: Path, hung_mount: str) -> None:
     # The kernel log behind a hung FUSE mount: opening it blocks in the kernel for good.
-    _node(cluster, "node1", tmp_path, kmsg=f"{hung_mount}/kmsg")
+    _node(cluster, "node1", tmp_path, kmsg=f"{hung_mount}/kmsg", jobs="prolog_timeout = 1")
     env = {**os.environ, "SLURM_JOB_ID": "77", "SLURM_JOB_USER": "alice"}
     done = subprocess.run(
         [str(Path(sys.executable).with_name("healthd-prolog")), "--config", str(cluster.job_config("node1"))],
