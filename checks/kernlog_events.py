@@ -14,7 +14,7 @@ cannot complete a pattern; they are cleaned (``healthd.text.one_line``) before t
 shown. ``accept_userspace_kmsg`` (tests only) lifts the facility rule and says so.
 
 A group's grade holds while its last line is younger than ``window``; a ``sticky``
-pattern (an uncorrected machine check) holds until the node reboots. Older groups are
+pattern holds a CRITICAL grade (an uncorrected machine check) until the node reboots. Older groups are
 still reported, as OK, so the count of events this boot stays visible.
 """
 
@@ -77,6 +77,7 @@ class Pattern:
     subject: Callable[[re.Match[str]], str]
     details: Callable[[re.Match[str]], Mapping[str, DetailValue]] = lambda match: {}
     sticky: bool = False
+    grade: Optional[Callable[[re.Match[str]], Status]] = None  # a grade read from the line, instead of ``status``
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Hit:
     subject: str
     details: Mapping[str, DetailValue]
     text: str
+    status: Status
 
 
 def match_line(message: str, patterns: tuple[Pattern, ...]) -> Optional[Hit]:
@@ -98,7 +100,8 @@ def match_line(message: str, patterns: tuple[Pattern, ...]) -> Optional[Hit]:
         found = pattern.regex.match(line)
         if found is not None:
             subject = one_line(pattern.subject(found), 64) or "unknown"
-            return Hit(pattern, subject, pattern.details(found), one_line(line, _TEXT_LIMIT))
+            status = pattern.grade(found) if pattern.grade is not None else pattern.status
+            return Hit(pattern, subject, pattern.details(found), one_line(line, _TEXT_LIMIT), status)
     return None
 
 
@@ -189,10 +192,11 @@ def _add(groups: dict[str, _Group], hit: Hit, event: str, when: float, userspace
         if len(groups) >= MAX_GROUPS:
             return
         pattern = hit.pattern
-        group = _Group(
-            pattern.code, hit.subject, pattern.status.name, pattern.sticky, pattern.summary, event, when, when
-        )
+        group = _Group(pattern.code, hit.subject, hit.status.name, pattern.sticky, pattern.summary, event, when, when)
         groups[key] = group
+    # A worse line raises the group's grade; a milder one never lowers it within the boot.
+    if hit.status.rank > Status[group.grade].rank:
+        group.grade = hit.status.name
     group.count += 1
     group.first_seen = min(group.first_seen, when)
     group.last_seen = max(group.last_seen, when)
@@ -257,7 +261,8 @@ def _report(groups: Mapping[str, _Group], jc: JudgeContext[Any], settings: Kerne
     for group in sorted(groups.values(), key=lambda g: (g.code, g.subject)):
         grade = Status[group.grade]
         recent = jc.now - group.last_seen < settings.window
-        status = grade if group.sticky or recent else Status.OK
+        # Sticky kinds hold until a reboot once CRITICAL (a corrected machine check does not).
+        status = grade if (group.sticky and grade is Status.CRITICAL) or recent else Status.OK
         note = "" if status is grade else f" (none in the last {settings.window:g}s)"
         message = f"{group.summary}: {group.text}{note} ({group.count} this boot)"
         details: dict[str, DetailValue] = {

@@ -187,3 +187,13 @@ def test_cli_on_the_stuck_fixture(
     (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "kernel"]
     assert check["status"] == "CRITICAL"
     assert {f["code"] for f in check["findings"]} == {"HUNG_TASK", "SOFT_LOCKUP", "HARD_LOCKUP", "RCU_STALL"}
+
+
+@given(
+    st.text(max_size=15),
+    st.sampled_from(["[4711]: segfault at 0 ip 0 sp 0 error 6 in ", " (4711): drop_caches: "]),
+    st.text(),
+)
+def test_a_task_name_heading_a_kernel_line_never_reads_as_a_watchdog_report(comm: str, then: str, rest: str) -> None:
+    # The kernel puts a task's name (15 characters at most) first in some lines, then "[pid]" or " (pid)".
+    assert match_line(f"{comm}{then}{rest}", PATTERNS) is None
