@@ -64,6 +64,7 @@ class _Group:
     recovery_action: str = ""
     action: str = ""
     userspace: int = 0
+    nvlink: str = ""  # Xid 74: the link (and registers) of the latest line that named one
 
 
 def _load_groups(raw: Any) -> dict[str, _Group]:
@@ -75,6 +76,11 @@ def _load_groups(raw: Any) -> dict[str, _Group]:
             group = _Group(**value)
             valid = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
             valid = valid and isinstance(group.userspace, int)
+            valid = (
+                valid
+                and isinstance(group.nvlink, str)
+                and group.nvlink.partition(":")[0].isdigit() == bool(group.nvlink)
+            )
         except (TypeError, ValueError):
             continue  # a damaged entry is dropped rather than trusted
         if valid:
@@ -253,6 +259,9 @@ class Folding:
         group.count += 1
         group.window_count += 1
         group.userspace += int(userspace)
+        if event.nvlink is not None:
+            registers = ",".join(f"0x{r:x}" for r in event.nvlink.registers)
+            group.nvlink = f"{event.nvlink.link}:{registers}"
         group.cleared = False
         if group.bucket == Bucket.APPLICATION.value and abs(when - group.last_seen) >= _BURST_SECONDS:
             horizon = self.now - self.settings.app_repeat_window
@@ -314,6 +323,10 @@ class Folding:
                 details["recovery_action"] = group.recovery_action
             if group.action:
                 details["action"] = group.action
+            if group.nvlink:
+                link, _, registers = group.nvlink.partition(":")
+                details["nvlink"] = int(link)
+                details["nvlink_registers"] = registers
             if group.userspace:
                 details["userspace_records"] = group.userspace
             fix = remedy(group.action, group.recovery_action)
