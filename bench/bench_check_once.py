@@ -40,6 +40,8 @@ def one_run(command: list[str]) -> tuple[float, float]:
 def fixture_node_config(directory: Path) -> Path:
     text = (REPO / "fixtures/h100-node.toml").read_text()
     text = text.replace("[paths]\n", f'[paths]\nstate_dir = "{directory / "state"}"\n', 1)
+    # Programs are named by absolute path only: the fixture paths are made absolute here.
+    text = text.replace('"fixtures/', f'"{REPO}/fixtures/')
     path = directory / "h100-node.toml"
     path.write_text(text)
     return path

@@ -255,7 +255,9 @@ def _remedy(remedy: str, pci: object) -> dict[str, DetailValue]:
 def _errors(gpu: GpuReading) -> dict[str, str]:
     errors: dict[str, str] = {}
     for name in gpu.__dataclass_fields__:
-        if name == "serial":  # identity for the inventory, not health: many boards have none to give
+        # The serial is identity for the inventory, not health: many boards have none to give.
+        # The fabric registration is the nvlink check's to judge.
+        if name in ("serial", "fabric"):
             continue
         value = getattr(gpu, name)
         if isinstance(value, NvmlError):

@@ -72,6 +72,24 @@ class NvLinkReading:
 
 
 @dataclass(frozen=True)
+class FabricInfo:
+    """``nvmlDeviceGetGpuFabricInfoV`` (Hopper and later): the GPU's registration with the NVLink fabric.
+
+    ``state`` is ``nvmlGpuFabricState_t`` (0 not supported, 1 not started, 2 in progress,
+    3 completed); ``status`` the name of the ``nvmlReturn_t`` the registration ended with
+    (``SUCCESS``); ``cluster_uuid`` and ``clique_id`` what Fabric Manager assigned (zero
+    where the platform assigns none); ``health_mask`` the v2 structure's bit fields, None
+    where only the first version of the call exists.
+    """
+
+    state: int
+    status: str
+    cluster_uuid: str
+    clique_id: int
+    health_mask: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class GpuReading:
     """Everything read from one GPU handle; each field is a value or the call's error."""
 
@@ -99,6 +117,8 @@ class GpuReading:
     utilization_gpu: Reading[int]
     nvlinks: Reading[tuple[NvLinkReading, ...]]
     recovery_action: Reading[int]
+    # Read from snapshot version 1 files recorded before the fabric was: NOT_RECORDED.
+    fabric: Reading[FabricInfo] = NvmlError(NOT_RECORDED, "not in this snapshot")
 
     @classmethod
     def unreachable(cls, index: int, error: NvmlError) -> GpuReading:
@@ -120,6 +140,37 @@ class NodeReading:
     driver_version: Reading[str]
     device_count: Reading[int]
     gpus: tuple[GpuReading, ...]
+
+
+@dataclass(frozen=True)
+class GpuFabric:
+    """One GPU's fabric registration, with what names the GPU."""
+
+    index: int
+    pci_bus_id: Reading[str]
+    uuid: Reading[str]
+    fabric: Reading[FabricInfo]
+
+
+@dataclass(frozen=True)
+class FabricReading:
+    """Each GPU's fabric registration. ``init_error`` set means NVML itself was unusable."""
+
+    init_error: Optional[NvmlError]
+    gpus: tuple[GpuFabric, ...] = ()
+
+
+def fabric_of(reading: NodeReading) -> FabricReading:
+    """The fabric part of a whole reading (a snapshot's)."""
+    if reading.init_error is not None:
+        return FabricReading(reading.init_error)
+    return FabricReading(None, tuple(GpuFabric(g.index, g.pci_bus_id, g.uuid, g.fabric) for g in reading.gpus))
+
+
+class FabricSource(Protocol):
+    """Anything that can read the GPUs' fabric registration."""
+
+    def read_fabric(self) -> FabricReading: ...
 
 
 class GpuSource(Protocol):
@@ -148,24 +199,27 @@ class NvmlLibrary:
     _NO_SUCH_LINK = frozenset({NOT_SUPPORTED, "INVALID_ARGUMENT", "NOT_FOUND"})
 
     def read(self) -> NodeReading:
-        import pynvml
-
-        names = _error_names(pynvml)
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            error = _as_error(exc, names)
-            return NodeReading(init_error=error, driver_version=error, device_count=error, gpus=())
-        try:
-            call = _Caller(pynvml, names)
+        def whole(call: _Caller) -> NodeReading:
             driver = call(str, "nvmlSystemGetDriverVersion")
             count = call(int, "nvmlDeviceGetCount")
             gpus = tuple(self._gpu(call, i) for i in range(count)) if isinstance(count, int) else ()
             return NodeReading(init_error=None, driver_version=driver, device_count=count, gpus=gpus)
-        finally:
-            # A failed shutdown changes nothing: the reading is complete either way.
-            with contextlib.suppress(pynvml.NVMLError):
-                pynvml.nvmlShutdown()
+
+        def failed(error: NvmlError) -> NodeReading:
+            return NodeReading(init_error=error, driver_version=error, device_count=error, gpus=())
+
+        return _session(whole, failed)
+
+    def read_fabric(self) -> FabricReading:
+        """Only what the nvlink check needs: each GPU's address, UUID and fabric registration."""
+
+        def fabric(call: _Caller) -> FabricReading:
+            count = call(int, "nvmlDeviceGetCount")
+            if isinstance(count, NvmlError):
+                return FabricReading(init_error=count)
+            return FabricReading(None, tuple(_gpu_fabric(call, index) for index in range(count)))
+
+        return _session(fabric, lambda error: FabricReading(init_error=error))
 
     def _gpu(self, call: _Caller, index: int) -> GpuReading:
         pynvml = call.pynvml
@@ -216,6 +270,7 @@ class NvmlLibrary:
             utilization_gpu=_map(utilization, lambda u: int(u.gpu)),
             nvlinks=self._nvlinks(call, handle),
             recovery_action=self._recovery_action(call, handle),
+            fabric=read_fabric(call, handle),
         )
 
     @staticmethod
@@ -268,6 +323,63 @@ class NvmlLibrary:
             code = call.names.get(int(value.nvmlReturn), f"ERROR_{int(value.nvmlReturn)}")
             return NvmlError(code, f"field {field_id} returned {code}")
         return int(value.value.uiVal)
+
+
+def _session(body: Callable[[_Caller], T], failed: Callable[[NvmlError], T]) -> T:
+    """``body`` between nvmlInit and nvmlShutdown; ``failed(error)`` when NVML cannot start."""
+    import pynvml
+
+    names = _error_names(pynvml)
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return failed(_as_error(exc, names))
+    try:
+        return body(_Caller(pynvml, names))
+    finally:
+        # A failed shutdown changes nothing: the reading is complete either way.
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+
+def _gpu_fabric(call: _Caller, index: int) -> GpuFabric:
+    handle = call(object, "nvmlDeviceGetHandleByIndex", index)
+    if isinstance(handle, NvmlError):
+        return GpuFabric(index, handle, handle, handle)
+    pci = call(object, "nvmlDeviceGetPciInfo", handle)
+    return GpuFabric(
+        index,
+        pci_bus_id=_map(pci, lambda p: _text(p.busId)),
+        uuid=_map(call(str, "nvmlDeviceGetUUID", handle), _text),
+        fabric=read_fabric(call, handle),
+    )
+
+
+def read_fabric(call: _Caller, handle: object) -> Reading[FabricInfo]:
+    """The GPU's fabric registration: the versioned call (with the health mask), else the first version."""
+    import ctypes
+
+    pynvml = call.pynvml
+    versioned = getattr(pynvml, "c_nvmlGpuFabricInfo_v2_t", None)
+    if versioned is not None:
+        info = versioned()
+        done: Reading[int] = call(int, "nvmlDeviceGetGpuFabricInfoV", handle, ctypes.byref(info))
+        if not isinstance(done, NvmlError):
+            return _fabric_info(info, call.names, int(info.healthMask))
+        if done.code != FUNCTION_NOT_FOUND:
+            return done
+    info = pynvml.c_nvmlGpuFabricInfo_t()
+    done = call(int, "nvmlDeviceGetGpuFabricInfo", handle, ctypes.byref(info))
+    return done if isinstance(done, NvmlError) else _fabric_info(info, call.names, None)
+
+
+def _fabric_info(info: Any, names: dict[int, str], health_mask: Optional[int]) -> FabricInfo:
+    status = int(info.status)
+    raw = bytes(info.clusterUuid).hex()
+    uuid = f"{raw[:8]}-{raw[8:12]}-{raw[12:16]}-{raw[16:20]}-{raw[20:]}"
+    # nvmlReturn_t 0 is NVML_SUCCESS, which the error names do not list.
+    name = names.get(status, "SUCCESS" if status == 0 else f"ERROR_{status}")
+    return FabricInfo(int(info.state), name, uuid, int(info.cliqueId), health_mask)
 
 
 class _Caller:
@@ -335,6 +447,14 @@ class _LinkModel(_Model):
     crc_data_errors: Union[StrictInt, _ErrorModel]
 
 
+class _FabricModel(_Model):
+    state: StrictInt = Field(ge=0)
+    status: StrictStr = Field(min_length=1)
+    cluster_uuid: StrictStr
+    clique_id: StrictInt = Field(ge=0)
+    health_mask: Optional[StrictInt] = None
+
+
 class _GpuModel(_Model):
     index: StrictInt = Field(ge=0)
     uuid: Union[StrictStr, _ErrorModel]
@@ -361,6 +481,8 @@ class _GpuModel(_Model):
     utilization_gpu: Union[StrictInt, _ErrorModel]
     nvlinks: Union[list[_LinkModel], _ErrorModel]
     recovery_action: Union[StrictInt, _ErrorModel]
+    # Optional: snapshots recorded before fabric registration was read still load.
+    fabric: Union[_FabricModel, _ErrorModel] = _ErrorModel(error=NOT_RECORDED, message="not in this snapshot")
 
 
 class _SnapshotModel(_Model):
@@ -379,6 +501,8 @@ def _from_model(value: Any) -> Any:
         return NvmlError(value.error, value.message)
     if isinstance(value, _RowsModel):
         return RemappedRows(value.corrected, value.uncorrected, value.pending, value.failure)
+    if isinstance(value, _FabricModel):
+        return FabricInfo(value.state, value.status, value.cluster_uuid, value.clique_id, value.health_mask)
     if isinstance(value, list):
         return tuple(
             NvLinkReading(**{name: _from_model(getattr(link, name)) for name in _LinkModel.model_fields})
@@ -393,7 +517,7 @@ def _gpu_from_model(gpu: _GpuModel) -> GpuReading:
 
 # Pydantic names the branch of a union it tried inside an error's location; people
 # need only the key, plus a hint that an error object was also acceptable there.
-_UNION_TAGS = frozenset({"str", "int", "bool", "list[_LinkModel]", "_ErrorModel", "_RowsModel"})
+_UNION_TAGS = frozenset({"str", "int", "bool", "list[_LinkModel]", "_ErrorModel", "_RowsModel", "_FabricModel"})
 
 
 def _describe(errors: list[Any]) -> list[str]:
@@ -445,7 +569,7 @@ def parse_snapshot(text: str, source: str) -> NodeReading:
 def _to_json(value: Any) -> Any:
     if isinstance(value, NvmlError):
         return {"error": value.code, "message": value.message} if value.message else {"error": value.code}
-    if isinstance(value, RemappedRows):
+    if isinstance(value, (RemappedRows, FabricInfo)):
         return asdict(value)
     if isinstance(value, tuple):
         return [{f.name: _to_json(getattr(link, f.name)) for f in fields(NvLinkReading)} for link in value]
@@ -462,8 +586,16 @@ def snapshot_document(reading: NodeReading, source: str, recorded_at: Optional[s
         "init_error": _to_json(reading.init_error) if reading.init_error is not None else None,
         "driver_version": _to_json(reading.driver_version),
         "device_count": _to_json(reading.device_count),
-        "gpus": [{name: _to_json(getattr(gpu, name)) for name in _gpu_fields()} for gpu in reading.gpus],
+        "gpus": [
+            {name: _to_json(getattr(gpu, name)) for name in _gpu_fields() if not _unrecorded(name, getattr(gpu, name))}
+            for gpu in reading.gpus
+        ],
     }
+
+
+def _unrecorded(name: str, value: Any) -> bool:
+    """An optional field a reading does not have: left out, so an old snapshot is written back as it was."""
+    return name == "fabric" and isinstance(value, NvmlError) and value.code == NOT_RECORDED
 
 
 @dataclass(frozen=True)
@@ -482,3 +614,6 @@ class SnapshotFile:
         except UnicodeDecodeError as exc:
             raise SnapshotError(f"{self.path}: not UTF-8 text: {exc}") from None
         return parse_snapshot(text, str(self.path))
+
+    def read_fabric(self) -> FabricReading:
+        return fabric_of(self.read())

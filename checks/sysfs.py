@@ -210,6 +210,9 @@ VENDOR_NVIDIA = 0x10DE
 VENDOR_MELLANOX = 0x15B3
 BASE_CLASS_NETWORK = 0x02
 BASE_CLASS_DISPLAY = 0x03
+# Base class 0x06 (bridge), subclass 0x80 ("other bridge"): what NVIDIA's NVSwitches of HGX and
+# DGX baseboards (A100, H100, H200; device ids 0x1af1, 0x22a3, ...) present on the host's bus.
+CLASS_OTHER_BRIDGE = 0x0680
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,11 @@ class PciFunction:
         (0x0c03) and NVSwitches (bridges, 0x0680).
         """
         return self.vendor == VENDOR_NVIDIA and self.pci_class >> 16 == BASE_CLASS_DISPLAY
+
+    @property
+    def is_nvswitch(self) -> bool:
+        """An NVIDIA function of class 0x0680 (other bridge): an NVSwitch on an HGX/DGX baseboard."""
+        return self.vendor == VENDOR_NVIDIA and self.pci_class >> 8 == CLASS_OTHER_BRIDGE
 
     @property
     def is_fabric_nic(self) -> bool:

@@ -42,18 +42,10 @@ from pydantic import Field, field_validator
 from healthd.model import Finding, Status
 from healthd.plugin import CheckSettings, CheckSpec, EventCounter, Staged, Unobserved, Verdict
 
-from .kernlog import (
-    LogUnavailable,
-    ReadResult,
-    journal_available,
-    kmsg_seq,
-    read_boot_id,
-    read_boot_time,
-    read_journal,
-    read_kmsg,
-)
+from .kernlog import LogUnavailable, ReadResult, read_boot_id
+from .kernlog_read import Position, read_new
 from .sysfs import VENDOR_NVIDIA, scan_pci
-from .xid_events import STATE_VERSION, Folding, Position, one_line
+from .xid_events import STATE_VERSION, Folding, one_line
 from .xid_parse import PciAddress
 
 _OVERRIDE_KEY = re.compile(r"(?:XID_)?(\d{1,6})|SXID_(\d{1,6})")
@@ -131,27 +123,12 @@ def _read_log(ctx: CheckContext[XidSettings], boot_id: str, position: Position) 
     """New lines from the configured source, falling back to kmsg, with the position after reading."""
     settings = ctx.settings
     kmsg = ctx.paths.kmsg
-    wanted = settings.source
-    if wanted == "auto":
-        wanted = "journal" if journal_available() else "kmsg"
-    problems: list[str] = []
-    if wanted == "journal":
-        try:
-            cursor = position.cursor if position.source == "journal" else None
-            result = read_journal(settings.journal_directory, boot_id, cursor)
-            return XidObservation(str(kmsg), boot_id, position=position.switched("journal"), log=result)
-        except LogUnavailable as exc:
-            problems.append(str(exc))
-    boot_time = read_boot_time(ctx.paths.procfs, ctx.clock())
-    try:
-        result = read_kmsg(kmsg, kmsg_seq(position.cursor) if position.source == "kmsg" else None, boot_time)
-    except LogUnavailable as exc:
-        problems.append(str(exc))
-        unreadable = Unobserved("KERNEL_LOG_UNREADABLE", str(kmsg), one_line("; ".join(problems)), {"path": str(kmsg)})
+    read = read_new(settings.source, settings.journal_directory, kmsg, ctx.paths.procfs, ctx.clock, boot_id, position)
+    if read.unreadable is not None:
+        unreadable = Unobserved("KERNEL_LOG_UNREADABLE", str(kmsg), one_line(read.unreadable), {"path": str(kmsg)})
         return XidObservation(str(kmsg), boot_id, position=position, log_unreadable=unreadable)
-    journal_problem = problems[0] if problems else None
     return XidObservation(
-        str(kmsg), boot_id, position=position.switched("kmsg"), log=result, journal_problem=journal_problem
+        str(kmsg), boot_id, position=read.position, log=read.result, journal_problem=read.journal_problem
     )
 
 

@@ -9,12 +9,13 @@ with the operator's overrides, and every line is dated by its own record time.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.model import DetailValue, Finding, Status
 
 from .kernlog import LogLine, ReadResult
+from .kernlog_read import Position
 from .xid_catalog import Bucket, Sticky, classify, remedy
 from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message
 
@@ -34,50 +35,6 @@ def one_line(text: str) -> str:
     """``text`` as one printable line of at most 240 characters."""
     text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
     return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
-
-
-def _int_or_none(value: Any) -> Optional[int]:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where the reading of this boot's kernel log stands, and the GPU order captured at its start.
-
-    ``last_usec`` is the kernel timestamp (usec since boot) of the newest record folded
-    this boot; ``skip_usec``, after a change of source, that of the newest record the
-    old source had folded.
-    """
-
-    source: str = ""
-    cursor: Optional[str] = None
-    last_usec: Optional[int] = None
-    skip_usec: Optional[int] = None
-    order: tuple[str, ...] = ()
-
-    @classmethod
-    def load(cls, document: Mapping[str, Any]) -> Position:
-        cursor, order = document.get("cursor"), document.get("gpu_order")
-        return cls(
-            source=str(document.get("source", "")),
-            cursor=cursor if isinstance(cursor, str) else None,
-            last_usec=_int_or_none(document.get("last_usec")),
-            skip_usec=_int_or_none(document.get("skip_usec")),
-            order=tuple(str(o) for o in order) if isinstance(order, list) else (),
-        )
-
-    def switched(self, source: str) -> Position:
-        """This position once ``source`` is read.
-
-        Cursors of different sources cannot be translated, so a new source is read from
-        the start of the boot; the events (sticky ones, event ids, counts) are kept, and
-        records the old source already folded are skipped by their kernel timestamp,
-        which both sources carry.
-        """
-        if self.source == source:
-            return self
-        skip = self.last_usec if self.source else self.skip_usec
-        return replace(self, source=source, cursor=None, skip_usec=skip)
 
 
 @dataclass
@@ -107,6 +64,7 @@ class _Group:
     recovery_action: str = ""
     action: str = ""
     userspace: int = 0
+    nvlink: str = ""  # Xid 74: the link (and registers) of the latest line that named one
 
 
 def _load_groups(raw: Any) -> dict[str, _Group]:
@@ -118,6 +76,11 @@ def _load_groups(raw: Any) -> dict[str, _Group]:
             group = _Group(**value)
             valid = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
             valid = valid and isinstance(group.userspace, int)
+            valid = (
+                valid
+                and isinstance(group.nvlink, str)
+                and group.nvlink.partition(":")[0].isdigit() == bool(group.nvlink)
+            )
         except (TypeError, ValueError):
             continue  # a damaged entry is dropped rather than trusted
         if valid:
@@ -296,6 +259,9 @@ class Folding:
         group.count += 1
         group.window_count += 1
         group.userspace += int(userspace)
+        if event.nvlink is not None:
+            registers = ",".join(f"0x{r:x}" for r in event.nvlink.registers)
+            group.nvlink = f"{event.nvlink.link}:{registers}"
         group.cleared = False
         if group.bucket == Bucket.APPLICATION.value and abs(when - group.last_seen) >= _BURST_SECONDS:
             horizon = self.now - self.settings.app_repeat_window
@@ -357,6 +323,10 @@ class Folding:
                 details["recovery_action"] = group.recovery_action
             if group.action:
                 details["action"] = group.action
+            if group.nvlink:
+                link, _, registers = group.nvlink.partition(":")
+                details["nvlink"] = int(link)
+                details["nvlink_registers"] = registers
             if group.userspace:
                 details["userspace_records"] = group.userspace
             fix = remedy(group.action, group.recovery_action)

@@ -128,6 +128,19 @@ class RecoveryChange:
 
 
 @dataclass(frozen=True)
+class NvlinkFault:
+    """Xid 74's link and error registers: ``NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, ...)``.
+
+    NVIDIA's Xid documentation ("Xid 74: NVLink error") shows this form: the failing link's
+    number, then the NVLink error registers with bits set, in hex. The registers are kept
+    as the driver printed them; healthd does not name their bits.
+    """
+
+    link: int
+    registers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class XidEvent:
     """One Xid, SXid or fallen-off-bus line. A fallen-off-bus line without an Xid counts as Xid 79.
 
@@ -149,6 +162,7 @@ class XidEvent:
     severity: Optional[int] = None
     recovery: Optional[RecoveryChange] = None
     detail: bool = False
+    nvlink: Optional[NvlinkFault] = None
 
 
 @dataclass(frozen=True)
@@ -248,6 +262,9 @@ _XID = re.compile(rf"NVRM: Xid \(({_TAG})\): *{_CODE}")
 _SXID = re.compile(rf"nvidia-(nvswitch\d{{1,4}}): SXid \(({_TAG})\): *{_CODE}")
 _MIG = re.compile(r"GPU-I:(\d+)(?: +GPU-CI:(\d+))?")
 _PID = re.compile(r"pid=(?:'? *<unknown>'?|(\d+))(?:, *name=([^,]*))?(?:, *(.*))?")
+_NVLINK = re.compile(
+    r"NVLink: fatal error detected on link (\d{1,3}) ?\((0x[0-9a-fA-F]{1,16}(?:, ?0x[0-9a-fA-F]{1,16}){0,15})\)"
+)
 _RECOVERY = re.compile(r"recovery action changed from (0x[0-9a-f]+)\b.*?\bto (0x[0-9a-f]+)\b", re.IGNORECASE)
 _SXID_REST = re.compile(r"(?:(Fatal|Non-fatal)\b|Severity (\d+)\b|(Data)(?= *\{)),? *(.*)", re.IGNORECASE)
 _FALLEN = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?{_BUS_ADDR}:? (?:GPU )?has fallen off the bus")
@@ -346,6 +363,12 @@ def _parse_xid(message: str) -> Optional[XidEvent]:
         rec = _RECOVERY.search(text)
         if rec and len(rec.group(1)) <= 10 and len(rec.group(2)) <= 10:
             recovery = RecoveryChange(int(rec.group(1), 16), int(rec.group(2), 16))
+    nvlink: Optional[NvlinkFault] = None
+    if code == 74:
+        fault = _NVLINK.search(text)
+        if fault:
+            registers = tuple(int(value, 16) for value in fault.group(2).replace(" ", "").split(","))
+            nvlink = NvlinkFault(int(fault.group(1)), registers)
     return XidEvent(
         Kind.XID,
         code,
@@ -356,6 +379,7 @@ def _parse_xid(message: str) -> Optional[XidEvent]:
         gpu_instance=gpu_instance,
         compute_instance=compute_instance,
         recovery=recovery,
+        nvlink=nvlink,
     )
 
 

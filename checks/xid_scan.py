@@ -65,6 +65,8 @@ class ScanEntry:
             "summary": self.entry.summary,
             "text": event.text,
             "recovery_action": event.recovery.after if event.recovery else None,
+            "nvlink": event.nvlink.link if event.nvlink else None,
+            "nvlink_registers": [f"0x{r:x}" for r in event.nvlink.registers] if event.nvlink else None,
             "action": self.entry.action.value,
         }
 

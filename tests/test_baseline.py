@@ -26,6 +26,8 @@ probe_usage = false
 manager = "process"
 [checks.gpu]
 snapshot = "fixtures/nvml/h100-healthy.json"
+[checks.host]
+timex = "fixtures/host/timex-synced.json"
 """
 
 
@@ -54,12 +56,18 @@ def test_the_baseline_expects_what_the_node_has_and_then_passes(
     assert mounts["/scratch"]["fstype"] == "lustre"
     assert "/proc" not in mounts and "/sys" not in mounts
     assert {"nvidia", "nvidia_uvm", "mlx5_ib"} <= set(found["services"]["expect_kernel_modules"])
+    host = found["host"]
+    assert (host["expect_cpus"], host["expect_sockets"], host["expect_threads_per_core"]) == (224, 2, 2)
+    assert host["expect_kernel"] == ["6.1.0-18-amd64"] and host["expect_driver"] == ["550.54.15"]
+    assert 1800 < host["expect_memory_gib"] < 2048
 
     # The bare config with the baseline laid over it: every expectation holds on this node ...
     combined = merge(toml_module().loads(config.read_text()), {"checks": found})
     config.write_text(dumps(combined))
-    code, out, _ = cli("check", "--once", "--json", "--config", str(config))
+    baselined = ",".join(sorted(found))
+    code, out, _ = cli("check", "--once", "--json", "--only", baselined, "--config", str(config))
     document = json.loads(out)
+    assert sorted(c["name"] for c in document["checks"]) == sorted(found)
     assert code == 0 and document["status"] == "OK", [c for c in document["checks"] if c["status"] != "OK"]
     # ... and fails where the node no longer has what it had: a GPU gone from NVML.
     config.write_text(config.read_text().replace("h100-healthy.json", "h100-gpu-missing.json"))

@@ -27,6 +27,8 @@ def fixture_node_config(tmp_path: Path) -> Path:
     """fixtures/h100-node.toml with a private state directory."""
     text = (REPO / "fixtures/h100-node.toml").read_text()
     text = text.replace("[paths]\n", f'[paths]\nstate_dir = "{tmp_path / "state"}"\n', 1)
+    # Programs are named by absolute path only: the fixture paths are made absolute here.
+    text = text.replace('"fixtures/', f'"{REPO}/fixtures/')
     path = tmp_path / "h100-node.toml"
     path.write_text(text)
     return path

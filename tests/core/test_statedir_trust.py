@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from healthd_testkit.checks import only_checks
 
 import healthd.config
 from healthd.cli import hook_main, main
@@ -29,7 +30,6 @@ from healthd.metrics import HealthdCollector, new_registry, write_textfile
 from healthd.trust import UntrustedPath
 
 HEALTHD = Path(sys.executable).with_name("healthd")
-OTHER_CHECKS = ("services", "xid", "gpu", "infiniband", "pcie")
 # A victim file the attacker points root at (never a real system path).
 VICTIM_TEXT = "the victim's own content\n"
 
@@ -41,9 +41,7 @@ def write_config(tmp_path: Path, state: Path, extra: str = "") -> Path:
         f'[paths]\nstate_dir = "{state}"\n'
         '[slurm]\nenabled = false\nnode_name = "node-test"\n'
         "[daemon]\ninterval = 1\nsplay = false\n"
-        '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n'
-        + "".join(f"[checks.{name}]\nenabled = false\n" for name in OTHER_CHECKS)
-        + extra
+        '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n' + only_checks("mounts") + extra
     )
     return path
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import only_checks
 from healthd_testkit.faults import FAULT, Harness
 from healthd_testkit.waiting import wait_for
 
@@ -153,8 +154,7 @@ def test_an_untrusted_state_dir_never_acts_on_slurm(
     config = node.root / "cli.toml"
     config.write_text(
         f'[paths]\nstate_dir = "{node.state_dir}"\n[slurm]\nconf = "{cluster.conf}"\nnode_name = "node1"\n'
-        '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n'
-        + "".join(f"[checks.{name}]\nenabled = false\n" for name in ("services", "xid", "gpu", "infiniband", "pcie"))
+        '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n' + only_checks("mounts")
     )
     for command in (["check", "--once"], ["check", "--once", "--json"], ["ack"]):
         assert main([*command, "--config", str(config)]) == 78

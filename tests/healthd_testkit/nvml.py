@@ -33,6 +33,18 @@ class Clock:
         return self.now
 
 
+def fabric_info(state: int = 3, status: int = 0, cluster: bytes = bytes(16), health_mask: int = 0) -> Any:
+    """An answer to nvmlDeviceGetGpuFabricInfoV: fills the caller's structure (passed by reference) like NVML."""
+
+    def fill(reference: Any) -> int:
+        info = reference._obj
+        info.state, info.status, info.healthMask, info.cliqueId = state, status, health_mask, 0
+        info.clusterUuid[:] = list(cluster)
+        return pynvml.NVML_SUCCESS
+
+    return fill
+
+
 def healthy_gpu(index: int) -> dict[str, Any]:
     """pynvml function name -> answer for one H100 (a value, an exception, or a callable of the args)."""
     not_supported = nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
@@ -61,6 +73,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "nvmlDeviceGetUtilizationRates": SimpleNamespace(gpu=90, memory=35),
         "nvmlDeviceGetNvLinkState": link_state,
         "nvmlDeviceGetNvLinkErrorCounter": lambda link, counter: 0,
+        "nvmlDeviceGetGpuFabricInfoV": fabric_info(),
         "nvmlDeviceGetFieldValues": lambda ids: [
             SimpleNamespace(nvmlReturn=pynvml.NVML_SUCCESS, value=SimpleNamespace(uiVal=0)) for _ in ids
         ],

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from healthd_testkit.checks import only_checks
 
 import healthd.config
 from healthd import __version__
@@ -18,8 +19,7 @@ def _default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, 
     config.write_text(
         f'[paths]\nstate_dir = "{tmp_path}/state"\n'
         f'[slurm]\n{slurm}\nnode_name = "node-test"\n'
-        f"{node}\n"
-        + "".join(f"[checks.{name}]\nenabled = false\n" for name in ("services", "xid", "gpu", "infiniband", "pcie"))
+        f"{node}\n" + only_checks("mounts")
     )
     # slurmd passes no arguments: the hook can only ever read the default path.
     monkeypatch.setattr(healthd.config, "DEFAULT_CONFIG_PATH", config)

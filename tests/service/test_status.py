@@ -151,16 +151,20 @@ def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
 # --- from real passes: `healthd check --once` writes the record that `healthd status` reads ---------------
 
 
+MACHINE_BOUND = ("gpu", "xid", "nvlink", "kernel", "edac", "disks", "host", "ipmi")
+
+
 def _real_config(tmp_path: Path, slurm: str) -> Path:
-    """mounts finds one mount missing; gpu and xid are off (NVML and the shared kernel log differ between
-    machines); services, infiniband and pcie have nothing to examine under an empty sysfs, so they do not apply."""
+    """mounts finds one mount missing; the checks that read NVML, the shared kernel log, the process table,
+    the clock or the BMC are off (those differ between machines); services, infiniband and pcie have nothing
+    to examine under an empty sysfs, so they do not apply."""
     sysfs = tmp_path / "sys"
     sysfs.mkdir()
     config = tmp_path / "healthd.toml"
     config.write_text(
         f'[paths]\nstate_dir = "{tmp_path / "state"}"\nsysfs = "{sysfs}"\n'
         f'[slurm]\nnode_name = "n1"\n{slurm}\n[checks.mounts]\nexpect = [{{ path = "/definitely-not-mounted" }}]\n'
-        "[checks.gpu]\nenabled = false\n[checks.xid]\nenabled = false\n"
+        + "".join(f"[checks.{name}]\nenabled = false\n" for name in MACHINE_BOUND)
     )
     return config
 
@@ -180,13 +184,12 @@ def test_checks_that_did_not_apply_are_not_shown_as_ok(tmp_path: Path, capsys: p
     assert code == 2
     rows = {line.split()[0]: line.split(None, 1)[1] for line in lines if line.startswith("  ") and line[2] != " "}
     assert rows == {
-        "gpu": "disabled",
+        **{name: "disabled" for name in MACHINE_BOUND},
         "infiniband": "n/a",
         "jobs": "OK",
         "mounts": "CRITICAL",
         "pcie": "n/a",
         "services": "n/a",
-        "xid": "disabled",
     }
     assert lines[-1] == f"action: not sent, [slurm] enabled = false: would {WOULD}"
 

@@ -31,6 +31,9 @@ CASES = [
     ("h100-pcie-x8", [("PCIE_WIDTH_DEGRADED", Status.CRITICAL, "gpu1")]),
     ("h100-gpu-missing", [("GPU_MISSING", Status.CRITICAL, "gpus")]),
     ("h100-no-driver", [("NVML_UNAVAILABLE", Status.CRITICAL, "nvml")]),
+    # Fabric registration is the nvlink check's (tests/checks/nvlink); the gpu check leaves it alone.
+    ("h100-fabric-not-started", []),
+    ("h100-fabric-failed", []),
 ]
 
 

@@ -355,3 +355,11 @@ def test_boot_time_from_procfs(tmp_path: Path) -> None:
     (tmp_path / "stat").write_text("btime garbage\n")
     (tmp_path / "uptime").write_text("nonsense")
     assert read_boot_time(tmp_path, 500.0) is None
+
+
+def test_xid_74_names_its_nvlink_and_registers(node: Node) -> None:
+    node.gpu("0000:3b:00.0")
+    node.log("NVRM: Xid (PCI:0000:3b:00): 74, pid=7, name=x, NVLink: fatal error detected on link 4(0x0, 0x10000, 0x0)")
+    (finding,) = node.run()
+    assert (finding.code, finding.status, finding.subject) == ("XID_74", Status.CRITICAL, "gpu0")
+    assert (finding.details["nvlink"], finding.details["nvlink_registers"]) == (4, "0x0,0x10000,0x0")

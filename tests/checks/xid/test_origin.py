@@ -107,7 +107,7 @@ def journal_run(node: Node, monkeypatch: pytest.MonkeyPatch, entries: list[dict[
         assert boot_id == BOOT_A
         return ReadResult(lines, entries[-1]["__CURSOR"] if entries else after)
 
-    monkeypatch.setattr("healthd_checks.xid.read_journal", read_journal)
+    monkeypatch.setattr("healthd_checks.kernlog_read.read_journal", read_journal)
     return node.run(source="journal", **options)
 
 

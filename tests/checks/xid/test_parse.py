@@ -69,6 +69,21 @@ def test_line_parses_as_expected(case: dict[str, Any]) -> None:
     if "recovery" in expect:
         assert event.recovery is not None
         assert [event.recovery.before, event.recovery.after] == expect["recovery"]
+    if "nvlink" in expect:
+        assert event.nvlink is not None
+        assert [event.nvlink.link, list(event.nvlink.registers)] == expect["nvlink"]
+
+
+@given(st.integers(0, 999), st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=16))
+def test_xid_74_gives_its_link_and_registers(link: int, registers: list[int]) -> None:
+    shown = ", ".join(f"0x{r:x}" for r in registers)
+    fault = f"NVLink: fatal error detected on link {link}({shown})"
+    message = f"NVRM: Xid (PCI:0000:ca:00): 74, pid=3310, name=python, {fault}"
+    event = parse_message(message)
+    assert isinstance(event, XidEvent) and event.nvlink is not None
+    assert (event.nvlink.link, list(event.nvlink.registers)) == (link, registers)
+    other = parse_message(message.replace(": 74, ", ": 31, "))
+    assert isinstance(other, XidEvent) and other.nvlink is None  # only Xid 74 carries an NVLink fault
 
 
 def test_same_line_in_every_envelope_gives_the_same_event() -> None:

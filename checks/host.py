@@ -1,0 +1,345 @@
+"""The ``host`` check: the clock is synchronised, and the node has the CPUs, memory and versions it should.
+
+``gather`` asks the kernel for its clock discipline state (adjtimex(2) with no modes
+set: a read, allowed to any user) through ``TimexSource``, or replays a recorded
+reading (``timex``); it reads the CPU topology under ``[paths].sysfs/devices/system/cpu``
+(Documentation/admin-guide/cputopology.rst), ``[paths].procfs/meminfo``, the kernel
+release (``sys/kernel/osrelease``), the NVIDIA driver's version
+(``driver/nvidia/version``, else ``sysfs/module/nvidia/version``) and the firmware
+(``class/dmi/id/bios_version``). ``judge`` compares them with the ``expect_*``
+settings: only what is set is judged. See docs/host.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Optional, Protocol, Union
+
+from pydantic import Field
+
+from healthd.model import DetailValue, Finding, Status
+from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.text import one_line
+
+from .host_parse import parse_cpu_list, parse_driver_version, parse_meminfo
+from .sysfs import SysfsError, read_value
+
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
+
+Grade = Literal["WARNING", "CRITICAL"]
+
+
+class HostSettings(CheckSettings):
+    """``[checks.host]``."""
+
+    clock_sync: Literal["required", "off"] = Field(default="required", description="judge the kernel's clock state")
+    clock_severity: Grade = Field(default="WARNING", description="grade of an unsynchronised clock")
+    clock_max_error_ms: Optional[float] = Field(default=None, gt=0, description="largest maxerror tolerated")
+    timex: Optional[Path] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")
+    expect_cpus: Optional[int] = Field(default=None, ge=1, description="online CPUs (hardware threads)")
+    expect_sockets: Optional[int] = Field(default=None, ge=1)
+    expect_threads_per_core: Optional[int] = Field(default=None, ge=1)
+    expect_memory_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at least this")
+    expect_hugepages: Optional[int] = Field(default=None, ge=0, description="HugePages_Total (default page size)")
+    expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
+    expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")
+    expect_bios: list[str] = Field(default_factory=list, description="BIOS versions allowed")
+    inventory_severity: Grade = Field(default="CRITICAL", description="grade of missing CPUs or memory")
+    version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")
+
+
+# include/uapi/linux/timex.h
+STA_UNSYNC = 0x0040
+TIME_ERROR = 5
+
+
+@dataclass(frozen=True)
+class Timex:
+    """What adjtimex(2) says of the clock: its return value (clock state), status bits and error bounds (µs)."""
+
+    state: int
+    status: int
+    maxerror_us: int
+    esterror_us: int
+
+    @property
+    def synchronised(self) -> bool:
+        # adjtimex returns TIME_ERROR while STA_UNSYNC is set (kernel/time/ntp.c); either says so.
+        return not (self.status & STA_UNSYNC) and self.state != TIME_ERROR
+
+
+class TimexSource(Protocol):
+    """Anything that can tell the kernel's clock state."""
+
+    def read(self) -> Timex: ...
+
+
+class KernelTimex:
+    """adjtimex(2) through libc, with ``modes`` 0: it changes nothing."""
+
+    def read(self) -> Timex:
+        import ctypes
+        import ctypes.util
+
+        class _Timeval(ctypes.Structure):
+            _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+
+        # struct timex (include/uapi/linux/timex.h; glibc's sys/timex.h): longs and ints in this order.
+        class _Timex(ctypes.Structure):
+            _fields_ = [
+                ("modes", ctypes.c_uint),
+                ("offset", ctypes.c_long),
+                ("freq", ctypes.c_long),
+                ("maxerror", ctypes.c_long),
+                ("esterror", ctypes.c_long),
+                ("status", ctypes.c_int),
+                ("constant", ctypes.c_long),
+                ("precision", ctypes.c_long),
+                ("tolerance", ctypes.c_long),
+                ("time", _Timeval),
+                ("tick", ctypes.c_long),
+                ("ppsfreq", ctypes.c_long),
+                ("jitter", ctypes.c_long),
+                ("shift", ctypes.c_int),
+                ("stabil", ctypes.c_long),
+                ("jitcnt", ctypes.c_long),
+                ("calcnt", ctypes.c_long),
+                ("errcnt", ctypes.c_long),
+                ("stbcnt", ctypes.c_long),
+                ("tai", ctypes.c_int),
+                ("padding", ctypes.c_int * 11),
+            ]
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        timex = _Timex()
+        state = libc.adjtimex(ctypes.byref(timex))
+        if state < 0:
+            raise OSError(ctypes.get_errno(), "adjtimex failed")
+        return Timex(state, timex.status, timex.maxerror, timex.esterror)
+
+
+@dataclass(frozen=True)
+class RecordedTimex:
+    """A reading saved as JSON ``{"state": 0, "status": 8193, "maxerror_us": 1500, "esterror_us": 20}``."""
+
+    path: Path
+
+    def read(self) -> Timex:
+        try:
+            document = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise OSError(f"{self.path}: {exc}") from None
+        values = {}
+        for key in ("state", "status", "maxerror_us", "esterror_us"):
+            value = document.get(key) if isinstance(document, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise OSError(f"{self.path}: {key}: expected an integer, got {value!r}")
+            values[key] = value
+        return Timex(**values)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Online CPUs, the sockets they sit in, and the most hardware threads one core has."""
+
+    cpus: int
+    sockets: int
+    threads_per_core: int
+
+
+@dataclass(frozen=True)
+class HostObservation:
+    timex: Union[Timex, Unobserved, None]
+    topology: Union[Topology, Unobserved, None]
+    meminfo: Union[dict[str, int], Unobserved, None]
+    kernel: Union[str, Unobserved, None]
+    driver: Union[str, Unobserved, None]
+    bios: Union[str, Unobserved, None]
+
+
+def read_topology(sysfs: Path) -> Topology:
+    """From ``devices/system/cpu``: ``online``, and each online CPU's package id and thread siblings."""
+    root = sysfs / "devices/system/cpu"
+    online = parse_cpu_list(read_value(root / "online"), str(root / "online"))
+    packages: set[str] = set()
+    threads = 1
+    for cpu in sorted(online):
+        topology = root / f"cpu{cpu}/topology"
+        packages.add(read_value(topology / "physical_package_id").strip())
+        siblings = topology / "thread_siblings_list"
+        # Siblings taken offline (SMT switched off) are not threads this node can use.
+        threads = max(threads, len(parse_cpu_list(read_value(siblings), str(siblings)) & online))
+    return Topology(len(online), len(packages), threads)
+
+
+def _first_line(path: Path, code: str) -> Union[str, Unobserved]:
+    try:
+        return one_line(read_value(path).strip().partition("\n")[0], 120)
+    except SysfsError as exc:
+        return Unobserved(code, str(path), str(exc))
+
+
+def _driver(ctx: CheckContext[HostSettings]) -> Union[str, Unobserved]:
+    proc = ctx.paths.procfs / "driver/nvidia/version"
+    try:
+        version = parse_driver_version(proc.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        version = None
+    if version is not None:
+        return version
+    return _first_line(ctx.paths.sysfs / "module/nvidia/version", "NVIDIA_DRIVER_UNREADABLE")
+
+
+def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
+    settings = ctx.settings
+    timex: Union[Timex, Unobserved, None] = None
+    if settings.clock_sync == "required":
+        source: TimexSource = RecordedTimex(settings.timex) if settings.timex else KernelTimex()
+        try:
+            timex = source.read()
+        except OSError as exc:
+            timex = Unobserved("CLOCK_UNREADABLE", "clock", one_line(f"cannot read the clock state: {exc}"))
+    topology: Union[Topology, Unobserved, None] = None
+    if settings.expect_cpus or settings.expect_sockets or settings.expect_threads_per_core:
+        try:
+            topology = read_topology(ctx.paths.sysfs)
+        except (SysfsError, ValueError) as exc:
+            topology = Unobserved("CPU_TOPOLOGY_UNREADABLE", "cpu", str(exc))
+    meminfo: Union[dict[str, int], Unobserved, None] = None
+    if settings.expect_memory_gib is not None or settings.expect_hugepages is not None:
+        meminfo = read_parsed(ctx.paths.procfs / "meminfo", parse_meminfo, "MEMINFO", "replace")
+    kernel = bios = driver = None
+    if settings.expect_kernel:
+        kernel = _first_line(ctx.paths.procfs / "sys/kernel/osrelease", "KERNEL_RELEASE_UNREADABLE")
+    if settings.expect_driver:
+        driver = _driver(ctx)
+    if settings.expect_bios:
+        bios = _first_line(ctx.paths.sysfs / "class/dmi/id/bios_version", "BIOS_VERSION_UNREADABLE")
+    return HostObservation(timex, topology, meminfo, kernel, driver, bios)
+
+
+def _judge_clock(timex: Timex, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    settings = jc.settings
+    details: dict[str, DetailValue] = {
+        "state": timex.state,
+        "timex_status": f"0x{timex.status:04x}",
+        "maxerror_ms": timex.maxerror_us / 1000,
+    }
+    if not timex.synchronised:
+        message = "the kernel's clock is not synchronised (adjtimex: STA_UNSYNC): is chronyd or ntpd running?"
+        return [jc.finding(Status[settings.clock_severity], "CLOCK_UNSYNCHRONISED", "clock", message, **details)]
+    limit = settings.clock_max_error_ms
+    if limit is not None and timex.maxerror_us / 1000 > limit:
+        message = f"the clock's maximum error is {timex.maxerror_us / 1000:g} ms, above {limit:g} ms"
+        return [jc.finding(Status[settings.clock_severity], "CLOCK_ERROR_LARGE", "clock", message, **details)]
+    return []
+
+
+def _judge_inventory(observed: HostObservation, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    settings = jc.settings
+    grade = Status[settings.inventory_severity]
+    findings: list[Finding] = []
+    topology = observed.topology
+    if isinstance(topology, Topology):
+        for name, have, want in (
+            ("cpus", topology.cpus, settings.expect_cpus),
+            ("sockets", topology.sockets, settings.expect_sockets),
+            ("threads_per_core", topology.threads_per_core, settings.expect_threads_per_core),
+        ):
+            if want is not None and have != want:
+                message = f"{have} {name.replace('_', ' ')} online, {want} expected"
+                findings.append(jc.finding(grade, "CPU_TOPOLOGY", name, message, found=have, expected=want))
+    meminfo = observed.meminfo
+    if isinstance(meminfo, dict):
+        gib = meminfo["MemTotal"] / 2**20
+        if settings.expect_memory_gib is not None and gib < settings.expect_memory_gib:
+            message = f"{gib:.1f} GiB of memory (MemTotal), at least {settings.expect_memory_gib:g} GiB expected"
+            findings.append(
+                jc.finding(
+                    grade,
+                    "MEMORY_MISSING",
+                    "memory",
+                    message,
+                    found_gib=round(gib, 1),
+                    expected_gib=settings.expect_memory_gib,
+                )
+            )
+        pages = meminfo.get("HugePages_Total")
+        if settings.expect_hugepages is not None and pages != settings.expect_hugepages:
+            message = f"{pages} huge pages, {settings.expect_hugepages} expected"
+            findings.append(
+                jc.finding(grade, "HUGEPAGES", "hugepages", message, found=pages, expected=settings.expect_hugepages)
+            )
+    return findings
+
+
+def _judge_versions(observed: HostObservation, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    settings = jc.settings
+    findings: list[Finding] = []
+    for subject, code, have, allowed in (
+        ("kernel", "KERNEL_VERSION", observed.kernel, settings.expect_kernel),
+        ("nvidia_driver", "DRIVER_VERSION", observed.driver, settings.expect_driver),
+        ("bios", "BIOS_VERSION", observed.bios, settings.expect_bios),
+    ):
+        if isinstance(have, str) and allowed and have not in allowed:
+            message = f"{subject.replace('_', ' ')} version {have}, expected {' or '.join(allowed)}"
+            findings.append(jc.finding(Status[settings.version_severity], code, subject, message, found=have))
+    return findings
+
+
+def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
+    parts = (observed.timex, observed.topology, observed.meminfo, observed.kernel, observed.driver, observed.bios)
+    if all(part is None for part in parts):
+        raise NotApplicable("clock_sync is off and nothing is expected in [checks.host]")
+    findings = [part.finding(jc) for part in parts if isinstance(part, Unobserved)]
+    if isinstance(observed.timex, Timex):
+        findings += _judge_clock(observed.timex, jc)
+    findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
+    return Verdict(tuple(findings))
+
+
+def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
+    """This node's CPUs, sockets and threads per core, memory, huge pages, and its kernel, driver and BIOS."""
+    probe = ctx.settings.model_copy(
+        update={
+            "clock_sync": "off",
+            "expect_cpus": 1,
+            "expect_memory_gib": 1.0,
+            "expect_kernel": ["?"],
+            "expect_driver": ["?"],
+            "expect_bios": ["?"],
+        }
+    )
+    observed = gather(replace(ctx, settings=probe))
+    found: dict[str, Any] = {}
+    if isinstance(observed.topology, Topology):
+        topology = observed.topology
+        found.update(
+            expect_cpus=topology.cpus,
+            expect_sockets=topology.sockets,
+            expect_threads_per_core=topology.threads_per_core,
+        )
+    if isinstance(observed.meminfo, dict) and "MemTotal" in observed.meminfo:
+        # MemTotal moves a little between boots (firmware and kernel reservations): expect 97% of it.
+        found["expect_memory_gib"] = round(observed.meminfo["MemTotal"] / 2**20 * 0.97, 1)
+        found["expect_hugepages"] = observed.meminfo.get("HugePages_Total", 0)
+    for key, value in (
+        ("expect_kernel", observed.kernel),
+        ("expect_driver", observed.driver),
+        ("expect_bios", observed.bios),
+    ):
+        if isinstance(value, str):
+            found[key] = [value]
+    return found
+
+
+CHECK = CheckSpec(
+    name="host",
+    description="clock synchronised; CPUs, memory, huge pages, kernel, NVIDIA driver and BIOS versions as expected",
+    settings=HostSettings,
+    baseline=baseline,
+    run=Staged(gather, judge),
+)

@@ -1,0 +1,269 @@
+"""The ``nvlink`` check: GPUs registered with the NVLink fabric, and Fabric Manager running where NVSwitches are.
+
+``gather`` finds the NVSwitches on the PCI bus (``sysfs.PciFunction.is_nvswitch``:
+NVIDIA vendor 0x10de, class 0x0680), reads each GPU's fabric registration from NVML
+(``nvmlDeviceGetGpuFabricInfoV``, or from an NVML snapshot) and, where Fabric Manager
+is required, looks for its daemon in the process table; ``judge`` grades them.
+
+Fabric Manager is required exactly where NVSwitches are on the host's PCI bus (HGX and
+DGX baseboards), unless ``fabric_manager`` says otherwise: a PCIe H100, a GH200 or a
+single GPU has no NVSwitch and nothing to manage, so it is never asked for there. On
+Hopper and later, NVIDIA's Fabric Manager user guide says a GPU cannot run CUDA work
+until Fabric Manager has registered it with the fabric; NVML reports that registration
+per GPU (state COMPLETED, status SUCCESS). GPUs that report the state as NOT_SUPPORTED
+(Ampere and older, PCIe boards) are left alone. Links that are down although expected
+active are the gpu check's (``NVLINK_DOWN``). See docs/nvlink.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Optional, Union
+
+from pydantic import Field, field_validator
+
+from healthd.model import DetailValue, Finding, Status
+from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+
+from .nvml_source import (
+    NOT_SUPPORTED,
+    FabricInfo,
+    FabricReading,
+    GpuFabric,
+    NvmlError,
+    NvmlLibrary,
+    SnapshotError,
+    SnapshotFile,
+)
+from .procs import COMM_MAX, StatusError, read_processes
+from .services import ProcessRule, find_service
+from .sysfs import VENDOR_NVIDIA, scan_pci
+
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
+
+
+class NvlinkSettings(CheckSettings):
+    """``[checks.nvlink]``."""
+
+    snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
+    fabric_manager: Literal["auto", "required", "off"] = Field(
+        default="auto", description="auto: Fabric Manager must run exactly where NVSwitches are on the PCI bus"
+    )
+    fabric_manager_process: str = Field(
+        default="nv-fabricmanager", min_length=1, description="the daemon's process name, owned by root"
+    )
+    expect_nvswitches: Optional[int] = Field(default=None, ge=0, le=64, description="NVSwitches on the PCI bus")
+    expect_cluster_uuid: bool = Field(
+        default=False,
+        description="GPUs must carry a non-zero cluster UUID (multi-node NVLink, where Fabric Manager assigns one)",
+    )
+
+    @field_validator("fabric_manager_process")
+    @classmethod
+    def _process_name(cls, value: str) -> str:
+        if "/" in value or not value.isprintable():
+            raise ValueError(f"fabric_manager_process {value!r} must be a process name, not a path")
+        return value
+
+
+# nvmlGpuFabricState_t (nvml.h; pynvml's NVML_GPU_FABRIC_STATE_*).
+STATE_NOT_SUPPORTED, STATE_NOT_STARTED, STATE_IN_PROGRESS, STATE_COMPLETED = 0, 1, 2, 3
+STATE_NAMES = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+
+# NVML_GPU_FABRIC_HEALTH_MASK_* (nvml.h): (shift, width, value meaning "bad", grade, code, text).
+HEALTH_BITS = (
+    (0, 0x3, 1, Status.WARNING, "NVLINK_FABRIC_DEGRADED_BW", "the fabric runs at degraded bandwidth"),
+    (4, 0x3, 1, Status.WARNING, "NVLINK_FABRIC_ROUTE_UNHEALTHY", "a route through the fabric is unhealthy"),
+)
+# NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_* (4 bits from bit 8): 0 not supported, 1 none.
+_INCORRECT_CONFIGURATION = {
+    2: "incorrect system GUID",
+    3: "incorrect chassis serial number",
+    4: "no partition",
+    5: "insufficient NVLinks",
+    6: "incompatible GPU firmware",
+    7: "invalid location",
+    8: "GPU state invalid",
+}
+# Errors that only say "this GPU, driver or binding has no fabric registration to report".
+_ABSENT = frozenset({NOT_SUPPORTED, "FUNCTION_NOT_FOUND", "INVALID_ARGUMENT", "NOT_FOUND"})
+
+
+@dataclass(frozen=True)
+class NvlinkObservation:
+    """The NVSwitches on the bus, the GPUs' fabric registration, and whether Fabric Manager runs.
+
+    ``fabric_manager`` is None when it was not looked for (not required here).
+    """
+
+    switches: tuple[str, ...]
+    fabric: Union[FabricReading, Unobserved]
+    fabric_manager: Optional[bool] = None
+    problems: tuple[Unobserved, ...] = ()
+
+
+def manager_required(settings: NvlinkSettings, switches: int) -> bool:
+    if settings.fabric_manager == "auto":
+        return switches > 0
+    return settings.fabric_manager == "required"
+
+
+def _fabric_manager_running(ctx: CheckContext[NvlinkSettings]) -> Union[bool, Unobserved]:
+    """Whether a live process of that name, started by root, is in the process table."""
+    procfs = ctx.paths.procfs
+    try:
+        processes = read_processes(procfs)
+    except OSError as exc:
+        return Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
+    except StatusError as exc:
+        return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
+    rule = ProcessRule(names=(ctx.settings.fabric_manager_process,), owners={0: "root"})
+    return find_service(rule, processes).running
+
+
+def gather(ctx: CheckContext[NvlinkSettings]) -> NvlinkObservation:
+    settings = ctx.settings
+    scan = scan_pci(ctx.paths.sysfs, frozenset({VENDOR_NVIDIA}))
+    problems = [Unobserved("PCI_SYSFS_UNREADABLE", "pci", str(e), {"file": str(e.path)}) for e in scan.errors]
+    switches = tuple(f.address for f in scan.functions if f.is_nvswitch)
+    fabric: Union[FabricReading, Unobserved]
+    try:
+        fabric = (SnapshotFile(settings.snapshot) if settings.snapshot else NvmlLibrary()).read_fabric()
+    except SnapshotError as exc:
+        fabric = Unobserved("NVML_SNAPSHOT_INVALID", "nvml", str(exc))
+    running: Optional[bool] = None
+    if manager_required(settings, len(switches)):
+        seen = _fabric_manager_running(ctx)
+        if isinstance(seen, Unobserved):
+            problems.append(seen)
+        else:
+            running = seen
+    return NvlinkObservation(switches, fabric, running, tuple(problems))
+
+
+def _gpu_details(gpu: GpuFabric) -> dict[str, DetailValue]:
+    details: dict[str, DetailValue] = {"gpu": gpu.index}
+    for name, value in (("uuid", gpu.uuid), ("pci_bus_id", gpu.pci_bus_id)):
+        if isinstance(value, str):
+            details[name] = value
+    return details
+
+
+def judge_registration(
+    gpu: GpuFabric, info: FabricInfo, settings: NvlinkSettings, jc: JudgeContext[NvlinkSettings]
+) -> list[Finding]:
+    """One GPU's registration: not started or failed is CRITICAL, in progress a WARNING, health bits as graded."""
+    subject = f"gpu{gpu.index}"
+    state = STATE_NAMES.get(info.state, f"unknown state {info.state}")
+    details = {**_gpu_details(gpu), "state": state, "fabric_status": info.status}
+    if info.state == STATE_NOT_STARTED:
+        message = "not registered with the NVLink fabric (state NOT_STARTED): CUDA cannot use it until it is"
+        return [jc.finding(Status.CRITICAL, "NVLINK_FABRIC_NOT_REGISTERED", subject, message, **details)]
+    if info.state == STATE_IN_PROGRESS:
+        message = "NVLink fabric registration in progress: CUDA cannot use the GPU until it completes"
+        return [jc.finding(Status.WARNING, "NVLINK_FABRIC_IN_PROGRESS", subject, message, **details)]
+    if info.state != STATE_COMPLETED:
+        message = f"NVML reports an NVLink fabric state healthd does not know ({info.state})"
+        return [jc.finding(Status.UNKNOWN, "NVLINK_FABRIC_STATE_UNKNOWN", subject, message, **details)]
+    if info.status != "SUCCESS":
+        message = f"NVLink fabric registration failed (status {info.status})"
+        return [jc.finding(Status.CRITICAL, "NVLINK_FABRIC_FAILED", subject, message, **details)]
+    findings: list[Finding] = []
+    if settings.expect_cluster_uuid and info.cluster_uuid in (ZERO_UUID, ""):
+        message = "registered with the NVLink fabric but given no cluster UUID (expect_cluster_uuid)"
+        findings.append(jc.finding(Status.CRITICAL, "NVLINK_FABRIC_NO_CLUSTER", subject, message, **details))
+    mask = info.health_mask or 0
+    for shift, width, bad, status, code, text in HEALTH_BITS:
+        if (mask >> shift) & width == bad:
+            findings.append(jc.finding(status, code, subject, text, health_mask=mask, **details))
+    wrong = _INCORRECT_CONFIGURATION.get((mask >> 8) & 0xF)
+    if wrong is not None:
+        message = f"the NVLink fabric reports an incorrect configuration: {wrong}"
+        findings.append(
+            jc.finding(Status.CRITICAL, "NVLINK_FABRIC_MISCONFIGURED", subject, message, health_mask=mask, **details)
+        )
+    return findings
+
+
+def _judge_fabric(observed: NvlinkObservation, jc: JudgeContext[NvlinkSettings]) -> tuple[list[Finding], bool]:
+    """Findings on the GPUs' registration, and whether any GPU has a registration to judge."""
+    fabric = observed.fabric
+    if isinstance(fabric, Unobserved):
+        return [fabric.finding(jc)], True
+    if fabric.init_error is not None:
+        if not observed.switches and not jc.settings.expect_cluster_uuid:
+            return [], False
+        error = fabric.init_error
+        message = f"cannot read the GPUs' NVLink fabric registration: NVML {error.code} {error.message}".strip()
+        return [jc.finding(Status.UNKNOWN, "NVLINK_FABRIC_UNOBSERVED", "nvml", message, nvml_error=error.code)], True
+    findings: list[Finding] = []
+    supported = False
+    for gpu in fabric.gpus:
+        info = gpu.fabric
+        if isinstance(info, NvmlError):
+            if info.code in _ABSENT:
+                continue
+            message = f"cannot read the NVLink fabric registration: NVML {info.code}"
+            findings.append(
+                jc.finding(
+                    Status.UNKNOWN,
+                    "NVLINK_FABRIC_UNREADABLE",
+                    f"gpu{gpu.index}",
+                    message,
+                    nvml_error=info.code,
+                    **_gpu_details(gpu),
+                )
+            )
+            supported = True
+            continue
+        if info.state == STATE_NOT_SUPPORTED:
+            continue
+        supported = True
+        findings += judge_registration(gpu, info, jc.settings, jc)
+    return findings, supported
+
+
+def judge(observed: NvlinkObservation, jc: JudgeContext[NvlinkSettings]) -> Verdict:
+    settings = jc.settings
+    switches = len(observed.switches)
+    findings = [problem.finding(jc) for problem in observed.problems]
+    expected = settings.expect_nvswitches
+    if expected is not None and switches < expected:
+        message = f"{switches} NVSwitch(es) on the PCI bus, {expected} expected"
+        listed = ",".join(observed.switches)
+        findings.append(
+            jc.finding(
+                Status.CRITICAL,
+                "NVSWITCH_MISSING",
+                "nvswitches",
+                message,
+                found=switches,
+                expected=expected,
+                addresses=listed,
+            )
+        )
+    required = manager_required(settings, switches)
+    if observed.fabric_manager is False:
+        process = settings.fabric_manager_process
+        why = f"{switches} NVSwitch(es) on the PCI bus" if switches else "fabric_manager = required"
+        message = (
+            f"Fabric Manager is not running (no process {process[:COMM_MAX]} owned by root) although {why}: "
+            "NVLink traffic between GPUs cannot be set up"
+        )
+        findings.append(jc.finding(Status.CRITICAL, "FABRIC_MANAGER_DOWN", process, message, nvswitches=switches))
+    fabric, supported = _judge_fabric(observed, jc)
+    findings += fabric
+    if not (switches or required or supported or expected or settings.expect_cluster_uuid or findings):
+        raise NotApplicable("no NVSwitch on the PCI bus and no GPU reports an NVLink fabric registration")
+    return Verdict(tuple(findings))
+
+
+CHECK = CheckSpec(
+    name="nvlink",
+    description="NVLink fabric: GPUs registered with the fabric (NVML), Fabric Manager running where NVSwitches are",
+    settings=NvlinkSettings,
+    run=Staged(gather, judge),
+)

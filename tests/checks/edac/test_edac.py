@@ -1,0 +1,171 @@
+"""The edac check: EDAC counters by their change, machine checks in the kernel log, forged ones ignored."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from healthd_testkit.nvml import Clock
+from healthd_testkit.paths import FIXTURES, REPO
+from hypothesis import given
+from hypothesis import strategies as st
+
+from healthd.cli import main
+from healthd.config import Paths
+from healthd.model import Finding, Status
+from healthd.plugin import CheckContext, NotApplicable
+from healthd.state import StateFile
+from healthd_checks.edac import CHECK, PATTERNS, EdacSettings
+from healthd_checks.kernlog_events import match_line
+
+BASE = FIXTURES / "sysfs/base"
+GPU_NODE = FIXTURES / "procfs/gpu-node"
+MCE = FIXTURES / "kernlog/kmsg-mce.txt"
+HEALTHY = FIXTURES / "kernlog/kmsg-healthy.txt"
+
+
+class Node:
+    """Passes of the edac check over a copy of the fixture node's EDAC tree, with a controlled clock."""
+
+    def __init__(self, root: Path, clock: Clock) -> None:
+        self.root = root
+        self.sysfs = root / "sys"
+        shutil.copytree(BASE / "devices/system", self.sysfs / "devices/system")
+        self.clock = clock
+
+    @property
+    def mc(self) -> Path:
+        return self.sysfs / "devices/system/edac/mc"
+
+    def set(self, relative: str, value: int) -> None:
+        (self.mc / relative).write_text(f"{value}\n")
+
+    def run(self, kmsg: Path = HEALTHY, **settings: Any) -> list[Finding]:
+        ctx = CheckContext(
+            name="edac",
+            settings=EdacSettings(source="kmsg", **settings),
+            paths=Paths(sysfs=self.sysfs, procfs=GPU_NODE, kmsg=kmsg, state_dir=self.root / "state"),
+            state=StateFile(self.root / "state", "check-edac"),
+            clock=self.clock,
+        )
+        return list(CHECK.run(ctx))
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return Node(tmp_path, Clock())
+
+
+def found(findings: list[Finding]) -> dict[str, Status]:
+    return {f"{f.code}@{f.subject}": f.status for f in findings}
+
+
+def test_healthy_controllers_have_no_findings(node: Node) -> None:
+    assert node.run(expect_controllers=2) == []
+
+
+def test_uncorrected_errors_this_boot_are_critical_and_name_the_dimm(node: Node) -> None:
+    node.set("mc1/ue_count", 1)
+    node.set("mc1/dimm1/dimm_ue_count", 1)
+    (finding,) = node.run()
+    assert (finding.code, finding.status, finding.subject) == ("EDAC_UNCORRECTED", Status.CRITICAL, "mc1")
+    assert "CPU_SrcID#1_MC#0_Chan#1_DIMM#0 (1)" in finding.message
+
+
+def test_corrected_errors_are_judged_by_their_rate_per_dimm(node: Node) -> None:
+    node.run()
+    node.clock.now += 3600
+    node.set("mc0/dimm0/dimm_ce_count", 503)  # 500 in an hour: under the limit
+    assert node.run() == []
+    node.clock.now += 3600
+    node.set("mc0/dimm0/dimm_ce_count", 2003)
+    (finding,) = node.run()
+    assert (finding.code, finding.subject, finding.details["increase"]) == ("EDAC_CORRECTED_RATE", "mc0/dimm0", 1500)
+    node.clock.now += 60
+    node.set("mc0/dimm0/dimm_ce_count", 5)  # lower: a reset, a new baseline
+    assert node.run() == []
+
+
+def test_a_pass_seconds_after_another_cannot_inflate_the_rate(node: Node) -> None:
+    node.run()
+    node.clock.now += 5
+    node.set("mc0/dimm0/dimm_ce_count", 100)  # 97 in 5 s, judged over rate_window (600 s): 582/h
+    assert node.run() == []
+
+
+def test_machine_checks_in_the_kernel_log_and_no_forgeries(node: Node) -> None:
+    assert found(node.run(kmsg=MCE)) == {
+        "MCE@cpu12": Status.WARNING,
+        "MCE@cpu40": Status.CRITICAL,
+        "EDAC_UE_LOGGED@mc1": Status.CRITICAL,
+        "MEMORY_FAILURE@memory": Status.WARNING,
+        "MCE_MEMORY_UNCORRECTED@memory": Status.CRITICAL,
+    }
+
+
+def test_uncorrected_machine_checks_hold_until_reboot_corrected_ones_do_not(node: Node) -> None:
+    node.run(kmsg=MCE, window=60)
+    node.clock.now += 61
+    assert found(node.run(kmsg=MCE, window=60)) == {
+        "MCE@cpu12": Status.OK,
+        "MCE@cpu40": Status.CRITICAL,
+        "EDAC_UE_LOGGED@mc1": Status.CRITICAL,
+        "MEMORY_FAILURE@memory": Status.OK,
+        "MCE_MEMORY_UNCORRECTED@memory": Status.CRITICAL,
+    }
+
+
+def test_no_edac_driver_is_not_applicable_unless_controllers_are_expected(node: Node) -> None:
+    shutil.rmtree(node.sysfs / "devices/system/edac")
+    with pytest.raises(NotApplicable):
+        node.run()
+    assert found(node.run(expect_controllers=2)) == {"EDAC_CONTROLLERS_MISSING@edac": Status.UNKNOWN}
+
+
+def test_the_longest_task_name_cannot_spell_an_edac_line() -> None:
+    assert match_line("EDAC MC0: 1 UE [4711]: segfault at 0 ip 0 sp 0 error 6 in x on y", PATTERNS) is None
+    assert match_line("EDAC MC0: 1 UE memory read error on CPU_SrcID#1_MC#0_Chan#1_DIMM#0 (x)", PATTERNS) is not None
+
+
+def test_unreadable_counter_is_unknown_naming_the_file(node: Node) -> None:
+    (node.mc / "mc0/ce_count").write_text("lots\n")
+    (finding,) = node.run()
+    assert (finding.code, finding.status, finding.subject) == ("EDAC_SYSFS_UNREADABLE", Status.UNKNOWN, "mc0")
+    assert "mc0/ce_count" in finding.message
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 4096), st.integers(0, 63))
+def test_mce_grade_follows_the_uc_and_pcc_bits(status: int, cpu: int, bank: int) -> None:
+    hit = match_line(f"mce: [Hardware Error]: CPU {cpu}: Machine Check: 0 Bank {bank}: {status:016x}", PATTERNS)
+    assert hit is not None and hit.subject == f"cpu{cpu}"
+    assert (hit.status is Status.CRITICAL) == bool(status & (1 << 61 | 1 << 57))
+
+
+@given(st.text(max_size=15), st.text(max_size=200))
+def test_a_segfault_report_never_reads_as_a_memory_error(comm: str, filename: str) -> None:
+    message = f"{comm}[4711]: segfault at 0 ip 00007f0893980000 sp 00007ffcae9198a8 error 6 in {filename}[0+1000]"
+    assert match_line(message, PATTERNS) is None
+
+
+def test_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
+) -> None:
+    monkeypatch.chdir(REPO)
+    body = f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\nkmsg = "{MCE}"\n[checks.edac]\nsource = "kmsg"\n'
+    main(["check", "--once", "--json", "--only", "edac", "--config", str(write_config(body))])
+    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "edac"]
+    assert check["status"] == "CRITICAL"
+    assert {f["code"] for f in check["findings"]} >= {"MCE", "EDAC_UE_LOGGED", "MCE_MEMORY_UNCORRECTED"}
+
+
+@given(
+    st.text(max_size=15),
+    st.sampled_from(["[4711]: segfault at 0 ip 0 sp 0 error 6 in ", " (4711): drop_caches: "]),
+    st.text(),
+)
+def test_a_task_name_heading_a_kernel_line_never_reads_as_a_memory_error(comm: str, then: str, rest: str) -> None:
+    # The kernel puts a task's name (15 characters at most) first in some lines, then "[pid]" or " (pid)".
+    assert match_line(f"{comm}{then}{rest}", PATTERNS) is None

@@ -1,0 +1,155 @@
+"""The host check: the clock's state (the real adjtimex and recorded ones), inventory and versions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from healthd_testkit.paths import FIXTURES, REPO
+from hypothesis import given
+from hypothesis import strategies as st
+
+from healthd.cli import main
+from healthd.config import Paths
+from healthd.model import Finding, Status
+from healthd.plugin import CheckContext, JudgeContext, NotApplicable
+from healthd.state import StateFile
+from healthd_checks.host import CHECK, HostObservation, HostSettings, KernelTimex, Timex, judge
+from healthd_checks.host_parse import parse_cpu_list, parse_driver_version, parse_meminfo
+
+BASE = FIXTURES / "sysfs/base"
+GPU_NODE = FIXTURES / "procfs/gpu-node"
+SYNCED = FIXTURES / "host/timex-synced.json"
+UNSYNCED = FIXTURES / "host/timex-unsynced.json"
+EXPECT = {
+    "expect_cpus": 224,
+    "expect_sockets": 2,
+    "expect_threads_per_core": 2,
+    "expect_memory_gib": 1900,
+    "expect_hugepages": 0,
+    "expect_kernel": ["6.1.0-18-amd64"],
+    "expect_driver": ["550.54.15"],
+    "expect_bios": ["2.1.5"],
+}
+
+
+def run(tmp_path: Path, sysfs: Path = BASE, procfs: Path = GPU_NODE, **settings: Any) -> list[Finding]:
+    settings.setdefault("timex", SYNCED)
+    ctx = CheckContext(
+        name="host",
+        settings=HostSettings(**settings),
+        paths=Paths(sysfs=sysfs, procfs=procfs, state_dir=tmp_path / "state"),
+        state=StateFile(tmp_path / "state", "check-host"),
+    )
+    return list(CHECK.run(ctx))
+
+
+def codes(findings: list[Finding]) -> list[tuple[str, Status, str]]:
+    return sorted(((f.code, f.status, f.subject) for f in findings), key=lambda t: (t[0], t[2]))
+
+
+def test_the_fixture_node_is_as_expected(tmp_path: Path) -> None:
+    assert run(tmp_path, **EXPECT) == []
+
+
+def test_unsynchronised_clock(tmp_path: Path) -> None:
+    (finding,) = run(tmp_path, timex=UNSYNCED)
+    assert (finding.code, finding.status) == ("CLOCK_UNSYNCHRONISED", Status.WARNING)
+    assert finding.details["timex_status"] == "0x0041"
+    (finding,) = run(tmp_path, timex=SYNCED, clock_max_error_ms=1.0)
+    assert finding.code == "CLOCK_ERROR_LARGE"
+
+
+def test_the_kernels_own_clock_state_is_read() -> None:
+    # The real adjtimex(2): a read any user may make. Whatever this machine's clock does,
+    # the status bits and TIME_ERROR agree (kernel/time/ntp.c), and the bounds are sane.
+    reading = KernelTimex().read()
+    assert 0 <= reading.state <= 5 and reading.maxerror_us >= 0
+    assert reading.synchronised == (not reading.status & 0x40 and reading.state != 5)
+
+
+def test_missing_cpus_memory_and_wrong_versions(tmp_path: Path) -> None:
+    sysfs = tmp_path / "sys"
+    shutil.copytree(BASE / "devices/system/cpu", sysfs / "devices/system/cpu")
+    (sysfs / "devices/system/cpu/online").write_text("0-111\n")  # hyperthreads switched off
+    procfs = tmp_path / "proc"
+    shutil.copytree(GPU_NODE, procfs, symlinks=True)
+    meminfo = procfs / "meminfo"
+    meminfo.write_text(meminfo.read_text().replace("MemTotal:       2113442644 kB", "MemTotal:       1585081983 kB"))
+    (procfs / "driver/nvidia/version").unlink()
+    found = codes(run(tmp_path, sysfs=sysfs, procfs=procfs, **{**EXPECT, "expect_bios": [], "expect_kernel": ["6.9"]}))
+    assert found == [
+        ("CPU_TOPOLOGY", Status.CRITICAL, "cpus"),
+        ("CPU_TOPOLOGY", Status.CRITICAL, "threads_per_core"),
+        ("KERNEL_VERSION", Status.WARNING, "kernel"),
+        ("MEMORY_MISSING", Status.CRITICAL, "memory"),
+        ("NVIDIA_DRIVER_UNREADABLE", Status.UNKNOWN, str(sysfs / "module/nvidia/version")),
+    ]
+
+
+def test_malformed_meminfo_is_unknown_naming_the_line(tmp_path: Path) -> None:
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    (procfs / "meminfo").write_text("MemTotal: 12 kB\nbroken line\n")
+    (finding,) = run(tmp_path, procfs=procfs, clock_sync="off", expect_memory_gib=1)
+    assert (finding.code, finding.status) == ("MEMINFO_MALFORMED", Status.UNKNOWN)
+    assert ":2:" in finding.message
+
+
+def test_nothing_to_judge_is_not_applicable(tmp_path: Path) -> None:
+    with pytest.raises(NotApplicable):
+        run(tmp_path, clock_sync="off")
+    with pytest.raises(NotApplicable):
+        judge(HostObservation(None, None, None, None, None, None), JudgeContext("host", HostSettings(), 0.0))
+
+
+def test_clock_judged_on_plain_values() -> None:
+    jc = JudgeContext("host", HostSettings(clock_severity="CRITICAL"), 0.0)
+    observed = HostObservation(Timex(5, 0x40, 16_000_000, 16_000_000), None, None, None, None, None)
+    (finding,) = judge(observed, jc).findings
+    assert finding.status is Status.CRITICAL
+
+
+@given(st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 64)), max_size=20))
+def test_cpu_lists_round_trip(ranges: list[tuple[int, int]]) -> None:
+    text = ",".join(f"{a}-{a + n}" if n else str(a) for a, n in ranges)
+    expected = {cpu for a, n in ranges for cpu in range(a, a + n + 1)}
+    assert parse_cpu_list(text) == expected
+
+
+@given(st.text(max_size=100))
+def test_cpu_list_parser_fails_only_with_valueerror(text: str) -> None:
+    try:
+        cpus = parse_cpu_list(text, "SRC")
+    except ValueError as exc:
+        assert str(exc).startswith("SRC: ")
+        return
+    assert all(cpu >= 0 for cpu in cpus)
+
+
+@given(st.dictionaries(st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,20}", fullmatch=True), st.integers(0, 2**60)))
+def test_meminfo_parses_the_proc_format(values: dict[str, int]) -> None:
+    values = {"MemTotal": 1024, **values}
+    text = "".join(f"{name}:{' ' * 8}{value} kB\n" for name, value in values.items())
+    assert parse_meminfo(text, "m") == values
+
+
+def test_driver_version_lines() -> None:
+    assert parse_driver_version((GPU_NODE / "driver/nvidia/version").read_text()) == "550.54.15"
+    open_module = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  560.35.03  Release Build  (dvs-builder@U16)"
+    assert parse_driver_version(open_module) == "560.35.03"
+    assert parse_driver_version("something else 550.54.15") is None
+
+
+def test_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
+) -> None:
+    monkeypatch.chdir(REPO)
+    body = f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\n[checks.host]\ntimex = "{UNSYNCED}"\nexpect_cpus = 256\n'
+    main(["check", "--once", "--json", "--only", "host", "--config", str(write_config(body))])
+    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "host"]
+    assert {f["code"] for f in check["findings"]} == {"CLOCK_UNSYNCHRONISED", "CPU_TOPOLOGY"}
+    assert check["status"] == "CRITICAL"

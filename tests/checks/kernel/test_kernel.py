@@ -1,0 +1,199 @@
+"""The kernel check: stuck D-state tasks across passes, watchdog reports in the kernel log, forged ones ignored."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from healthd_testkit.nvml import Clock
+from healthd_testkit.paths import FIXTURES, REPO
+from hypothesis import given
+from hypothesis import strategies as st
+
+from healthd.cli import main
+from healthd.config import Paths
+from healthd.model import Finding, Status
+from healthd.plugin import CheckContext
+from healthd.state import StateFile
+from healthd_checks.kernel import CHECK, PATTERNS, KernelSettings
+from healthd_checks.kernlog_events import match_line
+from healthd_checks.tasks import parse_stat, parse_switches, read_d_state
+
+STUCK = FIXTURES / "procfs/stuck"
+KMSG = FIXTURES / "kernlog/kmsg-stuck.txt"
+HEALTHY = FIXTURES / "kernlog/kmsg-healthy.txt"
+
+
+class Node:
+    """Passes of the kernel check over a copy of the stuck process table, with a controlled clock."""
+
+    def __init__(self, root: Path, clock: Clock) -> None:
+        self.root = root
+        self.procfs = root / "proc"
+        shutil.copytree(STUCK, self.procfs)
+        self.clock = clock
+
+    def run(self, kmsg: Path = KMSG, **settings: Any) -> list[Finding]:
+        ctx = CheckContext(
+            name="kernel",
+            settings=KernelSettings(source="kmsg", **settings),
+            paths=Paths(procfs=self.procfs, kmsg=kmsg, state_dir=self.root / "state"),
+            state=StateFile(self.root / "state", "check-kernel"),
+            clock=self.clock,
+        )
+        return list(CHECK.run(ctx))
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return Node(tmp_path, Clock())
+
+
+def codes(findings: list[Finding]) -> dict[str, tuple[Status, Any]]:
+    return {f"{f.code}@{f.subject}": (f.status, f.details.get("count")) for f in findings}
+
+
+def test_watchdog_reports_are_found_once_and_forgeries_are_not(node: Node) -> None:
+    first = codes(node.run())
+    assert first == {
+        "HUNG_TASK@hung_task": (Status.WARNING, 2),
+        "SOFT_LOCKUP@cpu17": (Status.CRITICAL, 1),
+        "HARD_LOCKUP@cpu42": (Status.CRITICAL, 1),
+        "RCU_STALL@rcu": (Status.WARNING, 1),
+    }
+    assert codes(node.run()) == first  # read once: a second pass adds nothing
+
+
+def test_hung_task_details_name_the_task_cleanly(node: Node) -> None:
+    (hung,) = [f for f in node.run() if f.code == "HUNG_TASK"]
+    assert hung.details["task"] == "pt_data_worker" and hung.details["pid"] == 4107
+    assert hung.details["seconds"] == 245
+
+
+def test_userspace_records_count_only_with_the_test_switch(node: Node) -> None:
+    found = codes(node.run(accept_userspace_kmsg=True))
+    assert found["SOFT_LOCKUP@cpu3"] == (Status.CRITICAL, 1)
+    assert found["HUNG_TASK@hung_task"] == (Status.WARNING, 3)
+    assert found["KERNEL_LOG_USERSPACE_ACCEPTED@accept_userspace_kmsg"][0] is Status.OK
+
+
+def test_events_older_than_the_window_are_ok_but_still_counted(node: Node) -> None:
+    node.run(window=60)
+    node.clock.now += 61
+    assert {status for status, _ in codes(node.run(window=60)).values()} == {Status.OK}
+
+
+def test_d_state_tasks_are_stuck_only_after_stuck_after_without_a_switch(node: Node) -> None:
+    assert not [f for f in node.run(kmsg=HEALTHY) if f.code == "D_STATE_STUCK"]
+    node.clock.now += 599
+    assert not [f for f in node.run(kmsg=HEALTHY) if f.code == "D_STATE_STUCK"]
+    node.clock.now += 1
+    (stuck,) = [f for f in node.run(kmsg=HEALTHY) if f.code == "D_STATE_STUCK"]
+    assert (stuck.status, stuck.details["count"], stuck.details["tids"]) == (Status.WARNING, 2, "4107,4300")
+    assert "pt_data_worker[4107]" in stuck.message and "dd[4300]" in stuck.message
+
+
+def test_a_task_that_switched_starts_over(node: Node) -> None:
+    node.run(kmsg=HEALTHY)
+    status = node.procfs / "4300/task/4300/status"
+    status.write_text(status.read_text().replace("voluntary_ctxt_switches:\t88", "voluntary_ctxt_switches:\t89"))
+    node.clock.now += 600
+    (stuck,) = [f for f in node.run(kmsg=HEALTHY, stuck_severity="CRITICAL") if f.code == "D_STATE_STUCK"]
+    assert (stuck.status, stuck.details["tids"]) == (Status.CRITICAL, "4107")
+
+
+def test_ignored_and_tolerated_tasks(node: Node) -> None:
+    node.run(kmsg=HEALTHY)
+    node.clock.now += 600
+    assert not [f for f in node.run(kmsg=HEALTHY, ignore_tasks=["dd", "pt_data_worker"]) if f.code == "D_STATE_STUCK"]
+    assert not [f for f in node.run(kmsg=HEALTHY, stuck_tasks_max=2) if f.code == "D_STATE_STUCK"]
+
+
+def test_a_new_boot_starts_the_clocks_over(node: Node) -> None:
+    node.run(kmsg=HEALTHY)
+    (node.procfs / "sys/kernel/random/boot_id").write_text("0b1f6a4e-1d2c-4e5f-8a9b-0c1d2e3f4a5b\n")
+    node.clock.now += 600
+    assert not [f for f in node.run(kmsg=HEALTHY) if f.code == "D_STATE_STUCK"]
+
+
+def test_unreadable_kernel_log_and_process_table_are_unknown(node: Node, tmp_path: Path) -> None:
+    found = codes(node.run(kmsg=tmp_path / "absent"))
+    assert found[f"KERNEL_LOG_UNREADABLE@{tmp_path / 'absent'}"][0] is Status.UNKNOWN
+    shutil.rmtree(node.procfs)
+    node.procfs.mkdir()
+    (node.procfs / "7").mkdir()
+    (node.procfs / "7/stat").write_text("garbage\n")
+    found = codes(node.run(kmsg=HEALTHY))
+    assert found[f"PROCESS_STAT_MALFORMED@{node.procfs}"][0] is Status.UNKNOWN
+
+
+def test_reader_finds_d_threads_and_is_not_fooled_by_names() -> None:
+    found = read_d_state(STUCK)
+    assert [(t.tid, t.pid, t.name, t.switches) for t in found] == [
+        (4107, 4100, "pt_data_worker", 5529),
+        (4300, 4300, "dd", 90),
+    ]
+
+
+NAMES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=16)
+
+
+@given(NAMES, st.sampled_from("RSDZTtXIP"), st.integers(0, 2**63))
+def test_stat_parses_whatever_the_name(name: str, state: str, start: int) -> None:
+    line = f"42 ({name}) {state} 1 42 42 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0 0\n"
+    parsed = parse_stat(line)
+    assert (parsed.pid, parsed.name, parsed.state, parsed.start_ticks) == (42, name, state, start)
+
+
+@given(st.text(max_size=300))
+def test_stat_parser_rejects_garbage_with_valueerror_only(text: str) -> None:
+    try:
+        parsed = parse_stat(text)
+    except ValueError:
+        return
+    assert len(parsed.state) == 1 and text.startswith(f"{parsed.pid} (")
+
+
+def test_switches_need_both_lines() -> None:
+    assert parse_switches("voluntary_ctxt_switches:\t3\nnonvoluntary_ctxt_switches:\t4\n") == 7
+    assert parse_switches("voluntary_ctxt_switches:\t3\n") is None
+
+
+@given(st.text(max_size=15), st.integers(1, 4_194_304), st.text(max_size=200))
+def test_a_segfault_report_never_reads_as_a_watchdog_report(comm: str, pid: int, filename: str) -> None:
+    # kernel/arch/x86/mm/fault.c show_signal_msg: the line begins with the task's name.
+    message = f"{comm}[{pid}]: segfault at 0 ip 00007f0893980000 sp 00007ffcae9198a8 error 6 in {filename}[0+1000]"
+    assert match_line(message, PATTERNS) is None
+
+
+@given(st.text(max_size=200), st.text(max_size=200))
+def test_only_the_start_of_the_first_line_counts(before: str, after: str) -> None:
+    report = "watchdog: BUG: soft lockup - CPU#3 stuck for 23s! [kworker/3:1:88]"
+    hit = match_line(f"{report}\n{after}", PATTERNS)
+    assert hit is not None and hit.subject == "cpu3"
+    assert match_line(f"sshd[1]: {before}{report}", PATTERNS) is None
+    assert match_line(f"sshd[1]: {before}\n{report}", PATTERNS) is None
+
+
+def test_cli_on_the_stuck_fixture(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
+) -> None:
+    monkeypatch.chdir(REPO)
+    config = write_config(f'[paths]\nprocfs = "{STUCK}"\nkmsg = "{KMSG}"\n[checks.kernel]\nsource = "kmsg"\n')
+    main(["check", "--once", "--json", "--only", "kernel", "--config", str(config)])
+    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "kernel"]
+    assert check["status"] == "CRITICAL"
+    assert {f["code"] for f in check["findings"]} == {"HUNG_TASK", "SOFT_LOCKUP", "HARD_LOCKUP", "RCU_STALL"}
+
+
+@given(
+    st.text(max_size=15),
+    st.sampled_from(["[4711]: segfault at 0 ip 0 sp 0 error 6 in ", " (4711): drop_caches: "]),
+    st.text(),
+)
+def test_a_task_name_heading_a_kernel_line_never_reads_as_a_watchdog_report(comm: str, then: str, rest: str) -> None:
+    # The kernel puts a task's name (15 characters at most) first in some lines, then "[pid]" or " (pid)".
+    assert match_line(f"{comm}{then}{rest}", PATTERNS) is None

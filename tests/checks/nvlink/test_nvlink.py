@@ -1,0 +1,222 @@
+"""The nvlink check: fabric registration per GPU, Fabric Manager only where NVSwitches are, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pynvml
+import pytest
+from healthd_testkit.nvml import SYSFS_H100, FakeNvml, fabric_info, nvml_error
+from healthd_testkit.paths import FIXTURES, REPO
+from hypothesis import given
+from hypothesis import strategies as st
+
+from healthd.cli import main
+from healthd.config import Paths
+from healthd.model import Status
+from healthd.plugin import CheckContext, JudgeContext, NotApplicable
+from healthd.state import StateFile
+from healthd_checks.nvlink import CHECK, NvlinkObservation, NvlinkSettings, judge, judge_registration
+from healthd_checks.nvml_source import (
+    FabricInfo,
+    FabricReading,
+    GpuFabric,
+    NvmlError,
+    NvmlLibrary,
+    SnapshotFile,
+    parse_snapshot,
+    snapshot_document,
+)
+
+NVML = FIXTURES / "nvml"
+BASE = FIXTURES / "sysfs/base"
+GPU_NODE = FIXTURES / "procfs/gpu-node"
+NO_FABRIC_MANAGER = FIXTURES / "procfs/services"  # root's munged and others, no nv-fabricmanager
+ZERO = "00000000-0000-0000-0000-000000000000"
+
+
+def run(
+    tmp_path: Path,
+    snapshot: Optional[str] = "h100-healthy",
+    sysfs: Path = BASE,
+    procfs: Path = GPU_NODE,
+    **settings: Any,
+) -> list[tuple[str, Status, str]]:
+    ctx = CheckContext(
+        name="nvlink",
+        settings=NvlinkSettings(snapshot=NVML / f"{snapshot}.json" if snapshot else None, **settings),
+        paths=Paths(sysfs=sysfs, procfs=procfs, state_dir=tmp_path / "state"),
+        state=StateFile(tmp_path / "state", "check-nvlink"),
+    )
+    return sorted((f.code, f.status, f.subject) for f in CHECK.run(ctx))
+
+
+def pcie_only_sysfs(tmp_path: Path) -> Path:
+    """The fixture node's PCI bus without its NVSwitches: a PCIe H100 server."""
+    root = tmp_path / "sysfs"
+    shutil.copytree(BASE, root, symlinks=True)
+    for address in ("0000:45:00.0", "0000:46:00.0", "0000:47:00.0", "0000:48:00.0"):
+        os.unlink(root / "bus/pci/devices" / address)
+    return root
+
+
+def test_healthy_hgx_node_has_no_findings(tmp_path: Path) -> None:
+    assert run(tmp_path, expect_nvswitches=4) == []
+
+
+def test_fabric_manager_down_on_nvswitch_node_is_critical_and_gpus_unregistered(tmp_path: Path) -> None:
+    found = run(tmp_path, "h100-fabric-not-started", procfs=NO_FABRIC_MANAGER)
+    assert ("FABRIC_MANAGER_DOWN", Status.CRITICAL, "nv-fabricmanager") in found
+    registered = [f for f in found if f[0] == "NVLINK_FABRIC_NOT_REGISTERED"]
+    assert registered == sorted(("NVLINK_FABRIC_NOT_REGISTERED", Status.CRITICAL, f"gpu{i}") for i in range(8))
+
+
+def test_failed_and_in_progress_registration(tmp_path: Path) -> None:
+    assert run(tmp_path, "h100-fabric-failed") == [
+        ("NVLINK_FABRIC_FAILED", Status.CRITICAL, "gpu3"),
+        ("NVLINK_FABRIC_IN_PROGRESS", Status.WARNING, "gpu5"),
+    ]
+
+
+def test_pcie_node_without_fabric_manager_is_not_applicable(tmp_path: Path) -> None:
+    # gpud's false positive: Fabric Manager demanded on PCIe H100 / GH200, which have no NVSwitch.
+    sysfs = pcie_only_sysfs(tmp_path)
+    reading = SnapshotFile(NVML / "h100-healthy.json").read()
+    unsupported = [GpuFabric(g.index, g.pci_bus_id, g.uuid, FabricInfo(0, "SUCCESS", ZERO, 0, 0)) for g in reading.gpus]
+    observed = NvlinkObservation((), FabricReading(None, tuple(unsupported)))
+    with pytest.raises(NotApplicable):
+        judge(observed, JudgeContext("nvlink", NvlinkSettings(), 0.0))
+    with pytest.raises(NotApplicable):
+        run(tmp_path, None, sysfs=sysfs, procfs=NO_FABRIC_MANAGER)  # no driver here: NVML cannot start
+
+
+def test_missing_nvswitch_and_fabric_manager_required_without_switches(tmp_path: Path) -> None:
+    sysfs = pcie_only_sysfs(tmp_path)
+    found = run(tmp_path, sysfs=sysfs, procfs=NO_FABRIC_MANAGER, expect_nvswitches=4, fabric_manager="required")
+    assert found == [
+        ("FABRIC_MANAGER_DOWN", Status.CRITICAL, "nv-fabricmanager"),
+        ("NVSWITCH_MISSING", Status.CRITICAL, "nvswitches"),
+    ]
+
+
+def test_fabric_manager_off_is_never_looked_for(tmp_path: Path) -> None:
+    assert run(tmp_path, procfs=NO_FABRIC_MANAGER, fabric_manager="off") == []
+
+
+def test_a_users_process_named_like_the_daemon_does_not_count(tmp_path: Path) -> None:
+    procfs = tmp_path / "proc"
+    shutil.copytree(GPU_NODE, procfs, symlinks=True)
+    status = procfs / "2210/status"
+    status.write_text(status.read_text().replace("Uid:\t0\t0\t0\t0", "Uid:\t1001\t1001\t1001\t1001"))
+    assert run(tmp_path, procfs=procfs) == [("FABRIC_MANAGER_DOWN", Status.CRITICAL, "nv-fabricmanager")]
+
+
+def test_unreadable_process_table_is_unknown(tmp_path: Path) -> None:
+    found = run(tmp_path, procfs=tmp_path / "no-proc")
+    assert found == [("PROCESSES_UNREADABLE", Status.UNKNOWN, str(tmp_path / "no-proc"))]
+
+
+def test_old_snapshot_without_fabric_is_unknown_where_switches_are(tmp_path: Path) -> None:
+    found = run(tmp_path, "h100-ecc-uncorrected")
+    assert {(code, status) for code, status, _ in found} == {("NVLINK_FABRIC_UNREADABLE", Status.UNKNOWN)}
+    assert len(found) == 8
+
+
+def _jc(**settings: Any) -> JudgeContext[NvlinkSettings]:
+    return JudgeContext("nvlink", NvlinkSettings(**settings), 0.0)
+
+
+GPU = GpuFabric(0, "00000000:18:00.0", "GPU-0", NvmlError("NOT_RECORDED"))
+
+
+@pytest.mark.parametrize(
+    ("info", "settings", "expected"),
+    [
+        (FabricInfo(3, "SUCCESS", ZERO, 0, 0), {}, []),
+        (FabricInfo(3, "SUCCESS", ZERO, 0, None), {"expect_cluster_uuid": True}, ["NVLINK_FABRIC_NO_CLUSTER"]),
+        (FabricInfo(3, "SUCCESS", "6c4e-1", 7, None), {"expect_cluster_uuid": True}, []),
+        (FabricInfo(3, "SUCCESS", ZERO, 0, 1), {}, ["NVLINK_FABRIC_DEGRADED_BW"]),
+        (FabricInfo(3, "SUCCESS", ZERO, 0, 2 | 1 << 4), {}, ["NVLINK_FABRIC_ROUTE_UNHEALTHY"]),
+        (FabricInfo(3, "SUCCESS", ZERO, 0, 5 << 8), {}, ["NVLINK_FABRIC_MISCONFIGURED"]),
+        (FabricInfo(3, "SUCCESS", ZERO, 0, 1 << 8), {}, []),
+        (FabricInfo(3, "UNKNOWN", ZERO, 0, 0), {}, ["NVLINK_FABRIC_FAILED"]),
+        (FabricInfo(1, "SUCCESS", ZERO, 0, 0), {}, ["NVLINK_FABRIC_NOT_REGISTERED"]),
+        (FabricInfo(9, "SUCCESS", ZERO, 0, 0), {}, ["NVLINK_FABRIC_STATE_UNKNOWN"]),
+    ],
+)
+def test_registration_grades(info: FabricInfo, settings: dict[str, Any], expected: list[str]) -> None:
+    assert [f.code for f in judge_registration(GPU, info, NvlinkSettings(**settings), _jc())] == expected
+
+
+FABRICS = st.builds(
+    FabricInfo,
+    state=st.integers(0, 2**32 - 1),
+    status=st.sampled_from(["SUCCESS", "UNKNOWN", "NOT_SUPPORTED", "GPU_IS_LOST"]),
+    cluster_uuid=st.uuids().map(str),
+    clique_id=st.integers(0, 2**32 - 1),
+    health_mask=st.one_of(st.none(), st.integers(0, 2**32 - 1)),
+)
+
+
+@given(FABRICS)
+def test_any_registration_round_trips_through_a_snapshot_and_is_judged(info: FabricInfo) -> None:
+    reading = SnapshotFile(NVML / "h100-healthy.json").read()
+    gpu = reading.gpus[0]
+    changed = type(reading)(
+        reading.init_error,
+        reading.driver_version,
+        reading.device_count,
+        (type(gpu)(**{**gpu.__dict__, "fabric": info}),),
+    )
+    again = parse_snapshot(json.dumps(snapshot_document(changed, "test")), "x")
+    assert again.gpus[0].fabric == info
+    for finding in judge_registration(GPU, info, NvlinkSettings(expect_cluster_uuid=True), _jc()):
+        assert finding.code.startswith("NVLINK_FABRIC_") and finding.subject == "gpu0"
+        assert (finding.status is Status.OK) is False
+
+
+def test_library_reads_fabric_through_the_versioned_call(mocker: Any) -> None:
+    fake = FakeNvml().install(mocker)
+    fake.gpus[2]["nvmlDeviceGetGpuFabricInfoV"] = fabric_info(state=2, cluster=bytes(range(16)), health_mask=1)
+    fake.gpus[4]["nvmlDeviceGetGpuFabricInfoV"] = nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+    reading = NvmlLibrary().read_fabric()
+    assert reading.init_error is None and len(reading.gpus) == 8
+    assert reading.gpus[0].fabric == FabricInfo(3, "SUCCESS", ZERO, 0, 0)
+    assert reading.gpus[2].fabric == FabricInfo(2, "SUCCESS", "00010203-0405-0607-0809-0a0b0c0d0e0f", 0, 1)
+    assert reading.gpus[4].fabric == NvmlError("GPU_IS_LOST", "GPU is lost")
+    assert reading.gpus[1].pci_bus_id == "00000000:2A:00.0" and fake.shutdowns == 1
+    whole = NvmlLibrary().read()
+    assert whole.gpus[2].fabric == reading.gpus[2].fabric
+
+
+def test_library_without_the_versioned_call_falls_back(mocker: Any) -> None:
+    fake = FakeNvml().install(mocker)
+    not_found = nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    for gpu in fake.gpus:
+        gpu["nvmlDeviceGetGpuFabricInfoV"] = not_found
+
+    def legacy(handle: Any, reference: Any) -> int:
+        reference._obj.state = 0
+        return pynvml.NVML_SUCCESS
+
+    mocker.patch.object(pynvml, "nvmlDeviceGetGpuFabricInfo", side_effect=legacy, create=True)
+    reading = NvmlLibrary().read_fabric()
+    assert reading.gpus[0].fabric == FabricInfo(0, "SUCCESS", ZERO, 0, None)
+
+
+def test_cli_on_the_fixture_node(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
+) -> None:
+    monkeypatch.chdir(REPO)
+    config = write_config(
+        f'[paths]\nsysfs = "{SYSFS_H100}"\nprocfs = "{NO_FABRIC_MANAGER}"\n'
+        f'[checks.nvlink]\nsnapshot = "{NVML / "h100-fabric-not-started.json"}"\n'
+    )
+    main(["check", "--once", "--json", "--only", "nvlink", "--config", str(config)])
+    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "nvlink"]
+    assert check["status"] == "CRITICAL"
+    assert {f["code"] for f in check["findings"]} == {"FABRIC_MANAGER_DOWN", "NVLINK_FABRIC_NOT_REGISTERED"}
