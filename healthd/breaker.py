@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import zlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
-from healthd.config import PolicySettings
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.reasons import owned
+
+if TYPE_CHECKING:
+    from healthd.config import PolicySettings
 
 # Re-reading the whole node table while the circuit breaker holds: 30 s doubling up
 # to 10 min, stretched by a stable per-node factor of 0.75-1.25 so the nodes of a

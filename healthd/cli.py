@@ -169,7 +169,7 @@ def _dispatch(argv: list[str]) -> int:
     run: Callable[[argparse.Namespace], int] = args._run if args._module is None else _module(args._module).run
     if args._module in ("status", "history"):  # the cheap path: config.py would import pydantic
         return run(args)
-    from healthd.config import ConfigError
+    from healthd.configload import ConfigError
     from healthd.trust import UntrustedPath
 
     try:

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.configload import ConfigError, LoadedConfig, decode_config, read_config
+from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +34,6 @@ _NODE_KEY = "replaces_node_key"
 def moved_from_node(key: str) -> dict[str, Any]:
     """``json_schema_extra`` of a check setting that replaces ``[node] key``: old configs then keep working."""
     return {_NODE_KEY: key}
-
-
-class ConfigError(Exception):
-    """A configuration that must not be acted on; ``str()`` names file, key and problem."""
-
-    def __init__(self, source: str, problems: list[str]):
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
 class _Model(BaseModel):
@@ -201,16 +192,6 @@ class Config(_Model):
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class LoadedConfig:
-    """A validated config, where it came from, each check's validated settings, and deprecation notes."""
-
-    source: str
-    config: Config
-    check_settings: Mapping[str, Any]
-    deprecated: tuple[str, ...] = ()
-
-
 def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
     parts: list[str] = list(prefix)
     for item in loc:
@@ -336,26 +317,14 @@ def parse_config(text: str, source: str, checks: Mapping[str, type[BaseModel]]) 
 
 
 def load_config(path: Optional[Path], checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
-    """Load ``path``; with ``None``, the default path if it exists, else built-in defaults.
+    """Load and fully validate ``path``; with ``None``, the default path if it exists, else built-in defaults."""
+    source, raw = read_config(path)
+    return load_bytes(source, raw, checks)
 
-    Deprecation notes are logged as warnings, naming the file.
-    """
-    if path is None:
-        if not DEFAULT_CONFIG_PATH.exists():
-            return parse_config("", "(built-in defaults)", checks)
-        path = DEFAULT_CONFIG_PATH
-    from healthd.trust import untrusted_reason
 
-    reason = untrusted_reason(path) if path.exists() else None
-    if reason:
-        raise ConfigError(str(path), [f"refusing to load a config that others could have written: {reason}"])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
-    loaded = parse_config(text, str(path), checks)
+def load_bytes(source: str, raw: bytes, checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
+    """Fully validate the config bytes ``raw`` read from ``source``; deprecation notes are logged as warnings."""
+    loaded = parse_config(decode_config(raw, source), source, checks)
     for note in loaded.deprecated:
         log.warning("%s: %s", loaded.source, note)
     return loaded

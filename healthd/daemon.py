@@ -176,7 +176,7 @@ class Daemon:
     # -- the loop -----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from healthd.config import ConfigError
+        from healthd.configload import ConfigError
         from healthd.engine import Engine, node_name
 
         factory = self.engine_factory or Engine.from_path
@@ -282,17 +282,18 @@ class Daemon:
         return report
 
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
-        from healthd.config import ConfigError, load_config
-        from healthd.engine import node_name, settings_models
+        from healthd.configcache import load_checks
+        from healthd.configload import ConfigError
+        from healthd.engine import node_name
         from healthd.metrics import refuse_untrusted_textfile
 
         self._reload = False
         self.notifier.reloading()
         old_metrics = engine.config.metrics
         try:
-            loaded = load_config(self.config_path, settings_models(engine.specs))
+            loaded, specs = load_checks(self.config_path, use_cache=False)
             refuse_untrusted_textfile(loaded.config.metrics.textfile)
-            engine.reconfigure(loaded)
+            engine.reconfigure(loaded, specs)
         except ConfigError as exc:
             log.error("reload: new configuration rejected, keeping the old one:\n%s", exc)
             self.notifier.notify(ready="1", status=f"reload rejected ({len(exc.problems)} problem(s)); old config kept")

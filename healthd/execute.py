@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from healthd.breaker import breaker_confirm, partition_views
-from healthd.config import Config
 from healthd.nodestate import NodeInfo
 from healthd.plan import Executed, Observed, Plan, Read, Step
 from healthd.policy import GpuReset
 from healthd.reasons import owned
 from healthd.slurm import SlurmClient, SlurmError
+
+if TYPE_CHECKING:
+    from healthd.config import Config
 
 
 def observe(client: SlurmClient, read: Read, node: str, observed: Observed, prefix: str) -> Observed:

@@ -11,7 +11,7 @@ import pytest
 from healthd.config import ConfigError, parse_config
 from healthd.engine import settings_models
 from healthd.plugin import discover
-from healthd_checks.mounts import MountSpec
+from healthd_checks.mounts_settings import MountSpec
 
 MODELS = settings_models(discover())
 HEALTHD = str(Path(sys.executable).with_name("healthd"))

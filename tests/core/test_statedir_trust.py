@@ -23,7 +23,7 @@ from typing import Callable
 
 import pytest
 
-import healthd.config
+import healthd.configload
 from healthd.cli import hook_main, main
 from healthd.metrics import HealthdCollector, new_registry, write_textfile
 from healthd.trust import UntrustedPath
@@ -88,7 +88,7 @@ PLANTS: dict[str, Callable[[Path, Path, tuple[int, int]], None]] = {
 
 
 def _hook(config: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(healthd.config, "DEFAULT_CONFIG_PATH", config)  # slurmd passes no arguments
+    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", config)  # slurmd passes no arguments
     return hook_main([])
 
 

@@ -130,7 +130,7 @@ def test_malformed_ib_value_is_unknown_naming_the_file(
     original = path.read_bytes()
     path.write_bytes(data)
     try:
-        found = _run(infiniband, node, infiniband.InfinibandSettings())
+        found = _run(infiniband, node, infiniband.CHECK.settings_model()())
     finally:
         path.write_bytes(original)
     unknown = [f for f in found if f.status is Status.UNKNOWN]
@@ -168,7 +168,7 @@ def test_malformed_pci_value_is_unknown_naming_the_file(
     original = path.read_bytes()
     path.write_bytes(data)
     try:
-        found = _run(pcie, node, pcie.PcieSettings())
+        found = _run(pcie, node, pcie.CHECK.settings_model()())
     finally:
         path.write_bytes(original)
     assert [(f.status, f.code, f.subject, f.details["file"]) for f in found] == [
@@ -178,7 +178,7 @@ def test_malformed_pci_value_is_unknown_naming_the_file(
 
 
 def test_malformed_value_on_second_pass_keeps_the_baseline(node: Any) -> None:
-    ctx = node.context("infiniband", infiniband.InfinibandSettings(), lambda: 1_700_000_000.0)
+    ctx = node.context("infiniband", infiniband.CHECK.settings_model()(), lambda: 1_700_000_000.0)
     infiniband.CHECK.run(ctx)
     counter = node.write("class/infiniband/mlx5_3/ports/1/counters/link_downed", "lots\n")
     assert [f.code for f in infiniband.CHECK.run(ctx)] == ["IB_SYSFS_UNREADABLE"]
@@ -190,6 +190,6 @@ def test_unreadable_file_is_unknown(node: Any) -> None:
     rate = node.sysfs / "class/infiniband/mlx5_0/ports/1/rate"
     rate.unlink()
     rate.mkdir()
-    found = infiniband.CHECK.run(node.context("infiniband", infiniband.InfinibandSettings(), lambda: 0.0))
+    found = infiniband.CHECK.run(node.context("infiniband", infiniband.CHECK.settings_model()(), lambda: 0.0))
     assert [(f.status, f.code, f.subject) for f in found] == [(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", "mlx5_0:1")]
     assert str(rate) in found[0].message
