@@ -286,6 +286,7 @@ SLOW_MODULES = frozenset(
         "test_run_command",
         "test_xid_flood",
         "test_kill",
+        "test_configcache",
     }
 )
 
