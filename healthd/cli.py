@@ -190,11 +190,15 @@ def _dispatch(argv: list[str]) -> int:
         return EX_UNKNOWN if args.command == "check" else EX_SOFTWARE
 
 
-def hook_summary(document: dict[str, Any], now: float) -> str:
-    """The hook's one line from a ``check --once --json`` document (``healthd.render.pass_summary``)."""
+def hook_summary(document: dict[str, Any], now: float, *, daemon: bool = False) -> str:
+    """The hook's one line from a ``check --once --json`` document (``healthd.render.pass_summary``).
+
+    ``daemon``: the document is the running daemon's last pass (``healthd.daemonpass``), and the line says so.
+    """
     from healthd.render import pass_summary
 
-    return pass_summary(document, now, head=f"healthd: {document.get('status')} on {document.get('node')}")
+    head = f"healthd: {document.get('status')} on {document.get('node')}"
+    return pass_summary(document, now, head=f"{head} (daemon's pass)" if daemon else head)
 
 
 def hook_parser() -> argparse.ArgumentParser:
@@ -225,6 +229,10 @@ def hook_main(argv: Optional[Sequence[str]] = None) -> int:
     (whoever captures the hook's output, slurmd's log or a person, reads one line), and
     exits with the pass's Nagios code.
 
+    When a daemon runs on the node and its last pass is fresh, that pass is reported
+    (its decision is already applied) instead of running the checks again; see
+    ``healthd.daemonpass`` for when a record counts.
+
     A person who runs it by hand on a sick node must not drain it by asking for help:
     ``--help`` and ``--version`` answer without a pass, ``--dry-run`` runs the pass
     without acting, and anything else is a usage error (64) before any pass starts.
@@ -238,6 +246,12 @@ def hook_main(argv: Optional[Sequence[str]] = None) -> int:
             options = hook_parser().parse_args(args)
         except SystemExit as exc:  # --help, --version (0) or a usage error (64), already printed
             return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EX_USAGE
+        from healthd.daemonpass import daemon_document
+
+        document = daemon_document(None, dry_run=options.dry_run)
+        if document is not None:  # the daemon has just checked, decided and acted: report that pass
+            print(hook_summary(document, time.time(), daemon=True))
+            return int(document["exit_code"])
         captured = io.StringIO()
         with contextlib.redirect_stdout(captured):
             code = main(["check", "--once", "--json", *(["--dry-run"] if options.dry_run else [])])

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -69,14 +70,14 @@ def load_checks(path: Optional[Path], *, use_cache: bool = True) -> tuple[Loaded
         loaded_spec = load_entry(name, module, attr, CheckSpec)
         specs.append(loaded_spec if isinstance(loaded_spec, CheckSpec) else BrokenCheck(name, loaded_spec))
     loaded = load_bytes(source, raw, settings_models(specs))
-    return _remember(source, raw, loaded, specs, entries), specs
+    return replace(_remember(source, raw, loaded, specs, entries), sha256=hashlib.sha256(raw).hexdigest()), specs
 
 
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _state_dir(raw: bytes) -> Optional[Path]:
+def state_dir_of(raw: bytes) -> Optional[Path]:
     """``[paths].state_dir`` as the file writes it (the default when absent); None when it cannot be read."""
     try:
         table = toml_module().loads(raw.decode("utf-8")).get("paths", {})
@@ -157,7 +158,7 @@ def _remember(
         "checks": checks,
         "deprecated": list(loaded.deprecated),
     }
-    state_dir = _state_dir(raw)
+    state_dir = state_dir_of(raw)
     if state_dir is not None:
         _store(state_dir, {**body, "digest": _digest(body)})
     return viewed
@@ -175,7 +176,7 @@ def _store(state_dir: Path, document: dict[str, Any]) -> None:
 
 def _cached(source: str, raw: bytes) -> Optional[tuple[LoadedConfig, list[AnyCheck]]]:
     """The cached validation of exactly these bytes, with the enabled checks loaded; None when it cannot be used."""
-    state_dir = _state_dir(raw)
+    state_dir = state_dir_of(raw)
     if state_dir is None:
         return None
     from healthd.state import read_entry
@@ -220,4 +221,4 @@ def _valid(document: Any, source: str, raw: bytes) -> Optional[LoadedConfig]:
     if body["stamp"] != _stamp(files):
         return None
     settings = {check["name"]: decode(check["settings"]) for check in body["checks"]}
-    return LoadedConfig(source, decode(body["config"]), settings, tuple(body["deprecated"]))
+    return LoadedConfig(source, decode(body["config"]), settings, tuple(body["deprecated"]), body["config_sha256"])

@@ -43,6 +43,8 @@ class LoadedConfig:
     config: Config
     check_settings: Mapping[str, Any]
     deprecated: tuple[str, ...] = ()
+    # SHA-256 of the file's exact bytes, when it was read through healthd.configcache.
+    sha256: str = ""
 
 
 def read_config(path: Optional[Path]) -> tuple[str, bytes]:
