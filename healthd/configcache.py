@@ -37,8 +37,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd import __version__
-from healthd.configload import LoadedConfig, read_config
-from healthd.defaults import DEFAULT_STATE_DIR, toml_module
+from healthd.configload import LoadedConfig, read_config, state_dir_of
 from healthd.plugin import ENTRY_POINT_GROUP, AnyCheck, BrokenCheck, CheckSpec, UnloadedCheck, load_entry
 
 log = logging.getLogger(__name__)
@@ -75,16 +74,6 @@ def load_checks(path: Optional[Path], *, use_cache: bool = True) -> tuple[Loaded
 
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def state_dir_of(raw: bytes) -> Optional[Path]:
-    """``[paths].state_dir`` as the file writes it (the default when absent); None when it cannot be read."""
-    try:
-        table = toml_module().loads(raw.decode("utf-8")).get("paths", {})
-        value = table.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(table, dict) else None
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return Path(value) if isinstance(value, str) and value else None
 
 
 def _stamp(files: list[str]) -> dict[str, Any]:

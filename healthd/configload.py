@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
-from healthd.defaults import DEFAULT_CONFIG_PATH
+from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
 
 if TYPE_CHECKING:
     from healthd.config import Config
@@ -74,3 +74,13 @@ def decode_config(raw: bytes, source: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(source, [f"not UTF-8 text: {exc}"]) from None
+
+
+def state_dir_of(raw: bytes) -> Optional[Path]:
+    """``[paths].state_dir`` as the file writes it (the default when absent); None when it cannot be read."""
+    try:
+        table = toml_module().loads(raw.decode("utf-8")).get("paths", {})
+        value = table.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(table, dict) else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return Path(value) if isinstance(value, str) and value else None

@@ -159,8 +159,7 @@ def daemon_document(config: Optional[Path], *, dry_run: bool, now: Optional[floa
 
     None means: run the pass. Nothing here raises.
     """
-    from healthd.configcache import state_dir_of
-    from healthd.configload import ConfigError, read_config
+    from healthd.configload import ConfigError, read_config, state_dir_of
 
     try:
         _source, raw = read_config(config)
