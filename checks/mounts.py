@@ -4,7 +4,7 @@ Presence, type, source and rw/ro come from mountinfo without touching the
 filesystems: PID 1's by default, because the systemd unit's sandbox (ProtectSystem)
 gives healthd's own namespace read-only views that are not the node's truth. Free
 space and inodes need statvfs, which hangs on a dead network mount, so they come
-from ``fsprobe`` child processes under a deadline. Missing or hung mounts are
+from one ``fsprobe`` child process under a deadline. Missing or hung mounts are
 CRITICAL: the source paper lists missing mounts among the high-severity failures
 that take a node out at once. ``gather`` reads mountinfo and runs the probes;
 ``judge`` compares what they saw with ``[checks.mounts] expect``.
@@ -12,7 +12,6 @@ that take a node out at once. ``gather`` reads mountinfo and runs the probes;
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
@@ -70,11 +69,10 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     state = ctx.state.load()
     remembered = _stuck_probes(state)
     before = dict(remembered)
-    with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
-        outcomes = list(pool.map(lambda p: probes.probe(p, settings.probe_timeout, remembered), paths))
+    outcomes = probes.probe_all(paths, settings.probe_timeout, remembered)
     forget_finished(remembered, keep=set(paths))
     stuck = remembered if remembered != before else None
-    return MountsObservation(source, tuple(entries), None, tuple(zip(paths, outcomes)), stuck, state)
+    return MountsObservation(source, tuple(entries), None, tuple((p, outcomes[p]) for p in paths), stuck, state)
 
 
 def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry]) -> Iterable[Finding]:

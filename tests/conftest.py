@@ -8,6 +8,7 @@ the ``healthd_testkit`` package next to this file.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -182,14 +183,13 @@ def _fuse_skip_reason() -> Optional[str]:
 
 
 def stat_probes_of(path: str) -> list[int]:
-    """Pids of the mounts check's ``stat --file-system`` probes of ``path`` that are alive."""
+    """Pids of the mounts check's live probes of ``path``: ``stat --file-system`` or the threaded statvfs child."""
     import psutil
 
-    return [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if (p.info["cmdline"] or [])[-1:] == [path] and "--file-system" in (p.info["cmdline"] or [])
-    ]
+    def probes(cmdline: list[str]) -> bool:
+        return path in cmdline[1:] and any(a == "--file-system" or "os.statvfs" in a for a in cmdline)
+
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if probes(p.info["cmdline"] or [])]
 
 
 @pytest.fixture
@@ -197,8 +197,8 @@ def stat_probes() -> Callable[[str], list[int]]:
     return stat_probes_of
 
 
-@pytest.fixture
-def hung_mount() -> Iterator[str]:
+@contextlib.contextmanager
+def _hangfs() -> Iterator[str]:
     """A real FUSE mount (tests/healthd_testkit/hangfs.py) whose getattr and statfs never return."""
     reason = _fuse_skip_reason()
     if reason:
@@ -222,6 +222,20 @@ def hung_mount() -> Iterator[str]:
         while stat_probes_of(mnt) and time.monotonic() < deadline:
             time.sleep(0.05)
         shutil.rmtree(mnt, ignore_errors=True)
+
+
+@pytest.fixture
+def hung_mount() -> Iterator[str]:
+    """A real FUSE mount whose getattr and statfs never return."""
+    with _hangfs() as mnt:
+        yield mnt
+
+
+@pytest.fixture
+def hung_mounts() -> Iterator[tuple[str, str]]:
+    """Two such mounts, each served by its own FUSE server."""
+    with _hangfs() as first, _hangfs() as second:
+        yield first, second
 
 
 @pytest.fixture
@@ -272,7 +286,7 @@ def intruder() -> tuple[int, int]:
 # component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
 # mounts, real users, the kernel log, Ansible runs and wheel builds.
 SLOW_FIXTURES = frozenset(
-    {"slurm_cluster", "cluster", "healthd_on", "hung_mount", "tmpfs", "intruder", "user", "start_process"}
+    {"slurm_cluster", "cluster", "healthd_on", "hung_mount", "hung_mounts", "tmpfs", "intruder", "user", "start_process"}
 )
 SLOW_MARKERS = frozenset({"slurm", "root"})
 SLOW_MODULES = frozenset(
