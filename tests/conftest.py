@@ -286,7 +286,17 @@ def intruder() -> tuple[int, int]:
 # component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
 # mounts, real users, the kernel log, Ansible runs and wheel builds.
 SLOW_FIXTURES = frozenset(
-    {"slurm_cluster", "cluster", "healthd_on", "hung_mount", "hung_mounts", "tmpfs", "intruder", "user", "start_process"}
+    {
+        "slurm_cluster",
+        "cluster",
+        "healthd_on",
+        "hung_mount",
+        "hung_mounts",
+        "tmpfs",
+        "intruder",
+        "user",
+        "start_process",
+    }
 )
 SLOW_MARKERS = frozenset({"slurm", "root"})
 SLOW_MODULES = frozenset(
