@@ -47,12 +47,15 @@ CACHE = "config-cache"
 _HERE = Path(__file__).resolve().parent
 
 
-def load_checks(path: Optional[Path], *, use_cache: bool = True) -> tuple[LoadedConfig, list[AnyCheck]]:
+def load_checks(
+    path: Optional[Path], *, use_cache: bool = True, store: bool = True
+) -> tuple[LoadedConfig, list[AnyCheck]]:
     """The validated config and the installed checks; raises ``ConfigError`` (or ``UntrustedPath``).
 
     With ``use_cache`` a cached validation of the same bytes is used when it is
     still good (see the module's docstring); otherwise the config is validated
-    with every installed check's model and the result is cached.
+    with every installed check's model and the result is cached (unless not ``store``:
+    a command that only reads, such as ``scan-log``, leaves the state directory alone).
     """
     source, raw = read_config(path)
     if use_cache:
@@ -69,7 +72,8 @@ def load_checks(path: Optional[Path], *, use_cache: bool = True) -> tuple[Loaded
         loaded_spec = load_entry(name, module, attr, CheckSpec)
         specs.append(loaded_spec if isinstance(loaded_spec, CheckSpec) else BrokenCheck(name, loaded_spec))
     loaded = load_bytes(source, raw, settings_models(specs))
-    return replace(_remember(source, raw, loaded, specs, entries), sha256=hashlib.sha256(raw).hexdigest()), specs
+    viewed = _remember(source, raw, loaded, specs, entries, store=store)
+    return replace(viewed, sha256=hashlib.sha256(raw).hexdigest()), specs
 
 
 def _digest(data: Any) -> str:
@@ -118,7 +122,13 @@ def _model_files(specs: list[AnyCheck], entries: dict[str, tuple[str, str]]) -> 
 
 
 def _remember(
-    source: str, raw: bytes, loaded: LoadedConfig, specs: list[AnyCheck], entries: dict[str, tuple[str, str]]
+    source: str,
+    raw: bytes,
+    loaded: LoadedConfig,
+    specs: list[AnyCheck],
+    entries: dict[str, tuple[str, str]],
+    *,
+    store: bool,
 ) -> LoadedConfig:
     """``loaded`` as views, after storing it in the cache; ``loaded`` itself when it cannot be kept."""
     from healthd.settingsview import Unencodable, decode, encode
@@ -136,7 +146,7 @@ def _remember(
     viewed = LoadedConfig(
         loaded.source, decode(config), {c["name"]: decode(c["settings"]) for c in checks}, loaded.deprecated
     )
-    if files is None:
+    if files is None or not store:
         return viewed
     body: dict[str, Any] = {
         "format": FORMAT,
