@@ -168,7 +168,9 @@ def _store(state_dir: Path, document: dict[str, Any]) -> None:
     from healthd.trust import UntrustedPath
 
     try:
-        StateDir(state_dir).file(CACHE).save(document)
+        state = StateDir(state_dir)
+        state.refuse_untrusted()  # a directory the command will refuse gets nothing new from it either
+        state.file(CACHE).save(document)
     except (StateError, UntrustedPath) as exc:  # the next process validates again; the pass reports the state dir
         log.debug("config not cached: %s", exc)
 

@@ -233,7 +233,7 @@ class Daemon:
                 self.claim = claim
             else:
                 log.warning("another healthd daemon holds %s: the hook will not use this one's passes", claim.state_dir)
-        except OSError as exc:  # the passes report the state directory's trouble themselves
+        except (OSError, UntrustedPath) as exc:  # the passes report the state directory's trouble themselves
             log.warning("cannot hold the daemon lock in %s: %s", claim.state_dir, exc)
 
     def _record(self, engine: Engine, report: PassReport) -> None:

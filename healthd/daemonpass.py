@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from healthd.exitcodes import STATUS_CODES
 from healthd.state import StateDir, StateError, open_entry, open_state_dir, read_entry
 from healthd.trust import UntrustedPath, open_trusted_dir
 
@@ -45,8 +46,6 @@ FORMAT = 1
 # Seconds a record may seem to come from the future (clock steps) before it is refused.
 _CLOCK_SLACK = 5.0
 _TOKEN_BYTES = 16
-# A pass document's status and its exit code (healthd.model.Status, the Nagios convention).
-_STATUSES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
 
 class DaemonClaim:
@@ -144,9 +143,9 @@ def usable(record: Any, token: Optional[str], config_sha256: str, *, dry_run: bo
     if record.get("dry_run") is not False and not dry_run:
         return "the daemon's pass was a dry run"
     document = record.get("document")
-    if not isinstance(document, dict) or document.get("status") not in _STATUSES:
+    if not isinstance(document, dict) or document.get("status") not in STATUS_CODES:
         return "the record's pass has no status"
-    if document.get("exit_code") != _STATUSES.get(document["status"]):
+    if document.get("exit_code") != STATUS_CODES.get(document["status"]):
         return "the record's pass has no status"
     action = document.get("action")
     if not isinstance(action, dict) or action.get("pending") is not False or action.get("errors") != []:
