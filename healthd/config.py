@@ -21,8 +21,9 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from healthd.configload import ConfigError, LoadedConfig, decode_config, read_config
+from healthd.configload import ConfigError, decode_config, read_config
 from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.loadedconfig import LoadedConfig
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd import __version__
-from healthd.configload import LoadedConfig, read_config, state_dir_of
+from healthd.configload import read_config, state_dir_of
+from healthd.loadedconfig import LoadedConfig
 from healthd.plugin import ENTRY_POINT_GROUP, AnyCheck, BrokenCheck, CheckSpec, UnloadedCheck, load_entry
 
 log = logging.getLogger(__name__)

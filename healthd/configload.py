@@ -1,23 +1,18 @@
-"""Reading the config file, and the values every caller of the config shares, without pydantic.
+"""Reading the config file, without pydantic (or even dataclasses): what the cheap commands need of it.
 
-``ConfigError`` (every problem, each naming file and key; exit 78) and
-``LoadedConfig`` (a validated config and each check's settings) are needed by
-commands that must stay cheap, so they live here rather than in ``healthd.config``,
+``ConfigError`` (every problem, each naming file and key; exit 78) is needed by
+commands that must stay cheap, so it lives here rather than in ``healthd.config``,
 which holds the pydantic models and the full validation. ``read_config`` is the
 one place that decides which file is read and refuses one that others could have
-written.
+written; ``state_dir_of`` finds the state directory without validating the rest.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Optional
 
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
-
-if TYPE_CHECKING:
-    from healthd.config import Config
 
 BUILT_IN = "(built-in defaults)"
 
@@ -29,22 +24,6 @@ class ConfigError(Exception):
         self.source = source
         self.problems = problems
         super().__init__("\n".join(f"{source}: {p}" for p in problems))
-
-
-@dataclass(frozen=True)
-class LoadedConfig:
-    """A validated config, where it came from, each check's validated settings, and deprecation notes.
-
-    ``config`` and the settings are the models' values as read-only views
-    (``healthd.settingsview``) when they came through the cache or were stored in it.
-    """
-
-    source: str
-    config: Config
-    check_settings: Mapping[str, Any]
-    deprecated: tuple[str, ...] = ()
-    # SHA-256 of the file's exact bytes, when it was read through healthd.configcache.
-    sha256: str = ""
 
 
 def read_config(path: Optional[Path]) -> tuple[str, bytes]:

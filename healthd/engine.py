@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from healthd.config import Config
-    from healthd.configload import LoadedConfig
+    from healthd.loadedconfig import LoadedConfig
 
 
 def node_name(config: Config, environ: Optional[dict[str, str]] = None) -> str:

@@ -24,7 +24,8 @@ from typing import Callable
 import pytest
 
 import healthd.configload
-from healthd.cli import hook_main, main
+from healthd.cli import main
+from healthd.hook import hook_main
 from healthd.metrics import HealthdCollector, new_registry, write_textfile
 from healthd.trust import UntrustedPath
 

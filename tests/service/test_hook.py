@@ -10,7 +10,7 @@ import pytest
 
 import healthd.configload
 from healthd import __version__
-from healthd.cli import hook_main
+from healthd.hook import hook_main
 
 
 def _default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, slurm: str = "enabled = false") -> None:

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 import healthd.configload
-from healthd.cli import hook_main
 from healthd.daemonpass import FORMAT, usable
+from healthd.hook import hook_main
 
 SHA = "ab" * 32
 NOW = 1_800_000_000.0
