@@ -21,11 +21,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_check_once import one_run
 from bench_xid_parse import NOISE, XIDS
 
 GPU_NOTES = [
@@ -60,21 +60,6 @@ def generate(path: Path, lines: int, *, xid_every: int, gpu_percent: int, seed: 
             out.write(rng.choice(pool).format(t=i / 1000, b=rng.choice((0x3B, 0x5E, 0x86, 0xAF))) + "\n")
 
 
-def one_run(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process, its output discarded."""
-    start = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.execv(command[0], command)
-    _, status, usage = os.wait4(pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) not in (0, 1, 2, 3):
-        raise SystemExit(f"{' '.join(command)} failed with status {status}")
-    return elapsed, usage.ru_maxrss / 1024
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lines", type=int, default=1_000_000)
@@ -91,7 +76,7 @@ def main() -> None:
             generate(path, args.lines, xid_every=every, gpu_percent=gpu)
             ours = [healthd, "scan-log", "--json", "--config", str(config), str(path)]
             bare = [sys.executable, "-c", BASELINE, str(path)]
-            samples: dict[str, list[tuple[float, float]]] = {"healthd": [], "baseline": []}
+            samples: dict[str, list[tuple[float, float, float]]] = {"healthd": [], "baseline": []}
             for _ in range(args.runs):
                 samples["healthd"].append(one_run(ours))
                 samples["baseline"].append(one_run(bare))

@@ -593,20 +593,13 @@ def read_candidates(
     """
     number = 0  # lines before the current body
     broke = False
-    carry = ""
-    while True:
-        block = read(chunk)
-        text = carry + block
-        cut = text.rfind("\n") + 1 if block else len(text)
-        body, carry = text[:cut], text[cut:]
+    for body in _bodies(read, chunk):
         pos = 0  # the start of the first line not yet looked at
         finder = _Finder(body, needles)
         narrow = _Finder(body, focus.narrow) if focus is not None else finder
         found = (narrow if focus is not None and focus.idle else finder).first(0)
         while found >= 0:
-            start = body.rfind("\n", 0, found) + 1
-            end = body.find("\n", found)
-            end = len(body) if end < 0 else end + 1
+            start, end = _line_around(body, found)
             broke = broke or _breaks(body, pos, start)
             number += body.count("\n", pos, start) + 1
             yield number, body[start:end], broke
@@ -615,26 +608,35 @@ def read_candidates(
             found = (narrow if focus is not None and focus.idle else finder).first(end)
         broke = broke or _breaks(body, pos, len(body))
         number += body.count("\n", pos)
-        if not block:
-            return
 
 
 def lines_holding(read: Callable[[int], str], needle: str, chunk: int = _CHUNK) -> Iterator[str]:
     """Each line of a text stream that holds ``needle``, found a chunk at a time (no line numbers)."""
+    for body in _bodies(read, chunk):
+        found = body.find(needle)
+        while found >= 0:
+            start, end = _line_around(body, found)
+            yield body[start:end]
+            found = body.find(needle, end)
+
+
+def _bodies(read: Callable[[int], str], chunk: int) -> Iterator[str]:
+    """The stream in runs of whole lines of about ``chunk`` characters (the last run may lack its newline)."""
     carry = ""
     while True:
         block = read(chunk)
         text = carry + block
         cut = text.rfind("\n") + 1 if block else len(text)
-        body, carry = text[:cut], text[cut:]
-        found = body.find(needle)
-        while found >= 0:
-            end = body.find("\n", found)
-            end = len(body) if end < 0 else end + 1
-            yield body[body.rfind("\n", 0, found) + 1 : end]
-            found = body.find(needle, end)
+        carry = text[cut:]
+        yield text[:cut]
         if not block:
             return
+
+
+def _line_around(body: str, at: int) -> tuple[int, int]:
+    """Where the line holding position ``at`` starts, and where the next one does."""
+    end = body.find("\n", at)
+    return body.rfind("\n", 0, at) + 1, len(body) if end < 0 else end + 1
 
 
 def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator[tuple[int, Record, Event]]:

@@ -27,17 +27,17 @@ hook reports that decision and exits with its code.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from healthd.exitcodes import STATUS_CODES
-from healthd.state import StateDir, StateError, open_entry, open_state_dir, read_entry
+from healthd.state import StateDir, StateError, open_entry, read_entry
+from healthd.statelock import LockTimeout, StateLock
 from healthd.trust import UntrustedPath, open_trusted_dir
 
 LOCK = "daemon.lock"
@@ -54,38 +54,28 @@ class DaemonClaim:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.token = os.urandom(_TOKEN_BYTES).hex()
-        self._fd: Optional[int] = None
+        self._lock: Optional[StateLock] = None
 
-    def acquire(self, timeout: float, sleep: Callable[[float], None] = time.sleep) -> bool:
+    def acquire(self, timeout: float) -> bool:
         """Take the lock (waiting up to ``timeout`` for a hook's brief probe); False when another daemon has it.
 
-        Raises ``UntrustedPath`` and ``OSError`` as ``healthd.state`` does.
+        Raises ``UntrustedPath`` and ``OSError`` as ``healthd.statelock`` does.
         """
-        dir_fd = open_state_dir(self.state_dir, create=True)
+        lock = StateLock(self.state_dir, timeout, name=LOCK)
         try:
-            fd = open_entry(dir_fd, self.state_dir, LOCK, os.O_RDWR | os.O_CREAT)
-        finally:
-            os.close(dir_fd)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, self.token.encode(), 0)
-        self._fd = fd
+            lock.acquire()
+        except LockTimeout:
+            return False
+        os.ftruncate(lock.fileno(), 0)
+        os.pwrite(lock.fileno(), self.token.encode(), 0)
+        self._lock = lock
         return True
 
     def record(
         self, document: Mapping[str, Any], *, fresh_for: float, config_sha256: str, dry_run: bool, now: float
     ) -> None:
         """Keep ``document`` as this daemon's latest pass; raises ``StateError`` or ``UntrustedPath``."""
-        if self._fd is None:
+        if self._lock is None:
             return
         StateDir(self.state_dir).file(RECORD).save(
             {
@@ -100,11 +90,9 @@ class DaemonClaim:
         )
 
     def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def _held_token(state_dir: Path) -> Optional[str]:
