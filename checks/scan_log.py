@@ -39,7 +39,7 @@ def _settings(args: argparse.Namespace) -> tuple[Optional[Mapping[str, Status]],
     """The ``[checks.xid]`` overrides and ``accept_userspace_kmsg`` of the config (cached when unchanged)."""
     from healthd.configcache import load_checks
 
-    loaded, _ = load_checks(args.config, store=False)
+    loaded, _ = load_checks(args.config, store=False, load=False)
     settings = loaded.check_settings.get("xid")
     overrides: Optional[Mapping[str, Status]] = getattr(settings, "overrides", None)
     return overrides, getattr(settings, "accept_userspace_kmsg", False) is True

@@ -44,7 +44,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Union
+from typing import AnyStr, Callable, Iterable, Iterator, Optional, Union
 
 from healthd.text import one_line
 
@@ -593,13 +593,13 @@ def read_candidates(
     """
     number = 0  # lines before the current body
     broke = False
-    for body in _bodies(read, chunk):
+    for body in _bodies(read, chunk, "\n"):
         pos = 0  # the start of the first line not yet looked at
         finder = _Finder(body, needles)
         narrow = _Finder(body, focus.narrow) if focus is not None else finder
         found = (narrow if focus is not None and focus.idle else finder).first(0)
         while found >= 0:
-            start, end = _line_around(body, found)
+            start, end = _line_around(body, found, "\n")
             broke = broke or _breaks(body, pos, start)
             number += body.count("\n", pos, start) + 1
             yield number, body[start:end], broke
@@ -610,33 +610,37 @@ def read_candidates(
         number += body.count("\n", pos)
 
 
-def lines_holding(read: Callable[[int], str], needle: str, chunk: int = _CHUNK) -> Iterator[str]:
-    """Each line of a text stream that holds ``needle``, found a chunk at a time (no line numbers)."""
-    for body in _bodies(read, chunk):
+def lines_holding(read: Callable[[int], AnyStr], needle: AnyStr, newline: AnyStr) -> Iterator[AnyStr]:
+    """Each line of a text or binary stream that holds ``needle``, found a chunk at a time (no line numbers).
+
+    ``newline`` is ``"\\n"`` or ``b"\\n"``, as the stream reads: a binary stream skips decoding
+    all the lines that do not hold ``needle``.
+    """
+    for body in _bodies(read, _CHUNK, newline):
         found = body.find(needle)
         while found >= 0:
-            start, end = _line_around(body, found)
+            start, end = _line_around(body, found, newline)
             yield body[start:end]
             found = body.find(needle, end)
 
 
-def _bodies(read: Callable[[int], str], chunk: int) -> Iterator[str]:
+def _bodies(read: Callable[[int], AnyStr], chunk: int, newline: AnyStr) -> Iterator[AnyStr]:
     """The stream in runs of whole lines of about ``chunk`` characters (the last run may lack its newline)."""
-    carry = ""
+    carry = newline[:0]
     while True:
         block = read(chunk)
         text = carry + block
-        cut = text.rfind("\n") + 1 if block else len(text)
+        cut = text.rfind(newline) + 1 if block else len(text)
         carry = text[cut:]
         yield text[:cut]
         if not block:
             return
 
 
-def _line_around(body: str, at: int) -> tuple[int, int]:
+def _line_around(body: AnyStr, at: int, newline: AnyStr) -> tuple[int, int]:
     """Where the line holding position ``at`` starts, and where the next one does."""
-    end = body.find("\n", at)
-    return body.rfind("\n", 0, at) + 1, len(body) if end < 0 else end + 1
+    end = body.find(newline, at)
+    return body.rfind(newline, 0, at) + 1, len(body) if end < 0 else end + 1
 
 
 def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator[tuple[int, Record, Event]]:

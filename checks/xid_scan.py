@@ -115,6 +115,18 @@ def _entry(
 _IDENTITY = "NVRM: GPU at PCI:"
 
 
+def _identity_lines(handle: TextIO) -> Iterator[str]:
+    """The lines of ``handle`` that may name a GPU's UUID; from its bytes when it has them, decoding only those."""
+    raw = getattr(handle, "buffer", None)
+    if raw is None or handle.tell() != 0 or not raw.seekable():
+        yield from lines_holding(handle.read, _IDENTITY, "\n")
+        return
+    raw.seek(0)
+    encoding = handle.encoding or "utf-8"
+    for line in lines_holding(raw.read, _IDENTITY.encode(encoding), b"\n"):
+        yield line.decode(encoding, "replace")
+
+
 def scan_stream(
     handle: TextIO, overrides: Optional[Mapping[str, Status]] = None, accept_userspace: bool = False
 ) -> Iterator[ScanEntry]:
@@ -129,7 +141,7 @@ def scan_stream(
         return
     start = handle.tell()
     uuids: dict[tuple[int, int, int], str] = {}
-    for line in lines_holding(handle.read, _IDENTITY):
+    for line in _identity_lines(handle):
         if line[:1] not in (" ", "\t"):  # a continuation line only ever continues a banner
             _, identity = parse_line(line, accept_userspace)
             if isinstance(identity, GpuIdentity):

@@ -49,7 +49,7 @@ _HERE = Path(__file__).resolve().parent
 
 
 def load_checks(
-    path: Optional[Path], *, use_cache: bool = True, store: bool = True
+    path: Optional[Path], *, use_cache: bool = True, store: bool = True, load: bool = True
 ) -> tuple[LoadedConfig, list[AnyCheck]]:
     """The validated config and the installed checks; raises ``ConfigError`` (or ``UntrustedPath``).
 
@@ -57,10 +57,11 @@ def load_checks(
     still good (see the module's docstring); otherwise the config is validated
     with every installed check's model and the result is cached (unless not ``store``:
     a command that only reads, such as ``scan-log``, leaves the state directory alone).
+    Without ``load``, a cached config comes with no checks: the caller wants only the settings.
     """
     source, raw = read_config(path)
     if use_cache:
-        cached = _cached(source, raw)
+        cached = _cached(source, raw, load)
         if cached is not None:
             return cached
     from healthd.config import load_bytes
@@ -176,8 +177,8 @@ def _store(state_dir: Path, document: dict[str, Any]) -> None:
         log.debug("config not cached: %s", exc)
 
 
-def _cached(source: str, raw: bytes) -> Optional[tuple[LoadedConfig, list[AnyCheck]]]:
-    """The cached validation of exactly these bytes, with the enabled checks loaded; None when it cannot be used."""
+def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig, list[AnyCheck]]]:
+    """The cached validation of exactly these bytes, with the enabled checks loaded (``load``); None if unusable."""
     state_dir = state_dir_of(raw)
     if state_dir is None:
         return None
@@ -196,7 +197,7 @@ def _cached(source: str, raw: bytes) -> Optional[tuple[LoadedConfig, list[AnyChe
     if loaded is None:
         return None
     specs: list[AnyCheck] = []
-    for check in document["checks"]:
+    for check in document["checks"] if load else ():
         name = check["name"]
         if not getattr(loaded.check_settings[name], "enabled", True):
             specs.append(UnloadedCheck(name))

@@ -73,3 +73,5 @@ def test_scan_log_json_is_compact_and_pretty_on_request(tmp_path: Path) -> None:
     document = json.loads(compact.stdout)
     assert document["status"] == "CRITICAL" and document["exit_code"] == 2
     assert [e["code"] for e in document["events"]] == ["XID_79", "XID_79", "SXID_20034", "XID_48"]
+    # The UUID line comes after the Xid 79 of its GPU: the file's first pass (read as bytes) found it.
+    assert document["events"][0]["uuid"] == "GPU-12345678-1234-1234-1234-123456789abc"
