@@ -78,6 +78,43 @@ def load_checks(
     return replace(viewed, sha256=hashlib.sha256(raw).hexdigest()), specs
 
 
+def reload_checks(path: Optional[Path], specs: list[AnyCheck]) -> tuple[LoadedConfig, list[AnyCheck]]:
+    """A full validation of ``path`` against ``specs`` (a running engine's, on SIGHUP); cached when it can be.
+
+    A check the old config disabled, and whose module was therefore never imported, is loaded now.
+    """
+    from healthd.config import load_bytes
+    from healthd.engine import settings_models
+
+    entries = {s.name: (s.module, s.attr) for s in specs if isinstance(s, UnloadedCheck)}
+    loaded_specs: list[AnyCheck] = []
+    for spec in specs:
+        if isinstance(spec, UnloadedCheck):
+            found = load_entry(spec.name, spec.module, spec.attr, CheckSpec)
+            loaded_specs.append(found if isinstance(found, CheckSpec) else BrokenCheck(spec.name, found))
+        else:
+            loaded_specs.append(spec)
+    source, raw = read_config(path)
+    loaded = load_bytes(source, raw, settings_models(loaded_specs))
+    entries = {**_entry_points_of(loaded_specs), **entries}
+    viewed = _remember(source, raw, loaded, loaded_specs, entries, store=True)
+    return replace(viewed, sha256=hashlib.sha256(raw).hexdigest()), loaded_specs
+
+
+def _entry_points_of(specs: list[AnyCheck]) -> dict[str, tuple[str, str]]:
+    """The installed entry point of each of ``specs`` that is one (a test's own checks are not)."""
+    from healthd.plugin import ENTRY_POINT_GROUP, entry_points_of
+
+    installed = entry_points_of(ENTRY_POINT_GROUP)
+    found: dict[str, tuple[str, str]] = {}
+    for spec in specs:
+        if spec.name in installed and isinstance(spec, CheckSpec):
+            module, attr = installed[spec.name]
+            if load_entry(spec.name, module, attr, CheckSpec) is spec:
+                found[spec.name] = (module, attr)
+    return found
+
+
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
@@ -135,13 +172,14 @@ def _remember(
     """``loaded`` as views, after storing it in the cache; ``loaded`` itself when it cannot be kept."""
     from healthd.settingsview import Unencodable, decode, encode
 
-    files = _model_files(specs, entries)
+    # Checks that are not entry points (a caller's own) can be viewed but never cached.
+    files = _model_files(specs, entries) if set(entries) == set(loaded.check_settings) else None
     try:
         config = encode(loaded.config)
-        checks = [
-            {"name": name, "module": module, "attr": attr, "settings": encode(loaded.check_settings[name])}
-            for name, (module, attr) in sorted(entries.items())
-        ]
+        checks = []
+        for name, settings in sorted(loaded.check_settings.items()):
+            module, attr = entries.get(name, ("", ""))
+            checks.append({"name": name, "module": module, "attr": attr, "settings": encode(settings)})
     except Unencodable as exc:
         log.debug("config not cached: %s", exc)
         return loaded
@@ -200,7 +238,7 @@ def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig,
     for check in document["checks"] if load else ():
         name = check["name"]
         if not getattr(loaded.check_settings[name], "enabled", True):
-            specs.append(UnloadedCheck(name))
+            specs.append(UnloadedCheck(name, check["module"], check["attr"]))
             continue
         spec = load_entry(name, check["module"], check["attr"], CheckSpec)
         specs.append(spec if isinstance(spec, CheckSpec) else BrokenCheck(name, spec))

@@ -326,7 +326,7 @@ class Daemon:
         return report
 
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
-        from healthd.configcache import load_checks
+        from healthd.configcache import reload_checks
         from healthd.configload import ConfigError
         from healthd.engine import node_name
         from healthd.metrics import refuse_untrusted_textfile
@@ -335,7 +335,7 @@ class Daemon:
         self.notifier.reloading()
         old_metrics = engine.config.metrics
         try:
-            loaded, specs = load_checks(self.config_path, use_cache=False)
+            loaded, specs = reload_checks(self.config_path, engine.specs)
             refuse_untrusted_textfile(loaded.config.metrics.textfile)
             engine.reconfigure(loaded, specs)
         except ConfigError as exc:

@@ -264,6 +264,8 @@ class UnloadedCheck:
     """A check the config disables, whose module was never imported (``healthd.configcache``'s fast path)."""
 
     name: str
+    module: str
+    attr: str
 
 
 # What a pass knows of each installed check.
