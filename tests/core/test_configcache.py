@@ -144,3 +144,22 @@ def test_a_view_keeps_types_and_refuses_writes() -> None:
         view.window = 1.0
     with pytest.raises(AttributeError, match="no setting"):
         _ = view.no_such_setting
+
+
+def test_reload_loads_a_check_the_old_config_disabled(write_config: Callable[..., Path]) -> None:
+    from healthd.configcache import reload_checks
+    from healthd.plugin import CheckSpec
+
+    config = write_config(CONFIG)
+    load_checks(config)
+    _, specs = load_checks(config)  # from the cache: xid disabled, its module never imported
+    (xid,) = [s for s in specs if s.name == "xid"]
+    assert isinstance(xid, UnloadedCheck) and xid.module == "healthd_checks.xid"
+    config.write_text(config.read_text().replace("[checks.xid]\nenabled = false\n", "[checks.xid]\nwindow = 60\n"))
+    loaded, specs = reload_checks(config, specs)
+    (xid,) = [s for s in specs if s.name == "xid"]
+    assert isinstance(xid, CheckSpec) and loaded.check_settings["xid"].window == 60
+    assert loaded.sha256 and isinstance(loaded.check_settings["xid"], View)
+    cached, specs = load_checks(config)  # the reload's validation was cached
+    assert cached.check_settings["xid"] == loaded.check_settings["xid"]
+    assert isinstance(next(s for s in specs if s.name == "xid"), CheckSpec)
