@@ -2,10 +2,11 @@
 
     python bench/bench_scan_log.py [--lines 1000000] [--runs 3]
 
-Two generated dmesg files of ``--lines`` lines: one with 1% Xid lines (the rest
-ordinary kernel noise), one where 12% of the lines are driver messages that
-mention a GPU without being Xid events (``NVRM: GPU at PCI:...`` identity lines,
-``RmInitAdapter`` failures, NVLink and persistence-mode notes). Each run is a new
+Two generated dmesg files of ``--lines`` lines, each starting with the driver's
+``NVRM: GPU at PCI:... GPU-<uuid>`` line for each of 4 GPUs (as at driver load): one
+with 1% Xid lines (the rest ordinary kernel noise), one where 12% of the lines
+mention a GPU without being Xid events (``NVRM:`` RmInitAdapter failures and
+persistence-mode notes, nvidia-modeset and PCI core lines). Each run is a new
 process, as an operator's would be; the runs of healthd and of the baseline (a
 Python loop with one compiled regex, reading the same file line by line)
 alternate, and the ratio is taken from their medians in the same run. Asserts
@@ -28,11 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_check_once import one_run
 from bench_xid_parse import NOISE, XIDS
 
+# Lines that name a GPU without being an Xid event: the driver's own (NVRM) and other programs'.
 GPU_NOTES = [
-    "[{t:12.6f}] NVRM: GPU at PCI:0000:{b:02x}:00: GPU-{b:02x}0a1b2c-3d4e-5f60-7182-93a4b5c6d7e8",
     "[{t:12.6f}] NVRM: GPU 0000:{b:02x}:00.0: RmInitAdapter failed! (0x22:0x56:742)",
-    "[{t:12.6f}] NVRM: GPU 0000:{b:02x}:00.0: NVLink: link 3 is in training; GPU busy",
     "[{t:12.6f}] NVRM: Persistence mode is enabled for GPU 0000:{b:02x}:00.0",
+    "[{t:12.6f}] nvidia-modeset: Allocated GPU:0 (GPU-{b:02x}0a1b2c-3d4e-5f60-7182) @ PCI:0000:{b:02x}:00.0",
+    "[{t:12.6f}] nvidia 0000:{b:02x}:00.0: GPU ECC mode query returned; GPU fan speed 40%",
+]
+# The driver names each GPU's UUID once, when it loads (one line per GPU, at the top of the log).
+IDENTITIES = [
+    f"[    2.{b:06d}] NVRM: GPU at PCI:0000:{b:02x}:00: GPU-{b:02x}0a1b2c-3d4e-5f60-7182-93a4b5c6d7e8"
+    for b in (0x3B, 0x5E, 0x86, 0xAF)
 ]
 
 BASELINE = r"""
@@ -50,7 +57,8 @@ print(count)
 def generate(path: Path, lines: int, *, xid_every: int, gpu_percent: int, seed: int = 11) -> None:
     rng = random.Random(seed)
     with path.open("w") as out:
-        for i in range(lines):
+        out.write("".join(line + "\n" for line in IDENTITIES))
+        for i in range(len(IDENTITIES), lines):
             if i % xid_every == 0:
                 pool = XIDS
             elif rng.randrange(100) < gpu_percent:

@@ -580,6 +580,7 @@ def read_candidates(
     chunk: int = _CHUNK,
     needles: tuple[str, ...] = _CANDIDATE,
     focus: Optional[Focus] = None,
+    readline: Optional[Callable[[], str]] = None,
 ) -> Iterator[Candidate]:
     """The lines of a text stream that hold a driver prefix, found a chunk at a time by ``str.find``.
 
@@ -593,7 +594,7 @@ def read_candidates(
     """
     number = 0  # lines before the current body
     broke = False
-    for body in _bodies(read, chunk, "\n"):
+    for body in _bodies(read, chunk, "\n", readline):
         pos = 0  # the start of the first line not yet looked at
         finder = _Finder(body, needles)
         narrow = _Finder(body, focus.narrow) if focus is not None else finder
@@ -624,8 +625,22 @@ def lines_holding(read: Callable[[int], AnyStr], needle: AnyStr, newline: AnyStr
             found = body.find(needle, end)
 
 
-def _bodies(read: Callable[[int], AnyStr], chunk: int, newline: AnyStr) -> Iterator[AnyStr]:
-    """The stream in runs of whole lines of about ``chunk`` characters (the last run may lack its newline)."""
+def _bodies(
+    read: Callable[[int], AnyStr], chunk: int, newline: AnyStr, readline: Optional[Callable[[], AnyStr]] = None
+) -> Iterator[AnyStr]:
+    """The stream in runs of whole lines of about ``chunk`` characters (the last run may lack its newline).
+
+    With ``readline``, a run is completed by reading the rest of its last line, which spares
+    copying every run once more to join it with the line cut at its end.
+    """
+    if readline is not None:
+        while True:
+            block = read(chunk)
+            if not block:
+                return
+            if not block.endswith(newline):
+                block += readline()
+            yield block
     carry = newline[:0]
     while True:
         block = read(chunk)

@@ -148,7 +148,9 @@ def scan_stream(
                 uuids[identity.pci.key] = identity.uuid
     handle.seek(start)
     focus = Focus(narrow=EVENTS_ONLY)
-    for number, record, event in scan_candidates(read_candidates(handle.read, focus=focus), accept_userspace, focus):
+    for number, record, event in scan_candidates(
+        read_candidates(handle.read, focus=focus, readline=handle.readline), accept_userspace, focus
+    ):
         if not isinstance(event, GpuIdentity) and not event.detail:
             yield _entry(number, record, event, overrides, uuids)
 
