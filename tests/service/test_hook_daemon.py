@@ -81,6 +81,18 @@ def test_an_unsettled_or_malformed_daemon_pass_is_not_used(document: Any) -> Non
     assert usable(_record(document=document), "t" * 32, SHA, dry_run=False, now=NOW) is not None
 
 
+# The hook with the default config path pointed at the test's config; prints its code and what it imported.
+_HOOK_IMPORTS = """
+import pathlib, sys
+import healthd.configload
+healthd.configload.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
+from healthd.hook import hook_main
+code = hook_main([])
+heavy = ("argparse", "pydantic", "healthd.config", "healthd.engine", "healthd.pipeline", "healthd_checks")
+print(code, sorted(m for m in heavy if m in sys.modules))
+"""
+
+
 @pytest.fixture
 def fake_service(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A root process named ``hdtestsvc``: the service the config expects, until the test kills it."""
@@ -131,6 +143,11 @@ def test_hook_reports_the_daemons_pass_without_checking_then_checks_once_the_dae
         assert hook_main([]) == 0
         assert capsys.readouterr().out == "healthd: OK on node1 (daemon's pass)\n"
         assert cluster.state("node1") == "idle"
+        # As slurmd runs it, in a process of its own: nothing of the pass machinery is imported.
+        probe = subprocess.run(
+            [sys.executable, "-c", _HOOK_IMPORTS, str(config)], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert probe.stdout.splitlines() == ["healthd: OK on node1 (daemon's pass)", "0 []"], probe.stderr
 
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=30) == 0
