@@ -45,6 +45,11 @@ class View:
         raise AttributeError(f"{self._kind} is read-only")
 
     def __eq__(self, other: object) -> bool:
+        if isinstance(getattr(type(other), "model_fields", None), dict):  # the model this view stands for
+            try:
+                other = as_view(other)
+            except Unencodable:
+                return False
         if not isinstance(other, View):
             return NotImplemented
         return bool(self._kind == other._kind and self._fields == other._fields)

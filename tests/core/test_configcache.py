@@ -125,6 +125,7 @@ def test_cached_settings_equal_the_validated_ones(write_config: Callable[..., Pa
     cached, specs = load_checks(config)  # from the cache
     assert StateDir(config.parent / "state").file(CACHE).load()
     assert cached.config == first.config == as_view(validated.config)
+    assert cached.config.paths == validated.config.paths  # a view equals the model it stands for
     assert cached.config.paths.state_dir == validated.config.paths.state_dir  # a Path, as validated
     assert isinstance(cached.config.paths.state_dir, Path)
     for name, settings in validated.check_settings.items():
