@@ -27,7 +27,6 @@ cannot load is not cached either, so that plugin is retried and reported each pa
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd import __version__
-from healthd.configload import read_config, state_dir_of
+from healthd.configload import read_config, sha256_hex, state_dir_of
 from healthd.loadedconfig import LoadedConfig
 from healthd.plugin import ENTRY_POINT_GROUP, AnyCheck, BrokenCheck, CheckSpec, UnloadedCheck, load_entry
 
@@ -75,7 +74,7 @@ def load_checks(
         specs.append(loaded_spec if isinstance(loaded_spec, CheckSpec) else BrokenCheck(name, loaded_spec))
     loaded = load_bytes(source, raw, settings_models(specs))
     viewed = _remember(source, raw, loaded, specs, entries, store=store)
-    return replace(viewed, sha256=hashlib.sha256(raw).hexdigest()), specs
+    return replace(viewed, sha256=sha256_hex(raw)), specs
 
 
 def reload_checks(path: Optional[Path], specs: list[AnyCheck]) -> tuple[LoadedConfig, list[AnyCheck]]:
@@ -98,7 +97,7 @@ def reload_checks(path: Optional[Path], specs: list[AnyCheck]) -> tuple[LoadedCo
     loaded = load_bytes(source, raw, settings_models(loaded_specs))
     entries = {**_entry_points_of(loaded_specs), **entries}
     viewed = _remember(source, raw, loaded, loaded_specs, entries, store=True)
-    return replace(viewed, sha256=hashlib.sha256(raw).hexdigest()), loaded_specs
+    return replace(viewed, sha256=sha256_hex(raw)), loaded_specs
 
 
 def _entry_points_of(specs: list[AnyCheck]) -> dict[str, tuple[str, str]]:
@@ -116,7 +115,7 @@ def _entry_points_of(specs: list[AnyCheck]) -> dict[str, tuple[str, str]]:
 
 
 def _digest(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return sha256_hex(json.dumps(data, sort_keys=True, separators=(",", ":")).encode())
 
 
 def _stamp(files: list[str]) -> dict[str, Any]:
@@ -191,7 +190,7 @@ def _remember(
     body: dict[str, Any] = {
         "format": FORMAT,
         "source": source,
-        "config_sha256": hashlib.sha256(raw).hexdigest(),
+        "config_sha256": sha256_hex(raw),
         "stamp": _stamp(files),
         "config": config,
         "checks": checks,
@@ -256,7 +255,7 @@ def _valid(document: Any, source: str, raw: bytes) -> Optional[LoadedConfig]:
     body = {k: v for k, v in document.items() if k != "digest"}
     if document.get("digest") != _digest(body):
         return None
-    if body["source"] != source or body["config_sha256"] != hashlib.sha256(raw).hexdigest():
+    if body["source"] != source or body["config_sha256"] != sha256_hex(raw):
         return None
     files = [entry[0] for entry in body["stamp"]["files"]]
     if body["stamp"] != _stamp(files):

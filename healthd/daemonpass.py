@@ -28,7 +28,6 @@ hook reports that decision and exits with its code.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import time
@@ -146,7 +145,7 @@ def daemon_document(config: Optional[Path], *, dry_run: bool, now: Optional[floa
 
     None means: run the pass. Nothing here raises.
     """
-    from healthd.configload import ConfigError, read_config, state_dir_of
+    from healthd.configload import ConfigError, read_config, sha256_hex, state_dir_of
 
     try:
         _source, raw = read_config(config)
@@ -159,7 +158,7 @@ def daemon_document(config: Optional[Path], *, dry_run: bool, now: Optional[floa
     except (ConfigError, UntrustedPath, OSError, ValueError, StateError):
         return None
     when = time.time() if now is None else now
-    if usable(record, token, hashlib.sha256(raw).hexdigest(), dry_run=dry_run, now=when) is not None:
+    if usable(record, token, sha256_hex(raw), dry_run=dry_run, now=when) is not None:
         return None
     document: dict[str, Any] = record["document"]
     return document

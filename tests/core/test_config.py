@@ -186,3 +186,12 @@ def test_an_old_config_still_runs_and_warns_on_stderr(write_config: Callable[[st
     (mounts,) = json.loads(done.stdout)["checks"]
     assert [f["code"] for f in mounts["findings"]] == ["MOUNT_MISSING"]
     assert f"{path}: [node] mounts is deprecated: write it as [checks.mounts] expect (it means the same)" in done.stderr
+
+
+def test_the_config_digest_is_sha256() -> None:
+    import hashlib
+
+    from healthd.configload import sha256_hex
+
+    for data in (b"", b"[paths]\nstate_dir = '/x'\n", bytes(range(256)) * 100):
+        assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
