@@ -1,8 +1,13 @@
-"""Benchmark of the daemon: CPU time per pass, resident memory while idle, `healthd status` latency.
+"""Benchmark of the daemon: CPU time per pass, resident memory while idle, and what reads its results.
 
 Runs a real `healthd run` (every installed check, Slurm off) with a one-second interval
 in a temporary directory, counts passes through its sd_notify STATUS messages, and
-reads its CPU time and RSS with psutil. Prints figures; asserts nothing.
+reads its CPU time and RSS with psutil. Then, while it runs, alternates three fresh
+processes: `healthd status`, `healthd-hook` reporting the daemon's fresh pass (run
+through `healthd.hook.hook_main` with the default config path pointed at the benchmark's config,
+since the real hook reads only /etc/healthd/healthd.toml), and a bare `python -c pass`
+(the interpreter floor); the ratios to the floor come from the same run. Bytecode is
+compiled first, as a wheel install does. Prints figures; asserts nothing.
 
     python bench/bench_daemon.py [--passes 20] [--status-runs 20]
 """
@@ -21,6 +26,21 @@ import time
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_check_once import compile_bytecode
+
+HOOK = (
+    "import sys, pathlib, healthd.configload as c; c.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1]);"
+    "from healthd.hook import hook_main; sys.exit(hook_main([]))"
+)
+
+
+def _timed(command: list[str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return time.perf_counter() - t0, done.stdout
 
 
 def _wait_for_statuses(sock: socket.socket, count: int, timeout: float) -> int:
@@ -42,7 +62,9 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--status-runs", type=int, default=20)
     args = parser.parse_args()
+    compile_bytecode()
     healthd = [sys.executable, "-m", "healthd.cli"]
+    script = os.path.join(os.path.dirname(sys.executable), "healthd")
 
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "healthd.toml"
@@ -74,11 +96,13 @@ def main() -> int:
             time.sleep(0.5)  # between passes
             idle1 = sum(process.cpu_times()[:2])
 
-            runs = []
+            runs, hooks, floors = [], [], []
+            hook_line = ""
             for _ in range(args.status_runs):
-                t0 = time.perf_counter()
-                subprocess.run([*healthd, "status", "--config", str(config)], capture_output=True, check=False)
-                runs.append(time.perf_counter() - t0)
+                runs.append(_timed([script, "status", "--config", str(config)])[0])
+                elapsed, hook_line = _timed([sys.executable, "-c", HOOK, str(config)])
+                hooks.append(elapsed)
+                floors.append(_timed([sys.executable, "-c", "pass"])[0])
         finally:
             daemon.send_signal(signal.SIGTERM)
             t0 = time.monotonic()
@@ -90,10 +114,14 @@ def main() -> int:
     print(f"CPU per pass ({seen} passes, all installed checks): {(cpu1 - cpu0) / max(seen, 1) * 1000:.1f} ms")
     print(f"CPU while waiting, over 0.5 s: {(idle1 - idle0) * 1000:.1f} ms")
     print(f"RSS between passes: {rss / 2**20:.1f} MiB")
-    print(
-        f"healthd status, fresh result ({len(runs)} runs): median {statistics.median(runs) * 1000:.0f} ms, "
-        f"max {max(runs) * 1000:.0f} ms"
-    )
+    floor = statistics.median(floors)
+    for label, times in (("healthd status", runs), ("healthd-hook from the daemon's pass", hooks)):
+        print(
+            f"{label}, fresh result ({len(times)} runs): median {statistics.median(times) * 1000:.0f} ms, "
+            f"max {max(times) * 1000:.0f} ms, {statistics.median(times) / floor:.1f}x the interpreter floor"
+        )
+    print(f"interpreter floor (python -c pass): median {floor * 1000:.0f} ms")
+    print(f"the hook said: {hook_line.strip()}")
     print(f"SIGTERM to exit: {stop * 1000:.0f} ms")
     return 0
 

@@ -24,35 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from pydantic import Field, field_validator
-
 from healthd.counters import BootScoped, rise
 from healthd.model import Finding, Status, worst
 from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from . import program
-from .kernlog_events import KernelLogSettings, LogObservation, Pattern, gather_log, judge_log
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log
 from .sysfs import SysfsError, read_value
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class DisksSettings(KernelLogSettings):
-    """``[checks.disks]``."""
-
-    nvme_cli: Path = Field(default=Path("/usr/sbin/nvme"), description="nvme-cli, by absolute path")
-    smart_timeout: float = Field(default=5.0, gt=0, le=60, description="seconds nvme smart-log may take per drive")
-    expect_nvme: Optional[int] = Field(default=None, ge=0, le=256, description="NVMe controllers this node must have")
-    media_errors_max: int = Field(default=0, ge=0, description="new media errors tolerated between passes")
-
-    @field_validator("nvme_cli")
-    @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        # A HealthCheckProgram has no PATH, and a relative path would depend on the working directory.
-        if not value.is_absolute():
-            raise ValueError(f"nvme_cli {str(value)!r} must be an absolute path")
-        return value
+    from .disks_settings import DisksSettings
 
 
 # The Critical Warning byte (NVMe Base Specification 2.0, SMART / Health Information, byte 0).
@@ -282,9 +265,15 @@ def judge(observed: DisksObservation, jc: JudgeContext[DisksSettings]) -> Verdic
     return Verdict(tuple(findings), state)
 
 
+def _settings_model() -> type[DisksSettings]:
+    from .disks_settings import DisksSettings
+
+    return DisksSettings
+
+
 CHECK = CheckSpec(
     name="disks",
     description="local disks: NVMe controller state, SMART critical warnings and media errors, block I/O errors",
-    settings=DisksSettings,
+    settings=_settings_model,
     run=Staged(gather, judge, keeps="NVMe media-error baselines and the kernel-log cursor"),
 )

@@ -21,29 +21,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 from healthd.counters import BootScoped, rise
 from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
-from .kernlog_events import KernelLogSettings, LogObservation, Pattern, gather_log, judge_log
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log
 from .sysfs import SysfsError, SysfsMissing, parse_counter, read, read_value
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class EdacSettings(KernelLogSettings):
-    """``[checks.edac]``."""
-
-    expect_controllers: Optional[int] = Field(
-        default=None, ge=0, le=256, description="EDAC memory controllers this node must show (mcN)"
-    )
-    ce_per_hour_max: float = Field(default=1000.0, ge=0, description="corrected errors per hour on one DIMM")
-    rate_window: float = Field(default=600.0, ge=1, le=86400, description="rates divide by at least this many seconds")
+    from .edac_settings import EdacSettings
 
 
 _UC_BIT = 1 << 61  # IA32_MCi_STATUS.UC: the error was not corrected
@@ -277,9 +267,15 @@ def judge(observed: EdacObservation, jc: JudgeContext[EdacSettings]) -> Verdict:
     return Verdict(tuple(findings), state)
 
 
+def _settings_model() -> type[EdacSettings]:
+    from .edac_settings import EdacSettings
+
+    return EdacSettings
+
+
 CHECK = CheckSpec(
     name="edac",
     description="host memory: EDAC uncorrected errors, corrected-error rates per DIMM, machine checks (kernel log)",
-    settings=EdacSettings,
+    settings=_settings_model,
     run=Staged(gather, judge, keeps="EDAC counter baselines and the kernel-log cursor"),
 )

@@ -1,19 +1,25 @@
 """Space and inode probes of a mount, run in a child process so a hung filesystem cannot hang us.
 
 A ``statvfs`` on a hung NFS or FUSE mount blocks in the kernel (state D) and cannot
-be interrupted, so it never runs in one of healthd's own threads: it runs as
-``stat --file-system`` in its own session, is abandoned at its deadline, and is
-remembered until it finally exits. While a probe of a mount is still alive no
-second one is started for that mount, in this process (``ProbeTable``) or in a
-later one (the pid and start time are kept in the check's state file), so a hung
-mount costs at most one stuck process however many passes run.
+be interrupted, so it never runs in one of healthd's own threads. All the mounts of
+a pass are probed by one child process in its own session: ``stat --file-system``
+for a single mount, an isolated interpreter with one thread per mount for several
+(a hung mount blocks only its thread, so every mount answers or is found hung
+within the one deadline). The child is abandoned at its deadline and remembered,
+as the stuck probe of each mount that did not answer, until it finally exits.
+While a probe of a mount is still alive no new one is started for that mount, in
+this process (``ProbeTable``) or in a later one (the pid and start time are kept in
+the check's state file), so a hung mount costs at most one stuck process however
+many passes run, and several hung mounts of one pass share one.
 """
 
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Optional, Union
@@ -88,23 +94,89 @@ def forget_finished(remembered: dict[str, dict[str, float]], keep: set[str]) -> 
 
 @dataclass
 class _Running:
-    process: subprocess.Popen[str]
+    process: subprocess.Popen[bytes]
     started: float
 
 
+# The child that probes several mounts at once: one thread per mount, so a hung one
+# blocks only its own thread and every other mount still answers within the deadline.
+# Each line is "INDEX TOTAL AVAIL FRSIZE INODES FREE_INODES" (the numbers of _FORMAT) or
+# "INDEX ! ERROR"; one os.write per line, under PIPE_BUF, so lines never interleave.
+_MANY = """import os, sys, threading
+def probe(i, p):
+    try:
+        s = os.statvfs(p)
+        line = "%d %d %d %d %d %d" % (i, s.f_blocks, s.f_bavail, s.f_frsize, s.f_files, s.f_ffree)
+    except OSError as e:
+        line = "%d ! %s" % (i, (e.strerror or str(e))[:200].replace("\\n", " "))
+    os.write(1, (line + "\\n").encode("utf-8", "replace"))
+threads = [threading.Thread(target=probe, args=(i, p)) for i, p in enumerate(sys.argv[1:])]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def _command(paths: list[str]) -> list[str]:
+    """One child for ``paths``: ``stat`` for a single mount (cheapest), a threaded interpreter for several."""
+    if len(paths) == 1:
+        # The same line format as _MANY's, for one mount at index 0.
+        return [locate("stat"), "--file-system", f"--printf=0 {_FORMAT}\\n", "--", paths[0]]
+    return [sys.executable, "-I", "-S", "-c", _MANY, *paths]
+
+
+def _read_until(process: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bool]:
+    """The child's stdout until it closes or the monotonic ``deadline`` passes; (output, closed)."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    chunks: list[bytes] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return b"".join(chunks), False
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks), True
+            chunks.append(chunk)
+
+
+def _answers(output: bytes, count: int) -> dict[int, ProbeOutcome]:
+    """The outcomes in the child's complete lines, by index."""
+    answers: dict[int, ProbeOutcome] = {}
+    for line in output.decode("utf-8", "replace").splitlines():
+        index, _, rest = line.partition(" ")
+        if not index.isdigit() or int(index) >= count:
+            continue
+        if rest.startswith("! "):
+            answers[int(index)] = Failed(rest[2:])
+            continue
+        try:
+            answers[int(index)] = parse_stat_output(rest)
+        except ValueError as exc:
+            answers[int(index)] = Failed(str(exc))
+    return answers
+
+
+def _close(process: subprocess.Popen[bytes], *, read_errors: bool = True) -> str:
+    """Close our ends of the child's pipes; what it wrote on stderr, when it has exited (``read_errors``)."""
+    assert process.stdout is not None and process.stderr is not None
+    error = process.stderr.read().decode("utf-8", "replace").strip() if read_errors else ""
+    process.stdout.close()
+    process.stderr.close()
+    return error
+
+
 class ProbeTable:
-    """The probes of one check: at most one live process per mount path."""
+    """The probes of one check: at most one live process per mount path, one new child per pass."""
 
     def __init__(self) -> None:
         self._running: dict[str, _Running] = {}
 
-    def probe(self, path: str, deadline: float, remembered: dict[str, dict[str, float]]) -> ProbeOutcome:
-        """Probe ``path``, waiting at most ``deadline`` seconds.
-
-        ``remembered`` is the check's persisted ``{path: {"pid", "start"}}`` record of
-        stuck probes left by earlier processes; it is updated in place.
-        """
-        now = time.monotonic()
+    def _still_stuck(self, path: str, now: float, remembered: dict[str, dict[str, float]]) -> Optional[Hung]:
+        """The earlier probe of ``path`` that is still alive (here or in an earlier process), if any."""
         running = self._running.get(path)
         if running is not None:
             if running.process.poll() is None:
@@ -117,32 +189,58 @@ class ProbeTable:
             if start is not None and abs(start - record["start"]) < 1.0:
                 return Hung(int(record["pid"]), time.time() - record["start"], inherited=True)
             remembered.pop(path, None)
+        return None
+
+    def probe_all(
+        self, paths: list[str], deadline: float, remembered: dict[str, dict[str, float]]
+    ) -> dict[str, ProbeOutcome]:
+        """Probe every path of ``paths`` in one child process, waiting at most ``deadline`` seconds.
+
+        ``remembered`` is the check's persisted ``{path: {"pid", "start"}}`` record of
+        stuck probes left by earlier processes; it is updated in place. A path whose
+        earlier probe is still alive is not probed again.
+        """
+        now = time.monotonic()
+        outcomes: dict[str, ProbeOutcome] = {}
+        for path in paths:
+            stuck = self._still_stuck(path, now, remembered)
+            if stuck is not None:
+                outcomes[path] = stuck
+        todo = [p for p in paths if p not in outcomes]
+        if not todo:
+            return outcomes
         try:
-            stat = locate("stat")
+            command = _command(todo)
         except FileNotFoundError as exc:
-            return Failed(str(exc))
+            return {**outcomes, **{p: Failed(str(exc)) for p in todo}}
         process = subprocess.Popen(
-            [stat, "--file-system", f"--format={_FORMAT}", "--", path],
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
-            text=True,
             start_new_session=True,
             env={"LC_ALL": "C"},
         )
-        try:
-            out, err = process.communicate(timeout=deadline)
-        except subprocess.TimeoutExpired:
-            # SIGKILL ends it as soon as the kernel lets it go; until then we keep it on record.
-            os.kill(process.pid, signal.SIGKILL)
+        output, closed = _read_until(process, now + deadline)
+        answers = _answers(output, len(todo))
+        if closed:
+            process.wait()
+            error = _close(process)
+            for index, path in enumerate(todo):
+                outcomes[path] = answers.get(index) or Failed(error or f"the probe exited {process.returncode}")
+            return outcomes
+        # SIGKILL ends it as soon as the kernel lets every thread go; until then it is on record
+        # as the stuck probe of each mount that did not answer, so none of them is probed again.
+        os.kill(process.pid, signal.SIGKILL)
+        _close(process, read_errors=False)
+        start = _process_start(process.pid)
+        waited = time.monotonic() - now
+        for index, path in enumerate(todo):
+            if index in answers:
+                outcomes[path] = answers[index]
+                continue
             self._running[path] = _Running(process, now)
-            start = _process_start(process.pid)
             if start is not None:
                 remembered[path] = {"pid": float(process.pid), "start": start}
-            return Hung(process.pid, time.monotonic() - now, inherited=False)
-        if process.returncode != 0:
-            return Failed(err.strip() or f"stat exited {process.returncode}")
-        try:
-            return parse_stat_output(out)
-        except ValueError as exc:
-            return Failed(str(exc))
+            outcomes[path] = Hung(process.pid, waited, inherited=False)
+        return outcomes

@@ -11,14 +11,10 @@ docs/gpu.md for the codes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
-from pydantic import Field
-
-from healthd.config import moved_from_node
 from healthd.model import DetailValue, Device, Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .gpu_counters import NVLINK_COUNTERS, judge_counters
 from .nvml_source import (
@@ -38,38 +34,7 @@ from .sysfs import VENDOR_NVIDIA, PciScan, normalize_pci_address, scan_pci
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class GpuSettings(CheckSettings):
-    """``[checks.gpu]``. Defaults follow NVIDIA DCGM's hardware limits where it has one."""
-
-    expect_gpus: Optional[int] = Field(
-        default=None,
-        ge=0,
-        le=64,
-        description="GPUs this node must have (GPU_MISSING below it)",
-        json_schema_extra=moved_from_node("gpus"),
-    )
-    expect_model: Optional[str] = Field(
-        default=None, min_length=1, description="the model every GPU must be (NVML's name, e.g. NVIDIA H100 80GB HBM3)"
-    )
-    snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
-    expect_ecc: bool = Field(default=True, description="WARNING when ECC is disabled on a GPU that supports it")
-    ecc_aggregate_corrected_max: Optional[int] = Field(default=None, ge=0)
-    ecc_aggregate_uncorrected_max: Optional[int] = Field(default=None, ge=0)
-    # DCGM (GpuHardwareLimits.h): 60 retired pages is the replacement limit.
-    retired_pages_max: int = Field(default=60, ge=1)
-    busy_utilization_percent: int = Field(default=50, ge=0, le=100)
-    # DCGM: "8 replays per minute is the maximum recommended by RM".
-    pcie_replay_per_minute_max: float = Field(default=8.0, ge=0)
-    nvlinks_expected: Optional[int] = Field(default=None, ge=0, le=36, description="active NVLinks per GPU")
-    # DCGM flags any new NVLink replay/recovery error; CRC errors matter only at 100+ per second.
-    nvlink_errors_max: int = Field(default=0, ge=0, description="new replay+recovery errors tolerated per pass")
-    nvlink_crc_per_second_max: float = Field(default=100.0, ge=0)
-    # Two passes seconds apart (the daemon's, then an operator's or Slurm's hook) must
-    # not turn one replay into "12 a minute": a rate is judged over at least this long.
-    rate_window: float = Field(
-        default=60.0, ge=1, le=86400, description="rates divide by max(seconds since the last pass, this)"
-    )
+    from .gpu_settings import GpuSettings
 
 
 # ---------------------------------------------------------------------------------------
@@ -390,6 +355,11 @@ class GpuObservation:
 
 def gather(ctx: CheckContext[GpuSettings]) -> GpuObservation:
     pci = scan_pci(ctx.paths.sysfs, frozenset({VENDOR_NVIDIA}))
+    settings = ctx.settings
+    if pci.present and not pci.errors and not pci.nvidia_gpus and not settings.expect_gpus and not settings.snapshot:
+        # Loading NVML costs a cold pass more than the rest of this check; with no NVIDIA
+        # GPU on a readable PCI bus and none expected, its answer could not change the verdict.
+        raise NotApplicable("no NVIDIA GPUs on the PCI bus and none expected (NVML not loaded)")
     try:
         reading = source_for(ctx.settings).read()
     except SnapshotError as exc:
@@ -429,10 +399,16 @@ def baseline(ctx: CheckContext[GpuSettings]) -> dict[str, Any]:
     return found
 
 
+def _settings_model() -> type[GpuSettings]:
+    from .gpu_settings import GpuSettings
+
+    return GpuSettings
+
+
 CHECK = CheckSpec(
     name="gpu",
     description="GPUs through NVML: count, lost GPUs, ECC, row remapping, PCIe link and replays, clocks, NVLink",
-    settings=GpuSettings,
+    settings=_settings_model,
     baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
 )

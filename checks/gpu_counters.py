@@ -18,7 +18,7 @@ from healthd.model import Status
 from .nvml_source import GpuReading, NvLinkReading, NvmlError
 
 if TYPE_CHECKING:
-    from .gpu import GpuSettings
+    from .gpu_settings import GpuSettings
 
 # NvLinkReading's error counters (nvmlNvLinkErrorCounter_t), each judged on its own.
 NVLINK_COUNTERS = ("replay_errors", "recovery_errors", "crc_flit_errors", "crc_data_errors")

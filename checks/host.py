@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional, Protocol, Union
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from healthd.model import DetailValue, Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.settingsview import updated
 from healthd.text import one_line
 
 from .host_parse import parse_cpu_list, parse_driver_version, parse_meminfo
@@ -29,27 +28,7 @@ from .sysfs import SysfsError, read_value
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-Grade = Literal["WARNING", "CRITICAL"]
-
-
-class HostSettings(CheckSettings):
-    """``[checks.host]``."""
-
-    clock_sync: Literal["required", "off"] = Field(default="required", description="judge the kernel's clock state")
-    clock_severity: Grade = Field(default="WARNING", description="grade of an unsynchronised clock")
-    clock_max_error_ms: Optional[float] = Field(default=None, gt=0, description="largest maxerror tolerated")
-    timex: Optional[Path] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")
-    expect_cpus: Optional[int] = Field(default=None, ge=1, description="online CPUs (hardware threads)")
-    expect_sockets: Optional[int] = Field(default=None, ge=1)
-    expect_threads_per_core: Optional[int] = Field(default=None, ge=1)
-    expect_memory_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at least this")
-    expect_hugepages: Optional[int] = Field(default=None, ge=0, description="HugePages_Total (default page size)")
-    expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
-    expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")
-    expect_bios: list[str] = Field(default_factory=list, description="BIOS versions allowed")
-    inventory_severity: Grade = Field(default="CRITICAL", description="grade of missing CPUs or memory")
-    version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")
-
+    from .host_settings import HostSettings
 
 # include/uapi/linux/timex.h
 STA_UNSYNC = 0x0040
@@ -303,15 +282,16 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
 
 def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
     """This node's CPUs, sockets and threads per core, memory, huge pages, and its kernel, driver and BIOS."""
-    probe = ctx.settings.model_copy(
-        update={
+    probe = updated(
+        ctx.settings,
+        **{
             "clock_sync": "off",
             "expect_cpus": 1,
             "expect_memory_gib": 1.0,
             "expect_kernel": ["?"],
             "expect_driver": ["?"],
             "expect_bios": ["?"],
-        }
+        },
     )
     observed = gather(replace(ctx, settings=probe))
     found: dict[str, Any] = {}
@@ -336,10 +316,16 @@ def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
     return found
 
 
+def _settings_model() -> type[HostSettings]:
+    from .host_settings import HostSettings
+
+    return HostSettings
+
+
 CHECK = CheckSpec(
     name="host",
     description="clock synchronised; CPUs, memory, huge pages, kernel, NVIDIA driver and BIOS versions as expected",
-    settings=HostSettings,
+    settings=_settings_model,
     baseline=baseline,
     run=Staged(gather, judge),
 )

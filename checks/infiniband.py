@@ -15,14 +15,11 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from healthd.config import moved_from_node
 from healthd.counters import BootScoped, rise, saturated
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .sysfs import (
     IbRate,
@@ -60,58 +57,7 @@ _STATE = BootScoped("ports", version=1, boot_fields=frozenset({"samples"}), forg
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class PerHourLimits(BaseModel):
-    """Most increases per hour tolerated before a WARNING; 0 means any increase warns."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    # NVIDIA's NIC health monitor design treats symbol errors above 120 per hour as fatal.
-    symbol_error: float = Field(default=120, ge=0)
-    # infiniband-diags' example thresholds file uses 10 for LinkErrorRecoveryCounter.
-    link_error_recovery: float = Field(default=10, ge=0)
-    # Our choice, in line with the infiniband-diags example thresholds (10 per counter).
-    port_rcv_errors: float = Field(default=10, ge=0)
-    # NVIDIA's NIC health monitor design treats any increase of these two as fatal.
-    local_link_integrity_errors: float = Field(default=0, ge=0)
-    excessive_buffer_overrun_errors: float = Field(default=0, ge=0)
-
-
-class InfinibandSettings(CheckSettings):
-    """``[checks.infiniband]``: the expected ports, counter limits, the rate window and the flapping rule."""
-
-    expect_ports: Optional[list[str]] = Field(
-        default=None,
-        description="the ports to judge, DEVICE:PORT (a missing one is CRITICAL); default: every InfiniBand port",
-        json_schema_extra=moved_from_node("ib_ports"),
-    )
-    expect_rate_gbps: Optional[int] = Field(
-        default=None,
-        gt=0,
-        description="the rate every up port must run at",
-        json_schema_extra=moved_from_node("ib_rate_gbps"),
-    )
-    expect_link_layer: Optional[Literal["InfiniBand", "Ethernet"]] = Field(
-        default=None,
-        description="the link layer every judged port must have (and the one judged by default)",
-        json_schema_extra=moved_from_node("ib_link_layer"),
-    )
-    per_hour: PerHourLimits = Field(default_factory=PerHourLimits)
-    rate_window: float = Field(
-        default=3600.0, ge=60, le=7 * 86400, description="seconds of counter history a rate is judged over"
-    )
-    # Azure's node health agent errors when link_downed rises by more than 3 in 3 hours.
-    flap_downs: int = Field(default=4, ge=1, le=255, description="link_downed increments that make a port flapping")
-    flap_window: float = Field(default=3 * 3600.0, ge=60, le=7 * 86400, description="seconds the flap count spans")
-
-    @field_validator("expect_ports")
-    @classmethod
-    def _port_names(cls, value: Optional[list[str]]) -> Optional[list[str]]:
-        for port in value or []:
-            device, _, number = port.partition(":")
-            if not device or not number.isdigit():
-                raise ValueError(f"IB port {port!r} must look like DEVICE:PORT, e.g. mlx5_0:1")
-        return value
+    from .infiniband_settings import InfinibandSettings
 
 
 @dataclass(frozen=True)
@@ -511,10 +457,16 @@ def baseline(ctx: CheckContext[InfinibandSettings]) -> dict[str, Any]:
     return found
 
 
+def _settings_model() -> type[InfinibandSettings]:
+    from .infiniband_settings import InfinibandSettings
+
+    return InfinibandSettings
+
+
 CHECK = CheckSpec(
     name="infiniband",
     description="InfiniBand ports: state, rate, link layer, and error counters judged by their change",
-    settings=InfinibandSettings,
+    settings=_settings_model,
     baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
 )

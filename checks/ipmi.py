@@ -18,13 +18,10 @@ until the node reboots, a WARNING for ``window`` seconds. See docs/host.md.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
-from pydantic import Field, field_validator
-
 from healthd.model import DetailValue, Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
 from . import program
@@ -33,22 +30,7 @@ from .sysfs import boot_id_or_none
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class IpmiSettings(CheckSettings):
-    """``[checks.ipmi]``."""
-
-    timeout: float = Field(default=30.0, gt=0, le=600, description="seconds before the check is abandoned")
-    ipmitool: Path = Field(default=Path("/usr/bin/ipmitool"), description="ipmitool, by absolute path")
-    device: Path = Field(default=Path("/dev/ipmi0"), description="the BMC's device node (no BMC: not applicable)")
-    sel_timeout: float = Field(default=20.0, gt=0, le=300, description="seconds `ipmitool sel elist` may take")
-    window: float = Field(default=3600.0, gt=0, description="seconds a WARNING event is reported after it was seen")
-
-    @field_validator("ipmitool", "device")
-    @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        if not value.is_absolute():
-            raise ValueError(f"{str(value)!r} must be an absolute path")
-        return value
+    from .ipmi_settings import IpmiSettings
 
 
 # Descriptions ipmitool prints for sensor-specific offsets (IPMI 2.0 table 42-3) and threshold
@@ -207,9 +189,15 @@ def judge(observed: IpmiObservation, jc: JudgeContext[IpmiSettings]) -> Verdict:
     return Verdict(tuple(findings), state)
 
 
+def _settings_model() -> type[IpmiSettings]:
+    from .ipmi_settings import IpmiSettings
+
+    return IpmiSettings
+
+
 CHECK = CheckSpec(
     name="ipmi",
     description="critical events in the BMC's System Event Log since the last pass (ipmitool, when present)",
-    settings=IpmiSettings,
+    settings=_settings_model,
     run=Staged(gather, judge, keeps="the last SEL record seen and its critical events"),
 )

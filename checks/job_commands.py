@@ -29,7 +29,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
 
 from healthd.cli import add_config_argument
 from healthd.plugin import CommandSpec
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from healthd.model import Finding
 
     from .job_scope import Job
-    from .jobs import JobsSettings
+    from .jobs_settings import JobsSettings
 
 # Used until the config is read (reading it is part of the prolog's time).
 DEFAULT_PROLOG_TIMEOUT = 1.0
@@ -139,10 +139,13 @@ def _engine(config: Any) -> Engine:
 
 
 def _settings(engine: Engine) -> JobsSettings:
-    from .jobs import JobsSettings
-
+    """``[checks.jobs]`` as validated (a read-only view of the model, healthd.settingsview)."""
     settings = engine.loaded.check_settings.get("jobs")
-    return settings if isinstance(settings, JobsSettings) else JobsSettings()
+    if settings is None:  # the check's settings were not validated with this config: its defaults
+        from .jobs_settings import JobsSettings
+
+        return JobsSettings()
+    return cast("JobsSettings", settings)
 
 
 def _with_history(engine: Engine, write: Callable[[History], object]) -> None:

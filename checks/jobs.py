@@ -20,28 +20,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from pydantic import Field
-
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
+    from .jobs_settings import JobsSettings
+
 SUSPECT = "APP_XID_SUSPECT"
-
-
-class JobsSettings(CheckSettings):
-    prolog_timeout: float = Field(
-        default=1.0, gt=0, le=60, description="seconds the prolog may take; at its end it lets the job start (exit 0)"
-    )
-    prolog_checks: list[str] = Field(
-        default_factory=lambda: ["xid", "gpu"], description="checks the prolog runs, scoped to the job's GPUs"
-    )
-    epilog_timeout: float = Field(default=20.0, gt=0, le=300, description="seconds the epilog may take; then exit 0")
-    app_xid_jobs: int = Field(default=3, ge=2, description="distinct jobs with the same application Xid on one GPU")
-    app_xid_users: int = Field(default=1, ge=1, description="distinct users among those jobs")
-    app_xid_window_days: float = Field(default=7.0, gt=0, le=180, description="days within which jobs are counted")
 
 
 @dataclass(frozen=True)
@@ -136,9 +123,15 @@ def judge(observed: JobsObservation, jc: JudgeContext[JobsSettings]) -> Verdict:
     return Verdict(tuple(findings))
 
 
+def _settings_model() -> type[JobsSettings]:
+    from .jobs_settings import JobsSettings
+
+    return JobsSettings
+
+
 CHECK = CheckSpec(
     name="jobs",
     description="application Xids on one GPU across different jobs (from the epilog's records); prolog/epilog settings",
-    settings=JobsSettings,
+    settings=_settings_model,
     run=Staged(gather, judge),
 )

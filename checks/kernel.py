@@ -20,31 +20,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional, Union
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from healthd.counters import BootScoped
 from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
-from .kernlog_events import KernelLogSettings, LogObservation, Pattern, gather_log, judge_log
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log
 from .tasks import StuckCandidate, read_d_state
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class KernelSettings(KernelLogSettings):
-    """``[checks.kernel]``."""
-
-    stuck_after: float = Field(
-        default=600.0, ge=10, le=86400, description="seconds a D-state task may go without a context switch"
-    )
-    stuck_severity: Literal["WARNING", "CRITICAL"] = Field(default="WARNING", description="grade of stuck tasks")
-    stuck_tasks_max: int = Field(default=0, ge=0, description="stuck tasks tolerated")
-    ignore_tasks: list[str] = Field(default_factory=list, description="thread names never counted as stuck")
+    from .kernel_settings import KernelSettings
 
 
 def _task(match: re.Match[str]) -> dict[str, Union[str, int]]:
@@ -189,9 +178,15 @@ def judge(observed: KernelObservation, jc: JudgeContext[KernelSettings]) -> Verd
     return Verdict((*log_findings, *task_findings), state)
 
 
+def _settings_model() -> type[KernelSettings]:
+    from .kernel_settings import KernelSettings
+
+    return KernelSettings
+
+
 CHECK = CheckSpec(
     name="kernel",
     description="a stuck kernel: tasks in D state that do not move, hung-task, soft/hard lockup and RCU stall reports",
-    settings=KernelSettings,
+    settings=_settings_model,
     run=Staged(gather, judge, keeps="the kernel-log cursor and the D-state task clocks"),
 )

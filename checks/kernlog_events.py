@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Optional
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.model import DetailValue, Finding, Status
-from healthd.plugin import CheckSettings, Unobserved
+from healthd.plugin import Unobserved
 from healthd.text import one_line
 
 from .kernlog import LogLine, LogUnavailable, read_boot_id
@@ -38,26 +35,13 @@ from .xid_parse import Origin, origin_of
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
+    from .kernlog_settings import KernelLogSettings
+
 STATE_VERSION = 1
 # Groups kept per boot: subjects come from the kernel (CPU numbers, device names), but a
 # bound keeps a flood of distinct ones from growing the state without end.
 MAX_GROUPS = 128
 _TEXT_LIMIT = 200
-
-
-class KernelLogSettings(CheckSettings):
-    """The kernel-log options shared by the checks that read it (each under its own ``[checks.NAME]``)."""
-
-    source: Literal["auto", "kmsg", "journal"] = Field(
-        default="auto", description="auto: the journal where systemd booted the node and systemd-python imports"
-    )
-    journal_directory: Optional[Path] = Field(default=None, description="journal files to read (default: system's)")
-    window: float = Field(default=3600.0, gt=0, description="seconds an event keeps its grade after its last line")
-    accept_userspace_kmsg: bool = Field(
-        default=False,
-        description="TESTS ONLY: count records that processes wrote to /dev/kmsg like the kernel's own",
-        json_schema_extra={"trust_switch": True},
-    )
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ Presence, type, source and rw/ro come from mountinfo without touching the
 filesystems: PID 1's by default, because the systemd unit's sandbox (ProtectSystem)
 gives healthd's own namespace read-only views that are not the node's truth. Free
 space and inodes need statvfs, which hangs on a dead network mount, so they come
-from ``fsprobe`` child processes under a deadline. Missing or hung mounts are
+from one ``fsprobe`` child process under a deadline. Missing or hung mounts are
 CRITICAL: the source paper lists missing mounts among the high-severity failures
 that take a node out at once. ``gather`` reads mountinfo and runs the probes;
 ``judge`` compares what they saw with ``[checks.mounts] expect``.
@@ -12,16 +12,12 @@ that take a node out at once. ``gather`` reads mountinfo and runs the probes;
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from healthd.config import moved_from_node
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 
 from .fsprobe import Failed, Hung, ProbeOutcome, ProbeTable, Usage, forget_finished
 from .mountinfo import MountEntry, find_mount, parse_mountinfo
@@ -29,39 +25,7 @@ from .mountinfo import MountEntry, find_mount, parse_mountinfo
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class MountSpec(BaseModel):
-    """A filesystem the node must have mounted."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str = Field(min_length=1)
-    fstype: Optional[str] = None
-    source: Optional[str] = None
-    rw: Optional[bool] = None
-
-    @field_validator("path")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("mount path must be absolute")
-        return value.rstrip("/") or "/"
-
-
-class MountsSettings(CheckSettings):
-    expect: list[MountSpec] = Field(
-        default_factory=list,
-        description="filesystems this node must have mounted: { path, fstype, source, rw }",
-        json_schema_extra=moved_from_node("mounts"),
-    )
-    min_free_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this much free space")
-    min_free_inodes_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this many inodes")
-    namespace_pid: int = Field(
-        default=1, ge=1, description="judge the mounts as this process sees them (1: the node's, not our sandbox's)"
-    )
-    probe_usage: bool = Field(default=True, description="probe space, inodes and hangs (statvfs in a child)")
-    include_root: bool = Field(default=True, description="also watch space and inodes of /")
-    probe_timeout: float = Field(default=3.0, gt=0, le=60, description="seconds before a statvfs probe is hung")
+    from .mounts_settings import MountsSettings
 
 
 StuckProbes = dict[str, dict[str, float]]
@@ -105,11 +69,10 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     state = ctx.state.load()
     remembered = _stuck_probes(state)
     before = dict(remembered)
-    with ThreadPoolExecutor(max_workers=max(1, len(paths))) as pool:
-        outcomes = list(pool.map(lambda p: probes.probe(p, settings.probe_timeout, remembered), paths))
+    outcomes = probes.probe_all(paths, settings.probe_timeout, remembered)
     forget_finished(remembered, keep=set(paths))
     stuck = remembered if remembered != before else None
-    return MountsObservation(source, tuple(entries), None, tuple(zip(paths, outcomes)), stuck, state)
+    return MountsObservation(source, tuple(entries), None, tuple((p, outcomes[p]) for p in paths), stuck, state)
 
 
 def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry]) -> Iterable[Finding]:
@@ -211,10 +174,16 @@ def baseline(ctx: CheckContext[MountsSettings]) -> dict[str, Any]:
     return {"expect": expect}
 
 
+def _settings_model() -> type[MountsSettings]:
+    from .mounts_settings import MountsSettings
+
+    return MountsSettings
+
+
 CHECK = CheckSpec(
     name="mounts",
     description="required filesystems mounted as expected, with space and inodes free, and not hung",
-    settings=MountsSettings,
+    settings=_settings_model,
     baseline=baseline,
     run=Staged(gather, judge, keeps="stuck probe records"),
 )

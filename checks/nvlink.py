@@ -18,13 +18,10 @@ active are the gpu check's (``NVLINK_DOWN``). See docs/nvlink.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Optional, Union
-
-from pydantic import Field, field_validator
+from typing import TYPE_CHECKING, Optional, Union
 
 from healthd.model import DetailValue, Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .nvml_source import (
     NOT_SUPPORTED,
@@ -43,29 +40,7 @@ from .sysfs import VENDOR_NVIDIA, scan_pci
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class NvlinkSettings(CheckSettings):
-    """``[checks.nvlink]``."""
-
-    snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
-    fabric_manager: Literal["auto", "required", "off"] = Field(
-        default="auto", description="auto: Fabric Manager must run exactly where NVSwitches are on the PCI bus"
-    )
-    fabric_manager_process: str = Field(
-        default="nv-fabricmanager", min_length=1, description="the daemon's process name, owned by root"
-    )
-    expect_nvswitches: Optional[int] = Field(default=None, ge=0, le=64, description="NVSwitches on the PCI bus")
-    expect_cluster_uuid: bool = Field(
-        default=False,
-        description="GPUs must carry a non-zero cluster UUID (multi-node NVLink, where Fabric Manager assigns one)",
-    )
-
-    @field_validator("fabric_manager_process")
-    @classmethod
-    def _process_name(cls, value: str) -> str:
-        if "/" in value or not value.isprintable():
-            raise ValueError(f"fabric_manager_process {value!r} must be a process name, not a path")
-        return value
+    from .nvlink_settings import NvlinkSettings
 
 
 # nvmlGpuFabricState_t (nvml.h; pynvml's NVML_GPU_FABRIC_STATE_*).
@@ -261,9 +236,15 @@ def judge(observed: NvlinkObservation, jc: JudgeContext[NvlinkSettings]) -> Verd
     return Verdict(tuple(findings))
 
 
+def _settings_model() -> type[NvlinkSettings]:
+    from .nvlink_settings import NvlinkSettings
+
+    return NvlinkSettings
+
+
 CHECK = CheckSpec(
     name="nvlink",
     description="NVLink fabric: GPUs registered with the fabric (NVML), Fabric Manager running where NVSwitches are",
-    settings=NvlinkSettings,
+    settings=_settings_model,
     run=Staged(gather, judge),
 )

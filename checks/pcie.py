@@ -17,12 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
-from pydantic import Field
-
-from healthd.config import moved_from_node
 from healthd.counters import BootScoped, rise
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from .sysfs import (
     VENDOR_MELLANOX,
@@ -55,16 +52,7 @@ _VENDORS = frozenset({VENDOR_NVIDIA, VENDOR_MELLANOX})
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class PcieSettings(CheckSettings):
-    """``[checks.pcie]``: the devices to judge."""
-
-    expect_devices: Optional[list[str]] = Field(
-        default=None,
-        description="PCI addresses of the devices to judge (a missing one is CRITICAL); "
-        "default: NVIDIA GPUs and NVIDIA/Mellanox network controllers",
-        json_schema_extra=moved_from_node("pcie_devices"),
-    )
+    from .pcie_settings import PcieSettings
 
 
 N = TypeVar("N", int, float)
@@ -323,9 +311,15 @@ def judge(observed: DevicesObservation, jc: JudgeContext[PcieSettings]) -> Verdi
     return Verdict((*findings, *aer), state)
 
 
+def _settings_model() -> type[PcieSettings]:
+    from .pcie_settings import PcieSettings
+
+    return PcieSettings
+
+
 CHECK = CheckSpec(
     name="pcie",
     description="PCIe links of GPUs and NICs: width and speed against the link's maximum, AER errors by their change",
-    settings=PcieSettings,
+    settings=_settings_model,
     run=Staged(gather, judge, keeps="AER baselines"),
 )

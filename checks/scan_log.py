@@ -5,7 +5,9 @@ for stdin. Grades come from the same catalog as the ``xid`` check, with the
 overrides of the config (``--config``, else the default config file when it exists,
 as for every other command); its ``accept_userspace_kmsg`` switch applies too.
 A command the xid plugin contributes (``healthd.commands`` entry point); the scanner
-is imported only when it runs.
+is imported only when it runs. A file is scanned in constant memory (``xid_scan.scan_stream``)
+and each event is written as it is found: compact JSON, indented only with ``--pretty``
+(which builds the document whole).
 """
 
 from __future__ import annotations
@@ -13,63 +15,102 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 from healthd.cli import add_config_argument
-from healthd.model import Status
+from healthd.model import Status, worst
 from healthd.plugin import CommandSpec
+
+if TYPE_CHECKING:
+    from .xid_scan import ScanEntry
+
+
+_FLUSH_CHARS = 1 << 16
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="saved kernel log, or - for stdin")
     parser.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
+    parser.add_argument("--pretty", action="store_true", help="with --json: indent the document for people")
     add_config_argument(parser)
 
 
 def _settings(args: argparse.Namespace) -> tuple[Optional[Mapping[str, Status]], bool]:
-    """The ``[checks.xid]`` overrides and ``accept_userspace_kmsg`` of the config."""
-    from healthd.config import load_config
-    from healthd.engine import settings_models
-    from healthd.plugin import discover
+    """The ``[checks.xid]`` overrides and ``accept_userspace_kmsg`` of the config (cached when unchanged)."""
+    from healthd.configcache import load_checks
 
-    settings = load_config(args.config, settings_models(discover())).check_settings.get("xid")
+    loaded, _ = load_checks(args.config, store=False, load=False)
+    settings = loaded.check_settings.get("xid")
     overrides: Optional[Mapping[str, Status]] = getattr(settings, "overrides", None)
     return overrides, getattr(settings, "accept_userspace_kmsg", False) is True
 
 
+def _write_json(name: str, entries: Iterable[ScanEntry], accept_userspace: bool, pretty: bool) -> Status:
+    """The document, streamed one event at a time (compact), or built whole and indented (``pretty``)."""
+    status = Status.OK
+    if pretty:
+        events = []
+        for entry in entries:
+            status = worst((status, entry.entry.grade))
+            events.append(entry.to_dict())
+        document = {"file": name, "accept_userspace_kmsg": accept_userspace, "events": events}
+        print(json.dumps({**document, "status": status.name, "exit_code": int(status)}, indent=2))
+        return status
+    compact = json.JSONEncoder(separators=(",", ":")).encode
+    parts = [f'{{"file":{compact(name)},"accept_userspace_kmsg":{compact(accept_userspace)},"events":[']
+    size = 0
+    for number, entry in enumerate(entries):
+        status = worst((status, entry.entry.grade))
+        parts.append(("," if number else "") + compact(entry.to_dict()))
+        size += len(parts[-1])
+        if size > _FLUSH_CHARS:  # a few large writes, whatever the stream's buffering
+            sys.stdout.write("".join(parts))
+            parts, size = [], 0
+    parts.append(f'],"status":{compact(status.name)},"exit_code":{int(status)}}}\n')
+    sys.stdout.write("".join(parts))
+    return status
+
+
+def _write_table(name: str, entries: Iterable[ScanEntry], accept_userspace: bool) -> Status:
+    status = Status.OK
+    count = 0
+    for entry in entries:
+        status = worst((status, entry.entry.grade))
+        count += 1
+        written = " (written by userspace)" if entry.origin.value == "userspace" else ""
+        print(
+            f"{name}:{entry.line}: {entry.entry.grade.name:<8} {entry.code:<10} {entry.gpu:<14} "
+            f"{entry.entry.bucket.value}: {entry.event.text}{written}"
+        )
+    trusted = "; records written by userspace counted (accept_userspace_kmsg)" if accept_userspace else ""
+    print(f"{name}: {count} event(s), {status.name}{trusted}")
+    return status
+
+
 def run(args: argparse.Namespace) -> int:
-    from .xid_scan import scan, worst_grade
+    from .xid_scan import scan_stream
 
     overrides, accept_userspace = _settings(args)
     name = "<stdin>" if args.file == "-" else args.file
     try:
-        if args.file == "-":
-            entries = scan(sys.stdin, overrides, accept_userspace)
-        else:
-            with open(args.file, encoding="utf-8", errors="replace") as handle:
-                entries = scan(handle, overrides, accept_userspace)
+        handle = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8", errors="replace")  # noqa: SIM115
     except OSError as exc:
         print(f"healthd: cannot read {name}: {exc.strerror or exc}", file=sys.stderr)
         return int(Status.UNKNOWN)
-    status: Status = worst_grade(entries)
-    if args.json:
-        document: dict[str, Any] = {
-            "file": name,
-            "status": status.name,
-            "exit_code": int(status),
-            "accept_userspace_kmsg": accept_userspace,
-            "events": [entry.to_dict() for entry in entries],
-        }
-        print(json.dumps(document, indent=2))
-    else:
-        for entry in entries:
-            written = " (written by userspace)" if entry.origin.value == "userspace" else ""
-            print(
-                f"{name}:{entry.line}: {entry.entry.grade.name:<8} {entry.code:<10} {entry.gpu:<14} "
-                f"{entry.entry.bucket.value}: {entry.event.text}{written}"
-            )
-        trusted = "; records written by userspace counted (accept_userspace_kmsg)" if accept_userspace else ""
-        print(f"{name}: {len(entries)} event(s), {status.name}{trusted}")
+    # Events are written as they are found, so a read error may come after some of them:
+    # it is reported, and the exit code says the file could not be read whole.
+    try:
+        entries = scan_stream(handle, overrides, accept_userspace)
+        if args.json:
+            status = _write_json(name, entries, accept_userspace, args.pretty)
+        else:
+            status = _write_table(name, entries, accept_userspace)
+    except OSError as exc:
+        print(f"healthd: cannot read {name}: {exc.strerror or exc}", file=sys.stderr)
+        return int(Status.UNKNOWN)
+    finally:
+        if handle is not sys.stdin:
+            handle.close()
     return int(status)
 
 

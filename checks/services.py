@@ -17,84 +17,22 @@ reads the process table and /proc/modules; ``judge`` compares that with
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Optional, Union
-
-from pydantic import Field, field_validator
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Union
 
 from healthd.binaries import locate
-from healthd.config import moved_from_node
 from healthd.model import Finding, Status
-from healthd.plugin import (
-    CheckSettings,
-    CheckSpec,
-    JudgeContext,
-    NotApplicable,
-    Staged,
-    Unobserved,
-    Verdict,
-    read_parsed,
-)
+from healthd.plugin import CheckSpec, JudgeContext, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.settingsview import updated
 
 from .procs import DELETED, Process, StatusError, read_processes
-
-Grade = Literal["WARNING", "CRITICAL"]
-
-# useradd(8)/adduser(8) names, plus Samba's trailing "$"; anything else is a typo.
-_ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext
 
-
-class ServicesSettings(CheckSettings):
-    expect: list[str] = Field(
-        default_factory=list,
-        description="services (systemd units) this node must be running",
-        json_schema_extra=moved_from_node("services"),
-    )
-    expect_kernel_modules: list[str] = Field(
-        default_factory=list,
-        description="kernel modules this node must have loaded",
-        json_schema_extra=moved_from_node("kernel_modules"),
-    )
-    severity: Grade = Field(default="CRITICAL", description="grade of a service that is not running")
-    severities: dict[str, Grade] = Field(default_factory=dict, description="per-service grade, by unit name")
-    process_names: dict[str, list[str]] = Field(
-        default_factory=dict,
-        description="per service: the process names that count as it when systemd is not PID 1 (replace the built-in)",
-    )
-    process_users: list[Union[int, str]] = Field(
-        default_factory=list,
-        description="accounts (names or uids) besides root whose processes count as services when systemd is not PID 1",
-    )
-    process_exe: dict[str, str] = Field(
-        default_factory=dict, description="per service: the executable its process must run (/proc/PID/exe)"
-    )
-    manager: Literal["auto", "systemd", "process"] = "auto"
-
-    @field_validator("process_users", mode="before")
-    @classmethod
-    def _accounts(cls, value: Any) -> Any:
-        if not isinstance(value, list):
-            raise ValueError('process_users must be a list of user names or uids, e.g. ["munge", 450]')
-        for account in value:
-            # bool is an int to Python; a uid must be a real number.
-            number = isinstance(account, int) and not isinstance(account, bool) and account >= 0
-            if not number and not (isinstance(account, str) and _ACCOUNT.fullmatch(account)):
-                raise ValueError(f"process_users: {account!r} is not a user name or a uid")
-        return value
-
-    @field_validator("process_exe")
-    @classmethod
-    def _absolute_exe(cls, value: dict[str, str]) -> dict[str, str]:
-        for service, exe in value.items():
-            if not exe.startswith("/") or "\0" in exe:
-                raise ValueError(f"process_exe.{service}: {exe!r} must be an absolute path, as /proc/PID/exe shows it")
-        return value
+    from .services_settings import ServicesSettings
 
 
 @dataclass(frozen=True)
@@ -454,7 +392,7 @@ def baseline(ctx: CheckContext[ServicesSettings]) -> dict[str, Any]:
     """The services of ``BASELINE_SERVICES`` (and the ones configured) that run, and the modules loaded."""
     candidates = list(dict.fromkeys([*ctx.settings.expect, *BASELINE_SERVICES]))
     modules = list(dict.fromkeys([*ctx.settings.expect_kernel_modules, *BASELINE_MODULES]))
-    settings = ctx.settings.model_copy(update={"expect": candidates, "expect_kernel_modules": modules})
+    settings = updated(ctx.settings, **{"expect": candidates, "expect_kernel_modules": modules})
     probe = replace(ctx, settings=settings)
     verdict = judge(gather(probe), JudgeContext(ctx.name, settings, ctx.clock()))
     unobserved = [f for f in verdict.findings if f.status is Status.UNKNOWN]
@@ -469,10 +407,16 @@ def baseline(ctx: CheckContext[ServicesSettings]) -> dict[str, Any]:
     }
 
 
+def _settings_model() -> type[ServicesSettings]:
+    from .services_settings import ServicesSettings
+
+    return ServicesSettings
+
+
 CHECK = CheckSpec(
     name="services",
     description="required services running (systemd or process table) and kernel modules loaded",
-    settings=ServicesSettings,
+    settings=_settings_model,
     baseline=baseline,
     run=Staged(gather, judge),
 )

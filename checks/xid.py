@@ -35,12 +35,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
-
-from pydantic import Field, field_validator
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, EventCounter, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, EventCounter, Staged, Unobserved, Verdict
 
 from .kernlog import LogUnavailable, ReadResult, read_boot_id
 from .kernlog_read import Position, read_new
@@ -48,49 +46,12 @@ from .sysfs import VENDOR_NVIDIA, scan_pci
 from .xid_events import STATE_VERSION, Folding, one_line
 from .xid_parse import PciAddress
 
-_OVERRIDE_KEY = re.compile(r"(?:XID_)?(\d{1,6})|SXID_(\d{1,6})")
 _EVENT_CODE = re.compile(r"(S?XID)_(\d{1,6})")
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
 
-
-class XidSettings(CheckSettings):
-    source: Literal["auto", "kmsg", "journal"] = Field(
-        default="auto", description="auto: the journal where systemd booted the node and systemd-python imports"
-    )
-    journal_directory: Optional[Path] = Field(default=None, description="journal files to read (default: system's)")
-    window: float = Field(default=3600.0, gt=0, description="seconds one event covers; repeats inside it are counted")
-    app_repeat_count: int = Field(default=3, ge=1, description="application Xids on one GPU that make a WARNING")
-    app_repeat_window: float = Field(default=3600.0, gt=0, description="seconds within which those repeats count")
-    overrides: dict[str, Status] = Field(
-        default_factory=dict, description='grade per Xid, e.g. { "63" = "CRITICAL", "SXID_20034" = "WARNING" }'
-    )
-    accept_userspace_kmsg: bool = Field(
-        default=False,
-        description="TESTS ONLY: count records that processes wrote to /dev/kmsg (a facility other than the "
-        "kernel's) like the driver's own; anyone who can write /dev/kmsg can then report a GPU fault",
-        json_schema_extra={"trust_switch": True},
-    )
-
-    @field_validator("overrides", mode="before")
-    @classmethod
-    def _normalize_overrides(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            raise ValueError("overrides must be a table of Xid = grade")
-        normalized: dict[str, Status] = {}
-        for key, grade in value.items():
-            match = _OVERRIDE_KEY.fullmatch(str(key).strip().upper())
-            if match is None:
-                raise ValueError(f"overrides key {key!r} is not an Xid number or SXID_<n>")
-            if not isinstance(grade, (str, Status)):
-                raise ValueError(f"overrides.{key}: grade must be OK, WARNING, CRITICAL or UNKNOWN, got {grade!r}")
-            try:
-                status = grade if isinstance(grade, Status) else Status.parse(grade)
-            except ValueError as exc:
-                raise ValueError(f"overrides.{key}: {exc}") from None
-            normalized[str(int(match.group(1))) if match.group(1) else f"SXID_{int(match.group(2))}"] = status
-        return normalized
+    from .xid_settings import XidSettings
 
 
 def nvidia_gpus(sysfs: Path) -> list[PciAddress]:
@@ -209,10 +170,17 @@ XID_EVENTS = EventCounter(
     select=xid_event_labels,
 )
 
+
+def _settings_model() -> type[XidSettings]:
+    from .xid_settings import XidSettings
+
+    return XidSettings
+
+
 CHECK = CheckSpec(
     name="xid",
     description="NVIDIA Xid/SXid errors in the kernel log, read once each, graded by NVIDIA's Xid catalog",
-    settings=XidSettings,
+    settings=_settings_model,
     run=Staged(gather, judge, keeps="the kernel-log cursor and Xid events"),
     events=(XID_EVENTS,),
 )

@@ -22,7 +22,7 @@ from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, 
 if TYPE_CHECKING:
     from healthd.plugin import JudgeContext
 
-    from .xid import XidSettings
+    from .xid_settings import XidSettings
 
 STATE_VERSION = 1
 _MESSAGE_LIMIT = 240

@@ -44,7 +44,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Union
+from typing import AnyStr, Callable, Iterable, Iterator, Optional, Union
 
 from healthd.text import one_line
 
@@ -534,6 +534,154 @@ def parse_line(line: str, accept_userspace: bool = False) -> tuple[Record, Optio
     return record, read_message(record.message, None, origin).event
 
 
+# A line that starts a record can give an event (or begin a banner) only if it holds one of these;
+# every other driver line just ends whatever the record above began.
+_USEFUL = ("NVRM: Xid (", "has fallen off the bus", "NVRM: GPU at PCI:", _BANNER_START, "nvidia-nvswitch")
+# The same without UUID lines, for a scan that has its UUIDs already (xid_scan.scan_stream).
+EVENTS_ONLY = tuple(n for n in _USEFUL if n != "NVRM: GPU at PCI:")
+# str.find per literal: far faster than the regex engine on an alternation without a common prefix.
+_CANDIDATE = ("NVRM: ", "nvidia-nvswitch")
+# In a run of lines: one that does not start with a blank, i.e. does not continue the record above.
+_NEW_RECORD = re.compile(r"\n[^ \t]")
+_CHUNK = 1 << 20
+
+# (line number, line, whether a line that continues no record came since the previous one)
+Candidate = tuple[int, str, bool]
+
+
+@dataclass
+class Focus:
+    """Shared by ``read_candidates`` and ``scan_candidates``: whether the scanner is idle (no banner pending,
+    no record engaged), when only lines holding ``narrow`` literals can change anything and the others need
+    not be read one by one."""
+
+    narrow: tuple[str, ...] = _USEFUL
+    idle: bool = True
+
+
+def _each_line(lines: Iterable[str]) -> Iterator[Candidate]:
+    broke = False
+    for number, line in enumerate(lines, 1):
+        if might_match(line):
+            yield number, line, broke
+            broke = False
+        elif line[:1] not in (" ", "\t"):
+            broke = True
+
+
+def _breaks(body: str, start: int, end: int) -> bool:
+    """Whether the whole lines ``body[start:end]`` hold one that starts a record (not a blank-led continuation)."""
+    return start < end and (body[start] not in " \t" or _NEW_RECORD.search(body, start, end) is not None)
+
+
+_UNSEARCHED = -2
+
+
+class _Finder:
+    """The next occurrence of any of several literals in ``body``, each literal searched again only once passed.
+
+    A literal that no longer occurs is never searched again, so a chunk costs one
+    ``str.find`` pass per literal however many candidates it holds.
+    """
+
+    def __init__(self, body: str, needles: tuple[str, ...]) -> None:
+        self.body = body
+        self.next = dict.fromkeys(needles, _UNSEARCHED)  # searched on first use only
+
+    def first(self, start: int) -> int:
+        """The first position at or after ``start`` where a literal occurs; -1 if none does."""
+        best = -1
+        for needle, at in self.next.items():
+            if at == _UNSEARCHED or 0 <= at < start:
+                at = self.next[needle] = self.body.find(needle, start)
+            if at >= 0 and (best < 0 or at < best):
+                best = at
+        return best
+
+
+def read_candidates(
+    read: Callable[[int], str],
+    chunk: int = _CHUNK,
+    needles: tuple[str, ...] = _CANDIDATE,
+    focus: Optional[Focus] = None,
+    readline: Optional[Callable[[], str]] = None,
+) -> Iterator[Candidate]:
+    """The lines of a text stream that hold a driver prefix, found a chunk at a time by ``str.find``.
+
+    What ``scan_lines`` would see of the same lines, without a Python step per line:
+    the gaps between candidates are only counted (line numbers) and searched for a
+    line that starts a record. Memory stays one chunk (plus the longest line).
+    ``needles`` may narrow the candidates further (each must occur only in driver lines).
+    With ``focus``, while the scanner is idle only lines holding its ``narrow`` literals are
+    read; a driver line skipped then counts as a line that starts a record, which is all it
+    would have done.
+    """
+    number = 0  # lines before the current body
+    broke = False
+    for body in _bodies(read, chunk, "\n", readline):
+        pos = 0  # the start of the first line not yet looked at
+        finder = _Finder(body, needles)
+        narrow = _Finder(body, focus.narrow) if focus is not None else finder
+        found = (narrow if focus is not None and focus.idle else finder).first(0)
+        while found >= 0:
+            start, end = _line_around(body, found, "\n")
+            broke = broke or _breaks(body, pos, start)
+            number += body.count("\n", pos, start) + 1
+            yield number, body[start:end], broke
+            broke = False
+            pos = end
+            found = (narrow if focus is not None and focus.idle else finder).first(end)
+        broke = broke or _breaks(body, pos, len(body))
+        number += body.count("\n", pos)
+
+
+def lines_holding(read: Callable[[int], AnyStr], needle: AnyStr, newline: AnyStr) -> Iterator[AnyStr]:
+    """Each line of a text or binary stream that holds ``needle``, found a chunk at a time (no line numbers).
+
+    ``newline`` is ``"\\n"`` or ``b"\\n"``, as the stream reads: a binary stream skips decoding
+    all the lines that do not hold ``needle``.
+    """
+    for body in _bodies(read, _CHUNK, newline):
+        found = body.find(needle)
+        while found >= 0:
+            start, end = _line_around(body, found, newline)
+            yield body[start:end]
+            found = body.find(needle, end)
+
+
+def _bodies(
+    read: Callable[[int], AnyStr], chunk: int, newline: AnyStr, readline: Optional[Callable[[], AnyStr]] = None
+) -> Iterator[AnyStr]:
+    """The stream in runs of whole lines of about ``chunk`` characters (the last run may lack its newline).
+
+    With ``readline``, a run is completed by reading the rest of its last line, which spares
+    copying every run once more to join it with the line cut at its end.
+    """
+    if readline is not None:
+        while True:
+            block = read(chunk)
+            if not block:
+                return
+            if not block.endswith(newline):
+                block += readline()
+            yield block
+    carry = newline[:0]
+    while True:
+        block = read(chunk)
+        text = carry + block
+        cut = text.rfind(newline) + 1 if block else len(text)
+        carry = text[cut:]
+        yield text[:cut]
+        if not block:
+            return
+
+
+def _line_around(body: AnyStr, at: int, newline: AnyStr) -> tuple[int, int]:
+    """Where the line holding position ``at`` starts, and where the next one does."""
+    end = body.find(newline, at)
+    return body.rfind(newline, 0, at) + 1, len(body) if end < 0 else end + 1
+
+
 def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator[tuple[int, Record, Event]]:
     """Every event in the dump ``lines`` with its 1-based line number and the record it belongs to.
 
@@ -543,26 +691,42 @@ def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator
     record took part in. Records that userspace wrote (where the format says so) give
     nothing unless ``accept_userspace``.
     """
+    return scan_candidates(_each_line(lines), accept_userspace)
+
+
+def scan_candidates(
+    candidates: Iterable[Candidate], accept_userspace: bool = False, focus: Optional[Focus] = None
+) -> Iterator[tuple[int, Record, Event]]:
+    """``scan_lines`` over the driver lines of a dump (``read_candidates``, or its own line-by-line filter).
+
+    ``focus`` is kept up to date for the ``read_candidates`` that feeds it.
+    """
+    focus = focus if focus is not None else Focus()
     banner: Optional[Banner] = None
     engaged = False  # the record above began or continued ``banner``
     record = Record("", LogFormat.PLAIN)
     origin = Origin.UNKNOWN
-    for number, line in enumerate(lines, 1):
-        if "NVRM: " not in line and "nvidia-nvswitch" not in line:
-            if engaged and line[:1] not in (" ", "\t"):
-                engaged = False
-            continue
+    for number, line, broke in candidates:
+        if broke:
+            engaged = False
+            focus.idle = banner is None
         if line[:1] in (" ", "\t"):
             if not engaged or record.format is LogFormat.KMSG:
                 continue
             step = read_continuation(line, banner, origin)
         else:
+            if banner is None and not any(needle in line for needle in focus.narrow):
+                engaged = False  # a driver line that can give nothing: it only ends the record above
+                focus.idle = True
+                continue
             record = split_record(line)
             origin = origin_of(record.facility)
             if not counts(origin, accept_userspace):
                 engaged = False
+                focus.idle = banner is None
                 continue
             step = read_message(record.message, banner, origin)
         banner, engaged = step.banner, step.engaged and step.event is None
+        focus.idle = banner is None and not engaged
         if step.event is not None:
             yield number, record, step.event

@@ -12,12 +12,26 @@ record that userspace wrote unless ``accept_userspace``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional, TextIO
 
 from healthd.model import Status, worst
 
 from .xid_catalog import Entry, classify
-from .xid_parse import GpuIdentity, Kind, Origin, Record, XidEvent, origin_of, scan_lines
+from .xid_parse import (
+    EVENTS_ONLY,
+    Focus,
+    GpuIdentity,
+    Kind,
+    Origin,
+    Record,
+    XidEvent,
+    lines_holding,
+    origin_of,
+    parse_line,
+    read_candidates,
+    scan_candidates,
+    scan_lines,
+)
 
 
 @dataclass(frozen=True)
@@ -86,10 +100,61 @@ def scan(
             uuids[event.pci.key] = event.uuid
         elif not event.detail:
             found.append((number, record, event))
-    return [
-        ScanEntry(number, record, event, classify(event, overrides), uuids.get(event.pci.key) if event.pci else None)
-        for number, record, event in found
-    ]
+    return [_entry(number, record, event, overrides, uuids) for number, record, event in found]
+
+
+def _entry(
+    number: int,
+    record: Record,
+    event: XidEvent,
+    overrides: Optional[Mapping[str, Status]],
+    uuids: Mapping[tuple[int, int, int], str],
+) -> ScanEntry:
+    return ScanEntry(number, record, event, classify(event, overrides), uuids.get(event.pci.key) if event.pci else None)
+
+
+# The only lines that name a GPU's UUID (see xid_parse.parse_message).
+_IDENTITY = "NVRM: GPU at PCI:"
+
+
+def _identity_lines(handle: TextIO) -> Iterator[str]:
+    """The lines of ``handle`` that may name a GPU's UUID; from its bytes when it has them, decoding only those."""
+    raw = getattr(handle, "buffer", None)
+    if raw is None or handle.tell() != 0 or not raw.seekable():
+        yield from lines_holding(handle.read, _IDENTITY, "\n")
+        return
+    raw.seek(0)
+    encoding = handle.encoding or "utf-8"
+    for line in lines_holding(raw.read, _IDENTITY.encode(encoding), b"\n"):
+        yield line.decode(encoding, "replace")
+
+
+def scan_stream(
+    handle: TextIO, overrides: Optional[Mapping[str, Status]] = None, accept_userspace: bool = False
+) -> Iterator[ScanEntry]:
+    """``scan`` of an open file, entry by entry, in memory that does not grow with the file.
+
+    A file that can seek is read twice, a chunk at a time: once for the UUID lines
+    (which may come after the events that need them), once for the events. A stream
+    that cannot seek (stdin) is scanned by ``scan``, which keeps its events in memory.
+    """
+    if not handle.seekable():
+        yield from scan(handle, overrides, accept_userspace)
+        return
+    start = handle.tell()
+    uuids: dict[tuple[int, int, int], str] = {}
+    for line in _identity_lines(handle):
+        if line[:1] not in (" ", "\t"):  # a continuation line only ever continues a banner
+            _, identity = parse_line(line, accept_userspace)
+            if isinstance(identity, GpuIdentity):
+                uuids[identity.pci.key] = identity.uuid
+    handle.seek(start)
+    focus = Focus(narrow=EVENTS_ONLY)
+    for number, record, event in scan_candidates(
+        read_candidates(handle.read, focus=focus, readline=handle.readline), accept_userspace, focus
+    ):
+        if not isinstance(event, GpuIdentity) and not event.detail:
+            yield _entry(number, record, event, overrides, uuids)
 
 
 def worst_grade(entries: Iterable[ScanEntry]) -> Status:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
-from healthd.config import PolicySettings
 from healthd.hostlist import expand
 from healthd.nodestate import NodeGroup, PartitionView
 from healthd.reasons import owned, place_stamp
 from healthd.spread import jitter
+
+if TYPE_CHECKING:
+    from healthd.config import PolicySettings
 
 # Reading the partitions again while the circuit breaker holds: 30 s doubling up to
 # 10 min, stretched by a stable per-node factor of 0.75-1.25 (healthd.spread) so the

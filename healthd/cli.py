@@ -12,16 +12,14 @@ sysexits.h otherwise.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import io
-import os
 import sys
 from types import ModuleType
-from typing import Any, Callable, Iterator, NoReturn, Optional, Sequence, TextIO
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from healthd import __version__
 from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN, EX_USAGE
+from healthd.stdout import quiet_broken_pipe
 
 # name -> (module under healthd.commands, one-line help). Order is the order of --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -53,7 +51,14 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    # A parser costs a millisecond or two: `healthd status` builds only its own. The full list
+    # is built when it is shown (top-level --help) or when the command is not a known one.
+    only = None
+    if chosen in COMMANDS and not any(arg in ("-h", "--help") for arg in argv[: list(argv).index(chosen)]):
+        only = chosen
     for name, (module, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         command_parser = sub.add_parser(name, help=help_text, description=help_text)
         command_parser.set_defaults(_module=module)
         if name == chosen:
@@ -89,78 +94,6 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class _StdoutGuard(io.TextIOBase):
-    """Stands in for ``sys.stdout`` while a command runs, so a reader that goes away ends the output quietly.
-
-    ``healthd scan-log big.log | head`` closes the pipe early; the next write fails
-    with EPIPE (Python ignores SIGPIPE). The command still finishes (a pass has
-    already acted and saved its state) and exits with its own code: the code says
-    what healthd found, not whether someone read all of it. Output after that
-    is dropped.
-    """
-
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__()
-        self.stream = stream
-        self.gone = False
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]
-        return self.stream.encoding
-
-    def isatty(self) -> bool:
-        return self.stream.isatty()
-
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        if not self.gone:
-            try:
-                self.stream.write(text)
-            except BrokenPipeError:
-                self._reader_gone()
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.gone:
-            try:
-                self.stream.flush()
-            except BrokenPipeError:
-                self._reader_gone()
-
-    def _reader_gone(self) -> None:
-        self.gone = True
-        # What the stream could not write stays in its buffer, and the interpreter
-        # flushes it at exit, which would fail again ("Exception ignored ... BrokenPipeError",
-        # exit 120): point the descriptor at /dev/null (Python docs, "Note on SIGPIPE").
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, self.stream.fileno())
-            finally:
-                os.close(devnull)
-
-
-@contextlib.contextmanager
-def quiet_broken_pipe() -> Iterator[None]:
-    """Run the body with ``sys.stdout`` guarded by ``_StdoutGuard``; flush before leaving."""
-    stream = sys.stdout
-    if stream is None:  # started with stdout closed: print() already writes nothing
-        yield
-        return
-    guard = _StdoutGuard(stream)
-    sys.stdout = guard
-    try:
-        yield
-    finally:
-        guard.flush()
-        sys.stdout = stream
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     with quiet_broken_pipe():
@@ -172,7 +105,7 @@ def _dispatch(argv: list[str]) -> int:
     run: Callable[[argparse.Namespace], int] = args._run if args._module is None else _module(args._module).run
     if args._module in ("status", "history"):  # the cheap path: config.py would import pydantic
         return run(args)
-    from healthd.config import ConfigError
+    from healthd.configload import ConfigError
     from healthd.trust import UntrustedPath
 
     try:
@@ -191,68 +124,6 @@ def _dispatch(argv: list[str]) -> int:
         traceback.print_exc()
         print(f"healthd: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EX_UNKNOWN if args.command == "check" else EX_SOFTWARE
-
-
-def hook_summary(document: dict[str, Any], now: float) -> str:
-    """The hook's one line from a ``check --once --json`` document (``healthd.render.pass_summary``)."""
-    from healthd.render import pass_summary
-
-    return pass_summary(document, now, head=f"healthd: {document.get('status')} on {document.get('node')}")
-
-
-def hook_parser() -> argparse.ArgumentParser:
-    """What ``healthd-hook`` accepts. slurmd passes nothing; the options are for a person at the node."""
-    parser = _Parser(
-        prog="healthd-hook",
-        allow_abbrev=False,
-        description=(
-            "slurmd's HealthCheckProgram: one pass of healthd with /etc/healthd/healthd.toml, acting on this node "
-            "through Slurm, one summary line, the pass's Nagios exit code. Without arguments it does exactly what "
-            "slurmd runs."
-        ),
-        epilog="Any other argument is refused (exit 64) without running a pass. For other configs: healthd check.",
-    )
-    parser.add_argument("--version", action="version", version=f"healthd-hook {__version__}")
-    parser.add_argument(
-        "--dry-run", action="store_true", help="run the pass and say what it would do to the node, changing nothing"
-    )
-    return parser
-
-
-def hook_main(argv: Optional[Sequence[str]] = None) -> int:
-    """``healthd-hook``: slurmd's HealthCheckProgram, i.e. ``healthd check --once`` with the default config.
-
-    slurmd starts it without arguments and with an environment of ``SLURMD_NODENAME``
-    and ``PWD`` only (no PATH), so this entry point, installed with an absolute interpreter path,
-    needs neither a shell wrapper nor options. It prints one line instead of the table
-    (whoever captures the hook's output, slurmd's log or a person, reads one line), and
-    exits with the pass's Nagios code.
-
-    A person who runs it by hand on a sick node must not drain it by asking for help:
-    ``--help`` and ``--version`` answer without a pass, ``--dry-run`` runs the pass
-    without acting, and anything else is a usage error (64) before any pass starts.
-    """
-    import json
-    import time
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    with quiet_broken_pipe():
-        try:
-            options = hook_parser().parse_args(args)
-        except SystemExit as exc:  # --help, --version (0) or a usage error (64), already printed
-            return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EX_USAGE
-        captured = io.StringIO()
-        with contextlib.redirect_stdout(captured):
-            code = main(["check", "--once", "--json", *(["--dry-run"] if options.dry_run else [])])
-        try:
-            document = json.loads(captured.getvalue())
-        except ValueError:  # no document: the error went to stderr (a bad config, an internal error)
-            document = None
-        if isinstance(document, dict):
-            print(hook_summary(document, time.time()))
-        else:
-            print(f"healthd: no result (exit {code}); see the errors above")
-        return code
 
 
 if __name__ == "__main__":

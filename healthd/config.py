@@ -18,14 +18,15 @@ import copy
 import dataclasses
 import logging
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.configload import ConfigError, decode_config, read_config
+from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
 from healthd.hosts import for_host, host_sections, merge, this_node
+from healthd.loadedconfig import LoadedConfig
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +38,6 @@ _NODE_KEY = "replaces_node_key"
 def moved_from_node(key: str) -> dict[str, Any]:
     """``json_schema_extra`` of a check setting that replaces ``[node] key``: old configs then keep working."""
     return {_NODE_KEY: key}
-
-
-class ConfigError(Exception):
-    """A configuration that must not be acted on; ``str()`` names file, key and problem."""
-
-    def __init__(self, source: str, problems: list[str]):
-        self.source = source
-        self.problems = problems
-        super().__init__("\n".join(f"{source}: {p}" for p in problems))
 
 
 class _Model(BaseModel):
@@ -208,18 +200,6 @@ class Config(_Model):
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class LoadedConfig:
-    """A validated config, where it came from, each check's validated settings, and deprecation notes."""
-
-    source: str
-    config: Config
-    check_settings: Mapping[str, Any]
-    deprecated: tuple[str, ...] = ()
-    host: str = ""
-    host_sections: tuple[str, ...] = ()  # the [[hosts]] entries merged in for ``host`` (healthd.hosts)
-
-
 def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
     parts: list[str] = list(prefix)
     for item in loc:
@@ -375,26 +355,19 @@ def _validated(raw: dict[str, Any], source: str, checks: Mapping[str, type[BaseM
 def load_config(
     path: Optional[Path], checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
 ) -> LoadedConfig:
-    """Load ``path`` for the node ``host`` (this one by default); with ``None``, the default path or built-in defaults.
+    """Load and fully validate ``path`` for the node ``host`` (this one by default).
 
-    Deprecation notes are logged as warnings, naming the file.
+    With ``None``, the default path if it exists, else built-in defaults.
     """
-    if path is None:
-        if not DEFAULT_CONFIG_PATH.exists():
-            return parse_config("", "(built-in defaults)", checks, host)
-        path = DEFAULT_CONFIG_PATH
-    from healthd.trust import untrusted_reason
+    source, raw = read_config(path)
+    return load_bytes(source, raw, checks, host)
 
-    reason = untrusted_reason(path) if path.exists() else None
-    if reason:
-        raise ConfigError(str(path), [f"refusing to load a config that others could have written: {reason}"])
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), [f"not UTF-8 text: {exc}"]) from None
-    loaded = parse_config(text, str(path), checks, host)
+
+def load_bytes(
+    source: str, raw: bytes, checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
+) -> LoadedConfig:
+    """Fully validate the config bytes ``raw`` read from ``source``; deprecation notes are logged as warnings."""
+    loaded = parse_config(decode_config(raw, source), source, checks, host)
     for note in loaded.deprecated:
         log.warning("%s: %s", loaded.source, note)
     return loaded

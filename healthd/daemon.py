@@ -40,6 +40,7 @@ from healthd.trust import UntrustedPath
 
 if TYPE_CHECKING:
     from healthd.config import Config
+    from healthd.daemonpass import DaemonClaim
     from healthd.engine import Engine
 
 # How long a stop request waits for a pass in progress before abandoning it.
@@ -150,6 +151,7 @@ class Daemon:
         self._stop = False
         self._reload = False
         self._next_ping = 0.0
+        self.claim: Optional[DaemonClaim] = None
 
     # -- requests from signal handlers or other threads -------------------------------------------
 
@@ -177,7 +179,7 @@ class Daemon:
     # -- the loop -----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from healthd.config import ConfigError
+        from healthd.configload import ConfigError
         from healthd.engine import Engine, node_name
 
         factory = self.engine_factory or Engine.from_path
@@ -191,6 +193,7 @@ class Daemon:
             log.error("%s; not starting", exc)
             return EX_CONFIG
         log.info("started: config %s, every %.0fs", engine.loaded.source, engine.config.daemon.interval)
+        self._claim(engine)
         try:
             # READY=1 waits for the first pass, whose budget depends on the config: ask systemd
             # for that long (sd_notify(3) EXTEND_TIMEOUT_USEC) rather than trust TimeoutStartSec=.
@@ -218,6 +221,46 @@ class Daemon:
             self.notifier.stopping()
             log.info("stopping")
             self.metrics.close()
+            if self.claim is not None:
+                self.claim.release()
+
+    def _claim(self, engine: Engine) -> None:
+        """Hold ``daemon.lock`` so the hook may report this daemon's passes (healthd.daemonpass)."""
+        from healthd.daemonpass import DaemonClaim
+
+        claim = DaemonClaim(engine.config.paths.state_dir)
+        try:
+            if claim.acquire(timeout=engine.config.slurm.lock_timeout):
+                self.claim = claim
+            else:
+                log.warning("another healthd daemon holds %s: the hook will not use this one's passes", claim.state_dir)
+        except (OSError, UntrustedPath) as exc:  # the passes report the state directory's trouble themselves
+            log.warning("cannot hold the daemon lock in %s: %s", claim.state_dir, exc)
+
+    def _record(self, engine: Engine, report: PassReport) -> None:
+        """Keep the pass for the hook; a pass that cannot be kept must not leave an older one standing."""
+        from healthd.state import StateError
+
+        if self.claim is None:
+            return
+        if self.claim.state_dir != engine.config.paths.state_dir:  # a reload moved the state: claim it there
+            self.claim.release()
+            self.claim = None
+            self._claim(engine)
+            if self.claim is None:
+                return
+        try:
+            self.claim.record(
+                report.document,
+                fresh_for=engine.config.daemon.interval + pass_budget(engine.config, self.pass_grace),
+                config_sha256=engine.loaded.sha256,
+                dry_run=self.dry_run or engine.config.policy.dry_run,
+                now=self.wall(),
+            )
+        except (StateError, UntrustedPath) as exc:
+            log.warning("the hook cannot use this pass: %s", exc)
+            self.claim.release()  # the hook then runs its own passes rather than trust an older record
+            self.claim = None
 
     def _wait(self, until: float, stop_on_reload: bool, done: Optional[threading.Event] = None) -> bool:
         """Sleep until ``until`` (monotonic), pinging the watchdog; False when woken by a request first."""
@@ -258,7 +301,7 @@ class Daemon:
         try:
             worker.start()
         except RuntimeError as exc:  # no thread to be had (TasksMax, memory): report it, try next slot
-            return self._publish(failed_report(engine, exc, self.wall(), self.dry_run))
+            return self._publish(failed_report(engine, exc, self.wall(), self.dry_run), engine)
         # Ping while the pass is within its budget; after that, silence tells systemd we hang.
         if self._wait(until=started + budget, stop_on_reload=False, done=done) and not done.is_set():
             log.error("pass has not finished after %.0fs; no more watchdog pings until it does", budget)
@@ -271,29 +314,31 @@ class Daemon:
         if failure and isinstance(failure[0], UntrustedPath):
             raise failure[0]
         if box:
-            return self._publish(box[0])
+            return self._publish(box[0], engine)
         started_at = self.wall() - (self.monotonic() - started)
-        return self._publish(failed_report(engine, failure[0], started_at, self.dry_run))
+        return self._publish(failed_report(engine, failure[0], started_at, self.dry_run), engine)
 
-    def _publish(self, report: PassReport) -> PassReport:
-        """Hand a finished pass to each sink in turn."""
+    def _publish(self, report: PassReport, engine: Engine) -> PassReport:
+        """Record a finished pass for the hook, then hand it to each sink in turn."""
+        self._record(engine, report)
         self.passes += 1
         for sink in self.sinks:
             sink.publish(report, self.passes)
         return report
 
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
-        from healthd.config import ConfigError, load_config
-        from healthd.engine import node_name, settings_models
+        from healthd.configcache import reload_checks
+        from healthd.configload import ConfigError
+        from healthd.engine import node_name
         from healthd.metrics import refuse_untrusted_textfile
 
         self._reload = False
         self.notifier.reloading()
         old_metrics = engine.config.metrics
         try:
-            loaded = load_config(self.config_path, settings_models(engine.specs))
+            loaded, specs = reload_checks(self.config_path, engine.specs)
             refuse_untrusted_textfile(loaded.config.metrics.textfile)
-            engine.reconfigure(loaded)
+            engine.reconfigure(loaded, specs)
         except ConfigError as exc:
             log.error("reload: new configuration rejected, keeping the old one:\n%s", exc)
             self.notifier.notify(ready="1", status=f"reload rejected ({len(exc.problems)} problem(s)); old config kept")

@@ -15,15 +15,18 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
-from pydantic import BaseModel
-
-from healthd.config import Config, LoadedConfig, load_config
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
+from healthd.plugin import AnyCheck, CheckContext, CheckSpec
 from healthd.runner import PreparedCheck, Runner
 from healthd.state import StateDir
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from healthd.config import Config
+    from healthd.loadedconfig import LoadedConfig
 
 
 def node_name(config: Config, environ: Optional[dict[str, str]] = None) -> str:
@@ -33,9 +36,11 @@ def node_name(config: Config, environ: Optional[dict[str, str]] = None) -> str:
     return this_node(config.slurm.node_name, environ)
 
 
-def settings_models(specs: Iterable[CheckSpec[Any] | BrokenCheck]) -> dict[str, type[BaseModel]]:
-    """Each check's settings model; a broken plugin still accepts the common options."""
-    return {s.name: (s.settings if isinstance(s, CheckSpec) else CheckSettings) for s in specs}
+def settings_models(specs: Iterable[AnyCheck]) -> dict[str, type[BaseModel]]:
+    """Each check's settings model; a check that did not load still accepts the common options."""
+    from healthd.checksettings import CheckSettings
+
+    return {s.name: (s.settings_model() if isinstance(s, CheckSpec) else CheckSettings) for s in specs}
 
 
 def _trusted_state(config: Config) -> StateDir:
@@ -51,7 +56,7 @@ class Engine:
     def __init__(
         self,
         loaded: LoadedConfig,
-        specs: Sequence[CheckSpec[Any] | BrokenCheck],
+        specs: Sequence[AnyCheck],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.loaded = loaded
@@ -63,15 +68,17 @@ class Engine:
 
     @classmethod
     def from_path(cls, path: Optional[Path]) -> Engine:
-        specs = discover()
-        return cls(load_config(path, settings_models(specs)), specs)
+        from healthd.configcache import load_checks
+
+        loaded, specs = load_checks(path)
+        return cls(loaded, specs)
 
     @property
     def config(self) -> Config:
         return self.loaded.config
 
-    def reconfigure(self, loaded: LoadedConfig) -> None:
-        """Adopt a new config (SIGHUP); in-process memory survives unless paths changed.
+    def reconfigure(self, loaded: LoadedConfig, specs: Optional[Sequence[AnyCheck]] = None) -> None:
+        """Adopt a new config (SIGHUP), and the checks it loaded; in-process memory survives unless paths changed.
 
         Raises ``UntrustedPath``, having adopted nothing, when the new state directory fails the trust rule.
         """
@@ -79,6 +86,8 @@ class Engine:
             self.state = _trusted_state(loaded.config)
             self._memory.clear()
         self.loaded = loaded
+        if specs is not None:
+            self.specs = list(specs)
 
     def prepare(self, only: Optional[Sequence[str]] = None) -> list[PreparedCheck]:
         prepared = []
@@ -87,7 +96,7 @@ class Engine:
                 continue
             settings = self.loaded.check_settings.get(spec.name)
             enabled = bool(getattr(settings, "enabled", True))
-            if isinstance(spec, BrokenCheck):
+            if not isinstance(spec, CheckSpec):
                 prepared.append(PreparedCheck(spec.name, spec, None, enabled))
                 continue
             context: CheckContext[Any] = CheckContext(

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from healthd.breaker import breaker_confirm, group_views, out_by_healthd
-from healthd.config import Config
 from healthd.hostlist import HostlistError
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.plan import Executed, Observed, Plan, Read, Step
 from healthd.policy import GpuReset
 from healthd.reasons import place_stamp, with_place
 from healthd.slurm import SlurmClient, SlurmError
+
+if TYPE_CHECKING:
+    from healthd.config import Config
 
 
 def observe(

@@ -9,11 +9,14 @@ mistaken for a grade.
 
 from __future__ import annotations
 
-from healthd.model import Status
+# Each grade's name and Nagios code, as ``healthd.model.Status`` has them (a test holds them
+# equal): the cheap commands (``status``, the hook from the daemon's pass) read saved
+# documents without importing the model and its dataclasses.
+STATUS_CODES = {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}
 
 EX_OK = 0
 # Nagios UNKNOWN: healthd itself failed or has no fresh record, so nothing was observed.
-EX_UNKNOWN = int(Status.UNKNOWN)
+EX_UNKNOWN = STATUS_CODES["UNKNOWN"]
 # As grep(1): the command ran, but nothing matched what was asked for (``healthd ack``).
 EX_NO_MATCH = 1
 

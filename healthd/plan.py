@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Union
 
 from healthd.acks import POLICY_CHECK, Ack, FindingRef, apply_acks, merge
 from healthd.breaker import BREAKER_MAX, allowed_out, breaker_confirm
-from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
@@ -40,6 +39,9 @@ from healthd.policy import (
     waiting,
 )
 from healthd.reasons import owned, reason_head
+
+if TYPE_CHECKING:
+    from healthd.config import EscalationSettings, PolicySettings
 
 
 class Read(enum.Enum):

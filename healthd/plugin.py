@@ -31,14 +31,13 @@ from typing import (
     Union,
 )
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from healthd.exitcodes import EX_SOFTWARE
 from healthd.model import DetailValue, Device, EventTally, Finding, Status
 
 if TYPE_CHECKING:
     import argparse
 
+    from healthd.checksettings import CheckSettings
     from healthd.config import Paths
     from healthd.state import StateFile
 
@@ -46,20 +45,20 @@ ENTRY_POINT_GROUP = "healthd.checks"
 COMMAND_GROUP = "healthd.commands"
 
 
-class CheckSettings(BaseModel):
-    """Options every check accepts under ``[checks.NAME]``; checks subclass it with their own."""
+def __getattr__(name: str) -> Any:
+    """``CheckSettings`` lives in ``healthd.checksettings`` (pydantic); imported from here only when asked for."""
+    if name == "CheckSettings":
+        from healthd.checksettings import CheckSettings
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    enabled: bool = True
-    timeout: float = Field(default=10.0, gt=0, le=600, description="seconds before the check is abandoned")
+        return CheckSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class NotApplicable(Exception):
     """Raised by a check when it has nothing to examine on this node (not a failure)."""
 
 
-S = TypeVar("S", bound=CheckSettings)
+S = TypeVar("S", bound="CheckSettings")
 Obs = TypeVar("Obs")
 T = TypeVar("T")
 
@@ -246,10 +245,18 @@ class CheckSpec(Generic[S]):
 
     name: str
     description: str
-    settings: type[S]
+    # The model, or a function returning it: a check whose model sits in a module of its own
+    # keeps pydantic out of passes that need no validation (healthd.configcache).
+    settings: Union[type[S], Callable[[], type[S]]]
     run: Callable[[CheckContext[S]], Iterable[Finding]]
     events: tuple[EventCounter, ...] = ()
     baseline: Optional[Callable[[CheckContext[S]], Mapping[str, Any]]] = None
+
+    def settings_model(self) -> type[S]:
+        """The settings model, imported now if the check named it lazily."""
+        if isinstance(self.settings, type):
+            return self.settings
+        return self.settings()
 
 
 @dataclass(frozen=True)
@@ -258,6 +265,19 @@ class BrokenCheck:
 
     name: str
     error: str
+
+
+@dataclass(frozen=True)
+class UnloadedCheck:
+    """A check the config disables, whose module was never imported (``healthd.configcache``'s fast path)."""
+
+    name: str
+    module: str
+    attr: str
+
+
+# What a pass knows of each installed check.
+AnyCheck = Union["CheckSpec[Any]", BrokenCheck, UnloadedCheck]
 
 
 def _untrusted_plugin(module: str) -> str | None:
@@ -275,32 +295,45 @@ def _untrusted_plugin(module: str) -> str | None:
     return untrusted_reason(Path(found.origin))
 
 
-def _load(group: str, kind: type[T]) -> dict[str, Union[T, str]]:
-    """Each entry point of ``group`` by name: the loaded object, or why it could not be loaded."""
+def load_entry(name: str, module: str, attr: str, kind: type[T]) -> Union[T, str]:
+    """The object ``module:attr`` of the entry point ``name``, or why it could not be loaded.
+
+    A module that fails ``healthd.trust``'s rule is never imported.
+    """
+    import importlib
+
+    value = f"{module}:{attr}"
+    reason = _untrusted_plugin(module)
+    if reason:
+        return f"refusing to load {value}: {reason}"
+    try:
+        loaded: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            loaded = getattr(loaded, part)
+    except Exception as exc:  # any import failure must become a visible result
+        return f"cannot load {value}: {type(exc).__name__}: {exc}"
+    if not isinstance(loaded, kind) or getattr(loaded, "name", None) != name:
+        return f"{value} is not a {kind.__name__} named {name!r}"
+    return loaded
+
+
+def entry_points_of(group: str) -> dict[str, tuple[str, str]]:
+    """Each entry point of ``group`` by name (the first one found wins): its (module, attribute)."""
     from importlib.metadata import entry_points
 
     try:
         eps = list(entry_points(group=group))
     except TypeError:  # Python 3.9: entry_points() takes no arguments
         eps = list(entry_points().get(group, []))  # type: ignore[attr-defined]
-    seen: dict[str, Union[T, str]] = {}
+    found: dict[str, tuple[str, str]] = {}
     for ep in eps:
-        if ep.name in seen:
-            continue
-        reason = _untrusted_plugin(ep.module)
-        if reason:
-            seen[ep.name] = f"refusing to load {ep.value}: {reason}"
-            continue
-        try:
-            loaded = ep.load()
-        except Exception as exc:  # any import failure must become a visible result
-            seen[ep.name] = f"cannot load {ep.value}: {type(exc).__name__}: {exc}"
-            continue
-        if not isinstance(loaded, kind) or getattr(loaded, "name", None) != ep.name:
-            seen[ep.name] = f"{ep.value} is not a {kind.__name__} named {ep.name!r}"
-            continue
-        seen[ep.name] = loaded
-    return seen
+        found.setdefault(ep.name, (ep.module, ep.attr))
+    return found
+
+
+def _load(group: str, kind: type[T]) -> dict[str, Union[T, str]]:
+    """Each entry point of ``group`` by name: the loaded object, or why it could not be loaded."""
+    return {name: load_entry(name, module, attr, kind) for name, (module, attr) in entry_points_of(group).items()}
 
 
 def discover() -> list[CheckSpec[Any] | BrokenCheck]:

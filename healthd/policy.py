@@ -15,11 +15,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
 from healthd.breaker import BreakerHold, next_hold, over_limit
-from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.reasons import (
@@ -32,6 +31,9 @@ from healthd.reasons import (
     reboot_reason,
     repair_reason,
 )
+
+if TYPE_CHECKING:
+    from healthd.config import EscalationSettings, PolicySettings
 
 # Retry delays for an action slurmctld did not accept: 10 s doubling up to 5 min.
 BACKOFF_BASE = 10.0

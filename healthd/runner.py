@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from healthd.model import CheckResult, Device, EventTally, Finding, PassResult, RunState, Status
-from healthd.plugin import BrokenCheck, CheckContext, CheckSpec, NotApplicable
+from healthd.plugin import AnyCheck, BrokenCheck, CheckContext, CheckSpec, NotApplicable
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class PreparedCheck:
     """A check ready to run: its plugin (or why it failed to load) and its context."""
 
     name: str
-    spec: CheckSpec[Any] | BrokenCheck
+    spec: AnyCheck
     context: Optional[CheckContext[Any]]
     enabled: bool = True
 
@@ -122,9 +122,10 @@ class Runner:
     ) -> Optional[CheckResult]:
         if not check.enabled:
             return CheckResult(check.name, RunState.DISABLED, (), 0.0, "disabled in config")
-        if isinstance(check.spec, BrokenCheck):
-            finding = _unknown(check.name, "PLUGIN_LOAD_FAILED", check.spec.error)
-            return CheckResult(check.name, RunState.ERROR, (finding,), 0.0, check.spec.error)
+        if not isinstance(check.spec, CheckSpec):
+            error = check.spec.error if isinstance(check.spec, BrokenCheck) else "enabled but never loaded"
+            finding = _unknown(check.name, "PLUGIN_LOAD_FAILED", error)
+            return CheckResult(check.name, RunState.ERROR, (finding,), 0.0, error)
         previous = self._inflight.get(check.name)
         if previous is not None and previous.is_alive():
             message = "an earlier run of this check is still running; not started again"

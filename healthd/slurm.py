@@ -20,11 +20,13 @@ import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from healthd.bounded import BARE_ENV
-from healthd.config import SlurmSettings
 from healthd.nodestate import NodeGroup, NodeInfo
+
+if TYPE_CHECKING:
+    from healthd.config import SlurmSettings
 
 # Where packages and site builds put the client commands; HealthCheckProgram runs
 # with no PATH at all (slurmd passes only SLURMD_NODENAME), so we look ourselves.

@@ -27,7 +27,6 @@ import os
 import stat
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -156,14 +155,21 @@ def _keep_newest(dir_fd: int, name: str, keep: int) -> None:
             os.unlink(old, dir_fd=dir_fd)
 
 
-@dataclass
 class StateFile:
-    """One owner's JSON document (a check's, the policy's, the last pass's)."""
+    """One owner's JSON document (a check's, the policy's, the last pass's).
 
-    directory: Path
-    name: str
-    problems: list[str] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    A plain class, as is ``StateDir``: ``healthd status`` reads state without paying for
+    the dataclasses module.
+    """
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.directory = directory
+        self.name = name
+        self.problems: list[str] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"StateFile({self.directory!r}, {self.name!r})"
 
     @property
     def path(self) -> Path:
@@ -220,12 +226,15 @@ class StateFile:
                 raise StateError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
 
 
-@dataclass
 class StateDir:
     """Hands out ``StateFile``s under one directory and collects their problems."""
 
-    directory: Path
-    _files: dict[str, StateFile] = field(default_factory=dict)
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._files: dict[str, StateFile] = {}
+
+    def __repr__(self) -> str:
+        return f"StateDir({self.directory!r})"
 
     def file(self, name: str) -> StateFile:
         if name not in self._files:

@@ -50,9 +50,11 @@ class StateLock:
         timeout: float,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        name: str = LOCK_NAME,
     ) -> None:
         self.directory = directory
-        self.path = directory / LOCK_NAME
+        self.name = name
+        self.path = directory / name
         self.timeout = timeout
         self._monotonic = monotonic
         self._sleep = sleep
@@ -61,7 +63,7 @@ class StateLock:
     def acquire(self) -> None:
         dir_fd = open_state_dir(self.directory, create=True)
         try:
-            fd = open_entry(dir_fd, self.directory, LOCK_NAME, os.O_RDWR | os.O_CREAT)
+            fd = open_entry(dir_fd, self.directory, self.name, os.O_RDWR | os.O_CREAT)
         finally:
             os.close(dir_fd)
         deadline = self._monotonic() + self.timeout
@@ -81,6 +83,12 @@ class StateLock:
                 raise
             self._fd = fd
             return
+
+    def fileno(self) -> int:
+        """The held lock file's descriptor (``ValueError`` when not held)."""
+        if self._fd is None:
+            raise ValueError(f"{self.path} is not held")
+        return self._fd
 
     def release(self) -> None:
         if self._fd is not None:

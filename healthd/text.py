@@ -26,7 +26,9 @@ def _printable(char: str) -> bool:
 
 def one_line(text: object, limit: int = DEFAULT_LIMIT) -> str:
     """``text`` (any object, through ``str``) as one printable line of at most ``limit`` characters."""
-    cleaned = "".join(char if _printable(char) else " " for char in str(text))
+    raw = str(text)
+    # Most text is printable already: one C-level test instead of one call per character.
+    cleaned = raw if raw.isprintable() else "".join(char if _printable(char) else " " for char in raw)
     collapsed = " ".join(cleaned.split())
     if len(collapsed) <= limit:
         return collapsed

@@ -8,6 +8,7 @@ the ``healthd_testkit`` package next to this file.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -24,7 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 
 import healthd.commands.status
-import healthd.config
+import healthd.configload
 from healthd.cli import main
 
 # With pytest's importlib import mode test modules cannot import each other: the helpers
@@ -65,7 +66,7 @@ def _private_default_config(_default_configs: tuple[Path, Path], monkeypatch: py
     number = next(_DEFAULT_CONFIG_NUMBER)
     path = directory / f"healthd-{number}.toml"
     path.write_text(hostguard.private_config("", directory / f"state-{number}", basetemp))
-    monkeypatch.setattr(healthd.config, "DEFAULT_CONFIG_PATH", path)
+    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", path)
     monkeypatch.setattr(healthd.commands.status, "DEFAULT_CONFIG_PATH", path)
 
 
@@ -199,14 +200,13 @@ def _fuse_skip_reason() -> Optional[str]:
 
 
 def stat_probes_of(path: str) -> list[int]:
-    """Pids of the mounts check's ``stat --file-system`` probes of ``path`` that are alive."""
+    """Pids of the mounts check's live probes of ``path``: ``stat --file-system`` or the threaded statvfs child."""
     import psutil
 
-    return [
-        p.pid
-        for p in psutil.process_iter(["cmdline"])
-        if (p.info["cmdline"] or [])[-1:] == [path] and "--file-system" in (p.info["cmdline"] or [])
-    ]
+    def probes(cmdline: list[str]) -> bool:
+        return path in cmdline[1:] and any(a == "--file-system" or "os.statvfs" in a for a in cmdline)
+
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if probes(p.info["cmdline"] or [])]
 
 
 @pytest.fixture
@@ -214,8 +214,8 @@ def stat_probes() -> Callable[[str], list[int]]:
     return stat_probes_of
 
 
-@pytest.fixture
-def hung_mount() -> Iterator[str]:
+@contextlib.contextmanager
+def _hangfs() -> Iterator[str]:
     """A real FUSE mount (tests/healthd_testkit/hangfs.py) whose getattr and statfs never return."""
     reason = _fuse_skip_reason()
     if reason:
@@ -239,6 +239,20 @@ def hung_mount() -> Iterator[str]:
         while stat_probes_of(mnt) and time.monotonic() < deadline:
             time.sleep(0.05)
         shutil.rmtree(mnt, ignore_errors=True)
+
+
+@pytest.fixture
+def hung_mount() -> Iterator[str]:
+    """A real FUSE mount whose getattr and statfs never return."""
+    with _hangfs() as mnt:
+        yield mnt
+
+
+@pytest.fixture
+def hung_mounts() -> Iterator[tuple[str, str]]:
+    """Two such mounts, each served by its own FUSE server."""
+    with _hangfs() as first, _hangfs() as second:
+        yield first, second
 
 
 @pytest.fixture
@@ -295,6 +309,7 @@ SLOW_FIXTURES = frozenset(
         "accounting_cluster",
         "healthd_on",
         "hung_mount",
+        "hung_mounts",
         "tmpfs",
         "intruder",
         "user",
@@ -313,6 +328,7 @@ SLOW_MODULES = frozenset(
         "test_run_command",
         "test_xid_flood",
         "test_kill",
+        "test_configcache",
     }
 )
 

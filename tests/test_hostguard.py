@@ -253,11 +253,11 @@ def test_private_config_leaves_what_healthd_refuses_to_load_as_it_is(tmp_path: P
 
 
 def test_the_default_config_of_a_test_is_private(cli: Callable[..., tuple[int, str, str]]) -> None:
-    import healthd.config
+    import healthd.configload
 
-    text = healthd.config.DEFAULT_CONFIG_PATH.read_text()
+    text = healthd.configload.DEFAULT_CONFIG_PATH.read_text()
     document = toml_module().loads(text)
     assert document["slurm"] == {"enabled": False}
     assert not document["paths"]["state_dir"].startswith("/var/lib/healthd")
     code, out, _ = cli("config", "validate")
-    assert code == 0 and str(healthd.config.DEFAULT_CONFIG_PATH) in out
+    assert code == 0 and str(healthd.configload.DEFAULT_CONFIG_PATH) in out

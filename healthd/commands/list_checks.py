@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, dict[str, Any]]]:
     """Each loaded check's trust switches and their values; None (and a note) when the config is unusable."""
-    from healthd.config import ConfigError, load_config
+    from healthd.config import load_config
+    from healthd.configload import ConfigError
     from healthd.engine import settings_models
     from healthd.plugin import CheckSpec
 
@@ -38,7 +39,7 @@ def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, 
     for spec in specs:
         if not isinstance(spec, CheckSpec):
             continue
-        fields = spec.settings.model_fields
+        fields = spec.settings_model().model_fields
         marked = [name for name, info in fields.items() if (info.json_schema_extra or {}) == {"trust_switch": True}]
         switches[spec.name] = {name: getattr(settings[spec.name], name) for name in marked}
     return switches

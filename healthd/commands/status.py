@@ -22,8 +22,7 @@ from typing import Any, Optional
 
 from healthd.cli import add_config_argument
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
-from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN
-from healthd.model import Status
+from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
 from healthd.text import one_line
 from healthd.trust import UntrustedPath
 
@@ -85,7 +84,7 @@ def read_last_pass(state_dir: Path) -> dict[str, Any]:
         raise StatusError(f"{path}: not a valid pass document: {exc}") from None
     # Any JSON type may stand where the status should be: only a string can name one.
     status = document.get("status") if isinstance(document, dict) else None
-    if not isinstance(document, dict) or not isinstance(status, str) or status not in Status.__members__:
+    if not isinstance(document, dict) or not isinstance(status, str) or status not in STATUS_CODES:
         raise StatusError(f"{path}: not a valid pass document: no known 'status'")
     return document
 
@@ -155,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     limit = 2 * interval
     stale = age is None or age > limit
     # A record's status is its Nagios code (healthd.exitcodes); a stale one is UNKNOWN.
-    code = EX_UNKNOWN if stale else int(Status[document["status"]])
+    code = EX_UNKNOWN if stale else STATUS_CODES[document["status"]]
     if args.json:
         print(json.dumps({"age_seconds": age, "stale": stale, "exit_code": code, "last_pass": document}, indent=2))
     elif age is None:

@@ -46,3 +46,33 @@ def test_hung_mount_is_critical_within_deadline_and_probed_once(
     if stat_probes(hung_mount):
         assert finding["details"]["probe_pid"] == first_probe
         assert "earlier probe is still stuck" in finding["message"]
+
+
+def test_two_hung_mounts_and_healthy_ones_in_one_pass_cost_one_probe_process(
+    hung_mounts: tuple[str, str], write_config: Callable[[str], Path], stat_probes: Callable[[str], list[int]]
+) -> None:
+    first, second = hung_mounts
+    expect = ", ".join(f'{{ path = "{p}" }}' for p in ("/", first, "/proc", second))
+    config = write_config(
+        f"[checks.mounts]\nexpect = [{expect}]\ninclude_root = true\ntimeout = 10\nprobe_timeout = {PROBE_TIMEOUT}\n"
+    )
+    code, doc = _pass(config)
+    (mounts,) = doc["checks"]
+    hung = {f["subject"]: f for f in mounts["findings"] if f["code"] == "MOUNT_HUNG"}
+    assert code == 2 and sorted(hung) == sorted([first, second])
+    assert all(f["status"] == "CRITICAL" for f in hung.values())
+    # Both found hung within the one deadline, and the healthy mounts still answered.
+    assert doc["duration_seconds"] <= PROBE_TIMEOUT + 1.0
+    assert [f for f in mounts["findings"] if f["code"] != "MOUNT_HUNG"] == []
+    # One child probed them all: both hung mounts name the same stuck process, and no other is left.
+    pids = {f["details"]["probe_pid"] for f in hung.values()}
+    assert len(pids) == 1
+    assert set(stat_probes(first)) <= pids and set(stat_probes(second)) <= pids
+
+    # The next process probes neither hung mount again while that probe is stuck.
+    code, doc = _pass(config)
+    hung = {f["subject"]: f for f in doc["checks"][0]["findings"] if f["code"] == "MOUNT_HUNG"}
+    assert code == 2 and sorted(hung) == sorted([first, second])
+    assert set(stat_probes(first)) <= pids and set(stat_probes(second)) <= pids
+    if stat_probes(first):
+        assert {f["details"]["probe_pid"] for f in hung.values()} == pids

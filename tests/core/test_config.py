@@ -11,7 +11,7 @@ import pytest
 from healthd.config import ConfigError, load_config, parse_config
 from healthd.engine import settings_models
 from healthd.plugin import discover
-from healthd_checks.mounts import MountSpec
+from healthd_checks.mounts_settings import MountSpec
 
 MODELS = settings_models(discover())
 HEALTHD = str(Path(sys.executable).with_name("healthd"))
@@ -212,3 +212,12 @@ def test_an_old_config_still_runs_and_warns_on_stderr(write_config: Callable[[st
     (mounts,) = json.loads(done.stdout)["checks"]
     assert [f["code"] for f in mounts["findings"]] == ["MOUNT_MISSING"]
     assert f"{path}: [node] mounts is deprecated: write it as [checks.mounts] expect (it means the same)" in done.stderr
+
+
+def test_the_config_digest_is_sha256() -> None:
+    import hashlib
+
+    from healthd.configload import sha256_hex
+
+    for data in (b"", b"[paths]\nstate_dir = '/x'\n", bytes(range(256)) * 100):
+        assert sha256_hex(data) == hashlib.sha256(data).hexdigest()

@@ -49,3 +49,10 @@ def test_not_applicable_does_not_count_against_the_node() -> None:
 def test_finding_key_identifies_the_condition() -> None:
     finding = Finding("mounts", Status.CRITICAL, "MOUNT_MISSING", "/scratch", "gone", {"x": 1})
     assert finding.key == "mounts/MOUNT_MISSING//scratch"
+
+
+def test_exit_codes_name_every_status_with_its_code() -> None:
+    # healthd.exitcodes keeps its own copy so that cheap commands need not import the model.
+    from healthd.exitcodes import STATUS_CODES
+
+    assert {status.name: int(status) for status in Status} == STATUS_CODES

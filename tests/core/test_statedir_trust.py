@@ -24,8 +24,9 @@ from typing import Callable
 import pytest
 from healthd_testkit.checks import only_checks
 
-import healthd.config
-from healthd.cli import hook_main, main
+import healthd.configload
+from healthd.cli import main
+from healthd.hook import hook_main
 from healthd.metrics import HealthdCollector, new_registry, write_textfile
 from healthd.trust import UntrustedPath
 
@@ -86,7 +87,7 @@ PLANTS: dict[str, Callable[[Path, Path, tuple[int, int]], None]] = {
 
 
 def _hook(config: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(healthd.config, "DEFAULT_CONFIG_PATH", config)  # slurmd passes no arguments
+    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", config)  # slurmd passes no arguments
     return hook_main([])
 
 

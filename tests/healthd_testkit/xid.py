@@ -14,7 +14,8 @@ from healthd.config import Paths
 from healthd.model import Finding
 from healthd.plugin import CheckContext
 from healthd.state import StateFile
-from healthd_checks.xid import CHECK, XidSettings
+from healthd_checks.xid import CHECK
+from healthd_checks.xid_settings import XidSettings
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 FIXTURES = ALL_FIXTURES / "kernlog"

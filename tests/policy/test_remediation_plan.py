@@ -224,7 +224,8 @@ def _xid_findings(tmp_path: Path, *messages: str) -> dict[str, Finding]:
     from healthd.config import Paths
     from healthd.plugin import CheckContext
     from healthd.state import StateFile
-    from healthd_checks.xid import CHECK, XidSettings
+    from healthd_checks.xid import CHECK
+    from healthd_checks.xid_settings import XidSettings
 
     proc = tmp_path / "proc" / "sys" / "kernel" / "random"
     proc.mkdir(parents=True)
@@ -279,7 +280,8 @@ def test_an_xid_154_back_to_none_has_no_remedy(tmp_path: Path) -> None:
 def test_the_gpu_check_declares_the_remedy() -> None:
     import dataclasses
 
-    from healthd_checks.gpu import GpuSettings, evaluate
+    from healthd_checks.gpu import evaluate
+    from healthd_checks.gpu_settings import GpuSettings
     from healthd_checks.nvml_source import RemappedRows, SnapshotFile
     from healthd_checks.sysfs import VENDOR_NVIDIA, scan_pci
 

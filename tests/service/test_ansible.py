@@ -195,11 +195,12 @@ def _https_server(directory: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]
         thread.join(timeout=10)
 
 
-def test_role_refuses_the_daemon_and_the_hook_together(tmp_path: Path) -> None:
+def test_role_accepts_the_daemon_and_the_hook_together(tmp_path: Path) -> None:
+    # Both switches on: the role goes past its switch checks to the next thing it needs (the wheel).
     done = _play(tmp_path, {"healthd_root": str(tmp_path / "root"), "healthd_slurm_health_check": True})
     assert done.returncode != 0
-    assert "use one or the other" in done.stdout, done.stdout[-3000:]
-    assert not (tmp_path / "root" / "opt").exists()  # refused before installing anything
+    assert "healthd_wheel must be set" in done.stdout, done.stdout[-3000:]
+    assert "use one or the other" not in done.stdout
 
 
 @pytest.mark.parametrize(

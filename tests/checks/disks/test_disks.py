@@ -20,7 +20,8 @@ from healthd.config import Paths
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, NotApplicable
 from healthd.state import StateFile
-from healthd_checks.disks import CHECK, PATTERNS, DisksSettings, parse_smart_log
+from healthd_checks.disks import CHECK, PATTERNS, parse_smart_log
+from healthd_checks.disks_settings import DisksSettings
 from healthd_checks.kernlog_events import match_line
 
 BASE = FIXTURES / "sysfs/base"

@@ -18,7 +18,8 @@ from healthd.config import Paths
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, NotApplicable
 from healthd.state import StateFile
-from healthd_checks.edac import CHECK, PATTERNS, EdacSettings
+from healthd_checks.edac import CHECK, PATTERNS
+from healthd_checks.edac_settings import EdacSettings
 from healthd_checks.kernlog_events import match_line
 
 BASE = FIXTURES / "sysfs/base"

@@ -121,7 +121,7 @@ def test_malformed_ib_value_is_unknown_naming_the_file(
     assume(not _valid(data, parse))
     path: Path = node.sysfs / "class/infiniband/mlx5_3/ports/1" / name
     with _replaced(path, data):
-        found = _run(infiniband, node, infiniband.InfinibandSettings())
+        found = _run(infiniband, node, infiniband.CHECK.settings_model()())
     unknown = [f for f in found if f.status is Status.UNKNOWN]
     assert len(unknown) == 1
     assert (unknown[0].code, unknown[0].subject, unknown[0].details["file"]) == (
@@ -155,7 +155,7 @@ def test_malformed_pci_value_is_unknown_naming_the_file(
     assume(not _valid(data, parse))
     path: Path = node.sysfs / "bus/pci/devices" / address / name
     with _replaced(path, data):
-        found = _run(pcie, node, pcie.PcieSettings())
+        found = _run(pcie, node, pcie.CHECK.settings_model()())
     assert [(f.status, f.code, f.subject, f.details["file"]) for f in found] == [
         (Status.UNKNOWN, "PCIE_SYSFS_UNREADABLE", address, str(path))
     ]
@@ -163,7 +163,7 @@ def test_malformed_pci_value_is_unknown_naming_the_file(
 
 
 def test_malformed_value_on_second_pass_keeps_the_baseline(node: Any) -> None:
-    ctx = node.context("infiniband", infiniband.InfinibandSettings(), lambda: 1_700_000_000.0)
+    ctx = node.context("infiniband", infiniband.CHECK.settings_model()(), lambda: 1_700_000_000.0)
     infiniband.CHECK.run(ctx)
     counter = node.write("class/infiniband/mlx5_3/ports/1/counters/link_downed", "lots\n")
     assert [f.code for f in infiniband.CHECK.run(ctx)] == ["IB_SYSFS_UNREADABLE"]
@@ -175,6 +175,6 @@ def test_unreadable_file_is_unknown(node: Any) -> None:
     rate = node.sysfs / "class/infiniband/mlx5_0/ports/1/rate"
     rate.unlink()
     rate.mkdir()
-    found = infiniband.CHECK.run(node.context("infiniband", infiniband.InfinibandSettings(), lambda: 0.0))
+    found = infiniband.CHECK.run(node.context("infiniband", infiniband.CHECK.settings_model()(), lambda: 0.0))
     assert [(f.status, f.code, f.subject) for f in found] == [(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", "mlx5_0:1")]
     assert str(rate) in found[0].message

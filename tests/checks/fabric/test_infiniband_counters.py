@@ -7,7 +7,8 @@ from typing import Any
 
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext
-from healthd_checks.infiniband import CHECK, InfinibandSettings, PerHourLimits
+from healthd_checks.infiniband import CHECK
+from healthd_checks.infiniband_settings import InfinibandSettings, PerHourLimits
 
 HOUR = 3600.0
 PORT = "mlx5_3:1"

@@ -15,7 +15,7 @@ from healthd_testkit.nvml import SYSFS_H100, Clock, FakeNvml
 from healthd.config import Paths
 from healthd.plugin import CheckContext
 from healthd.state import StateFile
-from healthd_checks.gpu import GpuSettings
+from healthd_checks.gpu_settings import GpuSettings
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ from typing import Any, Callable
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd.model import Finding, Status
-from healthd_checks.gpu import CHECK, GpuSettings, evaluate
+from healthd_checks.gpu import CHECK, evaluate
+from healthd_checks.gpu_settings import GpuSettings
 from healthd_checks.nvml_source import (
     GpuReading,
     NodeReading,

@@ -17,8 +17,9 @@ from healthd.config import Paths
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, JudgeContext, NotApplicable
 from healthd.state import StateFile
-from healthd_checks.host import CHECK, HostObservation, HostSettings, KernelTimex, Timex, judge
+from healthd_checks.host import CHECK, HostObservation, KernelTimex, Timex, judge
 from healthd_checks.host_parse import parse_cpu_list, parse_driver_version, parse_meminfo
+from healthd_checks.host_settings import HostSettings
 
 BASE = FIXTURES / "sysfs/base"
 GPU_NODE = FIXTURES / "procfs/gpu-node"

@@ -18,7 +18,8 @@ from healthd.config import Paths
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext, NotApplicable
 from healthd.state import StateFile
-from healthd_checks.ipmi import CHECK, IpmiSettings, parse_sel_line
+from healthd_checks.ipmi import CHECK, parse_sel_line
+from healthd_checks.ipmi_settings import IpmiSettings
 
 IPMI = FIXTURES / "ipmi"
 GPU_NODE = FIXTURES / "procfs/gpu-node"

@@ -18,7 +18,8 @@ from healthd.config import Paths
 from healthd.model import Finding, Status
 from healthd.plugin import CheckContext
 from healthd.state import StateFile
-from healthd_checks.kernel import CHECK, PATTERNS, KernelSettings
+from healthd_checks.kernel import CHECK, PATTERNS
+from healthd_checks.kernel_settings import KernelSettings
 from healthd_checks.kernlog_events import match_line
 from healthd_checks.tasks import parse_stat, parse_switches, read_d_state
 

@@ -20,7 +20,8 @@ from healthd.config import Paths
 from healthd.model import Status
 from healthd.plugin import CheckContext, JudgeContext, NotApplicable
 from healthd.state import StateFile
-from healthd_checks.nvlink import CHECK, NvlinkObservation, NvlinkSettings, judge, judge_registration
+from healthd_checks.nvlink import CHECK, NvlinkObservation, judge, judge_registration
+from healthd_checks.nvlink_settings import NvlinkSettings
 from healthd_checks.nvml_source import (
     FabricInfo,
     FabricReading,

@@ -16,7 +16,8 @@ from healthd.config import ConfigError, parse_config
 from healthd.model import Status
 from healthd.plugin import JudgeContext
 from healthd_checks.kernlog import LogUnavailable, read_boot_time, read_kmsg
-from healthd_checks.xid import XidSettings, gather, judge
+from healthd_checks.xid import gather, judge
+from healthd_checks.xid_settings import XidSettings
 
 
 def test_no_xid_means_no_findings(node: Node) -> None:

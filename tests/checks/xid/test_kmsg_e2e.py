@@ -36,8 +36,9 @@ from healthd.config import parse_config
 from healthd.engine import Engine
 from healthd.model import Finding
 from healthd_checks.kernlog import LogLine, read_kmsg
-from healthd_checks.xid import CHECK, XidSettings
+from healthd_checks.xid import CHECK
 from healthd_checks.xid_scan import scan
+from healthd_checks.xid_settings import XidSettings
 
 KMSG = Path("/dev/kmsg")
 

@@ -109,10 +109,10 @@ def test_default_config_applies_without_config_option(
 ) -> None:
     default = tmp_path / "healthd.toml"
     default.write_text(private(tmp_path) + '[checks.xid]\noverrides = { "63" = "CRITICAL" }\n')
-    monkeypatch.setattr("healthd.config.DEFAULT_CONFIG_PATH", default)
+    monkeypatch.setattr("healthd.configload.DEFAULT_CONFIG_PATH", default)
     code, document = scan(capsys, str(FIXTURES / "dmesg.txt"))
     assert code == 2 and document["events"][2]["grade"] == "CRITICAL"
-    monkeypatch.setattr("healthd.config.DEFAULT_CONFIG_PATH", tmp_path / "absent.toml")
+    monkeypatch.setattr("healthd.configload.DEFAULT_CONFIG_PATH", tmp_path / "absent.toml")
     assert scan(capsys, str(FIXTURES / "dmesg.txt"))[0] == 0
 
 

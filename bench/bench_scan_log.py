@@ -1,0 +1,104 @@
+"""End-to-end ``healthd scan-log --json FILE``: lines/s, wall time and peak RSS, against a bare regex loop.
+
+    python bench/bench_scan_log.py [--lines 1000000] [--runs 3]
+
+Two generated dmesg files of ``--lines`` lines, each starting with the driver's
+``NVRM: GPU at PCI:... GPU-<uuid>`` line for each of 4 GPUs (as at driver load): one
+with 1% Xid lines (the rest ordinary kernel noise), one where 12% of the lines
+mention a GPU without being Xid events (``NVRM:`` RmInitAdapter failures and
+persistence-mode notes, nvidia-modeset and PCI core lines). Each run is a new
+process, as an operator's would be; the runs of healthd and of the baseline (a
+Python loop with one compiled regex, reading the same file line by line)
+alternate, and the ratio is taken from their medians in the same run. Asserts
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_check_once import one_run
+from bench_xid_parse import NOISE, XIDS
+
+# Lines that name a GPU without being an Xid event: the driver's own (NVRM) and other programs'.
+GPU_NOTES = [
+    "[{t:12.6f}] NVRM: GPU 0000:{b:02x}:00.0: RmInitAdapter failed! (0x22:0x56:742)",
+    "[{t:12.6f}] NVRM: Persistence mode is enabled for GPU 0000:{b:02x}:00.0",
+    "[{t:12.6f}] nvidia-modeset: Allocated GPU:0 (GPU-{b:02x}0a1b2c-3d4e-5f60-7182) @ PCI:0000:{b:02x}:00.0",
+    "[{t:12.6f}] nvidia 0000:{b:02x}:00.0: GPU ECC mode query returned; GPU fan speed 40%",
+]
+# The driver names each GPU's UUID once, when it loads (one line per GPU, at the top of the log).
+IDENTITIES = [
+    f"[    2.{b:06d}] NVRM: GPU at PCI:0000:{b:02x}:00: GPU-{b:02x}0a1b2c-3d4e-5f60-7182-93a4b5c6d7e8"
+    for b in (0x3B, 0x5E, 0x86, 0xAF)
+]
+
+BASELINE = r"""
+import re, sys
+xid = re.compile(r"NVRM: Xid \(PCI:([0-9a-f:]+)\): (\d+)")
+count = 0
+with open(sys.argv[1], encoding="utf-8", errors="replace") as handle:
+    for line in handle:
+        if xid.search(line):
+            count += 1
+print(count)
+"""
+
+
+def generate(path: Path, lines: int, *, xid_every: int, gpu_percent: int, seed: int = 11) -> None:
+    rng = random.Random(seed)
+    with path.open("w") as out:
+        out.write("".join(line + "\n" for line in IDENTITIES))
+        for i in range(len(IDENTITIES), lines):
+            if i % xid_every == 0:
+                pool = XIDS
+            elif rng.randrange(100) < gpu_percent:
+                pool = GPU_NOTES
+            else:
+                pool = NOISE
+            out.write(rng.choice(pool).format(t=i / 1000, b=rng.choice((0x3B, 0x5E, 0x86, 0xAF))) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lines", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    healthd = os.path.join(os.path.dirname(sys.executable), "healthd")
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "healthd.toml"
+        config.write_text(f'[paths]\nstate_dir = "{tmp}/state"\n[slurm]\nenabled = false\n')
+        subprocess.run([healthd, "check", "--once", "--dry-run", "--config", str(config)], capture_output=True)
+        cases = {"1% Xid": (100, 0), '12% "GPU"': (100_000_000, 12)}
+        for label, (every, gpu) in cases.items():
+            path = Path(tmp) / "dmesg.log"
+            generate(path, args.lines, xid_every=every, gpu_percent=gpu)
+            ours = [healthd, "scan-log", "--json", "--config", str(config), str(path)]
+            bare = [sys.executable, "-c", BASELINE, str(path)]
+            samples: dict[str, list[tuple[float, float, float]]] = {"healthd": [], "baseline": []}
+            for _ in range(args.runs):
+                samples["healthd"].append(one_run(ours))
+                samples["baseline"].append(one_run(bare))
+            wall = {k: statistics.median(s[0] for s in v) for k, v in samples.items()}
+            rss = {k: max(s[1] for s in v) for k, v in samples.items()}
+            print(
+                f"{label}: {args.lines:,} lines, {path.stat().st_size / 2**20:.0f} MiB; "
+                f"healthd {args.lines / wall['healthd']:,.0f} lines/s "
+                f"({wall['healthd']:.2f}s, {rss['healthd']:.0f} MiB); "
+                f"bare regex loop {args.lines / wall['baseline']:,.0f} lines/s ({wall['baseline']:.2f}s, "
+                f"{rss['baseline']:.0f} MiB); ratio {wall['baseline'] / wall['healthd']:.2f}x the loop's speed"
+            )
+    print(f"command: {' '.join(sys.argv)}; python {sys.version.split()[0]}, cpus {os.cpu_count()}")
+
+
+if __name__ == "__main__":
+    main()

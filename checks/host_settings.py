@@ -1,0 +1,31 @@
+"""``[checks.host]``: the ``host`` check's settings model (pydantic: imported only to validate a config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from healthd.checksettings import CheckSettings
+
+Grade = Literal["WARNING", "CRITICAL"]
+
+
+class HostSettings(CheckSettings):
+    """``[checks.host]``."""
+
+    clock_sync: Literal["required", "off"] = Field(default="required", description="judge the kernel's clock state")
+    clock_severity: Grade = Field(default="WARNING", description="grade of an unsynchronised clock")
+    clock_max_error_ms: Optional[float] = Field(default=None, gt=0, description="largest maxerror tolerated")
+    timex: Optional[Path] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")
+    expect_cpus: Optional[int] = Field(default=None, ge=1, description="online CPUs (hardware threads)")
+    expect_sockets: Optional[int] = Field(default=None, ge=1)
+    expect_threads_per_core: Optional[int] = Field(default=None, ge=1)
+    expect_memory_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at least this")
+    expect_hugepages: Optional[int] = Field(default=None, ge=0, description="HugePages_Total (default page size)")
+    expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
+    expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")
+    expect_bios: list[str] = Field(default_factory=list, description="BIOS versions allowed")
+    inventory_severity: Grade = Field(default="CRITICAL", description="grade of missing CPUs or memory")
+    version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")

@@ -1,0 +1,20 @@
+"""``[checks.kernel]``: the ``kernel`` check's settings model (pydantic: imported only to validate a config)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .kernlog_settings import KernelLogSettings
+
+
+class KernelSettings(KernelLogSettings):
+    """``[checks.kernel]``."""
+
+    stuck_after: float = Field(
+        default=600.0, ge=10, le=86400, description="seconds a D-state task may go without a context switch"
+    )
+    stuck_severity: Literal["WARNING", "CRITICAL"] = Field(default="WARNING", description="grade of stuck tasks")
+    stuck_tasks_max: int = Field(default=0, ge=0, description="stuck tasks tolerated")
+    ignore_tasks: list[str] = Field(default_factory=list, description="thread names never counted as stuck")

@@ -1,0 +1,64 @@
+"""``[checks.services]``: the ``services`` check's settings model (pydantic: imported only to validate a config)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal, Union
+
+from pydantic import Field, field_validator
+
+from healthd.checksettings import CheckSettings
+from healthd.config import moved_from_node
+
+Grade = Literal["WARNING", "CRITICAL"]
+
+
+# useradd(8)/adduser(8) names, plus Samba's trailing "$"; anything else is a typo.
+_ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
+
+
+class ServicesSettings(CheckSettings):
+    expect: list[str] = Field(
+        default_factory=list,
+        description="services (systemd units) this node must be running",
+        json_schema_extra=moved_from_node("services"),
+    )
+    expect_kernel_modules: list[str] = Field(
+        default_factory=list,
+        description="kernel modules this node must have loaded",
+        json_schema_extra=moved_from_node("kernel_modules"),
+    )
+    severity: Grade = Field(default="CRITICAL", description="grade of a service that is not running")
+    severities: dict[str, Grade] = Field(default_factory=dict, description="per-service grade, by unit name")
+    process_names: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="per service: the process names that count as it when systemd is not PID 1 (replace the built-in)",
+    )
+    process_users: list[Union[int, str]] = Field(
+        default_factory=list,
+        description="accounts (names or uids) besides root whose processes count as services when systemd is not PID 1",
+    )
+    process_exe: dict[str, str] = Field(
+        default_factory=dict, description="per service: the executable its process must run (/proc/PID/exe)"
+    )
+    manager: Literal["auto", "systemd", "process"] = "auto"
+
+    @field_validator("process_users", mode="before")
+    @classmethod
+    def _accounts(cls, value: Any) -> Any:
+        if not isinstance(value, list):
+            raise ValueError('process_users must be a list of user names or uids, e.g. ["munge", 450]')
+        for account in value:
+            # bool is an int to Python; a uid must be a real number.
+            number = isinstance(account, int) and not isinstance(account, bool) and account >= 0
+            if not number and not (isinstance(account, str) and _ACCOUNT.fullmatch(account)):
+                raise ValueError(f"process_users: {account!r} is not a user name or a uid")
+        return value
+
+    @field_validator("process_exe")
+    @classmethod
+    def _absolute_exe(cls, value: dict[str, str]) -> dict[str, str]:
+        for service, exe in value.items():
+            if not exe.startswith("/") or "\0" in exe:
+                raise ValueError(f"process_exe.{service}: {exe!r} must be an absolute path, as /proc/PID/exe shows it")
+        return value

@@ -1,0 +1,20 @@
+"""``CheckSettings``: the options every check accepts under ``[checks.NAME]`` (a pydantic model).
+
+It is kept apart from ``healthd.plugin`` so that running checks never imports
+pydantic: a check names its settings model lazily (``CheckSpec.settings`` may be a
+function returning it), and the model is only needed to validate a config
+(``healthd.configcache`` says when that happens).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CheckSettings(BaseModel):
+    """Options every check accepts under ``[checks.NAME]``; checks subclass it with their own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    timeout: float = Field(default=10.0, gt=0, le=600, description="seconds before the check is abandoned")

@@ -1,0 +1,77 @@
+"""The streaming scanner (``read_candidates``, ``scan_stream``) finds exactly what the line-by-line one finds."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from healthd_checks.xid_parse import read_candidates, scan_candidates, scan_lines
+from healthd_checks.xid_scan import scan, scan_stream
+
+KERNLOG = Path(__file__).resolve().parents[3] / "fixtures" / "kernlog"
+LOGS = sorted(p for p in KERNLOG.glob("*.txt") if "NVRM" in p.read_text(errors="replace"))
+# Banners over several lines, continuation lines, lines between them that do or do not
+# end a record, a UUID line after the event that needs it, an empty line, no final newline.
+MIXED = (
+    "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+    "[ 1.1] NVRM: The NVIDIA GPU 0000:5e:00.0\n"
+    "        NVRM: (PCI ID: 10de:2330) installed in this system has\n"
+    "        not a driver line\n"
+    "        NVRM: fallen off the bus and is not responding to commands.\n"
+    "[ 1.2] NVRM: The NVIDIA GPU 0000:86:00.0\n"
+    "[ 1.3] e1000e: eth0 up\n"
+    "        NVRM: installed in this system has fallen off the bus and is not responding to commands.\n"
+    "\n"
+    "[ 1.4] NVRM: GPU 0000:af:00.0: RmInitAdapter failed! (0x22:0x56:742)\n"
+    "[ 1.5] nvidia-nvswitch2: SXid (PCI:0000:c1:00.0): 20034, Fatal, Link 28 LTSSM Fault Up\n"
+    "[ 1.6] NVRM: GPU at PCI:0000:3b:00: GPU-12345678-1234-1234-1234-123456789abc\n"
+    "[ 1.7] NVRM: Xid (PCI:0000:3b:00): 48, pid=2, name=y, An uncorrectable double bit error"
+)
+
+
+def _texts() -> list[tuple[str, str]]:
+    return [(p.name, p.read_text(errors="replace")) for p in LOGS] + [
+        ("mixed", MIXED),
+        ("mixed-crlf", MIXED.replace("\n", "\r\n")),
+    ]
+
+
+@pytest.mark.parametrize(("name", "text"), _texts(), ids=[n for n, _ in _texts()])
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_chunked_candidates_find_the_same_events_as_each_line(name: str, text: str, chunk: int) -> None:
+    for accept_userspace in (False, True):
+        lines = io.StringIO(text).readlines()
+        expected = list(scan_lines(lines, accept_userspace))
+        found = list(scan_candidates(read_candidates(io.StringIO(text).read, chunk), accept_userspace))
+        assert found == expected
+    assert expected or name != "mixed"
+
+
+@pytest.mark.parametrize(("name", "text"), _texts(), ids=[n for n, _ in _texts()])
+def test_stream_lists_the_same_entries_as_scan(name: str, text: str) -> None:
+    expected = [e.to_dict() for e in scan(io.StringIO(text).readlines())]
+    assert [e.to_dict() for e in scan_stream(io.StringIO(text))] == expected
+    if name == "mixed":  # the UUID named after its Xid 79 line still reaches it
+        assert expected[0]["uuid"] == "GPU-12345678-1234-1234-1234-123456789abc"
+
+
+def test_scan_log_json_is_compact_and_pretty_on_request(tmp_path: Path) -> None:
+    log = tmp_path / "dmesg.txt"
+    log.write_text(MIXED)
+    healthd = [sys.executable, "-m", "healthd", "scan-log", "--json", str(log)]
+    compact = subprocess.run(healthd, capture_output=True, text=True, check=False, timeout=60)
+    pretty = subprocess.run([*healthd, "--pretty"], capture_output=True, text=True, check=False, timeout=60)
+    assert compact.returncode == pretty.returncode == 2
+    assert compact.stdout.count("\n") == 1 and ", " not in compact.stdout.split('"events"')[0]
+    assert pretty.stdout.count("\n") > 20
+    assert json.loads(compact.stdout) == json.loads(pretty.stdout)
+    document = json.loads(compact.stdout)
+    assert document["status"] == "CRITICAL" and document["exit_code"] == 2
+    assert [e["code"] for e in document["events"]] == ["XID_79", "XID_79", "SXID_20034", "XID_48"]
+    # The UUID line comes after the Xid 79 of its GPU: the file's first pass (read as bytes) found it.
+    assert document["events"][0]["uuid"] == "GPU-12345678-1234-1234-1234-123456789abc"

@@ -1,0 +1,161 @@
+"""``healthd-hook`` beside a running daemon: it reports the daemon's fresh pass, and otherwise checks for itself."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+import healthd.configload
+from healthd.daemonpass import FORMAT, usable
+from healthd.hook import hook_main
+
+SHA = "ab" * 32
+NOW = 1_800_000_000.0
+
+
+def _record(**changes: Any) -> dict[str, Any]:
+    document = {
+        "status": "OK",
+        "exit_code": 0,
+        "node": "node1",
+        "checks": [],
+        "action": {"pending": False, "errors": [], "decision": "none"},
+    }
+    record = {
+        "format": FORMAT,
+        "token": "t" * 32,
+        "finished_at": NOW - 10,
+        "fresh_for": 340.0,
+        "config_sha256": SHA,
+        "dry_run": False,
+        "document": document,
+    }
+    record.update(changes)
+    return record
+
+
+def test_a_fresh_settled_pass_of_the_running_daemon_is_used() -> None:
+    assert usable(_record(), "t" * 32, SHA, dry_run=False, now=NOW) is None
+    # A dry-run hook may report a dry-run daemon's pass; a hook that acts may not.
+    assert usable(_record(dry_run=True), "t" * 32, SHA, dry_run=True, now=NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("record", "token", "dry_run", "why"),
+    [
+        (_record(), None, False, "no daemon is running"),
+        (_record(), "u" * 32, False, "not the running daemon's"),
+        (_record(finished_at=NOW - 341), "t" * 32, False, "341s old"),
+        (_record(finished_at=NOW + 60), "t" * 32, False, "-60s old"),
+        (_record(config_sha256="cd" * 32), "t" * 32, False, "another config"),
+        (_record(dry_run=True), "t" * 32, False, "dry run"),
+        (_record(format=FORMAT + 1), "t" * 32, False, "not a daemon pass record"),
+        (_record(finished_at="yesterday"), "t" * 32, False, "no time"),
+    ],
+)
+def test_anything_else_means_a_full_pass(record: dict[str, Any], token: Any, dry_run: bool, why: str) -> None:
+    reason = usable(record, token, SHA, dry_run=dry_run, now=NOW)
+    assert reason is not None and why in reason
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"status": "OK", "exit_code": 0, "action": {"pending": True, "errors": []}},
+        {"status": "OK", "exit_code": 0, "action": {"pending": False, "errors": ["scontrol timed out"]}},
+        {"status": "OK", "exit_code": 0},
+        {"status": "OK", "exit_code": 2, "action": {"pending": False, "errors": []}},
+        {"status": "FINE", "exit_code": 0, "action": {"pending": False, "errors": []}},
+        ["not", "a", "document"],
+    ],
+)
+def test_an_unsettled_or_malformed_daemon_pass_is_not_used(document: Any) -> None:
+    assert usable(_record(document=document), "t" * 32, SHA, dry_run=False, now=NOW) is not None
+
+
+# The hook with the default config path pointed at the test's config; prints its code and what it imported.
+_HOOK_IMPORTS = """
+import pathlib, sys
+import healthd.configload
+healthd.configload.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
+from healthd.hook import hook_main
+code = hook_main([])
+heavy = ("argparse", "pydantic", "healthd.config", "healthd.engine", "healthd.pipeline", "healthd_checks")
+print(code, sorted(m for m in heavy if m in sys.modules))
+"""
+
+
+@pytest.fixture
+def fake_service(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A root process named ``hdtestsvc``: the service the config expects, until the test kills it."""
+    binary = tmp_path / "hdtestsvc"
+    shutil.copy2("/bin/sleep", binary)
+    process = subprocess.Popen([str(binary), "600"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.1)
+
+
+def test_hook_reports_the_daemons_pass_without_checking_then_checks_once_the_daemon_stops(
+    cluster: Any,
+    write_config: Callable[..., Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    fake_service: subprocess.Popen[bytes],
+) -> None:
+    body = (
+        '[slurm]\nnode_name = "node1"\n[daemon]\ninterval = 600\nsplay = false\n'
+        '[checks.services]\nmanager = "process"\nexpect = ["hdtest"]\nprocess_names = { hdtest = ["hdtestsvc"] }\n'
+        + "".join(f"[checks.{name}]\nenabled = false\n" for name in ("mounts", "xid", "gpu", "infiniband", "pcie"))
+    )
+    config = write_config(body, slurm_cluster=cluster.conf)
+    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", config)  # slurmd's hook reads the default
+    record = config.parent / "state" / "daemon-pass.json"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "healthd", "run", "--config", str(config)],
+        env={**os.environ, "SLURM_CONF": str(cluster.conf)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait(record.exists, 60, "the daemon's first pass")
+        assert cluster.state("node1") == "idle"
+        fake_service.kill()  # from now on the services check, if it ran, would take node1 out
+
+        assert hook_main([]) == 0
+        assert capsys.readouterr().out == "healthd: OK on node1 (daemon's pass)\n"
+        assert cluster.state("node1") == "idle"
+        # As slurmd runs it, in a process of its own: nothing of the pass machinery is imported.
+        probe = subprocess.run(
+            [sys.executable, "-c", _HOOK_IMPORTS, str(config)], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert probe.stdout.splitlines() == ["healthd: OK on node1 (daemon's pass)", "0 []"], probe.stderr
+
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+        # The record is still fresh, but its daemon is gone: the hook checks for itself and acts.
+        assert hook_main([]) == 2
+        assert "CRITICAL on node1: services/SERVICE_INACTIVE hdtest" in capsys.readouterr().out
+        cluster.wait_state("node1", lambda state: "DRAIN" in state, 30, "drained by the hook")
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
