@@ -3,8 +3,8 @@
 Prolog. slurmd runs it before a job starts on the node (slurm.conf(5), Prolog); a
 non-zero exit makes Slurm drain the node and requeue the job. Within
 ``[checks.jobs].prolog_timeout`` (1 s by default, far under PrologTimeout) it notes
-where the kernel log stands (for the epilog), reads the daemon's last pass when it is
-fresh (``healthd status``'s reader), then runs ``prolog_checks`` through the ordinary
+where the kernel log stands (for the epilog), reads the running daemon's last pass
+when the hook could report it (``healthd.daemonpass``), then runs ``prolog_checks`` through the ordinary
 pass (``run_pass(only=...)``: checks, plan, Slurm, history, under the state lock), so a
 fault it finds drains the node with healthd's own reason and is later resumed by
 healthd like any other. It fails (exit 2, one line) only for a CRITICAL finding about
@@ -170,17 +170,17 @@ def _kmsg_settings(engine: Engine) -> tuple[Any, bool]:
     return getattr(xid, "overrides", None), getattr(xid, "accept_userspace_kmsg", False) is True
 
 
-def _daemon_criticals(engine: Engine, job: Job, now: float) -> list[Finding]:
-    """CRITICAL findings about the job in the daemon's last pass, when that pass is fresh (two intervals)."""
-    from healthd.commands.status import StatusError, age_seconds, read_last_pass
+def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
+    """CRITICAL findings about the job in the running daemon's last pass, when the hook could report it too.
+
+    ``healthd.daemonpass.daemon_document`` decides: a live daemon's own fresh, settled
+    pass with this config, or nothing (then the prolog's own checks are all it has).
+    """
+    from healthd.daemonpass import daemon_document
     from healthd.model import Finding, Status
 
-    try:
-        document = read_last_pass(engine.config.paths.state_dir)
-    except StatusError:
-        return []
-    age = age_seconds(document, now)
-    if age is None or age > 2 * engine.config.daemon.interval:
+    document = daemon_document(config, dry_run=False, now=now)
+    if document is None:
         return []
     found = []
     for check in document.get("checks", []):
@@ -231,7 +231,7 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
             lambda h: h.record_job(at=now, kind=Kind.JOB_START, subject=job.job_id, message="prolog", details=details),
         )
         prefix = engine.config.slurm.reason_prefix
-        known = _daemon_criticals(engine, job, now)
+        known = _daemon_criticals(config, job, now)
         if known:
             print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
             return int(Status.CRITICAL)
