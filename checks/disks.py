@@ -29,7 +29,7 @@ from healthd.model import Finding, Status, worst
 from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
 from . import program
-from .kernlog_events import LogObservation, Pattern, gather_log, judge_log
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
 from .sysfs import SysfsError, read_value
 
 if TYPE_CHECKING:
@@ -258,22 +258,13 @@ def judge(observed: DisksObservation, jc: JudgeContext[DisksSettings]) -> Verdic
     if not observed.controllers and not expected and not findings:
         raise NotApplicable("no NVMe controller under class/nvme and no block I/O error logged")
     state: dict[str, Any] = {"media": media_state if drives else dict(observed.previous)}
-    if log_state is not None:
-        state["log"] = log_state
-    elif observed.log.document:
-        state["log"] = dict(observed.log.document)
+    state.update(kept_log(observed.log, log_state))
     return Verdict(tuple(findings), state)
-
-
-def _settings_model() -> type[DisksSettings]:
-    from .disks_settings import DisksSettings
-
-    return DisksSettings
 
 
 CHECK = CheckSpec(
     name="disks",
     description="local disks: NVMe controller state, SMART critical warnings and media errors, block I/O errors",
-    settings=_settings_model,
+    settings="healthd_checks.disks_settings:DisksSettings",
     run=Staged(gather, judge, keeps="NVMe media-error baselines and the kernel-log cursor"),
 )

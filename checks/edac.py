@@ -27,7 +27,7 @@ from healthd.counters import BootScoped, rise
 from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 
-from .kernlog_events import LogObservation, Pattern, gather_log, judge_log
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
 from .sysfs import SysfsError, SysfsMissing, parse_counter, read, read_value
 
 if TYPE_CHECKING:
@@ -260,22 +260,13 @@ def judge(observed: EdacObservation, jc: JudgeContext[EdacSettings]) -> Verdict:
     if not observed.present and not expected and not findings:
         raise NotApplicable("no EDAC memory controller under devices/system/edac/mc and no machine check logged")
     state: dict[str, Any] = {"counters": counter_state}
-    if log_state is not None:
-        state["log"] = log_state
-    elif observed.log.document:
-        state["log"] = dict(observed.log.document)
+    state.update(kept_log(observed.log, log_state))
     return Verdict(tuple(findings), state)
-
-
-def _settings_model() -> type[EdacSettings]:
-    from .edac_settings import EdacSettings
-
-    return EdacSettings
 
 
 CHECK = CheckSpec(
     name="edac",
     description="host memory: EDAC uncorrected errors, corrected-error rates per DIMM, machine checks (kernel log)",
-    settings=_settings_model,
+    settings="healthd_checks.edac_settings:EdacSettings",
     run=Staged(gather, judge, keeps="EDAC counter baselines and the kernel-log cursor"),
 )

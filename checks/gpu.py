@@ -399,16 +399,10 @@ def baseline(ctx: CheckContext[GpuSettings]) -> dict[str, Any]:
     return found
 
 
-def _settings_model() -> type[GpuSettings]:
-    from .gpu_settings import GpuSettings
-
-    return GpuSettings
-
-
 CHECK = CheckSpec(
     name="gpu",
     description="GPUs through NVML: count, lost GPUs, ECC, row remapping, PCIe link and replays, clocks, NVLink",
-    settings=_settings_model,
+    settings="healthd_checks.gpu_settings:GpuSettings",
     baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
 )

@@ -316,16 +316,10 @@ def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
     return found
 
 
-def _settings_model() -> type[HostSettings]:
-    from .host_settings import HostSettings
-
-    return HostSettings
-
-
 CHECK = CheckSpec(
     name="host",
     description="clock synchronised; CPUs, memory, huge pages, kernel, NVIDIA driver and BIOS versions as expected",
-    settings=_settings_model,
+    settings="healthd_checks.host_settings:HostSettings",
     baseline=baseline,
     run=Staged(gather, judge),
 )

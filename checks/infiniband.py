@@ -457,16 +457,10 @@ def baseline(ctx: CheckContext[InfinibandSettings]) -> dict[str, Any]:
     return found
 
 
-def _settings_model() -> type[InfinibandSettings]:
-    from .infiniband_settings import InfinibandSettings
-
-    return InfinibandSettings
-
-
 CHECK = CheckSpec(
     name="infiniband",
     description="InfiniBand ports: state, rate, link layer, and error counters judged by their change",
-    settings=_settings_model,
+    settings="healthd_checks.infiniband_settings:InfinibandSettings",
     baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
 )

@@ -189,15 +189,9 @@ def judge(observed: IpmiObservation, jc: JudgeContext[IpmiSettings]) -> Verdict:
     return Verdict(tuple(findings), state)
 
 
-def _settings_model() -> type[IpmiSettings]:
-    from .ipmi_settings import IpmiSettings
-
-    return IpmiSettings
-
-
 CHECK = CheckSpec(
     name="ipmi",
     description="critical events in the BMC's System Event Log since the last pass (ipmitool, when present)",
-    settings=_settings_model,
+    settings="healthd_checks.ipmi_settings:IpmiSettings",
     run=Staged(gather, judge, keeps="the last SEL record seen and its critical events"),
 )

@@ -123,15 +123,9 @@ def judge(observed: JobsObservation, jc: JudgeContext[JobsSettings]) -> Verdict:
     return Verdict(tuple(findings))
 
 
-def _settings_model() -> type[JobsSettings]:
-    from .jobs_settings import JobsSettings
-
-    return JobsSettings
-
-
 CHECK = CheckSpec(
     name="jobs",
     description="application Xids on one GPU across different jobs (from the epilog's records); prolog/epilog settings",
-    settings=_settings_model,
+    settings="healthd_checks.jobs_settings:JobsSettings",
     run=Staged(gather, judge),
 )

@@ -27,7 +27,7 @@ from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
-from .kernlog_events import LogObservation, Pattern, gather_log, judge_log
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
 from .tasks import StuckCandidate, read_d_state
 
 if TYPE_CHECKING:
@@ -170,23 +170,14 @@ def judge(observed: KernelObservation, jc: JudgeContext[KernelSettings]) -> Verd
     if log_state is None and task_state is None:
         return Verdict((*log_findings, *task_findings))
     state: dict[str, Any] = {}
-    if log_state is not None:
-        state["log"] = log_state
-    elif observed.log.document:
-        state["log"] = dict(observed.log.document)
+    state.update(kept_log(observed.log, log_state))
     state["d_state"] = task_state if task_state is not None else dict(observed.previous)
     return Verdict((*log_findings, *task_findings), state)
-
-
-def _settings_model() -> type[KernelSettings]:
-    from .kernel_settings import KernelSettings
-
-    return KernelSettings
 
 
 CHECK = CheckSpec(
     name="kernel",
     description="a stuck kernel: tasks in D state that do not move, hung-task, soft/hard lockup and RCU stall reports",
-    settings=_settings_model,
+    settings="healthd_checks.kernel_settings:KernelSettings",
     run=Staged(gather, judge, keeps="the kernel-log cursor and the D-state task clocks"),
 )

@@ -261,3 +261,10 @@ def _report(groups: Mapping[str, _Group], jc: JudgeContext[Any], settings: Kerne
             details["userspace_records"] = group.userspace
         findings.append(jc.finding(status, group.code, group.subject, one_line(message, 300), **details))
     return findings
+
+
+def kept_log(log: LogObservation, new: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """The ``log`` part of a check's state to save: ``new`` from ``judge_log``, else the cursor it had."""
+    if new is not None:
+        return {"log": new}
+    return {"log": dict(log.document)} if log.document else {}

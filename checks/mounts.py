@@ -174,16 +174,10 @@ def baseline(ctx: CheckContext[MountsSettings]) -> dict[str, Any]:
     return {"expect": expect}
 
 
-def _settings_model() -> type[MountsSettings]:
-    from .mounts_settings import MountsSettings
-
-    return MountsSettings
-
-
 CHECK = CheckSpec(
     name="mounts",
     description="required filesystems mounted as expected, with space and inodes free, and not hung",
-    settings=_settings_model,
+    settings="healthd_checks.mounts_settings:MountsSettings",
     baseline=baseline,
     run=Staged(gather, judge, keeps="stuck probe records"),
 )

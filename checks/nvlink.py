@@ -236,15 +236,9 @@ def judge(observed: NvlinkObservation, jc: JudgeContext[NvlinkSettings]) -> Verd
     return Verdict(tuple(findings))
 
 
-def _settings_model() -> type[NvlinkSettings]:
-    from .nvlink_settings import NvlinkSettings
-
-    return NvlinkSettings
-
-
 CHECK = CheckSpec(
     name="nvlink",
     description="NVLink fabric: GPUs registered with the fabric (NVML), Fabric Manager running where NVSwitches are",
-    settings=_settings_model,
+    settings="healthd_checks.nvlink_settings:NvlinkSettings",
     run=Staged(gather, judge),
 )

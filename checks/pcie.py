@@ -311,15 +311,9 @@ def judge(observed: DevicesObservation, jc: JudgeContext[PcieSettings]) -> Verdi
     return Verdict((*findings, *aer), state)
 
 
-def _settings_model() -> type[PcieSettings]:
-    from .pcie_settings import PcieSettings
-
-    return PcieSettings
-
-
 CHECK = CheckSpec(
     name="pcie",
     description="PCIe links of GPUs and NICs: width and speed against the link's maximum, AER errors by their change",
-    settings=_settings_model,
+    settings="healthd_checks.pcie_settings:PcieSettings",
     run=Staged(gather, judge, keeps="AER baselines"),
 )

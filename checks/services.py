@@ -407,16 +407,10 @@ def baseline(ctx: CheckContext[ServicesSettings]) -> dict[str, Any]:
     }
 
 
-def _settings_model() -> type[ServicesSettings]:
-    from .services_settings import ServicesSettings
-
-    return ServicesSettings
-
-
 CHECK = CheckSpec(
     name="services",
     description="required services running (systemd or process table) and kernel modules loaded",
-    settings=_settings_model,
+    settings="healthd_checks.services_settings:ServicesSettings",
     baseline=baseline,
     run=Staged(gather, judge),
 )

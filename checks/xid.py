@@ -171,16 +171,10 @@ XID_EVENTS = EventCounter(
 )
 
 
-def _settings_model() -> type[XidSettings]:
-    from .xid_settings import XidSettings
-
-    return XidSettings
-
-
 CHECK = CheckSpec(
     name="xid",
     description="NVIDIA Xid/SXid errors in the kernel log, read once each, graded by NVIDIA's Xid catalog",
-    settings=_settings_model,
+    settings="healthd_checks.xid_settings:XidSettings",
     run=Staged(gather, judge, keeps="the kernel-log cursor and Xid events"),
     events=(XID_EVENTS,),
 )

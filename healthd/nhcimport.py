@@ -235,6 +235,46 @@ def _infiniband(line: _Line, target: _Target) -> None:
         line.note(f"device {line.args[1]} is taken as its port 1 ({line.args[1]}:1)")
 
 
+def _cpuinfo(line: _Line, target: _Target) -> None:
+    """``check_hw_cpuinfo [sockets] [cores] [threads]``: NHC's totals, healthd's sockets, CPUs and threads per core."""
+    if not 1 <= len(line.args) <= 3 or not all(arg.isdigit() for arg in line.args):
+        raise _Skip("expected up to three whole numbers: sockets, cores, threads")
+    sockets, cores, threads = ([int(arg) for arg in line.args] + [0, 0])[:3]
+    table = target.table("host")
+    table["expect_sockets"] = sockets
+    if threads:
+        table["expect_cpus"] = threads
+        if cores and threads % cores == 0:
+            table["expect_threads_per_core"] = threads // cores
+        elif cores:
+            line.note(f"{threads} threads on {cores} cores is no whole number per core: threads per core left out")
+    elif cores:
+        line.note("cores without threads: healthd counts online CPUs (threads), so the core count is left out")
+
+
+# NHC's sizes are in kB unless a unit follows (its README: "check_hw_physmem 1k 1TB").
+_KB = {"": 1, "k": 1, "kb": 1, "m": 2**10, "mb": 2**10, "g": 2**20, "gb": 2**20, "t": 2**30, "tb": 2**30}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([a-z]*)")
+
+
+def _kilobytes(text: str) -> float:
+    found = _SIZE.fullmatch(text.strip().lower())
+    if found is None or found.group(2) not in _KB:
+        raise _Skip(f"size {text!r} is not a number of kB (or k, MB, GB, TB)")
+    return float(found.group(1)) * _KB[found.group(2)]
+
+
+def _physmem(line: _Line, target: _Target) -> None:
+    """``check_hw_physmem min max [fudge]``: healthd expects at least ``min`` of MemTotal."""
+    if not 2 <= len(line.args) <= 3:
+        raise _Skip("expected a minimum, a maximum and an optional fudge")
+    minimum = _kilobytes(line.args[0])
+    target.table("host")["expect_memory_gib"] = round(minimum / 2**20, 3)
+    line.note(f"the maximum {line.args[1]} is left out: healthd expects at least an amount of memory")
+    if len(line.args) == 3:
+        line.note(f"the fudge {line.args[2]} is left out: write the minimum you accept")
+
+
 CONVERTERS: dict[str, Callable[[_Line, _Target], None]] = {
     "check_fs_mount": _mount(None),
     "check_fs_mount_rw": _mount(True),
@@ -244,6 +284,8 @@ CONVERTERS: dict[str, Callable[[_Line, _Target], None]] = {
     "check_ps_service": _service,
     "check_ps_daemon": _daemon,
     "check_hw_ib": _infiniband,
+    "check_hw_cpuinfo": _cpuinfo,
+    "check_hw_physmem": _physmem,
 }
 
 

@@ -245,9 +245,10 @@ class CheckSpec(Generic[S]):
 
     name: str
     description: str
-    # The model, or a function returning it: a check whose model sits in a module of its own
-    # keeps pydantic out of passes that need no validation (healthd.configcache).
-    settings: Union[type[S], Callable[[], type[S]]]
+    # The model, or where to import it from ("package.module:Class", as entry points name
+    # objects): a check whose model sits in a module of its own keeps pydantic out of
+    # passes that need no validation (healthd.configcache).
+    settings: Union[type[S], str]
     run: Callable[[CheckContext[S]], Iterable[Finding]]
     events: tuple[EventCounter, ...] = ()
     baseline: Optional[Callable[[CheckContext[S]], Mapping[str, Any]]] = None
@@ -256,7 +257,11 @@ class CheckSpec(Generic[S]):
         """The settings model, imported now if the check named it lazily."""
         if isinstance(self.settings, type):
             return self.settings
-        return self.settings()
+        import importlib
+
+        module, _, attr = self.settings.partition(":")
+        model: type[S] = getattr(importlib.import_module(module), attr)
+        return model
 
 
 @dataclass(frozen=True)

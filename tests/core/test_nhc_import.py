@@ -54,6 +54,9 @@ def test_the_converted_config_loads_and_means_what_nhc_conf_said(
     assert gpu["infiniband"].expect_rate_gbps == 200
     assert gpu["infiniband"].expect_ports == ["mlx5_0:1"]
     assert [m.path for m in gpu["mounts"].expect] == [*mounts, "/raid"], "a host's lines add to the common ones"
+    host = gpu["host"]
+    assert (host.expect_sockets, host.expect_cpus, host.expect_threads_per_core) == (2, 224, 2)
+    assert host.expect_memory_gib == 1900.0
 
     assert load_config(config, models, "cpu12").check_settings["services"].expect == [
         "sshd",
@@ -87,7 +90,9 @@ def test_every_line_not_converted_is_named_with_its_reason(
     assert reported('-s "fs[0-9]', "-e (run on failure) is left out")
     assert reported("-u root -S sshd", "-S (start or restart the service) is left out")
     assert not reported("-r -d munged", "remount")
-    assert "converted 14 check(s)" in err
+    assert reported("check_hw_physmem 1900GB 2TB", "the maximum 2TB is left out")
+    assert reported("check_hw_mem 1024", "check_hw_mem has no healthd equivalent")
+    assert "converted 16 check(s)" in err
 
 
 def test_an_unreadable_file_is_named(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:

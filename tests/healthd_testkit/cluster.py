@@ -42,6 +42,8 @@ from typing import Callable, NamedTuple, Optional
 
 if __package__ in (None, ""):  # run as a script: the simulated machines' programs start this file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from healthd_testkit.net import free_ports
+from healthd_testkit.paths import Below
 from healthd_testkit.waiting import wait_for
 
 NODES = ("node1", "node2", "node3")
@@ -85,19 +87,6 @@ test -f {nodes} || exit 0
 /bin/grep -qx "$SLURMD_NODENAME" {nodes} || exit 0
 exec {healthd} {action} --config {root}/job-"$SLURMD_NODENAME".toml >>{root}/job-"$SLURMD_NODENAME".log 2>&1
 """
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def missing_prerequisite() -> Optional[str]:
@@ -163,30 +152,16 @@ class Cluster:
     db_port: int = 0
     dbd_port: int = 0
 
-    @property
-    def conf(self) -> Path:
-        return self.root / "slurm.conf"
+    conf = Below("slurm.conf")
 
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
 
-    @property
-    def hook_nodes(self) -> Path:
-        return self.root / "hook-nodes"
-
-    @property
-    def hook_config(self) -> Path:
-        return self.root / "hook.toml"
-
-    @property
-    def hook_log(self) -> Path:
-        return self.root / "hook.log"
-
-    @property
-    def prolog_nodes(self) -> Path:
-        """Nodes (one a line) whose Prolog= and Epilog= run healthd with ``job_config(node)``."""
-        return self.root / "prolog-nodes"
+    hook_nodes = Below("hook-nodes")
+    hook_config = Below("hook.toml")
+    hook_log = Below("hook.log")
+    prolog_nodes = Below("prolog-nodes")
 
     def job_config(self, node: str) -> Path:
         return self.root / f"job-{node}.toml"
@@ -194,9 +169,7 @@ class Cluster:
     def job_log(self, node: str) -> Path:
         return self.root / f"job-{node}.log"
 
-    @property
-    def munge_socket(self) -> Path:
-        return self.root / "munge" / "munge.socket"
+    munge_socket = Below("munge", "munge.socket")
 
     @property
     def name(self) -> str:
@@ -208,9 +181,7 @@ class Cluster:
         # slurmdbd has no option for its config: it reads slurmdbd.conf next to SLURM_CONF.
         return self.root / "slurmdbd.conf"
 
-    @property
-    def db_dir(self) -> Path:
-        return self.root / "mariadb"
+    db_dir = Below("mariadb")
 
     # -- the simulated machines --------------------------------------------------
 
@@ -263,8 +234,8 @@ class Cluster:
         return path
 
     def write_conf(self) -> None:
-        ctld_port, slurmd_base, *_ = _free_ports(2)
-        node_ports = _free_ports(len(NODES))
+        ctld_port, slurmd_base, *_ = free_ports(2)
+        node_ports = free_ports(len(NODES))
         wrapper = self.root / "healthcheck.sh"
         wrapper.write_text(
             HOOK_WRAPPER.format(
@@ -345,7 +316,7 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         """slurm.conf's accounting lines, after writing slurmdbd.conf and the database's first statements."""
         if not self.accounting:
             return ""
-        self.db_port, self.dbd_port = _free_ports(2)
+        self.db_port, self.dbd_port = free_ports(2)
         password = secrets.token_hex(12)
         self.db_dir.mkdir(mode=0o700, exist_ok=True)
         init = self.db_dir / "init.sql"
