@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from healthd_testkit.checks import only_checks
 
 import healthd.configload
 from healthd.daemonpass import FORMAT, usable
@@ -124,7 +125,7 @@ def test_hook_reports_the_daemons_pass_without_checking_then_checks_once_the_dae
     body = (
         '[slurm]\nnode_name = "node1"\n[daemon]\ninterval = 600\nsplay = false\n'
         '[checks.services]\nmanager = "process"\nexpect = ["hdtest"]\nprocess_names = { hdtest = ["hdtestsvc"] }\n'
-        + "".join(f"[checks.{name}]\nenabled = false\n" for name in ("mounts", "xid", "gpu", "infiniband", "pcie"))
+        + only_checks("services")
     )
     config = write_config(body, slurm_cluster=cluster.conf)
     monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", config)  # slurmd's hook reads the default
