@@ -6,7 +6,7 @@ import datetime as _dt
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd import __version__
-from healthd.text import one_line
+from healthd.text import one_line, pass_headline
 
 if TYPE_CHECKING:
     # Imported where used: `healthd status` renders saved documents with this module
@@ -102,7 +102,7 @@ def render_table(result: PassResult) -> str:
                 continue
             code, subject = one_line(finding.code, 64), one_line(finding.subject, 200)
             lines.append(f"  {finding.status.name:<8} {code} {subject}: {one_line(finding.message)}")
-    lines.append(f"{one_line(result.node, 200)}: {result.status.name} ({result.duration_seconds:.2f}s)")
+    lines.append(pass_headline(result.node, result.status.name, f"{result.duration_seconds:.2f}s"))
     return "\n".join(lines)
 
 

@@ -35,3 +35,12 @@ def one_line(text: object, limit: int = DEFAULT_LIMIT) -> str:
     if limit <= len(_ELLIPSIS):
         return collapsed[:limit]
     return collapsed[: limit - len(_ELLIPSIS)].rstrip() + _ELLIPSIS
+
+
+def pass_headline(node: object, status: object, when: str) -> str:
+    """The first words said of a pass wherever a person reads it whole: ``NODE: STATUS (WHEN)``.
+
+    The table of ``check --once`` ends with it and ``healthd status`` starts with it;
+    the one-line summaries (daemon, hook) are ``healthd.render.pass_summary``.
+    """
+    return f"{one_line(node, 200)}: {one_line(status, 16)} ({when})"

@@ -23,7 +23,7 @@ from typing import Any, Optional
 from healthd.cli import add_config_argument
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
 from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
-from healthd.text import one_line
+from healthd.text import one_line, pass_headline
 from healthd.trust import UntrustedPath
 
 
@@ -114,8 +114,8 @@ def _render(document: dict[str, Any], age: float, now: float, limit: Optional[fl
     """The record for people; ``limit`` is the age beyond which it is stale (None: it is fresh)."""
     from healthd.render import action_lines, state_label
 
-    head = f"{_field(document, 'node')}: {_field(document, 'status')}, last pass {age:.0f}s ago"
-    lines = [f"{head} ({_field(document, 'started_at')})"]
+    when = f"last pass {age:.0f}s ago, at {_field(document, 'started_at')}"
+    lines = [pass_headline(_field(document, "node"), _field(document, "status"), when)]
     if limit is not None:
         lines[0] += f": STALE, older than {limit:g}s"
     checks = document.get("checks")

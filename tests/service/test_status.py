@@ -49,7 +49,7 @@ def test_fresh_record_exits_with_its_status(tmp_path: Path, capsys: pytest.Captu
     config = _setup(tmp_path, "CRITICAL", age=10)
     assert main(["status", "--config", str(config)]) == 2
     out = capsys.readouterr().out
-    assert out.startswith("gpu0001: CRITICAL, last pass ")
+    assert out.startswith("gpu0001: CRITICAL (last pass ")
     assert "XID_79 gpu3: fallen off the bus" in out
 
 
@@ -68,7 +68,7 @@ def test_record_older_than_two_intervals_is_unknown_and_says_stale(
     config = _setup(tmp_path, "OK", age=700, interval=300)
     assert main(["status", "--config", str(config)]) == 3
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("gpu0001: OK, last pass 70") and lines[0].endswith(": STALE, older than 600s")
+    assert lines[0].startswith("gpu0001: OK (last pass 70") and lines[0].endswith(": STALE, older than 600s")
     assert lines[-1].startswith("healthd: UNKNOWN: stale: the last pass is 70")
     assert lines[-1].endswith(
         "s old, more than two intervals (600s, [daemon].interval = 300s); is `healthd run` running?"
@@ -222,5 +222,5 @@ def test_a_real_record_goes_stale(tmp_path: Path, capsys: pytest.CaptureFixture[
     time.sleep(0.3)
     assert main(["status", "--config", str(hasty)]) == 3
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("n1: CRITICAL, last pass ") and lines[0].endswith(": STALE, older than 0.2s")
+    assert lines[0].startswith("n1: CRITICAL (last pass ") and lines[0].endswith(": STALE, older than 0.2s")
     assert lines[-1].startswith("healthd: UNKNOWN: stale: the last pass is ")

@@ -78,7 +78,7 @@ def test_status_renders_a_forged_or_odd_document_safely(tmp_path: Path, capsys: 
     config.write_text(f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n')
     assert main(["status", "--config", str(config)]) == 2
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("gpu 0001: CRITICAL, last pass ")
+    assert lines[0].startswith("gpu 0001: CRITICAL (last pass ")
     assert lines[1].split() == ["?", "2"]
     assert lines[2] == "    ?        79 /data <0>healthd: all nodes OK [2J: "
     assert len(lines) == 3
