@@ -4,6 +4,9 @@ This is also the command slurmd runs as HealthCheckProgram: it needs no
 environment beyond ``SLURMD_NODENAME`` and finishes within ``[runner].pass_timeout``
 plus ``[slurm].lock_timeout`` plus ``[slurm].budget`` (all scontrol calls together),
 about 45 s with the defaults, inside slurmd's 60 s kill (docs/slurm.md).
+
+``--active`` runs the active checks instead, and only on a node that one ``sinfo``
+read shows idle and drained (healthd.active, docs/active.md); never from the hook.
 """
 
 from __future__ import annotations
