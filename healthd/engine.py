@@ -43,6 +43,11 @@ def settings_models(specs: Iterable[AnyCheck]) -> dict[str, type[BaseModel]]:
     return {s.name: (s.settings_model() if isinstance(s, CheckSpec) else CheckSettings) for s in specs}
 
 
+def is_active(spec: AnyCheck) -> bool:
+    """Whether ``spec`` is a loaded check marked active (``CheckSpec.active``)."""
+    return isinstance(spec, CheckSpec) and spec.active
+
+
 def _trusted_state(config: Config) -> StateDir:
     """The config's state directory; raises ``UntrustedPath`` when it or an entry fails the trust rule."""
     state = StateDir(config.paths.state_dir)
@@ -89,10 +94,17 @@ class Engine:
         if specs is not None:
             self.specs = list(specs)
 
-    def prepare(self, only: Optional[Sequence[str]] = None) -> list[PreparedCheck]:
+    def prepare(self, only: Optional[Sequence[str]] = None, active: bool = False) -> list[PreparedCheck]:
+        """The checks of one pass: the ordinary ones, or (``active``) only the active ones (docs/active.md).
+
+        A check that did not load, or was never loaded, is not known to be active: it
+        belongs to the ordinary passes, where it reports why it did not run.
+        """
         prepared = []
         for spec in self.specs:
             if only is not None and spec.name not in only:
+                continue
+            if is_active(spec) != active:
                 continue
             settings = self.loaded.check_settings.get(spec.name)
             enabled = bool(getattr(settings, "enabled", True))
@@ -110,9 +122,18 @@ class Engine:
             prepared.append(PreparedCheck(spec.name, spec, context, enabled))
         return prepared
 
-    def run_checks(self, only: Optional[Sequence[str]] = None) -> PassResult:
-        """One pass; problems with state files (corrupt, unreadable) join it as a ``healthd`` result."""
-        result = self.runner.run_checks(node_name(self.config), self.prepare(only), self.config.runner.pass_timeout)
+    def run_checks(self, only: Optional[Sequence[str]] = None, active: bool = False) -> PassResult:
+        """One pass; problems with state files (corrupt, unreadable) join it as a ``healthd`` result.
+
+        An ordinary pass never runs an active check. An active pass runs only those,
+        and its deadline is the longest of their own: a diagnostic takes minutes, far
+        beyond ``[runner].pass_timeout``, which bounds the hook's ordinary pass.
+        """
+        checks = self.prepare(only, active)
+        deadline = self.config.runner.pass_timeout
+        if active:
+            deadline = max((c.context.settings.timeout for c in checks if c.context is not None), default=deadline)
+        result = self.runner.run_checks(node_name(self.config), checks, deadline)
         problems = self.state.drain_problems()
         if not problems:
             return result

@@ -134,8 +134,13 @@ def run_pass(
     clock: Callable[[], float] = time.time,
     only: Optional[list[str]] = None,
     sleep: Callable[[float], None] = time.sleep,
+    active: bool = False,
 ) -> PassOutcome:
     """Run one pass and carry its decision out; see the module docstring.
+
+    ``active`` runs the active checks alone (``Engine.run_checks``); the caller has
+    made sure the node is idle and drained (healthd.active). Such a pass is partial:
+    it never resumes the node.
 
     A pass whose checks found a fault first waits its node's ``[slurm].act_splay``
     delay (``healthd.spread.act_delay``; ``sleep`` is injectable for tests), outside
@@ -152,7 +157,7 @@ def run_pass(
     dry = dry_run or config.policy.dry_run
     enabled = config.slurm.enabled
     try:
-        raw = engine.run_checks(only)
+        raw = engine.run_checks(only, active)
     except Exception as exc:  # anything from the engine must still give a reported pass
         from healthd.engine import node_name
 
@@ -174,7 +179,15 @@ def run_pass(
         errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
     try:
         return _locked_pass(
-            engine, raw, errors, log, dry=dry, client=client, clock=clock, partial=only is not None, sleep=sleep
+            engine,
+            raw,
+            errors,
+            log,
+            dry=dry,
+            client=client,
+            clock=clock,
+            partial=only is not None or active,
+            sleep=sleep,
         )
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)

@@ -241,6 +241,9 @@ class CheckSpec(Generic[S]):
     act or touch metrics: it only reports. ``events`` turn findings into counters.
     ``baseline``, when given, reads a known-good node and returns the settings
     (``[checks.NAME]`` keys) that expect what it has, for ``healthd baseline``.
+    ``active`` marks a check that loads the node (a diagnostic that stresses the
+    GPUs): it never runs in an ordinary pass, only in an active pass, which runs on
+    a node that Slurm reports idle and drained (docs/active.md).
     """
 
     name: str
@@ -252,6 +255,7 @@ class CheckSpec(Generic[S]):
     run: Callable[[CheckContext[S]], Iterable[Finding]]
     events: tuple[EventCounter, ...] = ()
     baseline: Optional[Callable[[CheckContext[S]], Mapping[str, Any]]] = None
+    active: bool = False
 
     def settings_model(self) -> type[S]:
         """The settings model, imported now if the check named it lazily."""

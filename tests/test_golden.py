@@ -17,7 +17,7 @@ import pytest
 from healthd_testkit.paths import REPO
 
 from healthd.cli import main
-from healthd.plugin import BrokenCheck, discover
+from healthd.plugin import BrokenCheck, CheckSpec, discover
 from healthd.schema import PassOut
 
 GOLDEN = REPO / "fixtures/golden/h100-node.json"
@@ -41,12 +41,15 @@ def normalise(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def installed_checks() -> list[str]:
-    """Every check registered under the ``healthd.checks`` entry points: a new one cannot fall outside."""
+def installed_checks(active: bool = False) -> list[str]:
+    """Every check registered under the ``healthd.checks`` entry points (the ordinary or the active ones).
+
+    A new check cannot fall outside.
+    """
     specs = discover()
     broken = [s.name for s in specs if isinstance(s, BrokenCheck)]
     assert not broken, f"checks that fail to load: {broken}"
-    return sorted(s.name for s in specs)
+    return sorted(s.name for s in specs if isinstance(s, CheckSpec) and s.active == active)
 
 
 def test_healthy_fixture_node_matches_golden(
@@ -66,3 +69,19 @@ def test_healthy_fixture_node_matches_golden(
     assert code == 0 and doc["status"] == "OK"
     assert sorted(c["name"] for c in doc["checks"]) == checks, "every installed check is in the golden document"
     assert all(c["state"] == "ran" for c in doc["checks"]), "every check runs on the fixture node"
+
+
+def test_fixture_node_runs_its_active_checks_only_in_an_active_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    active = installed_checks(active=True)
+    assert active, "the dcgm check is active"
+    config = str(fixture_node_config(tmp_path))
+    # --force: the fixture node has no Slurm to say it is idle and drained ([slurm] enabled = false).
+    code = main(["check", "--once", "--json", "--active", "--force", "--config", config])
+    doc = json.loads(capsys.readouterr().out)
+    PassOut.model_validate(doc)
+    assert code == 0 and doc["status"] == "OK"
+    assert [(c["name"], c["state"], c["findings"]) for c in doc["checks"]] == [(name, "ran", []) for name in active]

@@ -4,6 +4,9 @@ This is also the command slurmd runs as HealthCheckProgram: it needs no
 environment beyond ``SLURMD_NODENAME`` and finishes within ``[runner].pass_timeout``
 plus ``[slurm].lock_timeout`` plus ``[slurm].budget`` (all scontrol calls together),
 about 45 s with the defaults, inside slurmd's 60 s kill (docs/slurm.md).
+
+``--active`` runs the active checks instead, and only on a node that one ``sinfo``
+read shows idle and drained (healthd.active, docs/active.md); never from the hook.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ import json
 import logging
 import sys
 import time
+from typing import TYPE_CHECKING, Optional
 
 from healthd.cli import add_config_argument
-from healthd.exitcodes import EX_USAGE
+from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
+
+if TYPE_CHECKING:
+    from healthd.engine import Engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the versioned JSON document")
     parser.add_argument("--only", metavar="NAME[,NAME...]", help="run only these checks")
     parser.add_argument("--dry-run", action="store_true", help="decide but change nothing in Slurm")
+    parser.add_argument(
+        "--active",
+        action="store_true",
+        help="run the active checks (GPU diagnostics) alone; refused unless Slurm reports the node idle and drained",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="with --active: run without asking Slurm (the operator vouches for it)"
+    )
     add_config_argument(parser)
 
 
@@ -42,10 +57,33 @@ def run(args: argparse.Namespace) -> int:
             known = ", ".join(spec.name for spec in engine.specs)
             print(f"healthd: --only names unknown check(s) {', '.join(unknown)} (known: {known})", file=sys.stderr)
             return EX_USAGE
-    outcome = run_pass(engine, dry_run=args.dry_run, only=only)
+    if args.force and not args.active:
+        print("healthd: --force goes with --active", file=sys.stderr)
+        return EX_USAGE
+    if args.active and not args.force:
+        refused = _active_refusal(engine)
+        if refused:
+            print(f"healthd: not running the active checks: {refused}", file=sys.stderr)
+            return EX_TEMPFAIL
+    outcome = run_pass(engine, dry_run=args.dry_run, only=only, active=args.active)
     if args.json:
         print(json.dumps(outcome.document, indent=2))
     else:
         print(render_table(outcome.result))
         print("\n".join(action_lines(outcome.document, time.time())))
     return outcome.exit_code
+
+
+def _active_refusal(engine: Engine) -> Optional[str]:
+    """Why the node may not run its active checks now (one ``sinfo -n NAME`` read), or None."""
+    from healthd.active import refusal
+    from healthd.engine import node_name
+    from healthd.slurm import SlurmClient, SlurmError
+
+    if not engine.config.slurm.enabled:
+        return "[slurm] enabled = false, so whether the node is idle and drained is not known (--force runs anyway)"
+    try:
+        node = SlurmClient(engine.config.slurm).node(node_name(engine.config))
+    except SlurmError as exc:
+        return f"cannot read the node's state from Slurm: {exc}"
+    return refusal(node)

@@ -1,0 +1,154 @@
+"""The ``dcgm`` check (active): NVIDIA DCGM's diagnostics, ``dcgmi diag -r 1|2 -j``, each test graded.
+
+An active check: it loads every GPU for seconds (level 1) or minutes (level 2), so
+it runs only in an active pass, on a node Slurm reports idle and drained
+(docs/active.md), never in the ordinary passes. ``gather`` runs dcgmi by the
+absolute path in ``dcgmi`` under ``run_timeout`` (``program``: trusted, bounded, a
+hung one never doubled) and, when a test failed, runs it again up to ``retries``
+times: a diagnostic can fail once on a transient (a clock that had not settled);
+only a failure that every run repeats counts. ``judge`` grades the results
+(``dcgm_parse``):
+
+- Fail, repeated in every run: WARNING ``DCGM_<TEST>_FAILED`` per GPU, so the
+  policy drains the node after jobs (there are none) with the test's own code;
+- Fail that a rerun did not repeat: OK note ``DCGM_<TEST>_RECOVERED``;
+- Warn: OK note ``DCGM_<TEST>_WARN`` (DCGM passes the test; the text is kept);
+- Skip: OK note ``DCGM_<TEST>_SKIPPED`` (the level or the GPU does not run it);
+- a PCIe bandwidth below ``expected[DEVICE_ID].pcie_bandwidth_gbps_min``: WARNING
+  ``DCGM_PCIE_BANDWIDTH_LOW``;
+- output that is not dcgmi's JSON: UNKNOWN ``DCGM_MALFORMED``; dcgmi that fails
+  without JSON, hangs or cannot start: UNKNOWN ``DCGM_FAILED``/``DCGM_TIMEOUT``.
+
+Not applicable where dcgmi is absent. See docs/gpu.md and docs/active.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Optional, Union
+
+from healthd.model import Finding, Status
+from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.text import one_line
+
+from . import program
+from .dcgm_parse import Diagnostic, TestResult, parse_diag
+
+if TYPE_CHECKING:
+    from healthd.plugin import CheckContext, JudgeContext
+
+    from .dcgm_settings import DcgmSettings
+
+SUBJECT = "dcgmi diag"
+
+
+@dataclass(frozen=True)
+class DcgmObservation:
+    """Every run of ``dcgmi diag`` in this pass, the first first; or why one gave no results."""
+
+    runs: tuple[Diagnostic, ...] = ()
+    problem: Optional[Unobserved] = None
+
+
+def run_once(ctx: CheckContext[DcgmSettings]) -> Union[Diagnostic, Unobserved]:
+    """One ``dcgmi diag -r LEVEL -j``: its results, or why there are none."""
+    settings = ctx.settings
+    argv = [str(settings.dcgmi), "diag", "-r", str(settings.level), "-j"]
+    done = program.run(ctx.memory, argv, settings.run_timeout, SUBJECT, "DCGM")
+    if isinstance(done, Unobserved):
+        return done
+    # dcgmi exits non-zero when a test fails and still prints the JSON: the JSON decides.
+    try:
+        return parse_diag(done.out, f"{settings.dcgmi} diag -j")
+    except ValueError as exc:
+        if done.returncode != 0:
+            return program.failed(done, argv, SUBJECT, "DCGM")
+        return Unobserved("DCGM_MALFORMED", SUBJECT, one_line(str(exc), 300))
+
+
+def gather(ctx: CheckContext[DcgmSettings]) -> DcgmObservation:
+    if not program.present(ctx.settings.dcgmi):
+        raise NotApplicable(f"no dcgmi at {ctx.settings.dcgmi}")
+    runs: list[Diagnostic] = []
+    failing: Optional[frozenset[tuple[str, Optional[str]]]] = None
+    for _ in range(1 + ctx.settings.retries):
+        run = run_once(ctx)
+        if isinstance(run, Unobserved):
+            return DcgmObservation(tuple(runs), run)
+        runs.append(run)
+        failing = run.failed() if failing is None else failing & run.failed()
+        if not failing:
+            break
+    return DcgmObservation(tuple(runs))
+
+
+def _code(test: str) -> str:
+    return "DCGM_" + (re.sub(r"[^A-Z0-9]+", "_", test.upper()).strip("_")[:40] or "TEST")
+
+
+def _subject(result: TestResult) -> str:
+    return f"GPU {result.gpu}" if result.gpu is not None else SUBJECT
+
+
+def _said(result: TestResult) -> str:
+    return one_line("; ".join(result.warnings or result.info), 300)
+
+
+def _grade(result: TestResult, repeated: bool, runs: int, jc: JudgeContext[DcgmSettings]) -> Optional[Finding]:
+    code, subject, said = _code(result.test), _subject(result), _said(result)
+    where = f"DCGM {result.test} ({result.category})"
+    if result.status == "fail" and repeated:
+        message = f"{where} failed in {runs} of {runs} runs: {said}" if said else f"{where} failed in {runs} runs"
+        return jc.finding(Status.WARNING, f"{code}_FAILED", subject, one_line(message), test=result.test, runs=runs)
+    if result.status == "fail":
+        message = f"{where} failed once and passed when run again"
+        return jc.finding(Status.OK, f"{code}_RECOVERED", subject, message, test=result.test, runs=runs)
+    if result.status == "warn":
+        return jc.finding(Status.OK, f"{code}_WARN", subject, one_line(f"{where} warns: {said}"), test=result.test)
+    if result.status == "skip":
+        return jc.finding(Status.OK, f"{code}_SKIPPED", subject, f"{where} was skipped", test=result.test)
+    if result.status == "unknown":
+        message = f"{where} reported a status healthd does not know"
+        return jc.finding(Status.UNKNOWN, f"{code}_STATUS", subject, message, test=result.test)
+    return None
+
+
+def _bandwidth(result: TestResult, device_id: Optional[str], jc: JudgeContext[DcgmSettings]) -> Iterable[Finding]:
+    expected = jc.settings.expected.get(device_id or "")
+    low = expected.pcie_bandwidth_gbps_min if expected is not None else None
+    measured = result.bandwidths()
+    if low is None or result.test.lower() != "pcie" or not measured or min(measured) >= low:
+        return
+    message = f"PCIe bandwidth {min(measured):g} GB/s, below the {low:g} GB/s expected of device {device_id}"
+    yield jc.finding(
+        Status.WARNING, "DCGM_PCIE_BANDWIDTH_LOW", _subject(result), message, gbps=min(measured), expected=low
+    )
+
+
+def judge(observed: DcgmObservation, jc: JudgeContext[DcgmSettings]) -> Verdict:
+    if observed.problem is not None:
+        return Verdict((observed.problem.finding(jc),))
+    last = observed.runs[-1]
+    repeated = frozenset.intersection(*(run.failed() for run in observed.runs))
+    findings: list[Finding] = []
+    # Each failure once, however many runs had it: it counts only when every run had it.
+    failures = {r.key: r for run in reversed(observed.runs) for r in run.results if r.status == "fail"}
+    for key, result in sorted(failures.items(), key=lambda item: (item[0][0], item[0][1] or "")):
+        graded = _grade(result, key in repeated, len(observed.runs), jc)
+        findings += [graded] if graded is not None else []
+    for result in last.results:
+        if result.status != "fail":
+            graded = _grade(result, False, len(observed.runs), jc)
+            findings += [graded] if graded is not None else []
+        findings += _bandwidth(result, last.device_id(result.gpu), jc)
+    return Verdict(tuple(findings))
+
+
+CHECK = CheckSpec(
+    name="dcgm",
+    description="NVIDIA DCGM diagnostics (dcgmi diag -r 1|2), active: only on an idle, drained node",
+    settings="healthd_checks.dcgm_settings:DcgmSettings",
+    run=Staged(gather, judge),
+    active=True,
+)

@@ -1,0 +1,124 @@
+"""The dcgm check through a stand-in dcgmi (a real program): grading, retries, deadlines, absence, settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from healthd_testkit.dcgmi import Dcgmi
+from pydantic import ValidationError
+
+from healthd.config import Paths
+from healthd.model import Finding, Status
+from healthd.plugin import CheckContext, NotApplicable
+from healthd.state import StateFile
+from healthd_checks.dcgm import CHECK
+from healthd_checks.dcgm_settings import DcgmSettings
+
+
+@pytest.fixture
+def dcgmi(tmp_path: Path) -> Dcgmi:
+    return Dcgmi(tmp_path)
+
+
+def graded(findings: list[Finding]) -> set[tuple[Status, str, str]]:
+    return {(f.status, f.code, f.subject) for f in findings}
+
+
+def test_a_passing_diagnostic_reports_nothing_and_runs_once(dcgmi: Dcgmi) -> None:
+    dcgmi.prints("level1-pass.json")
+    assert dcgmi.run() == []
+    assert dcgmi.levels == ["1"]
+
+
+def test_a_failure_every_run_repeats_is_a_warning_with_the_tests_own_code(dcgmi: Dcgmi) -> None:
+    dcgmi.prints("level2-pcie-fail.json", rc=226)  # dcgmi exits non-zero on a failure, and still prints the JSON
+    findings = dcgmi.run(level=2)
+    assert graded(findings) == {(Status.WARNING, "DCGM_PCIE_FAILED", "GPU 1")}
+    assert findings[0].details == {"test": "PCIe", "runs": 2}
+    assert "3.91 GB/s is below the minimum" in findings[0].message
+    assert dcgmi.levels == ["2", "2"], "a failure is run again before it counts"
+
+
+def test_a_failure_that_a_rerun_does_not_repeat_is_only_a_note(dcgmi: Dcgmi) -> None:
+    dcgmi.prints("level2-pcie-fail.json", run="run1")
+    dcgmi.prints("level2-pass-slow-pcie.json")
+    assert graded(dcgmi.run(level=2)) == {(Status.OK, "DCGM_PCIE_RECOVERED", "GPU 1")}
+    assert len(dcgmi.levels) == 2
+
+
+def test_without_retries_one_failure_counts(dcgmi: Dcgmi) -> None:
+    dcgmi.prints("level2-pcie-fail.json", run="run1")
+    dcgmi.prints("level2-pass-slow-pcie.json")
+    assert graded(dcgmi.run(level=2, retries=0)) == {(Status.WARNING, "DCGM_PCIE_FAILED", "GPU 1")}
+    assert len(dcgmi.levels) == 1
+
+
+def test_warn_and_skip_are_notes(dcgmi: Dcgmi) -> None:
+    dcgmi.prints("level2-warn-skip.json")
+    assert graded(dcgmi.run(level=2)) == {
+        (Status.OK, "DCGM_GPU_MEMORY_WARN", "GPU 0"),
+        (Status.OK, "DCGM_DIAGNOSTIC_SKIPPED", "GPU 0"),
+        (Status.OK, "DCGM_DIAGNOSTIC_SKIPPED", "GPU 1"),
+        (Status.OK, "DCGM_INFOROM_SKIPPED", "dcgmi diag"),
+    }
+
+
+def test_pcie_bandwidth_below_the_models_expectation_is_a_warning(dcgmi: Dcgmi) -> None:
+    dcgmi.prints("level2-pass-slow-pcie.json")
+    assert dcgmi.run(level=2) == [], "nothing is expected of a model the config does not name"
+    expected = {"2330": {"pcie_bandwidth_gbps_min": 20.0}}
+    (finding,) = dcgmi.run(level=2, expected=expected)
+    assert (finding.status, finding.code, finding.subject) == (Status.WARNING, "DCGM_PCIE_BANDWIDTH_LOW", "GPU 1")
+    assert finding.details == {"gbps": 11.5, "expected": 20.0}
+    assert dcgmi.run(level=2, expected={"2331": {"pcie_bandwidth_gbps_min": 20.0}}) == []
+
+
+def test_output_that_is_not_dcgmis_json_is_unknown(dcgmi: Dcgmi) -> None:
+    dcgmi.prints_text('{"DCGM GPU Diagnostic": {"test_categories": "none"}}')
+    (finding,) = dcgmi.run()
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "DCGM_MALFORMED")
+    assert "test_categories is not a list" in finding.message
+    dcgmi.prints_text("Error: unable to connect to host engine\n", rc=1)
+    (finding,) = dcgmi.run()
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "DCGM_FAILED")
+    assert "unable to connect to host engine" in finding.message
+
+
+def test_a_hung_dcgmi_is_unknown_and_not_started_twice(dcgmi: Dcgmi) -> None:
+    dcgmi.prints("level1-pass.json")
+    (dcgmi.root / "sleep").write_text("30")
+    (finding,) = dcgmi.run(run_timeout=0.5)
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "DCGM_TIMEOUT")
+    assert dcgmi.levels == ["1"]
+
+
+def test_not_applicable_without_dcgmi(tmp_path: Path) -> None:
+    ctx = CheckContext(
+        name="dcgm",
+        settings=DcgmSettings(dcgmi=tmp_path / "dcgmi"),
+        paths=Paths(state_dir=tmp_path / "state"),
+        state=StateFile(tmp_path / "state", "check-dcgm"),
+    )
+    with pytest.raises(NotApplicable, match="no dcgmi at"):
+        list(CHECK.run(ctx))
+
+
+@pytest.mark.parametrize(
+    ("settings", "complaint"),
+    [
+        ({"dcgmi": "dcgmi"}, "must be an absolute path"),
+        ({"level": 3}, "level"),
+        ({"retries": 2, "run_timeout": 250}, "3 runs of run_timeout = 250s do not fit in timeout = 600s"),
+        ({"expected": {"H100": {"pcie_bandwidth_gbps_min": 20}}}, "'H100' is not a PCI device ID"),
+        ({"expected": {"2330": {"memory_gbps": 1}}}, "memory_gbps"),
+    ],
+)
+def test_bad_settings_are_named(settings: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(ValidationError, match=complaint):
+        DcgmSettings(**settings)
+
+
+def test_the_check_is_active() -> None:
+    assert CHECK.active

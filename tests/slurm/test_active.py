@@ -1,0 +1,69 @@
+"""The active pass on the real cluster: refused beside a job or on a node in service, run on an idle, drained one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from healthd_testkit.dcgmi import Dcgmi
+
+from healthd.exitcodes import EX_TEMPFAIL
+
+pytestmark = pytest.mark.slurm
+
+Cli = Callable[..., tuple[int, str, str]]
+
+
+def _config(write_config: Callable[..., Path], cluster: Any, node: str, dcgmi: Dcgmi) -> str:
+    body = f'[slurm]\nnode_name = "{node}"\nact_splay = 0\n[checks.dcgm]\ndcgmi = "{dcgmi.tool}"\nlevel = 2\n'
+    return str(write_config(body, slurm_cluster=cluster.conf))
+
+
+def test_active_checks_wait_for_an_idle_drained_node(
+    cluster: Any, tmp_path: Path, write_config: Callable[..., Path], cli: Cli
+) -> None:
+    dcgmi = Dcgmi(tmp_path)
+    dcgmi.prints("level2-pcie-fail.json", rc=226)
+    config = _config(write_config, cluster, "node1", dcgmi)
+
+    code, _, err = cli("check", "--once", "--active", "--config", config)
+    assert code == EX_TEMPFAIL and "not drained" in err, err
+
+    job = cluster.submit("node1")
+    cluster.run("scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=burn-in")
+    cluster.wait(lambda: cluster.state("node1") == "draining", 20, "node1 draining")
+    code, _, err = cli("check", "--once", "--active", "--config", config)
+    assert code == EX_TEMPFAIL and "jobs may still run" in err, err
+    assert dcgmi.levels == [], "dcgmi never ran beside the job"
+
+    cluster.run("scancel", job)
+    cluster.wait(lambda: cluster.state("node1") == "drained", 20, "node1 drained after its job")
+    code, out, err = cli("check", "--once", "--active", "--config", config)
+    assert code == 1 and "DCGM_PCIE_FAILED" in out, (out, err)
+    assert dcgmi.levels == ["2", "2"]
+    assert cluster.state("node1") == "drained"
+    # An administrator's drain stays theirs (docs/policy.md): the finding is reported, the reason kept.
+    assert cluster.reason("node1").startswith("burn-in"), cluster.reason("node1")
+    assert "not healthd's, left alone" in out
+
+    dcgmi.prints("level2-pass-slow-pcie.json")
+    code, out, err = cli("check", "--once", "--active", "--config", config)
+    assert code == 0, (out, err)
+    assert cluster.state("node1") == "drained", "an active pass is partial: it never resumes the node"
+
+
+def test_a_failed_active_check_puts_its_own_code_on_healthds_drain(
+    cluster: Any, healthd_on: Any, tmp_path: Path, write_config: Callable[..., Path], cli: Cli
+) -> None:
+    hd = healthd_on("node2")
+    hd.faults(("WARNING", "IB_SYMBOL_ERRORS", "mlx5_0:1"))
+    assert hd.cycle().action.applied
+    cluster.wait(lambda: cluster.state("node2") == "drained", 20, "node2 drained by healthd")
+    dcgmi = Dcgmi(tmp_path)
+    dcgmi.prints("level2-pcie-fail.json", rc=226)
+    body = hd.config_text().split("[checks.fault]")[0] + f'[checks.dcgm]\ndcgmi = "{dcgmi.tool}"\nlevel = 2\n'
+    code, out, err = cli("check", "--once", "--active", "--config", str(write_config(body, slurm_cluster=cluster.conf)))
+    assert code == 1, (out, err)
+    assert cluster.state("node2") == "drained"
+    assert cluster.reason("node2").startswith("healthd: DCGM_PCIE_FAILED GPU 1"), cluster.reason("node2")
