@@ -449,7 +449,7 @@ esac
 """,
         sinfo="""case "$*" in
 *-N*) echo 'node2|batch*|idle|Unknown|Unknown|none' ;;
-*) echo 'batch*|3|idle|Unknown|node[1-3]|none' ;;
+*) echo 'batch*|3|idle|Unknown|root(0)|node[1-3]|none' ;;
 esac
 """,
     )
