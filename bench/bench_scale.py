@@ -10,7 +10,8 @@ stops it afterwards. It prints, as slurmctld's own time per request from
 
 1. each Slurm read and write healthd (or an administrator) might make;
 2. a mass failure: the three real nodes fail at once (CRITICAL), taken out or held
-   by the circuit breaker: RPCs and slurmctld milliseconds per node;
+   by the circuit breaker: RPCs and slurmctld milliseconds per node; then one node
+   taken out and one held, each alone;
 3. a storm: ``--storm`` simultaneous passes of nodes that all find a fault while the
    breaker is full (each is held), at once and then spread by ``--splay`` seconds,
    with the latency of an unrelated ``squeue`` and sdiag's server threads and
@@ -72,7 +73,8 @@ def per_command(env: dict[str, str], repeat: int) -> None:
         "scontrol -o show node NAME": ["scontrol", "-o", "show", "node", "node1"],
         "scontrol -o show node (all)": ["scontrol", "-o", "show", "node"],
         "sinfo -N -n NAME -O ... (healthd's node read)": node_read,
-        "sinfo -p P -O ... (healthd's breaker read)": ["sinfo", "-h", "-p", "batch", "-O", sinfo_format(GROUP_FIELDS)],
+        "sinfo --all -O ... (node + breaker read)": ["sinfo", "-h", "--all", "-O", sinfo_format(GROUP_FIELDS)],
+        "sinfo -p P -O ... (healthd's confirm read)": ["sinfo", "-h", "-p", "batch", "-O", sinfo_format(GROUP_FIELDS)],
         "sinfo -h -p P -o '%T %D'": ["sinfo", "-h", "-p", "batch", "-o", "%T %D"],
         "scontrol -o show partition P": ["scontrol", "-o", "show", "partition", "batch"],
         "squeue -h": ["squeue", "-h"],
@@ -151,6 +153,22 @@ def mass_failure(env: dict[str, str], conf: Path, root: Path) -> None:
             run_pass(engine)  # the fault clears: healthd resumes what it took out
 
 
+def one_at_a_time(env: dict[str, str], conf: Path, root: Path) -> None:
+    """A node taken out, then a node held by the breaker it filled: each pass alone."""
+    fault = root / "fault"
+    fault.write_text("")
+    policy = "max_out_fraction = 0.0001\nbreaker_settle = 2"
+    print("## One node at a time (limit 1): node1 taken out, then node2 held")
+    engines = [_engine(conf, n, root / "alone", fault, policy, 0) for n in ("node1", "node2")]
+    for label, engine in zip(("taken out", "held"), engines):
+        count, total, rpcs = measure(env, lambda engine=engine: run_pass(engine))
+        types = ", ".join(f"{k.removeprefix('REQUEST_')} {c}" for k, (c, _) in rpcs.items())
+        print(f"  {label}: {count} RPCs and {total:.1f} ms ({types})")
+    fault.unlink()
+    for engine in engines:
+        run_pass(engine)
+
+
 def storm(env: dict[str, str], conf: Path, root: Path, size: int, splay: float) -> None:
     """``size`` nodes find a fault while the breaker is full: every one is held (node read + breaker read)."""
     fault = root / "fault"
@@ -227,6 +245,7 @@ def main() -> int:
         try:
             per_command(env, args.repeat)
             mass_failure(env, conf, root)
+            one_at_a_time(env, conf, root)
             storm(env, conf, root, args.storm, args.splay)
         finally:
             if cluster is not None:

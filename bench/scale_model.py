@@ -38,16 +38,20 @@ class Costs:
         return self.single + self.partition
 
     @property
-    def breaker_read(self) -> float:  # sinfo -p P: NODE_INFO (packs the table) + PARTITION_INFO
+    def breaker_read(self) -> float:  # sinfo [-p P | --all]: NODE_INFO (packs the table) + PARTITION_INFO
         return self.full + self.partition
 
     @property
-    def held(self) -> float:  # a node that finds the breaker full: node read, breaker read
-        return self.node_read + self.breaker_read
+    def held(self) -> float:  # a node that finds the breaker full: one read for the node and the breaker
+        return self.breaker_read
 
     @property
-    def taken_out(self) -> float:  # node read, breaker read, DRAIN, settle, breaker read, DOWN
-        return self.node_read + 2 * self.breaker_read + 2 * self.update
+    def taken_out(self) -> float:  # that read, DRAIN, settle, the confirming breaker read, DOWN
+        return 2 * self.breaker_read + 2 * self.update
+
+
+# RPCs per node: every sinfo is NODE_INFO(_SINGLE) + PARTITION_INFO; an update is one.
+HELD_RPCS, TAKEN_OUT_RPCS = 2, 6
 
 
 def breaker_reads_in_first_hour() -> int:
@@ -64,7 +68,11 @@ def row(c: Costs, fraction: float, interval: float, reconcile: float) -> dict[st
     n = c.nodes
     out = int(n * fraction)
     mass = (out * c.taken_out + (n - out) * c.held) / 1000  # seconds of slurmctld time
-    held_hour = (n - out) * (3600 / interval * c.node_read + breaker_reads_in_first_hour() * c.breaker_read) / 1000
+    rpcs = (out * TAKEN_OUT_RPCS + (n - out) * HELD_RPCS) / n
+    # Each pass a node read; a re-read after the backoff is the combined read in its place (one per pass at most).
+    passes = 3600 / interval
+    reads = min(breaker_reads_in_first_hour(), passes)
+    held_hour = (n - out) * ((passes - reads) * c.node_read + reads * c.breaker_read) / 1000
     reconcile_hour = n * 3600 / reconcile * c.node_read / 1000
     # The window a fleet-wide fault must be spread over to keep slurmctld under half a core.
     window = 2 * mass
@@ -72,6 +80,8 @@ def row(c: Costs, fraction: float, interval: float, reconcile: float) -> dict[st
         "nodes": f"{n:,}",
         "held ms/node": f"{c.held:.1f}",
         "out ms/node": f"{c.taken_out:.1f}",
+        "RPCs/node": f"{rpcs:.1f}",
+        "ms/node": f"{mass * 1000 / n:.1f}",
         "mass failure (s)": f"{mass:,.0f}",
         "held, 1st hour (s)": f"{held_hour:,.0f}",
         "reconcile (s/h)": f"{reconcile_hour:.1f}",

@@ -18,7 +18,7 @@ from healthd.nodestate import NodeInfo, PartitionView
 from healthd.plan import Executed, Observed, Plan, Read, Step
 from healthd.policy import GpuReset
 from healthd.reasons import place_stamp, with_place
-from healthd.slurm import SlurmClient, SlurmError
+from healthd.slurm import SlurmClient, SlurmError, node_in_groups
 
 if TYPE_CHECKING:
     from healthd.config import Config
@@ -31,16 +31,40 @@ def observe(
 
     The node is read alone (``SlurmClient.node``), or with its boot time when
     ``boot_time`` asks for it (``show_node``: the whole table, see docs/scale.md);
-    the breaker's read covers only the node's partitions.
+    the breaker's read covers only the node's partitions. Both at once are one
+    sinfo of every partition's groups, which holds the node's own state too
+    (``read_node_and_views``).
     """
     asked = observed.asked | {read}
     try:
-        if read is Read.NODE:
-            return replace(observed, asked=asked, node=client.show_node(node) if boot_time else client.node(node))
+        if read is Read.NODE_AND_PARTITIONS and not boot_time:
+            info, views = read_node_and_views(client, node, prefix)
+            return replace(observed, asked=asked, node=info, views=views)
+        if read is not Read.PARTITIONS:
+            info = client.show_node(node) if boot_time else client.node(node)
+            observed = replace(observed, asked=asked, node=info)
+            if read is Read.NODE:
+                return observed
         partitions = observed.node.partitions if observed.node else ()
         return replace(observed, asked=asked, views=read_views(client, partitions, prefix))
     except SlurmError as exc:
         return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
+
+
+def read_node_and_views(client: SlurmClient, name: str, prefix: str) -> tuple[NodeInfo, dict[str, PartitionView]]:
+    """The node and the breaker's view of its partitions from one ``sinfo --all`` (``SlurmClient.all_groups``).
+
+    A node in no partition is in no group: ``show_node`` then answers for it (and
+    says whether slurmctld knows it), and it has no partition to count.
+    """
+    groups = client.all_groups()
+    info = node_in_groups(groups, name)
+    if info is None:
+        return client.show_node(name), {}
+    try:
+        return info, group_views(groups, info.partitions, prefix)
+    except HostlistError as exc:
+        raise SlurmError(f"sinfo: {exc}") from None
 
 
 def read_views(client: SlurmClient, partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:

@@ -137,6 +137,7 @@ class NodeGroup:
     reason: str
     reason_time: Optional[float]
     nodelist: str
+    reason_user: str = ""  # who set the reason ("" when none was set or the read does not say)
 
     @property
     def down(self) -> bool:

@@ -4,8 +4,10 @@ Pure: no I/O. ``plan`` may answer with a ``Read`` instead of a ``Plan``: the
 pipeline (``healthd.pipeline``) has ``healthd.execute`` make that read and plans
 again with what it found. So every Slurm read is one the policy asked for: the
 node when the pass may act on it, then its partitions when a take-out must pass
-the circuit breaker. ``conclude`` turns what ``execute`` did with the plan's steps
-into the state to remember and the pass as reported.
+the circuit breaker; or both in one read when the pass's decision, as far as it
+is known before the node is read, is a take-out the breaker must pass.
+``conclude`` turns what ``execute`` did with the plan's steps into the state to
+remember and the pass as reported.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping, Optional, Union
 
 from healthd.acks import POLICY_CHECK, Ack, FindingRef, apply_acks, merge
-from healthd.breaker import BREAKER_MAX, allowed_out, breaker_confirm
+from healthd.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
@@ -49,6 +51,11 @@ class Read(enum.Enum):
 
     NODE = "node"  # the node's own state
     PARTITIONS = "partitions"  # the node's partitions, for the circuit breaker
+    NODE_AND_PARTITIONS = "node and partitions"  # both, from one sinfo (docs/scale.md)
+
+
+_NODE_READS = frozenset({Read.NODE, Read.NODE_AND_PARTITIONS})
+_PARTITION_READS = frozenset({Read.PARTITIONS, Read.NODE_AND_PARTITIONS})
 
 
 class Step(enum.Enum):
@@ -70,6 +77,14 @@ class Observed:
     node: Optional[NodeInfo] = None
     views: Optional[Mapping[str, PartitionView]] = None
     errors: tuple[str, ...] = ()
+
+    @property
+    def node_asked(self) -> bool:
+        return bool(self.asked & _NODE_READS)
+
+    @property
+    def partitions_asked(self) -> bool:
+        return bool(self.asked & _PARTITION_READS)
 
 
 @dataclass(frozen=True)
@@ -181,7 +196,7 @@ def _breaker(
     ours = node.drained and owned(node.reason, prefix)
     if ours and state.unconfirmed and acting:
         if observed.views is None:
-            return Read.PARTITIONS if Read.PARTITIONS not in observed.asked else _Breaker(decision, state, "", None)
+            return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
         why = breaker_confirm(node.name, observed.views, settings)
         if why:
             held = replace(decision, action=Action.HOLD, explanation=why)
@@ -191,19 +206,65 @@ def _breaker(
         return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
     if ours or decision.action not in TAKING_OUT:
         return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
-    hold = state.held
-    if hold is not None and waiting(hold.next_check, s.now, BREAKER_MAX * 1.25):
+    hold = _backing_off(state, s.now)
+    if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
         held = replace(decision, action=Action.HOLD, explanation=explanation)
         return _Breaker(held, replace(state, pending=None), hold.why, node)
     if observed.views is None:
-        return Read.PARTITIONS if Read.PARTITIONS not in observed.asked else _Breaker(decision, state, "", None)
+        return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
     decision, why = circuit_breaker(decision, node.name, observed.views, settings)
     if why:
         return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
     # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
     binding = any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in observed.views.values())
     return _Breaker(decision, replace(state, held=None), "", node, confirm=binding)
+
+
+def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
+    """The breaker's hold while it keeps the node back without reading its partitions again (breaker.next_hold)."""
+    hold = state.held
+    return hold if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25) else None
+
+
+def _first_read(
+    s: Situation,
+    settings: PolicySettings,
+    prefix: str,
+    escalation: Optional[EscalationSettings],
+    reboot: bool,
+) -> Read:
+    """The pass's first read: the node alone, or the node with its partitions when the breaker will need them.
+
+    The breaker is consulted for a take-out of a node that is not already out with
+    healthd's reason, and to confirm a drain an earlier pass left unconfirmed. The
+    decision is guessed as ``decide`` makes it without the node; a node out
+    with healthd's reason (``took_out``) or held within its backoff needs no
+    partitions. The guess only sets the cost: when the node turns out otherwise,
+    ``_breaker`` asks for ``Read.PARTITIONS`` as before, and a combined read not
+    needed answers for the node all the same. One combined read is two RPCs
+    where the node read and the breaker read were four (docs/scale.md).
+    """
+    state = s.state
+    if _backing_off(state, s.now) is not None:
+        return Read.NODE
+    if state.unconfirmed:
+        return Read.NODE_AND_PARTITIONS
+    if state.took_out:
+        return Read.NODE
+    decision, _ = decide(
+        apply_acks(s.result, s.acks)[0],
+        state,
+        None,
+        settings,
+        prefix,
+        partial=s.partial,
+        repeats=s.repeats,
+        escalation=escalation,
+        reboot=reboot,
+        boot_id=s.boot_id,
+    )
+    return Read.NODE_AND_PARTITIONS if decision.action in TAKING_OUT else Read.NODE
 
 
 def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
@@ -252,10 +313,10 @@ def plan(
         unasked = "Slurm actions disabled ([slurm].enabled = false)"
     elif state.pending is not None and waiting(state.pending.next_try, s.now, BACKOFF_MAX):
         unasked = f"backing off after: {state.pending.error}"
-    elif Read.NODE not in observed.asked and needs_node(
+    elif not observed.node_asked and needs_node(
         apply_acks(s.result, acks)[0], state, settings, s.now, reconcile_interval
     ):
-        return Read.NODE
+        return _first_read(s, settings, prefix, escalation, reboot)
     node = observed.node
     acknowledged: tuple[FindingRef, ...] = ()
     if node is not None:
@@ -289,7 +350,7 @@ def plan(
     if s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo):
         if node is None:
             why = unasked or (observed.errors[-1] if observed.errors else "node state not read")
-            new_state = after_failure(new_state, decision, why, s.now, Read.NODE in observed.asked)
+            new_state = after_failure(new_state, decision, why, s.now, observed.node_asked)
         else:
             steps = _steps(decision, node, breaker)
             if Step.REBOOT in steps:

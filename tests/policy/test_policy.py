@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Union
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
-from healthd.breaker import BREAKER_BASE, BREAKER_MAX, allowed_out, breaker_confirm, group_views
+from healthd.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, group_views
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
+from healthd.plan import Observed, Plan, Read, Situation, Step, plan
 from healthd.policy import (
     Action,
     Decision,
@@ -485,3 +486,67 @@ def test_a_node_in_repair_is_never_resumed_by_a_clean_pass() -> None:
 def test_repair_state_survives_the_state_file() -> None:
     _, state = _decide_with(3)
     assert PolicyState.from_dict(state.to_dict()) == state
+
+
+# -- the plan's reads -------------------------------------------------------------------
+
+WIDE_VIEWS = {"batch": PartitionView("batch", 100, ())}
+HELD = BreakerHold("partition batch: full", 1000.0, 1, 1100.0)
+NOTHING_READ = Observed()
+
+
+def _planned(
+    statuses: tuple[str, ...], state: PolicyState, observed: Observed = NOTHING_READ, now: float = 1050.0
+) -> Union[Read, Plan]:
+    situation = Situation(_pass(*statuses), state, (), observed, now, False, True, False)
+    return plan(situation, PolicySettings(), PREFIX, 3600.0)
+
+
+@pytest.mark.parametrize(
+    ("statuses", "state", "now", "read"),
+    [
+        # A fault pass that will take the node out: node and breaker in one read (2 RPCs, not 4).
+        (("CRITICAL",), PolicyState(), 1050.0, Read.NODE_AND_PARTITIONS),
+        (("WARNING",), PolicyState(), 1050.0, Read.NODE_AND_PARTITIONS),
+        # A held node whose backoff ran out reads its partitions again, its node with them.
+        (("CRITICAL",), PolicyState(held=HELD), 1200.0, Read.NODE_AND_PARTITIONS),
+        # A drain left unconfirmed is confirmed against the partitions.
+        ((), PolicyState(unconfirmed=True, took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE_AND_PARTITIONS),
+        # Held within its backoff: the breaker is not asked, the cheap node read is enough.
+        (("CRITICAL",), PolicyState(held=HELD), 1050.0, Read.NODE),
+        # Already out with healthd's reason: no breaker for a node that holds its place.
+        (("CRITICAL",), PolicyState(took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE),
+        # A resume pass (healthy, drained by healthd) and the hourly reconcile read the node alone.
+        ((), PolicyState(took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE),
+        ((), PolicyState(last_read=0.0), 5000.0, Read.NODE),
+        # Reporting UNKNOWN only calls for no take-out.
+        (("UNKNOWN",), PolicyState(took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE),
+    ],
+)
+def test_the_first_read_is_combined_only_where_the_breaker_will_be_asked(
+    statuses: tuple[str, ...], state: PolicyState, now: float, read: Read
+) -> None:
+    assert _planned(statuses, state, now=now) == read
+
+
+def test_a_combined_read_answers_the_node_and_the_breaker_at_once() -> None:
+    observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=BUSY, views=WIDE_VIEWS)
+    made = _planned(("CRITICAL",), PolicyState(), observed)
+    assert isinstance(made, Plan), "no second read"
+    assert made.decision.action is Action.TAKE_OUT_NOW and made.steps[0] is Step.DRAIN
+    full = {"batch": PartitionView("batch", 10, ((True, 1.0, "other"),))}
+    held = _planned(("CRITICAL",), PolicyState(), replace(observed, views=full))
+    assert isinstance(held, Plan) and held.decision.action is Action.HOLD and held.steps == ()
+
+
+def test_a_combined_read_that_failed_is_not_asked_again_and_leaves_the_take_out_pending() -> None:
+    observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), errors=("sinfo timed out",))
+    made = _planned(("CRITICAL",), PolicyState(), observed)
+    assert isinstance(made, Plan) and made.steps == ()
+    assert made.state.pending is not None and made.state.pending.error == "sinfo timed out"
+
+
+def test_a_node_read_alone_that_finds_a_take_out_still_asks_for_the_partitions() -> None:
+    """The first read is a guess: where it guessed wrong, the breaker's own read follows (no take-out unchecked)."""
+    observed = Observed(asked=frozenset({Read.NODE}), node=BUSY)
+    assert _planned(("CRITICAL",), PolicyState(took_out=(FindingRef("t/OLD/x"),)), observed) is Read.PARTITIONS

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from healthd.slurm import NODE_FIELDS, sinfo_format
+from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, sinfo_format
 
 pytestmark = pytest.mark.slurm
 
@@ -19,6 +19,10 @@ MOUNT = ("CRITICAL", "MOUNT_MISSING", "/scratch")
 def _node_read(node: str) -> tuple[str, ...]:
     """The one call a pass makes to read its node: sinfo for that node alone (docs/scale.md)."""
     return ("sinfo", "-h", "--all", "-N", "-n", node, "-O", sinfo_format(NODE_FIELDS))
+
+
+# The first read of a pass that will meet the circuit breaker: every partition's groups, the node among them.
+_BOTH_READ = ("sinfo", "-h", "--all", "-O", sinfo_format(GROUP_FIELDS))
 
 
 def _slurmd_start(cluster: Any, node: str) -> str:
@@ -189,12 +193,23 @@ def test_circuit_breaker_holds_the_second_node(cluster: Any, healthd_on: Any) ->
     first = healthd_on("node1")
     first.policy = policy
     first.faults(MOUNT)
-    assert first.cycle().action.applied
+    client = first.client()
+    assert first.cycle(client=client).action.applied
+    # One read for the node and the breaker, the drain, the breaker's confirmation, the DOWN (docs/scale.md).
+    assert [call[:3] for call in client.calls] == [
+        _BOTH_READ[:3],
+        ("update", "NodeName=node1", "State=DRAIN"),
+        ("sinfo", "-h", "-p"),
+        ("update", "NodeName=node1", "State=DOWN"),
+    ]
+    assert client.calls[0] == _BOTH_READ
     job = cluster.submit("node2")
     second = healthd_on("node2")
     second.policy = policy
     second.faults(MOUNT)
-    outcome = second.cycle()
+    client = second.client()
+    outcome = second.cycle(client=client)
+    assert client.calls == [_BOTH_READ], "a held node: one sinfo (two RPCs) answers for the node and the breaker"
     assert outcome.action.decision.action.value == "hold"
     assert outcome.action.decision.intended.value == "take_out_now"
     assert not outcome.action.applied

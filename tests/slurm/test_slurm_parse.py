@@ -25,6 +25,7 @@ from healthd.slurm import (
     SlurmError,
     SlurmNotFound,
     find_binary,
+    node_in_groups,
     parse_show_node_json,
     parse_show_node_line,
     parse_show_node_text,
@@ -142,8 +143,9 @@ def test_sinfo_node_in_two_partitions_and_without_a_reason() -> None:
 def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> None:
     groups = parse_sinfo_groups(_line("sinfo-22.05-groups-10k.txt"))
     assert sum(g.count for g in groups) == 10003
+    assert {g.reason_user for g in groups} == {"root"}
     views = group_views(groups, ("batch",), "healthd:")
-    mount, xid = _stamp("2026-11-24T13:53:46"), _stamp("2026-11-24T13:53:45")
+    mount, xid = _stamp("2026-11-24T15:12:27"), _stamp("2026-11-24T15:12:26")
     # DOWN first (it kept its place), then by stamp and name; node3's drain is the administrator's.
     assert views == {
         "batch": PartitionView(
@@ -156,9 +158,43 @@ def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> 
     assert group_views(groups, ("other",), "healthd:") == {}
 
 
+@pytest.mark.parametrize("name", ["node1", "node2", "node3", "n00007"])
+def test_the_groups_read_gives_each_node_as_its_own_read_does(name: str) -> None:
+    """One ``sinfo --all`` of the groups answers for the node (plan.Read.NODE_AND_PARTITIONS): same NodeInfo."""
+    groups = parse_sinfo_groups(_line("sinfo-22.05-groups-10k.txt"))
+    assert node_in_groups(groups, name) == parse_sinfo_node(_line("sinfo-22.05-nodes-10k.txt"), name)
+
+
+def test_a_node_in_two_partitions_is_in_a_group_of_each_and_an_unlisted_node_in_none() -> None:
+    text = (
+        "gpu*|3|mixed+drain|2026-11-24T15:12:27|alice(1000)|g[1-2],h7|healthd: XID_79 gpu0\n"
+        "debug|1|mixed+drain|2026-11-24T15:12:27|alice(1000)|h7|healthd: XID_79 gpu0\n"
+        "debug|4|idle|Unknown|Unknown|h[1-4]|none\n"
+    )
+    groups = parse_sinfo_groups(text)
+    node = node_in_groups(groups, "h7")
+    assert node is not None
+    assert (node.partitions, node.state, node.flags, node.reason_user) == (
+        ("gpu", "debug"),
+        "MIXED",
+        frozenset({"DRAIN"}),
+        "alice",
+    )
+    idle = node_in_groups(groups, "h1")
+    assert idle is not None and (idle.partitions, idle.reason, idle.reason_user) == (("debug",), "", "")
+    assert node_in_groups(groups, "h9") is None
+    with pytest.raises(SlurmError, match="host list"):
+        node_in_groups(parse_sinfo_groups("gpu|1|idle|Unknown|Unknown|g[1-|none"), "g1")
+
+
 @pytest.mark.parametrize(
     "garbage",
-    ["batch*|many|idle|Unknown|n1|none", "batch*|1|idle", "batch*|1||Unknown|n1|none"],
+    [
+        "batch*|many|idle|Unknown|root(0)|n1|none",
+        "batch*|1|idle",
+        "batch*|1||Unknown|root(0)|n1|none",
+        "batch*|1|idle|Unknown|n1|none",
+    ],
 )
 def test_sinfo_garbage_is_a_slurm_error(garbage: str) -> None:
     with pytest.raises(SlurmError):
@@ -413,7 +449,7 @@ esac
 """,
         sinfo="""case "$*" in
 *-N*) echo 'node2|batch*|idle|Unknown|Unknown|none' ;;
-*) echo 'batch*|3|idle|Unknown|node[1-3]|none' ;;
+*) echo 'batch*|3|idle|Unknown|root(0)|node[1-3]|none' ;;
 esac
 """,
     )
