@@ -98,16 +98,18 @@ class Engine:
         """The checks of one pass: the ordinary ones, or (``active``) only the active ones (docs/active.md).
 
         A check that did not load, or was never loaded, is not known to be active: it
-        belongs to the ordinary passes, where it reports why it did not run.
+        belongs to the ordinary passes, where it reports why it did not run. So does a
+        disabled active check, shown as disabled: a config that disables it leaves its
+        module unloaded (healthd.configcache), and a pass must read the same either way.
         """
         prepared = []
         for spec in self.specs:
             if only is not None and spec.name not in only:
                 continue
-            if is_active(spec) != active:
-                continue
             settings = self.loaded.check_settings.get(spec.name)
             enabled = bool(getattr(settings, "enabled", True))
+            if is_active(spec) != active and (active or enabled):
+                continue
             if not isinstance(spec, CheckSpec):
                 prepared.append(PreparedCheck(spec.name, spec, None, enabled))
                 continue
