@@ -1,0 +1,58 @@
+"""The jobs check's triage, pure: distinct jobs and users per (Xid, GPU, GPC/TPC) decide, one job never drains."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from healthd.model import Status
+from healthd.plugin import JudgeContext, Unobserved
+from healthd_checks.jobs import SUSPECT, JobsObservation, JobXid, judge
+from healthd_checks.jobs_settings import JobsSettings
+
+PCI = "0000:3b:00.0"
+
+
+def _xid(n: int, job: str, user: str = "alice", group: Optional[str] = "GPC 1 TPC 2", code: str = "XID_13") -> JobXid:
+    return JobXid(n, code, PCI, "GPU-aaaa", group, job, user, "GPU-aaaa")
+
+
+def _judge(*events: JobXid, **settings: Any) -> list[tuple[Status, str, str, Any]]:
+    jc = JudgeContext("jobs", JobsSettings(**settings), 1_700_000_000.0)
+    verdict = judge(JobsObservation(events), jc)
+    return [(f.status, f.code, f.subject, f.details.get("jobs")) for f in verdict.findings]
+
+
+def test_three_jobs_with_the_same_xid_on_one_gpu_are_a_suspect_gpu() -> None:
+    assert _judge(_xid(1, "101"), _xid(2, "102")) == []
+    assert _judge(_xid(1, "101"), _xid(2, "102"), _xid(3, "103")) == [
+        (Status.WARNING, SUSPECT, f"{PCI} GPC 1 TPC 2", "101,102,103")
+    ]
+
+
+def test_one_jobs_many_xids_never_drain() -> None:
+    assert _judge(*(_xid(n, "101") for n in range(50))) == []
+
+
+def test_other_tpcs_other_xids_and_too_few_users_do_not_add_up() -> None:
+    spread = (_xid(1, "101"), _xid(2, "102", group="GPC 3 TPC 0"), _xid(3, "103", code="XID_31", group=None))
+    assert _judge(*spread) == []
+    same_user = (_xid(1, "101"), _xid(2, "102"), _xid(3, "103"))
+    assert _judge(*same_user, app_xid_users=2) == []
+    two_users = (_xid(1, "101"), _xid(2, "102", user="bob"), _xid(3, "103"))
+    assert [f[1] for f in _judge(*two_users, app_xid_users=2)] == [SUSPECT]
+
+
+def test_an_unreadable_history_is_unknown() -> None:
+    jc = JudgeContext("jobs", JobsSettings(), 0.0)
+    verdict = judge(JobsObservation((), Unobserved("JOB_HISTORY_UNREADABLE", "/s", "locked")), jc)
+    assert [(f.status, f.code) for f in verdict.findings] == [(Status.UNKNOWN, "JOB_HISTORY_UNREADABLE")]
+
+
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(["u1", "u2"])), max_size=30))
+def test_a_finding_needs_as_many_distinct_jobs_as_the_setting(runs: list[tuple[str, str]]) -> None:
+    events = [_xid(n, job, user) for n, (job, user) in enumerate(runs)]
+    found = _judge(*events)
+    assert bool(found) == (len({job for job, _ in runs}) >= 3)
