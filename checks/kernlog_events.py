@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.model import DetailValue, Finding, Status
 from healthd.plugin import Unobserved
+from healthd.state import load_records
 from healthd.text import one_line
 
 from .kernlog import LogLine, LogUnavailable, read_boot_id
@@ -107,18 +108,12 @@ class _Group:
     userspace: int = 0
 
 
+def _sane(group: _Group) -> bool:
+    return group.grade in Status.__members__ and isinstance(group.count, int) and isinstance(group.details, dict)
+
+
 def _load_groups(raw: Any) -> dict[str, _Group]:
-    groups: dict[str, _Group] = {}
-    if not isinstance(raw, dict):
-        return groups
-    for key, value in raw.items():
-        try:
-            group = _Group(**value)
-        except TypeError:
-            continue  # a damaged entry is dropped rather than trusted
-        if group.grade in Status.__members__ and isinstance(group.count, int) and isinstance(group.details, dict):
-            groups[str(key)] = group
-    return groups
+    return load_records(raw, _Group, _sane)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.model import DetailValue, Finding, Status
+from healthd.state import load_records
 
 from .kernlog import LogLine, ReadResult
 from .kernlog_read import Position
@@ -67,25 +68,15 @@ class _Group:
     nvlink: str = ""  # Xid 74: the link (and registers) of the latest line that named one
 
 
+def _sane(group: _Group) -> bool:
+    """Raises ValueError for a bucket or stickiness this version does not know."""
+    nvlink_ok = isinstance(group.nvlink, str) and group.nvlink.partition(":")[0].isdigit() == bool(group.nvlink)
+    known = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
+    return known and isinstance(group.userspace, int) and nvlink_ok
+
+
 def _load_groups(raw: Any) -> dict[str, _Group]:
-    groups: dict[str, _Group] = {}
-    if not isinstance(raw, dict):
-        return groups
-    for key, value in raw.items():
-        try:
-            group = _Group(**value)
-            valid = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
-            valid = valid and isinstance(group.userspace, int)
-            valid = (
-                valid
-                and isinstance(group.nvlink, str)
-                and group.nvlink.partition(":")[0].isdigit() == bool(group.nvlink)
-            )
-        except (TypeError, ValueError):
-            continue  # a damaged entry is dropped rather than trusted
-        if valid:
-            groups[str(key)] = group
-    return groups
+    return load_records(raw, _Group, _sane)
 
 
 def _load_banner(raw: Any) -> Optional[Banner]:

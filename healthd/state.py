@@ -28,7 +28,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from healthd.atomicfile import write_atomically
 from healthd.trust import (
@@ -262,3 +262,26 @@ class StateDir:
             problems.extend(state_file.problems)
             state_file.problems.clear()
         return problems
+
+
+R = TypeVar("R")
+
+
+def load_records(raw: Any, make: Callable[..., R], valid: Callable[[R], bool]) -> dict[str, R]:
+    """The records of a saved ``{key: fields}`` table that rebuild with ``make`` and pass ``valid``.
+
+    State files outlive versions and may be damaged: an entry that does not rebuild,
+    or that ``valid`` rejects (returning False or raising ``ValueError``), is dropped
+    rather than trusted.
+    """
+    records: dict[str, R] = {}
+    if not isinstance(raw, dict):
+        return records
+    for key, fields in raw.items():
+        try:
+            record = make(**fields)
+            if valid(record):
+                records[str(key)] = record
+        except (TypeError, ValueError):
+            continue
+    return records
