@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from healthd.counters import BootScoped, rise
 from healthd.model import Finding, Status, worst
-from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 
 from . import program
-from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
+from .kernlog_events import LogObservation, Pattern, gather_log, with_log
 from .sysfs import SysfsError, read_value
 
 if TYPE_CHECKING:
@@ -253,13 +253,10 @@ def judge(observed: DisksObservation, jc: JudgeContext[DisksSettings]) -> Verdic
     # Drives are named by serial: nvme0 and nvme1 may swap at the next boot.
     drives = [(c.serial or c.name, (c, c.smart)) for c in observed.controllers if isinstance(c.smart, SmartLog)]
     rates, media_state = _MEDIA.judge_each(observed.previous, observed.log.boot_id, jc.now, drives, media)
-    log_findings, log_state = judge_log(observed.log, jc, settings, PATTERNS)
-    findings += rates + log_findings
-    if not observed.controllers and not expected and not findings:
-        raise NotApplicable("no NVMe controller under class/nvme and no block I/O error logged")
     state: dict[str, Any] = {"media": media_state if drives else dict(observed.previous)}
-    state.update(kept_log(observed.log, log_state))
-    return Verdict(tuple(findings), state)
+    absent = "no NVMe controller under class/nvme and no block I/O error logged"
+    present = bool(observed.controllers or expected)
+    return with_log(observed.log, jc, settings, PATTERNS, findings + rates, state, None if present else absent)
 
 
 CHECK = CheckSpec(

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
 
 from healthd.counters import BootScoped, rise
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
+from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 
-from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
+from .kernlog_events import LogObservation, Pattern, gather_log, with_log
 from .sysfs import SysfsError, SysfsMissing, parse_counter, read, read_value
 
 if TYPE_CHECKING:
@@ -255,13 +255,10 @@ def judge(observed: EdacObservation, jc: JudgeContext[EdacSettings]) -> Verdict:
         counter_state: dict[str, Any] = dict(observed.previous)
     else:
         counters, counter_state = judge_counters(observed, jc)
-    log_findings, log_state = judge_log(observed.log, jc, settings, PATTERNS)
-    findings += counters + log_findings
-    if not observed.present and not expected and not findings:
-        raise NotApplicable("no EDAC memory controller under devices/system/edac/mc and no machine check logged")
+    absent = "no EDAC memory controller under devices/system/edac/mc and no machine check logged"
     state: dict[str, Any] = {"counters": counter_state}
-    state.update(kept_log(observed.log, log_state))
-    return Verdict(tuple(findings), state)
+    present = bool(observed.present or expected)
+    return with_log(observed.log, jc, settings, PATTERNS, findings + counters, state, None if present else absent)
 
 
 CHECK = CheckSpec(

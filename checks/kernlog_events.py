@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.model import DetailValue, Finding, Status
-from healthd.plugin import Unobserved
+from healthd.plugin import NotApplicable, Unobserved, Verdict
 from healthd.state import load_records
 from healthd.text import one_line
 
@@ -256,6 +256,27 @@ def _report(groups: Mapping[str, _Group], jc: JudgeContext[Any], settings: Kerne
             details["userspace_records"] = group.userspace
         findings.append(jc.finding(status, group.code, group.subject, one_line(message, 300), **details))
     return findings
+
+
+def with_log(
+    log: LogObservation,
+    jc: JudgeContext[Any],
+    settings: KernelLogSettings,
+    patterns: tuple[Pattern, ...],
+    findings: list[Finding],
+    state: dict[str, Any],
+    absent: Optional[str],
+) -> Verdict:
+    """A hardware check's verdict with its kernel-log part added after its own findings and state.
+
+    ``absent`` says why the check does not apply when it is not None and neither
+    the hardware nor the log gave a finding (``NotApplicable``).
+    """
+    log_findings, log_state = judge_log(log, jc, settings, patterns)
+    findings = [*findings, *log_findings]
+    if absent is not None and not findings:
+        raise NotApplicable(absent)
+    return Verdict(tuple(findings), {**state, **kept_log(log, log_state)})
 
 
 def kept_log(log: LogObservation, new: Optional[dict[str, Any]]) -> dict[str, Any]:

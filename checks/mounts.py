@@ -48,6 +48,10 @@ class MountsObservation:
     previous: Mapping[str, Any] = field(default_factory=dict)
 
 
+# The mount's attributes a spec may pin: (attribute, finding code, how a wrong one reads).
+_EXPECTED_ATTRIBUTES = (("fstype", "MOUNT_WRONG_TYPE", "is"), ("source", "MOUNT_WRONG_SOURCE", "is mounted from"))
+
+
 def _stuck_probes(state: Mapping[str, Any]) -> StuckProbes:
     before = state.get("stuck_probes")
     return {k: dict(v) for k, v in before.items() if isinstance(v, dict)} if isinstance(before, dict) else {}
@@ -81,24 +85,11 @@ def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry])
         if entry is None:
             yield jc.finding(Status.CRITICAL, "MOUNT_MISSING", spec.path, f"{spec.path} is not mounted")
             continue
-        if spec.fstype is not None and entry.fstype != spec.fstype:
-            yield jc.finding(
-                Status.CRITICAL,
-                "MOUNT_WRONG_TYPE",
-                spec.path,
-                f"{spec.path} is {entry.fstype}, expected {spec.fstype}",
-                fstype=entry.fstype,
-                expected=spec.fstype,
-            )
-        if spec.source is not None and entry.source != spec.source:
-            yield jc.finding(
-                Status.CRITICAL,
-                "MOUNT_WRONG_SOURCE",
-                spec.path,
-                f"{spec.path} is mounted from {entry.source}, expected {spec.source}",
-                source=entry.source,
-                expected=spec.source,
-            )
+        for key, code, wrong in _EXPECTED_ATTRIBUTES:
+            want, got = getattr(spec, key), getattr(entry, key)
+            if want is not None and got != want:
+                message = f"{spec.path} {wrong} {got}, expected {want}"
+                yield jc.finding(Status.CRITICAL, code, spec.path, message, **{key: got, "expected": want})
         if spec.rw and entry.read_only:
             yield jc.finding(Status.CRITICAL, "MOUNT_READ_ONLY", spec.path, f"{spec.path} is mounted read-only")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
 
 from healthd.acks import POLICY_CHECK, Ack, FindingRef, apply_acks, merge
 from healthd.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm
@@ -227,13 +227,11 @@ def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
     return hold if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25) else None
 
 
-def _first_read(
-    s: Situation,
-    settings: PolicySettings,
-    prefix: str,
-    escalation: Optional[EscalationSettings],
-    reboot: bool,
-) -> Read:
+# ``decide`` with this pass's settings bound: a result, a policy state and the node go in.
+_Judge = Callable[[PassResult, PolicyState, Optional[NodeInfo]], tuple[Decision, PolicyState]]
+
+
+def _first_read(s: Situation, judge: _Judge) -> Read:
     """The pass's first read: the node alone, or the node with its partitions when the breaker will need them.
 
     The breaker is consulted for a take-out of a node that is not already out with
@@ -252,18 +250,7 @@ def _first_read(
         return Read.NODE_AND_PARTITIONS
     if state.took_out:
         return Read.NODE
-    decision, _ = decide(
-        apply_acks(s.result, s.acks)[0],
-        state,
-        None,
-        settings,
-        prefix,
-        partial=s.partial,
-        repeats=s.repeats,
-        escalation=escalation,
-        reboot=reboot,
-        boot_id=s.boot_id,
-    )
+    decision, _ = judge(apply_acks(s.result, s.acks)[0], state, None)
     return Read.NODE_AND_PARTITIONS if decision.action in TAKING_OUT else Read.NODE
 
 
@@ -308,6 +295,21 @@ def plan(
 ) -> Union[Read, Plan]:
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
     state, acks, observed = s.state, s.acks, s.observed
+
+    def judge(result: PassResult, state: PolicyState, node: Optional[NodeInfo]) -> tuple[Decision, PolicyState]:
+        return decide(
+            result,
+            state,
+            node,
+            settings,
+            prefix,
+            partial=s.partial,
+            repeats=s.repeats,
+            escalation=escalation,
+            reboot=reboot,
+            boot_id=s.boot_id,
+        )
+
     unasked = ""
     if not s.slurm_enabled:
         unasked = "Slurm actions disabled ([slurm].enabled = false)"
@@ -316,7 +318,7 @@ def plan(
     elif not observed.node_asked and needs_node(
         apply_acks(s.result, acks)[0], state, settings, s.now, reconcile_interval
     ):
-        return _first_read(s, settings, prefix, escalation, reboot)
+        return _first_read(s, judge)
     node = observed.node
     acknowledged: tuple[FindingRef, ...] = ()
     if node is not None:
@@ -327,18 +329,7 @@ def plan(
             acks = merge(acks, acknowledged, s.now, "slurm-resume")
             state = replace(state, took_out=(), repair=None, reboot=None)
     result, kept = apply_acks(s.result, acks)
-    decision, new_state = decide(
-        result,
-        state,
-        node,
-        settings,
-        prefix,
-        partial=s.partial,
-        repeats=s.repeats,
-        escalation=escalation,
-        reboot=reboot,
-        boot_id=s.boot_id,
-    )
+    decision, new_state = judge(result, state, node)
     breaker = _breaker(decision, new_state, s, settings, prefix)
     if isinstance(breaker, Read):
         return breaker

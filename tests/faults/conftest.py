@@ -49,3 +49,14 @@ def harness(tmp_path: Path) -> Callable[..., kit.Harness]:
         return kit.Harness(root=tmp_path, specs=list(specs), **kwargs)
 
     return make
+
+
+@pytest.fixture
+def cut_off(harness: Callable[..., kit.Harness], tmp_path: Path, cluster: Any) -> kit.Harness:
+    """node1's harness on the test cluster with Slurm's commands missing (an empty ``bin_dir``).
+
+    Clearing ``slurm_extra`` gives the commands back.
+    """
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    return harness(kit.FAULT, slurm_conf=cluster.conf, slurm_extra=f'bin_dir = "{empty}"')

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from healthd_testkit import nvml as fake_nvml_module
-from healthd_testkit.faults import FAULT, Harness, builtin
+from healthd_testkit.faults import Harness, builtin
 from healthd_testkit.paths import REPO
 
 from healthd.config import load_config
@@ -120,12 +120,8 @@ def test_xid_windows_across_clock_jumps(harness: Callable[..., Harness], tmp_pat
     assert {f.code: f.status for f in engine.run_checks().findings}["XID_79"] is Status.CRITICAL  # sticky
 
 
-def test_pending_action_survives_the_clock_jumping_back(
-    cluster: Any, harness: Callable[..., Harness], tmp_path: Path
-) -> None:
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    node = harness(FAULT, slurm_conf=cluster.conf, slurm_extra=f'bin_dir = "{empty}"')
+def test_pending_action_survives_the_clock_jumping_back(cluster: Any, cut_off: Harness) -> None:
+    node = cut_off
     node.faults(("CRITICAL", "INJECTED", "gpu0"))
     now = time.time()
     assert run_pass(node.engine(), clock=lambda: now).action.pending

@@ -54,17 +54,11 @@ def _fails_then_applies(node: Harness, cluster: Any, expected_error: str, heal: 
     assert json.loads((node.state_dir / "policy.json").read_text())["pending"] is None
 
 
-def test_scontrol_missing_keeps_the_action_pending(
-    cluster: Any, harness: Callable[..., Harness], tmp_path: Path
-) -> None:
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    node = harness(FAULT, slurm_conf=cluster.conf, slurm_extra=f'bin_dir = "{empty}"')
-
+def test_scontrol_missing_keeps_the_action_pending(cluster: Any, cut_off: Harness, tmp_path: Path) -> None:
     def heal() -> None:
-        node.slurm_extra = ""
+        cut_off.slurm_extra = ""
 
-    _fails_then_applies(node, cluster, f"sinfo not found in {empty}", heal)
+    _fails_then_applies(cut_off, cluster, f"sinfo not found in {tmp_path / 'bin'}", heal)
 
 
 def test_scontrol_failing_keeps_the_action_pending(
@@ -103,12 +97,8 @@ def test_scontrol_hanging_times_out_and_the_action_is_applied_later(
     assert cluster.state("node1") in ("down", "drained")
 
 
-def test_pending_action_is_dropped_when_the_fault_clears_before_slurm_returns(
-    cluster: Any, harness: Callable[..., Harness], tmp_path: Path
-) -> None:
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    node = harness(FAULT, slurm_conf=cluster.conf, slurm_extra=f'bin_dir = "{empty}"')
+def test_pending_action_is_dropped_when_the_fault_clears_before_slurm_returns(cluster: Any, cut_off: Harness) -> None:
+    node = cut_off
     now = time.time()
     node.faults(("CRITICAL", "INJECTED", "gpu0"))
     assert _cycle(node, now).action.pending

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -117,29 +118,27 @@ def test_stat_output_gives_usage_or_value_error(text: str) -> None:
 FIELD = st.one_of(st.sampled_from(["-", "/", "/mnt\\040x", "rw,relatime", "ext4", "shared:1", "0:1", "25"]), WORD)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(FIELD, max_size=12).map(" ".join), max_size=5))
-def test_mountinfo_near_misses_give_entries_or_the_documented_error(lines: list[str]) -> None:
-    try:
-        entries = parse_mountinfo("\n".join(lines), "mountinfo")
-    except MountinfoError as exc:
-        assert str(exc).startswith("mountinfo:")
-        return
-    assert all(e.mount_point.startswith("/") for e in entries)
-
-
 MODULE_FIELD = st.one_of(st.sampled_from(["nvidia", "123", "0", "-", "Live", "0x0", "mlx5_core,"]), WORD)
 
+# name -> (field strategy, fields per line, parser, its documented error, what every parsed item satisfies)
+NEAR_MISSES: dict[str, tuple[st.SearchStrategy[str], int, Callable[[str, str], Any], type[Exception], Any]] = {
+    "mountinfo": (FIELD, 12, parse_mountinfo, MountinfoError, lambda entry: entry.mount_point.startswith("/")),
+    "modules": (MODULE_FIELD, 7, parse_modules, ModulesError, lambda name: bool(name.strip())),
+}
 
+
+@pytest.mark.parametrize("kind", sorted(NEAR_MISSES))
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(MODULE_FIELD, max_size=7).map(" ".join), max_size=5))
-def test_modules_near_misses_give_names_or_the_documented_error(lines: list[str]) -> None:
+@given(data=st.data())
+def test_near_miss_lines_give_entries_or_the_documented_error(kind: str, data: st.DataObject) -> None:
+    field, width, parse, error, valid = NEAR_MISSES[kind]
+    text = data.draw(st.lists(st.lists(field, max_size=width).map(" ".join), max_size=5).map("\n".join))
     try:
-        names = parse_modules("\n".join(lines), "modules")
-    except ModulesError as exc:
-        assert str(exc).startswith("modules:")
+        parsed = parse(text, kind)
+    except error as exc:
+        assert str(exc).startswith(f"{kind}:")
         return
-    assert all(name.strip() for name in names)
+    assert all(valid(item) for item in parsed)
 
 
 # -- sysfs files of arbitrary bytes ---------------------------------------------------------------

@@ -1,10 +1,41 @@
-"""Configs that leave out every installed check but the ones a test is about, so a pass never judges this machine."""
+"""Helpers for tests of one check: configs that leave out every other installed check, and a check's context.
+
+``only_checks`` keeps a pass from judging this machine; ``check_context`` runs a check
+over fixture roots with its state in the test's own directory.
+"""
 
 from __future__ import annotations
 
-from healthd.plugin import discover
+import time
+from pathlib import Path
+from typing import Any, Callable, MutableMapping, Optional
+
+from healthd.config import Paths
+from healthd.plugin import CheckContext, S, discover
+from healthd.state import StateFile
 
 
 def only_checks(*kept: str) -> str:
     """``[checks.NAME] enabled = false`` for every installed check not in ``kept`` (a new check cannot slip in)."""
     return "".join(f"[checks.{spec.name}]\nenabled = false\n" for spec in discover() if spec.name not in kept)
+
+
+def check_context(
+    name: str,
+    settings: S,
+    root: Path,
+    *,
+    clock: Callable[[], float] = time.time,
+    memory: Optional[MutableMapping[str, Any]] = None,
+    **paths: Path,
+) -> CheckContext[S]:
+    """The context of one check's pass: its state kept under ``root/state``, its roots (``sysfs=`` ...) in ``paths``."""
+    state_dir = root / "state"
+    return CheckContext(
+        name=name,
+        settings=settings,
+        paths=Paths(state_dir=state_dir, **paths),
+        state=StateFile(state_dir, f"check-{name}"),
+        memory={} if memory is None else memory,
+        clock=clock,
+    )

@@ -6,10 +6,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from healthd.config import Paths
 from healthd.model import Finding
-from healthd.plugin import CheckContext
-from healthd.state import StateFile
+from healthd_testkit.checks import check_context
 
 from .paths import FIXTURES
 
@@ -55,11 +53,5 @@ class Dcgmi:
         from healthd_checks.dcgm import CHECK
         from healthd_checks.dcgm_settings import DcgmSettings
 
-        ctx = CheckContext(
-            name="dcgm",
-            settings=DcgmSettings(**{"dcgmi": self.tool, **settings}),
-            paths=Paths(state_dir=self.root / "state"),
-            state=StateFile(self.root / "state", "check-dcgm"),
-            memory=self.memory,
-        )
+        ctx = check_context("dcgm", DcgmSettings(**{"dcgmi": self.tool, **settings}), self.root, memory=self.memory)
         return list(CHECK.run(ctx))

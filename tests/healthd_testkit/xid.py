@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from healthd.config import Paths
 from healthd.model import Finding
 from healthd.plugin import CheckContext
-from healthd.state import StateFile
 from healthd_checks.xid import CHECK
 from healthd_checks.xid_settings import XidSettings
+from healthd_testkit.checks import check_context
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 FIXTURES = ALL_FIXTURES / "kernlog"
@@ -80,14 +79,9 @@ class Node:
         self.seq = max([self.seq, *seqs])
 
     def context(self, **options: Any) -> CheckContext[XidSettings]:
-        paths = Paths(sysfs=self.root / "sys", procfs=self.root / "proc", kmsg=self.kmsg, state_dir=self.root / "state")
-        return CheckContext(
-            name="xid",
-            settings=XidSettings(**{"source": "kmsg", **options}),
-            paths=paths,
-            state=StateFile(self.root / "state", "check-xid"),
-            clock=lambda: self.now,
-        )
+        roots = {"sysfs": self.root / "sys", "procfs": self.root / "proc", "kmsg": self.kmsg}
+        xid = XidSettings(**{"source": "kmsg", **options})
+        return check_context("xid", xid, self.root, clock=lambda: self.now, **roots)
 
     def run(self, **options: Any) -> list[Finding]:
         return list(CHECK.run(self.context(**options)))

@@ -61,28 +61,18 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 @pytest.mark.skipif(LINT is None, reason="ansible-lint is not installed")
 def test_ansible_lint(tmp_path: Path) -> None:
     assert LINT is not None
-    done = subprocess.run(
-        [LINT, "--offline", "--nocolor", "site.yml", "roles/healthd"],
-        cwd=ANSIBLE_DIR,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    _passes([LINT, "--offline", "--nocolor", "site.yml", "roles/healthd"], tmp_path, timeout=300)
 
 
 def test_syntax_check(tmp_path: Path) -> None:
     assert PLAYBOOK is not None
+    _passes([PLAYBOOK, "--syntax-check", "-i", "inventory/hosts.yml", "site.yml"], tmp_path, timeout=120)
+
+
+def _passes(command: list[str], tmp_path: Path, *, timeout: int) -> None:
+    """Run an Ansible tool in the playbook directory and require it to succeed."""
     done = subprocess.run(
-        [PLAYBOOK, "--syntax-check", "-i", "inventory/hosts.yml", "site.yml"],
-        cwd=ANSIBLE_DIR,
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
+        command, cwd=ANSIBLE_DIR, env=_env(tmp_path), capture_output=True, text=True, check=False, timeout=timeout
     )
     assert done.returncode == 0, done.stdout + done.stderr
 

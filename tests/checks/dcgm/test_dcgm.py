@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.dcgmi import Dcgmi
 from pydantic import ValidationError
 
-from healthd.config import Paths
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, NotApplicable
-from healthd.state import StateFile
+from healthd.plugin import NotApplicable
 from healthd_checks.dcgm import CHECK
 from healthd_checks.dcgm_settings import DcgmSettings
 
@@ -95,12 +94,7 @@ def test_a_hung_dcgmi_is_unknown_and_not_started_twice(dcgmi: Dcgmi) -> None:
 
 
 def test_not_applicable_without_dcgmi(tmp_path: Path) -> None:
-    ctx = CheckContext(
-        name="dcgm",
-        settings=DcgmSettings(dcgmi=tmp_path / "dcgmi"),
-        paths=Paths(state_dir=tmp_path / "state"),
-        state=StateFile(tmp_path / "state", "check-dcgm"),
-    )
+    ctx = check_context("dcgm", DcgmSettings(dcgmi=tmp_path / "dcgmi"), tmp_path)
     with pytest.raises(NotApplicable, match="no dcgmi at"):
         list(CHECK.run(ctx))
 

@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES, REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.cli import main
-from healthd.config import Paths
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, NotApplicable
-from healthd.state import StateFile
+from healthd.plugin import NotApplicable
 from healthd_checks.disks import CHECK, PATTERNS, parse_smart_log
 from healthd_checks.disks_settings import DisksSettings
 from healthd_checks.kernlog_events import match_line
@@ -56,14 +55,9 @@ class Node:
 
     def run(self, kmsg: Path = HEALTHY_LOG, **settings: Any) -> list[Finding]:
         settings.setdefault("nvme_cli", self.cli)
-        ctx = CheckContext(
-            name="disks",
-            settings=DisksSettings(source="kmsg", **settings),
-            paths=Paths(sysfs=self.sysfs, procfs=GPU_NODE, kmsg=kmsg, state_dir=self.root / "state"),
-            state=StateFile(self.root / "state", "check-disks"),
-            memory=self.memory,
-            clock=self.clock,
-        )
+        disks = DisksSettings(source="kmsg", **settings)
+        roots = {"sysfs": self.sysfs, "procfs": GPU_NODE, "kmsg": kmsg}
+        ctx = check_context("disks", disks, self.root, clock=self.clock, memory=self.memory, **roots)
         return list(CHECK.run(ctx))
 
 

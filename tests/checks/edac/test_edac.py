@@ -8,16 +8,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES, REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.cli import main
-from healthd.config import Paths
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, NotApplicable
-from healthd.state import StateFile
+from healthd.plugin import NotApplicable
 from healthd_checks.edac import CHECK, PATTERNS
 from healthd_checks.edac_settings import EdacSettings
 from healthd_checks.kernlog_events import match_line
@@ -45,13 +44,8 @@ class Node:
         (self.mc / relative).write_text(f"{value}\n")
 
     def run(self, kmsg: Path = HEALTHY, **settings: Any) -> list[Finding]:
-        ctx = CheckContext(
-            name="edac",
-            settings=EdacSettings(source="kmsg", **settings),
-            paths=Paths(sysfs=self.sysfs, procfs=GPU_NODE, kmsg=kmsg, state_dir=self.root / "state"),
-            state=StateFile(self.root / "state", "check-edac"),
-            clock=self.clock,
-        )
+        edac = EdacSettings(source="kmsg", **settings)
+        ctx = check_context("edac", edac, self.root, clock=self.clock, sysfs=self.sysfs, procfs=GPU_NODE, kmsg=kmsg)
         return list(CHECK.run(ctx))
 
 

@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.paths import FIXTURES, REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.cli import main
-from healthd.config import Paths
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, JudgeContext, NotApplicable
-from healthd.state import StateFile
+from healthd.plugin import JudgeContext, NotApplicable
 from healthd_checks.host import CHECK, HostObservation, KernelTimex, Timex, judge
 from healthd_checks.host_parse import parse_cpu_list, parse_driver_version, parse_meminfo
 from healthd_checks.host_settings import HostSettings
@@ -39,12 +38,7 @@ EXPECT = {
 
 def run(tmp_path: Path, sysfs: Path = BASE, procfs: Path = GPU_NODE, **settings: Any) -> list[Finding]:
     settings.setdefault("timex", SYNCED)
-    ctx = CheckContext(
-        name="host",
-        settings=HostSettings(**settings),
-        paths=Paths(sysfs=sysfs, procfs=procfs, state_dir=tmp_path / "state"),
-        state=StateFile(tmp_path / "state", "check-host"),
-    )
+    ctx = check_context("host", HostSettings(**settings), tmp_path, sysfs=sysfs, procfs=procfs)
     return list(CHECK.run(ctx))
 
 

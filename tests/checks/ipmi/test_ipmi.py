@@ -8,16 +8,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES, REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.cli import main
-from healthd.config import Paths
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, NotApplicable
-from healthd.state import StateFile
+from healthd.plugin import NotApplicable
 from healthd_checks.ipmi import CHECK, parse_sel_line
 from healthd_checks.ipmi_settings import IpmiSettings
 
@@ -42,13 +41,7 @@ class Bmc:
 
     def run(self, **settings: Any) -> list[Finding]:
         settings = {"ipmitool": self.tool, "device": IPMI / "ipmi0", **settings}
-        ctx = CheckContext(
-            name="ipmi",
-            settings=IpmiSettings(**settings),
-            paths=Paths(procfs=self.procfs, state_dir=self.root / "state"),
-            state=StateFile(self.root / "state", "check-ipmi"),
-            clock=self.clock,
-        )
+        ctx = check_context("ipmi", IpmiSettings(**settings), self.root, clock=self.clock, procfs=self.procfs)
         return list(CHECK.run(ctx))
 
 

@@ -8,16 +8,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES, REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.cli import main
-from healthd.config import Paths
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext
-from healthd.state import StateFile
 from healthd_checks.kernel import CHECK, PATTERNS
 from healthd_checks.kernel_settings import KernelSettings
 from healthd_checks.kernlog_events import match_line
@@ -38,13 +36,8 @@ class Node:
         self.clock = clock
 
     def run(self, kmsg: Path = KMSG, **settings: Any) -> list[Finding]:
-        ctx = CheckContext(
-            name="kernel",
-            settings=KernelSettings(source="kmsg", **settings),
-            paths=Paths(procfs=self.procfs, kmsg=kmsg, state_dir=self.root / "state"),
-            state=StateFile(self.root / "state", "check-kernel"),
-            clock=self.clock,
-        )
+        kernel = KernelSettings(source="kmsg", **settings)
+        ctx = check_context("kernel", kernel, self.root, clock=self.clock, procfs=self.procfs, kmsg=kmsg)
         return list(CHECK.run(ctx))
 
 

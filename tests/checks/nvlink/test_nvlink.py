@@ -10,16 +10,15 @@ from typing import Any, Callable, Optional
 
 import pynvml
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import SYSFS_H100, FakeNvml, fabric_info, nvml_error
 from healthd_testkit.paths import FIXTURES, REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.cli import main
-from healthd.config import Paths
 from healthd.model import Status
-from healthd.plugin import CheckContext, JudgeContext, NotApplicable
-from healthd.state import StateFile
+from healthd.plugin import JudgeContext, NotApplicable
 from healthd_checks.nvlink import CHECK, NvlinkObservation, judge, judge_registration
 from healthd_checks.nvlink_settings import NvlinkSettings
 from healthd_checks.nvml_source import (
@@ -47,12 +46,8 @@ def run(
     procfs: Path = GPU_NODE,
     **settings: Any,
 ) -> list[tuple[str, Status, str]]:
-    ctx = CheckContext(
-        name="nvlink",
-        settings=NvlinkSettings(snapshot=NVML / f"{snapshot}.json" if snapshot else None, **settings),
-        paths=Paths(sysfs=sysfs, procfs=procfs, state_dir=tmp_path / "state"),
-        state=StateFile(tmp_path / "state", "check-nvlink"),
-    )
+    nvlink = NvlinkSettings(snapshot=NVML / f"{snapshot}.json" if snapshot else None, **settings)
+    ctx = check_context("nvlink", nvlink, tmp_path, sysfs=sysfs, procfs=procfs)
     return sorted((f.code, f.status, f.subject) for f in CHECK.run(ctx))
 
 
