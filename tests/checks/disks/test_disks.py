@@ -12,11 +12,10 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
-from healthd_testkit.paths import FIXTURES, REPO
+from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.cli import main
 from healthd.model import Finding, Status
 from healthd.plugin import NotApplicable
 from healthd_checks.disks import CHECK, PATTERNS, parse_smart_log
@@ -182,15 +181,11 @@ def test_smart_log_parser_fails_only_with_valueerror_naming_the_source(text: str
         assert str(exc).startswith("SRC: ")
 
 
-def test_cli_on_the_fixture_node(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
-) -> None:
-    monkeypatch.chdir(REPO)
+def test_cli_on_the_fixture_node(check_once: Callable[[str, str], dict[str, Any]]) -> None:
     body = (
         f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\nkmsg = "{DISK_LOG}"\n'
         f'[checks.disks]\nsource = "kmsg"\nnvme_cli = "{NVME / "nvme"}"\nexpect_nvme = 2\n'
     )
-    main(["check", "--once", "--json", "--only", "disks", "--config", str(write_config(body))])
-    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "disks"]
+    check = check_once("disks", body)
     assert check["status"] == "WARNING"
     assert {f["code"] for f in check["findings"]} == {"BLOCK_IO_ERROR", "BUFFER_IO_ERROR"}

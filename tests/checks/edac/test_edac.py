@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -10,11 +9,10 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
-from healthd_testkit.paths import FIXTURES, REPO
+from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.cli import main
 from healthd.model import Finding, Status
 from healthd.plugin import NotApplicable
 from healthd_checks.edac import CHECK, PATTERNS
@@ -145,13 +143,9 @@ def test_a_segfault_report_never_reads_as_a_memory_error(comm: str, filename: st
     assert match_line(message, PATTERNS) is None
 
 
-def test_cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
-) -> None:
-    monkeypatch.chdir(REPO)
+def test_cli(check_once: Callable[[str, str], dict[str, Any]]) -> None:
     body = f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\nkmsg = "{MCE}"\n[checks.edac]\nsource = "kmsg"\n'
-    main(["check", "--once", "--json", "--only", "edac", "--config", str(write_config(body))])
-    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "edac"]
+    check = check_once("edac", body)
     assert check["status"] == "CRITICAL"
     assert {f["code"] for f in check["findings"]} >= {"MCE", "EDAC_UE_LOGGED", "MCE_MEMORY_UNCORRECTED"}
 

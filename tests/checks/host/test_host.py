@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 from healthd_testkit.checks import check_context
-from healthd_testkit.paths import FIXTURES, REPO
+from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.cli import main
 from healthd.model import Finding, Status
 from healthd.plugin import JudgeContext, NotApplicable
 from healthd_checks.host import CHECK, HostObservation, KernelTimex, Timex, judge
@@ -139,12 +137,8 @@ def test_driver_version_lines() -> None:
     assert parse_driver_version("something else 550.54.15") is None
 
 
-def test_cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
-) -> None:
-    monkeypatch.chdir(REPO)
+def test_cli(check_once: Callable[[str, str], dict[str, Any]]) -> None:
     body = f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\n[checks.host]\ntimex = "{UNSYNCED}"\nexpect_cpus = 256\n'
-    main(["check", "--once", "--json", "--only", "host", "--config", str(write_config(body))])
-    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "host"]
+    check = check_once("host", body)
     assert {f["code"] for f in check["findings"]} == {"CLOCK_UNSYNCHRONISED", "CPU_TOPOLOGY"}
     assert check["status"] == "CRITICAL"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -10,11 +9,10 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
-from healthd_testkit.paths import FIXTURES, REPO
+from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.cli import main
 from healthd.model import Finding, Status
 from healthd.plugin import NotApplicable
 from healthd_checks.ipmi import CHECK, parse_sel_line
@@ -125,12 +123,8 @@ def test_sel_parser_never_raises(line: str) -> None:
     parse_sel_line(line)
 
 
-def test_cli(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
-) -> None:
-    monkeypatch.chdir(REPO)
+def test_cli(check_once: Callable[[str, str], dict[str, Any]]) -> None:
     tool, device = IPMI / "ipmitool", IPMI / "ipmi0"
     body = f'[paths]\nprocfs = "{GPU_NODE}"\n[checks.ipmi]\nipmitool = "{tool}"\ndevice = "{device}"\n'
-    main(["check", "--once", "--json", "--only", "ipmi", "--config", str(write_config(body))])
-    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "ipmi"]
+    check = check_once("ipmi", body)
     assert (check["state"], check["status"], check["findings"]) == ("ran", "OK", [])

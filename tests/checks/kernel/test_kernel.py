@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -10,11 +9,10 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import Clock
-from healthd_testkit.paths import FIXTURES, REPO
+from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.cli import main
 from healthd.model import Finding, Status
 from healthd_checks.kernel import CHECK, PATTERNS
 from healthd_checks.kernel_settings import KernelSettings
@@ -172,13 +170,9 @@ def test_only_the_start_of_the_first_line_counts(before: str, after: str) -> Non
     assert match_line(f"sshd[1]: {before}\n{report}", PATTERNS) is None
 
 
-def test_cli_on_the_stuck_fixture(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
-) -> None:
-    monkeypatch.chdir(REPO)
-    config = write_config(f'[paths]\nprocfs = "{STUCK}"\nkmsg = "{KMSG}"\n[checks.kernel]\nsource = "kmsg"\n')
-    main(["check", "--once", "--json", "--only", "kernel", "--config", str(config)])
-    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "kernel"]
+def test_cli_on_the_stuck_fixture(check_once: Callable[[str, str], dict[str, Any]]) -> None:
+    config = f'[paths]\nprocfs = "{STUCK}"\nkmsg = "{KMSG}"\n[checks.kernel]\nsource = "kmsg"\n'
+    check = check_once("kernel", config)
     assert check["status"] == "CRITICAL"
     assert {f["code"] for f in check["findings"]} == {"HUNG_TASK", "SOFT_LOCKUP", "HARD_LOCKUP", "RCU_STALL"}
 

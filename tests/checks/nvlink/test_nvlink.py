@@ -12,11 +12,10 @@ import pynvml
 import pytest
 from healthd_testkit.checks import check_context
 from healthd_testkit.nvml import SYSFS_H100, FakeNvml, fabric_info, nvml_error
-from healthd_testkit.paths import FIXTURES, REPO
+from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.cli import main
 from healthd.model import Status
 from healthd.plugin import JudgeContext, NotApplicable
 from healthd_checks.nvlink import CHECK, NvlinkObservation, judge, judge_registration
@@ -204,15 +203,11 @@ def test_library_without_the_versioned_call_falls_back(mocker: Any) -> None:
     assert reading.gpus[0].fabric == FabricInfo(0, "SUCCESS", ZERO, 0, None)
 
 
-def test_cli_on_the_fixture_node(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
-) -> None:
-    monkeypatch.chdir(REPO)
-    config = write_config(
+def test_cli_on_the_fixture_node(check_once: Callable[[str, str], dict[str, Any]]) -> None:
+    config = (
         f'[paths]\nsysfs = "{SYSFS_H100}"\nprocfs = "{NO_FABRIC_MANAGER}"\n'
         f'[checks.nvlink]\nsnapshot = "{NVML / "h100-fabric-not-started.json"}"\n'
     )
-    main(["check", "--once", "--json", "--only", "nvlink", "--config", str(config)])
-    (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "nvlink"]
+    check = check_once("nvlink", config)
     assert check["status"] == "CRITICAL"
     assert {f["code"] for f in check["findings"]} == {"FABRIC_MANAGER_DOWN", "NVLINK_FABRIC_NOT_REGISTERED"}

@@ -1,0 +1,28 @@
+"""Fixtures shared by the tests of the built-in checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+from healthd_testkit.paths import REPO
+
+from healthd.cli import main
+
+
+@pytest.fixture
+def check_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], write_config: Callable[..., Path]
+) -> Callable[[str, str], dict[str, Any]]:
+    """``healthd check --once --json --only NAME`` under a config of the given body: that check's JSON."""
+    monkeypatch.chdir(REPO)
+
+    def run(name: str, body: str) -> dict[str, Any]:
+        main(["check", "--once", "--json", "--only", name, "--config", str(write_config(body))])
+        (check,) = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == name]
+        assert isinstance(check, dict)
+        return check
+
+    return run
