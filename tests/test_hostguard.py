@@ -77,6 +77,16 @@ def test_reads_in_process():
         (VAR / "policy.json").read_text()
 
 
+def test_reads_through_a_directory_swapped_for_a_link(tmp_path):
+    # The guard caches each directory's resolution: a swap after a first open must not slip past it.
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "policy.json").write_text("{}")
+    (tmp_path / "state").rename(tmp_path / "old")
+    (tmp_path / "state").symlink_to(VAR)
+    with contextlib.suppress(OSError):
+        (tmp_path / "state" / "policy.json").read_text()
+
+
 def test_writes_in_a_subprocess():
     subprocess.run(["sh", "-c", f"echo written > {VAR}/policy.json"], check=True)
 
@@ -186,6 +196,8 @@ def test_touching_a_guarded_path_fails_the_test_that_did(tmp_path: Path) -> None
     ) in output
     assert f"open {var / 'last-pass.json'} (blocked)" in errors["test_writes_in_process"]
     assert f"open {var / 'policy.json'} (blocked)" in errors["test_reads_in_process"]
+    assert "policy.json (blocked)" in errors["test_reads_through_a_directory_swapped_for_a_link"]
+    assert "/state/policy.json" in errors["test_reads_through_a_directory_swapped_for_a_link"]
     assert f"{var / 'policy.json'} was created" in errors["test_writes_in_a_subprocess"]
     assert f"{etc} was created" in errors["test_creates_the_config_dir_in_a_subprocess"]
     assert "host guard: outside any test, " in output

@@ -106,7 +106,7 @@ def test_dry_run_with_a_broken_slurm_conf_says_so_in_one_line(
     controllerless_slurm_conf: Path,
 ) -> None:
     conf = controllerless_slurm_conf
-    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\n{MISSING}', slurm_cluster=conf)
+    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\nact_splay = 0\n{MISSING}', slurm_cluster=conf)
     code, out, err = cli("check", "--once", "--only", "mounts", "--dry-run", "--config", str(path))
     assert code == 2, err
     lines = out.splitlines()
@@ -124,7 +124,7 @@ def test_a_real_run_with_slurm_unreachable_shows_the_pending_take_out(
     write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]], controllerless_slurm_conf: Path
 ) -> None:
     conf = controllerless_slurm_conf
-    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\n{MISSING}', slurm_cluster=conf)
+    path = write_config(f'[slurm]\nconf = "{conf}"\nnode_name = "n1"\nact_splay = 0\n{MISSING}', slurm_cluster=conf)
     code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
     assert code == 2
     pending = f"action: PENDING: {re.escape(WOULD[len('would ') :])}: "

@@ -141,6 +141,32 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         guard._check_exec(event, args)
 
 
+# Directory -> (device, inode, its realpath). A full realpath costs an lstat per path
+# component on every open of the test process; most of a check test's time went there.
+_RESOLVED_DIRS: dict[str, tuple[int, int, str]] = {}
+
+
+def _resolved(path: str) -> str:
+    """``os.path.realpath(path)`` for an absolute, normalised path, its directory's part cached.
+
+    The cached resolution holds while the directory still names the same inode (one
+    ``stat``, which follows every symbolic link on the way): a directory or any
+    component above it replaced by a link elsewhere is resolved afresh. A final
+    component that is itself a link is always resolved in full.
+    """
+    head, tail = os.path.split(path)
+    try:
+        found = os.stat(head)
+    except OSError:
+        return os.path.realpath(path)
+    cached = _RESOLVED_DIRS.get(head)
+    if cached is None or cached[:2] != (found.st_dev, found.st_ino):
+        cached = (found.st_dev, found.st_ino, os.path.realpath(head))
+        _RESOLVED_DIRS[head] = cached
+    resolved = os.path.join(cached[2], tail)
+    return os.path.realpath(resolved) if os.path.islink(resolved) else resolved
+
+
 class _Tripwire:
     """A slurm.conf that no Slurm command accepts, and an inotify watch on who opens it."""
 
@@ -344,7 +370,7 @@ class HostGuard:
             # A path relative to a dir_fd is read as relative to the working directory: the
             # dir_fd's own open was checked when it was made.
             absolute = os.path.abspath(os.fsdecode(raw))
-            if self._guarded(absolute) or self._guarded(os.path.realpath(absolute)):
+            if self._guarded(absolute) or self._guarded(_resolved(absolute)):
                 self._refuse(f"{event} {absolute}")
 
     def _check_exec(self, event: str, args: tuple[Any, ...]) -> None:
