@@ -183,17 +183,18 @@ def _net_tree(tmp_path: Path) -> Path:
 
 
 def _interface(sysfs: Path, name: str, operstate: str, kind: int = 1, device: bool = True) -> Path:
-    """A network interface as the kernel lays it out: class/net/NAME links into devices/."""
-    parent = sysfs / ("devices/pci0000:00/0000:00:1c.0/0000:01:00.0/net" if device else "devices/virtual/net")
-    root = parent / name
+    """A network interface: with a device, a directory whose ``device`` links to the NIC's PCI function
+    (as in the fixture tree); without, a link into devices/virtual/net, as the kernel makes for bridges."""
+    root = sysfs / "class/net" / name if device else sysfs / "devices/virtual/net" / name
     root.mkdir(parents=True)
     (root / "operstate").write_text(operstate + "\n")
     (root / "type").write_text(f"{kind}\n")
     if operstate == "up":
         (root / "carrier").write_text("1\n")
     if device:
-        (root / "device").symlink_to("../../../0000:01:00.0")
-    (sysfs / "class/net" / name).symlink_to(Path("../..") / root.relative_to(sysfs))
+        (root / "device").symlink_to("../../../devices/pci0000:00/0000:00:1c.0/0000:01:00.0")
+    else:
+        (sysfs / "class/net" / name).symlink_to(f"../../devices/virtual/net/{name}")
     return root
 
 
