@@ -273,8 +273,17 @@ def test_link_judgement_is_consistent(states: list[Any], expected: Optional[int]
 
 def test_links_down_read_from_a_snapshot_and_from_nvml(tmp_path: Path, mocker: Any) -> None:
     assert run(tmp_path, expect_active_links=18) == []
-    found = run(tmp_path, expect_active_links=18, snapshot="h100-pcie-x8")  # an older snapshot: no fabric
-    assert ("NVLINK_DOWN", Status.CRITICAL, "gpu0") not in found
+    document = json.loads((NVML / "h100-healthy.json").read_text())
+    document["gpus"][3]["nvlinks"][7]["active"] = False
+    (tmp_path / "link-down.json").write_text(json.dumps(document))
+    ctx = CheckContext(
+        name="nvlink",
+        settings=NvlinkSettings(snapshot=tmp_path / "link-down.json", expect_active_links=18),
+        paths=Paths(sysfs=BASE, procfs=GPU_NODE, state_dir=tmp_path / "state"),
+        state=StateFile(tmp_path / "state", "check-nvlink"),
+    )
+    (finding,) = CHECK.run(ctx)
+    assert (finding.code, finding.subject, finding.details["links_down"]) == ("NVLINK_DOWN", "gpu3", "7")
     fake = FakeNvml().install(mocker)
 
     def state(link: int) -> int:
