@@ -204,7 +204,7 @@ def _judge_gpu(
         fix = _remedy(_RECOVERY_REMEDY.get(name, ""), pci)
         add(Status.CRITICAL, "GPU_RECOVERY_ACTION", f"the driver asks for recovery action {name}", action=name, **fix)
 
-    _judge_nvlink_state(gpu, settings, add)
+    _judge_vbios(gpu, settings, add)
     return out, judge_counters(gpu, settings, old if isinstance(old, dict) else {}, now, add)
 
 
@@ -221,15 +221,17 @@ def _errors(gpu: GpuReading) -> dict[str, str]:
     errors: dict[str, str] = {}
     for name in gpu.__dataclass_fields__:
         # The serial is identity for the inventory, not health: many boards have none to give.
-        # The fabric registration is the nvlink check's to judge.
-        if name in ("serial", "fabric"):
+        # The fabric registration is the nvlink check's to judge; the VBIOS is judged only
+        # when one is expected (_judge_vbios).
+        if name in ("serial", "fabric", "vbios_version"):
             continue
         value = getattr(gpu, name)
         if isinstance(value, NvmlError):
             errors[name] = value.code
         elif name == "nvlinks":
             for link in value:
-                for link_field in ("active", *NVLINK_COUNTERS):
+                # Whether a link is up is the nvlink check's to judge (NVLINK_DOWN).
+                for link_field in NVLINK_COUNTERS:
                     link_value = getattr(link, link_field)
                     if isinstance(link_value, NvmlError):
                         errors[f"nvlink{link.link}.{link_field}"] = link_value.code
@@ -316,23 +318,17 @@ def _judge_pcie(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
         )
 
 
-def _judge_nvlink_state(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
-    links = _value(gpu.nvlinks)
-    if not links:
+def _judge_vbios(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
+    """The board's VBIOS against ``expect_vbios``: another version is a WARNING, as the host check grades a driver's."""
+    if not settings.expect_vbios:
         return
-    active = [link.link for link in links if link.active is True]
-    down = [link.link for link in links if link.active is False]
-    expected = settings.nvlinks_expected
-    # Without an expected count, a GPU whose links are all inactive is taken as one
-    # without NVLink (a PCIe card without a bridge); some up and some down is a fault.
-    if (expected is not None and len(active) < expected) or (expected is None and active and down):
-        add(
-            Status.CRITICAL,
-            "NVLINK_DOWN",
-            f"{len(down)} NVLink(s) down ({len(active)} active)",
-            links_down=",".join(map(str, down)),
-            active=len(active),
-        )
+    version = gpu.vbios_version
+    if isinstance(version, NvmlError):
+        if version.code not in _GPU_FATAL:  # a lost GPU is reported as such, not as an unread version
+            add(Status.UNKNOWN, "VBIOS_UNREADABLE", f"cannot read the VBIOS version: NVML {version.code}")
+    elif version not in settings.expect_vbios:
+        message = f"VBIOS version {version}, expected {' or '.join(settings.expect_vbios)}"
+        add(Status.WARNING, "VBIOS_VERSION", message, found=version)
 
 
 # ---------------------------------------------------------------------------------------
@@ -377,7 +373,7 @@ def judge(observed: GpuObservation, jc: JudgeContext[GpuSettings]) -> Verdict:
 
 
 def baseline(ctx: CheckContext[GpuSettings]) -> dict[str, Any]:
-    """The GPUs NVML sees: their count, their model when they share one, and their active NVLinks."""
+    """The GPUs NVML sees: their count, their model when they share one, and their VBIOS versions."""
     observed = gather(ctx)
     reading = observed.reading
     if isinstance(reading, Unobserved):
@@ -390,18 +386,15 @@ def baseline(ctx: CheckContext[GpuSettings]) -> dict[str, Any]:
     models = {_value(gpu.name) for gpu in reading.gpus}
     if len(models) == 1 and isinstance(next(iter(models)), str):
         found["expect_model"] = next(iter(models))
-    active = set()
-    for gpu in reading.gpus:
-        links = _value(gpu.nvlinks)
-        active.add(sum(1 for link in links if link.active is True) if isinstance(links, tuple) else None)
-    if len(active) == 1 and next(iter(active)):
-        found["nvlinks_expected"] = next(iter(active))
+    versions = {gpu.vbios_version for gpu in reading.gpus}
+    if versions and all(isinstance(version, str) for version in versions):
+        found["expect_vbios"] = sorted(str(version) for version in versions)
     return found
 
 
 CHECK = CheckSpec(
     name="gpu",
-    description="GPUs through NVML: count, lost GPUs, ECC, row remapping, PCIe link and replays, clocks, NVLink",
+    description="GPUs through NVML: count, lost GPUs, ECC, row remaps, PCIe link, clocks, NVLink errors, VBIOS",
     settings="healthd_checks.gpu_settings:GpuSettings",
     baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),

@@ -25,6 +25,9 @@ class GpuSettings(CheckSettings):
         default=None, min_length=1, description="the model every GPU must be (NVML's name, e.g. NVIDIA H100 80GB HBM3)"
     )
     snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
+    expect_vbios: list[str] = Field(
+        default_factory=list, description="VBIOS versions allowed (nvidia-smi's VBIOS Version); another is a WARNING"
+    )
     expect_ecc: bool = Field(default=True, description="WARNING when ECC is disabled on a GPU that supports it")
     ecc_aggregate_corrected_max: Optional[int] = Field(default=None, ge=0)
     ecc_aggregate_uncorrected_max: Optional[int] = Field(default=None, ge=0)
@@ -33,7 +36,6 @@ class GpuSettings(CheckSettings):
     busy_utilization_percent: int = Field(default=50, ge=0, le=100)
     # DCGM: "8 replays per minute is the maximum recommended by RM".
     pcie_replay_per_minute_max: float = Field(default=8.0, ge=0)
-    nvlinks_expected: Optional[int] = Field(default=None, ge=0, le=36, description="active NVLinks per GPU")
     # DCGM flags any new NVLink replay/recovery error; CRC errors matter only at 100+ per second.
     nvlink_errors_max: int = Field(default=0, ge=0, description="new replay+recovery errors tolerated per pass")
     nvlink_crc_per_second_max: float = Field(default=100.0, ge=0)

@@ -5,9 +5,10 @@ set: a read, allowed to any user) through ``TimexSource``, or replays a recorded
 reading (``timex``); it reads the CPU topology under ``[paths].sysfs/devices/system/cpu``
 (Documentation/admin-guide/cputopology.rst), ``[paths].procfs/meminfo``, the kernel
 release (``sys/kernel/osrelease``), the NVIDIA driver's version
-(``driver/nvidia/version``, else ``sysfs/module/nvidia/version``) and the firmware
-(``class/dmi/id/bios_version``). ``judge`` compares them with the ``expect_*``
-settings: only what is set is judged. See docs/host.md.
+(``driver/nvidia/version``, else ``sysfs/module/nvidia/version``), the firmware
+(``class/dmi/id/bios_version``) and the expected network interfaces' links
+(``class/net/NAME/operstate`` and ``carrier``). ``judge`` compares them with the
+``expect_*`` settings: only what is set is judged. See docs/host.md.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
 
 from healthd.model import DetailValue, Finding, Status
 from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.settingsview import updated
 from healthd.text import one_line
 
-from .host_parse import parse_cpu_list, parse_driver_version, parse_meminfo
+from .host_parse import ARPHRD_ETHER, link_up, parse_cpu_list, parse_driver_version, parse_meminfo, parse_operstate
 from .sysfs import SysfsError, read_value
 
 if TYPE_CHECKING:
@@ -130,6 +131,21 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class Interface:
+    """A network interface under ``class/net``: present or not, its operstate, whether its link is up.
+
+    ``problem`` says why the state could not be read (``up`` is then None).
+    """
+
+    name: str
+    present: bool
+    operstate: str = ""
+    up: Optional[bool] = None
+    speed_mbps: Optional[int] = None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
 class HostObservation:
     timex: Union[Timex, Unobserved, None]
     topology: Union[Topology, Unobserved, None]
@@ -137,6 +153,7 @@ class HostObservation:
     kernel: Union[str, Unobserved, None]
     driver: Union[str, Unobserved, None]
     bios: Union[str, Unobserved, None]
+    ethernet: Union[tuple[Interface, ...], Unobserved, None] = None
 
 
 def read_topology(sysfs: Path) -> Topology:
@@ -172,6 +189,53 @@ def _driver(ctx: CheckContext[HostSettings]) -> Union[str, Unobserved]:
     return _first_line(ctx.paths.sysfs / "module/nvidia/version", "NVIDIA_DRIVER_UNREADABLE")
 
 
+def _optional(path: Path) -> Optional[str]:
+    """A value file that the kernel may refuse to read: ``carrier`` and ``speed`` fail (EINVAL) on a link set down."""
+    try:
+        return read_value(path).strip()
+    except SysfsError:
+        return None
+
+
+def read_interface(net: Path, name: str) -> Interface:
+    """``class/net/NAME``: absent, or its operstate, carrier and speed (sysfs-class-net)."""
+    root = net / name
+    if not root.exists():
+        return Interface(name, present=False)
+    try:
+        operstate = parse_operstate(read_value(root / "operstate"), str(root / "operstate"))
+    except (SysfsError, ValueError) as exc:
+        return Interface(name, present=True, problem=str(exc))
+    speed = _optional(root / "speed")
+    # speed reads -1 where the driver does not know it (a link that is down).
+    mbps = int(speed) if speed is not None and speed.isdigit() and len(speed) < 8 else None
+    return Interface(name, True, operstate, link_up(operstate, _optional(root / "carrier")), mbps)
+
+
+def _ethernet(ctx: CheckContext[HostSettings]) -> Union[tuple[Interface, ...], Unobserved]:
+    net = ctx.paths.sysfs / "class/net"
+    if not net.is_dir():
+        # Every Linux machine has class/net (the loopback interface at least): its absence is not "no interfaces".
+        return Unobserved("NET_SYSFS_UNREADABLE", str(net), f"cannot list network interfaces: no directory {net}")
+    return tuple(read_interface(net, name) for name in ctx.settings.expect_ethernet)
+
+
+def physical_ethernet(sysfs: Path) -> list[str]:
+    """The up Ethernet interfaces that have a device behind them.
+
+    Virtual ones (lo, bridges, veth, docker0) have no ``device`` link; IPoIB and
+    loopback are other ``type``s than Ethernet.
+    """
+    net = sysfs / "class/net"
+    names: list[str] = []
+    for entry in sorted(net.iterdir()) if net.is_dir() else ():
+        if not (entry / "device").exists() or _optional(entry / "type") != str(ARPHRD_ETHER):
+            continue
+        if read_interface(net, entry.name).up:
+            names.append(entry.name)
+    return names
+
+
 def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     settings = ctx.settings
     timex: Union[Timex, Unobserved, None] = None
@@ -197,7 +261,8 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
         driver = _driver(ctx)
     if settings.expect_bios:
         bios = _first_line(ctx.paths.sysfs / "class/dmi/id/bios_version", "BIOS_VERSION_UNREADABLE")
-    return HostObservation(timex, topology, meminfo, kernel, driver, bios)
+    ethernet = _ethernet(ctx) if settings.expect_ethernet else None
+    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet)
 
 
 def _judge_clock(timex: Timex, jc: JudgeContext[HostSettings]) -> list[Finding]:
@@ -269,19 +334,47 @@ def _judge_versions(observed: HostObservation, jc: JudgeContext[HostSettings]) -
     return findings
 
 
+def _judge_ethernet(interfaces: tuple[Interface, ...], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """Each expected interface: missing or down is graded like missing hardware; unreadable is UNKNOWN."""
+    grade = Status[jc.settings.inventory_severity]
+    findings: list[Finding] = []
+    for interface in interfaces:
+        name = interface.name
+        if not interface.present:
+            message = f"network interface {name} is missing (no class/net/{name})"
+            findings.append(jc.finding(grade, "ETHERNET_MISSING", name, message))
+        elif interface.up is None:
+            message = one_line(f"cannot read the state of network interface {name}: {interface.problem}")
+            findings.append(jc.finding(Status.UNKNOWN, "ETHERNET_UNREADABLE", name, message))
+        elif not interface.up:
+            message = f"network interface {name} is not up (operstate {interface.operstate})"
+            findings.append(jc.finding(grade, "ETHERNET_DOWN", name, message, operstate=interface.operstate))
+    return findings
+
+
 def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
-    parts = (observed.timex, observed.topology, observed.meminfo, observed.kernel, observed.driver, observed.bios)
+    parts = (
+        observed.timex,
+        observed.topology,
+        observed.meminfo,
+        observed.kernel,
+        observed.driver,
+        observed.bios,
+        observed.ethernet,
+    )
     if all(part is None for part in parts):
         raise NotApplicable("clock_sync is off and nothing is expected in [checks.host]")
     findings = [part.finding(jc) for part in parts if isinstance(part, Unobserved)]
     if isinstance(observed.timex, Timex):
         findings += _judge_clock(observed.timex, jc)
     findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
+    if isinstance(observed.ethernet, tuple):
+        findings += _judge_ethernet(observed.ethernet, jc)
     return Verdict(tuple(findings))
 
 
 def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
-    """This node's CPUs, sockets and threads per core, memory, huge pages, and its kernel, driver and BIOS."""
+    """This node's CPUs, sockets and threads per core, memory, huge pages, its kernel, driver and BIOS, up Ethernet."""
     probe = updated(
         ctx.settings,
         **{
@@ -313,12 +406,15 @@ def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
     ):
         if isinstance(value, str):
             found[key] = [value]
+    ethernet = physical_ethernet(ctx.paths.sysfs)
+    if ethernet:
+        found["expect_ethernet"] = ethernet
     return found
 
 
 CHECK = CheckSpec(
     name="host",
-    description="clock synchronised; CPUs, memory, huge pages, kernel, NVIDIA driver and BIOS versions as expected",
+    description="clock synchronised; CPUs, memory, huge pages, kernel, NVIDIA driver, BIOS, Ethernet as expected",
     settings="healthd_checks.host_settings:HostSettings",
     baseline=baseline,
     run=Staged(gather, judge),

@@ -1,4 +1,4 @@
-"""Pure parsers for the ``host`` check: CPU lists, /proc/meminfo, the NVIDIA driver's version file.
+"""Pure parsers for the ``host`` check: CPU lists, /proc/meminfo, the NVIDIA driver's version file, network links.
 
 No I/O here; each accepts any text and raises ValueError (naming ``source`` and the
 line) for what its format does not allow.
@@ -55,3 +55,32 @@ def parse_driver_version(text: str) -> Optional[str]:
     """The driver version from /proc/driver/nvidia/version, or None when the first line is not the driver's."""
     match = _NVRM.match(text.partition("\n")[0])
     return match.group(1) if match else None
+
+
+# RFC 2863's operational states, as net/core/net-sysfs.c writes them to operstate
+# (Documentation/ABI/testing/sysfs-class-net).
+OPERSTATES = frozenset({"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant", "up"})
+# include/uapi/linux/if_arp.h: the ``type`` of an Ethernet interface (IPoIB is 32, loopback 772).
+ARPHRD_ETHER = 1
+
+
+def parse_operstate(text: str, source: str) -> str:
+    """An interface's ``operstate``; ValueError for anything the kernel does not write there."""
+    value = text.strip()
+    if value not in OPERSTATES:
+        raise ValueError(f"{source}: {value[:40]!r} is not an operational state")
+    return value
+
+
+def link_up(operstate: str, carrier: Optional[str]) -> bool:
+    """Whether the link carries traffic: operstate ``up``, or ``unknown`` with carrier.
+
+    Drivers that do not track the operational state leave it ``unknown``
+    (sysfs-class-net); for them the carrier says whether a link is there.
+    """
+    return operstate == "up" or (operstate == "unknown" and (carrier or "").strip() == "1")
+
+
+def valid_interface_name(name: str) -> bool:
+    """A name the kernel accepts for a network interface (net/core/dev.c, dev_valid_name)."""
+    return 0 < len(name) < 16 and name not in (".", "..") and not any(c in "/:" or c.isspace() for c in name)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from healthd.checksettings import CheckSettings
+
+from .host_parse import valid_interface_name
 
 Grade = Literal["WARNING", "CRITICAL"]
 
@@ -27,5 +29,16 @@ class HostSettings(CheckSettings):
     expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
     expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")
     expect_bios: list[str] = Field(default_factory=list, description="BIOS versions allowed")
+    expect_ethernet: list[str] = Field(
+        default_factory=list, description="network interfaces that must exist and be up (NHC's check_hw_eth)"
+    )
     inventory_severity: Grade = Field(default="CRITICAL", description="grade of missing CPUs or memory")
     version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")
+
+    @field_validator("expect_ethernet")
+    @classmethod
+    def _interface_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not valid_interface_name(name):
+                raise ValueError(f"{name!r} is not a network interface name (1-15 characters, no '/', ':' or space)")
+        return names

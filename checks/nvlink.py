@@ -1,9 +1,10 @@
-"""The ``nvlink`` check: GPUs registered with the NVLink fabric, and Fabric Manager running where NVSwitches are.
+"""The ``nvlink`` check: NVLinks up, GPUs registered with the fabric, and Fabric Manager running where NVSwitches are.
 
 ``gather`` finds the NVSwitches on the PCI bus (``sysfs.PciFunction.is_nvswitch``:
-NVIDIA vendor 0x10de, class 0x0680), reads each GPU's fabric registration from NVML
-(``nvmlDeviceGetGpuFabricInfoV``, or from an NVML snapshot) and, where Fabric Manager
-is required, looks for its daemon in the process table; ``judge`` grades them.
+NVIDIA vendor 0x10de, class 0x0680), reads each GPU's NVLink states
+(``nvmlDeviceGetNvLinkState``) and fabric registration (``nvmlDeviceGetGpuFabricInfoV``)
+from NVML or from an NVML snapshot and, where Fabric Manager is required, looks for its
+daemon in the process table; ``judge`` grades them.
 
 Fabric Manager is required exactly where NVSwitches are on the host's PCI bus (HGX and
 DGX baseboards), unless ``fabric_manager`` says otherwise: a PCIe H100, a GH200 or a
@@ -11,14 +12,16 @@ single GPU has no NVSwitch and nothing to manage, so it is never asked for there
 Hopper and later, NVIDIA's Fabric Manager user guide says a GPU cannot run CUDA work
 until Fabric Manager has registered it with the fabric; NVML reports that registration
 per GPU (state COMPLETED, status SUCCESS). GPUs that report the state as NOT_SUPPORTED
-(Ampere and older, PCIe boards) are left alone. Links that are down although expected
-active are the gpu check's (``NVLINK_DOWN``). See docs/nvlink.md.
+(Ampere and older, PCIe boards) are left alone. A GPU with fewer active links than
+``expect_active_links``, or (with no count expected) with some links up and others
+down, is ``NVLINK_DOWN``; the links' error counters stay the gpu check's, which keeps
+their baselines. See docs/nvlink.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 from healthd.model import DetailValue, Finding, Status
 from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
@@ -28,6 +31,7 @@ from .nvml_source import (
     FabricInfo,
     FabricReading,
     GpuFabric,
+    LinkState,
     NvmlError,
     NvmlLibrary,
     SnapshotError,
@@ -163,19 +167,79 @@ def judge_registration(
     return findings
 
 
+def judge_links(
+    gpu: GpuFabric, links: tuple[LinkState, ...], expected: Optional[int], jc: JudgeContext[NvlinkSettings]
+) -> list[Finding]:
+    """One GPU's links against ``expected``: too few up is CRITICAL, unless unread links could make up the count."""
+    subject = f"gpu{gpu.index}"
+    active = [link.link for link in links if link.active is True]
+    down = [link.link for link in links if link.active is False]
+    unread = {link.link: link.active.code for link in links if isinstance(link.active, NvmlError)}
+    findings: list[Finding] = []
+    if unread:
+        listed = ", ".join(f"link {link}: NVML {code}" for link, code in sorted(unread.items()))
+        findings.append(
+            jc.finding(
+                Status.UNKNOWN,
+                "NVLINK_STATE_UNREADABLE",
+                subject,
+                f"cannot read whether NVLinks are up ({listed})",
+                links=",".join(map(str, sorted(unread))),
+                **_gpu_details(gpu),
+            )
+        )
+    # Without an expected count, a GPU whose links are all inactive is taken as one
+    # without NVLink (a PCIe card without a bridge); some up and some down is a fault.
+    short = expected is not None and len(active) < expected and len(active) + len(unread) < expected
+    if short or (expected is None and active and down):
+        message = f"{len(down)} NVLink(s) down ({len(active)} active" + (
+            f", {expected} expected)" if expected is not None else ")"
+        )
+        details: dict[str, DetailValue] = {"links_down": ",".join(map(str, down)), "active": len(active)}
+        if expected is not None:
+            details["expected"] = expected
+        findings.append(jc.finding(Status.CRITICAL, "NVLINK_DOWN", subject, message, **details, **_gpu_details(gpu)))
+    return findings
+
+
+def _judge_all_links(fabric: FabricReading, jc: JudgeContext[NvlinkSettings]) -> tuple[list[Finding], bool]:
+    """Findings on every GPU's links, and whether any GPU has NVLinks to judge (or is expected to)."""
+    expected = jc.settings.expect_active_links
+    findings: list[Finding] = []
+    present = bool(expected) and bool(fabric.gpus)
+    for gpu in fabric.gpus:
+        links = gpu.links
+        if isinstance(links, NvmlError):
+            if links.code not in _ABSENT:
+                message = f"cannot read the GPU's NVLinks: NVML {links.code}"
+                findings.append(
+                    jc.finding(
+                        Status.UNKNOWN,
+                        "NVLINK_STATE_UNREADABLE",
+                        f"gpu{gpu.index}",
+                        message,
+                        nvml_error=links.code,
+                        **_gpu_details(gpu),
+                    )
+                )
+            continue
+        present = present or any(link.active is True for link in links)
+        findings += judge_links(gpu, links, expected, jc)
+    return findings, present
+
+
 def _judge_fabric(observed: NvlinkObservation, jc: JudgeContext[NvlinkSettings]) -> tuple[list[Finding], bool]:
     """Findings on the GPUs' registration, and whether any GPU has a registration to judge."""
     fabric = observed.fabric
     if isinstance(fabric, Unobserved):
         return [fabric.finding(jc)], True
     if fabric.init_error is not None:
-        if not observed.switches and not jc.settings.expect_cluster_uuid:
+        if not observed.switches and not jc.settings.expect_cluster_uuid and jc.settings.expect_active_links is None:
             return [], False
         error = fabric.init_error
-        message = f"cannot read the GPUs' NVLink fabric registration: NVML {error.code} {error.message}".strip()
+        message = f"cannot read the GPUs' NVLinks and fabric registration: NVML {error.code} {error.message}".strip()
         return [jc.finding(Status.UNKNOWN, "NVLINK_FABRIC_UNOBSERVED", "nvml", message, nvml_error=error.code)], True
-    findings: list[Finding] = []
-    supported = False
+    findings, supported = _judge_all_links(fabric, jc)
     for gpu in fabric.gpus:
         info = gpu.fabric
         if isinstance(info, NvmlError):
@@ -231,14 +295,39 @@ def judge(observed: NvlinkObservation, jc: JudgeContext[NvlinkSettings]) -> Verd
         findings.append(jc.finding(Status.CRITICAL, "FABRIC_MANAGER_DOWN", process, message, nvswitches=switches))
     fabric, supported = _judge_fabric(observed, jc)
     findings += fabric
-    if not (switches or required or supported or expected or settings.expect_cluster_uuid or findings):
-        raise NotApplicable("no NVSwitch on the PCI bus and no GPU reports an NVLink fabric registration")
+    wanted = expected or settings.expect_cluster_uuid or settings.expect_active_links is not None
+    if not (switches or required or supported or wanted or findings):
+        raise NotApplicable("no NVSwitch on the PCI bus, no NVLink up and no GPU registered with an NVLink fabric")
     return Verdict(tuple(findings))
+
+
+def baseline(ctx: CheckContext[NvlinkSettings]) -> dict[str, Any]:
+    """The NVSwitches on the bus and the active NVLinks per GPU (when every GPU has the same number)."""
+    observed = gather(ctx)
+    fabric = observed.fabric
+    if isinstance(fabric, Unobserved):
+        raise OSError(fabric.message)
+    found: dict[str, Any] = {}
+    if observed.switches:
+        found["expect_nvswitches"] = len(observed.switches)
+    if fabric.init_error is None:
+        active = {
+            sum(1 for link in gpu.links if link.active is True) if isinstance(gpu.links, tuple) else None
+            for gpu in fabric.gpus
+        }
+        if len(active) == 1 and next(iter(active)):
+            found["expect_active_links"] = next(iter(active))
+    elif observed.switches:
+        raise OSError(f"NVML cannot be used ({fabric.init_error.code}) but NVSwitches are on the PCI bus")
+    if not found:
+        raise NotApplicable("no NVSwitch on the PCI bus and no NVLink up")
+    return found
 
 
 CHECK = CheckSpec(
     name="nvlink",
-    description="NVLink fabric: GPUs registered with the fabric (NVML), Fabric Manager running where NVSwitches are",
+    description="NVLink: links up, GPUs registered with the fabric (NVML), Fabric Manager running where NVSwitches are",
     settings="healthd_checks.nvlink_settings:NvlinkSettings",
+    baseline=baseline,
     run=Staged(gather, judge),
 )

@@ -8,6 +8,7 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from healthd.checksettings import CheckSettings
+from healthd.config import moved_from_check
 
 
 class NvlinkSettings(CheckSettings):
@@ -21,6 +22,14 @@ class NvlinkSettings(CheckSettings):
         default="nv-fabricmanager", min_length=1, description="the daemon's process name, owned by root"
     )
     expect_nvswitches: Optional[int] = Field(default=None, ge=0, le=64, description="NVSwitches on the PCI bus")
+    # NVLink5 (Blackwell) has 18 links per GPU, as Hopper's NVLink4 does; 36 leaves room.
+    expect_active_links: Optional[int] = Field(
+        default=None,
+        ge=0,
+        le=36,
+        description="active NVLinks each GPU must have (unset: some of a GPU's links down while others are up)",
+        json_schema_extra=moved_from_check("gpu", "nvlinks_expected"),
+    )
     expect_cluster_uuid: bool = Field(
         default=False,
         description="GPUs must carry a non-zero cluster UUID (multi-node NVLink, where Fabric Manager assigns one)",

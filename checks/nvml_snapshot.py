@@ -89,6 +89,7 @@ class _GpuModel(_Model):
     recovery_action: Union[StrictInt, _ErrorModel]
     # Optional: snapshots recorded before fabric registration was read still load.
     fabric: Union[_FabricModel, _ErrorModel] = _ErrorModel(error=NOT_RECORDED, message="not in this snapshot")
+    vbios_version: Union[StrictStr, _ErrorModel] = _ErrorModel(error=NOT_RECORDED, message="not in this snapshot")
 
 
 class _SnapshotModel(_Model):

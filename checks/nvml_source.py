@@ -69,6 +69,14 @@ class NvLinkReading:
 
 
 @dataclass(frozen=True)
+class LinkState:
+    """One NVLink's state (``nvmlDeviceGetNvLinkState``): up, down, or the error NVML gave."""
+
+    link: int
+    active: Reading[bool]
+
+
+@dataclass(frozen=True)
 class FabricInfo:
     """``nvmlDeviceGetGpuFabricInfoV`` (Hopper and later): the GPU's registration with the NVLink fabric.
 
@@ -116,6 +124,8 @@ class GpuReading:
     recovery_action: Reading[int]
     # Read from snapshot version 1 files recorded before the fabric was: NOT_RECORDED.
     fabric: Reading[FabricInfo] = NvmlError(NOT_RECORDED, "not in this snapshot")
+    # nvmlDeviceGetVbiosVersion; NOT_RECORDED in snapshots recorded before it was read.
+    vbios_version: Reading[str] = NvmlError(NOT_RECORDED, "not in this snapshot")
 
     @classmethod
     def unreachable(cls, index: int, error: NvmlError) -> GpuReading:
@@ -141,27 +151,35 @@ class NodeReading:
 
 @dataclass(frozen=True)
 class GpuFabric:
-    """One GPU's fabric registration, with what names the GPU."""
+    """What the nvlink check reads of one GPU: its fabric registration and its NVLinks' states, with what names it."""
 
     index: int
     pci_bus_id: Reading[str]
     uuid: Reading[str]
     fabric: Reading[FabricInfo]
+    links: Reading[tuple[LinkState, ...]] = ()
 
 
 @dataclass(frozen=True)
 class FabricReading:
-    """Each GPU's fabric registration. ``init_error`` set means NVML itself was unusable."""
+    """Each GPU's fabric registration and link states. ``init_error`` set means NVML itself was unusable."""
 
     init_error: Optional[NvmlError]
     gpus: tuple[GpuFabric, ...] = ()
 
 
 def fabric_of(reading: NodeReading) -> FabricReading:
-    """The fabric part of a whole reading (a snapshot's)."""
+    """The nvlink check's part of a whole reading (a snapshot's)."""
     if reading.init_error is not None:
         return FabricReading(reading.init_error)
-    return FabricReading(None, tuple(GpuFabric(g.index, g.pci_bus_id, g.uuid, g.fabric) for g in reading.gpus))
+    return FabricReading(
+        None,
+        tuple(GpuFabric(g.index, g.pci_bus_id, g.uuid, g.fabric, _map(g.nvlinks, _states)) for g in reading.gpus),
+    )
+
+
+def _states(links: tuple[NvLinkReading, ...]) -> tuple[LinkState, ...]:
+    return tuple(LinkState(link.link, link.active) for link in links)
 
 
 class FabricSource(Protocol):
@@ -190,10 +208,6 @@ def _error_names(pynvml: ModuleType) -> dict[int, str]:
 
 class NvmlLibrary:
     """Reads the node through NVML. Imports ``pynvml`` only when ``read()`` runs."""
-
-    # Links are probed from 0 up to the binding's NVML_NVLINK_MAX_LINKS; a GPU answers
-    # NOT_SUPPORTED or INVALID_ARGUMENT for a link index it does not have.
-    _NO_SUCH_LINK = frozenset({NOT_SUPPORTED, "INVALID_ARGUMENT", "NOT_FOUND"})
 
     def read(self) -> NodeReading:
         def whole(call: _Caller) -> NodeReading:
@@ -268,6 +282,9 @@ class NvmlLibrary:
             nvlinks=self._nvlinks(call, handle),
             recovery_action=self._recovery_action(call, handle),
             fabric=read_fabric(call, handle),
+            # The board's firmware (NVML API reference: nvmlDeviceGetVbiosVersion), which a
+            # fleet keeps at one version per model; a board flashed otherwise behaves otherwise.
+            vbios_version=_map(call(str, "nvmlDeviceGetVbiosVersion", handle), _text),
         )
 
     @staticmethod
@@ -279,26 +296,26 @@ class NvmlLibrary:
             reasons = call(int, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
         return reasons
 
-    def _nvlinks(self, call: _Caller, handle: object) -> Reading[tuple[NvLinkReading, ...]]:
+    @staticmethod
+    def _nvlinks(call: _Caller, handle: object) -> Reading[tuple[NvLinkReading, ...]]:
         pynvml = call.pynvml
+        states = link_states(call, handle)
+        if isinstance(states, NvmlError):
+            return states
         links: list[NvLinkReading] = []
-        for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
-            state = call(int, "nvmlDeviceGetNvLinkState", handle, link)
-            if isinstance(state, NvmlError):
-                if state.code in self._NO_SUCH_LINK:
-                    continue
-                if not links:
-                    return state  # the GPU itself failed (lost, reset required): say so once
-                links.append(NvLinkReading(link, state, state, state, state, state))
+        for state in states:
+            if isinstance(state.active, NvmlError):
+                error = state.active
+                links.append(NvLinkReading(state.link, error, error, error, error, error))
                 continue
 
-            def counter(which: int, link: int = link) -> Reading[int]:
+            def counter(which: int, link: int = state.link) -> Reading[int]:
                 return call(int, "nvmlDeviceGetNvLinkErrorCounter", handle, link, which)
 
             links.append(
                 NvLinkReading(
-                    link=link,
-                    active=bool(state),
+                    link=state.link,
+                    active=state.active,
                     replay_errors=counter(pynvml.NVML_NVLINK_ERROR_DL_REPLAY),
                     recovery_errors=counter(pynvml.NVML_NVLINK_ERROR_DL_RECOVERY),
                     crc_flit_errors=counter(pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT),
@@ -342,14 +359,36 @@ def _session(body: Callable[[_Caller], T], failed: Callable[[NvmlError], T]) -> 
 def _gpu_fabric(call: _Caller, index: int) -> GpuFabric:
     handle = call(object, "nvmlDeviceGetHandleByIndex", index)
     if isinstance(handle, NvmlError):
-        return GpuFabric(index, handle, handle, handle)
+        return GpuFabric(index, handle, handle, handle, handle)
     pci = call(object, "nvmlDeviceGetPciInfo", handle)
     return GpuFabric(
         index,
         pci_bus_id=_map(pci, lambda p: _text(p.busId)),
         uuid=_map(call(str, "nvmlDeviceGetUUID", handle), _text),
         fabric=read_fabric(call, handle),
+        links=link_states(call, handle),
     )
+
+
+# Links are probed from 0 up to the binding's NVML_NVLINK_MAX_LINKS; a GPU answers
+# NOT_SUPPORTED or INVALID_ARGUMENT for a link index it does not have.
+_NO_SUCH_LINK = frozenset({NOT_SUPPORTED, "INVALID_ARGUMENT", "NOT_FOUND"})
+
+
+def link_states(call: _Caller, handle: object) -> Reading[tuple[LinkState, ...]]:
+    """Each NVLink the GPU has, up or down; the GPU's own error when its first link cannot be read."""
+    states: list[LinkState] = []
+    for link in range(int(getattr(call.pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
+        state = call(int, "nvmlDeviceGetNvLinkState", handle, link)
+        if isinstance(state, NvmlError):
+            if state.code in _NO_SUCH_LINK:
+                continue
+            if not states:
+                return state  # the GPU itself failed (lost, reset required): say so once
+            states.append(LinkState(link, state))
+            continue
+        states.append(LinkState(link, bool(state)))
+    return tuple(states)
 
 
 def read_fabric(call: _Caller, handle: object) -> Reading[FabricInfo]:
@@ -449,9 +488,13 @@ def snapshot_document(reading: NodeReading, source: str, recorded_at: Optional[s
     }
 
 
+# Fields that snapshots recorded before they were read lack.
+_OPTIONAL = frozenset({"fabric", "vbios_version"})
+
+
 def _unrecorded(name: str, value: Any) -> bool:
     """An optional field a reading does not have: left out, so an old snapshot is written back as it was."""
-    return name == "fabric" and isinstance(value, NvmlError) and value.code == NOT_RECORDED
+    return name in _OPTIONAL and isinstance(value, NvmlError) and value.code == NOT_RECORDED
 
 
 @dataclass(frozen=True)

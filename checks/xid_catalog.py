@@ -73,6 +73,7 @@ class Bucket(enum.Enum):
     SOFTWARE = "software"
     NVSWITCH_FATAL = "nvswitch_fatal"
     NVSWITCH_NONFATAL = "nvswitch_nonfatal"
+    POWER_SMOOTHING = "power_smoothing"
     UNKNOWN = "unknown"
 
 
@@ -215,7 +216,28 @@ def _entry(code: int, action: Action, summary: str) -> Entry:
     return Entry(_BUCKET_OF.get(code, bucket), grade, sticky, summary, action)
 
 
-CATALOG: Mapping[int, Entry] = {code: _entry(code, *row) for code, row in sorted(IMMEDIATE_ACTION.items())}
+# Xids 162 and 163 have no immediate action in the catalog, but its descriptions say
+# what they are: the GPU's power smoothing circuitry disengaged (163: "No GPU reset
+# required"; power swings until the thermal events behind it are resolved) and
+# re-engaged (162). A disengaged circuit is worth a look, never a drain.
+_DESCRIBED: Mapping[int, Entry] = {
+    162: Entry(Bucket.POWER_SMOOTHING, Status.OK, Sticky.NO, "power smoothing circuitry re-engaged"),
+    163: Entry(Bucket.POWER_SMOOTHING, Status.WARNING, Sticky.NO, "power smoothing circuitry disengaged"),
+}
+
+CATALOG: Mapping[int, Entry] = {
+    **{code: _entry(code, *row) for code, row in sorted(IMMEDIATE_ACTION.items())},
+    **_DESCRIBED,
+}
+
+# Xid -> the earlier Xids of the same GPU that it resolves. Besides Xid 154 back to
+# 0x0 (none), which clears what a reset clears (xid_events), the catalog documents
+# one such pair: 162 "Power Smoothing HW Circuitry capability reengaged" undoes 163
+# "... disengaged". No other Xid is documented as resolving another: 63 (a row
+# remap recorded) and 64 (failed) are outcomes, not a pending state and its end;
+# 94 and 95 (contained and uncontained errors) are alternatives; 119 and 120 (GSP)
+# are both faults. See docs/xid.md.
+CLEARS: Mapping[int, frozenset[int]] = {162: frozenset({163})}
 
 UNKNOWN_XID = Entry(Bucket.UNKNOWN, Status.WARNING, Sticky.NO, "Xid not in healthd's catalog")
 

@@ -17,7 +17,8 @@ from healthd.state import load_records
 
 from .kernlog import LogLine, ReadResult
 from .kernlog_read import Position
-from .xid_catalog import Bucket, Sticky, classify, remedy
+from .xid_catalog import CLEARS, Bucket, Sticky, classify, remedy
+from .xid_nvlink import DESCRIPTIONS, causes, parse_registers
 from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message
 
 if TYPE_CHECKING:
@@ -66,13 +67,16 @@ class _Group:
     action: str = ""
     userspace: int = 0
     nvlink: str = ""  # Xid 74: the link (and registers) of the latest line that named one
+    cleared_by: str = ""  # what cleared the event ("" in states from before Xid 162: Xid 154's "None")
 
 
 def _sane(group: _Group) -> bool:
-    """Raises ValueError for a bucket or stickiness this version does not know."""
+    """Raises ValueError for a bucket or stickiness this version does not know, or NVLink registers unparsed."""
     nvlink_ok = isinstance(group.nvlink, str) and group.nvlink.partition(":")[0].isdigit() == bool(group.nvlink)
+    if nvlink_ok and group.nvlink:
+        parse_registers(group.nvlink.partition(":")[2])
     known = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
-    return known and isinstance(group.userspace, int) and nvlink_ok
+    return known and isinstance(group.userspace, int) and isinstance(group.cleared_by, str) and nvlink_ok
 
 
 def _load_groups(raw: Any) -> dict[str, _Group]:
@@ -254,6 +258,7 @@ class Folding:
             registers = ",".join(f"0x{r:x}" for r in event.nvlink.registers)
             group.nvlink = f"{event.nvlink.link}:{registers}"
         group.cleared = False
+        group.cleared_by = ""
         if group.bucket == Bucket.APPLICATION.value and abs(when - group.last_seen) >= _BURST_SECONDS:
             horizon = self.now - self.settings.app_repeat_window
             # Times after now were stamped before the clock stepped back: their age is unknown.
@@ -262,6 +267,17 @@ class Folding:
         group.last_seen = max(group.last_seen, when)
         if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
             self._clear_gpu(event.pci, key)
+        if event.kind is Kind.XID and event.pci is not None:
+            for earlier in CLEARS.get(event.code, ()):
+                self._clear_xid(event.pci, earlier, f"Xid {event.code}")
+
+    def _clear_xid(self, pci: PciAddress, xid: int, by: str) -> None:
+        """An Xid the catalog pairs with a later one (``CLEARS``): that later one on the same GPU ends it."""
+        for group in self.groups.values():
+            if group.kind == Kind.XID.value and group.xid == xid and group.pci == str(pci) and not group.cleared:
+                group.sticky_active = False
+                group.cleared = True
+                group.cleared_by = by
 
     def _clear_gpu(self, pci: PciAddress, except_key: str) -> None:
         """Xid 154 back to "no action": the driver says the GPU no longer needs a reset.
@@ -275,11 +291,12 @@ class Folding:
             if group.sticky == Sticky.UNTIL_RESET.value:
                 group.sticky_active = False
                 group.cleared = True
+                group.cleared_by = "recovery action None"
 
     def _status(self, group: _Group) -> tuple[Status, str]:
         grade = Status[group.grade]
         if group.cleared:
-            return Status.OK, "; cleared by recovery action None"
+            return Status.OK, f"; cleared by {group.cleared_by or 'recovery action None'}"
         if group.sticky_active:
             return grade, ""
         if grade is not Status.OK and self.now - group.last_seen < self.settings.window:
@@ -296,6 +313,11 @@ class Folding:
             status, note = self._status(group)
             what = "SXid" if group.kind == Kind.SXID.value else "Xid"
             text = f": {group.text}" if group.text else ""
+            link = _nvlink_details(group.nvlink)
+            if link:
+                # Before the line's text, which the message's length limit may cut: that text is in the details.
+                decoded = "; ".join(DESCRIPTIONS[c] for c in link["causes"]) or "no register bit set"
+                text = f" on link {link['nvlink']} ({decoded}){text}"
             message = f"{what} {group.xid} on {group.subject}: {group.summary}{text}{note} ({group.count} this boot)"
             details: dict[str, DetailValue] = {
                 "event": group.event,
@@ -314,10 +336,10 @@ class Folding:
                 details["recovery_action"] = group.recovery_action
             if group.action:
                 details["action"] = group.action
-            if group.nvlink:
-                link, _, registers = group.nvlink.partition(":")
-                details["nvlink"] = int(link)
-                details["nvlink_registers"] = registers
+            if link:
+                details["nvlink"] = link["nvlink"]
+                details["nvlink_registers"] = link["registers"]
+                details["nvlink_causes"] = ",".join(c.value for c in link["causes"])
             if group.userspace:
                 details["userspace_records"] = group.userspace
             fix = remedy(group.action, group.recovery_action)
@@ -325,3 +347,11 @@ class Folding:
                 details["remedy"] = fix
             self.findings.append(self.jc.finding(status, group.code, group.subject, one_line(message), **details))
         return self.findings
+
+
+def _nvlink_details(nvlink: str) -> dict[str, Any]:
+    """Xid 74's ``link:registers`` as kept in the state: the link, the registers and their causes ({} if none)."""
+    if not nvlink:
+        return {}
+    link, _, registers = nvlink.partition(":")
+    return {"nvlink": int(link), "registers": registers, "causes": causes(parse_registers(registers))}

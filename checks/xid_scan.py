@@ -17,6 +17,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, TextIO
 from healthd.model import Status, worst
 
 from .xid_catalog import Entry, classify
+from .xid_nvlink import causes
 from .xid_parse import (
     EVENTS_ONLY,
     Focus,
@@ -81,6 +82,7 @@ class ScanEntry:
             "recovery_action": event.recovery.after if event.recovery else None,
             "nvlink": event.nvlink.link if event.nvlink else None,
             "nvlink_registers": [f"0x{r:x}" for r in event.nvlink.registers] if event.nvlink else None,
+            "nvlink_causes": [c.value for c in causes(event.nvlink.registers)] if event.nvlink else None,
             "action": self.entry.action.value,
         }
 

@@ -9,7 +9,8 @@ whose lines read ``file: key.path: problem``; the CLI exits 78 (EX_CONFIG) on it
 ``[node]`` held those expectations before they moved to the checks. It is still
 read: each key goes to the check setting that declares it replaces it
 (``moved_from_node``), with a deprecation note naming the new place, so a config
-that worked keeps its meaning; a key set in both places is an error.
+that worked keeps its meaning; a key set in both places is an error. A setting that
+moved from one check to another (``moved_from_check``) is carried over the same way.
 """
 
 from __future__ import annotations
@@ -32,12 +33,17 @@ log = logging.getLogger(__name__)
 
 _PREFIX_WORD = r"[A-Za-z0-9_.,:;/@+#%()\-]+"
 _REASON_PREFIX = re.compile(rf"{_PREFIX_WORD}(?: {_PREFIX_WORD})*")
-_NODE_KEY = "replaces_node_key"
+_REPLACES = "replaces"
 
 
 def moved_from_node(key: str) -> dict[str, Any]:
     """``json_schema_extra`` of a check setting that replaces ``[node] key``: old configs then keep working."""
-    return {_NODE_KEY: key}
+    return {_REPLACES: f"node.{key}"}
+
+
+def moved_from_check(check: str, key: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a setting that replaces ``[checks.CHECK] key``: old configs then keep working."""
+    return {_REPLACES: f"checks.{check}.{key}"}
 
 
 class _Model(BaseModel):
@@ -227,53 +233,71 @@ def _parse_toml(text: str, source: str) -> dict[str, Any]:
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
 
 
-# (check, setting) -> the [node] key its value was written under.
-_Moved = Mapping[tuple[str, str], str]
+# (check, setting) -> where its value was written: ("node", key) or ("checks", old check, key).
+_Moved = Mapping[tuple[str, str], tuple[str, ...]]
 
 
-def _node_claims(checks: Mapping[str, type[BaseModel]]) -> dict[str, tuple[str, str]]:
-    """Each old ``[node]`` key -> the (check, setting) that declares it replaces it."""
-    claims: dict[str, tuple[str, str]] = {}
+def _claims(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], tuple[str, str]]:
+    """Each old place of a setting (``("node", key)``, ``("checks", check, key)``) -> the (check, setting) now."""
+    claims: dict[tuple[str, ...], tuple[str, str]] = {}
     for name, model in checks.items():
         for setting, info in model.model_fields.items():
             extra = info.json_schema_extra
-            key = extra.get(_NODE_KEY) if isinstance(extra, dict) else None
-            if isinstance(key, str):
-                claims.setdefault(key, (name, setting))
+            old = extra.get(_REPLACES) if isinstance(extra, dict) else None
+            if isinstance(old, str):
+                claims.setdefault(tuple(old.split(".")), (name, setting))
     return claims
 
 
-def _move_node_keys(
-    raw: dict[str, Any], checks: Mapping[str, type[BaseModel]]
-) -> tuple[dict[tuple[str, str], str], list[str], list[str]]:
-    """Move each ``[node]`` key of ``raw`` into its check's table; returns (moved, deprecation notes, problems)."""
-    node = raw.pop("node", None)
-    moved: dict[tuple[str, str], str] = {}
-    notes: list[str] = []
+def _old_values(
+    raw: dict[str, Any], claims: Mapping[tuple[str, ...], tuple[str, str]]
+) -> tuple[list[tuple[tuple[str, ...], Any]], list[str]]:
+    """(old place, value) of every key written where it no longer belongs, taken out of ``raw``; and problems."""
+    found: list[tuple[tuple[str, ...], Any]] = []
     problems: list[str] = []
-    if node is None:
-        return moved, notes, problems
-    if not isinstance(node, dict):
-        return moved, notes, [f"node: must be a table (got {node!r}); its keys now belong to [checks.NAME] tables"]
-    claims = _node_claims(checks)
-    tables = raw.setdefault("checks", {})
-    for key, value in node.items():
-        if key not in claims:
-            problems.append(f"node.{key}: unknown key")
-            continue
-        check, setting = claims[key]
+    node = raw.pop("node", None)
+    if node is not None and not isinstance(node, dict):
+        problems.append(f"node: must be a table (got {node!r}); its keys now belong to [checks.NAME] tables")
+    elif node is not None:
+        raw.setdefault("checks", {})
+        for key, value in node.items():
+            if ("node", key) in claims:
+                found.append((("node", key), value))
+            else:
+                problems.append(f"node.{key}: unknown key")
+    tables = raw.get("checks")
+    for old in claims:
+        table = tables.get(old[1]) if old[0] == "checks" and isinstance(tables, dict) else None
+        if isinstance(table, dict) and old[2] in table:
+            found.append((old, table.pop(old[2])))
+    return found, problems
+
+
+def _move_old_keys(
+    raw: dict[str, Any], checks: Mapping[str, type[BaseModel]]
+) -> tuple[dict[tuple[str, str], tuple[str, ...]], list[str], list[str]]:
+    """Move each key of ``raw`` that moved (``[node]``'s, a check's) to its new place; (moved, notes, problems)."""
+    claims = _claims(checks)
+    found, problems = _old_values(raw, claims)
+    moved: dict[tuple[str, str], tuple[str, ...]] = {}
+    notes: list[str] = []
+    tables = raw.get("checks")
+    for old, value in found:
+        check, setting = claims[old]
+        written = f"[node] {old[1]}" if old[0] == "node" else f"[checks.{old[1]}] {old[2]}"
         table = tables.setdefault(check, {}) if isinstance(tables, dict) else None
         if not isinstance(table, dict):
             continue  # [checks] itself is malformed, and reported as such
         if setting in table:
+            gone = "[node]" if old[0] == "node" else written
             problems.append(
-                f"node.{key}: also set as checks.{check}.{setting}; keep only [checks.{check}] {setting}"
-                " ([node] is deprecated)"
+                f"{'.'.join(old)}: also set as checks.{check}.{setting}; keep only [checks.{check}] {setting}"
+                f" ({gone} is deprecated)"
             )
             continue
         table[setting] = value
-        moved[(check, setting)] = key
-        notes.append(f"[node] {key} is deprecated: write it as [checks.{check}] {setting} (it means the same)")
+        moved[(check, setting)] = old
+        notes.append(f"{written} is deprecated: write it as [checks.{check}] {setting} (it means the same)")
     return moved, notes, problems
 
 
@@ -295,7 +319,7 @@ def _check_problems(
                 if old is None:
                     problems.append(_describe(error, ("checks", name)))
                 else:
-                    problems.append(_describe({**error, "loc": loc[1:]}, ("node", old)))
+                    problems.append(_describe({**error, "loc": loc[1:]}, old))
     known = ", ".join(sorted(checks)) or "none"
     problems.extend(f"checks.{name}: unknown check (known: {known})" for name in tables if name not in checks)
     return problems
@@ -336,7 +360,7 @@ def _problems(raw: dict[str, Any], checks: Mapping[str, type[BaseModel]]) -> lis
 def _validated(raw: dict[str, Any], source: str, checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
     """``raw`` (one host's tables) validated; ``ConfigError`` naming every problem."""
     raw = copy.deepcopy(raw)
-    moved, notes, problems = _move_node_keys(raw, checks)
+    moved, notes, problems = _move_old_keys(raw, checks)
     settings: dict[str, Any] = {}
     try:
         config = Config.model_validate(raw)

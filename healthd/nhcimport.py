@@ -275,6 +275,24 @@ def _physmem(line: _Line, target: _Target) -> None:
         line.note(f"the fudge {line.args[2]} is left out: write the minimum you accept")
 
 
+# The names interfaces ordinarily get (eth0, eno1, ens1f0np0, bond0.100); anything else is
+# left for a person rather than guessed at.
+_INTERFACE = re.compile(r"[A-Za-z0-9_.@-]{1,15}")
+
+
+def _ethernet(line: _Line, target: _Target) -> None:
+    """``check_hw_eth DEVICE``: the interface must exist; healthd's host check also wants its link up."""
+    if len(line.args) != 1:
+        raise _Skip("expected one network interface name")
+    name = line.args[0]
+    if not _INTERFACE.fullmatch(name):
+        raise _Skip(f"{name!r} is not a plain network interface name")
+    expect = target.table("host").setdefault("expect_ethernet", [])
+    if name not in expect:
+        expect.append(name)
+    line.note(f"{name} must also be up in healthd (ETHERNET_DOWN), not only exist as NHC checks")
+
+
 CONVERTERS: dict[str, Callable[[_Line, _Target], None]] = {
     "check_fs_mount": _mount(None),
     "check_fs_mount_rw": _mount(True),
@@ -286,6 +304,7 @@ CONVERTERS: dict[str, Callable[[_Line, _Target], None]] = {
     "check_hw_ib": _infiniband,
     "check_hw_cpuinfo": _cpuinfo,
     "check_hw_physmem": _physmem,
+    "check_hw_eth": _ethernet,
 }
 
 

@@ -26,6 +26,8 @@ probe_usage = false
 manager = "process"
 [checks.gpu]
 snapshot = "fixtures/nvml/h100-healthy.json"
+[checks.nvlink]
+snapshot = "fixtures/nvml/h100-healthy.json"
 [checks.host]
 timex = "fixtures/host/timex-synced.json"
 """
@@ -48,7 +50,12 @@ def test_the_baseline_expects_what_the_node_has_and_then_passes(
 ) -> None:
     config = write_config(BARE)
     found = _baseline(cli, config, tmp_path / "baseline.toml")["checks"]
-    assert found["gpu"] == {"expect_gpus": 8, "expect_model": "NVIDIA H100 80GB HBM3", "nvlinks_expected": 18}
+    assert found["gpu"] == {
+        "expect_gpus": 8,
+        "expect_model": "NVIDIA H100 80GB HBM3",
+        "expect_vbios": ["96.00.99.00.01"],
+    }
+    assert found["nvlink"] == {"expect_nvswitches": 4, "expect_active_links": 18}
     assert found["infiniband"]["expect_rate_gbps"] == 400
     assert len(found["infiniband"]["expect_ports"]) == 8
     mounts = {m["path"]: m for m in found["mounts"]["expect"]}
@@ -59,6 +66,7 @@ def test_the_baseline_expects_what_the_node_has_and_then_passes(
     host = found["host"]
     assert (host["expect_cpus"], host["expect_sockets"], host["expect_threads_per_core"]) == (224, 2, 2)
     assert host["expect_kernel"] == ["6.1.0-18-amd64"] and host["expect_driver"] == ["550.54.15"]
+    assert host["expect_ethernet"] == ["eno1"], "up, with a device behind it: not lo or docker0"
     assert 1800 < host["expect_memory_gib"] < 2048
 
     # The bare config with the baseline laid over it: every expectation holds on this node ...
@@ -69,11 +77,12 @@ def test_the_baseline_expects_what_the_node_has_and_then_passes(
     document = json.loads(out)
     assert sorted(c["name"] for c in document["checks"]) == sorted(found)
     assert code == 0 and document["status"] == "OK", [c for c in document["checks"] if c["status"] != "OK"]
-    # ... and fails where the node no longer has what it had: a GPU gone from NVML.
+    # ... and fails where the node no longer has what it had: a GPU gone from NVML, and
+    # (from a snapshot recorded before the VBIOS and fabric were read) the VBIOS unknown.
     config.write_text(config.read_text().replace("h100-healthy.json", "h100-gpu-missing.json"))
     code, out, _ = cli("check", "--once", "--json", "--only", "gpu", "--config", str(config))
     codes = {f["code"] for c in json.loads(out)["checks"] for f in c["findings"]}
-    assert code == 2 and "GPU_MISSING" in codes
+    assert code == 2 and {"GPU_MISSING", "VBIOS_UNREADABLE"} <= codes
 
 
 def test_a_baseline_for_a_node_group_is_a_host_section(

@@ -192,6 +192,25 @@ def test_a_key_set_in_both_places_is_refused_not_guessed() -> None:
     ]
 
 
+def test_a_setting_moved_between_checks_keeps_its_meaning_and_says_where_it_went() -> None:
+    # [checks.gpu] nvlinks_expected became [checks.nvlink] expect_active_links with NVLINK_DOWN.
+    old = parse_config("[checks.gpu]\nexpect_gpus = 8\nnvlinks_expected = 18\n", "test.toml", MODELS)
+    new = parse_config("[checks.gpu]\nexpect_gpus = 8\n[checks.nvlink]\nexpect_active_links = 18\n", "t", MODELS)
+    assert old.check_settings == new.check_settings and old.check_settings["nvlink"].expect_active_links == 18
+    assert old.deprecated == (
+        "[checks.gpu] nvlinks_expected is deprecated: write it as [checks.nvlink] expect_active_links "
+        "(it means the same)",
+    )
+    section = parse_config('[[hosts]]\nmatch = "*"\n[hosts.checks.gpu]\nnvlinks_expected = 12\n', "t", MODELS)
+    assert section.check_settings["nvlink"].expect_active_links == 12
+    (problem,) = problems("[checks.gpu]\nnvlinks_expected = 99\n")
+    assert problem.startswith("checks.gpu.nvlinks_expected: ") and "36" in problem
+    assert problems("[checks.gpu]\nnvlinks_expected = 18\n[checks.nvlink]\nexpect_active_links = 12\n") == [
+        "checks.gpu.nvlinks_expected: also set as checks.nvlink.expect_active_links; keep only [checks.nvlink] "
+        "expect_active_links ([checks.gpu] nvlinks_expected is deprecated)"
+    ]
+
+
 def test_node_that_is_not_a_table_is_named() -> None:
     (problem,) = problems("node = 3\n")
     assert problem.startswith("node: must be a table (got 3)")

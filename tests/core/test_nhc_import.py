@@ -57,6 +57,8 @@ def test_the_converted_config_loads_and_means_what_nhc_conf_said(
     host = gpu["host"]
     assert (host.expect_sockets, host.expect_cpus, host.expect_threads_per_core) == (2, 224, 2)
     assert host.expect_memory_gib == 1900.0
+    assert host.expect_ethernet == ["eth0"], "check_hw_eth, on every node but the login nodes"
+    assert load_config(config, models, "login1").check_settings["host"].expect_ethernet == []
 
     assert load_config(config, models, "cpu12").check_settings["services"].expect == [
         "sshd",
@@ -83,7 +85,7 @@ def test_every_line_not_converted_is_named_with_its_reason(
     assert reported("-k telnetd", "NOT run")
     assert reported("check_ps_unauth_users", "check_ps_unauth_users has no healthd equivalent")
     assert reported("NVIDIA_HEALTHMON", "an NHC variable")
-    assert reported("check_hw_eth eth0", "check_hw_eth has no healthd equivalent")
+    assert reported("check_hw_eth eth0", "eth0 must also be up in healthd")
     assert reported("no separator", "no 'TARGET || CHECK' separator")
     assert reported("-Z /bad", "unknown option -Z")
     assert reported('-s "fs[0-9]', "NHC match string")
@@ -92,7 +94,15 @@ def test_every_line_not_converted_is_named_with_its_reason(
     assert not reported("-r -d munged", "remount")
     assert reported("check_hw_physmem 1900GB 2TB", "the maximum 2TB is left out")
     assert reported("check_hw_mem 1024", "check_hw_mem has no healthd equivalent")
-    assert "converted 16 check(s)" in err
+    assert "converted 17 check(s)" in err
+
+
+def test_check_hw_eth_takes_one_plain_interface_name() -> None:
+    imported = convert("* || check_hw_eth eno1\n* || check_hw_eth eth*\n* || check_hw_eth\n* || check_hw_eth eno1\n")
+    assert imported.document["checks"]["host"] == {"expect_ethernet": ["eno1"]}
+    reasons = [note.reason for note in imported.notes]
+    assert "'eth*' is not a plain network interface name" in reasons
+    assert "expected one network interface name" in reasons
 
 
 def test_an_unreadable_file_is_named(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:

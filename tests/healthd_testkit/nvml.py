@@ -59,6 +59,7 @@ def healthy_gpu(index: int) -> dict[str, Any]:
         "nvmlDeviceGetSerial": f"165{index:010d}",
         "nvmlDeviceGetPciInfo": SimpleNamespace(busId=f"00000000:{BUSES[index]}:00.0".encode()),
         "nvmlDeviceGetName": "NVIDIA H100 80GB HBM3",
+        "nvmlDeviceGetVbiosVersion": "96.00.99.00.01",
         "nvmlDeviceGetEccMode": [1, 1],
         "nvmlDeviceGetTotalEccErrors": lambda error_type, counter_type: 0,
         "nvmlDeviceGetRetiredPages": not_supported,

@@ -163,7 +163,8 @@ def _real_config(tmp_path: Path, slurm: str) -> Path:
     config = tmp_path / "healthd.toml"
     config.write_text(
         f'[paths]\nstate_dir = "{tmp_path / "state"}"\nsysfs = "{sysfs}"\n'
-        f'[slurm]\nnode_name = "n1"\nact_splay = 0\n{slurm}\n[checks.mounts]\nexpect = [{{ path = "/definitely-not-mounted" }}]\n'
+        f'[slurm]\nnode_name = "n1"\nact_splay = 0\n{slurm}\n'
+        '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'
         + "".join(f"[checks.{name}]\nenabled = false\n" for name in MACHINE_BOUND)
     )
     return config

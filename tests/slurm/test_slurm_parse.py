@@ -376,7 +376,8 @@ def test_all_calls_of_a_pass_share_one_time_budget(tmp_path: Path) -> None:
 
 
 def _engine(tmp_path: Path, run: Any = None, slurm: str = "") -> Engine:
-    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n1"\nact_splay = 0\n{slurm}'
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{tmp_path}/nope"\nnode_name = "n1"\n'
+    text += f"act_splay = 0\n{slurm}"
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=run or _critical)
     return Engine(parse_config(text, "t.toml", {"fake": _Settings}), [spec])
 

@@ -116,15 +116,28 @@ def test_gpu_missing_from_the_bus_too() -> None:
     assert _judge(HEALTHY, pci=PciScan(True, PCI.nvidia_gpus[:7])) == [("GPU_MISSING", Status.CRITICAL, "gpus")]
 
 
-def test_nvlinks_expected() -> None:
+def test_links_down_are_not_the_gpu_checks() -> None:
     links = HEALTHY.gpus[0].nvlinks
     assert isinstance(links, tuple)
-    fewer = _with(0, nvlinks=links[:12])
-    assert _judge(fewer) == []
-    assert _judge(fewer, nvlinks_expected=18) == [("NVLINK_DOWN", Status.CRITICAL, "gpu0")]
-    all_down = _with(0, nvlinks=tuple(dataclasses.replace(link, active=False) for link in links))
-    assert _judge(all_down) == []  # taken as a GPU without NVLink unless a count is expected
-    assert _judge(all_down, nvlinks_expected=18) == [("NVLINK_DOWN", Status.CRITICAL, "gpu0")]
+    half_down = _with(0, nvlinks=tuple(dataclasses.replace(link, active=link.link < 9) for link in links))
+    assert _judge(half_down) == []  # the nvlink check's NVLINK_DOWN
+    unread = _with(0, nvlinks=(dataclasses.replace(links[0], active=NvmlError("UNKNOWN")),))
+    assert _judge(unread) == [], "whether a link is up is the nvlink check's to read"
+
+
+def test_vbios_other_than_expected_is_a_warning() -> None:
+    assert HEALTHY.gpus[2].vbios_version == "96.00.99.00.01"
+    flashed = _with(2, vbios_version="96.00.61.00.01")
+    assert _judge(flashed) == [], "judged only when a version is expected"
+    assert _judge(flashed, expect_vbios=["96.00.99.00.01"]) == [("VBIOS_VERSION", Status.WARNING, "gpu2")]
+    assert _judge(flashed, expect_vbios=["96.00.99.00.01", "96.00.61.00.01"]) == []
+    # A snapshot recorded before the VBIOS was read still loads; its VBIOS reads NOT_RECORDED.
+    old = SnapshotFile(FIXTURES / "h100-ecc-uncorrected.json").read()
+    assert old.gpus[0].vbios_version == NvmlError("NOT_RECORDED", "not in this snapshot")
+    found = _judge(_with(0, vbios_version=NvmlError("NOT_RECORDED")), expect_vbios=["96.00.99.00.01"])
+    assert found == [("VBIOS_UNREADABLE", Status.UNKNOWN, "gpu0")]
+    lost = _with(0, vbios_version=NvmlError("GPU_IS_LOST"))
+    assert _judge(lost, expect_vbios=["96.00.99.00.01"]) == [], "a lost GPU is GPU_LOST, not an unread version"
 
 
 def test_bad_sysfs_file_is_unknown_naming_it(tmp_path: Path) -> None:

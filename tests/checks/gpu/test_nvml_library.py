@@ -154,16 +154,14 @@ def test_recovery_action_field(fake_nvml: Any, make_ctx: Callable[..., Any]) -> 
     assert finding.details["action"] == "node_reboot"
 
 
-def test_nvlink_down_and_link_errors(fake_nvml: Any, make_ctx: Callable[..., Any]) -> None:
-    def state(link: int) -> int:
-        if link >= 18:
-            raise _error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        return 0 if link in (4, 11) else 1
-
-    fake_nvml.gpus[5]["nvmlDeviceGetNvLinkState"] = state
-    (finding,) = run(make_ctx())
-    assert (finding.code, finding.status, finding.subject) == ("NVLINK_DOWN", Status.CRITICAL, "gpu5")
-    assert finding.details["links_down"] == "4,11" and finding.details["active"] == 16
+def test_vbios_version_is_read(fake_nvml: Any, make_ctx: Callable[..., Any]) -> None:
+    fake_nvml.gpus[3]["nvmlDeviceGetVbiosVersion"] = b"96.00.61.00.01"
+    reading = NvmlLibrary().read()
+    assert reading.gpus[3].vbios_version == "96.00.61.00.01"
+    assert reading.gpus[0].vbios_version == "96.00.99.00.01"
+    (finding,) = run(make_ctx(expect_vbios=["96.00.99.00.01"]))
+    assert (finding.code, finding.status, finding.subject) == ("VBIOS_VERSION", Status.WARNING, "gpu3")
+    assert finding.details["found"] == "96.00.61.00.01"
 
 
 def test_record_gpus_round_trip(fake_nvml: Any, tmp_path: Path, make_ctx: Callable[..., Any]) -> None:

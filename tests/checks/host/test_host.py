@@ -14,8 +14,16 @@ from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
 from healthd.plugin import JudgeContext, NotApplicable
-from healthd_checks.host import CHECK, HostObservation, KernelTimex, Timex, judge
-from healthd_checks.host_parse import parse_cpu_list, parse_driver_version, parse_meminfo
+from healthd_checks.host import CHECK, HostObservation, KernelTimex, Timex, judge, physical_ethernet
+from healthd_checks.host_parse import (
+    OPERSTATES,
+    link_up,
+    parse_cpu_list,
+    parse_driver_version,
+    parse_meminfo,
+    parse_operstate,
+    valid_interface_name,
+)
 from healthd_checks.host_settings import HostSettings
 
 BASE = FIXTURES / "sysfs/base"
@@ -31,6 +39,7 @@ EXPECT = {
     "expect_kernel": ["6.1.0-18-amd64"],
     "expect_driver": ["550.54.15"],
     "expect_bios": ["2.1.5"],
+    "expect_ethernet": ["eno1"],
 }
 
 
@@ -73,7 +82,14 @@ def test_missing_cpus_memory_and_wrong_versions(tmp_path: Path) -> None:
     meminfo = procfs / "meminfo"
     meminfo.write_text(meminfo.read_text().replace("MemTotal:       2113442644 kB", "MemTotal:       1585081983 kB"))
     (procfs / "driver/nvidia/version").unlink()
-    found = codes(run(tmp_path, sysfs=sysfs, procfs=procfs, **{**EXPECT, "expect_bios": [], "expect_kernel": ["6.9"]}))
+    found = codes(
+        run(
+            tmp_path,
+            sysfs=sysfs,
+            procfs=procfs,
+            **{**EXPECT, "expect_bios": [], "expect_kernel": ["6.9"], "expect_ethernet": []},
+        )
+    )
     assert found == [
         ("CPU_TOPOLOGY", Status.CRITICAL, "cpus"),
         ("CPU_TOPOLOGY", Status.CRITICAL, "threads_per_core"),
@@ -96,7 +112,7 @@ def test_nothing_to_judge_is_not_applicable(tmp_path: Path) -> None:
     with pytest.raises(NotApplicable):
         run(tmp_path, clock_sync="off")
     with pytest.raises(NotApplicable):
-        judge(HostObservation(None, None, None, None, None, None), JudgeContext("host", HostSettings(), 0.0))
+        judge(HostObservation(None, None, None, None, None, None, None), JudgeContext("host", HostSettings(), 0.0))
 
 
 def test_clock_judged_on_plain_values() -> None:
@@ -142,3 +158,91 @@ def test_cli(check_once: Callable[[str, str], dict[str, Any]]) -> None:
     check = check_once("host", body)
     assert {f["code"] for f in check["findings"]} == {"CLOCK_UNSYNCHRONISED", "CPU_TOPOLOGY"}
     assert check["status"] == "CRITICAL"
+
+
+# --- Ethernet interfaces (NHC's check_hw_eth) -------------------------------------------------------------------
+
+
+def _net_tree(tmp_path: Path) -> Path:
+    """The fixture node's sysfs, copied so that a test can change its interfaces."""
+    sysfs = tmp_path / "sys"
+    shutil.copytree(BASE, sysfs, symlinks=True)
+    return sysfs
+
+
+def _interface(sysfs: Path, name: str, operstate: str, kind: int = 1, device: bool = True) -> Path:
+    """A network interface: with a device, a directory whose ``device`` links to the NIC's PCI function
+    (as in the fixture tree); without, a link into devices/virtual/net, as the kernel makes for bridges."""
+    root = sysfs / "class/net" / name if device else sysfs / "devices/virtual/net" / name
+    root.mkdir(parents=True)
+    (root / "operstate").write_text(operstate + "\n")
+    (root / "type").write_text(f"{kind}\n")
+    if operstate == "up":
+        (root / "carrier").write_text("1\n")
+    if device:
+        (root / "device").symlink_to("../../../devices/pci0000:00/0000:00:1c.0/0000:01:00.0")
+    else:
+        (sysfs / "class/net" / name).symlink_to(f"../../devices/virtual/net/{name}")
+    return root
+
+
+def test_ethernet_missing_down_and_unreadable(tmp_path: Path) -> None:
+    sysfs = _net_tree(tmp_path)
+    _interface(sysfs, "eno2", "down")
+    broken = _interface(sysfs, "eno3", "up")
+    (broken / "operstate").write_text("sideways\n")
+    found = run(tmp_path, sysfs, expect_ethernet=["eno1", "eno2", "eno3", "eth9"])
+    assert codes(found) == [
+        ("ETHERNET_DOWN", Status.CRITICAL, "eno2"),
+        ("ETHERNET_MISSING", Status.CRITICAL, "eth9"),
+        ("ETHERNET_UNREADABLE", Status.UNKNOWN, "eno3"),
+    ]
+    (down,) = [f for f in found if f.code == "ETHERNET_DOWN"]
+    assert down.details["operstate"] == "down"
+    assert codes(run(tmp_path, sysfs, expect_ethernet=["eth9"], inventory_severity="WARNING")) == [
+        ("ETHERNET_MISSING", Status.WARNING, "eth9")
+    ]
+
+
+def test_ethernet_without_class_net_is_unknown_not_missing(tmp_path: Path) -> None:
+    sysfs = tmp_path / "sys"
+    sysfs.mkdir()
+    (finding,) = run(tmp_path, sysfs, clock_sync="off", expect_ethernet=["eno1"])
+    assert (finding.code, finding.status) == ("NET_SYSFS_UNREADABLE", Status.UNKNOWN)
+    with pytest.raises(NotApplicable):
+        run(tmp_path, sysfs, clock_sync="off")  # nothing expected: nothing read
+
+
+def test_baseline_records_up_ethernet_with_a_device_only(tmp_path: Path) -> None:
+    sysfs = _net_tree(tmp_path)
+    assert physical_ethernet(sysfs) == ["eno1"]  # lo and docker0 have no device; docker0 is down too
+    _interface(sysfs, "br0", "up", device=False)  # a bridge: virtual
+    _interface(sysfs, "ibp23s0", "up", kind=32)  # IPoIB: a device, but not Ethernet
+    _interface(sysfs, "eno2", "down")
+    _interface(sysfs, "ens1f0", "unknown")  # a driver that leaves operstate unknown, without carrier
+    assert physical_ethernet(sysfs) == ["eno1"]
+    _interface(sysfs, "ens2", "up")
+    assert physical_ethernet(sysfs) == ["eno1", "ens2"]
+    assert physical_ethernet(tmp_path / "nowhere") == []
+
+
+@given(st.sampled_from(sorted(OPERSTATES)) | st.text(max_size=20), st.none() | st.sampled_from(["0", "1", "1\n", ""]))
+def test_operstate_parser_and_link_up(text: str, carrier: Any) -> None:
+    try:
+        state = parse_operstate(text + "\n", "SRC")
+    except ValueError as exc:
+        assert str(exc).startswith("SRC: ") and text.strip() not in OPERSTATES
+        return
+    assert state in OPERSTATES
+    up = link_up(state, carrier)
+    assert up == (state == "up" or (state == "unknown" and carrier is not None and carrier.strip() == "1"))
+
+
+@given(st.text(max_size=20))
+def test_interface_names_the_kernel_would_refuse_are_refused(name: str) -> None:
+    if valid_interface_name(name):
+        assert 1 <= len(name) <= 15 and "/" not in name and name not in (".", "..")
+        assert HostSettings(expect_ethernet=[name]).expect_ethernet == [name]
+    else:
+        with pytest.raises(ValueError, match="not a network interface name"):
+            HostSettings(expect_ethernet=[name])

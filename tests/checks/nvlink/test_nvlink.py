@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 
 from healthd.model import Status
 from healthd.plugin import JudgeContext, NotApplicable
-from healthd_checks.nvlink import CHECK, NvlinkObservation, judge, judge_registration
+from healthd_checks.nvlink import CHECK, NvlinkObservation, baseline, judge, judge_links, judge_registration
 from healthd_checks.nvlink_settings import NvlinkSettings
 from healthd_checks.nvml_source import (
     FabricInfo,
     FabricReading,
     GpuFabric,
+    LinkState,
     NvmlError,
     NvmlLibrary,
     SnapshotFile,
@@ -211,3 +212,90 @@ def test_cli_on_the_fixture_node(check_once: Callable[[str, str], dict[str, Any]
     check = check_once("nvlink", config)
     assert check["status"] == "CRITICAL"
     assert {f["code"] for f in check["findings"]} == {"FABRIC_MANAGER_DOWN", "NVLINK_FABRIC_NOT_REGISTERED"}
+
+
+# --- NVLinks up or down (moved here from the gpu check, with [checks.gpu] nvlinks_expected) ---------------------
+
+UP = tuple(LinkState(link, True) for link in range(18))
+
+
+def _links(links: tuple[LinkState, ...], expected: Optional[int] = None) -> list[tuple[str, Status]]:
+    return [(f.code, f.status) for f in judge_links(GPU, links, expected, _jc(expect_active_links=expected))]
+
+
+def test_links_down_against_the_expected_count() -> None:
+    assert _links(UP, 18) == [] and _links(UP) == []
+    fewer = UP[:12]  # six links gone from NVML's list altogether
+    assert _links(fewer) == []
+    assert _links(fewer, 18) == [("NVLINK_DOWN", Status.CRITICAL)]
+    all_down = tuple(LinkState(link.link, False) for link in UP)
+    assert _links(all_down) == [], "all inactive and nothing expected: a GPU without NVLink"
+    assert _links(all_down, 18) == [("NVLINK_DOWN", Status.CRITICAL)]
+    two_down = tuple(LinkState(link.link, link.link not in (4, 11)) for link in UP)
+    (finding,) = judge_links(GPU, two_down, None, _jc())
+    assert (finding.code, finding.subject, finding.details["links_down"], finding.details["active"]) == (
+        "NVLINK_DOWN",
+        "gpu0",
+        "4,11",
+        16,
+    )
+
+
+def test_unreadable_links_are_unknown_not_down() -> None:
+    unread = tuple(LinkState(link.link, NvmlError("UNKNOWN") if link.link == 7 else True) for link in UP)
+    assert _links(unread, 18) == [("NVLINK_STATE_UNREADABLE", Status.UNKNOWN)], "the unread link may be up"
+    one_down = tuple(LinkState(i, False) if i == 3 else link for i, link in enumerate(unread))
+    assert _links(one_down, 18) == [("NVLINK_STATE_UNREADABLE", Status.UNKNOWN), ("NVLINK_DOWN", Status.CRITICAL)]
+
+
+@given(st.lists(st.sampled_from([True, False, NvmlError("UNKNOWN")]), max_size=36), st.none() | st.integers(0, 36))
+def test_link_judgement_is_consistent(states: list[Any], expected: Optional[int]) -> None:
+    links = tuple(LinkState(i, state) for i, state in enumerate(states))
+    codes = [code for code, _ in _links(links, expected)]
+    active = states.count(True)
+    unread = sum(1 for s in states if isinstance(s, NvmlError))
+    assert ("NVLINK_STATE_UNREADABLE" in codes) == bool(unread)
+    if expected is not None:
+        assert ("NVLINK_DOWN" in codes) == (active + unread < expected)
+    else:
+        assert ("NVLINK_DOWN" in codes) == (active > 0 and False in states)
+
+
+def test_links_down_read_from_a_snapshot_and_from_nvml(tmp_path: Path, mocker: Any) -> None:
+    assert run(tmp_path, expect_active_links=18) == []
+    document = json.loads((NVML / "h100-healthy.json").read_text())
+    document["gpus"][3]["nvlinks"][7]["active"] = False
+    (tmp_path / "link-down.json").write_text(json.dumps(document))
+    nvlink = NvlinkSettings(snapshot=tmp_path / "link-down.json", expect_active_links=18)
+    ctx = check_context("nvlink", nvlink, tmp_path, sysfs=BASE, procfs=GPU_NODE)
+    (finding,) = CHECK.run(ctx)
+    assert (finding.code, finding.subject, finding.details["links_down"]) == ("NVLINK_DOWN", "gpu3", "7")
+    fake = FakeNvml().install(mocker)
+
+    def state(link: int) -> int:
+        if link >= 18:
+            raise nvml_error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return int(link not in (4, 11))
+
+    fake.gpus[5]["nvmlDeviceGetNvLinkState"] = state
+    assert run(tmp_path, None) == [("NVLINK_DOWN", Status.CRITICAL, "gpu5")]
+    fake.handle_errors[2] = nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
+    found = run(tmp_path, None, expect_active_links=18)
+    assert ("NVLINK_STATE_UNREADABLE", Status.UNKNOWN, "gpu2") in found
+
+
+def test_a_pcie_node_without_nvlinks_is_not_applicable(tmp_path: Path, mocker: Any) -> None:
+    fake = FakeNvml().install(mocker)
+    for gpu in fake.gpus:
+        gpu["nvmlDeviceGetNvLinkState"] = nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        gpu["nvmlDeviceGetGpuFabricInfoV"] = fabric_info(state=0)
+    with pytest.raises(NotApplicable):
+        run(tmp_path, None, sysfs=pcie_only_sysfs(tmp_path), procfs=NO_FABRIC_MANAGER)
+    again = pcie_only_sysfs(tmp_path / "again")
+    assert run(tmp_path, None, sysfs=again, procfs=NO_FABRIC_MANAGER, expect_active_links=0) == [], "applicable"
+
+
+def test_baseline_expects_the_links_and_switches_it_sees(tmp_path: Path) -> None:
+    nvlink = NvlinkSettings(snapshot=NVML / "h100-healthy.json")
+    ctx = check_context("nvlink", nvlink, tmp_path, sysfs=BASE, procfs=GPU_NODE)
+    assert baseline(ctx) == {"expect_nvswitches": 4, "expect_active_links": 18}

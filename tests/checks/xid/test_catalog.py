@@ -14,7 +14,7 @@ import pytest
 from healthd_testkit.paths import REPO
 
 from healthd.model import Status
-from healthd_checks.xid_catalog import CATALOG, RECOVERY_ENTRIES, Action, Bucket, Sticky, classify
+from healthd_checks.xid_catalog import CATALOG, CLEARS, RECOVERY_ENTRIES, Action, Bucket, Sticky, classify
 from healthd_checks.xid_parse import Kind, PciAddress, RecoveryAction, RecoveryChange, XidEvent
 
 PCI = PciAddress(0, 0x3B, 0)
@@ -51,7 +51,7 @@ def test_lists_cover_the_catalog_once() -> None:
     lists = [NVIDIA_RESET_GPU, NVIDIA_RESTART_BM, NVIDIA_IGNORE, NVIDIA_RESTART_APP, list(NVIDIA_OTHER), NVIDIA_UNUSED]
     every = [code for codes in lists for code in codes]
     assert sorted(every) == list(range(1, 162))  # 162 and later have no immediate action in the catalog
-    assert set(CATALOG) == set(every)
+    assert set(CATALOG) == {*every, 162, 163}  # power smoothing: graded from the catalog's descriptions
 
 
 @pytest.mark.parametrize(
@@ -123,9 +123,20 @@ def test_remaining_buckets() -> None:
 
 
 def test_unknown_xid_is_warning() -> None:
-    for code in (162, 171, 12345):
+    for code in (164, 171, 12345):
         entry = classify(xid(code))
         assert (entry.grade, entry.bucket, entry.action) == (Status.WARNING, Bucket.UNKNOWN, Action.NONE)
+
+
+def test_power_smoothing_xids_are_graded_from_their_descriptions() -> None:
+    disengaged, reengaged = classify(xid(163)), classify(xid(162))
+    assert (disengaged.grade, disengaged.sticky, disengaged.bucket) == (
+        Status.WARNING,
+        Sticky.NO,
+        Bucket.POWER_SMOOTHING,
+    )
+    assert (reengaged.grade, reengaged.bucket) == (Status.OK, Bucket.POWER_SMOOTHING)
+    assert {162: frozenset({163})} == CLEARS, "the one pair the catalog documents besides Xid 154"
 
 
 def test_recovery_action_decides_xid_154() -> None:

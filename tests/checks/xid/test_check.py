@@ -319,6 +319,24 @@ def test_xid_154_new_actions_and_what_none_clears(node: Node) -> None:
     assert by_code(node.run())["XID_154@0000:3b:00"].status is Status.CRITICAL
 
 
+def test_xid_162_clears_an_earlier_163_on_the_same_gpu_only(node: Node) -> None:
+    node.log(
+        "NVRM: Xid (PCI:0000:3b:00): 163, Power Smoothing HW Circuitry capability disengaged",
+        "NVRM: Xid (PCI:0000:5e:00): 163, Power Smoothing HW Circuitry capability disengaged",
+    )
+    found = by_code(node.run())
+    assert found["XID_163@0000:3b:00"].status is Status.WARNING
+    node.log("NVRM: Xid (PCI:0000:3b:00): 162, Power Smoothing HW Circuitry capability reengaged")
+    found = by_code(node.run())
+    assert found["XID_162@0000:3b:00"].status is Status.OK
+    cleared = found["XID_163@0000:3b:00"]
+    assert cleared.status is Status.OK and "cleared by Xid 162" in cleared.message
+    assert found["XID_163@0000:5e:00"].status is Status.WARNING, "another GPU's circuitry is still disengaged"
+    node.log("NVRM: Xid (PCI:0000:3b:00): 163, Power Smoothing HW Circuitry capability disengaged")
+    again = by_code(node.run())["XID_163@0000:3b:00"]
+    assert again.status is Status.WARNING and again.details["event"] != cleared.details["event"]
+
+
 def test_first_read_of_a_wrapped_ring_buffer_is_a_note_once(node: Node) -> None:
     node.kmsg.write_text(f"4,50,50000,-;{X79}\n6,51,51000,-;eth0: link up\n")
     found = by_code(node.run())
@@ -364,3 +382,12 @@ def test_xid_74_names_its_nvlink_and_registers(node: Node) -> None:
     (finding,) = node.run()
     assert (finding.code, finding.status, finding.subject) == ("XID_74", Status.CRITICAL, "gpu0")
     assert (finding.details["nvlink"], finding.details["nvlink_registers"]) == (4, "0x0,0x10000,0x0")
+    assert finding.details["nvlink_causes"] == "undocumented", "bit 16 of the second register is not in the table"
+    # NVIDIA's example line: bit 16 of the third register.
+    node.log(
+        "NVRM: Xid (PCI:0000:3b:00): 74, NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)"
+    )
+    (finding,) = node.run()
+    assert (finding.details["nvlink"], finding.details["nvlink_causes"]) == (14, "diags_if_repeated")
+    assert "on link 14 (run field diagnostics and report a bug if it repeats)" in finding.message
+    assert finding.status is Status.CRITICAL, "the grade stays the catalog's: a reset clears Xid 74"

@@ -94,6 +94,22 @@ def private(tmp_path: Path) -> str:
     return f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n'
 
 
+def test_xid_74_lists_its_link_registers_and_causes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    log = tmp_path / "nvlink.txt"
+    log.write_text(
+        "[449410.332316] NVRM: Xid (PCI:0000:3b:00): 74, pid='<unknown>', name=<unknown>, "
+        "NVLink: fatal error detected on link 14(0x30, 0x0, 0x2000, 0x0, 0x0, 0x0, 0x0)\n"
+    )
+    code, document = scan(capsys, str(log))
+    (event,) = document["events"]
+    assert (code, event["nvlink"], event["nvlink_registers"]) == (
+        2,
+        14,
+        ["0x30", "0x0", "0x2000", "0x0", "0x0", "0x0", "0x0"],
+    )
+    assert event["nvlink_causes"] == ["ecc_parity", "unexpected"]
+
+
 def test_config_overrides_apply(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     config = tmp_path / "healthd.toml"
     config.write_text(private(tmp_path) + '[checks.xid]\noverrides = { "63" = "WARNING" }\n')
