@@ -219,10 +219,12 @@ def _entry(code: int, action: Action, summary: str) -> Entry:
 # Xids 162 and 163 have no immediate action in the catalog, but its descriptions say
 # what they are: the GPU's power smoothing circuitry disengaged (163: "No GPU reset
 # required"; power swings until the thermal events behind it are resolved) and
-# re-engaged (162). A disengaged circuit is worth a look, never a drain.
+# re-engaged (162). A disengaged circuit is worth a look, never a drain: both are OK
+# notes, and the 163 note says "cleared" once a 162 follows (an operator who wants a
+# drain sets ``[checks.xid] overrides``).
 _DESCRIBED: Mapping[int, Entry] = {
     162: Entry(Bucket.POWER_SMOOTHING, Status.OK, Sticky.NO, "power smoothing circuitry re-engaged"),
-    163: Entry(Bucket.POWER_SMOOTHING, Status.WARNING, Sticky.NO, "power smoothing circuitry disengaged"),
+    163: Entry(Bucket.POWER_SMOOTHING, Status.OK, Sticky.NO, "power smoothing circuitry disengaged"),
 }
 
 CATALOG: Mapping[int, Entry] = {
