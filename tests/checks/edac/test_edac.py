@@ -31,7 +31,7 @@ class Node:
     def __init__(self, root: Path, clock: Clock) -> None:
         self.root = root
         self.sysfs = root / "sys"
-        shutil.copytree(BASE / "devices/system", self.sysfs / "devices/system")
+        shutil.copytree(BASE / "devices/system/edac", self.sysfs / "devices/system/edac")
         self.clock = clock
 
     @property

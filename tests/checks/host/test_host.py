@@ -166,7 +166,8 @@ def test_cli(check_once: Callable[[str, str], dict[str, Any]]) -> None:
 def _net_tree(tmp_path: Path) -> Path:
     """The fixture node's sysfs, copied so that a test can change its interfaces."""
     sysfs = tmp_path / "sys"
-    shutil.copytree(BASE, sysfs, symlinks=True)
+    for part in ("class/net", "devices/virtual/net", "devices/pci0000:00"):  # the interfaces and what they link to
+        shutil.copytree(BASE / part, sysfs / part, symlinks=True)
     return sysfs
 
 

@@ -54,7 +54,8 @@ def run(
 def pcie_only_sysfs(tmp_path: Path) -> Path:
     """The fixture node's PCI bus without its NVSwitches: a PCIe H100 server."""
     root = tmp_path / "sysfs"
-    shutil.copytree(BASE, root, symlinks=True)
+    for part in ("bus/pci", "devices"):  # the bus and the device directories its links name
+        shutil.copytree(BASE / part, root / part, symlinks=True, ignore=shutil.ignore_patterns("system"))
     for address in ("0000:45:00.0", "0000:46:00.0", "0000:47:00.0", "0000:48:00.0"):
         os.unlink(root / "bus/pci/devices" / address)
     return root
