@@ -171,6 +171,13 @@ def _streak_map(data: Any, key: str) -> dict[str, int]:
     return {str(check): int(count) for check, count in value.items()}
 
 
+def _names(data: Any, key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise TypeError(f"{key} is not a list of names")
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class PolicyState:
     """What the policy remembers between passes (state file ``policy``).
@@ -242,7 +249,7 @@ class PolicyState:
                 reboot=RebootRequest.from_dict(data["reboot"]) if data.get("reboot") else None,
                 rebooted=str(data.get("rebooted", "")),
                 reset_tried=tuple(str(key) for key in data.get("reset_tried", [])),
-                partitions=tuple(str(name) for name in data.get("partitions", [])),
+                partitions=_names(data, "partitions"),
                 partitions_read=float(data.get("partitions_read", 0.0)),
                 skips_breaker=bool(data.get("skips_breaker", False)),
             )

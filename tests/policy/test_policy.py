@@ -619,3 +619,10 @@ def test_a_node_healthd_resumed_no_longer_skips_the_breaker() -> None:
     assert done.applied and not done.state.skips_breaker
     failed = conclude(made, Executed(error="slurmctld down"), took_out, 1050.0)
     assert failed.state.skips_breaker, "not resumed: still out with healthd's reason"
+
+
+@pytest.mark.parametrize("bad", ["batch", ["batch", 3], {"batch": 1}])
+def test_remembered_partitions_of_the_wrong_shape_are_refused_by_name(bad: object) -> None:
+    """A string would otherwise become one partition per letter in the next `sinfo -p`."""
+    with pytest.raises(ValueError, match="partitions is not a list of names"):
+        PolicyState.from_dict({"partitions": bad})
