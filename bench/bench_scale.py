@@ -9,10 +9,14 @@ stops it afterwards. It prints, as slurmctld's own time per request from
 ``sdiag -r`` then ``sdiag``:
 
 1. each Slurm read and write healthd (or an administrator) might make;
-2. a mass failure: the three real nodes fail at once (CRITICAL), taken out or held
+2. healthd's own CPU time to find its node and the breaker's view in the combined
+   read's output, every partition's (``--all``) or its own (``-p``), with the host
+   lists expanded (before) or only looked up (``hostlist.contains``), at the table's
+   size and at 100,000 nodes (the same lines with a 100,000-node group);
+3. a mass failure: the three real nodes fail at once (CRITICAL), taken out or held
    by the circuit breaker: RPCs and slurmctld milliseconds per node; then one node
-   taken out and one held, each alone;
-3. a storm: ``--storm`` simultaneous passes of nodes that all find a fault while the
+   taken out, one held and one out by an administrator's hand, each alone;
+4. a storm: ``--storm`` simultaneous passes of nodes that all find a fault while the
    breaker is full (each is held), at once and then spread by ``--splay`` seconds,
    with the latency of an unrelated ``squeue`` and sdiag's server threads and
    queue sampled meanwhile.
@@ -34,12 +38,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from healthd.breaker import group_views
 from healthd.config import parse_config
 from healthd.engine import Engine
+from healthd.hostlist import expand
 from healthd.model import Finding, Status
+from healthd.nodestate import NodeGroup
 from healthd.pipeline import run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, sinfo_format
+from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, node_in_groups, parse_sinfo_groups, sinfo_format
 
 HERE = Path(__file__).resolve().parent
 _RPC = re.compile(r"^\s*(REQUEST_[A-Z0-9_]+)\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)")
@@ -68,13 +75,14 @@ def measure(env: dict[str, str], work: Callable[[], Any]) -> tuple[int, float, d
 
 
 def per_command(env: dict[str, str], repeat: int) -> None:
+    groups = sinfo_format(GROUP_FIELDS)
     node_read = ["sinfo", "-h", "--all", "-N", "-n", "node1", "-O", sinfo_format(NODE_FIELDS)]
     commands = {
         "scontrol -o show node NAME": ["scontrol", "-o", "show", "node", "node1"],
         "scontrol -o show node (all)": ["scontrol", "-o", "show", "node"],
         "sinfo -N -n NAME -O ... (healthd's node read)": node_read,
-        "sinfo --all -O ... (node + breaker read)": ["sinfo", "-h", "--all", "-O", sinfo_format(GROUP_FIELDS)],
-        "sinfo -p P -O ... (healthd's confirm read)": ["sinfo", "-h", "-p", "batch", "-O", sinfo_format(GROUP_FIELDS)],
+        "sinfo --all -O ... (node + breaker, partitions unknown)": ["sinfo", "-h", "--all", "-O", groups],
+        "sinfo -p P -O ... (node + breaker; confirm read)": ["sinfo", "-h", "-p", "batch", "-O", groups],
         "sinfo -h -p P -o '%T %D'": ["sinfo", "-h", "-p", "batch", "-o", "%T %D"],
         "scontrol -o show partition P": ["scontrol", "-o", "show", "partition", "batch"],
         "squeue -h": ["squeue", "-h"],
@@ -100,6 +108,44 @@ def per_command(env: dict[str, str], repeat: int) -> None:
 
     count, total, _ = measure(env, writes)
     print(f"  {'scontrol update (DRAIN, RESUME)':<48} {count / repeat / 2:.0f} RPCs  {total / repeat / 2:6.2f} ms")
+
+
+def _find(groups: list[NodeGroup], name: str, how: str) -> tuple[str, ...]:
+    """The node's partitions in the groups: every host list expanded (before), or only looked up (now)."""
+    if how == "expand":
+        return tuple(dict.fromkeys(g.partition for g in groups if name in expand(g.nodelist)))
+    info = node_in_groups(groups, name)
+    return info.partitions if info is not None else ()
+
+
+def healthd_cpu(env: dict[str, str], repeat: int) -> None:
+    """healthd's CPU for the combined read's answer: parse, find the node, the breaker's view; memo cleared each run."""
+    print(f"## healthd CPU for the combined read's output (node1, {repeat} runs each)")
+    outputs = {
+        scope: subprocess.run(
+            ["sinfo", "-h", *flags, "-O", sinfo_format(GROUP_FIELDS)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        for scope, flags in (("--all", ["--all"]), ("-p batch", ["-p", "batch"]))
+    }
+    # The same lines with the 10,000-node group grown to 100,000 (sinfo's own host list form).
+    big = {k: v.replace("n[00001-10000]", "n[000001-100000]") for k, v in outputs.items()}
+    for label, texts in (("table", outputs), ("100,000", big)):
+        for scope, text in texts.items():
+            for how in ("expand", "contains"):
+                started = time.perf_counter()
+                for _ in range(repeat):
+                    expand.cache_clear()  # a hook pass is a fresh process: nothing memoised
+                    groups = parse_sinfo_groups(text)
+                    partitions = _find(groups, "node1", how)
+                    assert partitions == ("batch",), partitions
+                    group_views(groups, partitions, "healthd:")
+                ms = (time.perf_counter() - started) / repeat * 1000
+                print(f"  {label:>8} nodes, {scope:<9} {how:<8} {ms:6.2f} ms ({len(groups)} groups)")
 
 
 class _Fault(CheckSettings):
@@ -143,6 +189,8 @@ def mass_failure(env: dict[str, str], conf: Path, root: Path) -> None:
     for label, fraction in (("limit 1000 (10%): all taken out", 0.10), ("limit 1 (0.0001): one out, two held", 0.0001)):
         policy = f"max_out_fraction = {fraction}\nbreaker_settle = 2"
         engines = [_engine(conf, n, root / label[:9], fault, policy, 0) for n in ("node1", "node2", "node3")]
+        for engine in engines:
+            run_pass(engine)  # a healthy pass's reconcile read: each node learns its partitions
         fault.write_text("")
         count, total, rpcs = measure(env, lambda engines=engines: _at_once(engines))
         print(f"  {label}: {count / 3:.1f} RPCs and {total / 3:.1f} ms per node")
@@ -154,19 +202,31 @@ def mass_failure(env: dict[str, str], conf: Path, root: Path) -> None:
 
 
 def one_at_a_time(env: dict[str, str], conf: Path, root: Path) -> None:
-    """A node taken out, then a node held by the breaker it filled: each pass alone."""
+    """A node taken out, a node held by the breaker it filled, a node out by an administrator's hand: each pass alone.
+
+    Each node has read itself once before (a healthy pass's reconcile read), so it
+    knows its partitions, as a node of a running fleet does.
+    """
     fault = root / "fault"
-    fault.write_text("")
     policy = "max_out_fraction = 0.0001\nbreaker_settle = 2"
-    print("## One node at a time (limit 1): node1 taken out, then node2 held")
-    engines = [_engine(conf, n, root / "alone", fault, policy, 0) for n in ("node1", "node2")]
-    for label, engine in zip(("taken out", "held"), engines):
+    print("## One node at a time (limit 1): node1 taken out, node2 held, node3 out by an administrator")
+    engines = [_engine(conf, n, root / "alone", fault, policy, 0) for n in ("node1", "node2", "node3")]
+    for engine in engines:
+        run_pass(engine)  # a healthy pass's reconcile read: the node learns its partitions
+    admin = ["scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=admin: bench"]
+    subprocess.run(admin, env=env, check=True, timeout=60)
+    fault.write_text("")
+    # node3's first faulty pass meets the administrator's reason in the combined read (as every faulty
+    # pass did before healthd remembered it); the next reads the node alone.
+    cases = zip(("taken out", "held", "admin's, 1st faulty pass", "admin's, next faulty pass"), [*engines, engines[2]])
+    for label, engine in cases:
         count, total, rpcs = measure(env, lambda engine=engine: run_pass(engine))
         types = ", ".join(f"{k.removeprefix('REQUEST_')} {c}" for k, (c, _) in rpcs.items())
         print(f"  {label}: {count} RPCs and {total:.1f} ms ({types})")
     fault.unlink()
     for engine in engines:
         run_pass(engine)
+    subprocess.run(["scontrol", "update", "NodeName=node3", "State=RESUME"], env=env, check=True, timeout=60)
 
 
 def storm(env: dict[str, str], conf: Path, root: Path, size: int, splay: float) -> None:
@@ -244,6 +304,7 @@ def main() -> int:
         env = {**os.environ, "SLURM_CONF": str(conf)}
         try:
             per_command(env, args.repeat)
+            healthd_cpu(env, args.repeat)
             mass_failure(env, conf, root)
             one_at_a_time(env, conf, root)
             storm(env, conf, root, args.storm, args.splay)

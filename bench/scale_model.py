@@ -2,6 +2,7 @@
 
 Usage:
     python bench/scale_model.py [--full-ms 14.7] [--partition-ms 2.0] [--single-ms 0.16] [--update-ms 1.2]
+                                [--fraction 0.1] [--interval 300] [--reconcile 3600] [--act-splay 10]
 
 The defaults are slurmctld's own time per request at 10,003 nodes on Slurm 22.05,
 from bench/bench_scale.py (docs/scale.md, "Measured"). Reads that pack the node
@@ -54,28 +55,38 @@ class Costs:
 HELD_RPCS, TAKEN_OUT_RPCS = 2, 6
 
 
-def breaker_reads_in_first_hour() -> int:
-    """Re-reads of a node held for an hour: 30 s doubling to 600 s (jitter averages out)."""
-    at, delay, count = 0.0, BREAKER_BASE, 0
-    while at + delay <= 3600:
-        at += delay
-        count += 1
-        delay = min(delay * 2, BREAKER_MAX)
+def breaker_reads_in_first_hour(interval: float) -> int:
+    """Combined re-reads of a node held for an hour after the fault's first pass, one pass every ``interval``.
+
+    A pass re-reads once the backoff (30 s doubling to 600 s; the jitter averages out)
+    has run out, so a backoff shorter than the interval ends at the next pass.
+    """
+    count, delay, next_check, at = 0, BREAKER_BASE, BREAKER_BASE, interval
+    while at <= 3600:
+        if at >= next_check:
+            count += 1
+            delay = min(delay * 2, BREAKER_MAX)
+            next_check = at + delay
+        at += interval
     return count
 
 
-def row(c: Costs, fraction: float, interval: float, reconcile: float) -> dict[str, str]:
+def row(c: Costs, fraction: float, interval: float, reconcile: float, act_splay: float) -> dict[str, str]:
     n = c.nodes
     out = int(n * fraction)
     mass = (out * c.taken_out + (n - out) * c.held) / 1000  # seconds of slurmctld time
     rpcs = (out * TAKEN_OUT_RPCS + (n - out) * HELD_RPCS) / n
-    # Each pass a node read; a re-read after the backoff is the combined read in its place (one per pass at most).
-    passes = 3600 / interval
-    reads = min(breaker_reads_in_first_hour(), passes)
+    # Each pass a node read; a re-read after the backoff is the combined read in its place.
+    passes = 3600 // interval
+    reads = breaker_reads_in_first_hour(interval)
     held_hour = (n - out) * ((passes - reads) * c.node_read + reads * c.breaker_read) / 1000
     reconcile_hour = n * 3600 / reconcile * c.node_read / 1000
     # The window a fleet-wide fault must be spread over to keep slurmctld under half a core.
     window = 2 * mass
+    # The hook without HealthCheckNodeState=CYCLE: every slurmd runs it on the same tick, and the act
+    # splay is the only spread; with CYCLE (or the daemon's splay) the fault arrives over the interval.
+    tick_cores = mass / act_splay
+    spread_cores = mass / interval
     return {
         "nodes": f"{n:,}",
         "held ms/node": f"{c.held:.1f}",
@@ -86,6 +97,8 @@ def row(c: Costs, fraction: float, interval: float, reconcile: float) -> dict[st
         "held, 1st hour (s)": f"{held_hour:,.0f}",
         "reconcile (s/h)": f"{reconcile_hour:.1f}",
         "spread needed (s)": f"{window:,.0f}",
+        "cores, same tick": f"{tick_cores:.1f}",
+        "cores, CYCLE": f"{spread_cores:.2f}",
     }
 
 
@@ -98,14 +111,23 @@ def main() -> int:
     parser.add_argument("--fraction", type=float, default=0.10, help="[policy].max_out_fraction")
     parser.add_argument("--interval", type=float, default=300.0, help="seconds between passes (daemon or hook)")
     parser.add_argument("--reconcile", type=float, default=3600.0, help="[slurm].reconcile_interval")
+    parser.add_argument("--act-splay", type=float, default=10.0, help="[slurm].act_splay")
     args = parser.parse_args()
     base = Costs(MEASURED_NODES, args.full_ms, args.partition_ms, args.single_ms, args.update_ms)
-    rows = [row(base.scaled(n), args.fraction, args.interval, args.reconcile) for n in (10_000, 50_000, 100_000)]
+    sizes = (10_000, 50_000, 100_000)
+    rows = [row(base.scaled(n), args.fraction, args.interval, args.reconcile, args.act_splay) for n in sizes]
     keys = list(rows[0])
     print("| " + " | ".join(keys) + " |")
     print("|" + "---|" * len(keys))
     for r in rows:
         print("| " + " | ".join(r[k] for k in keys) + " |")
+    # A node out by another's hand whose checks keep failing: the combined read each faulty pass
+    # before healthd remembered it (PolicyState.skips_breaker), the node read alone now.
+    for n in sizes:
+        c = base.scaled(n)
+        print(
+            f"out by another's hand, per faulty pass at {n:,}: {c.breaker_read:.1f} ms before, {c.node_read:.2f} ms now"
+        )
     return 0
 
 

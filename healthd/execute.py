@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from healthd.breaker import breaker_confirm, group_views, out_by_healthd
 from healthd.hostlist import HostlistError
-from healthd.nodestate import NodeInfo, PartitionView
+from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.plan import Executed, Observed, Plan, Read, Step
 from healthd.policy import GpuReset
 from healthd.reasons import place_stamp, with_place
@@ -25,21 +25,29 @@ if TYPE_CHECKING:
 
 
 def observe(
-    client: SlurmClient, read: Read, node: str, observed: Observed, prefix: str, *, boot_time: bool = False
+    client: SlurmClient,
+    read: Read,
+    node: str,
+    observed: Observed,
+    prefix: str,
+    *,
+    boot_time: bool = False,
+    scope: tuple[str, ...] = (),
 ) -> Observed:
     """Make ``read`` for ``node`` and add its answer (or its error) to ``observed``.
 
     The node is read alone (``SlurmClient.node``), or with its boot time when
     ``boot_time`` asks for it (``show_node``: the whole table, see docs/scale.md);
     the breaker's read covers only the node's partitions. Both at once are one
-    sinfo of every partition's groups, which holds the node's own state too
-    (``read_node_and_views``).
+    sinfo of the groups of the partitions in ``scope`` (the node's as the plan
+    remembers them, ``plan.partition_scope``; all of them when empty), which holds
+    the node's own state too (``read_node_and_views``).
     """
     asked = observed.asked | {read}
     try:
         if read is Read.NODE_AND_PARTITIONS and not boot_time:
-            info, views = read_node_and_views(client, node, prefix)
-            return replace(observed, asked=asked, node=info, views=views)
+            info, views, scope = read_node_and_views(client, node, prefix, scope)
+            return replace(observed, asked=asked, node=info, views=views, scope=scope)
         if read is not Read.PARTITIONS:
             info = client.show_node(node) if boot_time else client.node(node)
             observed = replace(observed, asked=asked, node=info)
@@ -51,29 +59,41 @@ def observe(
         return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
 
 
-def read_node_and_views(client: SlurmClient, name: str, prefix: str) -> tuple[NodeInfo, dict[str, PartitionView]]:
-    """The node and the breaker's view of its partitions from one ``sinfo --all`` (``SlurmClient.all_groups``).
+def read_node_and_views(
+    client: SlurmClient, name: str, prefix: str, scope: tuple[str, ...] = ()
+) -> tuple[NodeInfo, dict[str, PartitionView], tuple[str, ...]]:
+    """The node and the breaker's view of its partitions from one sinfo, and the partitions that sinfo covered.
 
-    A node in no partition is in no group: ``show_node`` then answers for it (and
-    says whether slurmctld knows it), and it has no partition to count.
+    With ``scope``, the node's partitions as remembered: ``sinfo -p`` of those
+    (``SlurmClient.partitions``). If the node is not in every one of them any more,
+    its partitions changed: every partition is read at once (``sinfo --all``,
+    ``SlurmClient.all_groups``), so the breaker counts the node's partitions as they
+    are and the plan learns them. A node in no partition is in no group:
+    ``show_node`` then answers for it (and says whether slurmctld knows it), and it
+    has no partition to count.
     """
+    if scope:
+        groups = client.partitions(scope)
+        info = node_in_groups(groups, name)
+        if info is not None and set(info.partitions) == set(scope):
+            return info, _views(groups, info.partitions, prefix), scope
     groups = client.all_groups()
     info = node_in_groups(groups, name)
     if info is None:
-        return client.show_node(name), {}
+        return client.show_node(name), {}, ()
+    return info, _views(groups, info.partitions, prefix), ()
+
+
+def _views(groups: list[NodeGroup], partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:
     try:
-        return info, group_views(groups, info.partitions, prefix)
+        return group_views(groups, partitions, prefix)
     except HostlistError as exc:
         raise SlurmError(f"sinfo: {exc}") from None
 
 
 def read_views(client: SlurmClient, partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:
     """The circuit breaker's view of ``partitions``: one sinfo over them, never the whole node table."""
-    groups = client.partitions(partitions)
-    try:
-        return group_views(groups, partitions, prefix)
-    except HostlistError as exc:
-        raise SlurmError(f"sinfo: {exc}") from None
+    return _views(client.partitions(partitions), partitions, prefix)
 
 
 def _confirm(

@@ -31,7 +31,7 @@ from healthd.execute import execute, observe, rehearse
 from healthd.history import History, HistoryError, RebootPhase, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.onrepair import run_on_repair
-from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
+from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, partition_scope, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm import SlurmClient
 from healthd.spread import act_delay
@@ -249,7 +249,10 @@ def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
             return made
         # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
         boot_time = situation.state.reboot is not None and not situation.boot_id
-        observed = observe(slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time)
+        scope = partition_scope(situation.state, situation.now)
+        observed = observe(
+            slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time, scope=scope
+        )
         situation = replace(situation, observed=observed)
     made = _plan_once(situation, config)
     if not isinstance(made, Plan):

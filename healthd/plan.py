@@ -5,7 +5,9 @@ pipeline (``healthd.pipeline``) has ``healthd.execute`` make that read and plans
 again with what it found. So every Slurm read is one the policy asked for: the
 node when the pass may act on it, then its partitions when a take-out must pass
 the circuit breaker; or both in one read when the pass's decision, as far as it
-is known before the node is read, is a take-out the breaker must pass.
+is known before the node is read, is a take-out the breaker must pass. That read
+covers the partitions the node was last seen in while that is fresh
+(``partition_scope``), every partition otherwise.
 ``conclude`` turns what ``execute`` did with the plan's steps into the state to
 remember and the pass as reported.
 """
@@ -37,6 +39,7 @@ from healthd.policy import (
     decide,
     needs_node,
     reset_target,
+    skips_breaker,
     top_cause,
     waiting,
 )
@@ -56,6 +59,12 @@ class Read(enum.Enum):
 
 _NODE_READS = frozenset({Read.NODE, Read.NODE_AND_PARTITIONS})
 _PARTITION_READS = frozenset({Read.PARTITIONS, Read.NODE_AND_PARTITIONS})
+
+# How long the node's remembered partitions scope the combined read: twice the default
+# [slurm].reconcile_interval, whose hourly read of the node alone refreshes them. A partition
+# the node was added to is unseen by the breaker's first read for at most this long
+# (docs/scale.md, "Partition memory").
+PARTITIONS_MAX_AGE = 7200.0
 
 
 class Step(enum.Enum):
@@ -77,6 +86,8 @@ class Observed:
     node: Optional[NodeInfo] = None
     views: Optional[Mapping[str, PartitionView]] = None
     errors: tuple[str, ...] = ()
+    # The partitions the read of the node was limited to; () when it showed all of them.
+    scope: tuple[str, ...] = ()
 
     @property
     def node_asked(self) -> bool:
@@ -237,7 +248,8 @@ def _first_read(s: Situation, judge: _Judge) -> Read:
     The breaker is consulted for a take-out of a node that is not already out with
     healthd's reason, and to confirm a drain an earlier pass left unconfirmed. The
     decision is guessed as ``decide`` makes it without the node; a node out
-    with healthd's reason (``took_out``) or held within its backoff needs no
+    with healthd's reason (``took_out``), one the last read found out by another's
+    hand or left alone (``skips_breaker``) or held within its backoff needs no
     partitions. The guess only sets the cost: when the node turns out otherwise,
     ``_breaker`` asks for ``Read.PARTITIONS`` as before, and a combined read not
     needed answers for the node all the same. One combined read is two RPCs
@@ -248,10 +260,30 @@ def _first_read(s: Situation, judge: _Judge) -> Read:
         return Read.NODE
     if state.unconfirmed:
         return Read.NODE_AND_PARTITIONS
-    if state.took_out:
+    if state.took_out or state.skips_breaker:
         return Read.NODE
     decision, _ = judge(apply_acks(s.result, s.acks)[0], state, None)
     return Read.NODE_AND_PARTITIONS if decision.action in TAKING_OUT else Read.NODE
+
+
+def partition_scope(state: PolicyState, now: float) -> tuple[str, ...]:
+    """The partitions a combined read covers: the node's, as remembered, while fresh; () for every partition.
+
+    A read that shows the node somewhere else (``execute.read_node_and_views``) reads
+    every partition at once, and the plan learns from it.
+    """
+    fresh = state.partitions_read > 0 and 0 <= now - state.partitions_read < PARTITIONS_MAX_AGE
+    return state.partitions if fresh else ()
+
+
+def _remember(state: PolicyState, node: NodeInfo, observed: Observed, now: float, prefix: str) -> PolicyState:
+    """What a read of the node teaches the next passes: when it was read, whether it skips the breaker, its partitions.
+
+    Only a read that shows every partition of the node (``scope`` empty) renews its
+    remembered partitions: a read limited to them cannot show one it was added to.
+    """
+    state = replace(state, last_read=now, skips_breaker=skips_breaker(node, prefix))
+    return state if observed.scope else replace(state, partitions=node.partitions, partitions_read=now)
 
 
 def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
@@ -322,7 +354,7 @@ def plan(
     node = observed.node
     acknowledged: tuple[FindingRef, ...] = ()
     if node is not None:
-        state = replace(state, last_read=s.now)
+        state = _remember(state, node, observed, s.now, prefix)
         acknowledged = acknowledged_by_resume(state, node)
         if acknowledged and not s.dry_run:
             # An administrator put the node back: that acknowledges its findings, and ends a repair.
@@ -377,8 +409,9 @@ def plan(
 def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: float) -> Conclusion:
     """The state to remember and the pass to report, once ``execute`` has run the plan's steps.
 
-    A dry run remembers only the hysteresis counters (and when the node was read):
-    no pending action, no acknowledgement, nothing about Slurm that was not done.
+    A dry run remembers only the hysteresis counters and what the node's read showed
+    (when, its partitions): no pending action, no acknowledgement, nothing about
+    Slurm that was not done.
     """
     decision, state, result = the_plan.decision, the_plan.state, the_plan.result
     if executed.rehearsed:
@@ -388,6 +421,9 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
             unknown_streaks=state.unknown_streaks,
             clean_streak=state.clean_streak,
             last_read=state.last_read,
+            partitions=state.partitions,
+            partitions_read=state.partitions_read,
+            skips_breaker=state.skips_breaker,
         )
         return Conclusion(result, decision, kept, applied=False)
     if the_plan.reset is not None:
@@ -405,7 +441,9 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         node = the_plan.node.name if the_plan.node else result.node
         state = replace(breaker_held(state, executed.lost, now, node), unconfirmed=False)
         return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
-    applied = replace(after_apply(state, decision), unconfirmed=False)
+    # A node healthd just resumed is in service: the read that found it out no longer describes it.
+    skips = state.skips_breaker and Step.RESUME not in executed.done
+    applied = replace(after_apply(state, decision), unconfirmed=False, skips_breaker=skips)
     if the_plan.reboot is not None and Step.REBOOT in executed.done:
         applied = replace(applied, reboot=the_plan.reboot)
     return Conclusion(result, decision, applied, decision.action in ACTING)

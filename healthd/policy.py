@@ -171,6 +171,13 @@ def _streak_map(data: Any, key: str) -> dict[str, int]:
     return {str(check): int(count) for check, count in value.items()}
 
 
+def _names(data: Any, key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise TypeError(f"{key} is not a list of names")
+    return tuple(value)
+
+
 @dataclass(frozen=True)
 class PolicyState:
     """What the policy remembers between passes (state file ``policy``).
@@ -196,6 +203,13 @@ class PolicyState:
     rebooted: str = ""
     # Finding keys whose GPU reset was tried: one try each until a clean pass.
     reset_tried: tuple[str, ...] = ()
+    # The node's partitions as the last read that shows all of them found them, and when: a
+    # faulty pass's combined read asks for these alone while they are fresh (docs/scale.md).
+    partitions: tuple[str, ...] = ()
+    partitions_read: float = 0.0
+    # The last read found the node where a take-out skips the circuit breaker (``skips_breaker``):
+    # a faulty pass then reads the node alone.
+    skips_breaker: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +225,9 @@ class PolicyState:
             "reboot": self.reboot.to_dict() if self.reboot else None,
             "rebooted": self.rebooted,
             "reset_tried": list(self.reset_tried),
+            "partitions": list(self.partitions),
+            "partitions_read": self.partitions_read,
+            "skips_breaker": self.skips_breaker,
         }
 
     @classmethod
@@ -232,6 +249,9 @@ class PolicyState:
                 reboot=RebootRequest.from_dict(data["reboot"]) if data.get("reboot") else None,
                 rebooted=str(data.get("rebooted", "")),
                 reset_tried=tuple(str(key) for key in data.get("reset_tried", [])),
+                partitions=_names(data, "partitions"),
+                partitions_read=float(data.get("partitions_read", 0.0)),
+                skips_breaker=bool(data.get("skips_breaker", False)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
@@ -498,6 +518,22 @@ def top_cause(result: PassResult, decision: Decision) -> Optional[Finding]:
     return min((f for f in result.findings if FindingRef.of(f) in causes), key=acting_key, default=None)
 
 
+def _others(node: NodeInfo, prefix: str) -> bool:
+    """The node carries someone else's reason: healthd never overwrites it."""
+    return bool(node.reason) and not owned(node.reason, prefix)
+
+
+def skips_breaker(node: NodeInfo, prefix: str) -> bool:
+    """Whether a take-out of ``node`` as read would be decided without the circuit breaker.
+
+    A node with someone else's reason, or in a state healthd leaves alone (``_hands_off``),
+    is not taken out; one out with healthd's reason already holds its place. Remembered
+    (``PolicyState.skips_breaker``) so the next faulty pass reads the node alone
+    (docs/scale.md, "A node out by another's hand").
+    """
+    return bool(_hands_off(node)) or _others(node, prefix) or (node.drained and owned(node.reason, prefix))
+
+
 def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> Decision:
     """Apply the ownership rules to a take-out given what Slurm says about the node."""
     if decision.action not in TAKING_OUT or node is None:
@@ -505,7 +541,7 @@ def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> 
     hands_off = _hands_off(node)
     if hands_off:
         return replace(decision, action=Action.NONE, explanation=hands_off)
-    if node.reason and not owned(node.reason, prefix):
+    if _others(node, prefix):
         who = f" by {node.reason_user}" if node.reason_user else ""
         return replace(
             decision,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from healthd.hostlist import HostlistError, expand
+from healthd.hostlist import HostlistError, contains, expand
 
 
 @pytest.mark.parametrize(
@@ -31,3 +33,37 @@ def test_a_whole_partition_expands() -> None:
 def test_bad_host_lists_are_refused(text: str) -> None:
     with pytest.raises(HostlistError):
         expand(text)
+
+
+_NUMBER = st.integers(min_value=0, max_value=120)
+_RANGE = st.tuples(_NUMBER, st.integers(min_value=0, max_value=12), st.integers(min_value=1, max_value=3)).map(
+    lambda r: f"{r[0]:0{r[2]}d}" + (f"-{r[0] + r[1]}" if r[1] else "")
+)
+_BRACKET = st.lists(_RANGE, min_size=1, max_size=2).map(lambda rs: "[" + ",".join(rs) + "]")
+_ITEM = st.lists(st.one_of(st.sampled_from(["n", "gpu", "-ib", "r"]), _BRACKET), min_size=1, max_size=3).map("".join)
+_LIST = st.lists(_ITEM, min_size=1, max_size=3).map(",".join)
+
+
+@given(text=_LIST, data=st.data())
+def test_contains_agrees_with_expand(text: str, data: st.DataObject) -> None:
+    """``contains`` answers from the ranges what ``expand`` answers from the names (zero padding included)."""
+    names = expand(text)
+    listed = data.draw(st.sampled_from(names)) if names else ""
+    # Near misses: a listed name with a digit dropped, added or padded differently.
+    near = data.draw(st.sampled_from([listed[:-1], listed + "0", "0" + listed, listed.replace("0", "", 1), "x"]))
+    for name in (listed, near):
+        assert contains(text, name) == (name in names), name
+
+
+def test_contains_finds_one_node_in_a_100000_node_group_without_expanding_it() -> None:
+    text = "n[000001-100000],gpu[1-8]"
+    calls = expand.cache_info()
+    assert contains(text, "n054321") and contains(text, "gpu8") and not contains(text, "n54321")
+    after = expand.cache_info()
+    assert (after.hits, after.misses) == (calls.hits, calls.misses), "expand was not asked"
+
+
+@pytest.mark.parametrize("text", ["n[1-", "n1]", "n[a-b]", "n[3-1]", "n[[1]]"])
+def test_contains_refuses_bad_host_lists(text: str) -> None:
+    with pytest.raises(HostlistError):
+        contains(text, "n1")

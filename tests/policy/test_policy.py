@@ -14,7 +14,18 @@ from healthd.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out,
 from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
-from healthd.plan import Observed, Plan, Read, Situation, Step, plan
+from healthd.plan import (
+    PARTITIONS_MAX_AGE,
+    Executed,
+    Observed,
+    Plan,
+    Read,
+    Situation,
+    Step,
+    conclude,
+    partition_scope,
+    plan,
+)
 from healthd.policy import (
     Action,
     Decision,
@@ -514,6 +525,8 @@ def _planned(
         ((), PolicyState(unconfirmed=True, took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE_AND_PARTITIONS),
         # Held within its backoff: the breaker is not asked, the cheap node read is enough.
         (("CRITICAL",), PolicyState(held=HELD), 1050.0, Read.NODE),
+        # The last read found the node out by another's hand: it is left alone, no breaker to ask.
+        (("CRITICAL",), PolicyState(skips_breaker=True), 1050.0, Read.NODE),
         # Already out with healthd's reason: no breaker for a node that holds its place.
         (("CRITICAL",), PolicyState(took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE),
         # A resume pass (healthy, drained by healthd) and the hourly reconcile read the node alone.
@@ -550,3 +563,66 @@ def test_a_node_read_alone_that_finds_a_take_out_still_asks_for_the_partitions()
     """The first read is a guess: where it guessed wrong, the breaker's own read follows (no take-out unchecked)."""
     observed = Observed(asked=frozenset({Read.NODE}), node=BUSY)
     assert _planned(("CRITICAL",), PolicyState(took_out=(FindingRef("t/OLD/x"),)), observed) is Read.PARTITIONS
+
+
+# -- what a read of the node teaches the next passes (docs/scale.md) ---------------------
+
+
+@pytest.mark.parametrize(
+    ("read_at", "now", "scope"),
+    [
+        (1000.0, 1000.0 + PARTITIONS_MAX_AGE - 1, ("batch", "gpu")),
+        (1000.0, 1000.0 + PARTITIONS_MAX_AGE, ()),  # too old: every partition, and learn them again
+        (1000.0, 900.0, ()),  # the clock stepped back: not trusted
+        (0.0, 1000.0, ()),  # never learned
+    ],
+)
+def test_the_combined_read_covers_the_remembered_partitions_while_fresh(
+    read_at: float, now: float, scope: tuple[str, ...]
+) -> None:
+    assert partition_scope(PolicyState(partitions=("batch", "gpu"), partitions_read=read_at), now) == scope
+
+
+def test_only_a_read_of_every_partition_renews_the_remembered_ones() -> None:
+    """A read limited to the remembered partitions cannot show one the node was added to: it renews nothing."""
+    known = PolicyState(partitions=("batch",), partitions_read=500.0)
+    scoped = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=BUSY, views=WIDE_VIEWS, scope=("batch",))
+    made = _planned(("CRITICAL",), known, scoped)
+    assert isinstance(made, Plan) and (made.state.partitions, made.state.partitions_read) == (("batch",), 500.0)
+    two = replace(BUSY, partitions=("batch", "gpu"))
+    whole = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=two, views=WIDE_VIEWS)
+    made = _planned(("CRITICAL",), known, whole)
+    assert isinstance(made, Plan) and (made.state.partitions, made.state.partitions_read) == (("batch", "gpu"), 1050.0)
+    alone = _planned((), PolicyState(), Observed(asked=frozenset({Read.NODE}), node=two), now=5000.0)
+    assert isinstance(alone, Plan) and (alone.state.partitions, alone.state.partitions_read) == (
+        ("batch", "gpu"),
+        5000.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("node", "skips"),
+    [(ADMIN_DRAIN, True), (ADMIN_DOWN, True), (REBOOT, True), (OURS, True), (BUSY, False), (IDLE, False)],
+)
+def test_a_read_remembers_whether_a_take_out_would_skip_the_breaker(node: NodeInfo, skips: bool) -> None:
+    made = _planned(("CRITICAL",), PolicyState(), Observed(asked=frozenset({Read.NODE}), node=node, views=WIDE_VIEWS))
+    assert isinstance(made, Plan) and made.state.skips_breaker is skips
+    assert PolicyState.from_dict(made.state.to_dict()) == made.state
+
+
+def test_a_node_healthd_resumed_no_longer_skips_the_breaker() -> None:
+    """The resume pass read the node out with healthd's reason; once resumed, a new fault must meet the breaker."""
+    took_out = PolicyState(took_out=(FindingRef("t/CODE_0/subj0"),))
+    made = _planned((), took_out, Observed(asked=frozenset({Read.NODE}), node=OURS))
+    assert isinstance(made, Plan) and made.steps == (Step.RESUME,) and made.state.skips_breaker
+    done = conclude(made, Executed(done=(Step.RESUME,)), took_out, 1050.0)
+    assert done.applied and not done.state.skips_breaker
+    failed = conclude(made, Executed(error="slurmctld down"), took_out, 1050.0)
+    assert failed.state.skips_breaker, "not resumed: still out with healthd's reason"
+
+
+@pytest.mark.parametrize("bad", ["batch", ["batch", 3], {"batch": 1}])
+def test_remembered_partitions_of_the_wrong_shape_are_refused_by_name(bad: object) -> None:
+    """A string would otherwise become one partition per letter in the next `sinfo -p`."""
+    with pytest.raises(ValueError, match="partitions is not a list of names"):
+        PolicyState.from_dict({"partitions": bad})
