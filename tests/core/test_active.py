@@ -12,7 +12,7 @@ from healthd.active import refusal
 from healthd.config import parse_config
 from healthd.engine import Engine
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
-from healthd.model import Finding
+from healthd.model import Finding, Tier
 from healthd.nodestate import NodeInfo
 from healthd.pipeline import run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
@@ -43,7 +43,7 @@ def test_an_ordinary_pass_never_runs_an_active_check(tmp_path: Path) -> None:
 
 def test_an_active_pass_runs_the_active_checks_alone(tmp_path: Path) -> None:
     ran: list[str] = []
-    outcome = run_pass(_engine(tmp_path, ran), active=True)
+    outcome = run_pass(_engine(tmp_path, ran), tier=Tier.ACTIVE)
     assert ran == ["stress"]
     assert [r.check for r in outcome.result.results] == ["stress"]
 
