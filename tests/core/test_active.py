@@ -15,20 +15,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.active import daemon_skip, epilog_refusal, interval_left, refusal
-from healthd.activerun import LOCK_NAME, Refused, start
+from healthd.activerun import LOCK_NAME, Refused, daemon_budget, misfit, start
 from healthd.config import parse_config
 from healthd.engine import Engine
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 from healthd.model import Finding, Tier
 from healthd.nodestate import NodeInfo
-from healthd.pipeline import run_pass
+from healthd.pipeline import pass_budget, run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.statelock import StateLock
 
 Cli = Callable[..., tuple[int, str, str]]
 
 
-def _engine(tmp_path: Path, ran: list[str]) -> Engine:
+def _engine(tmp_path: Path, ran: list[str], extra: str = "") -> Engine:
     def run(name: str) -> Callable[[CheckContext[Any]], list[Finding]]:
         return lambda ctx: ran.append(name) or []
 
@@ -36,7 +36,7 @@ def _engine(tmp_path: Path, ran: list[str]) -> Engine:
         CheckSpec(name="plain", description="", settings=CheckSettings, run=run("plain")),
         CheckSpec(name="stress", description="", settings=CheckSettings, run=run("stress"), active=True),
     ]
-    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n'
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n{extra}'
     return Engine(parse_config(text, "t.toml", {"plain": CheckSettings, "stress": CheckSettings}), specs)
 
 
@@ -67,6 +67,17 @@ def test_one_active_run_at_a_time_each_recorded(tmp_path: Path) -> None:
     assert not isinstance(start(engine, None, "epilog of job 7"), Refused)
     assert ran == ["stress"]
     assert engine.state.file("active").load()["by"] == "epilog of job 7"
+
+
+def test_a_diagnostic_longer_than_its_budget_is_named_and_the_daemon_waits_for_it(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, [], "[checks.stress]\ntimeout = 300\n[active]\nwhen_drained = true\n")
+    assert misfit(engine, 200, "[active] epilog_timeout") == (
+        "[checks.stress] timeout = 300s exceeds [active] epilog_timeout = 200s"
+    )
+    assert misfit(engine, 300, "[active] epilog_timeout") is None
+    # The daemon's watchdog budget grows by a last Slurm read and a whole pass as long as the diagnostic.
+    assert daemon_budget(engine) == engine.config.slurm.timeout + pass_budget(engine.config, checks=300)
+    assert daemon_budget(_engine(tmp_path, [])) == 0
 
 
 def _node(state: str, *flags: str) -> NodeInfo:
