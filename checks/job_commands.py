@@ -18,7 +18,8 @@ exits 0. It records, in the node's history, each Xid, SXid and fallen-off-the-bu
 event of the job's window on the job's GPUs (``job_log``) with the job id and user,
 then, when it recorded an application Xid, runs the ``jobs`` check through the
 ordinary pass: the same application Xid on one GPU under ``app_xid_jobs`` different
-jobs drains the node after its jobs.
+jobs drains the node after its jobs. With ``[active] at_epilog`` it then runs the
+active checks, when due and when no other job is on the node (docs/active.md).
 """
 
 from __future__ import annotations
@@ -250,50 +251,95 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
 
 def _epilog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
-        from healthd.history import History, Kind
-        from healthd.pipeline import run_pass
-
-        from .job_log import LogUnavailable, job_events
-
         engine = _engine(config)
         settings = _settings(engine)
         deadline.at = deadline.at - DEFAULT_EPILOG_TIMEOUT + settings.epilog_timeout
-        paths = engine.config.paths
-        after = _job_start_seq(History, paths.state_dir, job)
-        if after is None:
-            print(f"healthd epilog: job {job.job_id}: no prolog record; reading the whole kernel log", file=sys.stderr)
-        overrides, accept_userspace = _kmsg_settings(engine)
-        try:
-            events, lost = job_events(paths.kmsg, paths.sysfs, job, after, overrides, accept_userspace)
-        except LogUnavailable as exc:
-            print(f"healthd epilog: job {job.job_id}: {exc}", file=sys.stderr)
-            return 0
-        if lost:
-            print(f"healthd epilog: job {job.job_id}: {lost}", file=sys.stderr)
-        now = time.time()
-
-        def write(history: History) -> None:
-            for event in events:
-                grade = event.entry.entry.grade.name
-                history.record_job(
-                    at=now,
-                    kind=Kind.JOB_XID,
-                    subject=event.subject,
-                    code=event.entry.code,
-                    status=grade,
-                    message=f"job {job.job_id} ({job.user}): {event.entry.event.text}"[:500],
-                    details=event.details(job),
-                )
-
-        if events:
-            _with_history(engine, write)
-        applications = sum(1 for e in events if e.entry.entry.bucket.value == "application")
-        if applications and "jobs" in {spec.name for spec in engine.specs}:
-            run_pass(engine, only=["jobs"])
-        print(f"healthd epilog: job {job.job_id}: {len(events)} event(s) recorded, {applications} application Xid(s)")
+        _record_job_xids(engine, job)
+        if engine.config.active.at_epilog:
+            _active_at_epilog(engine, job, deadline)
         return 0
 
     return work
+
+
+def _record_job_xids(engine: Engine, job: Job) -> None:
+    """The job's Xid events into the history; the ``jobs`` check's pass when one was an application Xid."""
+    from healthd.history import History, Kind
+    from healthd.pipeline import run_pass
+
+    from .job_log import LogUnavailable, job_events
+
+    paths = engine.config.paths
+    after = _job_start_seq(History, paths.state_dir, job)
+    if after is None:
+        print(f"healthd epilog: job {job.job_id}: no prolog record; reading the whole kernel log", file=sys.stderr)
+    overrides, accept_userspace = _kmsg_settings(engine)
+    try:
+        events, lost = job_events(paths.kmsg, paths.sysfs, job, after, overrides, accept_userspace)
+    except LogUnavailable as exc:
+        print(f"healthd epilog: job {job.job_id}: {exc}", file=sys.stderr)
+        return
+    if lost:
+        print(f"healthd epilog: job {job.job_id}: {lost}", file=sys.stderr)
+    now = time.time()
+
+    def write(history: History) -> None:
+        for event in events:
+            grade = event.entry.entry.grade.name
+            history.record_job(
+                at=now,
+                kind=Kind.JOB_XID,
+                subject=event.subject,
+                code=event.entry.code,
+                status=grade,
+                message=f"job {job.job_id} ({job.user}): {event.entry.event.text}"[:500],
+                details=event.details(job),
+            )
+
+    if events:
+        _with_history(engine, write)
+    applications = sum(1 for e in events if e.entry.entry.bucket.value == "application")
+    if applications and "jobs" in {spec.name for spec in engine.specs}:
+        run_pass(engine, only=["jobs"])
+    print(f"healthd epilog: job {job.job_id}: {len(events)} event(s) recorded, {applications} application Xid(s)")
+
+
+def _active_at_epilog(engine: Engine, job: Job, deadline: _Deadline) -> None:
+    """``[active] at_epilog``: the active checks, when due and no other job is on the node (docs/active.md).
+
+    They run through the ordinary acting path (a failure drains the node with the
+    check's own code) within ``[active] epilog_timeout``, for which the epilog's
+    deadline moves out (plus what the pass needs for the lock and Slurm); a check
+    whose own ``timeout`` is longer is not started here, so the deadline never
+    leaves a diagnostic running after the epilog (its ``run_timeout`` ends it first).
+    """
+    from healthd.active import epilog_refusal, interval_left
+    from healthd.activerun import Refused, last_run, misfit, start
+    from healthd.pipeline import pass_budget
+
+    config = engine.config
+    settings = config.active
+    head = f"healthd epilog: job {job.job_id}: active checks"
+    left = interval_left(last_run(engine), engine.clock(), settings.interval)
+    if left > 0:
+        print(f"{head} not due for {left:.0f}s ([active] interval)")
+        return
+    if not engine.active_timeout():
+        print(f"{head}: none enabled")
+        return
+    too_long = misfit(engine, settings.epilog_timeout, "[active] epilog_timeout")
+    if too_long:
+        print(f"{head} not run: {too_long}", file=sys.stderr)
+        return
+    # One sinfo read before the checks, then a whole pass's lock and Slurm time after them.
+    deadline.at = time.monotonic() + config.slurm.timeout + pass_budget(config, checks=settings.epilog_timeout)
+    done = start(engine, epilog_refusal, f"epilog of job {job.job_id}")
+    if isinstance(done, Refused):
+        print(f"{head} not run: {done.why}")
+        return
+    action = done.action.decision
+    said = f"{action.action.value} ({action.reason})" if action.reason else action.explanation
+    print(f"{head}: {done.result.status.name}: {said}")
 
 
 def _job_start_seq(history_type: Any, state_dir: Any, job: Job) -> Optional[int]:

@@ -127,6 +127,26 @@ class DaemonSettings(_Model):
     splay: bool = True
 
 
+class ActiveSettings(_Model):
+    """When healthd starts the active checks by itself (docs/active.md). Both ways are off by default.
+
+    ``at_epilog``: the epilog runs them once the job ended and no other job is on the
+    node, within ``epilog_timeout`` seconds. ``when_drained``: the daemon runs them
+    (with every other check) on a node it drained itself that Slurm shows idle. Either
+    way at most once per ``interval`` seconds, counted from the last active run on the
+    node, whoever started it (kept in the state directory, so restarts do not rerun them).
+    """
+
+    at_epilog: bool = False
+    # A diagnostic at the epilog holds the node COMPLETING (no job starts on it) for its
+    # whole length; dcgm's level 2, retried once, needs up to its default 600 s timeout.
+    epilog_timeout: float = Field(default=600.0, gt=0, le=3600)
+    when_drained: bool = False
+    # Six hours: a node healthd holds out is re-examined a few times a day, while an
+    # active run costs minutes of a node that does nothing else meanwhile.
+    interval: float = Field(default=21600.0, ge=0, le=30 * 86400)
+
+
 class MetricsSettings(_Model):
     """Prometheus exposition: an HTTP listener and/or a node_exporter textfile."""
 
@@ -200,6 +220,7 @@ class Config(_Model):
     policy: PolicySettings = Field(default_factory=PolicySettings)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    active: ActiveSettings = Field(default_factory=ActiveSettings)
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
     escalation: EscalationSettings = Field(default_factory=EscalationSettings)
     remediation: RemediationSettings = Field(default_factory=RemediationSettings)

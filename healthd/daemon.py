@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from healthd.exitcodes import EX_CONFIG, EX_OK
 from healthd.logs import LOGGER_NAME
 from healthd.outcome import PassReport, report_from_outcome
+from healthd.pipeline import PASS_GRACE_SECONDS, pass_budget
 from healthd.sdnotify import Notifier
 from healthd.sinks import LogSink, MetricsSink, NotifySink, Sink
 from healthd.trust import UntrustedPath
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
 
 # How long a stop request waits for a pass in progress before abandoning it.
 STOP_GRACE_SECONDS = 3.0
-# Slack on top of a pass's own deadlines before the loop declares it hung.
-PASS_GRACE_SECONDS = 10.0
 # Start-up time asked of systemd on top of the first pass's budget (plugins, metrics listener).
 START_MARGIN_SECONDS = 15.0
 
@@ -87,23 +86,23 @@ def schedule_for(config: Config, node: str) -> Schedule:
     return Schedule(interval, splay_offset(node, interval) if config.daemon.splay else None)
 
 
-def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS) -> float:
-    """How long a pass may take before the loop calls it hung.
-
-    The checks' deadline (``[runner].pass_timeout``), the wait for the state
-    directory's lock (``[slurm].lock_timeout``), and, when Slurm is enabled, the
-    wait before acting on a fault (``[slurm].act_splay``) and all Slurm calls of the
-    pass together (``[slurm].budget``), plus ``grace``.
-    """
-    slurm = config.slurm.budget + config.slurm.act_splay if config.slurm.enabled else 0.0
-    return config.runner.pass_timeout + config.slurm.lock_timeout + slurm + grace
-
-
 def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
-    """One pass (healthd.pipeline): run the checks, decide, act through Slurm, save ``last-pass``."""
+    """One pass (healthd.pipeline): run the checks, decide, act through Slurm, save ``last-pass``.
+
+    With ``[active] when_drained``, a pass that finds the node idle and drained by
+    healthd is followed by one with the active checks too (``healthd.activerun``).
+    """
+    from healthd.activerun import after_pass
     from healthd.pipeline import run_pass
 
-    return report_from_outcome(run_pass(engine, dry_run=dry_run))
+    return report_from_outcome(after_pass(engine, run_pass(engine, dry_run=dry_run), dry_run, log))
+
+
+def daemon_pass_budget(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
+    """How long one of the daemon's passes may take before the loop calls it hung (active checks included)."""
+    from healthd.activerun import daemon_budget
+
+    return pass_budget(engine.config, grace) + daemon_budget(engine)
 
 
 def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassReport:
@@ -197,7 +196,7 @@ class Daemon:
         try:
             # READY=1 waits for the first pass, whose budget depends on the config: ask systemd
             # for that long (sd_notify(3) EXTEND_TIMEOUT_USEC) rather than trust TimeoutStartSec=.
-            self.notifier.extend_timeout(pass_budget(engine.config, self.pass_grace) + START_MARGIN_SECONDS)
+            self.notifier.extend_timeout(daemon_pass_budget(engine, self.pass_grace) + START_MARGIN_SECONDS)
             if self._pass(engine) is None:
                 return EX_OK
             schedule = schedule_for(engine.config, node_name(engine.config))
@@ -297,7 +296,7 @@ class Daemon:
 
         worker = threading.Thread(target=work, name="healthd-pass", daemon=True)
         started = self.monotonic()
-        budget = pass_budget(engine.config, self.pass_grace)
+        budget = daemon_pass_budget(engine, self.pass_grace)
         try:
             worker.start()
         except RuntimeError as exc:  # no thread to be had (TasksMax, memory): report it, try next slot

@@ -7,7 +7,7 @@ otherwise run every check a second time. The daemon therefore:
   child inherits it) for as long as it runs, with a random token written in it;
 - after each pass, records ``state_dir/daemon-pass.json``: that token, the pass
   document, when the pass finished, how long the record stays fresh (the interval
-  plus the pass's whole budget, ``healthd.daemon.pass_budget``), the SHA-256 of
+  plus the pass's whole budget, ``healthd.pipeline.pass_budget``), the SHA-256 of
   the config bytes it ran with, and whether it was a dry run.
 
 ``daemon_document`` (the hook) uses the record only when all of this holds: the

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plugin import AnyCheck, CheckContext, CheckSpec
 from healthd.runner import PreparedCheck, Runner
 from healthd.state import StateDir
@@ -46,6 +46,14 @@ def settings_models(specs: Iterable[AnyCheck]) -> dict[str, type[BaseModel]]:
 def is_active(spec: AnyCheck) -> bool:
     """Whether ``spec`` is a loaded check marked active (``CheckSpec.active``)."""
     return isinstance(spec, CheckSpec) and spec.active
+
+
+def _longest_active(checks: Iterable[PreparedCheck]) -> float:
+    """The longest ``timeout`` among the enabled active checks of ``checks`` (0 when there are none)."""
+    return max(
+        (c.context.settings.timeout for c in checks if c.enabled and c.context is not None and is_active(c.spec)),
+        default=0.0,
+    )
 
 
 def _trusted_state(config: Config) -> StateDir:
@@ -94,8 +102,8 @@ class Engine:
         if specs is not None:
             self.specs = list(specs)
 
-    def prepare(self, only: Optional[Sequence[str]] = None, active: bool = False) -> list[PreparedCheck]:
-        """The checks of one pass: the ordinary ones, or (``active``) only the active ones (docs/active.md).
+    def prepare(self, only: Optional[Sequence[str]] = None, tier: Tier = Tier.ORDINARY) -> list[PreparedCheck]:
+        """The checks of one pass of ``tier``: the ordinary ones, the active ones, or all (docs/active.md).
 
         A check that did not load, or was never loaded, is not known to be active: it
         belongs to the ordinary passes, where it reports why it did not run. So does a
@@ -108,7 +116,8 @@ class Engine:
                 continue
             settings = self.loaded.check_settings.get(spec.name)
             enabled = bool(getattr(settings, "enabled", True))
-            if is_active(spec) != active and (active or enabled):
+            wanted = tier is Tier.ALL or is_active(spec) == (tier is Tier.ACTIVE)
+            if not wanted and (tier is Tier.ACTIVE or enabled):
                 continue
             if not isinstance(spec, CheckSpec):
                 prepared.append(PreparedCheck(spec.name, spec, None, enabled))
@@ -124,17 +133,22 @@ class Engine:
             prepared.append(PreparedCheck(spec.name, spec, context, enabled))
         return prepared
 
-    def run_checks(self, only: Optional[Sequence[str]] = None, active: bool = False) -> PassResult:
+    def active_timeout(self) -> float:
+        """The longest ``timeout`` of the enabled active checks (0 when there are none)."""
+        return _longest_active(self.prepare(None, Tier.ACTIVE))
+
+    def run_checks(self, only: Optional[Sequence[str]] = None, tier: Tier = Tier.ORDINARY) -> PassResult:
         """One pass; problems with state files (corrupt, unreadable) join it as a ``healthd`` result.
 
-        An ordinary pass never runs an active check. An active pass runs only those,
-        and its deadline is the longest of their own: a diagnostic takes minutes, far
+        An ordinary pass never runs an active check. A pass with active checks has a
+        deadline long enough for the longest of them: a diagnostic takes minutes, far
         beyond ``[runner].pass_timeout``, which bounds the hook's ordinary pass.
         """
-        checks = self.prepare(only, active)
+        checks = self.prepare(only, tier)
         deadline = self.config.runner.pass_timeout
-        if active:
-            deadline = max((c.context.settings.timeout for c in checks if c.context is not None), default=deadline)
+        if tier is not Tier.ORDINARY:
+            longest = _longest_active(checks)
+            deadline = max(longest, deadline) if tier is Tier.ALL else longest or deadline
         result = self.runner.run_checks(node_name(self.config), checks, deadline)
         problems = self.state.drain_problems()
         if not problems:

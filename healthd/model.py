@@ -52,6 +52,19 @@ def worst(statuses: Iterable[Status]) -> Status:
     return result
 
 
+class Tier(enum.Enum):
+    """Which checks a pass runs (docs/active.md).
+
+    ``ORDINARY``: every check but the active ones (the hook, the daemon, ``check --once``).
+    ``ACTIVE``: the active checks alone (``check --once --active``, the epilog), a partial pass.
+    ``ALL``: both, a whole pass that may resume the node (the daemon, on its own idle drain).
+    """
+
+    ORDINARY = "ordinary"
+    ACTIVE = "active"
+    ALL = "all"
+
+
 @dataclass(frozen=True)
 class Finding:
     """One observation a check wants the operator (and the policy) to see.

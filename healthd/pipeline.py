@@ -29,7 +29,8 @@ from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.acks import AckStore, FindingRef, apply_acks
 from healthd.execute import execute, observe, rehearse
 from healthd.history import History, HistoryError, RebootPhase, read_boot_id
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
+from healthd.nodestate import NodeInfo
 from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, partition_scope, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
@@ -46,6 +47,21 @@ if TYPE_CHECKING:
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
 POLICY_STATE = "policy"
+# Slack on top of a pass's own deadlines before the daemon declares it hung.
+PASS_GRACE_SECONDS = 10.0
+
+
+def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS, checks: Optional[float] = None) -> float:
+    """How long a pass may take at most, plus ``grace``.
+
+    The checks' deadline (``checks``, by default ``[runner].pass_timeout``), the wait for
+    the state directory's lock (``[slurm].lock_timeout``), and, when Slurm is enabled,
+    the wait before acting on a fault (``[slurm].act_splay``) and all Slurm calls of the
+    pass together (``[slurm].budget``).
+    """
+    slurm = config.slurm.budget + config.slurm.act_splay if config.slurm.enabled else 0.0
+    deadline = config.runner.pass_timeout if checks is None else checks
+    return deadline + config.slurm.lock_timeout + slurm + grace
 
 
 @dataclass(frozen=True)
@@ -88,12 +104,16 @@ class ActionSection:
 
 @dataclass(frozen=True)
 class PassOutcome:
-    """Everything one pass did. ``result`` is the pass as reported (acks applied, DRAIN_HELD added)."""
+    """Everything one pass did. ``result`` is the pass as reported (acks applied, DRAIN_HELD added).
+
+    ``node`` is the node as Slurm reported it this pass, None when the pass did not read it.
+    """
 
     result: PassResult
     action: ActionSection
     state: PolicyState
     document: dict[str, Any]
+    node: Optional[NodeInfo] = None
 
     @property
     def exit_code(self) -> int:
@@ -134,13 +154,13 @@ def run_pass(
     clock: Callable[[], float] = time.time,
     only: Optional[list[str]] = None,
     sleep: Callable[[float], None] = time.sleep,
-    active: bool = False,
+    tier: Tier = Tier.ORDINARY,
 ) -> PassOutcome:
     """Run one pass and carry its decision out; see the module docstring.
 
-    ``active`` runs the active checks alone (``Engine.run_checks``); the caller has
-    made sure the node is idle and drained (healthd.active). Such a pass is partial:
-    it never resumes the node.
+    ``tier`` says which checks run (``Engine.run_checks``); for one with active checks
+    the caller has made sure that no job is on the node (healthd.activerun). A pass of
+    the active checks alone is partial: it never resumes the node.
 
     A pass whose checks found a fault first waits its node's ``[slurm].act_splay``
     delay (``healthd.spread.act_delay``; ``sleep`` is injectable for tests), outside
@@ -157,7 +177,7 @@ def run_pass(
     dry = dry_run or config.policy.dry_run
     enabled = config.slurm.enabled
     try:
-        raw = engine.run_checks(only, active)
+        raw = engine.run_checks(only, tier)
     except Exception as exc:  # anything from the engine must still give a reported pass
         from healthd.engine import node_name
 
@@ -186,7 +206,7 @@ def run_pass(
             dry=dry,
             client=client,
             clock=clock,
-            partial=only is not None or active,
+            partial=only is not None or tier is Tier.ACTIVE,
             sleep=sleep,
         )
     except UntrustedPath:
@@ -464,10 +484,16 @@ def _settle(
         errors=tuple(errors),
         steps=tuple(step.value for step in (executed.would if dry else executed.done)),
     )
-    return _finish(engine, done.result, report, done.state)
+    return _finish(engine, done.result, report, done.state, node)
 
 
-def _finish(engine: Engine, result: PassResult, report: ActionSection, state: Optional[PolicyState]) -> PassOutcome:
+def _finish(
+    engine: Engine,
+    result: PassResult,
+    report: ActionSection,
+    state: Optional[PolicyState],
+    node: Optional[NodeInfo] = None,
+) -> PassOutcome:
     from healthd.render import pass_to_dict
 
     errors = list(report.errors) + engine.state.drain_problems()
@@ -478,4 +504,4 @@ def _finish(engine: Engine, result: PassResult, report: ActionSection, state: Op
     except StateError as exc:
         report = replace(report, errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()
-    return PassOutcome(result=result, action=report, state=state or PolicyState(), document=document)
+    return PassOutcome(result=result, action=report, state=state or PolicyState(), document=document, node=node)

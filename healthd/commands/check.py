@@ -6,7 +6,8 @@ plus ``[slurm].lock_timeout`` plus ``[slurm].budget`` (all scontrol calls togeth
 about 45 s with the defaults, inside slurmd's 60 s kill (docs/slurm.md).
 
 ``--active`` runs the active checks instead, and only on a node that one ``sinfo``
-read shows idle and drained (healthd.active, docs/active.md); never from the hook.
+read shows idle and drained (healthd.active, healthd.activerun, docs/active.md);
+never from the hook.
 """
 
 from __future__ import annotations
@@ -16,13 +17,9 @@ import json
 import logging
 import sys
 import time
-from typing import TYPE_CHECKING, Optional
 
 from healthd.cli import add_config_argument
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
-
-if TYPE_CHECKING:
-    from healthd.engine import Engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,30 +57,21 @@ def run(args: argparse.Namespace) -> int:
     if args.force and not args.active:
         print("healthd: --force goes with --active", file=sys.stderr)
         return EX_USAGE
-    if args.active and not args.force:
-        refused = _active_refusal(engine)
-        if refused:
-            print(f"healthd: not running the active checks: {refused}", file=sys.stderr)
+    if args.active:
+        from healthd.active import refusal
+        from healthd.activerun import Refused, start
+
+        rule = None if args.force else refusal
+        started = start(engine, rule, "check --once --active", dry_run=args.dry_run, only=only)
+        if isinstance(started, Refused):
+            print(f"healthd: not running the active checks: {started.why}", file=sys.stderr)
             return EX_TEMPFAIL
-    outcome = run_pass(engine, dry_run=args.dry_run, only=only, active=args.active)
+        outcome = started
+    else:
+        outcome = run_pass(engine, dry_run=args.dry_run, only=only)
     if args.json:
         print(json.dumps(outcome.document, indent=2))
     else:
         print(render_table(outcome.result))
         print("\n".join(action_lines(outcome.document, time.time())))
     return outcome.exit_code
-
-
-def _active_refusal(engine: Engine) -> Optional[str]:
-    """Why the node may not run its active checks now (one ``sinfo -n NAME`` read), or None."""
-    from healthd.active import refusal
-    from healthd.engine import node_name
-    from healthd.slurm import SlurmClient, SlurmError
-
-    if not engine.config.slurm.enabled:
-        return "[slurm] enabled = false, so whether the node is idle and drained is not known (--force runs anyway)"
-    try:
-        node = SlurmClient(engine.config.slurm).node(node_name(engine.config))
-    except SlurmError as exc:
-        return f"cannot read the node's state from Slurm: {exc}"
-    return refusal(node)

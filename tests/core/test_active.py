@@ -1,4 +1,8 @@
-"""Active checks never run in an ordinary pass; an active pass runs them alone, and only when allowed."""
+"""Active checks never run in an ordinary pass; an active pass runs them alone, and only when allowed.
+
+Also the rules for starting them by themselves: at the epilog (no other job on the node) and
+from the daemon (its own idle drain, once per interval), and one active run at a time.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,24 @@ from typing import Any, Callable, Optional
 
 import pytest
 from healthd_testkit.dcgmi import Dcgmi
+from hypothesis import given
+from hypothesis import strategies as st
 
-from healthd.active import refusal
+from healthd.active import daemon_skip, epilog_refusal, interval_left, refusal
+from healthd.activerun import LOCK_NAME, Refused, daemon_budget, misfit, start
 from healthd.config import parse_config
 from healthd.engine import Engine
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
-from healthd.model import Finding
+from healthd.model import Finding, Tier
 from healthd.nodestate import NodeInfo
-from healthd.pipeline import run_pass
+from healthd.pipeline import pass_budget, run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.statelock import StateLock
 
 Cli = Callable[..., tuple[int, str, str]]
 
 
-def _engine(tmp_path: Path, ran: list[str]) -> Engine:
+def _engine(tmp_path: Path, ran: list[str], extra: str = "") -> Engine:
     def run(name: str) -> Callable[[CheckContext[Any]], list[Finding]]:
         return lambda ctx: ran.append(name) or []
 
@@ -28,7 +36,7 @@ def _engine(tmp_path: Path, ran: list[str]) -> Engine:
         CheckSpec(name="plain", description="", settings=CheckSettings, run=run("plain")),
         CheckSpec(name="stress", description="", settings=CheckSettings, run=run("stress"), active=True),
     ]
-    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n'
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n{extra}'
     return Engine(parse_config(text, "t.toml", {"plain": CheckSettings, "stress": CheckSettings}), specs)
 
 
@@ -41,11 +49,35 @@ def test_an_ordinary_pass_never_runs_an_active_check(tmp_path: Path) -> None:
     assert ran == ["plain", "plain"]
 
 
-def test_an_active_pass_runs_the_active_checks_alone(tmp_path: Path) -> None:
+def test_an_active_pass_runs_the_active_checks_alone_and_a_whole_one_runs_all(tmp_path: Path) -> None:
     ran: list[str] = []
-    outcome = run_pass(_engine(tmp_path, ran), active=True)
+    outcome = run_pass(_engine(tmp_path, ran), tier=Tier.ACTIVE)
     assert ran == ["stress"]
     assert [r.check for r in outcome.result.results] == ["stress"]
+    outcome = run_pass(_engine(tmp_path, ran), tier=Tier.ALL)
+    assert sorted(r.check for r in outcome.result.results) == ["plain", "stress"]
+
+
+def test_one_active_run_at_a_time_each_recorded(tmp_path: Path) -> None:
+    ran: list[str] = []
+    engine = _engine(tmp_path, ran)
+    with StateLock(tmp_path / "state", 1.0, name=LOCK_NAME):
+        assert start(engine, None, "epilog") == Refused("another active pass is running on this node")
+    assert ran == []
+    assert not isinstance(start(engine, None, "epilog of job 7"), Refused)
+    assert ran == ["stress"]
+    assert engine.state.file("active").load()["by"] == "epilog of job 7"
+
+
+def test_a_diagnostic_longer_than_its_budget_is_named_and_the_daemon_waits_for_it(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, [], "[checks.stress]\ntimeout = 300\n[active]\nwhen_drained = true\n")
+    assert misfit(engine, 200, "[active] epilog_timeout") == (
+        "[checks.stress] timeout = 300s exceeds [active] epilog_timeout = 200s"
+    )
+    assert misfit(engine, 300, "[active] epilog_timeout") is None
+    # The daemon's watchdog budget grows by a last Slurm read and a whole pass as long as the diagnostic.
+    assert daemon_budget(engine) == engine.config.slurm.timeout + pass_budget(engine.config, checks=300)
+    assert daemon_budget(_engine(tmp_path, [])) == 0
 
 
 def _node(state: str, *flags: str) -> NodeInfo:
@@ -61,11 +93,58 @@ def _node(state: str, *flags: str) -> NodeInfo:
         (_node("ALLOCATED", "DRAIN"), "n1 is ALLOCATED+DRAIN: jobs may still run"),
         (_node("COMPLETING", "DRAIN"), "n1 is COMPLETING+DRAIN: jobs may still run"),
         (_node("DOWN", "DRAIN"), "n1 is DOWN+DRAIN"),
+        (_node("IDLE", "DRAIN", "REBOOT_REQUESTED"), "n1 is IDLE+DRAIN+REBOOT_REQUESTED: a reboot is pending"),
+        (_node("IDLE", "DRAIN", "POWERING_DOWN"), "n1 is IDLE+DRAIN+POWERING_DOWN: powered down"),
     ],
 )
 def test_only_an_idle_drained_node_may_run_active_checks(node: NodeInfo, why: Optional[str]) -> None:
     said = refusal(node)
     assert said == why if why is None else said is not None and said.startswith(why)
+
+
+@pytest.mark.parametrize(
+    ("node", "why"),
+    [
+        (_node("IDLE", "COMPLETING"), None),
+        (_node("IDLE", "COMPLETING", "DRAIN"), None),
+        # Seen on the test cluster with two jobs on one node, during the first one's epilog.
+        (_node("ALLOCATED", "COMPLETING"), "n1 is ALLOCATED+COMPLETING: another job is still on it"),
+        (_node("MIXED", "COMPLETING"), "n1 is MIXED+COMPLETING: another job is still on it"),
+        (_node("IDLE"), "n1 is IDLE, not completing: a job could start"),
+        (_node("IDLE", "COMPLETING", "REBOOT_REQUESTED"), "n1 is IDLE+COMPLETING+REBOOT_REQUESTED: a reboot"),
+    ],
+)
+def test_the_epilog_runs_active_checks_only_when_no_other_job_is_on_the_node(
+    node: NodeInfo, why: Optional[str]
+) -> None:
+    said = epilog_refusal(node)
+    assert said == why if why is None else said is not None and said.startswith(why)
+
+
+STATES = st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "COMPLETING", "DOWN"])
+FLAGS = st.frozensets(st.sampled_from(["DRAIN", "COMPLETING", "REBOOT_REQUESTED", "POWERED_DOWN", "MAINTENANCE"]))
+REASONS = st.sampled_from(["", "healthd: XID_79 gpu0", "burn-in", "healthd: LEMON x"])
+
+
+@given(
+    state=STATES,
+    flags=FLAGS,
+    reason=REASONS,
+    read=st.booleans(),
+    last=st.none() | st.floats(0, 2e6),
+    now=st.floats(0, 2e6),
+    interval=st.floats(0, 1e6),
+)
+def test_the_daemon_starts_active_checks_only_on_its_own_idle_drain_once_per_interval(
+    state: str, flags: frozenset[str], reason: str, read: bool, last: Optional[float], now: float, interval: float
+) -> None:
+    node = NodeInfo("n1", state, flags, reason, "root", ("gpu",)) if read else None
+    ours = read and state == "IDLE" and "DRAIN" in flags and reason.startswith("healthd:")
+    settled = not flags & {"REBOOT_REQUESTED", "POWERED_DOWN", "MAINTENANCE"}
+    elapsed = last is None or now >= last + interval or last + interval - now > interval
+    assert (daemon_skip(node, "healthd:", last, now, interval) is None) == (ours and settled and elapsed)
+    left = interval_left(last, now, interval)
+    assert 0 <= left <= interval and (left == 0) == elapsed
 
 
 def test_check_active_refuses_without_slurm_and_runs_when_forced(

@@ -61,7 +61,7 @@ def test_a_pass_that_raised_in_the_cycle_and_one_that_never_ran_take_the_same_pa
 ) -> None:
     engine = make_engine()
 
-    def explode(only: Any = None, active: bool = False) -> PassResult:
+    def explode(only: Any = None, tier: Any = None) -> PassResult:
         raise OSError("disk gone\n<0>forged line")
 
     monkeypatch.setattr(engine, "run_checks", explode)

@@ -11,7 +11,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import pytest
 from healthd_testkit.paths import Below
@@ -84,9 +84,13 @@ file = "{self.fault_file}"
         rows = [i if isinstance(i, dict) else {"status": i[0], "code": i[1], "subject": i[2]} for i in items]
         self.fault_file.write_text(json.dumps(rows))
 
-    def engine(self) -> Engine:
-        loaded = parse_config(self.config_text(), str(self.root / "healthd.toml"), {"fault": FaultSettings})
-        return Engine(loaded, [FAULT])
+    def engine(
+        self, extra: str = "", checks: Sequence[CheckSpec[Any]] = (), clock: Callable[[], float] = time.time
+    ) -> Engine:
+        """An engine with the fault check, and ``checks`` configured by the tables in ``extra``."""
+        models = {"fault": FaultSettings, **{c.name: c.settings_model() for c in checks}}
+        loaded = parse_config(self.config_text() + extra, str(self.root / "healthd.toml"), models)
+        return Engine(loaded, [FAULT, *checks], clock=clock)
 
     def cycle(
         self, *, dry_run: bool = False, client: Optional[SlurmClient] = None, now: Optional[float] = None

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.dcgmi import Dcgmi
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
 
@@ -38,6 +39,7 @@ kmsg = "{kmsg}"
 conf = "{cluster.conf}"
 node_name = "{node}"
 timeout = 8
+act_splay = 0
 [policy]
 max_out_fraction = 1.0
 [checks.xid]
@@ -69,6 +71,12 @@ def _xid_job(cluster: Any, node: str, pci: str) -> str:
     line = f"<4>NVRM: Xid (PCI:{pci}): 13, pid=1, name=python, Graphics SM Warp Exception on (GPC 1, TPC 2, SM 0)"
     out = cluster.run("sbatch", "--parsable", "-w", node, "-o", "/dev/null", "--wrap", f"echo '{line}' > /dev/kmsg")
     job = out.stdout.strip().split(";")[0]
+    cluster.wait(lambda: cluster.job_state(job) in ("COMPLETED", "FAILED", ""), 60, f"job {job} done")
+    return job
+
+
+def _short_job(cluster: Any, node: str) -> str:
+    job = cluster.run("sbatch", "--parsable", "-w", node, "-o", "/dev/null", "--wrap", "true").stdout.strip()
     cluster.wait(lambda: cluster.job_state(job) in ("COMPLETED", "FAILED", ""), 60, f"job {job} done")
     return job
 
@@ -138,3 +146,25 @@ def test_a_prolog_at_its_deadline_exits_0(cluster: Any, tmp_path: Path, hung_mou
     job = cluster.submit("node1", seconds=1)
     assert cluster.state("node1") in ("allocated", "mixed", "idle")
     assert cluster.job_state(job) in ("RUNNING", "COMPLETED", "COMPLETING")
+
+
+def test_the_epilog_runs_the_active_checks_only_when_configured(cluster: Any, tmp_path: Path) -> None:
+    dcgmi = Dcgmi(tmp_path)
+    dcgmi.prints("level2-pcie-fail.json", rc=226)
+    _node(cluster, "node3", tmp_path, f'[checks.dcgm]\ndcgmi = "{dcgmi.tool}"\nlevel = 2\n')
+    config = cluster.job_config("node3")
+
+    def ended(job: str) -> bool:
+        return f"healthd epilog: job {job}: " in cluster.job_log("node3").read_text()
+
+    job = _short_job(cluster, "node3")
+    cluster.wait(lambda: ended(job), 30, "the epilog")
+    assert dcgmi.levels == [] and cluster.state("node3") == "idle", "not configured: not run"
+
+    config.write_text(config.read_text() + "[active]\nat_epilog = true\n")
+    job = _short_job(cluster, "node3")
+    cluster.wait_state("node3", lambda s: "DRAIN" in s, 30, "drained by the epilog's active checks")
+    assert dcgmi.levels == ["2", "2"], "run once the job ended, and rerun before the failure counts"
+    assert cluster.reason("node3").startswith("healthd: DCGM_PCIE_FAILED GPU 1"), cluster.reason("node3")
+    said = f"healthd epilog: job {job}: active checks: WARNING: drain_after_jobs"
+    assert said in cluster.job_log("node3").read_text()
