@@ -6,15 +6,19 @@ never run beside a job. This module only judges; ``healthd.activerun`` makes the
 (docs/active.md). One rule per way in:
 
 - ``refusal`` (``healthd check --once --active``, and the daemon): the node is
-  IDLE+DRAIN. Slurm starts no job on a node with the DRAIN flag, and IDLE as its base
-  state says none is left (not ALLOCATED, MIXED or COMPLETING), so the node stays
-  without jobs until someone resumes it.
+  IDLE+DRAIN, not COMPLETING. Slurm starts no job on a node with the DRAIN flag, and
+  IDLE as its base state says none is left (not ALLOCATED, MIXED or COMPLETING), so
+  the node stays without jobs until someone resumes it. The COMPLETING flag says a
+  job's epilog still runs there (GPU reset scripts, processes still holding the GPUs),
+  which would fail a diagnostic that is no fault of the node.
 - ``epilog_refusal`` (the epilog, ``[active] at_epilog``): no job but completing ones
-  is left on the node. The epilog itself keeps the node COMPLETING, and slurmctld
-  starts no job on a node while it is COMPLETING (observed on 22.05, docs/active.md).
+  is left on the node, outside a maintenance reservation. The epilog itself keeps the
+  node COMPLETING, and slurmctld starts no job on a node while it is COMPLETING
+  (observed on 22.05, docs/active.md).
 - ``daemon_skip`` (the daemon, ``[active] when_drained``): ``refusal``, on a drain
-  that is healthd's own, outside a maintenance reservation, once ``interval`` has
-  passed since the last active run.
+  that is healthd's own and that a pass may lift (not a lemon or repair drain),
+  outside a maintenance reservation, once ``interval`` has passed since the last
+  active run.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 from typing import Optional
 
 from healthd.nodestate import NodeInfo
-from healthd.reasons import owned
+from healthd.reasons import is_lemon, is_repair, owned
 
 
 def _unsettled(node: NodeInfo) -> Optional[str]:
@@ -40,7 +44,19 @@ def refusal(node: NodeInfo) -> Optional[str]:
         return f"{node.name} is {node.state_text}, not drained: active checks run only on an idle, drained node"
     if node.state != "IDLE":
         return f"{node.name} is {node.state_text}: jobs may still run on it (active checks wait until it is idle)"
+    if "COMPLETING" in node.flags:
+        return f"{node.name} is {node.state_text}: a job's epilog is still running (active checks wait until it ends)"
     return _unsettled(node)
+
+
+def _maintenance(node: NodeInfo) -> Optional[str]:
+    """Why a maintenance reservation keeps healthd's own active runs off ``node``, or None.
+
+    The window is the administrator's (their burn-in raises faults on purpose), and the
+    policy acts on nothing there (policy._hands_off): a diagnostic would cost node time
+    for a result nobody acts on. ``healthd check --once --active`` still runs there.
+    """
+    return f"{node.name} is in a maintenance reservation: the administrator's" if node.maintenance else None
 
 
 def epilog_refusal(node: NodeInfo) -> Optional[str]:
@@ -55,7 +71,7 @@ def epilog_refusal(node: NodeInfo) -> Optional[str]:
         return f"{node.name} is {node.state_text}: another job is still on it"
     if not node.flags & {"COMPLETING", "DRAIN"}:
         return f"{node.name} is {node.state_text}, not completing: a job could start beside the checks"
-    return _unsettled(node)
+    return _maintenance(node) or _unsettled(node)
 
 
 def interval_left(last_run: Optional[float], now: float, interval: float) -> float:
@@ -73,16 +89,18 @@ def interval_left(last_run: Optional[float], now: float, interval: float) -> flo
 def drained_skip(node: Optional[NodeInfo], prefix: str) -> Optional[str]:
     """Why the daemon must not run the active checks on ``node`` (as read this pass), or None.
 
-    Only a drain of healthd's own: an administrator's drain is someone's work on the
-    node (a firmware update, a burn-in of their own), and a resume would be theirs too.
+    Only a drain of healthd's own that a pass may lift: an administrator's drain is
+    someone's work on the node (a firmware update, a burn-in of their own), and a resume
+    would be theirs too; a lemon or repair drain waits for a person whatever the checks
+    find (docs/fleet.md, docs/history.md), so a diagnostic there would learn nothing.
     """
     if node is None:
         return "the pass did not read the node (healthd has not taken it out)"
     if not (node.drained and owned(node.reason, prefix)):
         return f"{node.name} is {node.state_text} with reason {node.reason!r}: not drained by healthd"
-    if node.maintenance:
-        return f"{node.name} is in a maintenance reservation: the administrator's"
-    return refusal(node)
+    if is_lemon(node.reason, prefix) or is_repair(node.reason, prefix):
+        return f"{node.name} is out for {node.reason!r}: a person returns it, whatever the checks find"
+    return _maintenance(node) or refusal(node)
 
 
 def daemon_skip(

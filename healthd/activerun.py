@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from healthd.active import daemon_skip, drained_skip
@@ -96,6 +97,24 @@ def start(
         return run_pass(engine, dry_run=dry_run, only=only, tier=tier)
     finally:
         lock.release()
+
+
+def running(state_dir: Path) -> bool:
+    """Whether another process runs an active pass on this node now: it holds ``active.lock``.
+
+    A probe without waiting, for an ordinary pass deciding whether it may resume the node
+    (``policy.Coverage``): it takes the lock for an instant and lets it go. A lock file that
+    cannot be opened cannot be held by an active pass either (``start`` refuses then).
+    """
+    lock = StateLock(state_dir, 0.0, name=LOCK_NAME)
+    try:
+        lock.acquire()
+    except LockTimeout:
+        return True
+    except OSError:
+        return False
+    lock.release()
+    return False
 
 
 def _look(engine: Engine, rule: Rule) -> Optional[str]:

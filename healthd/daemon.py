@@ -105,6 +105,16 @@ def daemon_pass_budget(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> flo
     return pass_budget(engine.config, grace) + daemon_budget(engine)
 
 
+def fresh_for(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
+    """How long the hook may report the daemon's last pass (healthd.daemonpass): until the next one is due.
+
+    The next pass ends at most an interval and a whole daemon pass later, a diagnostic
+    included (``[active] when_drained``): a shorter window would have the hook run passes
+    of its own while the diagnostic runs (docs/active.md).
+    """
+    return engine.config.daemon.interval + daemon_pass_budget(engine, grace)
+
+
 def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassReport:
     """A pass that raised outside the pipeline, or never started: ``healthd.pipeline.failed_pass`` with no results."""
     from healthd.engine import node_name
@@ -251,7 +261,7 @@ class Daemon:
         try:
             self.claim.record(
                 report.document,
-                fresh_for=engine.config.daemon.interval + pass_budget(engine.config, self.pass_grace),
+                fresh_for=fresh_for(engine, self.pass_grace),
                 config_sha256=engine.loaded.sha256,
                 dry_run=self.dry_run or engine.config.policy.dry_run,
                 now=self.wall(),

@@ -137,6 +137,10 @@ class Engine:
         """The longest ``timeout`` of the enabled active checks (0 when there are none)."""
         return _longest_active(self.prepare(None, Tier.ACTIVE))
 
+    def active_names(self) -> frozenset[str]:
+        """The enabled active checks: those every ordinary pass leaves out."""
+        return frozenset(c.name for c in self.prepare(None, Tier.ACTIVE) if c.enabled)
+
     def run_checks(self, only: Optional[Sequence[str]] = None, tier: Tier = Tier.ORDINARY) -> PassResult:
         """One pass; problems with state files (corrupt, unreadable) join it as a ``healthd`` result.
 

@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.acks import AckStore, FindingRef, apply_acks
+from healthd.activerun import running
 from healthd.execute import execute, observe, rehearse
 from healthd.history import History, HistoryError, RebootPhase, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeInfo
 from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, partition_scope, plan
-from healthd.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
+from healthd.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
 from healthd.slurm import SlurmClient
 from healthd.spread import act_delay
 from healthd.state import StateError
@@ -160,7 +161,8 @@ def run_pass(
 
     ``tier`` says which checks run (``Engine.run_checks``); for one with active checks
     the caller has made sure that no job is on the node (healthd.activerun). A pass of
-    the active checks alone is partial: it never resumes the node.
+    the active checks alone is partial: it never resumes the node. Nor does an ordinary
+    pass while another process runs the active checks (``activerun.running``).
 
     A pass whose checks found a fault first waits its node's ``[slurm].act_splay``
     delay (``healthd.spread.act_delay``; ``sleep`` is injectable for tests), outside
@@ -208,6 +210,7 @@ def run_pass(
             clock=clock,
             partial=only is not None or tier is Tier.ACTIVE,
             sleep=sleep,
+            tier=tier,
         )
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
@@ -291,11 +294,15 @@ def _locked_pass(
     clock: Callable[[], float],
     partial: bool,
     sleep: Callable[[float], None],
+    tier: Tier,
 ) -> PassOutcome:
     config = engine.config
     enabled = config.slurm.enabled
     now = clock()
     state = _load_policy_state(engine, errors)
+    # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it.
+    busy = tier is Tier.ORDINARY and running(config.paths.state_dir)
+    coverage = Coverage(tier, engine.active_names(), busy)
     store = AckStore(engine.state.file(ACKS_STATE))
     slurm = client or SlurmClient(config.slurm)
     slurm.start_budget()
@@ -304,7 +311,9 @@ def _locked_pass(
     try:
         repeats = _repeats(history, raw, config.escalation.window_days, now)
         boot_id = read_boot_id(config.paths.procfs)
-        situation = Situation(raw, state, store.load(), Observed(), now, partial, enabled, dry, repeats, boot_id)
+        situation = Situation(
+            raw, state, store.load(), Observed(), now, partial, enabled, dry, repeats, boot_id, coverage
+        )
         the_plan = _plan(engine, situation, slurm)
         if the_plan.acknowledged and not dry:
             count = len(the_plan.acknowledged)

@@ -25,8 +25,10 @@ from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
     ACTING,
     BACKOFF_MAX,
+    ORDINARY_PASS,
     TAKING_OUT,
     Action,
+    Coverage,
     Decision,
     GpuReset,
     PolicyState,
@@ -112,6 +114,7 @@ class Situation:
     dry_run: bool
     repeats: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     boot_id: str = ""  # this boot's id ("" when unreadable): tells a reboot asked for from one done
+    coverage: Coverage = ORDINARY_PASS  # which checks ran, of the active ones (policy.Coverage)
 
 
 @dataclass(frozen=True)
@@ -340,6 +343,7 @@ def plan(
             escalation=escalation,
             reboot=reboot,
             boot_id=s.boot_id,
+            coverage=s.coverage,
         )
 
     unasked = ""

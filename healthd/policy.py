@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
 from healthd.breaker import BreakerHold, next_hold, over_limit
-from healthd.model import Finding, PassResult, RunState, Status
+from healthd.model import Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.reasons import (
     ACTING_ORDER,
@@ -257,6 +257,23 @@ class PolicyState:
             raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """Which checks a pass ran, for the rules that keep an active check's drain (docs/active.md).
+
+    ``tier``: the pass's (``healthd.model.Tier``). ``active``: the enabled active checks,
+    which only a pass of ``Tier.ACTIVE`` or ``Tier.ALL`` runs. ``active_running``: another
+    process holds ``state_dir/active.lock``, so a diagnostic is running on the node now.
+    """
+
+    tier: Tier = Tier.ORDINARY
+    active: frozenset[str] = frozenset()
+    active_running: bool = False
+
+
+ORDINARY_PASS = Coverage()
+
+
 def _acting(finding: Finding) -> bool:
     return finding.status is not Status.OK and finding.check != OWN_CHECK
 
@@ -281,19 +298,21 @@ def ran_checks(result: PassResult) -> frozenset[str]:
     return frozenset(r.check for r in result.results if r.state in (RunState.RAN, RunState.NOT_APPLICABLE))
 
 
-def _streaks(state: PolicyState, result: PassResult, partial: bool) -> PolicyState:
+def _streaks(state: PolicyState, result: PassResult, partial: bool, coverage: Coverage) -> PolicyState:
     """Count consecutive failing/UNKNOWN passes per check and clean passes of the node.
 
     A check that reports no fault resets its fail streak only if it ran to the end:
     a timeout says nothing about the fault it saw last pass. A check absent from the
-    pass (``--only``) keeps its counts; a full pass forgets checks that no longer exist.
+    pass (``--only``) keeps its counts; a full pass forgets checks that no longer exist,
+    but not the enabled active checks, which only their own passes run: an ordinary pass
+    between two failing diagnostics must not wipe their count (``fail_passes`` >= 2).
     """
     fail = dict(state.fail_streaks)
     unknown = dict(state.unknown_streaks)
     if not partial:
-        present = {r.check for r in result.results}
-        fail = {c: n for c, n in fail.items() if c in present}
-        unknown = {c: n for c, n in unknown.items() if c in present}
+        kept = {r.check for r in result.results} | coverage.active
+        fail = {c: n for c, n in fail.items() if c in kept}
+        unknown = {c: n for c, n in unknown.items() if c in kept}
     for check in result.results:
         if check.check == OWN_CHECK:
             continue
@@ -372,6 +391,7 @@ def _resume_against_node(
     prefix: str,
     ran: frozenset[str],
     partial: bool,
+    coverage: Coverage,
 ) -> Decision:
     nothing = replace(decision, action=Action.NONE, intended=Action.NONE)
     if node is None and not state.took_out:
@@ -388,6 +408,9 @@ def _resume_against_node(
     if partial and not state.took_out:
         why = "not resuming on a partial pass (--only): which checks took the node out is not known"
         return replace(nothing, explanation=why)
+    held = _active_hold(state, coverage)
+    if held:
+        return replace(decision, action=Action.HOLD, explanation=held)
     if node is None:
         return decision
     hands_off = _hands_off(node)
@@ -400,6 +423,27 @@ def _resume_against_node(
             explanation=f"clean for {state.clean_streak} of {settings.clean_passes} passes needed to resume",
         )
     return replace(decision, explanation=f"all checks pass; resuming node out for {node.reason!r}")
+
+
+def _active_hold(state: PolicyState, coverage: Coverage) -> str:
+    """Why the active checks keep this pass from resuming the node, or "" (docs/active.md, "Resuming").
+
+    A pass of the active checks alone cannot tell the other checks are clean. A pass
+    while a diagnostic runs would put the node in service beside it. And when which
+    checks took the node out is not known (the policy state was lost), an active check
+    may have: only a pass that ran every check may then resume the node.
+    """
+    if coverage.tier is Tier.ACTIVE:
+        return "not resuming on a pass of the active checks alone: the daemon's pass of every check resumes"
+    if coverage.active_running:
+        return "not resuming: active checks are running on this node (active.lock is held)"
+    if coverage.active and coverage.tier is not Tier.ALL and not state.took_out:
+        checks = ", ".join(sorted(coverage.active))
+        return (
+            "not resuming: which checks took the node out is not known (policy state lost), "
+            f"and the active checks ({checks}) did not run this pass"
+        )
+    return ""
 
 
 def _hands_off(node: NodeInfo) -> str:
@@ -614,6 +658,7 @@ def decide(
     escalation: Optional[EscalationSettings] = None,
     reboot: bool = False,
     boot_id: str = "",
+    coverage: Coverage = ORDINARY_PASS,
 ) -> tuple[Decision, PolicyState]:
     """One decision for this pass and the policy state to remember.
 
@@ -626,10 +671,11 @@ def decide(
     ``partial`` says only some checks ran (``--only``). ``repeats`` maps a finding's
     key to its unit and how often its code was raised there (from the node's
     history), for ``escalation``. ``reboot`` is ``[remediation] reboot``; ``boot_id``
-    this boot's, to tell when a reboot asked for has happened.
+    this boot's, to tell when a reboot asked for has happened. ``coverage`` says
+    which checks the pass ran, of the active ones.
     """
     severity = _severity(result)
-    new_state = _streaks(state, result, partial)
+    new_state = _streaks(state, result, partial, coverage)
     decision = _wanted(result, new_state, settings, prefix)
     pending = state.pending
     if (
@@ -645,7 +691,9 @@ def decide(
     if new_state.repair is None:  # a node in repair is never rebooted (docs/history.md, "Escalation")
         decision, new_state = _remediate(result, decision, new_state, node, prefix, reboot, boot_id)
     if decision.action is Action.RESUME:
-        decision = _resume_against_node(decision, new_state, node, settings, prefix, ran_checks(result), partial)
+        decision = _resume_against_node(
+            decision, new_state, node, settings, prefix, ran_checks(result), partial, coverage
+        )
     else:
         decision = _against_node(decision, node, prefix)
     if pending is not None and decision.action is not pending.action:

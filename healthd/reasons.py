@@ -122,7 +122,17 @@ def lemon_reason(prefix: str, summary: str, limit: int = REASON_MAX) -> str:
     return f"{clean_prefix} {body}"
 
 
+def _tagged(reason: str, prefix: str, tag: str) -> bool:
+    """Whether ``reason`` is healthd's with ``tag`` as its first word after the prefix."""
+    head = f"{sanitize(prefix) or 'healthd:'} {tag}"
+    return reason == head or reason.startswith(f"{head} ")
+
+
 def is_lemon(reason: str, prefix: str) -> bool:
     """Whether ``reason`` is a lemon drain: healthd's, but the fleet's decision, which no clean pass lifts."""
-    clean_prefix = sanitize(prefix) or "healthd:"
-    return reason == f"{clean_prefix} LEMON" or reason.startswith(f"{clean_prefix} LEMON ")
+    return _tagged(reason, prefix, "LEMON")
+
+
+def is_repair(reason: str, prefix: str) -> bool:
+    """Whether ``reason`` is a repair drain (``repair_reason``): out for hardware work, never resumed by a pass."""
+    return _tagged(reason, prefix, "REPAIR")

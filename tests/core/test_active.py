@@ -14,15 +14,18 @@ from healthd_testkit.dcgmi import Dcgmi
 from hypothesis import given
 from hypothesis import strategies as st
 
+from healthd.acks import FindingRef
 from healthd.active import daemon_skip, epilog_refusal, interval_left, refusal
 from healthd.activerun import LOCK_NAME, Refused, daemon_budget, misfit, start
 from healthd.config import parse_config
+from healthd.daemon import fresh_for
 from healthd.engine import Engine
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
-from healthd.model import Finding, Tier
+from healthd.model import Finding, Status, Tier
 from healthd.nodestate import NodeInfo
 from healthd.pipeline import pass_budget, run_pass
 from healthd.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.policy import Action, PolicyState
 from healthd.statelock import StateLock
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -80,6 +83,41 @@ def test_a_diagnostic_longer_than_its_budget_is_named_and_the_daemon_waits_for_i
     assert daemon_budget(_engine(tmp_path, [])) == 0
 
 
+def test_an_ordinary_pass_resumes_nothing_while_another_process_runs_the_active_checks(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, [])
+    engine.state.file("policy").save(PolicyState(took_out=(FindingRef("plain/CODE/x"),)).to_dict())
+    with StateLock(tmp_path / "state", 0.0, name=LOCK_NAME):  # as activerun.start holds it through the diagnostic
+        decision = run_pass(engine).action.decision
+    assert (decision.action, decision.intended) == (Action.HOLD, Action.RESUME)
+    assert decision.explanation == "not resuming: active checks are running on this node (active.lock is held)"
+    assert run_pass(engine).action.decision.action is Action.RESUME, "lock free: the clean pass resumes"
+
+
+def test_ordinary_passes_keep_the_count_of_a_failing_active_check(tmp_path: Path) -> None:
+    def failing(ctx: CheckContext[Any]) -> list[Finding]:
+        return [ctx.finding(Status.WARNING, "STRESS_FAILED", "gpu0", "failed")]
+
+    specs = [
+        CheckSpec(name="plain", description="", settings=CheckSettings, run=lambda ctx: []),
+        CheckSpec(name="stress", description="", settings=CheckSettings, run=failing, active=True),
+    ]
+    text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n[policy]\nfail_passes = 2\n'
+    engine = Engine(parse_config(text, "t.toml", {"plain": CheckSettings, "stress": CheckSettings}), specs)
+    assert dict(run_pass(engine, tier=Tier.ACTIVE).state.fail_streaks) == {"stress": 1}
+    assert dict(run_pass(engine).state.fail_streaks) == {"stress": 1}
+    outcome = run_pass(engine, tier=Tier.ACTIVE)
+    assert outcome.action.decision.action is Action.DRAIN_AFTER_JOBS, outcome.action.decision
+
+
+def test_the_hook_trusts_the_daemons_pass_until_a_pass_with_the_diagnostic_is_due(tmp_path: Path) -> None:
+    engine = _engine(tmp_path, [], "[checks.stress]\ntimeout = 300\n[active]\nwhen_drained = true\n")
+    interval = engine.config.daemon.interval
+    assert fresh_for(engine) == interval + pass_budget(engine.config) + daemon_budget(engine)
+    assert fresh_for(engine) > interval + 300
+    plain = _engine(tmp_path, [])
+    assert fresh_for(plain) == interval + pass_budget(plain.config)
+
+
 def _node(state: str, *flags: str) -> NodeInfo:
     return NodeInfo("n1", state, frozenset(flags), "", "", ("gpu",))
 
@@ -92,6 +130,8 @@ def _node(state: str, *flags: str) -> NodeInfo:
         (_node("MIXED", "DRAIN"), "n1 is MIXED+DRAIN: jobs may still run"),
         (_node("ALLOCATED", "DRAIN"), "n1 is ALLOCATED+DRAIN: jobs may still run"),
         (_node("COMPLETING", "DRAIN"), "n1 is COMPLETING+DRAIN: jobs may still run"),
+        # A job's epilog still runs (a GPU reset script, a process holding a GPU): a diagnostic would fail for it.
+        (_node("IDLE", "DRAIN", "COMPLETING"), "n1 is IDLE+COMPLETING+DRAIN: a job's epilog is still running"),
         (_node("DOWN", "DRAIN"), "n1 is DOWN+DRAIN"),
         (_node("IDLE", "DRAIN", "REBOOT_REQUESTED"), "n1 is IDLE+DRAIN+REBOOT_REQUESTED: a reboot is pending"),
         (_node("IDLE", "DRAIN", "POWERING_DOWN"), "n1 is IDLE+DRAIN+POWERING_DOWN: powered down"),
@@ -112,6 +152,7 @@ def test_only_an_idle_drained_node_may_run_active_checks(node: NodeInfo, why: Op
         (_node("MIXED", "COMPLETING"), "n1 is MIXED+COMPLETING: another job is still on it"),
         (_node("IDLE"), "n1 is IDLE, not completing: a job could start"),
         (_node("IDLE", "COMPLETING", "REBOOT_REQUESTED"), "n1 is IDLE+COMPLETING+REBOOT_REQUESTED: a reboot"),
+        (_node("IDLE", "COMPLETING", "MAINTENANCE"), "n1 is in a maintenance reservation"),
     ],
 )
 def test_the_epilog_runs_active_checks_only_when_no_other_job_is_on_the_node(
@@ -121,9 +162,26 @@ def test_the_epilog_runs_active_checks_only_when_no_other_job_is_on_the_node(
     assert said == why if why is None else said is not None and said.startswith(why)
 
 
+@pytest.mark.parametrize(
+    ("reason", "flags", "why"),
+    [
+        ("healthd: LEMON 9 incidents", {"DRAIN"}, "a person returns it"),
+        ("healthd: REPAIR XID_79 gpu0 x3", {"DRAIN"}, "a person returns it"),
+        ("healthd: XID_79 gpu0", {"DRAIN", "COMPLETING"}, "a job's epilog is still running"),
+        ("healthd: XID_79 gpu0", {"DRAIN"}, None),
+    ],
+)
+def test_the_daemon_runs_no_diagnostic_on_a_drain_no_pass_lifts_or_beside_an_epilog(
+    reason: str, flags: set[str], why: Optional[str]
+) -> None:
+    node = NodeInfo("n1", "IDLE", frozenset(flags), reason, "root", ("gpu",))
+    said = daemon_skip(node, "healthd:", None, 0.0, 0.0)
+    assert said is None if why is None else said is not None and why in said
+
+
 STATES = st.sampled_from(["IDLE", "MIXED", "ALLOCATED", "COMPLETING", "DOWN"])
 FLAGS = st.frozensets(st.sampled_from(["DRAIN", "COMPLETING", "REBOOT_REQUESTED", "POWERED_DOWN", "MAINTENANCE"]))
-REASONS = st.sampled_from(["", "healthd: XID_79 gpu0", "burn-in", "healthd: LEMON x"])
+REASONS = st.sampled_from(["", "healthd: XID_79 gpu0", "burn-in", "healthd: LEMON x", "healthd: REPAIR XID_79 gpu0 x3"])
 
 
 @given(
@@ -139,8 +197,9 @@ def test_the_daemon_starts_active_checks_only_on_its_own_idle_drain_once_per_int
     state: str, flags: frozenset[str], reason: str, read: bool, last: Optional[float], now: float, interval: float
 ) -> None:
     node = NodeInfo("n1", state, flags, reason, "root", ("gpu",)) if read else None
-    ours = read and state == "IDLE" and "DRAIN" in flags and reason.startswith("healthd:")
-    settled = not flags & {"REBOOT_REQUESTED", "POWERED_DOWN", "MAINTENANCE"}
+    # Healthd's own drain that a pass may lift: not a lemon's or a repair's, which wait for a person.
+    ours = read and state == "IDLE" and "DRAIN" in flags and reason == "healthd: XID_79 gpu0"
+    settled = not flags & {"COMPLETING", "REBOOT_REQUESTED", "POWERED_DOWN", "MAINTENANCE"}
     elapsed = last is None or now >= last + interval or last + interval - now > interval
     assert (daemon_skip(node, "healthd:", last, now, interval) is None) == (ours and settled and elapsed)
     left = interval_left(last, now, interval)

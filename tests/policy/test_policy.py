@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
 from healthd.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, group_views
 from healthd.config import EscalationSettings, PolicySettings
-from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.plan import (
     PARTITIONS_MAX_AGE,
@@ -28,6 +28,7 @@ from healthd.plan import (
 )
 from healthd.policy import (
     Action,
+    Coverage,
     Decision,
     Pending,
     PolicyState,
@@ -233,6 +234,72 @@ def test_partial_pass_never_resumes_for_a_check_that_did_not_run() -> None:
     assert decision.action is Action.RESUME
     decision, _ = decide(services_only, took_out, OURS, PolicySettings(), PREFIX)
     assert decision.action is Action.NONE, "a full pass without the check (disabled, removed) does not resume"
+
+
+DCGM = frozenset({"dcgm"})
+ORDINARY = Coverage(Tier.ORDINARY, DCGM)
+ACTIVE_ALONE = Coverage(Tier.ACTIVE, DCGM)
+EVERY_CHECK = Coverage(Tier.ALL, DCGM)
+EPILOG = _node("IDLE", "COMPLETING")
+DCGM_OUT = _node("IDLE", "DRAIN", "healthd: DCGM_PCIE_FAILED GPU 1")
+
+
+@pytest.mark.parametrize(
+    ("status", "settings"),
+    [("WARNING", PolicySettings(fail_passes=2)), ("UNKNOWN", PolicySettings(unknown_action="drain", unknown_passes=2))],
+)
+def test_ordinary_passes_between_two_diagnostics_keep_the_active_checks_streak(
+    status: str, settings: PolicySettings
+) -> None:
+    """The review's reproduction: the hook's pass wiped dcgm's streak after each epilog's, so it never drained."""
+    failing = _checks(("dcgm", RAN, ((status, "DCGM_PCIE_FAILED", "GPU 1"),)))
+    clean = _checks(("infiniband", RAN, ()))
+    decision, state = decide(failing, PolicyState(), EPILOG, settings, PREFIX, partial=True, coverage=ACTIVE_ALONE)
+    assert decision.action is Action.HOLD
+    _, state = decide(clean, state, IDLE, settings, PREFIX, coverage=ORDINARY)
+    streaks = state.fail_streaks if status == "WARNING" else state.unknown_streaks
+    assert dict(streaks) == {"dcgm": 1}, "an ordinary pass leaves the active checks out: it keeps their count"
+    decision, _ = decide(failing, state, EPILOG, settings, PREFIX, partial=True, coverage=ACTIVE_ALONE)
+    assert decision.action is Action.DRAIN_AFTER_JOBS and decision.reason == "healthd: DCGM_PCIE_FAILED GPU 1"
+    _, state = decide(clean, state, IDLE, settings, PREFIX, coverage=Coverage())
+    assert dict(state.fail_streaks) == dict(state.unknown_streaks) == {}, "dcgm no longer enabled: forgotten"
+
+
+def test_no_resume_while_a_diagnostic_runs() -> None:
+    """The hook's pass must not put the node in service beside ``dcgmi diag`` (another process holds active.lock)."""
+    took_out = PolicyState(took_out=(FindingRef("t/CODE_0/subj0"),))
+    running = replace(ORDINARY, active_running=True)
+    for node in (OURS, None):
+        decision, _ = decide(_pass(), took_out, node, PolicySettings(), PREFIX, coverage=running)
+        assert decision.action is Action.HOLD and decision.intended is Action.RESUME
+        assert decision.explanation == "not resuming: active checks are running on this node (active.lock is held)"
+    decision, _ = decide(_pass(), took_out, OURS, PolicySettings(), PREFIX, coverage=ORDINARY)
+    assert decision.action is Action.RESUME
+
+
+def test_a_lost_state_resumes_only_from_a_pass_of_every_check_when_active_checks_are_enabled() -> None:
+    """The review's reproduction: an empty state and healthd's dcgm reason made an ordinary pass resume."""
+    ordinary = _checks(("infiniband", RAN, ()))
+    decision, _ = decide(ordinary, PolicyState(), DCGM_OUT, PolicySettings(), PREFIX, coverage=ORDINARY)
+    assert decision.action is Action.HOLD and decision.intended is Action.RESUME
+    assert "policy state lost" in decision.explanation and "(dcgm) did not run" in decision.explanation
+    whole = _checks(("infiniband", RAN, ()), ("dcgm", RAN, ()))
+    decision, _ = decide(whole, PolicyState(), DCGM_OUT, PolicySettings(), PREFIX, coverage=EVERY_CHECK)
+    assert decision.action is Action.RESUME
+    decision, _ = decide(ordinary, PolicyState(), DCGM_OUT, PolicySettings(), PREFIX, coverage=Coverage())
+    assert decision.action is Action.RESUME, "no active check enabled: an ordinary pass is every check"
+
+
+def test_a_pass_of_the_active_checks_alone_never_resumes() -> None:
+    """The review's reproduction: ``check --once --active`` resumed a node healthd drained for dcgm."""
+    took_out = PolicyState(took_out=(FindingRef("dcgm/DCGM_PCIE_FAILED/GPU 1"),), clean_streak=5)
+    dcgm_only = _checks(("dcgm", RAN, ()))
+    decision, _ = decide(dcgm_only, took_out, DCGM_OUT, PolicySettings(), PREFIX, partial=True, coverage=ACTIVE_ALONE)
+    assert decision.action is Action.HOLD and decision.intended is Action.RESUME
+    assert decision.explanation.startswith("not resuming on a pass of the active checks alone")
+    whole = _checks(("infiniband", RAN, ()), ("dcgm", RAN, ()))
+    decision, _ = decide(whole, took_out, DCGM_OUT, PolicySettings(), PREFIX, coverage=EVERY_CHECK)
+    assert decision.action is Action.RESUME, "the daemon's pass of every check resumes"
 
 
 def test_pending_survives_a_read_that_works_and_a_write_that_fails() -> None:
