@@ -330,4 +330,7 @@ CHECK = CheckSpec(
     settings="healthd_checks.nvlink_settings:NvlinkSettings",
     baseline=baseline,
     run=Staged(gather, judge),
+    # Links down were the gpu check's finding: what was saved under its key (an
+    # administrator's acknowledgement above all) goes on meaning the same.
+    adopts=("gpu/NVLINK_DOWN",),
 )
