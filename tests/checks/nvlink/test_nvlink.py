@@ -309,6 +309,18 @@ def test_an_ack_saved_before_the_upgrade_holds_through_the_cli(
     assert acks.load() == (Ack(FindingRef("nvlink/NVLINK_DOWN/gpu3"), 10.0, "slurm-resume"),)
 
 
+def test_a_gpu_whose_links_cannot_be_listed_is_unknown_where_links_are_expected(tmp_path: Path, mocker: Any) -> None:
+    fake = FakeNvml().install(mocker)
+    fake.handle_errors[2] = nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+    fake.gpus[5]["nvmlDeviceGetNvLinkState"] = nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    found = run(tmp_path, None, expect_active_links=18)
+    unread = [(code, status, subject) for code, status, subject in found if code == "NVLINK_STATE_UNREADABLE"]
+    assert unread == [("NVLINK_STATE_UNREADABLE", Status.UNKNOWN, f"gpu{i}") for i in (2, 5)]
+    assert all(status is not Status.OK for _, status, _ in found)
+    # Nothing expected: the same answers say "no NVLink on this GPU", which is no fault.
+    assert "NVLINK_STATE_UNREADABLE" not in {code for code, _, _ in run(tmp_path, None)}
+
+
 def test_a_pcie_node_without_nvlinks_is_not_applicable(tmp_path: Path, mocker: Any) -> None:
     fake = FakeNvml().install(mocker)
     for gpu in fake.gpus:
