@@ -14,6 +14,9 @@ from healthd.config import moved_from_node
 class GpuSettings(CheckSettings):
     """``[checks.gpu]``. Defaults follow NVIDIA DCGM's hardware limits where it has one."""
 
+    # Links down moved to the nvlink check (its expect_active_links says moved_from_check).
+    moved_out = {"nvlinks_expected": "[checks.nvlink] expect_active_links"}
+
     expect_gpus: Optional[int] = Field(
         default=None,
         ge=0,

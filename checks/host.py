@@ -14,6 +14,7 @@ release (``sys/kernel/osrelease``), the NVIDIA driver's version
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from .host_settings import HostSettings
 
 # include/uapi/linux/timex.h
+# A USB root hub's name in the device tree: usbN (usb_alloc_dev, drivers/usb/core/usb.c).
+_USB_HUB = re.compile(r"usb[0-9]+")
 STA_UNSYNC = 0x0040
 TIME_ERROR = 5
 
@@ -220,16 +223,34 @@ def _ethernet(ctx: CheckContext[HostSettings]) -> Union[tuple[Interface, ...], U
     return tuple(read_interface(net, name) for name in ctx.settings.expect_ethernet)
 
 
+def _node_nic(sysfs: Path, device: Path) -> bool:
+    """Whether the ``device`` of a network interface is a NIC of the node's own, worth expecting on every node like it.
+
+    Not a USB one: a BMC's network over USB (cdc_ether ``usb0``, Ethernet too) comes
+    and goes with the BMC, and a USB device sits under a ``usbN`` root hub in the
+    device tree. Not an SR-IOV virtual function (it has ``physfn``, the link to its
+    physical function; Documentation/PCI/pci-iov-howto.rst): VFs are made and
+    handed to guests or containers at run time, not part of the hardware.
+    """
+    if (device / "physfn").exists():
+        return False
+    resolved = device.resolve()
+    inside = resolved.relative_to(sysfs.resolve()) if resolved.is_relative_to(sysfs.resolve()) else resolved
+    return not any(_USB_HUB.fullmatch(part) for part in inside.parts)
+
+
 def physical_ethernet(sysfs: Path) -> list[str]:
-    """The up Ethernet interfaces that have a device behind them.
+    """The up Ethernet interfaces that have a NIC of the node behind them.
 
     Virtual ones (lo, bridges, veth, docker0) have no ``device`` link; IPoIB and
-    loopback are other ``type``s than Ethernet.
+    loopback are other ``type``s than Ethernet; USB network interfaces and SR-IOV
+    virtual functions are left out (``_node_nic``).
     """
     net = sysfs / "class/net"
     names: list[str] = []
     for entry in sorted(net.iterdir()) if net.is_dir() else ():
-        if not (entry / "device").exists() or _optional(entry / "type") != str(ARPHRD_ETHER):
+        device = entry / "device"
+        if not device.exists() or _optional(entry / "type") != str(ARPHRD_ETHER) or not _node_nic(sysfs, device):
             continue
         if read_interface(net, entry.name).up:
             names.append(entry.name)
@@ -335,8 +356,8 @@ def _judge_versions(observed: HostObservation, jc: JudgeContext[HostSettings]) -
 
 
 def _judge_ethernet(interfaces: tuple[Interface, ...], jc: JudgeContext[HostSettings]) -> list[Finding]:
-    """Each expected interface: missing or down is graded like missing hardware; unreadable is UNKNOWN."""
-    grade = Status[jc.settings.inventory_severity]
+    """Each expected interface: missing or down is graded ``ethernet_severity``; unreadable is UNKNOWN."""
+    grade = Status[jc.settings.ethernet_severity]
     findings: list[Finding] = []
     for interface in interfaces:
         name = interface.name

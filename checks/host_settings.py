@@ -33,6 +33,11 @@ class HostSettings(CheckSettings):
         default_factory=list, description="network interfaces that must exist and be up (NHC's check_hw_eth)"
     )
     inventory_severity: Grade = Field(default="CRITICAL", description="grade of missing CPUs or memory")
+    # A link that is down for one pass may be a flap (a switch reboot, a cable reseated):
+    # CRITICAL would take the node out at once and kill its jobs; WARNING drains it after them.
+    ethernet_severity: Grade = Field(
+        default="WARNING", description="grade of an expected network interface missing or down"
+    )
     version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")
 
     @field_validator("expect_ethernet")

@@ -210,8 +210,12 @@ def _judge_all_links(fabric: FabricReading, jc: JudgeContext[NvlinkSettings]) ->
     for gpu in fabric.gpus:
         links = gpu.links
         if isinstance(links, NvmlError):
-            if links.code not in _ABSENT:
+            # "No NVLink here" is an answer only where none is expected: with links
+            # expected, a GPU whose links cannot be listed is one not observed, not one that is fine.
+            if links.code not in _ABSENT or expected:
                 message = f"cannot read the GPU's NVLinks: NVML {links.code}"
+                if links.code in _ABSENT:
+                    message += f" ({expected} active expected: expect_active_links)"
                 findings.append(
                     jc.finding(
                         Status.UNKNOWN,
@@ -330,4 +334,7 @@ CHECK = CheckSpec(
     settings="healthd_checks.nvlink_settings:NvlinkSettings",
     baseline=baseline,
     run=Staged(gather, judge),
+    # Links down were the gpu check's finding: what was saved under its key (an
+    # administrator's acknowledgement above all) goes on meaning the same.
+    adopts=("gpu/NVLINK_DOWN",),
 )

@@ -9,6 +9,7 @@ with the operator's overrides, and every line is dated by its own record time.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
@@ -70,9 +71,15 @@ class _Group:
     cleared_by: str = ""  # what cleared the event ("" in states from before Xid 162: Xid 154's "None")
 
 
+# A number as healthd writes it in its state: ASCII digits (str.isdigit also takes "²", which int() refuses).
+_NUMBER = re.compile(r"[0-9]+")
+
+
 def _sane(group: _Group) -> bool:
     """Raises ValueError for a bucket or stickiness this version does not know, or NVLink registers unparsed."""
-    nvlink_ok = isinstance(group.nvlink, str) and group.nvlink.partition(":")[0].isdigit() == bool(group.nvlink)
+    nvlink_ok = isinstance(group.nvlink, str) and bool(_NUMBER.fullmatch(group.nvlink.partition(":")[0])) == bool(
+        group.nvlink
+    )
     if nvlink_ok and group.nvlink:
         parse_registers(group.nvlink.partition(":")[2])
     known = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
@@ -322,7 +329,7 @@ class Folding:
             details: dict[str, DetailValue] = {
                 "event": group.event,
                 "xid": group.xid,
-                "gpu": int(group.gpu) if group.gpu.isdigit() else group.gpu,
+                "gpu": int(group.gpu) if _NUMBER.fullmatch(group.gpu) else group.gpu,
                 "pci": group.pci,
                 "count": group.count,
                 "window_count": group.window_count,

@@ -258,21 +258,23 @@ _BUS_ADDR = rf"((?:{_HEX}{{4,8}}:)?)({_HEX}{{2}}):({_HEX}{{2}})(?:\.({_HEX}))?"
 # No brackets, parentheses or commas: the kernel follows a task name with "[pid]" or " (pid)".
 _TAG = rf"(?:PCI:)?{_ADDR}(?: [A-Za-z0-9:_-]{{1,24}}){{0,4}}"
 _CODE = r"(\d{1,6})(?!\d)(?:, *(.*))?"
-_XID = re.compile(rf"NVRM: Xid \(({_TAG})\): *{_CODE}")
-_SXID = re.compile(rf"nvidia-(nvswitch\d{{1,4}}): SXid \(({_TAG})\): *{_CODE}")
-_MIG = re.compile(r"GPU-I:(\d+)(?: +GPU-CI:(\d+))?")
-_PID = re.compile(r"pid=(?:'? *<unknown>'?|(\d+))(?:, *name=([^,]*))?(?:, *(.*))?")
+# re.ASCII: the driver prints numbers in ASCII digits; a Unicode \d would read an Arabic-Indic seven as 7.
+_XID = re.compile(rf"NVRM: Xid \(({_TAG})\): *{_CODE}", re.ASCII)
+_SXID = re.compile(rf"nvidia-(nvswitch\d{{1,4}}): SXid \(({_TAG})\): *{_CODE}", re.ASCII)
+_MIG = re.compile(r"GPU-I:(\d+)(?: +GPU-CI:(\d+))?", re.ASCII)
+_PID = re.compile(r"pid=(?:'? *<unknown>'?|(\d+))(?:, *name=([^,]*))?(?:, *(.*))?", re.ASCII)
 _NVLINK = re.compile(
-    r"NVLink: fatal error detected on link (\d{1,3}) ?\((0x[0-9a-fA-F]{1,16}(?:, ?0x[0-9a-fA-F]{1,16}){0,15})\)"
+    r"NVLink: fatal error detected on link (\d{1,3}) ?\((0x[0-9a-fA-F]{1,16}(?:, ?0x[0-9a-fA-F]{1,16}){0,15})\)",
+    re.ASCII,
 )
 _RECOVERY = re.compile(r"recovery action changed from (0x[0-9a-f]+)\b.*?\bto (0x[0-9a-f]+)\b", re.IGNORECASE)
-_SXID_REST = re.compile(r"(?:(Fatal|Non-fatal)\b|Severity (\d+)\b|(Data)(?= *\{)),? *(.*)", re.IGNORECASE)
+_SXID_REST = re.compile(r"(?:(Fatal|Non-fatal)\b|Severity (\d+)\b|(Data)(?= *\{)),? *(.*)", re.IGNORECASE | re.ASCII)
 _FALLEN = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?{_BUS_ADDR}:? (?:GPU )?has fallen off the bus")
 _UUID = re.compile(rf"NVRM: GPU at PCI:({_ADDR}): (GPU-[0-9A-Fa-f-]+)")
 _BANNER_HEAD = re.compile(rf"The NVIDIA GPU {_BUS_ADDR}(?: \(PCI ID: ({_HEX}{{4}}:{_HEX}{{4}})\))?")
 _BANNER_TAIL = " installed in this system has fallen off the bus and is not responding to commands."
 _BANNER_START = "NVRM: The NVIDIA GPU "
-_DMESG_RAW = re.compile(r"<(\d{1,4})>(?:\[ *[0-9.]+\] ?)?(.*)", re.DOTALL)
+_DMESG_RAW = re.compile(r"<(\d{1,4})>(?:\[ *[0-9.]+\] ?)?(.*)", re.DOTALL | re.ASCII)
 _DMESG = re.compile(r"\[[^\]]{1,40}\] ?(.*)", re.DOTALL)
 # ``dmesg -x``: "kern  :err   : [  12.3] text", names from util-linux's facility_names and level_names.
 _FACILITIES = ["kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp"]

@@ -75,8 +75,14 @@ def apply_acks(result: PassResult, acks: Iterable[Ack]) -> tuple[PassResult, tup
 
     An ack survives if its finding is still reported, or if its check did not run
     to completion this pass (a timeout or ``--only`` says nothing about the finding).
+    An ack saved under the key a finding had before another check adopted it
+    (``PassResult.renames``) acknowledges the finding under its new key, and is kept
+    under that key: an administrator's resume must survive an upgrade that moves a finding.
     """
-    by_ref = {a.ref: a for a in acks}
+    by_ref: dict[FindingRef, Ack] = {}
+    for ack in acks:
+        current = adopted(ack.ref, result)
+        by_ref.setdefault(current, replace(ack, ref=current))
     ran = {r.check for r in result.results if r.state is RunState.RAN}
     seen: set[FindingRef] = set()
     results: list[CheckResult] = []
@@ -92,6 +98,12 @@ def apply_acks(result: PassResult, acks: Iterable[Ack]) -> tuple[PassResult, tup
         results.append(replace(check, findings=tuple(findings)))
     kept = tuple(a for ref, a in sorted(by_ref.items()) if ref in seen or ref.check not in ran)
     return replace(result, results=tuple(results)), kept
+
+
+def adopted(ref: FindingRef, result: PassResult) -> FindingRef:
+    """``ref`` under the key its finding has in ``result``, should another check have adopted it since it was saved."""
+    key = result.current_key(ref.key)
+    return ref if key == ref.key else FindingRef(key, ref.event)
 
 
 class AckStore:

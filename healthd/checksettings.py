@@ -8,6 +8,8 @@ function returning it), and the model is only needed to validate a config
 
 from __future__ import annotations
 
+from typing import ClassVar, Mapping
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -15,6 +17,10 @@ class CheckSettings(BaseModel):
     """Options every check accepts under ``[checks.NAME]``; checks subclass it with their own."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # Keys this check no longer has -> where they went ("[checks.OTHER] key"): a config that
+    # still sets one where the new check is not loaded (not installed, failed to import)
+    # is told where the key went, not only that it is unknown (healthd.config).
+    moved_out: ClassVar[Mapping[str, str]] = {}
 
     enabled: bool = True
     timeout: float = Field(default=10.0, gt=0, le=600, description="seconds before the check is abandoned")

@@ -294,10 +294,25 @@ def _old_values(
     return found, problems
 
 
+def _written(tables: Mapping[str, Any], place: tuple[str, ...]) -> bool:
+    """Whether ``tables`` (a config's, or a ``[[hosts]]`` section's) sets the key at ``place``."""
+    for part in place[:-1]:
+        inner = tables.get(part)
+        if not isinstance(inner, dict):
+            return False
+        tables = inner
+    return place[-1] in tables
+
+
 def _move_old_keys(
-    raw: dict[str, Any], checks: Mapping[str, type[BaseModel]]
+    raw: dict[str, Any], checks: Mapping[str, type[BaseModel]], section: Optional[Mapping[str, Any]] = None
 ) -> tuple[dict[tuple[str, str], tuple[str, ...]], list[str], list[str]]:
-    """Move each key of ``raw`` that moved (``[node]``'s, a check's) to its new place; (moved, notes, problems)."""
+    """Move each key of ``raw`` that moved (``[node]``'s, a check's) to its new place; (moved, notes, problems).
+
+    ``raw`` may be the config merged with a ``[[hosts]]`` section's ``section`` tables,
+    whose problems are reported under the section: a conflict of an old key outside
+    the section with a new one inside it is named by the new key, the one there.
+    """
     claims = _claims(checks)
     found, problems = _old_values(raw, claims)
     moved: dict[tuple[str, str], tuple[str, ...]] = {}
@@ -311,10 +326,11 @@ def _move_old_keys(
             continue  # [checks] itself is malformed, and reported as such
         if setting in table:
             gone = "[node]" if old[0] == "node" else written
-            problems.append(
-                f"{'.'.join(old)}: also set as checks.{check}.{setting}; keep only [checks.{check}] {setting}"
-                f" ({gone} is deprecated)"
-            )
+            keep = f"keep only [checks.{check}] {setting} ({gone} is deprecated)"
+            if section is not None and _written(section, ("checks", check, setting)) and not _written(section, old):
+                problems.append(f"checks.{check}.{setting}: also set as {'.'.join(old)} outside [[hosts]]; {keep}")
+            else:
+                problems.append(f"{'.'.join(old)}: also set as checks.{check}.{setting}; {keep}")
             continue
         table[setting] = value
         moved[(check, setting)] = old
@@ -334,15 +350,38 @@ def _check_problems(
         try:
             settings[name] = model.model_validate(tables.get(name, {}))
         except ValidationError as exc:
+            gone: Mapping[str, str] = getattr(model, "moved_out", {})
             for error in exc.errors():
                 loc = tuple(error["loc"])
                 old = moved.get((name, loc[0])) if loc and isinstance(loc[0], str) else None
-                if old is None:
-                    problems.append(_describe(error, ("checks", name)))
-                else:
+                if old is not None:
                     problems.append(_describe({**error, "loc": loc[1:]}, old))
+                elif error["type"] == "extra_forbidden" and len(loc) == 1 and loc[0] in gone:
+                    where = gone[str(loc[0])]
+                    problems.append(
+                        f"{_describe(error, ('checks', name))}: it moved to {where}, whose check is not loaded"
+                    )
+                else:
+                    problems.append(_describe(error, ("checks", name)))
     known = ", ".join(sorted(checks)) or "none"
     problems.extend(f"checks.{name}: unknown check (known: {known})" for name in tables if name not in checks)
+    return problems
+
+
+def _moved_to_disabled(settings: Mapping[str, Any], moved: _Moved) -> list[str]:
+    """A key that moved to another check that the config disables: nothing would use it any more.
+
+    Before the move the old check used it (links down were the gpu check's); reading
+    it into a disabled check would silently end that checking, so it is an error.
+    A ``[node]`` key is not: its check was the same one before the move.
+    """
+    problems = []
+    for (check, setting), old in sorted(moved.items()):
+        if old[0] == "checks" and not getattr(settings.get(check), "enabled", True):
+            problems.append(
+                f"{'.'.join(old)}: moved to checks.{check}.{setting}, but checks.{check}.enabled is false, so"
+                f" nothing would use it: enable [checks.{check}] or remove [checks.{old[1]}] {old[2]}"
+            )
     return problems
 
 
@@ -358,8 +397,12 @@ def parse_config(
     raw = _parse_toml(text, source)
     sections, problems = host_sections(raw)
     # A section that does not apply here is still validated: a typo must fail on every node, not only its own.
+    # A problem of the tables outside [[hosts]] is named once, where it is, not again under every section.
+    outside = _problems(raw, checks) if sections else []
+    problems += outside
     for section in sections:
-        problems += [f"{section.label}: {p}" for p in _problems(merge(raw, section.tables), checks)]
+        merged = _problems(merge(raw, section.tables), checks, section.tables)
+        problems += [f"{section.label}: {p}" for p in merged if p not in outside]
     slurm = raw.get("slurm")
     configured = slurm.get("node_name") if isinstance(slurm, dict) else None
     node = host or this_node(configured if isinstance(configured, str) else None)
@@ -370,18 +413,25 @@ def parse_config(
     return dataclasses.replace(loaded, host=node, host_sections=tuple(s.label for s in applied))
 
 
-def _problems(raw: dict[str, Any], checks: Mapping[str, type[BaseModel]]) -> list[str]:
+def _problems(
+    raw: dict[str, Any], checks: Mapping[str, type[BaseModel]], section: Optional[Mapping[str, Any]] = None
+) -> list[str]:
     try:
-        _validated(raw, "", checks)
+        _validated(raw, "", checks, section)
     except ConfigError as exc:
         return exc.problems
     return []
 
 
-def _validated(raw: dict[str, Any], source: str, checks: Mapping[str, type[BaseModel]]) -> LoadedConfig:
-    """``raw`` (one host's tables) validated; ``ConfigError`` naming every problem."""
+def _validated(
+    raw: dict[str, Any],
+    source: str,
+    checks: Mapping[str, type[BaseModel]],
+    section: Optional[Mapping[str, Any]] = None,
+) -> LoadedConfig:
+    """``raw`` (one host's tables, or them merged with a host ``section``) validated; ``ConfigError`` if bad."""
     raw = copy.deepcopy(raw)
-    moved, notes, problems = _move_old_keys(raw, checks)
+    moved, notes, problems = _move_old_keys(raw, checks, section)
     settings: dict[str, Any] = {}
     try:
         config = Config.model_validate(raw)
@@ -392,6 +442,7 @@ def _validated(raw: dict[str, Any], source: str, checks: Mapping[str, type[BaseM
             problems += _check_problems(tables, checks, settings, moved)
         raise ConfigError(source, problems) from None
     problems += _check_problems(config.checks, checks, settings, moved)
+    problems += _moved_to_disabled(settings, moved)
     if problems:
         raise ConfigError(source, problems)
     return LoadedConfig(source=source, config=config, check_settings=settings, deprecated=tuple(notes))

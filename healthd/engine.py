@@ -154,6 +154,10 @@ class Engine:
             longest = _longest_active(checks)
             deadline = max(longest, deadline) if tier is Tier.ALL else longest or deadline
         result = self.runner.run_checks(node_name(self.config), checks, deadline)
+        # Every loaded check's adoptions, not only those of the checks that ran: an
+        # acknowledgement saved under an old key must carry over in a pass run with --only.
+        renames = tuple(pair for spec in self.specs if isinstance(spec, CheckSpec) for pair in spec.adopted())
+        result = dataclasses.replace(result, renames=renames)
         problems = self.state.drain_problems()
         if not problems:
             return result

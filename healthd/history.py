@@ -134,6 +134,20 @@ CREATE TABLE gpus (
 T = TypeVar("T")
 
 
+def _adopt_open(conn: sqlite3.Connection, result: PassResult) -> None:
+    """Open findings saved under a key that another check has adopted since (``CheckSpec.adopts``) take the new key.
+
+    The finding goes on where it was: a key that moved is not a fault cleared and a
+    new one raised (which would count as a repeat for escalation).
+    """
+    for (key,) in conn.execute("SELECT key FROM open_findings").fetchall():
+        new = result.current_key(key)
+        if new != key:
+            check = new.split("/", 1)[0]
+            conn.execute("UPDATE OR IGNORE open_findings SET key = ?, check_name = ? WHERE key = ?", (new, check, key))
+            conn.execute("DELETE FROM open_findings WHERE key = ?", (key,))
+
+
 class HistoryError(Exception):
     """The history cannot be read; ``str()`` names the file and why (readers only: writers never raise)."""
 
@@ -610,6 +624,8 @@ class History:
         return self._write("the pass", lambda conn: self._record_pass(conn, result, at, boot_id)) or ()
 
     def _record_pass(self, conn: sqlite3.Connection, result: PassResult, at: float, boot_id: str) -> tuple[Event, ...]:
+        if result.renames:
+            _adopt_open(conn, result)
         stored = {
             row[0]: (_Entry(*row[1:8]), row[8], row[9])
             for row in conn.execute(

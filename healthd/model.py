@@ -154,12 +154,25 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class PassResult:
-    """Every check's result for one pass, with when it started (epoch seconds)."""
+    """Every check's result for one pass, with when it started (epoch seconds).
+
+    ``renames`` are the finding keys that moved from one check to another
+    (``CheckSpec.adopts``), as (old key prefix, new key prefix): ``current_key``
+    turns a key saved before the move into the one its finding has now.
+    """
 
     node: str
     started_at: float
     duration_seconds: float
     results: tuple[CheckResult, ...]
+    renames: tuple[tuple[str, str], ...] = ()
+
+    def current_key(self, key: str) -> str:
+        """``key`` as this pass's findings spell it: a key of an adopted finding gets its new check's name."""
+        for old, new in self.renames:
+            if key.startswith(old):
+                return new + key[len(old) :]
+        return key
 
     @property
     def status(self) -> Status:

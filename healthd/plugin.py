@@ -244,6 +244,11 @@ class CheckSpec(Generic[S]):
     ``active`` marks a check that loads the node (a diagnostic that stresses the
     GPUs): it never runs in an ordinary pass, only in an active pass, which runs on
     a node that Slurm reports idle and drained (docs/active.md).
+    ``adopts`` names findings that another check used to report and this one reports
+    now, each as ``"OLDCHECK/CODE"``: the finding keeps its code and subject, so
+    ``OLDCHECK/CODE/SUBJECT`` is now ``NAME/CODE/SUBJECT``, and what was saved under the
+    old key (an administrator's acknowledgement, the findings that took the node out,
+    the open findings of the node history) carries over to the new one.
     """
 
     name: str
@@ -256,6 +261,17 @@ class CheckSpec(Generic[S]):
     events: tuple[EventCounter, ...] = ()
     baseline: Optional[Callable[[CheckContext[S]], Mapping[str, Any]]] = None
     active: bool = False
+    adopts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for old in self.adopts:
+            check, _, code = old.partition("/")
+            if not check or not code or "/" in code or check == self.name:
+                raise ValueError(f"check {self.name}: adopts {old!r} must be OTHERCHECK/CODE")
+
+    def adopted(self) -> tuple[tuple[str, str], ...]:
+        """(old key prefix, new key prefix) of each adopted finding: ``("gpu/NVLINK_DOWN/", "nvlink/NVLINK_DOWN/")``."""
+        return tuple((f"{old}/", f"{self.name}/{old.partition('/')[2]}/") for old in self.adopts)
 
     def settings_model(self) -> type[S]:
         """The settings model, imported now if the check named it lazily."""

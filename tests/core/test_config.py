@@ -8,6 +8,7 @@ from typing import Callable
 
 import pytest
 
+from healthd.checksettings import CheckSettings
 from healthd.config import ConfigError, load_config, parse_config
 from healthd.engine import settings_models
 from healthd.plugin import discover
@@ -208,6 +209,49 @@ def test_a_setting_moved_between_checks_keeps_its_meaning_and_says_where_it_went
     assert problems("[checks.gpu]\nnvlinks_expected = 18\n[checks.nvlink]\nexpect_active_links = 12\n") == [
         "checks.gpu.nvlinks_expected: also set as checks.nvlink.expect_active_links; keep only [checks.nvlink] "
         "expect_active_links ([checks.gpu] nvlinks_expected is deprecated)"
+    ]
+
+
+def test_a_setting_moved_to_a_check_the_config_disables_is_an_error_naming_both_keys() -> None:
+    # Read into a disabled check, [checks.gpu] nvlinks_expected would end link-down detection unsaid.
+    with pytest.raises(ConfigError) as info:
+        parse_config("[checks.gpu]\nnvlinks_expected = 18\n[checks.nvlink]\nenabled = false\n", "old.toml", MODELS)
+    assert str(info.value) == (
+        "old.toml: checks.gpu.nvlinks_expected: moved to checks.nvlink.expect_active_links, but"
+        " checks.nvlink.enabled is false, so nothing would use it: enable [checks.nvlink] or remove"
+        " [checks.gpu] nvlinks_expected"
+    )
+    # A section that disables it on some nodes is named as the place.
+    section = (
+        '[checks.gpu]\nnvlinks_expected = 18\n[[hosts]]\nmatch = "pcie*"\n[hosts.checks.nvlink]\nenabled = false\n'
+    )
+    (problem,) = problems(section)
+    assert problem.startswith("hosts[0] (match 'pcie*'): checks.gpu.nvlinks_expected: moved to ")
+    # A [node] key went to the check that used it before: disabling that check is not a loss.
+    assert parse_config("[node]\ngpus = 8\n[checks.gpu]\nenabled = false\n", "t", MODELS).deprecated
+
+
+def test_a_moved_key_whose_new_check_is_not_loaded_says_where_it_went() -> None:
+    without_nvlink = {**MODELS, "nvlink": CheckSettings}  # what a check that failed to load validates with
+    with pytest.raises(ConfigError) as info:
+        parse_config("[checks.gpu]\nnvlinks_expected = 18\n", "t", without_nvlink)
+    assert info.value.problems == [
+        "checks.gpu.nvlinks_expected: unknown key: it moved to [checks.nvlink] expect_active_links,"
+        " whose check is not loaded"
+    ]
+
+
+def test_a_conflict_between_the_tables_and_a_host_section_is_named_where_each_key_is() -> None:
+    text = (
+        '[checks.gpu]\nnvlinks_expected = 18\n[[hosts]]\nmatch = "*"\n[hosts.checks.nvlink]\nexpect_active_links = 12\n'
+    )
+    assert problems(text) == [
+        "hosts[0] (match '*'): checks.nvlink.expect_active_links: also set as checks.gpu.nvlinks_expected outside"
+        " [[hosts]]; keep only [checks.nvlink] expect_active_links ([checks.gpu] nvlinks_expected is deprecated)"
+    ]
+    # A problem outside [[hosts]] is named once, where it is, not under each section.
+    assert problems('[checks.gpu]\nbogus = 1\n[[hosts]]\nmatch = "a*"\n[[hosts]]\nmatch = "b*"\n') == [
+        "checks.gpu.bogus: unknown key"
     ]
 
 

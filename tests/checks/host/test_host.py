@@ -171,7 +171,14 @@ def _net_tree(tmp_path: Path) -> Path:
     return sysfs
 
 
-def _interface(sysfs: Path, name: str, operstate: str, kind: int = 1, device: bool = True) -> Path:
+def _interface(
+    sysfs: Path,
+    name: str,
+    operstate: str,
+    kind: int = 1,
+    device: bool = True,
+    device_link: str = "../../../devices/pci0000:00/0000:00:1c.0/0000:01:00.0",
+) -> Path:
     """A network interface: with a device, a directory whose ``device`` links to the NIC's PCI function
     (as in the fixture tree); without, a link into devices/virtual/net, as the kernel makes for bridges."""
     root = sysfs / "class/net" / name if device else sysfs / "devices/virtual/net" / name
@@ -181,7 +188,7 @@ def _interface(sysfs: Path, name: str, operstate: str, kind: int = 1, device: bo
     if operstate == "up":
         (root / "carrier").write_text("1\n")
     if device:
-        (root / "device").symlink_to("../../../devices/pci0000:00/0000:00:1c.0/0000:01:00.0")
+        (root / "device").symlink_to(device_link)
     else:
         (sysfs / "class/net" / name).symlink_to(f"../../devices/virtual/net/{name}")
     return root
@@ -193,13 +200,18 @@ def test_ethernet_missing_down_and_unreadable(tmp_path: Path) -> None:
     broken = _interface(sysfs, "eno3", "up")
     (broken / "operstate").write_text("sideways\n")
     found = run(tmp_path, sysfs, expect_ethernet=["eno1", "eno2", "eno3", "eth9"])
+    # WARNING by default: a link down for one pass may be a flap, which must drain after jobs, not kill them.
     assert codes(found) == [
-        ("ETHERNET_DOWN", Status.CRITICAL, "eno2"),
-        ("ETHERNET_MISSING", Status.CRITICAL, "eth9"),
+        ("ETHERNET_DOWN", Status.WARNING, "eno2"),
+        ("ETHERNET_MISSING", Status.WARNING, "eth9"),
         ("ETHERNET_UNREADABLE", Status.UNKNOWN, "eno3"),
     ]
     (down,) = [f for f in found if f.code == "ETHERNET_DOWN"]
     assert down.details["operstate"] == "down"
+    assert codes(run(tmp_path, sysfs, expect_ethernet=["eth9"], ethernet_severity="CRITICAL")) == [
+        ("ETHERNET_MISSING", Status.CRITICAL, "eth9")
+    ]
+    # Missing CPUs or memory keep their own grade.
     assert codes(run(tmp_path, sysfs, expect_ethernet=["eth9"], inventory_severity="WARNING")) == [
         ("ETHERNET_MISSING", Status.WARNING, "eth9")
     ]
@@ -225,6 +237,21 @@ def test_baseline_records_up_ethernet_with_a_device_only(tmp_path: Path) -> None
     _interface(sysfs, "ens2", "up")
     assert physical_ethernet(sysfs) == ["eno1", "ens2"]
     assert physical_ethernet(tmp_path / "nowhere") == []
+
+
+def test_baseline_leaves_out_usb_network_and_sr_iov_virtual_functions(tmp_path: Path) -> None:
+    sysfs = _net_tree(tmp_path)
+    # A BMC's network over USB (cdc_ether usb0): Ethernet with a device, under a USB root hub.
+    hub = "devices/pci0000:00/0000:00:14.0/usb1/1-3/1-3:1.0"
+    (sysfs / hub).mkdir(parents=True)
+    _interface(sysfs, "usb0", "up", device_link=f"../../../{hub}")
+    # An SR-IOV virtual function of the NIC: its PCI function links to the physical one (physfn).
+    vf = sysfs / "devices/pci0000:00/0000:00:1c.0/0000:01:00.2"
+    vf.mkdir()
+    (vf / "physfn").symlink_to("../0000:01:00.0")
+    _interface(sysfs, "ens1f0v0", "up", device_link="../../../devices/pci0000:00/0000:00:1c.0/0000:01:00.2")
+    _interface(sysfs, "ens2", "up")
+    assert physical_ethernet(sysfs) == ["eno1", "ens2"]
 
 
 @given(st.sampled_from(sorted(OPERSTATES)) | st.text(max_size=20), st.none() | st.sampled_from(["0", "1", "1\n", ""]))

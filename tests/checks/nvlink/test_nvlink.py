@@ -16,8 +16,10 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
+from healthd.acks import Ack, AckStore, FindingRef
 from healthd.model import Status
 from healthd.plugin import JudgeContext, NotApplicable
+from healthd.state import StateFile
 from healthd_checks.nvlink import CHECK, NvlinkObservation, baseline, judge, judge_links, judge_registration
 from healthd_checks.nvlink_settings import NvlinkSettings
 from healthd_checks.nvml_source import (
@@ -283,6 +285,40 @@ def test_links_down_read_from_a_snapshot_and_from_nvml(tmp_path: Path, mocker: A
     fake.handle_errors[2] = nvml_error(pynvml.NVML_ERROR_GPU_IS_LOST)
     found = run(tmp_path, None, expect_active_links=18)
     assert ("NVLINK_STATE_UNREADABLE", Status.UNKNOWN, "gpu2") in found
+
+
+def test_an_ack_saved_before_the_upgrade_holds_through_the_cli(
+    check_once: Callable[[str, str], dict[str, Any]], write_config: Callable[..., Path], tmp_path: Path
+) -> None:
+    """An administrator's resume saved ``gpu/NVLINK_DOWN/gpu3`` before the finding moved here (CheckSpec.adopts)."""
+    document = json.loads((NVML / "h100-healthy.json").read_text())
+    document["gpus"][3]["nvlinks"][7]["active"] = False
+    snapshot = tmp_path / "link-down.json"
+    snapshot.write_text(json.dumps(document))
+    config = (
+        f'[paths]\nsysfs = "{SYSFS_H100}"\nprocfs = "{GPU_NODE}"\n'
+        f'[checks.nvlink]\nsnapshot = "{snapshot}"\nexpect_active_links = 18\n'
+    )
+    assert check_once("nvlink", config)["status"] == "CRITICAL", "the fault the ack covers"
+    acks = AckStore(StateFile(tmp_path / "state", "acks"))
+    acks.save([Ack(FindingRef("gpu/NVLINK_DOWN/gpu3"), 10.0, "slurm-resume")])
+    check = check_once("nvlink", config)
+    assert check["status"] == "OK"
+    (finding,) = check["findings"]
+    assert (finding["code"], finding["details"]["acknowledged"]) == ("NVLINK_DOWN", True)
+    assert acks.load() == (Ack(FindingRef("nvlink/NVLINK_DOWN/gpu3"), 10.0, "slurm-resume"),)
+
+
+def test_a_gpu_whose_links_cannot_be_listed_is_unknown_where_links_are_expected(tmp_path: Path, mocker: Any) -> None:
+    fake = FakeNvml().install(mocker)
+    fake.handle_errors[2] = nvml_error(pynvml.NVML_ERROR_NOT_FOUND)
+    fake.gpus[5]["nvmlDeviceGetNvLinkState"] = nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+    found = run(tmp_path, None, expect_active_links=18)
+    unread = [(code, status, subject) for code, status, subject in found if code == "NVLINK_STATE_UNREADABLE"]
+    assert unread == [("NVLINK_STATE_UNREADABLE", Status.UNKNOWN, f"gpu{i}") for i in (2, 5)]
+    assert all(status is not Status.OK for _, status, _ in found)
+    # Nothing expected: the same answers say "no NVLink on this GPU", which is no fault.
+    assert "NVLINK_STATE_UNREADABLE" not in {code for code, _, _ in run(tmp_path, None)}
 
 
 def test_a_pcie_node_without_nvlinks_is_not_applicable(tmp_path: Path, mocker: Any) -> None:

@@ -348,6 +348,26 @@ def test_first_read_of_a_wrapped_ring_buffer_is_a_note_once(node: Node) -> None:
     assert [f.code for f in node.run()] == ["XID_79"]
 
 
+def test_a_link_number_in_other_digits_neither_crashes_nor_decodes(node: Node) -> None:
+    node.gpu("0000:3b:00.0")
+    # "٣" is an Arabic-Indic three: a Unicode \\d takes it and int() reads it as 3, a link the line never named.
+    node.log("NVRM: Xid (PCI:0000:3b:00): 74, pid=7, name=x, NVLink: fatal error detected on link \u0663(0x0, 0x10000)")
+    (finding,) = node.run()
+    assert finding.code == "XID_74" and "nvlink" not in finding.details
+    # A state file that holds one ("²" passes str.isdigit, which int() refuses) is not trusted: no crash.
+    node.log("NVRM: Xid (PCI:0000:3b:00): 74, pid=7, name=x, NVLink: fatal error detected on link 4(0x0, 0x10000)")
+    assert [f.details["nvlink"] for f in node.run()] == [4]
+    state = node.root / "state" / "check-xid.json"
+    document = json.loads(state.read_text())
+    for group in document["groups"].values():
+        group.update(nvlink="\u00b2:0x0,0x10000", gpu="\u00b2")
+    state.write_text(json.dumps(document))
+    assert node.run() == []  # the damaged group is dropped; its line was read before
+    node.log("NVRM: Xid (PCI:0000:3b:00): 74, pid=7, name=x, NVLink: fatal error detected on link 4(0x0, 0x10000)")
+    (finding,) = node.run()
+    assert (finding.details["nvlink"], finding.details["gpu"]) == (4, 0)
+
+
 def test_changing_source_keeps_events_and_counts(node: Node) -> None:
     node.log(X79, "NVRM: Xid (PCI:0000:5e:00): 48, pid=1, name=x, DBE")
     before = {k: (f.details["event"], f.details["count"]) for k, f in by_code(node.run()).items()}

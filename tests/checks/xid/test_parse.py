@@ -86,6 +86,19 @@ def test_xid_74_gives_its_link_and_registers(link: int, registers: list[int]) ->
     assert isinstance(other, XidEvent) and other.nvlink is None  # only Xid 74 carries an NVLink fault
 
 
+# Digits other than ASCII's: str.isdigit and a Unicode \\d take them ("²", "٣"), int() reads some of them.
+NON_ASCII_DIGITS = st.characters(categories=["Nd", "No"]).filter(lambda c: not c.isascii())
+
+
+@given(st.text(NON_ASCII_DIGITS, min_size=1, max_size=3), st.sampled_from(["", "1", "9"]))
+def test_xid_74_with_a_link_number_in_other_digits_decodes_no_link(digits: str, ascii_digit: str) -> None:
+    link = ascii_digit + digits
+    message = f"NVRM: Xid (PCI:0000:ca:00): 74, pid=3310, name=python, NVLink: fatal error detected on link {link}(0x0)"
+    event = parse_message(message)
+    assert isinstance(event, XidEvent) and event.code == 74
+    assert event.nvlink is None, "the driver prints ASCII digits: anything else is not a link number"
+
+
 def test_same_line_in_every_envelope_gives_the_same_event() -> None:
     message = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
     lines = [
