@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 from healthd.cli import add_config_argument
 from healthd.model import Status, worst
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 
 _FLUSH_CHARS = 1 << 16
+_DESCRIBED = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,9 +60,18 @@ def _write_json(name: str, entries: Iterable[ScanEntry], accept_userspace: bool,
     compact = json.JSONEncoder(separators=(",", ":")).encode
     parts = [f'{{"file":{compact(name)},"accept_userspace_kmsg":{compact(accept_userspace)},"events":[']
     size = 0
+    # Each event is ``to_dict`` encoded: its located part, then its described part, which a flood
+    # repeats and which is encoded once per distinct value (bounded: emptied when full).
+    described: dict[tuple[Any, ...], str] = {}
     for number, entry in enumerate(entries):
         status = worst((status, entry.entry.grade))
-        parts.append(("," if number else "") + compact(entry.to_dict()))
+        key = (entry.event, entry.entry, entry.uuid)
+        tail = described.get(key)
+        if tail is None:
+            if len(described) >= _DESCRIBED:
+                described.clear()
+            tail = described[key] = compact(entry.described())[1:]
+        parts.append(f"{',' if number else ''}{compact(entry.located())[:-1]},{tail}")
         size += len(parts[-1])
         if size > _FLUSH_CHARS:  # a few large writes, whatever the stream's buffering
             sys.stdout.write("".join(parts))

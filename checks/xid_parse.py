@@ -710,6 +710,17 @@ def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator
     return scan_candidates(_each_line(lines), accept_userspace)
 
 
+_MEMO_SIZE = 4096
+
+
+def _remember(seen: dict[tuple[str, Origin], Step], key: tuple[str, Origin], step: Step) -> Step:
+    """``step``, remembered under ``key``; a full memo is emptied first, so it stays bounded."""
+    if len(seen) >= _MEMO_SIZE:
+        seen.clear()
+    seen[key] = step
+    return step
+
+
 def scan_candidates(
     candidates: Iterable[Candidate], accept_userspace: bool = False, focus: Optional[Focus] = None
 ) -> Iterator[tuple[int, Record, Event]]:
@@ -722,6 +733,9 @@ def scan_candidates(
     engaged = False  # the record above began or continued ``banner``
     record = Record("", LogFormat.PLAIN)
     origin = Origin.UNKNOWN
+    # A flood repeats its messages (same Xid, GPU and process): with no banner pending, a message's
+    # step depends on its text and origin alone and its values are frozen, so each is read once.
+    seen: dict[tuple[str, Origin], Step] = {}
     for number, line, broke in candidates:
         if broke:
             engaged = False
@@ -741,7 +755,11 @@ def scan_candidates(
                 engaged = False
                 focus.idle = banner is None
                 continue
-            step = read_message(record.message, banner, origin)
+            if banner is not None:
+                step = read_message(record.message, banner, origin)
+            else:
+                key = (record.message, origin)
+                step = seen.get(key) or _remember(seen, key, read_message(record.message, None, origin))
         banner, engaged = step.banner, step.engaged and step.event is None
         focus.idle = banner is None and not engaged
         if step.event is not None:

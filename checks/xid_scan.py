@@ -63,12 +63,21 @@ class ScanEntry:
         return str(self.event.pci) if self.event.pci else "unknown-gpu"
 
     def to_dict(self) -> dict[str, Any]:
-        event = self.event
+        return {**self.located(), **self.described()}
+
+    def located(self) -> dict[str, Any]:
+        """The fields of ``to_dict`` that name the line and its record, which differ from line to line."""
         return {
             "line": self.line,
             "format": self.record.format.value,
             "seq": self.record.seq,
             "origin": self.origin.value,
+        }
+
+    def described(self) -> dict[str, Any]:
+        """The rest of ``to_dict``: the event, its grade and its GPU's UUID, which a flood repeats."""
+        event = self.event
+        return {
             "kind": event.kind.value,
             "code": self.code,
             "xid": event.code,
