@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 from healthd.cli import add_config_argument
 from healthd.model import Status, worst
@@ -61,17 +61,19 @@ def _write_json(name: str, entries: Iterable[ScanEntry], accept_userspace: bool,
     parts = [f'{{"file":{compact(name)},"accept_userspace_kmsg":{compact(accept_userspace)},"events":[']
     size = 0
     # Each event is ``to_dict`` encoded: its located part, then its described part, which a flood
-    # repeats and which is encoded once per distinct value (bounded: emptied when full).
-    described: dict[tuple[Any, ...], str] = {}
+    # repeats (the scanner gives a repeated message the same event object, and the catalog the
+    # same entry) and which is encoded once per distinct pair of objects. They are kept with
+    # their encoding, so their ids stay theirs; bounded: emptied when full.
+    described: dict[tuple[int, int, Optional[str]], tuple[str, object, object]] = {}
     for number, entry in enumerate(entries):
         status = worst((status, entry.entry.grade))
-        key = (entry.event, entry.entry, entry.uuid)
-        tail = described.get(key)
-        if tail is None:
+        key = (id(entry.event), id(entry.entry), entry.uuid)
+        known = described.get(key)
+        if known is None:
             if len(described) >= _DESCRIBED:
                 described.clear()
-            tail = described[key] = compact(entry.described())[1:]
-        parts.append(f"{',' if number else ''}{compact(entry.located())[:-1]},{tail}")
+            known = described[key] = (compact(entry.described())[1:], entry.event, entry.entry)
+        parts.append(f"{',' if number else ''}{compact(entry.located())[:-1]},{known[0]}")
         size += len(parts[-1])
         if size > _FLUSH_CHARS:  # a few large writes, whatever the stream's buffering
             sys.stdout.write("".join(parts))

@@ -713,7 +713,7 @@ def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator
 _MEMO_SIZE = 4096
 
 
-def _remember(seen: dict[tuple[str, Origin], Step], key: tuple[str, Origin], step: Step) -> Step:
+def _remember(seen: dict[tuple[str, Optional[int]], Step], key: tuple[str, Optional[int]], step: Step) -> Step:
     """``step``, remembered under ``key``; a full memo is emptied first, so it stays bounded."""
     if len(seen) >= _MEMO_SIZE:
         seen.clear()
@@ -735,7 +735,7 @@ def scan_candidates(
     origin = Origin.UNKNOWN
     # A flood repeats its messages (same Xid, GPU and process): with no banner pending, a message's
     # step depends on its text and origin alone and its values are frozen, so each is read once.
-    seen: dict[tuple[str, Origin], Step] = {}
+    seen: dict[tuple[str, Optional[int]], Step] = {}
     for number, line, broke in candidates:
         if broke:
             engaged = False
@@ -750,7 +750,8 @@ def scan_candidates(
                 focus.idle = True
                 continue
             record = split_record(line)
-            origin = origin_of(record.facility)
+            facility = record.facility
+            origin = origin_of(facility)
             if not counts(origin, accept_userspace):
                 engaged = False
                 focus.idle = banner is None
@@ -758,7 +759,7 @@ def scan_candidates(
             if banner is not None:
                 step = read_message(record.message, banner, origin)
             else:
-                key = (record.message, origin)
+                key = (record.message, facility)  # the facility decides the origin
                 step = seen.get(key) or _remember(seen, key, read_message(record.message, None, origin))
         banner, engaged = step.banner, step.engaged and step.event is None
         focus.idle = banner is None and not engaged
