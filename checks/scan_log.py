@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 _FLUSH_CHARS = 1 << 16
-_DESCRIBED = 4096
+_DESCRIBED = 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

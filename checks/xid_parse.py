@@ -710,7 +710,7 @@ def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator
     return scan_candidates(_each_line(lines), accept_userspace)
 
 
-_MEMO_SIZE = 4096
+_MEMO_SIZE = 1024
 
 
 def _remember(seen: dict[tuple[str, Optional[int]], Step], key: tuple[str, Optional[int]], step: Step) -> Step:
