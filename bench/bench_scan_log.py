@@ -2,11 +2,13 @@
 
     python bench/bench_scan_log.py [--lines 1000000] [--runs 3]
 
-Two generated dmesg files of ``--lines`` lines, each starting with the driver's
+Three generated dmesg files of ``--lines`` lines, each starting with the driver's
 ``NVRM: GPU at PCI:... GPU-<uuid>`` line for each of 4 GPUs (as at driver load): one
-with 1% Xid lines (the rest ordinary kernel noise), one where 12% of the lines
-mention a GPU without being Xid events (``NVRM:`` RmInitAdapter failures and
-persistence-mode notes, nvidia-modeset and PCI core lines). Each run is a new
+with 1% Xid lines (the rest ordinary kernel noise), their messages repeating as a
+flood's do (16 distinct ones), one where 12% of the lines mention a GPU without being
+Xid events (``NVRM:`` RmInitAdapter failures and persistence-mode notes, nvidia-modeset
+and PCI core lines), and the first again with no two Xid messages alike (each ends with
+its line number), so that scan-log parses and encodes every one. Each run is a new
 process, as an operator's would be; the runs of healthd and of the baseline (a
 Python loop with one compiled regex, reading the same file line by line)
 alternate, and the ratio is taken from their medians in the same run. Asserts
@@ -54,7 +56,7 @@ print(count)
 """
 
 
-def generate(path: Path, lines: int, *, xid_every: int, gpu_percent: int, seed: int = 11) -> None:
+def generate(path: Path, lines: int, *, xid_every: int, gpu_percent: int, vary: bool = False, seed: int = 11) -> None:
     rng = random.Random(seed)
     with path.open("w") as out:
         out.write("".join(line + "\n" for line in IDENTITIES))
@@ -65,7 +67,9 @@ def generate(path: Path, lines: int, *, xid_every: int, gpu_percent: int, seed: 
                 pool = GPU_NOTES
             else:
                 pool = NOISE
-            out.write(rng.choice(pool).format(t=i / 1000, b=rng.choice((0x3B, 0x5E, 0x86, 0xAF))) + "\n")
+            line = rng.choice(pool).format(t=i / 1000, b=rng.choice((0x3B, 0x5E, 0x86, 0xAF)))
+            # ``vary``: no two Xid messages alike, unlike a flood, so nothing scan-log remembers is reused.
+            out.write(f"{line} (line {i})\n" if vary and pool is XIDS else line + "\n")
 
 
 def main() -> None:
@@ -78,10 +82,14 @@ def main() -> None:
         config = Path(tmp) / "healthd.toml"
         config.write_text(f'[paths]\nstate_dir = "{tmp}/state"\n[slurm]\nenabled = false\n')
         subprocess.run([healthd, "check", "--once", "--dry-run", "--config", str(config)], capture_output=True)
-        cases = {"1% Xid": (100, 0), '12% "GPU"': (100_000_000, 12)}
-        for label, (every, gpu) in cases.items():
+        cases = {
+            "1% Xid": (100, 0, False),
+            '12% "GPU"': (100_000_000, 12, False),
+            "1% Xid, all different": (100, 0, True),
+        }
+        for label, (every, gpu, vary) in cases.items():
             path = Path(tmp) / "dmesg.log"
-            generate(path, args.lines, xid_every=every, gpu_percent=gpu)
+            generate(path, args.lines, xid_every=every, gpu_percent=gpu, vary=vary)
             ours = [healthd, "scan-log", "--json", "--config", str(config), str(path)]
             bare = [sys.executable, "-c", BASELINE, str(path)]
             samples: dict[str, list[tuple[float, float, float]]] = {"healthd": [], "baseline": []}

@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from . import sysfs
 
@@ -127,15 +127,24 @@ def kmsg_text(raw: bytes) -> str:
 def parse_kmsg_record(raw: bytes) -> Optional[KmsgRecord]:
     """One line of /dev/kmsg output as a record; None for a continuation line (`` KEY=value``) or garbage."""
     match = _KMSG_HEAD.match(raw)
-    if match is None:
-        return None
-    pri, seq, usec = (int(group) for group in match.groups())
-    return KmsgRecord(pri, seq, usec, kmsg_text(raw[match.end() :]))
+    return None if match is None else _record(match, raw)
 
 
-def _records(chunk: bytes) -> list[KmsgRecord]:
-    """The records in ``chunk``; continuation lines and garbage are skipped."""
-    return [record for record in map(parse_kmsg_record, chunk.split(b"\n")) if record is not None]
+def _record(head: re.Match[bytes], raw: bytes) -> KmsgRecord:
+    pri, seq, usec = (int(group) for group in head.groups())
+    return KmsgRecord(pri, seq, usec, kmsg_text(raw[head.end() :]))
+
+
+def _numbered(chunk: bytes) -> Iterator[tuple[int, re.Match[bytes], bytes]]:
+    """The records in ``chunk`` with their sequence numbers, unparsed; continuation lines and garbage are skipped.
+
+    A reader that keeps a cursor reads the whole buffer again each pass: the records it has
+    seen already are only numbered, not parsed, which is most of the work saved.
+    """
+    for line in chunk.split(b"\n"):
+        match = _KMSG_HEAD.match(line)
+        if match is not None:
+            yield int(match.group(2)), match, line
 
 
 def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = None) -> ReadResult:
@@ -169,11 +178,11 @@ def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = Non
                     break
             elif not is_device:
                 chunk, _, pending = (pending + chunk).rpartition(b"\n")
-            for record in _records(chunk):
-                seq = record.seq
+            for seq, head, raw in _numbered(chunk):
                 oldest = seq if oldest is None else oldest
                 if last is not None and seq <= last:
                     continue
+                record = _record(head, raw)
                 if last is not None and seq > last + 1 and not lost:
                     lost.append(f"records {last + 1}..{seq - 1} were overwritten before they were read")
                 time = None if boot_time is None else boot_time + record.usec / 1e6

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 
 _FLUSH_CHARS = 1 << 16
+_DESCRIBED = 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,9 +60,20 @@ def _write_json(name: str, entries: Iterable[ScanEntry], accept_userspace: bool,
     compact = json.JSONEncoder(separators=(",", ":")).encode
     parts = [f'{{"file":{compact(name)},"accept_userspace_kmsg":{compact(accept_userspace)},"events":[']
     size = 0
+    # Each event is ``to_dict`` encoded: its located part, then its described part, which a flood
+    # repeats (the scanner gives a repeated message the same event object, and the catalog the
+    # same entry) and which is encoded once per distinct pair of objects. They are kept with
+    # their encoding, so their ids stay theirs; bounded: emptied when full.
+    described: dict[tuple[int, int, Optional[str]], tuple[str, object, object]] = {}
     for number, entry in enumerate(entries):
         status = worst((status, entry.entry.grade))
-        parts.append(("," if number else "") + compact(entry.to_dict()))
+        key = (id(entry.event), id(entry.entry), entry.uuid)
+        known = described.get(key)
+        if known is None:
+            if len(described) >= _DESCRIBED:
+                described.clear()
+            known = described[key] = (compact(entry.described())[1:], entry.event, entry.entry)
+        parts.append(f"{',' if number else ''}{compact(entry.located())[:-1]},{known[0]}")
         size += len(parts[-1])
         if size > _FLUSH_CHARS:  # a few large writes, whatever the stream's buffering
             sys.stdout.write("".join(parts))

@@ -3,18 +3,27 @@
 A task stuck in D state on a hung filesystem or a wedged driver blocks whatever touches
 what it holds, and so can a reader of the wrong /proc file. This module reads only:
 
-- ``/proc/PID/task/TID/stat`` for every thread: its state and start time. The kernel
-  fills it from the task structure under the task's signal lock (fs/proc/array.c,
-  ``do_task_stat``), never from the task's memory map or any file it has open;
-- ``/proc/PID/task/TID/status`` of the threads found in D state, for their context
-  switch counts (``voluntary_ctxt_switches``, ``nonvoluntary_ctxt_switches``), which
-  stay still while a task sleeps without waking: the kernel's own hung-task detector
-  (kernel/hung_task.c) uses the same sum.
+- ``/proc/PID/stat`` of every process: its state, thread count and start time. The kernel
+  fills it, like each thread's ``/proc/PID/task/TID/stat``, from the task structure under
+  the task's signal lock (fs/proc/array.c, ``do_task_stat``), never from the task's memory
+  map or any file it has open;
+- ``/proc/PID/task/TID/stat`` for every thread of a process with more than one thread, or
+  whose leader has exited (state Z or X): a hung thread is often one thread of many, and
+  the process's own line shows only its leader's state. A process of one thread is its
+  leader, so its own line says all; most processes (kernel threads, daemons) are such, and
+  this spares listing their ``task/`` directories: about half the cost of a walk. A thread
+  started after its process's line was read is seen by the next pass;
+- ``status`` of the threads found in D state, for their context switch counts
+  (``voluntary_ctxt_switches``, ``nonvoluntary_ctxt_switches``), which stay still while a
+  task sleeps without waking: the kernel's own hung-task detector (kernel/hung_task.c)
+  uses the same sum.
 
 It never reads ``cmdline``, ``environ``, ``maps`` or ``smaps`` (they take the task's
 mmap lock, held by a task stuck in a page fault on a hung mount), ``stack`` (root only,
 and it stops the task), ``wchan``, nor follows ``cwd``, ``root`` or ``fd/*`` (a path on
 the hung filesystem). The thread's name, which its owner chooses, is only shown cleaned.
+Each file is read with one ``open``/``read``/``close`` of its path as a string: a walk
+of 20,000 tasks is that many reads, and Python's file objects cost more than the reads.
 """
 
 from __future__ import annotations
@@ -27,29 +36,30 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class TaskStat:
-    """The fields of /proc/PID/stat this check uses: pid, name, state (one letter), start time in clock ticks."""
+    """The fields of /proc/PID/stat this check uses: pid, name, state (one letter), start ticks, thread count."""
 
     pid: int
     name: str
     state: str
     start_ticks: int
+    threads: int = 1
 
 
 def parse_stat(text: str) -> TaskStat:
-    """Parse one ``/proc/PID/stat`` line (proc(5)): ``pid (comm) state ppid ... starttime ...``.
+    """Parse one ``/proc/PID/stat`` line (proc(5)): ``pid (comm) state ppid ... num_threads ... starttime ...``.
 
     The name is between the first ``(`` and the *last* ``)``: a task may put parentheses,
     spaces or a newline in its own name. Raises ValueError on anything else.
     """
     head, open_paren, rest = text.partition(" (")
     name, close_paren, fields_text = rest.rpartition(") ")
-    fields = fields_text.split()
-    # Field 3 is the state, field 22 starttime: index 0 and 19 after the name.
+    # Field 3 is the state, field 20 num_threads, field 22 starttime: index 0, 17 and 19 after the name.
+    fields = fields_text.split(maxsplit=20)
     if not open_paren or not close_paren or len(fields) < 20 or not head.isdigit():
         raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
-    if len(fields[0]) != 1 or not fields[19].isdigit():
-        raise ValueError(f"bad state or start time in /proc/PID/stat: {text[:80]!r}")
-    return TaskStat(int(head), name, fields[0], int(fields[19]))
+    if len(fields[0]) != 1 or not fields[19].isdigit() or not fields[17].isdigit():
+        raise ValueError(f"bad state, thread count or start time in /proc/PID/stat: {text[:80]!r}")
+    return TaskStat(int(head), name, fields[0], int(fields[19]), int(fields[17]))
 
 
 def parse_switches(text: str) -> Optional[int]:
@@ -78,13 +88,47 @@ class StuckCandidate:
         return f"{self.tid}:{self.start_ticks}"
 
 
-def _read_small(path: Path) -> Optional[str]:
+def _read_small(path: str) -> Optional[str]:
     """The file's text, or None when the task is gone or the file unreadable (the task exited meanwhile)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read(8192).decode("utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
         return None
+    try:
+        return os.read(fd, 8192).decode("utf-8", errors="replace")
+    except ProcessLookupError:  # the task exited between the open and the read
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_stat(directory: str) -> Optional[TaskStat]:
+    """``directory``'s stat file parsed; None when the task is gone; ValueError naming the file when malformed."""
+    text = _read_small(f"{directory}/stat")
+    if text is None:
+        return None
+    try:
+        return parse_stat(text)
+    except ValueError as exc:
+        raise ValueError(f"{directory}/stat: {exc}") from None
+
+
+def _threads(process: str, stat: TaskStat) -> list[tuple[str, TaskStat]]:
+    """The threads of a process (their directories and stat lines), sorted by thread id as text."""
+    # One thread that is still running: the process's own line is that thread's (its leader's).
+    if stat.threads == 1 and stat.state not in ("Z", "X"):
+        return [(process, stat)]
+    try:
+        names = sorted(name for name in os.listdir(f"{process}/task") if name.isdigit())
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return [(process, stat)]  # a procfs without task/ (a fixture): the process itself
+    threads = []
+    for name in names:
+        directory = f"{process}/task/{name}"
+        thread = _read_stat(directory)
+        if thread is not None:
+            threads.append((directory, thread))
+    return threads
 
 
 def read_d_state(procfs: Path) -> list[StuckCandidate]:
@@ -94,26 +138,17 @@ def read_d_state(procfs: Path) -> list[StuckCandidate]:
     raises ValueError naming it.
     """
     found: list[StuckCandidate] = []
-    for entry in sorted(os.scandir(procfs), key=lambda e: e.name):
-        if not entry.name.isdigit():
+    for name in sorted(os.listdir(procfs)):
+        if not name.isdigit():
             continue
-        pid = int(entry.name)
-        tasks = Path(entry.path) / "task"
-        try:
-            directories = [tasks / t.name for t in sorted(os.scandir(tasks), key=lambda t: t.name) if t.name.isdigit()]
-        except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-            directories = [Path(entry.path)]  # a procfs without task/ (a fixture): the process itself
-        for directory in directories:
-            text = _read_small(directory / "stat")
-            if text is None:
+        process = f"{procfs}/{name}"
+        stat = _read_stat(process)
+        if stat is None:
+            continue
+        for directory, thread in _threads(process, stat):
+            if thread.state != "D":
                 continue
-            try:
-                stat = parse_stat(text)
-            except ValueError as exc:
-                raise ValueError(f"{directory / 'stat'}: {exc}") from None
-            if stat.state != "D":
-                continue
-            status = _read_small(directory / "status")
+            status = _read_small(f"{directory}/status")
             switches = parse_switches(status) if status is not None else None
-            found.append(StuckCandidate(stat.pid, pid, stat.name, stat.start_ticks, switches))
+            found.append(StuckCandidate(thread.pid, int(name), thread.name, thread.start_ticks, switches))
     return found

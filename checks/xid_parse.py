@@ -545,7 +545,7 @@ EVENTS_ONLY = tuple(n for n in _USEFUL if n != "NVRM: GPU at PCI:")
 _CANDIDATE = ("NVRM: ", "nvidia-nvswitch")
 # In a run of lines: one that does not start with a blank, i.e. does not continue the record above.
 _NEW_RECORD = re.compile(r"\n[^ \t]")
-_CHUNK = 1 << 20
+CHUNK = 1 << 20  # characters (or bytes) per read of a streamed log
 
 # (line number, line, whether a line that continues no record came since the previous one)
 Candidate = tuple[int, str, bool]
@@ -580,14 +580,15 @@ _UNSEARCHED = -2
 
 
 class _Finder:
-    """The next occurrence of any of several literals in ``body``, each literal searched again only once passed.
+    """The next occurrence of any of several literals in ``body[:end]``, each literal searched again only once passed.
 
-    A literal that no longer occurs is never searched again, so a chunk costs one
-    ``str.find`` pass per literal however many candidates it holds.
+    A literal that no longer occurs is never searched again, so a run of lines costs one
+    ``find`` pass per literal however many candidates it holds.
     """
 
-    def __init__(self, body: str, needles: tuple[str, ...]) -> None:
+    def __init__(self, body: str, end: int, needles: tuple[str, ...]) -> None:
         self.body = body
+        self.end = end
         self.next = dict.fromkeys(needles, _UNSEARCHED)  # searched on first use only
 
     def first(self, start: int) -> int:
@@ -595,7 +596,7 @@ class _Finder:
         best = -1
         for needle, at in self.next.items():
             if at == _UNSEARCHED or 0 <= at < start:
-                at = self.next[needle] = self.body.find(needle, start)
+                at = self.next[needle] = self.body.find(needle, start, self.end)
             if at >= 0 and (best < 0 or at < best):
                 best = at
         return best
@@ -603,7 +604,7 @@ class _Finder:
 
 def read_candidates(
     read: Callable[[int], str],
-    chunk: int = _CHUNK,
+    chunk: int = CHUNK,
     needles: tuple[str, ...] = _CANDIDATE,
     focus: Optional[Focus] = None,
     readline: Optional[Callable[[], str]] = None,
@@ -618,64 +619,79 @@ def read_candidates(
     read; a driver line skipped then counts as a line that starts a record, which is all it
     would have done.
     """
-    number = 0  # lines before the current body
+    number = 0  # lines before ``pos``
     broke = False
-    for body in _bodies(read, chunk, "\n", readline):
-        pos = 0  # the start of the first line not yet looked at
-        finder = _Finder(body, needles)
-        narrow = _Finder(body, focus.narrow) if focus is not None else finder
-        found = (narrow if focus is not None and focus.idle else finder).first(0)
+    for body, pos, end in _bodies(read, chunk, "\n", readline):
+        # ``pos``: the start of the first line not yet looked at
+        finder = _Finder(body, end, needles)
+        narrow = _Finder(body, end, focus.narrow) if focus is not None else finder
+        found = (narrow if focus is not None and focus.idle else finder).first(pos)
         while found >= 0:
-            start, end = _line_around(body, found, "\n")
+            start, stop = _line_around(body, found, "\n")
             broke = broke or _breaks(body, pos, start)
             number += body.count("\n", pos, start) + 1
-            yield number, body[start:end], broke
+            yield number, body[start:stop], broke
             broke = False
-            pos = end
-            found = (narrow if focus is not None and focus.idle else finder).first(end)
-        broke = broke or _breaks(body, pos, len(body))
-        number += body.count("\n", pos)
+            pos = stop
+            found = (narrow if focus is not None and focus.idle else finder).first(stop)
+        broke = broke or _breaks(body, pos, end)
+        number += body.count("\n", pos, end)
 
 
-def lines_holding(read: Callable[[int], AnyStr], needle: AnyStr, newline: AnyStr) -> Iterator[AnyStr]:
+def lines_holding(
+    read: Callable[[int], AnyStr],
+    needle: AnyStr,
+    newline: AnyStr,
+    readline: Optional[Callable[[], AnyStr]] = None,
+    chunk: int = CHUNK,
+) -> Iterator[AnyStr]:
     """Each line of a text or binary stream that holds ``needle``, found a chunk at a time (no line numbers).
 
     ``newline`` is ``"\\n"`` or ``b"\\n"``, as the stream reads: a binary stream skips decoding
     all the lines that do not hold ``needle``.
     """
-    for body in _bodies(read, _CHUNK, newline):
-        found = body.find(needle)
+    for body, begin, end in _bodies(read, chunk, newline, readline):
+        found = body.find(needle, begin, end)
         while found >= 0:
-            start, end = _line_around(body, found, newline)
-            yield body[start:end]
-            found = body.find(needle, end)
+            start, stop = _line_around(body, found, newline)
+            yield body[start:stop]
+            found = body.find(needle, stop, end)
 
 
 def _bodies(
     read: Callable[[int], AnyStr], chunk: int, newline: AnyStr, readline: Optional[Callable[[], AnyStr]] = None
-) -> Iterator[AnyStr]:
-    """The stream in runs of whole lines of about ``chunk`` characters (the last run may lack its newline).
+) -> Iterator[tuple[AnyStr, int, int]]:
+    """The stream as runs of whole lines ``body[start:end]`` of about ``chunk`` characters (the last may lack its
+    newline).
 
-    With ``readline``, a run is completed by reading the rest of its last line, which spares
-    copying every run once more to join it with the line cut at its end.
+    No read is copied to be joined with the next: the line cut by the end of a read comes
+    as a short run of its own, completed by ``readline`` when given, else by the next read.
     """
-    if readline is not None:
-        while True:
-            block = read(chunk)
-            if not block:
-                return
-            if not block.endswith(newline):
-                block += readline()
-            yield block
     carry = newline[:0]
     while True:
         block = read(chunk)
-        text = carry + block
-        cut = text.rfind(newline) + 1 if block else len(text)
-        carry = text[cut:]
-        yield text[:cut]
         if not block:
+            if carry:
+                yield carry, 0, len(carry)
             return
+        last = block.rfind(newline) + 1
+        if readline is not None:
+            yield block, 0, last
+            if last < len(block):
+                tail = block[last:] + readline()
+                yield tail, 0, len(tail)
+            continue
+        first = block.find(newline) + 1
+        if not first:  # no line ends in this read
+            carry += block
+            continue
+        if carry:
+            head = carry + block[:first]
+            yield head, 0, len(head)
+            yield block, first, last
+        else:
+            yield block, 0, last
+        carry = block[last:]
 
 
 def _line_around(body: AnyStr, at: int, newline: AnyStr) -> tuple[int, int]:
@@ -696,6 +712,17 @@ def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator
     return scan_candidates(_each_line(lines), accept_userspace)
 
 
+_MEMO_SIZE = 1024
+
+
+def _remember(seen: dict[tuple[str, Optional[int]], Step], key: tuple[str, Optional[int]], step: Step) -> Step:
+    """``step``, remembered under ``key``; a full memo is emptied first, so it stays bounded."""
+    if len(seen) >= _MEMO_SIZE:
+        seen.clear()
+    seen[key] = step
+    return step
+
+
 def scan_candidates(
     candidates: Iterable[Candidate], accept_userspace: bool = False, focus: Optional[Focus] = None
 ) -> Iterator[tuple[int, Record, Event]]:
@@ -708,6 +735,9 @@ def scan_candidates(
     engaged = False  # the record above began or continued ``banner``
     record = Record("", LogFormat.PLAIN)
     origin = Origin.UNKNOWN
+    # A flood repeats its messages (same Xid, GPU and process): with no banner pending, a message's
+    # step depends on its text and origin alone and its values are frozen, so each is read once.
+    seen: dict[tuple[str, Optional[int]], Step] = {}
     for number, line, broke in candidates:
         if broke:
             engaged = False
@@ -722,12 +752,17 @@ def scan_candidates(
                 focus.idle = True
                 continue
             record = split_record(line)
-            origin = origin_of(record.facility)
+            facility = record.facility
+            origin = origin_of(facility)
             if not counts(origin, accept_userspace):
                 engaged = False
                 focus.idle = banner is None
                 continue
-            step = read_message(record.message, banner, origin)
+            if banner is not None:
+                step = read_message(record.message, banner, origin)
+            else:
+                key = (record.message, facility)  # the facility decides the origin
+                step = seen.get(key) or _remember(seen, key, read_message(record.message, None, origin))
         banner, engaged = step.banner, step.engaged and step.event is None
         focus.idle = banner is None and not engaged
         if step.event is not None:

@@ -11,14 +11,18 @@ record that userspace wrote unless ``accept_userspace``.
 
 from __future__ import annotations
 
+import codecs
+import io
+import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Optional, TextIO
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, TextIO, Union
 
 from healthd.model import Status, worst
 
 from .xid_catalog import Entry, classify
 from .xid_nvlink import causes
 from .xid_parse import (
+    CHUNK,
     EVENTS_ONLY,
     Focus,
     GpuIdentity,
@@ -60,12 +64,21 @@ class ScanEntry:
         return str(self.event.pci) if self.event.pci else "unknown-gpu"
 
     def to_dict(self) -> dict[str, Any]:
-        event = self.event
+        return {**self.located(), **self.described()}
+
+    def located(self) -> dict[str, Any]:
+        """The fields of ``to_dict`` that name the line and its record, which differ from line to line."""
         return {
             "line": self.line,
             "format": self.record.format.value,
             "seq": self.record.seq,
             "origin": self.origin.value,
+        }
+
+    def described(self) -> dict[str, Any]:
+        """The rest of ``to_dict``: the event, its grade and its GPU's UUID, which a flood repeats."""
+        event = self.event
+        return {
             "kind": event.kind.value,
             "code": self.code,
             "xid": event.code,
@@ -117,43 +130,90 @@ def _entry(
 
 # The only lines that name a GPU's UUID (see xid_parse.parse_message).
 _IDENTITY = "NVRM: GPU at PCI:"
+_UNIVERSAL = re.compile(r"(?<=\r)(?!\n)|(?<=\n)")
 
 
-def _identity_lines(handle: TextIO) -> Iterator[str]:
-    """The lines of ``handle`` that may name a GPU's UUID; from its bytes when it has them, decoding only those."""
+class _FileText:
+    """A text file's characters read straight from its bytes, as ``open()`` decodes them (universal newlines).
+
+    The text layer's ``read`` and ``readline`` cost more than the scan of what they
+    return; this decodes whole reads with the same incremental decoders it uses.
+    """
+
+    def __init__(self, raw: BinaryIO, encoding: str, errors: str) -> None:
+        self.raw = raw
+        self.decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder(encoding)(errors), translate=True)
+
+    def _decoded(self, read: Callable[[], bytes]) -> str:
+        while True:  # a read may end in a held-back "\r" or a part of a character: read on
+            data = read()
+            text = self.decoder.decode(data, final=not data)
+            if text or not data:
+                return text
+
+    def read(self, size: int) -> str:
+        return self._decoded(lambda: self.raw.read(size))
+
+    def readline(self) -> str:
+        return self._decoded(self.raw.readline)
+
+
+def _raw(handle: TextIO) -> Optional[BinaryIO]:
+    """The bytes under ``handle`` when they can be read from the start, else None (text read through ``handle``)."""
     raw = getattr(handle, "buffer", None)
-    if raw is None or handle.tell() != 0 or not raw.seekable():
-        yield from lines_holding(handle.read, _IDENTITY, "\n")
+    return raw if raw is not None and raw.seekable() and handle.tell() == 0 else None
+
+
+def _identity_lines(handle: TextIO, chunk: int) -> Iterator[str]:
+    """The lines of ``handle`` that may name a GPU's UUID; from its bytes when it has them, decoding only those."""
+    raw = _raw(handle)
+    if raw is None:
+        yield from lines_holding(handle.read, _IDENTITY, "\n", handle.readline, chunk)
         return
     raw.seek(0)
     encoding = handle.encoding or "utf-8"
-    for line in lines_holding(raw.read, _IDENTITY.encode(encoding), b"\n"):
-        yield line.decode(encoding, "replace")
+    for line in lines_holding(raw.read, _IDENTITY.encode(encoding), b"\n", raw.readline, chunk):
+        # A lone "\r" ends a line too, as in the text the event pass reads (universal newlines).
+        text = line.decode(encoding, "replace")
+        if "\r" in text:
+            yield from (piece for piece in _UNIVERSAL.split(text) if _IDENTITY in piece)
+        else:
+            yield text
 
 
 def scan_stream(
-    handle: TextIO, overrides: Optional[Mapping[str, Status]] = None, accept_userspace: bool = False
+    handle: TextIO,
+    overrides: Optional[Mapping[str, Status]] = None,
+    accept_userspace: bool = False,
+    chunk: int = CHUNK,
 ) -> Iterator[ScanEntry]:
     """``scan`` of an open file, entry by entry, in memory that does not grow with the file.
 
     A file that can seek is read twice, a chunk at a time: once for the UUID lines
     (which may come after the events that need them), once for the events. A stream
     that cannot seek (stdin) is scanned by ``scan``, which keeps its events in memory.
+    A file opened from its start is read from its bytes (``_FileText``), as opened with
+    the default ``newline``.
     """
     if not handle.seekable():
         yield from scan(handle, overrides, accept_userspace)
         return
     start = handle.tell()
+    raw = _raw(handle)
     uuids: dict[tuple[int, int, int], str] = {}
-    for line in _identity_lines(handle):
+    for line in _identity_lines(handle, chunk):
         if line[:1] not in (" ", "\t"):  # a continuation line only ever continues a banner
             _, identity = parse_line(line, accept_userspace)
             if isinstance(identity, GpuIdentity):
                 uuids[identity.pci.key] = identity.uuid
     handle.seek(start)
+    text: Union[TextIO, _FileText] = handle
+    if raw is not None:
+        raw.seek(0)
+        text = _FileText(raw, handle.encoding or "utf-8", handle.errors or "strict")
     focus = Focus(narrow=EVENTS_ONLY)
     for number, record, event in scan_candidates(
-        read_candidates(handle.read, focus=focus, readline=handle.readline), accept_userspace, focus
+        read_candidates(text.read, chunk, focus=focus, readline=text.readline), accept_userspace, focus
     ):
         if not isinstance(event, GpuIdentity) and not event.detail:
             yield _entry(number, record, event, overrides, uuids)

@@ -1,25 +1,28 @@
-"""The ``healthd`` command line: argument parsing and dispatch, nothing heavy at import.
+"""The ``healthd`` command line: dispatch, nothing heavy at import.
 
-Each subcommand lives in its own module under ``healthd.commands`` and is imported
-only when it is the one being run, so ``healthd check --once`` pays for what it
-uses and nothing else. Plugins add commands through the ``healthd.commands`` entry
-points (``healthd.plugin.CommandSpec``), which are looked up only when the command
-is not one of these. Exit codes are those of ``healthd.exitcodes``: the Nagios
+The parser itself is ``healthd.cliparser`` (argparse), imported only for a command line
+that needs it: ``healthd status`` spelled out in full, as a monitoring agent runs it
+often, is read by ``plain_status`` without it. Each subcommand lives in its own module
+under ``healthd.commands`` and is imported only when it is the one being run, so
+``healthd check --once`` pays for what it uses and nothing else. Plugins add commands
+through the ``healthd.commands`` entry points (``healthd.plugin.CommandSpec``), which
+are looked up only when the command is not one of these. Exit codes are those of ``healthd.exitcodes``: the Nagios
 plugin convention for check results (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and
 sysexits.h otherwise.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
-from types import ModuleType
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from types import ModuleType, SimpleNamespace
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, cast
 
-from healthd import __version__
-from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN, EX_USAGE
+from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN
 from healthd.stdout import quiet_broken_pipe
+
+if TYPE_CHECKING:
+    import argparse
 
 # name -> (module under healthd.commands, one-line help). Order is the order of --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,52 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse exits 2 on a usage error, which Nagios would read as CRITICAL; use EX_USAGE."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The parser; only the command named in ``argv`` has its module imported for its options."""
-    parser = _Parser(prog="healthd", description="Node health checks for GPU clusters run by Slurm.")
-    parser.add_argument("--version", action="version", version=f"healthd {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    sub.required = True
-    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
-    # A parser costs a millisecond or two: `healthd status` builds only its own. The full list
-    # is built when it is shown (top-level --help) or when the command is not a known one.
-    only = None
-    if chosen in COMMANDS and not any(arg in ("-h", "--help") for arg in argv[: list(argv).index(chosen)]):
-        only = chosen
-    for name, (module, help_text) in COMMANDS.items():
-        if only is not None and name != only:
-            continue
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        command_parser.set_defaults(_module=module)
-        if name == chosen:
-            _module(module).add_arguments(command_parser)
-    if chosen not in COMMANDS:
-        _add_plugin_commands(sub, chosen)
-    return parser
-
-
-def _add_plugin_commands(sub: Any, chosen: Optional[str]) -> None:
-    """The commands plugins contribute; none may replace a built-in one."""
-    from healthd.plugin import discover_commands
-
-    for command in discover_commands():
-        if command.name in COMMANDS:
-            continue
-        command_parser = sub.add_parser(command.name, help=command.help, description=command.help)
-        command_parser.set_defaults(_module=None, _run=command.run)
-        if command.name == chosen:
-            command.add_arguments(command_parser)
-
-
-def _module(name: str) -> ModuleType:
+def command_module(name: str) -> ModuleType:
     return importlib.import_module(f"healthd.commands.{name}")
 
 
@@ -100,9 +58,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _dispatch(argv)
 
 
+def plain_status(argv: Sequence[str]) -> Optional[argparse.Namespace]:
+    """``status [--json] [--config PATH]`` spelled out in full (as a monitoring agent runs it), parsed as the
+    parser would parse it; None for anything else (``--help``, abbreviations, a missing value, other commands).
+
+    Building the parser and parsing with it costs ``healthd status`` more than its own work does.
+    """
+    if not argv or argv[0] != "status":
+        return None
+    show_json, config = False, None
+    rest = iter(argv[1:])
+    for arg in rest:
+        if arg == "--json":
+            show_json = True
+        elif arg == "--config":
+            config = next(rest, "")
+            if not config or config.startswith("-"):
+                return None
+        elif arg.startswith("--config=") and arg != "--config=":
+            config = arg[len("--config=") :]
+        else:
+            return None
+    from pathlib import Path
+
+    # What the parser gives: an argparse.Namespace is a plain attribute holder too.
+    args = SimpleNamespace(
+        command="status", _module="status", json=show_json, config=None if config is None else Path(config)
+    )
+    return cast("argparse.Namespace", args)
+
+
 def _dispatch(argv: list[str]) -> int:
-    args = build_parser(argv).parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args._run if args._module is None else _module(args._module).run
+    args = plain_status(argv)
+    if args is None:
+        from healthd.cliparser import build_parser
+
+        args = build_parser(argv).parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args._run if args._module is None else command_module(args._module).run
     if args._module in ("status", "history"):  # the cheap path: config.py would import pydantic
         return run(args)
     from healthd.configload import ConfigError

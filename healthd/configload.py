@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
+from healthd import plaintoml
+from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR
 
 BUILT_IN = "(built-in defaults)"
 
@@ -58,7 +59,7 @@ def decode_config(raw: bytes, source: str) -> str:
 def state_dir_of(raw: bytes) -> Optional[Path]:
     """``[paths].state_dir`` as the file writes it (the default when absent); None when it cannot be read."""
     try:
-        table = toml_module().loads(raw.decode("utf-8")).get("paths", {})
+        table = plaintoml.loads(raw.decode("utf-8")).get("paths", {})
         value = table.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(table, dict) else None
     except (ValueError, UnicodeDecodeError):
         return None

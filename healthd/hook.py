@@ -32,9 +32,9 @@ def hook_summary(document: dict[str, Any], now: float, *, daemon: bool = False) 
 
 def hook_parser() -> argparse.ArgumentParser:
     """What ``healthd-hook`` accepts. slurmd passes nothing; the options are for a person at the node."""
-    from healthd.cli import _Parser
+    from healthd.cliparser import Parser
 
-    parser = _Parser(
+    parser = Parser(
         prog="healthd-hook",
         allow_abbrev=False,
         description=(

@@ -25,7 +25,6 @@ import errno
 import json
 import os
 import stat
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
@@ -166,6 +165,8 @@ class StateFile:
         self.directory = directory
         self.name = name
         self.problems: list[str] = []
+        import threading  # here, not at the top: ``healthd status`` reads no StateFile
+
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:

@@ -12,19 +12,22 @@ and 78 when the config, the state directory or a file in it fails the trust rule
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
+from healthd import plaintoml
 from healthd.cli import add_config_argument
-from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
 from healthd.text import one_line, pass_headline
 from healthd.trust import UntrustedPath
+
+if TYPE_CHECKING:
+    import argparse  # ``healthd status`` is usually parsed without it (``healthd.cli.plain_status``)
 
 
 class StatusError(Exception):
@@ -50,12 +53,11 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float]:
     reason = untrusted_reason(source) if source.exists() else None
     if reason:
         raise StatusConfigError(f"{source}: refusing to load a config that others could have written: {reason}")
-    tomllib = toml_module()
     try:
-        raw = tomllib.loads(source.read_text(encoding="utf-8"))
+        raw = plaintoml.loads(source.read_text(encoding="utf-8"))
     except OSError as exc:
         raise StatusConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), or tomllib's TOMLDecodeError
         raise StatusConfigError(f"{source}: not valid TOML: {exc}") from None
     paths, daemon = raw.get("paths", {}), raw.get("daemon", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None

@@ -415,3 +415,43 @@ def test_a_reader_gone_before_any_output_is_no_error(
         os.close(write_end)
     assert done.stderr == ""
     assert done.returncode == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["status", "--config", "/etc/x.toml"],
+        ["status", "--config=relative.toml", "--json"],
+        ["status", "--json", "--config", "a", "--config", "b", "--json"],
+        ["status", "--config=-odd"],
+    ],
+)
+def test_status_spelled_out_is_read_as_the_parser_reads_it(argv: list[str]) -> None:
+    from healthd.cli import plain_status
+    from healthd.cliparser import build_parser
+
+    plain = plain_status(argv)
+    assert plain is not None and vars(plain) == vars(build_parser(argv).parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["check", "--once"],
+        ["status", "--js"],  # the parser takes abbreviations; this reader does not
+        ["status", "-h"],
+        ["status", "--config"],
+        ["status", "--config", "--json"],
+        ["status", "--config", ""],
+        ["status", "--config="],
+        ["status", "extra"],
+        ["--version", "status"],
+    ],
+)
+def test_any_other_command_line_is_left_to_the_parser(argv: list[str]) -> None:
+    from healthd.cli import plain_status
+
+    assert plain_status(argv) is None

@@ -143,3 +143,78 @@ def test_any_text_loads_or_gives_config_error(text: str) -> None:
         assert str(exc).startswith("fuzz.toml: ")
         if exc.problems[0].startswith("not valid TOML"):
             assert "line" in exc.problems[0] or "end of document" in exc.problems[0]  # syntax errors say where
+
+
+# --- healthd.plaintoml: what it reads itself it reads as tomllib does, and it never accepts an error ---------
+
+# Characters that make and break TOML's syntax, for edits of valid documents.
+SYNTAX = st.sampled_from([*"[]{}=,.\"'\\#\n\r \t0123456789aefxtrun_-+:", "\x00", "\x7f", "\x0c", "é", '"""'])
+EDIT = st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=3), st.lists(SYNTAX, max_size=3))
+
+
+def _same_as_tomllib(text: str) -> Any:
+    from healthd.plaintoml import plain
+
+    document = plain(text)
+    if document is not None:
+        assert tomllib.loads(text) == document, text  # tomllib accepts it, and reads the same
+    return document
+
+
+@settings(max_examples=300, deadline=None)
+@given(DOCUMENT, st.booleans(), st.booleans())
+def test_plain_reader_reads_written_configs_as_tomllib(document: dict[str, Any], crlf: bool, ascii_: bool) -> None:
+    text = to_toml(document)
+    text = text.replace("\n", "\r\n") if crlf else text
+    if ascii_:  # as json.dumps writes by default: other characters escaped (they are only in strings here)
+        text = re.sub(r"[^\x00-\x7f]", lambda m: f"\\U{ord(m.group()):08x}", text)
+    assert _same_as_tomllib(text) is not None, text  # all that healthd's writers write is in the subset
+
+
+@settings(max_examples=600, deadline=None)
+@given(DOCUMENT, st.lists(EDIT, max_size=4), st.lists(st.tuples(st.integers(0), st.integers(0)), max_size=2))
+def test_plain_reader_leaves_every_broken_document_to_tomllib(
+    document: dict[str, Any], edits: list[tuple[int, int, list[str]]], copies: list[tuple[int, int]]
+) -> None:
+    # Lines copied elsewhere (a key or a table defined twice, a table after its subtables), then characters edited.
+    lines = to_toml(document).split("\n")
+    for line, at in copies:
+        lines.insert(at % len(lines), lines[line % len(lines)])
+    text = "\n".join(lines)
+    for at, cut, insert in edits:
+        at %= len(text) + 1
+        text = text[:at] + "".join(insert) + text[at + cut :]
+    _same_as_tomllib(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(SYNTAX, st.characters()), max_size=40).map("".join))
+def test_plain_reader_on_any_text_accepts_only_what_tomllib_does(text: str) -> None:
+    _same_as_tomllib(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[a]\nx = 1\n[a]\n",  # a table defined twice
+        "a = {x = 1}\n[a.y]\n",  # an inline table extended
+        "a = [1]\n[[a]]\n",  # a static array extended
+        "[a.b]\n[a]\n",  # valid TOML, but left to tomllib
+        "x = 1\nx = 2\n",
+        "x = 01\n",
+        "x = 1979-05-27\n",
+        'x = "\\ud800"\n',
+        "x = {a = 1,}\n",
+        "x = {a = 1\n}\n",
+        "a.b = 1\n",
+        '"a" = 1\n',
+        "x = inf\n",
+        'x = """a"""\n',
+        "x = 1\ry = 2\n",
+        "\ufeffx = 1\n",
+    ],
+)
+def test_plain_reader_leaves_these_to_tomllib(text: str) -> None:
+    from healthd.plaintoml import plain
+
+    assert plain(text) is None

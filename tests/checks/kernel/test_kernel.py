@@ -90,8 +90,9 @@ def test_d_state_tasks_are_stuck_only_after_stuck_after_without_a_switch(node: N
 
 def test_a_task_that_switched_starts_over(node: Node) -> None:
     node.run(kmsg=HEALTHY)
-    status = node.procfs / "4300/task/4300/status"
-    status.write_text(status.read_text().replace("voluntary_ctxt_switches:\t88", "voluntary_ctxt_switches:\t89"))
+    # One task, two names: a process of one thread shows the same counters in its own status file.
+    for status in (node.procfs / "4300/task/4300/status", node.procfs / "4300/status"):
+        status.write_text(status.read_text().replace("voluntary_ctxt_switches:\t88", "voluntary_ctxt_switches:\t89"))
     node.clock.now += 600
     (stuck,) = [f for f in node.run(kmsg=HEALTHY, stuck_severity="CRITICAL") if f.code == "D_STATE_STUCK"]
     assert (stuck.status, stuck.details["tids"]) == (Status.CRITICAL, "4107")
@@ -128,6 +129,43 @@ def test_reader_finds_d_threads_and_is_not_fooled_by_names() -> None:
         (4107, 4100, "pt_data_worker", 5529),
         (4300, 4300, "dd", 90),
     ]
+
+
+def _process(procfs: Path, pid: int, state: str, threads: dict[int, str]) -> None:
+    """A process whose leader is in ``state``, with ``threads`` (tid -> state) under task/ when there are any."""
+
+    def stat(tid: int, state: str) -> str:
+        return f"{tid} (t{tid}) {state} 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 {len(threads)} 0 {tid + 5} 0 0 0\n"
+
+    status = "voluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t1\n"
+    (procfs / str(pid)).mkdir(parents=True)
+    (procfs / str(pid) / "stat").write_text(stat(pid, state))
+    (procfs / str(pid) / "status").write_text(status)
+    for tid, thread_state in threads.items():
+        (procfs / f"{pid}/task/{tid}").mkdir(parents=True)
+        (procfs / f"{pid}/task/{tid}/stat").write_text(stat(tid, thread_state))
+        (procfs / f"{pid}/task/{tid}/status").write_text(status)
+
+
+def test_reader_reaches_every_thread_of_a_process_of_several_or_with_its_leader_gone(tmp_path: Path) -> None:
+    _process(tmp_path, 10, "S", {10: "S", 11: "S", 12: "D"})  # a hung thread beside a sleeping leader
+    _process(tmp_path, 20, "Z", {21: "D"})  # the leader exited; its one live thread hangs
+    _process(tmp_path, 30, "D", {30: "D"})  # one thread: the process's own line is the thread's
+    _process(tmp_path, 40, "S", {40: "S"})
+    found = read_d_state(tmp_path)
+    assert [(t.tid, t.pid, t.name, t.start_ticks, t.switches) for t in found] == [
+        (12, 10, "t12", 17, 6),
+        (21, 20, "t21", 26, 6),
+        (30, 30, "t30", 35, 6),
+    ]
+
+
+def test_reader_names_the_stat_file_with_a_bad_thread_count(tmp_path: Path) -> None:
+    _process(tmp_path, 10, "S", {10: "S", 11: "D"})
+    thread = tmp_path / "10/task/11/stat"
+    thread.write_text(thread.read_text().replace(" 20 0 2 0 ", " 20 0 -2 0 "))
+    with pytest.raises(ValueError, match=f"{thread}: bad state, thread count or start time"):
+        read_d_state(tmp_path)
 
 
 NAMES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=16)

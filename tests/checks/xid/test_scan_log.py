@@ -188,3 +188,37 @@ def test_dmesg_r_of_util_linux_before_its_fix_cannot_tell_userspace(
     assert [(e["code"], e["origin"]) for e in document["events"]] == [("XID_63", "unknown")]
     dump.write_text("user  :warn  : [  616.685238] NVRM: Xid (PCI:0000:3b:00): 63, pid=1, name=capture, Row\n")
     assert scan(capsys, str(dump))[1]["events"] == []
+
+
+def test_a_flood_of_repeated_events_lists_each_line_as_its_own(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The same messages again and again, in two formats, on GPUs with and without a UUID, with
+    # a user-written kmsg record of the same text (not counted) between them; more distinct
+    # messages than the scanner and the writer remember, so both forget and read them again.
+    # Expected: each line parsed on its own (``parse_line`` remembers nothing).
+    from healthd_checks.xid_catalog import classify
+    from healthd_checks.xid_parse import GpuIdentity, parse_line
+    from healthd_checks.xid_scan import ScanEntry
+
+    uuid = "6,1,1000,-;NVRM: GPU at PCI:0000:3b:00: GPU-12345678-1234-1234-1234-123456789abc\n"
+    lines = [uuid]
+    for n in range(2000):
+        lines.append(f"[ {n}.0] NVRM: Xid (PCI:0000:{'3b' if n % 2 else '5e'}:00): 13, pid={n % 1500}, name=x, E\n")
+        fallen = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus.\n"
+        lines.extend((f"14,{n},{n}000,-;{fallen}", f"{n % 8},{n},{n}000,-;{fallen}"))
+    log = tmp_path / "flood.txt"
+    log.write_text("".join(lines))
+    uuids, found = {}, []
+    for number, line in enumerate(lines, 1):
+        record, event = parse_line(line)
+        if isinstance(event, GpuIdentity):
+            uuids[event.pci.key] = event.uuid
+        elif event is not None:
+            found.append((number, record, event))
+    expected = [ScanEntry(n, r, e, classify(e), uuids.get(e.pci.key) if e.pci else None).to_dict() for n, r, e in found]
+    code, document = scan(capsys, str(log))
+    assert code == 2 and len(document["events"]) == 4000
+    assert document["events"] == expected
+    kinds = {(e["origin"], e["uuid"] is None) for e in expected}
+    assert kinds == {("unknown", False), ("unknown", True), ("kernel", False)}

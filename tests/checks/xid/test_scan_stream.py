@@ -75,3 +75,27 @@ def test_scan_log_json_is_compact_and_pretty_on_request(tmp_path: Path) -> None:
     assert [e["code"] for e in document["events"]] == ["XID_79", "XID_79", "SXID_20034", "XID_48"]
     # The UUID line comes after the Xid 79 of its GPU: the file's first pass (read as bytes) found it.
     assert document["events"][0]["uuid"] == "GPU-12345678-1234-1234-1234-123456789abc"
+
+
+# Bytes that the text layer changes on the way: CRLF and lone CR line ends (a lone CR splits a
+# line), a CR at a read's end before its LF, bytes that are not UTF-8, characters of several
+# bytes that a read may cut, and a final CR with no LF.
+AWKWARD = [
+    MIXED.encode().replace(b"\n", b"\r\n"),
+    MIXED.encode().replace(b"\n", b"\r"),
+    MIXED.encode().replace(b"[ 1.3] e1000e: eth0 up\n", b"[ 1.3] caf\xc3\xa9 \xff\xfe \xe2\x9c\x93 up\r[ 1.31] x\n"),
+    b"[ 0.9] \xe2\x9c\x93\xe2\x9c\x93 NVRM: x\n" + MIXED.encode() + b"\r",
+    b"[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=\xc3\xa9\xff, GPU has fallen off the bus.\r\r\n\xe2\x9c",
+]
+
+
+@pytest.mark.parametrize("data", AWKWARD, ids=range(len(AWKWARD)))
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 64, 1 << 20])
+def test_a_file_read_from_its_bytes_lists_what_its_text_lines_give(tmp_path: Path, data: bytes, chunk: int) -> None:
+    log = tmp_path / "dmesg.txt"
+    log.write_bytes(data)
+    with log.open(encoding="utf-8", errors="replace") as handle:
+        expected = [e.to_dict() for e in scan(handle.readlines())]
+    with log.open(encoding="utf-8", errors="replace") as handle:
+        assert [e.to_dict() for e in scan_stream(handle, chunk=chunk)] == expected
+    assert expected
