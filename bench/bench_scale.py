@@ -10,7 +10,8 @@ stops it afterwards. It prints, as slurmctld's own time per request from
 
 1. each Slurm read and write healthd (or an administrator) might make;
 2. healthd's own CPU time to find its node and the breaker's view in the combined
-   read's output, every partition's (``--all``) or its own (``-p``), with the host
+   read's output, every partition's (``--all``, what healthd reads) or one
+   partition's (``-p``, for comparison), with the host
    lists expanded (before) or only looked up (``hostlist.contains``), at the table's
    size and at 100,000 nodes (the same lines with a 100,000-node group);
 3. a mass failure: the three real nodes fail at once (CRITICAL), taken out or held
@@ -81,8 +82,8 @@ def per_command(env: dict[str, str], repeat: int) -> None:
         "scontrol -o show node NAME": ["scontrol", "-o", "show", "node", "node1"],
         "scontrol -o show node (all)": ["scontrol", "-o", "show", "node"],
         "sinfo -N -n NAME -O ... (healthd's node read)": node_read,
-        "sinfo --all -O ... (node + breaker, partitions unknown)": ["sinfo", "-h", "--all", "-O", groups],
-        "sinfo -p P -O ... (node + breaker; confirm read)": ["sinfo", "-h", "-p", "batch", "-O", groups],
+        "sinfo --all -O ... (healthd's node + breaker read)": ["sinfo", "-h", "--all", "-O", groups],
+        "sinfo -p P -O ... (breaker's confirm read)": ["sinfo", "-h", "-p", "batch", "-O", groups],
         "sinfo -h -p P -o '%T %D'": ["sinfo", "-h", "-p", "batch", "-o", "%T %D"],
         "scontrol -o show partition P": ["scontrol", "-o", "show", "partition", "batch"],
         "squeue -h": ["squeue", "-h"],
@@ -190,7 +191,7 @@ def mass_failure(env: dict[str, str], conf: Path, root: Path) -> None:
         policy = f"max_out_fraction = {fraction}\nbreaker_settle = 2"
         engines = [_engine(conf, n, root / label[:9], fault, policy, 0) for n in ("node1", "node2", "node3")]
         for engine in engines:
-            run_pass(engine)  # a healthy pass's reconcile read: each node learns its partitions
+            run_pass(engine)  # a healthy pass's reconcile read, as each node of a running fleet has made
         fault.write_text("")
         count, total, rpcs = measure(env, lambda engines=engines: _at_once(engines))
         print(f"  {label}: {count / 3:.1f} RPCs and {total / 3:.1f} ms per node")
@@ -204,15 +205,15 @@ def mass_failure(env: dict[str, str], conf: Path, root: Path) -> None:
 def one_at_a_time(env: dict[str, str], conf: Path, root: Path) -> None:
     """A node taken out, a node held by the breaker it filled, a node out by an administrator's hand: each pass alone.
 
-    Each node has read itself once before (a healthy pass's reconcile read), so it
-    knows its partitions, as a node of a running fleet does.
+    Each node has read itself once before (a healthy pass's reconcile read), as a node
+    of a running fleet has.
     """
     fault = root / "fault"
     policy = "max_out_fraction = 0.0001\nbreaker_settle = 2"
     print("## One node at a time (limit 1): node1 taken out, node2 held, node3 out by an administrator")
     engines = [_engine(conf, n, root / "alone", fault, policy, 0) for n in ("node1", "node2", "node3")]
     for engine in engines:
-        run_pass(engine)  # a healthy pass's reconcile read: the node learns its partitions
+        run_pass(engine)  # a healthy pass's reconcile read
     admin = ["scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=admin: bench"]
     subprocess.run(admin, env=env, check=True, timeout=60)
     fault.write_text("")

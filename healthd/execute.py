@@ -32,22 +32,20 @@ def observe(
     prefix: str,
     *,
     boot_time: bool = False,
-    scope: tuple[str, ...] = (),
 ) -> Observed:
     """Make ``read`` for ``node`` and add its answer (or its error) to ``observed``.
 
     The node is read alone (``SlurmClient.node``), or with its boot time when
     ``boot_time`` asks for it (``show_node``: the whole table, see docs/scale.md);
     the breaker's read covers only the node's partitions. Both at once are one
-    sinfo of the groups of the partitions in ``scope`` (the node's as the plan
-    remembers them, ``plan.partition_scope``; all of them when empty), which holds
-    the node's own state too (``read_node_and_views``).
+    sinfo of every partition's groups, which holds the node's own state too
+    (``read_node_and_views``).
     """
     asked = observed.asked | {read}
     try:
         if read is Read.NODE_AND_PARTITIONS and not boot_time:
-            info, views, scope = read_node_and_views(client, node, prefix, scope)
-            return replace(observed, asked=asked, node=info, views=views, scope=scope)
+            info, views = read_node_and_views(client, node, prefix)
+            return replace(observed, asked=asked, node=info, views=views)
         if read is not Read.PARTITIONS:
             info = client.show_node(node) if boot_time else client.node(node)
             observed = replace(observed, asked=asked, node=info)
@@ -59,29 +57,20 @@ def observe(
         return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
 
 
-def read_node_and_views(
-    client: SlurmClient, name: str, prefix: str, scope: tuple[str, ...] = ()
-) -> tuple[NodeInfo, dict[str, PartitionView], tuple[str, ...]]:
-    """The node and the breaker's view of its partitions from one sinfo, and the partitions that sinfo covered.
+def read_node_and_views(client: SlurmClient, name: str, prefix: str) -> tuple[NodeInfo, dict[str, PartitionView]]:
+    """The node and the breaker's view of its partitions from one sinfo of every partition (``SlurmClient.all_groups``).
 
-    With ``scope``, the node's partitions as remembered: ``sinfo -p`` of those
-    (``SlurmClient.partitions``). If the node is not in every one of them any more,
-    its partitions changed: every partition is read at once (``sinfo --all``,
-    ``SlurmClient.all_groups``), so the breaker counts the node's partitions as they
-    are and the plan learns them. A node in no partition is in no group:
+    Every partition, not the ones the node was last seen in: slurmctld packs the
+    whole node table for ``sinfo -p`` too, and a partition the node has just joined
+    must count (docs/scale.md). A node in no partition is in no group:
     ``show_node`` then answers for it (and says whether slurmctld knows it), and it
     has no partition to count.
     """
-    if scope:
-        groups = client.partitions(scope)
-        info = node_in_groups(groups, name)
-        if info is not None and set(info.partitions) == set(scope):
-            return info, _views(groups, info.partitions, prefix), scope
     groups = client.all_groups()
     info = node_in_groups(groups, name)
     if info is None:
-        return client.show_node(name), {}, ()
-    return info, _views(groups, info.partitions, prefix), ()
+        return client.show_node(name), {}
+    return info, _views(groups, info.partitions, prefix)
 
 
 def _views(groups: list[NodeGroup], partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:

@@ -33,7 +33,7 @@ from healthd.history import History, HistoryError, RebootPhase, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeInfo
 from healthd.onrepair import run_on_repair
-from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, partition_scope, plan
+from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
 from healthd.slurm import SlurmClient
 from healthd.spread import act_delay
@@ -123,11 +123,9 @@ class PassOutcome:
 
 def _load_policy_state(engine: Engine, errors: list[str]) -> PolicyState:
     state_file = engine.state.file(POLICY_STATE)
-    try:
-        return PolicyState.from_dict(state_file.load())
-    except ValueError as exc:
-        errors.append(f"{state_file.path}: {exc}; starting from empty policy state")
-        return PolicyState()
+    state, problems = PolicyState.read(state_file.load())
+    errors.extend(f"{state_file.path}: {problem}" for problem in problems)
+    return state
 
 
 def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) -> ActionSection:
@@ -272,10 +270,7 @@ def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
             return made
         # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
         boot_time = situation.state.reboot is not None and not situation.boot_id
-        scope = partition_scope(situation.state, situation.now)
-        observed = observe(
-            slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time, scope=scope
-        )
+        observed = observe(slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time)
         situation = replace(situation, observed=observed)
     made = _plan_once(situation, config)
     if not isinstance(made, Plan):

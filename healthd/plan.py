@@ -6,8 +6,8 @@ again with what it found. So every Slurm read is one the policy asked for: the
 node when the pass may act on it, then its partitions when a take-out must pass
 the circuit breaker; or both in one read when the pass's decision, as far as it
 is known before the node is read, is a take-out the breaker must pass. That read
-covers the partitions the node was last seen in while that is fresh
-(``partition_scope``), every partition otherwise.
+covers every partition (docs/scale.md, "Why the node's partitions are not
+remembered").
 ``conclude`` turns what ``execute`` did with the plan's steps into the state to
 remember and the pass as reported.
 """
@@ -62,12 +62,6 @@ class Read(enum.Enum):
 _NODE_READS = frozenset({Read.NODE, Read.NODE_AND_PARTITIONS})
 _PARTITION_READS = frozenset({Read.PARTITIONS, Read.NODE_AND_PARTITIONS})
 
-# How long the node's remembered partitions scope the combined read: twice the default
-# [slurm].reconcile_interval, whose hourly read of the node alone refreshes them. A partition
-# the node was added to is unseen by the breaker's first read for at most this long
-# (docs/scale.md, "Partition memory").
-PARTITIONS_MAX_AGE = 7200.0
-
 
 class Step(enum.Enum):
     """One write to Slurm, in the order ``execute`` sends them."""
@@ -88,8 +82,6 @@ class Observed:
     node: Optional[NodeInfo] = None
     views: Optional[Mapping[str, PartitionView]] = None
     errors: tuple[str, ...] = ()
-    # The partitions the read of the node was limited to; () when it showed all of them.
-    scope: tuple[str, ...] = ()
 
     @property
     def node_asked(self) -> bool:
@@ -269,24 +261,9 @@ def _first_read(s: Situation, judge: _Judge) -> Read:
     return Read.NODE_AND_PARTITIONS if decision.action in TAKING_OUT else Read.NODE
 
 
-def partition_scope(state: PolicyState, now: float) -> tuple[str, ...]:
-    """The partitions a combined read covers: the node's, as remembered, while fresh; () for every partition.
-
-    A read that shows the node somewhere else (``execute.read_node_and_views``) reads
-    every partition at once, and the plan learns from it.
-    """
-    fresh = state.partitions_read > 0 and 0 <= now - state.partitions_read < PARTITIONS_MAX_AGE
-    return state.partitions if fresh else ()
-
-
-def _remember(state: PolicyState, node: NodeInfo, observed: Observed, now: float, prefix: str) -> PolicyState:
-    """What a read of the node teaches the next passes: when it was read, whether it skips the breaker, its partitions.
-
-    Only a read that shows every partition of the node (``scope`` empty) renews its
-    remembered partitions: a read limited to them cannot show one it was added to.
-    """
-    state = replace(state, last_read=now, skips_breaker=skips_breaker(node, prefix))
-    return state if observed.scope else replace(state, partitions=node.partitions, partitions_read=now)
+def _remember(state: PolicyState, node: NodeInfo, now: float, prefix: str) -> PolicyState:
+    """What a read of the node teaches the next passes: when it was read, and whether it skips the breaker."""
+    return replace(state, last_read=now, skips_breaker=skips_breaker(node, prefix))
 
 
 def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
@@ -360,7 +337,7 @@ def plan(
     node = observed.node
     acknowledged: tuple[FindingRef, ...] = ()
     if node is not None:
-        state = _remember(state, node, observed, s.now, prefix)
+        state = _remember(state, node, s.now, prefix)
         acknowledged = acknowledged_by_resume(state, node)
         if acknowledged and not s.dry_run:
             # An administrator put the node back: that acknowledges its findings, and ends a repair.
@@ -416,7 +393,7 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
     """The state to remember and the pass to report, once ``execute`` has run the plan's steps.
 
     A dry run remembers only the hysteresis counters and what the node's read showed
-    (when, its partitions): no pending action, no acknowledgement, nothing about
+    (when, whether it skips the breaker): no pending action, no acknowledgement, nothing about
     Slurm that was not done.
     """
     decision, state, result = the_plan.decision, the_plan.state, the_plan.result
@@ -427,8 +404,6 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
             unknown_streaks=state.unknown_streaks,
             clean_streak=state.clean_streak,
             last_read=state.last_read,
-            partitions=state.partitions,
-            partitions_read=state.partitions_read,
             skips_breaker=state.skips_breaker,
         )
         return Conclusion(result, decision, kept, applied=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
 from healthd.breaker import BreakerHold, next_hold, over_limit
@@ -164,18 +164,54 @@ class RebootRequest:
         return cls(str(data["boot_id"]), float(data["at"]), str(data.get("reason", "")), str(data["cause"]))
 
 
-def _streak_map(data: Any, key: str) -> dict[str, int]:
-    value = data.get(key, {})
+def _streak_map(value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
-        raise TypeError(f"{key} is not an object")
+        raise TypeError("not an object")
     return {str(check): int(count) for check, count in value.items()}
 
 
-def _names(data: Any, key: str) -> tuple[str, ...]:
-    value = data.get(key, [])
+def _names(value: Any) -> tuple[str, ...]:
+    # A string would otherwise become one name per letter.
     if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
-        raise TypeError(f"{key} is not a list of names")
+        raise TypeError("not a list of names")
     return tuple(value)
+
+
+def _flag(value: Any) -> bool:
+    # bool("false") is True: only JSON's true and false are flags.
+    if not isinstance(value, bool):
+        raise TypeError(f"{value!r} is not true or false")
+    return value
+
+
+def _finding_refs(value: Any) -> tuple[FindingRef, ...]:
+    if not isinstance(value, list):
+        raise TypeError("not a list")
+    return tuple(FindingRef.from_dict(item) for item in value)
+
+
+def _optional(make: Callable[[Mapping[str, Any]], Any]) -> Callable[[Any], Any]:
+    """A reader for a record that may be absent (null)."""
+    return lambda value: make(value) if value else None
+
+
+# How each key of the policy state file is read; a key not named here (one an older
+# version wrote, such as ``partitions``) is ignored.
+_READERS: Mapping[str, Callable[[Any], Any]] = {
+    "fail_streaks": _streak_map,
+    "unknown_streaks": _streak_map,
+    "clean_streak": int,
+    "took_out": _finding_refs,
+    "pending": _optional(Pending.from_dict),
+    "held": _optional(BreakerHold.from_dict),
+    "last_read": float,
+    "unconfirmed": _flag,
+    "repair": _optional(Repair.from_dict),
+    "reboot": _optional(RebootRequest.from_dict),
+    "rebooted": str,
+    "reset_tried": _names,
+    "skips_breaker": _flag,
+}
 
 
 @dataclass(frozen=True)
@@ -203,10 +239,6 @@ class PolicyState:
     rebooted: str = ""
     # Finding keys whose GPU reset was tried: one try each until a clean pass.
     reset_tried: tuple[str, ...] = ()
-    # The node's partitions as the last read that shows all of them found them, and when: a
-    # faulty pass's combined read asks for these alone while they are fresh (docs/scale.md).
-    partitions: tuple[str, ...] = ()
-    partitions_read: float = 0.0
     # The last read found the node where a take-out skips the circuit breaker (``skips_breaker``):
     # a faulty pass then reads the node alone.
     skips_breaker: bool = False
@@ -225,36 +257,37 @@ class PolicyState:
             "reboot": self.reboot.to_dict() if self.reboot else None,
             "rebooted": self.rebooted,
             "reset_tried": list(self.reset_tried),
-            "partitions": list(self.partitions),
-            "partitions_read": self.partitions_read,
             "skips_breaker": self.skips_breaker,
         }
 
     @classmethod
+    def read(cls, data: Any) -> tuple[PolicyState, tuple[str, ...]]:
+        """Rebuild from the state file key by key, and the problems met, each naming its key.
+
+        A malformed key is dropped alone (it takes its default) and the rest is kept:
+        one bad field must not forget a take-out, a hold or a reboot in progress. Only
+        a document that is not an object at all gives the empty state.
+        """
+        if not isinstance(data, Mapping):
+            return cls(), (f"bad policy state: not an object but {type(data).__name__}; starting from empty",)
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for key, reader in _READERS.items():
+            if key not in data:
+                continue
+            try:
+                values[key] = reader(data[key])
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                problems.append(f"bad policy state: {key}: {type(exc).__name__}: {exc}; dropped, the rest kept")
+        return cls(**values), tuple(problems)
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> PolicyState:
-        """Rebuild from the state file; raises ValueError naming the bad key."""
-        try:
-            pending = data.get("pending")
-            held = data.get("held")
-            return cls(
-                fail_streaks=_streak_map(data, "fail_streaks"),
-                unknown_streaks=_streak_map(data, "unknown_streaks"),
-                clean_streak=int(data.get("clean_streak", 0)),
-                took_out=tuple(FindingRef.from_dict(r) for r in data.get("took_out", [])),
-                pending=Pending.from_dict(pending) if pending else None,
-                held=BreakerHold.from_dict(held) if held else None,
-                last_read=float(data.get("last_read", 0.0)),
-                unconfirmed=bool(data.get("unconfirmed", False)),
-                repair=Repair.from_dict(data["repair"]) if data.get("repair") else None,
-                reboot=RebootRequest.from_dict(data["reboot"]) if data.get("reboot") else None,
-                rebooted=str(data.get("rebooted", "")),
-                reset_tried=tuple(str(key) for key in data.get("reset_tried", [])),
-                partitions=_names(data, "partitions"),
-                partitions_read=float(data.get("partitions_read", 0.0)),
-                skips_breaker=bool(data.get("skips_breaker", False)),
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"bad policy state: {type(exc).__name__}: {exc}") from None
+        """Rebuild from a document that must be whole; raises ValueError naming the first bad key."""
+        state, problems = cls.read(data)
+        if problems:
+            raise ValueError(problems[0])
+        return state
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,9 @@ def _repaired(args: argparse.Namespace) -> int:
     try:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
             policy = engine.state.file(POLICY_STATE)
-            state = PolicyState.from_dict(policy.load())
+            state, damaged = PolicyState.read(policy.load())
+            for bad in damaged:
+                print(f"healthd: {policy.path}: {bad}", file=sys.stderr)
             repair = state.repair
             if repair is None or not repair.names(subject):
                 now_in = f"it is in repair for {repair.subject} ({repair.unit})" if repair else "it is not in repair"

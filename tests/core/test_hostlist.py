@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable, Union
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -44,15 +46,54 @@ _ITEM = st.lists(st.one_of(st.sampled_from(["n", "gpu", "-ib", "r"]), _BRACKET),
 _LIST = st.lists(_ITEM, min_size=1, max_size=3).map(",".join)
 
 
-@given(text=_LIST, data=st.data())
+def _answer(text: str, name: str, ask: Callable[[str, str], bool]) -> Union[bool, str]:
+    try:
+        return ask(text, name)
+    except HostlistError:
+        return "refused"
+
+
+def _in_expansion(text: str, name: str) -> bool:
+    return name in expand(text)
+
+
+# Malformed lists are near misses of real ones: a bracket dropped, doubled or emptied, a
+# range turned round, a comma out of place, a digit from another script, a newline.
+_MANGLED = st.text(alphabet="n0129[]-,\n \u0661", max_size=16)
+
+
+@given(text=st.one_of(_LIST, _MANGLED), data=st.data())
 def test_contains_agrees_with_expand(text: str, data: st.DataObject) -> None:
-    """``contains`` answers from the ranges what ``expand`` answers from the names (zero padding included)."""
-    names = expand(text)
+    """``contains`` answers from the ranges what ``expand`` answers from the names, or both refuse the list."""
+    try:
+        names = expand(text)
+    except HostlistError:
+        names = ()
     listed = data.draw(st.sampled_from(names)) if names else ""
     # Near misses: a listed name with a digit dropped, added or padded differently.
     near = data.draw(st.sampled_from([listed[:-1], listed + "0", "0" + listed, listed.replace("0", "", 1), "x"]))
-    for name in (listed, near):
-        assert contains(text, name) == (name in names), name
+    for name in (listed, near, data.draw(_MANGLED)):
+        assert _answer(text, name, contains) == _answer(text, name, _in_expansion), (text, name)
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("n[]", "n"),
+        ("n[1,]", "n1"),
+        ("n[1]\nm[2]", "m2"),  # python-hostlist would drop what follows the newline
+        ("n[\u0661-\u0663]", "n2"),  # Arabic-Indic digits are not Slurm's
+        ("n[1-100001]", "n1"),  # more names than expand makes (python-hostlist's MAX_SIZE)
+        ("n[1-400]-m[1-400]", "n1-m1"),  # 160,000 names in one item
+        ("n[1-" + "9" * 5000 + "]", "n2"),  # past Python's int conversion limit
+        ("n" + "[1]" * 65, "n" + "1" * 65),  # more brackets than expand could recurse through
+    ],
+)
+def test_contains_refuses_what_expand_refuses(text: str, name: str) -> None:
+    with pytest.raises(HostlistError):
+        expand(text)
+    with pytest.raises(HostlistError):
+        contains(text, name)
 
 
 def test_contains_finds_one_node_in_a_100000_node_group_without_expanding_it() -> None:

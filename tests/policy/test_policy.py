@@ -15,7 +15,6 @@ from healthd.config import EscalationSettings, PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.plan import (
-    PARTITIONS_MAX_AGE,
     Executed,
     Observed,
     Plan,
@@ -23,7 +22,6 @@ from healthd.plan import (
     Situation,
     Step,
     conclude,
-    partition_scope,
     plan,
 )
 from healthd.policy import (
@@ -636,38 +634,6 @@ def test_a_node_read_alone_that_finds_a_take_out_still_asks_for_the_partitions()
 
 
 @pytest.mark.parametrize(
-    ("read_at", "now", "scope"),
-    [
-        (1000.0, 1000.0 + PARTITIONS_MAX_AGE - 1, ("batch", "gpu")),
-        (1000.0, 1000.0 + PARTITIONS_MAX_AGE, ()),  # too old: every partition, and learn them again
-        (1000.0, 900.0, ()),  # the clock stepped back: not trusted
-        (0.0, 1000.0, ()),  # never learned
-    ],
-)
-def test_the_combined_read_covers_the_remembered_partitions_while_fresh(
-    read_at: float, now: float, scope: tuple[str, ...]
-) -> None:
-    assert partition_scope(PolicyState(partitions=("batch", "gpu"), partitions_read=read_at), now) == scope
-
-
-def test_only_a_read_of_every_partition_renews_the_remembered_ones() -> None:
-    """A read limited to the remembered partitions cannot show one the node was added to: it renews nothing."""
-    known = PolicyState(partitions=("batch",), partitions_read=500.0)
-    scoped = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=BUSY, views=WIDE_VIEWS, scope=("batch",))
-    made = _planned(("CRITICAL",), known, scoped)
-    assert isinstance(made, Plan) and (made.state.partitions, made.state.partitions_read) == (("batch",), 500.0)
-    two = replace(BUSY, partitions=("batch", "gpu"))
-    whole = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=two, views=WIDE_VIEWS)
-    made = _planned(("CRITICAL",), known, whole)
-    assert isinstance(made, Plan) and (made.state.partitions, made.state.partitions_read) == (("batch", "gpu"), 1050.0)
-    alone = _planned((), PolicyState(), Observed(asked=frozenset({Read.NODE}), node=two), now=5000.0)
-    assert isinstance(alone, Plan) and (alone.state.partitions, alone.state.partitions_read) == (
-        ("batch", "gpu"),
-        5000.0,
-    )
-
-
-@pytest.mark.parametrize(
     ("node", "skips"),
     [(ADMIN_DRAIN, True), (ADMIN_DOWN, True), (REBOOT, True), (OURS, True), (BUSY, False), (IDLE, False)],
 )
@@ -688,8 +654,51 @@ def test_a_node_healthd_resumed_no_longer_skips_the_breaker() -> None:
     assert failed.state.skips_breaker, "not resumed: still out with healthd's reason"
 
 
-@pytest.mark.parametrize("bad", ["batch", ["batch", 3], {"batch": 1}])
-def test_remembered_partitions_of_the_wrong_shape_are_refused_by_name(bad: object) -> None:
-    """A string would otherwise become one partition per letter in the next `sinfo -p`."""
-    with pytest.raises(ValueError, match="partitions is not a list of names"):
-        PolicyState.from_dict({"partitions": bad})
+# -- the state file: a damaged key is dropped alone ------------------------------------------
+
+_SAVED = PolicyState(
+    fail_streaks={"xid": 2},
+    took_out=(FindingRef("t/XID_79/gpu0"),),
+    held=HELD,
+    last_read=1000.0,
+    unconfirmed=True,
+    reset_tried=("t/XID_79/gpu0",),
+    skips_breaker=True,
+)
+
+
+def test_a_state_file_of_an_older_version_with_remembered_partitions_loads() -> None:
+    """The keys of partition memory (no longer kept: docs/scale.md) are ignored, not a problem."""
+    old = {**_SAVED.to_dict(), "partitions": ["batch", "gpu"], "partitions_read": 900.0}
+    assert PolicyState.read(old) == (_SAVED, ())
+    assert "partitions" not in _SAVED.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        ("took_out", "t/XID_79/gpu0"),
+        ("took_out", [{"key": 3}]),
+        ("held", {"why": "w", "next_check": "soon"}),
+        ("fail_streaks", ["xid"]),
+        ("last_read", "yesterday"),
+        ("reset_tried", "t/XID_79/gpu0"),  # a string would be one key per letter
+        ("reset_tried", ["a", 3]),
+        ("unconfirmed", "false"),  # bool("false") is True
+        ("skips_breaker", "false"),
+        ("skips_breaker", 1),
+        ("reboot", {"at": 1}),
+    ],
+)
+def test_a_damaged_key_is_named_and_dropped_alone(key: str, bad: object) -> None:
+    """One bad field must not forget what healthd took out, a hold or a reboot: the rest is kept."""
+    state, problems = PolicyState.read({**_SAVED.to_dict(), key: bad})
+    assert len(problems) == 1 and problems[0].startswith(f"bad policy state: {key}: "), problems
+    assert state == replace(_SAVED, **{key: getattr(PolicyState(), key)})
+    with pytest.raises(ValueError, match=f"bad policy state: {key}: "):
+        PolicyState.from_dict({**_SAVED.to_dict(), key: bad})
+
+
+def test_only_a_state_that_is_not_an_object_starts_empty() -> None:
+    state, problems = PolicyState.read(["took_out"])
+    assert state == PolicyState() and problems == ("bad policy state: not an object but list; starting from empty",)

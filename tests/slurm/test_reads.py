@@ -1,8 +1,8 @@
-"""Which Slurm reads a pass makes, on the real cluster: the partitions it remembers, and a node someone else holds.
+"""Which Slurm reads a pass makes, on the real cluster: every partition for the breaker, and a node someone else holds.
 
-docs/scale.md: the combined read of a faulty pass covers only the partitions the
-node was last seen in, and a node out by another's hand costs one read of the node
-alone per faulty pass, counted here both as adapter calls and by slurmctld (sdiag).
+docs/scale.md: the combined read of a faulty pass covers every partition, so one the
+node has just joined counts, and a node out by another's hand costs one read of the
+node alone per faulty pass, counted here both as adapter calls and by slurmctld (sdiag).
 """
 
 from __future__ import annotations
@@ -29,10 +29,6 @@ def _node_read(node: str) -> tuple[str, ...]:
     return ("sinfo", "-h", "--all", "-N", "-n", node, "-O", sinfo_format(NODE_FIELDS))
 
 
-def _partitions_read(*names: str) -> tuple[str, ...]:
-    return ("sinfo", "-h", "-p", ",".join(names), "-O", _GROUPS)
-
-
 def _policy(hd: Any) -> dict[str, Any]:
     saved: dict[str, Any] = json.loads((hd.state_dir / "policy.json").read_text())
     return saved
@@ -48,61 +44,35 @@ def _rpcs(cluster: Any, work: Callable[[], object]) -> dict[str, int]:
 
 @pytest.fixture
 def gpu_partition(cluster: Any) -> Iterator[str]:
-    """A second partition ``gpu`` holding node1 (the cluster's ``batch`` holds every node); removed afterwards."""
-    cluster.run("scontrol", "create", "PartitionName=gpu", "Nodes=node1")
+    """A second partition ``gpu`` holding node2 (the cluster's ``batch`` holds every node); removed afterwards."""
+    cluster.run("scontrol", "create", "PartitionName=gpu", "Nodes=node2")
     try:
         yield "gpu"
     finally:
         cluster.run("scontrol", "delete", "PartitionName=gpu", check=False)
 
 
-def _resume(hd: Any, cluster: Any) -> None:
-    hd.faults()
-    assert hd.cycle().action.decision.action.value == "resume"
-    cluster.wait(lambda: cluster.state(hd.node) == "idle", 20, f"{hd.node} idle")
-
-
-def test_the_combined_read_asks_for_the_partitions_the_node_was_last_seen_in(
+def test_the_combined_read_counts_a_partition_the_node_has_just_joined(
     cluster: Any, healthd_on: Any, gpu_partition: str
 ) -> None:
-    # Every pass reads the node, as the hourly reconcile read does on a healthy node.
-    hd = healthd_on("node1", slurm="reconcile_interval = 0")
+    """No partition memory: a partition the node joined after its last read holds the take-out at once."""
+    # With 0.67, batch (3 nodes) lets 2 out, gpu (2 nodes) 1.
+    hd = healthd_on("node1", policy="max_out_fraction = 0.67", slurm="reconcile_interval = 0")
     client = hd.client()
     hd.cycle(client=client)
-    assert client.calls == [_node_read("node1")]
-    saved = _policy(hd)
-    assert sorted(saved["partitions"]) == ["batch", "gpu"] and saved["partitions_read"] > 0
+    assert client.calls == [_node_read("node1")], "the reconcile read of a healthy node: node1 is in batch alone"
 
-    hd.faults(MOUNT)
-    client = hd.client()
-    assert hd.cycle(client=client).action.applied
-    assert client.calls[0] == _partitions_read(*saved["partitions"]), "the node's partitions only, not --all"
-    assert [call[:3] for call in client.calls[1:]] == [
-        ("update", "NodeName=node1", "State=DRAIN"),
-        ("update", "NodeName=node1", "State=DOWN"),
-    ]
-    assert _policy(hd)["partitions_read"] == saved["partitions_read"], "a read of those partitions renews nothing"
-    _resume(hd, cluster)
-
-    # node1 leaves gpu: the read of its remembered partitions shows it, every partition is read, and learned.
-    cluster.run("scontrol", "update", f"PartitionName={gpu_partition}", "Nodes=node2")
-    hd.faults(MOUNT)
-    client = hd.client()
-    assert hd.cycle(client=client).action.applied
-    assert client.calls[:2] == [_partitions_read(*saved["partitions"]), _EVERY_PARTITION]
-    assert _policy(hd)["partitions"] == ["batch"]
-    _resume(hd, cluster)
-
-    # node1 joins gpu again: a read of the node alone shows every partition it is in.
+    # Then node1 joins gpu, where node2 is already out with healthd's reason.
+    cluster.run("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=healthd: MOUNT_MISSING /scratch")
     cluster.run("scontrol", "update", f"PartitionName={gpu_partition}", "Nodes=node1,node2")
-    client = hd.client()
-    hd.cycle(client=client)
-    assert client.calls == [_node_read("node1")]
-    assert sorted(_policy(hd)["partitions"]) == ["batch", "gpu"]
     hd.faults(MOUNT)
     client = hd.client()
-    assert hd.cycle(client=client).action.applied
-    assert client.calls[0] == _partitions_read(*_policy(hd)["partitions"])
+    outcome = hd.cycle(client=client)
+    assert client.calls == [_EVERY_PARTITION], "one read: every partition, the node's state with them"
+    assert outcome.action.held, outcome.action
+    assert f"partition {gpu_partition}" in outcome.action.decision.explanation
+    assert not cluster.reason("node1").startswith("healthd: ")
+    assert "partitions" not in _policy(hd)
 
 
 def test_a_node_drained_by_an_administrator_costs_one_node_read_per_faulty_pass(cluster: Any, healthd_on: Any) -> None:
