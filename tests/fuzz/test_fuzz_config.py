@@ -161,6 +161,7 @@ def _same_as_tomllib(text: str) -> Any:
     return document
 
 
+@pytest.mark.slow  # hundreds of documents through two parsers: seconds
 @settings(max_examples=300, deadline=None)
 @given(DOCUMENT, st.booleans(), st.booleans())
 def test_plain_reader_reads_written_configs_as_tomllib(document: dict[str, Any], crlf: bool, ascii_: bool) -> None:
@@ -171,6 +172,7 @@ def test_plain_reader_reads_written_configs_as_tomllib(document: dict[str, Any],
     assert _same_as_tomllib(text) is not None, text  # all that healthd's writers write is in the subset
 
 
+@pytest.mark.slow  # hundreds of documents through two parsers: seconds
 @settings(max_examples=600, deadline=None)
 @given(DOCUMENT, st.lists(EDIT, max_size=4), st.lists(st.tuples(st.integers(0), st.integers(0)), max_size=2))
 def test_plain_reader_leaves_every_broken_document_to_tomllib(

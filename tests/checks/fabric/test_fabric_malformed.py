@@ -112,6 +112,7 @@ IB_FILES = [
 ]
 
 
+@pytest.mark.slow  # a whole check pass per example: seconds per case
 @pytest.mark.parametrize(("name", "parse"), IB_FILES, ids=[name for name, _ in IB_FILES])
 @given(data=malformed)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -146,6 +147,7 @@ PCI_FILES: list[tuple[str, str, Optional[Callable[[str], Any]]]] = [
 ]
 
 
+@pytest.mark.slow  # a whole check pass per example: seconds per case
 @pytest.mark.parametrize(("address", "name", "parse"), PCI_FILES, ids=[f"{a}-{n}" for a, n, _ in PCI_FILES])
 @given(data=malformed)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
