@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_testkit.paths import REPO
+from healthd_testkit.paths import HEALTHD, REPO
 
 from healthd import __version__
 from healthd.model import RunState
@@ -324,8 +324,6 @@ def test_pass_summary_of_a_forged_record_is_one_bounded_line() -> None:
 
 
 # --- output cut off by the reader (`| head`) ----------------------------------------------------------------
-
-HEALTHD = Path(sys.executable).with_name("healthd")
 
 
 def _big_setup(tmp_path: Path, fixtures: Path) -> tuple[Path, Path]:

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
+from healthd_testkit.paths import HEALTHD as INSTALLED
+from healthd_testkit.paths import run_healthd
 
 from healthd.checksettings import CheckSettings
 from healthd.config import ConfigError, load_config, parse_config
@@ -15,7 +15,7 @@ from healthd.plugin import discover
 from healthd_checks.mounts_settings import MountSpec
 
 MODELS = settings_models(discover())
-HEALTHD = str(Path(sys.executable).with_name("healthd"))
+HEALTHD = str(INSTALLED)
 
 
 def problems(text: str) -> list[str]:
@@ -264,13 +264,7 @@ def test_an_old_config_still_runs_and_warns_on_stderr(write_config: Callable[[st
     path = write_config(
         '[node]\nmounts = [{ path = "/definitely-not-mounted" }]\n[checks.mounts]\ninclude_root = false\n'
     )
-    done = subprocess.run(
-        [HEALTHD, "check", "--once", "--json", "--only", "mounts", "--dry-run", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_healthd("check", "--once", "--json", "--only", "mounts", "--dry-run", "--config", str(path), timeout=120)
     assert done.returncode == 2
     (mounts,) = json.loads(done.stdout)["checks"]
     assert [f["code"] for f in mounts["findings"]] == ["MOUNT_MISSING"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.paths import HEALTHD as INSTALLED
 
 from healthd.config import Paths
 from healthd.model import Finding, RunState, Status
@@ -30,7 +30,7 @@ from healthd.plugin import (
 from healthd.runner import PreparedCheck, Runner
 from healthd.state import StateFile
 
-HEALTHD = str(Path(sys.executable).with_name("healthd"))
+HEALTHD = str(INSTALLED)
 
 # A check as a third party writes it: only its module and its entry points.
 WIDGETS = '''

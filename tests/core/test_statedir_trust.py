@@ -16,13 +16,13 @@ import os
 import signal
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 from healthd_testkit.checks import only_checks
+from healthd_testkit.paths import HEALTHD
 
 import healthd.configload
 from healthd.cli import main
@@ -30,7 +30,6 @@ from healthd.hook import hook_main
 from healthd.metrics import HealthdCollector, new_registry, write_textfile
 from healthd.trust import UntrustedPath
 
-HEALTHD = Path(sys.executable).with_name("healthd")
 # A victim file the attacker points root at (never a real system path).
 VICTIM_TEXT = "the victim's own content\n"
 

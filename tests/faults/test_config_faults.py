@@ -9,14 +9,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from healthd_testkit.paths import HEALTHD, run_healthd
 from healthd_testkit.waiting import wait_for
 
-HEALTHD = Path(sys.executable).with_name("healthd")
 EX_CONFIG = 78
 
 
@@ -47,9 +46,7 @@ def test_invalid_config_at_start_exits_78_and_does_nothing(
     tmp_path: Path, command: list[str], body: str, named: str
 ) -> None:
     config = _config(tmp_path, body)
-    proc = subprocess.run(
-        [str(HEALTHD), *command, "--config", str(config)], capture_output=True, text=True, timeout=30, check=False
-    )
+    proc = run_healthd(*command, "--config", str(config), timeout=30)
     assert proc.returncode == EX_CONFIG, proc.stderr
     assert named in proc.stderr
     assert "Traceback" not in proc.stderr

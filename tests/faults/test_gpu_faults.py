@@ -9,8 +9,6 @@ tests/healthd_testkit/nvml.py) and the loss starts after a few successful calls.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,14 +16,13 @@ import pynvml
 import pytest
 from healthd_testkit import nvml as fake_nvml_module
 from healthd_testkit.faults import builtin, codes
-from healthd_testkit.paths import REPO
+from healthd_testkit.paths import REPO, run_healthd
 
 from healthd.model import Status
 from healthd.outcome import ActionOutcome
 from healthd.policy import Action
 
 SYSFS_H100 = REPO / "fixtures" / "nvml" / "sysfs-h100"
-HEALTHD = Path(sys.executable).with_name("healthd")
 
 
 def _driver_present() -> bool:
@@ -42,13 +39,7 @@ def _check_once(tmp_path: Path, node: str, sysfs: Path) -> tuple[int, dict[str, 
     config.write_text(
         f'[paths]\nstate_dir = "{tmp_path / "state"}"\nsysfs = "{sysfs}"\n[slurm]\nenabled = false\n{node}'
     )
-    proc = subprocess.run(
-        [str(HEALTHD), "check", "--once", "--json", "--dry-run", "--only", "gpu", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_healthd("check", "--once", "--json", "--dry-run", "--only", "gpu", "--config", str(config))
     assert "Traceback" not in proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 

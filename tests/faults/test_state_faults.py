@@ -12,22 +12,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 from healthd_testkit.checks import only_checks
 from healthd_testkit.faults import FAULT, Harness
+from healthd_testkit.paths import run_healthd
 from healthd_testkit.waiting import wait_for
 
 from healthd.cli import main
 from healthd.model import Status
 from healthd.pipeline import run_pass
 from healthd.trust import UntrustedPath
-
-HEALTHD = Path(sys.executable).with_name("healthd")
 
 
 def _untouched(cluster: Any) -> None:
@@ -119,9 +116,7 @@ def test_status_with_a_corrupt_last_pass_says_so(tmp_path: Path) -> None:
     (state / "last-pass.json").write_text('{"schema_version": 1, "checks": [')
     config = tmp_path / "healthd.toml"
     config.write_text(f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n')
-    proc = subprocess.run(
-        [str(HEALTHD), "status", "--json", "--config", str(config)], capture_output=True, text=True, timeout=30
-    )
+    proc = run_healthd("status", "--json", "--config", str(config), timeout=30)
     assert proc.returncode == 3
     assert "Traceback" not in proc.stderr
     assert "last-pass.json" in proc.stdout + proc.stderr

@@ -1,11 +1,15 @@
-"""Where the repository and its real captures are, for every test wherever it sits under tests/."""
+"""Where the repository, its real captures and the installed ``healthd`` are, for every test under tests/."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
+# The console script of the environment running the tests (the package installed with -e).
+HEALTHD = Path(sys.executable).with_name("healthd")
 
 
 class Below:
@@ -17,3 +21,8 @@ class Below:
     def __get__(self, instance: object, owner: type | None = None) -> Path:
         root: Path = getattr(instance, "root")  # noqa: B009 (any class with a root)
         return root.joinpath(*self.parts)
+
+
+def run_healthd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``healthd ARGS`` in a child process, its output captured as text, whatever its exit code."""
+    return subprocess.run([str(HEALTHD), *args], capture_output=True, text=True, timeout=timeout, check=False)

@@ -7,12 +7,12 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
+from healthd_testkit.paths import HEALTHD
 
 from healthd.acks import FindingRef
 from healthd.history import DB_NAME, History
@@ -22,7 +22,6 @@ from healthd.statelock import StateLock
 Cli = Callable[..., tuple[int, str, str]]
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]
-HEALTHD = Path(sys.executable).with_name("healthd")
 HOUR, DAY = 3600.0, 86400.0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -34,6 +35,13 @@ def _flag_run(ctx: CheckContext[FlagSettings]) -> list[Finding]:
     if ctx.settings.report == "ok":
         return []
     return [ctx.finding(Status.parse(ctx.settings.report), "FLAG_RAISED", "flag", "the test flag is raised")]
+
+
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """pytest's ``caplog``, capturing healthd's own records from INFO up (what the journal gets)."""
+    caplog.set_level(logging.INFO, logger="healthd")
+    return caplog
 
 
 FLAG = CheckSpec(name="flag", description="reports what its settings say", settings=FlagSettings, run=_flag_run)

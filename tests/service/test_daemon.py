@@ -85,7 +85,7 @@ def test_a_hung_pass_stops_the_watchdog_pings(
     daemons: DaemonKit,
     path_listener: Any,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    logs: pytest.LogCaptureFixture,
 ) -> None:
     release = threading.Event()
     hang_started: list[float] = []
@@ -109,7 +109,6 @@ def test_a_hung_pass_stops_the_watchdog_pings(
         stop_grace=0.2,
     )
     handle = daemons.start(daemon)
-    caplog.set_level(logging.INFO, logger="healthd")
     try:
         path_listener.wait_for("READY=1")
         deadline = time.monotonic() + 5
@@ -125,7 +124,7 @@ def test_a_hung_pass_stops_the_watchdog_pings(
         assert last_ping < hang_started[0] + 1.0 + 0.5
         time.sleep(0.8)
         assert max(path_listener.times_of("WATCHDOG=1")) == last_ping
-        assert any("pass has not finished" in r.getMessage() for r in caplog.records)
+        assert any("pass has not finished" in r.getMessage() for r in logs.records)
         # A stop request still ends the daemon promptly, abandoning the hung pass.
         started = time.monotonic()
         assert handle.stop() == 0
@@ -139,9 +138,8 @@ def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
     daemons: DaemonKit,
     path_listener: Any,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="healthd")
     state = tmp_path / "state"
     config = daemons.config(tmp_path / "healthd.toml", state, interval=1)
     daemon = daemons.make(path_listener.address, config=config)
@@ -150,8 +148,8 @@ def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
 
     config.write_text(config.read_text().replace("interval = 1", "interval = -5"))
     daemon.request_reload()
-    daemons.wait(lambda: any("new configuration rejected" in r.getMessage() for r in caplog.records), what="reject")
-    rejected = next(r.getMessage() for r in caplog.records if "new configuration rejected" in r.getMessage())
+    daemons.wait(lambda: any("new configuration rejected" in r.getMessage() for r in logs.records), what="reject")
+    rejected = next(r.getMessage() for r in logs.records if "new configuration rejected" in r.getMessage())
     assert "daemon.interval" in rejected and str(config) in rejected
     assert "RELOADING=1" in path_listener.assignments()
     # The old config (interval 1, flag OK) goes on being used.
@@ -161,14 +159,14 @@ def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
 
     daemons.config(config, state, interval=1, report="critical")
     daemon.request_reload()
-    daemons.wait(lambda: any("reloaded configuration" in r.getMessage() for r in caplog.records), what="reload")
+    daemons.wait(lambda: any("reloaded configuration" in r.getMessage() for r in logs.records), what="reload")
     daemons.wait(lambda: json.loads((state / "last-pass.json").read_text())["status"] == "CRITICAL", what="critical")
     document = json.loads((state / "last-pass.json").read_text())
     assert document["checks"][0]["findings"][0]["code"] == "FLAG_RAISED"
 
     def flagged() -> list[logging.LogRecord]:
         # The pass is saved before its findings are logged: wait for the log record too.
-        return [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_CODE") == "FLAG_RAISED"]
+        return [r for r in logs.records if getattr(r, "healthd_fields", {}).get("HEALTHD_CODE") == "FLAG_RAISED"]
 
     daemons.wait(lambda: bool(flagged()), what="the finding logged")
     assert flagged()[0].levelno == logging.ERROR
@@ -179,9 +177,8 @@ def test_sighup_reload_keeps_the_old_config_when_the_new_one_is_invalid(
 def test_unwritable_state_dir_is_reported_every_pass_and_checking_goes_on(
     daemons: DaemonKit,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="healthd")
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the state directory should be")
     config = daemons.config(tmp_path / "healthd.toml", blocker / "state", interval=1)
@@ -189,7 +186,7 @@ def test_unwritable_state_dir_is_reported_every_pass_and_checking_goes_on(
     handle = daemons.start(daemon)
     daemons.wait(lambda: daemon.passes >= 3, what="three passes")
     assert handle.stop() == 0
-    errors = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass problem: cannot write")]
+    errors = [r.getMessage() for r in logs.records if r.getMessage().startswith("pass problem: cannot write")]
     assert len(errors) >= 3
     assert sum(str(blocker / "state" / "last-pass.json") in e for e in errors) >= 3
 
@@ -197,9 +194,8 @@ def test_unwritable_state_dir_is_reported_every_pass_and_checking_goes_on(
 def test_corrupt_state_file_is_set_aside_and_reported(
     daemons: DaemonKit,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="healthd")
     state = tmp_path / "state"
     state.mkdir()
     (state / "check-flag.json").write_text("{not json")
@@ -207,7 +203,7 @@ def test_corrupt_state_file_is_set_aside_and_reported(
     handle = daemons.start(daemon)
     daemons.wait(lambda: daemon.passes >= 1, what="first pass")
     assert handle.stop() == 0
-    assert any("corrupt state file" in r.getMessage() and "check-flag.json" in r.getMessage() for r in caplog.records)
+    assert any("corrupt state file" in r.getMessage() and "check-flag.json" in r.getMessage() for r in logs.records)
     assert list(state.glob("check-flag.json.corrupt-*"))
     # A corrupt file of one check is reported, never a reason to act on the node.
     document = json.loads((state / "last-pass.json").read_text())

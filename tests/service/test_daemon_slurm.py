@@ -5,7 +5,6 @@ Uses the throwaway cluster of tests/healthd_testkit/cluster.py; skipped where Sl
 
 from __future__ import annotations
 
-import logging
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -33,11 +32,10 @@ def test_daemon_takes_the_node_out_and_resumes_it(
     daemons: DaemonKit,
     cluster: Any,
     tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
+    logs: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
-    caplog.set_level(logging.INFO, logger="healthd")
     (port,) = free_ports(1)
     slurm_table = f'[slurm]\nenabled = true\nconf = "{cluster.conf}"\nnode_name = "node2"\ntimeout = 8\n'
     extra = f'[policy]\nmax_out_fraction = 1.0\n[metrics]\nlisten = "127.0.0.1:{port}"\n'
@@ -56,7 +54,7 @@ def test_daemon_takes_the_node_out_and_resumes_it(
         daemons.wait(lambda: _metric(port, "healthd_actions_total", outcome="taken") >= 1, what="taken counter")
         assert _metric(port, "healthd_check_status", check="flag") == 2
         assert _metric(port, "healthd_circuit_breaker_open") == 0
-        taken = [r for r in caplog.records if getattr(r, "healthd_fields", {}).get("HEALTHD_OUTCOME") == "taken"]
+        taken = [r for r in logs.records if getattr(r, "healthd_fields", {}).get("HEALTHD_OUTCOME") == "taken"]
         assert taken and taken[0].healthd_fields["HEALTHD_CHECK"] == "policy"  # type: ignore[attr-defined]
 
         write("ok")

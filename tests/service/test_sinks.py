@@ -105,14 +105,13 @@ def test_the_daemon_logs_and_notifies_one_summary_per_pass(
     daemons: DaemonKit,
     tmp_path: Path,
     path_listener: Any,
-    caplog: pytest.LogCaptureFixture,
+    logs: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="healthd")
     daemon = daemons.make(path_listener.address)
     handle = daemons.start(daemon)
     path_listener.wait_for("READY=1")
     assert handle.stop() == 0
-    (logged,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass 1: ")]
+    (logged,) = [r.getMessage() for r in logs.records if r.getMessage().startswith("pass 1: ")]
     statuses = [a for a in path_listener.assignments() if a.startswith("STATUS=OK at")]
     assert statuses == [f"STATUS={logged[len('pass 1: ') :]}"]
     assert json.loads((tmp_path / "state" / "last-pass.json").read_text())["action"]["decision"] == Action.NONE.value

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from healthd_testkit.dcgmi import Dcgmi
+from healthd_testkit.paths import run_healthd
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
 
@@ -58,12 +59,9 @@ accept_userspace_kmsg = true
 def _history(state: Path, kind: str) -> list[dict[str, Any]]:
     config = state.parent / "read.toml"
     config.write_text(f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n')
-    out = subprocess.run(
-        [str(Path(sys.executable).with_name("healthd")), "history", "--jsonl", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    done = run_healthd("history", "--jsonl", "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     return [e for e in map(json.loads, out.splitlines()) if e["kind"] == kind]
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.paths import HEALTHD
 
 Capsys = pytest.CaptureFixture[str]
 IB_PORTS = [f"mlx5_{i}:1" for i in range(8)]
@@ -263,7 +263,7 @@ def test_lower_value_is_a_new_baseline(node: Any, capsys: Capsys) -> None:
 
 def test_subprocess_exit_code_and_json(node_with: Any) -> None:
     node = node_with("ib-port-down", "pcie-gpu-x8")
-    healthd = Path(sys.executable).with_name("healthd")
+    healthd = HEALTHD
     argv = [str(healthd), "check", "--once", "--json", "--dry-run", "--only", "infiniband,pcie"]
     proc = subprocess.run([*argv, "--config", str(node.config())], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr

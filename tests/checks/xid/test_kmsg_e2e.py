@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
+from healthd_testkit.paths import run_healthd
 
 from healthd.config import parse_config
 from healthd.engine import Engine
@@ -109,14 +110,7 @@ def engine_pass(config: Path) -> list[Finding]:
 
 
 def process_pass(config: Path) -> list[dict[str, Any]]:
-    healthd = Path(sys.executable).with_name("healthd")
-    proc = subprocess.run(
-        [str(healthd), "check", "--once", "--json", "--only", "xid", "--dry-run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_healthd("check", "--once", "--json", "--only", "xid", "--dry-run", "--config", str(config))
     assert proc.stdout, proc.stderr
     document = json.loads(proc.stdout)
     return [f for check in document["checks"] if check["name"] == "xid" for f in check["findings"]]
