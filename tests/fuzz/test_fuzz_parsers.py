@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import tempfile
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.paths import file_holding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -158,9 +157,7 @@ SYSFS_PARSERS: list[Callable[[str], Any]] = [
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=300))
 def test_sysfs_files_of_any_bytes_give_values_or_an_error_naming_the_file(data: bytes) -> None:
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "value"
-        path.write_bytes(data)
+    with file_holding(data, "value") as path:
         for parse in SYSFS_PARSERS:
             try:
                 sysfs.read(path, parse)
@@ -182,9 +179,7 @@ RECORD = st.tuples(
 @given(st.lists(RECORD, max_size=12), st.one_of(st.none(), st.integers(min_value=0, max_value=200)))
 def test_kmsg_dumps_of_any_records_read_in_sequence_order(records: list[tuple[int, int, str, str]], after: Any) -> None:
     text = "".join(f"6,{seq},{usec},{flags};{message}\n" for seq, usec, flags, message in records)
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "kmsg"
-        path.write_text(text, encoding="utf-8")
+    with file_holding(text, "kmsg") as path:
         try:
             result = read_kmsg(path, after)
         except LogUnavailable:
@@ -223,9 +218,7 @@ def test_kmsg_dump_events_come_only_from_the_kernels_driver_records(records: lis
     ]
     for _number, record, _event in scan_lines(lines):
         assert record.facility == 0 and record.message.startswith(DRIVER_PREFIXES)
-    with tempfile.TemporaryDirectory() as directory:
-        path = Path(directory) / "kmsg"
-        path.write_text("".join(lines), encoding="utf-8")
+    with file_holding("".join(lines), "kmsg") as path:
         result = read_kmsg(path, None)
     pris = {str(seq): pri for seq, (pri, _) in enumerate(records)}
     assert all(line.facility == pris[line.record_id] >> 3 for line in result.lines)

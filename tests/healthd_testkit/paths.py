@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Iterator, Union
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
@@ -26,3 +29,18 @@ class Below:
 def run_healthd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``healthd ARGS`` in a child process, its output captured as text, whatever its exit code."""
     return subprocess.run([str(HEALTHD), *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@contextlib.contextmanager
+def file_holding(data: Union[bytes, str], name: str) -> Iterator[Path]:
+    """A file ``name`` in a fresh temporary directory, holding ``data``, for the block.
+
+    For property tests, whose many examples cannot share pytest's one ``tmp_path``.
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / name
+        if isinstance(data, str):
+            path.write_text(data, encoding="utf-8")
+        else:
+            path.write_bytes(data)
+        yield path

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from pathlib import Path
 
 import pytest
+from healthd_testkit.paths import file_holding
 from healthd_testkit.xid import BOOT_A, BOOT_B, X79, Node, by_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -234,14 +234,9 @@ def test_read_kmsg_reports_missing_path(tmp_path: Path) -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.binary(max_size=2000))
 def test_read_kmsg_survives_any_bytes(data: bytes) -> None:
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kmsg"
-        path.write_bytes(data)
+    with file_holding(data, "kmsg") as path:
         result = read_kmsg(path, None)
-        assert all(line.record_id.isdigit() for line in result.lines)
-        os.unlink(path)
+    assert all(line.record_id.isdigit() for line in result.lines)
 
 
 SXID_FATAL = [
