@@ -29,7 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+# The fixture node's config is the one the end-to-end test runs (tests/test_golden.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from healthd_testkit.paths import REPO, fixture_node_config
 
 
 def one_run(command: list[str]) -> tuple[float, float, float]:
@@ -50,16 +53,6 @@ def one_run(command: list[str]) -> tuple[float, float, float]:
 def compile_bytecode() -> None:
     """Compile healthd's modules, as installing a wheel does (an editable checkout may run without .pyc files)."""
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "healthd"), str(REPO / "checks")], check=True)
-
-
-def fixture_node_config(directory: Path) -> Path:
-    text = (REPO / "fixtures/h100-node.toml").read_text()
-    text = text.replace("[paths]\n", f'[paths]\nstate_dir = "{directory / "state"}"\n', 1)
-    # Programs are named by absolute path only: the fixture paths are made absolute here.
-    text = text.replace('"fixtures/', f'"{REPO}/fixtures/')
-    path = directory / "h100-node.toml"
-    path.write_text(text)
-    return path
 
 
 def this_machine_config(directory: Path) -> Path:

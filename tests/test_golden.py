@@ -14,24 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from healthd_testkit.paths import REPO
+from healthd_testkit.paths import REPO, fixture_node_config
 
 from healthd.cli import main
 from healthd.plugin import BrokenCheck, CheckSpec, discover
 from healthd.schema import PassOut
 
 GOLDEN = REPO / "fixtures/golden/h100-node.json"
-
-
-def fixture_node_config(tmp_path: Path) -> Path:
-    """fixtures/h100-node.toml with a private state directory."""
-    text = (REPO / "fixtures/h100-node.toml").read_text()
-    text = text.replace("[paths]\n", f'[paths]\nstate_dir = "{tmp_path / "state"}"\n', 1)
-    # Programs are named by absolute path only: the fixture paths are made absolute here.
-    text = text.replace('"fixtures/', f'"{REPO}/fixtures/')
-    path = tmp_path / "h100-node.toml"
-    path.write_text(text)
-    return path
 
 
 def normalise(doc: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,17 @@ class Below:
         return root.joinpath(*self.parts)
 
 
+def fixture_node_config(directory: Path) -> Path:
+    """fixtures/h100-node.toml written into ``directory``, with its state directory there too."""
+    text = (FIXTURES / "h100-node.toml").read_text()
+    text = text.replace("[paths]\n", f'[paths]\nstate_dir = "{directory / "state"}"\n', 1)
+    # Programs are named by absolute path only: the fixture paths are made absolute here.
+    text = text.replace('"fixtures/', f'"{FIXTURES}/')
+    path = directory / "h100-node.toml"
+    path.write_text(text)
+    return path
+
+
 def run_healthd(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``healthd ARGS`` in a child process, its output captured as text, whatever its exit code."""
     return subprocess.run([str(HEALTHD), *args], capture_output=True, text=True, timeout=timeout, check=False)
