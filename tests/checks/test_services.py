@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
+from healthd_testkit.checks import raises_only
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -301,7 +302,4 @@ def test_malformed_modules_file_names_the_line(fixtures: Path, tmp_path: Path, c
 
 @given(st.text())
 def test_modules_parser_raises_only_its_error(text: str) -> None:
-    try:
-        parse_modules(text, "fuzz")
-    except ModulesError as exc:
-        assert str(exc).startswith("fuzz:")
+    raises_only(parse_modules, ModulesError, text)

@@ -1,7 +1,9 @@
-"""Helpers for tests of one check: configs that leave out every other installed check, and a check's context.
+"""Helpers for tests of one check: configs that leave out every other installed check, a check's context,
+and the contract of a check's parsers.
 
 ``only_checks`` keeps a pass from judging this machine; ``check_context`` runs a check
-over fixture roots with its state in the test's own directory.
+over fixture roots with its state in the test's own directory; ``raises_only`` holds a
+parser to its one documented error.
 """
 
 from __future__ import annotations
@@ -18,6 +20,17 @@ from healthd.state import StateFile
 def only_checks(*kept: str) -> str:
     """``[checks.NAME] enabled = false`` for every installed check not in ``kept`` (a new check cannot slip in)."""
     return "".join(f"[checks.{spec.name}]\nenabled = false\n" for spec in discover() if spec.name not in kept)
+
+
+def raises_only(parse: Callable[[str, str], object], error: type[Exception], text: str) -> None:
+    """``parse(text, "fuzz")`` returns, or raises ``error`` naming the source first; anything else fails the test.
+
+    For property tests: a parser of a kernel file meets arbitrary text and must say where it stopped.
+    """
+    try:
+        parse(text, "fuzz")
+    except error as exc:
+        assert str(exc).startswith("fuzz:"), exc
 
 
 def check_context(
