@@ -136,12 +136,19 @@ def test_a_planted_lock_link_never_truncates_its_target(
     assert stat.S_IMODE(victim.stat().st_mode) == 0o644
 
 
-def test_an_ack_another_user_could_write_does_not_silence_a_critical_finding(
-    tmp_path: Path, intruder: tuple[int, int], cli: Callable[..., tuple[int, str, str]]
-) -> None:
+@pytest.fixture
+def checked(tmp_path: Path, cli: Callable[..., tuple[int, str, str]]) -> tuple[Path, str]:
+    """A private state directory after one pass that found the missing mount (exit 2), and the config."""
     state = tmp_path / "state"
     config = str(write_config(tmp_path, state))
     assert cli("check", "--once", "--config", config)[0] == 2
+    return state, config
+
+
+def test_an_ack_another_user_could_write_does_not_silence_a_critical_finding(
+    checked: tuple[Path, str], intruder: tuple[int, int], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    state, config = checked
     assert cli("ack", "mounts", "--config", config)[0] == 0
     # The control: an acknowledgement healthd itself stored does silence the finding.
     assert cli("check", "--once", "--config", config)[0] == 0
@@ -156,11 +163,9 @@ def test_an_ack_another_user_could_write_does_not_silence_a_critical_finding(
 
 
 def test_a_last_pass_another_user_wrote_is_not_shown_by_status(
-    tmp_path: Path, intruder: tuple[int, int], cli: Callable[..., tuple[int, str, str]]
+    checked: tuple[Path, str], intruder: tuple[int, int], cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    state = tmp_path / "state"
-    config = str(write_config(tmp_path, state))
-    assert cli("check", "--once", "--config", config)[0] == 2
+    state, config = checked
     assert cli("status", "--config", config)[0] == 2
     os.chown(state / "last-pass.json", *intruder)
     code, out, err = cli("status", "--json", "--config", config)
