@@ -7,7 +7,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import AbsolutePath, CheckSettings
 
 
 class ModelExpectation(BaseModel):
@@ -26,7 +26,9 @@ class DcgmSettings(CheckSettings):
     # Level 1 takes seconds, level 2 a couple of minutes (DCGM User Guide, "Run levels"); the
     # check's deadline covers every run, retries included.
     timeout: float = Field(default=600.0, gt=0, le=600, description="seconds before the check is abandoned")
-    dcgmi: Path = Field(default=Path("/usr/bin/dcgmi"), description="dcgmi, by absolute path (absent: not applicable)")
+    dcgmi: AbsolutePath = Field(
+        default=Path("/usr/bin/dcgmi"), description="dcgmi, by absolute path (absent: not applicable)"
+    )
     level: Literal[1, 2] = Field(default=1, description="`dcgmi diag -r LEVEL`: 1 quick, 2 medium")
     run_timeout: float = Field(default=280.0, gt=0, le=600, description="seconds one `dcgmi diag` run may take")
     retries: int = Field(default=1, ge=0, le=3, description="runs again before a failed test counts")
@@ -34,13 +36,6 @@ class DcgmSettings(CheckSettings):
         default_factory=dict,
         description='per GPU model, by the PCI device ID dcgmi reports (H100 SXM5 80GB: "2330")',
     )
-
-    @field_validator("dcgmi")
-    @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        if not value.is_absolute():
-            raise ValueError(f"{str(value)!r} must be an absolute path")
-        return value
 
     @field_validator("expected")
     @classmethod

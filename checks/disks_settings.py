@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from pydantic import Field, field_validator
+from pydantic import Field
+
+from healthd.checksettings import AbsolutePath
 
 from .kernlog_settings import KernelLogSettings
 
@@ -13,15 +15,7 @@ from .kernlog_settings import KernelLogSettings
 class DisksSettings(KernelLogSettings):
     """``[checks.disks]``."""
 
-    nvme_cli: Path = Field(default=Path("/usr/sbin/nvme"), description="nvme-cli, by absolute path")
+    nvme_cli: AbsolutePath = Field(default=Path("/usr/sbin/nvme"), description="nvme-cli, by absolute path")
     smart_timeout: float = Field(default=5.0, gt=0, le=60, description="seconds nvme smart-log may take per drive")
     expect_nvme: Optional[int] = Field(default=None, ge=0, le=256, description="NVMe controllers this node must have")
     media_errors_max: int = Field(default=0, ge=0, description="new media errors tolerated between passes")
-
-    @field_validator("nvme_cli")
-    @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        # A HealthCheckProgram has no PATH, and a relative path would depend on the working directory.
-        if not value.is_absolute():
-            raise ValueError(f"nvme_cli {str(value)!r} must be an absolute path")
-        return value

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import AbsolutePath, CheckSettings
 
 
 class IpmiSettings(CheckSettings):
     """``[checks.ipmi]``."""
 
     timeout: float = Field(default=30.0, gt=0, le=600, description="seconds before the check is abandoned")
-    ipmitool: Path = Field(default=Path("/usr/bin/ipmitool"), description="ipmitool, by absolute path")
-    device: Path = Field(default=Path("/dev/ipmi0"), description="the BMC's device node (no BMC: not applicable)")
+    ipmitool: AbsolutePath = Field(default=Path("/usr/bin/ipmitool"), description="ipmitool, by absolute path")
+    device: AbsolutePath = Field(
+        default=Path("/dev/ipmi0"), description="the BMC's device node (no BMC: not applicable)"
+    )
     sel_timeout: float = Field(default=20.0, gt=0, le=300, description="seconds `ipmitool sel elist` may take")
     window: float = Field(default=3600.0, gt=0, description="seconds a WARNING event is reported after it was seen")
-
-    @field_validator("ipmitool", "device")
-    @classmethod
-    def _absolute(cls, value: Path) -> Path:
-        if not value.is_absolute():
-            raise ValueError(f"{str(value)!r} must be an absolute path")
-        return value

@@ -1,4 +1,5 @@
-"""``CheckSettings``: the options every check accepts under ``[checks.NAME]`` (a pydantic model).
+"""``CheckSettings``: the options every check accepts under ``[checks.NAME]`` (a pydantic model),
+and ``AbsolutePath``, the type of every program, device or file a config names.
 
 It is kept apart from ``healthd.plugin`` so that running checks never imports
 pydantic: a check names its settings model lazily (``CheckSpec.settings`` may be a
@@ -8,9 +9,10 @@ function returning it), and the model is only needed to validate a config
 
 from __future__ import annotations
 
-from typing import ClassVar, Mapping
+from pathlib import Path
+from typing import Annotated, ClassVar, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 class CheckSettings(BaseModel):
@@ -24,3 +26,15 @@ class CheckSettings(BaseModel):
 
     enabled: bool = True
     timeout: float = Field(default=10.0, gt=0, le=600, description="seconds before the check is abandoned")
+
+
+def absolute(value: Path) -> Path:
+    """``value`` if it is absolute; a ``ValueError`` otherwise (pydantic names the key and the value)."""
+    # healthd runs no shell and searches no PATH, and a HealthCheckProgram runs in a working
+    # directory healthd does not choose: a relative path would depend on it.
+    if not value.is_absolute():
+        raise ValueError("must be an absolute path (healthd searches no PATH)")
+    return value
+
+
+AbsolutePath = Annotated[Path, AfterValidator(absolute)]

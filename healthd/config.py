@@ -24,6 +24,7 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from healthd.checksettings import AbsolutePath
 from healthd.configload import ConfigError, decode_config, read_config
 from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
 from healthd.hosts import for_host, host_sections, merge, this_node
@@ -63,8 +64,8 @@ class SlurmSettings(_Model):
     """How healthd reaches Slurm. The adapter is the only code that uses these."""
 
     enabled: bool = True
-    bin_dir: Optional[Path] = None
-    conf: Optional[Path] = None
+    bin_dir: Optional[AbsolutePath] = None
+    conf: Optional[AbsolutePath] = None
     node_name: Optional[str] = None
     # Per scontrol call, and for all calls of one pass together: with the default
     # [runner].pass_timeout a hook run stays well inside slurmd's 60 s kill.
@@ -79,14 +80,6 @@ class SlurmSettings(_Model):
     # Slurm call (docs/scale.md, "Spread"). At most 60 s: the bound on how long a
     # CRITICAL take-out is put off; the default keeps a hook run inside slurmd's 60 s kill.
     act_splay: float = Field(default=10.0, ge=0, le=60)
-
-    @field_validator("bin_dir", "conf")
-    @classmethod
-    def _absolute_path(cls, value: Optional[Path]) -> Optional[Path]:
-        # HealthCheckProgram runs with an unknown working directory.
-        if value is not None and not value.is_absolute():
-            raise ValueError("must be an absolute path")
-        return value
 
     @field_validator("reason_prefix")
     @classmethod
@@ -196,20 +189,13 @@ class RemediationSettings(_Model):
     stdin when the node is sent to repair: a ticketing hook.
     """
 
-    on_repair: Optional[Path] = None
+    on_repair: Optional[AbsolutePath] = None
     on_repair_timeout: float = Field(default=30.0, gt=0, le=300)
     # Off by default: a reboot or a GPU reset is healthd acting on the machine, not only on Slurm
     # (docs/remediation.md).
     reboot: bool = False
     reset: bool = False
-    nvidia_smi: Path = Path("/usr/bin/nvidia-smi")
-
-    @field_validator("on_repair", "nvidia_smi")
-    @classmethod
-    def _absolute(cls, value: Optional[Path]) -> Optional[Path]:
-        if value is not None and not value.is_absolute():
-            raise ValueError(f"{value} must be an absolute path (healthd runs no shell and searches no PATH)")
-        return value
+    nvidia_smi: AbsolutePath = Path("/usr/bin/nvidia-smi")
 
 
 class Config(_Model):
