@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 from healthd_testkit.paths import Below
 
 from healthd.cli import main
-from healthd.config import Paths
 from healthd.plugin import CheckContext, CheckSettings
-from healthd.state import StateFile
 
 FIXTURES = ALL_FIXTURES / "sysfs"
 IB_PORTS = [f"mlx5_{i}:1" for i in range(8)]
@@ -92,9 +91,6 @@ class Node:
     def reboot(self, boot_id: str) -> None:
         (self.procfs / "sys/kernel/random/boot_id").write_text(boot_id + "\n")
 
-    def paths(self) -> Paths:
-        return Paths(sysfs=self.sysfs, procfs=self.procfs, state_dir=self.state_dir)
-
     def config(self) -> Path:
         path = self.root / "healthd.toml"
         path.write_text(
@@ -111,13 +107,7 @@ class Node:
         return PassOutput(code, json.loads(capsys.readouterr().out))
 
     def context(self, name: str, settings: CheckSettings, clock: Callable[[], float]) -> CheckContext[Any]:
-        return CheckContext(
-            name=name,
-            settings=settings,
-            paths=self.paths(),
-            state=StateFile(self.state_dir, f"check-{name}"),
-            clock=clock,
-        )
+        return check_context(name, settings, self.root, clock=clock, sysfs=self.sysfs, procfs=self.procfs)
 
 
 def make_node(root: Path, *overlays: str) -> Node:
