@@ -31,12 +31,43 @@ def test_empty_config_gives_defaults() -> None:
     assert loaded.check_settings["mounts"].enabled
 
 
-def test_typo_in_a_section_key_is_named() -> None:
-    assert problems("[slurm]\nnodename = 8\n") == ["slurm.nodename: unknown key"]
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param("[slurm]\nnodename = 8\n", "slurm.nodename: unknown key", id="typo-in-a-section-key"),
+        pytest.param("[nodes]\ngpus = 8\n", "nodes: unknown key", id="unknown-section"),
+        pytest.param(
+            "[checks.mounts]\nmin_free_pct = 3\n", "checks.mounts.min_free_pct: unknown key", id="unknown-check-option"
+        ),
+    ],
+)
+def test_an_unknown_key_is_named(text: str, problem: str) -> None:
+    assert problems(text) == [problem]
 
 
-def test_unknown_section_is_named() -> None:
-    assert problems("[nodes]\ngpus = 8\n") == ["nodes: unknown key"]
+@pytest.mark.parametrize(
+    ("text", "start"),
+    [
+        pytest.param(
+            "[checks.mounts]\ntimeout = -1\n",
+            "checks.mounts.timeout: Input should be greater than 0",
+            id="negative-timeout-in-a-check-table",
+        ),
+        pytest.param(
+            '[checks.mounts]\nexpect = [{ path = "/a" }, { path = "relative" }]\n',
+            "checks.mounts.expect[1].path: mount path must be absolute",
+            id="list-items-are-indexed",
+        ),
+        pytest.param(
+            '[checks.infiniband]\nexpect_ports = ["mlx5_0"]\n',
+            "checks.infiniband.expect_ports: IB port 'mlx5_0' must look like DEVICE:PORT",
+            id="bad-ib-port-name",
+        ),
+    ],
+)
+def test_a_bad_value_is_named_with_its_key(text: str, start: str) -> None:
+    (problem,) = problems(text)
+    assert problem.startswith(start)
 
 
 def test_wrong_type_names_key_and_value() -> None:
@@ -44,28 +75,9 @@ def test_wrong_type_names_key_and_value() -> None:
     assert problem.startswith("checks.gpu.expect_gpus: ") and "'eight'" in problem
 
 
-def test_negative_timeout_in_a_check_table_is_named() -> None:
-    (problem,) = problems("[checks.mounts]\ntimeout = -1\n")
-    assert problem.startswith("checks.mounts.timeout: Input should be greater than 0")
-
-
-def test_unknown_option_of_a_check_is_named() -> None:
-    assert problems("[checks.mounts]\nmin_free_pct = 3\n") == ["checks.mounts.min_free_pct: unknown key"]
-
-
 def test_unknown_check_lists_the_known_ones() -> None:
     (problem,) = problems("[checks.gpus]\nenabled = false\n")
     assert problem.startswith("checks.gpus: unknown check (known: ") and "mounts" in problem
-
-
-def test_list_items_are_indexed() -> None:
-    (problem,) = problems('[checks.mounts]\nexpect = [{ path = "/a" }, { path = "relative" }]\n')
-    assert problem.startswith("checks.mounts.expect[1].path: mount path must be absolute")
-
-
-def test_bad_ib_port_name() -> None:
-    (problem,) = problems('[checks.infiniband]\nexpect_ports = ["mlx5_0"]\n')
-    assert problem.startswith("checks.infiniband.expect_ports: IB port 'mlx5_0' must look like DEVICE:PORT")
 
 
 def test_toml_syntax_error_names_the_line() -> None:
