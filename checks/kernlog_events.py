@@ -141,7 +141,14 @@ def gather_log(ctx: CheckContext[Any], settings: KernelLogSettings) -> LogObserv
         log = {}
     position = Position.load(log)
     read = read_new(
-        settings.source, settings.journal_directory, ctx.paths.kmsg, ctx.paths.procfs, ctx.clock, boot_id, position
+        settings.source,
+        settings.journal_directory,
+        ctx.paths.kmsg,
+        ctx.paths.procfs,
+        ctx.clock,
+        boot_id,
+        position,
+        ctx.name,
     )
     if read.unreadable is not None:
         problem = Unobserved("KERNEL_LOG_UNREADABLE", kmsg, one_line(read.unreadable), {"path": kmsg})
