@@ -147,17 +147,60 @@ def _numbered(chunk: bytes) -> Iterator[tuple[int, re.Match[bytes], bytes]]:
             yield int(match.group(2)), match, line
 
 
-def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = None) -> ReadResult:
-    """Records with SEQ greater than ``after`` (all of them when None), dated from ``boot_time``."""
+@dataclass(frozen=True)
+class _Kept:
+    """A descriptor on the kernel's log device left open by a reader, and the SEQ of the last record it read."""
+
+    fd: int
+    last: int
+
+
+# A reader's /dev/kmsg descriptor, kept open between passes of a long-lived process (the
+# daemon): each open descriptor has its own position in the ring buffer (Documentation/
+# ABI/testing/dev-kmsg), so reading it again returns only the records logged since,
+# where a new descriptor starts at the oldest record and the whole buffer is read again.
+# One per reader and path, never shared: each check reads with its own.
+_KEPT: dict[tuple[str, str], _Kept] = {}
+
+
+def _open_kmsg(path: Path, after: Optional[int], keep: Optional[str]) -> tuple[int, bool]:
+    """A descriptor to read records after ``after`` from, and whether it is the reader's kept one (already past it)."""
+    kept = _KEPT.pop((keep, str(path)), None) if keep is not None else None
+    if kept is not None:
+        if kept.last == after:
+            return kept.fd, True
+        # The caller's cursor is not where this descriptor stopped (its state was not saved,
+        # or was replaced): start over from the oldest record, as a new process would.
+        os.close(kept.fd)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), False
     except OSError as exc:
         raise LogUnavailable(f"cannot open {path}: {exc.strerror or exc}") from None
+
+
+def _keep(path: Path, keep: str, fd: int, last: int) -> None:
+    displaced = _KEPT.pop((keep, str(path)), None)
+    _KEPT[(keep, str(path))] = _Kept(fd, last)
+    if displaced is not None:
+        os.close(displaced.fd)
+
+
+def read_kmsg(
+    path: Path, after: Optional[int], boot_time: Optional[float] = None, keep: Optional[str] = None
+) -> ReadResult:
+    """Records with SEQ greater than ``after`` (all of them when None), dated from ``boot_time``.
+
+    ``keep`` names the reader (a check) when the descriptor of a character device may be
+    kept open for its next read: that read continues from here when its ``after`` is
+    the last SEQ this one returned, and opens the device afresh otherwise.
+    """
+    fd, continued = _open_kmsg(path, after, keep)
     lines: list[LogLine] = []
     lost: list[str] = []
     last = after
     oldest: Optional[int] = None
     pending = b""
+    kept = False
     try:
         is_device = stat.S_ISCHR(os.fstat(fd).st_mode)
         while True:
@@ -166,7 +209,7 @@ def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = Non
             except BlockingIOError:
                 break
             except BrokenPipeError:
-                lost.append("the kernel overwrote records while they were being read")
+                lost.append("the kernel overwrote records before they were read")
                 continue
             except OSError as exc:
                 raise LogUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -188,9 +231,16 @@ def read_kmsg(path: Path, after: Optional[int], boot_time: Optional[float] = Non
                 time = None if boot_time is None else boot_time + record.usec / 1e6
                 lines.append(LogLine(record.message, str(seq), record.usec, time, record.facility))
                 last = seq
+        if keep is not None and is_device and last is not None:
+            _keep(path, keep, fd, last)
+            kept = True
     finally:
-        os.close(fd)
-    return ReadResult(tuple(lines), None if last is None else str(last), "; ".join(lost) or None, oldest)
+        if not kept:
+            os.close(fd)
+    # A continued read starts past the records read before: its first SEQ is not the buffer's oldest.
+    return ReadResult(
+        tuple(lines), None if last is None else str(last), "; ".join(lost) or None, None if continued else oldest
+    )
 
 
 def journal_available() -> bool:

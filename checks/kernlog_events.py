@@ -141,7 +141,14 @@ def gather_log(ctx: CheckContext[Any], settings: KernelLogSettings) -> LogObserv
         log = {}
     position = Position.load(log)
     read = read_new(
-        settings.source, settings.journal_directory, ctx.paths.kmsg, ctx.paths.procfs, ctx.clock, boot_id, position
+        settings.source,
+        settings.journal_directory,
+        ctx.paths.kmsg,
+        ctx.paths.procfs,
+        ctx.clock,
+        boot_id,
+        position,
+        ctx.name,
     )
     if read.unreadable is not None:
         problem = Unobserved("KERNEL_LOG_UNREADABLE", kmsg, one_line(read.unreadable), {"path": kmsg})
@@ -270,13 +277,17 @@ def with_log(
     """A hardware check's verdict with its kernel-log part added after its own findings and state.
 
     ``absent`` says why the check does not apply when it is not None and neither
-    the hardware nor the log gave a finding (``NotApplicable``).
+    the hardware nor the log gave a finding (``NotApplicable``). The state is kept
+    even then: every new record was matched against ``patterns`` and none matched, so
+    the next pass need read only what is logged after it, and a check that applies
+    later (a driver loaded) still sees every record logged since (README, "the kernel log").
     """
     log_findings, log_state = judge_log(log, jc, settings, patterns)
     findings = [*findings, *log_findings]
+    kept = {**state, **kept_log(log, log_state)}
     if absent is not None and not findings:
-        raise NotApplicable(absent)
-    return Verdict(tuple(findings), {**state, **kept_log(log, log_state)})
+        raise NotApplicable(absent, kept)
+    return Verdict(tuple(findings), kept)
 
 
 def kept_log(log: LogObservation, new: Optional[dict[str, Any]]) -> dict[str, Any]:

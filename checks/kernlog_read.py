@@ -82,8 +82,12 @@ def read_new(
     clock: Callable[[], float],
     boot_id: str,
     position: Position,
+    keep: Optional[str] = None,
 ) -> LogRead:
-    """New lines of boot ``boot_id`` after ``position`` from ``source`` (auto, kmsg, journal); kmsg is the fallback."""
+    """New lines of boot ``boot_id`` after ``position`` from ``source`` (auto, kmsg, journal); kmsg is the fallback.
+
+    ``keep`` names the reader whose /dev/kmsg descriptor stays open for its next pass (``read_kmsg``).
+    """
     wanted = source
     if wanted == "auto":
         wanted = "journal" if journal_available() else "kmsg"
@@ -96,7 +100,8 @@ def read_new(
             problems.append(str(exc))
     boot_time = read_boot_time(procfs, clock())
     try:
-        result = read_kmsg(kmsg, kmsg_seq(position.cursor) if position.source == "kmsg" else None, boot_time)
+        after = kmsg_seq(position.cursor) if position.source == "kmsg" else None
+        result = read_kmsg(kmsg, after, boot_time, keep)
     except LogUnavailable as exc:
         problems.append(str(exc))
         return LogRead(position, unreadable="; ".join(problems))

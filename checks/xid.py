@@ -84,7 +84,9 @@ def _read_log(ctx: CheckContext[XidSettings], boot_id: str, position: Position) 
     """New lines from the configured source, falling back to kmsg, with the position after reading."""
     settings = ctx.settings
     kmsg = ctx.paths.kmsg
-    read = read_new(settings.source, settings.journal_directory, kmsg, ctx.paths.procfs, ctx.clock, boot_id, position)
+    read = read_new(
+        settings.source, settings.journal_directory, kmsg, ctx.paths.procfs, ctx.clock, boot_id, position, ctx.name
+    )
     if read.unreadable is not None:
         unreadable = Unobserved("KERNEL_LOG_UNREADABLE", str(kmsg), one_line(read.unreadable), {"path": str(kmsg)})
         return XidObservation(str(kmsg), boot_id, position=position, log_unreadable=unreadable)

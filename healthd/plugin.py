@@ -55,7 +55,16 @@ def __getattr__(name: str) -> Any:
 
 
 class NotApplicable(Exception):
-    """Raised by a check when it has nothing to examine on this node (not a failure)."""
+    """Raised by a check when it has nothing to examine on this node (not a failure).
+
+    ``state``, when given, is saved all the same (by ``Staged``): a check that reads the
+    kernel log keeps its cursor while it does not apply, so the next pass reads only the
+    records logged since, not the whole boot again (README, "the kernel log").
+    """
+
+    def __init__(self, reason: str, state: Optional[Mapping[str, Any]] = None) -> None:
+        super().__init__(reason)
+        self.state = state
 
 
 S = TypeVar("S", bound="CheckSettings")
@@ -177,7 +186,15 @@ class Staged(Generic[S, Obs]):
 
     def __call__(self, ctx: CheckContext[S]) -> list[Finding]:
         observation = self.gather(ctx)
-        verdict = self.judge(observation, JudgeContext(ctx.name, ctx.settings, ctx.clock()))
+        try:
+            verdict = self.judge(observation, JudgeContext(ctx.name, ctx.settings, ctx.clock()))
+        except NotApplicable as exc:
+            # Not applicable stays the answer when the state cannot be saved: the check only
+            # loses its place and reads again next pass; the reason says so.
+            unsaved = ctx.save_state(exc.state, self.keeps) if exc.state is not None else []
+            if unsaved:
+                raise NotApplicable(f"{exc}; {unsaved[0].message}") from None
+            raise
         findings = list(verdict.findings)
         ctx.devices.extend(verdict.devices)
         if verdict.state is not None:

@@ -24,6 +24,7 @@ from healthd.plugin import (
     CheckSpec,
     EventCounter,
     JudgeContext,
+    NotApplicable,
     Staged,
     Verdict,
 )
@@ -193,6 +194,21 @@ def test_staged_saves_what_the_judge_keeps_and_reports_a_failure_to(tmp_path: Pa
     assert (lost.status, lost.code) == (Status.UNKNOWN, "STATE_UNWRITABLE") and lost.message.startswith(
         "values not kept"
     )
+
+
+def test_a_check_that_does_not_apply_keeps_the_state_it_gives(tmp_path: Path) -> None:
+    def judge(observed: Any, jc: JudgeContext[_Settings]) -> Verdict:
+        raise NotApplicable("nothing here", {"cursor": "41"})
+
+    run = Staged(lambda ctx: None, judge, keeps="the cursor")
+    with pytest.raises(NotApplicable, match=r"^nothing here$"):
+        run(_context(tmp_path))
+    assert StateFile(tmp_path, "counting").load() == {"cursor": "41"}
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where the state directory should be")
+    # Still not applicable, and the reason says what was not kept.
+    with pytest.raises(NotApplicable, match=r"^nothing here; the cursor not kept: "):
+        run(_context(tmp_path, state_dir=blocker / "state"))
 
 
 def test_a_judge_that_keeps_nothing_leaves_the_state_alone(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
 from healthd.plugin import NotApplicable
+from healthd.state import StateFile
 from healthd_checks.disks import CHECK, PATTERNS, parse_smart_log
 from healthd_checks.disks_settings import DisksSettings
 from healthd_checks.kernlog_events import match_line
@@ -106,10 +107,14 @@ def test_without_nvme_cli_smart_is_not_read_and_a_missing_drive_still_counts(nod
     assert found(node.run(nvme_cli=tmp_path / "absent", expect_nvme=2)) == [("NVME_MISSING", Status.CRITICAL, "nvme")]
 
 
-def test_no_nvme_is_not_applicable(node: Node) -> None:
+def test_no_nvme_is_not_applicable_and_keeps_its_place_in_the_kernel_log(node: Node) -> None:
     shutil.rmtree(node.sysfs / "class/nvme")
     with pytest.raises(NotApplicable):
         node.run()
+    # The next pass reads only the records after the last one of the fixture log.
+    last = HEALTHY_LOG.read_text().splitlines()[-1].split(",")[1]
+    log = StateFile(node.root / "state", "check-disks").load()["log"]
+    assert (log["source"], log["cursor"], log["groups"]) == ("kmsg", last, {})
 
 
 def test_bad_answers_are_unknown(node: Node) -> None:

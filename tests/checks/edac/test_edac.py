@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
 from healthd.plugin import NotApplicable
+from healthd_checks import kernlog
 from healthd_checks.edac import CHECK, PATTERNS
 from healthd_checks.edac_settings import EdacSettings
 from healthd_checks.kernlog_events import match_line
@@ -116,6 +117,37 @@ def test_no_edac_driver_is_not_applicable_unless_controllers_are_expected(node: 
     with pytest.raises(NotApplicable):
         node.run()
     assert found(node.run(expect_controllers=2)) == {"EDAC_CONTROLLERS_MISSING@edac": Status.UNKNOWN}
+
+
+def test_without_a_driver_the_log_is_read_once_and_what_is_logged_later_still_counts(
+    node: Node, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[bytes] = []
+    record = kernlog._record
+
+    def spy(head: Any, raw: bytes) -> Any:
+        parsed.append(raw)
+        return record(head, raw)
+
+    monkeypatch.setattr(kernlog, "_record", spy)
+    kmsg = tmp_path / "kmsg"
+    shutil.copy(HEALTHY, kmsg)
+    shutil.rmtree(node.sysfs / "devices/system/edac")
+    with pytest.raises(NotApplicable):
+        node.run(kmsg=kmsg)
+    assert len(parsed) == len(HEALTHY.read_text().splitlines())
+    parsed.clear()
+    with pytest.raises(NotApplicable):
+        node.run(kmsg=kmsg)
+    assert parsed == []  # not applicable, and yet no record parsed twice
+    with kmsg.open("a") as log:
+        log.write("3,7,9500000,-;mce: [Hardware Error]: CPU 3: Machine Check: 0 Bank 5: be00000000800400\n")
+        # The same line written by a process (facility user): never a machine check.
+        log.write("12,8,9500100,-;mce: [Hardware Error]: CPU 5: Machine Check: 0 Bank 5: be00000000800400\n")
+    # The driver is loaded now: the counters are judged, and the machine check logged since is seen.
+    shutil.copytree(BASE / "devices/system/edac", node.sysfs / "devices/system/edac")
+    assert found(node.run(kmsg=kmsg)) == {"MCE@cpu3": Status.CRITICAL}
+    assert len(parsed) == 2
 
 
 def test_the_longest_task_name_cannot_spell_an_edac_line() -> None:

@@ -36,6 +36,7 @@ from healthd_testkit.paths import run_healthd
 from healthd.config import parse_config
 from healthd.engine import Engine
 from healthd.model import Finding
+from healthd_checks import kernlog
 from healthd_checks.kernlog import LogLine, read_kmsg
 from healthd_checks.xid import CHECK
 from healthd_checks.xid_scan import scan
@@ -73,6 +74,39 @@ def markers() -> tuple[str, str]:
 
 def records_with(text: str) -> list[LogLine]:
     return [line for line in read_kmsg(KMSG, None).lines if text in line.message]
+
+
+def test_a_kept_descriptor_reads_only_the_records_logged_since(monkeypatch: pytest.MonkeyPatch) -> None:
+    numbered = 0
+    number = kernlog._numbered
+
+    def counting(chunk: bytes) -> Iterator[Any]:
+        nonlocal numbered
+        for item in number(chunk):
+            numbered += 1
+            yield item
+
+    monkeypatch.setattr(kernlog, "_numbered", counting)
+    try:
+        first = read_kmsg(KMSG, None, keep="test-reader")
+        assert first.cursor is not None and first.oldest is not None
+        marker, _ = markers()
+        inject(f"healthd kept-descriptor test {marker}")
+        numbered = 0
+        second = read_kmsg(KMSG, int(first.cursor), keep="test-reader")
+        assert any(marker in line.message for line in second.lines)
+        assert all(int(line.record_id) > int(first.cursor) for line in second.lines)
+        assert numbered == len(second.lines)  # nothing before the cursor was read again
+        assert second.oldest is None  # its first record is not the buffer's oldest
+        # A cursor the descriptor is not at (a pass whose state was not saved): read from the start again.
+        numbered = 0
+        again = read_kmsg(KMSG, int(first.cursor), keep="test-reader")
+        assert [line.record_id for line in again.lines][: len(second.lines)] == [
+            line.record_id for line in second.lines
+        ]
+        assert numbered > len(again.lines) and again.oldest == first.oldest
+    finally:
+        os.close(kernlog._KEPT.pop(("test-reader", str(KMSG))).fd)
 
 
 @pytest.fixture
