@@ -26,3 +26,14 @@ def check_once(
         return check
 
     return run
+
+
+@pytest.fixture
+def check_outcome(check_once: Callable[[str, str], dict[str, Any]]) -> Callable[[str, str], tuple[str, set[str]]]:
+    """As ``check_once``: the check's status and the codes of its findings."""
+
+    def run(name: str, body: str) -> tuple[str, set[str]]:
+        check = check_once(name, body)
+        return check["status"], {f["code"] for f in check["findings"]}
+
+    return run

@@ -2,18 +2,21 @@
 and the contract of a check's parsers.
 
 ``only_checks`` keeps a pass from judging this machine; ``check_context`` runs a check
-over fixture roots with its state in the test's own directory; ``raises_only`` holds a
-parser to its one documented error.
+over fixture roots with its state in the test's own directory; ``FixtureNode`` is a node
+made of fixture copies and stand-in programs whose passes a test drives with a clock;
+``raises_only`` holds a parser to its one documented error.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, MutableMapping, Optional
 
 from healthd.config import Paths
-from healthd.plugin import CheckContext, S, discover
+from healthd.model import Finding
+from healthd.plugin import CheckContext, CheckSpec, S, discover
 from healthd.state import StateFile
 
 
@@ -52,3 +55,34 @@ def check_context(
         memory={} if memory is None else memory,
         clock=clock,
     )
+
+
+class FixtureNode:
+    """A node under a test's ``root``: copies of fixture trees, stand-in programs, and passes of one check.
+
+    Passes share one ``memory`` (what a daemon keeps between passes) and read ``clock``.
+    """
+
+    def __init__(self, root: Path, clock: Callable[[], float]) -> None:
+        self.root = root
+        self.clock = clock
+        self.memory: dict[str, Any] = {}
+
+    def copy(self, fixture: Path, relative: str) -> Path:
+        """A copy of the fixture tree at ``root/relative``, for the test to change."""
+        target = self.root / relative
+        shutil.copytree(fixture, target)
+        return target
+
+    def program(self, name: str, script: str) -> Path:
+        """An executable shell script ``root/bin/NAME``: a real program standing in for a vendor tool."""
+        path = self.root / "bin" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"#!/bin/sh\n{script}\n")
+        path.chmod(0o755)
+        return path
+
+    def passes(self, spec: CheckSpec[S], settings: S, **roots: Path) -> list[Finding]:
+        """One pass of ``spec`` over ``roots`` (``sysfs=``, ``procfs=``, ``kmsg=``)."""
+        ctx = check_context(spec.name, settings, self.root, clock=self.clock, memory=self.memory, **roots)
+        return list(spec.run(ctx))

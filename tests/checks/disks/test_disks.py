@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_testkit.checks import check_context
+from healthd_testkit.checks import FixtureNode
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
 from hypothesis import given
@@ -31,24 +31,18 @@ HEALTHY_LOG = FIXTURES / "kernlog/kmsg-healthy.txt"
 HEALTHY_SMART = json.loads((NVME / "smart-log-healthy.json").read_text())
 
 
-class Node:
+class Node(FixtureNode):
     """A copy of the fixture node's NVMe controllers and a stand-in nvme-cli whose answer per drive a test sets."""
 
     def __init__(self, root: Path, clock: Clock) -> None:
-        self.root = root
-        self.sysfs = root / "sys"
-        shutil.copytree(BASE / "class/nvme", self.sysfs / "class/nvme")
+        super().__init__(root, clock)
+        self.sysfs = self.copy(BASE / "class/nvme", "sys/class/nvme").parents[1]
         self.answers = root / "answers"
         self.answers.mkdir()
         for name in ("nvme0", "nvme1"):
             self.answer(name, HEALTHY_SMART)
-        self.cli = root / "bin/nvme"
-        self.cli.parent.mkdir()
         # A real program: prints the answer file named after the device, as nvme-cli prints the drive's log.
-        self.cli.write_text(f'#!/bin/sh\nexec cat "{self.answers}/$(basename "$2").json"\n')
-        self.cli.chmod(0o755)
-        self.memory: dict[str, Any] = {}
-        self.clock = clock
+        self.cli = self.program("nvme", f'exec cat "{self.answers}/$(basename "$2").json"')
 
     def answer(self, name: str, document: Any) -> None:
         (self.answers / f"{name}.json").write_text(json.dumps(document))
@@ -56,9 +50,7 @@ class Node:
     def run(self, kmsg: Path = HEALTHY_LOG, **settings: Any) -> list[Finding]:
         settings.setdefault("nvme_cli", self.cli)
         disks = DisksSettings(source="kmsg", **settings)
-        roots = {"sysfs": self.sysfs, "procfs": GPU_NODE, "kmsg": kmsg}
-        ctx = check_context("disks", disks, self.root, clock=self.clock, memory=self.memory, **roots)
-        return list(CHECK.run(ctx))
+        return self.passes(CHECK, disks, sysfs=self.sysfs, procfs=GPU_NODE, kmsg=kmsg)
 
 
 @pytest.fixture
@@ -186,11 +178,9 @@ def test_smart_log_parser_fails_only_with_valueerror_naming_the_source(text: str
         assert str(exc).startswith("SRC: ")
 
 
-def test_cli_on_the_fixture_node(check_once: Callable[[str, str], dict[str, Any]]) -> None:
+def test_cli_on_the_fixture_node(check_outcome: Callable[[str, str], tuple[str, set[str]]]) -> None:
     body = (
         f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\nkmsg = "{DISK_LOG}"\n'
         f'[checks.disks]\nsource = "kmsg"\nnvme_cli = "{NVME / "nvme"}"\nexpect_nvme = 2\n'
     )
-    check = check_once("disks", body)
-    assert check["status"] == "WARNING"
-    assert {f["code"] for f in check["findings"]} == {"BLOCK_IO_ERROR", "BUFFER_IO_ERROR"}
+    assert check_outcome("disks", body) == ("WARNING", {"BLOCK_IO_ERROR", "BUFFER_IO_ERROR"})

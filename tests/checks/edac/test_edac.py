@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_testkit.checks import check_context
+from healthd_testkit.checks import FixtureNode
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
 from hypothesis import given
@@ -26,26 +26,20 @@ MCE = FIXTURES / "kernlog/kmsg-mce.txt"
 HEALTHY = FIXTURES / "kernlog/kmsg-healthy.txt"
 
 
-class Node:
+class Node(FixtureNode):
     """Passes of the edac check over a copy of the fixture node's EDAC tree, with a controlled clock."""
 
     def __init__(self, root: Path, clock: Clock) -> None:
-        self.root = root
+        super().__init__(root, clock)
+        self.mc = self.copy(BASE / "devices/system/edac", "sys/devices/system/edac") / "mc"
         self.sysfs = root / "sys"
-        shutil.copytree(BASE / "devices/system/edac", self.sysfs / "devices/system/edac")
-        self.clock = clock
-
-    @property
-    def mc(self) -> Path:
-        return self.sysfs / "devices/system/edac/mc"
 
     def set(self, relative: str, value: int) -> None:
         (self.mc / relative).write_text(f"{value}\n")
 
     def run(self, kmsg: Path = HEALTHY, **settings: Any) -> list[Finding]:
         edac = EdacSettings(source="kmsg", **settings)
-        ctx = check_context("edac", edac, self.root, clock=self.clock, sysfs=self.sysfs, procfs=GPU_NODE, kmsg=kmsg)
-        return list(CHECK.run(ctx))
+        return self.passes(CHECK, edac, sysfs=self.sysfs, procfs=GPU_NODE, kmsg=kmsg)
 
 
 @pytest.fixture

@@ -153,11 +153,9 @@ def test_driver_version_lines() -> None:
     assert parse_driver_version("something else 550.54.15") is None
 
 
-def test_cli(check_once: Callable[[str, str], dict[str, Any]]) -> None:
+def test_cli(check_outcome: Callable[[str, str], tuple[str, set[str]]]) -> None:
     body = f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\n[checks.host]\ntimex = "{UNSYNCED}"\nexpect_cpus = 256\n'
-    check = check_once("host", body)
-    assert {f["code"] for f in check["findings"]} == {"CLOCK_UNSYNCHRONISED", "CPU_TOPOLOGY"}
-    assert check["status"] == "CRITICAL"
+    assert check_outcome("host", body) == ("CRITICAL", {"CLOCK_UNSYNCHRONISED", "CPU_TOPOLOGY"})
 
 
 # --- Ethernet interfaces (NHC's check_hw_eth) -------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_testkit.checks import check_context
+from healthd_testkit.checks import FixtureNode
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
 from hypothesis import given
@@ -22,25 +22,19 @@ IPMI = FIXTURES / "ipmi"
 GPU_NODE = FIXTURES / "procfs/gpu-node"
 
 
-class Bmc:
+class Bmc(FixtureNode):
     """A stand-in ipmitool (a real program) printing whichever SEL the test puts in place."""
 
     def __init__(self, root: Path, clock: Clock) -> None:
-        self.root = root
+        super().__init__(root, clock)
         self.sel = root / "sel.txt"
         shutil.copy(IPMI / "sel-elist.txt", self.sel)
-        self.tool = root / "bin/ipmitool"
-        self.tool.parent.mkdir()
-        self.tool.write_text(f'#!/bin/sh\n[ "$1 $2" = "sel elist" ] || exit 1\nexec cat "{self.sel}"\n')
-        self.tool.chmod(0o755)
-        self.procfs = root / "proc"
-        shutil.copytree(GPU_NODE / "sys", self.procfs / "sys")
-        self.clock = clock
+        self.tool = self.program("ipmitool", f'[ "$1 $2" = "sel elist" ] || exit 1\nexec cat "{self.sel}"')
+        self.procfs = self.copy(GPU_NODE / "sys", "proc/sys").parent
 
     def run(self, **settings: Any) -> list[Finding]:
         settings = {"ipmitool": self.tool, "device": IPMI / "ipmi0", **settings}
-        ctx = check_context("ipmi", IpmiSettings(**settings), self.root, clock=self.clock, procfs=self.procfs)
-        return list(CHECK.run(ctx))
+        return self.passes(CHECK, IpmiSettings(**settings), procfs=self.procfs)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_testkit.checks import check_context
+from healthd_testkit.checks import FixtureNode
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
 from hypothesis import given
@@ -24,19 +24,15 @@ KMSG = FIXTURES / "kernlog/kmsg-stuck.txt"
 HEALTHY = FIXTURES / "kernlog/kmsg-healthy.txt"
 
 
-class Node:
+class Node(FixtureNode):
     """Passes of the kernel check over a copy of the stuck process table, with a controlled clock."""
 
     def __init__(self, root: Path, clock: Clock) -> None:
-        self.root = root
-        self.procfs = root / "proc"
-        shutil.copytree(STUCK, self.procfs)
-        self.clock = clock
+        super().__init__(root, clock)
+        self.procfs = self.copy(STUCK, "proc")
 
     def run(self, kmsg: Path = KMSG, **settings: Any) -> list[Finding]:
-        kernel = KernelSettings(source="kmsg", **settings)
-        ctx = check_context("kernel", kernel, self.root, clock=self.clock, procfs=self.procfs, kmsg=kmsg)
-        return list(CHECK.run(ctx))
+        return self.passes(CHECK, KernelSettings(source="kmsg", **settings), procfs=self.procfs, kmsg=kmsg)
 
 
 @pytest.fixture
@@ -208,11 +204,10 @@ def test_only_the_start_of_the_first_line_counts(before: str, after: str) -> Non
     assert match_line(f"sshd[1]: {before}\n{report}", PATTERNS) is None
 
 
-def test_cli_on_the_stuck_fixture(check_once: Callable[[str, str], dict[str, Any]]) -> None:
+def test_cli_on_the_stuck_fixture(check_outcome: Callable[[str, str], tuple[str, set[str]]]) -> None:
     config = f'[paths]\nprocfs = "{STUCK}"\nkmsg = "{KMSG}"\n[checks.kernel]\nsource = "kmsg"\n'
-    check = check_once("kernel", config)
-    assert check["status"] == "CRITICAL"
-    assert {f["code"] for f in check["findings"]} == {"HUNG_TASK", "SOFT_LOCKUP", "HARD_LOCKUP", "RCU_STALL"}
+    expected = {"HUNG_TASK", "SOFT_LOCKUP", "HARD_LOCKUP", "RCU_STALL"}
+    assert check_outcome("kernel", config) == ("CRITICAL", expected)
 
 
 @given(

@@ -207,14 +207,13 @@ def test_library_without_the_versioned_call_falls_back(mocker: Any) -> None:
     assert reading.gpus[0].fabric == FabricInfo(0, "SUCCESS", ZERO, 0, None)
 
 
-def test_cli_on_the_fixture_node(check_once: Callable[[str, str], dict[str, Any]]) -> None:
+def test_cli_on_the_fixture_node(check_outcome: Callable[[str, str], tuple[str, set[str]]]) -> None:
     config = (
         f'[paths]\nsysfs = "{SYSFS_H100}"\nprocfs = "{NO_FABRIC_MANAGER}"\n'
         f'[checks.nvlink]\nsnapshot = "{NVML / "h100-fabric-not-started.json"}"\n'
     )
-    check = check_once("nvlink", config)
-    assert check["status"] == "CRITICAL"
-    assert {f["code"] for f in check["findings"]} == {"FABRIC_MANAGER_DOWN", "NVLINK_FABRIC_NOT_REGISTERED"}
+    expected = {"FABRIC_MANAGER_DOWN", "NVLINK_FABRIC_NOT_REGISTERED"}
+    assert check_outcome("nvlink", config) == ("CRITICAL", expected)
 
 
 # --- NVLinks up or down (moved here from the gpu check, with [checks.gpu] nvlinks_expected) ---------------------
