@@ -13,16 +13,17 @@ sysexits.h otherwise.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from types import ModuleType, SimpleNamespace
-from typing import TYPE_CHECKING, Callable, Optional, Sequence, cast
 
 from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN
 from healthd.stdout import quiet_broken_pipe
 
+# ``typing`` is not imported at run time: ``healthd status`` would pay for it (docs/performance.md).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
+    from typing import Callable, Optional, Sequence
 
 # name -> (module under healthd.commands, one-line help). Order is the order of --help.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,7 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def command_module(name: str) -> ModuleType:
-    return importlib.import_module(f"healthd.commands.{name}")
+    # __import__ with a fromlist returns the submodule; importlib would cost `healthd status` an import.
+    return __import__(f"healthd.commands.{name}", fromlist=["run"])
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
@@ -85,7 +87,7 @@ def plain_status(argv: Sequence[str]) -> Optional[argparse.Namespace]:
     args = SimpleNamespace(
         command="status", _module="status", json=show_json, config=None if config is None else Path(config)
     )
-    return cast("argparse.Namespace", args)
+    return args  # type: ignore[return-value]  # duck-typed: ``typing.cast`` would import typing
 
 
 def _dispatch(argv: list[str]) -> int:

@@ -10,10 +10,13 @@ written; ``state_dir_of`` finds the state directory without validating the rest.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
 
 from healthd import plaintoml
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 BUILT_IN = "(built-in defaults)"
 
@@ -72,11 +75,9 @@ def sha256_hex(data: bytes) -> str:
     From CPython's built-in implementation where there is one: ``hashlib.sha256`` maps
     OpenSSL's libcrypto, which alone adds about 4 MiB to a cold check's resident memory.
     """
-    import importlib
-
     for name in ("_sha2", "_sha256"):  # Python 3.12 and later; 3.9 to 3.11
-        try:
-            digest: Any = importlib.import_module(name).sha256(data)
+        try:  # __import__, not importlib: the hook from the daemon's pass would import importlib for this alone
+            digest: Any = __import__(name).sha256(data)
         except (ImportError, AttributeError):
             continue
         return str(digest.hexdigest())

@@ -32,12 +32,15 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Mapping, Optional
 
 from healthd.exitcodes import STATUS_CODES
 from healthd.state import StateDir, StateError, open_entry, read_entry
 from healthd.statelock import LockTimeout, StateLock
 from healthd.trust import UntrustedPath, open_trusted_dir
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+if TYPE_CHECKING:
+    from typing import Any, Mapping, Optional
 
 LOCK = "daemon.lock"
 RECORD = "daemon-pass"

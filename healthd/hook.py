@@ -9,14 +9,15 @@ Otherwise it runs ``healthd check --once`` through ``healthd.cli``.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from healthd import __version__
 from healthd.exitcodes import EX_USAGE
 from healthd.stdout import quiet_broken_pipe
 
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
 if TYPE_CHECKING:
     import argparse
+    from typing import Any, Optional, Sequence
 
 
 def hook_summary(document: dict[str, Any], now: float, *, daemon: bool = False) -> str:

@@ -22,9 +22,12 @@ a table defined once; an inline table or a static array never extended by a head
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
 
 from healthd.defaults import toml_module
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 _TEXT = r"[^\x00-\x08\x0a-\x1f\x7f"  # an open character class: no control character but tab
 _WS = re.compile(r"[ \t]*")

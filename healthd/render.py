@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as _dt
-from typing import TYPE_CHECKING, Any, Mapping, Optional
-
 from healthd import __version__
 from healthd.text import one_line, pass_headline
 
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
 if TYPE_CHECKING:
+    from typing import Any, Mapping, Optional
+
     # Imported where used: `healthd status` renders saved documents with this module
     # and must not pay for the model's dataclasses.
     from healthd.model import CheckResult, Finding, PassResult
@@ -17,6 +17,8 @@ SCHEMA_VERSION = 1
 
 
 def _iso(epoch: float) -> str:
+    import datetime as _dt  # here: `healthd status` and the hook render without it
+
     return _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 

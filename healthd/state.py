@@ -27,7 +27,6 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, TypeVar
 
 from healthd.atomicfile import write_atomically
 from healthd.trust import (
@@ -38,6 +37,12 @@ from healthd.trust import (
     stat_reason,
     trusted_stat,
 )
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Optional, TypeVar
+
+    R = TypeVar("R")
 
 KEEP_CORRUPT = 3  # corrupt copies kept per file for a post-mortem; older ones are removed
 # Added to every open in the state directory: never follow a link, never leak the fd
@@ -263,9 +268,6 @@ class StateDir:
             problems.extend(state_file.problems)
             state_file.problems.clear()
         return problems
-
-
-R = TypeVar("R")
 
 
 def load_records(raw: Any, make: Callable[..., R], valid: Callable[[R], bool]) -> dict[str, R]:

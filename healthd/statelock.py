@@ -23,9 +23,12 @@ import os
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Callable, Optional
 
 from healthd.state import open_entry, open_state_dir
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 LOCK_NAME = "cycle.lock"
 _POLL_SECONDS = 0.05

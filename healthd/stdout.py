@@ -6,7 +6,10 @@ import contextlib
 import io
 import os
 import sys
-from typing import Iterator, TextIO
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+if TYPE_CHECKING:
+    from typing import Iterator, TextIO
 
 
 class _StdoutGuard(io.TextIOBase):

@@ -23,7 +23,10 @@ import errno
 import os
 import stat
 from pathlib import Path
-from typing import Iterator, Optional
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+if TYPE_CHECKING:
+    from typing import Iterator, Optional
 
 # The kernel's own limit on links followed in one lookup (MAXSYMLINKS, path_resolution(7)).
 _MAX_LINKS = 40

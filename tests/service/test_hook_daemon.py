@@ -15,7 +15,8 @@ import pytest
 from healthd_testkit.checks import only_checks
 
 import healthd.configload
-from healthd.daemonpass import FORMAT, usable
+from healthd.configload import sha256_hex
+from healthd.daemonpass import FORMAT, DaemonClaim, usable
 from healthd.hook import hook_main
 
 SHA = "ab" * 32
@@ -89,9 +90,28 @@ import healthd.configload
 healthd.configload.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
 from healthd.hook import hook_main
 code = hook_main([])
-heavy = ("argparse", "pydantic", "healthd.config", "healthd.engine", "healthd.pipeline", "healthd_checks")
+heavy = ("argparse", "pydantic", "healthd.config", "healthd.engine", "healthd.pipeline", "healthd_checks",
+         "typing", "datetime")
 print(code, sorted(m for m in heavy if m in sys.modules))
 """
+
+
+def test_hook_from_the_daemons_pass_imports_nothing_of_the_pass_machinery(write_config: Callable[..., Path]) -> None:
+    """This process holds the daemon's lock and records a fresh pass, as ``healthd run`` does after each pass."""
+    config = write_config('[slurm]\nnode_name = "node1"\n')
+    claim = DaemonClaim(config.parent / "state")
+    assert claim.acquire(5)
+    try:
+        document = _record()["document"]
+        claim.record(
+            document, fresh_for=600, config_sha256=sha256_hex(config.read_bytes()), dry_run=False, now=time.time()
+        )
+        probe = subprocess.run(
+            [sys.executable, "-c", _HOOK_IMPORTS, str(config)], capture_output=True, text=True, timeout=60, check=False
+        )
+    finally:
+        claim.release()
+    assert probe.stdout.splitlines() == ["healthd: OK on node1 (daemon's pass)", "0 []"], probe.stderr
 
 
 @pytest.fixture

@@ -135,19 +135,34 @@ def test_config_writable_by_others_is_refused(tmp_path: Path, capsys: pytest.Cap
     assert "refusing to load a config that others could have written" in capsys.readouterr().err
 
 
+# Prints which of the modules (or packages) named in argv[2] a status run imported.
+_STATUS_IMPORTS = (
+    "import sys; from healthd.cli import main; code = main(['status', '--config', sys.argv[1]]);"
+    "heavy = sys.argv[2].split();"
+    "print('HEAVY', sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy)); sys.exit(code)"
+)
+
+
+def _status_imports(config: Path, heavy: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", _STATUS_IMPORTS, str(config), heavy], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
     # Nor, spelled out as a monitoring agent runs it, the argument parser; nor threads.
     config = _setup(tmp_path, "OK")
-    probe = (
-        "import sys; from healthd.cli import main; code = main(['status', '--config', sys.argv[1]]);"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'healthd_checks', "
-        "'prometheus_client') or m in ('healthd.plugin', 'healthd.engine', 'healthd.config', 'argparse', "
-        "'threading'));"
-        "print('HEAVY', heavy); sys.exit(code)"
-    )
-    done = subprocess.run([sys.executable, "-c", probe, str(config)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    assert "HEAVY []" in done.stdout
+    heavy = "pydantic healthd_checks prometheus_client healthd.plugin healthd.engine healthd.config argparse threading"
+    assert "HEAVY []" in _status_imports(config, heavy)
+
+
+def test_status_loads_neither_typing_nor_datetime(tmp_path: Path) -> None:
+    # Each would cost ``healthd status`` 2 to 4 ms against an interpreter floor of about 12 (README,
+    # benchmarks): annotations only name typing's types, and the record's time is read without datetime.
+    config = _setup(tmp_path, "OK")
+    assert "HEAVY []" in _status_imports(config, "typing datetime")
 
 
 # --- from real passes: `healthd check --once` writes the record that `healthd status` reads ---------------
