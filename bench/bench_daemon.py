@@ -9,7 +9,14 @@ since the real hook reads only /etc/healthd/healthd.toml), and a bare `python -c
 (the interpreter floor); the ratios to the floor come from the same run. Bytecode is
 compiled first, as a wheel install does. Prints figures; asserts nothing.
 
-    python bench/bench_daemon.py [--passes 20] [--status-runs 20]
+``--install wheel`` runs those three from a wheel of this checkout installed (without
+its dependencies: neither command imports them) in a fresh virtual environment of the
+same Python, as a node has it; ``editable`` (the default) runs them from the environment
+running the benchmark. They differ in the floor: an editable install's finder is imported
+by ``site`` in every process, with pathlib and urllib.parse, and so hides what healthd
+would import of those. The daemon itself always runs from the benchmark's environment.
+
+    python bench/bench_daemon.py [--passes 20] [--status-runs 20] [--install {editable,wheel}]
 """
 
 from __future__ import annotations
@@ -57,16 +64,30 @@ def _wait_for_statuses(sock: socket.socket, count: int, timeout: float) -> int:
     return seen
 
 
+def wheel_environment(directory: Path) -> Path:
+    """A virtual environment in ``directory`` with a wheel of this checkout installed; returns its ``bin``."""
+    repo = Path(__file__).resolve().parent.parent
+    wheels, env = directory / "wheels", directory / "venv"
+    pip = [sys.executable, "-m", "pip", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(repo)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    wheel = next(wheels.glob("healthd-*.whl"))
+    subprocess.run([*pip, "--python", str(env / "bin" / "python"), "install", "--no-deps", str(wheel)], check=True)
+    return env / "bin"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--status-runs", type=int, default=20)
+    parser.add_argument("--install", choices=("editable", "wheel"), default="editable")
     args = parser.parse_args()
     compile_bytecode()
     healthd = [sys.executable, "-m", "healthd.cli"]
-    script = os.path.join(os.path.dirname(sys.executable), "healthd")
 
     with tempfile.TemporaryDirectory() as tmp:
+        bin_dir = wheel_environment(Path(tmp)) if args.install == "wheel" else Path(sys.executable).parent
+        python, script = str(bin_dir / "python"), str(bin_dir / "healthd")
         config = Path(tmp) / "healthd.toml"
         config.write_text(
             f'[paths]\nstate_dir = "{tmp}/state"\n[slurm]\nenabled = false\nnode_name = "bench"\n'
@@ -100,9 +121,9 @@ def main() -> int:
             hook_line = ""
             for _ in range(args.status_runs):
                 runs.append(_timed([script, "status", "--config", str(config)])[0])
-                elapsed, hook_line = _timed([sys.executable, "-c", HOOK, str(config)])
+                elapsed, hook_line = _timed([python, "-c", HOOK, str(config)])
                 hooks.append(elapsed)
-                floors.append(_timed([sys.executable, "-c", "pass"])[0])
+                floors.append(_timed([python, "-c", "pass"])[0])
         finally:
             daemon.send_signal(signal.SIGTERM)
             t0 = time.monotonic()
@@ -120,7 +141,7 @@ def main() -> int:
             f"{label}, fresh result ({len(times)} runs): median {statistics.median(times) * 1000:.0f} ms, "
             f"max {max(times) * 1000:.0f} ms, {statistics.median(times) / floor:.1f}x the interpreter floor"
         )
-    print(f"interpreter floor (python -c pass): median {floor * 1000:.0f} ms")
+    print(f"interpreter floor (python -c pass): median {floor * 1000:.0f} ms ({args.install} install)")
     print(f"the hook said: {hook_line.strip()}")
     print(f"SIGTERM to exit: {stop * 1000:.0f} ms")
     return 0

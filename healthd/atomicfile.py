@@ -9,7 +9,6 @@ of redirecting it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
@@ -42,6 +41,8 @@ def write_atomically(dir_fd: int, name: str, body: bytes, mode: int) -> None:
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         os.fsync(dir_fd)
     except BaseException:
+        import contextlib  # here: ``healthd status`` and the hook would import it without using it
+
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise

@@ -20,7 +20,6 @@ untrusted directory.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -114,6 +113,8 @@ def make_state_dir(directory: Path) -> None:
     if not missing:
         return
     trusted_stat(existing, container=True)
+    import contextlib  # here and below: ``healthd status`` and the hook would import it without using it
+
     for path in reversed(missing):
         # Another healthd process (the hook beside the daemon) may create it first; the trust
         # check that follows every creation decides whether what is there may be used.
@@ -148,6 +149,8 @@ def read_entry(directory: Path, name: str) -> bytes:
 
 
 def _keep_newest(dir_fd: int, name: str, keep: int) -> None:
+    import contextlib
+
     prefix = f"{name}.corrupt-"
     copies: list[tuple[float, str]] = []
     for entry in os.listdir(dir_fd):

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
 if TYPE_CHECKING:
-    from typing import Iterator, TextIO
+    from typing import TextIO
 
 
 class _StdoutGuard(io.TextIOBase):
@@ -60,6 +59,8 @@ class _StdoutGuard(io.TextIOBase):
         # What the stream could not write stays in its buffer, and the interpreter
         # flushes it at exit, which would fail again ("Exception ignored ... BrokenPipeError",
         # exit 120): point the descriptor at /dev/null (Python docs, "Note on SIGPIPE").
+        import contextlib  # here: ``healthd status`` would import it for this rare case alone
+
         with contextlib.suppress(OSError, ValueError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             try:
@@ -68,17 +69,22 @@ class _StdoutGuard(io.TextIOBase):
                 os.close(devnull)
 
 
-@contextlib.contextmanager
-def quiet_broken_pipe() -> Iterator[None]:
+class _Guarded:
+    """``quiet_broken_pipe``'s context manager: a class, as contextlib would cost ``healthd status`` an import."""
+
+    def __enter__(self) -> None:
+        self.stream = sys.stdout
+        # None: started with stdout closed, and print() already writes nothing.
+        self.guard = None if self.stream is None else _StdoutGuard(self.stream)
+        if self.guard is not None:
+            sys.stdout = self.guard
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.guard is not None:
+            self.guard.flush()
+            sys.stdout = self.stream
+
+
+def quiet_broken_pipe() -> _Guarded:
     """Run the body with ``sys.stdout`` guarded by ``_StdoutGuard``; flush before leaving."""
-    stream = sys.stdout
-    if stream is None:  # started with stdout closed: print() already writes nothing
-        yield
-        return
-    guard = _StdoutGuard(stream)
-    sys.stdout = guard
-    try:
-        yield
-    finally:
-        guard.flush()
-        sys.stdout = stream
+    return _Guarded()

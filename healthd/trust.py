@@ -18,7 +18,6 @@ sticky directories, applied everywhere).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -26,7 +25,8 @@ from pathlib import Path
 
 TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
 if TYPE_CHECKING:
-    from typing import Iterator, Optional
+    from types import TracebackType
+    from typing import Optional
 
 # The kernel's own limit on links followed in one lookup (MAXSYMLINKS, path_resolution(7)).
 _MAX_LINKS = 40
@@ -150,11 +150,22 @@ def open_trusted_dir(path: Path) -> int:
     return fd
 
 
-@contextlib.contextmanager
-def closed_on_error(fd: int) -> Iterator[int]:
+def closed_on_error(fd: int) -> _ClosedOnError:
     """Close ``fd`` if the block raises (a refused file is never left open), keep it open otherwise."""
-    try:
-        yield fd
-    except BaseException:
-        os.close(fd)
-        raise
+    return _ClosedOnError(fd)
+
+
+class _ClosedOnError:
+    """``closed_on_error``'s context manager: a class, as contextlib would cost ``healthd status`` an import."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(
+        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        if exc_type is not None:
+            os.close(self.fd)

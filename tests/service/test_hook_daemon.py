@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 from healthd_testkit.checks import only_checks
+from healthd_testkit.paths import REPO
 
 import healthd.configload
 from healthd.configload import sha256_hex
@@ -91,7 +92,7 @@ healthd.configload.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
 from healthd.hook import hook_main
 code = hook_main([])
 heavy = ("argparse", "pydantic", "healthd.config", "healthd.engine", "healthd.pipeline", "healthd_checks",
-         "typing", "datetime")
+         "typing", "datetime", *sys.argv[2:])
 print(code, sorted(m for m in heavy if m in sys.modules))
 """
 
@@ -106,8 +107,14 @@ def test_hook_from_the_daemons_pass_imports_nothing_of_the_pass_machinery(write_
         claim.record(
             document, fresh_for=600, config_sha256=sha256_hex(config.read_bytes()), dry_run=False, now=time.time()
         )
+        # Without site (-S), whose editable-install finder imports contextlib and importlib in every process.
         probe = subprocess.run(
-            [sys.executable, "-c", _HOOK_IMPORTS, str(config)], capture_output=True, text=True, timeout=60, check=False
+            [sys.executable, "-S", "-c", _HOOK_IMPORTS, str(config), "contextlib", "importlib"],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
     finally:
         claim.release()
