@@ -138,7 +138,8 @@ def after_pass(engine: Engine, outcome: PassOutcome, dry_run: bool, log: logging
     With ``[active] when_drained``, an ordinary pass that saw the node idle and drained
     by healthd, ``interval`` after the last active run, is followed by a pass of every
     check, the active ones included (``Tier.ALL``): a whole pass, so the policy resumes
-    the node when everything passes and keeps it out while an active check fails.
+    the node when everything passes and keeps it out while an active check fails. A
+    dry run only says it would.
     """
     settings = engine.config.active
     if not settings.when_drained:
@@ -147,6 +148,12 @@ def after_pass(engine: Engine, outcome: PassOutcome, dry_run: bool, log: logging
     why = daemon_skip(outcome.node, prefix, last_run(engine), engine.clock(), settings.interval)
     if why is not None:
         log.debug("active checks not started: %s", why)
+        return outcome
+    if dry_run or engine.config.policy.dry_run:
+        # A dry run observes: it starts no diagnostic (they load the GPUs) and records none.
+        log.info(
+            "dry run: node %s is idle and drained by healthd: would run the active checks now", outcome.result.node
+        )
         return outcome
     log.info("node %s is idle and drained by healthd: running every check, the active ones too", outcome.result.node)
     done = start(engine, lambda node: drained_skip(node, prefix), "daemon", tier=Tier.ALL, dry_run=dry_run)

@@ -6,6 +6,8 @@ from the daemon (its own idle drain, once per interval), and one active run at a
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 from healthd.acks import FindingRef
 from healthd.active import daemon_skip, epilog_refusal, interval_left, refusal
-from healthd.activerun import LOCK_NAME, Refused, daemon_budget, misfit, start
+from healthd.activerun import LOCK_NAME, Refused, after_pass, daemon_budget, misfit, start
 from healthd.config import parse_config
 from healthd.daemon import fresh_for
 from healthd.engine import Engine
@@ -81,6 +83,25 @@ def test_a_diagnostic_longer_than_its_budget_is_named_and_the_daemon_waits_for_i
     # The daemon's watchdog budget grows by a last Slurm read and a whole pass as long as the diagnostic.
     assert daemon_budget(engine) == engine.config.slurm.timeout + pass_budget(engine.config, checks=300)
     assert daemon_budget(_engine(tmp_path, [])) == 0
+
+
+def test_a_dry_run_daemon_starts_no_diagnostic_and_records_none(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[Any] = []
+    monkeypatch.setattr("healthd.activerun.start", lambda *args, **kwargs: started.append(args))
+    ran: list[str] = []
+    engine = _engine(tmp_path, ran, "[active]\nwhen_drained = true\n")
+    prefix = engine.config.slurm.reason_prefix
+    drained = NodeInfo("n1", "IDLE", frozenset({"DRAIN"}), f"{prefix} X_FAILED gpu0", "root", ("gpu",))
+    outcome = replace(run_pass(engine, dry_run=True), node=drained)
+    caplog.set_level(logging.INFO, logger="healthd.test-active")
+    assert after_pass(engine, outcome, True, logging.getLogger("healthd.test-active")) is outcome
+    assert started == [] and ran == ["plain"] and "last_run" not in engine.state.file("active").load()
+    assert "dry run: node" in caplog.text and "would run the active checks now" in caplog.text
+    configured = _engine(tmp_path, ran, "[active]\nwhen_drained = true\n[policy]\ndry_run = true\n")
+    assert after_pass(configured, outcome, False, logging.getLogger("healthd.test-active")) is outcome
+    assert started == [], "[policy] dry_run is a dry run too"
 
 
 def test_an_ordinary_pass_resumes_nothing_while_another_process_runs_the_active_checks(tmp_path: Path) -> None:
