@@ -539,12 +539,19 @@ AccountingStoragePass={self.munge_socket}
         return seen[0]
 
     def submit(self, node: str, seconds: int = 300) -> str:
+        # A node that was just rebooted or resumed runs jobs only once it answers slurmctld's
+        # next ping (SlurmdTimeout / 3), and a job refused before that waits for the next
+        # periodic scheduling pass (sched_interval, 60 s): submit once the node answers.
+        wait_for(lambda: self.responding(node), 60, f"{node} responding")
         out = self.run("sbatch", "--parsable", "--requeue", "-w", node, "-o", "/dev/null", "--wrap", f"sleep {seconds}")
         job = out.stdout.strip().split(";")[0]
-        # A node that was just rebooted or resumed runs jobs only once it answers slurmctld's
-        # next ping (SlurmdTimeout / 3): on a loaded machine that can take a while.
         wait_for(lambda: self.job_state(job) == "RUNNING", 60, f"job {job} running")
         return job
+
+    def responding(self, node: str) -> bool:
+        """Whether slurmctld's last ping of the node was answered (sinfo's ``*`` suffix absent)."""
+        out = self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T", check=False).stdout.split()
+        return bool(out) and not out[0].endswith("*")
 
     def job_state(self, job: str) -> str:
         out = self.run("squeue", "-h", "-j", job, "-o", "%T", check=False).stdout.strip()
