@@ -295,9 +295,12 @@ def _locked_pass(
     enabled = config.slurm.enabled
     now = clock()
     state = _load_policy_state(engine, errors)
-    # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it.
-    busy = tier is Tier.ORDINARY and running(config.paths.state_dir)
-    coverage = Coverage(tier, engine.active_names(), busy)
+    # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it,
+    # and only where the probe can matter: an active check is enabled, and healthd has the node
+    # out (only then can the pass resume it). A healthy node's pass touches no lock file.
+    active = engine.active_names()
+    busy = tier is Tier.ORDINARY and bool(active) and bool(state.took_out) and running(config.paths.state_dir)
+    coverage = Coverage(tier, active, busy)
     store = AckStore(engine.state.file(ACKS_STATE))
     slurm = client or SlurmClient(config.slurm)
     slurm.start_budget()
