@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import os
 import platform
-import random
 import resource
+import secrets
 import subprocess
 import sys
 import time
@@ -68,8 +68,13 @@ def inject(*messages: str, prefix: str = "<4>") -> None:
 
 
 def markers() -> tuple[str, str]:
-    bus, device = random.randint(0x10, 0xEF), random.randint(0, 0x1F)
-    return f"0abc:{bus:02x}:{device:02x}", f"0abd:{bus:02x}:{device:02x}"
+    """Two PCI addresses no earlier run left in the ring buffer (which outlives test runs).
+
+    From the system's randomness: the seeded ``random`` of a test session repeats them.
+    """
+    domain = 0x1000 + 2 * secrets.randbelow(0x7000)
+    bus, device = 0x10 + secrets.randbelow(0xE0), secrets.randbelow(0x20)
+    return f"{domain:04x}:{bus:02x}:{device:02x}", f"{domain + 1:04x}:{bus:02x}:{device:02x}"
 
 
 def records_with(text: str) -> list[LogLine]:
@@ -104,7 +109,8 @@ def test_a_kept_descriptor_reads_only_the_records_logged_since(monkeypatch: pyte
         assert [line.record_id for line in again.lines][: len(second.lines)] == [
             line.record_id for line in second.lines
         ]
-        assert numbered > len(again.lines) and again.oldest == first.oldest
+        # From the buffer's oldest record, which other programs' logging may have moved on since.
+        assert numbered > len(again.lines) and again.oldest is not None and again.oldest >= first.oldest
     finally:
         os.close(kernlog._KEPT.pop(("test-reader", str(KMSG))).fd)
 
