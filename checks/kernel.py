@@ -7,7 +7,9 @@ Two sources, one verdict:
   ``stuck_after`` seconds is stuck, the rule of the kernel's own hung-task detector
   (kernel/hung_task.c), judged across passes. Nothing here can block on the stuck task
   (see ``tasks`` for what is read and what never is). The first pass that sees a task
-  starts its clock, so a task is reported ``stuck_after`` after healthd first saw it;
+  starts its clock, so a task is reported ``stuck_after`` after healthd first saw it.
+  A stuck task of an ordinary user is only an OK note (``user_tasks``): /proc shows a
+  killable wait as D too, and any user can park a task in one (docs/host.md);
 - the kernel log (``kernlog_events``): the hung-task detector's ``INFO: task NAME:PID
   blocked for more than N seconds``, the soft- and hard-lockup watchdog's reports
   (kernel/watchdog.c), and RCU stall warnings (kernel/rcu/tree_stall.h). Only records the
@@ -28,6 +30,7 @@ from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
 from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
+from .procs import system_uid
 from .tasks import StuckCandidate, read_d_state
 
 if TYPE_CHECKING:
@@ -125,10 +128,48 @@ def _clock(task: StuckCandidate, stored: Mapping[str, Any], now: float) -> dict[
     return {"since": since, "switches": task.switches}
 
 
+def users_task(task: StuckCandidate) -> bool:
+    """Whether an ordinary user may have put ``task`` where it is: a uid of it is not root's nor a system account's.
+
+    Every uid counts, not only the real one: a setuid-root program run by a user keeps the
+    user's real uid, and a root daemon acting for a user (seteuid) takes the user's
+    effective and filesystem uids, which are what a user's FUSE server answers to. A task
+    whose status could not be read (it exited meanwhile) is counted as before.
+    """
+    return task.uids is not None and not all(system_uid(uid) for uid in task.uids)
+
+
+def _stuck_finding(
+    jc: JudgeContext[KernelSettings],
+    status: Status,
+    code: str,
+    subject: str,
+    whose: str,
+    stuck: list[tuple[StuckCandidate, float]],
+) -> Finding:
+    """One finding naming the stuck tasks, longest first: up to five in the message, twenty in ``tids``."""
+    stuck = sorted(stuck, key=lambda item: -item[1])
+    shown = ", ".join(f"{one_line(task.name, 16)}[{task.tid}]" for task, _ in stuck[:5])
+    more = f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""
+    after = jc.settings.stuck_after
+    message = f"{len(stuck)} task(s){whose} in D state without a context switch for {after:g}s or more: {shown}{more}"
+    if status is Status.OK:
+        message += ' (not acted on: user_tasks = "note")'
+    return jc.finding(
+        status,
+        code,
+        subject,
+        message,
+        count=len(stuck),
+        longest_seconds=round(stuck[0][1]),
+        tids=",".join(str(task.tid) for task, _ in stuck[:20]),
+    )
+
+
 def judge_tasks(
     observed: KernelObservation, jc: JudgeContext[KernelSettings]
 ) -> tuple[list[Finding], Optional[dict[str, Any]]]:
-    """One finding for the stuck tasks (if more than tolerated), and the task clocks to keep."""
+    """The stuck tasks (when more than tolerated), an OK note for ordinary users' ones, and the clocks to keep."""
     tasks = observed.tasks
     if isinstance(tasks, Unobserved):
         return [tasks.finding(jc)], None
@@ -136,32 +177,26 @@ def judge_tasks(
     ignored = set(settings.ignore_tasks)
     counted = ((task.key, task) for task in tasks if task.name not in ignored)
     stuck: list[tuple[StuckCandidate, float]] = []
+    users: list[tuple[StuckCandidate, float]] = []
 
     def clock(task: StuckCandidate, stored: Mapping[str, Any]) -> tuple[list[Finding], dict[str, Any]]:
         entry = _clock(task, stored, jc.now)
         if jc.now - entry["since"] >= settings.stuck_after:
-            stuck.append((task, jc.now - entry["since"]))
+            noted = settings.user_tasks == "note" and users_task(task)
+            (users if noted else stuck).append((task, jc.now - entry["since"]))
         return [], entry
 
     _, document = _TASKS.judge_each(observed.previous, observed.log.boot_id, jc.now, counted, clock)
-    if len(stuck) <= settings.stuck_tasks_max:
-        return [], document
-    stuck.sort(key=lambda item: -item[1])
-    shown = ", ".join(f"{one_line(task.name, 16)}[{task.tid}]" for task, _ in stuck[:5])
-    more = f" and {len(stuck) - 5} more" if len(stuck) > 5 else ""
-    message = (
-        f"{len(stuck)} task(s) in D state without a context switch for {settings.stuck_after:g}s or more: {shown}{more}"
-    )
-    finding = jc.finding(
-        Status[settings.stuck_severity],
-        "D_STATE_STUCK",
-        "d_state",
-        message,
-        count=len(stuck),
-        longest_seconds=round(stuck[0][1]),
-        tids=",".join(str(task.tid) for task, _ in stuck[:20]),
-    )
-    return [finding], document
+    findings = []
+    if len(stuck) > settings.stuck_tasks_max:
+        findings.append(_stuck_finding(jc, Status[settings.stuck_severity], "D_STATE_STUCK", "d_state", "", stuck))
+    if users:
+        # /proc shows a killable wait as D too, and a user can hold their own task in one (a
+        # vfork whose child never execs, a read from their own FUSE server): never acted on.
+        findings.append(
+            _stuck_finding(jc, Status.OK, "D_STATE_USER_TASKS", "d_state_user", " of ordinary users", users)
+        )
+    return findings, document
 
 
 def judge(observed: KernelObservation, jc: JudgeContext[KernelSettings]) -> Verdict:

@@ -18,3 +18,10 @@ class KernelSettings(KernelLogSettings):
     stuck_severity: Literal["WARNING", "CRITICAL"] = Field(default="WARNING", description="grade of stuck tasks")
     stuck_tasks_max: int = Field(default=0, ge=0, description="stuck tasks tolerated")
     ignore_tasks: list[str] = Field(default_factory=list, description="thread names never counted as stuck")
+    user_tasks: Literal["note", "count"] = Field(
+        default="note",
+        description=(
+            "stuck tasks of ordinary users (a uid that is not root's or a system account's): "
+            "an OK note ('note') or counted like root's ('count')"
+        ),
+    )

@@ -22,6 +22,15 @@ COMM_MAX = 15
 DELETED = " (deleted)"
 
 
+def system_uid(uid: int) -> bool:
+    """Whether ``uid`` is root's or a system account's: Debian Policy 9.2.2 reserves 0-999 and 60000-64999.
+
+    Everything else belongs to people: 1000-59999 and past 65535 are ordinary accounts
+    (and a rootless container's users, mapped from subuid ranges), and 65534 is ``nobody``.
+    """
+    return uid < 1000 or 60000 <= uid < 65000
+
+
 class StatusError(ValueError):
     """A /proc/PID/status file without the documented Name, State or Uid lines."""
 

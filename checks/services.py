@@ -27,7 +27,7 @@ from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, JudgeContext, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.settingsview import updated
 
-from .procs import DELETED, Process, StatusError, read_processes
+from .procs import DELETED, Process, StatusError, read_processes, system_uid
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext
@@ -95,7 +95,7 @@ def _system_uid(account: str) -> Optional[int]:
     """The uid of a built-in account, when it is a system account on this node.
 
     Debian Policy 9.2.2 reserves uids 0-999 and 60000-64999 for system accounts
-    (Debian's slurm is 64030). A person's account that happens to be called
+    (``procs.system_uid``; Debian's slurm is 64030). A person's account that happens to be called
     "munge" (say, from a directory service on a node without the package) has a
     uid outside both ranges and does not count.
     """
@@ -105,7 +105,7 @@ def _system_uid(account: str) -> Optional[int]:
         uid = pwd.getpwnam(account).pw_uid
     except KeyError:
         return None
-    return uid if uid < 1000 or 60000 <= uid < 65000 else None
+    return uid if system_uid(uid) else None
 
 
 def _configured_accounts(entries: Iterable[Union[int, str]]) -> tuple[dict[int, str], list[str]]:

@@ -16,7 +16,8 @@ what it holds, and so can a reader of the wrong /proc file. This module reads on
 - ``status`` of the threads found in D state, for their context switch counts
   (``voluntary_ctxt_switches``, ``nonvoluntary_ctxt_switches``), which stay still while a
   task sleeps without waking: the kernel's own hung-task detector (kernel/hung_task.c)
-  uses the same sum.
+  uses the same sum; and for the thread's uids (``Uid:`` real, effective, saved,
+  filesystem: credentials are each thread's own), which say whose it is.
 
 It never reads ``cmdline``, ``environ``, ``maps`` or ``smaps`` (they take the task's
 mmap lock, held by a task stuck in a page fault on a hung mount), ``stack`` (root only,
@@ -62,25 +63,38 @@ def parse_stat(text: str) -> TaskStat:
     return TaskStat(int(head), name, fields[0], int(fields[19]), int(fields[17]))
 
 
-def parse_switches(text: str) -> Optional[int]:
-    """The sum of voluntary and non-voluntary context switches in a status file, None without both lines."""
-    counts: dict[str, int] = {}
+def _status_lines(text: str, keys: tuple[str, ...]) -> dict[str, str]:
+    """The first value of each of ``keys`` in a status file (``Key:\tvalue`` lines, proc(5))."""
+    found: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
-        if sep and key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches") and value.strip().isdigit():
-            counts.setdefault(key, int(value.strip()))
-    return sum(counts.values()) if len(counts) == 2 else None
+        if sep and key in keys:
+            found.setdefault(key, value.strip())
+    return found
+
+
+def parse_switches(text: str) -> Optional[int]:
+    """The sum of voluntary and non-voluntary context switches in a status file, None without both lines."""
+    counts = _status_lines(text, ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")).values()
+    return sum(int(count) for count in counts) if len(counts) == 2 and all(c.isdigit() for c in counts) else None
+
+
+def parse_uids(text: str) -> Optional[tuple[int, ...]]:
+    """The four uids of a status file's ``Uid:`` line (real, effective, saved, filesystem), None without it."""
+    uids = _status_lines(text, ("Uid",)).get("Uid", "").split()
+    return tuple(int(uid) for uid in uids) if len(uids) == 4 and all(uid.isdigit() for uid in uids) else None
 
 
 @dataclass(frozen=True)
 class StuckCandidate:
-    """A thread found in D state: its stat fields, its process, and its context switch count when readable."""
+    """A thread found in D state: its stat fields, its process, and its context switch count and uids when readable."""
 
     tid: int
     pid: int
     name: str
     start_ticks: int
     switches: Optional[int]
+    uids: Optional[tuple[int, ...]] = None
 
     @property
     def key(self) -> str:
@@ -148,7 +162,10 @@ def read_d_state(procfs: Path) -> list[StuckCandidate]:
         for directory, thread in _threads(process, stat):
             if thread.state != "D":
                 continue
-            status = _read_small(f"{directory}/status")
-            switches = parse_switches(status) if status is not None else None
-            found.append(StuckCandidate(thread.pid, int(name), thread.name, thread.start_ticks, switches))
+            status = _read_small(f"{directory}/status") or ""
+            found.append(
+                StuckCandidate(
+                    thread.pid, int(name), thread.name, thread.start_ticks, parse_switches(status), parse_uids(status)
+                )
+            )
     return found

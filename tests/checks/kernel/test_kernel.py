@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -10,6 +15,7 @@ import pytest
 from healthd_testkit.checks import FixtureNode
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
+from healthd_testkit.waiting import wait_for
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,9 +85,30 @@ def test_d_state_tasks_are_stuck_only_after_stuck_after_without_a_switch(node: N
     node.clock.now += 599
     assert not [f for f in node.run(kmsg=HEALTHY) if f.code == "D_STATE_STUCK"]
     node.clock.now += 1
-    (stuck,) = [f for f in node.run(kmsg=HEALTHY) if f.code == "D_STATE_STUCK"]
+    (stuck,) = [f for f in node.run(kmsg=HEALTHY, user_tasks="count") if f.code == "D_STATE_STUCK"]
     assert (stuck.status, stuck.details["count"], stuck.details["tids"]) == (Status.WARNING, 2, "4107,4300")
     assert "pt_data_worker[4107]" in stuck.message and "dd[4300]" in stuck.message
+
+
+def test_a_users_stuck_task_is_a_note_and_roots_is_acted_on(node: Node) -> None:
+    # pt_data_worker is uid 1001's (a job's thread), dd root's: only root's drains by default.
+    node.run(kmsg=HEALTHY)
+    node.clock.now += 600
+    found = {f.code: f for f in node.run(kmsg=HEALTHY) if f.code.startswith("D_STATE")}
+    stuck, users = found["D_STATE_STUCK"], found["D_STATE_USER_TASKS"]
+    assert (stuck.status, stuck.subject, stuck.details["count"], stuck.details["tids"]) == (
+        Status.WARNING,
+        "d_state",
+        1,
+        "4300",
+    )
+    assert (users.status, users.subject, users.details["count"], users.details["tids"]) == (
+        Status.OK,
+        "d_state_user",
+        1,
+        "4107",
+    )
+    assert "pt_data_worker[4107]" in users.message and "not acted on" in users.message
 
 
 def test_a_task_that_switched_starts_over(node: Node) -> None:
@@ -90,7 +117,8 @@ def test_a_task_that_switched_starts_over(node: Node) -> None:
     for status in (node.procfs / "4300/task/4300/status", node.procfs / "4300/status"):
         status.write_text(status.read_text().replace("voluntary_ctxt_switches:\t88", "voluntary_ctxt_switches:\t89"))
     node.clock.now += 600
-    (stuck,) = [f for f in node.run(kmsg=HEALTHY, stuck_severity="CRITICAL") if f.code == "D_STATE_STUCK"]
+    found = node.run(kmsg=HEALTHY, stuck_severity="CRITICAL", user_tasks="count")
+    (stuck,) = [f for f in found if f.code == "D_STATE_STUCK"]
     assert (stuck.status, stuck.details["tids"]) == (Status.CRITICAL, "4107")
 
 
@@ -127,13 +155,16 @@ def test_reader_finds_d_threads_and_is_not_fooled_by_names() -> None:
     ]
 
 
-def _process(procfs: Path, pid: int, state: str, threads: dict[int, str]) -> None:
-    """A process whose leader is in ``state``, with ``threads`` (tid -> state) under task/ when there are any."""
+def _process(procfs: Path, pid: int, state: str, threads: dict[int, str], uids: str = "") -> None:
+    """A process whose leader is in ``state``, with ``threads`` (tid -> state) under task/ when there are any.
+
+    ``uids`` is the status file's ``Uid:`` line (real, effective, saved, filesystem); none by default.
+    """
 
     def stat(tid: int, state: str) -> str:
         return f"{tid} (t{tid}) {state} 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 {len(threads)} 0 {tid + 5} 0 0 0\n"
 
-    status = "voluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t1\n"
+    status = f"Uid:\t{uids}\n" * bool(uids) + "voluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t1\n"
     (procfs / str(pid)).mkdir(parents=True)
     (procfs / str(pid) / "stat").write_text(stat(pid, state))
     (procfs / str(pid) / "status").write_text(status)
@@ -154,6 +185,40 @@ def test_reader_reaches_every_thread_of_a_process_of_several_or_with_its_leader_
         (21, 20, "t21", 26, 6),
         (30, 30, "t30", 35, 6),
     ]
+
+
+# Whose a task is, by its four uids (real, effective, saved, filesystem): acted on when all are
+# root's or system accounts' (Debian Policy 9.2.2: 0-999, 60000-64999), noted otherwise.
+OWNERS = {
+    50: ("0\t0\t0\t0", "acted"),  # root
+    51: ("64030\t64030\t64030\t64030", "acted"),  # Debian's slurm account
+    52: ("", "acted"),  # no Uid line to read: counted as before
+    60: ("1001\t1001\t1001\t1001", "noted"),  # a person
+    61: ("65534\t65534\t65534\t65534", "noted"),  # nobody
+    62: ("1001\t0\t0\t0", "noted"),  # a setuid-root program a user ran
+    63: ("0\t1001\t0\t1001", "noted"),  # a root daemon acting for a user (seteuid)
+    64: ("100000\t100000\t100000\t100000", "noted"),  # root of a rootless container
+}
+
+
+def test_who_owns_a_stuck_task_decides_whether_it_is_acted_on(tmp_path: Path) -> None:
+    procfs = tmp_path / "proc"
+    for pid, (uids, _) in OWNERS.items():
+        _process(procfs, pid, "D", {pid: "D"}, uids)
+    shutil.copytree(STUCK / "sys", procfs / "sys")
+    node = FixtureNode(tmp_path, Clock())
+
+    def tids(**settings: Any) -> dict[str, set[int]]:
+        found = node.passes(CHECK, KernelSettings(source="kmsg", **settings), procfs=procfs, kmsg=HEALTHY)
+        return {f.code: {int(tid) for tid in str(f.details["tids"]).split(",")} for f in found}
+
+    assert tids() == {}
+    node.clock.now += 600
+    assert tids() == {
+        "D_STATE_STUCK": {pid for pid, (_, grade) in OWNERS.items() if grade == "acted"},
+        "D_STATE_USER_TASKS": {pid for pid, (_, grade) in OWNERS.items() if grade == "noted"},
+    }
+    assert tids(user_tasks="count") == {"D_STATE_STUCK": set(OWNERS)}
 
 
 def test_reader_names_the_stat_file_with_a_bad_thread_count(tmp_path: Path) -> None:
@@ -218,3 +283,53 @@ def test_cli_on_the_stuck_fixture(check_outcome: Callable[[str, str], tuple[str,
 def test_a_task_name_heading_a_kernel_line_never_reads_as_a_watchdog_report(comm: str, then: str, rest: str) -> None:
     # The kernel puts a task's name (15 characters at most) first in some lines, then "[pid]" or " (pid)".
     assert match_line(f"{comm}{then}{rest}", PATTERNS) is None
+
+
+# A task any user can park in D: a parent in vfork(2) whose child never execs waits for it
+# killable (kernel/fork.c, wait_for_vfork_done), which /proc shows as D. The child pauses on
+# in the parent's memory, so the parent never returns from vfork; only a kill ends them.
+VFORK = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None)
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)
+libc.prctl(15, b"vfork-parent", 0, 0, 0)
+if libc.vfork() == 0:
+    libc.pause()
+"""
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        return handle.read().rpartition(") ")[2][:1]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("account", "code"), [("nobody", "D_STATE_USER_TASKS"), ("root", "D_STATE_STUCK")])
+def test_a_real_task_parked_in_vfork_drains_only_when_roots(tmp_path: Path, account: str, code: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("running a process as nobody needs root")
+    owner = pwd.getpwnam(account)
+    parent = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", VFORK, str(owner.pw_uid), str(owner.pw_gid)],
+        cwd="/",
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: _state(parent.pid) == "D", timeout=10, what=f"{account}'s vfork parent in D")
+        node = FixtureNode(tmp_path, Clock())
+        settings = KernelSettings(source="kmsg")
+        node.passes(CHECK, settings, procfs=Path("/proc"), kmsg=HEALTHY)
+        node.clock.now += settings.stuck_after
+        found = {f.code: f for f in node.passes(CHECK, settings, procfs=Path("/proc"), kmsg=HEALTHY)}
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+    # The machine's own D tasks may show too: only where this one is listed matters.
+    listed = {name: str(f.details["tids"]).split(",") for name, f in found.items() if name.startswith("D_STATE")}
+    assert str(parent.pid) in listed[code]
+    assert [name for name, tids in listed.items() if str(parent.pid) in tids] == [code]
+    assert found[code].status is (Status.OK if account == "nobody" else Status.WARNING)
