@@ -50,9 +50,14 @@ class Hung:
 
 @dataclass(frozen=True)
 class Failed:
-    """The probe returned but could not read the filesystem."""
+    """The probe returned but could not read the filesystem: why, and statvfs's errno when it gave one.
+
+    ``errno`` is None when the probe itself failed (no ``stat`` program, a child that died
+    or printed something else), not the filesystem.
+    """
 
     message: str
+    errno: Optional[int] = None
 
 
 ProbeOutcome = Union[Usage, Hung, Failed]
@@ -101,14 +106,14 @@ class _Running:
 # The child that probes several mounts at once: one thread per mount, so a hung one
 # blocks only its own thread and every other mount still answers within the deadline.
 # Each line is "INDEX TOTAL AVAIL FRSIZE INODES FREE_INODES" (the numbers of _FORMAT) or
-# "INDEX ! ERROR"; one os.write per line, under PIPE_BUF, so lines never interleave.
+# "INDEX ! ERRNO ERROR"; one os.write per line, under PIPE_BUF, so lines never interleave.
 _MANY = """import os, sys, threading
 def probe(i, p):
     try:
         s = os.statvfs(p)
         line = "%d %d %d %d %d %d" % (i, s.f_blocks, s.f_bavail, s.f_frsize, s.f_files, s.f_ffree)
     except OSError as e:
-        line = "%d ! %s" % (i, (e.strerror or str(e))[:200].replace("\\n", " "))
+        line = "%d ! %d %s" % (i, e.errno or 0, (e.strerror or str(e))[:200].replace("\\n", " "))
     os.write(1, (line + "\\n").encode("utf-8", "replace"))
 threads = [threading.Thread(target=probe, args=(i, p)) for i, p in enumerate(sys.argv[1:])]
 for t in threads:
@@ -143,6 +148,29 @@ def _read_until(process: subprocess.Popen[bytes], deadline: float) -> tuple[byte
             chunks.append(chunk)
 
 
+def _failed(line: str) -> Failed:
+    """A threaded child's ``ERRNO ERROR`` (after ``INDEX ! ``); errno 0 or none is the probe's own failure."""
+    number, _, message = line.partition(" ")
+    return Failed(message, int(number) or None) if number.isdigit() else Failed(line)
+
+
+def stat_failed(stderr: str) -> Failed:
+    """A failed ``stat --file-system``, its errno read back from the message coreutils ends with.
+
+    coreutils' stat reports ``PROGRAM: cannot read file system information for 'PATH': MESSAGE``
+    (stat.c, ``do_statfs``), MESSAGE being strerror(errno) in the C locale the child runs in
+    (``LC_ALL=C``); this process's strerror gives the same C-locale text (Python sets no
+    LC_MESSAGES). Any other message is the probe's own failure.
+    """
+    import errno
+
+    if ": cannot read file system information for " not in stderr:
+        return Failed(stderr)
+    message = stderr.rpartition(": ")[2].strip()
+    codes = {os.strerror(number): number for number in errno.errorcode}
+    return Failed(stderr, codes.get(message))
+
+
 def _answers(output: bytes, count: int) -> dict[int, ProbeOutcome]:
     """The outcomes in the child's complete lines, by index."""
     answers: dict[int, ProbeOutcome] = {}
@@ -151,7 +179,7 @@ def _answers(output: bytes, count: int) -> dict[int, ProbeOutcome]:
         if not index.isdigit() or int(index) >= count:
             continue
         if rest.startswith("! "):
-            answers[int(index)] = Failed(rest[2:])
+            answers[int(index)] = _failed(rest[2:])
             continue
         try:
             answers[int(index)] = parse_stat_output(rest)
@@ -227,7 +255,9 @@ class ProbeTable:
             process.wait()
             error = _close(process)
             for index, path in enumerate(todo):
-                outcomes[path] = answers.get(index) or Failed(error or f"the probe exited {process.returncode}")
+                # A single mount's stat prints no line when it fails: its message is on stderr.
+                failed = stat_failed(error) if error else Failed(f"the probe exited {process.returncode}")
+                outcomes[path] = answers.get(index) or failed
             return outcomes
         # SIGKILL ends it as soon as the kernel lets every thread go; until then it is on record
         # as the stuck probe of each mount that did not answer, so none of them is probed again.

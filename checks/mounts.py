@@ -4,14 +4,17 @@ Presence, type, source and rw/ro come from mountinfo without touching the
 filesystems: PID 1's by default, because the systemd unit's sandbox (ProtectSystem)
 gives healthd's own namespace read-only views that are not the node's truth. Free
 space and inodes need statvfs, which hangs on a dead network mount, so they come
-from one ``fsprobe`` child process under a deadline. Missing or hung mounts are
-CRITICAL: the source paper lists missing mounts among the high-severity failures
-that take a node out at once. ``gather`` reads mountinfo and runs the probes;
+from one ``fsprobe`` child process under a deadline. Missing, hung or broken
+mounts (statvfs failing as a dead client does: ``BROKEN_ERRNOS``) are CRITICAL:
+the source paper lists missing mounts among the high-severity failures that take
+a node out at once. ``gather`` reads mountinfo and runs the probes;
 ``judge`` compares what they saw with ``[checks.mounts] expect``.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
@@ -47,6 +50,16 @@ class MountsObservation:
     stuck: Optional[StuckProbes] = None
     previous: Mapping[str, Any] = field(default_factory=dict)
 
+
+# What statvfs says of a mount whose filesystem is gone while it stays mounted: as good as
+# hung for the jobs that use it, so graded like MOUNT_HUNG. ENOTCONN: a FUSE client whose
+# server died ("Transport endpoint is not connected", fs/fuse/dev.c); ESTALE: an NFS file
+# handle the server no longer knows (nfs(5)); EIO: a Lustre client evicted by its servers,
+# an NFS soft mount past its retries; ETIMEDOUT: an NFS mount with ``softerr`` past them
+# (nfs(5)); EHOSTDOWN: a CIFS or Ceph client that lost its server; ENODEV: the device under
+# the mount went away. A refusal (EACCES, EPERM) or the probe's own failure says nothing of
+# the filesystem, and stays UNKNOWN.
+BROKEN_ERRNOS = frozenset({errno.ENOTCONN, errno.ESTALE, errno.EIO, errno.ETIMEDOUT, errno.EHOSTDOWN, errno.ENODEV})
 
 # The mount's attributes a spec may pin: (attribute, finding code, how a wrong one reads).
 _EXPECTED_ATTRIBUTES = (("fstype", "MOUNT_WRONG_TYPE", "is"), ("source", "MOUNT_WRONG_SOURCE", "is mounted from"))
@@ -105,6 +118,15 @@ def _usage_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeO
             f"{path} is hung: {how} after {outcome.stuck_seconds:.1f}s",
             probe_pid=outcome.pid,
             stuck_seconds=round(outcome.stuck_seconds, 3),
+        )
+    elif isinstance(outcome, Failed) and outcome.errno in BROKEN_ERRNOS:
+        name = errno.errorcode[outcome.errno]
+        yield jc.finding(
+            Status.CRITICAL,
+            "MOUNT_BROKEN",
+            path,
+            f"{path} is broken: statvfs failed with {name} ({os.strerror(outcome.errno)})",
+            errno=name,
         )
     elif isinstance(outcome, Failed):
         yield jc.finding(Status.UNKNOWN, "MOUNT_PROBE_FAILED", path, f"cannot read usage of {path}: {outcome.message}")

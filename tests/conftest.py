@@ -215,13 +215,17 @@ def stat_probes() -> Callable[[str], list[int]]:
 
 
 @contextlib.contextmanager
-def _hangfs() -> Iterator[str]:
-    """A real FUSE mount (tests/healthd_testkit/hangfs.py) whose getattr and statfs never return."""
+def _hangfs(dead: bool = False) -> Iterator[str]:
+    """A real FUSE mount (tests/healthd_testkit/hangfs.py) whose getattr and statfs never return.
+
+    ``dead``: its server is killed before the mount is handed over, as a FUSE client that
+    crashed: the mount stays, and every request on it fails with ENOTCONN.
+    """
     reason = _fuse_skip_reason()
     if reason:
-        print(f"skipping the FUSE hung-mount test: {reason}")
+        print(f"skipping the FUSE mount test: {reason}")
         pytest.skip(reason)
-    mnt = tempfile.mkdtemp(prefix="healthd-hung-")
+    mnt = tempfile.mkdtemp(prefix="healthd-dead-" if dead else "healthd-hung-")
     server = subprocess.Popen([sys.executable, str(HANGFS), mnt], start_new_session=True)
     try:
         deadline = time.monotonic() + 15
@@ -229,10 +233,16 @@ def _hangfs() -> Iterator[str]:
             if server.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"FUSE server did not mount {mnt} (exit {server.poll()})")
             time.sleep(0.05)
+        if dead:
+            # SIGKILL, not SIGTERM: libfuse unmounts on a signal it can catch.
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+            assert _mounted(mnt), f"{mnt} was unmounted when its server was killed"
         yield mnt
     finally:
         # Killing the server fails every blocked request with ENOTCONN, which frees stuck probes and threads.
-        os.killpg(server.pid, signal.SIGKILL)
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
         server.wait()
         subprocess.run(["umount", "-l", mnt], check=False, capture_output=True)
         deadline = time.monotonic() + 10
@@ -245,6 +255,13 @@ def _hangfs() -> Iterator[str]:
 def hung_mount() -> Iterator[str]:
     """A real FUSE mount whose getattr and statfs never return."""
     with _hangfs() as mnt:
+        yield mnt
+
+
+@pytest.fixture
+def dead_mount() -> Iterator[str]:
+    """A real FUSE mount whose server has been killed: mounted still, every access fails with ENOTCONN."""
+    with _hangfs(dead=True) as mnt:
         yield mnt
 
 
@@ -310,6 +327,7 @@ SLOW_FIXTURES = frozenset(
         "healthd_on",
         "hung_mount",
         "hung_mounts",
+        "dead_mount",
         "tmpfs",
         "intruder",
         "user",

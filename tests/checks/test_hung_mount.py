@@ -1,4 +1,4 @@
-"""A real hung filesystem: a FUSE mount whose getattr and statfs never return."""
+"""Real hung and dead filesystems: a FUSE mount whose getattr and statfs never return, and one whose server died."""
 
 from __future__ import annotations
 
@@ -76,3 +76,16 @@ def test_two_hung_mounts_and_healthy_ones_in_one_pass_cost_one_probe_process(
     assert set(stat_probes(first)) <= pids and set(stat_probes(second)) <= pids
     if stat_probes(first):
         assert {f["details"]["probe_pid"] for f in hung.values()} == pids
+
+
+def test_a_mount_whose_server_died_is_critical_broken(dead_mount: str, write_config: Callable[[str], Path]) -> None:
+    # A crashed FUSE client: still in mountinfo, and statvfs fails at once with ENOTCONN.
+    for include_root in ("false", "true"):  # one mount (stat) and several (the threaded child)
+        config = write_config(
+            f'[checks.mounts]\nexpect = [{{ path = "{dead_mount}" }}]\n'
+            f"include_root = {include_root}\ntimeout = 10\nprobe_timeout = {PROBE_TIMEOUT}\n"
+        )
+        code, doc = _pass(config)
+        (finding,) = doc["checks"][0]["findings"]
+        assert code == 2 and (finding["status"], finding["code"]) == ("CRITICAL", "MOUNT_BROKEN")
+        assert finding["subject"] == dead_mount and finding["details"]["errno"] == "ENOTCONN"

@@ -1,7 +1,18 @@
+"""The mounts check: presence, type, source and rw from mountinfo; space, inodes, hung and broken mounts from probes."""
+
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
+
+import pytest
+
+from healthd.plugin import JudgeContext
+from healthd_checks.fsprobe import Failed, ProbeOutcome, ProbeTable, stat_failed
+from healthd_checks.mounts import MountsObservation, judge
+from healthd_checks.mounts_settings import MountsSettings
 
 FIXTURE_PROC = "procfs/gpu-node"
 
@@ -78,3 +89,42 @@ def test_real_full_filesystem_warns(
     (result,) = [c for c in doc["checks"] if c["name"] == "mounts"]
     space = next(f for f in result["findings"] if f["code"] == "MOUNT_SPACE_LOW")
     assert 0 <= space["details"]["free_percent"] < 10
+
+
+# Errnos of a filesystem that is gone while still mounted: a dead client (docs: README, `mounts`).
+BROKEN = ("ENOTCONN", "ESTALE", "EIO", "ETIMEDOUT", "EHOSTDOWN", "ENODEV")
+
+
+def _judged(outcome: ProbeOutcome) -> list[tuple[str, str, Any]]:
+    observed = MountsObservation(Path("/proc/1/mountinfo"), outcomes=(("/scratch", outcome),))
+    verdict = judge(observed, JudgeContext("mounts", MountsSettings(), 1e9))
+    return [(f.status.name, f.code, f.details.get("errno")) for f in verdict.findings]
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_a_dead_clients_errno_is_a_broken_mount(name: str) -> None:
+    assert _judged(Failed("lost", getattr(errno, name))) == [("CRITICAL", "MOUNT_BROKEN", name)]
+
+
+@pytest.mark.parametrize("number", [errno.EACCES, errno.EPERM, errno.ENOENT, None])
+def test_a_refusal_or_the_probes_own_failure_stays_unknown(number: Optional[int]) -> None:
+    assert _judged(Failed("no", number)) == [("UNKNOWN", "MOUNT_PROBE_FAILED", None)]
+
+
+def test_both_probes_report_the_errno(tmp_path: Path) -> None:
+    # One path: stat's message on stderr; several: the threaded child's line. Absent paths give
+    # ENOENT, whatever their names say.
+    absent = [str(tmp_path / "gone: Input/output error"), str(tmp_path / "also gone")]
+    alone = ProbeTable().probe_all(absent[:1], 10, {})
+    together = ProbeTable().probe_all(absent, 10, {})
+    for outcome in (alone[absent[0]], *together.values()):
+        assert isinstance(outcome, Failed) and outcome.errno == errno.ENOENT, outcome
+
+
+def test_stat_messages_are_read_back_to_their_errno() -> None:
+    for name in BROKEN:
+        message = f"/usr/bin/stat: cannot read file system information for '/x': {os.strerror(getattr(errno, name))}"
+        assert stat_failed(message).errno == getattr(errno, name)
+    # A message that is not stat's failure to read the filesystem is the probe's own.
+    assert stat_failed("stat: write error: Input/output error").errno is None
+    assert stat_failed("/usr/bin/stat: cannot read file system information for '/x': gibberish").errno is None
