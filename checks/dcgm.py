@@ -5,13 +5,15 @@ it runs only in an active pass, on a node Slurm reports idle and drained
 (docs/active.md), never in the ordinary passes. ``gather`` runs dcgmi by the
 absolute path in ``dcgmi`` under ``run_timeout`` (``program``: trusted, bounded, a
 hung one never doubled) and, when a test failed, runs it again up to ``retries``
-times: a diagnostic can fail once on a transient (a clock that had not settled);
-only a failure that every run repeats counts. ``judge`` grades the results
-(``dcgm_parse``):
+times: a diagnostic can fail once on a transient (a clock that had not settled).
+A failure is forgiven only when a later run passed that test on that GPU; it
+stops when every failure so far has been, or the retries are spent. ``judge``
+grades the results (``dcgm_parse``):
 
-- Fail, repeated in every run: WARNING ``DCGM_<TEST>_FAILED`` per GPU, so the
-  policy drains the node after jobs (there are none) with the test's own code;
-- Fail that a rerun did not repeat: OK note ``DCGM_<TEST>_RECOVERED``;
+- Fail with no passing run after it (the final run's failures among them):
+  WARNING ``DCGM_<TEST>_FAILED`` per GPU, so the policy drains the node after
+  jobs (there are none) with the test's own code;
+- Fail that a later run passed: OK note ``DCGM_<TEST>_RECOVERED``;
 - Warn: OK note ``DCGM_<TEST>_WARN`` (DCGM passes the test; the text is kept);
 - Skip: OK note ``DCGM_<TEST>_SKIPPED`` (the level or the GPU does not run it);
 - a PCIe bandwidth below ``expected[DEVICE_ID].pcie_bandwidth_gbps_min``: WARNING
@@ -26,9 +28,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
-from healthd.model import Finding, Status
+from healthd.model import DetailValue, Finding, Status
 from healthd.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
     from .dcgm_settings import DcgmSettings
 
 SUBJECT = "dcgmi diag"
+# Results that count as the test passing: DCGM passes a test that only warns (DCGM User Guide).
+PASSED = frozenset({"pass", "warn"})
 
 
 @dataclass(frozen=True)
@@ -67,18 +71,33 @@ def run_once(ctx: CheckContext[DcgmSettings]) -> Union[Diagnostic, Unobserved]:
         return Unobserved("DCGM_MALFORMED", SUBJECT, one_line(str(exc), 300))
 
 
+def unrecovered(runs: Sequence[Diagnostic]) -> frozenset[tuple[str, Optional[str]]]:
+    """The (test, GPU) pairs whose last failure no later run passed: the failures that count.
+
+    A pass forgives only the failures before it. A test that fails for the first time
+    in a rerun is not forgiven by the run before it, and one that fails in the final
+    run stays failed: nothing ran it again.
+    """
+    pending: set[tuple[str, Optional[str]]] = set()
+    for run in runs:
+        for result in run.results:
+            if result.status == "fail":
+                pending.add(result.key)
+            elif result.status in PASSED:
+                pending.discard(result.key)
+    return frozenset(pending)
+
+
 def gather(ctx: CheckContext[DcgmSettings]) -> DcgmObservation:
     if not program.present(ctx.settings.dcgmi):
         raise NotApplicable(f"no dcgmi at {ctx.settings.dcgmi}")
     runs: list[Diagnostic] = []
-    failing: Optional[frozenset[tuple[str, Optional[str]]]] = None
     for _ in range(1 + ctx.settings.retries):
         run = run_once(ctx)
         if isinstance(run, Unobserved):
             return DcgmObservation(tuple(runs), run)
         runs.append(run)
-        failing = run.failed() if failing is None else failing & run.failed()
-        if not failing:
+        if not unrecovered(runs):
             break
     return DcgmObservation(tuple(runs))
 
@@ -95,15 +114,24 @@ def _said(result: TestResult) -> str:
     return one_line("; ".join(result.warnings or result.info), 300)
 
 
-def _grade(result: TestResult, repeated: bool, runs: int, jc: JudgeContext[DcgmSettings]) -> Optional[Finding]:
+def _failure(result: TestResult, counts: bool, failed: int, runs: int, jc: JudgeContext[DcgmSettings]) -> Finding:
+    """A test that failed in ``failed`` of ``runs`` runs: WARNING if it ``counts``, else an OK note (passed later)."""
+    code, subject, said = _code(result.test), _subject(result), _said(result)
+    where = f"DCGM {result.test} ({result.category}) failed in {failed} of {runs} runs"
+    details: dict[str, DetailValue] = {"test": result.test, "runs": runs, "failed": failed}
+    if not counts:
+        message = f"{where} and passed when run again"
+        return jc.finding(Status.OK, f"{code}_RECOVERED", subject, message, **details)
+    if failed < runs:
+        where += ", and no run after its last failure passed it"
+    message = f"{where}: {said}" if said else where
+    return jc.finding(Status.WARNING, f"{code}_FAILED", subject, one_line(message), **details)
+
+
+def _note(result: TestResult, jc: JudgeContext[DcgmSettings]) -> Optional[Finding]:
+    """A result of the last run that is not a failure: a note for Warn and Skip, UNKNOWN for a status not known."""
     code, subject, said = _code(result.test), _subject(result), _said(result)
     where = f"DCGM {result.test} ({result.category})"
-    if result.status == "fail" and repeated:
-        message = f"{where} failed in {runs} of {runs} runs: {said}" if said else f"{where} failed in {runs} runs"
-        return jc.finding(Status.WARNING, f"{code}_FAILED", subject, one_line(message), test=result.test, runs=runs)
-    if result.status == "fail":
-        message = f"{where} failed once and passed when run again"
-        return jc.finding(Status.OK, f"{code}_RECOVERED", subject, message, test=result.test, runs=runs)
     if result.status == "warn":
         return jc.finding(Status.OK, f"{code}_WARN", subject, one_line(f"{where} warns: {said}"), test=result.test)
     if result.status == "skip":
@@ -129,18 +157,19 @@ def _bandwidth(result: TestResult, device_id: Optional[str], jc: JudgeContext[Dc
 def judge(observed: DcgmObservation, jc: JudgeContext[DcgmSettings]) -> Verdict:
     if observed.problem is not None:
         return Verdict((observed.problem.finding(jc),))
-    last = observed.runs[-1]
-    repeated = frozenset.intersection(*(run.failed() for run in observed.runs))
+    runs = observed.runs
+    last = runs[-1]
+    counting = unrecovered(runs)
     findings: list[Finding] = []
-    # Each failure once, however many runs had it: it counts only when every run had it.
-    failures = {r.key: r for run in reversed(observed.runs) for r in run.results if r.status == "fail"}
+    # Each failure once, however many runs had it, with the text of its latest failing run.
+    failures = {r.key: r for run in runs for r in run.results if r.status == "fail"}
     for key, result in sorted(failures.items(), key=lambda item: (item[0][0], item[0][1] or "")):
-        graded = _grade(result, key in repeated, len(observed.runs), jc)
-        findings += [graded] if graded is not None else []
+        failed = sum(1 for run in runs if key in run.failed())
+        findings.append(_failure(result, key in counting, failed, len(runs), jc))
     for result in last.results:
         if result.status != "fail":
-            graded = _grade(result, False, len(observed.runs), jc)
-            findings += [graded] if graded is not None else []
+            noted = _note(result, jc)
+            findings += [noted] if noted is not None else []
         findings += _bandwidth(result, last.device_id(result.gpu), jc)
     return Verdict(tuple(findings))
 

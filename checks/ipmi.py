@@ -11,12 +11,14 @@ Grades follow the sensor-specific event offsets of the IPMI 2.0 specification (t
 42-3), as ipmitool prints them: uncorrectable memory errors, processor IERR and thermal
 trips, power-supply failures, fatal bus errors and non-recoverable thresholds are
 CRITICAL; predictive failures, correctable-ECC logging limits and critical thresholds are
-WARNING; everything else, and every deassertion, is not reported. A CRITICAL event holds
+WARNING; everything else (non-critical thresholds included), and every deassertion, is not
+reported. A CRITICAL event holds
 until the node reboots, a WARNING for ``window`` seconds. See docs/host.md.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
@@ -33,9 +35,20 @@ if TYPE_CHECKING:
     from .ipmi_settings import IpmiSettings
 
 
-# Descriptions ipmitool prints for sensor-specific offsets (IPMI 2.0 table 42-3) and threshold
-# crossings (table 42-2), lower-cased, with their grade. The first that the description
-# contains decides.
+# Threshold crossings (IPMI 2.0 table 42-2, event type 01h) as ipmitool's threshold event table
+# prints them: "Upper Critical going high", "Lower Non-recoverable going low". Matched as whole
+# words, never as a substring: "Upper Non-critical going high" contains "critical going". A
+# non-critical threshold is the BMC's early notice, set well inside the part's operating range:
+# not a fault, so not reported (docs/host.md).
+THRESHOLD = re.compile(r"\b(?:lower|upper) (non-critical|critical|non-recoverable) going (?:low|high)\b")
+THRESHOLD_GRADES: Mapping[str, Optional[Status]] = {
+    "non-recoverable": Status.CRITICAL,
+    "critical": Status.WARNING,
+    "non-critical": None,
+}
+
+# Descriptions ipmitool prints for sensor-specific offsets (IPMI 2.0 table 42-3), lower-cased,
+# with their grade. The first that the description contains decides.
 GRADES: tuple[tuple[str, Status], ...] = (
     ("uncorrectable ecc", Status.CRITICAL),
     ("uncorrectable machine check", Status.CRITICAL),
@@ -48,13 +61,11 @@ GRADES: tuple[tuple[str, Status], ...] = (
     ("pci serr", Status.CRITICAL),
     ("bus fatal error", Status.CRITICAL),
     ("bus uncorrectable error", Status.CRITICAL),
-    ("non-recoverable going", Status.CRITICAL),
     ("parity", Status.CRITICAL),
     ("predictive failure", Status.WARNING),
     ("correctable ecc logging limit reached", Status.WARNING),
     ("pci perr", Status.WARNING),
     ("power supply ac lost", Status.WARNING),
-    ("critical going", Status.WARNING),
 )
 
 
@@ -89,10 +100,13 @@ def parse_sel_line(line: str) -> Optional[SelRecord]:
 
 
 def grade(record: SelRecord) -> Optional[Status]:
-    """The grade of an asserted event by its description (``GRADES``); None for one not reported."""
+    """The grade of an asserted event by its description (``THRESHOLD_GRADES``, ``GRADES``); None: not reported."""
     if not record.asserted:
         return None
     text = record.description.lower()
+    crossing = THRESHOLD.search(text)
+    if crossing is not None:
+        return THRESHOLD_GRADES[crossing.group(1)]
     for needle, status in GRADES:
         if needle in text:
             return status

@@ -1,11 +1,13 @@
 """The ``services`` check: required services are running and required kernel modules are loaded.
 
-Where systemd is PID 1 a unit's state comes from ``systemctl is-active``. Where it
-is not (containers, some appliances, the test machines), it comes from the process
-table under ``[paths].procfs``: a process counts as the service only when its name
-is the daemon's, its real uid is root's or an account the service is known to run
-as (or one in ``process_users``), and, when ``process_exe`` names one, it runs that
-executable. Any user can name a process ``munged``; only those accounts can own one.
+Where systemd is PID 1 a unit's state comes from ``systemctl show`` (``units``): a
+unit being reloaded runs, one that systemd is starting or stopping is read again after
+``transition_wait`` seconds and, if still moving, is UNKNOWN, never dead. Where it is
+not (containers, some appliances, the test machines), it comes from the process table
+under ``[paths].procfs``: a process counts as the service only when its name is the
+daemon's, its real uid is root's or an account the service is known to run as (or one
+in ``process_users``), and, when ``process_exe`` names one, it runs that executable.
+Any user can name a process ``munged``; only those accounts can own one.
 
 A service that is not running is CRITICAL by default: a node without slurmd or
 munge cannot run jobs, and one without nvidia-persistenced or fabricmanager runs
@@ -17,7 +19,7 @@ reads the process table and /proc/modules; ``judge`` compares that with
 from __future__ import annotations
 
 import os
-import subprocess
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Union
@@ -28,6 +30,7 @@ from healthd.plugin import CheckSpec, JudgeContext, NotApplicable, Staged, Unobs
 from healthd.settingsview import updated
 
 from .procs import DELETED, Process, StatusError, read_processes, system_uid
+from .units import RESTART_WAIT, Condition, UnitState, read_units
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext
@@ -248,28 +251,9 @@ def _normalise_module(name: str) -> str:
     return name.replace("-", "_")
 
 
-def _unit(name: str) -> str:
-    return name if "." in name else f"{name}.service"
-
-
 def systemd_is_pid1() -> bool:
     # sd_booted(3): systemd is the init system exactly when this directory exists.
     return os.path.isdir("/run/systemd/system")
-
-
-def _systemd_states(units: list[str], timeout: float) -> dict[str, str]:
-    systemctl = locate("systemctl")
-    out = subprocess.run(
-        [systemctl, "is-active", "--", *(_unit(u) for u in units)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    ).stdout.split()
-    if len(out) != len(units):
-        raise RuntimeError(f"systemctl is-active returned {len(out)} states for {len(units)} units")
-    return dict(zip(units, out))
 
 
 def _grade(settings: ServicesSettings, service: str) -> Status:
@@ -280,15 +264,18 @@ def _grade(settings: ServicesSettings, service: str) -> Status:
 class ServicesObservation:
     """What systemd or the process table says of the services, and which modules are loaded.
 
-    ``systemd`` holds each unit's ``is-active`` state when systemd was asked;
-    otherwise ``rules`` says what counts as each service in ``processes``.
+    ``systemd`` holds each unit's states when systemd was asked, ``reread_after`` the
+    seconds waited before the units that were moving were read again (None: they were
+    not); otherwise ``rules`` says what counts as each service in ``processes``.
+    ``services_problem`` says why neither could be read.
     """
 
-    systemd: Optional[Mapping[str, str]] = None
+    systemd: Optional[tuple[UnitState, ...]] = None
+    reread_after: Optional[float] = None
     processes: tuple[Process, ...] = ()
     rules: Mapping[str, ProcessRule] = field(default_factory=dict)
     unknown_accounts: tuple[str, ...] = ()
-    processes_problem: Optional[Unobserved] = None
+    services_problem: Optional[Unobserved] = None
     modules: frozenset[str] = frozenset()
     modules_problem: Optional[Unobserved] = None
 
@@ -299,13 +286,43 @@ def _gather_processes(ctx: CheckContext[ServicesSettings]) -> ServicesObservatio
         processes = read_processes(procfs)
     except OSError as exc:
         return ServicesObservation(
-            processes_problem=Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
+            services_problem=Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
         )
     except StatusError as exc:
-        return ServicesObservation(processes_problem=Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc)))
+        return ServicesObservation(services_problem=Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc)))
     configured, unknown = _configured_accounts(ctx.settings.process_users)
     rules = {service: service_rule(service, ctx.settings, configured) for service in ctx.settings.expect}
     return ServicesObservation(processes=tuple(processes), rules=rules, unknown_accounts=tuple(unknown))
+
+
+def _gather_systemd(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
+    """Every unit's states, the moving ones read once more after ``transition_wait``, within the check's timeout.
+
+    A restart (deactivating, then activating) or a slow start lasts seconds; a second
+    look sees most of them through. Two reads of ``timeout / 4`` and the wait must end
+    before the check's deadline, with a tenth of it to spare.
+    """
+    settings = ctx.settings
+    started = time.monotonic()
+    try:
+        systemctl = str(settings.systemctl) if settings.systemctl is not None else locate("systemctl")
+    except FileNotFoundError as exc:
+        return ServicesObservation(services_problem=Unobserved("SYSTEMCTL_FAILED", "systemctl", str(exc)))
+    read_timeout = settings.timeout / 4
+    states = read_units(ctx.memory, systemctl, settings.expect, read_timeout)
+    if isinstance(states, Unobserved):
+        return ServicesObservation(services_problem=states)
+    moving = [state.unit for state in states if state.condition is Condition.MOVING]
+    left = settings.timeout * 0.9 - read_timeout - (time.monotonic() - started)
+    if not moving or left < settings.transition_wait:
+        return ServicesObservation(systemd=states)
+    time.sleep(settings.transition_wait)
+    again = read_units(ctx.memory, systemctl, moving, read_timeout)
+    if isinstance(again, Unobserved):
+        return ServicesObservation(services_problem=again)
+    later = iter(again)
+    merged = tuple(next(later) if state.condition is Condition.MOVING else state for state in states)
+    return ServicesObservation(systemd=merged, reread_after=settings.transition_wait)
 
 
 def _gather_services(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
@@ -313,7 +330,7 @@ def _gather_services(ctx: CheckContext[ServicesSettings]) -> ServicesObservation
     if not settings.expect:
         return ServicesObservation()
     if settings.manager == "systemd" or (settings.manager == "auto" and systemd_is_pid1()):
-        return ServicesObservation(systemd=_systemd_states(settings.expect, max(1.0, settings.timeout / 2)))
+        return _gather_systemd(ctx)
     return _gather_processes(ctx)
 
 
@@ -331,18 +348,43 @@ def gather(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
     return replace(observed, modules=loaded)
 
 
+def _unit_finding(
+    state: UnitState, reread_after: Optional[float], jc: JudgeContext[ServicesSettings]
+) -> Optional[Finding]:
+    """None for a unit whose daemon runs; its severity for one that does not; UNKNOWN for one still moving."""
+    condition = state.condition
+    if condition is Condition.RUNNING:
+        return None
+    name, described = state.unit, state.described
+    details = {"state": state.active, "substate": state.sub, "unit": state.id, "source": "systemd"}
+    if condition is Condition.MOVING:
+        # Being started or stopped: a restart or reload by configuration management lands on every
+        # node at once, and taking them all out for it would requeue a fleet's jobs.
+        when = f"still {described} after {reread_after:g}s" if reread_after is not None else described
+        message = f"{name} is {when}: systemd is starting or stopping it; whether it will run is not known yet"
+        return jc.finding(Status.UNKNOWN, "SERVICE_IN_TRANSITION", name, message, **details)
+    if not state.installed:
+        code, message = "SERVICE_NOT_FOUND", f"{name} is not installed: systemd has no unit {state.id} (per systemd)"
+    elif state.active == "failed":
+        code, message = "SERVICE_FAILED", f"{name} is {described} (per systemd)"
+    elif state.sub in RESTART_WAIT:
+        code = "SERVICE_INACTIVE"
+        message = f"{name} is not running: it exited and systemd waits to restart it, {described} (per systemd)"
+    else:
+        code, message = "SERVICE_INACTIVE", f"{name} is {described} (per systemd)"
+    return jc.finding(_grade(jc.settings, name), code, name, message, **details)
+
+
 def _service_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
     settings = jc.settings
-    if observed.systemd is not None:
-        for service, state in observed.systemd.items():
-            if state == "active":
-                continue
-            code = "SERVICE_FAILED" if state == "failed" else "SERVICE_INACTIVE"
-            message = f"{service} is {state} (per systemd)"
-            yield jc.finding(_grade(settings, service), code, service, message, state=state, source="systemd")
+    if observed.services_problem is not None:
+        yield observed.services_problem.finding(jc)
         return
-    if observed.processes_problem is not None:
-        yield observed.processes_problem.finding(jc)
+    if observed.systemd is not None:
+        for state in observed.systemd:
+            finding = _unit_finding(state, observed.reread_after, jc)
+            if finding is not None:
+                yield finding
         return
     for service, rule in observed.rules.items():
         sighting = find_service(rule, observed.processes)
@@ -398,12 +440,11 @@ def baseline(ctx: CheckContext[ServicesSettings]) -> dict[str, Any]:
     unobserved = [f for f in verdict.findings if f.status is Status.UNKNOWN]
     if unobserved:
         raise OSError(unobserved[0].message)
-    missing = {(f.code, f.subject) for f in verdict.findings}
+    stopped = {f.subject for f in verdict.findings if f.code.startswith("SERVICE_")}
+    unloaded = {f.subject for f in verdict.findings if f.code == "MODULE_NOT_LOADED"}
     return {
-        "expect": [
-            s for s in candidates if ("SERVICE_INACTIVE", s) not in missing and ("SERVICE_FAILED", s) not in missing
-        ],
-        "expect_kernel_modules": [m for m in modules if ("MODULE_NOT_LOADED", m) not in missing],
+        "expect": [s for s in candidates if s not in stopped],
+        "expect_kernel_modules": [m for m in modules if m not in unloaded],
     }
 
 

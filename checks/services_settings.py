@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import AbsolutePath, CheckSettings
 from healthd.config import moved_from_node
 
 Grade = Literal["WARNING", "CRITICAL"]
@@ -42,6 +42,15 @@ class ServicesSettings(CheckSettings):
         default_factory=dict, description="per service: the executable its process must run (/proc/PID/exe)"
     )
     manager: Literal["auto", "systemd", "process"] = "auto"
+    systemctl: Optional[AbsolutePath] = Field(
+        default=None, description="systemctl, by absolute path (unset: the first in /usr/bin, /bin, /usr/sbin, /sbin)"
+    )
+    transition_wait: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="seconds before a unit that systemd is starting or stopping is read again (within timeout)",
+    )
 
     @field_validator("process_users", mode="before")
     @classmethod

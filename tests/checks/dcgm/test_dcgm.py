@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from pydantic import ValidationError
 
 from healthd.model import Finding, Status
 from healthd.plugin import NotApplicable
-from healthd_checks.dcgm import CHECK
+from healthd_checks.dcgm import CHECK, unrecovered
+from healthd_checks.dcgm_parse import parse_diag
 from healthd_checks.dcgm_settings import DcgmSettings
 
 
@@ -35,7 +37,7 @@ def test_a_failure_every_run_repeats_is_a_warning_with_the_tests_own_code(dcgmi:
     dcgmi.prints("level2-pcie-fail.json", rc=226)  # dcgmi exits non-zero on a failure, and still prints the JSON
     findings = dcgmi.run(level=2)
     assert graded(findings) == {(Status.WARNING, "DCGM_PCIE_FAILED", "GPU 1")}
-    assert findings[0].details == {"test": "PCIe", "runs": 2}
+    assert findings[0].details == {"test": "PCIe", "runs": 2, "failed": 2}
     assert "3.91 GB/s is below the minimum" in findings[0].message
     assert dcgmi.levels == ["2", "2"], "a failure is run again before it counts"
 
@@ -45,6 +47,62 @@ def test_a_failure_that_a_rerun_does_not_repeat_is_only_a_note(dcgmi: Dcgmi) -> 
     dcgmi.prints("level2-pass-slow-pcie.json")
     assert graded(dcgmi.run(level=2)) == {(Status.OK, "DCGM_PCIE_RECOVERED", "GPU 1")}
     assert len(dcgmi.levels) == 2
+
+
+def diagnostic(**statuses: str) -> str:
+    """dcgmi's JSON with one result per test, on the GPU its name ends in: ``diagnostic(Memory_0="Fail")``."""
+    tests = []
+    for name, status in statuses.items():
+        test, gpu = name.rsplit("_", 1)
+        warnings = [] if status == "Pass" else [f"{test} {status.lower()}ed on GPU {gpu}"]
+        tests.append({"name": test, "results": [{"status": status, "gpu_ids": int(gpu), "warnings": warnings}]})
+    return json.dumps({"DCGM GPU Diagnostic": {"test_categories": [{"category": "Integration", "tests": tests}]}})
+
+
+def test_a_failure_first_seen_in_the_last_run_counts(dcgmi: Dcgmi) -> None:
+    # The rerun passes Memory but fails PCIe, which nothing ran again: PCIe is not "recovered".
+    (dcgmi.root / "run1.json").write_text(diagnostic(Memory_0="Fail", PCIe_1="Pass"))
+    (dcgmi.root / "run2.json").write_text(diagnostic(Memory_0="Pass", PCIe_1="Fail"))
+    findings = {f.code: f for f in dcgmi.run(retries=1)}
+    assert graded(list(findings.values())) == {
+        (Status.OK, "DCGM_MEMORY_RECOVERED", "GPU 0"),
+        (Status.WARNING, "DCGM_PCIE_FAILED", "GPU 1"),
+    }
+    assert findings["DCGM_PCIE_FAILED"].message == (
+        "DCGM PCIe (Integration) failed in 1 of 2 runs, and no run after its last failure passed it: "
+        "PCIe failed on GPU 1"
+    )
+    assert findings["DCGM_PCIE_FAILED"].details == {"test": "PCIe", "runs": 2, "failed": 1}
+    assert len(dcgmi.levels) == 2
+
+
+def test_retries_go_on_until_every_failure_has_a_later_pass(dcgmi: Dcgmi) -> None:
+    (dcgmi.root / "run1.json").write_text(diagnostic(Memory_0="Fail", PCIe_1="Pass"))
+    (dcgmi.root / "run2.json").write_text(diagnostic(Memory_0="Pass", PCIe_1="Fail"))
+    (dcgmi.root / "run3.json").write_text(diagnostic(Memory_0="Pass", PCIe_1="Warn"))
+    (dcgmi.root / "run4.json").write_text(diagnostic(Memory_0="Fail", PCIe_1="Fail"))
+    assert graded(dcgmi.run(retries=3, run_timeout=100)) == {
+        (Status.OK, "DCGM_MEMORY_RECOVERED", "GPU 0"),
+        (Status.OK, "DCGM_PCIE_RECOVERED", "GPU 1"),
+        (Status.OK, "DCGM_PCIE_WARN", "GPU 1"),
+    }
+    assert len(dcgmi.levels) == 3, "no fourth run once every failure has passed since (Warn is DCGM's pass)"
+
+
+@pytest.mark.parametrize(
+    ("statuses", "counted"),
+    [
+        (["Fail", "Pass"], False),
+        (["Fail", "Fail", "Pass"], False),
+        (["Fail", "Pass", "Fail"], True),
+        (["Pass", "Fail"], True),
+        (["Fail", "Skip"], True),
+        (["Fail", "Warn"], False),
+    ],
+)
+def test_only_a_later_pass_forgives_a_failure(statuses: list[str], counted: bool) -> None:
+    runs = [parse_diag(diagnostic(Memory_0=status), "test") for status in statuses]
+    assert unrecovered(runs) == ({("Memory", "0")} if counted else set())
 
 
 def test_without_retries_one_failure_counts(dcgmi: Dcgmi) -> None:

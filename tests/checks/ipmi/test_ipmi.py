@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pytest
 from healthd_testkit.checks import FixtureNode
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
 from healthd.plugin import NotApplicable
-from healthd_checks.ipmi import CHECK, parse_sel_line
+from healthd_checks.ipmi import CHECK, grade, parse_sel_line
 from healthd_checks.ipmi_settings import IpmiSettings
 
 IPMI = FIXTURES / "ipmi"
@@ -78,6 +79,42 @@ def test_a_cleared_sel_makes_every_record_new(bmc: Bmc) -> None:
     bmc.run()
     bmc.sel.write_text("   1 | 07/01/2025 | 01:00:00 | Processor CPU0_Status | Thermal Trip | Asserted\n")
     assert found(bmc.run()) == {"Processor CPU0_Status: Thermal Trip": (Status.CRITICAL, 1)}
+
+
+# ipmitool's threshold event table (lib/ipmi_sel.c, generic event type 01h, IPMI 2.0 table 42-2),
+# verbatim: the "going low" entries carry a trailing space.
+THRESHOLDS = [
+    ("Lower Non-critical going low ", None),
+    ("Lower Non-critical going high", None),
+    ("Lower Critical going low ", Status.WARNING),
+    ("Lower Critical going high", Status.WARNING),
+    ("Lower Non-recoverable going low ", Status.CRITICAL),
+    ("Lower Non-recoverable going high", Status.CRITICAL),
+    ("Upper Non-critical going low ", None),
+    ("Upper Non-critical going high", None),
+    ("Upper Critical going low ", Status.WARNING),
+    ("Upper Critical going high", Status.WARNING),
+    ("Upper Non-recoverable going low ", Status.CRITICAL),
+    ("Upper Non-recoverable going high", Status.CRITICAL),
+]
+
+
+@pytest.mark.parametrize(("description", "expected"), THRESHOLDS)
+def test_each_threshold_crossing_has_the_documented_grade(description: str, expected: Optional[Status]) -> None:
+    line = f"  2a | 05/20/2025 | 10:00:00 | Temp Inlet | {description} | Asserted | Reading 48 > Threshold 45"
+    record = parse_sel_line(line)
+    assert record is not None and record.description == description.strip()
+    assert grade(record) is expected
+    assert grade(replace(record, asserted=False)) is None
+
+
+def test_a_non_critical_crossing_is_not_reported(bmc: Bmc) -> None:
+    bmc.run()
+    with bmc.sel.open("a") as sel:
+        sel.write("  7f | 05/20/2025 | 10:00:00 | Temperature Inlet_Temp | Upper Non-critical going high | Asserted\n")
+        sel.write("  80 | 05/20/2025 | 10:00:05 | Fan FAN3 | Lower Non-critical going low  | Asserted\n")
+        sel.write("  81 | 05/20/2025 | 10:00:09 | Temperature CPU0_Temp | Upper Critical going high | Asserted\n")
+    assert found(bmc.run()) == {"Temperature CPU0_Temp: Upper Critical going high": (Status.WARNING, 1)}
 
 
 def test_without_ipmitool_or_a_bmc_it_is_not_applicable(bmc: Bmc, tmp_path: Path) -> None:

@@ -1,0 +1,251 @@
+"""The services check where systemd is PID 1: a stand-in systemctl (a real program) answers `systemctl show`.
+
+systemd is not PID 1 where the tests run, so no real systemctl can answer for units;
+the stand-in prints the replies a test prepares, one per call, and records its
+arguments. Transient states (reloading, a restart's deactivating and activating) must
+never grade a running daemon as dead: a fleet-wide reload would take out every node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from healthd_testkit.checks import FixtureNode, check_context, raises_only
+from healthd_testkit.nvml import Clock
+from healthd_testkit.paths import FIXTURES
+from hypothesis import given
+from hypothesis import strategies as st
+
+from healthd.model import Finding, Status
+from healthd_checks.services import BASELINE_SERVICES, CHECK
+from healthd_checks.services_settings import ServicesSettings
+from healthd_checks.units import ShowError, parse_show
+
+SHOW = "show --no-pager --property=Id,LoadState,ActiveState,SubState --"
+
+
+def block(unit: str, active: str, sub: str, load: str = "loaded") -> str:
+    """One unit's block as `systemctl show --property=Id,LoadState,ActiveState,SubState` prints it."""
+    return f"Id={unit}\nLoadState={load}\nActiveState={active}\nSubState={sub}\n"
+
+
+def reply(*blocks: str) -> str:
+    return "\n".join(blocks)
+
+
+class Systemd(FixtureNode):
+    """A node whose systemctl prints the test's Nth reply on its Nth call and logs its arguments."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, Clock())
+        self.calls = root / "calls"
+        count = root / "count"
+        self.tool = self.program(
+            "systemctl",
+            f'n=$(( $(cat "{count}" 2>/dev/null || echo 0) + 1 )); echo "$n" > "{count}"\n'
+            f'echo "$*" >> "{self.calls}"\n'
+            f'[ -f "{root}/reply.$n" ] || exit 1\ncat "{root}/reply.$n"\n'
+            f'exit $(cat "{root}/status.$n" 2>/dev/null || echo 0)',
+        )
+
+    def replies(self, *replies: str) -> None:
+        for number, text in enumerate(replies, start=1):
+            (self.root / f"reply.{number}").write_text(text)
+
+    def fail(self, call: int, status: int) -> None:
+        (self.root / f"status.{call}").write_text(f"{status}\n")
+
+    def run(self, *expect: str, **settings: object) -> list[Finding]:
+        chosen: dict[str, object] = {"manager": "systemd", "systemctl": self.tool, "transition_wait": 0.05}
+        return self.passes(CHECK, ServicesSettings(expect=list(expect), **{**chosen, **settings}))
+
+    def argv(self) -> list[str]:
+        return self.calls.read_text().splitlines()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Systemd:
+    return Systemd(tmp_path)
+
+
+def graded(findings: list[Finding]) -> list[tuple[Status, str, str]]:
+    return [(f.status, f.code, f.subject) for f in findings]
+
+
+def test_reloading_and_refreshing_units_run(node: Systemd) -> None:
+    node.replies(
+        reply(
+            block("munge.service", "active", "running"),
+            block("slurmd.service", "reloading", "reload"),
+            block("nvidia-persistenced.service", "reloading", "reload-notify"),
+            block("containerd.service", "refreshing", "running"),
+        )
+    )
+    assert node.run("munge", "slurmd", "nvidia-persistenced", "containerd") == []
+    units = "munge.service slurmd.service nvidia-persistenced.service containerd.service"
+    assert node.argv() == [f"{SHOW} {units}"], "a running unit is read once"
+
+
+@pytest.mark.parametrize(("active", "sub"), [("activating", "auto-restart"), ("activating", "auto-restart-queued")])
+def test_a_unit_waiting_to_be_restarted_is_not_running(node: Systemd, active: str, sub: str) -> None:
+    # A daemon that crashes over and over sits here between attempts: nothing runs.
+    node.replies(reply(block("slurmd.service", active, sub), block("munge.service", active, sub)))
+    findings = node.run("slurmd", "munge", severities={"munge": "WARNING"})
+    assert graded(findings) == [
+        (Status.CRITICAL, "SERVICE_INACTIVE", "slurmd"),
+        (Status.WARNING, "SERVICE_INACTIVE", "munge"),
+    ]
+    assert f"systemd waits to restart it, {active} ({sub})" in findings[0].message
+    assert findings[0].details["substate"] == sub
+    assert len(node.argv()) == 1, "a unit waiting to restart is down: not read again"
+
+
+def test_a_restart_seen_through_by_the_second_read_is_healthy(node: Systemd) -> None:
+    node.replies(
+        reply(
+            block("munge.service", "active", "running"),
+            block("slurmd.service", "deactivating", "stop-sigterm"),
+            block("nvidia-persistenced.service", "activating", "start"),
+        ),
+        reply(block("slurmd.service", "active", "running"), block("nvidia-persistenced.service", "active", "running")),
+    )
+    assert node.run("munge", "slurmd", "nvidia-persistenced") == []
+    assert node.argv()[1] == f"{SHOW} slurmd.service nvidia-persistenced.service", "only the moving units again"
+
+
+def test_a_unit_still_moving_after_the_wait_is_unknown_never_dead(node: Systemd) -> None:
+    node.replies(
+        reply(block("slurmd.service", "activating", "start"), block("munge.service", "deactivating", "stop")),
+        reply(block("slurmd.service", "activating", "start-post"), block("munge.service", "deactivating", "stop")),
+    )
+    findings = node.run("slurmd", "munge")
+    assert graded(findings) == [
+        (Status.UNKNOWN, "SERVICE_IN_TRANSITION", "slurmd"),
+        (Status.UNKNOWN, "SERVICE_IN_TRANSITION", "munge"),
+    ]
+    assert findings[0].message.startswith("slurmd is still activating (start-post) after 0.05s: systemd is starting")
+    assert (findings[0].details["state"], findings[0].details["substate"]) == ("activating", "start-post")
+
+
+def test_a_unit_that_stops_while_waited_for_is_down(node: Systemd) -> None:
+    node.replies(
+        reply(block("slurmd.service", "deactivating", "stop-sigterm")),
+        reply(block("slurmd.service", "inactive", "dead")),
+    )
+    assert graded(node.run("slurmd")) == [(Status.CRITICAL, "SERVICE_INACTIVE", "slurmd")]
+
+
+def test_without_time_for_a_second_read_a_moving_unit_is_unknown(node: Systemd) -> None:
+    # Two reads of timeout/4 and the wait must fit in nine tenths of the timeout: 0.25 + 1 + 0.25 > 0.9.
+    node.replies(reply(block("slurmd.service", "activating", "start")))
+    findings = node.run("slurmd", timeout=1.0, transition_wait=1.0)
+    assert graded(findings) == [(Status.UNKNOWN, "SERVICE_IN_TRANSITION", "slurmd")]
+    assert findings[0].message.startswith("slurmd is activating (start): ")
+    assert len(node.argv()) == 1
+
+
+@pytest.mark.parametrize(
+    ("load", "active", "sub", "code", "said"),
+    [
+        ("loaded", "inactive", "dead", "SERVICE_INACTIVE", "slurmd is inactive (dead) (per systemd)"),
+        ("loaded", "failed", "failed", "SERVICE_FAILED", "slurmd is failed (failed) (per systemd)"),
+        ("loaded", "maintenance", "cleaning", "SERVICE_INACTIVE", "slurmd is maintenance (cleaning) (per systemd)"),
+        ("masked", "inactive", "dead", "SERVICE_INACTIVE", "slurmd is inactive (dead) (per systemd)"),
+        (
+            "not-found",
+            "inactive",
+            "dead",
+            "SERVICE_NOT_FOUND",
+            "slurmd is not installed: systemd has no unit slurmd.service (per systemd)",
+        ),
+    ],
+)
+def test_a_stopped_unit_has_its_severity(node: Systemd, load: str, active: str, sub: str, code: str, said: str) -> None:
+    node.replies(reply(block("slurmd.service", active, sub, load)))
+    (finding,) = node.run("slurmd")
+    assert (finding.status, finding.code, finding.message) == (Status.CRITICAL, code, said)
+
+
+def test_an_alias_is_matched_by_its_place_not_its_id(node: Systemd) -> None:
+    # openssh-server's ssh.service has Alias=sshd.service: systemd answers with the unit's own Id.
+    node.replies(reply(block("ssh.service", "active", "running"), block("munge.service", "inactive", "dead")))
+    assert graded(node.run("sshd", "munge")) == [(Status.CRITICAL, "SERVICE_INACTIVE", "munge")]
+
+
+def test_a_unit_deleted_while_running_still_runs(node: Systemd) -> None:
+    node.replies(reply(block("slurmd.service", "active", "running", load="not-found")))
+    assert node.run("slurmd") == []
+
+
+def test_malformed_output_is_unknown_and_names_the_line(node: Systemd) -> None:
+    node.replies(reply(block("slurmd.service", "active", "running"), "Id=munge.service\nLoadState loaded\n"))
+    (finding,) = node.run("slurmd", "munge")
+    assert (finding.status, finding.code, finding.subject) == (Status.UNKNOWN, "SYSTEMCTL_MALFORMED", "systemctl")
+    assert f"{node.tool} show:7: expected one of Id, LoadState, ActiveState, SubState as KEY=VALUE" in finding.message
+
+
+def test_a_failing_systemctl_is_unknown(node: Systemd) -> None:
+    node.replies("Failed to connect to bus: No such file or directory\n")
+    node.fail(1, 1)
+    (finding,) = node.run("slurmd")
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "SYSTEMCTL_FAILED")
+    assert "exited with status 1" in finding.message
+
+
+UNITS = ("a.service", "b.service")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (block("a.service", "active", "running"), "fuzz: 1 blocks of properties for 2 units"),
+        (
+            reply(block("a.service", "active", "running") + "Id=b.service\n", block("b.service", "active", "running")),
+            "fuzz:5: Id given twice for a.service",
+        ),
+        (
+            reply(block("a.service", "active", "running"), "Id=b.service\nLoadState=loaded\nSubState=dead\n"),
+            "fuzz:6: no ActiveState for b.service",
+        ),
+        (
+            reply(block("a.service", "active", "running"), block("b.service", "sleeping", "dead")),
+            "fuzz:6: b.service has ActiveState 'sleeping', none of activating, active, deactivating, failed",
+        ),
+        (reply(block("a.service", "active", "running"), "Names=b.service\n"), "fuzz:6: expected one of Id"),
+    ],
+)
+def test_parse_show_rejects_what_is_not_one_block_per_unit(text: str, said: str) -> None:
+    with pytest.raises(ShowError) as raised:
+        parse_show(text, UNITS, "fuzz")
+    assert str(raised.value).startswith(said)
+
+
+def test_parse_show_reads_blocks_in_order() -> None:
+    text = reply(block("a.service", "active", "running"), block("b.service", "activating", "auto-restart"))
+    a, b = parse_show(text + "\n", UNITS, "fuzz")
+    assert (a.unit, a.id, a.active, a.sub) == ("a.service", "a.service", "active", "running")
+    assert (b.unit, b.load, b.described) == ("b.service", "loaded", "activating (auto-restart)")
+
+
+@given(st.text())
+def test_parse_show_raises_only_its_error(text: str) -> None:
+    raises_only(lambda body, source: parse_show(body, UNITS, source), ShowError, text)
+
+
+def test_the_baseline_expects_the_units_that_run_reloading_included(node: Systemd) -> None:
+    states = {
+        "slurmd": ("reloading", "reload"),
+        "munge": ("active", "running"),
+        "sshd": ("active", "running"),
+        "chronyd": ("activating", "auto-restart"),
+        "nvidia-persistenced": ("failed", "failed"),
+        "nvidia-fabricmanager": ("inactive", "dead"),
+        "nvidia-dcgm": ("inactive", "dead"),
+    }
+    assert tuple(states) == BASELINE_SERVICES
+    node.replies(reply(*(block(f"{unit}.service", *state) for unit, state in states.items())))
+    settings = ServicesSettings(manager="systemd", systemctl=node.tool)
+    assert CHECK.baseline is not None
+    found = CHECK.baseline(check_context("services", settings, node.root, procfs=FIXTURES / "procfs/gpu-node"))
+    assert found["expect"] == ["slurmd", "munge", "sshd"]
