@@ -121,29 +121,36 @@ def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[fl
     if plan.reset is not None:
         return _reset(plan.reset, node, config)
     name, reason = node.name, plan.decision.reason
-    # The drain that holds the node's place: confirmed now, or one of an earlier pass.
+    # The drain that holds the node's place: confirmed now, or one of an earlier pass. Every write
+    # that sets the reason carries it: slurmctld stamps the reason again, and without the stamp a
+    # node that holds its place would order behind nodes that drained after it (breaker_confirm).
     place = place_stamp(node.reason) if node.drained else None
     place = place if place is not None else node.reason_time if node.drained else None
     try:
         for step in plan.steps:
             if step is Step.DRAIN:
-                client.drain(name, reason)
-                place = None
+                # A node already out with healthd's reason (plan._steps drains it only to update the
+                # reason) keeps its place; a new drain has none until its CONFIRM.
+                client.drain(name, _placed(reason, place))
             elif step is Step.CONFIRM:
                 lost, place = _confirm(client, name, node.partitions, config, sleep)
                 if lost:
                     return Executed(tuple(done), lost=lost)
             elif step is Step.DOWN:
-                client.down(name, with_place(reason, place) if place is not None else reason)
+                client.down(name, _placed(reason, place))
             elif step is Step.REBOOT:
                 # Plain: the DRAIN just sent keeps the node out through the reboot (plan._steps).
-                client.reboot(name, reason, nextstate=None, asap=False)
+                client.reboot(name, _placed(reason, place), nextstate=None, asap=False)
             else:
                 client.resume(name)
             done.append(step)
     except SlurmError as exc:
         return Executed(tuple(done), error=str(exc))
     return Executed(tuple(done))
+
+
+def _placed(reason: str, place: Optional[float]) -> str:
+    return with_place(reason, place) if place is not None else reason
 
 
 def _reset(gpu: GpuReset, node: NodeInfo, config: Config) -> Executed:

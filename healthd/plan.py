@@ -41,6 +41,7 @@ from healthd.policy import (
     decide,
     needs_node,
     reset_target,
+    settle_own_resume,
     skips_breaker,
     top_cause,
     waiting,
@@ -116,8 +117,9 @@ class Plan:
     ``state`` is what to remember once every step succeeded (or when there are
     none); ``interrupted`` is saved before the first write, so a pass killed in the
     middle leaves its next pass a pending action (and an unconfirmed drain) to
-    finish. ``unasked`` says why Slurm was not asked this pass, if it was not;
-    ``errors`` are the reads that failed. ``reboot`` is the request to remember once
+    finish, and knows of a RESUME it may have sent (``resume_sent``). ``unasked``
+    says why Slurm was not asked this pass, if it was not; ``errors`` are the reads
+    that failed. ``reboot`` is the request to remember once
     the REBOOT step went through.
     """
 
@@ -206,9 +208,11 @@ def _breaker(
         why = breaker_confirm(node.name, observed.views, settings)
         if why:
             held = replace(decision, action=Action.HOLD, explanation=why)
-            return _Breaker(
-                held, replace(breaker_held(state, why, s.now, node.name), unconfirmed=False), why, node, undo=True
-            )
+            # The undo puts the node back in service: healthd then has nothing out, and the causes
+            # that ``decide`` added (it read the node drained with healthd's reason) must not be
+            # remembered, or the next pass would take this RESUME for an administrator's.
+            undone = replace(breaker_held(state, why, s.now, node.name), unconfirmed=False, took_out=())
+            return _Breaker(held, undone, why, node, undo=True)
         return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
     if ours or decision.action not in TAKING_OUT:
         return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
@@ -337,12 +341,12 @@ def plan(
     node = observed.node
     acknowledged: tuple[FindingRef, ...] = ()
     if node is not None:
-        state = _remember(state, node, s.now, prefix)
+        state = settle_own_resume(_remember(state, node, s.now, prefix), node, prefix)
         acknowledged = acknowledged_by_resume(state, node)
         if acknowledged and not s.dry_run:
             # An administrator put the node back: that acknowledges its findings, and ends a repair.
             acks = merge(acks, acknowledged, s.now, "slurm-resume")
-            state = replace(state, took_out=(), repair=None, reboot=None)
+            state = replace(state, took_out=(), repair=None, reboot=None, repair_ended=False)
     result, kept = apply_acks(s.result, acks)
     decision, new_state = judge(result, state, node)
     breaker = _breaker(decision, new_state, s, settings, prefix)
@@ -362,11 +366,18 @@ def plan(
             if Step.REBOOT in steps:
                 top = top_cause(result, decision)
                 request = RebootRequest(s.boot_id, s.now, decision.reason, top.key if top else "")
-            if steps and not breaker.undo:
+            if breaker.undo:
+                # Killed before the undo is known to be through: the next pass confirms or undoes again.
+                interrupted = replace(new_state, unconfirmed=True, resume_sent=True)
+            elif steps:
                 cut_short = after_failure(new_state, decision, "not confirmed: interrupted while sending", s.now, True)
-                # A pass killed after the reboot was asked for must still know it was.
+                # A pass killed after the reboot was asked for must still know it was, and one killed
+                # after a RESUME that it may have been (settle_own_resume).
                 interrupted = replace(
-                    cut_short, unconfirmed=cut_short.unconfirmed or breaker.confirm, reboot=request or cut_short.reboot
+                    cut_short,
+                    unconfirmed=cut_short.unconfirmed or breaker.confirm,
+                    reboot=request or cut_short.reboot,
+                    resume_sent=Step.RESUME in steps,
                 )
 
     if reset and s.slurm_enabled and not s.dry_run and not steps and not breaker.undo:
@@ -415,8 +426,14 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         return Conclusion(result, decision, state, applied=False)
     if executed.error:
         failed = after_failure(state, decision, executed.error, now, attempted=True)
-        unconfirmed = failed.unconfirmed or Step.CONFIRM in the_plan.steps
-        return Conclusion(result, decision, replace(failed, unconfirmed=unconfirmed), applied=False)
+        # A failed undo (a RESUME for a HOLD) leaves the node holding a place it lost: confirm it again.
+        undo = Step.RESUME in the_plan.steps and decision.action is not Action.RESUME
+        unconfirmed = failed.unconfirmed or Step.CONFIRM in the_plan.steps or undo
+        # A RESUME that failed may still have reached slurmctld (a timeout, a lost answer).
+        resume_sent = failed.resume_sent or Step.RESUME in the_plan.steps
+        return Conclusion(
+            result, decision, replace(failed, unconfirmed=unconfirmed, resume_sent=resume_sent), applied=False
+        )
     if executed.lost:
         held = replace(decision, action=Action.HOLD, explanation=executed.lost)
         node = the_plan.node.name if the_plan.node else result.node

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from healthd.acks import UNACKNOWLEDGEABLE, FindingRef
+from healthd.acks import UNACKNOWLEDGEABLE, FindingRef, adopted
 from healthd.breaker import BreakerHold, next_hold, over_limit
 from healthd.model import Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeInfo, PartitionView
@@ -25,6 +25,7 @@ from healthd.reasons import (
     ACTING_ORDER,
     acting_key,
     is_lemon,
+    is_repair,
     make_reason,
     owned,
     reason_head,
@@ -211,6 +212,8 @@ _READERS: Mapping[str, Callable[[Any], Any]] = {
     "rebooted": str,
     "reset_tried": _names,
     "skips_breaker": _flag,
+    "resume_sent": _flag,
+    "repair_ended": _flag,
 }
 
 
@@ -242,6 +245,13 @@ class PolicyState:
     # The last read found the node where a take-out skips the circuit breaker (``skips_breaker``):
     # a faulty pass then reads the node alone.
     skips_breaker: bool = False
+    # healthd sent a RESUME whose outcome it did not learn (the answer was lost, the pass was
+    # killed after the write): a node found in service is then healthd's own doing, not an
+    # administrator's resume (``settle_own_resume``).
+    resume_sent: bool = False
+    # ``healthd ack --repaired`` ended the repair: the node's REPAIR drain is healthd's to lift.
+    # Without it a REPAIR reason with no repair record (policy.json lost or damaged) stays.
+    repair_ended: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -258,6 +268,8 @@ class PolicyState:
             "rebooted": self.rebooted,
             "reset_tried": list(self.reset_tried),
             "skips_breaker": self.skips_breaker,
+            "resume_sent": self.resume_sent,
+            "repair_ended": self.repair_ended,
         }
 
     @classmethod
@@ -414,6 +426,15 @@ def _wanted(result: PassResult, state: PolicyState, settings: PolicySettings, pr
 # A lemon drain (``healthd fleet lemons --drain``) is decided from the fleet's records, which one
 # node's clean pass does not refute: the node agent neither lifts nor rewrites it (docs/fleet.md).
 _LEMON_HELD = "out as a lemon node (healthd fleet lemons): an administrator resumes it"
+# A REPAIR drain is lifted only once ``healthd ack --repaired`` ended its repair (docs/history.md).
+# With its record gone (policy.json lost, its ``repair`` key damaged), nothing says the hardware
+# work was done: the drain stays, as a lemon's does, until an administrator resumes the node.
+_REPAIR_HELD = "out for repair, with no repair record left in policy.json: an administrator resumes it"
+
+
+def _unrecorded_repair(node: NodeInfo, state: PolicyState, prefix: str) -> bool:
+    """The node is out with healthd's REPAIR reason, but no repair is recorded nor was one ended."""
+    return node.out and is_repair(node.reason, prefix) and state.repair is None and not state.repair_ended
 
 
 def _resume_against_node(
@@ -433,6 +454,8 @@ def _resume_against_node(
         return replace(nothing, explanation="all checks pass")
     if node is not None and is_lemon(node.reason, prefix):
         return replace(nothing, explanation=_LEMON_HELD)
+    if node is not None and _unrecorded_repair(node, state, prefix):
+        return replace(nothing, explanation=_REPAIR_HELD)
     # A pass proves nothing about a check that did not run (--only, a timeout).
     unverified = sorted({ref.check for ref in state.took_out} - ran)
     if unverified:
@@ -611,7 +634,7 @@ def skips_breaker(node: NodeInfo, prefix: str) -> bool:
     return bool(_hands_off(node)) or _others(node, prefix) or (node.drained and owned(node.reason, prefix))
 
 
-def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> Decision:
+def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str, state: PolicyState) -> Decision:
     """Apply the ownership rules to a take-out given what Slurm says about the node."""
     if decision.action not in TAKING_OUT or node is None:
         return decision
@@ -625,8 +648,11 @@ def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str) -> 
             action=Action.NONE,
             explanation=f"node is {node.state_text} with reason {node.reason!r}{who}: not healthd's, left alone",
         )
-    if node.drained and is_lemon(node.reason, prefix) and not (decision.action is Action.TAKE_OUT_NOW and node.busy):
-        return replace(decision, action=Action.NONE, explanation=_LEMON_HELD)
+    # Rewriting a lemon's or an unrecorded repair's reason would let a later clean pass lift it.
+    kept = _LEMON_HELD if is_lemon(node.reason, prefix) else ""
+    kept = kept or (_REPAIR_HELD if _unrecorded_repair(node, state, prefix) else "")
+    if node.drained and kept and not (decision.action is Action.TAKE_OUT_NOW and node.busy):
+        return replace(decision, action=Action.NONE, explanation=kept)
     if node.drained and owned(node.reason, prefix):
         if decision.action is Action.REBOOT:
             return decision  # drained already (its reason updated if need be), the reboot still to ask for
@@ -667,7 +693,7 @@ def _escalate(
         if hits:
             finding, unit, count = min(hits, key=lambda hit: acting_key(hit[0]))
             repair = Repair(finding.code, finding.subject, unit, count, finding.status.name, result.started_at)
-            state = replace(state, repair=repair)
+            state = replace(state, repair=repair, repair_ended=False)
     if repair is None:
         return decision, state
     action = Action.TAKE_OUT_NOW if repair.severity == Status.CRITICAL.name else Action.DRAIN_AFTER_JOBS
@@ -698,7 +724,8 @@ def decide(
     ``node`` is None when Slurm could not be asked (unreachable, disabled): the
     decision is then what the pass calls for, to be kept pending and checked
     against the node's state when it can be read again. A remembered pending
-    take-out stands in for a failing pass that calls for nothing more specific.
+    take-out stands in for a failing pass that calls for nothing more specific,
+    while one of its causes may still be there (``_may_stand``).
     The pending action is kept while the decision is still that action (the
     caller clears it once Slurm accepts it) and dropped when it no longer is.
     ``partial`` says only some checks ran (``--only``). ``repeats`` maps a finding's
@@ -716,6 +743,7 @@ def decide(
         and pending.action in TAKING_OUT
         and decision.action in (Action.NONE, Action.HOLD)
         and severity is not Status.OK
+        and _may_stand(pending.causes, result)
     ):
         decision = Decision(
             pending.action, pending.action, pending.reason, f"retrying pending {pending.action.value}", pending.causes
@@ -728,12 +756,28 @@ def decide(
             decision, new_state, node, settings, prefix, ran_checks(result), partial, coverage
         )
     else:
-        decision = _against_node(decision, node, prefix)
+        decision = _against_node(decision, node, prefix, new_state)
     if pending is not None and decision.action is not pending.action:
         new_state = replace(new_state, pending=None)
     if node is not None and node.drained and owned(node.reason, prefix) and decision.causes:
         new_state = replace(new_state, took_out=tuple(sorted(set(new_state.took_out) | set(decision.causes))))
     return decision, new_state
+
+
+def _may_stand(causes: tuple[FindingRef, ...], result: PassResult) -> bool:
+    """Whether any of a pending take-out's ``causes`` may still be there, as far as this pass can tell.
+
+    It may while its finding is still reported as a fault, or while its check did not run to the
+    end or could not observe (UNKNOWN): such a pass says nothing either way. Once every cause's
+    check ran and no longer reports it, the take-out is stale: an unrelated UNKNOWN or a WARNING
+    still inside its hysteresis must not carry it out (a DOWN kills the node's jobs).
+    """
+    ran = ran_checks(result)
+    faults = {f.key for f in result.findings if _acting(f)}
+    unsure = {r.check for r in result.results if r.status is Status.UNKNOWN}
+    # Under the keys of this pass: another check may have adopted a finding since (acks.adopted).
+    current = [adopted(ref, result) for ref in causes]
+    return any(ref.key in faults or ref.check not in ran or ref.check in unsure for ref in current)
 
 
 def needs_node(
@@ -754,13 +798,35 @@ def needs_node(
     return bool(state.took_out) or state.pending is not None or now - state.last_read >= reconcile_interval
 
 
+def _in_service(node: NodeInfo) -> bool:
+    return not node.out and not node.reboot_pending
+
+
+def settle_own_resume(state: PolicyState, node: NodeInfo, prefix: str) -> PolicyState:
+    """Learn from the node as read whether a RESUME healthd sent without an answer took effect (``resume_sent``).
+
+    In service: it did, so healthd has nothing out and no one acknowledged anything.
+    Still out with healthd's reason: it did not; a later resume is someone else's.
+    Out with another's reason: nothing to learn yet, the mark stays.
+    """
+    if not state.resume_sent:
+        return state
+    if _in_service(node):
+        return replace(state, resume_sent=False, took_out=())
+    if node.out and owned(node.reason, prefix):
+        return replace(state, resume_sent=False)
+    return state
+
+
 def acknowledged_by_resume(state: PolicyState, node: NodeInfo) -> tuple[FindingRef, ...]:
     """The findings an administrator acknowledged by resuming a node healthd took out.
 
     healthd remembers the findings behind every drain it applied; if the node is
-    now in service (no DRAIN or FAIL, not DOWN) someone else put it back.
+    now in service (no DRAIN or FAIL, not DOWN) someone else put it back, unless
+    healthd itself may have (``resume_sent``: ``settle_own_resume`` decides first).
+    Taking its own resume for an administrator's would report a real fault as OK.
     """
-    if state.took_out and not node.out and not node.reboot_pending:
+    if state.took_out and not state.resume_sent and _in_service(node):
         return state.took_out
     return ()
 
@@ -801,7 +867,8 @@ def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
         took_out = tuple(sorted(set(state.took_out) | set(decision.causes)))
         return replace(state, pending=None, held=None, took_out=took_out)
     if decision.action is Action.RESUME:
-        return replace(state, pending=None, held=None, took_out=())
+        # Slurm answered: the resume's outcome is known, and a repair drain ended is lifted.
+        return replace(state, pending=None, held=None, took_out=(), resume_sent=False, repair_ended=False)
     return state
 
 

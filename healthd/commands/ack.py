@@ -56,7 +56,8 @@ def _repaired(args: argparse.Namespace) -> int:
                 print(f"healthd: nothing to do: {now_in}", file=sys.stderr)
                 return EX_NO_MATCH
             now = time.time()
-            policy.save(replace(state, repair=None).to_dict())
+            # repair_ended: the REPAIR drain is now healthd's to lift (policy._unrecorded_repair).
+            policy.save(replace(state, repair=None, repair_ended=True).to_dict())
             with History.open(engine.config.paths.state_dir) as history:
                 history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by="cli")
                 problem = history.problem_finding("healthd")

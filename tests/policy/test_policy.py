@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
 from healthd.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, group_views
-from healthd.config import EscalationSettings, PolicySettings
+from healthd.config import Config, EscalationSettings, PolicySettings, SlurmSettings
+from healthd.execute import execute
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.plan import (
@@ -40,6 +41,7 @@ from healthd.policy import (
 )
 from healthd.reasons import place_stamp, with_place
 from healthd.render import pass_to_dict
+from healthd.slurm import SlurmClient
 
 PREFIX = "healthd:"
 
@@ -446,7 +448,9 @@ def test_breaker_confirm_never_keeps_more_than_the_limit(
     it). A node that keeps its place and takes out now is set DOWN a moment later:
     that update stamps its reason again, and the reason carries its drain's stamp
     (``with_place``). slurmd may bring a DOWN node back (ReturnToService=2): still
-    drained, no longer DOWN, its reason stamped at the DOWN. The partition is read as
+    drained, no longer DOWN, its reason stamped at the DOWN. A kept node may have its
+    reason updated by a later fault: that drain is stamped again and carries the place
+    too (``execute``). The partition is read as
     sinfo's groups through ``group_views``. However the reads interleave, the kept
     nodes never exceed the limit.
     """
@@ -466,11 +470,16 @@ def test_breaker_confirm_never_keeps_more_than_the_limit(
         if kind == "drain":
             groups[name] = NodeGroup("p", 1, "IDLE", frozenset({"DRAIN"}), "healthd: X", float(int(at)), name)
             continue
-        if kind in ("down", "back"):
+        if kind in ("down", "back", "update"):
             group = groups[name]
-            down = kind == "down"
             place = place_stamp(group.reason)
-            reason = with_place(group.reason, place if place is not None else group.reason_time or 0.0)
+            place = place if place is not None else group.reason_time or 0.0
+            if kind == "update":
+                # Another fault on a node that holds its place: its reason is drained again, stamped now.
+                groups[name] = replace(group, reason=with_place("healthd: Y", place), reason_time=float(int(at)))
+                continue
+            down = kind == "down"
+            reason = with_place(group.reason, place)
             stamp = float(int(at)) if down else group.reason_time
             groups[name] = replace(group, state="DOWN" if down else "IDLE", reason=reason, reason_time=stamp)
             continue
@@ -480,6 +489,9 @@ def test_breaker_confirm_never_keeps_more_than_the_limit(
             del groups[name]
         else:
             kept.add(name)
+            if draw.draw(st.booleans(), label=f"update {name}"):
+                events.append((at + draw.draw(st.floats(0.01, 4), label=f"update after {name}"), "update", name))
+                events.sort()
             if now_down[name]:
                 down_at = at + draw.draw(st.floats(0.01, 0.5), label=f"down {name}")
                 events.append((down_at, "down", name))
@@ -702,3 +714,261 @@ def test_a_damaged_key_is_named_and_dropped_alone(key: str, bad: object) -> None
 def test_only_a_state_that_is_not_an_object_starts_empty() -> None:
     state, problems = PolicyState.read(["took_out"])
     assert state == PolicyState() and problems == ("bad policy state: not an object but list; starting from empty",)
+
+
+# -- healthd's own RESUME is never an administrator's (docs/policy.md, "Acknowledgements") --------
+
+GPU_LOST = Finding("gpu", Status.CRITICAL, "GPU_LOST", "gpu0", "lost")
+GPU_LOST_REASON = "healthd: GPU_LOST gpu0"
+GPU_LOST_REF = (FindingRef("gpu/GPU_LOST/gpu0"),)
+
+
+def _gpu_pass(*findings: Finding, at: float = 1000.0) -> PassResult:
+    return PassResult("n1", at, 0.1, (CheckResult("gpu", RAN, findings, 0.1),))
+
+
+def _plan_of(
+    result: PassResult,
+    state: PolicyState,
+    node: NodeInfo,
+    views: Optional[dict[str, PartitionView]],
+    reboot: bool = False,
+) -> Plan:
+    asked = frozenset({Read.NODE_AND_PARTITIONS}) if views is not None else frozenset({Read.NODE})
+    situation = Situation(result, state, (), Observed(asked, node, views), result.started_at, False, True, False)
+    made = plan(situation, PolicySettings(max_out_fraction=0.34), PREFIX, 3600.0, reboot=reboot)
+    assert isinstance(made, Plan)
+    return made
+
+
+IN_SERVICE = _node("MIXED")
+GPU_OUT = replace(_node("MIXED", "DRAIN", GPU_LOST_REASON), reason_time=101.0)
+EMPTY_BATCH = {"batch": PartitionView("batch", 3, ())}
+
+
+def test_a_drain_the_breaker_undid_is_not_taken_for_an_administrators_resume() -> None:
+    """The review's reproduction: the undo of an unconfirmed drain kept ``took_out``, so the next pass
+    read the node in service, acknowledged the real GPU_LOST as 'slurm-resume' and reported OK."""
+    pending = Pending(Action.TAKE_OUT_NOW, GPU_LOST_REASON, GPU_LOST_REF, 1, 0.0, 900.0, "interrupted")
+    unconfirmed = PolicyState(fail_streaks={"gpu": 1}, unconfirmed=True, pending=pending)
+    lost_place = {"batch": PartitionView("batch", 3, ((True, 100.0, "n0"), (True, 101.0, "n1")))}
+    undo = _plan_of(_gpu_pass(GPU_LOST), unconfirmed, GPU_OUT, lost_place)
+    assert undo.decision.action is Action.HOLD and undo.steps == (Step.RESUME,)
+    assert undo.state.took_out == (), "the undo leaves healthd nothing out"
+    assert undo.interrupted is not None and undo.interrupted.unconfirmed and undo.interrupted.resume_sent
+    saved = conclude(undo, Executed(done=(Step.RESUME,)), unconfirmed, 1000.0)
+    assert saved.state.took_out == ()
+    assert saved.state.held is not None
+
+    later = saved.state.held.next_check + 1
+    again = _plan_of(_gpu_pass(GPU_LOST, at=later), saved.state, IN_SERVICE, EMPTY_BATCH)
+    assert again.acknowledged == () and again.acks == ()
+    assert again.result.status is Status.CRITICAL
+    assert again.decision.action is Action.TAKE_OUT_NOW
+
+
+def test_a_failed_undo_is_confirmed_again_and_its_resume_never_acknowledges() -> None:
+    """A RESUME for a HOLD that failed left ``unconfirmed`` False: the node kept the place it had lost."""
+    lost_place = {"batch": PartitionView("batch", 3, ((True, 100.0, "n0"), (True, 101.0, "n1")))}
+    unconfirmed = PolicyState(unconfirmed=True)
+    undo = _plan_of(_gpu_pass(GPU_LOST), unconfirmed, GPU_OUT, lost_place)
+    failed = conclude(undo, Executed(error="`scontrol update` timed out after 5s"), unconfirmed, 1000.0)
+    assert failed.state.unconfirmed and failed.state.resume_sent and failed.state.took_out == ()
+
+
+def test_a_resume_whose_answer_was_lost_is_healthds_own() -> None:
+    """The review's reproduction: scontrol timed out on a RESUME that slurmctld applied; the next pass found
+    the node in service with GPU_LOST back, took that for an administrator's resume and acknowledged it."""
+    took_out = PolicyState(took_out=GPU_LOST_REF)
+    resume = _plan_of(_gpu_pass(), took_out, replace(GPU_OUT, state="IDLE"), None)
+    assert resume.steps == (Step.RESUME,)
+    assert resume.interrupted is not None and resume.interrupted.resume_sent, "a pass killed after the write"
+    lost = conclude(
+        resume, Executed(error="`scontrol update NodeName=n1 State=RESUME` timed out after 5s"), took_out, 1000.0
+    )
+    assert lost.state.resume_sent and lost.state.took_out == GPU_LOST_REF
+    assert PolicyState.from_dict(lost.state.to_dict()) == lost.state
+
+    back = _plan_of(_gpu_pass(GPU_LOST, at=1400.0), lost.state, IN_SERVICE, EMPTY_BATCH)
+    assert back.acknowledged == () and back.result.status is Status.CRITICAL
+    assert back.decision.action is Action.TAKE_OUT_NOW and back.state.took_out == ()
+    assert not back.state.resume_sent
+
+
+def test_a_resume_that_did_not_take_leaves_an_administrators_later_resume_an_acknowledgement() -> None:
+    sent = PolicyState(took_out=GPU_LOST_REF, resume_sent=True)
+    still_out = _plan_of(_gpu_pass(GPU_LOST), sent, replace(GPU_OUT, state="IDLE"), None)
+    assert not still_out.state.resume_sent and still_out.state.took_out == GPU_LOST_REF
+    assert still_out.decision.action is Action.NONE
+    by_admin = _plan_of(_gpu_pass(GPU_LOST, at=1400.0), still_out.state, IN_SERVICE, EMPTY_BATCH)
+    assert by_admin.acknowledged == GPU_LOST_REF and by_admin.result.status is Status.OK
+    # Out by another's hand: whether healthd's resume took cannot be told yet, so nothing is acknowledged.
+    admin_drained = _plan_of(_gpu_pass(GPU_LOST), sent, replace(ADMIN_DRAIN, state="MIXED"), None)
+    assert admin_drained.acknowledged == () and admin_drained.state.resume_sent
+
+
+# -- a pending take-out is sent only while its causes may still be there ------------------------
+
+_PENDING_GPU = PolicyState(
+    pending=Pending(Action.TAKE_OUT_NOW, GPU_LOST_REASON, GPU_LOST_REF, 3, 0.0, 500.0, "timed out")
+)
+_GPU_CLEAN = CheckResult("gpu", RAN, (), 0.1)
+_MOUNTS_TIMEOUT = CheckResult(
+    "mounts", RunState.TIMEOUT, (Finding("mounts", Status.UNKNOWN, "CHECK_TIMEOUT", "mounts", "t"),), 5.0
+)
+_IB_WARNING = CheckResult(
+    "infiniband", RAN, (Finding("infiniband", Status.WARNING, "SYMBOL_ERRORS", "mlx5_0/1", "w"),), 0.1
+)
+
+
+@pytest.mark.parametrize(
+    ("other", "settings", "action"),
+    [
+        (_MOUNTS_TIMEOUT, PolicySettings(), Action.NONE),
+        (_IB_WARNING, PolicySettings(fail_passes=3), Action.HOLD),
+    ],
+)
+def test_a_pending_take_out_whose_cause_cleared_is_dropped(
+    other: CheckResult, settings: PolicySettings, action: Action
+) -> None:
+    """The review's reproduction: the gpu check now finds nothing, yet an unrelated UNKNOWN (report only)
+    or a WARNING inside its hysteresis sent the pending take-out for GPU_LOST, DOWN and all."""
+    result = PassResult("n1", 1000.0, 0.1, (_GPU_CLEAN, other))
+    decision, state = decide(result, _PENDING_GPU, BUSY, settings, PREFIX)
+    assert decision.action is action, decision.explanation
+    assert state.pending is None
+
+
+@pytest.mark.parametrize(
+    ("gpu", "partial"),
+    [
+        (CheckResult("gpu", RAN, (GPU_LOST,), 0.1), False),  # still reported (a check with fail_passes to wait)
+        (
+            CheckResult("gpu", RunState.TIMEOUT, (Finding("gpu", Status.UNKNOWN, "CHECK_TIMEOUT", "gpu", "t"),), 5.0),
+            False,
+        ),
+        (CheckResult("gpu", RAN, (Finding("gpu", Status.UNKNOWN, "NVML_UNAVAILABLE", "nvml", "u"),), 0.1), False),
+        (None, True),  # --only left the gpu check out: it saw nothing either way
+    ],
+)
+def test_a_pending_take_out_is_retried_while_its_cause_may_still_be_there(
+    gpu: Optional[CheckResult], partial: bool
+) -> None:
+    results = (_MOUNTS_TIMEOUT,) if gpu is None else (gpu, _MOUNTS_TIMEOUT)
+    result = PassResult("n1", 1000.0, 0.1, results)
+    settings = PolicySettings(fail_passes=3)
+    decision, state = decide(result, _PENDING_GPU, BUSY, settings, PREFIX, partial=partial)
+    assert decision.action is Action.TAKE_OUT_NOW and decision.reason == GPU_LOST_REASON, decision.explanation
+    assert state.pending == _PENDING_GPU.pending
+
+
+# -- a REPAIR drain is lifted only after `healthd ack --repaired` (docs/history.md) ----------------
+
+IN_REPAIR = _node("IDLE", "DRAIN", "healthd: REPAIR XID_79 gpu3 x3")
+_XID_TOOK_OUT = (FindingRef("xid/XID_79/gpu3"),)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        PolicyState.read({"took_out": [{"key": "xid/XID_79/gpu3"}], "repair": {"code": "XID_79", "count": "x"}})[0],
+        PolicyState(),  # policy.json lost
+    ],
+    ids=["repair key damaged", "state lost"],
+)
+def test_a_repair_drain_without_its_record_stays_out(state: PolicyState) -> None:
+    """The review's reproduction: with the repair record gone, a clean pass resumed a node out for repair."""
+    clean = _checks(("xid", RAN, ()))
+    decision, _ = decide(clean, state, IN_REPAIR, PolicySettings(), PREFIX)
+    assert decision.action is Action.NONE and "no repair record" in decision.explanation
+    # Nor does a new fault rewrite the REPAIR reason, which a later clean pass would then lift.
+    warning = _checks(("xid", RAN, (("WARNING", "XID_31", "gpu1"),)))
+    decision, _ = decide(warning, state, IN_REPAIR, PolicySettings(), PREFIX)
+    assert decision.action is Action.NONE and "no repair record" in decision.explanation
+
+
+def test_a_repair_ended_by_ack_repaired_is_lifted_by_the_next_clean_pass() -> None:
+    ended = PolicyState(took_out=_XID_TOOK_OUT, repair_ended=True)
+    decision, _ = decide(_checks(("xid", RAN, ())), ended, IN_REPAIR, PolicySettings(), PREFIX)
+    assert decision.action is Action.RESUME
+    assert not after_apply(ended, decision).repair_ended, "resumed: the mark has done its work"
+    assert PolicyState.from_dict(ended.to_dict()) == ended
+    counts = {"t/CODE_0/subj0": ("GPU-1", 3)}
+    fault = _pass("CRITICAL")
+    _, escalated = decide(fault, ended, IDLE, PolicySettings(), PREFIX, repeats=counts, escalation=ESCALATION)
+    assert escalated.repair is not None and not escalated.repair_ended, "a new repair needs its own ack"
+
+
+# -- every write that sets the reason of a node holding a place carries its stamp ---------------
+
+
+class _Recorded(SlurmClient):
+    """The Slurm adapter with scontrol faked at its boundary: each call is recorded and answers nothing."""
+
+    def _run(self, *args: str, program: str = "scontrol") -> str:
+        self.calls.append(tuple(args) if program == "scontrol" else (program, *args))
+        return ""
+
+
+def _writes(made: Plan) -> list[tuple[str, ...]]:
+    """The scontrol calls ``execute`` makes for ``made``."""
+    client = _Recorded(SlurmSettings())
+    executed = execute(made, client, Config(), sleep=lambda _: None)
+    assert executed.error == "" and executed.done == made.steps
+    return client.calls
+
+
+def _drain(reason: str) -> tuple[str, ...]:
+    return ("update", "NodeName=n1", "State=DRAIN", f"Reason={reason}")
+
+
+def _down(reason: str) -> tuple[str, ...]:
+    return ("update", "NodeName=n1", "State=DOWN", f"Reason={reason}")
+
+
+IB_OUT = replace(_node("MIXED", "DRAIN", "healthd: IB_DOWN mlx5_0/1"), reason_time=100.0)
+
+
+@pytest.mark.parametrize(
+    ("node", "finding", "writes"),
+    [
+        # CRITICAL while jobs run: the reason is updated, then DOWN; both keep the drain's place.
+        (IB_OUT, GPU_LOST, [_drain("healthd: GPU_LOST gpu0 #100"), _down("healthd: GPU_LOST gpu0 #100")]),
+        # Another WARNING on an idle node: only the reason changes, and its place with it stays.
+        (
+            replace(IB_OUT, state="IDLE"),
+            replace(GPU_LOST, status=Status.WARNING),
+            [_drain("healthd: GPU_LOST gpu0 #100")],
+        ),
+        # A place stamped before (a DOWN that slurmd brought back) is the one kept, not the later reason time.
+        (
+            replace(IB_OUT, reason="healthd: IB_DOWN mlx5_0/1 #90", reason_time=150.0),
+            GPU_LOST,
+            [_drain("healthd: GPU_LOST gpu0 #90"), _down("healthd: GPU_LOST gpu0 #90")],
+        ),
+        # scontrol reboot sets the reason again: it carries the place too.
+        (
+            IB_OUT,
+            replace(GPU_LOST, details={"remedy": "reboot"}),
+            [
+                _drain("healthd: REBOOT GPU_LOST gpu0 #100"),
+                ("reboot", "reason=healthd: REBOOT GPU_LOST gpu0 #100", "n1"),
+            ],
+        ),
+    ],
+)
+def test_a_reason_update_keeps_the_nodes_place(node: NodeInfo, finding: Finding, writes: list[tuple[str, str]]) -> None:
+    """The review's reproduction: the DRAIN that updates the reason of a node holding its place went out
+    without the stamp, so slurmctld's new stamp put it behind a node that drained after it, which kept
+    a place that was not free (two out where one is allowed)."""
+    took_out = PolicyState(took_out=(FindingRef("infiniband/IB_DOWN/mlx5_0/1"),))
+    made = _plan_of(_gpu_pass(finding), took_out, node, None, reboot=True)
+    assert _writes(made) == writes
+    # Read back as the breaker reads it: this node, re-stamped at 104, still orders before one drained at 103.
+    reason = writes[0][-1].removeprefix("Reason=")
+    groups = [
+        NodeGroup("batch", 1, "MIXED", frozenset({"DRAIN"}), reason, 104.0, "n1"),
+        NodeGroup("batch", 1, "MIXED", frozenset({"DRAIN"}), "healthd: XID_79 gpu2", 103.0, "n2"),
+        NodeGroup("batch", 8, "IDLE", frozenset(), "", None, "n[3-10]"),
+    ]
+    assert breaker_confirm("n2", group_views(groups, ("batch",), PREFIX), PolicySettings()) != ""

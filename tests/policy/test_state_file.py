@@ -45,3 +45,4 @@ def test_ack_repaired_names_a_damaged_key_and_ends_the_repair(
     assert code == 0 and "the next clean pass puts the node back" in out and NAMED in err, err
     saved = PolicyState.from_dict(json.loads(policy.read_text()))
     assert saved.repair is None and saved.took_out == in_repair.took_out
+    assert saved.repair_ended, "the REPAIR drain is now healthd's to lift on the next clean pass"
