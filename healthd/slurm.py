@@ -149,7 +149,7 @@ def _next_state(value: Any) -> str:
 
 
 def parse_show_node_text(text: str) -> list[NodeInfo]:
-    """``scontrol -o show node``: one node per line, but a reason may hold newlines.
+    r"""``scontrol -o show node``: one node per line, but a reason may hold newlines.
 
     slurmctld keeps a reason verbatim (``scontrol update Reason=$'a\nb'``) and scontrol
     prints it so, the rest of its line after it: a line that does not start a node
@@ -160,13 +160,14 @@ def parse_show_node_text(text: str) -> list[NodeInfo]:
 
 
 def _lines(text: str, starts: Callable[[str], bool], what: str) -> list[str]:
-    """The records of a command's output, where only the last field is free text that may hold a newline.
+    r"""The records of a command's output, where only the last field is free text that may hold a newline.
 
     A line that does not start a record (``starts``) is the rest of the previous
     record's free text, and is joined to it with its newline. Split at ``\n`` alone:
-    ``str.splitlines`` also splits at ``\r``, ``\x1c``-``\x1e``, ``\x85`` and the Unicode
-    separators, which a reason may hold and Slurm prints as they are. Text before the
-    first record is not the command's output: a ``SlurmError``.
+    ``str.splitlines`` also splits at ``\x0b``, ``\x0c``, ``\x1c``-``\x1e``, ``\x85`` and the
+    Unicode separators, which a reason may hold and Slurm prints as they are (``_run``
+    reads a ``\r`` as a newline). Text before the first record is not the command's
+    output: a ``SlurmError``.
     """
     records: list[str] = []
     for line in text.split("\n"):
