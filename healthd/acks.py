@@ -6,9 +6,10 @@ An acknowledgement comes from an administrator resuming a node healthd took out
 event with the same key is not covered. It also keeps the status the finding had
 when it was acknowledged, and never covers the finding once it is worse than that:
 an acknowledged corrected machine check (WARNING) does not hide an uncorrected one
-(CRITICAL) that a check reports under the same key and event. An acknowledged finding is reported with
-status OK and details ``acknowledged: true`` and ``acknowledged_status``; the
-policy and the exit code only ever see the downgraded finding. An acknowledgement
+(CRITICAL) that a check reports under the same key and event. An acknowledged
+finding is reported with status OK and details ``acknowledged: true`` and
+``acknowledged_status``; the policy and the exit code only ever see the downgraded
+finding. An acknowledgement
 is dropped once its check runs and no longer reports the finding, so a condition
 that clears and later recurs is acted on again.
 """
