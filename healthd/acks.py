@@ -9,9 +9,8 @@ an acknowledged corrected machine check (WARNING) does not hide an uncorrected o
 (CRITICAL) that a check reports under the same key and event. An acknowledged
 finding is reported with status OK and details ``acknowledged: true`` and
 ``acknowledged_status``; the policy and the exit code only ever see the downgraded
-finding. An acknowledgement
-is dropped once its check runs and no longer reports the finding, so a condition
-that clears and later recurs is acted on again.
+finding. An acknowledgement is dropped once its check runs and no longer reports
+the finding, so a condition that clears and later recurs is acted on again.
 """
 
 from __future__ import annotations
