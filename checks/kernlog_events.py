@@ -181,8 +181,11 @@ def _add(groups: dict[str, _Group], hit: Hit, event: str, when: float, userspace
         group = _Group(pattern.code, hit.subject, hit.status.name, pattern.sticky, pattern.summary, event, when, when)
         groups[key] = group
     # A worse line raises the group's grade; a milder one never lowers it within the boot.
+    # The worse line starts a new event, as in xid_events: an acknowledgement of the milder
+    # one (a corrected machine check) must not cover it (an uncorrected one).
     if hit.status.rank > Status[group.grade].rank:
         group.grade = hit.status.name
+        group.event = event
     group.count += 1
     group.first_seen = min(group.first_seen, when)
     group.last_seen = max(group.last_seen, when)

@@ -697,7 +697,8 @@ class History:
         entries = []
         for ref in refs:
             check, code, subject = [*ref.key.split("/", 2), "", ""][:3]
-            details = _details_json({"event": ref.event, "by": by})
+            status = {} if ref.status is None else {"status": ref.status.name}
+            details = _details_json({"event": ref.event, "by": by, **status})
             entries.append(_Entry(check, code, subject, subject, "", f"acknowledged by {by}", details))
         acked = self._write("the acknowledgement", lambda c: tuple(self._insert(c, at, Kind.ACK, e) for e in entries))
         return acked or ()

@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
 
-from healthd.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge
+from healthd.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge, widest
 from healthd.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
@@ -312,7 +312,7 @@ def plan(
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
     state, acks, observed = s.state, s.acks, s.observed
     # The findings that took the node out, under their keys of this pass (acks.adopted).
-    state = replace(state, took_out=tuple(sorted({adopted(r, s.result) for r in state.took_out})))
+    state = replace(state, took_out=widest(adopted(r, s.result) for r in state.took_out))
 
     def judge(result: PassResult, state: PolicyState, node: Optional[NodeInfo]) -> tuple[Decision, PolicyState]:
         return decide(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
-from healthd.acks import UNACKNOWLEDGEABLE, FindingRef, adopted
+from healthd.acks import UNACKNOWLEDGEABLE, FindingRef, adopted, widest
 from healthd.breaker import BreakerHold, next_hold, over_limit
 from healthd.model import Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeInfo, PartitionView
@@ -760,7 +760,7 @@ def decide(
     if pending is not None and decision.action is not pending.action:
         new_state = replace(new_state, pending=None)
     if node is not None and node.drained and owned(node.reason, prefix) and decision.causes:
-        new_state = replace(new_state, took_out=tuple(sorted(set(new_state.took_out) | set(decision.causes))))
+        new_state = replace(new_state, took_out=widest([*new_state.took_out, *decision.causes]))
     return decision, new_state
 
 
@@ -864,7 +864,7 @@ def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyS
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
     """State once Slurm accepted ``decision``."""
     if decision.action in TAKING_OUT:
-        took_out = tuple(sorted(set(state.took_out) | set(decision.causes)))
+        took_out = widest([*state.took_out, *decision.causes])
         return replace(state, pending=None, held=None, took_out=took_out)
     if decision.action is Action.RESUME:
         # Slurm answered: the resume's outcome is known, and a repair drain ended is lifted.

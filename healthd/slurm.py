@@ -149,7 +149,35 @@ def _next_state(value: Any) -> str:
 
 
 def parse_show_node_text(text: str) -> list[NodeInfo]:
-    return [parse_show_node_line(line) for line in text.splitlines() if line.strip()]
+    r"""``scontrol -o show node``: one node per line, but a reason may hold newlines.
+
+    slurmctld keeps a reason verbatim (``scontrol update Reason=$'a\nb'``) and scontrol
+    prints it so, the rest of its line after it: a line that does not start a node
+    continues the one before (``_lines``).
+    """
+    lines = _lines(text, lambda line: line.lstrip().startswith("NodeName="), "scontrol -o show node")
+    return [parse_show_node_line(line) for line in lines]
+
+
+def _lines(text: str, starts: Callable[[str], bool], what: str) -> list[str]:
+    r"""The records of a command's output, where only the last field is free text that may hold a newline.
+
+    A line that does not start a record (``starts``) is the rest of the previous
+    record's free text, and is joined to it with its newline. Split at ``\n`` alone:
+    ``str.splitlines`` also splits at ``\x0b``, ``\x0c``, ``\x1c``-``\x1e``, ``\x85`` and the
+    Unicode separators, which a reason may hold and Slurm prints as they are (``_run``
+    reads a ``\r`` as a newline). Text before the first record is not the command's
+    output: a ``SlurmError``.
+    """
+    records: list[str] = []
+    for line in text.split("\n"):
+        if starts(line):
+            records.append(line)
+        elif records:
+            records[-1] += "\n" + line
+        elif line.strip():
+            raise SlurmError(f"not a `{what}` line: {line[:80]!r}")
+    return records
 
 
 def _user(value: Any) -> str:
@@ -165,16 +193,32 @@ def _epoch(value: Any) -> Optional[float]:
     return None
 
 
+# What sinfo (print.c) prints in the fields before the reason: names, a count, a state and a
+# time, one token each, and the user as ``name(uid)``, ``Unk(uid)`` or ``Unknown`` (a name
+# from the user database may hold a blank). Blanks around a field are allowed: they are stripped.
+_SINFO_TOKEN = re.compile(r"\s*\S+\s*")
+_SINFO_CHECKS = {
+    "Nodes": re.compile(r"\s*\d+\s*"),
+    "StateComplete": re.compile(r"\s*[A-Za-z_+*~#!%$@^-]+\s*"),
+    "UserLong": re.compile(r"\s*(?:Unknown|[^|]*\(\d+\))\s*"),
+}
+
+
+def _starts_row(line: str, fields: tuple[str, ...]) -> bool:
+    """Whether ``line`` starts a row of ``sinfo -O fields``; if not, it is the rest of the reason before it.
+
+    Every field but the last is one token (``Nodes`` a number, ``StateComplete`` a state):
+    a line of a reason's text would have to copy a whole row to pass.
+    """
+    row = line.split("|", len(fields) - 1)
+    checks = [_SINFO_CHECKS.get(name, _SINFO_TOKEN) for name in fields[:-1]]
+    return len(row) == len(fields) and all(check.fullmatch(value) for check, value in zip(checks, row))
+
+
 def _sinfo_rows(text: str, fields: tuple[str, ...]) -> list[list[str]]:
-    rows = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        row = line.split("|", len(fields) - 1)
-        if len(row) != len(fields):
-            raise SlurmError(f"not a `sinfo -O {','.join(fields)}` line: {line[:80]!r}")
-        rows.append(row)
-    return rows
+    """The rows of ``sinfo -O fields``; a reason (the last field) may run over several lines (``_lines``)."""
+    lines = _lines(text, lambda line: _starts_row(line, fields), f"sinfo -O {','.join(fields)}")
+    return [line.split("|", len(fields) - 1) for line in lines]
 
 
 def _sinfo_reason(text: str) -> str:
@@ -217,8 +261,6 @@ def parse_sinfo_groups(text: str) -> list[NodeGroup]:
     """``sinfo -h [-p P | --all] -O <GROUP_FIELDS>``: one ``NodeGroup`` per line."""
     groups = []
     for partition, count, state_text, stamp, user, nodelist, reason in _sinfo_rows(text, GROUP_FIELDS):
-        if not count.strip().isdigit():
-            raise SlurmError(f"sinfo: node count {count!r} is not a number")
         state, flags = parse_state(state_text)
         groups.append(
             NodeGroup(

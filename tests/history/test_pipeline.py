@@ -46,7 +46,7 @@ def test_an_ack_is_recorded_and_the_finding_changes_to_ok(
     assert cli("check", "--once", "--only", "mounts", "--config", str(config))[0] == 0
     events = _events(cli, config)
     assert [e["kind"] for e in events] == ["boot", "raised", "ack", "changed"]
-    assert events[2]["details"]["by"] == "cli"
+    assert (events[2]["details"]["by"], events[2]["details"]["status"]) == ("cli", "CRITICAL")
     assert events[3]["status"] == "OK" and events[3]["details"]["acknowledged"] is True
 
 

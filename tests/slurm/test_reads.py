@@ -113,3 +113,42 @@ def test_a_node_drained_by_an_administrator_costs_one_node_read_per_faulty_pass(
         ("update", "NodeName=node3", "State=DOWN"),
     ]
     assert cluster.reason("node3").startswith("healthd: MOUNT_MISSING /scratch")
+
+
+def test_a_reason_with_a_newline_on_one_node_blocks_no_other_nodes_take_out(cluster: Any, healthd_on: Any) -> None:
+    """slurmctld keeps a reason verbatim and sinfo prints it so: the lines after its first are not rows.
+
+    One such reason anywhere in the cluster used to fail every read of the partitions' groups,
+    so no node could be taken out. Here node3 carries one, and node1 goes out past it.
+    """
+    reason = "admin: RMA pending\nticket 42 | see jira"
+    cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", f"Reason={reason}")
+    assert f"|node3|{reason}\n" in cluster.run(*_EVERY_PARTITION).stdout, "sinfo prints the reason over two lines"
+
+    # 0.34 of 3 nodes lets one out: node3 is the administrator's and does not count, so node1 keeps
+    # its place, and the breaker's read after the drain sees node3's reason too.
+    hd = healthd_on("node1", policy="max_out_fraction = 0.34")
+    hd.faults(MOUNT)
+    client = hd.client()
+    outcome = hd.cycle(client=client)
+    assert outcome.action.errors == ()
+    assert outcome.action.decision.action.value == "take_out_now" and outcome.action.applied, outcome.action
+    assert client.calls[0] == _EVERY_PARTITION
+    assert [call[:3] for call in client.calls[1:]] == [
+        ("update", "NodeName=node1", "State=DRAIN"),
+        ("sinfo", "-h", "-p"),
+        ("update", "NodeName=node1", "State=DOWN"),
+    ]
+    assert cluster.reason("node1").startswith("healthd: MOUNT_MISSING /scratch")
+
+    # node3's own reads find it, with its whole reason, and leave it to the administrator.
+    own = healthd_on("node3", policy="max_out_fraction = 0.34")
+    own.faults(MOUNT)
+    left = own.cycle()
+    assert left.action.errors == ()
+    assert left.action.decision.action.value == "none" and "not healthd's" in left.action.decision.explanation
+    assert left.node is not None and left.node.reason == reason
+    client = own.client()
+    assert client.node("node3").reason == reason, "sinfo -N -n node3"
+    assert client.show_node("node3").reason == reason, "scontrol -o show node node3"
+    assert cluster.reason("node3").startswith(reason)

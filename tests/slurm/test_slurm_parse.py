@@ -201,6 +201,118 @@ def test_sinfo_garbage_is_a_slurm_error(garbage: str) -> None:
         parse_sinfo_groups(garbage)
 
 
+# What sinfo prints (22.05, the reads' -O fields) after `scontrol update NodeName=n9 State=DRAIN
+# Reason=$'admin: RMA pending\n\nticket 42 | see jira'`: slurmctld keeps the reason verbatim and
+# sinfo prints it as it is, newlines and all.
+NEWLINE_REASON = "admin: RMA pending\n\nticket 42 | see jira"
+NEWLINE_GROUPS = (
+    f"batch*|1|idle+drain|2026-11-24T15:12:27|root(0)|n9|{NEWLINE_REASON}\n"
+    "batch*|1|mixed+drain|2026-11-24T15:12:28|root(0)|n3|healthd: XID_79 gpu0\n"
+    "batch*|97|idle|Unknown|root(0)|n[1-2,4-8,10-99]|none\n"
+    f"debug|1|idle+drain|2026-11-24T15:12:27|root(0)|n9|{NEWLINE_REASON}\n"
+)
+
+
+def test_a_reason_over_several_lines_is_read_whole_and_every_row_after_it_too() -> None:
+    """A line that is not a row (the second line of a reason, even one with the row's "|"s) continues the reason."""
+    groups = parse_sinfo_groups(NEWLINE_GROUPS)
+    assert [(g.partition, g.count, g.nodelist, g.reason) for g in groups] == [
+        ("batch", 1, "n9", NEWLINE_REASON),
+        ("batch", 1, "n3", "healthd: XID_79 gpu0"),
+        ("batch", 97, "n[1-2,4-8,10-99]", ""),
+        ("debug", 1, "n9", NEWLINE_REASON),
+    ]
+    views = group_views(groups, ("batch", "debug"), "healthd:")
+    assert views["batch"] == PartitionView("batch", 99, ((True, _stamp("2026-11-24T15:12:28"), "n3"),))
+    assert views["debug"] == PartitionView("debug", 1, ())
+    n9, n1 = node_in_groups(groups, "n9"), node_in_groups(groups, "n1")
+    assert n9 is not None and (n9.reason, n9.partitions, n9.drained) == (NEWLINE_REASON, ("batch", "debug"), True)
+    assert n1 is not None and (n1.state, n1.reason) == ("IDLE", "")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "batch*|many|idle|Unknown|root(0)|n1|none",  # a count that is no number
+        "batch*|1|idle now|Unknown|root(0)|n1|none",  # a state with a blank
+        "batch*|1|idle|Unknown|root|n1|none",  # a user without its uid
+        "batch*|1|idle|Unknown|root(0)|n1 n2|none",  # a host list with a blank
+        "batch*|1|idle|Unknown|root(0)|n1",  # a field short
+    ],
+)
+def test_a_line_of_a_reason_is_a_row_only_if_every_field_before_the_reason_reads_as_sinfos(line: str) -> None:
+    reason = f"admin: see\n{line}"
+    groups = parse_sinfo_groups(f"batch*|1|idle+drain|2026-11-24T15:12:27|Unk(1234)|n9|{reason}\n")
+    assert [(g.nodelist, g.reason, g.reason_user) for g in groups] == [("n9", reason, "Unk")]
+    # A user from the user database may have a blank in its name: still a row.
+    (group,) = parse_sinfo_groups("batch*|1|idle+drain|2026-11-24T15:12:27|Jane Doe(1234)|n9|admin: x")
+    assert group.reason_user == "Jane Doe"
+
+
+def test_the_nodes_own_reads_take_a_reason_over_several_lines() -> None:
+    """``sinfo -N -n n9`` and ``scontrol -o show node n9`` of the node whose reason holds newlines."""
+    rows = (
+        f"n9|batch*|idle+drain|2026-11-24T15:12:27|root(0)|{NEWLINE_REASON}\n"
+        f"n9|debug|idle+drain|2026-11-24T15:12:27|root(0)|{NEWLINE_REASON}\n"
+    )
+    node = parse_sinfo_node(rows, "n9")
+    assert node is not None and (node.reason, node.reason_user, node.partitions) == (
+        NEWLINE_REASON,
+        "root",
+        ("batch", "debug"),
+    )
+    # 22.05 prints the reason's stamp and Comment=/Extra= after the reason: on its last line here.
+    capture = _line("show-node-22.05-idle-drain-comment-extra.txt")
+    text = capture.replace("Reason=healthd: MOUNT_MISSING /scratch [", f"Reason={NEWLINE_REASON} [")
+    (shown,) = parse_show_node_text(text)
+    assert (shown.name, shown.reason, shown.reason_user) == ("node2", NEWLINE_REASON, "root")
+    assert shown.reason_time == _stamp("2026-11-22T05:23:08") and shown.drained
+    every = _line("show-node-22.05-all.txt").replace("Reason=healthd: XID_79 gpu0 [", "Reason=admin: RMA\nticket 42 [")
+    assert [(n.name, n.reason) for n in parse_show_node_text(every)] == [
+        ("node1", "admin: RMA\nticket 42"),
+        ("node2", ""),
+        ("node3", "kernel update : reboot issued"),
+    ]
+
+
+@pytest.mark.parametrize("separator", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_a_reason_holding_what_python_but_not_slurm_calls_a_line_break_stays_one_row(separator: str) -> None:
+    reason = f"admin: RMA{separator}ticket 42"
+    groups = parse_sinfo_groups(f"batch*|1|idle+drain|2026-11-24T15:12:27|root(0)|n9|{reason}\n")
+    assert [g.reason for g in groups] == [reason]
+    line = _line("show-node-22.05-idle-drain-healthd.txt").strip()
+    (node,) = parse_show_node_text(line.replace("Reason=healthd: MOUNT_MISSING /scratch", f"Reason={reason}"))
+    assert node.reason == reason
+
+
+def test_output_that_does_not_start_with_a_row_is_still_an_error() -> None:
+    with pytest.raises(SlurmError, match="not a `sinfo -O"):
+        parse_sinfo_groups("sinfo: error: something\n" + NEWLINE_GROUPS)
+    with pytest.raises(SlurmError, match="not a `scontrol -o show node` line"):
+        parse_show_node_text("scontrol: error\n" + _line("show-node-22.05-idle.txt"))
+
+
+def test_a_reason_with_a_newline_on_another_node_does_not_block_a_take_out(tmp_path: Path) -> None:
+    """The whole pass, with sinfo and scontrol stand-ins: the read that failed on such a reason now answers."""
+    groups = tmp_path / "groups.txt"
+    groups.write_text(NEWLINE_GROUPS.replace("n3", "n2").replace("n[1-2,4-8,10-99]", "n[1,3-8,10-99]"))
+    updates = tmp_path / "updates"
+    bin_dir = _fake_scontrol(
+        tmp_path / "bin",
+        f'case "$1" in\n--version) echo "slurm-wlm 22.05.8" ;;\nupdate) echo "$2 $3" >> {updates} ;;\nesac\n',
+        sinfo=f"cat {groups}\n",
+    )
+    config = (
+        f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "n1"\n'
+        "act_splay = 0\n[policy]\nmax_out_fraction = 1.0\n"
+    )
+    spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
+    outcome = run_pass(Engine(parse_config(config, "t.toml", {"fake": _Settings}), [spec]), clock=lambda: 1e6)
+    assert outcome.action.errors == ()
+    assert outcome.action.decision.action.value == "take_out_now" and outcome.action.applied
+    assert updates.read_text().splitlines() == ["NodeName=n1 State=DRAIN", "NodeName=n1 State=DOWN"]
+
+
 def test_reason_stamp_orders_the_breaker_and_unreadable_stamps_sort_last() -> None:
     """The breaker's confirmation orders healthd-out nodes by when slurmctld stamped their reasons, then by name."""
     reason = "healthd: MOUNT_MISSING /scratch"

@@ -13,7 +13,8 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.model import Finding, Status
+from healthd.acks import Ack, FindingRef, apply_acks
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plugin import NotApplicable
 from healthd_checks import kernlog
 from healthd_checks.edac import CHECK, PATTERNS
@@ -104,6 +105,35 @@ def test_uncorrected_machine_checks_hold_until_reboot_corrected_ones_do_not(node
         "MEMORY_FAILURE@memory": Status.OK,
         "MCE_MEMORY_UNCORRECTED@memory": Status.CRITICAL,
     }
+
+
+def test_an_uncorrected_machine_check_after_a_corrected_one_is_a_new_event_no_ack_covers(
+    node: Node, tmp_path: Path
+) -> None:
+    """An acknowledged corrected machine check (``healthd ack``, a resume) never hides an uncorrected one on its CPU."""
+    kmsg = tmp_path / "kmsg"
+    corrected = "0,7,9500000,-;mce: [Hardware Error]: CPU 3: Machine Check: 0 Bank 5: 8c00004000010090\n"
+    kmsg.write_text(HEALTHY.read_text() + corrected)
+    (first,) = node.run(kmsg=kmsg)
+    assert (first.key, first.status) == ("edac/MCE/cpu3", Status.WARNING)
+    ack = Ack(FindingRef.of(first), node.clock.now, "cli")
+    node.clock.now += 60
+    assert apply_acks(_edac_pass(node.run(kmsg=kmsg)), [ack])[0].status is Status.OK
+    with kmsg.open("a") as log:
+        log.write("0,8,9600000,-;mce: [Hardware Error]: CPU 3: Machine Check Exception: 0 Bank 5: b200000000000005\n")
+    node.clock.now += 60
+    (worse,) = node.run(kmsg=kmsg)
+    assert (worse.key, worse.status, worse.details["count"]) == ("edac/MCE/cpu3", Status.CRITICAL, 2)
+    assert worse.details["event"] != first.details["event"], "the line that raised the grade starts a new event"
+    # Even an ack that does not know the status it was given at (an old acks.json) does not cover it.
+    old = Ack(FindingRef(first.key, str(first.details["event"])), 0.0, "cli")
+    for earlier in (ack, old):
+        acked, kept = apply_acks(_edac_pass([worse]), [earlier])
+        assert acked.status is Status.CRITICAL and kept == ()
+
+
+def _edac_pass(findings: list[Finding]) -> PassResult:
+    return PassResult("n1", 0.0, 0.1, (CheckResult("edac", RunState.RAN, tuple(findings), 0.1),))
 
 
 def test_no_edac_driver_is_not_applicable_unless_controllers_are_expected(node: Node) -> None:
