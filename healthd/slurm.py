@@ -149,11 +149,14 @@ def _next_state(value: Any) -> str:
 
 
 def parse_show_node_text(text: str) -> list[NodeInfo]:
-    r"""``scontrol -o show node``: one node per line, but a reason may hold newlines.
+    r"""``scontrol -o show node``: one node per line.
 
-    slurmctld keeps a reason verbatim (``scontrol update Reason=$'a\nb'``) and scontrol
-    prints it so, the rest of its line after it: a line that does not start a node
-    continues the one before (``_lines``).
+    slurmctld keeps a reason verbatim (``scontrol update Reason=$'a\nb'``). 22.05's
+    scontrol prints such a reason's first line, then the ``[user@time]`` stamp, then the
+    other lines joined by blanks (seen on the test cluster), so the reason read here is
+    its first line: enough to tell whose it is, which is all this read is used for
+    beside the boot time and next state. A build that printed the newline as is would
+    still be read: a line that does not start a node continues the one before (``_lines``).
     """
     lines = _lines(text, lambda line: line.lstrip().startswith("NodeName="), "scontrol -o show node")
     return [parse_show_node_line(line) for line in lines]
