@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 _PREFIX_WORD = r"[A-Za-z0-9_.,:;/@+#%()\-]+"
 _REASON_PREFIX = re.compile(rf"{_PREFIX_WORD}(?: {_PREFIX_WORD})*")
 _REPLACES = "replaces"
+_IDENTITY = "identity"
 
 
 def moved_from_node(key: str) -> dict[str, Any]:
@@ -45,6 +46,15 @@ def moved_from_node(key: str) -> dict[str, Any]:
 def moved_from_check(check: str, key: str) -> dict[str, Any]:
     """``json_schema_extra`` of a setting that replaces ``[checks.CHECK] key``: old configs then keep working."""
     return {_REPLACES: f"checks.{check}.{key}"}
+
+
+def identified_by(key: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a list of tables whose items are one subject each, named by their ``key``.
+
+    A ``[[hosts]]`` section's item then replaces the file's item about the same subject
+    (healthd.hosts) instead of adding a second one beside it.
+    """
+    return {_IDENTITY: key}
 
 
 class _Model(BaseModel):
@@ -256,6 +266,21 @@ def _claims(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], tupl
     return claims
 
 
+def _identities(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], str]:
+    """Where each list of tables with an identity key sits (its old place too, ``[node]``'s) -> that key."""
+    identities: dict[tuple[str, ...], str] = {}
+    for name, model in checks.items():
+        for setting, info in model.model_fields.items():
+            extra = info.json_schema_extra
+            key = extra.get(_IDENTITY) if isinstance(extra, dict) else None
+            if isinstance(key, str):
+                identities[("checks", name, setting)] = key
+                old = extra.get(_REPLACES) if isinstance(extra, dict) else None
+                if isinstance(old, str):
+                    identities[tuple(old.split("."))] = key
+    return identities
+
+
 def _old_values(
     raw: dict[str, Any], claims: Mapping[tuple[str, ...], tuple[str, str]]
 ) -> tuple[list[tuple[tuple[str, ...], Any]], list[str]]:
@@ -386,13 +411,14 @@ def parse_config(
     # A problem of the tables outside [[hosts]] is named once, where it is, not again under every section.
     outside = _problems(raw, checks) if sections else []
     problems += outside
+    identities = _identities(checks)
     for section in sections:
-        merged = _problems(merge(raw, section.tables), checks, section.tables)
+        merged = _problems(merge(raw, section.tables, identities), checks, section.tables)
         problems += [f"{section.label}: {p}" for p in merged if p not in outside]
     slurm = raw.get("slurm")
     configured = slurm.get("node_name") if isinstance(slurm, dict) else None
     node = host or this_node(configured if isinstance(configured, str) else None)
-    raw, applied = for_host(raw, sections, node)
+    raw, applied = for_host(raw, sections, node, identities)
     if problems:
         raise ConfigError(source, problems)
     loaded = _validated(raw, source, checks)

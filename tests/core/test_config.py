@@ -290,3 +290,54 @@ def test_the_config_digest_is_sha256() -> None:
 
     for data in (b"", b"[paths]\nstate_dir = '/x'\n", bytes(range(256)) * 100):
         assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
+
+
+MOUNT_ROOT_XFS = '[checks.mounts]\nexpect = [{ path = "/", fstype = "xfs" }, { path = "/home" }]\n'
+
+
+def test_a_host_section_corrects_a_mount_expectation_instead_of_adding_a_contradiction() -> None:
+    text = (
+        MOUNT_ROOT_XFS
+        + '[[hosts]]\nmatch = "gpu*"\n[hosts.checks.mounts]\nexpect = [{ path = "/", fstype = "ext4" }]\n'
+    )
+    expect = parse_config(text, "test.toml", MODELS, "gpu1").check_settings["mounts"].expect
+    assert expect == [MountSpec(path="/", fstype="ext4"), MountSpec(path="/home")]
+    assert parse_config(text, "test.toml", MODELS, "cpu1").check_settings["mounts"].expect[0].fstype == "xfs"
+    # The same through [node], the old place of [checks.mounts] expect.
+    old = text.replace("[hosts.checks.mounts]\nexpect", "[hosts.node]\nmounts")
+    assert parse_config(old.replace("[checks.mounts]\nexpect", "[node]\nmounts"), "t", MODELS, "gpu1").check_settings[
+        "mounts"
+    ].expect == [MountSpec(path="/", fstype="ext4"), MountSpec(path="/home")]
+
+
+def test_two_expectations_of_one_mount_path_are_refused_wherever_they_meet() -> None:
+    assert problems('[checks.mounts]\nexpect = [{ path = "/data" }, { path = "/data/", rw = true }]\n') == [
+        "checks.mounts.expect: /data is expected more than once: give each mount path one entry"
+        " (got [{'path': '/data'}, {'path': '/data/', 'rw': True}])"
+    ]
+    # A host section written with a trailing slash names the same mount as the file's, in another spelling.
+    text = MOUNT_ROOT_XFS + '[[hosts]]\nmatch = "zz*"\n[hosts.checks.mounts]\nexpect = [{ path = "/home/" }]\n'
+    assert [p.split(":")[0] for p in problems(text)] == ["hosts[0] (match 'zz*')"]
+    assert "checks.mounts.expect: /home is expected more than once" in problems(text)[0]
+
+
+def test_check_once_judges_the_mount_as_the_host_section_expects_it(
+    write_config: Callable[[str], Path],
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from healthd_checks.mountinfo import find_mount, parse_mountinfo
+
+    root = find_mount(parse_mountinfo(Path("/proc/1/mountinfo").read_text(), "/proc/1/mountinfo"), "/")
+    assert root is not None
+    body = (
+        '[checks.mounts]\nexpect = [{ path = "/", fstype = "no-such-fs" }]\nprobe_usage = false\n'
+        f'[[hosts]]\nmatch = "gpu*"\n[hosts.checks.mounts]\nexpect = [{{ path = "/", fstype = "{root.fstype}" }}]\n'
+    )
+    path = write_config(body)
+    monkeypatch.setenv("SLURMD_NODENAME", "cpu1")
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 2 and "MOUNT_WRONG_TYPE" in out
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu1")
+    code, out, err = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 0, out + err
