@@ -24,9 +24,10 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from healthd.checksettings import AbsolutePath
+from healthd import plaintoml
+from healthd.checksettings import AbsolutePath, SettingPath
 from healthd.configload import ConfigError, decode_config, read_config
-from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.hosts import for_host, host_sections, merge, this_node
 from healthd.loadedconfig import LoadedConfig
 
@@ -64,10 +65,10 @@ class _Model(BaseModel):
 class Paths(_Model):
     """Filesystem roots, settable so tests and post-mortems can point at captured trees."""
 
-    sysfs: Path = Path("/sys")
-    procfs: Path = Path("/proc")
-    kmsg: Path = Path("/dev/kmsg")
-    state_dir: Path = DEFAULT_STATE_DIR
+    sysfs: SettingPath = Path("/sys")
+    procfs: SettingPath = Path("/proc")
+    kmsg: SettingPath = Path("/dev/kmsg")
+    state_dir: SettingPath = DEFAULT_STATE_DIR
 
 
 class SlurmSettings(_Model):
@@ -154,7 +155,7 @@ class MetricsSettings(_Model):
     """Prometheus exposition: an HTTP listener and/or a node_exporter textfile."""
 
     listen: Optional[str] = None
-    textfile: Optional[Path] = None
+    textfile: Optional[SettingPath] = None
 
     @field_validator("listen")
     @classmethod
@@ -242,11 +243,9 @@ def _describe(error: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
 
 
 def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    tomllib = toml_module()
     try:
-        parsed: dict[str, Any] = tomllib.loads(text)
-        return parsed
-    except tomllib.TOMLDecodeError as exc:
+        return plaintoml.loads(text)
+    except ValueError as exc:  # tomllib's TOMLDecodeError, or nesting too deep for it
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
 
 

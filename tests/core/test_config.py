@@ -1,15 +1,17 @@
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from healthd_testkit.paths import HEALTHD as INSTALLED
 from healthd_testkit.paths import run_healthd
+from pydantic import BaseModel
 
 from healthd.checksettings import CheckSettings
-from healthd.config import ConfigError, load_config, parse_config
+from healthd.config import Config, ConfigError, load_config, parse_config
 from healthd.engine import settings_models
 from healthd.plugin import discover
 from healthd_checks.mounts_settings import MountSpec
@@ -341,3 +343,46 @@ def test_check_once_judges_the_mount_as_the_host_section_expects_it(
     monkeypatch.setenv("SLURMD_NODENAME", "gpu1")
     code, out, err = cli("check", "--once", "--only", "mounts", "--config", str(path))
     assert code == 0, out + err
+
+
+def _types(annotation: Any) -> Iterator[Any]:
+    """Every type an annotation names (inside Optional, Annotated, unions)."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        yield from _types(args[0])
+    elif args:
+        for arg in args:
+            yield from _types(arg)
+    else:
+        yield annotation
+
+
+def _path_settings(model: type[BaseModel], place: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for name, info in model.model_fields.items():
+        types = list(_types(info.annotation))
+        if Path in types:
+            yield (*place, name)
+        for inner in types:
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                yield from _path_settings(inner, (*place, name))
+
+
+PATH_SETTINGS = sorted(
+    [*_path_settings(Config, ()), *(p for name, m in MODELS.items() for p in _path_settings(m, ("checks", name)))]
+)
+
+
+@pytest.mark.parametrize("place", PATH_SETTINGS, ids=".".join)
+def test_no_path_setting_takes_a_nul_character(place: tuple[str, ...]) -> None:
+    # A NUL would crash every later use of the path ("embedded null byte"): the config is refused, naming the key.
+    text = f'[{".".join(place[:-1])}]\n{place[-1]} = "/var/x\\u0000y"\n'
+    assert problems(text) == [f"{'.'.join(place)}: a path cannot hold a NUL character (\\u0000) (got '/var/x\\x00y')"]
+
+
+def test_every_kind_of_path_setting_is_held_to_the_nul_rule() -> None:
+    assert {
+        ("paths", "state_dir"),
+        ("metrics", "textfile"),
+        ("slurm", "conf"),
+        ("checks", "xid", "journal_directory"),
+    } <= set(PATH_SETTINGS)
