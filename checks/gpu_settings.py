@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 from pydantic import Field
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import CheckSettings, SettingPath
 from healthd.config import moved_from_node
 
 
@@ -27,7 +26,9 @@ class GpuSettings(CheckSettings):
     expect_model: Optional[str] = Field(
         default=None, min_length=1, description="the model every GPU must be (NVML's name, e.g. NVIDIA H100 80GB HBM3)"
     )
-    snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
+    snapshot: Optional[SettingPath] = Field(
+        default=None, description="replay this NVML snapshot instead of asking NVML"
+    )
     expect_vbios: list[str] = Field(
         default_factory=list, description="VBIOS versions allowed (nvidia-smi's VBIOS Version); another is a WARNING"
     )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import CheckSettings, SettingPath
 
 from .host_parse import valid_interface_name
 
@@ -20,7 +19,7 @@ class HostSettings(CheckSettings):
     clock_sync: Literal["required", "off"] = Field(default="required", description="judge the kernel's clock state")
     clock_severity: Grade = Field(default="WARNING", description="grade of an unsynchronised clock")
     clock_max_error_ms: Optional[float] = Field(default=None, gt=0, description="largest maxerror tolerated")
-    timex: Optional[Path] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")
+    timex: Optional[SettingPath] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")
     expect_cpus: Optional[int] = Field(default=None, ge=1, description="online CPUs (hardware threads)")
     expect_sockets: Optional[int] = Field(default=None, ge=1)
     expect_threads_per_core: Optional[int] = Field(default=None, ge=1)

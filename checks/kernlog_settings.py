@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import Field
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import CheckSettings, SettingPath
 
 
 class KernelLogSettings(CheckSettings):
@@ -16,7 +15,9 @@ class KernelLogSettings(CheckSettings):
     source: Literal["auto", "kmsg", "journal"] = Field(
         default="auto", description="auto: the journal where systemd booted the node and systemd-python imports"
     )
-    journal_directory: Optional[Path] = Field(default=None, description="journal files to read (default: system's)")
+    journal_directory: Optional[SettingPath] = Field(
+        default=None, description="journal files to read (default: system's)"
+    )
     window: float = Field(default=3600.0, gt=0, description="seconds an event keeps its grade after its last line")
     accept_userspace_kmsg: bool = Field(
         default=False,

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import CheckSettings, SettingPath
 from healthd.config import moved_from_check
 
 
 class NvlinkSettings(CheckSettings):
     """``[checks.nvlink]``."""
 
-    snapshot: Optional[Path] = Field(default=None, description="replay this NVML snapshot instead of asking NVML")
+    snapshot: Optional[SettingPath] = Field(
+        default=None, description="replay this NVML snapshot instead of asking NVML"
+    )
     fabric_manager: Literal["auto", "required", "off"] = Field(
         default="auto", description="auto: Fabric Manager must run exactly where NVSwitches are on the PCI bus"
     )

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
 from pydantic import Field, field_validator
 
-from healthd.checksettings import CheckSettings
+from healthd.checksettings import CheckSettings, SettingPath
 from healthd.model import Status
 
 _OVERRIDE_KEY = re.compile(r"(?:XID_)?(\d{1,6})|SXID_(\d{1,6})")
@@ -18,7 +17,9 @@ class XidSettings(CheckSettings):
     source: Literal["auto", "kmsg", "journal"] = Field(
         default="auto", description="auto: the journal where systemd booted the node and systemd-python imports"
     )
-    journal_directory: Optional[Path] = Field(default=None, description="journal files to read (default: system's)")
+    journal_directory: Optional[SettingPath] = Field(
+        default=None, description="journal files to read (default: system's)"
+    )
     window: float = Field(default=3600.0, gt=0, description="seconds one event covers; repeats inside it are counted")
     app_repeat_count: int = Field(default=3, ge=1, description="application Xids on one GPU that make a WARNING")
     app_repeat_window: float = Field(default=3600.0, gt=0, description="seconds within which those repeats count")

@@ -1,5 +1,5 @@
 """``CheckSettings``: the options every check accepts under ``[checks.NAME]`` (a pydantic model),
-and ``AbsolutePath``, the type of every program, device or file a config names.
+and ``SettingPath`` and ``AbsolutePath``, the types of every program, device, file or directory a config names.
 
 It is kept apart from ``healthd.plugin`` so that running checks never imports
 pydantic: a check names its settings model lazily (``CheckSpec.settings`` may be a
@@ -28,13 +28,24 @@ class CheckSettings(BaseModel):
     timeout: float = Field(default=10.0, gt=0, le=600, description="seconds before the check is abandoned")
 
 
+def openable(value: Path) -> Path:
+    """``value`` if the kernel could take it as a path; a ``ValueError`` otherwise (pydantic names the key)."""
+    # A path is a C string: a NUL would end it early, and Python refuses it in every call with
+    # "embedded null byte", which must be the config's error, not a crash of a pass.
+    if "\0" in str(value):
+        raise ValueError("a path cannot hold a NUL character (\\u0000)")
+    return value
+
+
 def absolute(value: Path) -> Path:
     """``value`` if it is absolute; a ``ValueError`` otherwise (pydantic names the key and the value)."""
     # healthd runs no shell and searches no PATH, and a HealthCheckProgram runs in a working
     # directory healthd does not choose: a relative path would depend on it.
     if not value.is_absolute():
         raise ValueError("must be an absolute path (healthd searches no PATH)")
-    return value
+    return openable(value)
 
 
+# Every path a config names is one of these two (a test holds every model to it).
+SettingPath = Annotated[Path, AfterValidator(openable)]
 AbsolutePath = Annotated[Path, AfterValidator(absolute)]

@@ -98,7 +98,12 @@ def _dispatch(argv: list[str]) -> int:
         args = build_parser(argv).parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args._run if args._module is None else command_module(args._module).run
     if args._module in ("status", "history"):  # the cheap path: config.py would import pydantic
-        return run(args)
+        try:
+            return run(args)
+        except KeyboardInterrupt:
+            return EX_INTERRUPTED
+        except Exception as exc:
+            return _internal_error(exc, args.command)
     from healthd.configload import ConfigError
     from healthd.trust import UntrustedPath
 
@@ -112,12 +117,21 @@ def _dispatch(argv: list[str]) -> int:
         return EX_CONFIG
     except KeyboardInterrupt:
         return EX_INTERRUPTED
-    except Exception as exc:  # a bug must not read as WARNING (1) or CRITICAL (2) to Nagios or NHC
-        import traceback
+    except Exception as exc:
+        return _internal_error(exc, args.command)
 
-        traceback.print_exc()
-        print(f"healthd: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EX_UNKNOWN if args.command == "check" else EX_SOFTWARE
+
+def _internal_error(exc: Exception, command: str) -> int:
+    """Report a bug that ended ``command``; its exit code, which must not read as WARNING (1) or CRITICAL (2).
+
+    ``check`` and ``status`` report a grade to Nagios or NHC, so theirs is UNKNOWN (3): nothing
+    was observed. Every other command's is EX_SOFTWARE (70).
+    """
+    import traceback
+
+    traceback.print_exc()
+    print(f"healthd: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return EX_UNKNOWN if command in ("check", "status") else EX_SOFTWARE
 
 
 if __name__ == "__main__":

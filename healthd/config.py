@@ -24,9 +24,10 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from healthd.checksettings import AbsolutePath
+from healthd import plaintoml
+from healthd.checksettings import AbsolutePath, SettingPath
 from healthd.configload import ConfigError, decode_config, read_config
-from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.hosts import for_host, host_sections, merge, this_node
 from healthd.loadedconfig import LoadedConfig
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 _PREFIX_WORD = r"[A-Za-z0-9_.,:;/@+#%()\-]+"
 _REASON_PREFIX = re.compile(rf"{_PREFIX_WORD}(?: {_PREFIX_WORD})*")
 _REPLACES = "replaces"
+_IDENTITY = "identity"
 
 
 def moved_from_node(key: str) -> dict[str, Any]:
@@ -47,6 +49,15 @@ def moved_from_check(check: str, key: str) -> dict[str, Any]:
     return {_REPLACES: f"checks.{check}.{key}"}
 
 
+def identified_by(key: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a list of tables whose items are one subject each, named by their ``key``.
+
+    A ``[[hosts]]`` section's item then replaces the file's item about the same subject
+    (healthd.hosts) instead of adding a second one beside it.
+    """
+    return {_IDENTITY: key}
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,10 +65,10 @@ class _Model(BaseModel):
 class Paths(_Model):
     """Filesystem roots, settable so tests and post-mortems can point at captured trees."""
 
-    sysfs: Path = Path("/sys")
-    procfs: Path = Path("/proc")
-    kmsg: Path = Path("/dev/kmsg")
-    state_dir: Path = DEFAULT_STATE_DIR
+    sysfs: SettingPath = Path("/sys")
+    procfs: SettingPath = Path("/proc")
+    kmsg: SettingPath = Path("/dev/kmsg")
+    state_dir: SettingPath = DEFAULT_STATE_DIR
 
 
 class SlurmSettings(_Model):
@@ -144,7 +155,7 @@ class MetricsSettings(_Model):
     """Prometheus exposition: an HTTP listener and/or a node_exporter textfile."""
 
     listen: Optional[str] = None
-    textfile: Optional[Path] = None
+    textfile: Optional[SettingPath] = None
 
     @field_validator("listen")
     @classmethod
@@ -232,11 +243,9 @@ def _describe(error: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
 
 
 def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    tomllib = toml_module()
     try:
-        parsed: dict[str, Any] = tomllib.loads(text)
-        return parsed
-    except tomllib.TOMLDecodeError as exc:
+        return plaintoml.loads(text)
+    except ValueError as exc:  # tomllib's TOMLDecodeError, or nesting too deep for it
         raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
 
 
@@ -254,6 +263,21 @@ def _claims(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], tupl
             if isinstance(old, str):
                 claims.setdefault(tuple(old.split(".")), (name, setting))
     return claims
+
+
+def _identities(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], str]:
+    """Where each list of tables with an identity key sits (its old place too, ``[node]``'s) -> that key."""
+    identities: dict[tuple[str, ...], str] = {}
+    for name, model in checks.items():
+        for setting, info in model.model_fields.items():
+            extra = info.json_schema_extra
+            key = extra.get(_IDENTITY) if isinstance(extra, dict) else None
+            if isinstance(key, str):
+                identities[("checks", name, setting)] = key
+                old = extra.get(_REPLACES) if isinstance(extra, dict) else None
+                if isinstance(old, str):
+                    identities[tuple(old.split("."))] = key
+    return identities
 
 
 def _old_values(
@@ -386,13 +410,14 @@ def parse_config(
     # A problem of the tables outside [[hosts]] is named once, where it is, not again under every section.
     outside = _problems(raw, checks) if sections else []
     problems += outside
+    identities = _identities(checks)
     for section in sections:
-        merged = _problems(merge(raw, section.tables), checks, section.tables)
+        merged = _problems(merge(raw, section.tables, identities), checks, section.tables)
         problems += [f"{section.label}: {p}" for p in merged if p not in outside]
     slurm = raw.get("slurm")
     configured = slurm.get("node_name") if isinstance(slurm, dict) else None
     node = host or this_node(configured if isinstance(configured, str) else None)
-    raw, applied = for_host(raw, sections, node)
+    raw, applied = for_host(raw, sections, node, identities)
     if problems:
         raise ConfigError(source, problems)
     loaded = _validated(raw, source, checks)

@@ -5,7 +5,10 @@ top-level tables (``[hosts.checks.gpu]``, ``[hosts.policy]`` ...). On a node who
 name matches, each matching entry is merged over the file's own tables in file
 order: tables merge key by key, a list gains the items it lacks (a GPU node expects
 the common mounts and its own, as NHC's independent target lines add up), and any
-other value replaces the one before. The match
+other value replaces the one before. A list of tables whose setting names an identity
+key (``[checks.mounts] expect``: each item is one mount, named by ``path``) gains the
+items of new subjects, and an item for a subject it has replaces that item: a host
+section corrects an expectation instead of adding a contradicting one. The match
 strings are NHC's (its README, "Match Strings"), so ``healthd import-nhc`` carries an
 NHC target over unchanged:
 
@@ -131,23 +134,54 @@ def host_sections(raw: dict[str, Any]) -> tuple[list[HostSection], list[str]]:
     return sections, problems
 
 
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``over`` laid on it: tables merge key by key, lists gain the items they lack, values replace."""
+# Where a list of tables sits (("checks", "mounts", "expect")) -> the key naming each item's subject ("path").
+Identities = Mapping[tuple[str, ...], str]
+
+
+def merge(
+    base: dict[str, Any], over: dict[str, Any], identities: Optional[Identities] = None, place: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``base`` with ``over`` laid on it: tables merge key by key, lists gain the items they lack, values replace.
+
+    In a list that ``identities`` names (by its keys from the top, ``place`` being where
+    ``base`` sits), an item of ``over`` replaces the item of ``base`` about the same subject.
+    """
     merged = dict(base)
     for key, value in over.items():
         before = merged.get(key)
         if isinstance(before, dict) and isinstance(value, dict):
-            merged[key] = merge(before, value)
+            merged[key] = merge(before, value, identities, (*place, key))
         elif isinstance(before, list) and isinstance(value, list):
-            merged[key] = before + [item for item in value if item not in before]
+            merged[key] = _merge_list(before, value, (identities or {}).get((*place, key)))
         else:
             merged[key] = value
     return merged
 
 
-def for_host(raw: dict[str, Any], sections: list[HostSection], host: str) -> tuple[dict[str, Any], list[HostSection]]:
+def _merge_list(base: list[Any], over: list[Any], identity: Optional[str]) -> list[Any]:
+    merged = list(base)
+    for item in over:
+        subject = _subject(item, identity)
+        same = next(
+            (i for i, old in enumerate(merged) if subject is not None and _subject(old, identity) == subject), None
+        )
+        if same is not None:
+            merged[same] = item
+        elif item not in merged:
+            merged.append(item)
+    return merged
+
+
+def _subject(item: Any, identity: Optional[str]) -> Any:
+    """What a list item is about (its ``identity`` key's value), or None for an item without one."""
+    return item.get(identity) if identity is not None and isinstance(item, dict) else None
+
+
+def for_host(
+    raw: dict[str, Any], sections: list[HostSection], host: str, identities: Optional[Identities] = None
+) -> tuple[dict[str, Any], list[HostSection]]:
     """``raw`` with every section that matches ``host`` merged over it in order, and those sections."""
     applied = [section for section in sections if matcher(section.match)(host)]
     for section in applied:
-        raw = merge(raw, section.tables)
+        raw = merge(raw, section.tables, identities)
     return raw, applied

@@ -158,10 +158,15 @@ def _mount(rw: Optional[bool]) -> Callable[[_Line, _Target], None]:
         expect = target.table("mounts").setdefault("expect", [])
         for path in operands:
             spec: dict[str, Any] = {"path": path}
-            spec.update({k: v for k, v in (("fstype", fstype), ("source", source)) if v is not None})
-            if rw is not None:
-                spec["rw"] = rw
-            expect.append(spec)
+            spec.update({k: v for k, v in (("fstype", fstype), ("source", source), ("rw", rw)) if v is not None})
+            # healthd takes one expectation per mount path: NHC's lines about one mount add up.
+            earlier = next((e for e in expect if e["path"].rstrip("/") == path.rstrip("/")), None)
+            if earlier is None:
+                expect.append(spec)
+                continue
+            for key, wanted in spec.items():
+                if key != "path" and earlier.setdefault(key, wanted) != wanted:
+                    line.note(f"{path}: {key} {wanted!r} contradicts {earlier[key]!r} from an earlier line: kept that")
 
     return convert
 

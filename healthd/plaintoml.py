@@ -53,9 +53,22 @@ class _Outside(Exception):
 
 
 def loads(text: str) -> dict[str, Any]:
-    """``text`` as TOML, as ``tomllib.loads`` gives it; raises tomllib's ``TOMLDecodeError`` (a ValueError)."""
+    """``text`` as TOML, as ``tomllib.loads`` gives it; raises tomllib's ``TOMLDecodeError`` (a ValueError).
+
+    A ``ValueError`` too for arrays or inline tables nested past the interpreter's
+    recursion limit, where tomllib's recursive reader gives up with a ``RecursionError``.
+    """
     document = plain(text)
-    return document if document is not None else toml_module().loads(text)
+    if document is not None:
+        return document
+    try:
+        parsed: dict[str, Any] = toml_module().loads(text)
+    except RecursionError:
+        raise ValueError(NESTED_TOO_DEEPLY) from None
+    return parsed
+
+
+NESTED_TOO_DEEPLY = "arrays or inline tables nested too deeply to read"
 
 
 def plain(text: str) -> Optional[dict[str, Any]]:

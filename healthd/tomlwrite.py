@@ -4,11 +4,17 @@ Python's standard library reads TOML but does not write it; a config needs only
 strings, numbers, booleans, lists, tables and arrays of tables, so this small
 writer covers exactly that. Keys are quoted when they are not bare keys, strings
 always are (TOML 1.0, "Keys" and "String"), and each table may carry a comment.
+
+A basic string holds any Unicode scalar value except ``"``, ``\\`` and the control
+characters, which must be escaped; a comment holds no control character but tab, and
+ends at a newline. So every character that does not print (controls, separators,
+format characters) is written as its ``\\uXXXX`` or ``\\UXXXXXXXX`` escape, in a string
+and, as text a person can read, in a comment; everything else is written as it is
+(UTF-8). A lone surrogate is no character at all and cannot be written.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any, Mapping
@@ -17,8 +23,35 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 COMMENT_KEY = "#"  # a table's own comment, written above its header
 
 
+# TOML's short escapes (TOML 1.0, "String"); any other character is written as it is or as \\u/\\U.
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _code(char: str) -> str:
+    """``char`` as TOML's escape of its code point (in a comment: text that reads as it)."""
+    code = ord(char)
+    return f"\\u{code:04X}" if code <= 0xFFFF else f"\\U{code:08X}"
+
+
+def _escaped(char: str) -> str:
+    """A character of a string that does not print, as a TOML escape; ``ValueError`` for a lone surrogate."""
+    if 0xD800 <= ord(char) <= 0xDFFF:
+        raise ValueError(f"cannot write U+{ord(char):04X}, a lone surrogate (a byte that was not UTF-8?), as TOML")
+    return _code(char)
+
+
+def string(text: str) -> str:
+    """``text`` as a TOML basic string, that ``tomllib.loads`` reads back as ``text``."""
+    return '"' + "".join(_SHORT_ESCAPES.get(c) or (c if c.isprintable() else _escaped(c)) for c in text) + '"'
+
+
+def comment(text: str) -> list[str]:
+    """``text`` as comment lines, one per line of it, with what does not print written as escapes."""
+    return [f"# {''.join(c if c.isprintable() else _code(c) for c in line)}".rstrip() for line in text.split("\n")]
+
+
 def key(name: str) -> str:
-    return name if _BARE_KEY.fullmatch(name) else json.dumps(name)
+    return name if _BARE_KEY.fullmatch(name) else string(name)
 
 
 def value(item: Any) -> str:
@@ -32,8 +65,7 @@ def value(item: Any) -> str:
             raise ValueError(f"TOML has no place for {item!r} in a config")
         return repr(item)
     if isinstance(item, str):
-        # JSON's string escapes are TOML's basic-string escapes, and it writes no others.
-        return json.dumps(item)
+        return string(item)
     if isinstance(item, (list, tuple)):
         return "[" + ", ".join(value(v) for v in item) + "]"
     if isinstance(item, Mapping):
@@ -48,9 +80,9 @@ def _is_table_array(item: Any) -> bool:
 def _header(out: list[str], table: Mapping[str, Any], header: str) -> None:
     if out:
         out.append("")
-    comment = table.get(COMMENT_KEY)
-    if comment:
-        out.extend(f"# {line}".rstrip() for line in str(comment).splitlines())
+    note = table.get(COMMENT_KEY)
+    if note:
+        out.extend(comment(str(note)))
     out.append(header)
 
 

@@ -14,6 +14,16 @@ The path is walked the way the kernel resolves it (path_resolution(7)), from ``/
 down, so a directory a symbolic link passes through is checked too, and each link
 must belong to root or us (the rule of the kernel's fs.protected_symlinks for
 sticky directories, applied everywhere).
+
+A POSIX access ACL (acl(5)) can let other users write where the mode seems not to:
+with one, the mode's group bits are the ACL's mask, the most any named user or group
+entry is granted. So where the mode grants group write to root's group, the ACL
+(``system.posix_acl_access``) is read too, and a named user other than root (or us),
+or a named group other than root's, that may write under the mask is refused. A
+directory's default ACL is not checked: it only seeds the ACL of entries created in it
+later, and the kernel caps their mask at the creating mode's group bits (acl(5),
+"Object creation and default ACLs"). healthd creates nothing with group write, and
+checks every entry it reads by this same rule.
 """
 
 from __future__ import annotations
@@ -53,15 +63,83 @@ def stat_reason(path: Path, info: os.stat_result, *, container: bool = False) ->
     """
     if info.st_uid not in (0, os.geteuid()):
         return f"{path} belongs to uid {info.st_uid}, not root"
-    if stat.S_ISLNK(info.st_mode):
+    mode = info.st_mode
+    if stat.S_ISLNK(mode) or not mode & (stat.S_IWGRP | stat.S_IWOTH):
         return None
-    # Group write is fine when the group is root's own.
-    group_writable = info.st_mode & stat.S_IWGRP and info.st_gid != 0
-    if not (group_writable or info.st_mode & stat.S_IWOTH):
+    if container and stat.S_ISDIR(mode) and mode & stat.S_ISVTX:
         return None
-    if container and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX:
-        return None
-    return f"{path} is writable by group or others (mode {stat.filemode(info.st_mode)})"
+    if mode & stat.S_IWOTH or info.st_gid != 0:
+        return f"{path} is writable by group or others (mode {stat.filemode(mode)})"
+    # Group write is fine when the group is root's own, unless these bits are an ACL's mask.
+    return acl_reason(path)
+
+
+# acl(5) as the kernel stores it in the xattr (include/uapi/linux/posix_acl_xattr.h): a
+# little-endian u32 version, then one (u16 tag, u16 perm, u32 id) entry per 8 bytes.
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_VERSION = 2
+_ACL_USER = 0x02
+_ACL_GROUP = 0x08
+_ACL_MASK = 0x10
+_ACL_WRITE = 0x02
+
+
+def acl_reason(path: Path) -> Optional[str]:
+    """Why the access ACL of ``path`` (not followed if a link) lets someone else write it, or None.
+
+    One ``lgetxattr``; a file without an ACL, or on a filesystem without ACLs, has none.
+    """
+    try:
+        blob = os.getxattr(path, _ACL_XATTR, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno in (errno.ENODATA, errno.EOPNOTSUPP, errno.ENOTSUP):
+            return None
+        return f"cannot read the ACL of {path}: {exc.strerror or exc}"
+    if len(blob) < 4 or (len(blob) - 4) % 8 or int.from_bytes(blob[:4], "little") != _ACL_VERSION:
+        return f"{path} has an ACL that healthd cannot read ({len(blob)} bytes)"
+    entries = [
+        (int.from_bytes(blob[i : i + 2], "little"), int.from_bytes(blob[i + 2 : i + 4], "little"), blob[i + 4 : i + 8])
+        for i in range(4, len(blob), 8)
+    ]
+    # The kernel refuses an ACL with named entries and no mask, so the default is never used for one.
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0o7)
+    for tag, perm, raw_id in entries:
+        ident = int.from_bytes(raw_id, "little")
+        if not perm & mask & _ACL_WRITE:
+            continue
+        if tag == _ACL_USER and ident not in (0, os.geteuid()):
+            kind, name = "user", _user_name(ident)
+        elif tag == _ACL_GROUP and ident != 0:
+            kind, name = "group", _group_name(ident)
+        else:
+            continue
+        return (
+            f"{path} is writable by {kind} {name} ({'uid' if kind == 'user' else 'gid'} {ident}) through its ACL"
+            f" (entry {kind}:{name}:{_rwx(perm)}, mask {_rwx(mask)})"
+        )
+    return None
+
+
+def _rwx(perm: int) -> str:
+    return "".join(letter if perm & bit else "-" for letter, bit in (("r", 4), ("w", 2), ("x", 1)))
+
+
+def _user_name(uid: int) -> str:
+    import pwd  # here: only a refusal names the user
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group_name(gid: int) -> str:
+    import grp  # here: only a refusal names the group
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def trusted_stat(path: Path, *, container: bool = False) -> os.stat_result:

@@ -18,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from healthd.nhcimport import convert
-    from healthd.tomlwrite import dumps
+    from healthd.tomlwrite import comment, dumps
 
     try:
         text = args.nhc_conf.read_text(encoding="utf-8", errors="replace")
@@ -26,11 +26,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"healthd: cannot read {args.nhc_conf}: {exc.strerror or exc}", file=sys.stderr)
         return EX_NOINPUT
     imported = convert(text)
-    header = (
-        f"# Converted by `healthd import-nhc` from {args.nhc_conf.name}: {imported.converted} check(s);"
-        f" {len(imported.notes)} note(s) printed when it ran. Review before deploying.\n"
+    # The file's name is the user's: a newline in it must not end the comment.
+    header = comment(
+        f"Converted by `healthd import-nhc` from {args.nhc_conf.name}: {imported.converted} check(s);"
+        f" {len(imported.notes)} note(s) printed when it ran. Review before deploying."
     )
-    toml = header + dumps(imported.document)
+    toml = "\n".join(header) + "\n" + dumps(imported.document)
     for note in imported.notes:
         print(f"{args.nhc_conf}: {note}", file=sys.stderr)
     if args.output is None:

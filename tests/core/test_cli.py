@@ -453,3 +453,38 @@ def test_any_other_command_line_is_left_to_the_parser(argv: list[str]) -> None:
     from healthd.cli import plain_status
 
     assert plain_status(argv) is None
+
+
+@pytest.mark.parametrize(("command", "code"), [("status", 3), ("history", 70)])
+def test_a_bug_in_status_or_history_exits_with_its_documented_code_not_a_grade(
+    command: str,
+    code: int,
+    write_config: Callable[[str], Path],
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Status is read by Nagios (3: UNKNOWN, nothing observed); history by people (70, as every other command).
+    import healthd.commands.history
+    import healthd.commands.status
+
+    def bug(_: object) -> None:
+        raise ValueError("embedded null byte")
+
+    module = healthd.commands.status if command == "status" else healthd.commands.history
+    monkeypatch.setattr(module, "read_settings", bug)
+    got, out, err = cli(command, "--config", str(write_config("")))
+    assert (got, out) == (code, "")
+    assert err.endswith("healthd: internal error: ValueError: embedded null byte\n")
+
+
+def test_toml_nested_too_deeply_is_a_config_error_in_every_command(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    path = write_config("")
+    # Written here: the fixture's own reading of it would stop at the same recursion. A file
+    # that cannot be read can make healthd do nothing, as the fixture requires.
+    path.write_text("[x]\ny = " + "[" * 5000 + "]" * 5000 + "\n")
+    for command in (["config", "validate"], ["check", "--once"], ["status"], ["history"]):
+        code, out, err = cli(*command, "--config", str(path))
+        assert (code, out) == (78, ""), command
+        assert f"{path}: not valid TOML: arrays or inline tables nested too deeply to read" in err, command

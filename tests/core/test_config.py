@@ -1,15 +1,17 @@
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from healthd_testkit.paths import HEALTHD as INSTALLED
 from healthd_testkit.paths import run_healthd
+from pydantic import BaseModel
 
 from healthd.checksettings import CheckSettings
-from healthd.config import ConfigError, load_config, parse_config
+from healthd.config import Config, ConfigError, load_config, parse_config
 from healthd.engine import settings_models
 from healthd.plugin import discover
 from healthd_checks.mounts_settings import MountSpec
@@ -290,3 +292,97 @@ def test_the_config_digest_is_sha256() -> None:
 
     for data in (b"", b"[paths]\nstate_dir = '/x'\n", bytes(range(256)) * 100):
         assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
+
+
+MOUNT_ROOT_XFS = '[checks.mounts]\nexpect = [{ path = "/", fstype = "xfs" }, { path = "/home" }]\n'
+
+
+def test_a_host_section_corrects_a_mount_expectation_instead_of_adding_a_contradiction() -> None:
+    text = (
+        MOUNT_ROOT_XFS
+        + '[[hosts]]\nmatch = "gpu*"\n[hosts.checks.mounts]\nexpect = [{ path = "/", fstype = "ext4" }]\n'
+    )
+    expect = parse_config(text, "test.toml", MODELS, "gpu1").check_settings["mounts"].expect
+    assert expect == [MountSpec(path="/", fstype="ext4"), MountSpec(path="/home")]
+    assert parse_config(text, "test.toml", MODELS, "cpu1").check_settings["mounts"].expect[0].fstype == "xfs"
+    # The same through [node], the old place of [checks.mounts] expect.
+    old = text.replace("[hosts.checks.mounts]\nexpect", "[hosts.node]\nmounts")
+    assert parse_config(old.replace("[checks.mounts]\nexpect", "[node]\nmounts"), "t", MODELS, "gpu1").check_settings[
+        "mounts"
+    ].expect == [MountSpec(path="/", fstype="ext4"), MountSpec(path="/home")]
+
+
+def test_two_expectations_of_one_mount_path_are_refused_wherever_they_meet() -> None:
+    assert problems('[checks.mounts]\nexpect = [{ path = "/data" }, { path = "/data/", rw = true }]\n') == [
+        "checks.mounts.expect: /data is expected more than once: give each mount path one entry"
+        " (got [{'path': '/data'}, {'path': '/data/', 'rw': True}])"
+    ]
+    # A host section written with a trailing slash names the same mount as the file's, in another spelling.
+    text = MOUNT_ROOT_XFS + '[[hosts]]\nmatch = "zz*"\n[hosts.checks.mounts]\nexpect = [{ path = "/home/" }]\n'
+    assert [p.split(":")[0] for p in problems(text)] == ["hosts[0] (match 'zz*')"]
+    assert "checks.mounts.expect: /home is expected more than once" in problems(text)[0]
+
+
+def test_check_once_judges_the_mount_as_the_host_section_expects_it(
+    write_config: Callable[[str], Path],
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from healthd_checks.mountinfo import find_mount, parse_mountinfo
+
+    root = find_mount(parse_mountinfo(Path("/proc/1/mountinfo").read_text(), "/proc/1/mountinfo"), "/")
+    assert root is not None
+    body = (
+        '[checks.mounts]\nexpect = [{ path = "/", fstype = "no-such-fs" }]\nprobe_usage = false\n'
+        f'[[hosts]]\nmatch = "gpu*"\n[hosts.checks.mounts]\nexpect = [{{ path = "/", fstype = "{root.fstype}" }}]\n'
+    )
+    path = write_config(body)
+    monkeypatch.setenv("SLURMD_NODENAME", "cpu1")
+    code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 2 and "MOUNT_WRONG_TYPE" in out
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu1")
+    code, out, err = cli("check", "--once", "--only", "mounts", "--config", str(path))
+    assert code == 0, out + err
+
+
+def _types(annotation: Any) -> Iterator[Any]:
+    """Every type an annotation names (inside Optional, Annotated, unions)."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Annotated:
+        yield from _types(args[0])
+    elif args:
+        for arg in args:
+            yield from _types(arg)
+    else:
+        yield annotation
+
+
+def _path_settings(model: type[BaseModel], place: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for name, info in model.model_fields.items():
+        types = list(_types(info.annotation))
+        if Path in types:
+            yield (*place, name)
+        for inner in types:
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                yield from _path_settings(inner, (*place, name))
+
+
+PATH_SETTINGS = sorted(
+    [*_path_settings(Config, ()), *(p for name, m in MODELS.items() for p in _path_settings(m, ("checks", name)))]
+)
+
+
+@pytest.mark.parametrize("place", PATH_SETTINGS, ids=".".join)
+def test_no_path_setting_takes_a_nul_character(place: tuple[str, ...]) -> None:
+    # A NUL would crash every later use of the path ("embedded null byte"): the config is refused, naming the key.
+    text = f'[{".".join(place[:-1])}]\n{place[-1]} = "/var/x\\u0000y"\n'
+    assert problems(text) == [f"{'.'.join(place)}: a path cannot hold a NUL character (\\u0000) (got '/var/x\\x00y')"]
+
+
+def test_every_kind_of_path_setting_is_held_to_the_nul_rule() -> None:
+    assert {
+        ("paths", "state_dir"),
+        ("metrics", "textfile"),
+        ("slurm", "conf"),
+        ("checks", "xid", "journal_directory"),
+    } <= set(PATH_SETTINGS)

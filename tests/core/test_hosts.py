@@ -90,3 +90,31 @@ def test_merging_a_table_over_itself_or_nothing_changes_nothing(table: dict[str,
     assert merge(table, table) == table
     assert merge(table, {}) == table
     assert merge({}, table) == table
+
+
+def test_a_host_item_replaces_the_file_item_about_the_same_subject() -> None:
+    # checks.mounts.expect names each item by its path (healthd.config.identified_by); services has no identity.
+    identities = {("checks", "mounts", "expect"): "path"}
+    base: dict[str, Any] = {
+        "checks": {
+            "mounts": {"expect": [{"path": "/", "fstype": "xfs"}, {"path": "/home", "fstype": "nfs"}]},
+            "services": {"expect": ["sshd"]},
+        }
+    }
+    over: dict[str, Any] = {
+        "checks": {
+            "mounts": {"expect": [{"path": "/", "fstype": "ext4"}, {"path": "/raid"}]},
+            "services": {"expect": ["sshd", "munge"]},
+        }
+    }
+    merged = merge(base, over, identities)["checks"]
+    assert merged["mounts"]["expect"] == [
+        {"path": "/", "fstype": "ext4"},
+        {"path": "/home", "fstype": "nfs"},
+        {"path": "/raid"},
+    ]
+    assert merged["services"]["expect"] == ["sshd", "munge"]
+    # Where no identity is named, a second item about the same path is just another item.
+    assert merge(base, over)["checks"]["mounts"]["expect"][:2] == base["checks"]["mounts"]["expect"]
+    sections, _ = host_sections({"hosts": [{"match": "gpu*", **over}, {"match": "gpu1", **over}]})
+    assert for_host(base, sections, "gpu1", identities)[0]["checks"] == merged

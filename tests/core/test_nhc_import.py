@@ -115,3 +115,15 @@ def test_any_text_converts_without_crashing(text: str) -> None:
     imported = convert(text)
     assert imported.converted + len(imported.notes) >= 0
     assert all(note.line >= 1 for note in imported.notes)
+
+
+def test_nhc_lines_about_one_mount_become_one_expectation() -> None:
+    # healthd refuses two expectations of one mount path; NHC checks each line on its own.
+    imported = convert(
+        "* || check_fs_mount_rw -f /data\n* || check_fs_mount -t nfs -f /data/\n* || check_fs_mount_ro -f /data\n"
+    )
+    assert imported.document["checks"]["mounts"] == {"expect": [{"path": "/data", "rw": True, "fstype": "nfs"}]}
+    assert [note.reason for note in imported.notes] == [
+        "/data: rw False contradicts True from an earlier line: kept that"
+    ]
+    settings_models(discover())["mounts"].model_validate(imported.document["checks"]["mounts"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import stat
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from healthd_testkit.acl import ACCESS, DEFAULT, set_acl
 from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import HEALTHD
 
@@ -28,7 +30,7 @@ import healthd.configload
 from healthd.cli import main
 from healthd.hook import hook_main
 from healthd.metrics import HealthdCollector, new_registry, write_textfile
-from healthd.trust import UntrustedPath
+from healthd.trust import UntrustedPath, acl_reason
 
 # A victim file the attacker points root at (never a real system path).
 VICTIM_TEXT = "the victim's own content\n"
@@ -77,7 +79,15 @@ def _ack_of_another_user(state: Path, victim: Path, intruder: tuple[int, int]) -
     os.chown(acks, *intruder)
 
 
+def _acl_of_another_user(state: Path, victim: Path, intruder: tuple[int, int]) -> None:
+    # root:root 0770 to the eye (ls -l shows a "+"), the group bits being the ACL's mask; nothing
+    # else is planted, as any link or file of theirs would be refused on its own.
+    state.mkdir(mode=0o700)
+    set_acl(state, group=0, other=0, mask=7, users={intruder[0]: 7})
+
+
 PLANTS: dict[str, Callable[[Path, Path, tuple[int, int]], None]] = {
+    "acl-of-another-user": _acl_of_another_user,
     "owned-by-user": _owned_by_intruder,
     "world-writable": _world_writable,
     "link-in-private-dir": _link_left_in_a_private_dir,
@@ -160,6 +170,37 @@ def test_an_ack_another_user_could_write_does_not_silence_a_critical_finding(
     (state / "acks.json").chmod(0o666)  # root's file, but anyone may rewrite it
     code, out, err = cli("check", "--once", "--config", config)
     assert code == 78 and f"{state / 'acks.json'} is writable by group or others" in err
+
+
+def test_an_entry_an_acl_lets_another_user_write_is_refused(
+    checked: tuple[Path, str], intruder: tuple[int, int], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    state, config = checked
+    assert cli("ack", "mounts", "--config", config)[0] == 0
+    set_acl(state / "acks.json", owner=6, group=0, other=0, mask=6, users={intruder[0]: 6})
+    code, out, err = cli("check", "--once", "--config", config)
+    assert code == 78 and out == ""
+    name = pwd.getpwuid(intruder[0]).pw_name
+    assert f"{state / 'acks.json'} is writable by user {name} (uid {intruder[0]}) through its ACL" in err
+
+
+def test_a_default_acl_on_the_state_dir_gives_no_one_else_write_to_what_healthd_creates(
+    tmp_path: Path, intruder: tuple[int, int], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    # The trust rule reads only access ACLs (healthd/trust.py): every file healthd makes here is
+    # created without group write, which caps the mask of the ACL it inherits.
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    set_acl(state, which=DEFAULT, group=0, other=0, mask=7, users={intruder[0]: 7})
+    config = str(write_config(tmp_path, state))
+    assert cli("check", "--once", "--config", config)[0] == 2
+    assert cli("ack", "mounts", "--config", config)[0] == 0
+    assert cli("check", "--once", "--config", config)[0] == 0
+    created = sorted(p.name for p in state.iterdir())
+    assert {"acks.json", "last-pass.json", "history.sqlite"} <= set(created)
+    for name in created:
+        assert acl_reason(state / name) is None, name
+        assert os.getxattr(state / name, ACCESS), f"{name} did not inherit the default ACL: the test shows nothing"
 
 
 def test_a_last_pass_another_user_wrote_is_not_shown_by_status(

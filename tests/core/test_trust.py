@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import grp
 import os
+import pwd
+import stat
 import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from healthd_testkit.acl import DEFAULT, set_acl
 
 from healthd.plugin import _untrusted_plugin
 from healthd.trust import untrusted_reason
@@ -129,3 +133,69 @@ def test_a_link_loop_is_refused_not_followed_forever(private_dir: Path) -> None:
     (private_dir / "a").symlink_to(private_dir / "b")
     (private_dir / "b").symlink_to(private_dir / "a")
     assert "Too many levels of symbolic links" in (untrusted_reason(private_dir / "a") or "")
+
+
+# A user and a group that own nothing here: Debian's nobody and nogroup.
+OTHER_UID, OTHER_GID = 65534, 65534
+OTHER_USER, OTHER_GROUP = pwd.getpwuid(OTHER_UID).pw_name, grp.getgrgid(OTHER_GID).gr_name
+
+
+@pytest.mark.skipif(os.getegid() != 0, reason="the rule accepts group write only for root's group")
+def test_an_acl_letting_another_user_write_is_refused(private_dir: Path) -> None:
+    # With an ACL the mode's group bits are its mask: rw- here reads as root's group writing.
+    config = private_dir / "healthd.toml"
+    config.write_text("")
+    config.chmod(0o644)
+    assert untrusted_reason(config) is None
+    set_acl(config, owner=6, group=4, other=4, mask=6, users={OTHER_UID: 6})
+    assert stat.S_IMODE(config.stat().st_mode) == 0o664  # what the old rule saw: group write, gid 0
+    assert untrusted_reason(config) == (
+        f"{config} is writable by user {OTHER_USER} (uid {OTHER_UID}) through its ACL"
+        f" (entry user:{OTHER_USER}:rw-, mask rw-)"
+    )
+
+
+@pytest.mark.skipif(os.getegid() != 0, reason="the rule accepts group write only for root's group")
+def test_an_acl_letting_another_group_write_a_directory_above_is_refused(private_dir: Path) -> None:
+    config = private_dir / "healthd.toml"
+    config.write_text("")
+    set_acl(private_dir, group=5, mask=7, groups={OTHER_GID: 7})
+    assert untrusted_reason(config) == (
+        f"{private_dir} is writable by group {OTHER_GROUP} (gid {OTHER_GID}) through its ACL"
+        f" (entry group:{OTHER_GROUP}:rwx, mask rwx)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("users", "groups", "mask"),
+    [
+        ({OTHER_UID: 6}, {}, 4),  # the mask takes write away from every named entry
+        ({OTHER_UID: 4}, {OTHER_GID: 5}, 6),  # named entries that only read
+        ({0: 6}, {0: 6}, 6),  # root by name
+    ],
+    ids=["masked", "read-only", "root"],
+)
+def test_an_acl_that_lets_no_one_else_write_is_accepted(
+    private_dir: Path, users: dict[int, int], groups: dict[int, int], mask: int
+) -> None:
+    config = private_dir / "healthd.toml"
+    config.write_text("")
+    set_acl(config, owner=6, group=4, other=4, mask=mask, users=users, groups=groups)
+    assert untrusted_reason(config) is None
+
+
+def test_a_default_acl_is_not_what_guards_a_directory(private_dir: Path) -> None:
+    # It only seeds the ACL of entries created later, each checked when it is used (docs/ in trust.py).
+    set_acl(private_dir, which=DEFAULT, users={OTHER_UID: 7}, groups={OTHER_GID: 7})
+    assert untrusted_reason(private_dir) is None
+
+
+def test_the_cli_refuses_a_config_that_an_acl_lets_another_user_write(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    path = write_config("")
+    set_acl(path, owner=6, group=4, other=4, mask=6, users={OTHER_UID: 6})
+    code, out, err = cli("config", "validate", "--config", str(path))
+    assert code == 78 and out == ""
+    assert f"{path}: refusing to load a config that others could have written" in err
+    assert f"through its ACL (entry user:{OTHER_USER}:rw-, mask rw-)" in err

@@ -372,3 +372,46 @@ def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_p
     assert installed_init().read_text().endswith("# rebuilt\n")
     assert (venv / "healthd-wheel.sha256").read_text() == _sha256(rebuilt) + "\n"
     assert check_once()["action"]["dry_run"] is True
+
+
+def _paths_dropin(tmp_path: Path, variables: dict[str, Any]) -> list[str]:
+    """The ReadWritePaths= lines of 20-paths.conf, rendered by Ansible itself from the role's template."""
+    given = {"healthd_state_dir": "/var/lib/healthd", "healthd_metrics_textfile": None, "healthd_extra_config": {}}
+    (tmp_path / "vars.json").write_text(json.dumps({**given, **variables}))
+    out = tmp_path / "20-paths.conf"
+    template = ANSIBLE_DIR / "roles" / "healthd" / "templates" / "paths.conf.j2"
+    ansible = str(Path(PLAYBOOK or "ansible-playbook").with_name("ansible"))
+    command = [ansible, "-c", "local", "-i", "localhost,", "localhost", "-m", "ansible.builtin.template"]
+    command += ["-a", f"src={template} dest={out}", "-e", f"@{tmp_path / 'vars.json'}"]
+    _passes(command, tmp_path, timeout=120)
+    return [line for line in out.read_text().splitlines() if not line.startswith("#")]
+
+
+@pytest.mark.parametrize(
+    ("variables", "lines"),
+    [
+        ({}, []),
+        (
+            {"healthd_state_dir": "/srv/healthd", "healthd_metrics_textfile": "/var/lib/prom/healthd.prom"},
+            ["ReadWritePaths=-/srv/healthd", "ReadWritePaths=-/var/lib/prom"],
+        ),
+        # Set through healthd_extra_config, merged last into the config: the drop-in follows it.
+        (
+            {
+                "healthd_state_dir": "/srv/healthd",
+                "healthd_extra_config": {
+                    "paths": {"state_dir": "/srv/other"},
+                    "metrics": {"textfile": "/var/lib/prom/healthd.prom"},
+                    "hosts": [{"match": "gpu*", "paths": {"state_dir": "/raid/healthd"}}, {"match": "cpu*"}],
+                },
+            },
+            ["ReadWritePaths=-/srv/other", "ReadWritePaths=-/raid/healthd", "ReadWritePaths=-/var/lib/prom"],
+        ),
+        ({"healthd_extra_config": {"paths": {"state_dir": None}}}, []),  # null: healthd's default, already writable
+    ],
+    ids=["defaults", "variables", "extra-config", "extra-null"],
+)
+def test_the_unit_may_write_where_the_rendered_config_says(
+    tmp_path: Path, variables: dict[str, Any], lines: list[str]
+) -> None:
+    assert _paths_dropin(tmp_path, variables) == ["[Service]", *lines]
