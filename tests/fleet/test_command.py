@@ -12,6 +12,7 @@ import pytest
 from healthd_testkit.paths import REPO
 
 from healthd.fleet import synth
+from healthd.fleet.live import Accounting
 from healthd.fleet.schema import FleetReportOut, json_schema
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -131,14 +132,14 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
 
     def collect(
         bin_dir: Path, since: dt.datetime, until: dt.datetime, timeout: float, conf: Optional[Path]
-    ) -> tuple[str, str]:
+    ) -> Accounting:
         calls.append((bin_dir, since, until, timeout))
         jobs = "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n"
         start, end = f"{until - dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%S}", f"{until:%Y-%m-%dT%H:%M:%S}"
         jobs += f"1|a|NODE_FAIL|{start}|{end}|1|node1|gres/gpu=8\n"
         events = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
         events += f"c|node1|{until:%Y-%m-%dT%H:%M:%S}|Unknown|DRAIN|healthd: XID_79 gpu0|root(0)\n"
-        return jobs, events
+        return Accounting(jobs, events, "JobID|SubmitLine\n1|sbatch -x node2 a.sh\n")
 
     import healthd.fleet.live
 
@@ -151,5 +152,7 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
     ((where, since, until, timeout),) = calls
     assert where == bin_dir and timeout == 300
     assert dt.timedelta(hours=46, minutes=59) < until - since < dt.timedelta(hours=47, minutes=1)
-    attributed = json.loads(out)["attributed_failures"]
+    document = json.loads(out)
+    attributed = document["attributed_failures"]
     assert [(a["node"], a["cause"], a["state"]) for a in attributed] == [("node1", "XID_79", "NODE_FAIL")]
+    assert document["inputs"]["submit_lines"]["records"] == 1, "the submit lines collected are read too"

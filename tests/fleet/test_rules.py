@@ -49,10 +49,10 @@ def test_the_cause_list_and_prefix_are_configurable() -> None:
 
 def test_events_minutes_apart_on_one_node_are_one_incident() -> None:
     events = [
-        ("n1", 0.0, 100.0, "XID_79"),
-        ("n1", 60.0, 200.0, "PCIE"),
-        ("n1", 1000.0, None, "XID_48"),
-        ("n2", 30.0, 40.0, "NHC"),
+        ("n1", 0.0, 100.0, "XID_79", False),
+        ("n1", 60.0, 200.0, "PCIE", False),
+        ("n1", 1000.0, None, "XID_48", False),
+        ("n2", 30.0, 40.0, "NHC", False),
     ]
     incidents, index = group_incidents(events, gap=300)
     assert [(i.node, i.start, i.end, i.codes) for i in incidents] == [
