@@ -259,9 +259,9 @@ def open_table(
         )
     unsafe = [name for name in refused if name.lower() in columns]
     if unsafe:
-        which = ", ".join(unsafe)
+        which = f"column {unsafe[0]} holds" if len(unsafe) == 1 else f"columns {', '.join(unsafe)} hold"
         raise FleetInputError(
-            f"{source}: column {which} holds text a job's owner chooses, where a '|' or a newline can forge "
+            f"{source}: {which} text a job's owner chooses, where a '|' or a newline can forge "
             f"records (sacct -P does not escape them); produce the file with\n  {command}"
         )
     free = [columns[name.lower()] for name in FREE_TEXT if name.lower() in columns]
