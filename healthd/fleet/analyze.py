@@ -350,6 +350,7 @@ def _read_jobs(
     by_size, single, multi_lists = jobs.by_size, jobs.single, jobs.multi_lists
     # Runs of the jobs whose submit line excludes nodes: [in the input, used].
     excluding: dict[str, list[int]] = {} if exclusions is None else {job: [0, 0] for job in exclusions.jobs}
+    names: dict[str, str] = {}
     first = last = None
     for number, line in table.rows:
         fields = split(line)
@@ -418,6 +419,13 @@ def _read_jobs(
             key = (node_list, fields[i_user], fields[i_partition] if i_partition is not None else "")
             counts = single.get(key)
             if counts is None:
+                # Each line's fields are new strings: a key keeps one shared copy of each name
+                # (millions of keys, a few thousand names).
+                key = (
+                    names.setdefault(key[0], key[0]),
+                    names.setdefault(key[1], key[1]),
+                    names.setdefault(key[2], key[2]),
+                )
                 counts = single[key] = [0, 0]
             counts[0] += 1
             if failed:
