@@ -1,7 +1,7 @@
 """``healthd fleet report`` at the study's scale: 4,000,000 job runs and 100,000 events.
 
 Generates a synthetic fleet (``healthd.fleet.synth``: 3,000 nodes of 8 GPUs, 330
-days) into two files once, then times the analysis in a fresh process and reads
+days) into three files once (jobs, events, submit lines), then times the analysis in a fresh process and reads
 its peak RSS (``ru_maxrss`` of the child). The target is <= 60 s and <= 2 GB on a
 2-core machine. Run:
 
@@ -21,10 +21,12 @@ from pathlib import Path
 from healthd.fleet import synth
 
 
-def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path]:
-    jobs, event_file = directory / f"jobs-{runs}.txt", directory / f"events-{events}.txt"
-    if jobs.exists() and event_file.exists():
-        return jobs, event_file
+def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]:
+    # "v2": the job fields without JobName and SubmitLine, which come apart (docs/fleet.md, "Inputs").
+    jobs, event_file = directory / f"jobs-v2-{runs}.txt", directory / f"events-v2-{events}.txt"
+    submit = directory / f"submit-v2-{runs}.txt"
+    if jobs.exists() and event_file.exists() and submit.exists():
+        return jobs, event_file, submit
     spec = synth.FleetSpec(
         nodes=3000,
         days=330,
@@ -44,8 +46,10 @@ def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path]:
         out.writelines(line + "\n" for line in synth.job_lines(fleet))
     with event_file.open("w") as out:
         out.writelines(line + "\n" for line in synth.event_lines(fleet))
+    with submit.open("w") as out:
+        out.writelines(line + "\n" for line in synth.submit_lines(fleet))
     print(f"generated in {time.perf_counter() - started:.1f} s: {jobs} ({jobs.stat().st_size / 1e6:.0f} MB)")
-    return jobs, event_file
+    return jobs, event_file, submit
 
 
 def main() -> int:
@@ -55,11 +59,12 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    jobs, events = generate(args.dir, args.runs, args.events)
+    jobs, events, submit = generate(args.dir, args.runs, args.events)
     healthd = Path(sys.executable).with_name("healthd")
     started = time.perf_counter()
+    inputs = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
     proc = subprocess.run(
-        [str(healthd), "fleet", "report", "--jobs", str(jobs), "--events", str(events), "--json"],
+        [str(healthd), "fleet", "report", "--json", *inputs],
         capture_output=True,
         text=True,
         check=False,

@@ -306,18 +306,32 @@ def unsafe_reason(path: Path) -> Optional[str]:
     return None
 
 
+_DETAILS_DEPTH = 16  # deeper (or self-referring) details are kept as their repr
+
+
 def _companions(path: Path) -> tuple[Path, ...]:
     """The database and the files SQLite keeps beside it."""
     return (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")))
 
 
-def _finite(value: Any) -> Any:
-    # json.dumps writes NaN and Infinity, which are not JSON: a reader in another language would choke.
-    return value if not isinstance(value, float) or math.isfinite(value) else repr(value)
+def _plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON can hold it, at every depth: NaN and Infinity, which json.dumps would write
+    though they are not JSON (a reader in another language would choke), become text, as does
+    anything JSON has no form for; keys become text."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if depth < _DETAILS_DEPTH:
+        if isinstance(value, Mapping):
+            return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_plain(v, depth + 1) for v in value]
+    return repr(value)[:DETAILS_LIMIT]
 
 
 def _details_json(details: Mapping[str, Any]) -> str:
-    text = json.dumps({str(k): _finite(v) for k, v in details.items()}, sort_keys=True, separators=(",", ":"))
+    text = json.dumps(_plain(details), sort_keys=True, separators=(",", ":"), allow_nan=False)
     if len(text) > DETAILS_LIMIT:
         return json.dumps({"truncated": True, "size": len(text)})
     return text
@@ -328,6 +342,8 @@ def _load_details(text: str) -> Mapping[str, Any]:
         value = json.loads(text)
     except ValueError:
         return {"unreadable": text[:200]}
+    # Rows written before nested NaN was turned into text may still hold it.
+    value = _plain(value)
     return value if isinstance(value, dict) else {"value": value}
 
 

@@ -1,7 +1,8 @@
 """``healthd fleet report`` and ``healthd fleet lemons``: fleet reliability from Slurm accounting (docs/fleet.md).
 
 Both read the same inputs: ``--jobs FILE --events FILE`` (the parsable output of
-the sacct and sacctmgr commands in the README, ``-`` for standard input) or
+the sacct and sacctmgr commands in the README, ``-`` for standard input) and
+optionally ``--submit-lines FILE`` (sacct's JobID and SubmitLine, read twice), or
 ``--live``, which runs those commands through ``healthd.fleet.live.collect`` with
 ``[slurm] bin_dir``. Either way the texts go to ``healthd.fleet.analyze.analyze``.
 ``lemons --drain`` is a dry run unless ``--apply`` is given. Exit codes: 0; 64
@@ -50,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=Path, metavar="FILE", help="sacct -P output (see README); - for stdin")
     parser.add_argument("--events", type=Path, metavar="FILE", help="sacctmgr -P show event output (see README)")
+    parser.add_argument(
+        "--submit-lines", type=Path, metavar="FILE", help="sacct -P -o JobID,SubmitLine output: the -x signal"
+    )
     parser.add_argument("--live", action="store_true", help="run sacct and sacctmgr from [slurm] bin_dir")
     parser.add_argument(
         "--since", metavar="WHEN", help=f"runs that ended after: 30d, 12h or an ISO date (--live: {DEFAULT_LIVE_SINCE})"
@@ -101,7 +105,11 @@ def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
         raise _Usage(f"--alpha {args.alpha:g}: must be between 0 and 1")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise _Usage(f"--gpus-per-node {args.gpus_per_node}: must be at least 1")
-    since = args.since if args.since is not None or not args.live else DEFAULT_LIVE_SINCE
+    since = _when(args.since if args.since is not None or not args.live else DEFAULT_LIVE_SINCE, now, "--since")
+    until = _when(args.until, now, "--until")
+    if since is not None and since >= (now if until is None else until):
+        end = f"--until {args.until}" if args.until else "now"
+        raise _Usage(f"--since {args.since or DEFAULT_LIVE_SINCE} is not before {end}: the window is empty")
     return FleetSettings(
         window_before=_seconds(args.window_before, "--window-before"),
         window_after=_seconds(args.window_after, "--window-after"),
@@ -111,8 +119,8 @@ def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
         restart_overhead=_seconds(args.restart_overhead, "--restart-overhead"),
         gpus_per_node=args.gpus_per_node,
         alpha=args.alpha,
-        since=_when(since, now, "--since"),
-        until=_when(args.until, now, "--until"),
+        since=since,
+        until=until,
     )
 
 
@@ -133,6 +141,11 @@ def _lines(path: Path) -> Iterator[IO[str]]:
         yield handle
 
 
+def _file_lines(path: Path) -> Iterator[str]:
+    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+        yield from handle
+
+
 def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
     from healthd.fleet.analyze import analyze
@@ -148,18 +161,37 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
 
         until = settings.until if settings.until is not None else now
         # sacct's window is in local time, as its output is (docs/fleet.md).
-        jobs_text, events_text = collect(
+        texts = collect(
             config.slurm.bin_dir,
             datetime.datetime.fromtimestamp(settings.since),
             datetime.datetime.fromtimestamp(until),
             args.timeout,
             conf=config.slurm.conf,
         )
-        return analyze(jobs_text.splitlines(), events_text.splitlines(), settings, "sacct", "sacctmgr show event")
+        return analyze(
+            texts.jobs.splitlines(),
+            texts.events.splitlines(),
+            settings,
+            "sacct",
+            "sacctmgr show event",
+            texts.submit_lines.splitlines,
+            "sacct JobID,SubmitLine",
+        )
     if args.jobs is None or args.events is None:
         raise _Usage("give --jobs FILE and --events FILE (the sacct and sacctmgr output), or --live")
+    submit = args.submit_lines
+    if submit is not None and str(submit) == "-":
+        raise _Usage("--submit-lines is read twice: give a file, not -")
     with _lines(args.jobs) as jobs, _lines(args.events) as events:
-        return analyze(jobs, events, settings, str(args.jobs), str(args.events))
+        return analyze(
+            jobs,
+            events,
+            settings,
+            str(args.jobs),
+            str(args.events),
+            None if submit is None else (lambda: _file_lines(submit)),
+            str(submit),
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from healthd.text import one_line
 DEFAULT_SINCE = "7d"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d{1,9})([smhdw])")
+_LATEST = 253_402_214_400.0  # 9999-12-31T00:00:00Z: printable as a local date in every zone
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,16 +57,21 @@ def parse_since(text: str, now: float) -> float:
     value = text.strip()
     duration = parse_duration(value)
     if duration is not None:
-        return now - duration
-    try:
-        # fromisoformat takes "Z" only from Python 3.11.
-        when = _dt.datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
-    except ValueError:
-        raise ValueError(
-            f"--since {one_line(text, 60)!r}: expected a duration such as 30m, 24h, 7d or 2w, "
-            "or an ISO date such as 2024-05-01 or 2024-05-01T08:00"
-        ) from None
-    return when.timestamp()  # a naive time is local time, as a person at the node means it
+        epoch = now - duration
+    else:
+        try:
+            # fromisoformat takes "Z" only from Python 3.11.
+            when = _dt.datetime.fromisoformat(value[:-1] + "+00:00" if value.endswith(("Z", "z")) else value)
+            epoch = when.timestamp()  # a naive time is local time, as a person at the node means it
+        except (ValueError, OverflowError):
+            raise ValueError(
+                f"--since {one_line(text, 60)!r}: expected a duration such as 30m, 24h, 7d or 2w, "
+                "or an ISO date such as 2024-05-01 or 2024-05-01T08:00"
+            ) from None
+    if not 0 <= epoch <= _LATEST:
+        # Nothing was recorded before 1970, and a time past 9999 cannot be printed as a date.
+        raise ValueError(f"--since {one_line(text, 60)!r}: out of range (1970 to 9999)")
+    return epoch
 
 
 def _local(epoch: float) -> str:

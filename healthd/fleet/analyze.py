@@ -10,7 +10,9 @@ number of runs. The rules are the study's (docs/fleet.md):
   any of its nodes that started within [end - window_before, end + window_after];
 - MTTF of a bucket (largest power of two <= its GPUs) = its runs' wall hours /
   its attributed failures; r_f is fitted over all GPU runs (``reliability``);
-- every run counts, requeued runs included (sacct -D prints each).
+- every run counts, requeued runs included (sacct -D prints each);
+- a cause that hit many nodes at once is one shared incident, counted against
+  none of them (``causes.shared_incidents``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,19 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
-from healthd.fleet.causes import CauseRules, Incident, NodeEvents, group_incidents
-from healthd.fleet.hosts import excluded, expand
+from healthd.fleet.causes import (
+    SHARED_NODES,
+    SHARED_WINDOW,
+    CauseRules,
+    Incident,
+    NodeEvents,
+    SharedIncident,
+    group_incidents,
+    shared_incidents,
+)
+from healthd.fleet.hosts import expand
 from healthd.fleet.lemons import Baseline, NodeSignals, Verdict, detect
 from healthd.fleet.reliability import (
     PROJECTION_GPUS,
@@ -34,15 +45,18 @@ from healthd.fleet.reliability import (
 from healthd.fleet.sacct import (
     EVENT_COLUMNS,
     JOB_COLUMNS,
+    USER_TEXT,
     InputSummary,
     LineTally,
     LocalTimes,
     first_word,
+    is_job_id,
     open_table,
     sacct_command,
     sacctmgr_command,
     tres_gpus,
 )
+from healthd.fleet.submit import Exclusions, read_exclusions, settle, summary
 from healthd.hostlist import HostlistError
 
 # sacct's State words of a run that failed; no other state starts with either.
@@ -65,6 +79,8 @@ class FleetSettings:
     alpha: float = 0.05  # the false discovery rate of the lemon test
     since: Optional[float] = None  # only runs that ended in [since, until] (epoch seconds)
     until: Optional[float] = None
+    shared_window: float = SHARED_WINDOW  # cause events on many nodes this close are one shared incident
+    shared_nodes: int = SHARED_NODES  # "many": more than this
 
 
 @dataclass(frozen=True)
@@ -115,10 +131,18 @@ class FleetReport:
     verdicts: tuple[Verdict, ...]  # every node, most suspicious first
     baseline: Baseline
     other_events: int  # events whose reason is not a cause (maintenance, administrators)
+    shared: tuple[SharedIncident, ...] = ()
+    submit_lines: Optional[InputSummary] = None  # None: no submit-line input, no exclusion signal
+    warnings: tuple[str, ...] = ()
 
     @property
     def lemons(self) -> tuple[Verdict, ...]:
         return tuple(v for v in self.verdicts if v.flagged)
+
+    @property
+    def own_incidents(self) -> int:
+        """Incidents of one node each, without those that were part of a shared incident."""
+        return sum(1 for incident in self.incidents if not incident.shared)
 
     @property
     def days(self) -> float:
@@ -133,6 +157,7 @@ class _Events:
     other: int
     summary: InputSummary
     last: Optional[float]
+    shared: list[SharedIncident]
 
 
 def _read_events(lines: Iterable[str], source: str, settings: FleetSettings) -> _Events:
@@ -142,7 +167,7 @@ def _read_events(lines: Iterable[str], source: str, settings: FleetSettings) -> 
     tally = LineTally(source)
     low = None if settings.since is None else settings.since - settings.window_before
     high = None if settings.until is None else settings.until + settings.window_after
-    causes: list[tuple[str, float, Optional[float], str]] = []
+    causes: list[tuple[tuple[str, ...], float, Optional[float], str]] = []
     nodes: set[str] = set()
     other = 0
     last: Optional[float] = None
@@ -171,9 +196,17 @@ def _read_events(lines: Iterable[str], source: str, settings: FleetSettings) -> 
         if code is None:
             other += 1
             continue
-        causes.extend((name, start, end, code) for name in names)
-    incidents, index = group_incidents(causes, settings.incident_gap)
-    return _Events(incidents, index, nodes, other, tally.summary(), last)
+        causes.append((names, start, end, code))
+    shared, in_shared = shared_incidents(
+        [(names, start, code) for names, start, _, code in causes], settings.shared_window, settings.shared_nodes
+    )
+    per_node = (
+        (name, start, end, code, position in in_shared)
+        for position, (names, start, end, code) in enumerate(causes)
+        for name in names
+    )
+    incidents, index = group_incidents(per_node, settings.incident_gap)
+    return _Events(incidents, index, nodes, other, tally.summary(), last, shared)
 
 
 @dataclass
@@ -192,8 +225,8 @@ class _Jobs:
     tally: LineTally
     # (GPUs, nodes) -> [runs, hours, attributed failures]: few distinct keys, one lookup per run.
     by_size: dict[tuple[int, int], list[float]] = field(default_factory=dict)
-    # (node, user) -> [single-node runs, their failures]: one dict operation per run, summed later.
-    single: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    # (node, user, partition) -> [single-node runs, their failures]: one dict operation per run, summed later.
+    single: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
     multi_lists: set[str] = field(default_factory=set)
     attributed: list[Attributed] = field(default_factory=list)
@@ -220,13 +253,32 @@ class _Jobs:
                 total[3] += failures
         return tuple(Bucket(g, int(t[0]), t[1], t[2], int(t[3])) for g, t in sorted(sums.items()))
 
-    def gpus_per_node(self) -> Optional[int]:
-        """The most common GPUs per node among the runs with GPUs on whole nodes."""
-        counts: Counter[int] = Counter()
+    def gpus_per_node(self) -> tuple[Optional[int], Optional[str]]:
+        """GPUs per node, and a warning when the runs disagree.
+
+        A multi-node run has whole nodes (sbatch -N with --gpus-per-node, as the study's
+        jobs do), so the most common GPUs ÷ nodes among them is the node's size;
+        single-node runs often take a part of one. Without multi-node runs, the most
+        GPUs any run had on one node is the best lower bound.
+        """
+        whole: Counter[int] = Counter()
+        most = 0
         for (gpus, nnodes), (runs, _, _) in self.by_size.items():
-            if gpus > 0 and gpus % nnodes == 0:
-                counts[gpus // nnodes] += int(runs)
-        return counts.most_common(1)[0][0] if counts else None
+            if gpus > 0:
+                most = max(most, gpus // nnodes)
+                if nnodes > 1 and gpus % nnodes == 0:
+                    whole[gpus // nnodes] += int(runs)
+        if not whole:
+            return (most or None), None
+        (size, runs), *others = whole.most_common()
+        warning = None
+        if others or most > size:
+            seen = ", ".join(f"{g} in {n} runs" for g, n in whole.most_common(4))
+            warning = (
+                f"multi-node runs disagree on GPUs per node ({seen}; up to {most} in one run): "
+                f"using {size}; give --gpus-per-node for a fleet of mixed nodes"
+            )
+        return size, warning
 
 
 def _attribute(
@@ -254,15 +306,14 @@ def _failed_run(
     run: tuple[float, float, int, int, str],
     events: _Events,
     settings: FleetSettings,
-) -> bool:
-    """Count a FAILED or NODE_FAIL run and attribute it; True when a cause was found."""
+) -> Optional[bool]:
+    """Attribute a FAILED or NODE_FAIL run: None without a cause, else whether the cause was shared."""
     i_id, i_user, i_state = columns
     end, hours, gpus, nnodes, node_list = run
-    jobs.failed += 1
     names = (node_list,) if nnodes == 1 else expand(node_list)
     found = _attribute(names, end, events, settings)
     if found is None:
-        return False
+        return None
     name, position = found
     node_events = events.index[name]
     code, incident = node_events.codes[position], node_events.incident[position]
@@ -270,21 +321,25 @@ def _failed_run(
     jobs.attributed.append(
         Attributed(fields[i_id], name, code, state, gpus, nnodes, end, hours, fields[i_user], incident)
     )
+    if events.incidents[incident].shared:
+        return True  # a cause on many nodes at once: not held against this node
     counters = jobs.node(name)
     if nnodes == 1:
         counters.single_caused += 1
     else:
         counters.multi_caused += 1
-    return True
+    return False
 
 
-def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, events: _Events) -> _Jobs:
+def _read_jobs(
+    lines: Iterable[str], source: str, settings: FleetSettings, events: _Events, exclusions: Optional[Exclusions]
+) -> _Jobs:
     """One pass over the runs. The loop is the hot path of four million lines: lookups are kept local."""
-    table = open_table(lines, source, JOB_COLUMNS, sacct_command())
+    table = open_table(lines, source, JOB_COLUMNS, sacct_command(), USER_TEXT)
     i_id, i_user, i_state, i_start, i_end, i_nnodes, i_list, i_tres = (
         table.index(c) for c in ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
     )
-    i_submit = table.optional("SubmitLine")
+    i_partition = table.optional("Partition")
     failed_columns = (i_id, i_user, i_state)
     times = LocalTimes()
     gpus_memo: dict[str, int] = {}
@@ -293,12 +348,22 @@ def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, event
     since, until = settings.since, settings.until
     split = table.split
     by_size, single, multi_lists = jobs.by_size, jobs.single, jobs.multi_lists
+    # Runs of the jobs whose submit line excludes nodes: [in the input, used].
+    excluding: dict[str, list[int]] = {} if exclusions is None else {job: [0, 0] for job in exclusions.jobs}
+    names: dict[str, str] = {}
     first = last = None
     for number, line in table.rows:
         fields = split(line)
         if fields is None:
             tally.reject(number, f"{len(line.split('|'))} fields, the header has {table.width}")
             continue
+        job_id = fields[i_id]
+        if not is_job_id(job_id):
+            tally.reject(number, f"JobID {job_id[:40]!r} is not a Slurm job id")
+            continue
+        own = excluding.get(job_id)
+        if own is not None:
+            own[0] += 1
         try:
             start = times(fields[i_start])
             end = times(fields[i_end])
@@ -306,7 +371,7 @@ def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, event
                 tally.skipped += 1
                 continue
             if end < start:
-                raise ValueError(f"End {fields[i_end]} is before Start {fields[i_start]}")
+                start, end = times.fall_back(fields[i_start], fields[i_end])
             nnodes = int(fields[i_nnodes])
             if nnodes < 1:
                 raise ValueError(f"NNodes {nnodes} of a run that started")
@@ -325,13 +390,15 @@ def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, event
         hours = (end - start) / 3600.0
         try:
             run = (end, hours, gpus, nnodes, node_list)
-            attributed = failed and _failed_run(jobs, fields, failed_columns, run, events, settings)
-            submit = fields[i_submit] if i_submit is not None else ""
-            excludes = excluded(submit) if ("-x" in submit or "--exclude" in submit) else ()
+            shared = _failed_run(jobs, fields, failed_columns, run, events, settings) if failed else None
         except HostlistError as exc:
             tally.reject(number, str(exc))
             continue
         tally.records += 1
+        if own is not None:
+            own[1] += 1
+        if failed:
+            jobs.failed += 1
         if first is None or start < first:
             first = start
         if last is None or end > last:
@@ -342,20 +409,32 @@ def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, event
             stats = by_size[size] = [0, 0.0, 0]
         stats[0] += 1
         stats[1] += hours
-        if attributed:
+        if shared is not None:
             stats[2] += 1
         if nnodes == 1:
-            key = (node_list, fields[i_user])
+            if shared:
+                continue  # killed by a cause on many nodes: no evidence about this node or its user
+            # Per partition too: a debug partition's short test runs fail far more often than
+            # the same user's production runs, and are no evidence against its nodes.
+            key = (node_list, fields[i_user], fields[i_partition] if i_partition is not None else "")
             counts = single.get(key)
             if counts is None:
+                # Each line's fields are new strings: a key keeps one shared copy of each name
+                # (millions of keys, a few thousand names).
+                key = (
+                    names.setdefault(key[0], key[0]),
+                    names.setdefault(key[1], key[1]),
+                    names.setdefault(key[2], key[2]),
+                )
                 counts = single[key] = [0, 0]
             counts[0] += 1
             if failed:
                 counts[1] += 1
         else:
             multi_lists.add(node_list)
-        for name in excludes:
-            jobs.node(name).excluded_by += 1
+    if exclusions is not None:
+        for name, runs in settle(exclusions, excluding):
+            jobs.node(name).excluded_by += runs
     jobs.first, jobs.last = first, last
     jobs.runs = tally.records
     return jobs
@@ -363,24 +442,26 @@ def _read_jobs(lines: Iterable[str], source: str, settings: FleetSettings, event
 
 def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     """Per-node signals over every node seen in a run or an event."""
-    fleet = {name for name, _ in jobs.single} | set(jobs.nodes) | events.nodes
+    fleet = {name for name, _, _ in jobs.single} | set(jobs.nodes) | events.nodes
     for node_list in jobs.multi_lists:
         try:
             fleet.update(expand(node_list))
         except HostlistError:
             continue  # its run was counted bad already
-    outs: Counter[str] = Counter(incident.node for incident in events.incidents)
+    own = [incident for incident in events.incidents if not incident.shared]
+    outs: Counter[str] = Counter(incident.node for incident in own)
     xids: dict[str, set[str]] = {}
-    for incident in events.incidents:
+    for incident in own:
         xids.setdefault(incident.node, set()).update(c for c in incident.codes if _XID.fullmatch(c))
-    users: dict[str, list[int]] = {}
-    per_node: dict[str, list[tuple[str, int, int]]] = {}
-    for (name, user), (runs, fails) in jobs.single.items():
-        total = users.setdefault(user, [0, 0])
+    # p_u is estimated per (user, partition): its runs in one partition share a purpose.
+    users: dict[tuple[str, str], list[int]] = {}
+    per_node: dict[str, list[tuple[tuple[str, str], int, int]]] = {}
+    for (name, user, partition), (runs, fails) in jobs.single.items():
+        total = users.setdefault((user, partition), [0, 0])
         total[0] += runs
         total[1] += fails
-        per_node.setdefault(name, []).append((user, runs, fails))
-    rates = {user: fails / runs for user, (runs, fails) in users.items() if runs}
+        per_node.setdefault(name, []).append(((user, partition), runs, fails))
+    rates = {key: fails / runs for key, (runs, fails) in users.items() if runs}
     signals = []
     empty = _Node()
     for name in sorted(fleet):
@@ -395,20 +476,24 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
                 multi_node_failures_caused=node.multi_caused,
                 single_node_runs=sum(runs for _, runs, _ in rows),
                 single_node_failures=sum(fails for _, _, fails in rows),
-                expected_single_node_failures=sum(runs * rates.get(user, 0.0) for user, runs, _ in rows),
+                expected_single_node_failures=sum(runs * rates.get(key, 0.0) for key, runs, _ in rows),
                 excluded_by_jobs=node.excluded_by,
             )
         )
     return signals
 
 
-def _taxonomy(attributed: list[Attributed], incidents: list[Incident]) -> tuple[CauseTotal, ...]:
+def _taxonomy(
+    attributed: list[Attributed], incidents: list[Incident], shared: list[SharedIncident]
+) -> tuple[CauseTotal, ...]:
     failures: Counter[str] = Counter()
     lost: dict[str, float] = {}
     for run in attributed:
         failures[run.cause] += 1
         lost[run.cause] = lost.get(run.cause, 0.0) + run.gpus * run.hours
-    seen: Counter[str] = Counter(code for incident in incidents for code in incident.codes)
+    # A shared incident is one incident, not one per node it hit.
+    seen: Counter[str] = Counter(code for incident in incidents if not incident.shared for code in incident.codes)
+    seen.update(code for incident in shared for code in incident.codes)
     codes = set(failures) | set(seen)
     totals = [CauseTotal(code, failures[code], lost.get(code, 0.0), seen[code]) for code in codes]
     return tuple(sorted(totals, key=lambda t: (-t.failures, -t.gpu_hours_lost, -t.incidents, t.code)))
@@ -420,12 +505,24 @@ def analyze(
     settings: Optional[FleetSettings] = None,
     jobs_source: str = "jobs",
     events_source: str = "events",
+    submit_lines: Optional[Callable[[], Iterable[str]]] = None,
+    submit_source: str = "submit lines",
 ) -> FleetReport:
-    """The whole report from sacct's and sacctmgr's parsable output (``FleetInputError`` if one is unusable)."""
+    """The whole report from sacct's and sacctmgr's parsable output (``FleetInputError`` if one is unusable).
+
+    ``submit_lines`` gives the lines of ``sacct -o JobID,SubmitLine`` afresh at each call (read
+    twice, ``healthd.fleet.submit``); without it there is no exclusion signal.
+    """
     settings = settings or FleetSettings()
     read_events = _read_events(events, events_source, settings)
-    read_jobs = _read_jobs(jobs, jobs_source, settings, read_events)
-    per_node = settings.gpus_per_node or read_jobs.gpus_per_node() or DEFAULT_GPUS_PER_NODE
+    exclusions = None if submit_lines is None else read_exclusions(submit_lines, submit_source)
+    read_jobs = _read_jobs(jobs, jobs_source, settings, read_events, exclusions)
+    warnings: list[str] = []
+    per_node = settings.gpus_per_node
+    if per_node is None:
+        inferred, warning = read_jobs.gpus_per_node()
+        per_node = inferred or DEFAULT_GPUS_PER_NODE
+        warnings.extend([warning] if warning else [])
     buckets = read_jobs.buckets()
     rate = fit_rate(buckets)
     checkpoint_hours, restart_hours = settings.checkpoint_interval / 3600, settings.restart_overhead / 3600
@@ -445,9 +542,12 @@ def analyze(
         sizes=size_points(tuple(b.gpus for b in buckets), per_node, rate, checkpoint_hours, restart_hours, True),
         projection=size_points(PROJECTION_GPUS, per_node, rate, checkpoint_hours, restart_hours, False),
         attributed=tuple(read_jobs.attributed),
-        taxonomy=_taxonomy(read_jobs.attributed, read_events.incidents),
+        taxonomy=_taxonomy(read_jobs.attributed, read_events.incidents, read_events.shared),
         incidents=tuple(read_events.incidents),
         verdicts=tuple(verdicts),
         baseline=base,
         other_events=read_events.other,
+        shared=tuple(read_events.shared),
+        submit_lines=summary(exclusions),
+        warnings=tuple(warnings),
     )

@@ -8,8 +8,11 @@ hold the caller). Parsing is the analysis's business; this module returns the te
 
 - ``sacct -a -X -D -P``: every user's jobs (``-a``), one line per allocation
   without its steps (``-X``), every run of a requeued job (``-D``: the run a node
-  failure ended is the evidence), ``|``-separated (``-P``), with ``SubmitLine``
-  to tell the runs of one workload apart (sacct(1), 22.05 and later).
+  failure ended is the evidence), ``|``-separated (``-P``), with no field a job's
+  owner writes (``-P`` does not escape them, so they could forge records);
+- the same with ``-o JobID,SubmitLine`` (22.05 and later): the submit command lines,
+  for the ``-x``/``--exclude`` signal, kept apart and matched by JobID
+  (``healthd.fleet.submit``).
 - ``sacctmgr -P show event``: every node drain, down or fail with its reason and
   who set it, which is where healthd's ``healthd: CODE ...`` reasons are kept.
 
@@ -23,30 +26,15 @@ from __future__ import annotations
 import datetime
 import shlex
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from healthd.bounded import TimedOut, run_bounded
+from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
 from healthd.slurm import SlurmError, SlurmNotFound, client_env, find_binary
 from healthd.text import one_line
 
-SACCT_FIELDS = (
-    "JobID",
-    "JobName",
-    "User",
-    "Partition",
-    "State",
-    "ExitCode",
-    "Submit",
-    "Start",
-    "End",
-    "Elapsed",
-    "NNodes",
-    "NodeList",
-    "AllocTRES",
-    "SubmitLine",
-)
-EVENT_FIELDS = ("Cluster", "NodeName", "TimeStart", "TimeEnd", "State", "Reason", "User")
 SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
 
 # What the commands print (22.05) when they cannot reach slurmdbd or accounting is off:
@@ -57,6 +45,15 @@ _DISABLED = ("accounting storage is disabled", "not running a supported accounti
 
 class AccountingError(SlurmError):
     """sacct or sacctmgr is missing, failed, timed out, or slurmdbd could not be reached."""
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """The three texts, unparsed: the job runs, the node events, and the runs' submit lines."""
+
+    jobs: str
+    events: str
+    submit_lines: str
 
 
 def slurm_time(when: datetime.datetime) -> str:
@@ -70,9 +67,9 @@ def _whole_second_after(when: datetime.datetime) -> datetime.datetime:
     return when if when.microsecond == 0 else when.replace(microsecond=0) + datetime.timedelta(seconds=1)
 
 
-def sacct_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
+def sacct_args(since: datetime.datetime, until: datetime.datetime, fields: Sequence[str] = SACCT_FIELDS) -> list[str]:
     until = _whole_second_after(until)
-    return ["-a", "-X", "-D", "-P", "-o", ",".join(SACCT_FIELDS), "-S", slurm_time(since), "-E", slurm_time(until)]
+    return ["-a", "-X", "-D", "-P", "-o", ",".join(fields), "-S", slurm_time(since), "-E", slurm_time(until)]
 
 
 def sacctmgr_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
@@ -93,8 +90,8 @@ def collect(
     timeout: float,
     *,
     conf: Optional[Path] = None,
-) -> tuple[str, str]:
-    """(sacct's text, sacctmgr's text) for the jobs and node events from ``since`` to ``until``.
+) -> Accounting:
+    """sacct's and sacctmgr's texts for the jobs, node events and submit lines from ``since`` to ``until``.
 
     ``bin_dir`` and ``conf`` mean what ``[slurm].bin_dir`` and ``[slurm].conf`` mean
     (None: the standard places, and healthd's own ``SLURM_CONF``). ``timeout``
@@ -108,7 +105,8 @@ def collect(
     deadline = time.monotonic() + timeout
     jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
     events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
-    return jobs, events
+    submit_lines = _run(bin_dir, "sacct", sacct_args(since, until, SUBMIT_FIELDS), deadline, timeout, conf)
+    return Accounting(jobs, events, submit_lines)
 
 
 def _run(

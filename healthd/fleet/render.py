@@ -44,7 +44,11 @@ def document(report: FleetReport) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "healthd_version": __version__,
         "window": {"start": local_iso(report.start), "end": local_iso(report.end), "days": round(report.days, 3)},
-        "inputs": {"jobs": report.jobs.to_dict(), "events": report.events.to_dict()},
+        "inputs": {
+            "jobs": report.jobs.to_dict(),
+            "events": report.events.to_dict(),
+            "submit_lines": None if report.submit_lines is None else report.submit_lines.to_dict(),
+        },
         "settings": {
             "window_before_seconds": settings.window_before,
             "window_after_seconds": settings.window_after,
@@ -55,7 +59,10 @@ def document(report: FleetReport) -> dict[str, Any]:
             "alpha": settings.alpha,
             "causes": list(settings.rules.causes),
             "healthd_prefix": settings.rules.healthd_prefix,
+            "shared_window_seconds": settings.shared_window,
+            "shared_nodes": settings.shared_nodes,
         },
+        "warnings": list(report.warnings),
         "runs": report.runs,
         "failed_runs": report.failed_runs,
         "attributed_failures": [
@@ -100,7 +107,11 @@ def document(report: FleetReport) -> dict[str, Any]:
             "incidents_per_node": round(report.baseline.mean, 4),
             "variance": round(report.baseline.variance, 4),
         },
-        "incidents": len(report.incidents),
+        "incidents": report.own_incidents,
+        "shared_incidents": [
+            {"start": local_iso(shared.start), "codes": list(shared.codes), "nodes": list(shared.nodes)}
+            for shared in report.shared
+        ],
         "other_events": report.other_events,
     }
 
@@ -124,10 +135,20 @@ def table(report: FleetReport) -> str:
     settings = report.settings
     lines.append(
         f"healthd fleet report: {report.runs} job runs, {report.failed_runs} failed, "
-        f"{len(report.attributed)} attributed to node causes; {len(report.incidents)} incidents"
+        f"{len(report.attributed)} attributed to node causes; {report.own_incidents} incidents, "
+        f"{len(report.shared)} shared"
     )
     lines.append(f"  window {local_iso(report.start)} .. {local_iso(report.end)} ({report.days:.1f} days)")
     lines.extend(_bad_lines(report.jobs) + _bad_lines(report.events))
+    if report.submit_lines is not None:
+        lines.extend(_bad_lines(report.submit_lines))
+    lines.extend(f"  warning: {one_line(warning, 300)}" for warning in report.warnings)
+    for shared in report.shared[:TABLE_CAUSES]:
+        lines.append(
+            f"  shared incident {local_iso(shared.start)} {one_line(shared.code, 24)} on {len(shared.nodes)} nodes "
+            f"({one_line(','.join(shared.nodes[:4]), 60)}{',...' if len(shared.nodes) > 4 else ''}): "
+            "counted against none of them"
+        )
     if report.runs == 0:
         lines.append("  no finished job runs in the input: nothing to analyse")
         return "\n".join(lines) + "\n"

@@ -15,32 +15,65 @@ unset): they are read in the zone of ``TZ``, like sacct itself.
 
 from __future__ import annotations
 
+import datetime
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 
-# The fields the issue asks for; all exist in Slurm 22.05 (`sacct -e`).
+# The job fields asked for; all exist in Slurm 22.05 (`sacct -e`). None of them is text a user
+# chooses: `-P` prints fields raw, without escaping "|" or a newline (sacct(1)), so a JobName
+# or SubmitLine could hold the rest of a forged record. SubmitLine is asked for on its own,
+# keyed by JobID (SUBMIT_FIELDS, healthd/fleet/submit.py); JobName is not used at all.
 SACCT_FIELDS = (
-    "JobID,JobName,User,Partition,State,ExitCode,Submit,Start,End,Elapsed,NNodes,NodeList,AllocTRES,SubmitLine"
+    "JobID",
+    "User",
+    "Partition",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "NNodes",
+    "NodeList",
+    "AllocTRES",
 )
-EVENT_FIELDS = "Cluster,NodeName,TimeStart,TimeEnd,State,Reason,User"
-# What the analysis needs; SubmitLine (the -x/--exclude signal) is optional, the others are not.
+SUBMIT_FIELDS = ("JobID", "SubmitLine")
+# Reason last: an administrator's reason may hold "|", which then stays in it.
+EVENT_FIELDS = ("Cluster", "NodeName", "TimeStart", "TimeEnd", "State", "User", "Reason")
+# What the analysis needs of the jobs; the others are not read.
 JOB_COLUMNS = ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
 EVENT_COLUMNS = ("NodeName", "TimeStart", "TimeEnd", "Reason")
-# Columns holding text a user chose, which may itself contain "|": the extra fields of a
-# line that has too many belong to the last of these when it is the last column.
-FREE_TEXT = ("SubmitLine", "JobName", "Reason")
+# sacct fields holding text a job's owner chooses (sbatch -J, --comment, -D, -C, --wckey, the
+# command line): a jobs table with one of them is refused, since its records can be forged.
+USER_TEXT = ("JobName", "SubmitLine", "Comment", "WorkDir", "Constraints", "WCKey")
+# Free text that may itself contain "|": the extra fields of a line that has too many belong
+# to it when it is the last column; otherwise the line is bad.
+FREE_TEXT = ("SubmitLine", "Reason")
+# A Slurm job id as sacct prints it: 123, an array task 123_4 (or 123_[1-9%2] while pending),
+# a heterogeneous component 123+1, a step 123.0, 123.batch, 123.extern (sacct(1), "JobID").
+_JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,%-]+\]))?(?:\+[0-9]+)?(?:\.(?:[0-9]+|batch|extern|interactive))?")
 FIRST_BAD = 5
 # What sacct prints for a time that is not set.
 _NO_TIME = ("", "Unknown", "None", "N/A")
 
 
-def sacct_command(since: str = "START", until: str = "END") -> str:
-    return f"sacct -a -X -D -P -o {SACCT_FIELDS} -S {since} -E {until}"
+def sacct_command(since: str = "START", until: str = "END", fields: tuple[str, ...] = SACCT_FIELDS) -> str:
+    return f"sacct -a -X -D -P -o {','.join(fields)} -S {since} -E {until}"
+
+
+def submit_command(since: str = "START", until: str = "END") -> str:
+    return sacct_command(since, until, SUBMIT_FIELDS)
 
 
 def sacctmgr_command(since: str = "START", until: str = "END") -> str:
-    return f"sacctmgr -P show event Start={since} End={until} Format={EVENT_FIELDS}"
+    return f"sacctmgr -P show event Start={since} End={until} Format={','.join(EVENT_FIELDS)}"
+
+
+def is_job_id(text: str) -> bool:
+    """True for a Slurm job id (``123``, ``123_4``, ``123+1``, ``123.batch``); a forged or shifted field is not one."""
+    return (text.isdigit() and text.isascii()) or _JOB_ID.fullmatch(text) is not None
 
 
 class FleetInputError(Exception):
@@ -86,6 +119,10 @@ class LineTally:
         return InputSummary(self.source, self.records, self.bad, tuple(self.first_bad), self.skipped)
 
 
+# "MM:SS" -> seconds: the one strict reading of a time's minutes and seconds, by lookup.
+_MINUTES_SECONDS = {f"{m:02d}:{s:02d}": m * 60 + s for m in range(60) for s in range(60)}
+
+
 class LocalTimes:
     """``2024-05-01T08:00:00`` in the local zone (``TZ``) to epoch seconds, fast.
 
@@ -104,20 +141,67 @@ class LocalTimes:
             if text in _NO_TIME:
                 return None
             base = self._hour(text)
-        if len(text) != 19 or text[13] != ":" or text[16] != ":":
+        rest = _MINUTES_SECONDS.get(text[14:19])
+        if rest is None or len(text) != 19 or text[13] != ":":
             raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
-        return base + int(text[14:16]) * 60 + int(text[17:19])
+        return base + rest
 
     def _hour(self, text: str) -> float:
-        if len(text) != 19 or text[4] != "-" or text[7] != "-" or text[10] != "T":
-            raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
-        try:
-            parts = (int(text[:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]))
-            base = time.mktime((*parts, 0, 0, 0, 0, -1))
-        except (ValueError, OverflowError) as exc:
-            raise ValueError(f"time {text!r}: {exc}") from None
+        parts = _fields(text)
+        base = time.mktime((*parts, 0, 0, 0, 0, -1))
         self._hours[text[:13]] = base
         return base
+
+    def fall_back(self, start: str, end: str) -> tuple[float, float]:
+        """(start, end) of a run whose End reads before its Start: one that crossed the autumn fall-back.
+
+        In the repeated hour the same wall time names two instants, and mktime picks one
+        for both (``isdst=-1``). Then the start is read as the earlier instant (summer
+        time, ``isdst=1``) and the end as the later one (``isdst=0``), each only where its
+        wall time is ambiguous. ValueError when the end is still before the start.
+        """
+        first = _readings(start)
+        last = _readings(end)
+        early = min(first) if first else self(start)
+        late = max(last) if last else self(end)
+        if early is None or late is None or late < early:
+            raise ValueError(f"End {end[:40]} is before Start {start[:40]}")
+        return early, late
+
+
+def _fields(text: str) -> tuple[int, int, int, int]:
+    """(year, month, day, hour) of ``YYYY-MM-DDTHH...``, each checked (mktime would roll 25:00 over)."""
+    digits = (text[:4], text[5:7], text[8:10], text[11:13])
+    if (
+        len(text) != 19
+        or (text[4], text[7], text[10]) != ("-", "-", "T")
+        or not all(d.isascii() and d.isdigit() for d in digits)
+    ):
+        raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
+    year, month, day, hour = (int(d) for d in digits)
+    try:
+        datetime.datetime(year, month, day, hour)
+    except ValueError as exc:
+        raise ValueError(f"time {text!r}: {exc}") from None
+    return year, month, day, hour
+
+
+def _readings(text: str) -> tuple[float, ...]:
+    """The two instants a wall time in the repeated autumn hour names; () for any other time."""
+    if text in _NO_TIME:
+        return ()
+    parts = _fields(text)
+    rest = _MINUTES_SECONDS.get(text[14:19])
+    if rest is None:
+        raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
+    found = []
+    for isdst in (1, 0):
+        # mktime with the wrong isdst moves the time by the shift; a reading that comes back
+        # to the same wall time is a true one.
+        epoch = time.mktime((*parts, 0, 0, 0, 0, isdst))
+        if time.localtime(epoch)[:4] == parts:
+            found.append(epoch + rest)
+    return tuple(found) if len(set(found)) == 2 else ()
 
 
 @dataclass(frozen=True)
@@ -147,8 +231,10 @@ class Table:
         return None
 
 
-def open_table(lines: Iterable[str], source: str, required: tuple[str, ...], command: str) -> Table:
-    """The header of ``lines`` (the first non-blank one), checked for ``required`` columns."""
+def open_table(
+    lines: Iterable[str], source: str, required: tuple[str, ...], command: str, refused: tuple[str, ...] = ()
+) -> Table:
+    """The header of ``lines`` (the first non-blank one), checked for ``required`` columns and no ``refused`` one."""
     source_lines = iter(lines)
     header = ""
     first = 0
@@ -171,6 +257,13 @@ def open_table(lines: Iterable[str], source: str, required: tuple[str, ...], com
         raise FleetInputError(
             f"{source}: no column {which} in the header {header[:200]!r}; produce the file with\n  {command}"
         )
+    unsafe = [name for name in refused if name.lower() in columns]
+    if unsafe:
+        which = f"column {unsafe[0]} holds" if len(unsafe) == 1 else f"columns {', '.join(unsafe)} hold"
+        raise FleetInputError(
+            f"{source}: {which} text a job's owner chooses, where a '|' or a newline can forge "
+            f"records (sacct -P does not escape them); produce the file with\n  {command}"
+        )
     free = [columns[name.lower()] for name in FREE_TEXT if name.lower() in columns]
     return Table(columns, len(names), max(free) if free else None, _data(source_lines, first))
 
@@ -192,18 +285,22 @@ def tres_gpus(text: str) -> int:
     """The GPU count in an AllocTRES string such as ``billing=8,cpu=96,gres/gpu=8,mem=1T,node=1``.
 
     The untyped ``gres/gpu=`` is the total; when only typed counts (``gres/gpu:a100=8``) are
-    present they are summed. No GPU entry is 0; a count that is not a number is ValueError.
+    present they are summed. No GPU entry is 0; a count that is not digits is ValueError.
     """
     total = 0
     typed = 0
     seen = False
     for item in text.split(","):
         key, _, value = item.partition("=")
-        if key == "gres/gpu":
-            total = int(value)
-            seen = True
-        elif key.startswith("gres/gpu:"):
-            typed += int(value)
+        if key == "gres/gpu" or key.startswith("gres/gpu:"):
+            # int() would take "-8", "+8" and " 8"; a count is digits.
+            if not (value.isascii() and value.isdigit()):
+                raise ValueError(f"AllocTRES {key}={value[:20]!r} is not a count")
+            if key == "gres/gpu":
+                total = int(value)
+                seen = True
+            else:
+                typed += int(value)
     return total if seen else typed
 
 

@@ -39,6 +39,7 @@ class InputOut(_Strict):
 class Inputs(_Strict):
     jobs: InputOut
     events: InputOut
+    submit_lines: Optional[InputOut] = Field(description="sacct JobID,SubmitLine; null when not given")
 
 
 class Settings(_Strict):
@@ -51,6 +52,8 @@ class Settings(_Strict):
     alpha: float
     causes: list[str]
     healthd_prefix: str
+    shared_window_seconds: float = Field(ge=0)
+    shared_nodes: int = Field(ge=1, description="cause events on more nodes than this within the window are shared")
 
 
 class AttributedOut(_Strict):
@@ -100,6 +103,12 @@ class Signals(_Strict):
     q_value: float = Field(ge=0, le=1)
 
 
+class SharedOut(_Strict):
+    start: Optional[str]
+    codes: list[str]
+    nodes: list[str]
+
+
 class LemonOut(_Strict):
     node: str
     score: float = Field(description="-log10 of the Benjamini-Hochberg adjusted p-value")
@@ -128,7 +137,9 @@ class FleetReportOut(_Strict):
     taxonomy: list[CauseOut]
     lemon_nodes: list[LemonOut] = Field(description="flagged nodes only, most suspicious first")
     baseline: BaselineOut
-    incidents: int = Field(ge=0)
+    incidents: int = Field(ge=0, description="incidents of one node each; shared ones are apart")
+    shared_incidents: list[SharedOut] = Field(description="causes on many nodes at once, counted against none")
+    warnings: list[str]
     other_events: int = Field(ge=0, description="events whose reason is not a cause (maintenance, administrators)")
 
 

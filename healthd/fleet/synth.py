@@ -29,7 +29,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
-from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS
+from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
 
 CAUSE_REASONS = (
     ("XID_79", "healthd: XID_79 0000:3b:00 GPU fallen off the bus"),
@@ -135,6 +135,18 @@ def plant(spec: FleetSpec) -> Fleet:
 
 def job_lines(fleet: Fleet) -> Iterator[str]:
     """The header and one line per run, as ``sacct -a -X -D -P -o SACCT_FIELDS`` prints them."""
+    yield "|".join(SACCT_FIELDS)
+    yield from (run for run, _ in _runs(fleet))
+
+
+def submit_lines(fleet: Fleet) -> Iterator[str]:
+    """The header and one line per run, as ``sacct -a -X -D -P -o JobID,SubmitLine`` prints them."""
+    yield "|".join(SUBMIT_FIELDS)
+    yield from (submit for _, submit in _runs(fleet))
+
+
+def _runs(fleet: Fleet) -> Iterator[tuple[str, str]]:
+    """(sacct line, submit line) of each run; the same runs on every call (seeded)."""
     spec = fleet.spec
     rng = random.Random(spec.seed + 1)  # noqa: S311
     clock = _Clock()
@@ -145,7 +157,6 @@ def job_lines(fleet: Fleet) -> Iterator[str]:
     weights = [weight for size, weight in SIZES if size in sizes]
     users = [f"user{u:03d}" for u in range(spec.users)]
     buggy = dict(zip(users[: spec.buggy_users], fleet.buggy_nodes))
-    yield SACCT_FIELDS.replace(",", "|")
     job = 1000
     written = 0
     requeue: Optional[tuple[int, str, int, int, str, str]] = None
@@ -194,8 +205,9 @@ def job_lines(fleet: Fleet) -> Iterator[str]:
         exclude = f" -x {spec.node_name(rng.randrange(spec.nodes))}" if rng.random() < 0.01 else ""
         submit = f"sbatch -N {nnodes} --gpus-per-node={min(gpus, spec.gpus_per_node)}{exclude} train.sh"
         yield (
-            f"{job_id}|train|{user}|gpu|{state}|{exit_code}|{clock(start - 60)}|{clock(start)}|{clock(end)}|"
-            f"{_elapsed(end - start)}|{nnodes}|{node_list}|{tres}|{submit}"
+            f"{job_id}|{user}|gpu|{state}|{exit_code}|{clock(start - 60)}|{clock(start)}|{clock(end)}|"
+            f"{_elapsed(end - start)}|{nnodes}|{node_list}|{tres}",
+            f"{job_id}|{submit}",
         )
         written += 1
         if state == "NODE_FAIL" and rng.random() < 0.5:
@@ -208,20 +220,20 @@ def event_lines(fleet: Fleet, cluster: str = "synth") -> Iterator[str]:
     rng = random.Random(spec.seed + 2)  # noqa: S311
     clock = _Clock()
     reasons = dict(CAUSE_REASONS)
-    yield EVENT_FIELDS.replace(",", "|")
+    yield "|".join(EVENT_FIELDS)
     count = 0
     for name in sorted(fleet.incidents):
         for t, code in fleet.incidents[name]:
             repair = rng.uniform(0.5, 24) * 3600
-            yield f"{cluster}|{name}|{clock(t)}|{clock(t + repair)}|DRAIN|{reasons[code]}|root(0)"
+            yield f"{cluster}|{name}|{clock(t)}|{clock(t + repair)}|DRAIN|root(0)|{reasons[code]}"
             count += 1
             if rng.random() < spec.co_occurrence:
                 later = t + rng.uniform(30, 120)
-                yield f"{cluster}|{name}|{clock(later)}|{clock(t + repair)}|DRAIN|{CO_REASON[1]}|root(0)"
+                yield f"{cluster}|{name}|{clock(later)}|{clock(t + repair)}|DRAIN|root(0)|{CO_REASON[1]}"
                 count += 1
     span = spec.days * 86400
     while count < spec.events:
         name = spec.node_name(rng.randrange(spec.nodes))
         t = rng.uniform(spec.start, spec.start + span)
-        yield f"{cluster}|{name}|{clock(t)}|{clock(t + 4 * 3600)}|DRAIN|{rng.choice(ADMIN_REASONS)}|admin(1000)"
+        yield f"{cluster}|{name}|{clock(t)}|{clock(t + 4 * 3600)}|DRAIN|admin(1000)|{rng.choice(ADMIN_REASONS)}"
         count += 1

@@ -12,6 +12,7 @@ import pytest
 from healthd_testkit.paths import REPO
 
 from healthd.fleet import synth
+from healthd.fleet.live import Accounting
 from healthd.fleet.schema import FleetReportOut, json_schema
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -107,6 +108,46 @@ def test_bad_lines_are_reported_in_the_table(cli: Cli, tmp_path: Path) -> None:
     assert f"{jobs}: 1 bad line(s) skipped; first: line 3 (1 fields, the header has 8)" in out
 
 
+def test_a_window_that_ends_before_it_starts_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
+    jobs, events = tmp_path / "jobs.txt", tmp_path / "events.txt"
+    jobs.write_text("JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n")
+    events.write_text("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n")
+    files = ("--jobs", str(jobs), "--events", str(events))
+    code, out, err = cli("fleet", "report", *files, "--since", "2024-06-01", "--until", "2024-05-01", "--json")
+    assert (code, out) == (64, "")
+    assert "--since 2024-06-01 is not before --until 2024-05-01: the window is empty" in err
+    assert cli("fleet", "report", *files, "--since", "2024-05-01", "--until", "2024-05-01")[0] == 64
+    code, _, err = cli("fleet", "report", *files, "--since", "999999999w")
+    assert code == 64 and "--since '999999999w': out of range (1970 to 9999)" in err
+    code, _, err = cli("fleet", "report", *files, "--until", "999999999w")
+    assert code == 64 and "--until '999999999w': out of range" in err
+    assert cli("fleet", "report", *files, "--since", "2024-05-01", "--until", "2024-06-01")[0] == 0
+
+
+def test_submit_lines_give_the_exclusion_signal(cli: Cli, tmp_path: Path) -> None:
+    jobs, events, submit = tmp_path / "jobs.txt", tmp_path / "events.txt", tmp_path / "submit.txt"
+    jobs.write_text(
+        "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n"
+        "1|a|COMPLETED|2024-03-01T10:00:00|2024-03-01T11:00:00|1|n1|gres/gpu=8\n"
+    )
+    events.write_text("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n")
+    submit.write_text("JobID|SubmitLine\n1|sbatch -x n7 a.sh\n")
+    files = ("--jobs", str(jobs), "--events", str(events))
+    code, out, err = cli("fleet", "report", *files, "--submit-lines", str(submit), "--json", "--alpha", "0.999")
+    assert code == 0, err
+    document = json.loads(out)
+    FleetReportOut.model_validate(document)
+    assert document["inputs"]["submit_lines"]["records"] == 1
+    code, out, err = cli("fleet", "report", *files, "--json")
+    assert code == 0 and json.loads(out)["inputs"]["submit_lines"] is None
+    code, _, err = cli("fleet", "report", *files, "--submit-lines", "-")
+    assert code == 64 and "--submit-lines is read twice" in err
+    old = tmp_path / "old.txt"
+    old.write_text("JobID|JobName|User|State|Start|End|NNodes|NodeList|AllocTRES\n")
+    code, _, err = cli("fleet", "report", "--jobs", str(old), "--events", str(events))
+    assert code == 65 and "column JobName holds text a job's owner chooses" in err
+
+
 def test_check_once_imports_nothing_of_the_fleet(write_config: Callable[..., Path]) -> None:
     config = write_config("[checks.mounts]\nexpect = []\n")
     probe = (
@@ -131,14 +172,14 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
 
     def collect(
         bin_dir: Path, since: dt.datetime, until: dt.datetime, timeout: float, conf: Optional[Path]
-    ) -> tuple[str, str]:
+    ) -> Accounting:
         calls.append((bin_dir, since, until, timeout))
         jobs = "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n"
         start, end = f"{until - dt.timedelta(hours=1):%Y-%m-%dT%H:%M:%S}", f"{until:%Y-%m-%dT%H:%M:%S}"
         jobs += f"1|a|NODE_FAIL|{start}|{end}|1|node1|gres/gpu=8\n"
         events = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
         events += f"c|node1|{until:%Y-%m-%dT%H:%M:%S}|Unknown|DRAIN|healthd: XID_79 gpu0|root(0)\n"
-        return jobs, events
+        return Accounting(jobs, events, "JobID|SubmitLine\n1|sbatch -x node2 a.sh\n")
 
     import healthd.fleet.live
 
@@ -151,5 +192,7 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
     ((where, since, until, timeout),) = calls
     assert where == bin_dir and timeout == 300
     assert dt.timedelta(hours=46, minutes=59) < until - since < dt.timedelta(hours=47, minutes=1)
-    attributed = json.loads(out)["attributed_failures"]
+    document = json.loads(out)
+    attributed = document["attributed_failures"]
     assert [(a["node"], a["cause"], a["state"]) for a in attributed] == [("node1", "XID_79", "NODE_FAIL")]
+    assert document["inputs"]["submit_lines"]["records"] == 1, "the submit lines collected are read too"

@@ -14,13 +14,15 @@ from typing import Iterator
 
 import pytest
 
-from healthd.fleet.live import EVENT_FIELDS, SACCT_FIELDS, AccountingError, collect
+from healthd.fleet.live import Accounting, AccountingError, collect
+from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
 
 SINCE = datetime.datetime(2024, 5, 1, 8, 0, 0)
 UNTIL = datetime.datetime(2024, 5, 31, 8, 0, 0)
 
 STAND_IN = """#!/bin/sh
 for arg in "$@"; do printf '%s\\n' "$arg"; done > {record}.args
+{{ cat {record}.args; echo ---; }} >> {record}.calls
 printf 'SLURM_CONF=%s\\nTZ=%s\\nPATH=%s\\n' "${{SLURM_CONF-unset}}" "${{TZ-unset}}" "$PATH" > {record}.env
 sleep {sleep}
 cat {record}.out
@@ -38,6 +40,12 @@ def stand_in(bin_dir: Path, name: str, out: str = "", err: str = "", code: int =
     path.write_text(STAND_IN.format(record=bin_dir / name, code=code, sleep=sleep))
     path.chmod(0o755)
     return path
+
+
+def calls(bin_dir: Path, name: str) -> list[list[str]]:
+    """The arguments of every call of the stand-in, in order."""
+    text = (bin_dir / f"{name}.calls").read_text()
+    return [call.splitlines() for call in text.split("---\n") if call]
 
 
 def recorded(bin_dir: Path, name: str) -> tuple[list[str], dict[str, str]]:
@@ -67,21 +75,25 @@ def local_zone(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_exact_commands_and_their_texts(bin_dir: Path, tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=c\n")
-    jobs, events = collect(bin_dir, SINCE, UNTIL, 10, conf=conf)
-    assert (jobs, events) == ("JobID|State\n1|COMPLETED\n", "Cluster|NodeName\nc|node1\n")
-    sacct, sacct_env = recorded(bin_dir, "sacct")
-    assert sacct == [
-        "-a",
-        "-X",
-        "-D",
-        "-P",
-        "-o",
-        "JobID,JobName,User,Partition,State,ExitCode,Submit,Start,End,Elapsed,NNodes,NodeList,AllocTRES,SubmitLine",
-        "-S",
-        "2024-05-01T08:00:00",
-        "-E",
-        "2024-05-31T08:00:00",
+    texts = collect(bin_dir, SINCE, UNTIL, 10, conf=conf)
+    jobs_text = "JobID|State\n1|COMPLETED\n"  # the stand-in prints the same for both sacct calls
+    assert texts == Accounting(jobs_text, "Cluster|NodeName\nc|node1\n", jobs_text)
+    window = ["-S", "2024-05-01T08:00:00", "-E", "2024-05-31T08:00:00"]
+    # No field a job's owner writes among the job fields: -P escapes nothing, so a JobName or
+    # SubmitLine could forge records. The submit lines come on their own, keyed by JobID.
+    assert calls(bin_dir, "sacct") == [
+        [
+            "-a",
+            "-X",
+            "-D",
+            "-P",
+            "-o",
+            "JobID,User,Partition,State,ExitCode,Submit,Start,End,Elapsed,NNodes,NodeList,AllocTRES",
+            *window,
+        ],
+        ["-a", "-X", "-D", "-P", "-o", "JobID,SubmitLine", *window],
     ]
+    sacct, sacct_env = recorded(bin_dir, "sacct")
     sacctmgr, sacctmgr_env = recorded(bin_dir, "sacctmgr")
     assert sacctmgr == [
         "-P",
@@ -89,11 +101,11 @@ def test_exact_commands_and_their_texts(bin_dir: Path, tmp_path: Path) -> None:
         "event",
         "Start=2024-05-01T08:00:00",
         "End=2024-05-31T08:00:00",
-        "Format=Cluster,NodeName,TimeStart,TimeEnd,State,Reason,User",
+        "Format=Cluster,NodeName,TimeStart,TimeEnd,State,User,Reason",
     ]
     assert sacct_env["SLURM_CONF"] == sacctmgr_env["SLURM_CONF"] == str(conf)
     assert sacct_env["PATH"] == "/usr/sbin:/usr/bin:/sbin:/bin", "a bare environment, as for scontrol"
-    assert ",".join(SACCT_FIELDS) in sacct and f"Format={','.join(EVENT_FIELDS)}" in sacctmgr
+    assert ",".join(SUBMIT_FIELDS) in sacct and f"Format={','.join(EVENT_FIELDS)}" in sacctmgr
 
 
 def test_without_conf_the_commands_get_healthds_own_slurm_conf(
@@ -201,7 +213,9 @@ def test_accounting_fixtures_have_the_fields_collect_asks_for(fixtures: Path) ->
     directory = fixtures / "slurm" / "accounting"
     jobs = (directory / "sacct-22.05-take-out.txt").read_text().splitlines()
     events = (directory / "sacctmgr-events-22.05-take-out.txt").read_text().splitlines()
+    submit_lines = (directory / "sacct-submit-lines-22.05-take-out.txt").read_text().splitlines()
     assert jobs[0].split("|") == list(SACCT_FIELDS)
     assert events[0].split("|") == list(EVENT_FIELDS)
-    assert all(line.count("|") >= len(SACCT_FIELDS) - 1 for line in jobs)
+    assert submit_lines[0].split("|") == list(SUBMIT_FIELDS)
+    assert all(line.count("|") == len(SACCT_FIELDS) - 1 for line in jobs)
     assert all(line.count("|") == len(EVENT_FIELDS) - 1 for line in events)

@@ -110,18 +110,19 @@ expect = [{{path = "{MOUNT}"}}]
     cluster.run("scancel", job, admin_job)
     ours = (completes, fails, admin_job, job)
 
-    def accounted() -> tuple[str, str]:
+    def accounted() -> tuple[str, str, str]:
         until = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(seconds=1)
-        return collect(None, since, until, 30, conf=cluster.conf)
+        texts = collect(None, since, until, 30, conf=cluster.conf)
+        return texts.jobs, texts.events, texts.submit_lines
 
     def settled() -> bool:
         # slurmctld hands job and node records to slurmdbd in the background.
-        jobs, events = accounted()
+        jobs, events, _ = accounted()
         ended = [r for r in rows(jobs) if r["JobID"] in ours and r["End"] != "Unknown"]
         return {r["JobID"] for r in ended} == set(ours) and f"healthd: MOUNT_MISSING {MOUNT}" in events
 
     wait_for(settled, 30, "the jobs and node1's event in accounting", interval=0.5)
-    jobs, events = accounted()
+    jobs, events, submit_lines = accounted()
     assert_take_out_attributed(jobs, events, job=job, node="node1", code="MOUNT_MISSING")
 
     # The report run live on the same accounting names healthd's finding as the cause of the job's failure.
@@ -140,13 +141,16 @@ expect = [{{path = "{MOUNT}"}}]
     admin_events = [e for e in rows(events) if e["NodeName"] == "node3" and e["Reason"] == ADMIN_REASON]
     assert admin_events and admin_events[0]["User"] == "root(0)", events
 
-    for text in (jobs, events):
+    submitted = {r["JobID"]: r["SubmitLine"] for r in rows(submit_lines)}
+    assert submitted[job].startswith("sbatch ") and "-w node1" in submitted[job], submit_lines
+    for text in (jobs, events, submit_lines):
         assert str(cluster.root) not in text and str(config.parent) not in text, "fixtures must name no local path"
     if os.environ.get("HEALTHD_UPDATE_ACCOUNTING"):
         directory = FIXTURES / "slurm" / "accounting"
         directory.mkdir(exist_ok=True)
         (directory / "sacct-22.05-take-out.txt").write_text(jobs)
         (directory / "sacctmgr-events-22.05-take-out.txt").write_text(events)
+        (directory / "sacct-submit-lines-22.05-take-out.txt").write_text(submit_lines)
 
 
 def test_slurmdbd_not_reachable(accounting_cluster: Any) -> None:
@@ -160,5 +164,5 @@ def test_slurmdbd_not_reachable(accounting_cluster: Any) -> None:
     finally:
         cluster.start_dbd()
     assert "sacct -a -X -D -P" in str(caught.value)
-    jobs, _ = collect(None, since, until, 30, conf=cluster.conf)
-    assert jobs.startswith("JobID|JobName|User|")
+    texts = collect(None, since, until, 30, conf=cluster.conf)
+    assert texts.jobs.startswith("JobID|User|Partition|") and texts.submit_lines.startswith("JobID|SubmitLine")

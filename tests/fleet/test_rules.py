@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.fleet.analyze import FleetSettings, analyze
-from healthd.fleet.causes import CauseRules, group_incidents
+from healthd.fleet.causes import CauseRules, group_incidents, shared_incidents
 from healthd.fleet.hosts import excluded, expand
 from healthd.fleet.lemons import benjamini_hochberg, upper_tail
 from healthd.fleet.reliability import bucket, ettr
@@ -49,10 +49,10 @@ def test_the_cause_list_and_prefix_are_configurable() -> None:
 
 def test_events_minutes_apart_on_one_node_are_one_incident() -> None:
     events = [
-        ("n1", 0.0, 100.0, "XID_79"),
-        ("n1", 60.0, 200.0, "PCIE"),
-        ("n1", 1000.0, None, "XID_48"),
-        ("n2", 30.0, 40.0, "NHC"),
+        ("n1", 0.0, 100.0, "XID_79", False),
+        ("n1", 60.0, 200.0, "PCIE", False),
+        ("n1", 1000.0, None, "XID_48", False),
+        ("n2", 30.0, 40.0, "NHC", False),
     ]
     incidents, index = group_incidents(events, gap=300)
     assert [(i.node, i.start, i.end, i.codes) for i in incidents] == [
@@ -61,6 +61,29 @@ def test_events_minutes_apart_on_one_node_are_one_incident() -> None:
         ("n2", 30.0, 40.0, ("NHC",)),
     ]
     assert index["n1"].incident == (0, 0, 1)
+
+
+def test_causes_on_more_than_four_nodes_within_30_s_or_on_one_line_are_shared() -> None:
+    four = [((f"n{i}",), 100.0 + i, "NOT_RESPONDING") for i in range(4)]
+    assert shared_incidents(four) == ([], set()), "four nodes at once may still be chance"
+    five = [*four, (("n9",), 130.0, "XID_79")]
+    found, lines = shared_incidents(five)
+    assert [(s.start, s.nodes, s.codes) for s in found] == [
+        (100.0, ("n0", "n1", "n2", "n3", "n9"), ("NOT_RESPONDING", "XID_79"))
+    ]
+    assert lines == {0, 1, 2, 3, 4}
+    spread = [((f"n{i}",), 100.0 + 10 * i, "NOT_RESPONDING") for i in range(5)]  # 40 s from first to last
+    assert shared_incidents(spread) == ([], set())
+    rack = [(("a1",), 5.0, "NHC"), (("r1", "r2"), 1000.0, "NOT_RESPONDING")]
+    found, lines = shared_incidents(rack)
+    assert [(s.nodes, s.codes) for s in found] == [(("r1", "r2"), ("NOT_RESPONDING",))] and lines == {1}
+
+
+def test_an_incident_with_a_shared_event_is_shared() -> None:
+    incidents, _ = group_incidents(
+        [("n1", 0.0, None, "NOT_RESPONDING", True), ("n1", 60.0, None, "XID_79", False)], 300
+    )
+    assert [(i.codes, i.shared) for i in incidents] == [(("NOT_RESPONDING", "XID_79"), True)]
 
 
 def test_host_lists_are_expanded_and_excludes_read_from_the_submit_line() -> None:

@@ -117,6 +117,13 @@ def test_a_bad_since_exits_64_naming_it(cli: Cli, config: Path, recorded: float,
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("far", ["999999999w", "1969-12-31T00:00:00+00:00", "9999-12-31T23:00:00-12:00"])
+def test_a_since_out_of_range_exits_64_naming_it(cli: Cli, config: Path, recorded: float, far: str) -> None:
+    code, out, err = cli("history", f"--since={far}", "--config", str(config))
+    assert (code, out) == (64, "")
+    assert err == f"healthd: --since {far!r}: out of range (1970 to 9999)\n"
+
+
 def test_json_is_one_document(cli: Cli, config: Path, recorded: float) -> None:
     code, out, _ = cli("history", "--json", "--config", str(config))
     document = json.loads(out)

@@ -196,6 +196,27 @@ def test_text_is_stored_as_given_and_bounded(store: History, make_pass: Make, fi
     assert store.record_pass(make_pass(weird, huge), at=2, boot_id="b")[0].details["truncated"] is True
 
 
+def test_details_json_cannot_encode_are_kept_as_text(store: History, make_pass: Make, finding: Find) -> None:
+    """A NaN nested in a list or a mapping, a value JSON has no form for, a non-text key, a loop:
+    the writer never raises, and every event is valid JSON."""
+    loop: list[object] = []
+    loop.append(loop)
+    odd = finding(
+        "gpu",
+        "GPU_ODD",
+        "gpu0",
+        nested={"rates": [1.5, math.nan, -math.inf], (1, 2): {3}},
+        thing=object,
+        loop=loop,
+    )
+    event = store.record_pass(make_pass(odd), at=1, boot_id="b")[0]
+    assert store.problems == []
+    assert event.details["nested"] == {"rates": [1.5, "nan", "-inf"], "(1, 2)": "{3}"}
+    assert event.details["thing"] == "<class 'object'>"
+    assert isinstance(event.details["loop"], list)
+    assert json.loads(json.dumps(event.to_dict(), allow_nan=False))["details"]["nested"]["rates"][1] == "nan"
+
+
 def test_the_node_name_is_kept(state_dir: Path, make_pass: Make) -> None:
     with History.open(state_dir) as history:
         history.record_pass(make_pass(), at=1, boot_id="b")

@@ -1,0 +1,94 @@
+"""The ``-x``/``--exclude`` of each job, from sacct's SubmitLine asked for on its own and matched by JobID.
+
+``sacct -P`` prints a submit line as it was typed, with its ``|`` and newlines
+(sacct(1) escapes nothing), so a submit line can hold what looks like further
+records. That is why it is not among the job fields (a forged record there would
+count as a failed run), but read from ``sacct -o JobID,SubmitLine`` with the same
+window, where the most a forged record can claim is an exclusion. It is checked:
+
+- a line that does not start with a Slurm job id continues the record before it
+  (a newline inside a submit line);
+- the records of every job id whose line excludes nodes are counted over the whole
+  input (a second pass), and the exclusion is believed only when that count equals
+  the job's runs in the jobs input. A forged record for a job adds one more record
+  than the job has runs, and is left out with the job's true one: a user cannot put
+  an exclusion on a job, nor one in the name of another's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Optional
+
+from healthd.fleet.hosts import excluded
+from healthd.fleet.sacct import InputSummary, LineTally, is_job_id, open_table, submit_command
+
+SUBMIT_COLUMNS = ("JobID", "SubmitLine")
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """Job id -> (first line, nodes its submit line excludes), for the jobs whose line excludes any."""
+
+    jobs: dict[str, tuple[int, tuple[str, ...]]]
+    records: dict[str, int]  # records of each of those job ids in the input
+    tally: LineTally
+
+
+def _records(lines: Iterable[str], source: str, tally: LineTally) -> Iterator[tuple[int, str, str]]:
+    """(line number, job id, submit line) of each record, continuation lines joined to their record."""
+    table = open_table(lines, source, SUBMIT_COLUMNS, submit_command())
+    i_id, i_text = table.index("JobID"), table.index("SubmitLine")
+    current: Optional[tuple[int, str, str]] = None
+    for number, line in table.rows:
+        fields = table.split(line)
+        if fields is not None and is_job_id(fields[i_id]):
+            if current is not None:
+                yield current
+            current = (number, fields[i_id], fields[i_text])
+        elif current is not None:
+            current = (current[0], current[1], f"{current[2]}\n{line}")
+        else:
+            tally.reject(number, f"{line[:40]!r} does not start with a job id")
+    if current is not None:
+        yield current
+
+
+def read_exclusions(passes: Callable[[], Iterable[str]], source: str) -> Exclusions:
+    """Read the submit-line input twice (``passes()`` gives its lines afresh each time)."""
+    tally = LineTally(source)
+    jobs: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for number, job_id, text in _records(passes(), source, tally):
+        tally.records += 1
+        if job_id not in jobs:
+            nodes = excluded(text)
+            if nodes:
+                jobs[job_id] = (number, nodes)
+    records = dict.fromkeys(jobs, 0)
+    for _, job_id, _ in _records(passes(), source, LineTally(source)):
+        if job_id in records:
+            records[job_id] += 1
+    return Exclusions(jobs, records, tally)
+
+
+def settle(exclusions: Exclusions, runs: dict[str, list[int]]) -> Iterator[tuple[str, int]]:
+    """(node, runs that excluded it) for each exclusion whose records match the job's runs.
+
+    ``runs`` maps a job id to [its runs in the jobs input, those the analysis used]; an
+    exclusion whose count differs is rejected as a bad line of the submit-line input.
+    """
+    for job_id, (number, nodes) in exclusions.jobs.items():
+        seen, used = runs.get(job_id) or [0, 0]
+        if seen != exclusions.records[job_id]:
+            exclusions.tally.reject(
+                number,
+                f"job {job_id}: {exclusions.records[job_id]} submit-line records for {seen} runs "
+                "(a forged record, or another window): its exclusion is left out",
+            )
+            continue
+        for node in nodes:
+            yield node, used
+
+
+def summary(exclusions: Optional[Exclusions]) -> Optional[InputSummary]:
+    return None if exclusions is None else exclusions.tally.summary()
