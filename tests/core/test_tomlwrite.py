@@ -23,7 +23,11 @@ def test_a_string_reads_back_as_itself(text: str) -> None:
     assert tomllib.loads(f"v = {string(text)}\n") == {"v": text}
 
 
-@given(st.dictionaries(TEXT, st.lists(TEXT, max_size=3), max_size=3), TEXT)
+# Any key but the writer's own comment key, which holds a table's comment, not a value.
+KEYS = TEXT.filter(lambda k: k != COMMENT_KEY)
+
+
+@given(st.dictionaries(KEYS, st.lists(TEXT, max_size=3), max_size=3), TEXT)
 def test_a_document_with_any_keys_values_and_comment_reads_back(table: dict[str, Any], note: str) -> None:
     document: dict[str, Any] = {"checks": {COMMENT_KEY: note, "t": dict(table)}}
     expected = {"checks": {"t": table}}
