@@ -19,6 +19,7 @@ from pathlib import Path
 
 from healthd import plaintoml
 from healthd.cli import add_config_argument
+from healthd.configload import node_local_problems
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
 from healthd.text import one_line, pass_headline
@@ -43,10 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def read_settings(path: Optional[Path]) -> tuple[Path, float]:
-    """``[paths].state_dir`` and ``[daemon].interval`` from the config (defaults when absent)."""
+def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
+    """``[paths].state_dir``, ``[daemon].interval`` and ``[slurm].node_name`` from the config (defaults when absent)."""
     if path is None and not DEFAULT_CONFIG_PATH.exists():
-        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS
+        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS, None
     source = path or DEFAULT_CONFIG_PATH
     from healthd.trust import untrusted_reason
 
@@ -54,28 +55,38 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float]:
     if reason:
         raise StatusConfigError(f"{source}: refusing to load a config that others could have written: {reason}")
     try:
-        raw = plaintoml.loads(source.read_text(encoding="utf-8"))
+        text = source.read_text(encoding="utf-8")
+        raw = plaintoml.loads(text)
     except OSError as exc:
         raise StatusConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), or tomllib's TOMLDecodeError
         raise StatusConfigError(f"{source}: not valid TOML: {exc}") from None
-    paths, daemon = raw.get("paths", {}), raw.get("daemon", {})
+    local = node_local_problems(raw, text)
+    if local:  # a node's state directory and interval are never a host section's (docs/hosts.md)
+        raise StatusConfigError("\n".join(f"{source}: {problem}" for problem in local))
+    paths, daemon, slurm = raw.get("paths", {}), raw.get("daemon", {}), raw.get("slurm", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
     interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
     if not isinstance(state_dir, str) or not state_dir:
         raise StatusConfigError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
         raise StatusConfigError(f"{source}: daemon.interval: must be a positive number of seconds (got {interval!r})")
-    return Path(state_dir), float(interval)
+    node = slurm.get("node_name") if isinstance(slurm, dict) else None
+    return Path(state_dir), float(interval), node if isinstance(node, str) else None
 
 
-def read_last_pass(state_dir: Path) -> dict[str, Any]:
-    """The recorded pass; raises ``UntrustedPath`` when the state directory or a file in it fails the trust rule."""
+def read_last_pass(state_dir: Path, node: str) -> dict[str, Any]:
+    """The recorded pass of ``node``; raises ``UntrustedPath`` when the state directory or a file in it fails
+    the trust rule, or the directory is another node's (``healthd.statenode``)."""
     from healthd.state import StateDir, read_entry
+    from healthd.statenode import ForeignStateDir, owner_of
 
     path = state_dir / "last-pass.json"
     # A last-pass.json that another user could have written could show a failing node as OK.
     StateDir(state_dir).refuse_untrusted()
+    owner = owner_of(state_dir)
+    if owner and owner != node:  # another node's pass is not this node's state
+        raise ForeignStateDir(state_dir, owner, node)
     try:
         document = json.loads(read_entry(state_dir, path.name).decode("utf-8"))
     except FileNotFoundError:
@@ -173,8 +184,10 @@ def _render(document: dict[str, Any], age: float, now: float, limit: Optional[fl
 
 def run(args: argparse.Namespace) -> int:
     try:
-        state_dir, interval = read_settings(args.config)
-        document = read_last_pass(state_dir)
+        from healthd.nodename import this_node
+
+        state_dir, interval, configured = read_settings(args.config)
+        document = read_last_pass(state_dir, this_node(configured))
     except StatusConfigError as exc:
         print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
         return EX_CONFIG
