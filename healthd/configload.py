@@ -79,9 +79,9 @@ def node_local_problems(parsed: dict[str, Any], text: str = "") -> list[str]:
                 line = _section_line(text, index, table)
                 where = f"hosts[{index}].{table}" + (f" (line {line})" if line else "")
                 problems.append(
-                    f"{where}: [{table}] may not be set in a host section: it is the node's own deployment,"
-                    f" read without host sections by healthd status and the hook; set it in the file's own"
-                    f" [{table}] table of the nodes' config"
+                    f"{where}: [{table}] may not be set in a host section: it is the node's own, which"
+                    f" healthd status and the hook read without host sections; set it in the file's own [{table}]"
+                    " (docs/hosts.md)"
                 )
     return problems
 

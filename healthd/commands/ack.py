@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
 from dataclasses import replace
+from typing import Any
 
 from healthd.cli import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_USAGE
