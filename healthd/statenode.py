@@ -15,13 +15,10 @@ renamed on purpose takes its directory over once an administrator removes ``node
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from healthd.state import StateDir, StateError, read_entry
+from healthd.state import MARK, StateDir, StateError, state_owner
 from healthd.trust import UntrustedPath
-
-MARK = "node"
 
 
 class ForeignStateDir(UntrustedPath):
@@ -37,22 +34,12 @@ class ForeignStateDir(UntrustedPath):
         self.args = (f"refusing {directory}: {reason}",)  # not "which others could have written"
 
 
-def owner_of(directory: Path) -> str:
-    """The node ``node.json`` names, or "" when there is none or it cannot be read (nothing to refuse then)."""
-    try:
-        document = json.loads(read_entry(directory, f"{MARK}.json"))
-    except (OSError, ValueError):
-        return ""
-    owner = document.get("node") if isinstance(document, dict) else None
-    return owner if isinstance(owner, str) else ""
-
-
 def claim(state: StateDir, node: str, *, mark: bool) -> None:
     """Raise ``ForeignStateDir`` when ``state`` belongs to another node; with ``mark``, name ``node`` if none is named.
 
     A directory that cannot be written is not marked (each pass reports it); the next pass that can, marks it.
     """
-    owner = owner_of(state.directory)
+    owner = state_owner(state.directory)
     if owner and owner != node:
         raise ForeignStateDir(state.directory, owner, node)
     if mark and not owner:

@@ -1,13 +1,14 @@
-"""``healthd status``: the last pass as the daemon recorded it, without running any check.
+"""``healthd status``: the node's last whole pass as recorded, without running any check.
 
-It reads the ``last-pass`` state document directly and only the two config keys it
-needs (``[paths].state_dir``, ``[daemon].interval``) straight from the TOML, so it
-neither imports pydantic nor loads the check plugins: it is cheap enough for a
-monitoring agent or a Slurm prolog to call often. The exit code is the recorded
+It reads the ``last-pass`` state document directly and only the config keys it needs
+(``[paths].state_dir``, ``[daemon].interval``, ``[slurm].node_name``) straight from the
+TOML, so it neither imports pydantic nor loads the check plugins: it is cheap enough for
+a monitoring agent or a Slurm prolog to call often. The exit code is the recorded
 status (Nagios convention), or 3 (UNKNOWN) when there is no record, it cannot be
 read, or it is older than two intervals (the daemon is not running its passes),
 and 78 when the config, the state directory or a file in it fails the trust rule
-(``healthd.trust``): a record others could have written is not shown.
+(``healthd.trust``), or the directory is another node's (``healthd.statenode``): a record
+others could have written is not shown, nor one of another node.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from pathlib import Path
 
 from healthd import plaintoml
 from healthd.cli import add_config_argument
-from healthd.configload import node_local_problems
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
 from healthd.text import one_line, pass_headline
@@ -61,9 +61,12 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
         raise StatusConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), or tomllib's TOMLDecodeError
         raise StatusConfigError(f"{source}: not valid TOML: {exc}") from None
-    local = node_local_problems(raw, text)
-    if local:  # a node's state directory and interval are never a host section's (docs/hosts.md)
-        raise StatusConfigError("\n".join(f"{source}: {problem}" for problem in local))
+    if raw.get("hosts"):  # a node's state directory and interval are never a host section's (docs/hosts.md)
+        from healthd.configload import node_local_problems
+
+        local = node_local_problems(raw, text)
+        if local:
+            raise StatusConfigError("\n".join(f"{source}: {problem}" for problem in local))
     paths, daemon, slurm = raw.get("paths", {}), raw.get("daemon", {}), raw.get("slurm", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
     interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
@@ -78,14 +81,15 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
 def read_last_pass(state_dir: Path, node: str) -> dict[str, Any]:
     """The recorded pass of ``node``; raises ``UntrustedPath`` when the state directory or a file in it fails
     the trust rule, or the directory is another node's (``healthd.statenode``)."""
-    from healthd.state import StateDir, read_entry
-    from healthd.statenode import ForeignStateDir, owner_of
+    from healthd.state import StateDir, read_entry, state_owner
 
     path = state_dir / "last-pass.json"
     # A last-pass.json that another user could have written could show a failing node as OK.
     StateDir(state_dir).refuse_untrusted()
-    owner = owner_of(state_dir)
+    owner = state_owner(state_dir)
     if owner and owner != node:  # another node's pass is not this node's state
+        from healthd.statenode import ForeignStateDir
+
         raise ForeignStateDir(state_dir, owner, node)
     try:
         document = json.loads(read_entry(state_dir, path.name).decode("utf-8"))
