@@ -35,7 +35,7 @@ from healthd.nodestate import NodeInfo
 from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
-from healthd.policymemory import mark_unsaved, reach_critical, unsaved_marked
+from healthd.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
 from healthd.slurm import SlurmClient
 from healthd.spread import act_delay
 from healthd.state import StateError
@@ -138,7 +138,7 @@ class PolicyRead:
 def _load_policy_state(engine: Engine, raw: PassResult, errors: list[str], *, unlocked: bool) -> PolicyRead:
     """The policy state to decide from: ``policy.json``, or the newer copy this process kept (healthd.policymemory).
 
-    ``unlocked``: ``cycle.lock`` could not be opened, so nothing can have been saved here.
+    ``unlocked``: ``cycle.lock`` could not be opened.
     """
     state_file = engine.state.file(POLICY_STATE)
     loaded = state_file.load()
@@ -148,10 +148,12 @@ def _load_policy_state(engine: Engine, raw: PassResult, errors: list[str], *, un
     kept = engine.policy_memory.newer(loaded)
     if kept is not None:
         return PolicyRead(kept, loaded, marked)
-    if unlocked or marked:
+    # Unlocked in a directory that can be written (no flock there): the mark tells, as in a full one.
+    unwritable = unlocked and not writable_dir(engine.state.directory)
+    if unwritable or marked:
         reached = reach_critical(state, raw, engine.config.policy.fail_passes)
         if reached != state:
-            why = "the state directory cannot be written" if unlocked else "an earlier pass could not save it"
+            why = "the state directory cannot be written" if unwritable else "an earlier pass could not save it"
             errors.append(
                 f"{state_file.path} is not current ({why}): a CRITICAL finding acts without waiting for"
                 " [policy] fail_passes"

@@ -15,9 +15,9 @@ acting) goes on. Two remedies, one per kind of process:
 - **Across processes** (the hook and ``check --once`` run one pass each): a pass whose
   save failed leaves an empty ``policy.unsaved`` marker where it still can (a full
   filesystem usually still takes an empty file); a pass that sees the marker, or cannot
-  even open ``cycle.lock`` (a read-only or missing directory), knows the saved count is
-  not current and treats every check with a CRITICAL finding as having reached
-  ``fail_passes`` (``reach_critical``). WARNING and UNKNOWN findings keep the saved count:
+  open ``cycle.lock`` in a directory it cannot write (read-only, missing, a file), knows
+  the saved count is not current and treats every check with a CRITICAL finding as having
+  reached ``fail_passes`` (``reach_critical``). WARNING and UNKNOWN findings keep the saved count:
   a drain that waits for the jobs is not worth acting on a fault seen once. The first
   pass that saves ``policy.json`` again removes the marker.
 """
@@ -34,6 +34,8 @@ from healthd.state import open_entry
 from healthd.trust import open_trusted_dir
 
 if TYPE_CHECKING:  # healthd.policy is the pass's to import: the engine holds a PolicyMemory from the start
+    from pathlib import Path
+
     from healthd.model import PassResult
     from healthd.policy import PolicyState
     from healthd.state import StateDir
@@ -92,6 +94,12 @@ def mark_unsaved(state: StateDir, unsaved: bool) -> None:
                 os.unlink(UNSAVED, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def writable_dir(directory: Path) -> bool:
+    """Whether ``directory`` is a directory this process may write: ``access(2)`` says no for a read-only
+    filesystem even to root."""
+    return os.path.isdir(directory) and os.access(directory, os.W_OK)
 
 
 def reach_critical(state: PolicyState, raw: PassResult, fail_passes: int) -> PolicyState:
