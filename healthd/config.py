@@ -26,10 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from healthd import plaintoml
 from healthd.checksettings import AbsolutePath, SettingPath
-from healthd.configload import ConfigError, decode_config, read_config
+from healthd.configload import ConfigError, decode_config, node_local_problems, read_config
 from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
-from healthd.hosts import for_host, host_sections, merge, this_node
+from healthd.hosts import for_host, host_sections, merge
 from healthd.loadedconfig import LoadedConfig
+from healthd.nodename import this_node
 
 log = logging.getLogger(__name__)
 
@@ -405,7 +406,9 @@ def parse_config(
     section's included, so an operator fixes a config in one round.
     """
     raw = _parse_toml(text, source)
+    local = node_local_problems(raw, text)
     sections, problems = host_sections(raw)
+    problems += local
     # A section that does not apply here is still validated: a typo must fail on every node, not only its own.
     # A problem of the tables outside [[hosts]] is named once, where it is, not again under every section.
     outside = _problems(raw, checks) if sections else []

@@ -38,8 +38,8 @@ from typing import Any, Optional
 
 from healthd import __version__
 from healthd.configload import read_config, sha256_hex, state_dir_of
-from healthd.hosts import this_node
 from healthd.loadedconfig import LoadedConfig
+from healthd.nodename import this_node
 from healthd.plugin import ENTRY_POINT_GROUP, AnyCheck, BrokenCheck, CheckSpec, UnloadedCheck, load_entry
 
 log = logging.getLogger(__name__)

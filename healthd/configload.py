@@ -4,7 +4,8 @@
 commands that must stay cheap, so it lives here rather than in ``healthd.config``,
 which holds the pydantic models and the full validation. ``read_config`` is the
 one place that decides which file is read and refuses one that others could have
-written; ``state_dir_of`` finds the state directory without validating the rest.
+written; ``state_dir_of`` finds the state directory without validating the rest, which
+``node_local_problems`` keeps out of host sections.
 """
 
 from __future__ import annotations
@@ -59,14 +60,74 @@ def decode_config(raw: bytes, source: str) -> str:
         raise ConfigError(source, [f"not UTF-8 text: {exc}"]) from None
 
 
-def state_dir_of(raw: bytes) -> Optional[Path]:
-    """``[paths].state_dir`` as the file writes it (the default when absent); None when it cannot be read."""
+# Tables a ``[[hosts]]`` section may not hold: where a node keeps its state and how often it
+# checks are its deployment's, and the cheap readers (``healthd status``, the hook, the config
+# cache) read them from the file's own tables without merging host sections (docs/hosts.md).
+NODE_LOCAL_TABLES = ("paths", "daemon")
+
+
+def node_local_problems(parsed: dict[str, Any], text: str = "") -> list[str]:
+    """One problem per node-local table (``NODE_LOCAL_TABLES``) set in a ``[[hosts]]`` section of ``parsed``.
+
+    Each names the section, the table and, from ``text`` (the file), the line it starts on.
+    """
+    hosts = parsed.get("hosts")
+    problems = []
+    for index, section in enumerate(hosts if isinstance(hosts, list) else []):
+        for table in NODE_LOCAL_TABLES:
+            if isinstance(section, dict) and table in section:
+                line = _section_line(text, index, table)
+                where = f"hosts[{index}].{table}" + (f" (line {line})" if line else "")
+                problems.append(
+                    f"{where}: [{table}] may not be set in a host section: it is the node's own, which"
+                    f" healthd status and the hook read without host sections; set it in the file's own [{table}]"
+                    " (docs/hosts.md)"
+                )
+    return problems
+
+
+def _section_line(text: str, index: int, table: str) -> int:
+    """The line (1-based) where the ``[[hosts]]`` entry ``index`` sets ``table``, or 0 when it is not found."""
+    seen = -1
+    in_body = False
+    for number, line in enumerate(text.splitlines(), 1):
+        bare = line.replace(" ", "").replace("\t", "")
+        if bare.startswith("[[hosts]]"):
+            seen += 1
+            in_body = True
+        elif bare.startswith("["):
+            in_body = False
+            if seen == index and (bare.startswith(f"[hosts.{table}]") or bare.startswith(f"[hosts.{table}.")):
+                return number
+        elif seen == index and in_body and (bare.startswith(f"{table}=") or bare.startswith(f"{table}.")):
+            return number
+    return 0
+
+
+def node_settings(raw: bytes) -> Optional[tuple[Path, Optional[str]]]:
+    """``[paths].state_dir`` (the default when absent) and ``[slurm].node_name`` as the file writes them.
+
+    None when they cannot be read: the file is not TOML, or a host section sets a
+    node-local table (``node_local_problems``), which full validation refuses.
+    """
     try:
-        table = plaintoml.loads(raw.decode("utf-8")).get("paths", {})
-        value = table.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(table, dict) else None
+        parsed = plaintoml.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return None
-    return Path(value) if isinstance(value, str) and value else None
+    if node_local_problems(parsed):
+        return None
+    table, slurm = parsed.get("paths", {}), parsed.get("slurm", {})
+    value = table.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(table, dict) else None
+    node = slurm.get("node_name") if isinstance(slurm, dict) else None
+    if not isinstance(value, str) or not value:
+        return None
+    return Path(value), node if isinstance(node, str) else None
+
+
+def state_dir_of(raw: bytes) -> Optional[Path]:
+    """``[paths].state_dir`` as the file writes it (the default when absent); None when it cannot be read."""
+    settings = node_settings(raw)
+    return None if settings is None else settings[0]
 
 
 def sha256_hex(data: bytes) -> str:

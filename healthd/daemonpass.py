@@ -13,7 +13,8 @@ otherwise run every check a second time. The daemon therefore:
 ``daemon_document`` (the hook) uses the record only when all of this holds: the
 lock is held right now by a live process (a shared ``flock`` cannot be had), the
 lock's token is the record's (the pass is this daemon's, not an earlier one's),
-the record is no older than its freshness and not from the future, the config
+the pass is of this node (a state directory shared with another node must not
+make the hook report that node's pass), the record is no older than its freshness and not from the future, the config
 has the same bytes as the hook's, the daemon acted (not a dry run) unless the hook
 is a dry run, and its action is settled (applied or nothing to do: no pending
 retry, no Slurm error). Anything else, a missing, unreadable or untrusted file
@@ -115,14 +116,38 @@ def _held_token(state_dir: Path) -> Optional[str]:
         os.close(fd)
 
 
-def usable(record: Any, token: Optional[str], config_sha256: str, *, dry_run: bool, now: float) -> Optional[str]:
-    """Why ``record`` must not stand for a pass the hook would run now, or None when it may."""
+def running_config(state_dir: Path) -> Optional[str]:
+    """The SHA-256 of the config the daemon running on ``state_dir`` now last passed with, or None.
+
+    None when no daemon holds ``daemon.lock``, or its record is missing or not its own.
+    Raises ``UntrustedPath``.
+    """
+    try:
+        token = _held_token(state_dir)
+        if token is None:
+            return None
+        record = json.loads(read_entry(state_dir, f"{RECORD}.json"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("token") != token:
+        return None
+    sha256 = record.get("config_sha256")
+    return sha256 if isinstance(sha256, str) else None
+
+
+def usable(
+    record: Any, token: Optional[str], config_sha256: str, *, node: str, dry_run: bool, now: float
+) -> Optional[str]:
+    """Why ``record`` must not stand for the pass the hook would run now on ``node``, or None when it may."""
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         return "not a daemon pass record"
     if token is None:
         return "no daemon is running"
     if record.get("token") != token:
         return "the record is not the running daemon's"
+    document = record.get("document")
+    if not isinstance(document, dict) or document.get("node") != node:
+        return f"the record is not a pass of this node ({node})"
     finished, fresh_for = record.get("finished_at"), record.get("fresh_for")
     if not isinstance(finished, (int, float)) or not isinstance(fresh_for, (int, float)):
         return "the record has no time"
@@ -132,8 +157,7 @@ def usable(record: Any, token: Optional[str], config_sha256: str, *, dry_run: bo
         return "the daemon runs with another config"
     if record.get("dry_run") is not False and not dry_run:
         return "the daemon's pass was a dry run"
-    document = record.get("document")
-    if not isinstance(document, dict) or document.get("status") not in STATUS_CODES:
+    if document.get("status") not in STATUS_CODES:
         return "the record's pass has no status"
     if document.get("exit_code") != STATUS_CODES.get(document["status"]):
         return "the record's pass has no status"
@@ -148,20 +172,23 @@ def daemon_document(config: Optional[Path], *, dry_run: bool, now: Optional[floa
 
     None means: run the pass. Nothing here raises.
     """
-    from healthd.configload import ConfigError, read_config, sha256_hex, state_dir_of
+    from healthd.configload import ConfigError, node_settings, read_config, sha256_hex
+    from healthd.nodename import this_node
 
     try:
         _source, raw = read_config(config)
-        state_dir = state_dir_of(raw)
-        if state_dir is None:
+        settings = node_settings(raw)
+        if settings is None:
             return None
+        state_dir, configured = settings
         StateDir(state_dir).refuse_untrusted()
         token = _held_token(state_dir)
         record = json.loads(read_entry(state_dir, f"{RECORD}.json"))
     except (ConfigError, UntrustedPath, OSError, ValueError, StateError):
         return None
     when = time.time() if now is None else now
-    if usable(record, token, sha256_hex(raw), dry_run=dry_run, now=when) is not None:
+    node = this_node(configured)
+    if usable(record, token, sha256_hex(raw), node=node, dry_run=dry_run, now=when) is not None:
         return None
     document: dict[str, Any] = record["document"]
     return document

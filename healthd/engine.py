@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plugin import AnyCheck, CheckContext, CheckSpec
+from healthd.policymemory import PolicyMemory
 from healthd.runner import PreparedCheck, Runner
 from healthd.state import StateDir
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 def node_name(config: Config, environ: Optional[dict[str, str]] = None) -> str:
     """SLURMD_NODENAME (set by slurmd for its HealthCheckProgram), then config, then short hostname."""
-    from healthd.hosts import this_node
+    from healthd.nodename import this_node
 
     return this_node(config.slurm.node_name, environ)
 
@@ -57,9 +58,15 @@ def _longest_active(checks: Iterable[PreparedCheck]) -> float:
 
 
 def _trusted_state(config: Config) -> StateDir:
-    """The config's state directory; raises ``UntrustedPath`` when it or an entry fails the trust rule."""
+    """The config's state directory; raises ``UntrustedPath`` when it or an entry fails the trust rule.
+
+    Or ``healthd.statenode.ForeignStateDir`` (an ``UntrustedPath``) when it belongs to another node.
+    """
+    from healthd.statenode import claim
+
     state = StateDir(config.paths.state_dir)
     state.refuse_untrusted()
+    claim(state, node_name(config), mark=False)
     return state
 
 
@@ -78,6 +85,8 @@ class Engine:
         self.state = _trusted_state(loaded.config)
         self.runner = Runner()
         self._memory: dict[str, dict[str, Any]] = {}
+        # The policy state a pass could not save, for the next pass of this process (healthd.policymemory).
+        self.policy_memory = PolicyMemory()
 
     @classmethod
     def from_path(cls, path: Optional[Path]) -> Engine:
@@ -98,6 +107,7 @@ class Engine:
         if loaded.config.paths != self.config.paths:
             self.state = _trusted_state(loaded.config)
             self._memory.clear()
+            self.policy_memory = PolicyMemory()
         self.loaded = loaded
         if specs is not None:
             self.specs = list(specs)

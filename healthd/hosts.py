@@ -25,22 +25,12 @@ is validated like the file's own.
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
-import socket
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable
 
 HOSTS_KEY = "hosts"
 _RANGE_NAME = re.compile(r"([^\[\]]*)(?:\[(\d+)-(\d+)\])?([^\[\]]*)")
-
-
-def this_node(configured: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
-    """The node's name: SLURMD_NODENAME (set by slurmd for its programs), then ``[slurm] node_name``, then the
-    short host name. Host sections match it, so they select what the node is called in Slurm.
-    """
-    env = os.environ if environ is None else environ
-    return env.get("SLURMD_NODENAME") or configured or socket.gethostname().split(".", 1)[0]
 
 
 class HostMatchError(ValueError):

@@ -35,10 +35,12 @@ from healthd.nodestate import NodeInfo
 from healthd.onrepair import run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
+from healthd.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
 from healthd.slurm import SlurmClient
 from healthd.spread import act_delay
 from healthd.state import StateError
 from healthd.statelock import LockTimeout, StateLock
+from healthd.statenode import claim
 from healthd.text import one_line
 from healthd.trust import UntrustedPath
 
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
     from healthd.engine import Engine
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
+# Where a pass that does not stand for the node is saved instead (``run_pass``'s ``aside``).
+OTHER_PASS = "other-pass"  # noqa: S105 (a state file name)
 POLICY_STATE = "policy"
 # Slack on top of a pass's own deadlines before the daemon declares it hung.
 PASS_GRACE_SECONDS = 10.0
@@ -121,11 +125,41 @@ class PassOutcome:
         return int(self.result.status)
 
 
-def _load_policy_state(engine: Engine, errors: list[str]) -> PolicyState:
+@dataclass(frozen=True)
+class PolicyRead:
+    """The policy state a pass starts from: ``loaded`` is ``policy.json`` as read, ``marked`` says
+    ``policy.unsaved`` was there (healthd.policymemory)."""
+
+    state: PolicyState
+    loaded: dict[str, Any]
+    marked: bool
+
+
+def _load_policy_state(engine: Engine, raw: PassResult, errors: list[str], *, unlocked: bool) -> PolicyRead:
+    """The policy state to decide from: ``policy.json``, or the newer copy this process kept (healthd.policymemory).
+
+    ``unlocked``: ``cycle.lock`` could not be opened.
+    """
     state_file = engine.state.file(POLICY_STATE)
-    state, problems = PolicyState.read(state_file.load())
+    loaded = state_file.load()
+    state, problems = PolicyState.read(loaded)
     errors.extend(f"{state_file.path}: {problem}" for problem in problems)
-    return state
+    marked = unsaved_marked(engine.state)
+    kept = engine.policy_memory.newer(loaded)
+    if kept is not None:
+        return PolicyRead(kept, loaded, marked)
+    # Unlocked in a directory that can be written (no flock there): the mark tells, as in a full one.
+    unwritable = unlocked and not writable_dir(engine.state.directory)
+    if unwritable or marked:
+        reached = reach_critical(state, raw, engine.config.policy.fail_passes)
+        if reached != state:
+            why = "the state directory cannot be written" if unwritable else "an earlier pass could not save it"
+            errors.append(
+                f"{state_file.path} is not current ({why}): a CRITICAL finding acts without waiting for"
+                " [policy] fail_passes"
+            )
+        state = reached
+    return PolicyRead(state, loaded, marked)
 
 
 def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) -> ActionSection:
@@ -154,6 +188,7 @@ def run_pass(
     only: Optional[list[str]] = None,
     sleep: Callable[[float], None] = time.sleep,
     tier: Tier = Tier.ORDINARY,
+    aside: bool = False,
 ) -> PassOutcome:
     """Run one pass and carry its decision out; see the module docstring.
 
@@ -171,32 +206,42 @@ def run_pass(
     ``[slurm].lock_timeout`` is reported but acts on nothing. Whatever goes wrong
     after the checks ran, the pass is still reported and saved: an unexpected
     exception becomes an UNKNOWN ``healthd/PASS_FAILED`` finding.
+
+    A partial pass (``only``, or the active checks alone) and one the caller marks
+    ``aside`` (run with a config other than the running daemon's) do not stand for the
+    node: they are saved as ``other-pass``, and ``last-pass``, which ``healthd status``
+    and ``healthd ack`` read, keeps the node's last whole pass (docs/service.md).
     """
     log = logger or logging.getLogger("healthd.pipeline")
     config = engine.config
     dry = dry_run or config.policy.dry_run
     enabled = config.slurm.enabled
+    aside = aside or only is not None or tier is Tier.ACTIVE
     try:
         raw = engine.run_checks(only, tier)
     except Exception as exc:  # anything from the engine must still give a reported pass
         from healthd.engine import node_name
 
-        return failed_pass(engine, PassResult(node_name(config), clock(), 0.0, ()), exc, log, dry=dry, enabled=enabled)
+        raw = PassResult(node_name(config), clock(), 0.0, ())
+        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled, aside=aside)
     errors: list[str] = []
     if enabled and not dry and _may_act(raw):
         sleep(act_delay(raw.node, config.slurm.act_splay))
     lock = StateLock(config.paths.state_dir, config.slurm.lock_timeout)
+    unlocked = False
     try:
         lock.acquire()
     except LockTimeout as exc:
         log.warning("%s: not acting this pass", exc)
         result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load())
         decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
-        return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[str(exc)]), None)
+        report = _report(decision, dry=dry, enabled=enabled, errors=[str(exc)])
+        return _finish(engine, result, report, None, aside=aside)
     except OSError as exc:
         # The directory is missing or unwritable: no state can be saved there either,
         # and checking (and acting on a fault) must go on; the problem is reported.
         errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
+        unlocked = True
     try:
         return _locked_pass(
             engine,
@@ -209,11 +254,13 @@ def run_pass(
             partial=only is not None or tier is Tier.ACTIVE,
             sleep=sleep,
             tier=tier,
+            unlocked=unlocked,
+            aside=aside,
         )
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
     except Exception as exc:  # see the docstring
-        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled)
+        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled, aside=aside)
     finally:
         lock.release()
 
@@ -228,7 +275,14 @@ PASS_FAILED = "PASS_FAILED"  # noqa: S105 (a finding code)
 
 
 def failed_pass(
-    engine: Engine, raw: PassResult, exc: BaseException, log: logging.Logger, *, dry: bool, enabled: bool
+    engine: Engine,
+    raw: PassResult,
+    exc: BaseException,
+    log: logging.Logger,
+    *,
+    dry: bool,
+    enabled: bool,
+    aside: bool = False,
 ) -> PassOutcome:
     """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass.
 
@@ -236,7 +290,7 @@ def failed_pass(
     its steps raised, and the daemon when a pass could not run at all (no thread to
     be had) or raised outside the pipeline. The pass is saved as ``last-pass`` like any
     other, so ``healthd status`` and the hook show UNKNOWN instead of the last pass
-    that went well.
+    that went well (``aside``: as ``other-pass``, see ``run_pass``).
     """
     # The exception's text may quote anything (a path, a line of a state file): one safe line.
     message = one_line(f"pass failed: {type(exc).__name__}: {exc}")
@@ -245,7 +299,7 @@ def failed_pass(
     own = CheckResult(OWN_CHECK, RunState.ERROR, (finding,), 0.0, message)
     result = replace(raw, results=(*raw.results, own))
     decision = Decision(Action.NONE, Action.NONE, "", "the pass failed: nothing decided")
-    return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None)
+    return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None, aside=aside)
 
 
 def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
@@ -290,11 +344,15 @@ def _locked_pass(
     partial: bool,
     sleep: Callable[[float], None],
     tier: Tier,
+    unlocked: bool,
+    aside: bool,
 ) -> PassOutcome:
     config = engine.config
     enabled = config.slurm.enabled
     now = clock()
-    state = _load_policy_state(engine, errors)
+    claim(engine.state, raw.node, mark=not unlocked)  # before anything in the directory is believed
+    read = _load_policy_state(engine, raw, errors, unlocked=unlocked)
+    state = read.state
     # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it,
     # and only where the probe can matter: an active check is enabled, and healthd has the node
     # out (only then can the pass resume it). A healthy node's pass touches no lock file.
@@ -335,7 +393,7 @@ def _locked_pass(
             _tell_repair(history, config, done, now, log)
     finally:
         history.close()
-    return _settle(engine, the_plan, executed, done, store, errors, dry=dry)
+    return _settle(engine, the_plan, executed, done, store, errors, read, dry=dry, aside=aside)
 
 
 def _repeats(history: History, raw: PassResult, window_days: float, now: float) -> dict[str, tuple[str, int]]:
@@ -460,20 +518,31 @@ def _settle(
     done: Conclusion,
     store: AckStore,
     errors: list[str],
+    read: PolicyRead,
     *,
     dry: bool,
+    aside: bool,
 ) -> PassOutcome:
-    """Save what the pass leaves behind and build its outcome (the sinks take it from there)."""
+    """Save what the pass leaves behind and build its outcome (the sinks take it from there).
+
+    The policy state that cannot be saved is kept for this process's next pass, and
+    marked unsaved for the others (healthd.policymemory).
+    """
     config = engine.config
     errors.extend(the_plan.errors)
     if executed.error:
         errors.append(executed.error)
+    saved = False
     try:
         engine.state.file(POLICY_STATE).save(done.state.to_dict())
+        saved = True
         if not dry:
             store.save(the_plan.acks)
     except StateError as exc:
         errors.append(str(exc))
+    engine.policy_memory.saved(done.state, read.loaded, saved)
+    if saved == read.marked:
+        mark_unsaved(engine.state, not saved)
     errors.extend(store.problems)
     node = the_plan.node
     pending = done.state.pending is not None and not dry
@@ -491,7 +560,7 @@ def _settle(
         errors=tuple(errors),
         steps=tuple(step.value for step in (executed.would if dry else executed.done)),
     )
-    return _finish(engine, done.result, report, done.state, node)
+    return _finish(engine, done.result, report, done.state, node, aside=aside)
 
 
 def _finish(
@@ -500,6 +569,8 @@ def _finish(
     report: ActionSection,
     state: Optional[PolicyState],
     node: Optional[NodeInfo] = None,
+    *,
+    aside: bool = False,
 ) -> PassOutcome:
     from healthd.render import pass_to_dict
 
@@ -507,7 +578,7 @@ def _finish(
     report = replace(report, errors=tuple(errors))
     document = pass_to_dict(result, {"action": report.to_dict()})
     try:
-        engine.state.file(LAST_PASS).save(document)
+        engine.state.file(OTHER_PASS if aside else LAST_PASS).save(document)
     except StateError as exc:
         report = replace(report, errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()

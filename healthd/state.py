@@ -148,6 +148,20 @@ def read_entry(directory: Path, name: str) -> bytes:
         return handle.read()
 
 
+# ``node.json``: the node the directory belongs to (healthd.statenode).
+MARK = "node"
+
+
+def state_owner(directory: Path) -> str:
+    """The node ``directory/node.json`` names (healthd.statenode), or "" when none is named or it cannot be read."""
+    try:
+        document = json.loads(read_entry(directory, f"{MARK}.json"))
+    except (OSError, ValueError):
+        return ""
+    owner = document.get("node") if isinstance(document, dict) else None
+    return owner if isinstance(owner, str) else ""
+
+
 def _keep_newest(dir_fd: int, name: str, keep: int) -> None:
     import contextlib
 

@@ -17,6 +17,7 @@ import argparse
 import sys
 import time
 from dataclasses import replace
+from typing import Any
 
 from healthd.cli import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_USAGE
@@ -73,6 +74,12 @@ def _repaired(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+def _started(document: dict[str, Any]) -> str:
+    """When a saved pass started, as text that sorts in time (``healthd.render``'s UTC form); "" when unknown."""
+    started = document.get("started_at")
+    return started if isinstance(started, str) else ""
+
+
 def run(args: argparse.Namespace) -> int:
     if args.repaired is not None:
         if args.selectors:
@@ -82,13 +89,14 @@ def run(args: argparse.Namespace) -> int:
     from healthd.acks import STATE_NAME, AckStore, merge, refs_from_document
     from healthd.engine import Engine
     from healthd.history import History
-    from healthd.pipeline import LAST_PASS
+    from healthd.pipeline import LAST_PASS, OTHER_PASS
     from healthd.state import StateError
     from healthd.statelock import LockTimeout, StateLock
 
     engine = Engine.from_path(args.config)
     last = engine.state.file(LAST_PASS)
-    document = last.load()
+    # The latest pass, a partial one (--only) included: its findings are the node's as much as a whole pass's.
+    document = max(last.load(), engine.state.file(OTHER_PASS).load(), key=_started)
     for problem in engine.state.drain_problems():
         print(f"healthd: {problem}", file=sys.stderr)
     if not document:

@@ -68,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
             return EX_TEMPFAIL
         outcome = started
     else:
-        outcome = run_pass(engine, dry_run=args.dry_run, only=only)
+        from healthd.daemonpass import running_config
+
+        # A daemon running with another config is the node's: this pass is saved aside (healthd.pipeline.run_pass).
+        daemon_config = running_config(engine.config.paths.state_dir)
+        aside = daemon_config is not None and daemon_config != engine.loaded.sha256
+        outcome = run_pass(engine, dry_run=args.dry_run, only=only, aside=aside)
     if args.json:
         print(json.dumps(outcome.document, indent=2))
     else:

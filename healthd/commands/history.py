@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"healthd: {exc}", file=sys.stderr)
             return EX_USAGE
     try:
-        state_dir, _ = read_settings(args.config)
+        state_dir, _, _ = read_settings(args.config)
     except StatusConfigError as exc:
         print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
         return EX_CONFIG

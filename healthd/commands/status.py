@@ -1,13 +1,14 @@
-"""``healthd status``: the last pass as the daemon recorded it, without running any check.
+"""``healthd status``: the node's last whole pass as recorded, without running any check.
 
-It reads the ``last-pass`` state document directly and only the two config keys it
-needs (``[paths].state_dir``, ``[daemon].interval``) straight from the TOML, so it
-neither imports pydantic nor loads the check plugins: it is cheap enough for a
-monitoring agent or a Slurm prolog to call often. The exit code is the recorded
+It reads the ``last-pass`` state document directly and only the config keys it needs
+(``[paths].state_dir``, ``[daemon].interval``, ``[slurm].node_name``) straight from the
+TOML, so it neither imports pydantic nor loads the check plugins: it is cheap enough for
+a monitoring agent or a Slurm prolog to call often. The exit code is the recorded
 status (Nagios convention), or 3 (UNKNOWN) when there is no record, it cannot be
 read, or it is older than two intervals (the daemon is not running its passes),
 and 78 when the config, the state directory or a file in it fails the trust rule
-(``healthd.trust``): a record others could have written is not shown.
+(``healthd.trust``), or the directory is another node's (``healthd.statenode``): a record
+others could have written is not shown, nor one of another node.
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def read_settings(path: Optional[Path]) -> tuple[Path, float]:
-    """``[paths].state_dir`` and ``[daemon].interval`` from the config (defaults when absent)."""
+def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
+    """``[paths].state_dir``, ``[daemon].interval`` and ``[slurm].node_name`` from the config (defaults when absent)."""
     if path is None and not DEFAULT_CONFIG_PATH.exists():
-        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS
+        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS, None
     source = path or DEFAULT_CONFIG_PATH
     from healthd.trust import untrusted_reason
 
@@ -54,28 +55,42 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float]:
     if reason:
         raise StatusConfigError(f"{source}: refusing to load a config that others could have written: {reason}")
     try:
-        raw = plaintoml.loads(source.read_text(encoding="utf-8"))
+        text = source.read_text(encoding="utf-8")
+        raw = plaintoml.loads(text)
     except OSError as exc:
         raise StatusConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), or tomllib's TOMLDecodeError
         raise StatusConfigError(f"{source}: not valid TOML: {exc}") from None
-    paths, daemon = raw.get("paths", {}), raw.get("daemon", {})
+    if raw.get("hosts"):  # a node's state directory and interval are never a host section's (docs/hosts.md)
+        from healthd.configload import node_local_problems
+
+        local = node_local_problems(raw, text)
+        if local:
+            raise StatusConfigError("\n".join(f"{source}: {problem}" for problem in local))
+    paths, daemon, slurm = raw.get("paths", {}), raw.get("daemon", {}), raw.get("slurm", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
     interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
     if not isinstance(state_dir, str) or not state_dir:
         raise StatusConfigError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
         raise StatusConfigError(f"{source}: daemon.interval: must be a positive number of seconds (got {interval!r})")
-    return Path(state_dir), float(interval)
+    node = slurm.get("node_name") if isinstance(slurm, dict) else None
+    return Path(state_dir), float(interval), node if isinstance(node, str) else None
 
 
-def read_last_pass(state_dir: Path) -> dict[str, Any]:
-    """The recorded pass; raises ``UntrustedPath`` when the state directory or a file in it fails the trust rule."""
-    from healthd.state import StateDir, read_entry
+def read_last_pass(state_dir: Path, node: str) -> dict[str, Any]:
+    """The recorded pass of ``node``; raises ``UntrustedPath`` when the state directory or a file in it fails
+    the trust rule, or the directory is another node's (``healthd.statenode``)."""
+    from healthd.state import StateDir, read_entry, state_owner
 
     path = state_dir / "last-pass.json"
     # A last-pass.json that another user could have written could show a failing node as OK.
     StateDir(state_dir).refuse_untrusted()
+    owner = state_owner(state_dir)
+    if owner and owner != node:  # another node's pass is not this node's state
+        from healthd.statenode import ForeignStateDir
+
+        raise ForeignStateDir(state_dir, owner, node)
     try:
         document = json.loads(read_entry(state_dir, path.name).decode("utf-8"))
     except FileNotFoundError:
@@ -173,8 +188,10 @@ def _render(document: dict[str, Any], age: float, now: float, limit: Optional[fl
 
 def run(args: argparse.Namespace) -> int:
     try:
-        state_dir, interval = read_settings(args.config)
-        document = read_last_pass(state_dir)
+        from healthd.nodename import this_node
+
+        state_dir, interval, configured = read_settings(args.config)
+        document = read_last_pass(state_dir, this_node(configured))
     except StatusConfigError as exc:
         print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
         return EX_CONFIG

@@ -402,10 +402,10 @@ def _paths_dropin(tmp_path: Path, variables: dict[str, Any]) -> list[str]:
                 "healthd_extra_config": {
                     "paths": {"state_dir": "/srv/other"},
                     "metrics": {"textfile": "/var/lib/prom/healthd.prom"},
-                    "hosts": [{"match": "gpu*", "paths": {"state_dir": "/raid/healthd"}}, {"match": "cpu*"}],
+                    "hosts": [{"match": "gpu*", "metrics": {"textfile": "/raid/prom/healthd.prom"}}, {"match": "cpu*"}],
                 },
             },
-            ["ReadWritePaths=-/srv/other", "ReadWritePaths=-/raid/healthd", "ReadWritePaths=-/var/lib/prom"],
+            ["ReadWritePaths=-/srv/other", "ReadWritePaths=-/var/lib/prom", "ReadWritePaths=-/raid/prom"],
         ),
         ({"healthd_extra_config": {"paths": {"state_dir": None}}}, []),  # null: healthd's default, already writable
     ],

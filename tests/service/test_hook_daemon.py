@@ -22,13 +22,14 @@ from healthd.hook import hook_main
 
 SHA = "ab" * 32
 NOW = 1_800_000_000.0
+NODE = "node1"
 
 
 def _record(**changes: Any) -> dict[str, Any]:
     document = {
         "status": "OK",
         "exit_code": 0,
-        "node": "node1",
+        "node": NODE,
         "checks": [],
         "action": {"pending": False, "errors": [], "decision": "none"},
     }
@@ -46,9 +47,9 @@ def _record(**changes: Any) -> dict[str, Any]:
 
 
 def test_a_fresh_settled_pass_of_the_running_daemon_is_used() -> None:
-    assert usable(_record(), "t" * 32, SHA, dry_run=False, now=NOW) is None
+    assert usable(_record(), "t" * 32, SHA, node=NODE, dry_run=False, now=NOW) is None
     # A dry-run hook may report a dry-run daemon's pass; a hook that acts may not.
-    assert usable(_record(dry_run=True), "t" * 32, SHA, dry_run=True, now=NOW) is None
+    assert usable(_record(dry_run=True), "t" * 32, SHA, node=NODE, dry_run=True, now=NOW) is None
 
 
 @pytest.mark.parametrize(
@@ -62,26 +63,28 @@ def test_a_fresh_settled_pass_of_the_running_daemon_is_used() -> None:
         (_record(dry_run=True), "t" * 32, False, "dry run"),
         (_record(format=FORMAT + 1), "t" * 32, False, "not a daemon pass record"),
         (_record(finished_at="yesterday"), "t" * 32, False, "no time"),
+        # A state directory shared with another node: its daemon's pass is not this node's (docs/service.md).
+        (_record(document={**_record()["document"], "node": "node2"}), "t" * 32, False, "not a pass of this node"),
     ],
 )
 def test_anything_else_means_a_full_pass(record: dict[str, Any], token: Any, dry_run: bool, why: str) -> None:
-    reason = usable(record, token, SHA, dry_run=dry_run, now=NOW)
+    reason = usable(record, token, SHA, node=NODE, dry_run=dry_run, now=NOW)
     assert reason is not None and why in reason
 
 
 @pytest.mark.parametrize(
     "document",
     [
-        {"status": "OK", "exit_code": 0, "action": {"pending": True, "errors": []}},
-        {"status": "OK", "exit_code": 0, "action": {"pending": False, "errors": ["scontrol timed out"]}},
-        {"status": "OK", "exit_code": 0},
-        {"status": "OK", "exit_code": 2, "action": {"pending": False, "errors": []}},
-        {"status": "FINE", "exit_code": 0, "action": {"pending": False, "errors": []}},
+        {"node": NODE, "status": "OK", "exit_code": 0, "action": {"pending": True, "errors": []}},
+        {"node": NODE, "status": "OK", "exit_code": 0, "action": {"pending": False, "errors": ["scontrol timed out"]}},
+        {"node": NODE, "status": "OK", "exit_code": 0},
+        {"node": NODE, "status": "OK", "exit_code": 2, "action": {"pending": False, "errors": []}},
+        {"node": NODE, "status": "FINE", "exit_code": 0, "action": {"pending": False, "errors": []}},
         ["not", "a", "document"],
     ],
 )
 def test_an_unsettled_or_malformed_daemon_pass_is_not_used(document: Any) -> None:
-    assert usable(_record(document=document), "t" * 32, SHA, dry_run=False, now=NOW) is not None
+    assert usable(_record(document=document), "t" * 32, SHA, node=NODE, dry_run=False, now=NOW) is not None
 
 
 # The hook with the default config path pointed at the test's config; prints its code and what it imported.

@@ -242,7 +242,9 @@ def test_a_real_record_goes_stale(tmp_path: Path, capsys: pytest.CaptureFixture[
     capsys.readouterr()
     # status reads only state_dir and interval: a second config with a 0.1 s interval ages the record at once.
     hasty = tmp_path / "hasty.toml"
-    hasty.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[daemon]\ninterval = 0.1\n')
+    hasty.write_text(
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[daemon]\ninterval = 0.1\n[slurm]\nnode_name = "n1"\n'
+    )
     time.sleep(0.3)
     assert main(["status", "--config", str(hasty)]) == 3
     lines = capsys.readouterr().out.splitlines()
