@@ -27,7 +27,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional
 
 HOSTS_KEY = "hosts"
 _RANGE_NAME = re.compile(r"([^\[\]]*)(?:\[(\d+)-(\d+)\])?([^\[\]]*)")
