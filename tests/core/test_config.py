@@ -340,6 +340,8 @@ def test_check_once_judges_the_mount_as_the_host_section_expects_it(
     monkeypatch.setenv("SLURMD_NODENAME", "cpu1")
     code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
     assert code == 2 and "MOUNT_WRONG_TYPE" in out
+    # One config for two nodes in one test: the state directory is a node's own (healthd.statenode).
+    (path.parent / "state" / "node.json").unlink()
     monkeypatch.setenv("SLURMD_NODENAME", "gpu1")
     code, out, err = cli("check", "--once", "--only", "mounts", "--config", str(path))
     assert code == 0, out + err
