@@ -70,7 +70,8 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
     paths, daemon, slurm = raw.get("paths", {}), raw.get("daemon", {}), raw.get("slurm", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
     interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
-    if not isinstance(state_dir, str) or not state_dir:
+    # A NUL cannot be in a path (the full config refuses it too: healthd.checksettings).
+    if not isinstance(state_dir, str) or not state_dir or "\0" in state_dir:
         raise StatusConfigError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
         raise StatusConfigError(f"{source}: daemon.interval: must be a positive number of seconds (got {interval!r})")

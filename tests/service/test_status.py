@@ -117,6 +117,7 @@ def test_garbage_record_is_unknown_and_named(
         ("[daemon\n", "not valid TOML"),
         ("[daemon]\ninterval = 'soon'\n", "daemon.interval"),
         ("[paths]\nstate_dir = 7\n", "paths.state_dir"),
+        ('[paths]\nstate_dir = "/tmp/st\\u0000x"\n', "paths.state_dir"),  # a NUL: no path holds one
     ],
 )
 def test_bad_config_names_file_and_key(
