@@ -532,7 +532,7 @@ def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: An
         assert not (tmp_path / "state" / "policy.json").exists()
         config = tmp_path / "t.toml"
         config.write_text(
-            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\nlock_timeout = 0.3\n'
+            f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\nlock_timeout = 0.3\nnode_name = "n1"\n'
             '[checks.mounts]\nexpect = [{path = "/no/such/mount"}]\n'
         )
         code, _, err = cli("check", "--once", "--json", "--only", "mounts", "--dry-run", "--config", str(config))
