@@ -770,13 +770,16 @@ def _may_stand(causes: tuple[FindingRef, ...], result: PassResult) -> bool:
     It may while its finding is still reported as a fault, or while its check did not run to the
     end or could not observe (UNKNOWN): such a pass says nothing either way. Once every cause's
     check ran and no longer reports it, the take-out is stale: an unrelated UNKNOWN or a WARNING
-    still inside its hysteresis must not carry it out (a DOWN kills the node's jobs).
+    still inside its hysteresis must not carry it out (a DOWN kills the node's jobs). A check
+    the config now disables is the operator's word that its findings no longer count: its
+    causes are gone too (a misfiring check switched off while Slurm was unreachable).
     """
     ran = ran_checks(result)
+    disabled = {r.check for r in result.results if r.state is RunState.DISABLED}
     faults = {f.key for f in result.findings if _acting(f)}
     unsure = {r.check for r in result.results if r.status is Status.UNKNOWN}
     # Under the keys of this pass: another check may have adopted a finding since (acks.adopted).
-    current = [adopted(ref, result) for ref in causes]
+    current = [adopted(ref, result) for ref in causes if ref.check not in disabled]
     return any(ref.key in faults or ref.check not in ran or ref.check in unsure for ref in current)
 
 

@@ -862,6 +862,15 @@ def test_a_pending_take_out_is_retried_while_its_cause_may_still_be_there(
     assert state.pending == _PENDING_GPU.pending
 
 
+def test_a_pending_take_out_of_a_check_the_config_now_disables_is_dropped() -> None:
+    """Switched off while Slurm was unreachable (a misfiring check): an unrelated UNKNOWN must not send its DOWN."""
+    disabled = CheckResult("gpu", RunState.DISABLED, (), 0.0, "disabled in config")
+    result = PassResult("n1", 1000.0, 0.1, (disabled, _MOUNTS_TIMEOUT))
+    decision, state = decide(result, _PENDING_GPU, BUSY, PolicySettings(), PREFIX)
+    assert decision.action is Action.NONE, decision.explanation
+    assert state.pending is None
+
+
 # -- a REPAIR drain is lifted only after `healthd ack --repaired` (docs/history.md) ----------------
 
 IN_REPAIR = _node("IDLE", "DRAIN", "healthd: REPAIR XID_79 gpu3 x3")
