@@ -135,10 +135,10 @@ class PolicyRead:
     marked: bool
 
 
-def _load_policy_state(engine: Engine, raw: PassResult, errors: list[str], *, unlocked: bool) -> PolicyRead:
+def _load_policy_state(engine: Engine, judged: PassResult, errors: list[str], *, unlocked: bool) -> PolicyRead:
     """The policy state to decide from: ``policy.json``, or the newer copy this process kept (healthd.policymemory).
 
-    ``unlocked``: ``cycle.lock`` could not be opened.
+    ``judged`` is the pass with its acknowledgements applied; ``unlocked``: ``cycle.lock`` could not be opened.
     """
     state_file = engine.state.file(POLICY_STATE)
     loaded = state_file.load()
@@ -151,7 +151,7 @@ def _load_policy_state(engine: Engine, raw: PassResult, errors: list[str], *, un
     # Unlocked in a directory that can be written (no flock there): the mark tells, as in a full one.
     unwritable = unlocked and not writable_dir(engine.state.directory)
     if unwritable or marked:
-        reached = reach_critical(state, raw, engine.config.policy.fail_passes)
+        reached = reach_critical(state, judged, engine.config.policy.fail_passes)
         if reached != state:
             why = "the state directory cannot be written" if unwritable else "an earlier pass could not save it"
             errors.append(
@@ -351,7 +351,10 @@ def _locked_pass(
     enabled = config.slurm.enabled
     now = clock()
     claim(engine.state, raw.node, mark=not unlocked)  # before anything in the directory is believed
-    read = _load_policy_state(engine, raw, errors, unlocked=unlocked)
+    store = AckStore(engine.state.file(ACKS_STATE))
+    acks = store.load()
+    # Judged as acknowledged: a CRITICAL an administrator acknowledged must not count (reach_critical).
+    read = _load_policy_state(engine, apply_acks(raw, acks)[0], errors, unlocked=unlocked)
     state = read.state
     # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it,
     # and only where the probe can matter: an active check is enabled, and healthd has the node
@@ -359,7 +362,6 @@ def _locked_pass(
     active = engine.active_names()
     busy = tier is Tier.ORDINARY and bool(active) and bool(state.took_out) and running(config.paths.state_dir)
     coverage = Coverage(tier, active, busy)
-    store = AckStore(engine.state.file(ACKS_STATE))
     slurm = client or SlurmClient(config.slurm)
     slurm.start_budget()
     # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
@@ -367,9 +369,7 @@ def _locked_pass(
     try:
         repeats = _repeats(history, raw, config.escalation.window_days, now)
         boot_id = read_boot_id(config.paths.procfs)
-        situation = Situation(
-            raw, state, store.load(), Observed(), now, partial, enabled, dry, repeats, boot_id, coverage
-        )
+        situation = Situation(raw, state, acks, Observed(), now, partial, enabled, dry, repeats, boot_id, coverage)
         the_plan = _plan(engine, situation, slurm)
         if the_plan.acknowledged and not dry:
             count = len(the_plan.acknowledged)

@@ -75,6 +75,20 @@ def test_a_writable_state_dir_still_waits_for_fail_passes(write_config: Callable
     assert run_pass(Engine.from_path(config)).action.decision.action.value == "take_out_now"
 
 
+def test_an_acknowledged_critical_is_not_counted_as_reached(write_config: Callable[..., Path], tmp_path: Path) -> None:
+    """With the state marked unsaved, only what still counts after the acknowledgements may act at once."""
+    from healthd.cli import main
+
+    config = write_config(TWICE)
+    assert run_pass(Engine.from_path(config)).action.decision.action.value == "hold"
+    assert main(["ack", "--config", str(config)]) == 0
+    (tmp_path / "state" / UNSAVED).touch()
+    outcome = run_pass(Engine.from_path(config))
+    assert outcome.action.decision.action.value == "none", outcome.action.decision
+    assert not any("is not current" in e for e in outcome.action.errors), outcome.action.errors
+    assert json.loads((tmp_path / "state" / "policy.json").read_text())["fail_streaks"].get("mounts", 0) == 0
+
+
 _UNSHARE = shutil.which("unshare")
 
 
