@@ -79,7 +79,7 @@ def test_an_acknowledged_critical_is_not_counted_as_reached(write_config: Callab
     """With the state marked unsaved, only what still counts after the acknowledgements may act at once."""
     from healthd.cli import main
 
-    config = write_config(TWICE)
+    config = write_config(TWICE.replace("fail_passes = 2", "fail_passes = 3"))
     assert run_pass(Engine.from_path(config)).action.decision.action.value == "hold"
     assert main(["ack", "--config", str(config)]) == 0
     (tmp_path / "state" / UNSAVED).touch()
