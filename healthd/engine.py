@@ -102,12 +102,19 @@ class Engine:
     def reconfigure(self, loaded: LoadedConfig, specs: Optional[Sequence[AnyCheck]] = None) -> None:
         """Adopt a new config (SIGHUP), and the checks it loaded; in-process memory survives unless paths changed.
 
-        Raises ``UntrustedPath``, having adopted nothing, when the new state directory fails the trust rule.
+        Raises ``UntrustedPath``, having adopted nothing, when the new state directory fails the trust rule,
+        or is another node's than the new config names (``healthd.statenode``).
         """
         if loaded.config.paths != self.config.paths:
             self.state = _trusted_state(loaded.config)
             self._memory.clear()
             self.policy_memory = PolicyMemory()
+        elif node_name(loaded.config) != node_name(self.config):
+            from healthd.statenode import claim
+
+            # A new [slurm] node_name in the same directory: refused here, so the reload is rejected and
+            # the old config kept, rather than every later pass refusing the directory and the daemon stopping.
+            claim(self.state, node_name(loaded.config), mark=False)
         self.loaded = loaded
         if specs is not None:
             self.specs = list(specs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Callable
@@ -57,6 +58,23 @@ def test_the_daemon_of_another_node_does_not_start(shared: tuple[str, str, Path]
     daemon.request_stop()  # were it to start, it would stop after its first pass: exit 0
     assert daemon.run() == EX_CONFIG
     assert not (state / "daemon.lock").exists()
+
+
+def test_a_reload_that_renames_the_node_is_rejected_and_the_old_config_kept(
+    shared: tuple[str, str, Path], cli: CLI
+) -> None:
+    """A SIGHUP after [slurm] node_name changed: refused at the reload, not by each later pass (the daemon stopping)."""
+    from healthd.configcache import reload_checks
+    from healthd.engine import Engine
+    from healthd.trust import UntrustedPath
+
+    first, second, state = shared
+    assert cli("check", "--once", "--config", first)[0] == 0
+    engine = Engine.from_path(Path(first))
+    loaded, specs = reload_checks(Path(second), engine.specs)
+    with pytest.raises(UntrustedPath, match=re.escape(_refusal(state))):
+        engine.reconfigure(loaded, specs)
+    assert engine.config.slurm.node_name == "node1", "the old config is kept"
 
 
 def test_the_hook_never_reports_another_nodes_daemon_pass(
