@@ -67,7 +67,7 @@ NODE_LOCAL_TABLES = ("paths", "daemon")
 
 
 def node_local_problems(parsed: dict[str, Any], text: str = "") -> list[str]:
-    """One problem per node-local table (``NODE_LOCAL_TABLES``) set in a ``[[hosts]]`` section of ``parsed``.
+    """One problem per node-local table (``NODE_LOCAL_TABLES``) or ``[slurm] node_name`` set in a host section.
 
     Each names the section, the table and, from ``text`` (the file), the line it starts on.
     """
@@ -83,6 +83,17 @@ def node_local_problems(parsed: dict[str, Any], text: str = "") -> list[str]:
                     f" healthd status and the hook read without host sections; set it in the file's own [{table}]"
                     " (docs/hosts.md)"
                 )
+        slurm = section.get("slurm") if isinstance(section, dict) else None
+        if isinstance(slurm, dict) and "node_name" in slurm:
+            # Sections are chosen by the node's name: one that renamed the node would choose itself,
+            # and the cheap readers (status, the hook) would still use the file's own name.
+            line = _section_line(text, index, "slurm")
+            where = f"hosts[{index}].slurm.node_name" + (f" (line {line})" if line else "")
+            problems.append(
+                f"{where}: may not be set in a host section: sections are chosen by the node's name, which"
+                " healthd status and the hook read without host sections; set it in the file's own [slurm]"
+                " (docs/hosts.md)"
+            )
     return problems
 
 

@@ -60,3 +60,18 @@ def test_status_and_check_refuse_such_a_config_alike(tmp_path: Path, cli: CLI) -
         assert code == EX_CONFIG and out == "", command
         assert f"{config}: hosts[0].paths (line 7): [paths] may not be set in a host section" in err, err
     assert not st1.exists() and not st2.exists()
+
+
+def test_a_host_section_may_not_rename_the_node(tmp_path: Path, cli: CLI) -> None:
+    """Sections are chosen by the node's name; status and the hook read the file's own ``[slurm] node_name``."""
+    text = HEAD + '[[hosts]]\nmatch = "*"\n[hosts.slurm]\nnode_name = "gpu001"\ntimeout = 4\n'
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "t.toml", {}, host="vm")
+    assert "t.toml: hosts[0].slurm.node_name (line 9): may not be set in a host section" in str(raised.value)
+    config = tmp_path / "healthd.toml"
+    config.write_text(text.replace("/srv/st1", str(tmp_path / "st")))
+    for command in (["check", "--once"], ["status"]):
+        code, out, err = cli(*command, "--config", str(config))
+        assert code == EX_CONFIG and out == "" and "slurm.node_name" in err, command
+    # Other [slurm] settings stay a section's to set.
+    parse_config(HEAD + '[[hosts]]\nmatch = "*"\n[hosts.slurm]\ntimeout = 4\n', "t.toml", {}, host="vm")
