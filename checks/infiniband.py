@@ -1,6 +1,6 @@
 """The ``infiniband`` check: port state, rate and link layer, and error counters judged by their change.
 
-``gather`` reads ``class/infiniband/<dev>/ports/<n>/`` under ``[paths].sysfs``
+``gather`` reads ``class/infiniband/<dev>/ports/<n>/`` and ``<dev>/board_id`` under ``[paths].sysfs``
 (kernel ABI: Documentation/ABI/stable/sysfs-class-infiniband), the boot id and the
 last pass's state; ``judge`` compares them with ``[checks.infiniband]``. Link state
 is judged from one reading; error counters only from their change between passes,
@@ -62,7 +62,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PortReading:
-    """Everything read from one port; ``None`` where the file could not be read or parsed."""
+    """Everything read from one port; ``None`` where the file could not be read or parsed.
+
+    ``board_id`` is the adapter's (the kernel prints its PSID, e.g. ``MT_0000000838``);
+    ``None`` where the device does not offer it.
+    """
 
     port: str
     state: Optional[NumberedState]
@@ -72,6 +76,7 @@ class PortReading:
     counters: Mapping[str, int]
     unavailable: tuple[str, ...]
     errors: tuple[SysfsError, ...]
+    board_id: Optional[str] = None
 
     @property
     def up(self) -> Optional[bool]:
@@ -113,22 +118,33 @@ def port_dir(root: Path, port: str) -> Path:
     return root / device / "ports" / number
 
 
+def parse_board_id(text: str) -> Optional[str]:
+    """An adapter's ``board_id``; ``None`` when empty (some drivers print nothing)."""
+    value = text.strip()
+    if len(value) > 64 or not value.isprintable():
+        raise ValueError("expected a board id such as 'MT_0000000838'")
+    return value or None
+
+
 def read_port(root: Path, port: str) -> PortReading:
-    """Read one port's attributes and counters; every problem is kept, never raised."""
+    """Read one port's attributes, counters and its adapter's board id; every problem is kept, never raised."""
     base = port_dir(root, port)
     errors: list[SysfsError] = []
 
-    def attempt(name: str, parse: Any) -> Any:
+    def attempt(path: Path, parse: Any, optional: bool = False) -> Any:
         try:
-            return read(base / name, parse)
+            return read(path, parse)
         except SysfsError as exc:
-            errors.append(exc)
+            if not (optional and isinstance(exc, SysfsMissing)):
+                errors.append(exc)
             return None
 
-    state = attempt("state", parse_numbered_state)
-    phys_state = attempt("phys_state", parse_numbered_state)
-    rate = attempt("rate", parse_ib_rate)
-    link_layer = attempt("link_layer", parse_word)
+    state = attempt(base / "state", parse_numbered_state)
+    phys_state = attempt(base / "phys_state", parse_numbered_state)
+    rate = attempt(base / "rate", parse_ib_rate)
+    link_layer = attempt(base / "link_layer", parse_word)
+    # A device without a board id is compared by lane count instead (see peer_group).
+    board_id = attempt(base.parent.parent / "board_id", parse_board_id, optional=True)
     counters: dict[str, int] = {}
     unavailable: list[str] = []
     for name in COUNTER_BITS:
@@ -143,17 +159,41 @@ def read_port(root: Path, port: str) -> PortReading:
             unavailable.append(name)
         else:
             counters[name] = value
-    return PortReading(port, state, phys_state, rate, link_layer, counters, tuple(unavailable), tuple(errors))
+    return PortReading(port, state, phys_state, rate, link_layer, counters, tuple(unavailable), tuple(errors), board_id)
 
 
 def _gbps(rate: IbRate) -> str:
     return f"{rate.gbps:g} Gb/sec ({rate.lanes}X{' ' + rate.speed if rate.speed else ''})"
 
 
+def peer_group(reading: PortReading) -> tuple[Optional[str], str]:
+    """The ports this one is compared with when no rate is expected: same link layer and same board.
+
+    Nodes mix adapters on purpose: NDR400 compute HCAs beside NDR200 storage HCAs is a
+    common layout, so the fastest port of the node says nothing about a storage port.
+    Ports of one board (``board_id``, the adapter's PSID: a single-port OSFP card and a
+    dual-port QSFP112 card differ even when both are ConnectX-7) are built to run alike,
+    so a port slower than its siblings, narrower or at a lower speed, is degraded. Where
+    the device has no board id the lane count stands in for it: a 2X port is not judged
+    against 4X ones.
+    """
+    if reading.board_id is not None:
+        return reading.link_layer, f"ports on board {reading.board_id}"
+    return reading.link_layer, f"{reading.rate.lanes if reading.rate else 0}X ports"
+
+
+def expected_rate(settings: InfinibandSettings, port: str) -> Optional[int]:
+    """The port's own rate from ``expect_rates_gbps``, else the common ``expect_rate_gbps``."""
+    own = (settings.expect_rates_gbps or {}).get(port)
+    return own if own is not None else settings.expect_rate_gbps
+
+
 def judge_link(
-    jc: JudgeContext[InfinibandSettings], reading: PortReading, fastest: Mapping[Optional[str], float]
+    jc: JudgeContext[InfinibandSettings],
+    reading: PortReading,
+    fastest: Mapping[tuple[Optional[str], str], float],
 ) -> Iterator[Finding]:
-    """State, link layer and rate of one port; ``fastest`` is the best up rate per link layer."""
+    """State, link layer and rate of one port; ``fastest`` is the best up rate per ``peer_group``."""
     port = reading.port
     for error in reading.errors:
         yield jc.finding(Status.UNKNOWN, "IB_SYSFS_UNREADABLE", port, str(error), file=str(error.path))
@@ -180,36 +220,39 @@ def judge_link(
         )
     if reading.up is not True or reading.rate is None:
         return
-    expected_rate = jc.settings.expect_rate_gbps
-    if expected_rate is not None:
-        if reading.rate.gbps != expected_rate:
+    expected = expected_rate(jc.settings, port)
+    if expected is not None:
+        if reading.rate.gbps != expected:
             yield jc.finding(
                 Status.CRITICAL,
                 "IB_RATE_MISMATCH",
                 port,
-                f"port runs at {_gbps(reading.rate)}, expected {expected_rate} Gb/sec",
+                f"port runs at {_gbps(reading.rate)}, expected {expected} Gb/sec",
                 rate_gbps=reading.rate.gbps,
-                expected_gbps=expected_rate,
+                expected_gbps=expected,
             )
         return
-    best = fastest.get(reading.link_layer, reading.rate.gbps)
+    group = peer_group(reading)
+    best = fastest.get(group, reading.rate.gbps)
     if reading.rate.gbps < best:
         yield jc.finding(
             Status.WARNING,
             "IB_RATE_DEGRADED",
             port,
-            f"port runs at {_gbps(reading.rate)}, slower than the {best:g} Gb/sec of other ports",
+            f"port runs at {_gbps(reading.rate)}, slower than the {best:g} Gb/sec of the other {group[1]}",
             rate_gbps=reading.rate.gbps,
             fastest_gbps=best,
+            compared_with=group[1],
         )
 
 
-def fastest_rates(readings: list[PortReading]) -> dict[Optional[str], float]:
-    """The highest rate among up ports, per link layer (an Ethernet NIC is not compared with IB)."""
-    best: dict[Optional[str], float] = {}
+def fastest_rates(readings: list[PortReading]) -> dict[tuple[Optional[str], str], float]:
+    """The highest rate among up ports, per ``peer_group`` (an Ethernet NIC is never compared with IB)."""
+    best: dict[tuple[Optional[str], str], float] = {}
     for reading in readings:
         if reading.up is True and reading.rate is not None:
-            best[reading.link_layer] = max(best.get(reading.link_layer, 0.0), reading.rate.gbps)
+            group = peer_group(reading)
+            best[group] = max(best.get(group, 0.0), reading.rate.gbps)
     return best
 
 
@@ -383,7 +426,10 @@ class PortsObservation:
 
 
 def _read_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> PortsObservation:
-    """``[checks.infiniband] expect_ports`` when set, else every port under ``root``."""
+    """``[checks.infiniband] expect_ports`` when set, else every port under ``root``.
+
+    Without ``expect_ports`` the ports named in ``expect_rates_gbps`` are still required.
+    """
     expected = ctx.settings.expect_ports
     if expected is None:
         try:
@@ -392,9 +438,10 @@ def _read_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> PortsObser
             return PortsObservation(
                 root, unreadable=Unobserved("IB_SYSFS_UNREADABLE", "infiniband", str(exc), {"file": str(exc.path)})
             )
-        if not ports:
+        missing = tuple(port for port in ctx.settings.expect_rates_gbps or {} if port not in ports)
+        if not ports and not missing:
             raise NotApplicable(f"no InfiniBand ports under {root}")
-        return PortsObservation(root, tuple(read_port(root, port) for port in ports))
+        return PortsObservation(root, tuple(read_port(root, port) for port in ports), missing)
     if not expected:
         raise NotApplicable("[checks.infiniband] expect_ports is empty")
     unique = list(dict.fromkeys(expected))
@@ -414,13 +461,14 @@ def _chosen(observed: PortsObservation, settings: InfinibandSettings) -> list[Po
     By default ``expect_link_layer`` (when set) replaces InfiniBand: the Ethernet ports
     of the same adapters (RoCE storage, management) are often uncabled or judged by
     other means. A port whose link layer cannot be read is kept, so the unreadable
-    file is reported.
+    file is reported, and so is one given a rate in ``expect_rates_gbps``.
     """
     if settings.expect_ports is not None or not observed.readings:
         return list(observed.readings)
     layer = settings.expect_link_layer or "InfiniBand"
-    chosen = [r for r in observed.readings if r.link_layer in (None, layer)]
-    if not chosen:
+    rated = settings.expect_rates_gbps or {}
+    chosen = [r for r in observed.readings if r.link_layer in (None, layer) or r.port in rated]
+    if not chosen and not observed.missing:
         others = ", ".join(f"{r.port} ({r.link_layer})" for r in observed.readings)
         raise NotApplicable(f"no port with link layer {layer} under {observed.root}; not judged: {others}")
     return chosen
@@ -443,7 +491,7 @@ def judge(observed: PortsObservation, jc: JudgeContext[InfinibandSettings]) -> V
 
 
 def baseline(ctx: CheckContext[InfinibandSettings]) -> dict[str, Any]:
-    """The InfiniBand ports that are up, and their rate when they share one."""
+    """The InfiniBand ports that are up, and their rate: one for all when they share one, else each port's."""
     observed = _read_ports(ctx, ctx.paths.sysfs / "class" / "infiniband")
     if observed.unreadable is not None:
         raise OSError(observed.unreadable.message)
@@ -451,9 +499,12 @@ def baseline(ctx: CheckContext[InfinibandSettings]) -> dict[str, Any]:
     if not up:
         raise NotApplicable("no InfiniBand port is up on this node")
     found: dict[str, Any] = {"expect_ports": [r.port for r in up]}
-    rates = {r.rate.gbps for r in up if r.rate is not None}
-    if len(rates) == 1:
-        found["expect_rate_gbps"] = round(next(iter(rates)))
+    rates = {r.port: round(r.rate.gbps) for r in up if r.rate is not None}
+    if len(set(rates.values())) == 1:
+        found["expect_rate_gbps"] = next(iter(rates.values()))
+    elif rates:
+        # Adapters of different speeds (NDR400 compute beside NDR200 storage): each port its own.
+        found["expect_rates_gbps"] = rates
     return found
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from collections.abc import Iterable
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from healthd.checksettings import CheckSettings
 from healthd.config import moved_from_node
@@ -37,8 +38,14 @@ class InfinibandSettings(CheckSettings):
     expect_rate_gbps: Optional[int] = Field(
         default=None,
         gt=0,
-        description="the rate every up port must run at",
+        description="the rate every up port must run at (a port in expect_rates_gbps runs at its own)",
         json_schema_extra=moved_from_node("ib_rate_gbps"),
+    )
+    # One rate for every port cannot describe a node whose storage HCAs run slower than its
+    # compute HCAs (NDR200 beside NDR400): each such port names its own rate.
+    expect_rates_gbps: Optional[dict[str, Annotated[int, Field(strict=True, gt=0)]]] = Field(
+        default=None,
+        description="the rate each named up port must run at, DEVICE:PORT = Gb/s; a named port is required",
     )
     expect_link_layer: Optional[Literal["InfiniBand", "Ethernet"]] = Field(
         default=None,
@@ -53,11 +60,20 @@ class InfinibandSettings(CheckSettings):
     flap_downs: int = Field(default=4, ge=1, le=255, description="link_downed increments that make a port flapping")
     flap_window: float = Field(default=3 * 3600.0, ge=60, le=7 * 86400, description="seconds the flap count spans")
 
-    @field_validator("expect_ports")
+    @field_validator("expect_ports", "expect_rates_gbps")
     @classmethod
-    def _port_names(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+    def _port_names(cls, value: Optional[Iterable[str]]) -> Optional[Iterable[str]]:
         for port in value or []:
             device, _, number = port.partition(":")
             if not device or not number.isdigit():
                 raise ValueError(f"IB port {port!r} must look like DEVICE:PORT, e.g. mlx5_0:1")
         return value
+
+    @model_validator(mode="after")
+    def _rated_ports_are_judged(self) -> InfinibandSettings:
+        # A rate for a port left out of expect_ports would never be looked at.
+        if self.expect_ports is not None and self.expect_rates_gbps:
+            unjudged = [port for port in self.expect_rates_gbps if port not in self.expect_ports]
+            if unjudged:
+                raise ValueError(f"expect_rates_gbps names {', '.join(unjudged)}, not in expect_ports")
+        return self

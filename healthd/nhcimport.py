@@ -227,17 +227,30 @@ def _daemon(line: _Line, target: _Target) -> None:
 
 
 def _infiniband(line: _Line, target: _Target) -> None:
+    """``check_hw_ib RATE [DEVICE]``: the device's port 1 at its own rate, or without one every port at RATE."""
     if not 1 <= len(line.args) <= 2:
         raise _Skip("expected a rate in Gb/s and an optional device")
     try:
         rate = int(line.args[0])
     except ValueError:
         raise _Skip(f"rate {line.args[0]!r} is not a whole number of Gb/s") from None
+    if rate <= 0:
+        raise _Skip(f"rate {rate} is not a positive number of Gb/s")
+    if len(line.args) == 2 and ":" in line.args[1]:
+        raise _Skip(f"device {line.args[1]!r} is not a device name such as mlx5_0")
     table = target.table("infiniband")
-    table["expect_rate_gbps"] = rate
     if len(line.args) == 2:
-        table.setdefault("expect_ports", []).append(f"{line.args[1]}:1")
-        line.note(f"device {line.args[1]} is taken as its port 1 ({line.args[1]}:1)")
+        # A rate per device: NDR400 compute HCAs beside NDR200 storage ones are each checked at their own.
+        port = f"{line.args[1]}:1"
+        if port not in table.setdefault("expect_ports", []):
+            table["expect_ports"].append(port)
+        table.setdefault("expect_rates_gbps", {})[port] = rate
+        line.note(f"device {line.args[1]} is taken as its port 1 ({port})")
+        return
+    common = table.get("expect_rate_gbps")
+    if common is not None and common != rate:
+        raise _Skip(f"healthd has one rate for all ports, already {common}; name the device to give this one its own")
+    table["expect_rate_gbps"] = rate
 
 
 def _cpuinfo(line: _Line, target: _Target) -> None:

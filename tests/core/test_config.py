@@ -65,6 +65,26 @@ def test_an_unknown_key_is_named(text: str, problem: str) -> None:
             "checks.infiniband.expect_ports: IB port 'mlx5_0' must look like DEVICE:PORT",
             id="bad-ib-port-name",
         ),
+        pytest.param(
+            "[checks.infiniband]\nexpect_rates_gbps = { mlx5_8 = 200 }\n",
+            "checks.infiniband.expect_rates_gbps: IB port 'mlx5_8' must look like DEVICE:PORT",
+            id="bad-ib-port-name-of-a-rate",
+        ),
+        pytest.param(
+            '[checks.infiniband]\nexpect_rates_gbps = { "mlx5_8:1" = 0 }\n',
+            "checks.infiniband.expect_rates_gbps.mlx5_8:1: Input should be greater than 0",
+            id="ib-port-rate-not-positive",
+        ),
+        pytest.param(
+            '[checks.infiniband]\nexpect_rates_gbps = { "mlx5_8:1" = true }\n',
+            "checks.infiniband.expect_rates_gbps.mlx5_8:1: Input should be a valid integer",
+            id="ib-port-rate-not-a-number",
+        ),
+        pytest.param(
+            '[checks.infiniband]\nexpect_ports = ["mlx5_0:1"]\nexpect_rates_gbps = { "mlx5_8:1" = 200 }\n',
+            "checks.infiniband: expect_rates_gbps names mlx5_8:1, not in expect_ports",
+            id="ib-port-rate-of-an-unjudged-port",
+        ),
     ],
 )
 def test_a_bad_value_is_named_with_its_key(text: str, start: str) -> None:

@@ -51,7 +51,7 @@ def test_the_converted_config_loads_and_means_what_nhc_conf_said(
     assert node["infiniband"].expect_rate_gbps is None
 
     gpu = load_config(config, models, "gpu042").check_settings
-    assert gpu["infiniband"].expect_rate_gbps == 200
+    assert gpu["infiniband"].expect_rates_gbps == {"mlx5_0:1": 200}
     assert gpu["infiniband"].expect_ports == ["mlx5_0:1"]
     assert [m.path for m in gpu["mounts"].expect] == [*mounts, "/raid"], "a host's lines add to the common ones"
     host = gpu["host"]
@@ -127,3 +127,24 @@ def test_nhc_lines_about_one_mount_become_one_expectation() -> None:
         "/data: rw False contradicts True from an earlier line: kept that"
     ]
     settings_models(discover())["mounts"].model_validate(imported.document["checks"]["mounts"])
+
+
+def test_check_hw_ib_gives_each_named_device_its_own_rate() -> None:
+    # NDR400 compute HCAs beside NDR200 storage ones: one rate for all would fail the storage ports.
+    imported = convert(
+        "* || check_hw_ib 400 mlx5_0\n* || check_hw_ib 200 mlx5_8\n* || check_hw_ib 400 mlx5_0\n"
+        "* || check_hw_ib 400\n* || check_hw_ib 200\n* || check_hw_ib 0 mlx5_1\n* || check_hw_ib 400 mlx5_2:1\n"
+    )
+    table = imported.document["checks"]["infiniband"]
+    assert table == {
+        "expect_ports": ["mlx5_0:1", "mlx5_8:1"],
+        "expect_rates_gbps": {"mlx5_0:1": 400, "mlx5_8:1": 200},
+        "expect_rate_gbps": 400,
+    }
+    reasons = {note.line: note.reason for note in imported.notes if "is taken as its port 1" not in note.reason}
+    assert reasons == {
+        5: "healthd has one rate for all ports, already 400; name the device to give this one its own",
+        6: "rate 0 is not a positive number of Gb/s",
+        7: "device 'mlx5_2:1' is not a device name such as mlx5_0",
+    }
+    settings_models(discover())["infiniband"].model_validate(table)

@@ -34,7 +34,8 @@ KNOWN_KEYS = [
     "fstype", "rw", "kernel_modules", "pcie_devices", "enabled", "timeout", "bin_dir", "reason_prefix",
     "max_out_fraction", "unknown_action", "pass_timeout", "interval", "splay", "listen", "textfile", "overrides",
     "min_free_percent", "severity", "severities", "snapshot", "source", "window", "rate_window", "expect",
-    "expect_gpus", "expect_ports", "expect_rate_gbps", "expect_link_layer", "expect_kernel_modules", "expect_devices",
+    "expect_gpus", "expect_ports", "expect_rate_gbps", "expect_rates_gbps", "expect_link_layer",
+    "expect_kernel_modules", "expect_devices",
 ]  # fmt: skip
 KEY = st.one_of(st.sampled_from(KNOWN_KEYS), st.from_regex(r"[a-z_]{1,8}", fullmatch=True))
 SCALAR = st.one_of(
