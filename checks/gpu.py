@@ -246,8 +246,13 @@ def _judge_memory(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
         add(Status.WARNING, "ECC_DISABLED", "ECC is disabled", ecc_pending=_value(gpu.ecc_mode_pending))
     volatile = _value(gpu.ecc_volatile_uncorrected)
     if isinstance(volatile, int) and volatile > 0:
+        # Not a kill: on Ampere and later an uncorrectable error is contained to the process
+        # that hit it (Xid 94, RESTART_APP in NVIDIA's Xid catalog) and its page is blocked
+        # dynamically; an uncontained one is Xid 95 or 48 (RESET_GPU, WORKFLOW_XID_48), which
+        # the xid check grades CRITICAL. The count holds until the driver reloads or the GPU
+        # resets, so the node drains after its jobs and stays out until then.
         add(
-            Status.CRITICAL,
+            Status.WARNING,
             "ECC_UNCORRECTED",
             f"{volatile} uncorrectable ECC error(s) since the driver loaded",
             count=volatile,
@@ -282,9 +287,14 @@ def _judge_memory(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
         if rows.failure:
             add(Status.CRITICAL, "ROW_REMAP_FAILED", "a memory row remap failed: the GPU needs replacement", **counts)
         if rows.pending:
+            # NVML (nvmlDeviceGetRemappedRows): "A pending remapping won't affect future work
+            # on the GPU since error-containment and dynamic page blacklisting will take care
+            # of that"; NVIDIA's A100 memory error management guide: running applications
+            # that were not affected continue and new ones may start. So the node drains
+            # after its jobs, and the reset applies the remap.
             fix = _remedy("reset", _value(gpu.pci_bus_id))
-            message = "a memory row remap is pending: the GPU needs a reset"
-            add(Status.CRITICAL, "ROW_REMAP_PENDING", message, **counts, **fix)
+            message = "a memory row remap is pending: the GPU needs a reset once its jobs end"
+            add(Status.WARNING, "ROW_REMAP_PENDING", message, **counts, **fix)
 
 
 def _judge_pcie(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
