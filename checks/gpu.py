@@ -40,11 +40,19 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------
 # Domain tables.
 
-# Error names after which the GPU needs a reset or the node a reboot (NVML API reference,
-# nvmlReturn_t): the GPU is unusable until then.
+# Error names that say the GPU itself is unusable (NVML API reference, nvmlReturn_t): it
+# needs a reset or the node a reboot, or a person at the machine: INSUFFICIENT_POWER is "a
+# device's external power cables are not properly attached" (the fault of Xid 54, whose
+# immediate action in NVIDIA's Xid catalog is CHECK_MECHANICALS), IRQ_ISSUE "NVIDIA Kernel
+# detected an interrupt issue with a GPU".
 _GPU_FATAL = {
     GPU_IS_LOST: ("GPU_LOST", "GPU has fallen off the bus or is otherwise inaccessible (NVML: GPU is lost)"),
     RESET_REQUIRED: ("GPU_RESET_REQUIRED", "GPU requires a reset (NVML: reset required)"),
+    "INSUFFICIENT_POWER": (
+        "GPU_INSUFFICIENT_POWER",
+        "GPU's external power cables are not properly attached (NVML: insufficient power)",
+    ),
+    "IRQ_ISSUE": ("GPU_IRQ_ISSUE", "the kernel detected an interrupt issue with the GPU (NVML: IRQ issue)"),
 }
 # The ``remedy`` detail healthd's remediation acts on (docs/remediation.md): a GPU lost to
 # NVML is back only after a reboot (NVIDIA's Xid 79 "fallen off the bus" bucket is
@@ -71,6 +79,7 @@ _RECOVERY_ACTIONS = {
 }
 
 Make = Callable[..., Finding]
+Add = Callable[..., None]
 
 
 def _value(reading: Any) -> Any:
@@ -171,6 +180,9 @@ def _judge_gpu(
     def add(status: Status, code: str, message: str, **details: DetailValue) -> None:
         out.append(make(status, code, subject, message, **ids, **details))
 
+    if gpu.handle_error is not None:
+        _judge_handle(gpu.handle_error, add)
+        return out, {}
     name = _value(gpu.name)
     if settings.expect_model is not None and isinstance(name, str) and name != settings.expect_model:
         # A different part than the node was built with: its jobs get other memory and speed than asked for.
@@ -179,7 +191,8 @@ def _judge_gpu(
     fatal = [code for code in _GPU_FATAL if code in errors.values()]
     pci = _value(gpu.pci_bus_id)
     for code in fatal:
-        add(Status.CRITICAL, _GPU_FATAL[code][0], _GPU_FATAL[code][1], nvml_error=code, **_remedy(_REMEDY[code], pci))
+        finding, message = _GPU_FATAL[code]
+        add(Status.CRITICAL, finding, message, nvml_error=code, **_remedy(_REMEDY.get(code, ""), pci))
     odd = {name: code for name, code in errors.items() if code not in _ABSENT and code not in _GPU_FATAL}
     if odd and not fatal:
         listed = ", ".join(f"{name}={code}" for name, code in sorted(odd.items()))
@@ -208,6 +221,27 @@ def _judge_gpu(
     return out, judge_counters(gpu, settings, old if isinstance(old, dict) else {}, now, add)
 
 
+def _judge_handle(error: NvmlError, add: Add) -> None:
+    """A GPU NVML could not open: one finding for the whole GPU, whatever the error.
+
+    Every reading of it carries the same error, so judged field by field an ordinary
+    code (INVALID_ARGUMENT, NOT_FOUND: "not offered") would make it look healthy.
+    """
+    if error.code in _GPU_FATAL:
+        code, message = _GPU_FATAL[error.code]
+        add(
+            Status.CRITICAL,
+            code,
+            f"{message}; NVML cannot open it",
+            nvml_error=error.code,
+            **_remedy(_REMEDY.get(error.code, ""), None),
+        )
+        return
+    detail = f": {error.message}" if error.message else ""
+    message = f"NVML cannot open the GPU (nvmlDeviceGetHandleByIndex: {error.code}{detail})"
+    add(Status.UNKNOWN, "GPU_HANDLE_ERROR", message, nvml_error=error.code)
+
+
 def _remedy(remedy: str, pci: object) -> dict[str, DetailValue]:
     """The ``remedy`` details of a finding: a reset names the GPU to reset by its PCI bus id."""
     if not remedy:
@@ -222,8 +256,8 @@ def _errors(gpu: GpuReading) -> dict[str, str]:
     for name in gpu.__dataclass_fields__:
         # The serial is identity for the inventory, not health: many boards have none to give.
         # The fabric registration is the nvlink check's to judge; the VBIOS is judged only
-        # when one is expected (_judge_vbios).
-        if name in ("serial", "fabric", "vbios_version"):
+        # when one is expected (_judge_vbios); a handle error is judged before any reading.
+        if name in ("serial", "fabric", "vbios_version", "handle_error"):
             continue
         value = getattr(gpu, name)
         if isinstance(value, NvmlError):
@@ -236,9 +270,6 @@ def _errors(gpu: GpuReading) -> dict[str, str]:
                     if isinstance(link_value, NvmlError):
                         errors[f"nvlink{link.link}.{link_field}"] = link_value.code
     return errors
-
-
-Add = Callable[..., None]
 
 
 def _judge_memory(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
