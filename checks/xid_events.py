@@ -306,7 +306,14 @@ class Folding:
             who = f"at {when:.6f}"
         else:
             return
-        key = f"{sm_location(event) or ''}|{who}"
+        where = sm_location(event) or ""
+        # An Xid 13 prints a located line and one without a location (its ESR) per fault:
+        # a process seen at a location counts there only, whichever line came first.
+        if where:
+            group.recent.pop(f"|{who}", None)
+        elif any(name.endswith(f"|{who}") for name in group.recent if not name.startswith("|")):
+            return
+        key = f"{where}|{who}"
         group.recent[key] = max(when, group.recent.get(key, when))
         horizon = self.now - self.settings.app_repeat_window
         # Times after now were stamped before the clock stepped back: their age is unknown.
@@ -323,15 +330,12 @@ class Folding:
     def _repeats(self, group: _Group) -> tuple[int, str]:
         """The most processes that hit the group's Xid at one location within ``app_repeat_window``, and where."""
         horizon = self.now - self.settings.app_repeat_window
-        recent = [name.partition("|") for name, at in group.recent.items() if horizon < at <= self.now]
-        # An Xid 13 prints a located line and an unlocated one (its ESR) per fault: a process
-        # seen at a location is counted there only.
-        located = {who for where, _, who in recent if where}
-        processes: dict[str, set[str]] = {}
-        for where, _, who in recent:
-            if where or who not in located:
-                processes.setdefault(where, set()).add(who)
-        return max(((len(whos), where) for where, whos in processes.items()), default=(0, ""))
+        processes: dict[str, int] = {}
+        for name, at in group.recent.items():
+            if horizon < at <= self.now:
+                where = name.partition("|")[0]
+                processes[where] = processes.get(where, 0) + 1
+        return max(((count, where) for where, count in processes.items()), default=(0, ""))
 
     def _clear_xid(self, pci: PciAddress, xid: int, by: str) -> None:
         """An Xid the catalog pairs with a later one (``CLEARS``): that later one on the same GPU ends it."""

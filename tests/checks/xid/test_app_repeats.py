@@ -121,3 +121,16 @@ def test_a_state_from_before_process_counting_keeps_its_events(node: Node) -> No
     assert found[f"XID_31@{GPU}"].status is Status.OK
     node.log(_crash(31, 6), _crash(31, 7), at=1100)
     assert by_code(node.run(app_repeat_count=3))[f"XID_31@{GPU}"].status is Status.OK  # 5's line was forgotten
+
+
+def test_xid_13_faults_without_a_location_are_counted_apart_from_located_ones(node: Node) -> None:
+    node.booted_at(int(node.now) - 3000)
+    esr = "Graphics Exception: ESR 0x404600=0x80000002"
+    node.log(_crash(13, 1, esr), at=1001)
+    node.log(_crash(13, 2, esr), at=1002)
+    for pid, tpc in ((10, 0), (11, 1), (12, 2)):  # their ESR lines belong to their locations
+        node.log(*_xid13(pid, 0, tpc), at=1000 + pid)
+    assert node.run(app_repeat_count=3)[0].status is Status.OK
+    node.log(_crash(13, 3, esr), at=1030)
+    (finding,) = node.run(app_repeat_count=3)
+    assert finding.status is Status.WARNING and "3 processes hit it within 3600s" in finding.message
