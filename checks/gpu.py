@@ -40,11 +40,19 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------
 # Domain tables.
 
-# Error names after which the GPU needs a reset or the node a reboot (NVML API reference,
-# nvmlReturn_t): the GPU is unusable until then.
+# Error names that say the GPU itself is unusable (NVML API reference, nvmlReturn_t): it
+# needs a reset or the node a reboot, or a person at the machine: INSUFFICIENT_POWER is "a
+# device's external power cables are not properly attached" (the fault of Xid 54, whose
+# immediate action in NVIDIA's Xid catalog is CHECK_MECHANICALS), IRQ_ISSUE "NVIDIA Kernel
+# detected an interrupt issue with a GPU".
 _GPU_FATAL = {
     GPU_IS_LOST: ("GPU_LOST", "GPU has fallen off the bus or is otherwise inaccessible (NVML: GPU is lost)"),
     RESET_REQUIRED: ("GPU_RESET_REQUIRED", "GPU requires a reset (NVML: reset required)"),
+    "INSUFFICIENT_POWER": (
+        "GPU_INSUFFICIENT_POWER",
+        "GPU's external power cables are not properly attached (NVML: insufficient power)",
+    ),
+    "IRQ_ISSUE": ("GPU_IRQ_ISSUE", "the kernel detected an interrupt issue with the GPU (NVML: IRQ issue)"),
 }
 # The ``remedy`` detail healthd's remediation acts on (docs/remediation.md): a GPU lost to
 # NVML is back only after a reboot (NVIDIA's Xid 79 "fallen off the bus" bucket is
@@ -71,6 +79,7 @@ _RECOVERY_ACTIONS = {
 }
 
 Make = Callable[..., Finding]
+Add = Callable[..., None]
 
 
 def _value(reading: Any) -> Any:
@@ -171,6 +180,9 @@ def _judge_gpu(
     def add(status: Status, code: str, message: str, **details: DetailValue) -> None:
         out.append(make(status, code, subject, message, **ids, **details))
 
+    if gpu.handle_error is not None:
+        _judge_handle(gpu.handle_error, add)
+        return out, {}
     name = _value(gpu.name)
     if settings.expect_model is not None and isinstance(name, str) and name != settings.expect_model:
         # A different part than the node was built with: its jobs get other memory and speed than asked for.
@@ -179,7 +191,8 @@ def _judge_gpu(
     fatal = [code for code in _GPU_FATAL if code in errors.values()]
     pci = _value(gpu.pci_bus_id)
     for code in fatal:
-        add(Status.CRITICAL, _GPU_FATAL[code][0], _GPU_FATAL[code][1], nvml_error=code, **_remedy(_REMEDY[code], pci))
+        finding, message = _GPU_FATAL[code]
+        add(Status.CRITICAL, finding, message, nvml_error=code, **_remedy(_REMEDY.get(code, ""), pci))
     odd = {name: code for name, code in errors.items() if code not in _ABSENT and code not in _GPU_FATAL}
     if odd and not fatal:
         listed = ", ".join(f"{name}={code}" for name, code in sorted(odd.items()))
@@ -208,6 +221,27 @@ def _judge_gpu(
     return out, judge_counters(gpu, settings, old if isinstance(old, dict) else {}, now, add)
 
 
+def _judge_handle(error: NvmlError, add: Add) -> None:
+    """A GPU NVML could not open: one finding for the whole GPU, whatever the error.
+
+    Every reading of it carries the same error, so judged field by field an ordinary
+    code (INVALID_ARGUMENT, NOT_FOUND: "not offered") would make it look healthy.
+    """
+    if error.code in _GPU_FATAL:
+        code, message = _GPU_FATAL[error.code]
+        add(
+            Status.CRITICAL,
+            code,
+            f"{message}; NVML cannot open it",
+            nvml_error=error.code,
+            **_remedy(_REMEDY.get(error.code, ""), None),
+        )
+        return
+    detail = f": {error.message}" if error.message else ""
+    message = f"NVML cannot open the GPU (nvmlDeviceGetHandleByIndex: {error.code}{detail})"
+    add(Status.UNKNOWN, "GPU_HANDLE_ERROR", message, nvml_error=error.code)
+
+
 def _remedy(remedy: str, pci: object) -> dict[str, DetailValue]:
     """The ``remedy`` details of a finding: a reset names the GPU to reset by its PCI bus id."""
     if not remedy:
@@ -222,8 +256,8 @@ def _errors(gpu: GpuReading) -> dict[str, str]:
     for name in gpu.__dataclass_fields__:
         # The serial is identity for the inventory, not health: many boards have none to give.
         # The fabric registration is the nvlink check's to judge; the VBIOS is judged only
-        # when one is expected (_judge_vbios).
-        if name in ("serial", "fabric", "vbios_version"):
+        # when one is expected (_judge_vbios); a handle error is judged before any reading.
+        if name in ("serial", "fabric", "vbios_version", "handle_error"):
             continue
         value = getattr(gpu, name)
         if isinstance(value, NvmlError):
@@ -238,16 +272,18 @@ def _errors(gpu: GpuReading) -> dict[str, str]:
     return errors
 
 
-Add = Callable[..., None]
-
-
 def _judge_memory(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
     if settings.expect_ecc and _value(gpu.ecc_mode_current) is False:
         add(Status.WARNING, "ECC_DISABLED", "ECC is disabled", ecc_pending=_value(gpu.ecc_mode_pending))
     volatile = _value(gpu.ecc_volatile_uncorrected)
     if isinstance(volatile, int) and volatile > 0:
+        # Not a kill: on Ampere and later an uncorrectable error is contained to the process
+        # that hit it (Xid 94, RESTART_APP in NVIDIA's Xid catalog) and its page is blocked
+        # dynamically; an uncontained one is Xid 95 or 48 (RESET_GPU, WORKFLOW_XID_48), which
+        # the xid check grades CRITICAL. The count holds until the driver reloads or the GPU
+        # resets, so the node drains after its jobs and stays out until then.
         add(
-            Status.CRITICAL,
+            Status.WARNING,
             "ECC_UNCORRECTED",
             f"{volatile} uncorrectable ECC error(s) since the driver loaded",
             count=volatile,
@@ -282,9 +318,14 @@ def _judge_memory(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:
         if rows.failure:
             add(Status.CRITICAL, "ROW_REMAP_FAILED", "a memory row remap failed: the GPU needs replacement", **counts)
         if rows.pending:
+            # NVML (nvmlDeviceGetRemappedRows): "A pending remapping won't affect future work
+            # on the GPU since error-containment and dynamic page blacklisting will take care
+            # of that"; NVIDIA's A100 memory error management guide: running applications
+            # that were not affected continue and new ones may start. So the node drains
+            # after its jobs, and the reset applies the remap.
             fix = _remedy("reset", _value(gpu.pci_bus_id))
-            message = "a memory row remap is pending: the GPU needs a reset"
-            add(Status.CRITICAL, "ROW_REMAP_PENDING", message, **counts, **fix)
+            message = "a memory row remap is pending: the GPU needs a reset once its jobs end"
+            add(Status.WARNING, "ROW_REMAP_PENDING", message, **counts, **fix)
 
 
 def _judge_pcie(gpu: GpuReading, settings: GpuSettings, add: Add) -> None:

@@ -16,10 +16,10 @@ from typing import Any, Mapping, Optional
 
 from healthd.model import Status
 
-from .job_scope import Job, gpc_tpc
+from .job_scope import Job
 from .kernlog import LogUnavailable, read_kmsg
 from .xid import nvidia_gpus
-from .xid_parse import Kind
+from .xid_parse import Kind, sm_location
 from .xid_scan import ScanEntry, scan
 
 
@@ -81,7 +81,7 @@ def job_events(
         index = order.get(str(entry.event.pci)) if entry.event.pci is not None else None
         if entry.event.kind is not Kind.SXID and not job.has_gpu(index, entry.uuid):
             continue
-        group = gpc_tpc(entry.event.text) if entry.event.code == 13 else None
+        group = sm_location(entry.event)
         events.append(JobEvent(entry, index, group))
     return events, result.lost
 

@@ -10,13 +10,10 @@ to some GPUs: every GPU is the job's.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from healthd.model import Finding
-
-_GPC_TPC = re.compile(r"\bGPC (\d+), TPC (\d+)")
 
 
 @dataclass(frozen=True)
@@ -56,14 +53,3 @@ class Job:
 
     def to_dict(self) -> dict[str, object]:
         return {"job": self.job_id, "user": self.user, "gpus": sorted(self.gpus) if self.gpus is not None else None}
-
-
-def gpc_tpc(text: str) -> Optional[str]:
-    """``GPC g TPC t`` from an Xid 13 message (``... on (GPC 0, TPC 1, SM 0): ...``), None when absent.
-
-    NVIDIA's Xid catalog: Xid 13 (Graphics Engine Exception) names the GPC and TPC
-    whose SM faulted. A bad TPC shows as the same pair under different jobs, while
-    a program's bug moves with the data.
-    """
-    match = _GPC_TPC.search(text)
-    return f"GPC {match.group(1)} TPC {match.group(2)}" if match else None

@@ -1,7 +1,7 @@
 """The ``jobs`` check: application Xids that follow a GPU across jobs, from the job events the epilog recorded.
 
-NVIDIA's Xid catalog says an application Xid (13, 31, 43, 45, 68, ...; bucket
-``application`` in ``xid_catalog``) is most often the program's own fault: one job's
+NVIDIA's Xid catalog says an application Xid (RESTART_APP: 13, 31, 68, ...; bucket
+``application`` in ``xid_catalog``; never 43 or 45) is most often the program's own fault: one job's
 application Xids never drain anything. The same Xid on the same GPU under several
 different jobs (or users) within a window is another matter: the GPU is the common
 factor, a suspected hardware fault. This check counts, per (Xid, GPU unit, GPC/TPC

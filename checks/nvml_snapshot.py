@@ -90,6 +90,8 @@ class _GpuModel(_Model):
     # Optional: snapshots recorded before fabric registration was read still load.
     fabric: Union[_FabricModel, _ErrorModel] = _ErrorModel(error=NOT_RECORDED, message="not in this snapshot")
     vbios_version: Union[StrictStr, _ErrorModel] = _ErrorModel(error=NOT_RECORDED, message="not in this snapshot")
+    # Only for a GPU NVML could not open (nvmlDeviceGetHandleByIndex failed).
+    handle_error: Optional[_ErrorModel] = None
 
 
 class _SnapshotModel(_Model):

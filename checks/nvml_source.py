@@ -126,10 +126,13 @@ class GpuReading:
     fabric: Reading[FabricInfo] = NvmlError(NOT_RECORDED, "not in this snapshot")
     # nvmlDeviceGetVbiosVersion; NOT_RECORDED in snapshots recorded before it was read.
     vbios_version: Reading[str] = NvmlError(NOT_RECORDED, "not in this snapshot")
+    # Why nvmlDeviceGetHandleByIndex failed for this index (None: the GPU was opened). Its
+    # own field, so that no reading's error, however ordinary, stands for the whole GPU.
+    handle_error: Optional[NvmlError] = None
 
     @classmethod
     def unreachable(cls, index: int, error: NvmlError) -> GpuReading:
-        """A GPU whose handle could not be obtained: every field carries that error."""
+        """A GPU whose handle could not be obtained: ``handle_error`` and every reading carry that error."""
         values: dict[str, Any] = {name: error for name in _gpu_fields()}
         values["index"] = index
         return cls(**values)
@@ -493,7 +496,12 @@ _OPTIONAL = frozenset({"fabric", "vbios_version"})
 
 
 def _unrecorded(name: str, value: Any) -> bool:
-    """An optional field a reading does not have: left out, so an old snapshot is written back as it was."""
+    """An optional field a reading does not have: left out, so an old snapshot is written back as it was.
+
+    ``handle_error`` is written only for a GPU that could not be opened.
+    """
+    if name == "handle_error":
+        return value is None
     return name in _OPTIONAL and isinstance(value, NvmlError) and value.code == NOT_RECORDED
 
 

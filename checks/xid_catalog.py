@@ -11,10 +11,15 @@ grades by that column:
   "Unused": a retired code appearing on a current GPU needs a person);
 - RESTART_BM (reboot the machine), RESTART_VM (this VM must restart) and
   CHECK_MECHANICALS (reseat the board: power it off) are CRITICAL until reboot;
-- RESTART_APP Xids, and 43 and 45 (NVIDIA's Kubernetes device plugin also skips 13,
-  31, 43, 45 and 68 as application errors), are recorded as OK and only escalate
-  when they repeat on one GPU;
-- IGNORE Xids are informational (OK);
+- RESTART_APP Xids are recorded as OK (bucket ``application``): the program that
+  faulted must restart, the GPU serves the next one. Users choose how often their
+  programs fault, so repeats escalate only where an operator asks for it
+  (``app_repeat_count``, off by default; see ``xid_events``);
+- IGNORE Xids (43, "channel reset by the driver", among them) are informational (OK),
+  and so is WORKFLOW_XID_45 (bucket ``process_cleanup``): the driver logs Xid 45 when
+  it tears down the channels of a process that was stopped (Ctrl-C, a kill, scancel,
+  a job's time limit), and NVIDIA's workflow for it is to follow the Xid that came
+  with it. Neither ever escalates;
 - UPDATE_SWFW (vGPU start error) and CHECK_UVM ("reset the GPU if UVM/vGPU is in
   use, else ignore": healthd cannot tell) are WARNING;
 - XID_154 is graded by the recovery action the line names.
@@ -69,6 +74,7 @@ class Bucket(enum.Enum):
     FALLEN_OFF_BUS = "fallen_off_bus"
     RECOVERY_ACTION = "recovery_action"
     APPLICATION = "application"
+    PROCESS_CLEANUP = "process_cleanup"
     INFORMATIONAL = "informational"
     SOFTWARE = "software"
     NVSWITCH_FATAL = "nvswitch_fatal"
@@ -192,7 +198,7 @@ _BY_ACTION: Mapping[Action, tuple[Bucket, Status, Sticky]] = {
     Action.RESTART_VM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
     Action.CHECK_MECHANICALS: (Bucket.CHECK_MECHANICALS, Status.CRITICAL, Sticky.UNTIL_REBOOT),
     Action.RESTART_APP: (Bucket.APPLICATION, Status.OK, Sticky.NO),
-    Action.WORKFLOW_XID_45: (Bucket.APPLICATION, Status.OK, Sticky.NO),
+    Action.WORKFLOW_XID_45: (Bucket.PROCESS_CLEANUP, Status.OK, Sticky.NO),
     Action.IGNORE: (Bucket.INFORMATIONAL, Status.OK, Sticky.NO),
     Action.UPDATE_SWFW: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
     Action.CHECK_UVM: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
@@ -201,7 +207,6 @@ _BY_ACTION: Mapping[Action, tuple[Bucket, Status, Sticky]] = {
 
 # Finer "why" than the action bucket for Xids operators look for by name.
 _BUCKET_OF: Mapping[int, Bucket] = {
-    43: Bucket.APPLICATION,  # NVIDIA's device plugin list: repeats on one GPU still deserve a look
     64: Bucket.ROW_REMAP_FAILURE,
     79: Bucket.FALLEN_OFF_BUS,
     95: Bucket.UNCORRECTABLE_ECC,

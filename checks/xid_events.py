@@ -5,6 +5,13 @@ the check's ``gather`` read, and only compute; ``Folding.document()`` is the sta
 save. One event is one GPU (or NVSwitch) and one Xid within a ``window``; a flood
 of identical lines is counted, never repeated. Grades come from ``xid_catalog``
 with the operator's overrides, and every line is dated by its own record time.
+
+Application Xids (NVIDIA's RESTART_APP bucket) stay OK notes: users choose how often
+their programs fault. Only where the operator sets ``app_repeat_count`` do they
+escalate, and then by the distinct processes (pids) that hit one Xid on one GPU
+within ``app_repeat_window``, never by lines; an Xid 13 that names its GPC/TPC counts
+only with others naming the same one (NVIDIA's WORKFLOW_XID_13: hardware is suspected
+when the same location faults under different applications).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from .kernlog import LogLine, ReadResult
 from .kernlog_read import Position
 from .xid_catalog import CLEARS, Bucket, Sticky, classify, remedy
 from .xid_nvlink import DESCRIPTIONS, causes, parse_registers
-from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message
+from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message, sm_location
 
 if TYPE_CHECKING:
     from healthd.plugin import JudgeContext
@@ -29,9 +36,11 @@ if TYPE_CHECKING:
 
 STATE_VERSION = 1
 _MESSAGE_LIMIT = 240
-# Lines of one GPU and application Xid closer than this are one occurrence: a crashing
-# process makes the driver print several lines at once.
+# Lines of one GPU and application Xid that name no process and are closer than this are
+# one occurrence: a crashing process makes the driver print several lines at once.
 _BURST_SECONDS = 5.0
+# Processes remembered per application Xid group: enough to judge any sane app_repeat_count.
+_OCCURRENCES_KEPT = 256
 
 
 def one_line(text: str) -> str:
@@ -60,7 +69,8 @@ class _Group:
     last_seen: float = 0.0
     sticky_active: bool = False
     cleared: bool = False
-    recent: list[float] = field(default_factory=list)
+    # "<GPC g TPC t or empty>|<pid N, or the time of a burst without a pid>" -> its latest time.
+    recent: dict[str, float] = field(default_factory=dict)
     text: str = ""
     summary: str = ""
     uuid: str = ""
@@ -83,10 +93,22 @@ def _sane(group: _Group) -> bool:
     if nvlink_ok and group.nvlink:
         parse_registers(group.nvlink.partition(":")[2])
     known = bool(group.grade in Status.__members__ and Bucket(group.bucket) and Sticky(group.sticky))
-    return known and isinstance(group.userspace, int) and isinstance(group.cleared_by, str) and nvlink_ok
+    recent_ok = isinstance(group.recent, dict) and all(
+        isinstance(key, str) and isinstance(at, (int, float)) for key, at in group.recent.items()
+    )
+    return known and isinstance(group.userspace, int) and isinstance(group.cleared_by, str) and nvlink_ok and recent_ok
 
 
 def _load_groups(raw: Any) -> dict[str, _Group]:
+    if isinstance(raw, dict):
+        # States from before repeats were counted by process kept a list of line times,
+        # which say nothing about processes: such a group keeps all else and starts afresh.
+        raw = {
+            key: {**fields, "recent": {}}
+            if isinstance(fields, dict) and isinstance(fields.get("recent"), list)
+            else fields
+            for key, fields in raw.items()
+        }
     return load_records(raw, _Group, _sane)
 
 
@@ -266,17 +288,54 @@ class Folding:
             group.nvlink = f"{event.nvlink.link}:{registers}"
         group.cleared = False
         group.cleared_by = ""
-        if group.bucket == Bucket.APPLICATION.value and abs(when - group.last_seen) >= _BURST_SECONDS:
-            horizon = self.now - self.settings.app_repeat_window
-            # Times after now were stamped before the clock stepped back: their age is unknown.
-            recent = [t for t in [*group.recent, when] if horizon < t <= self.now]
-            group.recent = recent[-self.settings.app_repeat_count :]
+        if group.bucket == Bucket.APPLICATION.value and self.settings.app_repeat_count:
+            self._occurred(group, event, when)
         group.last_seen = max(group.last_seen, when)
         if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
             self._clear_gpu(event.pci, key)
         if event.kind is Kind.XID and event.pci is not None:
             for earlier in CLEARS.get(event.code, ()):
                 self._clear_xid(event.pci, earlier, f"Xid {event.code}")
+
+    def _occurred(self, group: _Group, event: XidEvent, when: float) -> None:
+        """Remember the process behind an application Xid's line (one entry per pid, and location for Xid 13)."""
+        if event.pid is not None:
+            who = f"pid {event.pid}"
+        elif abs(when - group.last_seen) >= _BURST_SECONDS:
+            # Without a pid, processes cannot be told apart; one crash's lines come together.
+            who = f"at {when:.6f}"
+        else:
+            return
+        where = sm_location(event) or ""
+        # An Xid 13 prints a located line and one without a location (its ESR) per fault:
+        # a process seen at a location counts there only, whichever line came first.
+        if where:
+            group.recent.pop(f"|{who}", None)
+        elif any(name.endswith(f"|{who}") for name in group.recent if not name.startswith("|")):
+            return
+        key = f"{where}|{who}"
+        group.recent[key] = max(when, group.recent.get(key, when))
+        horizon = self.now - self.settings.app_repeat_window
+        # Times after now were stamped before the clock stepped back: their age is unknown.
+        latest = sorted(((t, k) for k, t in group.recent.items() if horizon < t <= self.now), reverse=True)
+        per_location: dict[str, int] = {}
+        kept: dict[str, float] = {}
+        for at, name in latest:
+            where = name.partition("|")[0]
+            per_location[where] = per_location.get(where, 0) + 1
+            if per_location[where] <= self.settings.app_repeat_count and len(kept) < _OCCURRENCES_KEPT:
+                kept[name] = at
+        group.recent = kept
+
+    def _repeats(self, group: _Group) -> tuple[int, str]:
+        """The most processes that hit the group's Xid at one location within ``app_repeat_window``, and where."""
+        horizon = self.now - self.settings.app_repeat_window
+        processes: dict[str, int] = {}
+        for name, at in group.recent.items():
+            if horizon < at <= self.now:
+                where = name.partition("|")[0]
+                processes[where] = processes.get(where, 0) + 1
+        return max(((count, where) for where, count in processes.items()), default=(0, ""))
 
     def _clear_xid(self, pci: PciAddress, xid: int, by: str) -> None:
         """An Xid the catalog pairs with a later one (``CLEARS``): that later one on the same GPU ends it."""
@@ -308,11 +367,13 @@ class Folding:
             return grade, ""
         if grade is not Status.OK and self.now - group.last_seen < self.settings.window:
             return grade, ""
-        if group.bucket == Bucket.APPLICATION.value and grade is Status.OK:
-            horizon = self.now - self.settings.app_repeat_window
-            repeats = sum(1 for t in group.recent if horizon < t <= self.now)
-            if repeats >= self.settings.app_repeat_count:
-                return Status.WARNING, f"; repeated {repeats} times within {self.settings.app_repeat_window:g}s"
+        wanted = self.settings.app_repeat_count
+        if group.bucket == Bucket.APPLICATION.value and grade is Status.OK and wanted:
+            processes, where = self._repeats(group)
+            if processes >= wanted:
+                at = f" at {where}" if where else ""
+                window = self.settings.app_repeat_window
+                return Status.WARNING, f"; {processes} processes hit it{at} within {window:g}s"
         return Status.OK, ""
 
     def report(self) -> list[Finding]:

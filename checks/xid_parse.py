@@ -165,6 +165,23 @@ class XidEvent:
     nvlink: Optional[NvlinkFault] = None
 
 
+# Xid 13's location: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): ...".
+_GPC_TPC = re.compile(r"\bGPC (\d+), TPC (\d+)")
+
+
+def sm_location(event: XidEvent) -> Optional[str]:
+    """``GPC g TPC t`` of an Xid 13 that names where its SM faulted; None for other Xids and lines without one.
+
+    NVIDIA's Xid catalog (WORKFLOW_XID_13) suspects the hardware when Xid 13 repeats at
+    the same GPC/TPC under different applications: a bad TPC shows as the same pair
+    again and again, while a program's bug moves with its data.
+    """
+    if event.kind is not Kind.XID or event.code != 13:
+        return None
+    match = _GPC_TPC.search(event.text)
+    return f"GPC {match.group(1)} TPC {match.group(2)}" if match else None
+
+
 @dataclass(frozen=True)
 class GpuIdentity:
     """The driver's once-per-GPU ``NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>`` line."""

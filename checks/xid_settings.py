@@ -21,8 +21,15 @@ class XidSettings(CheckSettings):
         default=None, description="journal files to read (default: system's)"
     )
     window: float = Field(default=3600.0, gt=0, description="seconds one event covers; repeats inside it are counted")
-    app_repeat_count: int = Field(default=3, ge=1, description="application Xids on one GPU that make a WARNING")
-    app_repeat_window: float = Field(default=3600.0, gt=0, description="seconds within which those repeats count")
+    # Off by default: users choose how often their programs fault, so counting their Xids
+    # would let anyone drain a node (docs/xid.md, "Application Xids").
+    app_repeat_count: int = Field(
+        default=0,
+        ge=0,
+        description="distinct processes with one application Xid on one GPU (Xid 13: at one GPC/TPC) that make "
+        "a WARNING; 0: never",
+    )
+    app_repeat_window: float = Field(default=3600.0, gt=0, description="seconds within which those processes count")
     overrides: dict[str, Status] = Field(
         default_factory=dict, description='grade per Xid, e.g. { "63" = "CRITICAL", "SXID_20034" = "WARNING" }'
     )

@@ -90,24 +90,25 @@ def test_xid_windows_across_clock_jumps(harness: Callable[..., Harness], tmp_pat
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("6,0,0,-;Linux version\n")  # a real kernel numbers records from 0
     paths = f'procfs = "{tmp_path / "proc"}"\nsysfs = "{tmp_path / "sys"}"\nkmsg = "{kmsg}"'
-    node = harness(*builtin("xid"), paths=paths, extra='[checks.xid]\nsource = "kmsg"\n')
+    extra = '[checks.xid]\nsource = "kmsg"\napp_repeat_count = 3\n'
+    node = harness(*builtin("xid"), paths=paths, extra=extra)
     clock = Clock()
     engine = _engine(node, clock)
-    xid13 = "NVRM: Xid (PCI:0000:3b:00): 13, pid=99, name=train, Graphics Exception: ESR 0x4041b0=0x3f"
+    xid13 = "NVRM: Xid (PCI:0000:3b:00): 13, pid={}, name=train, Graphics Exception: ESR 0x4041b0=0x3f"
     hours_apart = [T0, T0 - DAY, T0 - DAY + 60, T0 + 30 * DAY, T0 + 30 * DAY + 7200, T0 + 30 * DAY + 14400]
     for seq, now in enumerate(hours_apart, start=1):
         clock.now = now
         with kmsg.open("a") as handle:
-            handle.write(f"4,{seq},{seq},-;{xid13}\n")
+            handle.write(f"4,{seq},{seq},-;{xid13.format(seq)}\n")
         result = engine.run_checks()
         (finding,) = result.findings
         # Never three within the hour on a sane clock: never a repeat alarm.
         assert (finding.code, finding.status) == ("XID_13", Status.OK), finding.message
         assert finding.details["count"] == seq
-    for seq in (7, 8):  # two more within the hour: now it is a real repeat
+    for seq in (7, 8):  # two more processes within the hour: now it is a real repeat
         clock.now += 60
         with kmsg.open("a") as handle:
-            handle.write(f"4,{seq},{seq},-;{xid13}\n")
+            handle.write(f"4,{seq},{seq},-;{xid13.format(seq)}\n")
         (finding,) = engine.run_checks().findings
     assert (finding.code, finding.status) == ("XID_13", Status.WARNING)
     fallen = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."

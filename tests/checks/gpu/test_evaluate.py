@@ -104,8 +104,21 @@ def test_remap_failed_and_pending_together() -> None:
     reading = _with(3, remapped_rows=RemappedRows(1, 8, True, True))
     assert _judge(reading) == [
         ("ROW_REMAP_FAILED", Status.CRITICAL, "gpu3"),
-        ("ROW_REMAP_PENDING", Status.CRITICAL, "gpu3"),
+        ("ROW_REMAP_PENDING", Status.WARNING, "gpu3"),
     ]
+
+
+def test_a_contained_uncorrectable_error_drains_after_jobs_and_asks_for_a_reset() -> None:
+    """Xid 94's aftermath: one volatile uncorrectable error, its row's remap pending (NVML: future work is safe)."""
+    reading = _with(2, ecc_volatile_uncorrected=1, remapped_rows=RemappedRows(0, 1, True, False))
+    findings = evaluate(reading, PCI, 8, GpuSettings(), {}, 0.0, _make).findings
+    assert [(f.code, f.status) for f in findings] == [
+        ("ECC_UNCORRECTED", Status.WARNING),
+        ("ROW_REMAP_PENDING", Status.WARNING),
+    ]
+    pending = findings[1]
+    assert (pending.details["remedy"], pending.details["pci"]) == ("reset", HEALTHY.gpus[2].pci_bus_id)
+    assert "remedy" not in findings[0].details
 
 
 def test_more_gpus_than_expected() -> None:

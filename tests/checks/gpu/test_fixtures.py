@@ -23,9 +23,9 @@ CASES = [
     ("h100-healthy", []),
     (
         "h100-ecc-uncorrected",
-        [("ECC_UNCORRECTED", Status.CRITICAL, "gpu2"), ("ROW_REMAP_PENDING", Status.CRITICAL, "gpu2")],
+        [("ECC_UNCORRECTED", Status.WARNING, "gpu2"), ("ROW_REMAP_PENDING", Status.WARNING, "gpu2")],
     ),
-    ("h100-row-remap-pending", [("ROW_REMAP_PENDING", Status.CRITICAL, "gpu5")]),
+    ("h100-row-remap-pending", [("ROW_REMAP_PENDING", Status.WARNING, "gpu5")]),
     ("h100-row-remap-failed", [("ROW_REMAP_FAILED", Status.CRITICAL, "gpu6")]),
     ("h100-gpu-lost", [("GPU_LOST", Status.CRITICAL, "gpu3")]),
     ("h100-pcie-x8", [("PCIE_WIDTH_DEGRADED", Status.CRITICAL, "gpu1")]),

@@ -96,6 +96,31 @@ def test_gpu_is_lost_on_one_handle(fake_nvml: Any, make_ctx: Callable[..., Any])
     assert [(f.code, f.status, f.subject) for f in findings] == [("GPU_LOST", Status.CRITICAL, "gpu3")]
 
 
+@pytest.mark.parametrize(
+    ("error", "code", "status"),
+    [
+        # NVML's nvmlReturn_t: "a device's external power cables are not properly attached".
+        (pynvml.NVML_ERROR_INSUFFICIENT_POWER, "GPU_INSUFFICIENT_POWER", Status.CRITICAL),
+        (pynvml.NVML_ERROR_IRQ_ISSUE, "GPU_IRQ_ISSUE", Status.CRITICAL),
+        (pynvml.NVML_ERROR_RESET_REQUIRED, "GPU_RESET_REQUIRED", Status.CRITICAL),
+        # Codes that mean "not offered" for one reading must not hide a whole GPU.
+        (pynvml.NVML_ERROR_INVALID_ARGUMENT, "GPU_HANDLE_ERROR", Status.UNKNOWN),
+        (pynvml.NVML_ERROR_NOT_FOUND, "GPU_HANDLE_ERROR", Status.UNKNOWN),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "GPU_HANDLE_ERROR", Status.UNKNOWN),
+    ],
+)
+def test_a_gpu_nvml_cannot_open_is_one_finding_of_its_own(
+    fake_nvml: Any, make_ctx: Callable[..., Any], error: int, code: str, status: Status
+) -> None:
+    fake_nvml.handle_errors[3] = _error(error)
+    name = NvmlLibrary().read().gpus[3].handle_error
+    assert name is not None
+    (finding,) = run(make_ctx())
+    assert (finding.code, finding.status, finding.subject) == (code, status, "gpu3")
+    assert finding.details["nvml_error"] == name.code
+    assert "remedy" not in finding.details  # no PCI address to reset, and power cables need a person
+
+
 def test_gpu_lost_after_the_handle_was_obtained(fake_nvml: Any, make_ctx: Callable[..., Any]) -> None:
     lost = _error(pynvml.NVML_ERROR_GPU_IS_LOST)
     fake_nvml.gpus[6] = {name: lost for name in fake_nvml.gpus[6]}
@@ -107,6 +132,12 @@ def test_reset_required_is_critical(fake_nvml: Any, make_ctx: Callable[..., Any]
     fake_nvml.gpus[0]["nvmlDeviceGetRemappedRows"] = _error(pynvml.NVML_ERROR_RESET_REQUIRED)
     (finding,) = run(make_ctx())
     assert (finding.code, finding.status, finding.subject) == ("GPU_RESET_REQUIRED", Status.CRITICAL, "gpu0")
+
+
+def test_an_interrupt_issue_on_an_opened_gpu_is_critical_too(fake_nvml: Any, make_ctx: Callable[..., Any]) -> None:
+    fake_nvml.gpus[2]["nvmlDeviceGetRemappedRows"] = _error(pynvml.NVML_ERROR_IRQ_ISSUE)
+    (finding,) = run(make_ctx())
+    assert (finding.code, finding.status, finding.subject) == ("GPU_IRQ_ISSUE", Status.CRITICAL, "gpu2")
 
 
 def test_not_supported_fields_are_not_findings(fake_nvml: Any, make_ctx: Callable[..., Any]) -> None:
@@ -176,6 +207,19 @@ def test_record_gpus_round_trip(fake_nvml: Any, tmp_path: Path, make_ctx: Callab
     replayed = sorted((f.code, f.subject) for f in run(make_ctx(snapshot=out)))
     assert replayed == sorted((f.code, f.subject) for f in run(make_ctx()))
     assert replayed == [("GPU_LOST", "gpu3"), ("PCIE_WIDTH_DEGRADED", "gpu1")]
+
+
+def test_record_gpus_keeps_a_handle_error_only_where_there_was_one(
+    fake_nvml: Any, tmp_path: Path, make_ctx: Callable[..., Any]
+) -> None:
+    fake_nvml.handle_errors[5] = _error(pynvml.NVML_ERROR_NOT_FOUND)
+    out = tmp_path / "node.json"
+    assert cli.main(["record-gpus", str(out)]) == 0
+    gpus = json.loads(out.read_text())["gpus"]
+    assert [index for index, gpu in enumerate(gpus) if "handle_error" in gpu] == [5]
+    assert gpus[5]["handle_error"]["error"] == "NOT_FOUND"
+    assert SnapshotFile(out).read() == NvmlLibrary().read()
+    assert [(f.code, f.subject) for f in run(make_ctx(snapshot=out))] == [("GPU_HANDLE_ERROR", "gpu5")]
 
 
 def test_record_gpus_without_driver_writes_the_error(mocker: Any, tmp_path: Path) -> None:
