@@ -139,9 +139,9 @@ def test_a_reset_class_fault_resets_the_gpu_once_the_node_is_out_and_idle(
     smi.write_text(SMI.format(log=log))
     smi.chmod(0o755)
     hd = _healthd(cluster, healthd_on, node, extra=f'[remediation]\nreset = true\nnvidia_smi = "{smi}"\n')
-    remap = {
+    remap = {  # what the gpu check reports when NVML says the GPU needs a reset (checks/gpu.py)
         "status": "CRITICAL",
-        "code": "ROW_REMAP_PENDING",
+        "code": "GPU_RESET_REQUIRED",
         "subject": "gpu3",
         "details": {"remedy": "reset", "pci": "00000000:3B:00.0"},
     }
