@@ -2,7 +2,8 @@
 
 Where systemd is PID 1 a unit's state comes from ``systemctl show`` (``units``): a
 unit being reloaded runs, one that systemd is starting or stopping is read again after
-``transition_wait`` seconds and, if still moving, is UNKNOWN, never dead. Where it is
+``transition_wait`` seconds and, if still moving, is UNKNOWN, never dead, until systemd's
+timestamps show its daemon has not run for ``transition_limit`` seconds. Where it is
 not (containers, some appliances, the test machines), it comes from the process table
 under ``[paths].procfs``: a process counts as the service only when its name is the
 daemon's, its real uid is root's or an account the service is known to run as (or one
@@ -266,12 +267,15 @@ class ServicesObservation:
 
     ``systemd`` holds each unit's states when systemd was asked, ``reread_after`` the
     seconds waited before the units that were moving were read again (None: they were
-    not); otherwise ``rules`` says what counts as each service in ``processes``.
+    not) and ``read_at`` CLOCK_MONOTONIC in microseconds after the last read, the clock of
+    systemd's ``*TimestampMonotonic``; otherwise ``rules`` says what counts as each service
+    in ``processes``.
     ``services_problem`` says why neither could be read.
     """
 
     systemd: Optional[tuple[UnitState, ...]] = None
     reread_after: Optional[float] = None
+    read_at: int = 0
     processes: tuple[Process, ...] = ()
     rules: Mapping[str, ProcessRule] = field(default_factory=dict)
     unknown_accounts: tuple[str, ...] = ()
@@ -315,14 +319,20 @@ def _gather_systemd(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
     moving = [state.unit for state in states if state.condition is Condition.MOVING]
     left = settings.timeout * 0.9 - read_timeout - (time.monotonic() - started)
     if not moving or left < settings.transition_wait:
-        return ServicesObservation(systemd=states)
+        return ServicesObservation(systemd=states, read_at=_monotonic_us())
     time.sleep(settings.transition_wait)
     again = read_units(ctx.memory, systemctl, moving, read_timeout)
     if isinstance(again, Unobserved):
         return ServicesObservation(services_problem=again)
     later = iter(again)
     merged = tuple(next(later) if state.condition is Condition.MOVING else state for state in states)
-    return ServicesObservation(systemd=merged, reread_after=settings.transition_wait)
+    return ServicesObservation(systemd=merged, reread_after=settings.transition_wait, read_at=_monotonic_us())
+
+
+def _monotonic_us() -> int:
+    # systemd's *TimestampMonotonic properties count microseconds of CLOCK_MONOTONIC
+    # (sd_event/dual_timestamp); ask for that clock by name rather than trust time.monotonic().
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
 
 
 def _gather_services(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
@@ -348,21 +358,66 @@ def gather(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
     return replace(observed, modules=loaded)
 
 
+def span(seconds: float) -> str:
+    """``6m12s``, ``2h5m``, ``3d4h``: a duration in its two largest units."""
+    whole = max(int(seconds), 0)
+    parts = [(whole // 86400, "d"), (whole // 3600 % 24, "h"), (whole // 60 % 60, "m"), (whole % 60, "s")]
+    first = next((i for i, (value, _) in enumerate(parts) if value), len(parts) - 1)
+    return "".join(f"{value}{unit}" for value, unit in parts[first : first + 2] if value or unit == "s")
+
+
+def _moving_finding(
+    state: UnitState, observed: ServicesObservation, jc: JudgeContext[ServicesSettings], details: dict[str, Any]
+) -> Finding:
+    """UNKNOWN for a unit being started or stopped, or its severity once its daemon has not run for transition_limit."""
+    name, described = state.unit, state.described
+    since = state.moving_since()
+    limit = jc.settings.transition_limit
+    age = (observed.read_at - since.at) / 1e6 if since.at is not None and since.at <= observed.read_at else None
+    if since.restarts:
+        details["restarts"] = since.restarts
+    if age is not None:
+        details["moving_for_s"] = round(age, 1)
+        if age > limit:
+            # A daemon that cannot start must take the node out: systemd retries a hung start
+            # for ever (TimeoutStartSec=, then Restart=), and the jobs sent here would fail.
+            if since.restarts:
+                ran = "since boot" if since.at == 0 else f"for {span(age)}"
+                message = (
+                    f"{name} is {described} and has not run {ran}: systemd restarted it"
+                    f" {since.restarts} time{'s' if since.restarts > 1 else ''} without it coming up (per systemd)"
+                )
+            else:
+                message = (
+                    f"{name} has been {state.active} for {span(age)} (now {state.sub}),"
+                    f" over transition_limit {limit:g}s (per systemd)"
+                )
+            return jc.finding(_grade(jc.settings, name), "SERVICE_STUCK", name, message, **details)
+    # Being started or stopped: a restart or reload by configuration management lands on every
+    # node at once, and taking them all out for it would requeue a fleet's jobs.
+    reread_after = observed.reread_after
+    when = f"still {described} after {reread_after:g}s" if reread_after is not None else described
+    if age is not None:
+        how_long = f"without a running daemon for {span(age)} of transition_limit {limit:g}s"
+    elif since.at is not None:
+        how_long = "for how long is not known: systemd's timestamp is ahead of this host's CLOCK_MONOTONIC"
+    else:
+        how_long = f"for how long is not known: {since.unknown}"
+    message = f"{name} is {when}: systemd is starting or stopping it; whether it will run is not known yet ({how_long})"
+    return jc.finding(Status.UNKNOWN, "SERVICE_IN_TRANSITION", name, message, **details)
+
+
 def _unit_finding(
-    state: UnitState, reread_after: Optional[float], jc: JudgeContext[ServicesSettings]
+    state: UnitState, observed: ServicesObservation, jc: JudgeContext[ServicesSettings]
 ) -> Optional[Finding]:
     """None for a unit whose daemon runs; its severity for one that does not; UNKNOWN for one still moving."""
     condition = state.condition
     if condition is Condition.RUNNING:
         return None
     name, described = state.unit, state.described
-    details = {"state": state.active, "substate": state.sub, "unit": state.id, "source": "systemd"}
+    details: dict[str, Any] = {"state": state.active, "substate": state.sub, "unit": state.id, "source": "systemd"}
     if condition is Condition.MOVING:
-        # Being started or stopped: a restart or reload by configuration management lands on every
-        # node at once, and taking them all out for it would requeue a fleet's jobs.
-        when = f"still {described} after {reread_after:g}s" if reread_after is not None else described
-        message = f"{name} is {when}: systemd is starting or stopping it; whether it will run is not known yet"
-        return jc.finding(Status.UNKNOWN, "SERVICE_IN_TRANSITION", name, message, **details)
+        return _moving_finding(state, observed, jc, details)
     if not state.installed:
         code, message = "SERVICE_NOT_FOUND", f"{name} is not installed: systemd has no unit {state.id} (per systemd)"
     elif state.active == "failed":
@@ -382,7 +437,7 @@ def _service_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
         return
     if observed.systemd is not None:
         for state in observed.systemd:
-            finding = _unit_finding(state, observed.reread_after, jc)
+            finding = _unit_finding(state, observed, jc)
             if finding is not None:
                 yield finding
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from healthd.checksettings import AbsolutePath, CheckSettings
 from healthd.config import moved_from_node
@@ -51,6 +51,23 @@ class ServicesSettings(CheckSettings):
         le=60,
         description="seconds before a unit that systemd is starting or stopping is read again (within timeout)",
     )
+    # Above systemd's default TimeoutStartSec= and TimeoutStopSec= (DefaultTimeoutStartSec=90s,
+    # systemd-system.conf(5)) with room to spare: a restart that systemd itself would let run
+    # stays UNKNOWN, a daemon that has not run for longer takes the node out.
+    transition_limit: float = Field(
+        default=300.0,
+        gt=0,
+        description="seconds a unit may be starting or stopping without a running daemon before it counts as down",
+    )
+
+    @model_validator(mode="after")
+    def _limit_after_wait(self) -> ServicesSettings:
+        if self.transition_limit <= self.transition_wait:
+            raise ValueError(
+                f"transition_limit ({self.transition_limit:g}s) must be longer than transition_wait"
+                f" ({self.transition_wait:g}s): a unit is read again after the wait before it can be stuck"
+            )
+        return self
 
     @field_validator("process_users", mode="before")
     @classmethod

@@ -5,22 +5,30 @@ daemon being reloaded or restarted (by configuration management, across the whol
 fleet at once) from one that is down. ``systemctl show`` adds the SubState, which can.
 A unit is classed (``Condition``) as running, down, or moving between the two; the
 check reads a moving unit again after a short wait and never grades one that is still
-moving as dead. ``parse_show`` is pure; ``read_units`` runs systemctl (``program``:
-trusted, bounded, never doubled).
+moving as dead, unless systemd's own timestamps show that its daemon has not run for
+longer than ``transition_limit`` (``UnitState.moving_since``). ``parse_show`` is pure;
+``read_units`` runs systemctl (``program``: trusted, bounded, never doubled).
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Any, MutableMapping, Sequence, Union
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, MutableMapping, Optional, Sequence, Union
 
 from healthd.plugin import Unobserved
 from healthd.text import one_line
 
 from . import program
 
-PROPERTIES = ("Id", "LoadState", "ActiveState", "SubState")
+REQUIRED = ("Id", "LoadState", "ActiveState", "SubState")
+# How long a moving unit has gone without a running daemon (``UnitState.moving_since``). systemd
+# prints NRestarts only for a service, and only since systemd 235, so a block may lack it (then
+# no automatic restart is known of); a block without a timestamp leaves that unit's time in
+# transition unknown, never the whole read malformed.
+TIMING = ("NRestarts", "ActiveExitTimestampMonotonic", "InactiveExitTimestampMonotonic")
+PROPERTIES = REQUIRED + TIMING
 
 # ActiveState, as org.freedesktop.systemd1(5) defines it ("Unit ACTIVE states"; systemctl(1)
 # is-active prints the same word): "reloading" is active and reloading its configuration,
@@ -45,6 +53,33 @@ class Condition(enum.Enum):
     MOVING = "moving"
 
 
+# systemd prints a timestamp as microseconds of CLOCK_MONOTONIC, and a counter, in decimal.
+_DECIMAL = re.compile(r"[0-9]{1,20}")
+
+
+def _count(timing: Mapping[str, str], key: str) -> Union[int, str]:
+    """The number systemd printed for ``key``, or what is wrong with it."""
+    value = timing.get(key)
+    if value is None:
+        return f"systemd did not print {key}"
+    if not _DECIMAL.fullmatch(value):
+        return f"{key}={value[:40]!r} is not a decimal count"
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Since:
+    """When a moving unit's daemon last ran (``at``, microseconds of CLOCK_MONOTONIC), or why that is unknown.
+
+    ``at`` 0 with ``restarts``: it has not run since boot. ``restarts`` is systemd's count
+    of the times it started the unit again by itself (Restart=) since a start was asked for.
+    """
+
+    at: Optional[int]
+    unknown: str = ""
+    restarts: int = 0
+
+
 @dataclass(frozen=True)
 class UnitState:
     """One unit as ``systemctl show`` describes it; ``unit`` is the name asked for, ``id`` systemd's own."""
@@ -54,6 +89,7 @@ class UnitState:
     load: str
     active: str
     sub: str
+    timing: Mapping[str, str] = field(default_factory=dict)  # the TIMING properties systemd printed
 
     @property
     def condition(self) -> Condition:
@@ -73,6 +109,34 @@ class UnitState:
         """``activating (auto-restart)``: the ActiveState and SubState, as ``systemctl status`` shows them."""
         return f"{self.active} ({self.sub})" if self.sub else self.active
 
+    def moving_since(self) -> Since:
+        """Since when (CLOCK_MONOTONIC) this unit, being started or stopped, has been without a running daemon.
+
+        ``StateChangeTimestamp`` cannot tell: unit_notify() (src/core/unit.c) sets it on every
+        SubState change, and a start that hangs (TimeoutStartSec=, 90 s by default) with Restart=
+        goes start -> final-sigterm -> failed-before-auto-restart -> auto-restart -> start, so it
+        never ages past one attempt; InactiveExitTimestamp is reset by each attempt too. systemd
+        counts the automatic restarts (NRestarts, kept until a start that is not automatic, so a
+        restart asked for by configuration management reads 0). With none, the unit is in the
+        first attempt since it was asked to start or stop: the later of the two exit timestamps
+        is when that began. With some, every attempt since its daemon last ran has failed: it
+        last ran until ActiveExitTimestamp, 0 when it has not run since boot.
+        """
+        restarts = _count(self.timing, "NRestarts") if "NRestarts" in self.timing else 0
+        if isinstance(restarts, str):
+            return Since(None, restarts)
+        active_exit = _count(self.timing, "ActiveExitTimestampMonotonic")
+        inactive_exit = _count(self.timing, "InactiveExitTimestampMonotonic")
+        if isinstance(active_exit, str):
+            return Since(None, active_exit, restarts)
+        if isinstance(inactive_exit, str):
+            return Since(None, inactive_exit, restarts)
+        if restarts:
+            return Since(active_exit, restarts=restarts)
+        if not active_exit and not inactive_exit:
+            return Since(None, f"systemd gives neither {' nor '.join(TIMING[1:])}")
+        return Since(max(active_exit, inactive_exit))
+
 
 class ShowError(ValueError):
     """``systemctl show`` printed something other than one block of the asked properties per unit."""
@@ -88,10 +152,11 @@ def _block(lines: list[tuple[int, str]], unit: str, source: str) -> UnitState:
         if key in values:
             raise ShowError(f"{source}:{number}: {key} given twice for {unit}")
         values[key] = value
-    missing = [key for key in PROPERTIES if key not in values]
+    missing = [key for key in REQUIRED if key not in values]
     if missing:
         raise ShowError(f"{source}:{lines[0][0]}: no {', '.join(missing)} for {unit}")
-    state = UnitState(unit, values["Id"], values["LoadState"], values["ActiveState"], values["SubState"])
+    timing = {key: values[key] for key in TIMING if key in values}
+    state = UnitState(unit, values["Id"], values["LoadState"], values["ActiveState"], values["SubState"], timing)
     if state.active not in RUNNING | STOPPED | MOVING:
         known = ", ".join(sorted(RUNNING | STOPPED | MOVING))
         raise ShowError(f"{source}:{lines[0][0]}: {unit} has ActiveState {state.active[:40]!r}, none of {known}")

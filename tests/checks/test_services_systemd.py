@@ -9,6 +9,7 @@ never grade a running daemon as dead: a fleet-wide reload would take out every n
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from healthd_testkit.checks import FixtureNode, check_context, raises_only
@@ -16,18 +17,43 @@ from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from healthd.model import Finding, Status
-from healthd_checks.services import BASELINE_SERVICES, CHECK
+from healthd.plugin import JudgeContext
+from healthd_checks import services
+from healthd_checks.services import BASELINE_SERVICES, CHECK, ServicesObservation, judge, span
 from healthd_checks.services_settings import ServicesSettings
-from healthd_checks.units import ShowError, parse_show
+from healthd_checks.units import ShowError, UnitState, parse_show
 
-SHOW = "show --no-pager --property=Id,LoadState,ActiveState,SubState --"
+PROPERTIES = "Id,LoadState,ActiveState,SubState,NRestarts,ActiveExitTimestampMonotonic,InactiveExitTimestampMonotonic"
+SHOW = f"show --no-pager --property={PROPERTIES} --"
 
 
-def block(unit: str, active: str, sub: str, load: str = "loaded") -> str:
-    """One unit's block as `systemctl show --property=Id,LoadState,ActiveState,SubState` prints it."""
-    return f"Id={unit}\nLoadState={load}\nActiveState={active}\nSubState={sub}\n"
+def block(unit: str, active: str, sub: str, load: str = "loaded", timing: str = "") -> str:
+    """One unit's block as `systemctl show --property=...` prints it; ``timing`` adds the lines of ``timed``."""
+    return f"Id={unit}\nLoadState={load}\nActiveState={active}\nSubState={sub}\n{timing}"
+
+
+# CLOCK_MONOTONIC at the check's reads, in microseconds: 11.5 days after boot, whatever this host's uptime.
+NOW = 10**12
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(services, "_monotonic_us", lambda: NOW)
+
+
+def timed(left_active: Optional[float], left_inactive: Optional[float], restarts: int = 0) -> str:
+    """NRestarts and the exit timestamps, as seconds before NOW; None: never (systemd prints 0)."""
+
+    def at(ago: Optional[float]) -> int:
+        return 0 if ago is None else NOW - int(ago * 1e6)
+
+    return (
+        f"NRestarts={restarts}\nActiveExitTimestampMonotonic={at(left_active)}\n"
+        f"InactiveExitTimestampMonotonic={at(left_inactive)}\n"
+    )
 
 
 def reply(*blocks: str) -> str:
@@ -126,6 +152,133 @@ def test_a_unit_still_moving_after_the_wait_is_unknown_never_dead(node: Systemd)
     ]
     assert findings[0].message.startswith("slurmd is still activating (start-post) after 0.05s: systemd is starting")
     assert (findings[0].details["state"], findings[0].details["substate"]) == ("activating", "start-post")
+    # This systemctl prints no timestamps: how long is unknown, and an unknown is never the severity.
+    assert findings[0].message.endswith(
+        "(for how long is not known: systemd did not print ActiveExitTimestampMonotonic)"
+    )
+
+
+def test_a_unit_moving_for_less_than_transition_limit_is_unknown(node: Systemd) -> None:
+    # A slow start asked for 10 s ago (InactiveExitTimestamp), after the daemon was stopped an hour
+    # ago: the time since it was last asked to start counts, not the time since it last ran.
+    moving = block("slurmd.service", "activating", "start", timing=timed(3600, 10))
+    node.replies(reply(moving), reply(moving))
+    (finding,) = node.run("slurmd")
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "SERVICE_IN_TRANSITION")
+    assert finding.details["moving_for_s"] == 10
+    assert finding.message.endswith("(without a running daemon for 10s of transition_limit 300s)")
+
+
+@pytest.mark.parametrize(("active", "sub"), [("activating", "start"), ("deactivating", "stop-sigterm")])
+def test_a_unit_moving_for_longer_than_transition_limit_has_its_severity(node: Systemd, active: str, sub: str) -> None:
+    # TimeoutStartSec=infinity (or TimeoutStopSec=): one attempt that never ends. The old check
+    # called this UNKNOWN for ever, and the node was never taken out.
+    started = timed(400, 400) if active == "activating" else timed(400, 90000)
+    node.replies(*[reply(block("nvidia-fabricmanager.service", active, sub, timing=started))] * 2)
+    (finding,) = node.run("nvidia-fabricmanager")
+    assert (finding.status, finding.code) == (Status.CRITICAL, "SERVICE_STUCK")
+    assert finding.message == (
+        f"nvidia-fabricmanager has been {active} for 6m40s (now {sub}), over transition_limit 300s (per systemd)"
+    )
+    assert finding.details["moving_for_s"] == 400
+
+
+def test_a_start_that_hangs_and_is_retried_takes_the_node_out(node: Systemd) -> None:
+    # The reviewer's case: TimeoutStartSec=90s and Restart=on-failure. Each attempt resets
+    # InactiveExitTimestamp (and StateChangeTimestamp), so neither ever ages past one attempt;
+    # NRestarts says systemd has retried since the daemon last ran, 400 s ago.
+    hung = block("nvidia-fabricmanager.service", "activating", "start", timing=timed(400, 20, restarts=4))
+    node.replies(reply(hung), reply(hung))
+    (finding,) = node.run("nvidia-fabricmanager", severities={"nvidia-fabricmanager": "WARNING"})
+    assert (finding.status, finding.code) == (Status.WARNING, "SERVICE_STUCK")
+    assert finding.message == (
+        "nvidia-fabricmanager is activating (start) and has not run for 6m40s:"
+        " systemd restarted it 4 times without it coming up (per systemd)"
+    )
+    assert finding.details["restarts"] == 4
+
+
+def test_a_retried_start_whose_daemon_ran_recently_is_unknown(node: Systemd) -> None:
+    # Restart=always and a daemon that exits now and then: it ran until 30 s ago.
+    retried = block("slurmd.service", "activating", "start", timing=timed(30, 5, restarts=7))
+    node.replies(reply(retried), reply(retried))
+    (finding,) = node.run("slurmd")
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "SERVICE_IN_TRANSITION")
+
+
+def test_a_fleet_wide_restart_never_takes_the_node_out(node: Systemd) -> None:
+    # Configuration management restarts slurmd and munge everywhere at once. slurmd crashed and was
+    # restarted by systemd weeks ago: NRestarts stays 1 until the restart's start flushes it
+    # (service_start(), src/core/service.c), so its stop still shows it. The old daemons ran weeks.
+    node.replies(
+        reply(
+            block("slurmd.service", "deactivating", "stop-sigterm", timing=timed(3, 2000000, restarts=1)),
+            block("munge.service", "activating", "start", timing=timed(4, 1)),
+        ),
+        reply(
+            block("slurmd.service", "activating", "start-pre", timing=timed(6, 1)),
+            block("munge.service", "activating", "start", timing=timed(7, 4)),
+        ),
+    )
+    findings = node.run("slurmd", "munge")
+    assert graded(findings) == [
+        (Status.UNKNOWN, "SERVICE_IN_TRANSITION", "slurmd"),
+        (Status.UNKNOWN, "SERVICE_IN_TRANSITION", "munge"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("timing", "said"),
+    [
+        ("", "systemd did not print ActiveExitTimestampMonotonic"),
+        ("ActiveExitTimestampMonotonic=0\n", "systemd did not print InactiveExitTimestampMonotonic"),
+        (
+            "ActiveExitTimestampMonotonic=0\nInactiveExitTimestampMonotonic=0\n",
+            "systemd gives neither ActiveExitTimestampMonotonic nor InactiveExitTimestampMonotonic",
+        ),
+        (
+            "ActiveExitTimestampMonotonic=12 days\nInactiveExitTimestampMonotonic=0\n",
+            "ActiveExitTimestampMonotonic='12 days' is not a decimal count",
+        ),
+        ("NRestarts=-1\n", "NRestarts='-1' is not a decimal count"),
+        (
+            f"ActiveExitTimestampMonotonic=1\nInactiveExitTimestampMonotonic={NOW + 1}\n",
+            "systemd's timestamp is ahead of this host's CLOCK_MONOTONIC",
+        ),
+    ],
+)
+def test_a_moving_unit_whose_time_is_unknown_is_unknown(node: Systemd, timing: str, said: str) -> None:
+    moving = block("slurmd.service", "activating", "start", timing=timing)
+    node.replies(reply(moving), reply(moving))
+    (finding,) = node.run("slurmd")
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "SERVICE_IN_TRANSITION")
+    assert finding.message.endswith(f"(for how long is not known: {said})")
+
+
+def test_a_retried_unit_that_never_ran_counts_from_boot() -> None:
+    # NRestarts and no ActiveExitTimestamp: every attempt since boot failed. judge is pure: the
+    # time of the read is given, 10 minutes after boot.
+    timing = {"NRestarts": "2", "ActiveExitTimestampMonotonic": "0", "InactiveExitTimestampMonotonic": "590000000"}
+    state = UnitState("dcgm", "nvidia-dcgm.service", "loaded", "activating", "start", timing)
+    observed = ServicesObservation(systemd=(state,), reread_after=2.0, read_at=600_000_000)
+    (finding,) = judge(observed, JudgeContext("services", ServicesSettings(expect=["dcgm"]), 0.0)).findings
+    assert (finding.status, finding.code) == (Status.CRITICAL, "SERVICE_STUCK")
+    assert "has not run since boot: systemd restarted it 2 times" in finding.message
+    early = ServicesObservation(systemd=(state,), reread_after=2.0, read_at=200_000_000)
+    (finding,) = judge(early, JudgeContext("services", ServicesSettings(expect=["dcgm"]), 0.0)).findings
+    assert finding.status is Status.UNKNOWN, "200 s after boot is within transition_limit"
+
+
+def test_transition_limit_must_be_longer_than_transition_wait() -> None:
+    with pytest.raises(ValidationError, match=r"transition_limit \(5s\) must be longer than transition_wait \(10s\)"):
+        ServicesSettings(transition_wait=10, transition_limit=5)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"), [(0, "0s"), (59.9, "59s"), (372, "6m12s"), (7500, "2h5m"), (273600, "3d4h")]
+)
+def test_span(seconds: float, said: str) -> None:
+    assert span(seconds) == said
 
 
 def test_a_unit_that_stops_while_waited_for_is_down(node: Systemd) -> None:
@@ -182,7 +335,7 @@ def test_malformed_output_is_unknown_and_names_the_line(node: Systemd) -> None:
     node.replies(reply(block("slurmd.service", "active", "running"), "Id=munge.service\nLoadState loaded\n"))
     (finding,) = node.run("slurmd", "munge")
     assert (finding.status, finding.code, finding.subject) == (Status.UNKNOWN, "SYSTEMCTL_MALFORMED", "systemctl")
-    assert f"{node.tool} show:7: expected one of Id, LoadState, ActiveState, SubState as KEY=VALUE" in finding.message
+    assert f"{node.tool} show:7: expected one of Id, LoadState, ActiveState, SubState, NRestarts," in finding.message
 
 
 def test_a_failing_systemctl_is_unknown(node: Systemd) -> None:
