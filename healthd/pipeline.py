@@ -362,7 +362,7 @@ def failed_pass(
     return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None, aside=aside)
 
 
-def _plan_once(situation: Situation, config: Config, deadline: Optional[float]) -> Union[Read, Plan]:
+def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
     return plan(
         situation,
         config.policy,
@@ -370,7 +370,7 @@ def _plan_once(situation: Situation, config: Config, deadline: Optional[float]) 
         config.slurm.reconcile_interval,
         config.escalation,
         reboot=config.remediation.reboot,
-        reset=config.remediation.reset and _time_left(deadline) >= RESET_FLOOR_SECONDS,
+        reset=config.remediation.reset,
     )
 
 
@@ -379,19 +379,19 @@ def _time_left(deadline: Optional[float]) -> float:
     return float("inf") if deadline is None else deadline - SAVE_MARGIN_SECONDS - time.monotonic()
 
 
-def _plan(engine: Engine, situation: Situation, slurm: SlurmClient, deadline: Optional[float]) -> Plan:
+def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
     """Plan, making each Slurm read the plan asks for (the node, then its partitions) and planning again."""
     config = engine.config
     prefix = config.slurm.reason_prefix
     for _ in Read:
-        made = _plan_once(situation, config, deadline)
+        made = _plan_once(situation, config)
         if isinstance(made, Plan):
             return made
         # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
         boot_time = situation.state.reboot is not None and not situation.boot_id
         observed = observe(slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time)
         situation = replace(situation, observed=observed)
-    made = _plan_once(situation, config, deadline)
+    made = _plan_once(situation, config)
     if not isinstance(made, Plan):
         raise RuntimeError(f"the plan asked for {made.value} again after it was read")
     return made
@@ -436,7 +436,17 @@ def _locked_pass(
         situation = Situation(
             raw, state, store.load(), Observed(), now, partial, enabled, dry, repeats, boot_id, coverage
         )
-        the_plan = _plan(engine, situation, slurm, deadline)
+        the_plan = _plan(engine, situation, slurm)
+        left = _time_left(deadline)
+        if the_plan.reset is not None and left < RESET_FLOOR_SECONDS:
+            # Not started, not spent: a reset cut short would leave the GPU in an unknown state.
+            log.warning(
+                "GPU reset of %s left to a later pass: %.0fs left of this one-shot pass, %gs needed",
+                the_plan.reset.pci,
+                max(left, 0.0),
+                RESET_FLOOR_SECONDS,
+            )
+            the_plan = replace(the_plan, steps=(), reset=None, interrupted=None)
         if the_plan.acknowledged and not dry:
             count = len(the_plan.acknowledged)
             log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, count)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+import pytest
 from healthd_testkit.checks import only_checks
 from healthd_testkit.faults import FAULT, FaultSettings
 
@@ -104,13 +105,17 @@ def test_the_reset_try_is_saved_before_nvidia_smi_runs(tmp_path: Path) -> None:
     assert again.action.steps == () and (tmp_path / "resets").read_text().count("--gpu-reset") == 1
 
 
-def test_a_one_shot_pass_short_of_time_leaves_the_reset_to_a_later_pass(tmp_path: Path) -> None:
+def test_a_one_shot_pass_short_of_time_leaves_the_reset_to_a_later_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     engine = _reset_engine(tmp_path)
     client = _OutAndIdle(engine.config.slurm)
     short = time.monotonic() + SAVE_MARGIN_SECONDS + RESET_FLOOR_SECONDS - 5
     outcome = run_pass(engine, client=client, deadline=short)
     assert outcome.action.steps == () and not (tmp_path / "resets").exists()
     assert outcome.state.reset_tried == (), "not tried: the next pass may"
+    assert f"GPU reset of {PCI} left to a later pass: 1" in caplog.text  # 15 s or a little less
+    assert "s left of this one-shot pass, 20s needed" in caplog.text
     assert run_pass(engine, client=client).action.steps == ("reset",), "the daemon's pass has no such limit"
 
 
@@ -156,6 +161,7 @@ def test_slurmds_sigterm_takes_the_on_repair_script_and_its_children_with_the_pa
     hook = subprocess.Popen(
         [sys.executable, "-m", "healthd.cli", "check", "--once", "--config", str(config)],
         stdout=subprocess.DEVNULL,
+        cwd=tmp_path,
         start_new_session=True,
     )
     child: Optional[int] = None
