@@ -260,7 +260,7 @@ def reset_gpu(
         # Still marked with nvidia-smi's pid: no reset of this GPU starts while it lives.
         return result(
             ResetOutcome.FAILED,
-            f"nvidia-smi --gpu-reset did not finish within {timeout:g}s and was killed; the GPU's state is unknown",
+            f"nvidia-smi --gpu-reset did not finish within {timeout:.3g}s and was killed; the GPU's state is unknown",
         )
     except OSError as exc:
         marks.unmark(pci_bus_id)

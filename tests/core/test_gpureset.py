@@ -245,7 +245,8 @@ def test_a_deadline_cuts_the_reset_short(tmp_path: Path) -> None:
     started = time.monotonic()
     result = reset_gpu(BUS, node=DRAINED, marks=_marks(tmp_path), settings=smi.settings(), deadline=started + 0.5)
     assert time.monotonic() - started < 3
-    assert result.outcome is ResetOutcome.FAILED and "did not finish within 0.4" in result.message
+    assert result.outcome is ResetOutcome.FAILED
+    assert result.message.startswith("nvidia-smi --gpu-reset did not finish within 0.")  # what was left of 0.5 s
     none_left = reset_gpu(BUS, node=None, marks=_marks(tmp_path / "other"), settings=smi.settings(), deadline=0.0)
     assert none_left.outcome is ResetOutcome.REFUSED
 
