@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from healthd.binaries import locate
+from healthd.bounded import process_start
 
 # %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes
 _FORMAT = "%b %a %S %c %d"
@@ -77,22 +78,10 @@ def parse_stat_output(text: str) -> Usage:
     return Usage(free_fraction=free, free_inode_fraction=inode_free, total_bytes=blocks * int(parts[2]))
 
 
-def _process_start(pid: int) -> Optional[float]:
-    import psutil
-
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return float(process.create_time())
-    except psutil.Error:
-        return None
-
-
 def forget_finished(remembered: dict[str, dict[str, float]], keep: set[str]) -> None:
     """Drop records of stuck probes (of mounts not in ``keep``) whose process has exited."""
     for path in [p for p in remembered if p not in keep]:
-        start = _process_start(int(remembered[path]["pid"]))
+        start = process_start(int(remembered[path]["pid"]))
         if start is None or abs(start - remembered[path]["start"]) >= 1.0:
             del remembered[path]
 
@@ -213,7 +202,7 @@ class ProbeTable:
             remembered.pop(path, None)
         record = remembered.get(path)
         if record is not None:
-            start = _process_start(int(record["pid"]))
+            start = process_start(int(record["pid"]))
             if start is not None and abs(start - record["start"]) < 1.0:
                 return Hung(int(record["pid"]), time.time() - record["start"], inherited=True)
             remembered.pop(path, None)
@@ -263,7 +252,7 @@ class ProbeTable:
         # as the stuck probe of each mount that did not answer, so none of them is probed again.
         os.kill(process.pid, signal.SIGKILL)
         _close(process, read_errors=False)
-        start = _process_start(process.pid)
+        start = process_start(process.pid)
         waited = time.monotonic() - now
         for index, path in enumerate(todo):
             if index in answers:

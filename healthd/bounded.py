@@ -5,15 +5,25 @@ environment (or the one the caller gives), in a session of its own. At the deadl
 SIGKILL and is not waited for: a program stuck in the kernel (a GPU reset in the
 driver, a stat on a hung mount) sleeps uninterruptibly, and waiting could take
 forever. The caller keeps the process to see whether it has gone yet.
+
+A program in a session of its own does not get the signals sent to healthd's
+process group: slurmd ends its HealthCheckProgram with SIGTERM, then SIGKILL, to
+that group (slurm.conf(5), HealthCheckProgram). So every program is registered
+while it is waited for, and a one-shot command calls ``end_with_children`` at
+start: a SIGTERM or SIGINT then kills the registered groups before healthd dies
+of the signal, and an on_repair script (or its curl) never outlives the pass.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import threading
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from types import FrameType
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 
@@ -35,12 +45,73 @@ class TimedOut(Exception):
         self.process = process
 
 
+# The process groups of the programs being waited for now, by any thread.
+_WAITED: set[int] = set()
+_WAITED_LOCK = threading.Lock()
+
+
+def kill_waited() -> None:
+    """SIGKILL the process group of every program being waited for now (``end_with_children``)."""
+    with _WAITED_LOCK:
+        groups = list(_WAITED)
+    for group in groups:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            os.killpg(group, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def end_with_children() -> Iterator[None]:
+    """While in it, SIGTERM and SIGINT kill the programs being waited for, then end healthd as the signal would.
+
+    For one-shot commands; the handlers before it come back after it. Python sets
+    handlers from the main thread only: elsewhere it does nothing. slurmd sends
+    SIGKILL 10 ms after its SIGTERM, so the handler does nothing but the kills.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, frame: Optional[FrameType]) -> None:
+        kill_waited()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    before = {signum: signal.signal(signum, end) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            if handler is not None:  # None: set outside Python, which cannot be put back
+                signal.signal(signum, handler)
+
+
+def process_start(pid: int) -> Optional[float]:
+    """When process ``pid`` started (epoch seconds), or None when it is gone or a zombie.
+
+    With the pid, it names one process: a pid reused by a later process has another start.
+    """
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return float(process.create_time())
+    except psutil.Error:
+        return None
+
+
 def run_bounded(
-    argv: Sequence[str], timeout: float, stdin: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+    argv: Sequence[str],
+    timeout: float,
+    stdin: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    started: Optional[Callable[[int], None]] = None,
 ) -> Finished:
     """Run ``argv`` for at most ``timeout`` seconds, feeding it ``stdin``; raises ``TimedOut`` or ``OSError``.
 
     ``env`` replaces ``BARE_ENV`` whole: nothing of healthd's own environment is added.
+    ``started`` is told the program's pid as soon as it runs.
     """
     process = subprocess.Popen(
         list(argv),
@@ -53,9 +124,19 @@ def run_bounded(
         cwd="/",
         start_new_session=True,
     )
+    with _WAITED_LOCK:
+        _WAITED.add(process.pid)
     try:
-        out, err = process.communicate(stdin, timeout=timeout)
+        if started is not None:
+            started(process.pid)
+        out, err = process.communicate(stdin, timeout=max(timeout, 0.0))
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         raise TimedOut(process) from None
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)  # healthd gives up on it (an exception, a signal): so does the program
+        raise
+    finally:
+        with _WAITED_LOCK:
+            _WAITED.discard(process.pid)
     return Finished(process.returncode, out, err)

@@ -65,13 +65,28 @@ class Schedule:
     interval: float
     offset: Optional[float] = None
 
-    def first_slot(self, now_wall: float, now_mono: float) -> float:
-        """The first slot (monotonic time) strictly after now."""
+    def first_slot(self, now_wall: float, now_mono: float, previous: Optional[float] = None) -> float:
+        """The first slot (monotonic time) strictly after now, and at least half an interval after ``previous``.
+
+        ``previous`` is when the last pass started (the pass at start, or the last one
+        before a reload). The spacing matters to the policy: ``[policy] fail_passes`` and
+        ``unknown_passes`` count passes on the understanding that they are about an
+        interval apart, so a splay slot a second after the pass at start would turn one
+        fault seen twice in a second into a drain. Half an interval keeps every gap
+        between 0.5 and 1.5 intervals: never much shorter than the counts assume, and
+        the node's splay slot (which spreads a fleet's calls to slurmctld) is still
+        reached within the next interval. A whole interval would delay the second look at
+        a fault found at start by up to two.
+        """
         if self.offset is None:
             return now_mono + self.interval
         # The next wall time t > now with t = offset (mod interval), carried over to the monotonic clock.
         phase = (now_wall - self.offset) % self.interval
-        return now_mono + (self.interval - phase)
+        slot = now_mono + (self.interval - phase)
+        earliest = None if previous is None else previous + self.interval / 2
+        if earliest is not None and slot < earliest:
+            slot += math.ceil((earliest - slot) / self.interval) * self.interval
+        return slot
 
     def next_slot(self, previous: float, now_mono: float) -> float:
         """``previous + interval``, skipping any slot already past (an overlong pass does not pile up)."""
@@ -156,6 +171,8 @@ class Daemon:
         # In order: the log first, so a sink that raises (UntrustedPath) leaves the pass logged.
         self.sinks: tuple[Sink, ...] = (LogSink(log), self.metrics, NotifySink(self.notifier))
         self.passes = 0
+        # When the last pass started (monotonic): the first slot after a start or a reload keeps its distance.
+        self.last_start: Optional[float] = None
         self._wake = threading.Event()
         self._stop = False
         self._reload = False
@@ -210,7 +227,7 @@ class Daemon:
             if self._pass(engine) is None:
                 return EX_OK
             schedule = schedule_for(engine.config, node_name(engine.config))
-            slot = schedule.first_slot(self.wall(), self.monotonic())
+            slot = schedule.first_slot(self.wall(), self.monotonic(), self.last_start)
             while not self._stop:
                 if self._reload:
                     engine, schedule, slot = self._do_reload(engine, schedule, slot)
@@ -227,6 +244,9 @@ class Daemon:
             log.error("%s; stopping", exc)
             return EX_CONFIG
         finally:
+            from healthd.bounded import kill_waited
+
+            kill_waited()  # a pass abandoned on the way out must not leave its programs (on_repair) behind
             self.notifier.stopping()
             log.info("stopping")
             self.metrics.close()
@@ -305,7 +325,7 @@ class Daemon:
                 self._wake.set()
 
         worker = threading.Thread(target=work, name="healthd-pass", daemon=True)
-        started = self.monotonic()
+        started = self.last_start = self.monotonic()
         budget = daemon_pass_budget(engine, self.pass_grace)
         try:
             worker.start()
@@ -360,7 +380,7 @@ class Daemon:
             self.metrics.configure(loaded.config.metrics)
         new_schedule = schedule_for(loaded.config, node_name(loaded.config))
         if new_schedule != schedule:
-            slot = new_schedule.first_slot(self.wall(), self.monotonic())
+            slot = new_schedule.first_slot(self.wall(), self.monotonic(), self.last_start)
         log.info("reloaded configuration from %s", loaded.source)
         self.notifier.notify(ready="1", status=f"configuration reloaded from {loaded.source}")
         return engine, new_schedule, slot

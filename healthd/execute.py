@@ -22,6 +22,7 @@ from healthd.slurm import SlurmClient, SlurmError, node_in_groups
 
 if TYPE_CHECKING:
     from healthd.config import Config
+    from healthd.gpureset import ResetMarks
 
 
 def observe(
@@ -112,14 +113,28 @@ def _confirm(
     return why, (stamps[0] if stamps else None)
 
 
-def execute(plan: Plan, client: SlurmClient, config: Config, sleep: Callable[[float], None] = time.sleep) -> Executed:
-    """Send the plan's steps; a failed write ends the sequence (the rest would act on a guess)."""
+def execute(
+    plan: Plan,
+    client: SlurmClient,
+    config: Config,
+    sleep: Callable[[float], None] = time.sleep,
+    *,
+    resets: Optional[ResetMarks] = None,
+    deadline: Optional[float] = None,
+) -> Executed:
+    """Send the plan's steps; a failed write ends the sequence (the rest would act on a guess).
+
+    A GPU reset needs ``resets``, the resets any process may still run, and ends by
+    ``deadline`` (``time.monotonic``), if given.
+    """
     done: list[Step] = []
     node = plan.node
     if node is None:
         return Executed()
     if plan.reset is not None:
-        return _reset(plan.reset, node, config)
+        if resets is None:
+            raise ValueError("a GPU reset needs the record of running resets")
+        return _reset(plan.reset, node, config, resets, deadline)
     name, reason = node.name, plan.decision.reason
     # The drain that holds the node's place: confirmed now, or one of an earlier pass. Every write
     # that sets the reason carries it: slurmctld stamps the reason again, and without the stamp a
@@ -153,12 +168,12 @@ def _placed(reason: str, place: Optional[float]) -> str:
     return with_place(reason, place) if place is not None else reason
 
 
-def _reset(gpu: GpuReset, node: NodeInfo, config: Config) -> Executed:
+def _reset(gpu: GpuReset, node: NodeInfo, config: Config, resets: ResetMarks, deadline: Optional[float]) -> Executed:
     """A GPU reset, through ``healthd.gpureset`` (which checks the node and the GPU's processes again)."""
     from healthd.gpureset import ResetSettings, reset_gpu
 
     settings = ResetSettings(nvidia_smi=config.remediation.nvidia_smi)
-    outcome = reset_gpu(gpu.pci, node=node, settings=settings)
+    outcome = reset_gpu(gpu.pci, node=node, marks=resets, settings=settings, deadline=deadline)
     done = (Step.RESET,) if outcome.done else ()
     return Executed(done, reset=outcome.outcome.value, reset_message=outcome.message)
 

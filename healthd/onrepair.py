@@ -37,7 +37,7 @@ def run_on_repair(program: Path, document: Mapping[str, Any], timeout: float) ->
         finished = run_bounded([str(program)], timeout, stdin=json.dumps(document, sort_keys=True))
     except TimedOut:
         # The whole group was killed: a ticketing script's curl must not outlive it either.
-        return HookResult("timeout", f"{program} killed after {timeout:g}s")
+        return HookResult("timeout", f"{program} killed after {timeout:.3g}s")
     except OSError as exc:
         return HookResult("failed", f"cannot run {program}: {exc.strerror or exc}")
     if finished.returncode != 0:

@@ -29,10 +29,12 @@ from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.acks import AckStore, FindingRef, apply_acks
 from healthd.activerun import running
 from healthd.execute import execute, observe, rehearse
+from healthd.gpureset import MARKS_NAME as RESET_MARKS
+from healthd.gpureset import ResetMarks
 from healthd.history import History, HistoryError, RebootPhase, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeInfo
-from healthd.onrepair import run_on_repair
+from healthd.onrepair import HookResult, run_on_repair
 from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
 from healthd.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
@@ -56,17 +58,67 @@ POLICY_STATE = "policy"
 PASS_GRACE_SECONDS = 10.0
 
 
-def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS, checks: Optional[float] = None) -> float:
-    """How long a pass may take at most, plus ``grace``.
+# slurmd kills its HealthCheckProgram 60 s after starting it (slurm.conf(5), HealthCheckProgram;
+# SIGTERM to its process group, then SIGKILL). A one-shot pass (``check --once``, the hook) is
+# done 5 s before that, left for the interpreter's start and the exit.
+ONE_SHOT_SECONDS = 55.0
+# What a one-shot pass keeps back from its deadline to save what a reset or on_repair did.
+SAVE_MARGIN_SECONDS = 2.0
+# A one-shot pass starts a GPU reset only with this much of its time left: the process
+# query answers within a second and a reset takes a few seconds, but a reset cut short
+# leaves the GPU in an unknown state, and the try is spent (docs/remediation.md).
+RESET_FLOOR_SECONDS = 20.0
 
-    The checks' deadline (``checks``, by default ``[runner].pass_timeout``), the wait for
-    the state directory's lock (``[slurm].lock_timeout``), and, when Slurm is enabled,
-    the wait before acting on a fault (``[slurm].act_splay``) and all Slurm calls of the
-    pass together (``[slurm].budget``).
+
+def budget_terms(config: Config) -> list[tuple[str, float]]:
+    """The deadlines that add up to the longest pass, each with its config key.
+
+    The checks' deadline (``[runner].pass_timeout``), the wait for the state directory's
+    lock (``[slurm].lock_timeout``); when Slurm is enabled, the wait before acting on a
+    fault (``[slurm].act_splay``) and all Slurm calls of the pass together
+    (``[slurm].budget``); and what may follow the decision, the longer of
+    ``[remediation].on_repair_timeout`` (when on_repair is set) and a GPU reset's two
+    nvidia-smi deadlines (when ``reset`` is on and Slurm enabled). One pass never does
+    both: a node in repair is never reset (policy.reset_target).
     """
-    slurm = config.slurm.budget + config.slurm.act_splay if config.slurm.enabled else 0.0
-    deadline = config.runner.pass_timeout if checks is None else checks
-    return deadline + config.slurm.lock_timeout + slurm + grace
+    terms = [("[runner].pass_timeout", config.runner.pass_timeout), ("[slurm].lock_timeout", config.slurm.lock_timeout)]
+    if config.slurm.enabled:
+        terms += [("[slurm].act_splay", config.slurm.act_splay), ("[slurm].budget", config.slurm.budget)]
+    remediation = config.remediation
+    after: list[tuple[str, float]] = []
+    if remediation.on_repair is not None:
+        after.append(("[remediation].on_repair_timeout", remediation.on_repair_timeout))
+    if remediation.reset and config.slurm.enabled:
+        from healthd.gpureset import ResetSettings
+
+        defaults = ResetSettings()
+        after.append(("a GPU reset (nvidia-smi's query and reset)", defaults.query_timeout + defaults.reset_timeout))
+    if after:
+        terms.append(max(after, key=lambda term: term[1]))
+    return terms
+
+
+def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS, checks: Optional[float] = None) -> float:
+    """How long a pass may take at most (``budget_terms``), plus ``grace``; ``checks`` replaces ``pass_timeout``."""
+    terms = dict(budget_terms(config))
+    if checks is not None:
+        terms["[runner].pass_timeout"] = checks
+    return sum(terms.values()) + grace
+
+
+def one_shot_overrun(config: Config) -> Optional[str]:
+    """Why a one-shot pass (the hook) with ``config`` may need more than ``ONE_SHOT_SECONDS``, or None."""
+    terms = budget_terms(config)
+    total = sum(seconds for _, seconds in terms)
+    if total <= ONE_SHOT_SECONDS:
+        return None
+    listed = " + ".join(f"{name} {seconds:g}" for name, seconds in terms)
+    return (
+        f"one pass may take {total:g}s ({listed}), more than the {ONE_SHOT_SECONDS:g}s the hook has"
+        " (slurmd kills its HealthCheckProgram at 60s): there, on_repair and a GPU reset get only what is left"
+        f" of {ONE_SHOT_SECONDS:g}s, and a reset is not started with less than {RESET_FLOOR_SECONDS:g}s left"
+        ' (docs/slurm.md, "Running as HealthCheckProgram")'
+    )
 
 
 @dataclass(frozen=True)
@@ -189,8 +241,15 @@ def run_pass(
     sleep: Callable[[float], None] = time.sleep,
     tier: Tier = Tier.ORDINARY,
     aside: bool = False,
+    deadline: Optional[float] = None,
 ) -> PassOutcome:
     """Run one pass and carry its decision out; see the module docstring.
+
+    ``deadline`` (``time.monotonic``) is when a one-shot pass must be done
+    (``ONE_SHOT_SECONDS`` after its start): what follows the decision, a GPU reset and
+    ``[remediation] on_repair``, is cut to fit, and a reset with less than
+    ``RESET_FLOOR_SECONDS`` left waits for a later pass. The daemon gives none: its
+    watchdog budget counts them whole (``pass_budget``).
 
     ``tier`` says which checks run (``Engine.run_checks``); for one with active checks
     the caller has made sure that no job is on the node (healthd.activerun). A pass of
@@ -256,6 +315,7 @@ def run_pass(
             tier=tier,
             unlocked=unlocked,
             aside=aside,
+            deadline=deadline,
         )
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
@@ -314,6 +374,11 @@ def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
     )
 
 
+def _time_left(deadline: Optional[float]) -> float:
+    """What is left of a one-shot pass's time for a reset or on_repair (infinite without a deadline)."""
+    return float("inf") if deadline is None else deadline - SAVE_MARGIN_SECONDS - time.monotonic()
+
+
 def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
     """Plan, making each Slurm read the plan asks for (the node, then its partitions) and planning again."""
     config = engine.config
@@ -346,6 +411,7 @@ def _locked_pass(
     tier: Tier,
     unlocked: bool,
     aside: bool,
+    deadline: Optional[float],
 ) -> PassOutcome:
     config = engine.config
     enabled = config.slurm.enabled
@@ -371,6 +437,16 @@ def _locked_pass(
         boot_id = read_boot_id(config.paths.procfs)
         situation = Situation(raw, state, acks, Observed(), now, partial, enabled, dry, repeats, boot_id, coverage)
         the_plan = _plan(engine, situation, slurm)
+        left = _time_left(deadline)
+        if the_plan.reset is not None and left < RESET_FLOOR_SECONDS:
+            # Not started, not spent: a reset cut short would leave the GPU in an unknown state.
+            log.warning(
+                "GPU reset of %s left to a later pass: %.0fs left of this one-shot pass, %gs needed",
+                the_plan.reset.pci,
+                max(left, 0.0),
+                RESET_FLOOR_SECONDS,
+            )
+            the_plan = replace(the_plan, steps=(), reset=None, interrupted=None)
         if the_plan.acknowledged and not dry:
             count = len(the_plan.acknowledged)
             log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, count)
@@ -383,17 +459,23 @@ def _locked_pass(
                 # the next pass still knows what it was doing and retries it (and confirms the drain).
                 with contextlib.suppress(StateError):
                     engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
-            executed = execute(the_plan, slurm, config, sleep) if the_plan.steps else Executed()
+            resets = ResetMarks(engine.state.file(RESET_MARKS), boot_id)
+            cut = None if deadline is None else deadline - SAVE_MARGIN_SECONDS
+            executed = (
+                execute(the_plan, slurm, config, sleep, resets=resets, deadline=cut) if the_plan.steps else Executed()
+            )
         done = conclude(the_plan, executed, state, now)
         _log_outcome(log, raw.node, the_plan, executed, done)
         done = _record_history(history, the_plan, executed, done, now, boot_id, dry=dry)
         if not dry:
             _record_reboot(history, state, done, now)
-        if done.state.repair is not None and state.repair is None and not dry:
-            _tell_repair(history, config, done, now, log)
     finally:
         history.close()
-    return _settle(engine, the_plan, executed, done, store, errors, read, dry=dry, aside=aside)
+    outcome = _settle(engine, the_plan, executed, done, store, errors, read, dry=dry, aside=aside)
+    if done.state.repair is not None and state.repair is None and not dry:
+        # After the pass is saved: a hook killed while on_repair runs has lost nothing of it.
+        _tell_repair(config, done, now, log, deadline)
+    return outcome
 
 
 def _repeats(history: History, raw: PassResult, window_days: float, now: float) -> dict[str, tuple[str, int]]:
@@ -408,21 +490,34 @@ def _repeats(history: History, raw: PassResult, window_days: float, now: float) 
         return {}
 
 
-def _tell_repair(history: History, config: Config, done: Conclusion, now: float, log: logging.Logger) -> None:
-    """Run ``[remediation] on_repair`` with the node's history, and record what it did."""
+def _tell_repair(config: Config, done: Conclusion, now: float, log: logging.Logger, deadline: Optional[float]) -> None:
+    """Run ``[remediation] on_repair`` with the node's history, and record what it did.
+
+    A one-shot pass gives it what is left of its time (``deadline``), at most
+    ``on_repair_timeout``. The history is opened again: the pass's own is saved and closed.
+    """
     repair = done.state.repair
     program = config.remediation.on_repair
     if repair is None or program is None:
         return
-    try:
-        events = [e.to_dict() for e in history.events(since=now - config.escalation.window_days * 86400)]
-    except HistoryError as exc:
-        history.problems.append(str(exc))
-        events = []
-    document = {"node": done.result.node, "at": now, "repair": repair.to_dict(), "events": events}
-    told = run_on_repair(program, document, config.remediation.on_repair_timeout)
-    (log.info if told.outcome == "ok" else log.error)("on_repair for %s: %s", repair.subject, told.detail)
-    history.record_action(at=now, action="on_repair", outcome=told.outcome, node=done.result.node, reason=told.detail)
+    with History.open(config.paths.state_dir) as history:
+        try:
+            events = [e.to_dict() for e in history.events(since=now - config.escalation.window_days * 86400)]
+        except HistoryError as exc:
+            history.problems.append(str(exc))
+            events = []
+        document = {"node": done.result.node, "at": now, "repair": repair.to_dict(), "events": events}
+        timeout = min(config.remediation.on_repair_timeout, _time_left(deadline))
+        if timeout > 0:
+            told = run_on_repair(program, document, timeout)
+        else:
+            told = HookResult("timeout", f"{program} not run: no time left in this pass")
+        (log.info if told.outcome == "ok" else log.error)("on_repair for %s: %s", repair.subject, told.detail)
+        history.record_action(
+            at=now, action="on_repair", outcome=told.outcome, node=done.result.node, reason=told.detail
+        )
+        for problem in history.problems:
+            log.error("history: %s", problem)
 
 
 def _action_outcome(the_plan: Plan, executed: Executed, done: Conclusion) -> Optional[tuple[str, str]]:

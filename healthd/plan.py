@@ -117,7 +117,8 @@ class Plan:
     ``state`` is what to remember once every step succeeded (or when there are
     none); ``interrupted`` is saved before the first write, so a pass killed in the
     middle leaves its next pass a pending action (and an unconfirmed drain) to
-    finish, and knows of a RESUME it may have sent (``resume_sent``). ``unasked``
+    finish, and knows of a RESUME it may have sent (``resume_sent``) and of a GPU
+    reset it may have started (``reset_tried``). ``unasked``
     says why Slurm was not asked this pass, if it was not; ``errors`` are the reads
     that failed. ``reboot`` is the request to remember once
     the REBOOT step went through.
@@ -382,7 +383,11 @@ def plan(
 
     if reset and s.slurm_enabled and not s.dry_run and not steps and not breaker.undo:
         gpu_reset = reset_target(result, decision, new_state, node, prefix)
-        steps = (Step.RESET,) if gpu_reset else ()
+        if gpu_reset is not None:
+            steps = (Step.RESET,)
+            # The try is spent before nvidia-smi starts: a pass killed during the reset (slurmd's
+            # 60 s kill of the hook) must not leave its next pass a reset to start again.
+            interrupted = _reset_tried(new_state, gpu_reset)
     return Plan(
         result=_with_held(result, breaker.held_why),
         decision=decision,
@@ -398,6 +403,10 @@ def plan(
         reboot=request,
         reset=gpu_reset,
     )
+
+
+def _reset_tried(state: PolicyState, gpu_reset: GpuReset) -> PolicyState:
+    return replace(state, reset_tried=(*state.reset_tried, gpu_reset.key))
 
 
 def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: float) -> Conclusion:
@@ -420,8 +429,7 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         return Conclusion(result, decision, kept, applied=False)
     if the_plan.reset is not None:
         # One try per finding: the next pass checks the GPU again, whatever the outcome.
-        tried = replace(state, reset_tried=(*state.reset_tried, the_plan.reset.key))
-        return Conclusion(result, decision, tried, applied=False)
+        return Conclusion(result, decision, _reset_tried(state, the_plan.reset), applied=False)
     if not the_plan.steps:
         return Conclusion(result, decision, state, applied=False)
     if executed.error:

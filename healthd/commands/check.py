@@ -2,8 +2,11 @@
 
 This is also the command slurmd runs as HealthCheckProgram: it needs no
 environment beyond ``SLURMD_NODENAME`` and finishes within ``[runner].pass_timeout``
-plus ``[slurm].lock_timeout`` plus ``[slurm].budget`` (all scontrol calls together),
-about 45 s with the defaults, inside slurmd's 60 s kill (docs/slurm.md).
+plus ``[slurm].act_splay`` plus ``[slurm].lock_timeout`` plus ``[slurm].budget`` (all
+scontrol calls together), 55 s with the defaults, inside slurmd's 60 s kill
+(docs/slurm.md). A GPU reset or ``[remediation] on_repair`` gets what is left of
+those 55 s (``healthd.pipeline.ONE_SHOT_SECONDS``), and a SIGTERM (slurmd's kill)
+takes the programs the pass runs with it (``healthd.bounded.end_with_children``).
 
 ``--active`` runs the active checks instead, and only on a node that one ``sinfo``
 read shows idle and drained (healthd.active, healthd.activerun, docs/active.md);
@@ -39,8 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from healthd.bounded import end_with_children
+
+    started = time.monotonic()
+    with end_with_children():
+        return _run(args, started)
+
+
+def _run(args: argparse.Namespace, begun: float) -> int:
     from healthd.engine import Engine
-    from healthd.pipeline import run_pass
+    from healthd.pipeline import ONE_SHOT_SECONDS, run_pass
     from healthd.render import action_lines, render_table
 
     if not logging.getLogger().handlers:
@@ -73,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         # A daemon running with another config is the node's: this pass is saved aside (healthd.pipeline.run_pass).
         daemon_config = running_config(engine.config.paths.state_dir)
         aside = daemon_config is not None and daemon_config != engine.loaded.sha256
-        outcome = run_pass(engine, dry_run=args.dry_run, only=only, aside=aside)
+        outcome = run_pass(engine, dry_run=args.dry_run, only=only, aside=aside, deadline=begun + ONE_SHOT_SECONDS)
     if args.json:
         print(json.dumps(outcome.document, indent=2))
     else:

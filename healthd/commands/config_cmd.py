@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from healthd.cli import add_config_argument
 
@@ -18,9 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from healthd.config import load_config
     from healthd.engine import settings_models
+    from healthd.pipeline import one_shot_overrun
     from healthd.plugin import discover
 
     loaded = load_config(args.config, settings_models(discover()), args.host)
     sections = ", ".join(loaded.host_sections) or "none"
     print(f"{loaded.source}: valid; for node {loaded.host} the host sections that apply: {sections}")
+    # Valid for the daemon, whose watchdog budget grows with it; the hook has a fixed 60 s.
+    overrun = one_shot_overrun(loaded.config)
+    if overrun is not None:
+        print(f"{loaded.source}: warning: as the hook (HealthCheckProgram): {overrun}", file=sys.stderr)
     return 0

@@ -37,7 +37,10 @@ class FaultSettings(CheckSettings):
 def _run_fault(ctx: CheckContext[FaultSettings]) -> list[Finding]:
     ctx.state.load()  # a corrupt state file of this check is noticed and reported
     items = json.loads(Path(ctx.settings.file).read_text()) if ctx.settings.file else []
-    return [ctx.finding(Status.parse(i["status"]), i["code"], i["subject"], "injected") for i in items]
+    return [
+        ctx.finding(Status.parse(i["status"]), i["code"], i["subject"], "injected", **i.get("details", {}))
+        for i in items
+    ]
 
 
 class StallSettings(CheckSettings):

@@ -334,6 +334,14 @@ def test_a_reset_class_finding_on_a_drained_idle_node_resets_its_gpu_once() -> N
     assert clean.state.reset_tried == () and clean.steps == (Step.RESUME,)
 
 
+def test_the_reset_try_is_saved_before_nvidia_smi_runs() -> None:
+    # slurmd kills the hook at 60 s, during a reset that takes longer: the next pass must not start another.
+    made = _reset_plan(OUT_FOR_REMAP, REMAP)
+    assert made.interrupted is not None and made.interrupted.reset_tried == (REMAP.key,)
+    killed = _reset_plan(OUT_FOR_REMAP, REMAP, state=made.interrupted)
+    assert killed.steps == () and killed.reset is None
+
+
 def test_a_refused_reset_is_tried_once_too() -> None:
     made = _reset_plan(OUT_FOR_REMAP, REMAP)
     done = conclude(made, Executed(reset="refused", reset_message="processes use the GPU: 977"), EMPTY, NOW)

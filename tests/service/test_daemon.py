@@ -56,6 +56,74 @@ def test_slots_do_not_drift_over_days_and_missed_slots_are_skipped() -> None:
     assert schedule.next_slot(1000.0, 1300.0) == 1600.0
 
 
+def test_the_first_slot_keeps_half_an_interval_from_the_previous_pass() -> None:
+    schedule = Schedule(300, offset=42.5)
+    # The node's splay slot comes 1 s after the pass at start: too soon for fail_passes to mean anything.
+    now_wall, now_mono = 300 * 5_000_000 + 41.5, 5000.0
+    assert schedule.first_slot(now_wall, now_mono) == 5001.0
+    assert schedule.first_slot(now_wall, now_mono, previous=4999.0) == 5301.0, "the slot after it, on the offset"
+    # A splay slot more than half an interval after the previous pass is taken as it is.
+    assert schedule.first_slot(now_wall + 200, now_mono, previous=5000.0 - 200) == 5000.0 + 101
+    assert Schedule(300).first_slot(now_wall, now_mono, previous=4999.0) == 5300.0
+
+
+class _Clock:
+    """The daemon's two clocks, under the test's control: time passes only while the loop waits."""
+
+    def __init__(self, wall: float) -> None:
+        self.mono = 1000.0
+        self.start_wall = wall
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def wall(self) -> float:
+        return self.start_wall + self.mono - 1000.0
+
+
+class _Wake(threading.Event):
+    """The loop's wake-up event: a pass that finishes sets it at once; a wait for the next slot takes no real time."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if super().wait(0.2) or timeout is None:
+            return True
+        self.clock.mono += timeout
+        return False
+
+
+@pytest.mark.parametrize("reload", [False, True], ids=["after start", "after a reload"])
+def test_the_second_pass_comes_at_least_half_an_interval_after_the_first(
+    make_daemon: Callable[..., Any], make_engine: Callable[..., Engine], tmp_path: Path, reload: bool
+) -> None:
+    # The review's reproduction: passes 4 s apart after a restart drained a node with fail_passes = 2.
+    report = run_one_pass(make_engine(), False)
+    config = tmp_path / "healthd.toml"
+    config.write_text(config.read_text().replace("splay = false", "splay = true"))
+    interval = 200.0 if reload else 300.0
+    # The wall time that puts the node's splay slot (of the schedule in force after the first pass) 1 s ahead.
+    clock = _Clock(wall=300 * 5_000_000 + splay_offset("node-test", interval) - 1.0)
+    starts: list[float] = []
+
+    def pass_function(engine: Engine, dry_run: bool) -> PassReport:
+        starts.append(clock.mono)
+        if reload and len(starts) == 1:
+            config.write_text(config.read_text().replace("interval = 300", "interval = 200"))
+            daemon.request_reload()
+        if len(starts) == 3:
+            daemon.request_stop()
+        return report
+
+    daemon = make_daemon(config=config, pass_function=pass_function, monotonic=clock.monotonic, wall=clock.wall)
+    daemon._wake = _Wake(clock)
+    assert daemon.run() == 0
+    assert starts[1] - starts[0] == interval + 1.0, "the splay slot after the one 1 s away"
+    assert starts[2] - starts[1] == interval, "then every interval, on the node's offset"
+
+
 # -- the loop and sd_notify ------------------------------------------------------------------------------
 
 
