@@ -25,13 +25,12 @@ caller's policy chooses what follows (check again, or reboot).
 from __future__ import annotations
 
 import enum
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from healthd.bounded import TimedOut, run_bounded
+from healthd.bounded import StuckChildren, TimedOut, run_bounded
 from healthd.history import pci_key
 from healthd.nodestate import NodeInfo
 from healthd.trust import untrusted_reason
@@ -121,26 +120,7 @@ def _trim(*texts: str) -> str:
     return " ".join(" ".join(t.split()) for t in texts if t.strip())[:OUTPUT_LIMIT]
 
 
-class _Stuck:
-    """Resets that outlived their deadline and SIGKILL: one per GPU at most, reaped when they exit."""
-
-    def __init__(self) -> None:
-        self._processes: dict[_PciKey, subprocess.Popen[str]] = {}
-
-    def alive(self, key: _PciKey) -> Optional[int]:
-        process = self._processes.get(key)
-        if process is None:
-            return None
-        if process.poll() is not None:
-            del self._processes[key]
-            return None
-        return process.pid
-
-    def keep(self, key: _PciKey, process: subprocess.Popen[str]) -> None:
-        self._processes[key] = process
-
-
-_STUCK = _Stuck()
+_STUCK: StuckChildren[_PciKey] = StuckChildren()
 
 
 def compute_apps(settings: ResetSettings) -> list[ComputeApp]:

@@ -23,8 +23,6 @@ from healthd.reasons import make_reason, owned, sanitize
 from healthd.slurm import (
     SlurmClient,
     SlurmError,
-    SlurmNotFound,
-    find_binary,
     node_in_groups,
     parse_show_node_json,
     parse_show_node_line,
@@ -375,13 +373,6 @@ def test_ownership_needs_the_prefix_as_a_word() -> None:
     assert owned("healthd: X y", "healthd:")
     assert not owned("healthd:x y", "healthd:")
     assert not owned("admin: healthd: X", "healthd:")
-
-
-def test_find_binary(tmp_path: Path) -> None:
-    (tmp_path / "scontrol").write_text("")
-    assert find_binary("scontrol", tmp_path) == tmp_path / "scontrol"
-    with pytest.raises(SlurmNotFound, match=r"set \[slurm\]\.bin_dir"):
-        find_binary("scontrol", tmp_path / "nope")
 
 
 class _Settings(CheckSettings):
