@@ -411,7 +411,8 @@ class HostGuard:
         if self.is_test_cluster(conf):
             return
         found = [os.path.join(d, name) for d in dirs if os.path.isfile(os.path.join(d, name))]
-        self._refuse_slurm(found[0] if found else name, conf)
+        if found:  # else the shell finds no command to run, and says so
+            self._refuse_slurm(found[0], conf)
 
     def _refuse_slurm(self, program: str, conf: Optional[str]) -> None:
         self._refuse(

@@ -456,12 +456,14 @@ esac
 
 def test_a_missing_slurm_conf_fails_at_once_and_says_which(tmp_path: Path) -> None:
     """scontrol itself retries a missing slurm.conf for about a minute; the adapter does not start it."""
-    client = SlurmClient(SlurmSettings(conf=tmp_path / "absent" / "slurm.conf", timeout=30))
+    ran = tmp_path / "ran"
+    bin_dir = _fake_scontrol(tmp_path / "bin", f"touch {ran}\n", sinfo=f"touch {ran}\n")
+    client = SlurmClient(SlurmSettings(bin_dir=bin_dir, conf=tmp_path / "absent" / "slurm.conf", timeout=30))
     started = time.monotonic()
     with pytest.raises(SlurmError, match=r"absent/slurm\.conf does not exist \(\[slurm\]\.conf\)"):
         client.show_node("node1")
     assert time.monotonic() - started < 5
-    assert client.calls == []
+    assert client.calls == [] and not ran.exists()
 
 
 def test_all_calls_of_a_pass_share_one_time_budget(tmp_path: Path) -> None:
