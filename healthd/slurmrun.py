@@ -98,7 +98,7 @@ def client_env(conf: Optional[Path]) -> dict[str, str]:
     return env
 
 
-def bin_dirs(bin_dir: Optional[Path]) -> tuple[Path, ...]:
+def _bin_dirs(bin_dir: Optional[Path]) -> tuple[Path, ...]:
     """Where the commands are looked for: ``[slurm].bin_dir`` alone when set, else the standard places."""
     return (bin_dir,) if bin_dir is not None else STANDARD_BIN_DIRS
 
@@ -112,7 +112,7 @@ def run_client(
     ``ClientTimedOut``, or ``SlurmError`` when the command cannot be executed.
     A non-zero exit status is the caller's to read.
     """
-    dirs = bin_dirs(bin_dir)
+    dirs = _bin_dirs(bin_dir)
     suspects = ", ".join(str(p) for p in ((conf,) if conf is not None else ()) + dirs)
     stuck = _STUCK.alive((bin_dir, conf))
     if stuck is not None:
