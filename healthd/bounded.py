@@ -4,7 +4,8 @@ The program runs as an argument list (no shell), by the path given, with a bare
 environment (or the one the caller gives), in a session of its own. At the deadline the whole process group gets
 SIGKILL and is not waited for: a program stuck in the kernel (a GPU reset in the
 driver, a stat on a hung mount) sleeps uninterruptibly, and waiting could take
-forever. The caller keeps the process to see whether it has gone yet.
+forever. The caller keeps the process to see whether it has gone yet
+(``StuckChildren``), and starts no second one behind it.
 
 A program in a session of its own does not get the signals sent to healthd's
 process group: slurmd ends its HealthCheckProgram with SIGTERM, then SIGKILL, to
@@ -12,6 +13,11 @@ that group (slurm.conf(5), HealthCheckProgram). So every program is registered
 while it is waited for, and a one-shot command calls ``end_with_children`` at
 start: a SIGTERM or SIGINT then kills the registered groups before healthd dies
 of the signal, and an on_repair script (or its curl) never outlives the pass.
+
+``subprocess.Popen`` itself waits until the child has exec'd its program, so a
+program whose *path* may lie on a hung filesystem must not be ``argv[0]``: the exec
+would hang the caller, not the child. Such callers exec a local program that then
+execs theirs (``healthd.slurmrun``).
 """
 
 from __future__ import annotations
@@ -23,9 +29,14 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from types import FrameType
-from typing import Callable, Iterator, Mapping, Optional, Sequence
+from typing import Callable, Generic, Iterator, Mapping, Optional, Sequence, TypeVar
 
 BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
+# How long a killed child may take to die before it counts as stuck in the kernel:
+# SIGKILL ends a child in any other state within milliseconds, even on a busy node.
+KILL_GRACE = 0.1
+
+K = TypeVar("K")
 
 
 @dataclass(frozen=True)
@@ -140,3 +151,35 @@ def run_bounded(
         with _WAITED_LOCK:
             _WAITED.discard(process.pid)
     return Finished(process.returncode, out, err)
+
+
+class StuckChildren(Generic[K]):
+    """Children that outlived their deadline and SIGKILL: one per key at most, reaped when they exit.
+
+    A child still alive a moment after SIGKILL sleeps in the kernel (a GPU reset in the
+    driver, a stat on a hung mount) and wakes only when the kernel lets it. While it
+    lives, the caller starts no other child for the same key: it would only get stuck
+    behind the first, one more process per pass.
+    """
+
+    def __init__(self) -> None:
+        self._processes: dict[K, subprocess.Popen[str]] = {}
+
+    def alive(self, key: K) -> Optional[int]:
+        """The pid of the stuck child kept for ``key``, or None when there is none (any more)."""
+        process = self._processes.get(key)
+        if process is None:
+            return None
+        if process.poll() is not None:
+            del self._processes[key]
+            return None
+        return process.pid
+
+    def keep(self, key: K, process: subprocess.Popen[str], grace: float = KILL_GRACE) -> bool:
+        """Keep ``process`` (sent SIGKILL) under ``key`` unless it dies within ``grace`` seconds; True if kept."""
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            self._processes[key] = process
+            return True
+        return False

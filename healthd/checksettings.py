@@ -39,8 +39,9 @@ def openable(value: Path) -> Path:
 
 def absolute(value: Path) -> Path:
     """``value`` if it is absolute; a ``ValueError`` otherwise (pydantic names the key and the value)."""
-    # healthd runs no shell and searches no PATH, and a HealthCheckProgram runs in a working
-    # directory healthd does not choose: a relative path would depend on it.
+    # healthd searches no PATH (its one shell, healthd.slurmrun's, is given absolute paths only),
+    # and a HealthCheckProgram runs in a working directory healthd does not choose: a relative
+    # path would depend on it.
     if not value.is_absolute():
         raise ValueError("must be an absolute path (healthd searches no PATH)")
     return openable(value)

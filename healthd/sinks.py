@@ -27,6 +27,7 @@ from healthd.metrics import (
 )
 from healthd.model import Status
 from healthd.render import pass_summary
+from healthd.text import one_line
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -68,7 +69,8 @@ class LogSink:
         for action in report.actions:
             log_action(self._log, action.kind, action.outcome, result.node, action.detail, result.status)
         for problem in report.problems:
-            self._log.error("pass problem: %s", problem)
+            # A problem may quote a path or an error's text: it must not start a forged log line.
+            self._log.error("pass problem: %s", one_line(problem))
         self._log.info("pass %d: %s", number, status_line(report))
 
 

@@ -5,33 +5,30 @@ and ``NodeGroup``, and ``scontrol -o show node`` (every version; one line per no
 and ``scontrol --json show node`` (23.02 and later) into ``NodeInfo``. A pass reads
 its node with sinfo: scontrol loads the whole node table even for one node (see
 docs/scale.md, "Reads"). ``SlurmClient``
-runs the commands with an argument list (never a shell), an absolute path (the
-HealthCheckProgram has no PATH), ``SLURM_CONF`` from the config and a timeout on
-every call. It knows nothing of healthd's policy: which reason to write and whose
+runs the commands through ``healthd.slurmrun``: with an argument list (no command
+line is ever built), found in absolute places (the HealthCheckProgram has no PATH),
+``SLURM_CONF`` from the config and a deadline on every call that a hung filesystem
+cannot outlast. It knows nothing of healthd's policy: which reason to write and whose
 a reason is are decided in ``healthd.reasons``. Only ``healthd.execute`` calls it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from healthd.bounded import BARE_ENV
 from healthd.hostlist import HostlistError, contains
 from healthd.nodestate import NodeGroup, NodeInfo
+from healthd.slurmrun import NotRun, run_client
+from healthd.slurmrun import SlurmError as SlurmError
+from healthd.slurmrun import SlurmNotFound as SlurmNotFound
 
 if TYPE_CHECKING:
     from healthd.config import SlurmSettings
 
-# Where packages and site builds put the client commands; HealthCheckProgram runs
-# with no PATH at all (slurmd passes only SLURMD_NODENAME), so we look ourselves.
-STANDARD_BIN_DIRS = (Path("/usr/bin"), Path("/usr/local/bin"), Path("/opt/slurm/bin"))
 # What `scontrol reboot nextstate=` accepts in 22.05 to 24.11 (scontrol(1)).
 REBOOT_NEXT_STATES = ("DOWN", "RESUME")
 
@@ -55,14 +52,6 @@ GROUP_FIELDS = ("Partition", "Nodes", "StateComplete", "TimeStamp", "UserLong", 
 def sinfo_format(fields: tuple[str, ...]) -> str:
     """``-O`` argument: ``Field:0|`` for each field but the last, whose text runs to the end of the line."""
     return ",".join([f"{f}:0|" for f in fields[:-1]] + [f"{fields[-1]}:0"])
-
-
-class SlurmError(Exception):
-    """A Slurm command failed, timed out or printed something unparseable."""
-
-
-class SlurmNotFound(SlurmError):
-    """scontrol is not installed where the config says or in the standard places."""
 
 
 def parse_state(text: str) -> tuple[str, frozenset[str]]:
@@ -346,34 +335,6 @@ def parse_show_node_json(text: str) -> list[NodeInfo]:
     return result
 
 
-def find_binary(name: str, bin_dir: Optional[Path], exists: Callable[[Path], bool] = os.path.isfile) -> Path:
-    """``bin_dir/name`` when configured, else the first standard location holding it."""
-    candidates = [bin_dir / name] if bin_dir is not None else [d / name for d in STANDARD_BIN_DIRS]
-    for candidate in candidates:
-        if exists(candidate):
-            return candidate
-    where = ", ".join(str(c.parent) for c in candidates)
-    raise SlurmNotFound(f"{name} not found in {where} (set [slurm].bin_dir)")
-
-
-def client_env(conf: Optional[Path]) -> dict[str, str]:
-    """The environment of a Slurm client command: a bare one, with ``SLURM_CONF`` and ``TZ``.
-
-    ``SLURM_CONF`` is ``[slurm].conf`` when configured, else healthd's own; without
-    either the command finds slurm.conf where it was built to look. ``TZ`` passes
-    through because the commands print and read times in local time, with no zone:
-    they must mean the same local time as healthd does.
-    """
-    env = dict(BARE_ENV)
-    if conf is not None:
-        env["SLURM_CONF"] = str(conf)
-    elif "SLURM_CONF" in os.environ:
-        env["SLURM_CONF"] = os.environ["SLURM_CONF"]
-    if "TZ" in os.environ:
-        env["TZ"] = os.environ["TZ"]
-    return env
-
-
 def _version(text: str) -> tuple[int, int]:
     match = re.search(r"(\d+)\.(\d+)", text)
     return (int(match[1]), int(match[2])) if match else (0, 0)
@@ -416,35 +377,23 @@ class SlurmClient:
         return min(self.settings.timeout, remaining)
 
     def _run(self, *args: str, program: str = "scontrol") -> str:
-        """Run ``program`` (scontrol or sinfo); ``calls`` records scontrol's arguments, sinfo's with "sinfo" first."""
-        binary = find_binary(program, self.settings.bin_dir)
+        """Run ``program`` (scontrol or sinfo); ``calls`` records scontrol's arguments, sinfo's with "sinfo" first.
+
+        ``healthd.slurmrun`` finds the command and checks slurm.conf in the child, so a
+        hung filesystem under either costs this pass the timeout, never a hang.
+        """
         command = f"{program} {' '.join(args)}"
-        conf = self.settings.conf
-        if conf is not None and not conf.is_file():
-            # scontrol would retry a missing slurm.conf for about a minute before giving up.
-            raise SlurmError(f"`{command}` not run: {conf} does not exist ([slurm].conf)")
         timeout = self._timeout(command)
-        argv = [str(binary), *args]
         self.calls.append(tuple(args) if program == "scontrol" else (program, *args))
         try:
-            proc = subprocess.run(
-                argv,
-                env=client_env(self.settings.conf),
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"`{command}` timed out after {timeout:.3g}s") from None
-        except OSError as exc:
-            raise SlurmError(f"cannot run {binary}: {exc.strerror or exc}") from None
-        if proc.returncode != 0:
-            message = " ".join((proc.stderr or proc.stdout).split())[:300] or f"exit status {proc.returncode}"
+            finished = run_client(program, args, self.settings.bin_dir, self.settings.conf, timeout, command)
+        except NotRun:
+            self.calls.pop()  # nothing reached slurmctld
+            raise
+        if finished.returncode != 0:
+            message = " ".join((finished.err or finished.out).split())[:300] or f"exit status {finished.returncode}"
             raise SlurmError(f"`{command}` failed: {message}")
-        return proc.stdout
+        return finished.out
 
     def uses_json(self) -> bool:
         """JSON output exists from 23.02 (``scontrol --version`` is local, not an RPC)."""

@@ -3,8 +3,9 @@
 Two read-only queries of slurmdbd, by absolute path (``[slurm].bin_dir`` or the
 standard places, as the Slurm adapter finds scontrol), with the adapter's
 environment (``SLURM_CONF`` from ``[slurm].conf`` or healthd's own, and ``TZ``) and
-one deadline for both (``healthd.bounded``: a slurmdbd that does not answer cannot
-hold the caller). Parsing is the analysis's business; this module returns the texts.
+one deadline for both (``healthd.slurmrun``: neither a slurmdbd that does not answer
+nor a hung filesystem under the commands or slurm.conf can hold the caller).
+Parsing is the analysis's business; this module returns the texts.
 
 - ``sacct -a -X -D -P``: every user's jobs (``-a``), one line per allocation
   without its steps (``-X``), every run of a requeued job (``-D``: the run a node
@@ -30,9 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from healthd.bounded import TimedOut, run_bounded
 from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
-from healthd.slurm import SlurmError, SlurmNotFound, client_env, find_binary
+from healthd.slurmrun import ClientTimedOut, SlurmError, run_client
 from healthd.text import one_line
 
 SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -99,9 +99,6 @@ def collect(
     """
     if until <= since:
         raise AccountingError(f"empty window: it ends at {slurm_time(until)}, not after its start {slurm_time(since)}")
-    if conf is not None and not conf.is_file():
-        # The commands would retry a missing slurm.conf for about a minute before giving up.
-        raise AccountingError(f"{conf} does not exist ([slurm].conf)")
     deadline = time.monotonic() + timeout
     jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
     events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
@@ -112,22 +109,19 @@ def collect(
 def _run(
     bin_dir: Optional[Path], name: str, args: Sequence[str], deadline: float, timeout: float, conf: Optional[Path]
 ) -> str:
-    try:
-        binary = find_binary(name, bin_dir)
-    except SlurmNotFound as exc:
-        raise AccountingError(str(exc)) from None
-    command = shlex.join([str(binary), *args])
+    # The command as the messages show it: its path when bin_dir says where it is.
+    command = shlex.join([str(bin_dir / name) if bin_dir is not None else name, *args])
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise AccountingError(f"`{command}` not run: the {timeout:g}s for collecting accounting are used up")
     try:
-        finished = run_bounded([str(binary), *args], remaining, env=client_env(conf))
-    except TimedOut:
+        finished = run_client(name, args, bin_dir, conf, remaining, command)
+    except ClientTimedOut as exc:
         raise AccountingError(
-            f"`{command}` did not answer within {timeout:g}s: slurmdbd is slow or not reachable"
+            f"`{command}` did not answer within {timeout:g}s: slurmdbd is slow or not reachable{exc.stuck_note}"
         ) from None
-    except OSError as exc:
-        raise AccountingError(f"cannot run {binary}: {exc.strerror or exc}") from None
+    except SlurmError as exc:
+        raise AccountingError(str(exc)) from None
     if finished.returncode != 0:
         said = one_line(finished.err or finished.out, 500) or "no output"
         raise AccountingError(f"`{command}` failed (exit status {finished.returncode}){_cause(said)}: {said}")

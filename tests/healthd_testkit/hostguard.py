@@ -8,7 +8,9 @@ its own state directory or its ``[slurm] enabled = false`` would write
   PermissionError, any file access under a guarded path (open, create, delete,
   rename, chmod, list) and any start of a Slurm client command (scontrol, sinfo, ...)
   whose ``SLURM_CONF`` is not a test cluster registered with ``allow_slurm_conf``,
-  unless the command is a stand-in the test wrote under the temporary directory.
+  unless the command is a stand-in the test wrote under the temporary directory
+  (healthd's own commands start through ``healthd.slurmrun``'s shell, whose arguments
+  name the command and where it is looked for).
 - Blocking, in every child process: for the whole session ``SLURM_CONF`` points at
   a tripwire slurm.conf the guard wrote. Slurm's client commands respect
   ``SLURM_CONF`` whenever it is set (no fallback to /etc/slurm or DNS), and this
@@ -48,6 +50,7 @@ from typing import Any, Iterator, Optional, Sequence
 import pytest
 
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
+from healthd.slurmrun import SHELL, SHELL_NAME
 
 # Where an installed healthd keeps its config and its state.
 HOST_PATHS = (DEFAULT_CONFIG_PATH.parent, DEFAULT_STATE_DIR)
@@ -270,7 +273,7 @@ class HostGuard:
 
     def allow_slurm_conf(self, conf: Path) -> None:
         """Declare ``conf`` the slurm.conf of a test cluster this session started: commands using it may run."""
-        self._clusters.add(os.path.realpath(conf))
+        self._clusters.update({os.path.abspath(conf), os.path.realpath(conf)})
 
     def is_test_cluster(self, conf: Optional[str | Path]) -> bool:
         return conf is not None and os.path.realpath(conf) in self._clusters
@@ -378,21 +381,55 @@ class HostGuard:
         program = args[program_index] if program_index < len(args) else None
         if program is None:
             return
+        env = args[env_index] if env_index < len(args) else None
+        conf = _env_value(env, "SLURM_CONF") if env is not None else os.environ.get("SLURM_CONF")
+        launched = _launched(event, args)
+        if launched is not None:
+            self._check_launched(*launched, conf)
+            return
         name = os.path.basename(os.fsdecode(program))
         if name not in SLURM_CLIENTS:
             return
-        env = args[env_index] if env_index < len(args) else None
-        conf = _env_value(env, "SLURM_CONF") if env is not None else os.environ.get("SLURM_CONF")
         if self.is_test_cluster(conf):
             return
         where = shutil.which(os.fsdecode(program), path=_env_value(env, "PATH") if env is not None else None)
         resolved = os.path.realpath(where) if where else ""
         if any(resolved.startswith(root + "/") for root in self._stand_in_roots):
             return  # a stand-in the test wrote under the temporary directory, not Slurm
+        self._refuse_slurm(os.fsdecode(program), conf)
+
+    def _check_launched(self, name: str, dirs: list[str], conf: Optional[str]) -> None:
+        """A Slurm command started through ``healthd.slurmrun``'s shell, which looks for ``name`` in ``dirs``.
+
+        Decided on the paths' text first: a test may put them on a hung mount, where a
+        stat would hang the test process itself.
+        """
+        if name not in SLURM_CLIENTS or (conf is not None and os.path.abspath(conf) in self._clusters):
+            return
+        if all(any(os.path.abspath(d).startswith(root + "/") for root in self._stand_in_roots) for d in dirs):
+            return  # stand-ins the test wrote under the temporary directory, not Slurm
+        if self.is_test_cluster(conf):
+            return
+        found = [os.path.join(d, name) for d in dirs if os.path.isfile(os.path.join(d, name))]
+        if found:  # else the shell finds no command to run, and says so
+            self._refuse_slurm(found[0], conf)
+
+    def _refuse_slurm(self, program: str, conf: Optional[str]) -> None:
         self._refuse(
-            f"ran {os.fsdecode(program)} with SLURM_CONF={conf}, which is not a test cluster"
+            f"ran {program} with SLURM_CONF={conf}, which is not a test cluster"
             " (a test cluster's fixture calls host_guard.allow_slurm_conf(conf))"
         )
+
+
+def _launched(event: str, args: tuple[Any, ...]) -> Optional[tuple[str, list[str]]]:
+    """The command's name and where it is looked for, when ``event`` starts ``healthd.slurmrun``'s shell."""
+    if event != "subprocess.Popen" or len(args) < 2 or os.fsdecode(args[0]) != SHELL:
+        return None
+    argv = [os.fsdecode(a) for a in args[1]]
+    # [SHELL, "-c", script, SHELL_NAME, name, conf, count, *dirs, *arguments]
+    if len(argv) < 7 or argv[3] != SHELL_NAME or not argv[6].isdigit():
+        return None
+    return argv[4], argv[7 : 7 + int(argv[6])]
 
 
 def _env_value(env: Any, key: str) -> Optional[str]:

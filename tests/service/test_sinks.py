@@ -56,6 +56,18 @@ def test_log_sink_logs_findings_actions_problems_then_the_summary(
     assert (fields[1]["HEALTHD_ACTION"], fields[1]["HEALTHD_OUTCOME"]) == ("take_out_now", "disabled")
 
 
+def test_log_sink_writes_a_problem_as_one_line(
+    make_engine: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    report = report_from_outcome(run_pass(make_engine()))
+    report = replace(report, problems=("cannot write /x/a\n<0>healthd: forged\x1b[2J.json: Read-only file system",))
+    logger = logging.getLogger("healthd.test-sinks")
+    caplog.set_level(logging.INFO, logger="healthd.test-sinks")
+    LogSink(logger).publish(report, 1)
+    problems = [r.getMessage() for r in caplog.records if r.getMessage().startswith("pass problem:")]
+    assert problems == ["pass problem: cannot write /x/a <0>healthd: forged [2J.json: Read-only file system"]
+
+
 def test_a_pass_that_raised_in_the_cycle_and_one_that_never_ran_take_the_same_path(
     make_engine: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,8 +23,6 @@ from healthd.reasons import make_reason, owned, sanitize
 from healthd.slurm import (
     SlurmClient,
     SlurmError,
-    SlurmNotFound,
-    find_binary,
     node_in_groups,
     parse_show_node_json,
     parse_show_node_line,
@@ -377,13 +375,6 @@ def test_ownership_needs_the_prefix_as_a_word() -> None:
     assert not owned("admin: healthd: X", "healthd:")
 
 
-def test_find_binary(tmp_path: Path) -> None:
-    (tmp_path / "scontrol").write_text("")
-    assert find_binary("scontrol", tmp_path) == tmp_path / "scontrol"
-    with pytest.raises(SlurmNotFound, match=r"set \[slurm\]\.bin_dir"):
-        find_binary("scontrol", tmp_path / "nope")
-
-
 class _Settings(CheckSettings):
     pass
 
@@ -465,12 +456,14 @@ esac
 
 def test_a_missing_slurm_conf_fails_at_once_and_says_which(tmp_path: Path) -> None:
     """scontrol itself retries a missing slurm.conf for about a minute; the adapter does not start it."""
-    client = SlurmClient(SlurmSettings(conf=tmp_path / "absent" / "slurm.conf", timeout=30))
+    ran = tmp_path / "ran"
+    bin_dir = _fake_scontrol(tmp_path / "bin", f"touch {ran}\n", sinfo=f"touch {ran}\n")
+    client = SlurmClient(SlurmSettings(bin_dir=bin_dir, conf=tmp_path / "absent" / "slurm.conf", timeout=30))
     started = time.monotonic()
     with pytest.raises(SlurmError, match=r"absent/slurm\.conf does not exist \(\[slurm\]\.conf\)"):
         client.show_node("node1")
     assert time.monotonic() - started < 5
-    assert client.calls == []
+    assert client.calls == [] and not ran.exists()
 
 
 def test_all_calls_of_a_pass_share_one_time_budget(tmp_path: Path) -> None:
