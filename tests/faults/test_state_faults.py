@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import only_checks
 from healthd_testkit.faults import FAULT, Harness
-from healthd_testkit.paths import run_healthd
+from healthd_testkit.paths import fill, run_healthd
 from healthd_testkit.waiting import wait_for
 
 from healthd.cli import main
@@ -62,15 +62,7 @@ def test_full_state_dir_is_reported_every_pass_and_recovers(
 ) -> None:
     tiny_tmpfs = tmpfs("state", "size=64k,mode=0700")
     node = harness(FAULT, slurm_conf=cluster.conf)
-    filler = tiny_tmpfs / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass  # ENOSPC: the state directory is full
-    finally:
-        os.close(fd)
+    filler = fill(tiny_tmpfs)
     running = _passes_with_problems(node, start_daemon, "No space left on device")
     assert not [p for p in tiny_tmpfs.iterdir() if p.name.endswith(".tmp")]  # no half-written files left
     _untouched(cluster)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -55,3 +56,17 @@ def file_holding(data: Union[bytes, str], name: str) -> Iterator[Path]:
         else:
             path.write_bytes(data)
         yield path
+
+
+def fill(directory: Path) -> Path:
+    """Write ``directory/filler`` until its filesystem is full (ENOSPC); returns the file, to remove to free it."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass  # ENOSPC: the filesystem is full
+    finally:
+        os.close(fd)
+    return filler

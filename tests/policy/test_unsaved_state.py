@@ -17,6 +17,7 @@ from typing import Callable
 
 import pytest
 from healthd_testkit.checks import only_checks
+from healthd_testkit.paths import fill
 
 from healthd.engine import Engine
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
@@ -120,19 +121,6 @@ def test_check_once_on_a_read_only_state_dir_takes_a_critical_node_out(
     assert not (state / "policy.json").exists()
 
 
-def _fill(directory: Path) -> Path:
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass  # ENOSPC: the state directory is full
-    finally:
-        os.close(fd)
-    return filler
-
-
 def test_a_full_state_dir_still_counts_fail_passes_and_takes_the_node_out(
     write_config: Callable[..., Path], tmpfs: Callable[[str, str], Path]
 ) -> None:
@@ -140,7 +128,7 @@ def test_a_full_state_dir_still_counts_fail_passes_and_takes_the_node_out(
     config = write_config(TWICE)
     daemon = Engine.from_path(config)
     (state / "cycle.lock").touch(mode=0o600)  # left by the passes before the filesystem filled up
-    filler = _fill(state)
+    filler = fill(state)
 
     # The daemon: one process, one engine, pass after pass.
     first = run_pass(daemon)
