@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
 import pytest
 from healthd_testkit.checks import only_checks
+from healthd_testkit.namespace import in_mount_namespace
 from healthd_testkit.paths import fill
 
 from healthd.engine import Engine
@@ -90,11 +90,8 @@ def test_an_acknowledged_critical_is_not_counted_as_reached(write_config: Callab
     assert json.loads((tmp_path / "state" / "policy.json").read_text())["fail_streaks"].get("mounts", 0) == 0
 
 
-_UNSHARE = shutil.which("unshare")
-
-
 @pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0 or _UNSHARE is None, reason="needs root and unshare(1)")
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)")
 def test_check_once_on_a_read_only_state_dir_takes_a_critical_node_out(
     write_config: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -105,15 +102,7 @@ def test_check_once_on_a_read_only_state_dir_takes_a_critical_node_out(
     (state / "cycle.lock").touch(mode=0o600)
     check = f'{sys.executable} -m healthd check --once --json --config "{config}"'
     script = f'mount --bind "{state}" "{state}" && mount -o remount,bind,ro "{state}" && exec {check}'
-    done = subprocess.run(
-        [str(_UNSHARE), "--mount", "--propagation", "private", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    if done.returncode != 2 and "unshare" in done.stderr and not done.stdout:
-        pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
+    done = in_mount_namespace(script, expected=2)
     document = json.loads(done.stdout)
     errors = document["action"]["errors"]
     assert any("Read-only file system" in e and "policy.json" in e for e in errors), errors

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from healthd_testkit.namespace import in_mount_namespace
 from healthd_testkit.paths import REPO
 
 UNIT = REPO / "packaging" / "systemd" / "healthd.service"
@@ -121,15 +122,7 @@ def test_protect_system_strict_leaves_the_mounts_check_its_view(tmp_path: Path) 
         'if touch /healthd-probe 2>/dev/null; then echo "/ is writable"; exit 99; fi && '
         f'exec {" ".join(healthd)} --config "{config}"'
     )
-    done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    if done.returncode != 0 and "unshare" in done.stderr and not done.stdout:
-        pytest.skip(f"no private mount namespace here: {done.stderr.strip()}")
+    done = in_mount_namespace(script, expected=0)
     assert done.returncode == 0, done.stdout + done.stderr
     document = json.loads(done.stdout)
     # healthd's own view of "/" is read-only, yet the check reads PID 1's mountinfo: rw, OK.
