@@ -11,7 +11,7 @@ private state directory, Slurm off and ``--dry-run``.
 
 Each healthd run alternates with a bare ``python -c pass`` of the same interpreter
 (the interpreter floor), and the ratio of the medians is printed: LBNL NHC cannot be
-built here, and the README's target for this case is <= 6x the floor. The first run
+built here, and the target in bench/README.md for this case is <= 6x the floor. The first run
 is left out: it validates the config and caches it (``healthd.configcache``); the
 runs measured are a node's usual ones, with an unchanged config. Bytecode is
 compiled first, as a wheel install does. Prints figures; asserts nothing.

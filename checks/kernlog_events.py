@@ -283,7 +283,7 @@ def with_log(
     the hardware nor the log gave a finding (``NotApplicable``). The state is kept
     even then: every new record was matched against ``patterns`` and none matched, so
     the next pass need read only what is logged after it, and a check that applies
-    later (a driver loaded) still sees every record logged since (README, "the kernel log").
+    later (a driver loaded) still sees every record logged since (docs/host.md, "Reading the kernel log").
     """
     log_findings, log_state = judge_log(log, jc, settings, patterns)
     findings = [*findings, *log_findings]

@@ -19,7 +19,7 @@ from types import ModuleType, SimpleNamespace
 from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN
 from healthd.stdout import quiet_broken_pipe
 
-# ``typing`` is not imported at run time: ``healthd status`` would pay for it (README, Benchmarks).
+# ``typing`` is not imported at run time: ``healthd status`` would pay for it (bench/README.md).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse

@@ -15,7 +15,7 @@ from pathlib import Path
 from healthd import plaintoml
 from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     from typing import Any, Optional
 

@@ -39,7 +39,7 @@ from healthd.state import StateDir, StateError, open_entry, read_entry
 from healthd.statelock import LockTimeout, StateLock
 from healthd.trust import UntrustedPath, open_trusted_dir
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     from typing import Any, Mapping, Optional
 

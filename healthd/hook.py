@@ -14,7 +14,7 @@ from healthd import __version__
 from healthd.exitcodes import EX_USAGE
 from healthd.stdout import quiet_broken_pipe
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     import argparse
     from typing import Any, Optional, Sequence

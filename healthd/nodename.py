@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow the hook (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow the hook (bench/README.md)
 if TYPE_CHECKING:
     from typing import Mapping, Optional
 

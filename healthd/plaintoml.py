@@ -25,7 +25,7 @@ import re
 
 from healthd.defaults import toml_module
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     from typing import Any, Optional
 

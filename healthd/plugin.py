@@ -59,7 +59,7 @@ class NotApplicable(Exception):
 
     ``state``, when given, is saved all the same (by ``Staged``): a check that reads the
     kernel log keeps its cursor while it does not apply, so the next pass reads only the
-    records logged since, not the whole boot again (README, "the kernel log").
+    records logged since, not the whole boot again (docs/host.md, "Reading the kernel log").
     """
 
     def __init__(self, reason: str, state: Optional[Mapping[str, Any]] = None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from healthd import __version__
 from healthd.text import one_line, pass_headline
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     from typing import Any, Mapping, Optional
 

@@ -37,7 +37,7 @@ from healthd.trust import (
     trusted_stat,
 )
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     from typing import Any, Callable, Optional, TypeVar
 

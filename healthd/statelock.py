@@ -25,7 +25,7 @@ from types import TracebackType
 
 from healthd.state import open_entry, open_state_dir
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     from typing import Callable, Optional
 

@@ -33,7 +33,7 @@ import os
 import stat
 from pathlib import Path
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     from types import TracebackType
     from typing import Optional

@@ -1,7 +1,7 @@
 """``healthd fleet report`` and ``healthd fleet lemons``: fleet reliability from Slurm accounting (docs/fleet.md).
 
 Both read the same inputs: ``--jobs FILE --events FILE`` (the parsable output of
-the sacct and sacctmgr commands in the README, ``-`` for standard input) and
+the sacct and sacctmgr commands in docs/fleet.md, ``-`` for standard input) and
 optionally ``--submit-lines FILE`` (sacct's JobID and SubmitLine, read twice), or
 ``--live``, which runs those commands through ``healthd.fleet.live.collect`` with
 ``[slurm] bin_dir``. Either way the texts go to ``healthd.fleet.analyze.analyze``.

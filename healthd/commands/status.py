@@ -25,7 +25,7 @@ from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
 from healthd.text import one_line, pass_headline
 from healthd.trust import UntrustedPath
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (README)
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     import argparse  # ``healthd status`` is usually parsed without it (``healthd.cli.plain_status``)
     from typing import Any, Optional

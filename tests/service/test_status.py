@@ -166,7 +166,7 @@ def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
 
 def test_status_loads_neither_typing_nor_datetime(tmp_path: Path) -> None:
     # typing and datetime would cost ``healthd status`` 2 to 4 ms each against an interpreter floor of about
-    # 12 (README, benchmarks), contextlib and importlib about 1: annotations only name typing's types, the
+    # 12 (bench/README.md), contextlib and importlib about 1: annotations only name typing's types, the
     # record's time is read without datetime, and the context managers on the way are classes.
     config = _setup(tmp_path, "OK")
     assert "HEAVY []" in _status_imports(config, "typing datetime contextlib importlib", bare=True)

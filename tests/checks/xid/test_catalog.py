@@ -179,7 +179,7 @@ def test_override_changes_grade_only() -> None:
     assert classify(xid(79), {"79": Status.WARNING}).sticky is Sticky.UNTIL_REBOOT
 
 
-# -- the README and docs/xid.md say what the code does ---------------------------------------------------
+# -- docs/builtin-checks.md and docs/xid.md say what the code does ---------------------------------------------------
 
 
 def _numbers(text: str) -> list[int]:
@@ -213,9 +213,9 @@ def test_docs_table_grades_each_xid_as_the_catalog() -> None:
     assert checked >= 150
 
 
-def test_readme_examples_grade_as_the_catalog() -> None:
-    """Xid 94 is RESTART_APP in NVIDIA's catalog: the README once listed it as CRITICAL until a reset."""
-    readme = (REPO / "README.md").read_text()
+def test_check_reference_examples_grade_as_the_catalog() -> None:
+    """Xid 94 is RESTART_APP in NVIDIA's catalog: the check reference once listed it as CRITICAL until a reset."""
+    readme = (REPO / "docs" / "builtin-checks.md").read_text()
     reset = [c for c in _numbers(_bullet(readme, "CRITICAL until a GPU reset").split("(for example")[1]) if c != 154]
     assert reset and all(classify(xid(c)).sticky is Sticky.UNTIL_RESET for c in reset)
     assert all(classify(xid(c)).grade is Status.CRITICAL for c in reset)
