@@ -343,7 +343,7 @@ class Folding:
 
     def _end_wait(self, event: XidEvent) -> None:
         """Another Xid than 144-150 on the GPU: no Xid 154 follows its waiting lines, which keep RESTART_APP."""
-        if event.kind is Kind.XID and event.pci is not None and event.code not in NVLINK5_XIDS:
+        if event.kind is not Kind.SXID and event.pci is not None and event.code not in NVLINK5_XIDS:
             for group in self._waiting(event.pci):
                 group.awaiting_154 = False
 

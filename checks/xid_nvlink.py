@@ -240,11 +240,12 @@ NVLINK5_ROWS: tuple[Nvlink5Row, ...] = (
 # The driver's line, after "<xid>, " and any "pid=..., name=..., ": the unit (one name, or
 # the sheet's "V1/V2" form; Xid 150 also "MSE Degraded"), the driver's severity word, the
 # cross-contain and injection flags, the link (-1: not one link) and the registers, of which
-# the first two are IntrInfo and the error status. Anchored at the start: a process name
+# the first two are IntrInfo and the error status (the driver pads some fields with more
+# than one space). Anchored at the start: a process name
 # (at most 15 characters) cannot hold a whole decode to shadow the driver's.
 _NVLINK5 = re.compile(
-    r"([A-Z][A-Z0-9_]{0,40}(?:/[A-Z][A-Z0-9_]{0,40})?(?: Degraded)?) (Fatal|Nonfatal) XC(\d) i(\d) Link (-?\d{1,3}) "
-    r"\((0x[0-9a-fA-F]{1,8}) (0x[0-9a-fA-F]{1,8})(?: 0x[0-9a-fA-F]{1,8}){0,6}\)",
+    r"([A-Z][A-Z0-9_]{0,40}(?:/[A-Z][A-Z0-9_]{0,40})?(?: Degraded)?) +(Fatal|Nonfatal) +XC(\d) +i(\d) +"
+    r"Link +(-?\d{1,3}) +\((0x[0-9a-fA-F]{1,8}) +(0x[0-9a-fA-F]{1,8})(?: +0x[0-9a-fA-F]{1,8}){0,6}\)",
     re.ASCII,
 )
 

@@ -149,7 +149,7 @@ def follow_154(entries: Iterable[ScanEntry]) -> Iterator[ScanEntry]:
                 waited = held[index].entry
                 followed = followed_by_154(waited.summary, item.entry, waited.nvlink5)
                 held[index] = replace(held[index], entry=followed)
-        elif item.event.kind is Kind.XID and item.event.code not in NVLINK5_XIDS:
+        elif item.event.kind is not Kind.SXID and item.event.code not in NVLINK5_XIDS:
             waiting.pop(item.gpu, None)
         if awaits_154(item.entry):
             waiting.setdefault(item.gpu, []).append(len(held))

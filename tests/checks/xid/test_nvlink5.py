@@ -6,6 +6,7 @@ Before this decode every Xid 144-150 was CRITICAL, so a bit-error-rate event dra
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -165,6 +166,8 @@ def test_the_decode_refuses_what_is_not_the_drivers_form() -> None:
     assert decode_nvlink5(149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226)") is None
     line = decode_nvlink5(149, "NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x0 0x0 0x0 0x0)")
     assert line is not None and line.link == -1 and line.row is not None and line.row.unit == "NETIR/NETIR_INT"
+    padded = decode_nvlink5(149, "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000)")
+    assert padded is not None and padded.row is not None and padded.row.investigate == "INVESTIGATE_PEER_DEVICE"
 
 
 # -- the check: folding, and the Xid 154 that follows --------------------------------------------
@@ -236,6 +239,23 @@ def test_scan_log_json_on_the_gb200_log(cli_json: Any) -> None:
     ]
     assert document["events"][2]["sticky"] == "until_reset"
     assert document["events"][4]["summary"].endswith("no Xid 154 after it (yet): RESTART_APP")
+
+
+def test_scan_log_from_stdin_grades_by_the_154_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from healthd.cli import main
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{SRC_TRACK}\n{TO_RESET}\n{SRC_TRACK}\n"))
+    assert main(["scan-log", "--json", "-"]) == 2
+    grades = [(e["code"], e["grade"]) for e in json.loads(capsys.readouterr().out)["events"]]
+    # The last line waits for a 154 that never comes: the catalog's RESTART_APP.
+    assert grades == [("XID_145", "CRITICAL"), ("XID_154", "CRITICAL"), ("XID_145", "OK")]
+
+
+def test_a_gpu_falling_off_the_bus_ends_the_wait(node: Node) -> None:
+    node.log(SRC_TRACK, "NVRM: GPU 0019:01:00.0: GPU has fallen off the bus.", TO_RESET)
+    assert by_code(node.run())["XID_145@0019:01:00"].status is Status.OK
 
 
 def test_scan_log_of_only_the_non_fatal_lines_exits_ok(cli_json: Any, tmp_path: Path) -> None:
