@@ -161,6 +161,23 @@ def test_the_table_is_the_sheets_transcription() -> None:
     assert len(keys) == len(set(keys)), "a row twice"
 
 
+def _fit(a: str, b: str) -> bool:
+    """Whether some IntrInfo value has both bit patterns (they agree on the bits both compare)."""
+    width = min(len(a), len(b))
+    return int(a, 2) % (1 << width) == int(b, 2) % (1 << width)
+
+
+def test_no_line_fits_two_rows_that_resolve_differently() -> None:
+    """Both encodings are tried on every line (which one the driver used is not in it): that must be unambiguous."""
+    for index, one in enumerate(NVLINK5_ROWS):
+        for other in NVLINK5_ROWS[index + 1 :]:
+            same_line = one.xid == other.xid and one.names & other.names and one.reason == other.reason
+            statuses = not one.statuses or not other.statuses or set(one.statuses) & set(other.statuses)
+            if same_line and statuses and one.resolution is not other.resolution:
+                pairs = [(a, b) for a in (one.v1, one.v2) for b in (other.v1, other.v2)]
+                assert not any(_fit(a, b) for a, b in pairs), (one, other)
+
+
 def test_the_decode_refuses_what_is_not_the_drivers_form() -> None:
     assert decode_nvlink5(149, "pid=1, name=x, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x1 0x1)") is None
     assert decode_nvlink5(149, "NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226)") is None
