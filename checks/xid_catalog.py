@@ -5,8 +5,8 @@ NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.ht
 sheet "Xids", Xids 1-161; 162 and later have no immediate action there). healthd
 grades by that column:
 
-- RESET_GPU, the WORKFLOW_XID_48 (double-bit ECC: reset the GPU), WORKFLOW_NVLINK_ERR
-  and WORKFLOW_NVLINK5_ERR buckets, and CONTACT_SUPPORT are CRITICAL until a GPU
+- RESET_GPU, the WORKFLOW_XID_48 (double-bit ECC: reset the GPU) and WORKFLOW_NVLINK_ERR
+  buckets, and CONTACT_SUPPORT are CRITICAL until a GPU
   reset (CONTACT_SUPPORT is also the bucket of every Xid the catalog marks
   "Unused": a retired code appearing on a current GPU needs a person);
 - RESTART_BM (reboot the machine), RESTART_VM (this VM must restart) and
@@ -22,7 +22,13 @@ grades by that column:
   with it. Neither ever escalates;
 - UPDATE_SWFW (vGPU start error) and CHECK_UVM ("reset the GPU if UVM/vGPU is in
   use, else ignore": healthd cannot tell) are WARNING;
-- XID_154 is graded by the recovery action the line names.
+- XID_154 is graded by the recovery action the line names;
+- WORKFLOW_NVLINK5_ERR (Xids 144-150) is graded line by line by the catalog's "XID
+  144-150 Decode" sheet (``xid_nvlink.NVLINK5_ROWS``): IGNORE rows are OK, RESET_GPU rows
+  CRITICAL until reset, and XID_154_EVAL rows take the grade of the Xid 154 that follows
+  on the same GPU (``followed_by_154``), RESTART_APP (OK) while none has. A line the sheet
+  does not list is CRITICAL until reset when the driver calls it Fatal (or its form cannot
+  be read), WARNING when it calls it Nonfatal (``nvlink5_entry``).
 
 An Xid not in the table is WARNING: a new driver may log a new hardware fault, and
 an unexplained Xid deserves a look without draining a node at once. Every grade
@@ -37,6 +43,7 @@ from typing import Mapping, Optional
 
 from healthd.model import Status
 
+from .xid_nvlink import Nvlink5Line, Resolution, decode_nvlink5
 from .xid_parse import Kind, RecoveryAction, XidEvent
 
 
@@ -98,6 +105,7 @@ class Entry:
     sticky: Sticky
     summary: str
     action: Action = Action.NONE
+    nvlink5: Optional[Nvlink5Line] = None  # Xids 144-150: the line's decode
 
 
 _A = Action
@@ -171,7 +179,7 @@ IMMEDIATE_ACTION: Mapping[int, tuple[Action, str]] = {
     142: (_A.CONTACT_SUPPORT, "NVENC3 error"),
     143: (_A.RESET_GPU, "GPU initialization failure"),
     **{
-        code: (_A.WORKFLOW_NVLINK5_ERR, "NVLink5 error (decode with NVIDIA's Xid 144-150 tables)")
+        code: (_A.WORKFLOW_NVLINK5_ERR, "NVLink5 error in a form healthd cannot decode; default for it: CRITICAL")
         for code in range(144, 151)
     },
     151: (_A.RESTART_VM, "key rotation error"),
@@ -192,7 +200,7 @@ _BY_ACTION: Mapping[Action, tuple[Bucket, Status, Sticky]] = {
     Action.RESET_GPU: (Bucket.RESET_GPU, Status.CRITICAL, Sticky.UNTIL_RESET),
     Action.WORKFLOW_XID_48: (Bucket.UNCORRECTABLE_ECC, Status.CRITICAL, Sticky.UNTIL_RESET),
     Action.WORKFLOW_NVLINK_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),
-    Action.WORKFLOW_NVLINK5_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),
+    Action.WORKFLOW_NVLINK5_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),  # undecoded lines only
     Action.CONTACT_SUPPORT: (Bucket.CONTACT_SUPPORT, Status.CRITICAL, Sticky.UNTIL_RESET),
     Action.RESTART_BM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
     Action.RESTART_VM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
@@ -298,6 +306,65 @@ def remedy(action: str, recovery_action: str) -> str:
     return _REMEDY_OF_ACTION.get(action, "")
 
 
+NVLINK5_XIDS = range(144, 151)
+
+# The sheet's resolution -> (bucket, grade, sticky). XID_154_EVAL's own grade is the
+# catalog's "If no XID 154 present, RESTART_APP": OK, as every RESTART_APP Xid.
+_BY_RESOLUTION: Mapping[Resolution, tuple[Bucket, Status, Sticky]] = {
+    Resolution.IGNORE: (Bucket.INFORMATIONAL, Status.OK, Sticky.NO),
+    Resolution.RESET_GPU: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),
+    Resolution.XID_154_EVAL: (Bucket.APPLICATION, Status.OK, Sticky.NO),
+}
+_AWAITING_154 = "XID_154_EVAL, no Xid 154 after it (yet): RESTART_APP"
+
+
+def _nvlink5_what(line: Nvlink5Line) -> str:
+    word = "Fatal" if line.fatal else "Nonfatal"
+    return f"NVLink5 {line.unit} {word}, status 0x{line.status:x}"
+
+
+def nvlink5_entry(event: XidEvent) -> Entry:
+    """An Xid 144-150 line graded by its row in the catalog's "XID 144-150 Decode" sheet.
+
+    A line the sheet does not list gets healthd's default, and its summary says so: a
+    Fatal one needs what every listed Fatal row but one needs, a GPU reset (CRITICAL until
+    reset); a Nonfatal one is WARNING, worth a person's look but not an immediate drain.
+    A line healthd cannot read at all keeps the whole Xid's WORKFLOW_NVLINK5_ERR grade.
+    """
+    line = decode_nvlink5(event.code, event.text)
+    if line is None:
+        return CATALOG[event.code]
+    what = _nvlink5_what(line)
+    if line.row is None:
+        default = "CRITICAL until reset" if line.fatal else "WARNING"
+        grade, sticky = (Status.CRITICAL, Sticky.UNTIL_RESET) if line.fatal else (Status.WARNING, Sticky.NO)
+        summary = f"{what}: not in NVIDIA's Xid 144-150 decode, so healthd's default: {default}"
+        return Entry(Bucket.NVLINK, grade, sticky, summary, Action.WORKFLOW_NVLINK5_ERR, line)
+    bucket, grade, sticky = _BY_RESOLUTION[line.row.resolution]
+    if line.row.resolution is Resolution.XID_154_EVAL:
+        summary = f"{what}: {_AWAITING_154}"
+    else:
+        summary = f"{what}: {line.row.resolution.value} (NVIDIA's Xid 144-150 decode)"
+    return Entry(bucket, grade, sticky, summary, Action.WORKFLOW_NVLINK5_ERR, line)
+
+
+def awaits_154(entry: Entry) -> bool:
+    """Whether ``entry`` is an Xid 144-150 line whose grade is that of the Xid 154 to follow.
+
+    Not when an override gave the Xid another grade than the catalog's RESTART_APP: the
+    operator's grade stands.
+    """
+    row = entry.nvlink5.row if entry.nvlink5 is not None else None
+    return row is not None and row.resolution is Resolution.XID_154_EVAL and entry.grade is Status.OK
+
+
+def followed_by_154(waiting: str, recovery: Entry, line: Optional[Nvlink5Line] = None) -> Entry:
+    """The entry of an XID_154_EVAL line (summary ``waiting``) once an Xid 154 graded ``recovery`` followed it."""
+    what = waiting.removesuffix(f": {_AWAITING_154}")
+    summary = f"{what}: XID_154_EVAL, the Xid 154 after it says {recovery.summary}"
+    return Entry(recovery.bucket, recovery.grade, recovery.sticky, summary, Action.WORKFLOW_NVLINK5_ERR, line)
+
+
 def override_key(event: XidEvent) -> str:
     """The key an operator uses in ``overrides``: ``"79"`` for Xid 79, ``"SXID_20034"`` for an SXid."""
     return f"SXID_{event.code}" if event.kind is Kind.SXID else str(event.code)
@@ -310,9 +377,11 @@ def classify(event: XidEvent, overrides: Optional[Mapping[str, Status]] = None) 
     elif event.code == 154 and event.recovery is not None:
         action = event.recovery.action
         entry = RECOVERY_ENTRIES[action] if action is not None else UNKNOWN_XID
+    elif event.code in NVLINK5_XIDS:
+        entry = nvlink5_entry(event)
     else:
         entry = CATALOG.get(event.code, UNKNOWN_XID)
     grade = (overrides or {}).get(override_key(event))
     if grade is None or grade is entry.grade:
         return entry
-    return Entry(entry.bucket, grade, entry.sticky, entry.summary, entry.action)
+    return Entry(entry.bucket, grade, entry.sticky, entry.summary, entry.action, entry.nvlink5)

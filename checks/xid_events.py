@@ -25,7 +25,7 @@ from healthd.state import load_records
 
 from .kernlog import LogLine, ReadResult
 from .kernlog_read import Position
-from .xid_catalog import CLEARS, Bucket, Sticky, classify, remedy
+from .xid_catalog import CLEARS, NVLINK5_XIDS, Bucket, Entry, Sticky, awaits_154, classify, followed_by_154, remedy
 from .xid_nvlink import DESCRIPTIONS, causes, parse_registers
 from .xid_parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message, sm_location
 
@@ -79,6 +79,11 @@ class _Group:
     userspace: int = 0
     nvlink: str = ""  # Xid 74: the link (and registers) of the latest line that named one
     cleared_by: str = ""  # what cleared the event ("" in states from before Xid 162: Xid 154's "None")
+    # Xids 144-150: "<resolution>|<unit>|<error status>|<link>" of the line that graded the event
+    # (resolution "" for a combination NVIDIA's decode lacks).
+    nvlink5: str = ""
+    # An XID_154_EVAL line is waiting for the Xid 154 that follows on its GPU (see _follow_154).
+    awaiting_154: bool = False
 
 
 # A number as healthd writes it in its state: ASCII digits (str.isdigit also takes "²", which int() refuses).
@@ -96,7 +101,15 @@ def _sane(group: _Group) -> bool:
     recent_ok = isinstance(group.recent, dict) and all(
         isinstance(key, str) and isinstance(at, (int, float)) for key, at in group.recent.items()
     )
-    return known and isinstance(group.userspace, int) and isinstance(group.cleared_by, str) and nvlink_ok and recent_ok
+    nvlink5_ok = isinstance(group.nvlink5, str) and isinstance(group.awaiting_154, bool)
+    return (
+        known
+        and isinstance(group.userspace, int)
+        and isinstance(group.cleared_by, str)
+        and nvlink_ok
+        and recent_ok
+        and nvlink5_ok
+    )
 
 
 def _load_groups(raw: Any) -> dict[str, _Group]:
@@ -261,7 +274,9 @@ class Folding:
             self.groups[key] = group
         in_window = not group.cleared and when - group.window_start < self.settings.window
         rank, held = entry.grade.rank, Status[group.grade].rank
-        new_event = created or not in_window or group.recovery_action != recovery or rank > held
+        # An Xid 154's recovery action is its grade; another Xid's recovery_action is that of
+        # the Xid 154 that graded it (_follow_154), which a milder line of it must not undo.
+        new_event = created or not in_window or (is_154 and group.recovery_action != recovery) or rank > held
         # Inside its window an event is never graded down by a milder line of the same Xid;
         # only a new recovery action (Xid 154) may say the GPU needs less than before.
         milder = not new_event and rank < held
@@ -269,6 +284,11 @@ class Folding:
             group.event = event_id
             group.window_start = when
             group.window_count = 0
+            group.recovery_action = recovery
+        if is_154:
+            self._follow_154(event, entry)
+        else:
+            self._end_wait(event)
         if not milder:
             group.bucket = entry.bucket.value
             group.grade = entry.grade.name
@@ -279,7 +299,10 @@ class Folding:
             failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
             # Xid 154 states the GPU's current need: its latest action replaces the last one.
             group.sticky_active = failing if is_154 else group.sticky_active or failing
-        group.recovery_action = recovery
+            group.nvlink5 = _nvlink5_state(entry)
+            group.awaiting_154 = awaits_154(entry)
+        if is_154:
+            group.recovery_action = recovery
         group.count += 1
         group.window_count += 1
         group.userspace += int(userspace)
@@ -296,6 +319,33 @@ class Folding:
         if event.kind is Kind.XID and event.pci is not None:
             for earlier in CLEARS.get(event.code, ()):
                 self._clear_xid(event.pci, earlier, f"Xid {event.code}")
+
+    def _waiting(self, pci: PciAddress) -> list[_Group]:
+        """The GPU's Xid 144-150 events whose XID_154_EVAL line waits for an Xid 154."""
+        return [g for g in self.groups.values() if g.awaiting_154 and g.pci == str(pci) and not g.cleared]
+
+    def _follow_154(self, event: XidEvent, recovery: Entry) -> None:
+        """NVIDIA's XID_154_EVAL: "If an XID 154 is seen along with this error, take that action".
+
+        The Xid 154 that follows an XID_154_EVAL line on the same GPU, with only Xid
+        144-150 lines of that GPU between (the driver logs them together), grades that
+        line's event as it grades itself; it also remembers the recovery action.
+        """
+        if event.pci is None or event.recovery is None:
+            return
+        for group in self._waiting(event.pci):
+            entry = followed_by_154(group.summary, recovery)
+            group.grade, group.sticky, group.bucket = entry.grade.name, entry.sticky.value, entry.bucket.value
+            group.summary = entry.summary
+            group.sticky_active = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
+            group.recovery_action = event.recovery.action.name if event.recovery.action else ""
+            group.awaiting_154 = False
+
+    def _end_wait(self, event: XidEvent) -> None:
+        """Another Xid than 144-150 on the GPU: no Xid 154 follows its waiting lines, which keep RESTART_APP."""
+        if event.kind is not Kind.SXID and event.pci is not None and event.code not in NVLINK5_XIDS:
+            for group in self._waiting(event.pci):
+                group.awaiting_154 = False
 
     def _occurred(self, group: _Group, event: XidEvent, when: float) -> None:
         """Remember the process behind an application Xid's line (one entry per pid, and location for Xid 13)."""
@@ -386,7 +436,8 @@ class Folding:
                 # Before the line's text, which the message's length limit may cut: that text is in the details.
                 decoded = "; ".join(DESCRIPTIONS[c] for c in link["causes"]) or "no register bit set"
                 text = f" on link {link['nvlink']} ({decoded}){text}"
-            message = f"{what} {group.xid} on {group.subject}: {group.summary}{text}{note} ({group.count} this boot)"
+            # The note before the line's text, which the message's length limit may cut.
+            message = f"{what} {group.xid} on {group.subject}: {group.summary}{note}{text} ({group.count} this boot)"
             details: dict[str, DetailValue] = {
                 "event": group.event,
                 "xid": group.xid,
@@ -408,6 +459,7 @@ class Folding:
                 details["nvlink"] = link["nvlink"]
                 details["nvlink_registers"] = link["registers"]
                 details["nvlink_causes"] = ",".join(c.value for c in link["causes"])
+            details.update(_nvlink5_details(group.nvlink5))
             if group.userspace:
                 details["userspace_records"] = group.userspace
             fix = remedy(group.action, group.recovery_action)
@@ -415,6 +467,29 @@ class Folding:
                 details["remedy"] = fix
             self.findings.append(self.jc.finding(status, group.code, group.subject, one_line(message), **details))
         return self.findings
+
+
+def _nvlink5_state(entry: Entry) -> str:
+    """An Xid 144-150 entry's decode as the state keeps it: ``resolution|unit|status|link`` ("" for other Xids)."""
+    line = entry.nvlink5
+    if line is None:
+        return ""
+    resolution = line.row.resolution.value if line.row is not None else ""
+    return f"{resolution}|{line.unit}|0x{line.status:08x}|{line.link}"
+
+
+def _nvlink5_details(state: str) -> dict[str, DetailValue]:
+    """The finding's details for an Xid 144-150 event's decode (``_nvlink5_state``)."""
+    parts = state.split("|")
+    if len(parts) != 4 or not re.fullmatch(r"-?[0-9]{1,3}", parts[3]):
+        return {}
+    resolution, unit, status, link = parts
+    return {
+        "nvlink": int(link),
+        "nvlink5_unit": unit,
+        "nvlink5_status": status,
+        "nvlink5_resolution": resolution or "UNLISTED",
+    }
 
 
 def _nvlink_details(nvlink: str) -> dict[str, Any]:

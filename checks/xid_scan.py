@@ -3,7 +3,9 @@
 Unlike the ``xid`` check this keeps no state and does no de-duplication: it lists
 each line so an operator can read a post-mortem dump. Grades are the catalog's
 (with the config's overrides); application Xids are not escalated here because
-a saved log need not carry timestamps to judge repeats by. The same rules as the
+a saved log need not carry timestamps to judge repeats by. An Xid 144-150 line whose
+decode says XID_154_EVAL is graded by the Xid 154 that follows it on the same GPU
+(``follow_154``), as in the check. The same rules as the
 check decide which lines count: only messages that begin with a driver prefix,
 and, where the format carries the facility (/dev/kmsg dumps, ``dmesg -r``), never a
 record that userspace wrote unless ``accept_userspace``.
@@ -14,12 +16,12 @@ from __future__ import annotations
 import codecs
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, TextIO, Union
 
 from healthd.model import Status, worst
 
-from .xid_catalog import Entry, classify
+from .xid_catalog import NVLINK5_XIDS, Entry, awaits_154, classify, followed_by_154
 from .xid_nvlink import causes
 from .xid_parse import (
     CHUNK,
@@ -77,7 +79,7 @@ class ScanEntry:
 
     def described(self) -> dict[str, Any]:
         """The rest of ``to_dict``: the event, its grade and its GPU's UUID, which a flood repeats."""
-        event = self.event
+        event, line = self.event, self.entry.nvlink5
         return {
             "kind": event.kind.value,
             "code": self.code,
@@ -93,11 +95,20 @@ class ScanEntry:
             "summary": self.entry.summary,
             "text": event.text,
             "recovery_action": event.recovery.after if event.recovery else None,
-            "nvlink": event.nvlink.link if event.nvlink else None,
+            "nvlink": event.nvlink.link if event.nvlink else line.link if line else None,
             "nvlink_registers": [f"0x{r:x}" for r in event.nvlink.registers] if event.nvlink else None,
             "nvlink_causes": [c.value for c in causes(event.nvlink.registers)] if event.nvlink else None,
             "action": self.entry.action.value,
+            **self._nvlink5(),
         }
+
+    def _nvlink5(self) -> dict[str, Any]:
+        """Xids 144-150: the decoded unit, error status and the catalog's resolution (UNLISTED: not in it)."""
+        line = self.entry.nvlink5
+        if line is None:
+            return {}
+        resolution = line.row.resolution.value if line.row else "UNLISTED"
+        return {"nvlink5_unit": line.unit, "nvlink5_status": f"0x{line.status:08x}", "nvlink5_resolution": resolution}
 
 
 def scan(
@@ -115,7 +126,39 @@ def scan(
             uuids[event.pci.key] = event.uuid
         elif not event.detail:
             found.append((number, record, event))
-    return [_entry(number, record, event, overrides, uuids) for number, record, event in found]
+    return list(follow_154(_entry(number, record, event, overrides, uuids) for number, record, event in found))
+
+
+# Lines held back while an XID_154_EVAL line waits for its Xid 154: a bound on memory.
+_HELD_LIMIT = 10_000
+
+
+def follow_154(entries: Iterable[ScanEntry]) -> Iterator[ScanEntry]:
+    """``entries`` in order, each XID_154_EVAL line graded by the Xid 154 that follows it on its GPU.
+
+    As in the check (``xid_events``): the next Xid 154 of the GPU, with only Xid 144-150
+    lines of that GPU between, grades the waiting lines; another Xid of the GPU first, or
+    the end of the log, leaves them at the catalog's RESTART_APP. Lines from the first
+    waiting one on are held until nothing waits (at most ``_HELD_LIMIT``).
+    """
+    held: list[ScanEntry] = []
+    waiting: dict[str, list[int]] = {}
+    for item in entries:
+        if item.event.recovery is not None:
+            for index in waiting.pop(item.gpu, []):
+                waited = held[index].entry
+                followed = followed_by_154(waited.summary, item.entry, waited.nvlink5)
+                held[index] = replace(held[index], entry=followed)
+        elif item.event.kind is not Kind.SXID and item.event.code not in NVLINK5_XIDS:
+            waiting.pop(item.gpu, None)
+        if awaits_154(item.entry):
+            waiting.setdefault(item.gpu, []).append(len(held))
+        held.append(item)
+        if not waiting or len(held) > _HELD_LIMIT:
+            waiting.clear()
+            yield from held
+            held.clear()
+    yield from held
 
 
 def _entry(
@@ -212,11 +255,14 @@ def scan_stream(
         raw.seek(0)
         text = _FileText(raw, handle.encoding or "utf-8", handle.errors or "strict")
     focus = Focus(narrow=EVENTS_ONLY)
-    for number, record, event in scan_candidates(
+    candidates = scan_candidates(
         read_candidates(text.read, chunk, focus=focus, readline=text.readline), accept_userspace, focus
-    ):
-        if not isinstance(event, GpuIdentity) and not event.detail:
-            yield _entry(number, record, event, overrides, uuids)
+    )
+    yield from follow_154(
+        _entry(number, record, event, overrides, uuids)
+        for number, record, event in candidates
+        if not isinstance(event, GpuIdentity) and not event.detail
+    )
 
 
 def worst_grade(entries: Iterable[ScanEntry]) -> Status:
