@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import pytest
 from healthd_testkit.paths import FIXTURES
+from healthd_testkit.xid import Node, by_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,18 @@ def test_kmsg_reader_keeps_the_message_after_a_caller_field() -> None:
     ]
     assert all(line.message.startswith(DRIVER_PREFIXES) for line in result.lines)
     assert result.lines[0].usec == 130456250
+
+
+def test_xid_check_reads_kmsg_records_with_a_caller_field(node: Node) -> None:
+    # The check itself, reading the records as its /dev/kmsg: the kernel's three give findings,
+    # the process's (PRI 12) none.
+    node.append((CORPUS / "kmsg-caller.txt").read_text())
+    found = by_code(node.run())
+    assert {key: f.status.name for key, f in found.items() if key.startswith(("XID", "SXID"))} == {
+        "XID_31@0000:2b:00": "OK",
+        "XID_119@0000:9b:00": "CRITICAL",
+        "SXID_24007@nvswitch0": "CRITICAL",
+    }
 
 
 def test_a_bare_kernel_tag_is_read_like_a_bare_driver_line() -> None:
