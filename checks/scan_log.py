@@ -1,9 +1,9 @@
 """``healthd scan-log FILE``: list the Xid events in a saved kernel log; exit with the worst grade.
 
-FILE may be a ``dmesg``, ``dmesg -r``, ``journalctl -k`` or /dev/kmsg dump, or ``-``
-for stdin. Grades come from the same catalog as the ``xid`` check, with the
-overrides of the config (``--config``, else the default config file when it exists,
-as for every other command); its ``accept_userspace_kmsg`` switch applies too.
+FILE may be a ``dmesg`` (plain, ``-r``, ``-x``, ISO times), ``journalctl -k``, syslog, Talos or
+/dev/kmsg dump, or ``-`` for stdin. Grades come from the same catalog as the ``xid`` check,
+with the overrides of the config that ``--config`` names (no other: the command reads
+nothing of the node it runs on); its ``accept_userspace_kmsg`` switch applies too.
 A command the xid plugin contributes (``healthd.commands`` entry point); the scanner
 is imported only when it runs. A file is scanned in constant memory (``xid_scan.scan_stream``)
 and each event is written as it is found: compact JSON, indented only with ``--pretty``
@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
-from healthd.cli import add_config_argument
 from healthd.model import Status, worst
 from healthd.plugin import CommandSpec
 
@@ -33,14 +33,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="saved kernel log, or - for stdin")
     parser.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
     parser.add_argument("--pretty", action="store_true", help="with --json: indent the document for people")
-    add_config_argument(parser)
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="config whose [checks.xid] overrides apply (default: none; the node's own config is not read)",
+    )
 
 
 def _settings(args: argparse.Namespace) -> tuple[Optional[Mapping[str, Status]], bool]:
-    """The ``[checks.xid]`` overrides and ``accept_userspace_kmsg`` of the config (cached when unchanged)."""
+    """The ``[checks.xid]`` overrides and ``accept_userspace_kmsg`` of the config named by ``--config``, if any.
+
+    An offline tool reads nothing of the node it runs on: no default config, and no state
+    directory (so not the config cache there either), which makes a saved log (often another
+    node's) grade the same on any machine, and leaves a node where healthd runs untouched.
+    """
+    if args.config is None:
+        return None, False
     from healthd.configcache import load_checks
 
-    loaded, _ = load_checks(args.config, store=False, load=False)
+    loaded, _ = load_checks(args.config, use_cache=False, store=False, load=False)
     settings = loaded.check_settings.get("xid")
     overrides: Optional[Mapping[str, Status]] = getattr(settings, "overrides", None)
     return overrides, getattr(settings, "accept_userspace_kmsg", False) is True

@@ -199,6 +199,7 @@ class LogFormat(enum.Enum):
     DMESG_DECODED = "dmesg-decoded"
     DMESG = "dmesg"
     SYSLOG = "syslog"
+    TALOS = "talos"
     PLAIN = "plain"
 
 
@@ -291,19 +292,42 @@ _UUID = re.compile(rf"NVRM: GPU at PCI:({_ADDR}): (GPU-[0-9A-Fa-f-]+)")
 _BANNER_HEAD = re.compile(rf"The NVIDIA GPU {_BUS_ADDR}(?: \(PCI ID: ({_HEX}{{4}}:{_HEX}{{4}})\))?")
 _BANNER_TAIL = " installed in this system has fallen off the bus and is not responding to commands."
 _BANNER_START = "NVRM: The NVIDIA GPU "
-_DMESG_RAW = re.compile(r"<(\d{1,4})>(?:\[ *[0-9.]+\] ?)?(.*)", re.DOTALL | re.ASCII)
-_DMESG = re.compile(r"\[[^\]]{1,40}\] ?(.*)", re.DOTALL)
-# ``dmesg -x``: "kern  :err   : [  12.3] text", names from util-linux's facility_names and level_names.
+# The printk caller id that kernels built with CONFIG_PRINTK_CALLER print after the time:
+# "[ T1946]" (a task) or "[    C3]" (a CPU), kernel/printk/printk.c print_caller(); util-linux's
+# dmesg puts a space before it, the kernel's console does not.
+_CALLER = r"(?:\[ *[TC]\d{1,10}\] ?)?"
+# An ISO 8601 time as dmesg --time-format=iso prints it ("2025-01-21T04:41:44,283302+00:00").
+_ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[0-9:.,+\-Z]{0,24}"
+_DMESG_RAW = re.compile(rf"<(\d{{1,4}})>(?:\[ *[0-9.]+\] ?)?{_CALLER}(.*)", re.DOTALL | re.ASCII)
+_DMESG = re.compile(rf"(?:\[[^\]]{{1,40}}\]|{_ISO}) ?{_CALLER}(.*)", re.DOTALL | re.ASCII)
+# ``dmesg -x``: "kern  :err   : [  12.3] text", names from util-linux's facility_names and level_names;
+# with --time-format=iso the time is an ISO stamp, not in brackets.
 _FACILITIES = ["kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp"]
 _FACILITIES += ["res0", "res1", "res2", "res3", *(f"local{n}" for n in range(8))]
 _LEVELS = ["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]
 _DMESG_DECODED = re.compile(
-    rf"({'|'.join(_FACILITIES)}) *:({'|'.join(_LEVELS)}) *: (?:\[[^\]]{{1,40}}\] ?)?(.*)", re.DOTALL
+    rf"({'|'.join(_FACILITIES)}) *:({'|'.join(_LEVELS)}) *: (?:\[[^\]]{{1,40}}\] ?|{_ISO} )?{_CALLER}(.*)",
+    re.DOTALL | re.ASCII,
 )
+# Talos (``talosctl dmesg``): "[NODE: ]kern: warning: [2026-04-22T21:27:51.291660856Z]: text". Its names come
+# from siderolabs/go-kmsg (message.go), where a facility's place in the list is its number (local0 is 11
+# there) and the level "warning" is spelt out.
+_TALOS_FACILITIES = [*_FACILITIES[:11], *(f"local{n}" for n in range(8))]
+_TALOS_LEVELS = ["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
+_TALOS = re.compile(
+    rf"(?:[0-9A-Za-z._:%\[\]-]{{1,255}}: )?({'|'.join(_TALOS_FACILITIES)}): *({'|'.join(_TALOS_LEVELS)}): "
+    rf"\[{_ISO}\]: (.*)",
+    re.DOTALL | re.ASCII,
+)
+# syslog and journalctl: "Nov 22 04:51:10[.283302] [host] kernel: [[  12.3] ][[ T1946] ]text" (the host is left
+# out by journalctl --no-hostname), or an ISO time first; log shippers and bug reports often keep only
+# "kernel: ...". The identifier "kernel" is journald's and rsyslog's for the kernel's own records.
+_KERNEL_TAG = rf"kernel: (?:\[ *[0-9.]+\] ?)?{_CALLER}(.*)"
 _SYSLOG = re.compile(
-    r"(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT[0-9:.,+\-Z]+) \S+ kernel: (?:\[ *[0-9.]+\] )?(.*)",
-    re.DOTALL,
+    rf"(?:[A-Z][a-z]{{2}} +\d{{1,2}} \d\d:\d\d:\d\d(?:\.\d{{1,9}})?|{_ISO}) (?:\S+ )?{_KERNEL_TAG}",
+    re.DOTALL | re.ASCII,
 )
+_BARE_KERNEL = re.compile(_KERNEL_TAG, re.DOTALL | re.ASCII)
 DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch")
 # Other driver lines after which a banner that stopped growing is dropped. The driver
 # prints a banner in one call, so its lines are adjacent unless another CPU's lines
@@ -324,7 +348,11 @@ def might_match(line: str) -> bool:
 
 
 def split_record(line: str) -> Record:
-    """Strip the envelope of one line in any supported format; unknown shapes pass through as PLAIN."""
+    """Strip the envelope of one line in any supported format; unknown shapes pass through as PLAIN.
+
+    Each envelope is matched from the start of the line and stripped once: what follows it is
+    the message, which counts only if it begins with a driver prefix (``read_message``).
+    """
     line = line.rstrip("\r\n")
     head = line[:1]
     if head.isdigit():
@@ -345,9 +373,23 @@ def split_record(line: str) -> Record:
             facility, level, message = match.groups()
             priority = _FACILITIES.index(facility) * 8 + _LEVELS.index(level)
             return Record(message, LogFormat.DMESG_DECODED, priority=priority)
-    match = _SYSLOG.match(line)
+    return _tagged(line, head)
+
+
+def _tagged(line: str, head: str) -> Record:
+    """The envelopes that do not begin with a character of their own: syslog, Talos, ``kernel:``, ISO dmesg."""
+    match = _SYSLOG.match(line) or _BARE_KERNEL.match(line)
     if match:
         return Record(match.group(1), LogFormat.SYSLOG)
+    match = _TALOS.match(line)
+    if match:
+        facility, level, message = match.groups()
+        priority = _TALOS_FACILITIES.index(facility) * 8 + _TALOS_LEVELS.index(level)
+        return Record(message, LogFormat.TALOS, priority=priority)
+    # ``dmesg --time-format=iso``: after syslog, whose ISO form also starts with the time.
+    match = _DMESG.match(line) if head.isdigit() else None
+    if match:
+        return Record(match.group(1), LogFormat.DMESG)
     return Record(line, LogFormat.PLAIN)
 
 

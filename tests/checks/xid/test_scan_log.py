@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.namespace import in_mount_namespace
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd.cli import main
@@ -120,16 +124,17 @@ def test_config_overrides_apply(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert "checks.xid.overrides" in capsys.readouterr().err
 
 
-def test_default_config_applies_without_config_option(
+def test_only_a_named_config_applies(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # The node's default config is not scan-log's: a saved log grades the same on any machine.
     default = tmp_path / "healthd.toml"
     default.write_text(private(tmp_path) + '[checks.xid]\noverrides = { "63" = "CRITICAL" }\n')
     monkeypatch.setattr("healthd.configload.DEFAULT_CONFIG_PATH", default)
     code, document = scan(capsys, str(FIXTURES / "dmesg.txt"))
+    assert code == 0 and document["events"][2]["grade"] == "OK"
+    code, document = scan(capsys, "--config", str(default), str(FIXTURES / "dmesg.txt"))
     assert code == 2 and document["events"][2]["grade"] == "CRITICAL"
-    monkeypatch.setattr("healthd.configload.DEFAULT_CONFIG_PATH", tmp_path / "absent.toml")
-    assert scan(capsys, str(FIXTURES / "dmesg.txt"))[0] == 0
 
 
 def test_unreadable_file_is_named(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -222,3 +227,68 @@ def test_a_flood_of_repeated_events_lists_each_line_as_its_own(
     assert document["events"] == expected
     kinds = {(e["origin"], e["uuid"] is None) for e in expected}
     assert kinds == {("unknown", False), ("unknown", True), ("kernel", False)}
+
+
+# In the namespace: what a node where healthd is installed and running has (its config, with
+# an override, and its state directory), on tmpfs over an overlay of /etc and /var/lib whose
+# upper layers are a tmpfs too, so that nothing reaches this machine's own directories.
+NODE_SETUP = """set -e
+mount -t tmpfs tmpfs "$WORK"
+for dir in /etc /var/lib; do
+  layer="$WORK/$(echo "$dir" | tr / _)"
+  mkdir -p "$layer/upper" "$layer/work"
+  mount -t overlay overlay -o "lowerdir=$dir,upperdir=$layer/upper,workdir=$layer/work" "$dir"
+done
+mkdir -p /etc/healthd /var/lib/healthd
+mount -t tmpfs -o mode=0755 tmpfs /etc/healthd
+mount -t tmpfs -o mode=0700 tmpfs /var/lib/healthd
+printf '[checks.xid]\\noverrides = { "13" = "CRITICAL" }\\n' > /etc/healthd/healthd.toml
+printf 'not a cache\\n' > /var/lib/healthd/config-cache.json
+"""
+
+# scan-log run in-process under an audit hook (PEP 578, as the host guard uses) that records
+# every file opened or listed under the node's directories.
+WATCHED_RUN = """
+import json, os, sys
+from healthd.cli import main
+watched = ("/etc/healthd", "/var/lib/healthd")
+touched = []
+def hook(event, args):
+    if event in ("open", "os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
+        path = os.path.abspath(os.fsdecode(args[0]))
+        if path.startswith(watched):
+            touched.append(path)
+sys.addaudithook(hook)
+code = main(["scan-log", "--json", *sys.argv[2:]])
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": code, "touched": touched}, out)
+"""
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare(1)")
+def test_scan_log_reads_nothing_of_the_node_it_runs_on(tmp_path: Path) -> None:
+    # A node where healthd runs has /etc/healthd and /var/lib/healthd: scan-log, an offline tool,
+    # must read neither (the suite runs it there, under the host guard), and reads only the
+    # config that --config names, never the state directory that config points at.
+    log = tmp_path / "dmesg.txt"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:5e:00): 13, pid=1, name=python, Graphics Exception\n")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "run.py").write_text(WATCHED_RUN)
+    run = f'"{sys.executable}" "{tmp_path}/run.py"'
+    script = (
+        f'WORK="{tmp_path}/work"\n{NODE_SETUP}'
+        f'{run} "{tmp_path}/plain.json" "{log}" > /dev/null\n'
+        f'{run} "{tmp_path}/named.json" --config /etc/healthd/healthd.toml "{log}" > /dev/null\n'
+        # As the README's install leaves a node: a state directory, no config file.
+        f'rm /etc/healthd/healthd.toml\n{run} "{tmp_path}/bare.json" "{log}" > /dev/null\n'
+    )
+    done = in_mount_namespace(script, expected=0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    plain = json.loads((tmp_path / "plain.json").read_text())
+    named = json.loads((tmp_path / "named.json").read_text())
+    # Without --config: the catalog's grade (Xid 13 is the application's, OK), nothing opened.
+    assert plain == {"code": 0, "touched": []}
+    # Named, the config applies (13 -> CRITICAL); the state directory is still not read.
+    assert named == {"code": 2, "touched": ["/etc/healthd/healthd.toml"]}
+    assert json.loads((tmp_path / "bare.json").read_text()) == {"code": 0, "touched": []}
