@@ -16,7 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Optional, Protocol
 
-from healthd.logs import log_action, log_finding
+from healthd.logs import log_action, log_cleared, log_finding, log_reminder
 from healthd.metrics import (
     HealthdCollector,
     MetricsServer,
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from healthd.config import MetricsSettings
+    from healthd.model import Finding
     from healthd.outcome import PassReport
     from healthd.sdnotify import Notifier
 
@@ -52,26 +53,78 @@ def status_line(report: PassReport) -> str:
     return pass_summary(report.document, result.started_at + result.duration_seconds, head=head)
 
 
-class LogSink:
-    """One record per non-OK finding, per decided action and per problem, then the pass's summary line.
+# How often the log repeats, in one line, what is still wrong (docs/service.md, "Logs").
+REMINDER_SECONDS = 3600.0
 
-    Findings and actions carry the ``HEALTHD_*`` journal fields (healthd.logs).
+
+class LogSink:
+    """Logs what changed: a finding raised, changed or cleared, a new action, a new problem.
+
+    A finding that stays as it was is not logged again each pass: one steady WARNING
+    on 1,000 nodes every 5 minutes would be 288,000 records a day saying nothing new.
+    Instead, while something is wrong, one line every ``reminder_seconds`` (of the
+    passes' own clock) repeats the pass's summary and what is still wrong. A pass whose
+    status changed without any record saying why (the first, or one that failed) logs
+    its summary line. A finding "changes" when its status does; its text may change
+    every pass (a count, a temperature) and is not a change. Findings and actions carry
+    the ``HEALTHD_*`` journal fields (healthd.logs).
     """
 
-    def __init__(self, logger: logging.Logger) -> None:
+    def __init__(self, logger: logging.Logger, reminder_seconds: float = REMINDER_SECONDS) -> None:
         self._log = logger
+        self._reminder = reminder_seconds
+        self._findings: dict[str, Finding] = {}
+        self._actions: frozenset[tuple[str, str]] = frozenset()
+        self._problems: frozenset[str] = frozenset()
+        self._status: Optional[Status] = None
+        self._last_line: Optional[float] = None
 
     def publish(self, report: PassReport, number: int) -> None:
         result = report.result
-        for finding in result.findings:
-            if finding.status is not Status.OK:
+        now = result.started_at + result.duration_seconds
+        logged = self._log_changes(report)
+        changed = result.status is not self._status
+        self._status = result.status
+        if changed and not logged:
+            self._log.info("pass %d: %s", number, status_line(report))
+        elif not logged:
+            if not self._wrong(report) or self._last_line is None or now - self._last_line < self._reminder:
+                return
+            line = f"pass {number}: {status_line(report)}"
+            log_reminder(self._log, line, result.status, list(self._findings.values()))
+        self._last_line = now
+
+    def _wrong(self, report: PassReport) -> bool:
+        return bool(self._findings or report.problems) or report.result.status is not Status.OK
+
+    def _log_changes(self, report: PassReport) -> int:
+        """Log each finding raised, changed or cleared, and each action and problem not seen last pass."""
+        result = report.result
+        findings = {f.key: f for f in result.findings if f.status is not Status.OK}
+        records = 0
+        for key, finding in findings.items():
+            before = self._findings.get(key)
+            if before is None or before.status is not finding.status:
                 log_finding(self._log, finding)
+                records += 1
+        for key, before in self._findings.items():
+            if key not in findings:
+                log_cleared(self._log, before)
+                records += 1
+        self._findings = findings
+        actions = frozenset((a.kind.value, a.outcome.value) for a in report.actions)
         for action in report.actions:
-            log_action(self._log, action.kind, action.outcome, result.node, action.detail, result.status)
+            if (action.kind.value, action.outcome.value) not in self._actions:
+                log_action(self._log, action.kind, action.outcome, result.node, action.detail, result.status)
+                records += 1
+        self._actions = actions
         for problem in report.problems:
-            # A problem may quote a path or an error's text: it must not start a forged log line.
-            self._log.error("pass problem: %s", one_line(problem))
-        self._log.info("pass %d: %s", number, status_line(report))
+            if problem not in self._problems:
+                # A problem may quote a path or an error's text: it must not start a forged log line.
+                self._log.error("pass problem: %s", one_line(problem))
+                records += 1
+        self._problems = frozenset(report.problems)
+        return records
 
 
 class NotifySink:
