@@ -32,6 +32,7 @@ from healthd.model import EventTally, PassResult, RunState, Status
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
+    from healthd.config import MetricsSettings
     from healthd.outcome import PassReport
 
 log = logging.getLogger(__name__)
@@ -350,27 +351,48 @@ def new_registry(collector: HealthdCollector) -> CollectorRegistry:
     return registry
 
 
-def refuse_untrusted_textfile(path: Optional[Path]) -> None:
+def textfile_owner_uid(name: Optional[str]) -> Optional[int]:
+    """The uid of ``[metrics].textfile_owner``, or None when unset or no such account exists here."""
+    import pwd
+
+    if not name:
+        return None
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
+def refuse_untrusted_textfile(settings: MetricsSettings) -> None:
     """Raise ``UntrustedPath`` when the directory of ``[metrics].textfile`` fails ``healthd.trust``'s rule.
 
-    Root writes there after every pass: a directory another user can write would let
-    them plant the name as a link, or swap the directory, and choose where root writes.
+    The one check ``healthd run`` (at start and on reload) and ``healthd config validate``
+    make, so both refuse the same directories with the same message. Root writes there
+    after every pass: a directory a user could write would let them choose where root's
+    write lands, if root followed a name in it. The exception is the account node_exporter
+    runs as (``textfile_owner``, ``prometheus`` by default: Debian's package and the common
+    RPMs make the textfile directory theirs): its directories are trusted for this write
+    only. The file is created ``O_EXCL`` under a fresh name and renamed into place
+    relative to the directory's descriptor, and healthd never reads it back, so that
+    account can at most delete or replace the metrics it serves anyway. A link it owns is
+    still refused, since a link could point root's write into a directory of root's.
     A directory that does not exist is not refused: each write reports it.
     """
     from healthd.trust import refuse_untrusted
 
-    if path is not None:
-        refuse_untrusted(path.parent)
+    if settings.textfile is not None:
+        refuse_untrusted(settings.textfile.parent, dir_owner=textfile_owner_uid(settings.textfile_owner))
 
 
-def write_textfile(path: Path, registry: CollectorRegistry) -> None:
+def write_textfile(path: Path, registry: CollectorRegistry, owner: Optional[str] = None) -> None:
     """Write the exposition for node_exporter's textfile collector atomically, readable by all.
 
-    The directory must pass the trust rule (``UntrustedPath`` otherwise); the new file
-    is created ``O_EXCL`` next to ``path`` and renamed over it, so no link planted at
-    either name is followed (``healthd.atomicfile``). node_exporter runs as its own
-    user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode is set
-    explicitly (0644: the metrics are no secret). The temp file's name does not
+    The directory must pass the trust rule, with directories of ``owner`` (the
+    ``[metrics].textfile_owner`` account) trusted too (``UntrustedPath`` otherwise); the
+    new file is created ``O_EXCL`` next to ``path`` and renamed over it, so no link
+    planted at either name is followed (``healthd.atomicfile``). node_exporter runs as
+    its own user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode
+    is set explicitly (0644: the metrics are no secret). The temp file's name does not
     end in ``.prom``, so the collector never reads it half-written.
     """
     import os
@@ -381,7 +403,7 @@ def write_textfile(path: Path, registry: CollectorRegistry) -> None:
     from healthd.trust import open_trusted_dir
 
     body = generate_latest(registry)
-    dir_fd = open_trusted_dir(path.parent)
+    dir_fd = open_trusted_dir(path.parent, dir_owner=textfile_owner_uid(owner))
     try:
         write_atomically(dir_fd, path.name, body, 0o644)
     finally:

@@ -3,7 +3,8 @@
 The daemon (healthd.daemon) runs a pass, condenses its outcome into one
 ``PassReport`` (healthd.outcome) and hands it to each sink in turn. A sink has one
 job, never acts on the node, and never raises for its own trouble (a busy port, an
-unwritable textfile are logged) except ``UntrustedPath``, which stops the daemon.
+unwritable or refused textfile are logged); only ``MetricsSink.configure`` raises
+``UntrustedPath``, for a textfile directory refused at start or reload.
 
 Saving the pass is not a sink's job: the pipeline's settle step writes the policy
 state and the ``last-pass`` document (healthd.pipeline), because ``healthd check
@@ -28,6 +29,7 @@ from healthd.metrics import (
 from healthd.model import Status
 from healthd.render import pass_summary
 from healthd.text import one_line
+from healthd.trust import UntrustedPath
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -162,13 +164,15 @@ class MetricsSink:
         self.server: Optional[MetricsServer] = None
         self._settings: Optional[MetricsSettings] = None
         self._listen_failures = 0
+        self._textfile_failures = 0
 
     def configure(self, settings: MetricsSettings) -> None:
         """Take new ``[metrics]`` settings; raises ``UntrustedPath`` for a textfile directory others can write."""
-        refuse_untrusted_textfile(settings.textfile)
+        refuse_untrusted_textfile(settings)
         self.close()
         self._settings = settings
         self._listen_failures = 0
+        self._textfile_failures = 0
         if settings.listen is None and settings.textfile is None:
             self.registry = None
             return
@@ -179,12 +183,22 @@ class MetricsSink:
     def publish(self, report: PassReport, number: int) -> None:
         self._ensure_listening()
         self.collector.update(report)
-        textfile = self._settings.textfile if self._settings is not None else None
-        if textfile is not None and self.registry is not None:
-            try:
-                write_textfile(textfile, self.registry)
-            except OSError as exc:
-                self._log.error("metrics: cannot write textfile %s: %s", textfile, exc.strerror or exc)
+        settings = self._settings
+        if settings is None or settings.textfile is None or self.registry is None:
+            return
+        try:
+            write_textfile(settings.textfile, self.registry, settings.textfile_owner)
+        except (OSError, UntrustedPath) as exc:
+            # The checks go on without their textfile: a directory node_exporter's account
+            # turned into something refused (a link of its own) must not stop the health
+            # checks. Logged loudly once, then quietly, like a busy port; the metrics'
+            # staleness alert (deploy/prometheus) tells the rest.
+            self._textfile_failures += 1
+            level = logging.ERROR if self._textfile_failures == 1 else logging.DEBUG
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self._log.log(level, "metrics: cannot write textfile %s: %s", settings.textfile, why)
+        else:
+            self._textfile_failures = 0
 
     def close(self) -> None:
         """Stop serving ``/metrics`` (a later ``configure`` may open it again)."""
