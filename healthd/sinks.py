@@ -60,7 +60,7 @@ REMINDER_SECONDS = 3600.0
 
 
 class LogSink:
-    """Logs what changed: a finding raised, changed or cleared, a new action, a new problem.
+    """Logs what changed (a finding raised, changed or cleared, a new action) and each pass's problems.
 
     A finding that stays as it was is not logged again each pass: one steady WARNING
     on 1,000 nodes every 5 minutes would be 288,000 records a day saying nothing new.
@@ -77,7 +77,6 @@ class LogSink:
         self._reminder = reminder_seconds
         self._findings: dict[str, Finding] = {}
         self._actions: frozenset[tuple[str, str]] = frozenset()
-        self._problems: frozenset[str] = frozenset()
         self._status: Optional[Status] = None
         self._last_line: Optional[float] = None
 
@@ -97,10 +96,10 @@ class LogSink:
         self._last_line = now
 
     def _wrong(self, report: PassReport) -> bool:
-        return bool(self._findings or report.problems) or report.result.status is not Status.OK
+        return bool(self._findings) or report.result.status is not Status.OK
 
     def _log_changes(self, report: PassReport) -> int:
-        """Log each finding raised, changed or cleared, and each action and problem not seen last pass."""
+        """Log each finding raised, changed or cleared, each action not decided last pass, and each problem."""
         result = report.result
         findings = {f.key: f for f in result.findings if f.status is not Status.OK}
         records = 0
@@ -121,11 +120,11 @@ class LogSink:
                 records += 1
         self._actions = actions
         for problem in report.problems:
-            if problem not in self._problems:
-                # A problem may quote a path or an error's text: it must not start a forged log line.
-                self._log.error("pass problem: %s", one_line(problem))
-                records += 1
-        self._problems = frozenset(report.problems)
+            # Every pass, not once: a state file that cannot be written is an error each time it
+            # fails (docs/service.md, "State problems"). It may quote a path or an error's text:
+            # it must not start a forged log line.
+            self._log.error("pass problem: %s", one_line(problem))
+            records += 1
         return records
 
 

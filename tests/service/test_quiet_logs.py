@@ -92,5 +92,10 @@ def test_a_status_change_without_a_finding_logs_the_pass_line(
     sink.publish(_at(report, T0 + 300), 2)
     failed = replace(report, result=PassResult("node-test", T0 + 600, 0.0, ()), problems=("disk gone",))
     sink.publish(failed, 3)
-    sink.publish(replace(failed, result=replace(failed.result, started_at=T0 + 900)), 4)  # same problem: quiet
-    assert [line.split(" at ")[0] for line in _messages(caplog)] == ["pass 1: OK", "pass problem: disk gone"]
+    sink.publish(replace(failed, result=replace(failed.result, started_at=T0 + 900)), 4)
+    # A problem is an error on every pass it happens (docs/service.md, "State problems").
+    assert [line.split(" at ")[0] for line in _messages(caplog)] == [
+        "pass 1: OK",
+        "pass problem: disk gone",
+        "pass problem: disk gone",
+    ]
