@@ -26,7 +26,7 @@ from healthd.metrics import (
     refuse_untrusted_textfile,
     write_textfile,
 )
-from healthd.model import Status
+from healthd.model import RunState, Status
 from healthd.render import pass_summary
 from healthd.text import one_line
 from healthd.trust import UntrustedPath
@@ -108,8 +108,14 @@ class LogSink:
             if before is None or before.status is not finding.status:
                 log_finding(self._log, finding)
                 records += 1
+        # A check that crashed or timed out did not look: what it found before is not gone.
+        blind = {c.check for c in result.results if c.state in (RunState.ERROR, RunState.TIMEOUT, RunState.STUCK)}
         for key, before in self._findings.items():
-            if key not in findings:
+            if key in findings:
+                continue
+            if before.check in blind:
+                findings[key] = before
+            else:
                 log_cleared(self._log, before)
                 records += 1
         self._findings = findings

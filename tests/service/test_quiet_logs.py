@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from healthd.model import Finding, PassResult, Status
+from healthd.model import Finding, PassResult, RunState, Status
 from healthd.outcome import PassReport, report_from_outcome
 from healthd.pipeline import run_pass
 from healthd.sinks import REMINDER_SECONDS, LogSink
@@ -98,4 +98,21 @@ def test_a_status_change_without_a_finding_logs_the_pass_line(
         "pass 1: OK",
         "pass problem: disk gone",
         "pass problem: disk gone",
+    ]
+
+
+def test_a_check_that_timed_out_does_not_clear_what_it_found_before(
+    make_engine: Callable[..., Any], quiet_logger: logging.Logger, caplog: pytest.LogCaptureFixture
+) -> None:
+    report = report_from_outcome(run_pass(make_engine("warning")))
+    sink = LogSink(quiet_logger)
+    sink.publish(_at(report, T0), 1)
+    late = Finding("flag", Status.UNKNOWN, "TIMEOUT", "flag", "did not finish in 5s")
+    timed_out = _at(report, T0 + 300, (late,))
+    checks = tuple(replace(c, state=RunState.TIMEOUT) for c in timed_out.result.results)
+    sink.publish(replace(timed_out, result=replace(timed_out.result, results=checks)), 2)
+    sink.publish(_at(report, T0 + 600), 3)  # it runs again and still finds the flag: nothing new
+    assert _messages(caplog)[2:] == [
+        "flag UNKNOWN TIMEOUT flag: did not finish in 5s",
+        "flag CLEARED TIMEOUT flag (was UNKNOWN)",
     ]
