@@ -11,6 +11,9 @@ No Grafana server installs here (Debian 12 has no package, PyPI none), so the da
 checked against ``DASHBOARD_SCHEMA`` below: a JSON Schema written from Grafana's documented
 dashboard model (the "JSON model" page and the dashboard kind's schema, schemaVersion 39),
 covering the parts this dashboard uses, with unknown keys refused where that model has none.
+When it was written, the dashboard also validated without an error against the dashboard
+schema Grafana publishes in grafana-foundation-sdk (jsonschema/dashboard.jsonschema.json),
+which is not copied here.
 """
 
 from __future__ import annotations
@@ -271,6 +274,12 @@ def test_every_dashboard_query_parses_as_promql(tmp_path: Path) -> None:
 
 def _named_metrics(exprs: list[str]) -> set[str]:
     return {name for expr in exprs for name in re.findall(r"\bhealthd_[a-z0-9_]+\b", expr)}
+
+
+def test_every_metric_the_rules_and_dashboard_name_is_documented() -> None:
+    documented = set(re.findall(r"^\| `(healthd_[a-z0-9_]+)` \|", (REPO / "docs" / "metrics.md").read_text(), re.M))
+    named = _named_metrics(_rule_exprs() + _dashboard_exprs())
+    assert named and not named - documented, sorted(named - documented)
 
 
 def _scrape_names(body: str) -> set[str]:
