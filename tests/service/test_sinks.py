@@ -127,3 +127,29 @@ def test_the_daemon_logs_and_notifies_one_summary_per_pass(
     statuses = [a for a in path_listener.assignments() if a.startswith("STATUS=OK at")]
     assert statuses == [f"STATUS={logged[len('pass 1: ') :]}"]
     assert json.loads((tmp_path / "state" / "last-pass.json").read_text())["action"]["decision"] == Action.NONE.value
+
+
+def test_a_textfile_directory_refused_while_running_skips_the_write_not_the_checks(
+    make_engine: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """node_exporter's account owns the directory's parent on Debian: what it does there must not stop healthd."""
+    from healthd.config import MetricsSettings
+    from healthd.sinks import MetricsSink
+
+    directory = tmp_path / "node-exporter"
+    directory.mkdir(mode=0o755)
+    textfile = directory / "healthd.prom"
+    logger = logging.getLogger("healthd.test-sinks")
+    caplog.set_level(logging.DEBUG, logger="healthd.test-sinks")
+    sink = MetricsSink(logger)
+    sink.configure(MetricsSettings(textfile=textfile))
+    report = report_from_outcome(run_pass(make_engine()))
+    sink.publish(report, 1)
+    written = textfile.read_text()
+    directory.chmod(0o777)
+    for number in (2, 3, 4):
+        sink.publish(report, number)  # no UntrustedPath: the daemon goes on checking
+    refusals = [r for r in caplog.records if "cannot write textfile" in r.getMessage()]
+    assert [r.levelno for r in refusals] == [logging.ERROR, logging.DEBUG, logging.DEBUG]
+    assert "which others could have written" in refusals[0].getMessage()
+    assert textfile.read_text() == written  # not rewritten into a directory others can write
