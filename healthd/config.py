@@ -157,6 +157,10 @@ class MetricsSettings(_Model):
 
     listen: Optional[str] = None
     textfile: Optional[SettingPath] = None
+    # The account node_exporter runs as: the textfile's directory (and those above it) may be
+    # its as well as root's (healthd.metrics.refuse_untrusted_textfile). Debian's package and
+    # the common RPMs run node_exporter as `prometheus`; "" trusts root's directories only.
+    textfile_owner: str = Field(default="prometheus", pattern=r"^([a-z_][a-z0-9_.-]{0,31})?$")
 
     @field_validator("listen")
     @classmethod

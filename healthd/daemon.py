@@ -239,7 +239,7 @@ class Daemon:
                 slot = schedule.next_slot(slot, self.monotonic())
             return EX_OK
         except UntrustedPath as exc:
-            # The state or textfile directory became writable by others while running:
+            # The state directory became writable by others while running:
             # nothing it holds can be believed any more, so stop as at start (docs/service.md).
             log.error("%s; stopping", exc)
             return EX_CONFIG
@@ -366,7 +366,7 @@ class Daemon:
         old_metrics = engine.config.metrics
         try:
             loaded, specs = reload_checks(self.config_path, engine.specs)
-            refuse_untrusted_textfile(loaded.config.metrics.textfile)
+            refuse_untrusted_textfile(loaded.config.metrics)
             engine.reconfigure(loaded, specs)
         except ConfigError as exc:
             log.error("reload: new configuration rejected, keeping the old one:\n%s", exc)

@@ -1,6 +1,7 @@
 """Logging for the daemon: journald with structured fields under systemd, plain stderr otherwise.
 
-Every non-OK finding and every action is one log record carrying
+A finding is logged when it is raised, changes status or clears, and an action when it
+is first decided (healthd.sinks.LogSink); each is one log record carrying
 ``HEALTHD_CHECK``, ``HEALTHD_CODE``, ``HEALTHD_SEVERITY`` (and ``HEALTHD_SUBJECT``)
 so ``journalctl HEALTHD_CODE=XID_79`` finds them. Records go to journald with
 those fields when our stderr is the stream systemd connected to journald
@@ -22,7 +23,7 @@ import os
 import socket
 import struct
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TextIO
 
 from healthd.model import Finding, Status
 from healthd.text import one_line
@@ -198,7 +199,7 @@ def setup_logging(
 
 def log_finding(logger: logging.Logger, finding: Finding) -> None:
     """One record for one finding, at a level that follows its severity (text made one safe line)."""
-    check, code, subject = one_line(finding.check, 64), one_line(finding.code, 64), one_line(finding.subject, 200)
+    check, code, subject = _finding_names(finding)
     logger.log(
         _FINDING_LEVEL[finding.status],
         "%s %s %s %s: %s",
@@ -207,15 +208,47 @@ def log_finding(logger: logging.Logger, finding: Finding) -> None:
         code,
         subject,
         one_line(finding.message),
-        extra={
-            FIELDS_ATTR: {
-                "HEALTHD_CHECK": check,
-                "HEALTHD_CODE": code,
-                "HEALTHD_SEVERITY": finding.status.name,
-                "HEALTHD_SUBJECT": subject,
-            }
-        },
+        extra={FIELDS_ATTR: _finding_fields(finding, finding.status)},
     )
+
+
+def log_cleared(logger: logging.Logger, finding: Finding) -> None:
+    """One record saying that ``finding`` (as last seen) is gone: its check no longer raises it."""
+    check, code, subject = _finding_names(finding)
+    logger.info(
+        "%s CLEARED %s %s (was %s)",
+        check,
+        code,
+        subject,
+        finding.status.name,
+        extra={FIELDS_ATTR: _finding_fields(finding, Status.OK)},
+    )
+
+
+def log_reminder(logger: logging.Logger, line: str, status: Status, findings: Sequence[Finding]) -> None:
+    """The periodic one line of what is still wrong: the pass's line, then each finding, at most 10."""
+    named = []
+    for finding in findings[:10]:
+        check, code, subject = _finding_names(finding)
+        named.append(f"{check} {finding.status.name} {code} {subject}")
+    more = f" and {len(findings) - 10} more" if len(findings) > 10 else ""
+    logger.log(
+        _FINDING_LEVEL[status],
+        "%s; still: %s%s",
+        line,
+        ", ".join(named) or "no finding",
+        more,
+        extra={FIELDS_ATTR: {"HEALTHD_CHECK": "reminder", "HEALTHD_SEVERITY": status.name}},
+    )
+
+
+def _finding_names(finding: Finding) -> tuple[str, str, str]:
+    return one_line(finding.check, 64), one_line(finding.code, 64), one_line(finding.subject, 200)
+
+
+def _finding_fields(finding: Finding, severity: Status) -> dict[str, str]:
+    check, code, subject = _finding_names(finding)
+    return {"HEALTHD_CHECK": check, "HEALTHD_CODE": code, "HEALTHD_SEVERITY": severity.name, "HEALTHD_SUBJECT": subject}
 
 
 def log_action(

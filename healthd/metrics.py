@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from healthd import __version__
 from healthd.model import EventTally, PassResult, RunState, Status
@@ -32,11 +32,23 @@ from healthd.model import EventTally, PassResult, RunState, Status
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
+    from healthd.config import MetricsSettings
     from healthd.outcome import PassReport
 
 log = logging.getLogger(__name__)
 
 _SEVERITIES = (Status.WARNING, Status.CRITICAL, Status.UNKNOWN)
+# The state-set's members, in the order of badness (``Status.rank``), lower-case as label values.
+_STATES = tuple(sorted(Status, key=lambda status: status.rank))
+# The most label sets one pass exports in a family whose labels carry finding codes
+# (``healthd_active_findings``, ``healthd_took_out``). Codes are short and stable per check
+# (``XID_79``, ``MOUNT_HUNG``), so a node has a few; a check that invents codes (a third
+# party's, or many Xids at once) must not make Prometheus store thousands of series per
+# node. Beyond the cap, the rest are summed under ``code="OTHER"`` (docs/metrics.md).
+MAX_CODE_SERIES = 50
+OVERFLOW_CODE = "OTHER"
+# A code longer than this is cut: label values are stored in every sample's index entry.
+_MAX_CODE_CHARS = 64
 # A scrape is one small GET: a client has this long from connecting to have sent its whole
 # request and taken the reply, however it paces its bytes; then it is dropped.
 REQUEST_DEADLINE_SECONDS = 5.0
@@ -47,6 +59,8 @@ MAX_CONNECTIONS = 64
 MAX_REQUEST_BYTES = 16384
 # A check "succeeds" when it observed the node (ran to the end, or had nothing to check).
 _OBSERVED = (RunState.RAN, RunState.NOT_APPLICABLE)
+# A check that passed its deadline: this pass, or an earlier run still not finished.
+_LATE = (RunState.TIMEOUT, RunState.STUCK)
 
 
 class _Kind(enum.Enum):
@@ -99,6 +113,7 @@ class HealthdCollector:
         self._last_success: dict[str, float] = {}
         self._passes = 0.0
         self._actions: dict[tuple[str, str], float] = {}
+        self._timeouts: dict[str, float] = {}
 
     def update(self, sample: PassReport) -> None:
         """Replace the exported samples with those of the pass ``sample`` (called once per pass)."""
@@ -113,9 +128,20 @@ class HealthdCollector:
             for check in checks:
                 if check.state in _OBSERVED and check.status is Status.OK:
                     self._last_success[check.check] = finished_at
+                if check.state in _LATE:
+                    self._timeouts[check.check] = self._timeouts.get(check.check, 0.0) + 1
+                else:
+                    self._timeouts.setdefault(check.check, 0.0)
             families = [
                 _gauge(
+                    "healthd_pass_state",
+                    "1 for the status of the last pass, 0 for the others (a state set).",
+                    ("status",),
+                    _state_set((), result.status),
+                ),
+                _gauge(
                     "healthd_pass_status",
+                    "DEPRECATED (removed in the next release; use healthd_pass_state): "
                     "Nagios code of the last pass (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).",
                     (),
                     [((), float(int(result.status)))],
@@ -131,7 +157,14 @@ class HealthdCollector:
                 ),
                 _counter("healthd_passes_total", "Passes run since the daemon started.", (), [((), self._passes)]),
                 _gauge(
+                    "healthd_check_state",
+                    "1 for the status of each check in the last pass, 0 for the others (a state set).",
+                    ("check", "status"),
+                    [sample for c in checks for sample in _state_set((c.check,), c.status)],
+                ),
+                _gauge(
                     "healthd_check_status",
+                    "DEPRECATED (removed in the next release; use healthd_check_state): "
                     "Nagios code of each check in the last pass.",
                     ("check",),
                     [((c.check,), float(int(c.status))) for c in checks],
@@ -171,6 +204,25 @@ class HealthdCollector:
                         for s in _SEVERITIES
                     ],
                 ),
+                _gauge(
+                    "healthd_active_findings",
+                    "Findings of the last pass by check, code and severity (one series per code; "
+                    f"beyond {MAX_CODE_SERIES} the rest are summed under code={OVERFLOW_CODE}).",
+                    ("check", "code", "severity"),
+                    capped_code_counts(
+                        (f.check, f.code, f.status.name.lower())
+                        for c in checks
+                        for f in c.findings
+                        if f.status is not Status.OK
+                    ),
+                ),
+                _counter(
+                    "healthd_check_timeouts_total",
+                    "Check runs that passed their deadline (timed out, or still stuck from an earlier pass) "
+                    "since the daemon started.",
+                    ("check",),
+                    sorted(((name,), n) for name, n in self._timeouts.items()),
+                ),
                 _counter(
                     "healthd_actions_total",
                     "Actions decided by the policy since the daemon started, by kind and outcome (taken, held_back).",
@@ -180,14 +232,7 @@ class HealthdCollector:
             ]
             families += _event_families(result, families)
             if sample.breaker_open is not None:
-                families.append(
-                    _gauge(
-                        "healthd_circuit_breaker_open",
-                        "1 while the circuit breaker holds actions back.",
-                        (),
-                        [((), 1.0 if sample.breaker_open else 0.0)],
-                    )
-                )
+                families += _policy_families(sample)
             self._families = tuple(families)
 
     def describe(self) -> Iterator[Any]:
@@ -211,6 +256,70 @@ class HealthdCollector:
             for labels, value in family.samples:
                 metric.add_metric(list(labels), value)
             yield metric
+
+
+def _state_set(labels: tuple[str, ...], status: Status) -> list[tuple[tuple[str, ...], float]]:
+    """One sample per status, 1 for ``status`` and 0 for the others (kube-state-metrics' habit).
+
+    A label per status, not one number: ``max()`` over Nagios codes ranks UNKNOWN (3)
+    above CRITICAL (2), and a selector ``{status="critical"}`` reads as what it means.
+    """
+    return [((*labels, state.name.lower()), 1.0 if state is status else 0.0) for state in _STATES]
+
+
+def capped_code_counts(keys: Iterable[tuple[str, str, str]]) -> list[tuple[tuple[str, ...], float]]:
+    """``(check, code, severity)`` label sets with their counts, at most ``MAX_CODE_SERIES`` of them.
+
+    The codes are cut to ``_MAX_CODE_CHARS`` one-line characters. The label sets with the
+    most findings are kept (then the first by name); the rest are summed per check and
+    severity under ``code="OTHER"``, so the total still counts every finding.
+    """
+    from healthd.text import one_line
+
+    counts: dict[tuple[str, str, str], float] = {}
+    for check, code, severity in keys:
+        key = (check, one_line(code, _MAX_CODE_CHARS), severity)
+        counts[key] = counts.get(key, 0.0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    kept = dict(ranked[: MAX_CODE_SERIES - 1] if len(ranked) > MAX_CODE_SERIES else ranked)
+    for (check, _code, severity), n in ranked[len(kept) :]:
+        other = (check, OVERFLOW_CODE, severity)
+        kept[other] = kept.get(other, 0.0) + n
+    return sorted(kept.items())
+
+
+def _policy_families(sample: PassReport) -> list[_Family]:
+    """What the policy decided about the node: the breaker, why healthd holds it out, a repair."""
+    from healthd.text import one_line
+
+    repair = sample.repair
+    took_out = capped_code_counts((check, code, "") for check, code in sample.took_out)
+    return [
+        _gauge(
+            "healthd_circuit_breaker_open",
+            "1 while the circuit breaker holds actions back.",
+            (),
+            [((), 1.0 if sample.breaker_open else 0.0)],
+        ),
+        _gauge(
+            "healthd_node_out",
+            "1 while healthd holds the node out of the scheduler (taken out by its findings, or for repair).",
+            (),
+            [((), 1.0 if took_out or repair is not None else 0.0)],
+        ),
+        _gauge(
+            "healthd_took_out",
+            "The findings that took the node out, by check and code (1 per finding).",
+            ("check", "code"),
+            [((check, code), n) for (check, code, _), n in took_out],
+        ),
+        _gauge(
+            "healthd_node_in_repair",
+            "1 while the node is out for repair: a finding code repeated on one unit (docs/history.md).",
+            ("code", "unit"),
+            [] if repair is None else [((one_line(repair.code, _MAX_CODE_CHARS), one_line(repair.unit, 200)), 1.0)],
+        ),
+    ]
 
 
 def _event_families(result: PassResult, core: Sequence[_Family]) -> list[_Family]:
@@ -242,27 +351,48 @@ def new_registry(collector: HealthdCollector) -> CollectorRegistry:
     return registry
 
 
-def refuse_untrusted_textfile(path: Optional[Path]) -> None:
+def textfile_owner_uid(name: Optional[str]) -> Optional[int]:
+    """The uid of ``[metrics].textfile_owner``, or None when unset or no such account exists here."""
+    import pwd
+
+    if not name:
+        return None
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
+def refuse_untrusted_textfile(settings: MetricsSettings) -> None:
     """Raise ``UntrustedPath`` when the directory of ``[metrics].textfile`` fails ``healthd.trust``'s rule.
 
-    Root writes there after every pass: a directory another user can write would let
-    them plant the name as a link, or swap the directory, and choose where root writes.
+    The one check ``healthd run`` (at start and on reload) and ``healthd config validate``
+    make, so both refuse the same directories with the same message. Root writes there
+    after every pass: a directory a user could write would let them choose where root's
+    write lands, if root followed a name in it. The exception is the account node_exporter
+    runs as (``textfile_owner``, ``prometheus`` by default: Debian's package and the common
+    RPMs make the textfile directory theirs): its directories are trusted for this write
+    only. The file is created ``O_EXCL`` under a fresh name and renamed into place
+    relative to the directory's descriptor, and healthd never reads it back, so that
+    account can at most delete or replace the metrics it serves anyway. A link it owns is
+    still refused, since a link could point root's write into a directory of root's.
     A directory that does not exist is not refused: each write reports it.
     """
     from healthd.trust import refuse_untrusted
 
-    if path is not None:
-        refuse_untrusted(path.parent)
+    if settings.textfile is not None:
+        refuse_untrusted(settings.textfile.parent, dir_owner=textfile_owner_uid(settings.textfile_owner))
 
 
-def write_textfile(path: Path, registry: CollectorRegistry) -> None:
+def write_textfile(path: Path, registry: CollectorRegistry, owner: Optional[str] = None) -> None:
     """Write the exposition for node_exporter's textfile collector atomically, readable by all.
 
-    The directory must pass the trust rule (``UntrustedPath`` otherwise); the new file
-    is created ``O_EXCL`` next to ``path`` and renamed over it, so no link planted at
-    either name is followed (``healthd.atomicfile``). node_exporter runs as its own
-    user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode is set
-    explicitly (0644: the metrics are no secret). The temp file's name does not
+    The directory must pass the trust rule, with directories of ``owner`` (the
+    ``[metrics].textfile_owner`` account) trusted too (``UntrustedPath`` otherwise); the
+    new file is created ``O_EXCL`` next to ``path`` and renamed over it, so no link
+    planted at either name is followed (``healthd.atomicfile``). node_exporter runs as
+    its own user and the unit's ``UMask=0077`` would leave a new file 0600, so the mode
+    is set explicitly (0644: the metrics are no secret). The temp file's name does not
     end in ``.prom``, so the collector never reads it half-written.
     """
     import os
@@ -273,7 +403,7 @@ def write_textfile(path: Path, registry: CollectorRegistry) -> None:
     from healthd.trust import open_trusted_dir
 
     body = generate_latest(registry)
-    dir_fd = open_trusted_dir(path.parent)
+    dir_fd = open_trusted_dir(path.parent, dir_owner=textfile_owner_uid(owner))
     try:
         write_atomically(dir_fd, path.name, body, 0o644)
     finally:
@@ -281,9 +411,9 @@ def write_textfile(path: Path, registry: CollectorRegistry) -> None:
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    """``HOST:PORT`` -> (host, port); ``[::1]:9101`` for IPv6.
+    """``HOST:PORT`` -> (host, port); ``[::1]:4584`` for IPv6.
 
-    An empty host (``:9101``) binds all IPv4 addresses; ``[::]:9101`` binds all IPv6
+    An empty host (``:4584``) binds all IPv4 addresses; ``[::]:4584`` binds all IPv6
     addresses and, unless ``net.ipv6.bindv6only`` is set, all IPv4 ones too.
     """
     host, _, port = listen.rpartition(":")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 if TYPE_CHECKING:
     from healthd.model import PassResult
     from healthd.pipeline import PassOutcome
-    from healthd.policy import Action
+    from healthd.policy import Action, Repair
 
 
 class ActionOutcome(enum.Enum):
@@ -48,12 +48,16 @@ class PassReport:
     ``result`` is the pass as reported, ``document`` the same pass as saved in
     ``last-pass`` (with its action section), ``problems`` what went wrong around it
     (state that could not be saved, Slurm errors). ``breaker_open`` is None when the
-    pass failed before the policy decided anything.
+    pass failed before the policy decided anything. ``took_out`` names, as ``(check, code)``,
+    the findings for which healthd holds the node out; ``repair`` is the node's repair, if any
+    (both from the policy state the pass left).
     """
 
     result: PassResult
     actions: tuple[PassAction, ...] = ()
     breaker_open: Optional[bool] = None
+    took_out: tuple[tuple[str, str], ...] = ()
+    repair: Optional[Repair] = None
     problems: tuple[str, ...] = ()
     document: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
@@ -91,10 +95,19 @@ def report_from_outcome(outcome: PassOutcome) -> PassReport:
     breaker: Optional[bool] = any(f.check == POLICY_CHECK and f.code == "DRAIN_HELD" for f in findings)
     if any(f.check == OWN_CHECK and f.code == PASS_FAILED for f in findings):
         breaker = None
+    state = outcome.state
     return PassReport(
         result=outcome.result,
         actions=actions,
         breaker_open=breaker,
+        took_out=tuple(_check_and_code(ref.key) for ref in state.took_out),
+        repair=state.repair,
         problems=report.errors,
         document=outcome.document,
     )
+
+
+def _check_and_code(key: str) -> tuple[str, str]:
+    """``(check, code)`` of a finding's key, ``check/code/subject`` (healthd.model.Finding.key)."""
+    check, _, rest = key.partition("/")
+    return check, rest.partition("/")[0]

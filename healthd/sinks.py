@@ -3,7 +3,8 @@
 The daemon (healthd.daemon) runs a pass, condenses its outcome into one
 ``PassReport`` (healthd.outcome) and hands it to each sink in turn. A sink has one
 job, never acts on the node, and never raises for its own trouble (a busy port, an
-unwritable textfile are logged) except ``UntrustedPath``, which stops the daemon.
+unwritable or refused textfile are logged); only ``MetricsSink.configure`` raises
+``UntrustedPath``, for a textfile directory refused at start or reload.
 
 Saving the pass is not a sink's job: the pipeline's settle step writes the policy
 state and the ``last-pass`` document (healthd.pipeline), because ``healthd check
@@ -16,7 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Optional, Protocol
 
-from healthd.logs import log_action, log_finding
+from healthd.logs import log_action, log_cleared, log_finding, log_reminder
 from healthd.metrics import (
     HealthdCollector,
     MetricsServer,
@@ -25,14 +26,16 @@ from healthd.metrics import (
     refuse_untrusted_textfile,
     write_textfile,
 )
-from healthd.model import Status
+from healthd.model import RunState, Status
 from healthd.render import pass_summary
 from healthd.text import one_line
+from healthd.trust import UntrustedPath
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from healthd.config import MetricsSettings
+    from healthd.model import Finding
     from healthd.outcome import PassReport
     from healthd.sdnotify import Notifier
 
@@ -52,26 +55,83 @@ def status_line(report: PassReport) -> str:
     return pass_summary(report.document, result.started_at + result.duration_seconds, head=head)
 
 
-class LogSink:
-    """One record per non-OK finding, per decided action and per problem, then the pass's summary line.
+# How often the log repeats, in one line, what is still wrong (docs/service.md, "Logs").
+REMINDER_SECONDS = 3600.0
 
-    Findings and actions carry the ``HEALTHD_*`` journal fields (healthd.logs).
+
+class LogSink:
+    """Logs what changed (a finding raised, changed or cleared, a new action) and each pass's problems.
+
+    A finding that stays as it was is not logged again each pass: one steady WARNING
+    on 1,000 nodes every 5 minutes would be 288,000 records a day saying nothing new.
+    Instead, while something is wrong, one line every ``reminder_seconds`` (of the
+    passes' own clock) repeats the pass's summary and what is still wrong. A pass whose
+    status changed without any record saying why (the first, or one that failed) logs
+    its summary line. A finding "changes" when its status does; its text may change
+    every pass (a count, a temperature) and is not a change. Findings and actions carry
+    the ``HEALTHD_*`` journal fields (healthd.logs).
     """
 
-    def __init__(self, logger: logging.Logger) -> None:
+    def __init__(self, logger: logging.Logger, reminder_seconds: float = REMINDER_SECONDS) -> None:
         self._log = logger
+        self._reminder = reminder_seconds
+        self._findings: dict[str, Finding] = {}
+        self._actions: frozenset[tuple[str, str]] = frozenset()
+        self._status: Optional[Status] = None
+        self._last_line: Optional[float] = None
 
     def publish(self, report: PassReport, number: int) -> None:
         result = report.result
-        for finding in result.findings:
-            if finding.status is not Status.OK:
+        now = result.started_at + result.duration_seconds
+        logged = self._log_changes(report)
+        changed = result.status is not self._status
+        self._status = result.status
+        if changed and not logged:
+            self._log.info("pass %d: %s", number, status_line(report))
+        elif not logged:
+            if not self._wrong(report) or self._last_line is None or now - self._last_line < self._reminder:
+                return
+            line = f"pass {number}: {status_line(report)}"
+            log_reminder(self._log, line, result.status, list(self._findings.values()))
+        self._last_line = now
+
+    def _wrong(self, report: PassReport) -> bool:
+        return bool(self._findings) or report.result.status is not Status.OK
+
+    def _log_changes(self, report: PassReport) -> int:
+        """Log each finding raised, changed or cleared, each action not decided last pass, and each problem."""
+        result = report.result
+        findings = {f.key: f for f in result.findings if f.status is not Status.OK}
+        records = 0
+        for key, finding in findings.items():
+            before = self._findings.get(key)
+            if before is None or before.status is not finding.status:
                 log_finding(self._log, finding)
+                records += 1
+        # A check that crashed or timed out did not look: what it found before is not gone.
+        blind = {c.check for c in result.results if c.state in (RunState.ERROR, RunState.TIMEOUT, RunState.STUCK)}
+        for key, before in self._findings.items():
+            if key in findings:
+                continue
+            if before.check in blind:
+                findings[key] = before
+            else:
+                log_cleared(self._log, before)
+                records += 1
+        self._findings = findings
+        actions = frozenset((a.kind.value, a.outcome.value) for a in report.actions)
         for action in report.actions:
-            log_action(self._log, action.kind, action.outcome, result.node, action.detail, result.status)
+            if (action.kind.value, action.outcome.value) not in self._actions:
+                log_action(self._log, action.kind, action.outcome, result.node, action.detail, result.status)
+                records += 1
+        self._actions = actions
         for problem in report.problems:
-            # A problem may quote a path or an error's text: it must not start a forged log line.
+            # Every pass, not once: a state file that cannot be written is an error each time it
+            # fails (docs/service.md, "State problems"). It may quote a path or an error's text:
+            # it must not start a forged log line.
             self._log.error("pass problem: %s", one_line(problem))
-        self._log.info("pass %d: %s", number, status_line(report))
+            records += 1
+        return records
 
 
 class NotifySink:
@@ -109,13 +169,15 @@ class MetricsSink:
         self.server: Optional[MetricsServer] = None
         self._settings: Optional[MetricsSettings] = None
         self._listen_failures = 0
+        self._textfile_failures = 0
 
     def configure(self, settings: MetricsSettings) -> None:
         """Take new ``[metrics]`` settings; raises ``UntrustedPath`` for a textfile directory others can write."""
-        refuse_untrusted_textfile(settings.textfile)
+        refuse_untrusted_textfile(settings)
         self.close()
         self._settings = settings
         self._listen_failures = 0
+        self._textfile_failures = 0
         if settings.listen is None and settings.textfile is None:
             self.registry = None
             return
@@ -126,12 +188,22 @@ class MetricsSink:
     def publish(self, report: PassReport, number: int) -> None:
         self._ensure_listening()
         self.collector.update(report)
-        textfile = self._settings.textfile if self._settings is not None else None
-        if textfile is not None and self.registry is not None:
-            try:
-                write_textfile(textfile, self.registry)
-            except OSError as exc:
-                self._log.error("metrics: cannot write textfile %s: %s", textfile, exc.strerror or exc)
+        settings = self._settings
+        if settings is None or settings.textfile is None or self.registry is None:
+            return
+        try:
+            write_textfile(settings.textfile, self.registry, settings.textfile_owner)
+        except (OSError, UntrustedPath) as exc:
+            # The checks go on without their textfile: a directory node_exporter's account
+            # turned into something refused (a link of its own) must not stop the health
+            # checks. Logged loudly once, then quietly, like a busy port; the metrics'
+            # staleness alert (deploy/prometheus) tells the rest.
+            self._textfile_failures += 1
+            level = logging.ERROR if self._textfile_failures == 1 else logging.DEBUG
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self._log.log(level, "metrics: cannot write textfile %s: %s", settings.textfile, why)
+        else:
+            self._textfile_failures = 0
 
     def close(self) -> None:
         """Stop serving ``/metrics`` (a later ``configure`` may open it again)."""

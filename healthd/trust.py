@@ -54,15 +54,21 @@ class UntrustedPath(Exception):
         super().__init__(f"refusing {path}, which others could have written: {reason}")
 
 
-def stat_reason(path: Path, info: os.stat_result, *, container: bool = False) -> Optional[str]:
+def stat_reason(
+    path: Path, info: os.stat_result, *, container: bool = False, dir_owner: Optional[int] = None
+) -> Optional[str]:
     """The rule for one file, directory or link, from its ``lstat``: why it is untrusted, or None.
 
     ``container`` accepts a sticky world-writable directory: one the path passes through
     (or where a new entry of ours is created), never the path itself. A link's own mode
-    is always 0777 and means nothing; only its owner counts.
+    is always 0777 and means nothing; only its owner counts. ``dir_owner`` is one more
+    uid a directory (never a link or a file) may belong to: the node_exporter account
+    for the metrics textfile, written there and never read back (healthd.metrics).
     """
-    if info.st_uid not in (0, os.geteuid()):
-        return f"{path} belongs to uid {info.st_uid}, not root"
+    owners = (0, os.geteuid()) if dir_owner is None or not stat.S_ISDIR(info.st_mode) else (0, os.geteuid(), dir_owner)
+    if info.st_uid not in owners:
+        also = "" if dir_owner is None else f" or uid {dir_owner}"
+        return f"{path} belongs to uid {info.st_uid}, not root{also}"
     mode = info.st_mode
     if stat.S_ISLNK(mode) or not mode & (stat.S_IWGRP | stat.S_IWOTH):
         return None
@@ -142,12 +148,12 @@ def _group_name(gid: int) -> str:
         return str(gid)
 
 
-def trusted_stat(path: Path, *, container: bool = False) -> os.stat_result:
+def trusted_stat(path: Path, *, container: bool = False, dir_owner: Optional[int] = None) -> os.stat_result:
     """Check ``path`` and everything the kernel passes through to reach it; return what it names.
 
-    Raises ``UntrustedPath`` when a component fails the rule (``container`` as in
-    ``stat_reason``, for the last component), ``OSError`` when the path cannot be
-    walked (missing, not a directory, a link loop).
+    Raises ``UntrustedPath`` when a component fails the rule (``container`` and
+    ``dir_owner`` as in ``stat_reason``, ``container`` for the last component),
+    ``OSError`` when the path cannot be walked (missing, not a directory, a link loop).
     """
     start = path if path.is_absolute() else Path.cwd() / path
     # A stack of names still to walk; Path keeps ".." so links resolve as the kernel does.
@@ -156,7 +162,7 @@ def trusted_stat(path: Path, *, container: bool = False) -> os.stat_result:
     info = os.lstat(current)
     links = 0
     while True:
-        reason = stat_reason(current, info, container=container or bool(pending))
+        reason = stat_reason(current, info, container=container or bool(pending), dir_owner=dir_owner)
         if reason:
             raise UntrustedPath(path, reason)
         if not pending:
@@ -200,26 +206,27 @@ def untrusted_reason(path: Path) -> Optional[str]:
     return None
 
 
-def refuse_untrusted(path: Path, *, container: bool = False) -> None:
-    """Raise ``UntrustedPath`` if ``path`` fails the rule.
+def refuse_untrusted(path: Path, *, container: bool = False, dir_owner: Optional[int] = None) -> None:
+    """Raise ``UntrustedPath`` if ``path`` fails the rule (``dir_owner`` as in ``stat_reason``).
 
     A path that cannot be walked at all (missing, not a directory) is not refused
     here: whoever uses it meets the same error and reports it as unusable.
     """
     try:
-        trusted_stat(path, container=container)
+        trusted_stat(path, container=container, dir_owner=dir_owner)
     except OSError:
         return
 
 
-def open_trusted_dir(path: Path) -> int:
+def open_trusted_dir(path: Path, *, dir_owner: Optional[int] = None) -> int:
     """A file descriptor of the directory ``path`` once it passes the rule (raises ``UntrustedPath``, ``OSError``).
 
     The descriptor is checked to be the very directory that was checked, so a rename
     between the check and the open cannot swap it; files are then opened relative to
-    it (``dir_fd``), never by a path that could be redirected later.
+    it (``dir_fd``), never by a path that could be redirected later. ``dir_owner`` as in
+    ``stat_reason``.
     """
-    info = trusted_stat(path)
+    info = trusted_stat(path, dir_owner=dir_owner)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     with closed_on_error(fd):
         opened = os.fstat(fd)

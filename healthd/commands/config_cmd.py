@@ -19,10 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from healthd.config import load_config
     from healthd.engine import settings_models
+    from healthd.metrics import refuse_untrusted_textfile
     from healthd.pipeline import one_shot_overrun
     from healthd.plugin import discover
 
     loaded = load_config(args.config, settings_models(discover()), args.host)
+    # The textfile directory `healthd run` would refuse (exit 78) is refused here by the same
+    # check, with the same message (healthd.cli reports UntrustedPath), before "valid".
+    refuse_untrusted_textfile(loaded.config.metrics)
     sections = ", ".join(loaded.host_sections) or "none"
     print(f"{loaded.source}: valid; for node {loaded.host} the host sections that apply: {sections}")
     # Valid for the daemon, whose watchdog budget grows with it; the hook has a fixed 60 s.

@@ -372,6 +372,95 @@ def test_the_daemon_refuses_to_start_with_an_untrusted_textfile_dir(tmp_path: Pa
     assert not (state / "last-pass.json").exists() and list(theirs.iterdir()) == []
 
 
+@pytest.fixture(scope="session")
+def prometheus_user() -> tuple[int, int]:
+    """(uid, gid) of ``prometheus``, node_exporter's account on Debian (its prometheus packages make it)."""
+    if os.geteuid() != 0:
+        pytest.skip("handing files to the prometheus account needs root")
+    try:
+        entry = pwd.getpwnam("prometheus")
+    except KeyError:
+        # As Debian's postinst does (adduser --system); exit 9 is another run creating it first.
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "prometheus"],
+            check=False,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam("prometheus")
+    return entry.pw_uid, entry.pw_gid
+
+
+def _debian_textfile_dir(root: Path, owner: tuple[int, int]) -> Path:
+    """/var/lib/prometheus/node-exporter as Debian's prometheus-node-exporter leaves it: both the exporter's, 0755."""
+    directory = root / "var" / "lib" / "prometheus" / "node-exporter"
+    directory.mkdir(parents=True)
+    for made in (directory.parent, directory):
+        made.chmod(0o755)
+        os.chown(made, *owner)
+    return directory
+
+
+def test_the_documented_textfile_path_works_on_debians_node_exporter_layout(
+    tmp_path: Path, prometheus_user: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _debian_textfile_dir(tmp_path, prometheus_user)
+    textfile = directory / "healthd.prom"
+    config = write_config(tmp_path, tmp_path / "state", f'[metrics]\ntextfile = "{textfile}"\n')
+    assert main(["config", "validate", "--config", str(config)]) == 0
+    assert ": valid;" in capsys.readouterr().out
+    log = tmp_path / "daemon.log"
+    daemon = _start(config, log)
+    try:
+        _wait(lambda: textfile.exists() or daemon.poll() is not None, "the textfile")
+        assert daemon.poll() is None, log.read_text()
+        assert "healthd_pass_state" in textfile.read_text()
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(timeout=30) == 0
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+            daemon.wait()
+    info = textfile.stat()
+    # root's file, readable by node_exporter's account; the directory stays the exporter's.
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o644)
+    assert directory.stat().st_uid == prometheus_user[0]
+
+
+def test_config_validate_refuses_the_textfile_dir_run_refuses_with_the_same_message(
+    tmp_path: Path, intruder: tuple[int, int], prometheus_user: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`config validate` said `valid` for a directory `run` then refused with 78: one check serves both now."""
+    theirs = _debian_textfile_dir(tmp_path, intruder)  # another account than node_exporter's
+    config = write_config(tmp_path, tmp_path / "state", f'[metrics]\ntextfile = "{theirs / "healthd.prom"}"\n')
+    assert main(["config", "validate", "--config", str(config)]) == 78
+    refusal = capsys.readouterr().err.strip()
+    owner = f"{theirs.parent} belongs to uid {intruder[0]}, not root or uid {prometheus_user[0]}"
+    why = f"refusing {theirs}, which others could have written: {owner}"
+    assert refusal == f"healthd: {why}; nothing was done"
+    log = tmp_path / "daemon.log"
+    daemon = _start(config, log)
+    assert daemon.wait(timeout=60) == 78
+    assert f"{why}; not starting" in log.read_text()
+
+
+def test_a_link_of_node_exporters_account_is_refused_as_the_textfile_dir(
+    tmp_path: Path, prometheus_user: tuple[int, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exporter's directories are trusted for the write, its links are not: one could aim root at /etc."""
+    directory = _debian_textfile_dir(tmp_path, prometheus_user)
+    mine = tmp_path / "root-only"
+    mine.mkdir(mode=0o755)
+    link = directory / "collector"
+    link.symlink_to(mine)
+    os.lchown(link, *prometheus_user)
+    config = write_config(tmp_path, tmp_path / "state", f'[metrics]\ntextfile = "{link / "healthd.prom"}"\n')
+    assert main(["config", "validate", "--config", str(config)]) == 78
+    assert f"{link} belongs to uid {prometheus_user[0]}" in capsys.readouterr().err
+    with pytest.raises(UntrustedPath):
+        write_textfile(link / "healthd.prom", new_registry(HealthdCollector()), "prometheus")
+    assert list(mine.iterdir()) == []
+
+
 def test_an_untrusted_entry_found_mid_pass_refuses_with_78(
     write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]], tmp_path: Path
 ) -> None:

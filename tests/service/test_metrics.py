@@ -13,12 +13,14 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from healthd_testkit.faults import DaemonKit
 from healthd_testkit.net import free_ports
 from prometheus_client.parser import text_string_to_metric_families
 
+from healthd.engine import Engine
 from healthd.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
 from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
 from healthd.outcome import ActionOutcome, PassAction, PassReport
@@ -471,3 +473,83 @@ def _exposition(collector: HealthdCollector) -> str:
     from prometheus_client import generate_latest
 
     return generate_latest(new_registry(collector)).decode()
+
+
+def _collected(report: PassReport) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client import generate_latest
+
+    collector = HealthdCollector(version="1.0")
+    collector.update(report)
+    return _values(generate_latest(new_registry(collector)).decode())
+
+
+def test_statuses_are_state_sets_so_critical_is_not_ranked_below_unknown() -> None:
+    result = PassResult(
+        "gpu0001",
+        1_700_000_000.0,
+        1.0,
+        (
+            CheckResult("mounts", RunState.RAN, (Finding("mounts", Status.CRITICAL, "MOUNT_HUNG", "/s", "hung"),), 0.1),
+            CheckResult(
+                "nvlink", RunState.TIMEOUT, (Finding("nvlink", Status.UNKNOWN, "TIMEOUT", "nvlink", "late"),), 0.1
+            ),
+        ),
+    )
+    values = _collected(PassReport(result))
+    state = {
+        (labels[0][1], labels[1][1]): value for (name, labels), value in values.items() if name == "healthd_check_state"
+    }
+    assert {key for key, value in state.items() if value == 1} == {("mounts", "critical"), ("nvlink", "unknown")}
+    assert len(state) == 8  # four statuses per check, exactly one of them 1
+    assert values[("healthd_pass_state", (("status", "critical"),))] == 1
+    assert values[("healthd_pass_state", (("status", "unknown"),))] == 0
+    # The deprecated numbers stay for one release; their max() is the UNKNOWN check's 3, not CRITICAL.
+    assert max(v for (name, _), v in values.items() if name == "healthd_check_status") == 3
+    assert values[("healthd_check_timeouts_total", (("check", "nvlink"),))] == 1
+    assert values[("healthd_check_timeouts_total", (("check", "mounts"),))] == 0
+
+
+def test_each_active_finding_code_is_a_series_and_their_number_is_capped() -> None:
+    from healthd.metrics import MAX_CODE_SERIES, OVERFLOW_CODE
+
+    invented = tuple(Finding("plugin", Status.WARNING, f"CODE_{i:03d}", f"s{i}", "x") for i in range(80))
+    hung = (
+        Finding("mounts", Status.CRITICAL, "MOUNT_HUNG", "/a", "x"),
+        Finding("mounts", Status.CRITICAL, "MOUNT_HUNG", "/b", "x"),
+    )
+    result = PassResult(
+        "gpu0001",
+        1_700_000_000.0,
+        1.0,
+        (CheckResult("plugin", RunState.RAN, invented, 0.1), CheckResult("mounts", RunState.RAN, hung, 0.1)),
+    )
+    found = {
+        dict(labels)["code"]: (dict(labels), value)
+        for (name, labels), value in _collected(PassReport(result)).items()
+        if name == "healthd_active_findings"
+    }
+    assert len(found) == MAX_CODE_SERIES
+    assert found["MOUNT_HUNG"] == ({"check": "mounts", "code": "MOUNT_HUNG", "severity": "critical"}, 2)
+    # What did not fit is summed, so the total still counts every finding.
+    assert found[OVERFLOW_CODE][0] == {"check": "plugin", "code": OVERFLOW_CODE, "severity": "warning"}
+    assert sum(value for _, value in found.values()) == 82
+
+
+def test_why_the_node_is_out_and_its_repair_are_exported(make_engine: Callable[..., Engine]) -> None:
+    from dataclasses import replace
+
+    from healthd.acks import FindingRef
+    from healthd.outcome import report_from_outcome
+    from healthd.pipeline import run_pass
+    from healthd.policy import Repair
+
+    outcome = run_pass(make_engine("critical"))
+    clean = _collected(report_from_outcome(outcome))
+    assert clean[("healthd_node_out", ())] == 0
+    assert not [key for key in clean if key[0] in ("healthd_took_out", "healthd_node_in_repair")]
+    repair = Repair("XID_79", "gpu3", "GPU-5a1c", 3, "CRITICAL", 1_700_000_000.0)
+    state = replace(outcome.state, took_out=(FindingRef("flag/FLAG_RAISED/flag"),), repair=repair)
+    out = _collected(report_from_outcome(replace(outcome, state=state)))
+    assert out[("healthd_node_out", ())] == 1
+    assert out[("healthd_took_out", (("check", "flag"), ("code", "FLAG_RAISED")))] == 1
+    assert out[("healthd_node_in_repair", (("code", "XID_79"), ("unit", "GPU-5a1c")))] == 1

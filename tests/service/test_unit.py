@@ -78,7 +78,7 @@ def test_unit_keeps_what_healthd_relies_on() -> None:
         "Type=notify",
         "ExecReload=/bin/kill -HUP $MAINPID",
         "Restart=on-failure",
-        "RestartPreventExitStatus=78",
+        "StartLimitIntervalSec=0",
         "StateDirectory=healthd",
         "ProtectSystem=strict",
         "ProtectHome=read-only",
@@ -89,6 +89,8 @@ def test_unit_keeps_what_healthd_relies_on() -> None:
     # These would hide /dev/kmsg, /dev/nvidia* or /home from the checks.
     for forbidden in ("PrivateDevices=yes", "ProtectKernelLogs=yes", "ProtectClock=yes", "ProtectHome=yes"):
         assert forbidden not in lines
+    # A refused config or textfile directory (exit 78) is retried, never left as a node without its daemon.
+    assert not any(line.startswith("RestartPreventExitStatus=") for line in lines)
 
 
 def test_the_role_ships_the_same_unit() -> None:
