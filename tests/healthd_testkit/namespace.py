@@ -66,6 +66,7 @@ def in_throwaway_root(
     a directory here to the absolute path where the script sees it. Skips, naming why, where
     no mount namespace or overlay can be made.
     """
+    workdir.mkdir(parents=True, exist_ok=True)
     argv = [str(workdir)]
     for source, dest in binds.items():
         argv += [str(source), dest]
