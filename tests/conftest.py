@@ -95,6 +95,17 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> 
         cluster.shutdown()
 
 
+@pytest.fixture(scope="session")
+def healthd_packages(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """healthd's .deb and .rpm, built once per session from this checkout (healthd_testkit.packages)."""
+    from healthd_testkit.packages import build_packages, missing_tool
+
+    why = missing_tool()
+    if why:
+        pytest.skip(why)
+    return build_packages(tmp_path_factory.mktemp("packages"))
+
+
 @pytest.fixture
 def cluster(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The cluster for one test: slurmctld running, no jobs, every node idle, client commands pointed at it."""
@@ -321,6 +332,7 @@ def intruder() -> tuple[int, int]:
 # mounts, real users, the kernel log, Ansible runs and wheel builds.
 SLOW_FIXTURES = frozenset(
     {
+        "healthd_packages",
         "slurm_cluster",
         "cluster",
         "accounting_cluster",

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from healthd_testkit.namespace import in_throwaway_root
+from healthd_testkit.packages import FIRST, Packages
 from healthd_testkit.paths import REPO
 
 ANSIBLE_DIR = REPO / "deploy" / "ansible"
@@ -219,8 +221,8 @@ def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_p
     wheel = next(wheelhouse.glob("healthd-*.whl"))
     root = tmp_path / "root"
     (root / "etc" / "slurm").mkdir(parents=True)
-    # slurm.conf(5) keys are case-insensitive and may have spaces around "=".
-    (root / "etc" / "slurm" / "slurm.conf").write_text("ClusterName=test\nhealthcheckinterval = 30\n")
+    slurm_conf_text = "ClusterName=test\nhealthcheckinterval = 30\n"
+    (root / "etc" / "slurm" / "slurm.conf").write_text(slurm_conf_text)
     state_dir = tmp_path / "state"
     textfile = tmp_path / "textfile" / "healthd.prom"
     variables: dict[str, Any] = {
@@ -279,12 +281,12 @@ def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_p
             "xid": checks["xid"],
         },
     }
-    # The file that was validated is the root-owned candidate next to the config, never a
-    # temp copy of the login user's (which healthd's trust check refuses under become).
-    candidate = config.with_name("healthd.toml.new")
-    assert candidate.read_text() == config.read_text()
-    assert (candidate.stat().st_uid, stat.S_IMODE(candidate.stat().st_mode)) == (0, 0o644)
-    tasks = (ANSIBLE_DIR / "roles" / "healthd" / "tasks" / "main.yml").read_text().splitlines()
+    # The file that was validated is a root-owned candidate next to the config, never a
+    # temp copy of the login user's (which healthd's trust check refuses under become),
+    # and it is gone afterwards: the role leaves no file behind.
+    assert sorted(p.name for p in config.parent.iterdir()) == ["healthd.toml"]
+    assert (config.stat().st_uid, stat.S_IMODE(config.stat().st_mode)) == (0, 0o644)
+    tasks = (ANSIBLE_DIR / "roles" / "healthd" / "tasks" / "config.yml").read_text().splitlines()
     assert not [line for line in tasks if line.strip().startswith("validate:")]
     # The verified wheel is kept for root alone; the installed healthd came from it.
     staged = root / "var" / "cache" / "healthd" / wheel.name
@@ -302,13 +304,8 @@ def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_p
     paths = (unit.parent / "healthd.service.d" / "20-paths.conf").read_text().splitlines()
     assert f"ReadWritePaths=-{state_dir}" in paths and f"ReadWritePaths=-{textfile.parent}" in paths
     assert os.readlink(root / "usr" / "local" / "sbin" / "healthd") == "/opt/healthd/bin/healthd"
-    slurm_conf = (root / "etc" / "slurm" / "slurm.conf").read_text().splitlines()
-    assert slurm_conf == [
-        "ClusterName=test",
-        "HealthCheckInterval=300",
-        "HealthCheckProgram=/opt/healthd/bin/healthd-hook",
-        "HealthCheckNodeState=ANY,CYCLE",
-    ]
+    # The node role never edits slurm.conf: that is the controller's (the healthd_slurm role).
+    assert (root / "etc" / "slurm" / "slurm.conf").read_text() == slurm_conf_text
     hook = venv / "bin" / "healthd-hook"
     assert hook.stat().st_mode & 0o111
     # A console script: its own interpreter by absolute path, no shell and no PATH needed.
@@ -415,3 +412,146 @@ def test_the_unit_may_write_where_the_rendered_config_says(
     tmp_path: Path, variables: dict[str, Any], lines: list[str]
 ) -> None:
     assert _paths_dropin(tmp_path, variables) == ["[Service]", *lines]
+
+
+# -- the package install, the RHEL family, the controller's slurm.conf ------------------------------
+
+
+def test_role_installs_the_deb_with_apt_in_a_throwaway_root(healthd_packages: Packages, tmp_path: Path) -> None:
+    """healthd_install_from: package on a Debian node: the real apt installs the .deb (in a copy-on-write
+    root of this machine), the config is validated by the package's healthd, and a second run changes nothing."""
+    deb = healthd_packages.deb
+    work = tmp_path / "work"
+    work.mkdir()
+    variables = {
+        "healthd_install_from": "package",
+        "healthd_package_file": f"/pkgs/{deb.name}",
+        "healthd_package_sha256": _sha256(deb),
+        "healthd_manage_service": False,
+        "healthd_slurm_enabled": False,
+        "healthd_node_mounts": [{"path": "/", "rw": True}],
+    }
+    (work / "play.yml").write_text("- name: Install healthd\n  hosts: all\n  roles:\n    - role: healthd\n")
+    (work / "vars.json").write_text(json.dumps(variables))
+    play = (
+        "ANSIBLE_ROLES_PATH=/ansible/roles ANSIBLE_LOCAL_TEMP=/tmp/a ANSIBLE_REMOTE_TEMP=/tmp/a ANSIBLE_NOCOLOR=1 "
+        "ansible-playbook -i localhost, -c local -e ansible_python_interpreter=/usr/bin/python3 "
+        "-e @/work/vars.json /work/play.yml"
+    )
+    script = f"""set -e
+{play} > /work/first.log 2>&1 || {{ cat /work/first.log; exit 1; }}
+{play} > /work/second.log 2>&1 || {{ cat /work/second.log; exit 1; }}
+echo INSTALLED=$(dpkg-query -W -f='${{Version}}' healthd)
+echo VERSION=$(/usr/sbin/healthd --version)
+echo CONFIG=$(ls /etc/healthd | tr '\\n' ' ')
+echo UNITS=$(ls /etc/systemd/system/healthd.service.d | tr '\\n' ' ')
+echo OWN_UNIT=$(test -e /etc/systemd/system/healthd.service && echo yes || echo no)
+"""
+    done = in_throwaway_root(
+        script, tmp_path / "root", {deb.parent: "/pkgs", ANSIBLE_DIR: "/ansible", work: "/work"}, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    report = dict(line.split("=", 1) for line in done.stdout.splitlines() if line[:1].isupper() and "=" in line)
+    assert report["INSTALLED"] == FIRST and report["VERSION"].startswith("healthd ")
+    # The example comes with the package; the rendered config is the role's; no candidate is left.
+    assert report["CONFIG"].split() == ["healthd.toml", "healthd.toml.example"]
+    # The package's own unit serves; the role adds only its drop-ins.
+    assert report["OWN_UNIT"] == "no" and "20-paths.conf" in report["UNITS"]
+    first, second = (work / "first.log").read_text(), (work / "second.log").read_text()
+    assert "Install the .deb" in first and "Install the .rpm" in first
+    assert _recap(second)["changed"] == 0, second[-4000:]
+
+
+def test_role_runs_in_check_mode_with_rhel_facts(tmp_path: Path, wheelhouse: Path) -> None:
+    """A RHEL-family node in check mode: the family's choices (no python3-venv, dnf for a package) are
+    taken and the run goes through. What this machine cannot do is run dnf itself: the .rpm's install
+    task is only shown to be the one chosen (docs/ansible.md, "RHEL family")."""
+    wheel = next(wheelhouse.glob("healthd-*.whl"))
+    root = tmp_path / "root"
+    facts = {"ansible_os_family": "RedHat", "ansible_pkg_mgr": "dnf", "ansible_distribution": "Rocky"}
+    variables = {
+        **facts,
+        "healthd_root": str(root),
+        "healthd_wheel": str(wheel),
+        "healthd_wheel_sha256": _sha256(wheel),
+        "healthd_wheelhouse": str(wheelhouse),
+        "healthd_manage_service": False,
+        "healthd_slurm_enabled": False,
+    }
+    assert PLAYBOOK is not None
+    playbook = tmp_path / "play.yml"
+    playbook.write_text("- name: Install healthd\n  hosts: all\n  gather_facts: false\n  roles:\n    - role: healthd\n")
+    command = [PLAYBOOK, "--check", "-i", "localhost,", "-c", "local", str(playbook), "-e", json.dumps(variables)]
+    done = subprocess.run(command, env=_env(tmp_path), capture_output=True, text=True, check=False, timeout=600)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert _recap(done.stdout)["failed"] == 0
+    # RHEL's python3 has venv: nothing to install first, and nothing of apt's runs.
+    assert re.search(r"TASK \[healthd : Install what creating the virtualenv needs\] \*+\nskipping", done.stdout)
+    assert not (root / "opt").exists(), "check mode installs nothing"
+    rpm_plan = subprocess.run(
+        [PLAYBOOK, "--list-tasks", "-i", "localhost,", str(playbook), "-e", json.dumps(variables)],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Install the .rpm" in rpm_plan.stdout
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path, host_guard: Any) -> Iterator[Any]:
+    """A throwaway Slurm cluster of this test's own: its slurm.conf is rewritten and reconfigured."""
+    from healthd_testkit import cluster as cluster_module
+
+    why = cluster_module.missing_prerequisite()
+    if why:
+        pytest.skip(why)
+    cluster = cluster_module.Cluster(root=tmp_path / "slurm", healthd_bin=BIN / "healthd")
+    (tmp_path / "slurm").mkdir()
+    host_guard.allow_slurm_conf(cluster.conf)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def _controller_play(tmp_path: Path, conf: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    assert PLAYBOOK is not None
+    playbook = tmp_path / "controller.yml"
+    play = "- name: Let Slurm run healthd\n  hosts: all\n  gather_facts: false\n  roles:\n    - role: healthd_slurm\n"
+    playbook.write_text(play)
+    given = {"healthd_slurm_conf": str(conf), **variables}
+    command = [PLAYBOOK, "-i", "localhost,", "-c", "local", str(playbook), "-e", json.dumps(given)]
+    return subprocess.run(command, env=_env(tmp_path), capture_output=True, text=True, check=False, timeout=600)
+
+
+def _config(cluster: Any, key: str) -> str:
+    shown = subprocess.run(["scontrol", "show", "config"], env=cluster.env, capture_output=True, text=True, check=True)
+    match = re.search(rf"^{key}\s*=\s*(.*)$", shown.stdout, re.MULTILINE)
+    assert match, shown.stdout
+    return match.group(1).strip()
+
+
+def test_controller_role_sets_the_lines_once_and_slurmctld_takes_them(tmp_path: Path, own_cluster: Any) -> None:
+    conf = own_cluster.conf
+    site_prolog = _config(own_cluster, "Prolog")
+    before = conf.read_text()
+    # The site already runs a Prolog of its own: the role names it and changes nothing.
+    refused = _controller_play(tmp_path, conf, {"healthd_slurm_health_check": True, "healthd_slurm_prolog": True})
+    assert refused.returncode != 0
+    assert f"already runs Prolog={site_prolog}" in refused.stdout, refused.stdout[-4000:]
+    assert conf.read_text() == before
+
+    variables = {"healthd_slurm_health_check": True, "healthd_slurm_scontrol": shutil.which("scontrol")}
+    first = _controller_play(tmp_path, conf, variables)
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
+    assert "RUNNING HANDLER [healthd_slurm : Reconfigure Slurm]" in first.stdout
+    # slurmctld itself now reports healthd's hook: the reconfigure reached it.
+    assert _config(own_cluster, "HealthCheckProgram") == "/opt/healthd/bin/healthd-hook"
+    assert _config(own_cluster, "HealthCheckInterval") == "300 sec"
+    assert set(_config(own_cluster, "HealthCheckNodeState").split(",")) == {"ANY", "CYCLE"}
+    assert _config(own_cluster, "Prolog") == site_prolog
+    second = _controller_play(tmp_path, conf, variables)
+    assert second.returncode == 0 and _recap(second.stdout)["changed"] == 0, second.stdout[-4000:]
+    assert "RUNNING HANDLER" not in second.stdout
