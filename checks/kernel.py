@@ -20,18 +20,21 @@ See docs/host.md.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from healthd.counters import BootScoped
 from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
-from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log, match_line
+from .mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
 from .procs import system_uid
-from .tasks import StuckCandidate, read_d_state
+from .tasks import StuckCandidate, read_d_state, read_task
+from .xid_parse import Origin, origin_of
 
 if TYPE_CHECKING:
     from healthd.plugin import CheckContext, JudgeContext
@@ -97,12 +100,67 @@ _TASKS = BootScoped(key="tasks")
 
 
 @dataclass(frozen=True)
+class FuseMount:
+    """A FUSE connection of an ordinary user with requests its server has not answered.
+
+    ``uid`` is the uid that mounted it (fusectl's owner of the connection), ``mount_point``
+    where healthd's mount namespace shows it ("" where it does not: a user's namespace),
+    ``allow_other`` whether tasks of other users may enter it.
+    """
+
+    connection: int
+    uid: int
+    user: str
+    mount_point: str
+    allow_other: bool
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "connection": self.connection,
+            "uid": self.uid,
+            "user": self.user,
+            "mount_point": self.mount_point,
+            "allow_other": self.allow_other,
+        }
+
+    @classmethod
+    def from_record(cls, raw: Any) -> Optional[FuseMount]:
+        """The mount a saved task clock names, or None for anything that is not such a record."""
+        if not isinstance(raw, dict):
+            return None
+        numbers = [raw.get("connection"), raw.get("uid")]
+        texts = [raw.get("user"), raw.get("mount_point")]
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+            return None
+        if not all(isinstance(t, str) for t in texts) or not isinstance(raw.get("allow_other"), bool):
+            return None
+        return cls(raw["connection"], raw["uid"], raw["user"], raw["mount_point"], raw["allow_other"])
+
+
+@dataclass(frozen=True)
+class HungReport:
+    """A hung-task report read this pass: the thread it names, when the kernel logged it, and that tid now."""
+
+    tid: int
+    usec: Optional[int]
+    task: Optional[StuckCandidate]
+
+
+@dataclass(frozen=True)
 class KernelObservation:
-    """The kernel log's new lines, the threads in D state (or why they could not be read), the saved task clocks."""
+    """The kernel log's new lines, the threads in D state (or why they could not be read), the saved task clocks.
+
+    For blaming a stuck task on a user's FUSE server: the threads the new hung-task reports
+    name as they are now, the users' FUSE connections waiting on their servers, and the
+    clock ticks per second of the start times in /proc.
+    """
 
     log: LogObservation
     tasks: Union[tuple[StuckCandidate, ...], Unobserved]
     previous: Mapping[str, Any] = field(default_factory=dict)
+    reports: tuple[HungReport, ...] = ()
+    fuse: tuple[FuseMount, ...] = ()
+    clock_ticks: int = 100
 
 
 def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
@@ -116,7 +174,88 @@ def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
     except ValueError as exc:
         tasks = Unobserved("PROCESS_STAT_MALFORMED", str(procfs), one_line(str(exc)))
     previous = ctx.state.load().get("d_state")
-    return KernelObservation(log, tasks, previous if isinstance(previous, dict) else {})
+    reports = _hung_reports(ctx, log)
+    fuse = _fuse_mounts(ctx) if reports or (isinstance(tasks, tuple) and tasks) else ()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return KernelObservation(log, tasks, previous if isinstance(previous, dict) else {}, reports, fuse, ticks)
+
+
+# Threads looked up per pass: the kernel logs at most kernel.hung_task_warnings (10) reports a boot.
+_REPORTS_MAX = 64
+
+
+def _hung_reports(ctx: CheckContext[KernelSettings], log: LogObservation) -> tuple[HungReport, ...]:
+    """The hung-task reports among the lines read, each with the thread of its tid as it is now."""
+    read = log.read
+    if read is None or read.result is None:
+        return ()
+    reports: list[HungReport] = []
+    for line in read.result.lines:
+        if origin_of(line.facility) is not Origin.KERNEL and not ctx.settings.accept_userspace_kmsg:
+            continue
+        hit = match_line(line.message, PATTERNS)
+        if hit is None or hit.pattern.code != "HUNG_TASK" or len(reports) >= _REPORTS_MAX:
+            continue
+        tid = hit.details["pid"]
+        if not isinstance(tid, int):
+            continue
+        try:
+            task = read_task(ctx.paths.procfs, tid)
+        except ValueError:
+            task = None
+        reports.append(HungReport(tid, line.usec, task))
+    return tuple(reports)
+
+
+def _fuse_mounts(ctx: CheckContext[Any]) -> tuple[FuseMount, ...]:
+    """The FUSE connections of ordinary users with requests waiting, where fusectl is mounted; else none."""
+    try:
+        connections = read_fuse_connections(ctx.paths.sysfs / "fs/fuse/connections")
+    except OSError:
+        return ()  # no fusectl: nothing can be blamed on a user's server, and every report counts
+    waiting = [c for c in connections if c.waiting > 0 and not system_uid(c.owner)]
+    if not waiting:
+        return ()
+    points: dict[int, tuple[str, bool]] = {}
+    source = f"{ctx.paths.procfs}/self/mountinfo"
+    try:
+        with open(source, encoding="utf-8", errors="surrogateescape") as handle:
+            entries = parse_mountinfo(handle.read(), source)
+    except (OSError, MountinfoError):
+        entries = []
+    for entry in entries:
+        number = fuse_connection(entry)
+        if number is not None:
+            points.setdefault(number, (entry.mount_point, "allow_other" in entry.super_options))
+    return tuple(
+        FuseMount(c.connection, c.owner, _user_name(c.owner), *points.get(c.connection, ("", False))) for c in waiting
+    )
+
+
+def _user_name(uid: int) -> str:
+    import pwd  # here: only a user's waiting FUSE server needs a name
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def blame(task: StuckCandidate, mounts: Sequence[FuseMount]) -> Optional[FuseMount]:
+    """The waiting FUSE filesystem of an ordinary user that ``task`` may be stuck in, or None.
+
+    A FUSE filesystem admits only tasks whose real, effective and saved uids are all its
+    mounter's, unless mounted with ``allow_other`` (fs/fuse/dir.c,
+    ``fuse_allow_current_process``): any other task cannot even look a name up in it.
+    A kernel thread never waits on a user's server (FUSE sends its own writeback in the
+    background for that reason), so it is never blamed on one.
+    """
+    if task.kernel_thread or task.uids is None or len(task.uids) < 3:
+        return None
+    for mount in mounts:
+        if mount.allow_other or all(uid == mount.uid for uid in task.uids[:3]):
+            return mount
+    return None
 
 
 def _clock(task: StuckCandidate, stored: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -181,8 +320,12 @@ def judge_tasks(
 
     def clock(task: StuckCandidate, stored: Mapping[str, Any]) -> tuple[list[Finding], dict[str, Any]]:
         entry = _clock(task, stored, jc.now)
+        # Remembered with its clock, for a hung-task report read after the task is gone.
+        mount = blame(task, observed.fuse) if settings.user_tasks == "note" else None
+        if mount is not None:
+            entry["fuse"] = mount.record()
         if jc.now - entry["since"] >= settings.stuck_after:
-            noted = settings.user_tasks == "note" and users_task(task)
+            noted = settings.user_tasks == "note" and (users_task(task) or mount is not None)
             (users if noted else stuck).append((task, jc.now - entry["since"]))
         return [], entry
 
@@ -193,14 +336,99 @@ def judge_tasks(
     if users:
         # /proc shows a killable wait as D too, and a user can hold their own task in one (a
         # vfork whose child never execs, a read from their own FUSE server): never acted on.
-        findings.append(
-            _stuck_finding(jc, Status.OK, "D_STATE_USER_TASKS", "d_state_user", " of ordinary users", users)
-        )
+        # Nor a task of root's that waits on a user's FUSE server (see ``blame``).
+        whose = " of ordinary users or in their FUSE filesystems"
+        findings.append(_stuck_finding(jc, Status.OK, "D_STATE_USER_TASKS", "d_state_user", whose, users))
     return findings, document
 
 
+def _remembered(observed: KernelObservation, tid: int, before_ticks: int) -> Optional[FuseMount]:
+    """The user's FUSE filesystem a past pass blamed thread ``tid`` on, if it started by ``before_ticks``."""
+    document = observed.previous
+    entries = document.get("tasks")
+    if document.get("boot_id") != observed.log.boot_id or not isinstance(entries, dict):
+        return None
+    found = None
+    for key, entry in sorted(entries.items()):
+        thread, _, start = str(key).partition(":")
+        if thread == str(tid) and start.isdigit() and int(start) <= before_ticks and isinstance(entry, dict):
+            found = FuseMount.from_record(entry.get("fuse")) or found
+    return found
+
+
+def report_blames(observed: KernelObservation, settings: KernelSettings) -> dict[int, FuseMount]:
+    """The reported tids whose hang is a user's FUSE server's doing, each with that filesystem.
+
+    The thread the report names must be the one at its tid now or in the last pass: it
+    started before the kernel logged the report (a tid reused since started after). Its
+    name, which its owner chooses, plays no part. Reports of one tid that disagree count.
+    """
+    if settings.user_tasks != "note":
+        return {}
+    blames: dict[int, Optional[FuseMount]] = {}
+    for report in observed.reports:
+        found = None
+        if report.usec is not None:
+            before = report.usec * observed.clock_ticks // 1_000_000
+            task = report.task
+            found = blame(task, observed.fuse) if task is not None and task.start_ticks <= before else None
+            found = found or _remembered(observed, report.tid, before)
+        blames[report.tid] = found if blames.get(report.tid, found) == found else None
+    return {tid: mount for tid, mount in blames.items() if mount is not None}
+
+
+USER_FUSE = "HUNG_TASK_USER_FUSE"
+
+
+def _patterns(blames: Mapping[int, FuseMount]) -> tuple[Pattern, ...]:
+    """This pass's patterns: the reports blamed on a user's FUSE server first, as OK notes, then the rest."""
+    if not blames:
+        return PATTERNS
+    tids = "|".join(str(tid) for tid in sorted(blames))
+
+    def details(match: re.Match[str]) -> dict[str, Union[str, int]]:
+        mount = blames[int(match.group("pid"))]
+        where = mount.mount_point or f"FUSE connection {mount.connection} (another mount namespace)"
+        return {
+            **_task(match),
+            "seconds": int(match.group("seconds")),
+            "mount": one_line(where, 200),
+            "user": one_line(mount.user, 64),
+            "uid": mount.uid,
+            "connection": mount.connection,
+        }
+
+    noted = Pattern(
+        USER_FUSE,
+        re.compile(
+            rf"INFO: task (?P<comm>.{{1,16}}):(?P<pid>{tids}) blocked for more than (?P<seconds>\d{{1,10}}) seconds\."
+        ),
+        Status.OK,
+        "a task blocked in the FUSE filesystem of an ordinary user, whose server does not answer",
+        "blocked for more than",
+        lambda m: f"uid{blames[int(m.group('pid'))].uid}",
+        details,
+    )
+    return (noted, *PATTERNS)
+
+
+def _named(finding: Finding) -> Finding:
+    """A note of a user's hung FUSE filesystem, its message naming the task, the mount and the user."""
+    if finding.code != USER_FUSE:
+        return finding
+    d = finding.details
+    message = (
+        f"{d.get('task')}[{d.get('pid')}] blocked for more than {d.get('seconds')}s in the FUSE filesystem "
+        f"{d.get('mount')} of user {d.get('user')} (uid {d.get('uid')}), whose server does not answer: "
+        f"a user's doing, not acted on ({d.get('count')} this boot)"
+    )
+    return replace(finding, message=one_line(message, 300))
+
+
 def judge(observed: KernelObservation, jc: JudgeContext[KernelSettings]) -> Verdict:
-    log_findings, log_state = judge_log(observed.log, jc, jc.settings, PATTERNS)
+    patterns = _patterns(report_blames(observed, jc.settings))
+    log_findings, log_state = judge_log(observed.log, jc, jc.settings, patterns)
+    log_findings = [_named(finding) for finding in log_findings]
     task_findings, task_state = judge_tasks(observed, jc)
     if log_state is None and task_state is None:
         return Verdict((*log_findings, *task_findings))

@@ -34,33 +34,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+# include/linux/sched.h: the task flag of a kernel thread, field 9 of /proc/PID/stat.
+PF_KTHREAD = 0x00200000
+
 
 @dataclass(frozen=True)
 class TaskStat:
-    """The fields of /proc/PID/stat this check uses: pid, name, state (one letter), start ticks, thread count."""
+    """The fields of /proc/PID/stat this check uses: pid, name, state (one letter), start ticks, thread count, flags."""
 
     pid: int
     name: str
     state: str
     start_ticks: int
     threads: int = 1
+    flags: int = 0
+
+    @property
+    def kernel_thread(self) -> bool:
+        """Whether the task is a kernel thread: ``PF_KTHREAD`` in its flags, which only the kernel sets."""
+        return bool(self.flags & PF_KTHREAD)
 
 
 def parse_stat(text: str) -> TaskStat:
-    """Parse one ``/proc/PID/stat`` line (proc(5)): ``pid (comm) state ppid ... num_threads ... starttime ...``.
+    """Parse one ``/proc/PID/stat`` line (proc(5)): ``pid (comm) state ppid ... flags ... num_threads ... starttime``.
 
     The name is between the first ``(`` and the *last* ``)``: a task may put parentheses,
     spaces or a newline in its own name. Raises ValueError on anything else.
     """
     head, open_paren, rest = text.partition(" (")
     name, close_paren, fields_text = rest.rpartition(") ")
-    # Field 3 is the state, field 20 num_threads, field 22 starttime: index 0, 17 and 19 after the name.
+    # Field 3 is the state, field 9 flags, field 20 num_threads, field 22 starttime: index 0, 6, 17 and 19
+    # after the name.
     fields = fields_text.split(maxsplit=20)
     if not open_paren or not close_paren or len(fields) < 20 or not head.isdigit():
         raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
-    if len(fields[0]) != 1 or not fields[19].isdigit() or not fields[17].isdigit():
-        raise ValueError(f"bad state, thread count or start time in /proc/PID/stat: {text[:80]!r}")
-    return TaskStat(int(head), name, fields[0], int(fields[19]), int(fields[17]))
+    if len(fields[0]) != 1 or not all(fields[i].isdigit() for i in (6, 17, 19)):
+        raise ValueError(f"bad state, flags, thread count or start time in /proc/PID/stat: {text[:80]!r}")
+    return TaskStat(int(head), name, fields[0], int(fields[19]), int(fields[17]), int(fields[6]))
 
 
 def _status_lines(text: str, keys: tuple[str, ...]) -> dict[str, str]:
@@ -95,6 +105,7 @@ class StuckCandidate:
     start_ticks: int
     switches: Optional[int]
     uids: Optional[tuple[int, ...]] = None
+    kernel_thread: bool = False
 
     @property
     def key(self) -> str:
@@ -165,7 +176,29 @@ def read_d_state(procfs: Path) -> list[StuckCandidate]:
             status = _read_small(f"{directory}/status") or ""
             found.append(
                 StuckCandidate(
-                    thread.pid, int(name), thread.name, thread.start_ticks, parse_switches(status), parse_uids(status)
+                    thread.pid,
+                    int(name),
+                    thread.name,
+                    thread.start_ticks,
+                    parse_switches(status),
+                    parse_uids(status),
+                    thread.kernel_thread,
                 )
             )
     return found
+
+
+def read_task(procfs: Path, tid: int) -> Optional[StuckCandidate]:
+    """The thread ``tid`` as it is now (any state), or None when no such thread is running.
+
+    ``/proc/TID`` names every thread, not only a process's leader (proc(5)), and the
+    hung-task report names a thread by its tid. Its process id is not read (0).
+    """
+    directory = f"{procfs}/{tid}"
+    stat = _read_stat(directory)
+    if stat is None or stat.pid != tid or stat.state in ("Z", "X"):
+        return None
+    status = _read_small(f"{directory}/status") or ""
+    return StuckCandidate(
+        tid, 0, stat.name, stat.start_ticks, parse_switches(status), parse_uids(status), stat.kernel_thread
+    )

@@ -1,0 +1,171 @@
+"""Hung-task reports blamed on their cause: a task stuck in a user's own FUSE filesystem is a note, not a node fault.
+
+Real: a FUSE filesystem that never answers, served by a real unprivileged user (nobody) or
+by root (tests/healthd_testkit/hangfs.py ``--user``); a process of the server's owner stuck
+on it in uninterruptible sleep that survives SIGKILL (fs/fuse/dev.c, ``request_wait_answer``:
+once the server has read the request, a killed caller waits the answer out); the FUSE
+control filesystem mounted under the test's own sysfs root; the real /proc. Only the
+hung-task detector's report is written by the test, in the kernel's format: it logs after
+120 s, which a test cannot wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple
+
+import pytest
+from healthd_testkit.paths import REPO
+from healthd_testkit.waiting import wait_for
+
+HANGFS = REPO / "tests" / "healthd_testkit" / "hangfs.py"
+FUSE_LOOKUP = 1  # include/uapi/linux/fuse.h
+
+
+class Stuck(NamedTuple):
+    """A process stuck on a FUSE mount: its pid and name, the mount, and the node's sysfs root with fusectl."""
+
+    pid: int
+    comm: str
+    mount: str
+    sysfs: Path
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+        return handle.read().rpartition(") ")[2][:1]
+
+
+def _mounted(path: str) -> bool:
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        return any(line.split(" ")[4] == path for line in handle)
+
+
+@contextlib.contextmanager
+def stuck_on_fuse(account: str) -> Iterator[Stuck]:
+    """A process of ``account`` stuck for good in a FUSE filesystem that ``account`` mounted and serves."""
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("mounting FUSE and fusectl needs root and /dev/fuse")
+    owner = pwd.getpwnam(account)
+    base = Path(tempfile.mkdtemp(prefix="healthd-hungtask-"))
+    base.chmod(0o755)
+    mount, control, requests = base / "mnt", base / "sys/fs/fuse/connections", base / "requests"
+    mount.mkdir()
+    os.chown(mount, owner.pw_uid, owner.pw_gid)
+    control.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "fusectl", "fusectl", str(control)], check=True)
+    with requests.open("w") as log:
+        command = [sys.executable, "-I", str(HANGFS), "--user", f"{owner.pw_uid}:{owner.pw_gid}", str(mount)]
+        server = subprocess.Popen(command, stdout=log, start_new_session=True)
+    victim = None
+    try:
+        wait_for(lambda: _mounted(str(mount)), timeout=15, what=f"{account}'s FUSE server to mount {mount}")
+        victim = subprocess.Popen(
+            ["stat", str(mount / "x")],
+            user=owner.pw_uid,
+            group=owner.pw_gid,
+            extra_groups=[],
+            cwd="/",
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        sent = f"{FUSE_LOOKUP} 1 {victim.pid}\n"
+        wait_for(lambda: sent in requests.read_text(), timeout=10, what="the server to read the victim's lookup")
+        victim.send_signal(signal.SIGKILL)
+        wait_for(lambda: _state(victim.pid) == "D", timeout=10, what="the killed victim in D state")
+        time.sleep(0.2)
+        assert _state(victim.pid) == "D", "the victim left D state: it was not stuck"
+        yield Stuck(victim.pid, "stat", str(mount), base / "sys")
+    finally:
+        # Killing the server fails the waiting request (ENOTCONN): the victim ends its kill and exits.
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+        if victim is not None:
+            victim.wait(timeout=10)
+        subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
+        subprocess.run(["umount", "-l", str(control)], check=False, capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def hung_task_report(path: Path, tasks: list[tuple[str, int]], seconds: int = 122) -> Path:
+    """The hung-task detector's report for each (name, tid), as /dev/kmsg records logged now.
+
+    kernel/hung_task.c ``check_hung_task``: three ``pr_err`` lines (the report, the taint
+    and release line, the hint to turn it off), then ``sched_show_task`` (kernel/sched/core.c)
+    with the task's line and its call trace. The record time is the kernel's clock
+    since boot (CLOCK_BOOTTIME), as /dev/kmsg stamps it (Documentation/ABI/testing/dev-kmsg).
+    """
+    usec = time.clock_gettime_ns(time.CLOCK_BOOTTIME) // 1000
+    release = os.uname().release
+    records: list[tuple[int, str]] = []
+    for comm, tid in tasks:
+        records += [
+            (3, f"INFO: task {comm}:{tid} blocked for more than {seconds} seconds."),
+            (3, f"      Not tainted {release} #1"),
+            (3, '"echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.'),
+            (6, f"task:{comm:<15.15} state:D stack:0     pid:{tid:<5} ppid:1      flags:0x00004006"),
+            (4, "Call Trace:"),
+            (4, " <TASK>"),
+            (4, " __schedule+0x34d/0x9e0"),
+            (4, " schedule+0x5a/0xd0"),
+            (4, " request_wait_answer+0x151/0x210 [fuse]"),
+            (4, " __fuse_simple_request+0x120/0x330 [fuse]"),
+            (4, " fuse_lookup_name+0xbf/0x220 [fuse]"),
+            (4, " </TASK>"),
+        ]
+    path.write_text("".join(f"{level},{seq},{usec},-;{text}\n" for seq, (level, text) in enumerate(records, 1)))
+    return path
+
+
+def _kernel_check(check_once: Callable[[str, str], dict[str, Any]], stuck: Stuck, kmsg: Path) -> dict[str, Any]:
+    body = f'[paths]\nprocfs = "/proc"\nsysfs = "{stuck.sysfs}"\nkmsg = "{kmsg}"\n[checks.kernel]\nsource = "kmsg"\n'
+    return check_once("kernel", body)
+
+
+@pytest.mark.root
+def test_a_task_stuck_in_a_users_own_fuse_server_is_a_note_and_a_kernel_threads_hang_still_counts(
+    tmp_path: Path, check_once: Callable[[str, str], dict[str, Any]]
+) -> None:
+    kthreadd = 2  # a kernel thread (PF_KTHREAD): never a user's doing, whatever is mounted
+    with stuck_on_fuse("nobody") as stuck:
+        kmsg = hung_task_report(tmp_path / "kmsg", [(stuck.comm, stuck.pid), ("kthreadd", kthreadd)])
+        check = _kernel_check(check_once, stuck, kmsg)
+    found = {f["code"]: f for f in check["findings"] if f["code"].startswith("HUNG_TASK")}
+    assert {code: f["status"] for code, f in found.items()} == {"HUNG_TASK_USER_FUSE": "OK", "HUNG_TASK": "WARNING"}
+    note, hung = found["HUNG_TASK_USER_FUSE"], found["HUNG_TASK"]
+    assert (note["details"]["pid"], note["details"]["mount"]) == (stuck.pid, stuck.mount)
+    assert (note["details"]["user"], note["details"]["uid"]) == ("nobody", 65534)
+    assert stuck.mount in note["message"] and "nobody" in note["message"]
+    assert (hung["details"]["pid"], hung["details"]["count"]) == (kthreadd, 1)
+    assert check["status"] == "WARNING"
+
+
+@pytest.mark.root
+def test_a_task_stuck_in_a_root_served_fuse_mount_still_counts(
+    tmp_path: Path, check_once: Callable[[str, str], dict[str, Any]]
+) -> None:
+    with stuck_on_fuse("root") as stuck:
+        check = _kernel_check(check_once, stuck, hung_task_report(tmp_path / "kmsg", [(stuck.comm, stuck.pid)]))
+    (hung,) = [f for f in check["findings"] if f["code"].startswith("HUNG_TASK")]
+    assert (hung["code"], hung["status"], hung["details"]["pid"]) == ("HUNG_TASK", "WARNING", stuck.pid)
+    assert check["status"] == "WARNING"
+
+
+@pytest.mark.root
+def test_only_the_report_of_a_users_stuck_task_is_ok(
+    tmp_path: Path, check_once: Callable[[str, str], dict[str, Any]]
+) -> None:
+    # The whole check is OK when the one report is a user's own hang: nothing drains the node.
+    with stuck_on_fuse("nobody") as stuck:
+        check = _kernel_check(check_once, stuck, hung_task_report(tmp_path / "kmsg", [(stuck.comm, stuck.pid)]))
+    assert check["status"] == "OK"
+    assert [f["code"] for f in check["findings"] if f["status"] != "OK"] == []
