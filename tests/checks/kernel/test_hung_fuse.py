@@ -24,8 +24,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 import pytest
+from healthd_testkit.checks import FixtureNode
+from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import REPO
 from healthd_testkit.waiting import wait_for
+
+from healthd.model import Status
+from healthd_checks.kernel import CHECK, FuseMount, HungReport, KernelObservation, report_blames
+from healthd_checks.kernel_settings import KernelSettings
+from healthd_checks.kernlog_events import LogObservation
+from healthd_checks.tasks import StuckCandidate
 
 HANGFS = REPO / "tests" / "healthd_testkit" / "hangfs.py"
 FUSE_LOOKUP = 1  # include/uapi/linux/fuse.h
@@ -51,11 +59,16 @@ def _mounted(path: str) -> bool:
 
 
 @contextlib.contextmanager
-def stuck_on_fuse(account: str) -> Iterator[Stuck]:
-    """A process of ``account`` stuck for good in a FUSE filesystem that ``account`` mounted and serves."""
+def stuck_on_fuse(account: str, victim_account: str = "", allow_other: bool = False) -> Iterator[Stuck]:
+    """A process stuck for good in a FUSE filesystem that ``account`` mounted and serves.
+
+    The process is ``victim_account``'s (by default ``account``'s own); ``allow_other``
+    lets other users' processes in, as fusermount3 does where /etc/fuse.conf allows it.
+    """
     if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
         pytest.skip("mounting FUSE and fusectl needs root and /dev/fuse")
     owner = pwd.getpwnam(account)
+    caller = pwd.getpwnam(victim_account or account)
     base = Path(tempfile.mkdtemp(prefix="healthd-hungtask-"))
     base.chmod(0o755)
     mount, control, requests = base / "mnt", base / "sys/fs/fuse/connections", base / "requests"
@@ -64,15 +77,16 @@ def stuck_on_fuse(account: str) -> Iterator[Stuck]:
     control.mkdir(parents=True)
     subprocess.run(["mount", "-t", "fusectl", "fusectl", str(control)], check=True)
     with requests.open("w") as log:
-        command = [sys.executable, "-I", str(HANGFS), "--user", f"{owner.pw_uid}:{owner.pw_gid}", str(mount)]
+        server_options = ["--user", f"{owner.pw_uid}:{owner.pw_gid}"] + ["--allow-other"] * allow_other
+        command = [sys.executable, "-I", str(HANGFS), *server_options, str(mount)]
         server = subprocess.Popen(command, stdout=log, start_new_session=True)
     victim = None
     try:
         wait_for(lambda: _mounted(str(mount)), timeout=15, what=f"{account}'s FUSE server to mount {mount}")
         victim = subprocess.Popen(
             ["stat", str(mount / "x")],
-            user=owner.pw_uid,
-            group=owner.pw_gid,
+            user=caller.pw_uid,
+            group=caller.pw_gid,
             extra_groups=[],
             cwd="/",
             stdout=subprocess.DEVNULL,
@@ -169,3 +183,112 @@ def test_only_the_report_of_a_users_stuck_task_is_ok(
         check = _kernel_check(check_once, stuck, hung_task_report(tmp_path / "kmsg", [(stuck.comm, stuck.pid)]))
     assert check["status"] == "OK"
     assert [f["code"] for f in check["findings"] if f["status"] != "OK"] == []
+
+
+@pytest.mark.root
+def test_a_report_read_after_the_user_freed_the_task_is_still_theirs(tmp_path: Path) -> None:
+    # The attack: hang a task in one's own FUSE mount, let the detector report it, then kill
+    # the server before healthd reads the report. The task is gone; the pass before saw it.
+    node = FixtureNode(tmp_path, Clock())
+    settings = KernelSettings(source="kmsg")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    with stuck_on_fuse("nobody") as stuck:
+        node.passes(CHECK, settings, procfs=Path("/proc"), sysfs=stuck.sysfs, kmsg=kmsg)
+        sysfs = stuck.sysfs
+    assert not Path(f"/proc/{stuck.pid}").exists()
+    hung_task_report(kmsg, [(stuck.comm, stuck.pid)])
+    node.clock.now += 60
+    found = {f.code: f for f in node.passes(CHECK, settings, procfs=Path("/proc"), sysfs=sysfs, kmsg=kmsg)}
+    assert "HUNG_TASK" not in found
+    note = found["HUNG_TASK_USER_FUSE"]
+    assert (note.status, note.details["pid"], note.details["mount"], note.details["user"]) == (
+        Status.OK,
+        stuck.pid,
+        stuck.mount,
+        "nobody",
+    )
+
+
+@pytest.mark.root
+def test_a_root_process_a_user_trapped_in_their_allow_other_mount_drains_nothing(tmp_path: Path) -> None:
+    # An admin's ls, a backup: root's process stuck in a user's mount is still the user's doing,
+    # both its hung-task report and its D state.
+    node = FixtureNode(tmp_path, Clock())
+    settings = KernelSettings(source="kmsg")
+    kmsg = tmp_path / "kmsg"
+    kmsg.write_text("")
+    with stuck_on_fuse("nobody", victim_account="root", allow_other=True) as stuck:
+        node.passes(CHECK, settings, procfs=Path("/proc"), sysfs=stuck.sysfs, kmsg=kmsg)
+        hung_task_report(kmsg, [(stuck.comm, stuck.pid)])
+        node.clock.now += settings.stuck_after
+        found = node.passes(CHECK, settings, procfs=Path("/proc"), sysfs=stuck.sysfs, kmsg=kmsg)
+    codes = {f.code: f for f in found if f.code.startswith("HUNG_TASK")}
+    assert {code: f.status for code, f in codes.items()} == {"HUNG_TASK_USER_FUSE": Status.OK}
+    assert codes["HUNG_TASK_USER_FUSE"].details["mount"] == stuck.mount
+    # The machine's own D tasks may show too: only where this one is listed matters.
+    listed = [
+        f.code for f in found if f.code.startswith("D_STATE") and str(stuck.pid) in str(f.details["tids"]).split(",")
+    ]
+    assert listed == ["D_STATE_USER_TASKS"]
+
+
+# Pure: which reports are blamed on a user's FUSE server, from what gather saw.
+BOOT = "4d0c5e7e-8f1a-4c52-9b1e-2b7f0d1c9a11"
+HZ = 100
+NOBODYS = FuseMount(41, 65534, "nobody", "/tmp/sshfs", allow_other=False)
+
+
+def _thread(tid: int, uids: tuple[int, ...], start: int = 500, kernel_thread: bool = False) -> StuckCandidate:
+    return StuckCandidate(tid, tid, "anything", start, 7, uids, kernel_thread)
+
+
+def _observed(*reports: HungReport, fuse: tuple[FuseMount, ...] = (NOBODYS,), **previous: Any) -> KernelObservation:
+    log = LogObservation(kmsg="/dev/kmsg", boot_id=BOOT)
+    return KernelObservation(log, (), previous, reports, fuse, HZ)
+
+
+def _blamed(observed: KernelObservation, **settings: Any) -> dict[int, str]:
+    return {tid: mount.mount_point for tid, mount in report_blames(observed, KernelSettings(**settings)).items()}
+
+
+# A report logged at 10 s after boot; the task started at 5 s (500 ticks).
+AT = 10_000_000
+NOBODY = (65534, 65534, 65534, 65534)
+
+
+def test_a_users_task_in_their_own_waiting_mount_is_blamed_on_it() -> None:
+    assert _blamed(_observed(HungReport(77, AT, _thread(77, NOBODY)))) == {77: "/tmp/sshfs"}
+    assert _blamed(_observed(HungReport(77, AT, _thread(77, NOBODY))), user_tasks="count") == {}
+
+
+def test_a_reused_tid_a_kernel_thread_or_another_users_task_is_not() -> None:
+    reused = HungReport(77, AT, _thread(77, NOBODY, start=1001))  # started after the report was logged
+    kthread = HungReport(2, AT, _thread(2, NOBODY, kernel_thread=True))
+    roots = HungReport(78, AT, _thread(78, (0, 0, 0, 0)))  # cannot enter the mount: FUSE refuses other uids
+    setuid = HungReport(79, AT, _thread(79, (65534, 0, 0, 0)))  # a setuid program: its euid is not the mounter's
+    undated = HungReport(80, None, _thread(80, NOBODY))  # no kernel time: the tid cannot be matched
+    assert _blamed(_observed(reused, kthread, roots, setuid, undated)) == {}
+    assert _blamed(_observed(HungReport(77, AT, _thread(77, NOBODY)), fuse=())) == {}  # no user's mount waits
+
+
+def test_a_root_task_in_a_users_allow_other_mount_is_the_users_doing() -> None:
+    shared = FuseMount(42, 1001, "alice", "/home/alice/mnt", allow_other=True)
+    assert _blamed(_observed(HungReport(78, AT, _thread(78, (0, 0, 0, 0))), fuse=(shared,))) == {78: "/home/alice/mnt"}
+
+
+def test_a_gone_task_is_blamed_only_as_the_last_pass_remembered_it() -> None:
+    remembered = {"since": 1.0, "switches": 7, "fuse": NOBODYS.record()}
+    tasks = {"77:500": remembered, "78:2000": remembered, "79:500": {"since": 1.0, "switches": 7}}
+    previous = {"version": 1, "boot_id": BOOT, "tasks": tasks}
+    gone = [HungReport(tid, AT, None) for tid in (77, 78, 79)]
+    # 78 started after the report (another task at that tid); 79 was seen but blamed on nothing.
+    assert _blamed(_observed(*gone, fuse=(), **previous)) == {77: "/tmp/sshfs"}
+    assert _blamed(_observed(*gone, fuse=(), **{**previous, "boot_id": "another boot"})) == {}
+    forged = {"version": 1, "boot_id": BOOT, "tasks": {"77:500": {**remembered, "fuse": {"uid": "0"}}}}
+    assert _blamed(_observed(*gone, fuse=(), **forged)) == {}
+
+
+def test_two_reports_of_one_tid_that_disagree_count() -> None:
+    blamed, unblamed = HungReport(77, AT, _thread(77, NOBODY)), HungReport(77, AT, _thread(77, (0, 0, 0, 0)))
+    assert _blamed(_observed(blamed, unblamed)) == {}
