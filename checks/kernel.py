@@ -13,7 +13,11 @@ Two sources, one verdict:
 - the kernel log (``kernlog_events``): the hung-task detector's ``INFO: task NAME:PID
   blocked for more than N seconds``, the soft- and hard-lockup watchdog's reports
   (kernel/watchdog.c), and RCU stall warnings (kernel/rcu/tree_stall.h). Only records the
-  kernel wrote count, matched from the start of the message.
+  kernel wrote count, matched from the start of the message. A hung-task report whose
+  thread waits on an ordinary user's own FUSE server (``blame``: the thread's uids, the
+  user's FUSE connections with requests waiting in fusectl) is an OK note naming the
+  mount and the user (``HUNG_TASK_USER_FUSE``): any user may mount FUSE, and a server
+  that never answers holds its caller past SIGKILL.
 
 See docs/host.md.
 """

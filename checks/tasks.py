@@ -17,7 +17,9 @@ what it holds, and so can a reader of the wrong /proc file. This module reads on
   (``voluntary_ctxt_switches``, ``nonvoluntary_ctxt_switches``), which stay still while a
   task sleeps without waking: the kernel's own hung-task detector (kernel/hung_task.c)
   uses the same sum; and for the thread's uids (``Uid:`` real, effective, saved,
-  filesystem: credentials are each thread's own), which say whose it is.
+  filesystem: credentials are each thread's own), which say whose it is;
+- the same two files of a thread a hung-task report names (``read_task``), in whatever
+  state it is now.
 
 It never reads ``cmdline``, ``environ``, ``maps`` or ``smaps`` (they take the task's
 mmap lock, held by a task stuck in a page fault on a hung mount), ``stack`` (root only,
