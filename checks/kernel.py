@@ -27,15 +27,15 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from healthd.counters import BootScoped
 from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
-from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log, match_line
-from .mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
+from .fuseblame import FuseMount, FuseView, HungReport, blame, read_fuse_view, report_blames, trace_in_fuse
+from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
 from .procs import system_uid
 from .tasks import StuckCandidate, read_d_state, read_task
 from .xid_parse import Origin, origin_of
@@ -50,15 +50,22 @@ def _task(match: re.Match[str]) -> dict[str, Union[str, int]]:
     return {"task": one_line(match.group("comm"), 32), "pid": int(match.group("pid"))}
 
 
+# kernel/hung_task.c check_hung_task: "INFO: task %s:%d blocked for more than %ld seconds.\n" (comm, pid).
+def _hung_regex(tids: str) -> re.Pattern[str]:
+    return re.compile(
+        rf"INFO: task (?P<comm>.{{1,16}}):(?P<pid>{tids}) blocked for more than (?P<seconds>\d{{1,10}}) seconds\."
+    )
+
+
+HUNG_REPORT = _hung_regex(r"\d{1,10}")
+
 # Messages of the kernel's watchdogs, from the kernel source (pr_fmt prefixes optional: they
 # changed between versions). A task name (16 bytes at most, chosen by its owner) is only
 # ever in the middle of a line.
 PATTERNS = (
     Pattern(
         "HUNG_TASK",
-        re.compile(
-            r"INFO: task (?P<comm>.{1,16}):(?P<pid>\d{1,10}) blocked for more than (?P<seconds>\d{1,10}) seconds\."
-        ),
+        HUNG_REPORT,
         Status.WARNING,
         "the hung-task detector found a task blocked",
         "blocked for more than",
@@ -104,66 +111,19 @@ _TASKS = BootScoped(key="tasks")
 
 
 @dataclass(frozen=True)
-class FuseMount:
-    """A FUSE connection of an ordinary user with requests its server has not answered.
-
-    ``uid`` is the uid that mounted it (fusectl's owner of the connection), ``mount_point``
-    where healthd's mount namespace shows it ("" where it does not: a user's namespace),
-    ``allow_other`` whether tasks of other users may enter it.
-    """
-
-    connection: int
-    uid: int
-    user: str
-    mount_point: str
-    allow_other: bool
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "connection": self.connection,
-            "uid": self.uid,
-            "user": self.user,
-            "mount_point": self.mount_point,
-            "allow_other": self.allow_other,
-        }
-
-    @classmethod
-    def from_record(cls, raw: Any) -> Optional[FuseMount]:
-        """The mount a saved task clock names, or None for anything that is not such a record."""
-        if not isinstance(raw, dict):
-            return None
-        numbers = [raw.get("connection"), raw.get("uid")]
-        texts = [raw.get("user"), raw.get("mount_point")]
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
-            return None
-        if not all(isinstance(t, str) for t in texts) or not isinstance(raw.get("allow_other"), bool):
-            return None
-        return cls(raw["connection"], raw["uid"], raw["user"], raw["mount_point"], raw["allow_other"])
-
-
-@dataclass(frozen=True)
-class HungReport:
-    """A hung-task report read this pass: the thread it names, when the kernel logged it, and that tid now."""
-
-    tid: int
-    usec: Optional[int]
-    task: Optional[StuckCandidate]
-
-
-@dataclass(frozen=True)
 class KernelObservation:
     """The kernel log's new lines, the threads in D state (or why they could not be read), the saved task clocks.
 
     For blaming a stuck task on a user's FUSE server: the threads the new hung-task reports
-    name as they are now, the users' FUSE connections waiting on their servers, and the
-    clock ticks per second of the start times in /proc.
+    name as they are now, the node's FUSE connections (``fuseblame``), and the clock ticks
+    per second of the start times in /proc.
     """
 
     log: LogObservation
     tasks: Union[tuple[StuckCandidate, ...], Unobserved]
     previous: Mapping[str, Any] = field(default_factory=dict)
     reports: tuple[HungReport, ...] = ()
-    fuse: tuple[FuseMount, ...] = ()
+    fuse: FuseView = field(default_factory=FuseView)
     clock_ticks: int = 100
 
 
@@ -179,7 +139,8 @@ def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
         tasks = Unobserved("PROCESS_STAT_MALFORMED", str(procfs), one_line(str(exc)))
     previous = ctx.state.load().get("d_state")
     reports = _hung_reports(ctx, log)
-    fuse = _fuse_mounts(ctx) if reports or (isinstance(tasks, tuple) and tasks) else ()
+    needed = reports or (isinstance(tasks, tuple) and tasks)
+    fuse = read_fuse_view(ctx.paths.sysfs, procfs) if needed else FuseView()
     ticks = os.sysconf("SC_CLK_TCK")
     return KernelObservation(log, tasks, previous if isinstance(previous, dict) else {}, reports, fuse, ticks)
 
@@ -189,77 +150,27 @@ _REPORTS_MAX = 64
 
 
 def _hung_reports(ctx: CheckContext[KernelSettings], log: LogObservation) -> tuple[HungReport, ...]:
-    """The hung-task reports among the lines read, each with the thread of its tid as it is now."""
+    """The hung-task reports among the lines read: each with its thread as it is now, and its trace."""
     read = log.read
     if read is None or read.result is None:
         return ()
+    userspace = ctx.settings.accept_userspace_kmsg
+    lines = read.result.lines
     reports: list[HungReport] = []
-    for line in read.result.lines:
-        if origin_of(line.facility) is not Origin.KERNEL and not ctx.settings.accept_userspace_kmsg:
+    for index, line in enumerate(lines):
+        if origin_of(line.facility) is not Origin.KERNEL and not userspace:
             continue
-        hit = match_line(line.message, PATTERNS)
-        if hit is None or hit.pattern.code != "HUNG_TASK" or len(reports) >= _REPORTS_MAX:
+        found = HUNG_REPORT.match(line.message.partition("\n")[0])
+        if found is None or len(reports) >= _REPORTS_MAX:
             continue
-        tid = hit.details["pid"]
-        if not isinstance(tid, int):
-            continue
+        tid = int(found.group("pid"))
         try:
             task = read_task(ctx.paths.procfs, tid)
         except ValueError:
             task = None
-        reports.append(HungReport(tid, line.usec, task))
+        in_fuse = trace_in_fuse(lines, index, found.group("comm"), tid, userspace)
+        reports.append(HungReport(tid, line.usec, task, in_fuse))
     return tuple(reports)
-
-
-def _fuse_mounts(ctx: CheckContext[Any]) -> tuple[FuseMount, ...]:
-    """The FUSE connections of ordinary users with requests waiting, where fusectl is mounted; else none."""
-    try:
-        connections = read_fuse_connections(ctx.paths.sysfs / "fs/fuse/connections")
-    except OSError:
-        return ()  # no fusectl: nothing can be blamed on a user's server, and every report counts
-    waiting = [c for c in connections if c.waiting > 0 and not system_uid(c.owner)]
-    if not waiting:
-        return ()
-    points: dict[int, tuple[str, bool]] = {}
-    source = f"{ctx.paths.procfs}/self/mountinfo"
-    try:
-        with open(source, encoding="utf-8", errors="surrogateescape") as handle:
-            entries = parse_mountinfo(handle.read(), source)
-    except (OSError, MountinfoError):
-        entries = []
-    for entry in entries:
-        number = fuse_connection(entry)
-        if number is not None:
-            points.setdefault(number, (entry.mount_point, "allow_other" in entry.super_options))
-    return tuple(
-        FuseMount(c.connection, c.owner, _user_name(c.owner), *points.get(c.connection, ("", False))) for c in waiting
-    )
-
-
-def _user_name(uid: int) -> str:
-    import pwd  # here: only a user's waiting FUSE server needs a name
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def blame(task: StuckCandidate, mounts: Sequence[FuseMount]) -> Optional[FuseMount]:
-    """The waiting FUSE filesystem of an ordinary user that ``task`` may be stuck in, or None.
-
-    A FUSE filesystem admits only tasks whose real, effective and saved uids are all its
-    mounter's, unless mounted with ``allow_other`` (fs/fuse/dir.c,
-    ``fuse_allow_current_process``): any other task cannot even look a name up in it.
-    A kernel thread never waits on a user's server (FUSE sends its own writeback in the
-    background for that reason), so it is never blamed on one.
-    """
-    if task.kernel_thread or task.uids is None or len(task.uids) < 3:
-        return None
-    for mount in mounts:
-        if mount.allow_other or all(uid == mount.uid for uid in task.uids[:3]):
-            return mount
-    return None
 
 
 def _clock(task: StuckCandidate, stored: Mapping[str, Any], now: float) -> dict[str, Any]:
@@ -346,39 +257,11 @@ def judge_tasks(
     return findings, document
 
 
-def _remembered(observed: KernelObservation, tid: int, before_ticks: int) -> Optional[FuseMount]:
-    """The user's FUSE filesystem a past pass blamed thread ``tid`` on, if it started by ``before_ticks``."""
-    document = observed.previous
-    entries = document.get("tasks")
-    if document.get("boot_id") != observed.log.boot_id or not isinstance(entries, dict):
-        return None
-    found = None
-    for key, entry in sorted(entries.items()):
-        thread, _, start = str(key).partition(":")
-        if thread == str(tid) and start.isdigit() and int(start) <= before_ticks and isinstance(entry, dict):
-            found = FuseMount.from_record(entry.get("fuse")) or found
-    return found
-
-
-def report_blames(observed: KernelObservation, settings: KernelSettings) -> dict[int, FuseMount]:
-    """The reported tids whose hang is a user's FUSE server's doing, each with that filesystem.
-
-    The thread the report names must be the one at its tid now or in the last pass: it
-    started before the kernel logged the report (a tid reused since started after). Its
-    name, which its owner chooses, plays no part. Reports of one tid that disagree count.
-    """
+def _blames(observed: KernelObservation, settings: KernelSettings) -> dict[int, FuseMount]:
     if settings.user_tasks != "note":
         return {}
-    blames: dict[int, Optional[FuseMount]] = {}
-    for report in observed.reports:
-        found = None
-        if report.usec is not None:
-            before = report.usec * observed.clock_ticks // 1_000_000
-            task = report.task
-            found = blame(task, observed.fuse) if task is not None and task.start_ticks <= before else None
-            found = found or _remembered(observed, report.tid, before)
-        blames[report.tid] = found if blames.get(report.tid, found) == found else None
-    return {tid: mount for tid, mount in blames.items() if mount is not None}
+    boot_id, hz = observed.log.boot_id, observed.clock_ticks
+    return report_blames(observed.reports, observed.fuse, observed.previous, boot_id, hz)
 
 
 USER_FUSE = "HUNG_TASK_USER_FUSE"
@@ -404,9 +287,7 @@ def _patterns(blames: Mapping[int, FuseMount]) -> tuple[Pattern, ...]:
 
     noted = Pattern(
         USER_FUSE,
-        re.compile(
-            rf"INFO: task (?P<comm>.{{1,16}}):(?P<pid>{tids}) blocked for more than (?P<seconds>\d{{1,10}}) seconds\."
-        ),
+        _hung_regex(tids),
         Status.OK,
         "a task blocked in the FUSE filesystem of an ordinary user, whose server does not answer",
         "blocked for more than",
@@ -430,7 +311,7 @@ def _named(finding: Finding) -> Finding:
 
 
 def judge(observed: KernelObservation, jc: JudgeContext[KernelSettings]) -> Verdict:
-    patterns = _patterns(report_blames(observed, jc.settings))
+    patterns = _patterns(_blames(observed, jc.settings))
     log_findings, log_state = judge_log(observed.log, jc, jc.settings, patterns)
     log_findings = [_named(finding) for finding in log_findings]
     task_findings, task_state = judge_tasks(observed, jc)

@@ -18,13 +18,17 @@ what it holds, and so can a reader of the wrong /proc file. This module reads on
   task sleeps without waking: the kernel's own hung-task detector (kernel/hung_task.c)
   uses the same sum; and for the thread's uids (``Uid:`` real, effective, saved,
   filesystem: credentials are each thread's own), which say whose it is;
-- the same two files of a thread a hung-task report names (``read_task``), in whatever
+- ``wchan`` of those threads: the function each sleeps in (a FUSE request's wait says
+  whose server holds it, see ``fuseblame``). fs/proc/base.c ``proc_pid_wchan`` reads it
+  from the sleeping task's saved stack under spinlocks only (``get_wchan``); a reader
+  not allowed to trace the task gets ``0``;
+- the same files of a thread a hung-task report names (``read_task``), in whatever
   state it is now.
 
 It never reads ``cmdline``, ``environ``, ``maps`` or ``smaps`` (they take the task's
 mmap lock, held by a task stuck in a page fault on a hung mount), ``stack`` (root only,
-and it stops the task), ``wchan``, nor follows ``cwd``, ``root`` or ``fd/*`` (a path on
-the hung filesystem). The thread's name, which its owner chooses, is only shown cleaned.
+and it stops the task), nor follows ``cwd``, ``root`` or ``fd/*`` (a path on the hung
+filesystem). The thread's name, which its owner chooses, is only shown cleaned.
 Each file is read with one ``open``/``read``/``close`` of its path as a string: a walk
 of 20,000 tasks is that many reads, and Python's file objects cost more than the reads.
 """
@@ -108,6 +112,7 @@ class StuckCandidate:
     switches: Optional[int]
     uids: Optional[tuple[int, ...]] = None
     kernel_thread: bool = False
+    wchan: Optional[str] = None
 
     @property
     def key(self) -> str:
@@ -175,19 +180,26 @@ def read_d_state(procfs: Path) -> list[StuckCandidate]:
         for directory, thread in _threads(process, stat):
             if thread.state != "D":
                 continue
-            status = _read_small(f"{directory}/status") or ""
-            found.append(
-                StuckCandidate(
-                    thread.pid,
-                    int(name),
-                    thread.name,
-                    thread.start_ticks,
-                    parse_switches(status),
-                    parse_uids(status),
-                    thread.kernel_thread,
-                )
-            )
+            found.append(_candidate(directory, thread, int(name)))
     return found
+
+
+def _candidate(directory: str, thread: TaskStat, pid: int) -> StuckCandidate:
+    """The thread with what its ``status`` and ``wchan`` say (None each where it exited meanwhile)."""
+    status = _read_small(f"{directory}/status") or ""
+    wchan = _read_small(f"{directory}/wchan")
+    # wchan is "0" for a running task or a reader the kernel does not let see it (fs/proc/base.c).
+    sleeping_in = wchan.strip() if wchan is not None and wchan.strip() not in ("", "0") else None
+    return StuckCandidate(
+        thread.pid,
+        pid,
+        thread.name,
+        thread.start_ticks,
+        parse_switches(status),
+        parse_uids(status),
+        thread.kernel_thread,
+        sleeping_in,
+    )
 
 
 def read_task(procfs: Path, tid: int) -> Optional[StuckCandidate]:
@@ -200,7 +212,4 @@ def read_task(procfs: Path, tid: int) -> Optional[StuckCandidate]:
     stat = _read_stat(directory)
     if stat is None or stat.pid != tid or stat.state in ("Z", "X"):
         return None
-    status = _read_small(f"{directory}/status") or ""
-    return StuckCandidate(
-        tid, 0, stat.name, stat.start_ticks, parse_switches(status), parse_uids(status), stat.kernel_thread
-    )
+    return _candidate(directory, stat, 0)
