@@ -34,7 +34,7 @@ from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
-from .fuseblame import FuseMount, FuseView, HungReport, blame, read_fuse_view, report_blames, trace_in_fuse
+from .fuseblame import GONE, FuseMount, FuseView, HungReport, blame, read_fuse_view, report_blames, trace_in_fuse
 from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
 from .procs import system_uid
 from .tasks import StuckCandidate, read_d_state, read_task
@@ -276,6 +276,8 @@ def _patterns(blames: Mapping[int, FuseMount]) -> tuple[Pattern, ...]:
     def details(match: re.Match[str]) -> dict[str, Union[str, int]]:
         mount = blames[int(match.group("pid"))]
         where = mount.mount_point or f"FUSE connection {mount.connection} (another mount namespace)"
+        if mount is GONE:
+            where = "unknown: the task is gone, and only ordinary users have FUSE filesystems here"
         return {
             **_task(match),
             "seconds": int(match.group("seconds")),
@@ -291,7 +293,7 @@ def _patterns(blames: Mapping[int, FuseMount]) -> tuple[Pattern, ...]:
         Status.OK,
         "a task blocked in the FUSE filesystem of an ordinary user, whose server does not answer",
         "blocked for more than",
-        lambda m: f"uid{blames[int(m.group('pid'))].uid}",
+        lambda m: "fuse_gone" if blames[int(m.group("pid"))] is GONE else f"uid{blames[int(m.group('pid'))].uid}",
         details,
     )
     return (noted, *PATTERNS)
@@ -302,11 +304,12 @@ def _named(finding: Finding) -> Finding:
     if finding.code != USER_FUSE:
         return finding
     d = finding.details
-    message = (
-        f"{d.get('task')}[{d.get('pid')}] blocked for more than {d.get('seconds')}s in the FUSE filesystem "
-        f"{d.get('mount')} of user {d.get('user')} (uid {d.get('uid')}), whose server does not answer: "
-        f"a user's doing, not acted on ({d.get('count')} this boot)"
-    )
+    task = f"{d.get('task')}[{d.get('pid')}] blocked for more than {d.get('seconds')}s in"
+    if d.get("uid") == GONE.uid:
+        what = "a FUSE filesystem (the kernel's trace) that let it go; no FUSE filesystem here is root's"
+    else:
+        what = f"the FUSE filesystem {d.get('mount')} of user {d.get('user')} (uid {d.get('uid')})"
+    message = f"{task} {what}: a user's doing, not acted on ({d.get('count')} this boot)"
     return replace(finding, message=one_line(message, 300))
 
 

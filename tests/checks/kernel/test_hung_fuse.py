@@ -221,7 +221,9 @@ def test_a_report_read_after_the_user_freed_the_task_is_still_theirs(tmp_path: P
     note = found["HUNG_TASK_USER_FUSE"]
     assert (note.status, note.details["pid"]) == (Status.OK, stuck.pid)
     if seen:
-        assert (note.details["mount"], note.details["user"]) == (stuck.mount, "nobody")
+        assert (note.subject, note.details["mount"], note.details["user"]) == ("uid65534", stuck.mount, "nobody")
+    else:
+        assert note.subject == "fuse_gone" and "no FUSE filesystem here is root's" in note.message
 
 
 @pytest.mark.root
