@@ -131,8 +131,21 @@ def waits_in_fuse(wchan: Optional[str]) -> bool:
     return wchan is not None and _FUSE_WAIT.fullmatch(wchan) is not None
 
 
-def trace_in_fuse(lines: Sequence[LogLine], start: int, comm: str, tid: int, userspace: bool) -> bool:
-    """Whether the call trace after the hung-task report at ``lines[start]`` goes through FUSE.
+@dataclass(frozen=True)
+class Trace:
+    """What the kernel's call trace under a report shows: a FUSE wait, and the modules whose code it runs through."""
+
+    fuse: bool = False
+    modules: frozenset[str] = frozenset()
+
+    @property
+    def elsewhere(self) -> bool:
+        """Whether it waits in another module's code (a driver, NFS, Lustre) and not in FUSE."""
+        return not self.fuse and bool(self.modules - {"fuse"})
+
+
+def read_trace(lines: Sequence[LogLine], start: int, comm: str, tid: int, userspace: bool) -> Trace:
+    """The call trace after the hung-task report at ``lines[start]``, of the task it names.
 
     kernel/hung_task.c prints, after the report, ``sched_show_task`` (kernel/sched/core.c):
     ``task:COMM state:S ... pid:TID ...`` (COMM padded to 15) and the task's call trace,
@@ -141,54 +154,53 @@ def trace_in_fuse(lines: Sequence[LogLine], start: int, comm: str, tid: int, use
     (``userspace``: records processes wrote too, for tests only).
     """
     head = f"task:{comm[:15]:<15} state:"
-    ours = False
+    ours, fuse, modules = False, False, set()
     for line in lines[start + 1 : start + 1 + _TRACE_LINES]:
         if origin_of(line.facility) is not Origin.KERNEL and not userspace:
             continue
         text = line.message.partition("\n")[0]
         if text.startswith("INFO: task ") or (ours and text.strip() == "</TASK>"):
-            return False
+            break
         if text.startswith(head):
             pid = re.search(r" pid: *(\d{1,10}) ", text[len(head) :])
             ours = pid is not None and int(pid.group(1)) == tid
             continue
         frame = _FRAME.fullmatch(text) if ours else None
-        if frame is not None and (frame.group("module") == "fuse" or _FUSE_WAIT.fullmatch(frame.group("function"))):
-            return True
-    return False
+        if frame is not None:
+            fuse = fuse or frame.group("module") == "fuse" or _FUSE_WAIT.fullmatch(frame.group("function")) is not None
+            modules.update([frame.group("module")] if frame.group("module") else [])
+    return Trace(fuse, frozenset(modules))
 
 
 @dataclass(frozen=True)
 class HungReport:
-    """A hung-task report read this pass: the thread it names, when the kernel logged it, that tid now.
-
-    ``in_fuse``: the kernel's call trace under the report goes through FUSE.
-    """
+    """A hung-task report read this pass: the thread it names, when the kernel logged it, that tid now, its trace."""
 
     tid: int
     usec: Optional[int]
     task: Optional[StuckCandidate]
-    in_fuse: bool = False
+    trace: Trace = Trace()
 
 
-def blame(task: StuckCandidate, view: FuseView, in_fuse: bool = False) -> Optional[FuseMount]:
+def blame(task: StuckCandidate, view: FuseView, trace: Trace = Trace()) -> Optional[FuseMount]:
     """The waiting FUSE filesystem of an ordinary user that ``task`` is held in by its server, or None.
 
     A FUSE filesystem admits only tasks whose real, effective and saved uids are all its
     mounter's, unless mounted with ``allow_other`` (fs/fuse/dir.c,
     ``fuse_allow_current_process``): so a task of the user's own may be held by the user's
-    server. Any other task (root's) only through ``allow_other``, and only when it is known
-    to wait on FUSE (``in_fuse``, or its ``wchan``) and no FUSE server of root's or a system
-    account's is slow too: a user must not be able to pass root's real hang off as theirs.
-    A kernel thread never waits on a user's server (FUSE writes back in the background for
-    that reason), so it is never blamed on one.
+    server, unless its trace shows it waiting in another module (a driver's hang of the
+    user's job is the node's). Any other task (root's) only through ``allow_other``, and
+    only when it is known to wait on FUSE (its trace or ``wchan``) and no FUSE server of
+    root's or a system account's is waited on too: a user must not be able to pass root's
+    real hang off as theirs. A kernel thread never waits on a user's server (FUSE writes
+    back in the background for that reason), so it is never blamed on one.
     """
-    if task.kernel_thread or task.uids is None or len(task.uids) < 3:
+    if task.kernel_thread or task.uids is None or len(task.uids) < 3 or trace.elsewhere:
         return None
     for mount in view.users_waiting:
         if all(uid == mount.uid for uid in task.uids[:3]):
             return mount
-    if (in_fuse or waits_in_fuse(task.wchan)) and not view.system_waiting:
+    if (trace.fuse or waits_in_fuse(task.wchan)) and not view.system_waiting:
         for mount in view.users_waiting:
             if mount.allow_other:
                 return mount
@@ -229,10 +241,10 @@ def report_blames(
         if report.usec is not None:
             before = report.usec * hz // 1_000_000
             task = report.task if report.task is not None and report.task.start_ticks <= before else None
-            found = blame(task, view, report.in_fuse) if task is not None else None
+            found = blame(task, view, report.trace) if task is not None else None
             found = found or remembered(previous, boot_id, report.tid, before)
             unknown = task is None or not task.kernel_thread
-            if found is None and unknown and report.in_fuse and view.readable and not view.system:
+            if found is None and unknown and report.trace.fuse and view.readable and not view.system:
                 found = GONE
         blames[report.tid] = found if blames.get(report.tid, found) == found else None
     return {tid: mount for tid, mount in blames.items() if mount is not None}

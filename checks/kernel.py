@@ -14,8 +14,8 @@ Two sources, one verdict:
   blocked for more than N seconds``, the soft- and hard-lockup watchdog's reports
   (kernel/watchdog.c), and RCU stall warnings (kernel/rcu/tree_stall.h). Only records the
   kernel wrote count, matched from the start of the message. A hung-task report whose
-  thread waits on an ordinary user's own FUSE server (``blame``: the thread's uids, the
-  user's FUSE connections with requests waiting in fusectl) is an OK note naming the
+  thread waits on an ordinary user's own FUSE server (``fuseblame``: the thread's uids,
+  the user's FUSE connections with requests waiting in fusectl, the report's call trace) is an OK note naming the
   mount and the user (``HUNG_TASK_USER_FUSE``): any user may mount FUSE, and a server
   that never answers holds its caller past SIGKILL.
 
@@ -34,7 +34,7 @@ from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.text import one_line
 
-from .fuseblame import GONE, FuseMount, FuseView, HungReport, blame, read_fuse_view, report_blames, trace_in_fuse
+from .fuseblame import GONE, FuseMount, FuseView, HungReport, blame, read_fuse_view, read_trace, report_blames
 from .kernlog_events import LogObservation, Pattern, gather_log, judge_log, kept_log
 from .procs import system_uid
 from .tasks import StuckCandidate, read_d_state, read_task
@@ -168,8 +168,8 @@ def _hung_reports(ctx: CheckContext[KernelSettings], log: LogObservation) -> tup
             task = read_task(ctx.paths.procfs, tid)
         except ValueError:
             task = None
-        in_fuse = trace_in_fuse(lines, index, found.group("comm"), tid, userspace)
-        reports.append(HungReport(tid, line.usec, task, in_fuse))
+        trace = read_trace(lines, index, found.group("comm"), tid, userspace)
+        reports.append(HungReport(tid, line.usec, task, trace))
     return tuple(reports)
 
 

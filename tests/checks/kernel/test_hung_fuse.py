@@ -31,7 +31,7 @@ from healthd_testkit.paths import REPO
 from healthd_testkit.waiting import wait_for
 
 from healthd.model import Status
-from healthd_checks.fuseblame import FuseMount, FuseView, HungReport, report_blames, trace_in_fuse
+from healthd_checks.fuseblame import FuseMount, FuseView, HungReport, Trace, read_trace, report_blames
 from healthd_checks.kernel import CHECK
 from healthd_checks.kernel_settings import KernelSettings
 from healthd_checks.kernlog import LogLine
@@ -258,6 +258,7 @@ VIEW = FuseView((NOBODYS,), readable=True)
 AT = 10_000_000
 NOBODY = (65534, 65534, 65534, 65534)
 ROOT = (0, 0, 0, 0)
+IN_FUSE = Trace(fuse=True, modules=frozenset({"fuse"}))
 
 
 def _thread(
@@ -273,12 +274,16 @@ def _blamed(*reports: HungReport, view: FuseView = VIEW, **previous: Any) -> dic
 
 def test_a_users_task_in_their_own_waiting_mount_is_blamed_on_it() -> None:
     assert _blamed(HungReport(77, AT, _thread(77, NOBODY))) == {77: "/tmp/sshfs"}
+    assert _blamed(HungReport(77, AT, _thread(77, NOBODY), trace=IN_FUSE)) == {77: "/tmp/sshfs"}
+    # The kernel's trace shows it in a driver's code: the user's job hit a node fault.
+    in_driver = Trace(modules=frozenset({"nvidia"}))
+    assert _blamed(HungReport(77, AT, _thread(77, NOBODY), trace=in_driver)) == {}
     assert _blamed(HungReport(77, AT, _thread(77, NOBODY)), view=FuseView(readable=True)) == {}  # none waits
 
 
 def test_a_reused_tid_a_kernel_thread_or_another_users_task_is_not() -> None:
     reused = HungReport(77, AT, _thread(77, NOBODY, start=1001))  # started after the report was logged
-    kthread = HungReport(2, AT, _thread(2, NOBODY, kthread=True), in_fuse=True)
+    kthread = HungReport(2, AT, _thread(2, NOBODY, kthread=True), trace=IN_FUSE)
     roots = HungReport(78, AT, _thread(78, ROOT))  # FUSE turns other uids away: root waits elsewhere
     setuid = HungReport(79, AT, _thread(79, (65534, 0, 0, 0)))  # a setuid program: its euid is not the mounter's
     undated = HungReport(80, None, _thread(80, NOBODY))  # no kernel time: the tid cannot be matched
@@ -287,14 +292,14 @@ def test_a_reused_tid_a_kernel_thread_or_another_users_task_is_not() -> None:
 
 def test_a_root_task_in_a_users_allow_other_mount_only_when_it_waits_on_fuse_and_no_root_server_does() -> None:
     shared = FuseView((FuseMount(42, 1001, "alice", "/home/alice/mnt", allow_other=True),), readable=True)
-    assert _blamed(HungReport(78, AT, _thread(78, ROOT), in_fuse=True), view=shared) == {78: "/home/alice/mnt"}
+    assert _blamed(HungReport(78, AT, _thread(78, ROOT), trace=IN_FUSE), view=shared) == {78: "/home/alice/mnt"}
     assert _blamed(HungReport(78, AT, _thread(78, ROOT, wchan="request_wait_answer")), view=shared) == {
         78: "/home/alice/mnt"
     }
     # Not shown waiting on FUSE (a local disk's hang), or a root-served FUSE mount waits too: root's own hang.
     assert _blamed(HungReport(78, AT, _thread(78, ROOT, wchan="io_schedule")), view=shared) == {}
     busy_root = FuseView(shared.users_waiting, system=True, system_waiting=True, readable=True)
-    assert _blamed(HungReport(78, AT, _thread(78, ROOT), in_fuse=True), view=busy_root) == {}
+    assert _blamed(HungReport(78, AT, _thread(78, ROOT), trace=IN_FUSE), view=busy_root) == {}
 
 
 def test_a_gone_task_is_blamed_as_the_last_pass_remembered_it() -> None:
@@ -310,12 +315,12 @@ def test_a_gone_task_is_blamed_as_the_last_pass_remembered_it() -> None:
 
 
 def test_a_gone_task_whose_trace_went_through_fuse_is_a_users_only_where_root_has_no_fuse_mount() -> None:
-    gone = HungReport(77, AT, None, in_fuse=True)
+    gone = HungReport(77, AT, None, trace=IN_FUSE)
     assert _blamed(gone, view=FuseView(readable=True)) == {77: "uid -1"}
     assert _blamed(gone, view=FuseView(system=True, readable=True)) == {}  # root's FUSE mount may have held it
     assert _blamed(gone, view=FuseView()) == {}  # fusectl unreadable: nothing known
     assert _blamed(HungReport(77, AT, None)) == {}  # no FUSE in its trace: a disk, a driver, NFS
-    kthread = HungReport(2, AT, _thread(2, ROOT, kthread=True), in_fuse=True)
+    kthread = HungReport(2, AT, _thread(2, ROOT, kthread=True), trace=IN_FUSE)
     assert _blamed(kthread, view=FuseView(readable=True)) == {}
 
 
@@ -334,12 +339,15 @@ def _kmsg_lines(path: Path) -> list[LogLine]:
 
 def test_the_trace_under_a_report_is_the_named_tasks_only(tmp_path: Path) -> None:
     lines = _kmsg_lines(hung_task_report(tmp_path / "kmsg", [("stat", 4242), ("x pid:9 ", 9)]))
-    assert trace_in_fuse(lines, 0, "stat", 4242, userspace=False)
+    assert read_trace(lines, 0, "stat", 4242, userspace=False) == IN_FUSE
     # A name holding "pid:" does not make another task's line its own, nor the other way round.
-    assert trace_in_fuse(lines, 12, "x pid:9 ", 9, userspace=False)
-    assert not trace_in_fuse(lines, 0, "stat", 9, userspace=False)
-    # A trace without FUSE, and one written by a process (facility 1), do not count.
-    plain = [line for line in lines[:12] if "fuse" not in line.message and "request_wait" not in line.message]
-    assert not trace_in_fuse(plain, 0, "stat", 4242, userspace=False)
+    assert read_trace(lines, 12, "x pid:9 ", 9, userspace=False) == IN_FUSE
+    assert read_trace(lines, 0, "stat", 9, userspace=False) == Trace()
+    # A trace through a driver's code (sched_show_task's format of Linux 6.1), and one a process wrote.
+    task = "task:python3         state:D stack:0     pid:77    ppid:1      flags:0x00004006"
+    frames = [" <TASK>", " __schedule+0x34d/0x9e0", " os_acquire_mutex+0x2a/0x40 [nvidia]", " </TASK>"]
+    report = ["INFO: task python3:77 blocked for more than 122 seconds.", task, "Call Trace:", *frames]
+    driver = [LogLine(text, str(seq), AT, None, 0) for seq, text in enumerate(report)]
+    assert read_trace(driver, 0, "python3", 77, userspace=False) == Trace(modules=frozenset({"nvidia"}))
     forged = [LogLine(line.message, line.record_id, line.usec, None, 1) for line in lines[:12]]
-    assert not trace_in_fuse(forged, 0, "stat", 4242, userspace=False)
+    assert read_trace(forged, 0, "stat", 4242, userspace=False) == Trace()
