@@ -144,9 +144,17 @@ def hung_task_report(path: Path, tasks: list[tuple[str, int]], seconds: int = 12
             (4, " <TASK>"),
             (4, " __schedule+0x34d/0x9e0"),
             (4, " schedule+0x5a/0xd0"),
+            # The stack of such a stuck stat, as /proc/PID/stack showed it on Linux 6.18.
             (4, " request_wait_answer+0x151/0x210 [fuse]"),
             (4, " __fuse_simple_request+0x120/0x330 [fuse]"),
             (4, " fuse_lookup_name+0xbf/0x220 [fuse]"),
+            (4, " fuse_lookup+0x75/0x1b0 [fuse]"),
+            (4, " __lookup_slow+0x87/0x150"),
+            (4, " walk_component+0x108/0x190"),
+            (4, " path_lookupat+0xa7/0x180"),
+            (4, " filename_lookup+0xe4/0x200"),
+            (4, " vfs_statx+0x66/0x160"),
+            (4, " vfs_fstatat+0x67/0xb0"),
             (4, " </TASK>"),
         ]
     path.write_text("".join(f"{level},{seq},{usec},-;{text}\n" for seq, (level, text) in enumerate(records, 1)))
@@ -341,7 +349,8 @@ def test_the_trace_under_a_report_is_the_named_tasks_only(tmp_path: Path) -> Non
     lines = _kmsg_lines(hung_task_report(tmp_path / "kmsg", [("stat", 4242), ("x pid:9 ", 9)]))
     assert read_trace(lines, 0, "stat", 4242, userspace=False) == IN_FUSE
     # A name holding "pid:" does not make another task's line its own, nor the other way round.
-    assert read_trace(lines, 12, "x pid:9 ", 9, userspace=False) == IN_FUSE
+    second = next(index for index, line in enumerate(lines) if line.message.startswith("INFO: task x pid:9 "))
+    assert read_trace(lines, second, "x pid:9 ", 9, userspace=False) == IN_FUSE
     assert read_trace(lines, 0, "stat", 9, userspace=False) == Trace()
     # A trace through a driver's code (sched_show_task's format of Linux 6.1), and one a process wrote.
     task = "task:python3         state:D stack:0     pid:77    ppid:1      flags:0x00004006"
@@ -349,5 +358,5 @@ def test_the_trace_under_a_report_is_the_named_tasks_only(tmp_path: Path) -> Non
     report = ["INFO: task python3:77 blocked for more than 122 seconds.", task, "Call Trace:", *frames]
     driver = [LogLine(text, str(seq), AT, None, 0) for seq, text in enumerate(report)]
     assert read_trace(driver, 0, "python3", 77, userspace=False) == Trace(modules=frozenset({"nvidia"}))
-    forged = [LogLine(line.message, line.record_id, line.usec, None, 1) for line in lines[:12]]
+    forged = [LogLine(line.message, line.record_id, line.usec, None, 1) for line in lines[:second]]
     assert read_trace(forged, 0, "stat", 4242, userspace=False) == Trace()
