@@ -243,8 +243,8 @@ def report_blames(
             task = report.task if report.task is not None and report.task.start_ticks <= before else None
             found = blame(task, view, report.trace) if task is not None else None
             found = found or remembered(previous, boot_id, report.tid, before)
-            unknown = task is None or not task.kernel_thread
-            if found is None and unknown and report.trace.fuse and view.readable and not view.system:
+            not_kernels = task is None or not task.kernel_thread
+            if found is None and not_kernels and report.trace.fuse and view.readable and not view.system:
                 found = GONE
         blames[report.tid] = found if blames.get(report.tid, found) == found else None
     return {tid: mount for tid, mount in blames.items() if mount is not None}
