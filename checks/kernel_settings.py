@@ -21,7 +21,8 @@ class KernelSettings(KernelLogSettings):
     user_tasks: Literal["note", "count"] = Field(
         default="note",
         description=(
-            "stuck tasks of ordinary users (a uid that is not root's or a system account's): "
+            "stuck tasks of ordinary users (a uid that is not root's or a system account's), and tasks "
+            "stuck in an ordinary user's own FUSE filesystem (D state or a hung-task report): "
             "an OK note ('note') or counted like root's ('count')"
         ),
     )

@@ -17,12 +17,18 @@ what it holds, and so can a reader of the wrong /proc file. This module reads on
   (``voluntary_ctxt_switches``, ``nonvoluntary_ctxt_switches``), which stay still while a
   task sleeps without waking: the kernel's own hung-task detector (kernel/hung_task.c)
   uses the same sum; and for the thread's uids (``Uid:`` real, effective, saved,
-  filesystem: credentials are each thread's own), which say whose it is.
+  filesystem: credentials are each thread's own), which say whose it is;
+- ``wchan`` of those threads: the function each sleeps in (a FUSE request's wait says
+  whose server holds it, see ``fuseblame``). fs/proc/base.c ``proc_pid_wchan`` reads it
+  from the sleeping task's saved stack under spinlocks only (``get_wchan``); a reader
+  not allowed to trace the task gets ``0``;
+- the same files of a thread a hung-task report names (``read_task``), in whatever
+  state it is now.
 
 It never reads ``cmdline``, ``environ``, ``maps`` or ``smaps`` (they take the task's
 mmap lock, held by a task stuck in a page fault on a hung mount), ``stack`` (root only,
-and it stops the task), ``wchan``, nor follows ``cwd``, ``root`` or ``fd/*`` (a path on
-the hung filesystem). The thread's name, which its owner chooses, is only shown cleaned.
+and it stops the task), nor follows ``cwd``, ``root`` or ``fd/*`` (a path on the hung
+filesystem). The thread's name, which its owner chooses, is only shown cleaned.
 Each file is read with one ``open``/``read``/``close`` of its path as a string: a walk
 of 20,000 tasks is that many reads, and Python's file objects cost more than the reads.
 """
@@ -34,33 +40,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+# include/linux/sched.h: the task flag of a kernel thread, field 9 of /proc/PID/stat.
+PF_KTHREAD = 0x00200000
+
 
 @dataclass(frozen=True)
 class TaskStat:
-    """The fields of /proc/PID/stat this check uses: pid, name, state (one letter), start ticks, thread count."""
+    """The fields of /proc/PID/stat this check uses: pid, name, state (one letter), start ticks, thread count, flags."""
 
     pid: int
     name: str
     state: str
     start_ticks: int
     threads: int = 1
+    flags: int = 0
+
+    @property
+    def kernel_thread(self) -> bool:
+        """Whether the task is a kernel thread: ``PF_KTHREAD`` in its flags, which only the kernel sets."""
+        return bool(self.flags & PF_KTHREAD)
 
 
 def parse_stat(text: str) -> TaskStat:
-    """Parse one ``/proc/PID/stat`` line (proc(5)): ``pid (comm) state ppid ... num_threads ... starttime ...``.
+    """Parse one ``/proc/PID/stat`` line (proc(5)): ``pid (comm) state ppid ... flags ... num_threads ... starttime``.
 
     The name is between the first ``(`` and the *last* ``)``: a task may put parentheses,
     spaces or a newline in its own name. Raises ValueError on anything else.
     """
     head, open_paren, rest = text.partition(" (")
     name, close_paren, fields_text = rest.rpartition(") ")
-    # Field 3 is the state, field 20 num_threads, field 22 starttime: index 0, 17 and 19 after the name.
+    # Field 3 is the state, field 9 flags, field 20 num_threads, field 22 starttime: index 0, 6, 17 and 19
+    # after the name.
     fields = fields_text.split(maxsplit=20)
     if not open_paren or not close_paren or len(fields) < 20 or not head.isdigit():
         raise ValueError(f"not a /proc/PID/stat line: {text[:80]!r}")
-    if len(fields[0]) != 1 or not fields[19].isdigit() or not fields[17].isdigit():
-        raise ValueError(f"bad state, thread count or start time in /proc/PID/stat: {text[:80]!r}")
-    return TaskStat(int(head), name, fields[0], int(fields[19]), int(fields[17]))
+    if len(fields[0]) != 1 or not all(fields[i].isdigit() for i in (6, 17, 19)):
+        raise ValueError(f"bad state, flags, thread count or start time in /proc/PID/stat: {text[:80]!r}")
+    return TaskStat(int(head), name, fields[0], int(fields[19]), int(fields[17]), int(fields[6]))
 
 
 def _status_lines(text: str, keys: tuple[str, ...]) -> dict[str, str]:
@@ -95,6 +111,8 @@ class StuckCandidate:
     start_ticks: int
     switches: Optional[int]
     uids: Optional[tuple[int, ...]] = None
+    kernel_thread: bool = False
+    wchan: Optional[str] = None
 
     @property
     def key(self) -> str:
@@ -162,10 +180,36 @@ def read_d_state(procfs: Path) -> list[StuckCandidate]:
         for directory, thread in _threads(process, stat):
             if thread.state != "D":
                 continue
-            status = _read_small(f"{directory}/status") or ""
-            found.append(
-                StuckCandidate(
-                    thread.pid, int(name), thread.name, thread.start_ticks, parse_switches(status), parse_uids(status)
-                )
-            )
+            found.append(_candidate(directory, thread, int(name)))
     return found
+
+
+def _candidate(directory: str, thread: TaskStat, pid: int) -> StuckCandidate:
+    """The thread with what its ``status`` and ``wchan`` say (None each where it exited meanwhile)."""
+    status = _read_small(f"{directory}/status") or ""
+    wchan = _read_small(f"{directory}/wchan")
+    # wchan is "0" for a running task or a reader the kernel does not let see it (fs/proc/base.c).
+    sleeping_in = wchan.strip() if wchan is not None and wchan.strip() not in ("", "0") else None
+    return StuckCandidate(
+        thread.pid,
+        pid,
+        thread.name,
+        thread.start_ticks,
+        parse_switches(status),
+        parse_uids(status),
+        thread.kernel_thread,
+        sleeping_in,
+    )
+
+
+def read_task(procfs: Path, tid: int) -> Optional[StuckCandidate]:
+    """The thread ``tid`` as it is now (any state), or None when no such thread is running.
+
+    ``/proc/TID`` names every thread, not only a process's leader (proc(5)), and the
+    hung-task report names a thread by its tid. Its process id is not read (0).
+    """
+    directory = f"{procfs}/{tid}"
+    stat = _read_stat(directory)
+    if stat is None or stat.pid != tid or stat.state in ("Z", "X"):
+        return None
+    return _candidate(directory, stat, 0)

@@ -225,7 +225,7 @@ def test_reader_names_the_stat_file_with_a_bad_thread_count(tmp_path: Path) -> N
     _process(tmp_path, 10, "S", {10: "S", 11: "D"})
     thread = tmp_path / "10/task/11/stat"
     thread.write_text(thread.read_text().replace(" 20 0 2 0 ", " 20 0 -2 0 "))
-    with pytest.raises(ValueError, match=f"{thread}: bad state, thread count or start time"):
+    with pytest.raises(ValueError, match=f"{thread}: bad state, flags, thread count or start time"):
         read_d_state(tmp_path)
 
 
