@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from healthd.text import did_you_mean
+
 HOSTS_KEY = "hosts"
 _RANGE_NAME = re.compile(r"([^\[\]]*)(?:\[(\d+)-(\d+)\])?([^\[\]]*)")
 
@@ -111,6 +113,8 @@ def host_sections(raw: dict[str, Any]) -> tuple[list[HostSection], list[str]]:
         match = tables.pop("match", None)
         if not isinstance(match, str):
             problems.append(f"{where}.match: required: a match string such as 'gpu*', '/regex/' or '{{n[01-16]}}'")
+            # A misspelt match is the likeliest cause; the section's other keys wait for it to be found.
+            problems.extend(f"{where}.{k}: unknown key{did_you_mean(k, ('match',))}" for k in tables if _near_match(k))
             continue
         try:
             matcher(match)
@@ -122,6 +126,11 @@ def host_sections(raw: dict[str, Any]) -> tuple[list[HostSection], list[str]]:
             continue
         sections.append(HostSection(index, match, tables))
     return sections, problems
+
+
+def _near_match(key: str) -> bool:
+    """Whether a host section's ``key`` reads as a misspelt ``match``."""
+    return bool(did_you_mean(key, ("match",)))
 
 
 # Where a list of tables sits (("checks", "mounts", "expect")) -> the key naming each item's subject ("path").

@@ -58,8 +58,10 @@ def test_table_output_lists_checks_and_findings(
 
 
 def test_unknown_only_name_is_a_usage_error(cli: Callable[..., tuple[int, str, str]], write_config: Any) -> None:
-    code, out, err = cli("check", "--once", "--only", "mounts,gpus", "--config", str(write_config("")))
-    assert code == 64 and out == "" and "unknown check(s) gpus" in err
+    code, out, err = cli("check", "--once", "--only", "mounts,gpus,zzz", "--config", str(write_config("")))
+    assert code == 64 and out == ""
+    assert "healthd: --only: gpus: unknown check; did you mean gpu?\n" in err
+    assert "healthd: --only: zzz: unknown check\n" in err, "no guess for a name like none of them"
 
 
 def test_module_entry_point_runs() -> None:
