@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("check", "run the checks once, report, and act through Slurm"),
     "ack": ("ack", "acknowledge the findings of the last pass so they no longer drain the node"),
     "list-checks": ("list_checks", "list the installed checks"),
-    "config": ("config_cmd", "validate the configuration"),
+    "config": ("config_cmd", "validate the configuration, or show a node's effective config"),
     "run": ("run", "run as a daemon: a pass at start, then one every [daemon].interval"),
     "status": ("status", "show the daemon's last recorded pass without running checks"),
     "history": ("history", "show the node's history: findings raised and cleared, actions, acks, boots"),
