@@ -114,7 +114,8 @@ def host_sections(raw: dict[str, Any]) -> tuple[list[HostSection], list[str]]:
         if not isinstance(match, str):
             problems.append(f"{where}.match: required: a match string such as 'gpu*', '/regex/' or '{{n[01-16]}}'")
             # A misspelt match is the likeliest cause; the section's other keys wait for it to be found.
-            problems.extend(f"{where}.{k}: unknown key{did_you_mean(k, ('match',))}" for k in tables if _near_match(k))
+            guesses = [(key, did_you_mean(key, ("match",))) for key in tables]
+            problems.extend(f"{where}.{key}: unknown key{guess}" for key, guess in guesses if guess)
             continue
         try:
             matcher(match)
@@ -126,11 +127,6 @@ def host_sections(raw: dict[str, Any]) -> tuple[list[HostSection], list[str]]:
             continue
         sections.append(HostSection(index, match, tables))
     return sections, problems
-
-
-def _near_match(key: str) -> bool:
-    """Whether a host section's ``key`` reads as a misspelt ``match``."""
-    return bool(did_you_mean(key, ("match",)))
 
 
 # Where a list of tables sits (("checks", "mounts", "expect")) -> the key naming each item's subject ("path").

@@ -182,8 +182,9 @@ def run(args: argparse.Namespace) -> int:
     # The worst first: a CRITICAL finding is the one an operator must not acknowledge unseen.
     refs = sorted(refs_from_document(document, args.selectors), key=_worst_first)
     if not refs:
-        wanted = " ".join(args.selectors) or "any check"
-        print(f"healthd: the last pass has no unacknowledged finding for {wanted}", file=sys.stderr)
+        wanted = one_line(" ".join(args.selectors)) or "any check"
+        which = "latest pass" if args.selectors else "last whole pass"
+        print(f"healthd: the {which} has no unacknowledged finding for {wanted}", file=sys.stderr)
         return EX_NO_MATCH
     if not args.selectors and not args.all:
         _list(refs, document, path)
