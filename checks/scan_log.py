@@ -34,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
     parser.add_argument("--pretty", action="store_true", help="with --json: indent the document for people")
     parser.add_argument(
+        "-c",
         "--config",
         type=Path,
         default=None,

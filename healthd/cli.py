@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("check", "run the checks once, report, and act through Slurm"),
     "ack": ("ack", "acknowledge the findings of the last pass so they no longer drain the node"),
     "list-checks": ("list_checks", "list the installed checks"),
-    "config": ("config_cmd", "validate the configuration"),
+    "config": ("config_cmd", "validate the configuration, or show a node's effective config"),
     "run": ("run", "run as a daemon: a pass at start, then one every [daemon].interval"),
     "status": ("status", "show the daemon's last recorded pass without running checks"),
     "history": ("history", "show the node's history: findings raised and cleared, actions, acks, boots"),
@@ -46,11 +46,16 @@ def command_module(name: str) -> ModuleType:
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--config PATH`` option every command that reads the config takes."""
+    """The ``-c``/``--config PATH`` option every command that reads the config takes."""
     from pathlib import Path
 
     parser.add_argument(
-        "--config", type=Path, default=None, metavar="PATH", help="config file (default /etc/healthd/healthd.toml)"
+        "-c",
+        "--config",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="config file (default /etc/healthd/healthd.toml)",
     )
 
 
@@ -61,8 +66,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def plain_status(argv: Sequence[str]) -> Optional[argparse.Namespace]:
-    """``status [--json] [--config PATH]`` spelled out in full (as a monitoring agent runs it), parsed as the
-    parser would parse it; None for anything else (``--help``, abbreviations, a missing value, other commands).
+    """``status [--json] [-c|--config PATH]`` spelled out (as a monitoring agent runs it), parsed as the parser
+    would parse it; None for anything else (``--help``, abbreviations, ``-cPATH``, a missing value, other commands).
 
     Building the parser and parsing with it costs ``healthd status`` more than its own work does.
     """
@@ -73,7 +78,7 @@ def plain_status(argv: Sequence[str]) -> Optional[argparse.Namespace]:
     for arg in rest:
         if arg == "--json":
             show_json = True
-        elif arg == "--config":
+        elif arg in ("-c", "--config"):
             config = next(rest, "")
             if not config or config.startswith("-"):
                 return None

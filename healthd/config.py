@@ -19,8 +19,9 @@ import copy
 import dataclasses
 import logging
 import re
+import types
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -31,6 +32,7 @@ from healthd.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.hosts import for_host, host_sections, merge
 from healthd.loadedconfig import LoadedConfig
 from healthd.nodename import this_node
+from healthd.text import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +231,55 @@ class Config(_Model):
     checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+# ``X | None`` is a types.UnionType from Python 3.10 on, typing.Union before.
+_UNIONS = (Union, getattr(types, "UnionType", Union))
+# Top-level keys outside the Config model: the host sections (healthd.hosts).
+_TOP_LEVEL_EXTRA = ("hosts",)
+
+
+def _is_model(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def _unwrap(kind: Any) -> Any:
+    """``kind`` without ``Annotated`` and ``Optional``; of another union, its first model or container member."""
+    while True:
+        origin = get_origin(kind)
+        if origin is Annotated:
+            kind = get_args(kind)[0]
+        elif origin in _UNIONS:
+            members = [a for a in get_args(kind) if a is not type(None)]
+            kind = next((a for a in members if _is_model(a) or get_origin(a) is not None), members[0])
+        else:
+            return kind
+
+
+def _inner(kind: Any, part: Any) -> Any:
+    """The type of the value at ``part`` (a field name, a list index, a table key) in a value of ``kind``."""
+    kind = _unwrap(kind)
+    if _is_model(kind):
+        info = kind.model_fields.get(part) if isinstance(part, str) else None
+        return None if info is None else info.annotation
+    origin, args = get_origin(kind), get_args(kind)
+    if origin in (list, tuple, set, frozenset) and args and isinstance(part, int):
+        return args[0]
+    if origin is dict and len(args) == 2:
+        return args[1]
+    return None
+
+
+def known_keys(model: type[BaseModel], loc: tuple[Any, ...] = ()) -> tuple[str, ...]:
+    """The keys the table at ``loc`` inside ``model`` accepts (a nested model's fields); () when it is no model."""
+    kind: Any = model
+    for part in loc:
+        kind = _inner(kind, part)
+        if kind is None:
+            return ()
+    kind = _unwrap(kind)
+    names = tuple(kind.model_fields) if _is_model(kind) else ()
+    return names + _TOP_LEVEL_EXTRA if kind is Config else names
+
+
 def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
     parts: list[str] = list(prefix)
     for item in loc:
@@ -239,10 +290,19 @@ def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def _describe(error: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> str:
-    key = _format_loc(tuple(error["loc"]), prefix)
+def _describe(
+    error: Mapping[str, Any], prefix: tuple[str, ...] = (), model: Optional[type[BaseModel]] = None, at: Any = None
+) -> str:
+    """One problem, ``key.path: what is wrong``; an unknown key of ``model`` gets the names it may have meant.
+
+    ``at`` is the error's place inside ``model`` when ``error["loc"]`` was rewritten (a key moved from ``[node]``).
+    """
+    loc = tuple(error["loc"])
+    key = _format_loc(loc, prefix)
     if error["type"] == "extra_forbidden":
-        return f"{key}: unknown key"
+        place = tuple(at if at is not None else loc)
+        known = known_keys(model, place[:-1]) if model is not None and place else ()
+        return f"{key}: unknown key{did_you_mean(str(place[-1]), known) if known else ''}"
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"{key}: {message} (got {error.get('input')!r})" if error["type"] != "missing" else f"{key}: {message}"
 
@@ -300,7 +360,8 @@ def _old_values(
             if ("node", key) in claims:
                 found.append((("node", key), value))
             else:
-                problems.append(f"node.{key}: unknown key")
+                known = [old[1] for old in claims if old[0] == "node"]
+                problems.append(f"node.{key}: unknown key{did_you_mean(str(key), known)}")
     tables = raw.get("checks")
     for old in claims:
         table = tables.get(old[1]) if old[0] == "checks" and isinstance(tables, dict) else None
@@ -370,16 +431,20 @@ def _check_problems(
                 loc = tuple(error["loc"])
                 old = moved.get((name, loc[0])) if loc and isinstance(loc[0], str) else None
                 if old is not None:
-                    problems.append(_describe({**error, "loc": loc[1:]}, old))
+                    problems.append(_describe({**error, "loc": loc[1:]}, old, model, loc))
                 elif error["type"] == "extra_forbidden" and len(loc) == 1 and loc[0] in gone:
                     where = gone[str(loc[0])]
                     problems.append(
                         f"{_describe(error, ('checks', name))}: it moved to {where}, whose check is not loaded"
                     )
                 else:
-                    problems.append(_describe(error, ("checks", name)))
+                    problems.append(_describe(error, ("checks", name), model))
     known = ", ".join(sorted(checks)) or "none"
-    problems.extend(f"checks.{name}: unknown check (known: {known})" for name in tables if name not in checks)
+    problems.extend(
+        f"checks.{name}: unknown check{did_you_mean(name, checks)} (known: {known})"
+        for name in tables
+        if name not in checks
+    )
     return problems
 
 
@@ -454,7 +519,7 @@ def _validated(
     try:
         config = Config.model_validate(raw)
     except ValidationError as exc:
-        problems += [_describe(e) for e in exc.errors()]
+        problems += [_describe(e, model=Config) for e in exc.errors()]
         tables = raw.get("checks")
         if isinstance(tables, dict) and all(isinstance(t, dict) for t in tables.values()):
             problems += _check_problems(tables, checks, settings, moved)

@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from healthd.text import did_you_mean
+
 HOSTS_KEY = "hosts"
 _RANGE_NAME = re.compile(r"([^\[\]]*)(?:\[(\d+)-(\d+)\])?([^\[\]]*)")
 
@@ -111,6 +113,9 @@ def host_sections(raw: dict[str, Any]) -> tuple[list[HostSection], list[str]]:
         match = tables.pop("match", None)
         if not isinstance(match, str):
             problems.append(f"{where}.match: required: a match string such as 'gpu*', '/regex/' or '{{n[01-16]}}'")
+            # A misspelt match is the likeliest cause; the section's other keys wait for it to be found.
+            guesses = [(key, did_you_mean(key, ("match",))) for key in tables]
+            problems.extend(f"{where}.{key}: unknown key{guess}" for key, guess in guesses if guess)
             continue
         try:
             matcher(match)

@@ -6,14 +6,22 @@ one, move the terminal cursor (ANSI escapes) or carry a NUL. ``one_line`` keeps
 printable characters only: every other character (Unicode categories Cc, Cf, Zl,
 Zp, Cs, Co, Cn: controls, format characters, separators, surrogates, unassigned)
 becomes a space, runs of whitespace collapse to one space, and the result is cut
-to ``limit`` characters with a trailing ellipsis.
+to ``limit`` characters with a trailing ellipsis. ``did_you_mean`` names the known names
+closest to a misspelt one, for the error that refuses it.
 """
 
 from __future__ import annotations
 
 import unicodedata
 
+TYPE_CHECKING = False  # not typing's: `healthd status` imports this module (bench/README.md)
+if TYPE_CHECKING:
+    from typing import Iterable
+
 DEFAULT_LIMIT = 300
+# did_you_mean: the least closeness that makes a guess, and how far behind the closest another may be.
+_CUTOFF = 0.6
+_SPREAD = 0.1
 _ELLIPSIS = "..."
 
 
@@ -44,3 +52,22 @@ def pass_headline(node: object, status: object, when: str) -> str:
     the one-line summaries (daemon, hook) are ``healthd.render.pass_summary``.
     """
     return f"{one_line(node, 200)}: {one_line(status, 16)} ({when})"
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean NAME?"`` naming the ``known`` names closest to a misspelt ``word``, or "".
+
+    Closeness is difflib's ratio, at ``get_close_matches``' default cutoff of 0.6, and only
+    the names within 0.1 of the closest are named (three at most): ``expect_gpuz`` is told
+    ``expect_gpus``, not every ``expect_*`` too, and a word like none of them gets no guess.
+    """
+    import difflib  # only an error message needs it: `healthd status` never pays for it
+
+    ratios = []
+    for name in sorted(set(known)):
+        matcher = difflib.SequenceMatcher(None, word, name)
+        if matcher.real_quick_ratio() >= _CUTOFF and matcher.quick_ratio() >= _CUTOFF:
+            ratios.append((-matcher.ratio(), name))
+    ratios.sort()
+    close = [name for ratio, name in ratios[:3] if -ratio >= max(_CUTOFF, -ratios[0][0] - _SPREAD)]
+    return f"; did you mean {' or '.join(close)}?" if close else ""

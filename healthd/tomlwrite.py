@@ -1,4 +1,4 @@
-"""Writes the TOML that healthd's config generators produce (``import-nhc``, ``baseline``).
+"""Writes the TOML that healthd's config generators produce (``import-nhc``, ``baseline``, ``config show``).
 
 Python's standard library reads TOML but does not write it; a config needs only
 strings, numbers, booleans, lists, tables and arrays of tables, so this small
@@ -61,8 +61,10 @@ def value(item: Any) -> str:
     if isinstance(item, int):
         return str(item)
     if isinstance(item, float):
-        if not math.isfinite(item):
+        if math.isnan(item):  # no setting accepts it, and it is not even equal to itself
             raise ValueError(f"TOML has no place for {item!r} in a config")
+        if math.isinf(item):  # a limit no count reaches (``healthd config show``): TOML 1.0's special floats
+            return "inf" if item > 0 else "-inf"
         return repr(item)
     if isinstance(item, str):
         return string(item)

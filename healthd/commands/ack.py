@@ -1,4 +1,11 @@
-"""``healthd ack [CHECK-or-CODE ...]``: acknowledge the findings of the last recorded pass.
+"""``healthd ack [CHECK-or-CODE ... | --all]``: acknowledge the findings of the last recorded pass.
+
+Findings named by check or code are taken from the latest pass, a partial one
+(``--only``, ``--active``, another config) included: the operator named them. Without
+a name, ``ack`` lists what it would acknowledge and changes nothing (exit 64); ``--all``
+acknowledges every finding of the node's last whole pass, the one ``healthd status``
+shows, and never those of a partial pass nobody sees there. Either way it prints each
+finding it acknowledged: status, check, code and subject.
 
 An acknowledged finding is reported as OK (details ``acknowledged: true``) and no
 longer drains the node, by the rules in ``healthd.acks``: an ack names the
@@ -17,15 +24,31 @@ import argparse
 import sys
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from healthd.cli import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_USAGE
+from healthd.model import Status
+from healthd.text import one_line
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from healthd.acks import FindingRef
+    from healthd.engine import Engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "selectors", nargs="*", metavar="CHECK-or-CODE", help="check names or finding codes (default: all findings)"
+        "selectors",
+        nargs="*",
+        metavar="CHECK-or-CODE",
+        help="check names or finding codes, of the latest pass (none: list the last whole pass's findings)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="acknowledge every finding of the last whole pass (the one `healthd status` shows), CRITICAL included",
     )
     parser.add_argument(
         "--repaired",
@@ -80,33 +103,103 @@ def _started(document: dict[str, Any]) -> str:
     return started if isinstance(started, str) else ""
 
 
+def _finding_line(ref: FindingRef) -> str:
+    """One finding for people: its status, check, code and subject (and event), as the saved pass had them.
+
+    The subject comes from what a check observed (a mount path, a process name): one safe line.
+    """
+    check, code, subject = [*ref.key.split("/", 2), "", ""][:3]
+    status = ref.status.name if ref.status is not None else "?"
+    event = f" (event {one_line(ref.event, 64)})" if ref.event is not None else ""
+    return f"{status:<8} {one_line(check, 64)} {one_line(code, 64)} {one_line(subject)}{event}"
+
+
+def _worst_first(ref: FindingRef) -> tuple[int, str]:
+    return (-(ref.status.rank if ref.status is not None else 0), ref.key)
+
+
+def _list(refs: list[FindingRef], document: dict[str, Any], path: Path) -> None:
+    """What ``ack --all`` would acknowledge, CRITICAL findings counted apart: the operator sees what it would end."""
+    when = one_line(_started(document) or "an unknown time", 64)
+    count = f"{len(refs)} finding{'s' if len(refs) != 1 else ''}"
+    print(f"the last whole pass ({path}, started {when}) has {count} that --all would acknowledge:")
+    for ref in refs:
+        print(f"  {_finding_line(ref)}")
+    critical = sum(1 for ref in refs if ref.status is Status.CRITICAL)
+    if critical:
+        print(f"{critical} of them CRITICAL: acknowledged, a CRITICAL finding no longer keeps the node out of service")
+
+
+def _whole_pass(engine: Engine) -> tuple[dict[str, Any], Path]:
+    """The node's last whole pass, the one ``healthd status`` shows, and its file: all ``ack --all`` acts on."""
+    from healthd.pipeline import LAST_PASS
+
+    last = engine.state.file(LAST_PASS)
+    return last.load(), last.path
+
+
+def _latest_pass(engine: Engine) -> tuple[dict[str, Any], Path]:
+    """The latest pass, a partial one (``--only``, ``--active``, another config) included, and its file.
+
+    A finding named by its check or code is the operator's choice, seen in whichever pass they ran.
+    """
+    from healthd.pipeline import LAST_PASS, OTHER_PASS
+
+    last, other = engine.state.file(LAST_PASS), engine.state.file(OTHER_PASS)
+    whole, aside = last.load(), other.load()
+    later = (_started(aside), _saved_ns(other.path)) > (_started(whole), _saved_ns(last.path))
+    return (aside, other.path) if later else (whole, last.path)
+
+
+def _saved_ns(path: Path) -> int:
+    """When ``path`` was last written (0 when it is not there): of two passes started the same second, the later."""
+    try:
+        return path.lstat().st_mtime_ns
+    except OSError:
+        return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.repaired is not None:
-        if args.selectors:
-            print("healthd: --repaired takes no CHECK-or-CODE arguments", file=sys.stderr)
+        if args.selectors or args.all:
+            print("healthd: --repaired takes neither CHECK-or-CODE arguments nor --all", file=sys.stderr)
             return EX_USAGE
         return _repaired(args)
-    from healthd.acks import STATE_NAME, AckStore, merge, refs_from_document
+    if args.all and args.selectors:
+        print("healthd: name checks or codes, or give --all (every finding), not both", file=sys.stderr)
+        return EX_USAGE
+    from healthd.acks import refs_from_document
     from healthd.engine import Engine
-    from healthd.history import History
-    from healthd.pipeline import LAST_PASS, OTHER_PASS
-    from healthd.state import StateError
-    from healthd.statelock import LockTimeout, StateLock
 
     engine = Engine.from_path(args.config)
-    last = engine.state.file(LAST_PASS)
-    # The latest pass, a partial one (--only) included: its findings are the node's as much as a whole pass's.
-    document = max(last.load(), engine.state.file(OTHER_PASS).load(), key=_started)
+    document, path = _latest_pass(engine) if args.selectors else _whole_pass(engine)
     for problem in engine.state.drain_problems():
         print(f"healthd: {problem}", file=sys.stderr)
     if not document:
-        print(f"healthd: no recorded pass in {last.path}; run `healthd check --once` first", file=sys.stderr)
+        what = f"pass in {path}" if args.selectors else f"whole pass in {path} (one run with --only or --active is not)"
+        print(f"healthd: no recorded {what}; run `healthd check --once` first", file=sys.stderr)
         return EX_NOINPUT
-    refs = refs_from_document(document, args.selectors)
+    # The worst first: a CRITICAL finding is the one an operator must not acknowledge unseen.
+    refs = sorted(refs_from_document(document, args.selectors), key=_worst_first)
     if not refs:
-        wanted = " ".join(args.selectors) or "any check"
-        print(f"healthd: the last pass has no unacknowledged finding for {wanted}", file=sys.stderr)
+        wanted = one_line(" ".join(args.selectors)) or "any check"
+        which = "latest pass" if args.selectors else "last whole pass"
+        print(f"healthd: the {which} has no unacknowledged finding for {wanted}", file=sys.stderr)
         return EX_NO_MATCH
+    if not args.selectors and not args.all:
+        _list(refs, document, path)
+        print("healthd: nothing acknowledged: --all acknowledges these; or name checks or codes", file=sys.stderr)
+        return EX_USAGE
+    return _acknowledge(engine, refs)
+
+
+def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
+    """Save an ack for each of ``refs`` and record it in the history, under the state lock; say what was acked."""
+    from healthd.acks import STATE_NAME, AckStore, merge
+    from healthd.history import History
+    from healthd.state import StateError
+    from healthd.statelock import LockTimeout, StateLock
+
     store = AckStore(engine.state.file(STATE_NAME))
     try:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
@@ -127,6 +220,5 @@ def run(args: argparse.Namespace) -> int:
     for problem in [*store.problems, *problems]:
         print(f"healthd: {problem}", file=sys.stderr)
     for ref in refs:
-        event = f" (event {ref.event})" if ref.event is not None else ""
-        print(f"acknowledged {ref.key}{event}")
+        print(f"acknowledged {_finding_line(ref)}")
     return EX_OK

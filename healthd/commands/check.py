@@ -62,8 +62,13 @@ def _run(args: argparse.Namespace, begun: float) -> int:
         only = [name.strip() for name in args.only.split(",") if name.strip()]
         unknown = sorted(set(only) - {spec.name for spec in engine.specs})
         if unknown:
-            known = ", ".join(spec.name for spec in engine.specs)
-            print(f"healthd: --only names unknown check(s) {', '.join(unknown)} (known: {known})", file=sys.stderr)
+            from healthd.text import did_you_mean, one_line
+
+            names = [spec.name for spec in engine.specs]
+            for name in unknown:
+                guess = did_you_mean(name, names)
+                print(f"healthd: --only: {one_line(name, 64)}: unknown check{guess}", file=sys.stderr)
+            print(f"healthd: known checks: {', '.join(names)}", file=sys.stderr)
             return EX_USAGE
     if args.force and not args.active:
         print("healthd: --force goes with --active", file=sys.stderr)

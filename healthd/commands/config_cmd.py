@@ -1,11 +1,20 @@
-"""``healthd config validate``: load and validate the configuration, act on nothing."""
+"""``healthd config validate`` and ``healthd config show``: load and validate the configuration, act on nothing.
+
+``show`` prints the config a node runs with (its ``[[hosts]]`` sections merged in, keys
+moved from ``[node]`` in their new place, every default filled in) as TOML that
+``config validate`` accepts and that reads back to the same settings on any node.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Any
 
 from healthd.cli import add_config_argument
+
+if TYPE_CHECKING:
+    from healthd.loadedconfig import LoadedConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,16 +23,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     validate = sub.add_parser("validate", help="exit 0 if the config is valid, 78 naming each bad key if not")
     add_config_argument(validate)
     validate.add_argument("--host", metavar="NODE", help="validate for this node: which [[hosts]] sections apply to it")
+    show = sub.add_parser(
+        "show", help="print the effective config of a node as TOML: host sections applied, defaults filled in"
+    )
+    add_config_argument(show)
+    show.add_argument("--host", metavar="NODE", help="the node whose [[hosts]] sections apply (default: this node)")
 
 
 def run(args: argparse.Namespace) -> int:
     from healthd.config import load_config
     from healthd.engine import settings_models
-    from healthd.metrics import refuse_untrusted_textfile
-    from healthd.pipeline import one_shot_overrun
     from healthd.plugin import discover
 
     loaded = load_config(args.config, settings_models(discover()), args.host)
+    if args.action == "show":
+        print(effective_toml(loaded), end="")
+        return 0
+    from healthd.metrics import refuse_untrusted_textfile
+    from healthd.pipeline import one_shot_overrun
+
     # The textfile directory `healthd run` would refuse (exit 78) is refused here by the same
     # check, with the same message (healthd.cli reports UntrustedPath), before "valid".
     refuse_untrusted_textfile(loaded.config.metrics)
@@ -34,3 +52,52 @@ def run(args: argparse.Namespace) -> int:
     if overrun is not None:
         print(f"{loaded.source}: warning: as the hook (HealthCheckProgram): {overrun}", file=sys.stderr)
     return 0
+
+
+def effective_toml(loaded: LoadedConfig) -> str:
+    """``loaded`` as TOML: every table of the config, then ``[checks.NAME]`` for every installed check."""
+    from healthd.tomlwrite import comment, dumps
+
+    config = loaded.config
+    document = {name: _plain(getattr(config, name)) for name in type(config).model_fields if name != "checks"}
+    document["checks"] = {name: _plain(loaded.check_settings[name]) for name in sorted(loaded.check_settings)}
+    sections = ", ".join(loaded.host_sections) or "none"
+    head = (
+        f"The effective config of node {loaded.host}, from {loaded.source}: host sections applied ({sections}),"
+        " defaults filled in.\nWritten by `healthd config show`; a setting left out is unset (it has no value)."
+    )
+    return "\n".join(comment(head)) + "\n\n" + dumps(document)
+
+
+def _plain(value: Any) -> Any:
+    """A validated setting as the TOML value that validates to it; None for an unset one, which is left out.
+
+    A grade (``healthd.model.Status``) is written by name, as a config writes it; another
+    enum by its value, a path as its text, a tuple or set as an array.
+    """
+    import enum
+    from pathlib import PurePath
+
+    from healthd.model import Status
+
+    fields = getattr(type(value), "model_fields", None)  # a pydantic model: its fields
+    if isinstance(fields, dict):
+        return _table({name: getattr(value, name) for name in fields})
+    if isinstance(value, Status):
+        return value.name
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, PurePath):
+        return str(value)
+    if isinstance(value, (set, frozenset)):
+        return [_plain(item) for item in sorted(value)]
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return _table(value)
+    return value
+
+
+def _table(values: dict[Any, Any]) -> dict[str, Any]:
+    plain = {str(key): _plain(item) for key, item in values.items()}
+    return {key: item for key, item in plain.items() if item is not None}

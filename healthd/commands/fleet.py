@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
 from healthd.cli import add_config_argument
-from healthd.exitcodes import EX_CANTCREAT, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
+from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
 
-EX_DATAERR = 65  # sysexits.h: the input data was incorrect
 DEFAULT_LIVE_SINCE = "30d"
 LIVE_TIMEOUT = 300.0
 

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from healthd_testkit.checks import only_checks
@@ -58,8 +59,10 @@ def test_table_output_lists_checks_and_findings(
 
 
 def test_unknown_only_name_is_a_usage_error(cli: Callable[..., tuple[int, str, str]], write_config: Any) -> None:
-    code, out, err = cli("check", "--once", "--only", "mounts,gpus", "--config", str(write_config("")))
-    assert code == 64 and out == "" and "unknown check(s) gpus" in err
+    code, out, err = cli("check", "--once", "--only", "mounts,gpus,zzz", "--config", str(write_config("")))
+    assert code == 64 and out == ""
+    assert "healthd: --only: gpus: unknown check; did you mean gpu?\n" in err
+    assert "healthd: --only: zzz: unknown check\n" in err, "no guess for a name like none of them"
 
 
 def test_module_entry_point_runs() -> None:
@@ -423,6 +426,8 @@ def test_a_reader_gone_before_any_output_is_no_error(
         ["status"],
         ["status", "--json"],
         ["status", "--config", "/etc/x.toml"],
+        ["status", "-c", "/etc/x.toml", "--json"],
+        ["status", "--json", "-c", "a", "--config=b"],
         ["status", "--config=relative.toml", "--json"],
         ["status", "--json", "--config", "a", "--config", "b", "--json"],
         ["status", "--config=-odd"],
@@ -445,6 +450,9 @@ def test_status_spelled_out_is_read_as_the_parser_reads_it(argv: list[str]) -> N
         ["status", "-h"],
         ["status", "--config"],
         ["status", "--config", "--json"],
+        ["status", "-c"],
+        ["status", "-c", "-x"],
+        ["status", "-c/etc/x.toml"],  # the parser reads it; this reader leaves it to the parser
         ["status", "--config", ""],
         ["status", "--config="],
         ["status", "extra"],
@@ -490,3 +498,36 @@ def test_toml_nested_too_deeply_is_a_config_error_in_every_command(
         code, out, err = cli(*command, "--config", str(path))
         assert (code, out) == (78, ""), command
         assert f"{path}: not valid TOML: arrays or inline tables nested too deeply to read" in err, command
+
+
+def _config_options(parser: argparse.ArgumentParser, where: str) -> Iterator[tuple[str, list[str]]]:
+    """(command, option strings) of every --config option of ``parser`` and its subcommands."""
+    for action in parser._actions:
+        if "--config" in action.option_strings:
+            yield where, list(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _config_options(sub, f"{where} {name}".strip())
+
+
+def test_every_command_that_takes_config_takes_c_too() -> None:
+    from healthd.cli import COMMANDS
+    from healthd.cliparser import build_parser
+    from healthd.plugin import discover_commands
+
+    names = [*COMMANDS, *(command.name for command in discover_commands())]
+    found = [option for name in names for option in _config_options(build_parser([name]), "")]
+    commands = {where.split()[0] for where, _ in found}
+    assert {"check", "config", "status", "ack", "scan-log", "prolog", "epilog", "fleet"} <= commands
+    assert [(where, options) for where, options in found if "-c" not in options] == []
+
+
+def test_c_names_the_config_of_status_and_check(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    config = str(write_config('[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'))
+    code, out, _ = cli("check", "--once", "-c", config, "--only", "mounts")
+    assert code == 2 and "MOUNT_MISSING /definitely-not-mounted" in out
+    assert cli("check", "--once", "-c", config)[0] == 2
+    code, out, _ = cli("status", "-c", config)
+    assert code == 2 and "MOUNT_MISSING /definitely-not-mounted" in out

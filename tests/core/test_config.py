@@ -36,10 +36,17 @@ def test_empty_config_gives_defaults() -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        pytest.param("[slurm]\nnodename = 8\n", "slurm.nodename: unknown key", id="typo-in-a-section-key"),
-        pytest.param("[nodes]\ngpus = 8\n", "nodes: unknown key", id="unknown-section"),
         pytest.param(
-            "[checks.mounts]\nmin_free_pct = 3\n", "checks.mounts.min_free_pct: unknown key", id="unknown-check-option"
+            "[slurm]\nnodename = 8\n",
+            "slurm.nodename: unknown key; did you mean node_name?",
+            id="typo-in-a-section-key",
+        ),
+        pytest.param("[metric]\nlisten = ':1'\n", "metric: unknown key; did you mean metrics?", id="unknown-section"),
+        pytest.param("[gpus]\ncount = 8\n", "gpus: unknown key", id="unknown-section-like-none"),
+        pytest.param(
+            "[checks.mounts]\nmin_free_pct = 3\n",
+            "checks.mounts.min_free_pct: unknown key; did you mean min_free_percent?",
+            id="unknown-check-option",
         ),
     ],
 )
@@ -99,7 +106,7 @@ def test_wrong_type_names_key_and_value() -> None:
 
 def test_unknown_check_lists_the_known_ones() -> None:
     (problem,) = problems("[checks.gpus]\nenabled = false\n")
-    assert problem.startswith("checks.gpus: unknown check (known: ") and "mounts" in problem
+    assert problem.startswith("checks.gpus: unknown check; did you mean gpu? (known: ") and "mounts" in problem
 
 
 def test_toml_syntax_error_names_the_line() -> None:
@@ -110,6 +117,83 @@ def test_toml_syntax_error_names_the_line() -> None:
 def test_error_text_names_the_file() -> None:
     with pytest.raises(ConfigError, match=r"^test.toml: checks.gpu.gpus: unknown key$"):
         parse_config("[checks.gpu]\ngpus = 8\n", "test.toml", MODELS)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param(
+            "[checks.mounts]\nmin_fre_percent = 3\n",
+            "checks.mounts.min_fre_percent: unknown key; did you mean min_free_percent?",
+            id="check-table",
+        ),
+        pytest.param('[paths]\nsysfss = "/sys"\n', "paths.sysfss: unknown key; did you mean sysfs?", id="table"),
+        pytest.param("[polcy]\ndry_run = true\n", "polcy: unknown key; did you mean policy?", id="top-level"),
+        pytest.param('[[host]]\nmatch = "*"\n', "host: unknown key; did you mean hosts?", id="hosts-itself"),
+        pytest.param(
+            '[checks.mounts]\nexpect = [{ path = "/x", fstyp = "nfs" }]\n',
+            "checks.mounts.expect[0].fstyp: unknown key; did you mean fstype?",
+            id="list-item",
+        ),
+        pytest.param(
+            "[checks.infiniband.per_hour]\nsymbol_eror = 3\n",
+            "checks.infiniband.per_hour.symbol_eror: unknown key; did you mean symbol_error?",
+            id="nested-table",
+        ),
+        pytest.param(
+            '[checks.dcgm.expected."NVIDIA H100"]\npcie_bandwidth_gbps_mn = 3\n',
+            "checks.dcgm.expected.NVIDIA H100.pcie_bandwidth_gbps_mn: unknown key;"
+            " did you mean pcie_bandwidth_gbps_min?",
+            id="table-of-tables",
+        ),
+        pytest.param(
+            '[node]\nib_ports = ["mlx5_0:1"]\nib_rat_gbps = 400\n',
+            "node.ib_rat_gbps: unknown key; did you mean ib_rate_gbps?",
+            id="deprecated-node",
+        ),
+        pytest.param(
+            '[[hosts]]\nmatch = "*"\n[hosts.checks.gpu]\nexpect_gpuz = 8\n',
+            "hosts[0] (match '*'): checks.gpu.expect_gpuz: unknown key; did you mean expect_gpus?",
+            id="host-section-check-table",
+        ),
+        pytest.param(
+            '[[hosts]]\nmatch = "*"\n[hosts.slrm]\nenabled = false\n',
+            "hosts[0] (match '*'): slrm: unknown key; did you mean slurm?",
+            id="host-section-table",
+        ),
+        pytest.param(
+            '[[hosts]]\nmach = "*"\n[hosts.slurm]\nenabled = false\n',
+            "hosts[0].mach: unknown key; did you mean match?",
+            id="host-section-match",
+        ),
+        pytest.param(
+            "[checks.mountz]\nenabled = false\n",
+            "checks.mountz: unknown check; did you mean mounts? (known: ",
+            id="check",
+        ),
+    ],
+)
+def test_a_misspelt_key_is_named_with_the_key_it_meant(text: str, problem: str) -> None:
+    assert any(p.startswith(problem) for p in problems(text)), problems(text)
+
+
+def test_a_key_like_no_other_gets_no_guess() -> None:
+    assert problems("[checks.mounts]\nzzzz = 3\n") == ["checks.mounts.zzzz: unknown key"]
+
+
+def test_config_validate_suggests_the_key_in_every_place_it_reads_from(
+    write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    path = write_config(
+        '[checks.mounts]\nmin_fre_percent = 3\n[[hosts]]\nmatch = "gpu*"\n[hosts.checks.mounts]\nprobe_timeut = 1\n'
+    )
+    code, out, err = cli("config", "validate", "-c", str(path), "--host", "cpu1")
+    assert (code, out) == (78, "")
+    assert f"{path}: checks.mounts.min_fre_percent: unknown key; did you mean min_free_percent?\n" in err
+    # A section that does not apply to the node is validated too, with its own suggestion.
+    assert (
+        f"{path}: hosts[0] (match 'gpu*'): checks.mounts.probe_timeut: unknown key; did you mean probe_timeout?" in err
+    )
 
 
 def test_mount_path_trailing_slash_is_normalised() -> None:
@@ -172,8 +256,8 @@ def test_missing_config_file_is_a_config_error(tmp_path: Path, cli: Callable[...
 
 def test_every_problem_is_reported_in_one_round() -> None:
     assert problems("[slurm]\nnodename = 8\n[checks.mounts]\nmin_free_pct = 3\n") == [
-        "slurm.nodename: unknown key",
-        "checks.mounts.min_free_pct: unknown key",
+        "slurm.nodename: unknown key; did you mean node_name?",
+        "checks.mounts.min_free_pct: unknown key; did you mean min_free_percent?",
     ]
 
 
@@ -211,7 +295,7 @@ def test_node_mounts_become_the_mounts_checks_expectations() -> None:
 
 
 def test_errors_in_a_node_key_name_the_key_as_written() -> None:
-    assert problems("[node]\ngpu = 8\n") == ["node.gpu: unknown key"]
+    assert problems("[node]\ngpu = 8\n") == ["node.gpu: unknown key; did you mean gpus?"]
     (problem,) = problems('[node]\ngpus = "eight"\n')
     assert problem.startswith("node.gpus: ") and "'eight'" in problem
     (problem,) = problems('[node]\nmounts = [{ path = "/a" }, { path = "relative" }]\n')

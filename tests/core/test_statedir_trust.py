@@ -103,7 +103,7 @@ def _hook(config: Path, monkeypatch: pytest.MonkeyPatch) -> int:
 ENTRY_POINTS: dict[str, Callable[[Path, pytest.MonkeyPatch], int]] = {
     "check": lambda config, _: main(["check", "--once", "--config", str(config)]),
     "check-json": lambda config, _: main(["check", "--once", "--json", "--config", str(config)]),
-    "ack": lambda config, _: main(["ack", "--config", str(config)]),
+    "ack": lambda config, _: main(["ack", "--all", "--config", str(config)]),
     "status": lambda config, _: main(["status", "--config", str(config)]),
     "hook": _hook,
 }

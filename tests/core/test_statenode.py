@@ -46,7 +46,7 @@ def test_the_first_pass_names_its_node_and_another_node_is_refused(shared: tuple
     assert (state / "last-pass.json").read_bytes() == before, "nothing of node2's was saved there"
     code, out, err = cli("status", "--config", second)
     assert code == EX_CONFIG and _refusal(state) in err
-    code, _, err = cli("ack", "--config", second)
+    code, _, err = cli("ack", "--all", "--config", second)
     assert code == EX_CONFIG and _refusal(state) in err
     assert cli("check", "--once", "--config", first)[0] == 0, "its own node goes on as before"
 

@@ -53,6 +53,14 @@ def test_a_comment_cannot_end_early_or_hold_a_control_character() -> None:
     assert tomllib.loads(text) == {"checks": {"mounts": {"enabled": False}}}
 
 
+def test_an_infinite_limit_reads_back_and_nan_is_refused() -> None:
+    assert tomllib.loads(dumps({"t": {"most": float("inf"), "least": float("-inf")}})) == {
+        "t": {"most": float("inf"), "least": float("-inf")}
+    }
+    with pytest.raises(ValueError, match="TOML has no place for nan"):
+        dumps({"t": {"x": float("nan")}})
+
+
 def test_a_lone_surrogate_is_named_not_written() -> None:
     with pytest.raises(ValueError, match="U\\+DC80, a lone surrogate"):
         string("/mnt/\udc80")

@@ -143,7 +143,7 @@ def test_an_untrusted_state_dir_never_acts_on_slurm(
         f'[paths]\nstate_dir = "{node.state_dir}"\n[slurm]\nconf = "{cluster.conf}"\nnode_name = "node1"\n'
         '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n' + only_checks("mounts")
     )
-    for command in (["check", "--once"], ["check", "--once", "--json"], ["ack"]):
+    for command in (["check", "--once"], ["check", "--once", "--json"], ["ack", "--all"]):
         assert main([*command, "--config", str(config)]) == 78
         assert f"refusing {node.state_dir}, which others could have written" in capsys.readouterr().err
     with pytest.raises(UntrustedPath):

@@ -82,7 +82,7 @@ def test_an_acknowledged_critical_is_not_counted_as_reached(write_config: Callab
 
     config = write_config(TWICE.replace("fail_passes = 2", "fail_passes = 3"))
     assert run_pass(Engine.from_path(config)).action.decision.action.value == "hold"
-    assert main(["ack", "--config", str(config)]) == 0
+    assert main(["ack", "--all", "--config", str(config)]) == 0
     (tmp_path / "state" / UNSAVED).touch()
     outcome = run_pass(Engine.from_path(config))
     assert outcome.action.decision.action.value == "none", outcome.action.decision

@@ -80,4 +80,4 @@ def test_ack_takes_the_findings_of_the_latest_pass_partial_or_not(write_config: 
     assert cli("check", "--once", "--only", "services", "--config", config)[0] == 0
     assert cli("check", "--once", "--only", "mounts", "--config", config)[0] == 2
     code, out, err = cli("ack", "MOUNT_MISSING", "--config", config)
-    assert code == 0 and "acknowledged mounts/MOUNT_MISSING//definitely-not-mounted" in out, err
+    assert code == 0 and out == "acknowledged CRITICAL mounts MOUNT_MISSING /definitely-not-mounted\n", err

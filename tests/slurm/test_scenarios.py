@@ -259,7 +259,7 @@ def test_cli_check_json_and_ack(cluster: Any, healthd_on: Any, cli: Any) -> None
     assert code == 2 and json.loads(out)["action"]["decision"] == "none", "already out: nothing sent"
 
     code, out, _ = cli("ack", "MOUNT_MISSING", "--config", config)
-    assert code == 0 and "acknowledged mounts/MOUNT_MISSING//no/such/mount" in out
+    assert code == 0 and "acknowledged CRITICAL mounts MOUNT_MISSING /no/such/mount" in out
     code, out, _ = cli("check", "--once", "--json", "--only", "mounts", "--config", config)
     document = json.loads(out)
     assert code == 0

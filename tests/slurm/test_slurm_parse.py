@@ -530,10 +530,10 @@ def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: An
         )
         code, _, err = cli("check", "--once", "--json", "--only", "mounts", "--dry-run", "--config", str(config))
         assert code == 2
-        code, _, err = cli("ack", "--config", str(config))
+        code, _, err = cli("ack", "MOUNT_MISSING", "--config", str(config))
         assert code == 75 and "nothing acknowledged" in err
     assert run_pass(engine).action.pending, "the lock is free again once released"
-    code, out, _ = cli("ack", "--config", str(config))
+    code, out, _ = cli("ack", "MOUNT_MISSING", "--config", str(config))
     assert code == 0 and "acknowledged" in out
 
 
