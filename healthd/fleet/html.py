@@ -39,7 +39,7 @@ from healthd.fleet.render import (
 )
 from healthd.text import one_line
 
-PLOT_W, PLOT_H = 330, 240  # the data area
+PLOT_W, PLOT_H = 300, 240  # the data area
 TOP, BOTTOM, PAD = 34, 46, 10  # title above, ticks and x label below
 Y_LABEL = 24  # the rotated y axis label's column
 FONT = 11
@@ -508,7 +508,9 @@ def timeline_plot(report: FleetReport) -> str:
     times = [i.start for i in shown] + [s.start for s in report.shared]
     axis = time_axis(min(report.start, *times), max(report.end, *times))
     keys = _timeline_keys(report, colors)
-    box = Box(Y_LABEL + max(_text_width(lines) for lines in row_labels) + 12, sum(bands), _legend_width(keys))
+    left = Y_LABEL + max(_text_width(lines) for lines in row_labels) + 12
+    # Twice as wide as the other plots: dates take room, and incidents close in time stay apart.
+    box = Box(left, sum(bands), _legend_width(keys), width=2 * PLOT_W)
     middles = _middles(box.top, bands)
     body = _x_ticks(box, axis)
     lemons = {v.node for v in report.lemons}
