@@ -42,6 +42,7 @@ from healthd.text import one_line
 PLOT_W, PLOT_H = 300, 240  # the data area
 TOP, BOTTOM, PAD = 34, 46, 10  # title above, ticks and x label below
 Y_LABEL = 24  # the rotated y axis label's column
+LEGEND_GAP = 44  # from the data area to the legend: room for half of the last x tick's text (a date)
 FONT = 11
 MONO = 0.62 * FONT  # px per character of monospace text (0.602 em, rounded up)
 DIGIT = 0.66 * FONT  # px per character of tick text (DejaVu Sans digits are 0.636 em)
@@ -141,7 +142,7 @@ def _legend_width(keys: Sequence[Key]) -> float:
 
 def _legend(box: Box, keys: Sequence[Key]) -> tuple[str, float]:
     """The legend column right of the data area, and its bottom."""
-    x, y = box.right + 2 * PAD, box.top + 8
+    x, y = box.right + LEGEND_GAP, box.top + 8
     parts = ['<g class="legend">']
     for key in keys:
         lines = _key_lines(key)
@@ -156,7 +157,7 @@ def _legend(box: Box, keys: Sequence[Key]) -> tuple[str, float]:
 def _frame(plot_id: str, title: str, box: Box, labels: tuple[str, str], body: list[str], keys: Sequence[Key]) -> str:
     """The SVG: title, axes and their labels, the body, the legend."""
     legend, legend_bottom = _legend(box, keys)
-    width = box.right + (3 * PAD + box.legend if keys else PAD)
+    width = box.right + (LEGEND_GAP + PAD + box.legend if keys else PAD)
     height = max(box.bottom + BOTTOM, legend_bottom + PAD)
     x_label, y_label = labels
     middle = (box.top + box.bottom) / 2
@@ -436,8 +437,11 @@ def lemon_plot(report: FleetReport) -> str:
         if v.flagged and len(labels) < TABLE_LEMONS:
             lines = _wrap(v.node)
             width = _text_width(lines)
-            left = x + 7 if x + 7 + width <= box.right else x - 7 - width
-            labels.append(_label(left, _place(spots, left, y - 8, width), lines, "start", f' fill="{LEMON}"'))
+            # Right of the dot, else left of it, never out of the picture (a long name covers the axis instead).
+            left = x + 7 if x + 7 + width <= box.right + LEGEND_GAP - 4 else max(2.0, x - 7 - width)
+            half = (len(lines) - 1) * LINE / 2
+            middle = min(max(y - 8, box.top - 8 + half), box.bottom - 8 - half)
+            labels.append(_label(left, _place(spots, left, middle, width), lines, "start", f' fill="{LEMON}"'))
     axes = ("incidents (outs)", "single-node failures beyond expected")
     return _frame("plot-lemons", title, box, axes, body + labels, keys)
 
