@@ -52,6 +52,7 @@ KEY_WRAP = 18  # characters per line of a legend entry
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 LEMON, NODE, OTHER = PALETTE[1], "#999999", "#7f7f7f"
 TIMELINE_NODES = 20
+TOP_BARS = 12
 HOUR = 3600.0
 # Time ticks: the shortest step (hours) that gives at most six ticks over the window.
 TIME_STEPS = (1, 2, 3, 6, 12, 24, 48, 168, 336, 672, 2184, 4368, 8736)
@@ -352,43 +353,44 @@ def _bands(labels: Sequence[Sequence[str]], least: float) -> list[float]:
     return [max(least, len(lines) * LINE + 6) for lines in labels]
 
 
+def _middles(top: float, bands: Sequence[float]) -> list[float]:
+    """The centre of each row, rows stacked from ``top``."""
+    return [top + sum(bands[:i]) + band / 2 for i, band in enumerate(bands)]
+
+
 def _bars(plot_id: str, title: str, x_label: str, rows: Sequence[tuple[str, float]], key: Key) -> str:
-    """Horizontal bars, largest first, each with its whole label and its value."""
-    rows = sorted(rows, key=lambda row: (-row[1], row[0]))
+    """Horizontal bars, the ``TOP_BARS`` largest, largest first, each with its whole label and its value."""
+    rows = sorted(rows, key=lambda row: (-row[1], row[0]))[:TOP_BARS]
     if not rows or rows[0][1] <= 0:
         return _empty(plot_id, title, "nothing to plot")
     labels = [_wrap(label) for label, _ in rows]
     bands = _bands(labels, 20.0)
     axis = linear_axis(0.0, rows[0][1])
     value_room = len(f"{rows[0][1]:,.0f}") * DIGIT + 8  # the largest bar's value, right of it
-    box = Box(Y_LABEL + max(_text_width(lines) for lines in labels) + 12, sum(bands), _legend_width([key]))
-    box = Box(box.left, box.height, box.legend, width=PLOT_W + value_room)
+    left = Y_LABEL + max(_text_width(lines) for lines in labels) + 12
+    box = Box(left, sum(bands), _legend_width([key]), width=PLOT_W + value_room)
     plot_right = box.right - value_room
     body = _x_ticks(box, axis, plot_right)
-    y0 = box.top
-    for (label, value), lines, band in zip(rows, labels, bands):
+    for (label, value), lines, band, middle in zip(rows, labels, bands, _middles(box.top, bands)):
         end = axis.at(value, box.left, plot_right)
-        middle = y0 + band / 2
         body.append(
-            f'<rect class="bar" data-label="{_esc(label)}" data-value="{value:.3f}" x="{box.left}" y="{y0 + 3:.1f}" '
-            f'width="{end - box.left:.1f}" height="{band - 6:.1f}" fill="{key.color}"/>'
+            f'<rect class="bar" data-label="{_esc(label)}" data-value="{value:.3f}" x="{box.left}" '
+            f'y="{middle - band / 2 + 3:.1f}" width="{end - box.left:.1f}" height="{band - 6:.1f}" fill="{key.color}"/>'
             + _label(box.left - 6, middle, lines)
             + f'<text class="value" x="{end + 4:.1f}" y="{middle + 4:.1f}">{value:,.0f}</text>'
         )
-        y0 += band
     return _frame(plot_id, title, box, (x_label, "cause"), body, [key])
 
 
 def cause_plots(report: FleetReport) -> tuple[str, str]:
     """Failures and GPU-hours lost per cause code, each chart sorted by its own value."""
-    top = 12
-    failures = sorted(((c.code, float(c.failures)) for c in report.taxonomy), key=lambda row: (-row[1], row[0]))
-    lost = sorted(((c.code, c.gpu_hours_lost) for c in report.taxonomy), key=lambda row: (-row[1], row[0]))
     failure_key = Key("bar", PALETTE[1], "failed runs attributed to the cause")
     lost_key = Key("bar", PALETTE[3], "GPUs x hours of the failed runs")
+    failures = [(c.code, float(c.failures)) for c in report.taxonomy]
+    lost = [(c.code, c.gpu_hours_lost) for c in report.taxonomy]
     return (
-        _bars("plot-causes", "Failures by cause", "failed runs", failures[:top], failure_key),
-        _bars("plot-gpu-hours", "GPU-hours lost by cause", "GPU-hours", lost[:top], lost_key),
+        _bars("plot-causes", "Failures by cause", "failed runs", failures, failure_key),
+        _bars("plot-gpu-hours", "GPU-hours lost by cause", "GPU-hours", lost, lost_key),
     )
 
 
@@ -482,11 +484,6 @@ def _timeline_keys(report: FleetReport, colors: dict[str, str]) -> list[Key]:
     if report.shared:
         keys.append(Key("diamond", "white", "shared incident: one cause on many nodes at once, drawn once"))
     return keys + ([Key("name", LEMON, "lemon node")] if report.lemons else [])
-
-
-def _middles(top: float, bands: Sequence[float]) -> list[float]:
-    """The centre of each row, rows stacked from ``top``."""
-    return [top + sum(bands[:i]) + band / 2 for i, band in enumerate(bands)]
 
 
 def _incident_mark(incident: Incident, x: float, middle: float, band: float, color: str) -> str:
