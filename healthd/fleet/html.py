@@ -577,7 +577,7 @@ STYLE = (
     "figure.table{border:none}caption{text-align:left;padding:4px 0;font-weight:bold}"
     "dl{display:grid;grid-template-columns:max-content auto;gap:1px 12px;margin:4px 0;max-width:900px}"
     "dt{font-family:monospace;font-weight:bold}dd{margin:0}"
-    "pre{font-size:12px;background:#f6f6f6;padding:8px}"
+    "ul{font-size:14px}"
 )
 
 
