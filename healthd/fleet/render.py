@@ -8,10 +8,12 @@ line before it is printed.
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from healthd import __version__
 from healthd.fleet.analyze import FleetReport
+from healthd.fleet.lemons import NodeSignals
 from healthd.fleet.reliability import NODE_DAYS, SizePoint
 from healthd.text import one_line
 
@@ -126,77 +128,193 @@ def _bad_lines(summary: Any) -> list[str]:
     if not summary.bad:
         return []
     first = ", ".join(f"line {n} ({one_line(why, 80)})" for n, why in summary.first_bad)
-    return [f"  {summary.source}: {summary.bad} bad line(s) skipped; first: {first}"]
+    return [f"{summary.source}: {summary.bad} bad line(s) skipped; first: {first}"]
+
+
+def beyond_expected(signals: NodeSignals) -> float:
+    """The single-node failures the lemon test holds against a node: its count less what its users' rates predict.
+
+    The one value the table's ``beyond`` column and the lemon plot's y axis both show
+    (``lemons``, test 2): a silent lemon has no incident and no failure attributed to a
+    cause on it, yet this is large.
+    """
+    return signals.single_node_failures - signals.expected_single_node_failures
+
+
+def window_text(report: FleetReport) -> Optional[str]:
+    """The window the report covers; None without one (no finished run and no --since/--until)."""
+    if report.start is None or report.end is None:
+        return None
+    return f"{local_iso(report.start)} .. {local_iso(report.end)} ({report.days:.1f} days)"
+
+
+def no_data(report: FleetReport) -> Optional[str]:
+    """Why there is nothing to analyse, or None when the window holds finished job runs."""
+    if report.runs:
+        return None
+    if window_text(report) is None:
+        return "no data: no finished job runs in the input, so no window to report and nothing to analyse"
+    return "no data: no finished job runs in this window, so nothing to analyse"
+
+
+def summary_lines(report: FleetReport) -> list[str]:
+    """What comes before the tables: totals, the window, bad lines, warnings, shared incidents, or why no data."""
+    window = window_text(report)
+    lines = [
+        f"healthd fleet report: {report.runs} job runs, {report.failed_runs} failed, "
+        f"{len(report.attributed)} attributed to node causes; {report.own_incidents} incidents, "
+        f"{len(report.shared)} shared",
+        *([f"window {window}"] if window else []),
+    ]
+    lines.extend(_bad_lines(report.jobs) + _bad_lines(report.events))
+    if report.submit_lines is not None:
+        lines.extend(_bad_lines(report.submit_lines))
+    lines.extend(f"warning: {one_line(warning, 300)}" for warning in report.warnings)
+    for shared in report.shared[:TABLE_CAUSES]:
+        lines.append(
+            f"shared incident {local_iso(shared.start)} {one_line(shared.code, NAME_LIMIT)} on {len(shared.nodes)} "
+            f"nodes ({one_line(','.join(shared.nodes[:4]), 200)}{',...' if len(shared.nodes) > 4 else ''}): "
+            "counted against none of them"
+        )
+    empty = no_data(report)
+    return lines + ([empty] if empty else [])
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a report table: its header, what it means (the HTML caption, the text key), its alignment."""
+
+    name: str
+    meaning: str
+    left: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    """A report table as text cells, for the text output and the HTML page alike: one value, one place."""
+
+    title: str
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[str, ...], ...]
+    more: str = ""  # a line after the rows when some were left out
+
+
+BUCKET_COLUMNS = (
+    Column("GPUs", "job size bucket: the largest power of two at or below the run's GPUs"),
+    Column("runs", "finished job runs in the bucket (requeued runs count each)"),
+    Column("job hours", "wall-clock hours of those runs"),
+    Column("failures", "runs that ended FAILED or NODE_FAIL with a node-health cause in the window around their end"),
+    Column("MTTF", "mean time to failure: job hours / failures (h: hours, d: days)"),
+    Column("E[ETTR]", "expected effective training time ratio at that size from the fitted rate (1.0 is no loss)"),
+)
+CAUSE_COLUMNS = (
+    Column("cause", "the cause code: healthd's finding code, or the configured reason prefix it matched", left=True),
+    Column("failures", "failed runs attributed to this cause"),
+    Column("GPU hours lost", "GPUs x wall-clock hours of those runs"),
+    Column("incidents", "times a node went bad with this cause; a shared incident counts once"),
+)
+LEMON_COLUMNS = (
+    Column("node", "the node's name", left=True),
+    Column("score", "-log10 of the node's adjusted p-value (Benjamini-Hochberg q); 1.3 is q = 0.05, higher is worse"),
+    Column("outs", "incidents: times a cause of its own took the node out (shared incidents not counted)"),
+    Column("runs", "its single-node job runs"),
+    Column("failed", "those of them that failed, any cause (the user's own included)"),
+    Column("expected", "failures its users' own failure rates predict for those runs"),
+    Column("beyond", "failed - expected: the failures held against the node (the lemon plot's y axis)"),
+    Column("caused", "failed runs attributed to a cause event on this node: single-node + multi-node"),
+    Column("excl", "runs of jobs whose submit line excluded this node (-x, --exclude); 0 without --submit-lines"),
+    Column("xids", "distinct Xid codes among its own incidents", left=True),
+)
+# Names and codes are shown whole up to this many characters (Slurm node names and healthd
+# codes are far shorter); only longer, hostile text is cut, with an ellipsis.
+NAME_LIMIT = 200
+
+
+def bucket_table(report: FleetReport) -> Table:
+    ettr = {p.gpus: p.ettr for p in report.sizes}
+    rows = tuple(
+        (str(b.gpus), str(b.runs), f"{b.job_hours:.1f}", str(b.failures), _hours(b.mttf_hours),
+         f"{ettr.get(b.gpus, 1.0):.3f}")
+        for b in report.buckets
+    )  # fmt: skip
+    return Table("MTTF and expected ETTR by job size", BUCKET_COLUMNS, rows)
+
+
+def cause_table(report: FleetReport) -> Table:
+    rows = tuple(
+        (one_line(t.code, NAME_LIMIT), str(t.failures), f"{t.gpu_hours_lost:.1f}", str(t.incidents))
+        for t in report.taxonomy[:TABLE_CAUSES]
+    )
+    more = _more(len(report.taxonomy), TABLE_CAUSES, "causes")
+    return Table("Causes, most failures first", CAUSE_COLUMNS, rows, more)
+
+
+def lemon_table(report: FleetReport) -> Table:
+    lemons = report.lemons
+    rows = []
+    for v in lemons[:TABLE_LEMONS]:
+        s = v.signals
+        rows.append(
+            (
+                one_line(v.node, NAME_LIMIT), f"{v.score:.1f}", str(s.out_count), str(s.single_node_runs),
+                str(s.single_node_failures), f"{s.expected_single_node_failures:.1f}", f"{beyond_expected(s):.1f}",
+                f"{s.single_node_failures_caused}+{s.multi_node_failures_caused}", str(s.excluded_by_jobs),
+                ",".join(one_line(x, NAME_LIMIT) for x in s.xids) or "-",
+            )
+        )  # fmt: skip
+    title = (
+        f"Lemon nodes: {len(lemons)} flagged (false discovery rate {report.settings.alpha:g}), most suspicious first"
+        if lemons
+        else f"Lemon nodes: none flagged (false discovery rate {report.settings.alpha:g})"
+    )
+    return Table(title, LEMON_COLUMNS, tuple(rows), _more(len(lemons), TABLE_LEMONS, "lemon nodes"))
+
+
+def _more(count: int, shown: int, what: str) -> str:
+    return f"... and {count - shown} more {what} (--json lists all)" if count > shown else ""
+
+
+def table_text(table: Table, key: bool = False) -> list[str]:
+    """The table as aligned text lines, each column as wide as its widest cell; ``key`` adds what each column means."""
+    if not table.rows:
+        return [table.title]
+    widths = [max(len(c.name), *(len(row[i]) for row in table.rows)) for i, c in enumerate(table.columns)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        parts = (
+            cell.ljust(w) if column.left else cell.rjust(w) for cell, w, column in zip(cells, widths, table.columns)
+        )
+        return "  ".join(parts).rstrip()
+
+    lines = [table.title, line(tuple(c.name for c in table.columns))]
+    lines.extend(line(row) for row in table.rows)
+    lines.extend([f"  {table.more}"] if table.more else [])
+    if key:
+        lines.extend(f"  {c.name:<{max(len(c.name) for c in table.columns)}}  {c.meaning}" for c in table.columns)
+    return lines
+
+
+def rate_lines(report: FleetReport) -> list[str]:
+    """r_f, the model's settings, and its projection to larger jobs."""
+    rate = per_1000_node_days(report)
+    if rate is None:
+        return ["r_f: no GPU job time to fit"]
+    settings = report.settings
+    lines = [
+        f"r_f = {rate:.2f} failures per 1000 node-days ({report.gpus_per_node} GPUs per node); "
+        f"checkpoint every {settings.checkpoint_interval / 60:g} min, restart {settings.restart_overhead / 60:g} min"
+    ]
+    for p in report.projection:
+        lines.append(f"  {p.gpus:>7} GPUs: MTTF {_hours(p.mttf_hours):>9}, expected ETTR {p.ettr:.3f}")
+    return lines
 
 
 def table(report: FleetReport) -> str:
     """The default output: a few short tables."""
-    lines: list[str] = []
-    settings = report.settings
-    lines.append(
-        f"healthd fleet report: {report.runs} job runs, {report.failed_runs} failed, "
-        f"{len(report.attributed)} attributed to node causes; {report.own_incidents} incidents, "
-        f"{len(report.shared)} shared"
-    )
-    lines.append(f"  window {local_iso(report.start)} .. {local_iso(report.end)} ({report.days:.1f} days)")
-    lines.extend(_bad_lines(report.jobs) + _bad_lines(report.events))
-    if report.submit_lines is not None:
-        lines.extend(_bad_lines(report.submit_lines))
-    lines.extend(f"  warning: {one_line(warning, 300)}" for warning in report.warnings)
-    for shared in report.shared[:TABLE_CAUSES]:
-        lines.append(
-            f"  shared incident {local_iso(shared.start)} {one_line(shared.code, 24)} on {len(shared.nodes)} nodes "
-            f"({one_line(','.join(shared.nodes[:4]), 60)}{',...' if len(shared.nodes) > 4 else ''}): "
-            "counted against none of them"
-        )
+    summary = summary_lines(report)
+    lines = [summary[0], *(f"  {line}" for line in summary[1:])]
     if report.runs == 0:
-        lines.append("  no finished job runs in the input: nothing to analyse")
         return "\n".join(lines) + "\n"
-    rate = per_1000_node_days(report)
-    lines.append("")
-    lines.append(f"{'GPUs':>7} {'runs':>9} {'job hours':>11} {'failures':>9} {'MTTF':>10} {'E[ETTR]':>8}")
-    ettr = {p.gpus: p.ettr for p in report.sizes}
-    for b in report.buckets:
-        lines.append(
-            f"{b.gpus:>7} {b.runs:>9} {b.job_hours:>11.1f} {b.failures:>9} {_hours(b.mttf_hours):>10} "
-            f"{ettr.get(b.gpus, 1.0):>8.3f}"
-        )
-    lines.append("")
-    if rate is None:
-        lines.append("r_f: no GPU job time to fit")
-    else:
-        lines.append(
-            f"r_f = {rate:.2f} failures per 1000 node-days ({report.gpus_per_node} GPUs per node); "
-            f"checkpoint every {settings.checkpoint_interval / 60:g} min, "
-            f"restart {settings.restart_overhead / 60:g} min"
-        )
-        for p in report.projection:
-            lines.append(f"  {p.gpus:>7} GPUs: MTTF {_hours(p.mttf_hours):>9}, expected ETTR {p.ettr:.3f}")
-    lines.append("")
-    lines.append(f"{'cause':<24} {'failures':>9} {'GPU hours lost':>15} {'incidents':>10}")
-    for total in report.taxonomy[:TABLE_CAUSES]:
-        lines.append(
-            f"{one_line(total.code, 24):<24} {total.failures:>9} {total.gpu_hours_lost:>15.1f} {total.incidents:>10}"
-        )
-    lines.append("")
-    lemons = report.lemons
-    if not lemons:
-        lines.append(f"lemon nodes: none flagged (false discovery rate {settings.alpha:g})")
-    else:
-        lines.append(
-            f"lemon nodes: {len(lemons)} flagged (false discovery rate {settings.alpha:g}), most suspicious first"
-        )
-        lines.append(
-            f"{'node':<16} {'score':>6} {'outs':>5} {'1-node':>7} {'multi':>6} {'fail rate':>9} {'excl':>5}  xids"
-        )
-        for v in lemons[:TABLE_LEMONS]:
-            s = v.signals
-            fail_rate = s.single_node_failure_rate
-            lines.append(
-                f"{one_line(v.node, 16):<16} {v.score:>6.1f} {s.out_count:>5} {s.single_node_failures_caused:>7} "
-                f"{s.multi_node_failures_caused:>6} {'-' if fail_rate is None else f'{fail_rate:.3f}':>9} "
-                f"{s.excluded_by_jobs:>5}  {','.join(s.xids) or '-'}"
-            )
-        if len(lemons) > TABLE_LEMONS:
-            lines.append(f"  ... and {len(lemons) - TABLE_LEMONS} more (--json lists all)")
+    lines += ["", *table_text(bucket_table(report)), "", *rate_lines(report), "", *table_text(cause_table(report))]
+    lines += ["", *table_text(lemon_table(report), key=True)]
     return "\n".join(lines) + "\n"

@@ -95,7 +95,38 @@ def test_header_only_inputs_say_there_is_nothing_to_analyse(cli: Cli, tmp_path: 
     jobs.write_text("JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n")
     events.write_text("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n")
     code, out, _ = cli("fleet", "report", "--jobs", str(jobs), "--events", str(events))
-    assert code == 0 and "no finished job runs in the input" in out
+    assert code == 0 and "no data: no finished job runs in the input" in out
+    assert "None" not in out and "\n  window " not in out  # not "window None .. None (0.0 days)"
+    window = ("--since", "2024-01-01", "--until", "2024-02-01")
+    code, out, _ = cli("fleet", "report", "--jobs", str(jobs), "--events", str(events), *window)
+    assert code == 0 and "(31.0 days)" in out and "no data: no finished job runs in this window" in out
+
+
+def test_the_lemon_table_shows_what_the_test_weighed_and_explains_its_columns(
+    cli: Cli, fleet_files: tuple[synth.Fleet, Path, Path]
+) -> None:
+    """A silent lemon has no incident and no failure attributed to it: its row shows the failures beyond expected."""
+    fleet, jobs, events = fleet_files
+    code, out, _ = cli("fleet", "report", "--jobs", str(jobs), "--events", str(events))
+    assert code == 0
+    document = json.loads(cli("fleet", "report", "--jobs", str(jobs), "--events", str(events), "--json")[1])
+    lines = out.splitlines()
+    header = next(line.split() for line in lines if line.startswith("node "))
+    assert header == ["node", "score", "outs", "runs", "failed", "expected", "beyond", "caused", "excl", "xids"]
+    rows = {
+        line.split()[0]: dict(zip(header, line.split()))
+        for line in lines
+        if line.split()[:1] in ([n] for n in fleet.silent_lemons)
+    }
+    for entry in document["lemon_nodes"]:
+        if entry["node"] in fleet.silent_lemons:
+            signals = entry["signals"]
+            beyond = signals["single_node_failures"] - signals["expected_single_node_failures"]
+            row = rows[entry["node"]]
+            assert abs(float(row["beyond"]) - beyond) <= 0.051 and beyond > 10
+            assert row["caused"] == f"{signals['single_node_failures_caused']}+{signals['multi_node_failures_caused']}"
+    for column in ("score", "outs", "excl", "beyond"):
+        assert any(line.startswith(f"  {column} ") and len(line.split()) > 4 for line in lines), column
 
 
 def test_bad_lines_are_reported_in_the_table(cli: Cli, tmp_path: Path) -> None:
