@@ -22,6 +22,8 @@ EX_NO_MATCH = 1
 
 # sysexits.h
 EX_USAGE = 64  # the command line was wrong (argparse's own 2 would read as CRITICAL)
+# the input was read but not all of it could be used (``import-nhc``: lines not converted)
+EX_DATAERR = 65
 EX_NOINPUT = 66  # an input it needs does not exist (no recorded pass to acknowledge)
 EX_UNAVAILABLE = 69  # a service it needs is not there (NVML)
 EX_SOFTWARE = 70  # an internal error: a bug
