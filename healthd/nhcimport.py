@@ -452,7 +452,7 @@ class _Converter:
         return self.bad_targets.get(target) or None
 
     def line(self, line: Line) -> None:
-        if len(line.check) + len(line.target) > MAX_LINE:
+        if line.too_long:
             return self.lost(line, f"longer than {MAX_LINE} characters: no NHC check is; not read")
         if not line.check:
             return self.lost(line, "no 'TARGET || CHECK' separator, or no check after it")
@@ -475,9 +475,7 @@ class _Converter:
             self.variables.assign(line.target, name, value)
             # MARK_OFFLINE (nhc: nhcmain_finalize_env, default 1) decides whether NHC drains at all.
             if name == "MARK_OFFLINE" and value != "1":
-                self.lost(
-                    line, f"{name}={value}: NHC does not drain on a failure; set [policy] dry_run = true for that"
-                )
+                self.lost(line, f"{name}={value}: NHC does not drain on a failure; [policy] dry_run = true does that")
         self.notes.append(Note(line.number, line.shown, "an NHC variable: used to expand later lines", lost=False))
 
     def check(self, line: Line, items: list[str]) -> None:

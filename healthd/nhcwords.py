@@ -72,6 +72,7 @@ class Line:
     target: str
     check: str
     shown: str
+    too_long: bool = False
 
 
 def shorten(text: str, limit: int = 160) -> str:
@@ -102,6 +103,9 @@ def _physical(text: str) -> Iterator[tuple[int, str]]:
 def logical_lines(text: str) -> Iterator[Line]:
     """Each line NHC would look at: not blank, not a comment (target starting with ``#``)."""
     for number, joined in _physical(text):
+        if len(joined) > MAX_LINE:
+            yield Line(number, "", "", shorten(joined), too_long=True)
+            continue
         # read without -r takes the character after each backslash as itself.
         line = _READ_ESCAPE.sub(r"\1", joined) if "\\" in joined else joined
         target, _, check = line.partition("||")
