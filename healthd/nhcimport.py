@@ -508,10 +508,10 @@ def _document(targets: dict[str, _Target]) -> dict[str, Any]:
     # thresholds healthd applies to / and every expected mount are set to nothing.
     mounts = checks.setdefault("mounts", {})
     mounts.update({"min_free_percent": 0.0, "min_free_inodes_percent": 0.0})
-    lines = f"converted from nhc.conf lines {_lines(base)}" if base.lines else "converted from nhc.conf"
+    lines = f"converted from nhc.conf lines:{_lines(base)}" if base.lines else "converted from nhc.conf"
     document: dict[str, Any] = {"checks": {"#": lines, **checks}}
     hosts = [
-        {"#": f"from nhc.conf lines {_lines(entry)}", "match": match, "checks": entry.tables()}
+        {"#": f"from nhc.conf lines:{_lines(entry)}", "match": match, "checks": entry.tables()}
         for match, entry in targets.items()
         if entry.lines
     ]
@@ -521,5 +521,8 @@ def _document(targets: dict[str, _Target]) -> dict[str, Any]:
 
 
 def _lines(target: _Target) -> str:
-    numbers = target.lines
-    return ", ".join(str(n) for n in numbers[:40]) + (f" and {len(numbers) - 40} more" if len(numbers) > 40 else "")
+    """The line numbers, on lines of their own, 12 to a line and at most 200, so the comment stays readable."""
+    numbers = [str(n) for n in target.lines[:200]]
+    rows = [", ".join(numbers[i : i + 12]) for i in range(0, len(numbers), 12)]
+    more = f" and {len(target.lines) - 200} more" if len(target.lines) > 200 else ""
+    return "\n" + ",\n".join(rows) + more

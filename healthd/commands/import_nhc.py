@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     imported = convert(text)
     # The file's name is the user's: a newline in it must not end the comment.
     header = comment(
-        f"Converted by `healthd import-nhc` from {args.nhc_conf.name}: {imported.converted} check(s);"
-        f" {imported.lost} line(s) or option(s) not converted, printed when it ran. Review before deploying."
+        f"Converted by `healthd import-nhc` from {args.nhc_conf.name}: {imported.converted} check(s);\n"
+        f"{imported.lost} line(s) or option(s) not converted, printed when it ran. Review before deploying."
     )
     toml = "\n".join(header) + "\n" + dumps(imported.document)
     for note in imported.notes:
