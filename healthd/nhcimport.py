@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from healthd.hosts import HostMatchError, matcher
 from healthd.nhcwords import MAX_LINE, Line, Refused, Variables, assignments, logical_lines, words
+from healthd.text import one_line
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class Note:
     lost: bool = True
 
     def __str__(self) -> str:
-        return f"line {self.line}: {self.text}\n  {'not converted' if self.lost else 'note'}: {self.reason}"
+        verdict = "not converted" if self.lost else "note"
+        return f"line {self.line}: {self.text}\n  {verdict}: {one_line(self.reason, 400)}"
 
 
 @dataclass(frozen=True)
@@ -153,12 +155,7 @@ def _mount(rw: Optional[bool]) -> Callable[[_Context, _Target], None]:
 
     def convert(ctx: _Context, target: _Target) -> None:
         if ctx.args and ctx.args[0].startswith("/"):
-            # The old syntax: mountpoint [source [fstype [options]]] (check_fs_mount's first branch).
-            path, rest = ctx.args[0], ctx.args[1:]
-            options = [("s", v) for v in rest[:1]] + [("t", v) for v in rest[1:2]] + [("o", v) for v in rest[2:3]]
-            if len(rest) > 3:
-                ctx.lost(f"{' '.join(rest[3:])!r}: words after the mount options, which NHC ignores")
-            paths = [path]
+            options, paths = _positional_mount(ctx, rw)
         else:
             options, paths = _getopts(ctx, ":0rE:F:O:e:f:o:s:t:")
             paths = [value for letter, value in options if letter == "f"] + paths
@@ -183,6 +180,20 @@ def _mount(rw: Optional[bool]) -> Callable[[_Context, _Target], None]:
             _expect_mount(ctx, target, path, spec)
 
     return convert
+
+
+def _positional_mount(ctx: _Context, rw: Optional[bool]) -> tuple[list[tuple[str, str]], list[str]]:
+    """NHC's old syntax, ``mountpoint [source [fstype [options]]]``, as options (check_fs_mount's first branch).
+
+    ``check_fs_mount_rw`` and ``_ro`` pass on only the first three words and their own rw/ro
+    test, so a fourth is ignored there; ``check_fs_mount`` ignores a fifth.
+    """
+    path, rest = ctx.args[0], ctx.args[1:]
+    kept = 2 if rw is not None else 3
+    options = [("s", v) for v in rest[:1]] + [("t", v) for v in rest[1:2]] + [("o", v) for v in rest[2:kept]]
+    if len(rest) > kept:
+        ctx.note(f"{' '.join(rest[kept:])!r}: words NHC ignores on this line")
+    return options, [path]
 
 
 def _expect_mount(ctx: _Context, target: _Target, path: str, spec: dict[str, Any]) -> None:
@@ -297,6 +308,10 @@ def _daemon(forbidden: bool) -> Callable[[_Context, _Target], None]:
     return convert
 
 
+# A port as NHC names it from /sys/class/infiniband/DEVICE/ports/N (nhc_hw_gather_data).
+_PORT = re.compile(r"[A-Za-z0-9_.-]+:[0-9]+")
+
+
 def _infiniband(ctx: _Context, target: _Target) -> None:
     """``check_hw_ib RATE [DEVICE:PORT]`` (scripts/lbnl_hw.nhc): some port ACTIVE and LinkUp, at RATE,
     and that port when one is named. NHC names ports ``device:port`` from the sysfs path."""
@@ -308,8 +323,7 @@ def _infiniband(ctx: _Context, target: _Target) -> None:
     rate_text, port = ctx.args
     if not rate_text.isdigit() or int(rate_text) <= 0:
         raise _Skip(f"rate {rate_text!r} is not a whole positive number of Gb/s")
-    device, _, number = port.partition(":")
-    if not device or not number.isdigit():
+    if not _PORT.fullmatch(port):
         raise _Skip(
             f"{port!r} is not DEVICE:PORT: NHC compares it with device:port names (mlx5_0:1), so this line"
             " fails on every node"

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional
 
+from healthd.text import one_line
+
 # A logical line longer than this is no NHC check: refusing it early keeps a huge input cheap.
 MAX_LINE = 65536
 
@@ -56,6 +58,7 @@ _TOKEN = re.compile(
     r"""|(?P<operator>[;&|<>()`])|(?P<plain>[^ \t'"\\;&|<>()`]+)|(?P<open>.)""",
     re.S,
 )
+_BLANK = re.compile(r"[ \t\n]")
 _QUOTED_PART = re.compile(rf"\\([\"\\$`])|\$(?:\{{({_NAME})\}}|({_NAME}))")
 _READ_ESCAPE = re.compile(r"\\(.)", re.S)
 
@@ -76,9 +79,14 @@ class Line:
 
 
 def shorten(text: str, limit: int = 160) -> str:
-    """``text`` on one line, cut to ``limit`` characters (a note must stay readable whatever the input)."""
-    flat = " ".join(text[: limit * 2].split())
-    return flat if len(flat) <= limit and len(text) <= limit * 2 else flat[: limit - 1] + "…"
+    """``text`` as one printable line of at most ``limit`` characters, looking only at its start.
+
+    The file is the operator's, but it may come from anywhere: no control character of it
+    reaches the terminal (``healthd.text.one_line``), and a huge line costs nothing here.
+    """
+    head = text[: limit * 2]
+    flat = one_line(head, limit)
+    return flat if len(text) == len(head) or flat.endswith("...") else flat + "..."
 
 
 def _physical(text: str) -> Iterator[tuple[int, str]]:
@@ -157,7 +165,11 @@ def _expand(text: str, target: str, variables: Variables, quoted: bool) -> str:
 
     if _SHELL_EXPANSION.search(pattern.sub("", text)):
         raise Refused(f"{shorten(text, 60)!r} asks NHC's shell for an expansion (such as $(...) or ${{X:-y}})")
-    return pattern.sub(one, text)
+    expanded = pattern.sub(one, text)
+    if not quoted and _BLANK.search(expanded):
+        # Unquoted, bash would split the value into several words, each its own argument.
+        raise Refused(f"{shorten(text, 60)!r} expands to several words outside quotes; quote it as NHC would need")
+    return expanded
 
 
 def words(check: str, target: str, variables: Variables) -> list[str]:
