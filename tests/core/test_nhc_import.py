@@ -449,3 +449,20 @@ def test_a_converted_config_does_not_drain_a_fixture_node_nhc_passes(
     # MemTotal is 2015.5 GiB: under 2016, but within NHC's 3% fudge; docker0 is down and only needs to exist.
     assert ran == {"host": [], "mounts": [], "services": [], "infiniband": []}, err
     assert result["action"]["decision"] == "none"
+
+
+def test_words_are_split_and_shown_as_bash_and_a_terminal_would_need() -> None:
+    imported = convert(
+        '* || IFACES="eth0 eth1"\n* || check_hw_eth $IFACES\n'
+        "* || check_hw_ib 400 \x1b[31mmlx5_0:1\n"
+        "* || check_fs_mount_rw /a nfs1:/a nfs extra\n"
+        "* || check_hw_eth eth0; rm -rf /\n"
+    )
+    notes = {note.line: note for note in imported.notes}
+    assert notes[2].reason.startswith("'$IFACES' expands to several words outside quotes")
+    assert "\x1b" not in str(notes[3]) and notes[3].lost, "no control character reaches the terminal"
+    assert not notes[4].lost and "words NHC ignores" in notes[4].reason
+    assert notes[5].reason.startswith("';' outside quotes")
+    assert imported.document["checks"]["mounts"]["expect"] == [
+        {"path": "/a", "source": "nfs1:/a", "fstype": "nfs", "rw": True}
+    ]
