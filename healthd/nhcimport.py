@@ -263,8 +263,15 @@ def _process_name(ctx: _Context, options: dict[str, str], service: str) -> str:
     return name
 
 
+# useradd(8)'s account names, or a uid: what [checks.services] process_users accepts.
+_ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?|[0-9]+")
+
+
 def _owner(ctx: _Context, target: _Target, owner: Optional[str], forbidden: bool) -> None:
     if owner is None or owner in ("root", "0"):
+        return
+    if not _ACCOUNT.fullmatch(owner):
+        ctx.lost(f"owner {owner!r} is an NHC match string; healthd takes accounts by name, so it is left out")
         return
     if forbidden:
         ctx.lost(f"owner {owner}: healthd counts a forbidden process only when root or a system account owns it")
@@ -386,8 +393,9 @@ def _physmem(ctx: _Context, target: _Target) -> None:
     table["expect_memory_max_gib"] = _gib(high + slack, math.ceil)
 
 
-# An interface name as the kernel allows it (dev_valid_name: 1-15 bytes, no '/', ':' or blank).
-_INTERFACE = re.compile(r"[^/:\s*?\[]{1,15}")
+# An interface name as the kernel allows it (dev_valid_name: 1-15 bytes, no '/', ':' or blank),
+# printable, and no glob (NHC compares it unquoted, as a pattern).
+_INTERFACE = re.compile(r"(?!\.\.?$)[^/:\s*?\[\x00-\x1f\x7f]{1,15}")
 
 
 def _ethernet(ctx: _Context, target: _Target) -> None:

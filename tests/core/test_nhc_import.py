@@ -6,6 +6,7 @@ are written from its README's syntax, or are public nhc.conf files (fixtures/nhc
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import time
@@ -14,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 from healthd_testkit.paths import FIXTURES
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healthd.config import load_config
@@ -466,3 +467,37 @@ def test_words_are_split_and_shown_as_bash_and_a_terminal_would_need() -> None:
     assert imported.document["checks"]["mounts"]["expect"] == [
         {"path": "/a", "source": "nfs1:/a", "fstype": "nfs", "rw": True}
     ]
+
+
+_CHECK_NAMES = st.sampled_from(
+    [
+        *("check_fs_mount_rw", "check_fs_mount", "check_fs_used", "check_fs_ifree", "check_ps_service"),
+        *("check_ps_daemon", "check_ps_blacklist", "check_hw_ib", "check_hw_physmem", "check_hw_eth"),
+        *("check_hw_cpuinfo", "check_gpu_count"),
+    ]
+)
+_ARGS = st.lists(
+    st.one_of(
+        st.sampled_from(["-f", "-t", "-s", "-d", "-m", "-u", "-E", "-k", "/", "/data", "90%", "5%", "400", "2TB"]),
+        st.sampled_from(["mlx5_0:1", "mlx5_0", "eth0", "root", "sshd", "x$", "'*sshd'", "$X", "nfs", "1G", "0"]),
+        st.text(st.characters(codec="utf-8", exclude_characters="\n\r|\\"), max_size=8),
+    ),
+    max_size=6,
+)
+
+
+@functools.cache
+def _models() -> dict[str, Any]:
+    return dict(settings_models(discover()))
+
+
+# The first example builds the settings models, importing every check's settings module.
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["*", "gpu*", "{n[1-4]}", "/^a/"]), _CHECK_NAMES, _ARGS), max_size=6))
+def test_whatever_it_converts_is_a_valid_config(lines: list[tuple[str, str, list[str]]]) -> None:
+    text = "".join(f"{target} || {check} {' '.join(args)}\n" for target, check, args in lines)
+    document = tomllib.loads(dumps(convert(text).document))
+    models = _models()
+    for tables in [document["checks"], *(host["checks"] for host in document.get("hosts", []))]:
+        for name, table in tables.items():
+            models[name].model_validate(table)
