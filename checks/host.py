@@ -220,7 +220,8 @@ def _ethernet(ctx: CheckContext[HostSettings]) -> Union[tuple[Interface, ...], U
     if not net.is_dir():
         # Every Linux machine has class/net (the loopback interface at least): its absence is not "no interfaces".
         return Unobserved("NET_SYSFS_UNREADABLE", str(net), f"cannot list network interfaces: no directory {net}")
-    return tuple(read_interface(net, name) for name in ctx.settings.expect_ethernet)
+    names = dict.fromkeys([*ctx.settings.expect_ethernet, *ctx.settings.expect_interfaces])
+    return tuple(read_interface(net, name) for name in names)
 
 
 def _node_nic(sysfs: Path, device: Path) -> bool:
@@ -273,7 +274,8 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
         except (SysfsError, ValueError) as exc:
             topology = Unobserved("CPU_TOPOLOGY_UNREADABLE", "cpu", str(exc))
     meminfo: Union[dict[str, int], Unobserved, None] = None
-    if settings.expect_memory_gib is not None or settings.expect_hugepages is not None:
+    memory = (settings.expect_memory_gib, settings.expect_memory_max_gib, settings.expect_hugepages)
+    if any(value is not None for value in memory):
         meminfo = read_parsed(ctx.paths.procfs / "meminfo", parse_meminfo, "MEMINFO", "replace")
     kernel = bios = driver = None
     if settings.expect_kernel:
@@ -282,7 +284,7 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
         driver = _driver(ctx)
     if settings.expect_bios:
         bios = _first_line(ctx.paths.sysfs / "class/dmi/id/bios_version", "BIOS_VERSION_UNREADABLE")
-    ethernet = _ethernet(ctx) if settings.expect_ethernet else None
+    ethernet = _ethernet(ctx) if settings.expect_ethernet or settings.expect_interfaces else None
     return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet)
 
 
@@ -303,6 +305,30 @@ def _judge_clock(timex: Timex, jc: JudgeContext[HostSettings]) -> list[Finding]:
     return []
 
 
+def _judge_memory(gib: float, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """MemTotal against the expected range, widened by ``memory_tolerance_percent`` of MemTotal.
+
+    NHC's check_hw_physmem (scripts/lbnl_hw.nhc) fails when MemTotal plus its fudge is below
+    the minimum, or MemTotal less the fudge above the maximum, the fudge a percentage of
+    MemTotal: firmware and the kernel keep a little memory that moves between boots.
+    """
+    settings = jc.settings
+    grade = Status[settings.inventory_severity]
+    slack = gib * settings.memory_tolerance_percent / 100
+    low, high = settings.expect_memory_gib, settings.expect_memory_max_gib
+    tolerance = f" (tolerance {settings.memory_tolerance_percent:g}%)" if slack else ""
+    details: dict[str, float] = {"found_gib": round(gib, 1)}
+    if slack:
+        details["tolerance_percent"] = settings.memory_tolerance_percent
+    if low is not None and gib + slack < low:
+        message = f"{gib:.1f} GiB of memory (MemTotal), at least {low:g} GiB expected{tolerance}"
+        return [jc.finding(grade, "MEMORY_MISSING", "memory", message, expected_gib=low, **details)]
+    if high is not None and gib - slack > high:
+        message = f"{gib:.1f} GiB of memory (MemTotal), at most {high:g} GiB expected{tolerance}"
+        return [jc.finding(grade, "MEMORY_EXCESS", "memory", message, expected_max_gib=high, **details)]
+    return []
+
+
 def _judge_inventory(observed: HostObservation, jc: JudgeContext[HostSettings]) -> list[Finding]:
     settings = jc.settings
     grade = Status[settings.inventory_severity]
@@ -319,19 +345,7 @@ def _judge_inventory(observed: HostObservation, jc: JudgeContext[HostSettings]) 
                 findings.append(jc.finding(grade, "CPU_TOPOLOGY", name, message, found=have, expected=want))
     meminfo = observed.meminfo
     if isinstance(meminfo, dict):
-        gib = meminfo["MemTotal"] / 2**20
-        if settings.expect_memory_gib is not None and gib < settings.expect_memory_gib:
-            message = f"{gib:.1f} GiB of memory (MemTotal), at least {settings.expect_memory_gib:g} GiB expected"
-            findings.append(
-                jc.finding(
-                    grade,
-                    "MEMORY_MISSING",
-                    "memory",
-                    message,
-                    found_gib=round(gib, 1),
-                    expected_gib=settings.expect_memory_gib,
-                )
-            )
+        findings += _judge_memory(meminfo["MemTotal"] / 2**20, jc)
         pages = meminfo.get("HugePages_Total")
         if settings.expect_hugepages is not None and pages != settings.expect_hugepages:
             message = f"{pages} huge pages, {settings.expect_hugepages} expected"
@@ -356,14 +370,22 @@ def _judge_versions(observed: HostObservation, jc: JudgeContext[HostSettings]) -
 
 
 def _judge_ethernet(interfaces: tuple[Interface, ...], jc: JudgeContext[HostSettings]) -> list[Finding]:
-    """Each expected interface: missing or down is graded ``ethernet_severity``; unreadable is UNKNOWN."""
+    """Each expected interface: missing or down is graded ``ethernet_severity``; unreadable is UNKNOWN.
+
+    An interface only in ``expect_interfaces`` must exist and nothing more, as NHC's
+    check_hw_eth asks (scripts/lbnl_hw.nhc: the names in /proc/net/dev): a bridge such as
+    docker0 with nothing attached is down, and that is its normal state.
+    """
     grade = Status[jc.settings.ethernet_severity]
+    must_be_up = frozenset(jc.settings.expect_ethernet)
     findings: list[Finding] = []
     for interface in interfaces:
         name = interface.name
         if not interface.present:
             message = f"network interface {name} is missing (no class/net/{name})"
             findings.append(jc.finding(grade, "ETHERNET_MISSING", name, message))
+        elif name not in must_be_up:
+            continue
         elif interface.up is None:
             message = one_line(f"cannot read the state of network interface {name}: {interface.problem}")
             findings.append(jc.finding(Status.UNKNOWN, "ETHERNET_UNREADABLE", name, message))

@@ -24,12 +24,19 @@ class HostSettings(CheckSettings):
     expect_sockets: Optional[int] = Field(default=None, ge=1)
     expect_threads_per_core: Optional[int] = Field(default=None, ge=1)
     expect_memory_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at least this")
+    expect_memory_max_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at most this")
+    # NHC's check_hw_physmem fudge (scripts/lbnl_hw.nhc): a percentage of the MemTotal read,
+    # added before the minimum is compared and taken off before the maximum is.
+    memory_tolerance_percent: float = Field(
+        default=0.0, ge=0, lt=100, description="percent of MemTotal allowed either side of the expected memory"
+    )
     expect_hugepages: Optional[int] = Field(default=None, ge=0, description="HugePages_Total (default page size)")
     expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
     expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")
     expect_bios: list[str] = Field(default_factory=list, description="BIOS versions allowed")
-    expect_ethernet: list[str] = Field(
-        default_factory=list, description="network interfaces that must exist and be up (NHC's check_hw_eth)"
+    expect_ethernet: list[str] = Field(default_factory=list, description="network interfaces that must exist and be up")
+    expect_interfaces: list[str] = Field(
+        default_factory=list, description="network interfaces that must exist, up or not (NHC's check_hw_eth)"
     )
     inventory_severity: Grade = Field(default="CRITICAL", description="grade of missing CPUs or memory")
     # A link that is down for one pass may be a flap (a switch reboot, a cable reseated):
@@ -39,7 +46,7 @@ class HostSettings(CheckSettings):
     )
     version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")
 
-    @field_validator("expect_ethernet")
+    @field_validator("expect_ethernet", "expect_interfaces")
     @classmethod
     def _interface_names(cls, names: list[str]) -> list[str]:
         for name in names:

@@ -76,12 +76,14 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     entries = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
     if isinstance(entries, Unobserved):
         return MountsObservation(source, problem=entries)
-    if not settings.expect and not settings.include_root:
+    if not settings.expect and not settings.usage_limits and not settings.include_root:
         raise NotApplicable("no mounts configured in [checks.mounts] expect and include_root is off")
     if not settings.probe_usage:
         return MountsObservation(source, tuple(entries))
-    paths = [] if not settings.include_root else ["/"]
-    paths += [m.path for m in settings.expect if find_mount(entries, m.path) is not None and m.path not in paths]
+    wanted = dict.fromkeys(["/"] if settings.include_root else [])
+    wanted.update(dict.fromkeys(m.path for m in settings.expect))
+    wanted.update(dict.fromkeys(limit.path for limit in settings.usage_limits))
+    paths = [path for path in wanted if path == "/" or find_mount(entries, path) is not None]
     probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
     state = ctx.state.load()
     remembered = _stuck_probes(state)
@@ -107,8 +109,19 @@ def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry])
             yield jc.finding(Status.CRITICAL, "MOUNT_READ_ONLY", spec.path, f"{spec.path} is mounted read-only")
 
 
+def _limits(settings: MountsSettings, path: str) -> tuple[float, float]:
+    """The free space and inode percentages ``path`` must keep: its ``usage_limits`` entry's, else the check's own."""
+    own = next((limit for limit in settings.usage_limits if limit.path == path), None)
+    space = own.min_free_percent if own is not None and own.min_free_percent is not None else None
+    inodes = own.min_free_inodes_percent if own is not None and own.min_free_inodes_percent is not None else None
+    return (
+        settings.min_free_percent if space is None else space,
+        settings.min_free_inodes_percent if inodes is None else inodes,
+    )
+
+
 def _usage_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome) -> Iterable[Finding]:
-    settings = jc.settings
+    min_free, min_inodes = _limits(jc.settings, path)
     if isinstance(outcome, Hung):
         how = "an earlier probe is still stuck" if outcome.inherited else "statvfs did not return"
         yield jc.finding(
@@ -131,21 +144,21 @@ def _usage_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeO
     elif isinstance(outcome, Failed):
         yield jc.finding(Status.UNKNOWN, "MOUNT_PROBE_FAILED", path, f"cannot read usage of {path}: {outcome.message}")
     elif isinstance(outcome, Usage):
-        if outcome.free_fraction * 100 < settings.min_free_percent:
+        if outcome.free_fraction * 100 < min_free:
             yield jc.finding(
                 Status.WARNING,
                 "MOUNT_SPACE_LOW",
                 path,
-                f"{path} has {outcome.free_fraction:.1%} space free (threshold {settings.min_free_percent}%)",
+                f"{path} has {outcome.free_fraction:.1%} space free (threshold {min_free}%)",
                 free_percent=round(outcome.free_fraction * 100, 2),
             )
         inodes = outcome.free_inode_fraction
-        if inodes is not None and inodes * 100 < settings.min_free_inodes_percent:
+        if inodes is not None and inodes * 100 < min_inodes:
             yield jc.finding(
                 Status.WARNING,
                 "MOUNT_INODES_LOW",
                 path,
-                f"{path} has {inodes:.1%} inodes free (threshold {settings.min_free_inodes_percent}%)",
+                f"{path} has {inodes:.1%} inodes free (threshold {min_inodes}%)",
                 free_inodes_percent=round(inodes * 100, 2),
             )
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from healthd.checksettings import CheckSettings
 from healthd.config import identified_by, moved_from_node
+
+
+def absolute_mount_path(value: str) -> str:
+    """A mount path as mountinfo shows it: absolute, without a trailing slash."""
+    if not value.startswith("/"):
+        raise ValueError("mount path must be absolute")
+    return value.rstrip("/") or "/"
 
 
 class MountSpec(BaseModel):
@@ -23,9 +30,29 @@ class MountSpec(BaseModel):
     @field_validator("path")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("mount path must be absolute")
-        return value.rstrip("/") or "/"
+        return absolute_mount_path(value)
+
+
+class UsageLimit(BaseModel):
+    """Space and inode limits of one mount point, in place of the check's own, judged only while it is mounted.
+
+    NHC's check_fs_used, check_fs_free, check_fs_iused and check_fs_ifree (scripts/lbnl_fs.nhc)
+    judge the one mount point they name and pass when it is not mounted; so does this.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(min_length=1)
+    min_free_percent: Optional[float] = Field(default=None, ge=0, le=100)
+    min_free_inodes_percent: Optional[float] = Field(default=None, ge=0, le=100)
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        return absolute_mount_path(value)
+
+
+_PerPath = Union[MountSpec, UsageLimit]
 
 
 class MountsSettings(CheckSettings):
@@ -36,6 +63,11 @@ class MountsSettings(CheckSettings):
     )
     min_free_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this much free space")
     min_free_inodes_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this many inodes")
+    usage_limits: list[UsageLimit] = Field(
+        default_factory=list,
+        description="per mount point: { path, min_free_percent, min_free_inodes_percent }, judged while it is mounted",
+        json_schema_extra=identified_by("path"),
+    )
     namespace_pid: int = Field(
         default=1, ge=1, description="judge the mounts as this process sees them (1: the node's, not our sandbox's)"
     )
@@ -43,13 +75,14 @@ class MountsSettings(CheckSettings):
     include_root: bool = Field(default=True, description="also watch space and inodes of /")
     probe_timeout: float = Field(default=3.0, gt=0, le=60, description="seconds before a statvfs probe is hung")
 
-    @field_validator("expect")
+    @field_validator("expect", "usage_limits")
     @classmethod
-    def _one_per_path(cls, value: list[MountSpec]) -> list[MountSpec]:
-        # Two expectations of one mount point contradict each other or repeat one another;
+    def _one_per_path(cls, value: list[_PerPath]) -> list[_PerPath]:
+        # Two entries for one mount point contradict each other or repeat one another;
         # either way the node would be judged against the wrong one.
-        paths = [spec.path for spec in value]
-        twice = next((path for path in paths if paths.count(path) > 1), None)
-        if twice is not None:
-            raise ValueError(f"{twice} is expected more than once: give each mount path one entry")
+        seen: set[str] = set()
+        for entry in value:
+            if entry.path in seen:
+                raise ValueError(f"{entry.path} is expected more than once: give each mount path one entry")
+            seen.add(entry.path)
         return value

@@ -282,21 +282,38 @@ class ServicesObservation:
     services_problem: Optional[Unobserved] = None
     modules: frozenset[str] = frozenset()
     modules_problem: Optional[Unobserved] = None
+    table: Union[tuple[Process, ...], Unobserved, None] = None
+    table_owners: frozenset[int] = frozenset()
+
+
+def _process_table(procfs: Path) -> Union[tuple[Process, ...], Unobserved]:
+    try:
+        return tuple(read_processes(procfs))
+    except OSError as exc:
+        return Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
+    except StatusError as exc:
+        return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
 
 
 def _gather_processes(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
-    procfs = Path(ctx.paths.procfs)
-    try:
-        processes = read_processes(procfs)
-    except OSError as exc:
-        return ServicesObservation(
-            services_problem=Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
-        )
-    except StatusError as exc:
-        return ServicesObservation(services_problem=Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc)))
+    processes = _process_table(Path(ctx.paths.procfs))
+    if isinstance(processes, Unobserved):
+        return ServicesObservation(services_problem=processes)
     configured, unknown = _configured_accounts(ctx.settings.process_users)
     rules = {service: service_rule(service, ctx.settings, configured) for service in ctx.settings.expect}
-    return ServicesObservation(processes=tuple(processes), rules=rules, unknown_accounts=tuple(unknown))
+    return ServicesObservation(processes=processes, rules=rules, unknown_accounts=tuple(unknown))
+
+
+def _gather_named_processes(ctx: CheckContext[ServicesSettings], observed: ServicesObservation) -> ServicesObservation:
+    """The process table for ``expect_processes`` and ``forbid_processes`` (read once, whatever the init system)."""
+    settings = ctx.settings
+    if not settings.expect_processes and not settings.forbid_processes:
+        return observed
+    table: Union[tuple[Process, ...], Unobserved] = (
+        observed.processes if observed.rules else _process_table(Path(ctx.paths.procfs))
+    )
+    owners, _ = _configured_accounts(settings.process_users)
+    return replace(observed, table=table, table_owners=frozenset(owners))
 
 
 def _gather_systemd(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
@@ -346,9 +363,11 @@ def _gather_services(ctx: CheckContext[ServicesSettings]) -> ServicesObservation
 
 def gather(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
     settings = ctx.settings
-    if not settings.expect and not settings.expect_kernel_modules:
-        raise NotApplicable("no services or kernel modules configured in [checks.services]")
-    observed = _gather_services(ctx)
+    if not (
+        settings.expect or settings.expect_kernel_modules or settings.expect_processes or settings.forbid_processes
+    ):
+        raise NotApplicable("no services, processes or kernel modules configured in [checks.services]")
+    observed = _gather_named_processes(ctx, _gather_services(ctx))
     if not settings.expect_kernel_modules:
         return observed
     source = Path(ctx.paths.procfs) / "modules"
@@ -457,6 +476,36 @@ def _service_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
         )
 
 
+def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
+    """``expect_processes`` that do not run and ``forbid_processes`` that do, as NHC's check_ps_service judges them.
+
+    A process counts when its command name or executable's file name is the one named
+    (``procs.Process.named``) and it is alive. One that must run counts when root, a
+    system account or one of ``process_users`` owns it: any user can name a process
+    ``munged``. One that must not run counts only when root or a system account owns
+    it: a user who names a process ``telnetd`` must not be able to drain the node.
+    """
+    table, settings = observed.table, jc.settings
+    if table is None:
+        return
+    if isinstance(table, Unobserved):
+        yield table.finding(jc)
+        return
+    alive = [process for process in table if process.alive]
+    for name in settings.expect_processes:
+        owners = observed.table_owners
+        if not any(p.named(name) and (system_uid(p.status.real_uid) or p.status.real_uid in owners) for p in alive):
+            message = f"no process {name} runs (owned by root, a system account or one in process_users)"
+            yield jc.finding(_grade(settings, name), "PROCESS_MISSING", name, message, source="process table")
+    for name in settings.forbid_processes:
+        pids = [p.pid for p in alive if p.named(name) and system_uid(p.status.real_uid)]
+        if pids:
+            message = f"process {name} runs (pid {_first(str(pid) for pid in pids)}), and must not"
+            yield jc.finding(
+                _grade(settings, name), "PROCESS_FORBIDDEN", name, message, pid=pids[0], processes=len(pids)
+            )
+
+
 def _module_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
     if observed.modules_problem is not None:
         yield observed.modules_problem.finding(jc)
@@ -468,7 +517,8 @@ def _module_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSet
 
 
 def judge(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Verdict:
-    return Verdict((*_service_findings(observed, jc), *_module_findings(observed, jc)))
+    findings = (*_service_findings(observed, jc), *_process_findings(observed, jc), *_module_findings(observed, jc))
+    return Verdict(findings)
 
 
 # What a GPU cluster node runs (Slurm, munge, the NVIDIA daemons, time and remote access)

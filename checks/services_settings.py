@@ -28,6 +28,19 @@ class ServicesSettings(CheckSettings):
         description="kernel modules this node must have loaded",
         json_schema_extra=moved_from_node("kernel_modules"),
     )
+    # NHC's check_ps_service and check_ps_daemon (scripts/lbnl_ps.nhc) look for a process, not
+    # a unit: `check_ps_service -d rpc.statd nfslock` asks for rpc.statd, whatever the init system
+    # calls the service that starts it.
+    expect_processes: list[str] = Field(
+        default_factory=list,
+        description="processes that must run (process table, whatever the init system), owned by root,"
+        " a system account or one in process_users",
+    )
+    # NHC's check_ps_service -s, -k and -E, and check_ps_blacklist: the process must not run.
+    forbid_processes: list[str] = Field(
+        default_factory=list,
+        description="processes that must not run; only those owned by root or a system account count",
+    )
     severity: Grade = Field(default="CRITICAL", description="grade of a service that is not running")
     severities: dict[str, Grade] = Field(default_factory=dict, description="per-service grade, by unit name")
     process_names: dict[str, list[str]] = Field(
@@ -79,6 +92,14 @@ class ServicesSettings(CheckSettings):
             number = isinstance(account, int) and not isinstance(account, bool) and account >= 0
             if not number and not (isinstance(account, str) and _ACCOUNT.fullmatch(account)):
                 raise ValueError(f"process_users: {account!r} is not a user name or a uid")
+        return value
+
+    @field_validator("expect_processes", "forbid_processes")
+    @classmethod
+    def _process_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not name or "/" in name or "\0" in name or "\n" in name:
+                raise ValueError(f"{name!r} is not a process name (the command name or the executable's file name)")
         return value
 
     @field_validator("process_exe")

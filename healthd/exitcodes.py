@@ -22,7 +22,7 @@ EX_NO_MATCH = 1
 
 # sysexits.h
 EX_USAGE = 64  # the command line was wrong (argparse's own 2 would read as CRITICAL)
-EX_DATAERR = 65  # the input data was incorrect (a fleet report's accounting records)
+EX_DATAERR = 65  # the input was read but not all of it could be used (a fleet report's accounting, import-nhc's lines)
 EX_NOINPUT = 66  # an input it needs does not exist (no recorded pass to acknowledge)
 EX_UNAVAILABLE = 69  # a service it needs is not there (NVML)
 EX_SOFTWARE = 70  # an internal error: a bug

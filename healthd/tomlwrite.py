@@ -75,6 +75,18 @@ def value(item: Any) -> str:
     raise TypeError(f"cannot write {type(item).__name__} as TOML")
 
 
+# Longer than this, an array is written one item per line (TOML 1.0, "Array": arrays may span lines).
+WIDTH = 100
+
+
+def _assignment(name: str, item: Any) -> list[str]:
+    """``name = value``, or an array too long for one line as one item per line, for a person to review."""
+    line = f"{key(name)} = {value(item)}"
+    if len(line) <= WIDTH or not isinstance(item, (list, tuple)) or len(item) < 2:
+        return [line]
+    return [f"{key(name)} = [", *(f"    {value(v)}," for v in item), "]"]
+
+
 def _is_table_array(item: Any) -> bool:
     return isinstance(item, list) and bool(item) and all(isinstance(v, Mapping) for v in item)
 
@@ -93,7 +105,7 @@ def _body(path: list[str], table: Mapping[str, Any], out: list[str]) -> None:
     for name, item in table.items():
         if name == COMMENT_KEY or isinstance(item, Mapping) or (path == [] and name == "hosts"):
             continue
-        out.append(f"{key(name)} = {value(item)}")
+        out.extend(_assignment(name, item))
     for name, item in table.items():
         if name == COMMENT_KEY or not isinstance(item, Mapping):
             continue

@@ -6,13 +6,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from healthd.exitcodes import EX_CANTCREAT, EX_NOINPUT
+from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("nhc_conf", type=Path, metavar="NHC_CONF", help="the nhc.conf to convert")
     parser.add_argument(
         "-o", "--output", type=Path, help="write the TOML here (not overwriting a file) instead of to standard output"
+    )
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help=f"exit 0 even when some lines or options were not converted (otherwise {EX_DATAERR})",
     )
 
 
@@ -28,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     imported = convert(text)
     # The file's name is the user's: a newline in it must not end the comment.
     header = comment(
-        f"Converted by `healthd import-nhc` from {args.nhc_conf.name}: {imported.converted} check(s);"
-        f" {len(imported.notes)} note(s) printed when it ran. Review before deploying."
+        f"Converted by `healthd import-nhc` from {args.nhc_conf.name}: {imported.converted} check(s);\n"
+        f"{imported.lost} line(s) or option(s) not converted, printed when it ran. Review before deploying."
     )
     toml = "\n".join(header) + "\n" + dumps(imported.document)
     for note in imported.notes:
@@ -45,7 +50,14 @@ def run(args: argparse.Namespace) -> int:
             return EX_CANTCREAT
     print(
         f"healthd: converted {imported.converted} check(s) from {args.nhc_conf};"
-        f" {len(imported.notes)} line(s) or option(s) not converted (listed above)",
+        f" {imported.lost} line(s) or option(s) not converted (listed above)",
         file=sys.stderr,
     )
-    return 0
+    if imported.lost and not args.allow_partial:
+        print(
+            f"healthd: exit {EX_DATAERR}: NHC judges what the lines above say and this config does not;"
+            " review them, or accept with --allow-partial",
+            file=sys.stderr,
+        )
+        return EX_DATAERR
+    return EX_OK

@@ -91,6 +91,28 @@ def test_real_full_filesystem_warns(
     assert 0 <= space["details"]["free_percent"] < 10
 
 
+def test_usage_limits_judge_only_their_own_mounts_while_mounted(
+    tmpfs: Callable[[str, str], Path], write_config: Callable[[str], Path], cli_json: Any
+) -> None:
+    # NHC's check_fs_used judges the one mount it names and passes when it is not mounted
+    # (scripts/lbnl_fs.nhc); a full read-only image elsewhere is nobody's business.
+    limited, other = tmpfs("limited", "size=1m"), tmpfs("other", "size=1m")
+    for mount in (limited, other):
+        (mount / "fill").write_bytes(b"\0" * (1024 * 1024 - 8192))
+    body = f'[checks.mounts]\nexpect = [{{ path = "{other}", fstype = "tmpfs" }}]\n'
+    body += "include_root = false\nmin_free_percent = 0\nmin_free_inodes_percent = 0\n"
+    limits = f'{{ path = "{limited}", min_free_percent = 10 }}, {{ path = "/not/mounted", min_free_percent = 50 }}'
+    body += f"usage_limits = [{limits}]\n"
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    assert findings(doc, "mounts") == [("WARNING", "MOUNT_SPACE_LOW", str(limited))]
+    assert code == 1
+
+
+def test_a_mount_path_is_limited_once() -> None:
+    with pytest.raises(ValueError, match="/data is expected more than once"):
+        MountsSettings(usage_limits=[{"path": "/data"}, {"path": "/data/", "min_free_percent": 1}])
+
+
 # Errnos of a filesystem that is gone while still mounted: a dead client (docs: README, `mounts`).
 BROKEN = ("ENOTCONN", "ESTALE", "EIO", "ETIMEDOUT", "EHOSTDOWN", "ENODEV")
 

@@ -73,6 +73,6 @@ def test_import_nhc_writes_toml_for_any_mount_path_and_file_name(
     conf.write_text("* || check_fs_mount_rw -f /data/\U0001f600\n* || check_fs_mount_rw -f /x\x01y\n")
     code, out, _ = cli("import-nhc", str(conf))
     assert code == 0
-    assert tomllib.loads(out) == {
-        "checks": {"mounts": {"expect": [{"path": "/data/\U0001f600", "rw": True}, {"path": "/x\x01y", "rw": True}]}}
-    }
+    expect = [{"path": "/data/\U0001f600", "rw": True}, {"path": "/x\x01y", "rw": True}]
+    mounts = tomllib.loads(out)["checks"]["mounts"]
+    assert mounts == {"expect": expect, "min_free_percent": 0.0, "min_free_inodes_percent": 0.0}
