@@ -345,6 +345,9 @@ def _cpuinfo(ctx: _Context, target: _Target) -> None:
     """``check_hw_cpuinfo [sockets] [cores] [threads]`` (scripts/lbnl_hw.nhc): the counts NHC reads."""
     if not 1 <= len(ctx.args) <= 3 or not all(arg.isdigit() for arg in ctx.args):
         raise _Skip("expected up to three whole numbers: sockets, cores, threads")
+    if "0" in (arg.lstrip("0") or "0" for arg in ctx.args):
+        # NHC compares each given count with the node's (`-ne`): 0 fails every running node.
+        raise _Skip("a count of 0 matches no running node (NHC would fail every node with it)")
     sockets, cores, threads = ([int(arg) for arg in ctx.args] + [0, 0])[:3]
     table = target.table("host")
     table["expect_sockets"] = sockets

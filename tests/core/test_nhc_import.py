@@ -501,3 +501,14 @@ def test_whatever_it_converts_is_a_valid_config(lines: list[tuple[str, str, list
     for tables in [document["checks"], *(host["checks"] for host in document.get("hosts", []))]:
         for name, table in tables.items():
             models[name].model_validate(table)
+
+
+def test_a_cpu_count_of_zero_is_refused_not_written(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
+    """Found by the property below: `check_hw_cpuinfo 0` fails every node in NHC, and healthd's
+    `expect_sockets` must be at least 1, so the line is refused with the reason."""
+    conf = tmp_path / "nhc.conf"
+    conf.write_text("* || check_hw_cpuinfo 0\n* || check_hw_cpuinfo 2 0 64\n")
+    code, err = _import(cli, conf, tmp_path / "out.toml")
+    assert code == 65, err
+    assert err.count("matches no running node") == 2
+    assert "expect_sockets" not in (tmp_path / "out.toml").read_text()
