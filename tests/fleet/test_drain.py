@@ -16,9 +16,9 @@ from healthd.nodestate import NodeInfo, PartitionView
 PREFIX = "healthd:"
 
 
-def _verdict(node: str, q: float) -> Verdict:
-    signals = NodeSignals(node, 9, ("XID_79",), 2, 1, 40, 3, 1.0, 0)
-    return Verdict(signals, q, 1.0, q, True)
+def _verdict(node: str, q: float, incident_evidence: bool = True) -> Verdict:
+    signals = NodeSignals(node, 9, ("XID_79",), 2, 1, 40, 3, 1.0, 0, 0, 0, 3, 1.0, 2, "alice", 2, 0.5)
+    return Verdict(signals, q, 1.0, q, True, incident_evidence)
 
 
 def _node(name: str, flags: str = "", reason: str = "", partition: str = "batch") -> NodeInfo:
@@ -53,6 +53,22 @@ def test_the_plan_drains_in_rank_order_up_to_the_breaker_and_leaves_others_alone
     assert why["n2"].startswith("held by the circuit breaker: partition batch: 2 of its 10 nodes out by healthd")
     assert steps[0].reason.startswith("healthd: LEMON 9 incidents, 3/40 runs failed, score ")
     assert len(steps[0].reason) <= 64
+
+
+@pytest.mark.parametrize("silent", [False, True])
+def test_a_silent_lemon_is_drained_only_when_asked_for(silent: bool) -> None:
+    """Flagged on job failures alone, with no incident of its own beyond the fleet's: job failures are
+    what users can cause, so its drain needs ``--drain-silent``. The lemon with incidents behind it goes."""
+    table = {name: _node(name) for name in ("n1", "n2")}
+    views = {"batch": PartitionView("batch", 10, ())}
+    lemons = [_verdict("n1", 1e-9, incident_evidence=False), _verdict("n2", 1e-8)]
+    steps = plan_drains(lemons, table, views, PREFIX, PolicySettings(max_out_fraction=0.5), 0.0, silent)
+    assert [(s.node, s.drain) for s in steps] == [("n1", silent), ("n2", True)]
+    if not silent:
+        assert (
+            steps[0].why.startswith("a silent lemon: flagged on job failures alone")
+            and "--drain-silent" in steps[0].why
+        )
 
 
 def _lemon_files(tmp_path: Path, names: tuple[str, ...]) -> tuple[Path, Path, tuple[str, ...]]:
