@@ -120,8 +120,8 @@ class Verdict:
     p_failures: float
     q_value: float  # Benjamini-Hochberg adjusted
     flagged: bool
-    # The node's own incidents alone are beyond the fleet's (p_incidents <= alpha): what
-    # ``lemons --drain`` needs, unless told to drain silent lemons too.
+    # The incident test alone flags the node (its own incidents, Benjamini-Hochberg at
+    # alpha): what ``lemons --drain`` needs, unless told to drain silent lemons too.
     incident_evidence: bool = False
     why: tuple[str, ...] = ()  # what the guarded test set aside or lacked, for people
 
@@ -290,9 +290,11 @@ def detect(
         p_incidents = [upper_tail(s.out_count, mean, size) if s.out_count >= least else 1.0 for s in signals]
         combined = [min(1.0, 2 * min(a, b)) for a, b in zip(p_incidents, p_failures)]
         q_values = benjamini_hochberg(combined)
+        # Incident evidence: the incident test alone, at the same false discovery rate, flags it.
+        q_incidents = benjamini_hochberg(p_incidents)
         verdicts = [
-            Verdict(s, a, b, q, fleet_ok and q <= alpha, a <= alpha, why)
-            for s, a, b, q, why in zip(signals, p_incidents, p_failures, q_values, notes)
+            Verdict(s, a, b, q, fleet_ok and q <= alpha, fleet_ok and qi <= alpha, why)
+            for s, a, b, q, qi, why in zip(signals, p_incidents, p_failures, q_values, q_incidents, notes)
         ]
         now_flagged = frozenset(v.node for v in verdicts if v.flagged)
         if now_flagged == flagged and not poisson_only:

@@ -119,7 +119,7 @@ class LemonOut(_Strict):
     node: str
     score: float = Field(description="-log10 of the Benjamini-Hochberg adjusted p-value")
     incident_evidence: bool = Field(
-        description="its own incidents alone are beyond the fleet's; false: a silent lemon (lemons --drain-silent)"
+        description="the incident test alone flags it; false: a silent lemon (lemons --drain-silent)"
     )
     why: list[str] = Field(description="evidence the test set aside or lacked")
     signals: Signals

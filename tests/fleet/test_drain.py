@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -71,11 +72,13 @@ def test_a_silent_lemon_is_drained_only_when_asked_for(silent: bool) -> None:
         )
 
 
-def _lemon_files(tmp_path: Path, names: tuple[str, ...]) -> tuple[Path, Path, tuple[str, ...]]:
-    """A synthetic fleet whose incident lemons are renamed to ``names`` (nodes of the test cluster)."""
-    fleet = synth.plant(synth.FleetSpec(incident_lemons=len(names), silent_lemons=0, lemon_factor=25, seed=4))
+def _lemon_files(tmp_path: Path, names: tuple[str, ...], silent: bool = False) -> tuple[Path, Path, tuple[str, ...]]:
+    """A synthetic fleet whose incident (or silent) lemons are renamed to ``names`` (nodes of the test cluster)."""
+    count = len(names)
+    spec = synth.FleetSpec(incident_lemons=0 if silent else count, silent_lemons=count if silent else 0, seed=4)
+    fleet = synth.plant(replace(spec, lemon_factor=25))
     jobs, events = "\n".join(synth.job_lines(fleet)), "\n".join(synth.event_lines(fleet))
-    for lemon, name in zip(fleet.incident_lemons, names):
+    for lemon, name in zip(fleet.silent_lemons if silent else fleet.incident_lemons, names):
         jobs, events = jobs.replace(f"|{lemon}|", f"|{name}|"), events.replace(f"|{lemon}|", f"|{name}|")
     jobs_file, events_file = tmp_path / "jobs.txt", tmp_path / "events.txt"
     jobs_file.write_text(jobs + "\n")
@@ -110,6 +113,24 @@ def test_lemons_drain_on_the_real_cluster_dry_run_first_and_within_the_breaker(
     code, out, _ = cli("fleet", "lemons", *inputs, "--drain", "--apply")
     assert f"not drained {first}: already out as a lemon" in out
     assert cluster.state(other) == "idle"
+
+
+def test_a_silent_lemon_on_the_real_cluster_waits_for_drain_silent(
+    cluster: Any, write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    config = write_config("", slurm_cluster=cluster.conf)
+    jobs, events, _ = _lemon_files(tmp_path, ("node3",), silent=True)
+    inputs = ("--jobs", str(jobs), "--events", str(events), "--config", str(config), "--drain")
+
+    code, out, err = cli("fleet", "lemons", *inputs, "--apply")
+    assert code == 0, err
+    assert "not drained node3: a silent lemon: flagged on job failures alone" in out
+    assert cluster.state("node3") == "idle"
+
+    code, out, err = cli("fleet", "lemons", *inputs, "--drain-silent")
+    assert code == 0, err
+    assert "would drain node3: drain [healthd: LEMON " in out
+    assert cli("fleet", "lemons", "--jobs", str(jobs), "--events", str(events), "--drain-silent")[0] == 64
 
 
 @pytest.mark.parametrize("apply", [False, True])
