@@ -8,12 +8,12 @@ window, where the most a forged record can claim is an exclusion or a pin. It is
 
 - a line that does not start with a Slurm job id continues the record before it
   (a newline inside a submit line);
-- the records of every job id whose line excludes nodes are counted over the whole
-  input (a second pass), and the exclusion is believed only when that count equals
+- the records of every job id whose line excludes or pins nodes are counted over the whole
+  input (a second pass), and its line is believed only when that count equals
   the job's runs in the jobs input. A forged record for a job adds one more record
   than the job has runs, and is left out with the job's true one: a user cannot put
   an exclusion or a pin on a job, nor one in the name of another's (a pin takes a
-  job's runs out of the failure evidence, docs/fleet.md "Pinned runs").
+  job's runs out of the failure evidence, docs/fleet.md "Evidence a user cannot make").
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional
 
-from healthd.fleet.hosts import excluded, pinned
+from healthd.fleet.hosts import choices
 from healthd.fleet.sacct import InputSummary, LineTally, is_job_id, open_table, submit_command
 
 SUBMIT_COLUMNS = ("JobID", "SubmitLine")
@@ -43,11 +43,6 @@ class Exclusions:
     jobs: dict[str, Choice]
     records: dict[str, int]  # records of each of those job ids in the input
     tally: LineTally
-
-    def pinned(self, job_id: str) -> bool:
-        """Whether the job's line pins it (to be settled: ``settle`` may still reject the line)."""
-        choice = self.jobs.get(job_id)
-        return choice is not None and choice.pinned
 
 
 def _records(lines: Iterable[str], source: str, tally: LineTally) -> Iterator[tuple[int, str, str]]:
@@ -76,9 +71,9 @@ def read_exclusions(passes: Callable[[], Iterable[str]], source: str) -> Exclusi
     for number, job_id, text in _records(passes(), source, tally):
         tally.records += 1
         if job_id not in jobs:
-            choice = Choice(number, excluded(text), pinned(text))
-            if choice.excluded or choice.pinned:
-                jobs[job_id] = choice
+            nodes, pins = choices(text)
+            if nodes or pins:
+                jobs[job_id] = Choice(number, nodes, pins)
     records = dict.fromkeys(jobs, 0)
     for _, job_id, _ in _records(passes(), source, LineTally(source)):
         if job_id in records:

@@ -47,7 +47,14 @@ def test_the_four_job_accounting_fixture_flags_nothing_and_says_why() -> None:
         ("sbatch -w ./my-nodes run.sh", True),  # a file of names: still the user's choice
         ("sbatch --nodefile=./my-nodes run.sh", True),
         ("sbatch -F my-nodes run.sh", True),
+        (f"sbatch -vw {TARGET} run.sh", True),  # -v takes no argument: getopt reads -v -w
+        (f"srun -Qvw{TARGET} false", True),
+        (f"sbatch --nodel={TARGET} run.sh", True),  # getopt_long takes an unambiguous prefix
+        ("sbatch --nodef my-nodes run.sh", True),
         ("sbatch --wrap 'exit 1' -N 1", False),
+        ("sbatch -Nw run.sh", False),  # -N takes the rest of the word: -N w
+        ("sbatch --node=2 run.sh", False),  # --node is also --nodes': getopt_long refuses it
+        ("sbatch --nodes 2 run.sh", False),
         ("sbatch -x gpu0199 run.sh", False),
         ("sbatch --exclude=gpu0199 --wckey=w run.sh", False),
     ],
