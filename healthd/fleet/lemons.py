@@ -228,9 +228,9 @@ def _failure_test(s: NodeSignals, floors: Optional[Floors]) -> tuple[float, tupl
 
     Plain (no floors): every single-node run against its user's rate. Guarded: the runs
     not pinned to the node, with at least ``min_failures`` failed, tested whole and with
-    the user of the largest excess left out; the larger p-value counts. Leaving out the
-    most extreme user can only raise the p-value, so the guarded test is never bolder
-    than the plain one, and a node flagged by it fails the jobs of at least two users.
+    the user of the largest excess left out; the larger p-value counts, so leaving out
+    a user never makes the test bolder, and a node flagged by it fails the jobs of at
+    least two users (with one, nothing is left to test).
     """
     if floors is None:
         return upper_tail(s.single_node_failures, s.expected_single_node_failures), ()
@@ -247,7 +247,10 @@ def _failure_test(s: NodeSignals, floors: Optional[Floors]) -> tuple[float, tupl
             )
         return 1.0, tuple(notes)
     whole = upper_tail(s.counted_failures, s.counted_expected)
-    rest = upper_tail(s.counted_failures - s.top_user_failures, max(0.0, s.counted_expected - s.top_user_expected))
+    # The others' failures have positive rates behind them, so their expectation is positive;
+    # should rounding leave none, the rest is no evidence rather than infinite evidence.
+    rest_mean = s.counted_expected - s.top_user_expected
+    rest = upper_tail(s.counted_failures - s.top_user_failures, rest_mean) if rest_mean > 0 else 1.0
     if rest > whole and s.top_user_failures:
         notes.append(
             f"{s.top_user_failures} of its {s.counted_failures} counted failures are one user's ({s.top_user}): "
