@@ -25,6 +25,7 @@ from healthd.cli import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
 
 DEFAULT_LIVE_SINCE = "30d"
+MAX_FLOOR = 1_000_000  # beyond any fleet's nodes, days, incidents or failures of one node
 LIVE_TIMEOUT = 300.0
 
 
@@ -45,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lemons.add_argument("--json", action="store_true", help="print the lemon nodes (and drain steps) as JSON")
     lemons.add_argument("--drain", action="store_true", help="drain the flagged nodes (a dry run without --apply)")
     lemons.add_argument("--apply", action="store_true", help="with --drain: really send the drains")
+    lemons.add_argument(
+        "--drain-silent",
+        action="store_true",
+        help="with --drain: drain silent lemons too (flagged on job failures alone, no incident evidence)",
+    )
 
 
 def _inputs(parser: argparse.ArgumentParser) -> None:
@@ -69,6 +75,15 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-overhead", default="10m", metavar="DUR", help="for expected ETTR (10m)")
     parser.add_argument("--gpus-per-node", type=int, metavar="N", help="default: the most common among the runs")
     parser.add_argument("--alpha", type=float, default=0.05, help="false discovery rate of the lemon test (0.05)")
+    # The floors' defaults are healthd.fleet.lemons.Floors' (not imported here: building the
+    # command line must not load the fleet package, see test_check_once_imports_nothing_of_the_fleet).
+    for option, kind, metavar, what in (
+        ("--min-nodes", int, "N", "nodes observed in the fleet"),
+        ("--min-days", float, "DAYS", "days in the window"),
+        ("--min-incidents", int, "N", "incidents of a node for its incident test"),
+        ("--min-failures", int, "N", "counted failed runs of a node for its failure test"),
+    ):
+        parser.add_argument(option, type=kind, metavar=metavar, help=f"lemon evidence floor: {what} (docs/fleet.md)")
     parser.add_argument(
         "--cause", action="append", default=[], metavar="PREFIX", help="another reason prefix that is a cause (repeat)"
     )
@@ -96,6 +111,27 @@ def _when(text: Optional[str], now: float, option: str) -> Optional[float]:
         raise _Usage(str(exc).replace("--since", option)) from None
 
 
+def _floors(args: argparse.Namespace) -> Any:
+    """The lemon test's floors: the defaults, with the ones given on the command line."""
+    from healthd.fleet.lemons import Floors
+
+    given = {
+        name: value
+        for name, value in (
+            ("min_nodes", args.min_nodes),
+            ("min_days", args.min_days),
+            ("min_incidents", args.min_incidents),
+            ("min_failures", args.min_failures),
+        )
+        if value is not None
+    }
+    for name, value in given.items():
+        low = 0 if name == "min_days" else 1
+        if not low <= value <= MAX_FLOOR:
+            raise _Usage(f"--{name.replace('_', '-')} {value:g}: must be between {low} and {MAX_FLOOR}")
+    return Floors(**given)
+
+
 def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
     from healthd.fleet.analyze import FleetSettings
     from healthd.fleet.causes import DEFAULT_CAUSES, CauseRules
@@ -104,6 +140,7 @@ def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
         raise _Usage(f"--alpha {args.alpha:g}: must be between 0 and 1")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise _Usage(f"--gpus-per-node {args.gpus_per_node}: must be at least 1")
+    floors = _floors(args)
     since = _when(args.since if args.since is not None or not args.live else DEFAULT_LIVE_SINCE, now, "--since")
     until = _when(args.until, now, "--until")
     if since is not None and since >= (now if until is None else until):
@@ -120,6 +157,7 @@ def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
         alpha=args.alpha,
         since=since,
         until=until,
+        floors=floors,
     )
 
 
@@ -202,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
         config = _load_config(args) if (args.live or args.config or getattr(args, "drain", False)) else None
         if getattr(args, "apply", False) and not args.drain:
             raise _Usage("--apply only goes with --drain")
+        if getattr(args, "drain_silent", False) and not args.drain:
+            raise _Usage("--drain-silent only goes with --drain")
         report = _report(args, config, now)
     except (_Usage, FleetInputError, SlurmError) as exc:
         print(f"healthd fleet: {exc}", file=sys.stderr)
@@ -237,7 +277,7 @@ def _print_report(args: argparse.Namespace, report: Any) -> int:
 
 
 def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> int:
-    from healthd.fleet.render import document
+    from healthd.fleet.render import document, lemon_lines
     from healthd.text import one_line
 
     lemons = report.lemons
@@ -250,15 +290,17 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
         client = SlurmClient(config.slurm)
         try:
             nodes, views = read_cluster(client, [verdict.node for verdict in lemons], prefix)
-            steps = plan_drains(lemons, nodes, views, prefix, config.policy, now)
+            steps = plan_drains(lemons, nodes, views, prefix, config.policy, now, args.drain_silent)
             if args.apply:
                 steps = apply_drains(steps, client, prefix, config.policy)
         except SlurmError as exc:
             print(f"healthd fleet: {exc}", file=sys.stderr)
             return EX_UNAVAILABLE
     if args.json:
+        full = document(report)
         out = {
-            "lemon_nodes": document(report)["lemon_nodes"],
+            "lemon_nodes": full["lemon_nodes"],
+            "lemon_test": full["lemon_test"],
             "drain": [
                 {"node": s.node, "reason": s.reason, "drain": s.drain, "why": s.why, "applied": bool(args.apply)}
                 for s in steps
@@ -279,6 +321,8 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
             f"(expected {s.expected_single_node_failures:.1f})  failures caused {s.single_node_failures_caused}+"
             f"{s.multi_node_failures_caused}  xids {','.join(s.xids) or '-'}"
         )
+    for line in lemon_lines(report):
+        print(line.strip())
     for step in steps:
         verb = ("drained" if args.apply else "would drain") if step.drain else "not drained"
         print(f"{verb} {one_line(step.node, 40)}: {one_line(step.why, 200)} [{step.reason}]")

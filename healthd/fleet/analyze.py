@@ -12,7 +12,9 @@ number of runs. The rules are the study's (docs/fleet.md):
   its attributed failures; r_f is fitted over all GPU runs (``reliability``);
 - every run counts, requeued runs included (sacct -D prints each);
 - a cause that hit many nodes at once is one shared incident, counted against
-  none of them (``causes.shared_incidents``).
+  none of them (``causes.shared_incidents``);
+- a single-node run whose submit line pinned it to its node (``-w``) is the user's
+  choice: it is kept apart (``pinned``) and is no failure evidence against the node.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from healthd.fleet.causes import (
     shared_incidents,
 )
 from healthd.fleet.hosts import expand
-from healthd.fleet.lemons import Baseline, NodeSignals, Verdict, detect
+from healthd.fleet.lemons import Baseline, Floors, HeldBack, NodeSignals, Verdict, detect, held_back
 from healthd.fleet.reliability import (
     PROJECTION_GPUS,
     Bucket,
@@ -63,6 +65,10 @@ from healthd.hostlist import HostlistError
 FAILED_PREFIXES = ("FAILED", "NODE_FAIL")
 DEFAULT_GPUS_PER_NODE = 8
 _XID = re.compile(r"S?XID_\d+")
+NO_SUBMIT_LINES = (
+    "no submit lines: runs pinned to a node (-w) cannot be told apart and count as failure evidence "
+    "(the test still leaves out the user who contributed most)"
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,7 @@ class FleetSettings:
     until: Optional[float] = None
     shared_window: float = SHARED_WINDOW  # cause events on many nodes this close are one shared incident
     shared_nodes: int = SHARED_NODES  # "many": more than this
+    floors: Floors = field(default_factory=Floors)  # the least evidence the lemon test flags on
 
 
 @dataclass(frozen=True)
@@ -134,6 +141,9 @@ class FleetReport:
     shared: tuple[SharedIncident, ...] = ()
     submit_lines: Optional[InputSummary] = None  # None: no submit-line input, no exclusion signal
     warnings: tuple[str, ...] = ()
+    lemon_floor: tuple[str, ...] = ()  # why the fleet or window is too small to flag any node
+    lemon_notes: tuple[str, ...] = ()  # what else the lemon test could not see
+    held_back: tuple[HeldBack, ...] = ()  # nodes the plain test flags and the guarded one does not
 
     @property
     def lemons(self) -> tuple[Verdict, ...]:
@@ -227,6 +237,10 @@ class _Jobs:
     by_size: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     # (node, user, partition) -> [single-node runs, their failures]: one dict operation per run, summed later.
     single: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    # The same for the runs pinned to their node by their submit lines (-w): no failure evidence.
+    pinned: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
+    # The same per job whose line pins it, until the submit lines are settled (``_settle_choices``).
+    held: dict[str, dict[tuple[str, str, str], list[int]]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
     multi_lists: set[str] = field(default_factory=set)
     attributed: list[Attributed] = field(default_factory=list)
@@ -348,8 +362,9 @@ def _read_jobs(
     since, until = settings.since, settings.until
     split = table.split
     by_size, single, multi_lists = jobs.by_size, jobs.single, jobs.multi_lists
-    # Runs of the jobs whose submit line excludes nodes: [in the input, used].
+    # Runs of the jobs whose submit line excludes or pins nodes: [in the input, used].
     excluding: dict[str, list[int]] = {} if exclusions is None else {job: [0, 0] for job in exclusions.jobs}
+    pins = frozenset() if exclusions is None else frozenset(j for j, c in exclusions.jobs.items() if c.pinned)
     names: dict[str, str] = {}
     first = last = None
     for number, line in table.rows:
@@ -417,7 +432,9 @@ def _read_jobs(
             # Per partition too: a debug partition's short test runs fail far more often than
             # the same user's production runs, and are no evidence against its nodes.
             key = (node_list, fields[i_user], fields[i_partition] if i_partition is not None else "")
-            counts = single.get(key)
+            # A pinned job's runs wait apart until its submit line is believed (``settle``).
+            into = jobs.held.setdefault(job_id, {}) if job_id in pins else single
+            counts = into.get(key)
             if counts is None:
                 # Each line's fields are new strings: a key keeps one shared copy of each name
                 # (millions of keys, a few thousand names).
@@ -426,23 +443,79 @@ def _read_jobs(
                     names.setdefault(key[1], key[1]),
                     names.setdefault(key[2], key[2]),
                 )
-                counts = single[key] = [0, 0]
+                counts = into[key] = [0, 0]
             counts[0] += 1
             if failed:
                 counts[1] += 1
         else:
             multi_lists.add(node_list)
     if exclusions is not None:
-        for name, runs in settle(exclusions, excluding):
-            jobs.node(name).excluded_by += runs
+        _settle_choices(jobs, exclusions, excluding)
     jobs.first, jobs.last = first, last
     jobs.runs = tally.records
     return jobs
 
 
+def _merge(into: dict[tuple[str, str, str], list[int]], counts: dict[tuple[str, str, str], list[int]]) -> None:
+    for key, (runs, fails) in counts.items():
+        total = into.setdefault(key, [0, 0])
+        total[0] += runs
+        total[1] += fails
+
+
+def _settle_choices(jobs: _Jobs, exclusions: Exclusions, runs: dict[str, list[int]]) -> None:
+    """Count the believed exclusions; move the believed pins' runs to ``pinned``, the others' back to ``single``."""
+    for job_id, choice, used in settle(exclusions, runs):
+        for name in choice.excluded:
+            jobs.node(name).excluded_by += used
+        if choice.pinned:
+            _merge(jobs.pinned, jobs.held.pop(job_id, {}))
+    for held in jobs.held.values():  # a pin whose line was rejected: its runs count as any other's
+        _merge(jobs.single, held)
+    jobs.held.clear()
+
+
+Rows = list[tuple[tuple[str, str], int, int]]  # ((user, partition), runs, failures) of one node
+
+
+def _rates(*tables: dict[tuple[str, str, str], list[int]]) -> tuple[dict[tuple[str, str], float], dict[str, Rows]]:
+    """Each (user, partition)'s failure rate over the tables' runs, and each node's rows."""
+    users: dict[tuple[str, str], list[int]] = {}
+    per_node: dict[str, Rows] = {}
+    for table in tables:
+        for (name, user, partition), (runs, fails) in table.items():
+            total = users.setdefault((user, partition), [0, 0])
+            total[0] += runs
+            total[1] += fails
+            per_node.setdefault(name, []).append(((user, partition), runs, fails))
+    return {key: fails / runs for key, (runs, fails) in users.items() if runs}, per_node
+
+
+def _by_user(rows: Rows, rates: dict[tuple[str, str], float]) -> tuple[int, float, int, tuple[str, int, float]]:
+    """A node's counted failures, their expectation, the users who failed there, and its top user.
+
+    The top user is the one whose failures exceed their expectation most (a user's
+    partitions together): the contributor ``lemons._failure_test`` leaves out.
+    """
+    users: dict[str, list[float]] = {}
+    for (user, partition), runs, fails in rows:
+        entry = users.setdefault(user, [0, 0.0])
+        entry[0] += fails
+        entry[1] += runs * rates.get((user, partition), 0.0)
+    failures = int(sum(f for f, _ in users.values()))
+    expected = sum(e for _, e in users.values())
+    failing = sum(1 for f, _ in users.values() if f)
+    if not failing:
+        return failures, expected, 0, ("", 0, 0.0)
+    top, (top_failures, top_expected) = max(
+        users.items(), key=lambda item: (item[1][0] - item[1][1], item[1][0], item[0])
+    )
+    return failures, expected, failing, (top, int(top_failures), top_expected)
+
+
 def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     """Per-node signals over every node seen in a run or an event."""
-    fleet = {name for name, _, _ in jobs.single} | set(jobs.nodes) | events.nodes
+    fleet = {name for name, _, _ in jobs.single} | {name for name, _, _ in jobs.pinned} | set(jobs.nodes) | events.nodes
     for node_list in jobs.multi_lists:
         try:
             fleet.update(expand(node_list))
@@ -453,20 +526,17 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     xids: dict[str, set[str]] = {}
     for incident in own:
         xids.setdefault(incident.node, set()).update(c for c in incident.codes if _XID.fullmatch(c))
-    # p_u is estimated per (user, partition): its runs in one partition share a purpose.
-    users: dict[tuple[str, str], list[int]] = {}
-    per_node: dict[str, list[tuple[tuple[str, str], int, int]]] = {}
-    for (name, user, partition), (runs, fails) in jobs.single.items():
-        total = users.setdefault((user, partition), [0, 0])
-        total[0] += runs
-        total[1] += fails
-        per_node.setdefault(name, []).append(((user, partition), runs, fails))
-    rates = {key: fails / runs for key, (runs, fails) in users.items() if runs}
+    # p_u is estimated per (user, partition): its runs in one partition share a purpose. The
+    # plain test's rates count every run; the evidence's count the runs not pinned.
+    rates, per_node = _rates(jobs.single, jobs.pinned)
+    counted_rates, counted = _rates(jobs.single)
+    _, pinned = _rates(jobs.pinned)
     signals = []
     empty = _Node()
     for name in sorted(fleet):
         node = jobs.nodes.get(name, empty)
         rows = per_node.get(name, [])
+        failures, expected, failing, (top, top_failures, top_expected) = _by_user(counted.get(name, []), counted_rates)
         signals.append(
             NodeSignals(
                 node=name,
@@ -478,6 +548,14 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
                 single_node_failures=sum(fails for _, _, fails in rows),
                 expected_single_node_failures=sum(runs * rates.get(key, 0.0) for key, runs, _ in rows),
                 excluded_by_jobs=node.excluded_by,
+                pinned_runs=sum(runs for _, runs, _ in pinned.get(name, [])),
+                pinned_failures=sum(fails for _, _, fails in pinned.get(name, [])),
+                counted_failures=failures,
+                counted_expected=expected,
+                failing_users=failing,
+                top_user=top,
+                top_user_failures=top_failures,
+                top_user_expected=top_expected,
             )
         )
     return signals
@@ -526,14 +604,20 @@ def analyze(
     buckets = read_jobs.buckets()
     rate = fit_rate(buckets)
     checkpoint_hours, restart_hours = settings.checkpoint_interval / 3600, settings.restart_overhead / 3600
-    verdicts, base = detect(_signals(read_jobs, read_events), settings.alpha)
     ends = [t for t in (read_jobs.last, read_events.last) if t is not None]
+    start = settings.since if settings.since is not None else read_jobs.first
+    end = settings.until if settings.until is not None else (max(ends) if ends else None)
+    days = (end - start) / 86400 if start is not None and end is not None else 0.0
+    signals = _signals(read_jobs, read_events)
+    verdicts, base = detect(signals, settings.alpha, settings.floors, days)
+    plain, _ = detect(signals, settings.alpha)
+    notes = () if exclusions is not None else (NO_SUBMIT_LINES,)
     return FleetReport(
         settings=settings,
         jobs=read_jobs.tally.summary(),
         events=read_events.summary,
-        start=settings.since if settings.since is not None else read_jobs.first,
-        end=settings.until if settings.until is not None else (max(ends) if ends else None),
+        start=start,
+        end=end,
         runs=read_jobs.runs,
         failed_runs=read_jobs.failed,
         gpus_per_node=per_node,
@@ -550,4 +634,7 @@ def analyze(
         shared=tuple(read_events.shared),
         submit_lines=summary(exclusions),
         warnings=tuple(warnings),
+        lemon_floor=settings.floors.fleet_notes(len(signals), days),
+        lemon_notes=notes,
+        held_back=held_back(plain, verdicts),
     )

@@ -4,7 +4,8 @@
 flagged node (``SlurmClient.node``) and its partitions' groups (the breaker's sinfo
 read), never the whole node table. ``plan_drains`` is pure: from the ranked
 verdicts, the nodes and the partitions it decides, most suspicious first, which
-nodes to drain and why the others are left alone (unknown to Slurm, already out,
+nodes to drain and why the others are left alone (a silent lemon, flagged on job
+failures alone, unless silent lemons are asked for; unknown to Slurm, already out,
 someone else's reason, a pending reboot, or the partition's
 ``[policy].max_out_fraction`` of nodes out by healthd already reached, counting the
 drains planned before). ``apply_drains`` sends them, then, like the node agent
@@ -27,6 +28,12 @@ from healthd.reasons import is_lemon, lemon_reason, owned
 from healthd.slurm import SlurmClient, SlurmError, SlurmNotFound
 
 Views = dict[str, PartitionView]
+# Job failures are what users can cause (a broken job, a node chosen with -w, two accounts
+# of one person): a drain on them alone needs the operator's explicit word.
+SILENT = (
+    "a silent lemon: flagged on job failures alone, without incident evidence (healthd's or Slurm's events); "
+    "drained only with --drain-silent"
+)
 
 
 @dataclass(frozen=True)
@@ -77,12 +84,19 @@ def plan_drains(
     prefix: str,
     policy: PolicySettings,
     now: float,
+    silent: bool = False,
 ) -> list[DrainStep]:
-    """The drains to send, most suspicious first, each within the circuit breaker given those before it."""
+    """The drains to send, most suspicious first, each within the circuit breaker given those before it.
+
+    A lemon without incident evidence (``Verdict.incident_evidence``) is left alone unless ``silent``.
+    """
     views = dict(views)
     steps = []
     for verdict in lemons:
         reason = lemon_reason(prefix, summary(verdict))
+        if not (verdict.incident_evidence or silent):
+            steps.append(DrainStep(verdict.node, reason, False, SILENT))
+            continue
         node = table.get(verdict.node)
         if node is None:
             steps.append(DrainStep(verdict.node, reason, False, "not a node slurmctld knows"))

@@ -95,6 +95,8 @@ def document(report: FleetReport) -> dict[str, Any]:
             {
                 "node": v.node,
                 "score": round(v.score, 3),
+                "incident_evidence": v.incident_evidence,
+                "why": list(v.why),
                 "signals": {
                     **v.signals.to_dict(),
                     "p_incidents": v.p_incidents,
@@ -104,6 +106,7 @@ def document(report: FleetReport) -> dict[str, Any]:
             }
             for v in report.lemons
         ],
+        "lemon_test": lemon_test(report),
         "baseline": {
             "nodes": report.baseline.nodes,
             "incidents_per_node": round(report.baseline.mean, 4),
@@ -116,6 +119,40 @@ def document(report: FleetReport) -> dict[str, Any]:
         ],
         "other_events": report.other_events,
     }
+
+
+def lemon_test(report: FleetReport) -> dict[str, Any]:
+    """The floors, what kept the test from flagging, and the nodes it held back (docs/fleet.md)."""
+    floors = report.settings.floors
+    return {
+        "floors": {
+            "min_nodes": floors.min_nodes,
+            "min_days": floors.min_days,
+            "min_incidents": floors.min_incidents,
+            "min_failures": floors.min_failures,
+        },
+        "below_floors": list(report.lemon_floor),
+        "notes": list(report.lemon_notes),
+        "held_back": [
+            {"node": h.node, "plain_q_value": h.plain_q, "q_value": h.q_value, "why": list(h.why)}
+            for h in report.held_back
+        ],
+    }
+
+
+def lemon_lines(report: FleetReport) -> list[str]:
+    """For people: why nothing could be flagged, what the test could not see, and the nodes it held back."""
+    lines = [f"  {note}: no node is flagged" for note in report.lemon_floor]
+    lines.extend(f"  {note}" for note in report.lemon_notes)
+    for held in report.held_back[:TABLE_LEMONS]:
+        why = "; ".join(held.why) or "the fleet or window is below the floors"
+        lines.append(
+            f"  not flagged {one_line(held.node, 40)} (flagged without the guards, q {held.plain_q:.2g}): "
+            f"{one_line(why, 400)}"
+        )
+    if len(report.held_back) > TABLE_LEMONS:
+        lines.append(f"  ... and {len(report.held_back) - TABLE_LEMONS} more held back (--json lists all)")
+    return lines
 
 
 def _hours(value: Optional[float]) -> str:
@@ -317,4 +354,5 @@ def table(report: FleetReport) -> str:
         return "\n".join(lines) + "\n"
     lines += ["", *table_text(bucket_table(report)), "", *rate_lines(report), "", *table_text(cause_table(report))]
     lines += ["", *table_text(lemon_table(report), key=True)]
+    lines.extend(lemon_lines(report))
     return "\n".join(lines) + "\n"

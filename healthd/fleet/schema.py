@@ -98,6 +98,12 @@ class Signals(_Strict):
     single_node_failure_rate: Optional[float]
     expected_single_node_failures: float = Field(ge=0)
     excluded_by_jobs: int = Field(ge=0)
+    pinned_runs: int = Field(ge=0, description="single-node runs pinned to the node by their submit lines (-w)")
+    pinned_failures: int = Field(ge=0, description="of those, failed: no evidence against the node")
+    counted_failures: int = Field(ge=0, description="failed single-node runs not pinned: the failure evidence")
+    counted_expected: float = Field(ge=0, description="the failures the users' rates predict for those runs")
+    failing_users: int = Field(ge=0, description="distinct users with a counted failure on the node")
+    top_user_failures: int = Field(ge=0, description="counted failures of the user with the largest excess")
     p_incidents: float = Field(ge=0, le=1)
     p_failures: float = Field(ge=0, le=1)
     q_value: float = Field(ge=0, le=1)
@@ -112,7 +118,32 @@ class SharedOut(_Strict):
 class LemonOut(_Strict):
     node: str
     score: float = Field(description="-log10 of the Benjamini-Hochberg adjusted p-value")
+    incident_evidence: bool = Field(
+        description="the incident test alone flags it; false: a silent lemon (lemons --drain-silent)"
+    )
+    why: list[str] = Field(description="evidence the test set aside or lacked")
     signals: Signals
+
+
+class FloorsOut(_Strict):
+    min_nodes: int = Field(ge=1)
+    min_days: float = Field(ge=0)
+    min_incidents: int = Field(ge=1)
+    min_failures: int = Field(ge=1)
+
+
+class HeldBackOut(_Strict):
+    node: str
+    plain_q_value: float = Field(ge=0, le=1, description="what the test without the guards gives")
+    q_value: float = Field(ge=0, le=1)
+    why: list[str]
+
+
+class LemonTestOut(_Strict):
+    floors: FloorsOut
+    below_floors: list[str] = Field(description="why the fleet or window is too small: nothing is flagged")
+    notes: list[str] = Field(description="what else the test could not see")
+    held_back: list[HeldBackOut] = Field(description="nodes the unguarded test flags and this one does not")
 
 
 class BaselineOut(_Strict):
@@ -136,6 +167,7 @@ class FleetReportOut(_Strict):
     ettr: list[SizeOut]
     taxonomy: list[CauseOut]
     lemon_nodes: list[LemonOut] = Field(description="flagged nodes only, most suspicious first")
+    lemon_test: LemonTestOut
     baseline: BaselineOut
     incidents: int = Field(ge=0, description="incidents of one node each; shared ones are apart")
     shared_incidents: list[SharedOut] = Field(description="causes on many nodes at once, counted against none")

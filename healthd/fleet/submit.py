@@ -1,18 +1,19 @@
-"""The ``-x``/``--exclude`` of each job, from sacct's SubmitLine asked for on its own and matched by JobID.
+"""Each job's ``-x``/``--exclude`` and ``-w``/``--nodelist``, from sacct's SubmitLine asked for on its own, by JobID.
 
 ``sacct -P`` prints a submit line as it was typed, with its ``|`` and newlines
 (sacct(1) escapes nothing), so a submit line can hold what looks like further
 records. That is why it is not among the job fields (a forged record there would
 count as a failed run), but read from ``sacct -o JobID,SubmitLine`` with the same
-window, where the most a forged record can claim is an exclusion. It is checked:
+window, where the most a forged record can claim is an exclusion or a pin. It is checked:
 
 - a line that does not start with a Slurm job id continues the record before it
   (a newline inside a submit line);
-- the records of every job id whose line excludes nodes are counted over the whole
-  input (a second pass), and the exclusion is believed only when that count equals
+- the records of every job id whose line excludes or pins nodes are counted over the whole
+  input (a second pass), and its line is believed only when that count equals
   the job's runs in the jobs input. A forged record for a job adds one more record
   than the job has runs, and is left out with the job's true one: a user cannot put
-  an exclusion on a job, nor one in the name of another's.
+  an exclusion or a pin on a job, nor one in the name of another's (a pin takes a
+  job's runs out of the failure evidence, docs/fleet.md "Evidence a user cannot make").
 """
 
 from __future__ import annotations
@@ -20,17 +21,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional
 
-from healthd.fleet.hosts import excluded
+from healthd.fleet.hosts import choices
 from healthd.fleet.sacct import InputSummary, LineTally, is_job_id, open_table, submit_command
 
 SUBMIT_COLUMNS = ("JobID", "SubmitLine")
 
 
 @dataclass(frozen=True)
-class Exclusions:
-    """Job id -> (first line, nodes its submit line excludes), for the jobs whose line excludes any."""
+class Choice:
+    """What one job's submit line chose: the nodes it excluded, and whether it named its nodes."""
 
-    jobs: dict[str, tuple[int, tuple[str, ...]]]
+    line: int  # its first line in the input
+    excluded: tuple[str, ...]
+    pinned: bool
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """Job id -> its ``Choice``, for the jobs whose line excludes nodes or pins the job to some."""
+
+    jobs: dict[str, Choice]
     records: dict[str, int]  # records of each of those job ids in the input
     tally: LineTally
 
@@ -57,13 +67,13 @@ def _records(lines: Iterable[str], source: str, tally: LineTally) -> Iterator[tu
 def read_exclusions(passes: Callable[[], Iterable[str]], source: str) -> Exclusions:
     """Read the submit-line input twice (``passes()`` gives its lines afresh each time)."""
     tally = LineTally(source)
-    jobs: dict[str, tuple[int, tuple[str, ...]]] = {}
+    jobs: dict[str, Choice] = {}
     for number, job_id, text in _records(passes(), source, tally):
         tally.records += 1
         if job_id not in jobs:
-            nodes = excluded(text)
-            if nodes:
-                jobs[job_id] = (number, nodes)
+            nodes, pins = choices(text)
+            if nodes or pins:
+                jobs[job_id] = Choice(number, nodes, pins)
     records = dict.fromkeys(jobs, 0)
     for _, job_id, _ in _records(passes(), source, LineTally(source)):
         if job_id in records:
@@ -71,23 +81,23 @@ def read_exclusions(passes: Callable[[], Iterable[str]], source: str) -> Exclusi
     return Exclusions(jobs, records, tally)
 
 
-def settle(exclusions: Exclusions, runs: dict[str, list[int]]) -> Iterator[tuple[str, int]]:
-    """(node, runs that excluded it) for each exclusion whose records match the job's runs.
+def settle(exclusions: Exclusions, runs: dict[str, list[int]]) -> Iterator[tuple[str, Choice, int]]:
+    """(job id, its choice, runs the analysis used) for each job whose records match its runs.
 
-    ``runs`` maps a job id to [its runs in the jobs input, those the analysis used]; an
-    exclusion whose count differs is rejected as a bad line of the submit-line input.
+    ``runs`` maps a job id to [its runs in the jobs input, those the analysis used]; a
+    job whose count differs is rejected as a bad line of the submit-line input, and its
+    exclusion and pin are left out.
     """
-    for job_id, (number, nodes) in exclusions.jobs.items():
+    for job_id, choice in exclusions.jobs.items():
         seen, used = runs.get(job_id) or [0, 0]
         if seen != exclusions.records[job_id]:
             exclusions.tally.reject(
-                number,
+                choice.line,
                 f"job {job_id}: {exclusions.records[job_id]} submit-line records for {seen} runs "
-                "(a forged record, or another window): its exclusion is left out",
+                "(a forged record, or another window): its exclusion or pin is left out",
             )
             continue
-        for node in nodes:
-            yield node, used
+        yield job_id, choice, used
 
 
 def summary(exclusions: Optional[Exclusions]) -> Optional[InputSummary]:

@@ -15,7 +15,7 @@ For the tests (does the method find what was planted?) and ``bench/bench_fleet.p
   run under the same JobID, as ``sacct -D`` shows);
 - otherwise a run fails FAILED for its user's own reasons with the user's
   probability; *buggy users* fail ``buggy_failure`` of their runs, each always on
-  the same node;
+  the same node, which their submit lines name (``-w``);
 - administrators' maintenance drains fill the events up to ``events``.
 
 Times are formatted in the local zone by whole hours, like ``LocalTimes`` reads them.
@@ -203,7 +203,9 @@ def _runs(fleet: Fleet) -> Iterator[tuple[str, str]]:
         cpus = gpus * 12
         tres = f"billing={gpus},cpu={cpus},gres/gpu={gpus},mem={gpus * 120}G,node={nnodes}"
         exclude = f" -x {spec.node_name(rng.randrange(spec.nodes))}" if rng.random() < 0.01 else ""
-        submit = f"sbatch -N {nnodes} --gpus-per-node={min(gpus, spec.gpus_per_node)}{exclude} train.sh"
+        # A buggy user lands on the same node every time because they chose it.
+        pin = f" -w {first}" if user in buggy else ""
+        submit = f"sbatch -N {nnodes} --gpus-per-node={min(gpus, spec.gpus_per_node)}{exclude}{pin} train.sh"
         yield (
             f"{job_id}|{user}|gpu|{state}|{exit_code}|{clock(start - 60)}|{clock(start)}|{clock(end)}|"
             f"{_elapsed(end - start)}|{nnodes}|{node_list}|{tres}",

@@ -88,6 +88,10 @@ def test_inputs_that_cannot_be_analysed_exit_with_clear_messages(cli: Cli, tmp_p
     assert cli("fleet", "report", "--live", "--jobs", str(empty), "--events", str(events))[0] == 64
     assert cli("fleet", "report", "--jobs", str(empty), "--events", str(events), "--window-before", "soon")[0] == 64
     assert cli("fleet", "lemons", "--apply", "--jobs", str(empty), "--events", str(events))[0] == 64
+    code, _, err = cli("fleet", "report", "--jobs", str(empty), "--events", str(events), "--min-nodes", "0")
+    assert code == 64 and "--min-nodes 0: must be between 1 and 1000000" in err
+    code, _, err = cli("fleet", "report", "--jobs", str(empty), "--events", str(events), "--min-days", "-1")
+    assert code == 64 and "--min-days -1: must be between 0 and 1000000" in err
 
 
 def test_header_only_inputs_say_there_is_nothing_to_analyse(cli: Cli, tmp_path: Path) -> None:

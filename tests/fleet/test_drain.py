@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,9 +17,9 @@ from healthd.nodestate import NodeInfo, PartitionView
 PREFIX = "healthd:"
 
 
-def _verdict(node: str, q: float) -> Verdict:
-    signals = NodeSignals(node, 9, ("XID_79",), 2, 1, 40, 3, 1.0, 0)
-    return Verdict(signals, q, 1.0, q, True)
+def _verdict(node: str, q: float, incident_evidence: bool = True) -> Verdict:
+    signals = NodeSignals(node, 9, ("XID_79",), 2, 1, 40, 3, 1.0, 0, 0, 0, 3, 1.0, 2, "alice", 2, 0.5)
+    return Verdict(signals, q, 1.0, q, True, incident_evidence)
 
 
 def _node(name: str, flags: str = "", reason: str = "", partition: str = "batch") -> NodeInfo:
@@ -55,11 +56,29 @@ def test_the_plan_drains_in_rank_order_up_to_the_breaker_and_leaves_others_alone
     assert len(steps[0].reason) <= 64
 
 
-def _lemon_files(tmp_path: Path, names: tuple[str, ...]) -> tuple[Path, Path, tuple[str, ...]]:
-    """A synthetic fleet whose incident lemons are renamed to ``names`` (nodes of the test cluster)."""
-    fleet = synth.plant(synth.FleetSpec(incident_lemons=len(names), silent_lemons=0, lemon_factor=25, seed=4))
+@pytest.mark.parametrize("silent", [False, True])
+def test_a_silent_lemon_is_drained_only_when_asked_for(silent: bool) -> None:
+    """Flagged on job failures alone, with no incident of its own beyond the fleet's: job failures are
+    what users can cause, so its drain needs ``--drain-silent``. The lemon with incidents behind it goes."""
+    table = {name: _node(name) for name in ("n1", "n2")}
+    views = {"batch": PartitionView("batch", 10, ())}
+    lemons = [_verdict("n1", 1e-9, incident_evidence=False), _verdict("n2", 1e-8)]
+    steps = plan_drains(lemons, table, views, PREFIX, PolicySettings(max_out_fraction=0.5), 0.0, silent)
+    assert [(s.node, s.drain) for s in steps] == [("n1", silent), ("n2", True)]
+    if not silent:
+        assert (
+            steps[0].why.startswith("a silent lemon: flagged on job failures alone")
+            and "--drain-silent" in steps[0].why
+        )
+
+
+def _lemon_files(tmp_path: Path, names: tuple[str, ...], silent: bool = False) -> tuple[Path, Path, tuple[str, ...]]:
+    """A synthetic fleet whose incident (or silent) lemons are renamed to ``names`` (nodes of the test cluster)."""
+    count = len(names)
+    spec = synth.FleetSpec(incident_lemons=0 if silent else count, silent_lemons=count if silent else 0, seed=4)
+    fleet = synth.plant(replace(spec, lemon_factor=25))
     jobs, events = "\n".join(synth.job_lines(fleet)), "\n".join(synth.event_lines(fleet))
-    for lemon, name in zip(fleet.incident_lemons, names):
+    for lemon, name in zip(fleet.silent_lemons if silent else fleet.incident_lemons, names):
         jobs, events = jobs.replace(f"|{lemon}|", f"|{name}|"), events.replace(f"|{lemon}|", f"|{name}|")
     jobs_file, events_file = tmp_path / "jobs.txt", tmp_path / "events.txt"
     jobs_file.write_text(jobs + "\n")
@@ -94,6 +113,24 @@ def test_lemons_drain_on_the_real_cluster_dry_run_first_and_within_the_breaker(
     code, out, _ = cli("fleet", "lemons", *inputs, "--drain", "--apply")
     assert f"not drained {first}: already out as a lemon" in out
     assert cluster.state(other) == "idle"
+
+
+def test_a_silent_lemon_on_the_real_cluster_waits_for_drain_silent(
+    cluster: Any, write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    config = write_config("", slurm_cluster=cluster.conf)
+    jobs, events, _ = _lemon_files(tmp_path, ("node3",), silent=True)
+    inputs = ("--jobs", str(jobs), "--events", str(events), "--config", str(config), "--drain")
+
+    code, out, err = cli("fleet", "lemons", *inputs, "--apply")
+    assert code == 0, err
+    assert "not drained node3: a silent lemon: flagged on job failures alone" in out
+    assert cluster.state("node3") == "idle"
+
+    code, out, err = cli("fleet", "lemons", *inputs, "--drain-silent")
+    assert code == 0, err
+    assert "would drain node3: drain [healthd: LEMON " in out
+    assert cli("fleet", "lemons", "--jobs", str(jobs), "--events", str(events), "--drain-silent")[0] == 64
 
 
 @pytest.mark.parametrize("apply", [False, True])

@@ -96,6 +96,7 @@ def test_host_lists_are_expanded_and_excludes_read_from_the_submit_line() -> Non
     assert excluded("srun --exclude=gpu05 -n1 x") == ("gpu05",)
     assert excluded("sbatch --exclude gpu06 -xgpu07 run.sh") == ("gpu06", "gpu07")
     assert excluded("sbatch --export=ALL run.sh") == ()
+    assert excluded("sbatch -Qx gpu08 --exclud=gpu09 --exclusive run.sh") == ("gpu08", "gpu09")
 
 
 def _window_report(event_offset: float, settings: FleetSettings | None = None) -> int:

@@ -201,8 +201,10 @@ def test_a_record_forged_in_a_submit_line_neither_adds_a_run_nor_an_exclusion() 
     assert {v.node: v.signals.excluded_by_jobs for v in report.verdicts if v.signals.excluded_by_jobs} == {}
     assert report.submit_lines is not None
     assert [why for _, why in report.submit_lines.first_bad] == [
-        "job 1: 2 submit-line records for 1 runs (a forged record, or another window): its exclusion is left out",
-        "job 404: 1 submit-line records for 0 runs (a forged record, or another window): its exclusion is left out",
+        "job 1: 2 submit-line records for 1 runs (a forged record, or another window): "
+        "its exclusion or pin is left out",
+        "job 404: 1 submit-line records for 0 runs (a forged record, or another window): "
+        "its exclusion or pin is left out",
     ]
 
 

@@ -1,0 +1,138 @@
+"""Issue 23's scenario 6 on the real test cluster with accounting: a user cannot make a lemon of a node they chose.
+
+A real unprivileged user (the ``intruder`` account) runs 20 jobs that fail, each pinned
+to node2 with ``srun -w node2``, and 60 that succeed elsewhere (``-x node2``). The plain
+lemon test judges node2's failures against the user's own fleet-wide rate (one in four),
+which the pinning defeats: node2 looked like a lemon with no incident at all, and
+``fleet lemons --drain --apply`` drained it as LEMON. Now the pinned runs are no
+evidence, the one user behind the excess is left out, and the report says so.
+
+The user submits for real, through its own munge socket: the test cluster's munged
+listens in the session's private directory, so a second munged with the same key
+listens in a directory the user can reach (credentials carry the caller's uid, which
+munged reads from the socket, so slurmctld sees the user). ``srun``, because a batch
+script lives under slurmd's spool directory in the session's private directory, where
+the user's job could not run it (sbatch's jobs fail with exit code 13 there).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from healthd_testkit.waiting import wait_for
+
+from healthd.fleet.live import collect
+
+pytestmark = pytest.mark.slurm
+
+FAILING, ELSEWHERE = 20, 60
+
+
+@pytest.fixture
+def as_user(accounting_cluster: Any, intruder: tuple[int, int], host_guard: Any) -> Iterator[Callable[..., int]]:
+    """``as_user(*argv)``: run a Slurm client command as the unprivileged user against the test cluster."""
+    cluster = accounting_cluster
+    uid, gid = intruder
+    where = Path(tempfile.mkdtemp(prefix="healthd-lemons-"))
+    where.chmod(0o755)
+    socket = where / "munge.socket"
+    munged = subprocess.Popen(
+        [
+            "munged", "--foreground", "--force", f"--socket={socket}",
+            f"--key-file={cluster.munge_socket.parent / 'munge.key'}", f"--pid-file={where / 'munged.pid'}",
+            f"--log-file={where / 'munged.log'}", f"--seed-file={where / 'munged.seed'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        conf = where / "slurm.conf"
+        conf.write_text(cluster.conf.read_text().replace(str(cluster.munge_socket), str(socket)))
+        conf.chmod(0o644)
+        host_guard.allow_slurm_conf(conf)
+        env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": str(conf), "LC_ALL": "C"}
+        ready = ["munge", "-n", "-S", str(socket)]
+        wait_for(lambda: subprocess.run(ready, capture_output=True, check=False).returncode == 0, 15, "munged")
+
+        def run(*argv: str) -> int:
+            user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *argv]
+            return subprocess.run(user, env=env, cwd="/", capture_output=True, timeout=60, check=False).returncode
+
+        yield run
+    finally:
+        munged.terminate()
+        munged.wait(timeout=15)
+        shutil.rmtree(where)
+
+
+def test_a_user_pinning_failing_jobs_to_a_node_makes_no_lemon_and_it_is_not_drained(
+    accounting_cluster: Any,
+    intruder: tuple[int, int],
+    as_user: Callable[..., int],
+    write_config: Callable[..., Path],
+    cli: Callable[..., tuple[int, str, str]],
+    tmp_path: Path,
+) -> None:
+    cluster = accounting_cluster
+    user = pwd.getpwuid(intruder[0]).pw_name
+    # The report's window starts after the events of earlier tests (as in test_live_cluster).
+    since = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(seconds=1)
+    time.sleep(max(0.0, (since - datetime.datetime.now()).total_seconds()))
+    assert [as_user("srun", "-w", "node2", "false") for _ in range(FAILING)] == [1] * FAILING
+    assert [as_user("srun", "-x", "node2", "true") for _ in range(ELSEWHERE)] == [0] * ELSEWHERE
+
+    def accounted() -> Any:
+        until = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(seconds=1)
+        return collect(None, since, until, 30, conf=cluster.conf)
+
+    def ended() -> bool:
+        rows = [line.split("|") for line in accounted().jobs.splitlines()[1:]]
+        return sum(1 for r in rows if r[1] == user and r[7] != "Unknown") == FAILING + ELSEWHERE
+
+    wait_for(ended, 30, "the user's runs in accounting", interval=0.5)
+    texts = accounted()
+    assert texts.jobs.count(f"|{user}|batch|FAILED|1:0|") == FAILING
+    assert texts.submit_lines.count("srun -w node2 false") == FAILING
+    config = write_config("", slurm_cluster=cluster.conf)
+    window = ("--live", "--since", since.isoformat(), "--config", str(config))
+
+    code, out, err = cli("fleet", "lemons", *window, "--drain", "--apply")
+    assert code == 0, err
+    assert cluster.state("node2") == "idle" and "LEMON" not in cluster.reason("node2"), out
+    assert "drained" not in out.replace("not drained", "")
+    held = next(line for line in out.splitlines() if line.startswith("not flagged node2 "))
+    assert f"{FAILING} of its {FAILING} failed runs were pinned to it by their submit lines" in held
+
+    # With the floors lowered to this three-node cluster, the pin alone keeps node2 from being flagged.
+    lowered = ("--min-nodes", "1", "--min-days", "0")
+    code, out, err = cli("fleet", "report", *window, *lowered, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["lemon_nodes"] == []
+    (held_back,) = document["lemon_test"]["held_back"]
+    assert held_back["node"] == "node2" and held_back["plain_q_value"] <= 0.05, "the plain test flags it"
+    assert held_back["why"] == [
+        f"{FAILING} of its {FAILING} failed runs were pinned to it by their submit lines (-w, --nodelist): "
+        "the user's choice, not evidence"
+    ]
+
+    # Without the submit lines the pin is unseen: the one user behind the failures is left out.
+    jobs, events = tmp_path / "jobs.txt", tmp_path / "events.txt"
+    jobs.write_text(texts.jobs)
+    events.write_text(texts.events)
+    code, out, err = cli("fleet", "report", "--jobs", str(jobs), "--events", str(events), *lowered, "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["lemon_nodes"] == []
+    (held_back,) = document["lemon_test"]["held_back"]
+    assert held_back["node"] == "node2"
+    assert held_back["why"][0].startswith(f"{FAILING} of its {FAILING} counted failures are one user's ({user})")
