@@ -835,7 +835,11 @@ def acknowledged_by_resume(state: PolicyState, node: NodeInfo) -> tuple[FindingR
 
 
 def circuit_breaker(
-    decision: Decision, node: str, views: Mapping[str, PartitionView], settings: PolicySettings
+    decision: Decision,
+    node: str,
+    views: Mapping[str, PartitionView],
+    settings: PolicySettings,
+    now: Optional[float] = None,
 ) -> tuple[Decision, str]:
     """Hold back a take-out that would put too much of a partition out at once (``breaker.over_limit``).
 
@@ -845,7 +849,7 @@ def circuit_breaker(
     """
     if decision.action not in TAKING_OUT:
         return decision, ""
-    why = over_limit(node, views, settings)
+    why = over_limit(node, views, settings, now)
     if why:
         return replace(decision, action=Action.HOLD, explanation=why), why
     return decision, ""

@@ -412,7 +412,10 @@ def test_circuit_breaker(views: dict[str, PartitionView], fraction: float, held:
 def test_breaker_message_counts_the_whole_partition() -> None:
     decision = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "r", "")
     _, why = circuit_breaker(decision, "n1", {"batch": _view("batch", 3, "n2")}, PolicySettings(max_out_fraction=0.34))
-    assert why == "partition batch: 1 of its 3 nodes out by healthd; the limit is 1 ([policy].max_out_fraction = 0.34)"
+    assert why == (
+        "partition batch: 1 of its 3 nodes taken out by healthd in the last 3600s; the limit is 1"
+        " ([policy].max_out_fraction = 0.34)"
+    )
 
 
 @pytest.mark.parametrize(
