@@ -178,9 +178,11 @@ class MetricsSettings(_Model):
 class EscalationSettings(_Model):
     """Repeat failures send a node to repair (docs/history.md, "Escalation").
 
-    The same finding code raised ``repeats`` times on the same unit (a GPU by UUID
-    or serial, an IB port, a mount) within ``window_days`` keeps the node out for
-    hardware work; ``overrides`` sets ``repeats`` per code (0: never escalate it).
+    The same hardware finding code (``CheckSpec.hardware``, docs/escalation.md) raised
+    ``repeats`` times on the same unit (a GPU by UUID or serial, an IB port, a DIMM)
+    within ``window_days`` keeps the node out for hardware work; ``overrides`` sets
+    ``repeats`` per code (0: never escalate it). A code no check declares hardware
+    never escalates, whatever ``overrides`` says.
     """
 
     repeats: int = Field(default=3, ge=0)

@@ -675,9 +675,11 @@ def _escalate(
     """Repeat failures send the node to repair, and a node in repair stays out (docs/history.md, "Escalation").
 
     A finding behind this take-out whose code was raised on its unit (a GPU by UUID
-    or serial, an IB port, a mount) at least the configured number of times in the
+    or serial, an IB port, a DIMM) at least the configured number of times in the
     window makes the node a lemon: it goes out with a ``REPAIR`` reason that no
-    clean pass lifts, so it stops the drain/resume ping-pong.
+    clean pass lifts, so it stops the drain/resume ping-pong. Only the findings in
+    ``repeats`` can: the caller puts there the codes their check declares a hardware
+    unit's fault, counting only this node's own raises (docs/escalation.md).
     """
     repair = state.repair
     if repair is None and escalation is not None and decision.action in TAKING_OUT:
