@@ -137,7 +137,6 @@ class Plan:
     errors: tuple[str, ...]
     reboot: Optional[RebootRequest] = None
     reset: Optional[GpuReset] = None
-    before: Optional[PolicyState] = None  # the state the decision started from: what a node held back keeps
     # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
     uncounted: Mapping[str, str] = field(default_factory=dict)
 
@@ -192,15 +191,15 @@ class _Breaker:
 
 
 def _breaker(
-    decision: Decision, state: PolicyState, s: Situation, settings: PolicySettings, prefix: str, before: PolicyState
+    decision: Decision, state: PolicyState, s: Situation, settings: PolicySettings, prefix: str
 ) -> Union[Read, _Breaker]:
     """The circuit breaker's part of the plan (docs/policy.md, "Circuit breaker").
 
     Before a take-out it asks for the node's partitions, unless a hold is still
     backing off. A drain that an earlier pass left unconfirmed is confirmed now
     (and undone if it lost its place). ``node`` comes back None when a read the
-    breaker needed failed: then nothing is acted on. A node held back keeps the
-    repair it had ``before`` this pass (``held_repair``).
+    breaker needed failed: then nothing is acted on. A node held back keeps no
+    repair (``policy.breaker_held``).
     """
     node, observed = s.observed.node, s.observed
     acting = s.slurm_enabled and not s.dry_run
@@ -216,9 +215,7 @@ def _breaker(
             # The undo puts the node back in service: healthd then has nothing out, and the causes
             # that ``decide`` added (it read the node drained with healthd's reason) must not be
             # remembered, or the next pass would take this RESUME for an administrator's.
-            # The repair, too: only the pass that escalated leaves a drain unconfirmed, and a repair
-            # whose take-out lost its place was never carried out (docs/escalation.md).
-            undone = replace(breaker_held(state, why, s.now, node.name), unconfirmed=False, took_out=(), repair=None)
+            undone = replace(breaker_held(state, why, s.now, node.name), unconfirmed=False, took_out=())
             return _Breaker(held, undone, why, node, undo=True)
         return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
     if ours or decision.action not in TAKING_OUT:
@@ -227,25 +224,15 @@ def _breaker(
     if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
         held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return _Breaker(held, held_repair(replace(state, pending=None), before), hold.why, node)
+        return _Breaker(held, replace(state, pending=None, repair=None), hold.why, node)
     if observed.views is None:
         return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
     decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
     if why:
-        return _Breaker(decision, held_repair(breaker_held(state, why, s.now, node.name), before), why, node)
+        return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
     # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
     binding = any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in observed.views.values())
     return _Breaker(decision, replace(state, held=None), "", node, confirm=binding)
-
-
-def held_repair(state: PolicyState, before: PolicyState) -> PolicyState:
-    """``state`` of a node the breaker held back, with the repair it had ``before`` the pass.
-
-    A repair this pass decided on is dropped: it was never carried out, and kept it
-    would turn every later pass, a clean one included, into a take-out for it. The
-    raise behind it is not counted either (``uncounted``).
-    """
-    return replace(state, repair=before.repair, repair_ended=before.repair_ended)
 
 
 def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
@@ -369,7 +356,7 @@ def plan(
             state = replace(state, took_out=(), repair=None, reboot=None, repair_ended=False)
     result, kept = apply_acks(s.result, acks)
     decision, new_state = judge(result, state, node)
-    breaker = _breaker(decision, new_state, s, settings, prefix, state)
+    breaker = _breaker(decision, new_state, s, settings, prefix)
     if isinstance(breaker, Read):
         return breaker
     decision, new_state, node = breaker.decision, breaker.state, breaker.node
@@ -421,7 +408,6 @@ def plan(
         errors=observed.errors,
         reboot=request,
         reset=gpu_reset,
-        before=state,
         uncounted=held_raises(s.repeats, breaker.held_why) or shared,
     )
 
@@ -489,7 +475,6 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         held = replace(decision, action=Action.HOLD, explanation=executed.lost)
         node = the_plan.node.name if the_plan.node else result.node
         state = replace(breaker_held(state, executed.lost, now, node), unconfirmed=False)
-        state = held_repair(state, the_plan.before or previous)
         return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
     # A node healthd just resumed is in service: the read that found it out no longer describes it.
     skips = state.skips_breaker and Step.RESUME not in executed.done

@@ -866,8 +866,15 @@ def waiting(next_time: float, now: float, longest: float) -> bool:
 
 
 def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyState:
-    """State after the circuit breaker held the node back: when to read its partitions again."""
-    return replace(state, held=next_hold(state.held, why, now, node), pending=None)
+    """State after the circuit breaker held the node back: when to read its partitions again.
+
+    A repair is dropped too. A node in repair is out already, so the breaker never
+    holds it: the repair was decided by a take-out that never happened (this pass's, or
+    one left pending or unconfirmed), and kept it would turn every later pass, a clean
+    one included, into a take-out "in repair" (docs/escalation.md). The raise behind it
+    is not counted either (``plan.held_raises``).
+    """
+    return replace(state, held=next_hold(state.held, why, now, node), pending=None, repair=None)
 
 
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
