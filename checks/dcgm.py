@@ -102,6 +102,17 @@ def gather(ctx: CheckContext[DcgmSettings]) -> DcgmObservation:
     return DcgmObservation(tuple(runs))
 
 
+def hardware_code(code: str) -> bool:
+    """Whether ``code`` is a GPU's failed diagnostic (``DCGM_<TEST>_FAILED``, low PCIe bandwidth): it may escalate.
+
+    Not dcgmi itself failing (``DCGM_FAILED``), nor the software test, which checks the
+    driver and libraries deployed, not the GPU (docs/escalation.md).
+    """
+    if code == "DCGM_PCIE_BANDWIDTH_LOW":
+        return True
+    return code.endswith("_FAILED") and code not in ("DCGM_FAILED", "DCGM_SOFTWARE_FAILED")
+
+
 def _code(test: str) -> str:
     return "DCGM_" + (re.sub(r"[^A-Z0-9]+", "_", test.upper()).strip("_")[:40] or "TEST")
 
@@ -180,4 +191,5 @@ CHECK = CheckSpec(
     settings="healthd_checks.dcgm_settings:DcgmSettings",
     run=Staged(gather, judge),
     active=True,
+    hardware=hardware_code,
 )

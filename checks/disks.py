@@ -264,4 +264,8 @@ CHECK = CheckSpec(
     description="local disks: NVMe controller state, SMART critical warnings and media errors, block I/O errors",
     settings="healthd_checks.disks_settings:DisksSettings",
     run=Staged(gather, judge, keeps="NVMe media-error baselines and the kernel-log cursor"),
+    # An NVMe device's own report of itself. Block and buffer I/O errors are not: the
+    # kernel logs them for any block device, a loop device over a full file or a network
+    # block device whose server went away among them.
+    hardware=frozenset({"NVME_CONTROLLER_STATE", "NVME_CRITICAL_WARNING", "NVME_MEDIA_ERRORS", "NVME_MISSING"}),
 )

@@ -266,4 +266,8 @@ CHECK = CheckSpec(
     description="host memory: EDAC uncorrected errors, corrected-error rates per DIMM, machine checks (kernel log)",
     settings="healthd_checks.edac_settings:EdacSettings",
     run=Staged(gather, judge, keeps="EDAC counter baselines and the kernel-log cursor"),
+    # A DIMM's (or memory controller's) errors; an EDAC driver that is not loaded is not.
+    hardware=frozenset(
+        {"EDAC_CORRECTED_RATE", "EDAC_UE_LOGGED", "EDAC_UNCORRECTED", "MCE_MEMORY_UNCORRECTED", "MEMORY_FAILURE"}
+    ),
 )

@@ -439,4 +439,26 @@ CHECK = CheckSpec(
     settings="healthd_checks.gpu_settings:GpuSettings",
     baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
+    # One GPU's (or its PCIe link's) own fault; NVML and driver trouble, a clock slowed by
+    # a power brake or the room's heat, and expectations of the node (model, VBIOS, ECC mode)
+    # are not (docs/escalation.md).
+    hardware=frozenset(
+        {
+            "ECC_UNCORRECTED",
+            "GPU_INSUFFICIENT_POWER",
+            "GPU_LOST",
+            "GPU_MISSING",
+            "GPU_RECOVERY_ACTION",
+            "GPU_RESET_REQUIRED",
+            "NVLINK_CRC_RATE",
+            "NVLINK_ERRORS_RISING",
+            "PCIE_GEN_DEGRADED",
+            "PCIE_REPLAY_RATE",
+            "PCIE_WIDTH_DEGRADED",
+            "RETIRED_PAGES_LIMIT",
+            "RETIRED_PAGES_PENDING",
+            "ROW_REMAP_FAILED",
+            "ROW_REMAP_PENDING",
+        }
+    ),
 )

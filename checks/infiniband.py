@@ -514,4 +514,17 @@ CHECK = CheckSpec(
     settings="healthd_checks.infiniband_settings:InfinibandSettings",
     baseline=baseline,
     run=Staged(gather, judge, keeps="counter baselines"),
+    # A port's own state, rate and error counters; counters that cannot be read or have
+    # saturated, and a link layer other than expected (configuration), are not.
+    hardware=frozenset(
+        {
+            "IB_COUNTER_RATE",
+            "IB_LINK_DOWNED",
+            "IB_LINK_FLAPPING",
+            "IB_PORT_DOWN",
+            "IB_PORT_MISSING",
+            "IB_RATE_DEGRADED",
+            "IB_RATE_MISMATCH",
+        }
+    ),
 )

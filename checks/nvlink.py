@@ -337,4 +337,7 @@ CHECK = CheckSpec(
     # Links down were the gpu check's finding: what was saved under its key (an
     # administrator's acknowledgement above all) goes on meaning the same.
     adopts=("gpu/NVLINK_DOWN",),
+    # A link or an NVSwitch of this node. The fabric's states are not: Fabric Manager and
+    # the fabric's routes are shared by every node of an NVLink domain.
+    hardware=frozenset({"NVLINK_DOWN", "NVSWITCH_MISSING"}),
 )

@@ -316,4 +316,9 @@ CHECK = CheckSpec(
     description="PCIe links of GPUs and NICs: width and speed against the link's maximum, AER errors by their change",
     settings="healthd_checks.pcie_settings:PcieSettings",
     run=Staged(gather, judge, keeps="AER baselines"),
+    # A link's (or its device's) own state and errors; an address in the config that names
+    # no device is a configuration error.
+    hardware=frozenset(
+        {"PCIE_AER_FATAL", "PCIE_AER_NONFATAL", "PCIE_DEVICE_MISSING", "PCIE_SPEED_DEGRADED", "PCIE_WIDTH_DEGRADED"}
+    ),
 )

@@ -149,6 +149,24 @@ def judge(observed: XidObservation, jc: JudgeContext[XidSettings]) -> Verdict:
     return Verdict((*findings, *folding.report()), folding.document())
 
 
+def hardware_code(code: str) -> bool:
+    """Whether ``code`` is an Xid (or SXid) that NVIDIA's catalog puts on the GPU (or NVSwitch) itself.
+
+    Application Xids, those of a process's cleanup, informational, software and
+    power-smoothing Xids, and Xids not in the catalog never escalate: a user's program,
+    the driver or a new driver's unknown code can cause them (docs/escalation.md).
+    """
+    from .xid_catalog import CATALOG, HARDWARE_BUCKETS
+
+    match = _EVENT_CODE.fullmatch(code)
+    if match is None:
+        return False
+    if match.group(1) == "SXID":
+        return True
+    entry = CATALOG.get(int(match.group(2)))
+    return entry is not None and entry.bucket in HARDWARE_BUCKETS
+
+
 def xid_event_labels(finding: Finding) -> Optional[tuple[str, str]]:
     """(gpu, xid) of a finding coded ``XID_<n>`` (xid ``<n>``) or ``SXID_<n>`` (xid ``SXID_<n>``, gpu the switch).
 
@@ -179,4 +197,5 @@ CHECK = CheckSpec(
     settings="healthd_checks.xid_settings:XidSettings",
     run=Staged(gather, judge, keeps="the kernel-log cursor and Xid events"),
     events=(XID_EVENTS,),
+    hardware=hardware_code,
 )

@@ -90,6 +90,25 @@ class Bucket(enum.Enum):
     UNKNOWN = "unknown"
 
 
+# The buckets of a fault in the GPU itself, by NVIDIA's catalog: what it tells the operator
+# to reset, reboot, reseat or take to support, and the GPU's memory, links and bus. Only
+# they escalate to repair (healthd_checks.xid.hardware_code, docs/escalation.md).
+HARDWARE_BUCKETS = frozenset(
+    {
+        Bucket.RESET_GPU,
+        Bucket.REBOOT,
+        Bucket.CONTACT_SUPPORT,
+        Bucket.CHECK_MECHANICALS,
+        Bucket.ROW_REMAP_FAILURE,
+        Bucket.UNCORRECTABLE_ECC,
+        Bucket.GSP_ERROR,
+        Bucket.NVLINK,
+        Bucket.FALLEN_OFF_BUS,
+        Bucket.RECOVERY_ACTION,
+    }
+)
+
+
 class Sticky(enum.Enum):
     """What clears a finding besides an acknowledgement: nothing short of a reset, or of a reboot."""
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from healthd.hostlist import expand
 from healthd.nodestate import NodeGroup, PartitionView
-from healthd.reasons import owned, place_stamp
+from healthd.reasons import owned, place_stamp, reason_code
 from healthd.spread import jitter
 
 if TYPE_CHECKING:
@@ -52,10 +52,12 @@ def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: 
     """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason.
 
     ``groups`` are sinfo's lines for those partitions (``SlurmClient.partitions``);
-    only the groups out with a healthd reason have their host lists expanded.
+    only the groups out with a healthd reason have their host lists expanded. Each
+    such node's reason code goes into ``codes`` (``reasons.reason_code``).
     """
     sizes: dict[str, int] = {}
     outs: dict[str, list[tuple[bool, float, str]]] = {}
+    codes: dict[str, list[tuple[str, str]]] = {}
     for group in groups:
         if group.partition not in partitions:
             continue
@@ -65,8 +67,27 @@ def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: 
             # A taken-out node keeps the stamp of the drain that won its place (reasons.with_place).
             stamp = place_stamp(group.reason)
             when = stamp if stamp is not None else group.reason_time if group.reason_time is not None else float("inf")
-            outs.setdefault(group.partition, []).extend((not group.down, when, n) for n in expand(group.nodelist))
-    return {p: PartitionView(p, size, tuple(sorted(outs.get(p, [])))) for p, size in sizes.items()}
+            names = expand(group.nodelist)
+            outs.setdefault(group.partition, []).extend((not group.down, when, n) for n in names)
+            code = reason_code(group.reason, prefix)
+            codes.setdefault(group.partition, []).extend((n, code) for n in names if code)
+    return {
+        p: PartitionView(p, size, tuple(sorted(outs.get(p, []))), tuple(sorted(codes.get(p, []))))
+        for p, size in sizes.items()
+    }
+
+
+def recent(when: float, since: Optional[float]) -> bool:
+    """Whether a node out since ``when`` still holds a place: taken out at or after ``since`` (None: always).
+
+    A node whose reason has no readable time (``when`` infinite) always holds one.
+    """
+    return since is None or when >= since
+
+
+def shared_codes(node: str, views: Mapping[str, PartitionView]) -> frozenset[str]:
+    """The reason codes of the other nodes out with a healthd reason in ``node``'s partitions."""
+    return frozenset(code for view in views.values() for name, code in view.codes if name != node)
 
 
 def out_by_healthd(node: str, views: Mapping[str, PartitionView]) -> bool:
@@ -86,22 +107,28 @@ def allowed_out(size: int, fraction: float) -> int:
 
 def _breaker_text(view: PartitionView, count: int, limit: int, settings: PolicySettings) -> str:
     return (
-        f"partition {view.name}: {count} of its {view.size} nodes out by healthd; the limit is {limit} "
+        f"partition {view.name}: {count} of its {view.size} nodes taken out by healthd in the last "
+        f"{settings.breaker_window:g}s; the limit is {limit} "
         f"([policy].max_out_fraction = {settings.max_out_fraction:g})"
     )
 
 
-def over_limit(node: str, views: Mapping[str, PartitionView], settings: PolicySettings) -> str:
+def over_limit(
+    node: str, views: Mapping[str, PartitionView], settings: PolicySettings, now: Optional[float] = None
+) -> str:
     """Before acting: why taking ``node`` out would break the limit, or "".
 
-    ``views`` are the node's partitions as read before acting. The node is held
-    when, in any of them, the nodes other than itself already out by healthd fill
-    ``allowed_out``. Several nodes may pass this check at the same moment;
-    ``breaker_confirm`` settles that after the drain.
+    ``views`` are the node's partitions as read before acting, at ``now`` (None: count
+    every node out, however long ago). The node is held when, in any of them, the
+    nodes other than itself that healthd took out within ``[policy].breaker_window``
+    fill ``allowed_out``: a wave, not a backlog of nodes waiting for hardware work.
+    Several nodes may pass this check at the same moment; ``breaker_confirm`` settles
+    that after the drain, by slurmctld's clock alone.
     """
+    since = None if now is None else now - settings.breaker_window
     for view in sorted(views.values(), key=lambda v: v.name):
         limit = allowed_out(view.size, settings.max_out_fraction)
-        others = sum(1 for *_, out in view.out if out != node)
+        others = sum(1 for _, when, out in view.out if out != node and recent(when, since))
         if others >= limit:
             return _breaker_text(view, others, limit, settings)
     return ""
@@ -121,14 +148,23 @@ def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: Pol
     time exceeds the stamps' one-second resolution), so it saw them all ahead of
     itself and would have lost had they filled the limit. A node missing from the
     list (its drain was overtaken) loses.
+    Only the nodes ahead whose drain was stamped no more than ``[policy].breaker_window``
+    before this node's own drain stamp count: the limit then holds for every span of
+    that length (docs/policy.md, "Why the limit holds"), a backlog of old take-outs
+    does not fill it, and the window is measured by slurmctld's clock alone.
     """
     for name, view in sorted(views.items()):
         limit = allowed_out(view.size, settings.max_out_fraction)
-        order = [out for *_, out in view.out]
-        if node not in order:
+        order = [(when, out) for _, when, out in view.out]
+        mine = [when for when, out in order if out == node]
+        if not mine:
             return f"partition {name}: this node is not out with a healthd reason after the drain"
-        if order.index(node) >= limit:
-            return _breaker_text(view, len(order), limit, settings) + f"; {node} drained after {limit} other(s)"
+        own = mine[0]
+        since = own - settings.breaker_window if own != float("inf") else None
+        ahead = order[: [out for _, out in order].index(node)]
+        counted = sum(1 for when, _ in ahead if recent(when, since))
+        if counted >= limit:
+            return _breaker_text(view, counted + 1, limit, settings) + f"; {node} drained after {limit} other(s)"
     return ""
 
 

@@ -119,6 +119,12 @@ class PolicySettings(_Model):
     # Seconds between a drain and the circuit breaker's confirming read. It must exceed
     # the one-second resolution of slurmctld's reason stamps (see breaker.breaker_confirm).
     breaker_settle: float = Field(default=2.0, ge=1.2, le=20)
+    # Seconds a take-out holds its place under the circuit breaker: the breaker limits a wave
+    # of take-outs, not the backlog of nodes waiting for hardware work (docs/policy.md,
+    # "The window"). An hour covers a shared fault reaching every node within a few
+    # five-minute passes and the held nodes' 12.5 min backoff, and gives an operator paged
+    # by DRAIN_HELD that long before the next nodes may go.
+    breaker_window: float = Field(default=3600.0, ge=30, le=7 * 86400)
 
 
 class RunnerSettings(_Model):
@@ -178,9 +184,11 @@ class MetricsSettings(_Model):
 class EscalationSettings(_Model):
     """Repeat failures send a node to repair (docs/history.md, "Escalation").
 
-    The same finding code raised ``repeats`` times on the same unit (a GPU by UUID
-    or serial, an IB port, a mount) within ``window_days`` keeps the node out for
-    hardware work; ``overrides`` sets ``repeats`` per code (0: never escalate it).
+    The same hardware finding code (``CheckSpec.hardware``, docs/escalation.md) raised
+    ``repeats`` times on the same unit (a GPU by UUID or serial, an IB port, a DIMM)
+    within ``window_days`` keeps the node out for hardware work; ``overrides`` sets
+    ``repeats`` per code (0: never escalate it). A code no check declares hardware
+    never escalates, whatever ``overrides`` says.
     """
 
     repeats: int = Field(default=3, ge=0)

@@ -132,6 +132,7 @@ CREATE TABLE gpus (
 """
 
 T = TypeVar("T")
+_NONE: Mapping[str, str] = {}
 
 
 def _adopt_open(conn: sqlite3.Connection, result: PassResult) -> None:
@@ -172,6 +173,10 @@ class Kind(enum.Enum):
     RESET = "reset"  # this database replaced a corrupt one
     JOB_START = "job_start"  # a job's prolog ran: ``subject`` the job id, ``details`` its user, GPUs, log position
     JOB_XID = "job_xid"  # an Xid, SXid or fallen-off-the-bus event in a job's window (``details``: job, user)
+    # The raise recorded with it (same time, unit and code) is not counted for escalation:
+    # the circuit breaker held the node, or other nodes of its partition were out for the
+    # same code (``details.why``; docs/escalation.md).
+    UNCOUNTED = "uncounted"
 
 
 TRANSITIONS = frozenset({Kind.RAISED, Kind.CHANGED, Kind.CLEARED})
@@ -635,11 +640,19 @@ class History:
         self._insert(self._conn, time.time(), kind, entry)
         self._conn.execute("COMMIT")
 
-    def record_pass(self, result: PassResult, *, at: float, boot_id: str) -> tuple[Event, ...]:
-        """Record the pass's finding transitions (see the module docstring); returns the events written."""
-        return self._write("the pass", lambda conn: self._record_pass(conn, result, at, boot_id)) or ()
+    def record_pass(
+        self, result: PassResult, *, at: float, boot_id: str, uncounted: Mapping[str, str] = _NONE
+    ) -> tuple[Event, ...]:
+        """Record the pass's finding transitions (see the module docstring); returns the events written.
 
-    def _record_pass(self, conn: sqlite3.Connection, result: PassResult, at: float, boot_id: str) -> tuple[Event, ...]:
+        A finding raised in this pass whose key is in ``uncounted`` gets an ``uncounted``
+        event beside its ``raised`` one, saying why: escalation does not count that raise.
+        """
+        return self._write("the pass", lambda conn: self._record_pass(conn, result, at, boot_id, uncounted)) or ()
+
+    def _record_pass(
+        self, conn: sqlite3.Connection, result: PassResult, at: float, boot_id: str, uncounted: Mapping[str, str]
+    ) -> tuple[Event, ...]:
         if result.renames:
             _adopt_open(conn, result)
         stored = {
@@ -668,6 +681,9 @@ class History:
                 gpus = self._gpu_units(conn, boot_id)
             entry = entry._replace(unit=_unit(finding, gpus))
             written.append(self._insert(conn, at, kind, entry, boot_id))
+            if kind is Kind.RAISED and finding.key in uncounted:
+                why = entry._replace(message=uncounted[finding.key], details=_details_json({"key": finding.key}))
+                written.append(self._insert(conn, at, Kind.UNCOUNTED, why, boot_id))
             conn.execute(
                 "INSERT OR REPLACE INTO open_findings (key, check_name, code, subject, unit, status, message, details,"
                 " event, since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -938,8 +954,10 @@ class History:
                     "SELECT max(at) FROM events WHERE kind = 'repaired' AND unit = ?", (unit,)
                 ).fetchone()
                 start = max(since, repaired or 0.0)
+                # A raise with an ``uncounted`` event beside it is taken back.
                 (past,) = conn.execute(
-                    "SELECT count(*) FROM events WHERE kind = 'raised' AND unit = ? AND code = ? AND at >= ?",
+                    "SELECT coalesce(sum(CASE kind WHEN 'raised' THEN 1 ELSE -1 END), 0) FROM events"
+                    " WHERE kind IN ('raised', 'uncounted') AND unit = ? AND code = ? AND at >= ?",
                     (unit, finding.code, start),
                 ).fetchone()
                 new = finding.key not in open_events or open_events[finding.key] != _event_id(finding)

@@ -119,6 +119,9 @@ class PartitionView:
     name: str
     size: int
     out: tuple[tuple[bool, float, str], ...]
+    # (node, the code its healthd reason names), for the nodes in ``out``: a code other nodes
+    # of the partition are out for is a shared fault, not a repeat (docs/escalation.md).
+    codes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

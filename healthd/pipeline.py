@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
 from healthd.acks import STATE_NAME as ACKS_STATE
 from healthd.acks import AckStore, FindingRef, apply_acks
@@ -35,7 +35,8 @@ from healthd.history import History, HistoryError, RebootPhase, read_boot_id
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.nodestate import NodeInfo
 from healthd.onrepair import HookResult, run_on_repair
-from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, plan
+from healthd.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
+from healthd.plugin import CheckSpec
 from healthd.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
 from healthd.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
 from healthd.slurm import SlurmClient
@@ -433,7 +434,7 @@ def _locked_pass(
     # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
     history = History.open(config.paths.state_dir)
     try:
-        repeats = _repeats(history, raw, config.escalation.window_days, now)
+        repeats = _repeats(history, raw, config.escalation.window_days, now, engine)
         boot_id = read_boot_id(config.paths.procfs)
         situation = Situation(raw, state, acks, Observed(), now, partial, enabled, dry, repeats, boot_id, coverage)
         the_plan = _plan(engine, situation, slurm)
@@ -466,7 +467,7 @@ def _locked_pass(
             )
         done = conclude(the_plan, executed, state, now)
         _log_outcome(log, raw.node, the_plan, executed, done)
-        done = _record_history(history, the_plan, executed, done, now, boot_id, dry=dry)
+        done = _record_history(history, the_plan, executed, done, now, boot_id, repeats, dry=dry)
         if not dry:
             _record_reboot(history, state, done, now)
     finally:
@@ -478,9 +479,20 @@ def _locked_pass(
     return outcome
 
 
-def _repeats(history: History, raw: PassResult, window_days: float, now: float) -> dict[str, tuple[str, int]]:
-    """How often each fault of this pass was raised on its unit in the escalation window (policy._escalate)."""
-    faults = [f for f in raw.findings if f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK]
+def _repeats(
+    history: History, raw: PassResult, window_days: float, now: float, engine: Engine
+) -> dict[str, tuple[str, int]]:
+    """How often each hardware fault of this pass was raised on its unit in the escalation window (policy._escalate).
+
+    Only a code its check declares a hardware unit's fault (``CheckSpec.hardware``) is
+    counted: one a user or a shared service can cause never escalates (docs/escalation.md).
+    """
+    specs = {spec.name: spec for spec in engine.specs if isinstance(spec, CheckSpec)}
+    faults = [
+        f
+        for f in raw.findings
+        if f.status in (Status.CRITICAL, Status.WARNING) and f.check in specs and specs[f.check].is_hardware(f.code)
+    ]
     if not faults:
         return {}
     try:
@@ -548,6 +560,7 @@ def _record_history(
     done: Conclusion,
     now: float,
     boot_id: str,
+    repeats: Mapping[str, tuple[str, int]],
     *,
     dry: bool,
 ) -> Conclusion:
@@ -563,7 +576,9 @@ def _record_history(
         history.record_boot(at=now, boot_id=boot_id, gpus=[d for d in result.devices if d.kind == "gpu"])
     else:
         history.problems.append("the boot id is unreadable: new boots are not told apart")
-    history.record_pass(result, at=now, boot_id=boot_id)
+    # A take-out that lost its place after the drain was held back as much as one held before it.
+    uncounted = {**the_plan.uncounted, **held_raises(repeats, executed.lost)}
+    history.record_pass(result, at=now, boot_id=boot_id, uncounted=uncounted)
     if the_plan.acknowledged and not dry:
         history.record_ack(at=now, refs=the_plan.acknowledged, by="slurm-resume")
     action = None if dry else _action_outcome(the_plan, executed, done)

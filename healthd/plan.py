@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
 
 from healthd.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge, widest
-from healthd.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm
+from healthd.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, shared_codes
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.nodestate import NodeInfo, PartitionView
 from healthd.policy import (
@@ -137,6 +137,8 @@ class Plan:
     errors: tuple[str, ...]
     reboot: Optional[RebootRequest] = None
     reset: Optional[GpuReset] = None
+    # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
+    uncounted: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,8 @@ def _breaker(
     Before a take-out it asks for the node's partitions, unless a hold is still
     backing off. A drain that an earlier pass left unconfirmed is confirmed now
     (and undone if it lost its place). ``node`` comes back None when a read the
-    breaker needed failed: then nothing is acted on.
+    breaker needed failed: then nothing is acted on. A node held back keeps no
+    repair (``policy.breaker_held``).
     """
     node, observed = s.observed.node, s.observed
     acting = s.slurm_enabled and not s.dry_run
@@ -221,10 +224,10 @@ def _breaker(
     if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
         held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return _Breaker(held, replace(state, pending=None), hold.why, node)
+        return _Breaker(held, replace(state, pending=None, repair=None), hold.why, node)
     if observed.views is None:
         return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
-    decision, why = circuit_breaker(decision, node.name, observed.views, settings)
+    decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
     if why:
         return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
     # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
@@ -315,6 +318,9 @@ def plan(
     # The findings that took the node out, under their keys of this pass (acks.adopted).
     state = replace(state, took_out=widest(adopted(r, s.result) for r in state.took_out))
 
+    shared = _shared(s)
+    repeats = {key: count for key, count in s.repeats.items() if key not in shared}
+
     def judge(result: PassResult, state: PolicyState, node: Optional[NodeInfo]) -> tuple[Decision, PolicyState]:
         return decide(
             result,
@@ -323,7 +329,7 @@ def plan(
             settings,
             prefix,
             partial=s.partial,
-            repeats=s.repeats,
+            repeats=repeats,
             escalation=escalation,
             reboot=reboot,
             boot_id=s.boot_id,
@@ -402,7 +408,30 @@ def plan(
         errors=observed.errors,
         reboot=request,
         reset=gpu_reset,
+        uncounted=held_raises(s.repeats, breaker.held_why) or shared,
     )
+
+
+def _shared(s: Situation) -> dict[str, str]:
+    """The hardware faults of this pass (by key) whose code other nodes of the node's partitions are out for.
+
+    Such a raise is a shared fault (a switch, a driver rollout), not this node's repeat:
+    it does not escalate and is not counted (docs/escalation.md).
+    """
+    views = s.observed.views
+    if not views or not s.repeats:
+        return {}
+    codes = shared_codes(s.result.node, views)
+    return {
+        f.key: f"other nodes of the partition were out for {f.code}"
+        for f in s.result.findings
+        if f.key in s.repeats and f.code in codes
+    }
+
+
+def held_raises(repeats: Mapping[str, tuple[str, int]], why: str) -> dict[str, str]:
+    """Every hardware fault of a pass the circuit breaker held back: none of their raises counts."""
+    return dict.fromkeys(repeats, f"the circuit breaker held the node back: {why}") if why else {}
 
 
 def _reset_tried(state: PolicyState, gpu_reset: GpuReset) -> PolicyState:

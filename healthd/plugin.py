@@ -266,6 +266,11 @@ class CheckSpec(Generic[S]):
     ``OLDCHECK/CODE/SUBJECT`` is now ``NAME/CODE/SUBJECT``, and what was saved under the
     old key (an administrator's acknowledgement, the findings that took the node out,
     the open findings of the node history) carries over to the new one.
+    ``hardware`` declares which of its codes are a fault of one hardware unit of the
+    node (a GPU, an IB port, a DIMM, an NVMe device, a PCIe link): a set of codes, or
+    a function of the code where the codes are open-ended (``XID_<n>``). Only those
+    escalate to repair when they repeat on their unit (docs/escalation.md); a code a
+    user or a shared service can cause must not be declared.
     """
 
     name: str
@@ -279,6 +284,12 @@ class CheckSpec(Generic[S]):
     baseline: Optional[Callable[[CheckContext[S]], Mapping[str, Any]]] = None
     active: bool = False
     adopts: tuple[str, ...] = ()
+    hardware: Union[frozenset[str], Callable[[str], bool]] = frozenset()
+
+    def is_hardware(self, code: str) -> bool:
+        """Whether ``code`` is declared a hardware unit's fault (``hardware``): only then may it escalate."""
+        hardware = self.hardware
+        return code in hardware if isinstance(hardware, frozenset) else bool(hardware(code))
 
     def __post_init__(self) -> None:
         for old in self.adopts:

@@ -675,9 +675,11 @@ def _escalate(
     """Repeat failures send the node to repair, and a node in repair stays out (docs/history.md, "Escalation").
 
     A finding behind this take-out whose code was raised on its unit (a GPU by UUID
-    or serial, an IB port, a mount) at least the configured number of times in the
+    or serial, an IB port, a DIMM) at least the configured number of times in the
     window makes the node a lemon: it goes out with a ``REPAIR`` reason that no
-    clean pass lifts, so it stops the drain/resume ping-pong.
+    clean pass lifts, so it stops the drain/resume ping-pong. Only the findings in
+    ``repeats`` can: the caller puts there the codes their check declares a hardware
+    unit's fault, counting only this node's own raises (docs/escalation.md).
     """
     repair = state.repair
     if repair is None and escalation is not None and decision.action in TAKING_OUT:
@@ -835,7 +837,11 @@ def acknowledged_by_resume(state: PolicyState, node: NodeInfo) -> tuple[FindingR
 
 
 def circuit_breaker(
-    decision: Decision, node: str, views: Mapping[str, PartitionView], settings: PolicySettings
+    decision: Decision,
+    node: str,
+    views: Mapping[str, PartitionView],
+    settings: PolicySettings,
+    now: Optional[float] = None,
 ) -> tuple[Decision, str]:
     """Hold back a take-out that would put too much of a partition out at once (``breaker.over_limit``).
 
@@ -845,7 +851,7 @@ def circuit_breaker(
     """
     if decision.action not in TAKING_OUT:
         return decision, ""
-    why = over_limit(node, views, settings)
+    why = over_limit(node, views, settings, now)
     if why:
         return replace(decision, action=Action.HOLD, explanation=why), why
     return decision, ""
@@ -860,8 +866,15 @@ def waiting(next_time: float, now: float, longest: float) -> bool:
 
 
 def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyState:
-    """State after the circuit breaker held the node back: when to read its partitions again."""
-    return replace(state, held=next_hold(state.held, why, now, node), pending=None)
+    """State after the circuit breaker held the node back: when to read its partitions again.
+
+    A repair is dropped too. A node in repair is out already, so the breaker never
+    holds it: the repair was decided by a take-out that never happened (this pass's, or
+    one left pending or unconfirmed), and kept it would turn every later pass, a clean
+    one included, into a take-out "in repair" (docs/escalation.md). The raise behind it
+    is not counted either (``plan.held_raises``).
+    """
+    return replace(state, held=next_hold(state.held, why, now, node), pending=None, repair=None)
 
 
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:

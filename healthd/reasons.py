@@ -122,6 +122,24 @@ def lemon_reason(prefix: str, summary: str, limit: int = REASON_MAX) -> str:
     return f"{clean_prefix} {body}"
 
 
+# Words after the prefix that say what healthd did, before the code they are about.
+_VERBS = frozenset({"REPAIR", "REBOOT"})
+
+
+def reason_code(reason: str, prefix: str) -> str:
+    """The finding code a healthd reason names (``<prefix> [REPAIR|REBOOT] <CODE> ...``); "" for none.
+
+    A lemon drain names no code: the fleet's judgement, not one finding.
+    """
+    clean_prefix = sanitize(prefix) or "healthd:"
+    if not owned(reason, clean_prefix) or is_lemon(reason, clean_prefix):
+        return ""
+    words = reason[len(clean_prefix) :].split()
+    if words and words[0] in _VERBS:
+        words = words[1:]
+    return words[0] if words else ""
+
+
 def _tagged(reason: str, prefix: str, tag: str) -> bool:
     """Whether ``reason`` is healthd's with ``tag`` as its first word after the prefix."""
     head = f"{sanitize(prefix) or 'healthd:'} {tag}"

@@ -51,7 +51,7 @@ def test_the_plan_drains_in_rank_order_up_to_the_breaker_and_leaves_others_alone
     assert why["n4"] == "already out as a lemon"
     assert "not a node slurmctld knows" in why["x9"]
     # 20% of 10 nodes is 2: the lemon already out and n1 fill it.
-    assert why["n2"].startswith("held by the circuit breaker: partition batch: 2 of its 10 nodes out by healthd")
+    assert why["n2"].startswith("held by the circuit breaker: partition batch: 2 of its 10 nodes taken out by healthd")
     assert steps[0].reason.startswith("healthd: LEMON 9 incidents, 3/40 runs failed, score ")
     assert len(steps[0].reason) <= 64
 

@@ -10,6 +10,7 @@ tests/healthd_testkit/cluster.py (started once per session, only when a test ask
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -66,7 +67,19 @@ def _run_kstat(ctx: CheckContext[KstatSettings]) -> list[Finding]:
     return []
 
 
-FAULT = CheckSpec(name="fault", description="reports injected findings", settings=FaultSettings, run=_run_fault)
+@functools.cache
+def installed_hardware(code: str) -> bool:
+    """The fault check stands in for the installed checks: its code is a hardware fault where theirs is."""
+    return any(isinstance(spec, CheckSpec) and spec.is_hardware(code) for spec in discover())
+
+
+FAULT = CheckSpec(
+    name="fault",
+    description="reports injected findings",
+    settings=FaultSettings,
+    run=_run_fault,
+    hardware=installed_hardware,
+)
 STALL = CheckSpec(name="stall", description="blocks in Python", settings=StallSettings, run=_run_stall)
 BOOM = CheckSpec(name="boom", description="raises", settings=CheckSettings, run=_run_boom)
 KSTAT = CheckSpec(name="kstat", description="statvfs in the check thread", settings=KstatSettings, run=_run_kstat)

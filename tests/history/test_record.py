@@ -244,3 +244,17 @@ def test_problems_become_one_unknown_finding(tmp_path: Path) -> None:
     assert (found.check, found.status, found.code) == ("healthd", Status.UNKNOWN, PROBLEM_CODE)
     assert found.message.startswith(f"cannot open the history {blocked}/state/history.sqlite: Not a directory")
     assert history.problem_finding("healthd") is None  # reported once
+
+
+def test_an_uncounted_raise_is_recorded_and_taken_back_from_the_repeats(
+    store: History, make_pass: Make, finding: Find
+) -> None:
+    """A raise the breaker held, or one other nodes of the partition shared, is history but no repeat."""
+    first = finding("xid", "XID_79", "gpu3", event="b1:100")
+    store.record_pass(make_pass(first), at=1, boot_id="b1")
+    held = finding("xid", "XID_79", "gpu3", event="b1:200")
+    written = store.record_pass(make_pass(held), at=2, boot_id="b1", uncounted={held.key: "held back"})
+    assert [(e.kind, e.message) for e in written] == [(Kind.RAISED, held.message), (Kind.UNCOUNTED, "held back")]
+    later = finding("xid", "XID_79", "gpu3", event="b1:300")
+    assert store.repeats([later], since=0) == {later.key: ("gpu3", 2)}, "the first raise and this one: not the held"
+    assert store.count_raised(["XID_79"], "gpu3", since=0) == 2, "the held raise is still in the history"

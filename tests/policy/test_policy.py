@@ -39,7 +39,7 @@ from healthd.policy import (
     decide,
     needs_node,
 )
-from healthd.reasons import place_stamp, with_place
+from healthd.reasons import place_stamp, reason_code, with_place
 from healthd.render import pass_to_dict
 from healthd.slurm import SlurmClient
 
@@ -412,7 +412,10 @@ def test_circuit_breaker(views: dict[str, PartitionView], fraction: float, held:
 def test_breaker_message_counts_the_whole_partition() -> None:
     decision = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "r", "")
     _, why = circuit_breaker(decision, "n1", {"batch": _view("batch", 3, "n2")}, PolicySettings(max_out_fraction=0.34))
-    assert why == "partition batch: 1 of its 3 nodes out by healthd; the limit is 1 ([policy].max_out_fraction = 0.34)"
+    assert why == (
+        "partition batch: 1 of its 3 nodes taken out by healthd in the last 3600s; the limit is 1"
+        " ([policy].max_out_fraction = 0.34)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -500,6 +503,85 @@ def test_breaker_confirm_never_keeps_more_than_the_limit(
                 events.sort()
     assert len(kept) <= allowed_out(size, fraction)
     assert kept, "the first node to drain always keeps its place"
+
+
+WINDOW = 30.0
+
+
+@given(
+    drains=st.lists(
+        st.tuples(st.integers(0, 150), st.sampled_from("abcdefgh")), min_size=1, max_size=8, unique_by=lambda d: d[1]
+    ),
+    fraction=st.sampled_from([0.1, 0.25, 0.34, 0.5]),
+    draw=st.data(),
+)
+def test_breaker_confirm_never_keeps_more_than_the_limit_within_a_window(
+    drains: list[tuple[int, str]], fraction: float, draw: st.DataObject
+) -> None:
+    """Drains spread over five windows; a kept node stays out for good (waiting for hardware work).
+
+    Each node reads 1.2-4 s after its own drain and keeps its place only if
+    ``breaker_confirm`` says so. However the reads interleave, no span of
+    ``breaker_window`` seconds of drain stamps holds more kept nodes than the limit,
+    and a node drained more than a window after every other node still out always keeps its place.
+    """
+    size = 8
+    settings = PolicySettings(max_out_fraction=fraction, breaker_window=WINDOW)
+    events = sorted(
+        event
+        for second, name in drains
+        for at in [second + draw.draw(st.floats(0, 0.99), label=f"offset {name}")]
+        for event in ((at, "drain", name), (at + 1.2 + draw.draw(st.floats(0, 3), label=f"delay {name}"), "read", name))
+    )
+    groups: dict[str, NodeGroup] = {}
+    kept: dict[str, float] = {}
+    for at, kind, name in events:
+        if kind == "drain":
+            groups[name] = NodeGroup("p", 1, "IDLE", frozenset({"DRAIN"}), "healthd: X", float(int(at)), name)
+            continue
+        idle = NodeGroup("p", size - len(groups), "IDLE", frozenset(), "", None, "spare[1-8]")
+        stamp = groups[name].reason_time or 0.0
+        # No other node still out drained within a window before this one: nothing ahead counts.
+        fresh = all(not 0 <= stamp - (g.reason_time or 0.0) <= WINDOW for g in groups.values() if g.nodelist != name)
+        if breaker_confirm(name, group_views([*groups.values(), idle], ("p",), "healthd:"), settings):
+            assert not fresh, f"{name} drained more than a window after every kept node, yet lost"
+            del groups[name]
+        else:
+            kept[name] = stamp
+    limit = allowed_out(size, fraction)
+    for start in kept.values():
+        assert sum(1 for when in kept.values() if start <= when <= start + WINDOW) <= limit
+
+
+def test_a_node_out_longer_than_the_window_no_longer_holds_the_budget() -> None:
+    """A REPAIR node out for hours is a backlog: the next sick node of the 3-node partition may go."""
+    settings = PolicySettings(max_out_fraction=0.34, breaker_window=3600.0)
+    now = 1_800_000_000.0
+    old = {"batch": PartitionView("batch", 3, ((False, now - 7200.0, "n2"),))}
+    recent = {"batch": PartitionView("batch", 3, ((False, now - 600.0, "n2"),))}
+    decision = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "r", "")
+    assert circuit_breaker(decision, "n1", old, settings, now)[1] == ""
+    assert circuit_breaker(decision, "n1", recent, settings, now)[1].startswith("partition batch: 1 of its 3 nodes")
+    # After the drain: n2's take-out is more than a window before n1's own drain stamp.
+    drained = {"batch": PartitionView("batch", 3, ((False, now - 7200.0, "n2"), (True, now, "n1")))}
+    assert breaker_confirm("n1", drained, settings) == ""
+    close = {"batch": PartitionView("batch", 3, ((False, now - 600.0, "n2"), (True, now, "n1")))}
+    assert breaker_confirm("n1", close, settings) != ""
+
+
+@pytest.mark.parametrize(
+    ("reason", "code"),
+    [
+        ("healthd: MOUNT_MISSING /scratch (+1 more)", "MOUNT_MISSING"),
+        ("healthd: REPAIR XID_48 0000:3b:00 x3 #1800000000", "XID_48"),
+        ("healthd: REBOOT XID_79 gpu0 : reboot issued", "XID_79"),
+        ("healthd: LEMON 4 drains in 30 days", ""),
+        ("maintenance: XID_48", ""),
+        ("healthd:", ""),
+    ],
+)
+def test_reason_code_names_the_finding_a_healthd_reason_is_about(reason: str, code: str) -> None:
+    assert reason_code(reason, "healthd:") == code
 
 
 def test_acks_downgrade_and_lapse() -> None:

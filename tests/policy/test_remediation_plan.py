@@ -180,7 +180,8 @@ def test_a_node_in_repair_is_never_rebooted() -> None:
 
 
 def test_the_circuit_breaker_holds_a_reboot_like_a_take_out() -> None:
-    full = {"batch": PartitionView("batch", 2, ((False, 1.0, "node9"),))}
+    # node9 was taken out a minute before this pass: inside the breaker's window.
+    full = {"batch": PartitionView("batch", 2, ((False, NOW - 60.0, "node9"),))}
     made = _plan(_capture("allocated"), XID_79, views=full, settings=PolicySettings(max_out_fraction=0.5))
     assert made.decision.action is Action.HOLD and made.decision.intended is Action.REBOOT
     assert made.steps == ()
@@ -392,3 +393,30 @@ def test_remediation_config_is_off_by_default_and_checks_the_nvidia_smi_path() -
     assert "absolute path" in str(caught.value)
     with pytest.raises(ConfigError, match="reboot"):
         parse_config('[remediation]\nreboot = "yes please"\n', "healthd.toml", {})
+
+
+def test_a_repair_the_breaker_holds_back_is_not_kept_nor_its_raise_counted() -> None:
+    """A held take-out was never carried out: keeping its repair would take out a node whose next pass is clean."""
+    escalation = EscalationSettings(repeats=3)
+    full = {"batch": PartitionView("batch", 3, ((False, NOW - 60.0, "node9"),))}
+    repeats = {XID_48.key: ("GPU-1", 3)}
+    settings = PolicySettings(max_out_fraction=0.34)
+    made = _plan(_capture("allocated"), XID_48, views=full, settings=settings, repeats=repeats, escalation=escalation)
+    assert made.decision.action is Action.HOLD and made.decision.reason.startswith("healthd: REPAIR")
+    assert made.state.repair is None and made.state.pending is None
+    assert list(made.uncounted) == [XID_48.key] and "circuit breaker" in made.uncounted[XID_48.key]
+    clean = _plan(_capture("allocated"), state=made.state, views=full, settings=settings, escalation=escalation)
+    assert clean.decision.action is Action.NONE, "a clean pass of a held node has nothing pending"
+
+
+def test_a_code_other_nodes_of_the_partition_are_out_for_does_not_escalate() -> None:
+    """The same code on another node of the partition is a shared fault (a switch, a driver), not a repeat here."""
+    escalation = EscalationSettings(repeats=3)
+    repeats = {XID_48.key: ("GPU-1", 3)}
+    shared = {"batch": PartitionView("batch", 4, ((False, NOW - 60.0, "node9"),), (("node9", "XID_48"),))}
+    made = _plan(_capture("allocated"), XID_48, views=shared, repeats=repeats, escalation=escalation)
+    assert made.decision.reason == "healthd: XID_48 gpu0" and made.state.repair is None
+    assert made.uncounted == {XID_48.key: "other nodes of the partition were out for XID_48"}
+    other = {"batch": PartitionView("batch", 4, ((False, NOW - 60.0, "node9"),), (("node9", "XID_79"),))}
+    alone = _plan(_capture("allocated"), XID_48, views=other, repeats=repeats, escalation=escalation)
+    assert alone.decision.reason == "healthd: REPAIR XID_48 gpu0 x3" and alone.uncounted == {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from typing import Any, Callable, Optional
 import pytest
 from healthd_testkit.checks import only_checks
 from healthd_testkit.faults import FAULT, FaultSettings
+from healthd_testkit.paths import FIXTURES
 
 from healthd.acks import FindingRef
 from healthd.config import Config, parse_config
@@ -153,9 +155,13 @@ def test_slurmds_sigterm_takes_the_on_repair_script_and_its_children_with_the_pa
     pid_file = tmp_path / "child.pid"
     # A ticketing script whose curl hangs: its own child, in the script's session.
     on_repair = _script(tmp_path / "ticket.sh", f'sleep 300 & echo $! > "{pid_file}"; wait')
+    # A hardware fault (an IB port down, from the fixture tree): only such a code escalates.
+    sysfs = tmp_path / "sys"
+    shutil.copytree(FIXTURES / "sysfs" / "base", sysfs, symlinks=True)
+    shutil.copytree(FIXTURES / "sysfs" / "overlays" / "ib-port-down", sysfs, symlinks=True, dirs_exist_ok=True)
     config = write_config(
-        '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n'
-        f'[escalation]\nrepeats = 1\n[remediation]\non_repair = "{on_repair}"\n' + only_checks("mounts")
+        f'[paths]\nsysfs = "{sysfs}"\n'
+        f'[escalation]\nrepeats = 1\n[remediation]\non_repair = "{on_repair}"\n' + only_checks("infiniband")
     )
     # slurmd runs the hook in a process group of its own and signals that group (slurm.conf(5)).
     hook = subprocess.Popen(
@@ -177,7 +183,7 @@ def test_slurmds_sigterm_takes_the_on_repair_script_and_its_children_with_the_pa
             time.sleep(0.02)
         assert not _alive(child), "the script's child outlived the hook"
         saved = json.loads((tmp_path / "state" / "last-pass.json").read_text())
-        assert saved["action"]["reason"] == "healthd: REPAIR MOUNT_MISSING /no/such/mount x1"
+        assert saved["action"]["reason"] == "healthd: REPAIR IB_PORT_DOWN mlx5_5:1 x1"
     finally:
         hook.kill()
         if child is not None and _alive(child):

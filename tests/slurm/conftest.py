@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import pytest
+from healthd_testkit.faults import installed_hardware
 from healthd_testkit.paths import Below
 
 from healthd.config import parse_config
@@ -38,7 +39,13 @@ def _run_fault(ctx: CheckContext[FaultSettings]) -> list[Finding]:
     ]
 
 
-FAULT = CheckSpec(name="fault", description="reports injected findings", settings=FaultSettings, run=_run_fault)
+FAULT = CheckSpec(
+    name="fault",
+    description="reports injected findings",
+    settings=FaultSettings,
+    run=_run_fault,
+    hardware=installed_hardware,
+)
 
 
 @dataclass

@@ -150,6 +150,7 @@ def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> 
             "batch",
             10003,
             ((False, xid, "node1"), (True, mount, "n00007"), (True, mount, "n00009"), (True, mount, "node2")),
+            (("n00007", "MOUNT_MISSING"), ("n00009", "MOUNT_MISSING"), ("node1", "XID_79"), ("node2", "MOUNT_MISSING")),
         )
     }
     assert out_by_healthd("n00009", views) and not out_by_healthd("node3", views)
@@ -221,7 +222,9 @@ def test_a_reason_over_several_lines_is_read_whole_and_every_row_after_it_too() 
         ("debug", 1, "n9", NEWLINE_REASON),
     ]
     views = group_views(groups, ("batch", "debug"), "healthd:")
-    assert views["batch"] == PartitionView("batch", 99, ((True, _stamp("2026-11-24T15:12:28"), "n3"),))
+    assert views["batch"] == PartitionView(
+        "batch", 99, ((True, _stamp("2026-11-24T15:12:28"), "n3"),), (("n3", "XID_79"),)
+    )
     assert views["debug"] == PartitionView("debug", 1, ())
     n9, n1 = node_in_groups(groups, "n9"), node_in_groups(groups, "n1")
     assert n9 is not None and (n9.reason, n9.partitions, n9.drained) == (NEWLINE_REASON, ("batch", "debug"), True)
