@@ -114,7 +114,8 @@ def plan_drains(
             steps.append(DrainStep(verdict.node, reason, False, "a reboot is pending: left alone"))
             continue
         mine = {p: views[p] for p in node.partitions if p in views}
-        held = over_limit(node.name, mine, policy)
+        # The same wave rule as a pass: only nodes taken out within breaker_window hold the budget.
+        held = over_limit(node.name, mine, policy, now)
         if held:
             steps.append(DrainStep(verdict.node, reason, False, f"held by the circuit breaker: {held}"))
             continue

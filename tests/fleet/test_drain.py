@@ -56,6 +56,24 @@ def test_the_plan_drains_in_rank_order_up_to_the_breaker_and_leaves_others_alone
     assert len(steps[0].reason) <= 64
 
 
+def test_a_lemon_out_for_longer_than_the_breaker_window_no_longer_holds_the_budget() -> None:
+    """As in a pass (docs/policy.md, "The window"): the breaker counts a wave of take-outs, not a
+    backlog of nodes that have waited weeks for hardware work."""
+    nodes = [_node(f"n{i}") for i in range(10)]
+    nodes[4] = _node("n4", "DRAIN", "healthd: LEMON 3 incidents")
+    nodes[6] = _node("n6", "DRAIN", "healthd: REPAIR XID_79 gpu3 x3")
+    table = {node.name: node for node in nodes}
+    policy = PolicySettings(max_out_fraction=0.2)
+    now = 30 * 86400.0
+    long_ago = now - policy.breaker_window - 1
+    views = {"batch": PartitionView("batch", 10, ((True, long_ago, "n4"), (True, long_ago, "n6")))}
+    steps = plan_drains([_verdict("n1", 1e-9)], table, views, PREFIX, policy, now=now)
+    assert [(s.node, s.drain) for s in steps] == [("n1", True)]
+    recent = {"batch": PartitionView("batch", 10, ((True, now - 60, "n4"), (True, now - 60, "n6")))}
+    steps = plan_drains([_verdict("n1", 1e-9)], table, recent, PREFIX, policy, now=now)
+    assert not steps[0].drain and steps[0].why.startswith("held by the circuit breaker")
+
+
 @pytest.mark.parametrize("silent", [False, True])
 def test_a_silent_lemon_is_drained_only_when_asked_for(silent: bool) -> None:
     """Flagged on job failures alone, with no incident of its own beyond the fleet's: job failures are
