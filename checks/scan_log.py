@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 from healthd.model import Status, worst
@@ -30,16 +29,13 @@ _DESCRIBED = 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from healthd.cli import add_config_argument
+
     parser.add_argument("file", metavar="FILE", help="saved kernel log, or - for stdin")
     parser.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
     parser.add_argument("--pretty", action="store_true", help="with --json: indent the document for people")
-    parser.add_argument(
-        "-c",
-        "--config",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="config whose [checks.xid] overrides apply (default: none; the node's own config is not read)",
+    add_config_argument(
+        parser, help="config whose [checks.xid] overrides apply (default: none; the node's own config is not read)"
     )
 
 

@@ -45,18 +45,13 @@ def command_module(name: str) -> ModuleType:
     return __import__(f"healthd.commands.{name}", fromlist=["run"])
 
 
-def add_config_argument(parser: argparse.ArgumentParser) -> None:
+def add_config_argument(
+    parser: argparse.ArgumentParser, help: str = "config file (default /etc/healthd/healthd.toml)"
+) -> None:
     """The ``-c``/``--config PATH`` option every command that reads the config takes."""
     from pathlib import Path
 
-    parser.add_argument(
-        "-c",
-        "--config",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="config file (default /etc/healthd/healthd.toml)",
-    )
+    parser.add_argument("-c", "--config", type=Path, default=None, metavar="PATH", help=help)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

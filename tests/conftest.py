@@ -87,12 +87,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> 
         healthd_bin=Path(sys.executable).with_name("healthd"),
         accounting=no_accounting is None,
     )
-    host_guard.allow_slurm_conf(cluster.conf)
-    try:
-        cluster.start()
+    with cluster_module.running(cluster, host_guard.allow_slurm_conf):
         yield cluster
-    finally:
-        cluster.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, Iterator, NamedTuple, Optional
 
 if __package__ in (None, ""):  # run as a script: the simulated machines' programs start this file
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -87,6 +87,17 @@ test -f {nodes} || exit 0
 /bin/grep -qx "$SLURMD_NODENAME" {nodes} || exit 0
 exec {healthd} {action} --config {root}/job-"$SLURMD_NODENAME".toml >>{root}/job-"$SLURMD_NODENAME".log 2>&1
 """
+
+
+@contextlib.contextmanager
+def running(cluster: Cluster, allow: Callable[[Path], None]) -> Iterator[Cluster]:
+    """``cluster`` started, its slurm.conf let past the host guard (``allow``), stopped however the block ends."""
+    allow(cluster.conf)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.shutdown()
 
 
 def missing_prerequisite() -> Optional[str]:

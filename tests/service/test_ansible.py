@@ -506,14 +506,10 @@ def own_cluster(tmp_path: Path, host_guard: Any) -> Iterator[Any]:
     why = cluster_module.missing_prerequisite()
     if why:
         pytest.skip(why)
-    cluster = cluster_module.Cluster(root=tmp_path / "slurm", healthd_bin=BIN / "healthd")
     (tmp_path / "slurm").mkdir()
-    host_guard.allow_slurm_conf(cluster.conf)
-    try:
-        cluster.start()
+    cluster = cluster_module.Cluster(root=tmp_path / "slurm", healthd_bin=BIN / "healthd")
+    with cluster_module.running(cluster, host_guard.allow_slurm_conf):
         yield cluster
-    finally:
-        cluster.shutdown()
 
 
 def _controller_play(tmp_path: Path, conf: Path, variables: dict[str, Any]) -> subprocess.CompletedProcess[str]:
