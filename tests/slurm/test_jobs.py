@@ -177,8 +177,9 @@ class Triage:
 
     def start(self, user: str, *options: str, prolog: bool = True) -> str:
         """A job of ``user`` that runs until cancelled; returns once it runs (and its prolog has recorded it)."""
-        argv = ["sbatch", "--parsable", f"--uid={user}", f"--gid={user}", "--chdir=/tmp", "--oversubscribe", "-w", self.node]
-        out = self.cluster.run(*argv, *options, "-o", "/dev/null", "--wrap", "sleep 300")
+        # --gid as well: with --uid alone the job keeps root's group, and slurmd's script is not its to run.
+        argv = ["sbatch", "--parsable", f"--uid={user}", f"--gid={user}", "--chdir=/tmp", "--oversubscribe"]
+        out = self.cluster.run(*argv, "-w", self.node, *options, "-o", "/dev/null", "--wrap", "sleep 300")
         job = out.stdout.strip().split(";")[0]
         self.cluster.wait(lambda: self.cluster.job_state(job) == "RUNNING", 60, f"job {job} running")
         if prolog:
