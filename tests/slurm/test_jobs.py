@@ -176,16 +176,26 @@ class Triage:
         self.state = _node(cluster, node, tmp_path, kmsg=str(self.fake.kmsg), jobs=settings, paths=paths)
 
     def start(self, user: str, *options: str, prolog: bool = True) -> str:
-        """A job of ``user`` that runs until cancelled; returns once it runs (and its prolog has recorded it)."""
-        # --gid as well: with --uid alone the job keeps root's group, and slurmd's script is not its to run.
-        argv = ["sbatch", "--parsable", f"--uid={user}", f"--gid={user}", "--chdir=/tmp", "--oversubscribe"]
-        out = self.cluster.run(*argv, "-w", self.node, *options, "-o", "/dev/null", "--wrap", "sleep 300")
-        job = out.stdout.strip().split(";")[0]
-        self.cluster.wait(lambda: self.cluster.job_state(job) == "RUNNING", 60, f"job {job} running")
-        if prolog:
-            self.cluster.wait(lambda: job in self.recorded("job_start"), 30, f"the prolog of job {job}")
-        self.cluster.wait(lambda: self.launched(job), 30, f"the batch script of job {job}")
-        return job
+        """A job of ``user`` that runs until cancelled; returns once its script runs (its prolog noted its position).
+
+        A prolog that missed its 1 s deadline on this loaded test machine (its position
+        not noted) is not what these tests are about: that job is ended and another started.
+        """
+        for _ in range(3):
+            # --gid as well: with --uid alone the job keeps root's group, and slurmd's script is not its to run.
+            argv = ["sbatch", "--parsable", f"--uid={user}", f"--gid={user}", "--chdir=/tmp", "--oversubscribe"]
+            out = self.cluster.run(*argv, "-w", self.node, *options, "-o", "/dev/null", "--wrap", "sleep 300")
+            job = out.stdout.strip().split(";")[0]
+            self.cluster.wait(lambda j=job: self.launched(j), 60, f"the batch script of job {job}")
+            if not prolog or self.positioned(job):
+                return job
+            self.end(job)
+        raise AssertionError(f"three prologs on {self.node} in a row noted no kernel-log position")
+
+    def positioned(self, job: str) -> bool:
+        """Whether the job's prolog noted where the kernel log stood."""
+        starts = [e for e in _history(self.state, "job_start") if e["details"]["job"] == job]
+        return any(isinstance(e["details"].get("kmsg_seq"), int) for e in starts)
 
     def launched(self, job: str) -> bool:
         """Whether slurmd has started the job's script as its user (after the prolog), by slurmd's log."""
