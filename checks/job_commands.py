@@ -365,12 +365,12 @@ def _windows(history: History, boot: str, since: float) -> tuple[dict[str, Windo
     listed = False
     for event in history.events(since=since, kinds=(Kind.JOB_START, Kind.JOB_END)):
         details = event.details
+        job = _stored_job(event.subject, details)
+        listed = listed or job.gpus is not None  # GRES outlives a boot
         if details.get("boot", event.boot_id) != boot:
             continue
         seq = details.get("kmsg_seq")
         seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
-        job = _stored_job(event.subject, details)
-        listed = listed or job.gpus is not None
         if event.kind is Kind.JOB_START:
             known = starts.get(event.subject)
             # A prolog's timeout record after its position keeps the position.

@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from healthd.history import Event, Kind
 from healthd.model import Status
 from healthd.plugin import JudgeContext, Unobserved
-from healthd_checks.jobs import SUSPECT, JobsObservation, JobXid, judge
+from healthd_checks.jobs import SUSPECT, JobsObservation, JobXid, distinct_records, judge
 from healthd_checks.jobs_settings import JobsSettings
 
 PCI = "0000:3b:00.0"
@@ -64,3 +65,12 @@ def test_a_finding_needs_as_many_distinct_jobs_and_users_as_the_settings(runs: l
     events = [_xid(n, job, user) for n, (job, user) in enumerate(runs)]
     found = _judge(*events)
     assert bool(found) == (len({job for job, _ in runs}) >= 3 and len({user for _, user in runs}) >= 2)
+
+
+def test_a_record_an_older_healthd_stored_under_several_jobs_counts_for_none() -> None:
+    def row(n: int, job: str, seq: int, boot: str = "b1") -> Event:
+        details = {"job": job, "user": job, "seq": seq, "boot": boot, "bucket": "application"}
+        return Event(n, 0.0, Kind.JOB_XID, boot, "jobs", "XID_31", PCI, "GPU-aaaa", "OK", "", details)
+
+    rows = [row(1, "101", 7), row(2, "102", 7), row(3, "103", 7), row(4, "104", 8), row(5, "105", 7, boot="b2")]
+    assert [r.id for r in distinct_records(rows)] == [4, 5]
