@@ -294,7 +294,9 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     if after is None:
         why = "no prolog position for this boot (prolog missed or timed out, or history reset): nothing attributed"
         print(f"healthd epilog: job {job.job_id}: {why}", file=sys.stderr)
-        _with_history(engine, lambda h: record_end(h, job, boot, None, "UNKNOWN", why))
+        # Where the log ends still closes the job's window: later records cannot be its.
+        end = _log_end(paths.kmsg)
+        _with_history(engine, lambda h: record_end(h, job, boot, end, "UNKNOWN", why))
         return
     overrides, accept_userspace = _kmsg_settings(engine)
     try:
@@ -317,6 +319,16 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
         f"healthd epilog: job {job.job_id}: {len(recorded)} event(s) recorded, {applications} application Xid(s)"
         f" ({len(log.events) - len(recorded)} not this job's alone, or recorded already)"
     )
+
+
+def _log_end(kmsg: Any) -> Optional[int]:
+    """The SEQ of the kernel log's newest record; None when it cannot be read."""
+    from .job_log import LogUnavailable, last_seq
+
+    try:
+        return last_seq(kmsg)
+    except LogUnavailable:
+        return None
 
 
 def attribute(

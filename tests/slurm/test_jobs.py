@@ -278,6 +278,9 @@ def test_an_old_xid_is_not_a_job_without_a_prolog_position(
     ends = [e for e in _history(node.state, "job_end") if e["details"]["job"] in jobs]
     assert {(e["status"], "no prolog position" in e["message"]) for e in ends} == {("UNKNOWN", True)}
     assert cluster.state("node1") == "idle", cluster.reason("node1")
+    # Their windows closed where the log ended: a later job's own Xid is its.
+    later = node.run_job(users[0])
+    assert node.recorded("job_xid") == [later]
 
 
 def test_a_prolog_at_its_deadline_exits_0(cluster: Any, tmp_path: Path, hung_mount: str) -> None:
