@@ -182,15 +182,19 @@ class Triage:
         not noted) is not what these tests are about: that job is ended and another started.
         """
         for _ in range(3):
-            # --gid as well: with --uid alone the job keeps root's group, and slurmd's script is not its to run.
-            argv = ["sbatch", "--parsable", f"--uid={user}", f"--gid={user}", "--chdir=/tmp", "--oversubscribe"]
-            out = self.cluster.run(*argv, "-w", self.node, *options, "-o", "/dev/null", "--wrap", "sleep 300")
-            job = out.stdout.strip().split(";")[0]
+            job = self.submit(user, *options)
             self.cluster.wait(lambda j=job: self.launched(j), 60, f"the batch script of job {job}")
             if not prolog or self.positioned(job):
                 return job
             self.end(job)
         raise AssertionError(f"three prologs on {self.node} in a row noted no kernel-log position")
+
+    def submit(self, user: str, *options: str) -> str:
+        """``sbatch`` a job of ``user`` on the node that runs until cancelled; returns its id."""
+        # --gid as well: with --uid alone the job keeps root's group, and slurmd's script is not its to run.
+        argv = ["sbatch", "--parsable", f"--uid={user}", f"--gid={user}", "--chdir=/tmp", "--oversubscribe"]
+        out = self.cluster.run(*argv, "-w", self.node, *options, "-o", "/dev/null", "--wrap", "sleep 300")
+        return str(out.stdout.strip().split(";")[0])
 
     def positioned(self, job: str) -> bool:
         """Whether the job's prolog noted where the kernel log stood."""
@@ -228,6 +232,32 @@ def test_three_jobs_of_one_user_never_drain(cluster: Any, users: tuple[str, ...]
     node = Triage(cluster, "node1", tmp_path)
     jobs = [node.run_job(users[0]) for _ in range(3)]
     assert node.recorded("job_xid") == jobs, "each job's own Xid, once"
+    assert cluster.state("node1") == "idle", cluster.reason("node1")
+
+
+def test_an_array_of_one_user_never_drains(cluster: Any, users: tuple[str, ...], tmp_path: Path) -> None:
+    node = Triage(cluster, "node1", tmp_path)
+    array = node.submit(users[0], "--array=1-3%1")  # its tasks one after another, each its own job id
+
+    def task(number: int) -> tuple[str, str]:
+        """The job id and state of task ``number`` ("" when Slurm no longer lists it)."""
+        listed = cluster.run("squeue", "-h", "-r", "-j", array, "-o", "%i %A %T", check=False).stdout.splitlines()
+        for line in listed:
+            name, job, state = line.split()
+            if name == f"{array}_{number}":
+                return job, state
+        return "", ""
+
+    tasks = []
+    for number in (1, 2, 3):
+        cluster.wait(lambda n=number: task(n)[1] == "RUNNING", 60, f"task {number} of array {array} running")
+        tasks.append(task(number)[0])
+        cluster.wait(lambda: node.launched(tasks[-1]), 30, f"the batch script of job {tasks[-1]}")
+        node.xid()
+        cluster.run("scancel", f"{array}_{number}")
+        cluster.wait(lambda n=number: task(n)[1] not in ("RUNNING", "COMPLETING"), 60, f"the epilog of {tasks[-1]}")
+    recorded = node.recorded("job_xid")
+    assert recorded and len(set(recorded)) == len(recorded) and set(recorded) <= set(tasks), (recorded, tasks)
     assert cluster.state("node1") == "idle", cluster.reason("node1")
 
 
