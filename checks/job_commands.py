@@ -14,11 +14,14 @@ prolog prints an UNKNOWN line, tries briefly to record it, and leaves with
 ``os._exit(0)`` whatever thread is still stuck in the kernel.
 
 Epilog. slurmd runs it after the job; a non-zero exit drains the node, so it always
-exits 0. It records, in the node's history, each Xid, SXid and fallen-off-the-bus
-event of the job's window on the job's GPUs (``job_log``) with the job id and user,
-then, when it recorded an application Xid, runs the ``jobs`` check through the
-ordinary pass: the same application Xid on one GPU under ``app_xid_jobs`` different
-jobs drains the node after its jobs. With ``[active] at_epilog`` it then runs the
+exits 0. It reads the kernel log after the position its prolog noted (``job_log``)
+and records, in the node's history, each Xid, SXid and fallen-off-the-bus record that
+is this job's alone (``job_scope.owner`` against every job's window) and not recorded
+yet, with the job id and user; then a ``job_end`` event with where the log ended. A
+job whose prolog noted no position records only why. When it recorded an application
+Xid it runs the ``jobs`` check through the ordinary pass: the same application Xid on
+one GPU under ``app_xid_jobs`` different jobs of ``app_xid_users`` users drains the
+node after its jobs. With ``[active] at_epilog`` it then runs the
 active checks, when due and when no other job is on the node (docs/active.md).
 """
 
@@ -30,17 +33,19 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, cast
 
 from healthd.cli import add_config_argument
 from healthd.plugin import CommandSpec
+
+from .job_scope import Job, Window, owner
 
 if TYPE_CHECKING:
     from healthd.engine import Engine
     from healthd.history import History
     from healthd.model import Finding
 
-    from .job_scope import Job
+    from .job_log import JobEvent
     from .jobs_settings import JobsSettings
 
 # Used until the config is read (reading it is part of the prolog's time).
@@ -48,6 +53,9 @@ DEFAULT_PROLOG_TIMEOUT = 1.0
 DEFAULT_EPILOG_TIMEOUT = 20.0
 # How long a prolog past its deadline still tries to record that it gave up.
 RECORD_GRACE = 0.25
+# How far back the epilog looks for the node's other jobs (and for records already
+# counted): a job that ran beside this one for longer is not seen as a claimant.
+JOB_LOOKBACK = 30 * 86400.0
 
 
 @dataclass
@@ -209,7 +217,7 @@ def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
 
 def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
-        from healthd.history import Kind
+        from healthd.history import read_boot_id
         from healthd.model import Status
         from healthd.pipeline import run_pass
         from healthd.reasons import make_reason
@@ -226,11 +234,8 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
         except LogUnavailable as exc:
             seq = None
             print(f"healthd: {exc}: the epilog will not see this job's kernel log", file=sys.stderr)
-        details = {**job.to_dict(), "kmsg_seq": seq}
-        _with_history(
-            engine,
-            lambda h: h.record_job(at=now, kind=Kind.JOB_START, subject=job.job_id, message="prolog", details=details),
-        )
+        boot = read_boot_id(engine.config.paths.procfs)
+        _with_history(engine, lambda h: record_start(h, job, seq, boot, now))
         prefix = engine.config.slurm.reason_prefix
         known = _daemon_criticals(config, job, now)
         if known:
@@ -249,6 +254,14 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     return work
 
 
+def record_start(history: History, job: Job, seq: Optional[int], boot: str, at: float) -> None:
+    """The job's ``job_start`` event: where the kernel log stood in boot ``boot`` when it started (None: unknown)."""
+    from healthd.history import Kind
+
+    details = {**job.to_dict(), "kmsg_seq": seq, "boot": boot}
+    history.record_job(at=at, kind=Kind.JOB_START, subject=job.job_id, message="prolog", details=details)
+
+
 def _epilog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
         engine = _engine(config)
@@ -263,45 +276,151 @@ def _epilog(job: Job, config: Any) -> Callable[[_Deadline], int]:
 
 
 def _record_job_xids(engine: Engine, job: Job) -> None:
-    """The job's Xid events into the history; the ``jobs`` check's pass when one was an application Xid."""
-    from healthd.history import History, Kind
+    """The job's own Xid events into the history; the ``jobs`` check's pass when one was an application Xid.
+
+    Only the records that are this job's alone (``job_scope.owner``) and not recorded
+    yet (by boot and SEQ) are recorded, so one kernel record is evidence against one
+    job at most. A job whose prolog noted no position has no known stretch of the log:
+    it records why, and nothing else.
+    """
+    from healthd.history import read_boot_id
     from healthd.pipeline import run_pass
 
     from .job_log import LogUnavailable, job_events
 
     paths = engine.config.paths
-    after = _job_start_seq(History, paths.state_dir, job)
+    boot = read_boot_id(paths.procfs)
+    after = _job_start_seq(paths.state_dir, job, boot)
     if after is None:
-        print(f"healthd epilog: job {job.job_id}: no prolog record; reading the whole kernel log", file=sys.stderr)
+        why = "no prolog position for this boot (prolog missed or timed out, or history reset): nothing attributed"
+        print(f"healthd epilog: job {job.job_id}: {why}", file=sys.stderr)
+        # Where the log ends still closes the job's window: later records cannot be its.
+        end = _log_end(paths.kmsg)
+        _with_history(engine, lambda h: record_end(h, job, boot, end, "UNKNOWN", why))
+        return
     overrides, accept_userspace = _kmsg_settings(engine)
     try:
-        events, lost = job_events(paths.kmsg, paths.sysfs, job, after, overrides, accept_userspace)
+        log = job_events(paths.kmsg, paths.sysfs, after, overrides, accept_userspace)
     except LogUnavailable as exc:
-        print(f"healthd epilog: job {job.job_id}: {exc}", file=sys.stderr)
+        unread = f"kernel log unreadable: {exc}"
+        print(f"healthd epilog: job {job.job_id}: {unread}", file=sys.stderr)
+        _with_history(engine, lambda h: record_end(h, job, boot, None, "UNKNOWN", unread))
         return
-    if lost:
-        print(f"healthd epilog: job {job.job_id}: {lost}", file=sys.stderr)
-    now = time.time()
-
-    def write(history: History) -> None:
-        for event in events:
-            grade = event.entry.entry.grade.name
-            history.record_job(
-                at=now,
-                kind=Kind.JOB_XID,
-                subject=event.subject,
-                code=event.entry.code,
-                status=grade,
-                message=f"job {job.job_id} ({job.user}): {event.entry.event.text}"[:500],
-                details=event.details(job),
-            )
-
-    if events:
-        _with_history(engine, write)
-    applications = sum(1 for e in events if e.entry.entry.bucket.value == "application")
+    if log.lost:
+        print(f"healthd epilog: job {job.job_id}: {log.lost}", file=sys.stderr)
+    window = Window(job, after, log.end)
+    recorded: list[JobEvent] = []
+    gres = _settings(engine).gpu_gres
+    _with_history(engine, lambda h: recorded.extend(attribute(h, window, log.events, boot, gres)))
+    applications = sum(1 for e in recorded if e.entry.entry.bucket.value == "application")
     if applications and "jobs" in {spec.name for spec in engine.specs}:
         run_pass(engine, only=["jobs"])
-    print(f"healthd epilog: job {job.job_id}: {len(events)} event(s) recorded, {applications} application Xid(s)")
+    print(
+        f"healthd epilog: job {job.job_id}: {len(recorded)} event(s) recorded, {applications} application Xid(s)"
+        f" ({len(log.events) - len(recorded)} not this job's alone, or recorded already)"
+    )
+
+
+def _log_end(kmsg: Any) -> Optional[int]:
+    """The SEQ of the kernel log's newest record; None when it cannot be read."""
+    from .job_log import LogUnavailable, last_seq
+
+    try:
+        return last_seq(kmsg)
+    except LogUnavailable:
+        return None
+
+
+def attribute(
+    history: History, window: Window, events: Sequence[JobEvent], boot: str, gres: Optional[bool]
+) -> list[JobEvent]:
+    """Record, under the state lock, the events that are ``window``'s job's alone and new; returns them."""
+    from healthd.history import Kind
+
+    job = window.job
+    since = time.time() - JOB_LOOKBACK
+    windows, listed = _windows(history, boot, since)
+    windows[job.job_id] = window
+    on_gres = gres if gres is not None else listed or job.gpus is not None
+    seen = _recorded_seqs(history, boot, since)
+    now = time.time()
+    mine = []
+    for event in events:
+        record = event.record
+        if record.seq in seen or owner(record, windows.values(), on_gres) != job:  # someone else's, or nobody's
+            continue
+        seen.add(record.seq)
+        mine.append(event)
+        history.record_job(
+            at=now,
+            kind=Kind.JOB_XID,
+            subject=event.subject,
+            code=event.entry.code,
+            status=event.entry.entry.grade.name,
+            message=f"job {job.job_id} ({job.user}): {event.entry.event.text}"[:500],
+            details=event.details(job, boot),
+        )
+    record_end(history, job, boot, window.end, "", f"epilog: {len(mine)} of {len(events)} event(s) this job's")
+    return mine
+
+
+def _windows(history: History, boot: str, since: float) -> tuple[dict[str, Window], bool]:
+    """Each job's window in boot ``boot`` (its ``job_start``/``job_end`` events since then); whether one had a GPU list.
+
+    A job with an end but no start (its prolog did not run) has a window that may
+    begin anywhere, so the records before its end on its GPUs are nobody's.
+    """
+    from healthd.history import Kind
+
+    starts: dict[str, tuple[Job, Optional[int]]] = {}
+    ends: dict[str, Optional[int]] = {}
+    listed = False
+    for event in history.events(since=since, kinds=(Kind.JOB_START, Kind.JOB_END)):
+        details = event.details
+        job = _stored_job(event.subject, details)
+        listed = listed or job.gpus is not None  # GRES outlives a boot
+        if details.get("boot", event.boot_id) != boot:
+            continue
+        seq = details.get("kmsg_seq")
+        seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+        if event.kind is Kind.JOB_START:
+            known = starts.get(event.subject)
+            # A prolog's timeout record after its position keeps the position.
+            starts[event.subject] = (job, seq if seq is not None or known is None else known[1])
+            ends.pop(event.subject, None)
+        else:
+            ends[event.subject] = seq
+            starts.setdefault(event.subject, (job, None))
+    return {key: Window(job, start, ends.get(key)) for key, (job, start) in starts.items()}, listed
+
+
+def _stored_job(job_id: str, details: Mapping[str, Any]) -> Job:
+    """A job as its prolog or epilog stored it."""
+    gpus = details.get("gpus")
+    listed = frozenset(str(g) for g in gpus) if isinstance(gpus, list) else None
+    return Job(job_id, str(details.get("user", "")), listed)
+
+
+def _recorded_seqs(history: History, boot: str, since: float) -> set[int]:
+    """The SEQs of boot ``boot`` already recorded as some job's (each kernel record is recorded once)."""
+    from healthd.history import Kind
+
+    seqs = set()
+    for event in history.events(since=since, kinds=(Kind.JOB_XID,)):
+        seq = event.details.get("seq")
+        if event.details.get("boot", event.boot_id) == boot and isinstance(seq, int):
+            seqs.add(seq)
+    return seqs
+
+
+def record_end(history: History, job: Job, boot: str, seq: Optional[int], status: str, message: str) -> None:
+    """The job's ``job_end`` event: where the kernel log stood when it ended (None: unknown), and why."""
+    from healthd.history import Kind
+
+    details = {**job.to_dict(), "kmsg_seq": seq, "boot": boot}
+    history.record_job(
+        at=time.time(), kind=Kind.JOB_END, subject=job.job_id, status=status, message=message, details=details
+    )
 
 
 def _active_at_epilog(engine: Engine, job: Job, deadline: _Deadline) -> None:
@@ -342,25 +461,26 @@ def _active_at_epilog(engine: Engine, job: Job, deadline: _Deadline) -> None:
     print(f"{head}: {done.result.status.name}: {said}")
 
 
-def _job_start_seq(history_type: Any, state_dir: Any, job: Job) -> Optional[int]:
-    """The kernel-log position the job's prolog noted (its last ``job_start`` event); None when unknown."""
-    from healthd.history import HistoryError, Kind
+def _job_start_seq(state_dir: Any, job: Job, boot: str) -> Optional[int]:
+    """The kernel-log position the job's prolog noted in this boot (its last ``job_start`` with one), or None."""
+    from healthd.history import History, HistoryError, Kind
 
     try:
-        history = history_type.open_readonly(state_dir)
+        history = History.open_readonly(state_dir)
         if history is None:
             return None
         with history:
-            starts = [e for e in history.events(kinds=(Kind.JOB_START,), subject=job.job_id)]
+            starts = list(history.events(kinds=(Kind.JOB_START,), subject=job.job_id))
     except HistoryError:
         return None
-    seq = starts[-1].details.get("kmsg_seq") if starts else None
-    return seq if isinstance(seq, int) else None
+    for start in reversed(starts):
+        seq = start.details.get("kmsg_seq")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            return seq if start.details.get("boot", start.boot_id) == boot else None
+    return None
 
 
 def _run(which: str, args: argparse.Namespace) -> int:
-    from .job_scope import Job
-
     job = Job.from_env(os.environ)
     prolog = which == "prolog"
     budget = DEFAULT_PROLOG_TIMEOUT if prolog else DEFAULT_EPILOG_TIMEOUT
@@ -379,22 +499,27 @@ def _run(which: str, args: argparse.Namespace) -> int:
 
 
 def _record_timeout(which: str, job: Job, config: Any) -> None:
-    """Record the timeout as an UNKNOWN ``job_start`` event, if that can be done within ``RECORD_GRACE``."""
+    """Record the timeout as an UNKNOWN ``job_start`` (``job_end``) event, if that can be done within ``RECORD_GRACE``.
+
+    It notes no kernel-log position: the job's window stays open at that end, so the
+    records it may have caused are nobody's (``job_scope.owner``).
+    """
 
     def work(_: _Deadline) -> int:
-        from healthd.history import Kind
+        from healthd.history import Kind, read_boot_id
 
         engine = _engine(config)
         message = f"{which} deadline passed: UNKNOWN, job allowed"
+        details = {**job.to_dict(), "boot": read_boot_id(engine.config.paths.procfs)}
         _with_history(
             engine,
             lambda h: h.record_job(
                 at=time.time(),
-                kind=Kind.JOB_START,
+                kind=Kind.JOB_START if which == "prolog" else Kind.JOB_END,
                 subject=job.job_id,
                 status="UNKNOWN",
                 message=message,
-                details=job.to_dict(),
+                details=details,
             ),
         )
         return 0

@@ -1,8 +1,9 @@
-"""The Xid, SXid and fallen-off-the-bus events a job's time window left in the kernel log, on the job's GPUs.
+"""The Xid, SXid and fallen-off-the-bus events in a job's stretch of the kernel log.
 
 The prolog notes where /dev/kmsg stood when the job started (the SEQ of its last
 record: a per-boot sequence number, so exact where a clock is not); the epilog reads
-the records after it. The records go through the same parser and catalog as the
+the records after it and notes where the log ends. Whose each record is, is decided
+by ``job_scope.owner`` against every job's stretch, not here. The records go through the same parser and catalog as the
 ``xid`` check and ``scan-log`` (``xid_scan``), so only the driver's own records count
 (userspace ones only with ``accept_userspace_kmsg``). GPU indices are NVML's default
 order: NVIDIA GPUs on the PCI bus sorted by address (``xid.nvidia_gpus``).
@@ -16,7 +17,7 @@ from typing import Any, Mapping, Optional
 
 from healthd.model import Status
 
-from .job_scope import Job
+from .job_scope import Job, KernelRecord
 from .kernlog import LogUnavailable, read_kmsg
 from .xid import nvidia_gpus
 from .xid_parse import Kind, sm_location
@@ -35,9 +36,17 @@ class JobEvent:
     def subject(self) -> str:
         return self.entry.gpu
 
-    def details(self, job: Job) -> dict[str, Any]:
+    @property
+    def record(self) -> KernelRecord:
+        """The record for attribution: an SXid names an NVSwitch, no GPU."""
+        seq, event = self.entry.record.seq, self.entry.event
+        names_gpu = event.kind is not Kind.SXID and (event.pci is not None or bool(self.entry.uuid))
+        return KernelRecord(seq if seq is not None else -1, names_gpu, self.gpu, self.entry.uuid)
+
+    def details(self, job: Job, boot: str) -> dict[str, Any]:
         found = self.entry.to_dict()
         return {
+            "boot": boot,
             "job": job.job_id,
             "user": job.user,
             "xid": found["xid"],
@@ -58,18 +67,23 @@ def last_seq(kmsg: Path) -> Optional[int]:
     return int(result.cursor) if result.cursor is not None and result.cursor.isdigit() else None
 
 
+@dataclass(frozen=True)
+class JobLog:
+    """The events after the job's start, the SEQ the log ends at, and what was lost (overwritten records) if any."""
+
+    events: tuple[JobEvent, ...]
+    end: int
+    lost: Optional[str]
+
+
 def job_events(
     kmsg: Path,
     sysfs: Path,
-    job: Job,
-    after: Optional[int],
+    after: int,
     overrides: Optional[Mapping[str, Status]] = None,
     accept_userspace: bool = False,
-) -> tuple[list[JobEvent], Optional[str]]:
-    """The job's events after SEQ ``after``, and what was lost (the kernel overwrote records), if anything.
-
-    Raises ``LogUnavailable`` when the log cannot be read.
-    """
+) -> JobLog:
+    """Every GPU's events after SEQ ``after``, to the log's end; raises ``LogUnavailable`` when it cannot be read."""
     result = read_kmsg(kmsg, after)
     # Back into the kernel's record format, which the scanner reads as a /dev/kmsg dump.
     dump = [
@@ -79,11 +93,9 @@ def job_events(
     events = []
     for entry in scan(dump, overrides, accept_userspace):
         index = order.get(str(entry.event.pci)) if entry.event.pci is not None else None
-        if entry.event.kind is not Kind.SXID and not job.has_gpu(index, entry.uuid):
-            continue
-        group = sm_location(entry.event)
-        events.append(JobEvent(entry, index, group))
-    return events, result.lost
+        events.append(JobEvent(entry, index, sm_location(entry.event)))
+    end = int(result.cursor) if result.cursor is not None and result.cursor.isdigit() else after
+    return JobLog(tuple(events), end, result.lost)
 
 
-__all__ = ["JobEvent", "LogUnavailable", "job_events", "last_seq"]
+__all__ = ["JobEvent", "JobLog", "LogUnavailable", "job_events", "last_seq"]

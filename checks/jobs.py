@@ -11,6 +11,11 @@ users it reports a WARNING ``APP_XID_SUSPECT``, which healthd's policy turns int
 drain after jobs. The GPU unit (its UUID where the boot's inventory knows it) is the
 history's, so a swapped GPU starts from zero.
 
+It counts evidence, not jobs: the epilog records each kernel record (boot id, SEQ) at
+most once, for the one job whose GPUs it names (``job_scope.owner``), and one user's
+jobs are never enough (``app_xid_users`` >= 2). A record that an older healthd stored
+under several jobs is counted for none of them (``distinct_records``).
+
 The settings also hold the prolog's and epilog's (``healthd prolog``/``epilog``,
 ``job_commands``), so ``[checks.jobs]`` configures all that is job-aware.
 """
@@ -24,6 +29,7 @@ from healthd.model import Finding, Status
 from healthd.plugin import CheckSpec, Staged, Unobserved, Verdict
 
 if TYPE_CHECKING:
+    from healthd.history import Event
     from healthd.plugin import CheckContext, JudgeContext
 
     from .jobs_settings import JobsSettings
@@ -68,7 +74,7 @@ def gather(ctx: CheckContext[JobsSettings]) -> JobsObservation:
     except HistoryError as exc:
         return JobsObservation((), Unobserved("JOB_HISTORY_UNREADABLE", str(state_dir), str(exc)))
     events = []
-    for row in rows:
+    for row in distinct_records(rows):
         details = row.details
         if details.get("bucket") != "application":
             continue
@@ -86,6 +92,23 @@ def gather(ctx: CheckContext[JobsSettings]) -> JobsObservation:
             )
         )
     return JobsObservation(tuple(events))
+
+
+def distinct_records(rows: list[Event]) -> list[Event]:
+    """The ``job_xid`` events, less those whose kernel record (boot id, SEQ) is stored under more than one job.
+
+    The epilog never stores a record twice; a history written before it did may hold
+    one Xid once per job that was on the node, and whose it was is unknown.
+    """
+    jobs: dict[tuple[str, object], set[str]] = {}
+    for row in rows:
+        jobs.setdefault(_record_key(row), set()).add(str(row.details.get("job", "")))
+    return [row for row in rows if _record_key(row)[1] is None or len(jobs[_record_key(row)]) == 1]
+
+
+def _record_key(row: Event) -> tuple[str, object]:
+    seq = row.details.get("seq")
+    return str(row.details.get("boot", row.boot_id)), seq if isinstance(seq, int) else None
 
 
 def judge(observed: JobsObservation, jc: JudgeContext[JobsSettings]) -> Verdict:

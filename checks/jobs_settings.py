@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 from pydantic import Field
 
 from healthd.checksettings import CheckSettings
@@ -16,5 +18,12 @@ class JobsSettings(CheckSettings):
     )
     epilog_timeout: float = Field(default=20.0, gt=0, le=300, description="seconds the epilog may take; then exit 0")
     app_xid_jobs: int = Field(default=3, ge=2, description="distinct jobs with the same application Xid on one GPU")
-    app_xid_users: int = Field(default=1, ge=1, description="distinct users among those jobs")
+    # At least 2: one user controls all of their jobs (resubmits, a job array), so their
+    # jobs are one piece of evidence however many there are (docs/jobs.md).
+    app_xid_users: int = Field(default=2, ge=2, description="distinct users among those jobs (one user never drains)")
     app_xid_window_days: float = Field(default=7.0, gt=0, le=180, description="days within which jobs are counted")
+    gpu_gres: Optional[bool] = Field(
+        default=None,
+        description="the node gives out its GPUs through Slurm GRES (a job without SLURM_JOB_GPUS owns none);"
+        " unset: yes once a job of the last 30 days came with a GPU list",
+    )

@@ -172,7 +172,8 @@ class Kind(enum.Enum):
     REPAIRED = "repaired"  # hardware work done on a unit (`healthd ack --repaired`): its counts start again
     RESET = "reset"  # this database replaced a corrupt one
     JOB_START = "job_start"  # a job's prolog ran: ``subject`` the job id, ``details`` its user, GPUs, log position
-    JOB_XID = "job_xid"  # an Xid, SXid or fallen-off-the-bus event in a job's window (``details``: job, user)
+    JOB_XID = "job_xid"  # a kernel record that is one job's alone (``details``: job, user, boot, seq): at most once
+    JOB_END = "job_end"  # a job's epilog ran: ``details`` where the kernel log stood, or why nothing was attributed
     # The raise recorded with it (same time, unit and code) is not counted for escalation:
     # the circuit breaker held the node, or other nodes of its partition were out for the
     # same code (``details.why``; docs/escalation.md).
@@ -983,7 +984,7 @@ class History:
         unit: str = "",
         details: Optional[Mapping[str, Any]] = None,
     ) -> Optional[Event]:
-        """A job-scoped event (``JOB_START``, ``JOB_XID``); ``unit`` defaults to the GPU of this boot at ``subject``."""
+        """A job-scoped event (``JOB_START``, ``JOB_XID``, ``JOB_END``); ``unit``: by default the GPU at ``subject``."""
 
         def body(conn: sqlite3.Connection) -> Event:
             resolved = unit or self._gpu_units(conn, self._boot).get(pci_key(subject) or (-1, -1, -1), subject)

@@ -32,6 +32,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -47,6 +48,10 @@ from healthd_testkit.paths import Below
 from healthd_testkit.waiting import wait_for
 
 NODES = ("node1", "node2", "node3")
+# The node whose GPUs Slurm gives out as GRES (gres.conf), and their indices. The
+# partition has OverSubscribe=YES, so jobs that ask (``--oversubscribe``) share a node.
+GRES_NODE = "node3"
+GRES_GPUS = (0, 1)
 # How long slurmctld waits for a rebooted or resumed node to register with a new boot
 # before it marks it DOWN; a simulated boot takes about 3 seconds.
 RESUME_TIMEOUT = 60
@@ -270,8 +275,10 @@ class Cluster:
         for node in NODES:
             (self.root / "spool" / node).mkdir(exist_ok=True)
             write_boot(self.procfs(node), str(uuid.uuid4()), time.time())
+        self._write_gres()
         nodes = "\n".join(
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=100 State=UNKNOWN"
+            + (f" Gres=gpu:{len(GRES_GPUS)}" if name == GRES_NODE else "")
             for name, port in zip(NODES, node_ports)
         )
         if self.extra_nodes:
@@ -313,15 +320,31 @@ ResumeProgram={resume}
 SuspendTime={SUSPEND_TIME}
 SuspendTimeout={SUSPEND_TIMEOUT}
 ResumeTimeout={RESUME_TIMEOUT}
+GresTypes=gpu
 HealthCheckProgram={wrapper}
 HealthCheckInterval=3
 HealthCheckNodeState=ANY
 Prolog={self.root}/prolog.sh
 Epilog={self.root}/epilog.sh
 {nodes}
-PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 {self._accounting_conf()}"""
         )
+
+    def _write_gres(self) -> None:
+        """gres.conf: GRES_NODE has GPUs as Slurm sees them, device files that are copies of /dev/null.
+
+        slurmd stats each ``File=`` (gres.conf(5)); with ``TaskPlugin=task/none`` nothing
+        confines a job to them, but Slurm gives them out and sets ``SLURM_JOB_GPUS``.
+        """
+        devices = self.root / "dev"
+        devices.mkdir(exist_ok=True)
+        for index in GRES_GPUS:
+            path = devices / f"nvidia{index}"
+            if not path.exists():
+                os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        files = "\n".join(f"NodeName={GRES_NODE} Name=gpu File={devices / f'nvidia{i}'}" for i in GRES_GPUS)
+        (self.root / "gres.conf").write_text(files + "\n")
 
     def _accounting_conf(self) -> str:
         """slurm.conf's accounting lines, after writing slurmdbd.conf and the database's first statements."""
@@ -478,7 +501,7 @@ AccountingStoragePass={self.munge_socket}
         """
         if self.procs.get("slurmctld") is not None and self.procs["slurmctld"].poll() is None:
             self.cancel_reboots()
-            self.run("scancel", "--full", "-u", "root", check=False)
+            self.cancel_jobs()
             # Shut down anyway after a while: stopping slurmd below ends what is left of the steps.
             with contextlib.suppress(TimeoutError):
                 wait_for(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 15, "jobs cancelled")
@@ -581,6 +604,12 @@ AccountingStoragePass={self.munge_socket}
                 return token.split("=", 1)[1]
         return ""
 
+    def cancel_jobs(self) -> None:
+        """Cancel every job, whoever's (tests also run jobs as unprivileged users, ``sbatch --uid``)."""
+        jobs = self.run("squeue", "-h", "-o", "%A", check=False).stdout.split()
+        if jobs:
+            self.run("scancel", "--full", *jobs, check=False)
+
     def cancel_reboots(self) -> None:
         """Cancel reboots requested but not issued yet (slurmctld cannot cancel an issued one)."""
         for node in NODES:
@@ -598,7 +627,7 @@ AccountingStoragePass={self.munge_socket}
         boots within seconds). Powered-down nodes are powered up and wait for their boot.
         """
         self.cancel_reboots()
-        self.run("scancel", "--full", "-u", "root", check=False)
+        self.cancel_jobs()
         for name in self.reservations():
             self.run("scontrol", "delete", f"ReservationName={name}", check=False)
         wait_for(lambda: not self.run("squeue", "-h", check=False).stdout.strip(), 20, "no jobs left")

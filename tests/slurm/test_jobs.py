@@ -5,27 +5,43 @@ nodes listed in ``prolog-nodes`` and with that node's ``job-NODE.toml``. The epi
 events are written to the real kernel log (/dev/kmsg) by the job itself, on a random
 PCI address (this run's marker); they are application Xids (13), graded OK, so nothing
 left in the ring buffer can alarm a later healthd on this machine.
+
+The triage tests run jobs of real unprivileged users (``sbatch --uid``), who cannot
+write the kernel log: there the node's kernel log is a root-owned file in the kernel's
+record format (``[paths] kmsg``) and the test appends the driver's line while the
+user's job runs, on a GPU of a sysfs tree (``[paths] sysfs``) that lists NVIDIA GPUs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import random
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.cluster import GRES_NODE
 from healthd_testkit.dcgmi import Dcgmi
 from healthd_testkit.paths import run_healthd
+from healthd_testkit.xid import Node as XidNode
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
 
 
 def _node(
-    cluster: Any, node: str, tmp_path: Path, extra: str = "", kmsg: str = "/dev/kmsg", jobs: str = "prolog_timeout = 20"
+    cluster: Any,
+    node: str,
+    tmp_path: Path,
+    extra: str = "",
+    kmsg: str = "/dev/kmsg",
+    jobs: str = "prolog_timeout = 20",
+    paths: str = "",
 ) -> Path:
     """The node's job config; the prolog gets 20 s (a loaded test machine is no production node) unless `jobs`."""
     state = tmp_path / node / "state"
@@ -36,6 +52,7 @@ def _node(
 [paths]
 state_dir = "{state}"
 kmsg = "{kmsg}"
+{paths}
 [slurm]
 conf = "{cluster.conf}"
 node_name = "{node}"
@@ -115,16 +132,185 @@ def test_a_clean_prolog_starts_the_job_and_the_epilog_records_its_xids(cluster: 
     assert cluster.state("node2") == "idle"
 
 
-def test_the_same_application_xid_under_three_jobs_drains_after_jobs(cluster: Any, tmp_path: Path) -> None:
-    state = _node(cluster, "node3", tmp_path)
-    pci = _marker()
-    for number in (1, 2):
-        _xid_job(cluster, "node3", pci)
-        cluster.wait(lambda n=number: len(_history(state, "job_xid")) >= n, 30, "the epilog's record")
-        assert cluster.state("node3") == "idle", "fewer than three jobs drain nothing"
-    _xid_job(cluster, "node3", pci)
-    cluster.wait_state("node3", lambda s: "DRAIN" in s, 30, "drained after the third job")
-    assert cluster.reason("node3").startswith(f"healthd: APP_XID_SUSPECT {pci} GPC 1 TPC 2"), cluster.reason("node3")
+# Real unprivileged accounts for the jobs: no home, no shell, no password.
+USERS = ("healthd-job-a", "healthd-job-b", "healthd-job-c")
+# A job's states once its epilog has ended (Slurm shows COMPLETING until then).
+ENDED = ("CANCELLED", "COMPLETED", "FAILED", "")
+# The node's NVIDIA GPUs in the triage tests' sysfs, in NVML's order (by PCI address).
+GPUS = ("0000:3b:00.0", "0000:5e:00.0")
+
+
+@pytest.fixture(scope="session")
+def users(slurm_cluster: Any) -> tuple[str, ...]:
+    """Three real unprivileged users, created with useradd if missing and left in place (harmless).
+
+    Their jobs' scripts lie in slurmd's spool, under the session's private temporary
+    directories: those get search permission (o+x, never read) so that a job can start.
+    """
+    for directory in [slurm_cluster.root / "spool", slurm_cluster.root, *slurm_cluster.root.parents]:
+        if directory == Path(tempfile.gettempdir()):
+            break
+        directory.chmod(directory.stat().st_mode | stat.S_IXOTH)
+    for name in USERS:
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            # Exit 9 ("already exists") is another test run creating it at the same moment: fine.
+            argv = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
+            subprocess.run(argv, check=False)
+        assert pwd.getpwnam(name).pw_uid != 0
+    return USERS
+
+
+class Triage:
+    """A node of the triage tests: its kernel-log file and sysfs (root's), its state, and its users' jobs."""
+
+    def __init__(self, cluster: Any, node: str, tmp_path: Path, jobs: str = "") -> None:
+        self.cluster, self.node = cluster, node
+        self.fake = XidNode(tmp_path / "machine")
+        for bdf in GPUS:
+            self.fake.gpu(bdf)
+        self.fake.log("Linux version 6.1")
+        paths = f'sysfs = "{tmp_path / "machine" / "sys"}"'
+        settings = f'prolog_timeout = 20\nprolog_checks = ["jobs"]\n{jobs}'
+        self.state = _node(cluster, node, tmp_path, kmsg=str(self.fake.kmsg), jobs=settings, paths=paths)
+
+    def start(self, user: str, *options: str, prolog: bool = True) -> str:
+        """A job of ``user`` that runs until cancelled; returns once its script runs (its prolog noted its position).
+
+        A prolog that missed its 1 s deadline on this loaded test machine (its position
+        not noted) is not what these tests are about: that job is ended and another started.
+        """
+        for _ in range(3):
+            job = self.submit(user, *options)
+            self.cluster.wait(lambda j=job: self.launched(j), 60, f"the batch script of job {job}")
+            if not prolog or self.positioned(job):
+                return job
+            self.end(job)
+        raise AssertionError(f"three prologs on {self.node} in a row noted no kernel-log position")
+
+    def submit(self, user: str, *options: str) -> str:
+        """``sbatch`` a job of ``user`` on the node that runs until cancelled; returns its id."""
+        # --gid as well: with --uid alone the job keeps root's group, and slurmd's script is not its to run.
+        argv = ["sbatch", "--parsable", f"--uid={user}", f"--gid={user}", "--chdir=/tmp", "--oversubscribe"]
+        out = self.cluster.run(*argv, "-w", self.node, *options, "-o", "/dev/null", "--wrap", "sleep 300")
+        return str(out.stdout.strip().split(";")[0])
+
+    def positioned(self, job: str) -> bool:
+        """Whether the job's prolog noted where the kernel log stood."""
+        starts = [e for e in _history(self.state, "job_start") if e["details"]["job"] == job]
+        return any(isinstance(e["details"].get("kmsg_seq"), int) for e in starts)
+
+    def launched(self, job: str) -> bool:
+        """Whether slurmd has started the job's script as its user (after the prolog), by slurmd's log."""
+        log = self.cluster.root / "log" / f"slurmd-{self.node}.log"
+        return f"Launching batch job {job} for UID" in log.read_text(errors="replace")
+
+    def xid(self, gpu: int = 0, code: int = 31) -> None:
+        """The driver's line for an application Xid on GPU ``gpu``, as the kernel would log it."""
+        self.fake.log(f"NVRM: Xid (PCI:{GPUS[gpu][:-2]}): {code}, pid=4242, name=python, Ch 00000010, MMU Fault")
+
+    def end(self, *jobs: str) -> None:
+        """Cancel the jobs and wait for their epilogs (Slurm shows a job COMPLETING until its epilog has ended)."""
+        self.cluster.run("scancel", *jobs)
+        for job in jobs:
+            self.cluster.wait(lambda j=job: self.cluster.job_state(j) in ENDED, 60, f"the epilog of job {job}")
+
+    def recorded(self, kind: str) -> list[str]:
+        """The jobs of the node's ``kind`` events (``job_start``, ``job_xid``, ``job_end``), in order."""
+        return [e["details"]["job"] for e in _history(self.state, kind)]
+
+    def run_job(self, user: str, xid: bool = True) -> str:
+        job = self.start(user)
+        if xid:
+            self.xid()
+        self.end(job)
+        return job
+
+
+def test_three_jobs_of_one_user_never_drain(cluster: Any, users: tuple[str, ...], tmp_path: Path) -> None:
+    node = Triage(cluster, "node1", tmp_path)
+    jobs = [node.run_job(users[0]) for _ in range(3)]
+    assert node.recorded("job_xid") == jobs, "each job's own Xid, once"
+    assert cluster.state("node1") == "idle", cluster.reason("node1")
+
+
+def test_an_array_of_one_user_never_drains(cluster: Any, users: tuple[str, ...], tmp_path: Path) -> None:
+    node = Triage(cluster, "node1", tmp_path)
+    array = node.submit(users[0], "--array=1-3%1")  # its tasks one after another, each its own job id
+
+    def task(number: int) -> tuple[str, str]:
+        """The job id and state of task ``number`` ("" when Slurm no longer lists it)."""
+        listed = cluster.run("squeue", "-h", "-r", "-j", array, "-o", "%i %A %T", check=False).stdout.splitlines()
+        for line in listed:
+            name, job, state = line.split()
+            if name == f"{array}_{number}":
+                return job, state
+        return "", ""
+
+    tasks = []
+    for number in (1, 2, 3):
+        cluster.wait(lambda n=number: task(n)[1] == "RUNNING", 60, f"task {number} of array {array} running")
+        tasks.append(task(number)[0])
+        cluster.wait(lambda: node.launched(tasks[-1]), 30, f"the batch script of job {tasks[-1]}")
+        node.xid()
+        cluster.run("scancel", f"{array}_{number}")
+        cluster.wait(lambda n=number: task(n)[1] not in ("RUNNING", "COMPLETING"), 60, f"the epilog of {tasks[-1]}")
+    recorded = node.recorded("job_xid")
+    assert recorded and len(set(recorded)) == len(recorded) and set(recorded) <= set(tasks), (recorded, tasks)
+    assert cluster.state("node1") == "idle", cluster.reason("node1")
+
+
+def test_the_same_application_xid_under_jobs_of_two_users_drains_after_jobs(
+    cluster: Any, users: tuple[str, ...], tmp_path: Path
+) -> None:
+    node = Triage(cluster, "node1", tmp_path)
+    node.run_job(users[0])
+    node.run_job(users[1])
+    assert cluster.state("node1") == "idle", "fewer than three jobs drain nothing"
+    node.run_job(users[0])
+    cluster.wait_state("node1", lambda s: "DRAIN" in s, 30, "drained after the third job")
+    assert cluster.reason("node1").startswith(f"healthd: APP_XID_SUSPECT {GPUS[0][:-2]}"), cluster.reason("node1")
+
+
+def test_one_xid_beside_unconfined_jobs_is_nobodys(cluster: Any, users: tuple[str, ...], tmp_path: Path) -> None:
+    # No GPU GRES on node2: no job was confined to some GPUs, so any of them may have caused it.
+    node = Triage(cluster, "node2", tmp_path)
+    jobs = [node.start(user) for user in users]
+    node.xid()
+    node.end(*jobs)
+    assert node.recorded("job_xid") == []
+    assert cluster.state("node2") == "idle", cluster.reason("node2")
+
+
+def test_one_xid_beside_cpu_only_jobs_on_a_gres_node_is_the_gpu_jobs_once(
+    cluster: Any, users: tuple[str, ...], tmp_path: Path
+) -> None:
+    node = Triage(cluster, GRES_NODE, tmp_path)
+    gpu_job = node.start(users[0], "--gres=gpu:1")
+    cpu_jobs = [node.start(user) for user in users[1:]]
+    node.xid(gpu=0)
+    node.end(gpu_job, *cpu_jobs)
+    assert node.recorded("job_xid") == [gpu_job]
+    assert cluster.state(GRES_NODE) == "idle", cluster.reason(GRES_NODE)
+
+
+def test_an_old_xid_is_not_a_job_without_a_prolog_position(
+    cluster: Any, users: tuple[str, ...], tmp_path: Path
+) -> None:
+    node = Triage(cluster, "node1", tmp_path)
+    node.xid()  # logged before any of the jobs
+    cluster.prolog_nodes.unlink()  # Prolog= and Epilog= enabled while the jobs run
+    jobs = [node.start(user, prolog=False) for user in users]
+    cluster.prolog_nodes.write_text("node1\n")
+    node.end(*jobs)
+    assert node.recorded("job_xid") == []
+    ends = [e for e in _history(node.state, "job_end") if e["details"]["job"] in jobs]
+    assert {(e["status"], "no prolog position" in e["message"]) for e in ends} == {("UNKNOWN", True)}
+    assert cluster.state("node1") == "idle", cluster.reason("node1")
+    # Their windows closed where the log ended: a later job's own Xid is its.
+    later = node.run_job(users[0])
+    assert node.recorded("job_xid") == [later]
 
 
 def test_a_prolog_at_its_deadline_exits_0(cluster: Any, tmp_path: Path, hung_mount: str) -> None:
