@@ -78,7 +78,7 @@ def nhc_equivalent_config(directory: Path) -> Path:
         "min_free_percent = 1\nmin_free_inodes_percent = 1\n"
         f'[checks.services]\nmanager = "process"\nexpect = ["bench"]\nprocess_names = {{ bench = ["{process}"] }}\n'
         # Every other installed check is off: NHC's usual checks do nothing more.
-        + "".join(f"[checks.{name}]\nenabled = false\n" for name in _installed_checks() if name not in NHC_LIKE)
+        + "".join(f"[checks.{name}]\nenabled = false\n" for name in installed_checks() if name not in NHC_LIKE)
     )
     return path
 
@@ -86,7 +86,7 @@ def nhc_equivalent_config(directory: Path) -> Path:
 NHC_LIKE = ("mounts", "services")
 
 
-def _installed_checks() -> list[str]:
+def installed_checks() -> list[str]:
     from importlib.metadata import entry_points
 
     return sorted(ep.name for ep in entry_points(group="healthd.checks"))
