@@ -1,6 +1,6 @@
 """healthd against LBNL NHC 1.4.3, side by side: cold ``check --once`` and ``healthd status`` as ratios to NHC.
 
-    python bench/bench_nhc.py --nhc PATH [--runs 11] [--service NAME] [--ethernet IFACE]
+    python bench/bench_nhc.py --nhc PATH [--runs 11] [--service NAME] [--ethernet IFACE] [--before DIR]
 
 ``--nhc`` is an unmodified NHC 1.4.3 checkout (the ``nhc`` script, ``scripts/``,
 ``helpers/`` and its ``nhc-equivalent.conf``: ten checks that work on any Linux machine).
@@ -21,7 +21,10 @@ figure is the median of the ratios of those pairs: wall time, CPU (user + system
 children's included) and peak RSS (the largest process of the tree, as GNU ``time``
 reports it: ``/usr/bin/time`` is needed). The first run of
 each is left out: it validates healthd's config and caches it, as a node's first run
-does. Bytecode is compiled first, as a wheel install does. Prints figures; asserts nothing.
+does. Bytecode is compiled first, as a wheel install does. With ``--before DIR`` (an export of
+older code, with ``healthd_checks`` linked to its ``checks``) each healthd command also runs
+that code, on ``PYTHONPATH`` and with state directories of its own, after an NHC run of its
+own. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -102,6 +106,16 @@ def healthd_configs(conf: Path, directory: Path) -> tuple[Path, Path]:
     return equivalent, default
 
 
+def healthd_commands(conf: Path, directory: Path) -> dict[str, list[str]]:
+    directory.mkdir(exist_ok=True)
+    equivalent, default = healthd_configs(conf, directory)
+    return {
+        "check --once, NHC-equivalent": [HEALTHD, "check", "--once", "--dry-run", "--config", str(equivalent)],
+        "check --once, default config": [HEALTHD, "check", "--once", "--dry-run", "--config", str(default)],
+        "status": [HEALTHD, "status", "--config", str(default)],
+    }
+
+
 def _private(state: Path) -> str:
     return f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n'
 
@@ -127,10 +141,25 @@ def report(label: str, ours: list[Sample], theirs: list[Sample]) -> None:
     )
 
 
-def first_runs(commands: dict[str, list[str]]) -> None:
+class _path:
+    """``PYTHONPATH`` set to ``directory`` while in the block (nothing when None)."""
+
+    def __init__(self, directory: Optional[Path]) -> None:
+        self.directory = directory
+
+    def __enter__(self) -> None:
+        if self.directory is not None:
+            os.environ["PYTHONPATH"] = str(self.directory)
+
+    def __exit__(self, *_: object) -> None:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def first_runs(commands: dict[str, list[str]], before: Optional[Path]) -> None:
     """One run of each, uncounted; says how each ended, so a failing check is not timed unnoticed."""
     for name, command in commands.items():
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        with _path(before if name.endswith("(before)") else None):
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
         print(f"{name}: exit {done.returncode} on its first run")
 
 
@@ -140,25 +169,24 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--service", default=Path("/proc/1/comm").read_text().strip(), help="a process root runs")
     parser.add_argument("--ethernet", default="eth0", help="an Ethernet interface this machine has")
+    parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
     args = parser.parse_args()
     compile_bytecode()
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         conf = nhc_conf(args.nhc, directory, args.service, args.ethernet)
-        equivalent, default = healthd_configs(conf, directory)
-        commands = {
-            "NHC": nhc_command(args.nhc, conf, directory / "nhc-run"),
-            "check --once, NHC-equivalent": [HEALTHD, "check", "--once", "--dry-run", "--config", str(equivalent)],
-            "check --once, default config": [HEALTHD, "check", "--once", "--dry-run", "--config", str(default)],
-            "status": [HEALTHD, "status", "--config", str(default)],
-        }
-        first_runs(commands)
-        nhc = commands.pop("NHC")
+        nhc = nhc_command(args.nhc, conf, directory / "nhc-run")
+        commands = healthd_commands(conf, directory / "healthd")
+        if args.before is not None:
+            before = healthd_commands(conf, directory / "before")
+            commands.update({f"{name} (before)": command for name, command in before.items()})
+        first_runs({"NHC": nhc, **commands}, args.before)
         samples: dict[str, tuple[list[Sample], list[Sample]]] = {name: ([], []) for name in commands}
         for _ in range(args.runs):  # A B A C A D, again and again
             for name, command in commands.items():
                 samples[name][1].append(measured(nhc, directory / "rss"))
-                samples[name][0].append(measured(command, directory / "rss"))
+                with _path(args.before if name.endswith("(before)") else None):
+                    samples[name][0].append(measured(command, directory / "rss"))
     for name, (ours, theirs) in samples.items():
         report(name, ours, theirs)
     print(
