@@ -10,8 +10,8 @@ disabled); without either, every check runs against this machine. Always with a
 private state directory, Slurm off and ``--dry-run``.
 
 Each healthd run alternates with a bare ``python -c pass`` of the same interpreter
-(the interpreter floor), and the ratio of the medians is printed: LBNL NHC cannot be
-built here, and the target in bench/README.md for this case is <= 6x the floor. The first run
+(the interpreter floor), and the ratio of the medians is printed (bench_nhc.py compares
+with LBNL NHC itself, given a checkout of it). The first run
 is left out: it validates the config and caches it (``healthd.configcache``); the
 runs measured are a node's usual ones, with an unchanged config. Bytecode is
 compiled first, as a wheel install does. Prints figures; asserts nothing.
