@@ -10,8 +10,8 @@ disabled); without either, every check runs against this machine. Always with a
 private state directory, Slurm off and ``--dry-run``.
 
 Each healthd run alternates with a bare ``python -c pass`` of the same interpreter
-(the interpreter floor), and the ratio of the medians is printed: LBNL NHC cannot be
-built here, and the target in bench/README.md for this case is <= 6x the floor. The first run
+(the interpreter floor), and the ratio of the medians is printed (bench_nhc.py compares
+with LBNL NHC itself, given a checkout of it). The first run
 is left out: it validates the config and caches it (``healthd.configcache``); the
 runs measured are a node's usual ones, with an unchanged config. Bytecode is
 compiled first, as a wheel install does. Prints figures; asserts nothing.
@@ -78,7 +78,7 @@ def nhc_equivalent_config(directory: Path) -> Path:
         "min_free_percent = 1\nmin_free_inodes_percent = 1\n"
         f'[checks.services]\nmanager = "process"\nexpect = ["bench"]\nprocess_names = {{ bench = ["{process}"] }}\n'
         # Every other installed check is off: NHC's usual checks do nothing more.
-        + "".join(f"[checks.{name}]\nenabled = false\n" for name in _installed_checks() if name not in NHC_LIKE)
+        + "".join(f"[checks.{name}]\nenabled = false\n" for name in installed_checks() if name not in NHC_LIKE)
     )
     return path
 
@@ -86,7 +86,7 @@ def nhc_equivalent_config(directory: Path) -> Path:
 NHC_LIKE = ("mounts", "services")
 
 
-def _installed_checks() -> list[str]:
+def installed_checks() -> list[str]:
     from importlib.metadata import entry_points
 
     return sorted(ep.name for ep in entry_points(group="healthd.checks"))

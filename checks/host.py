@@ -65,7 +65,6 @@ class KernelTimex:
 
     def read(self) -> Timex:
         import ctypes
-        import ctypes.util
 
         class _Timeval(ctypes.Structure):
             _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
@@ -96,7 +95,10 @@ class KernelTimex:
                 ("padding", ctypes.c_int * 11),
             ]
 
-        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        # The interpreter's own symbols, libc's among them (dlopen(3) of NULL: the program and the
+        # libraries it loaded), not ctypes.util.find_library("c"): that imports tempfile, shutil and
+        # subprocess and runs ldconfig, about 7 ms of a cold pass (bench/README.md).
+        libc = ctypes.CDLL(None, use_errno=True)
         timex = _Timex()
         state = libc.adjtimex(ctypes.byref(timex))
         if state < 0:

@@ -103,11 +103,27 @@ def _fabric_manager_running(ctx: CheckContext[NvlinkSettings]) -> Union[bool, Un
     return find_service(rule, processes).running
 
 
+def _wanted(settings: NvlinkSettings) -> bool:
+    """Whether the settings ask for NVLink hardware, or replay a snapshot, whatever the PCI bus holds."""
+    return bool(
+        settings.snapshot
+        or settings.expect_nvswitches
+        or settings.expect_cluster_uuid
+        or settings.expect_active_links is not None
+        or settings.fabric_manager == "required"
+    )
+
+
 def gather(ctx: CheckContext[NvlinkSettings]) -> NvlinkObservation:
     settings = ctx.settings
     scan = scan_pci(ctx.paths.sysfs, frozenset({VENDOR_NVIDIA}))
     problems = [Unobserved("PCI_SYSFS_UNREADABLE", "pci", str(e), {"file": str(e.path)}) for e in scan.errors]
     switches = tuple(f.address for f in scan.functions if f.is_nvswitch)
+    if scan.present and not scan.errors and not scan.nvidia_gpus and not switches and not _wanted(settings):
+        # As the gpu check does: loading NVML costs a cold pass more than the rest of this check
+        # (pynvml's import alone is about 30 ms), and with no NVIDIA device on a readable PCI bus
+        # and nothing expected its answer could not change the verdict (judge: not applicable).
+        raise NotApplicable("no NVIDIA GPU or NVSwitch on the PCI bus and none expected (NVML not loaded)")
     fabric: Union[FabricReading, Unobserved]
     try:
         fabric = (SnapshotFile(settings.snapshot) if settings.snapshot else NvmlLibrary()).read_fabric()

@@ -44,7 +44,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import AnyStr, Callable, Iterable, Iterator, Optional, Union
+from typing import AnyStr, Callable, Iterable, Iterator, Optional, TypeVar, Union
 
 from healthd.text import one_line
 
@@ -772,14 +772,16 @@ def scan_lines(lines: Iterable[str], accept_userspace: bool = False) -> Iterator
 
 
 _MEMO_SIZE = 1024
+K = TypeVar("K")
+V = TypeVar("V")
 
 
-def _remember(seen: dict[tuple[str, Optional[int]], Step], key: tuple[str, Optional[int]], step: Step) -> Step:
-    """``step``, remembered under ``key``; a full memo is emptied first, so it stays bounded."""
+def remember(seen: dict[K, V], key: K, value: V) -> V:
+    """``value``, remembered under ``key``; a full memo is emptied first, so it stays bounded."""
     if len(seen) >= _MEMO_SIZE:
         seen.clear()
-    seen[key] = step
-    return step
+    seen[key] = value
+    return value
 
 
 def scan_candidates(
@@ -821,7 +823,7 @@ def scan_candidates(
                 step = read_message(record.message, banner, origin)
             else:
                 key = (record.message, facility)  # the facility decides the origin
-                step = seen.get(key) or _remember(seen, key, read_message(record.message, None, origin))
+                step = seen.get(key) or remember(seen, key, read_message(record.message, None, origin))
         banner, engaged = step.banner, step.engaged and step.event is None
         focus.idle = banner is None and not engaged
         if step.event is not None:

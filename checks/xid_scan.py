@@ -36,6 +36,7 @@ from .xid_parse import (
     origin_of,
     parse_line,
     read_candidates,
+    remember,
     scan_candidates,
     scan_lines,
 )
@@ -224,6 +225,33 @@ def _identity_lines(handle: TextIO, chunk: int) -> Iterator[str]:
             yield text
 
 
+def _uuids(handle: TextIO, chunk: int, accept_userspace: bool) -> dict[tuple[int, int, int], str]:
+    """Each GPU's UUID as the log's ``NVRM: GPU at PCI:`` lines name it, the last line that counts winning.
+
+    Every driver load names every GPU again, so a log of many boots repeats these lines,
+    each with its own time. A line whose text from ``_IDENTITY`` on already gave the UUID
+    its GPU has now is not parsed again: when that text holds the prefix once and no
+    backslash (a /dev/kmsg escape), it is the message of any envelope around it that
+    counts (every envelope ends with its message), so parsing could give that UUID again
+    or nothing, and neither changes ``uuids``.
+    """
+    uuids: dict[tuple[int, int, int], str] = {}
+    applied: dict[str, tuple[tuple[int, int, int], str]] = {}
+    for line in _identity_lines(handle, chunk):
+        if line[:1] in (" ", "\t"):  # a continuation line only ever continues a banner
+            continue
+        tail = line[line.find(_IDENTITY) :].rstrip("\r\n")
+        known = applied.get(tail)
+        if known is not None and uuids.get(known[0]) == known[1]:
+            continue
+        _, identity = parse_line(line, accept_userspace)
+        if isinstance(identity, GpuIdentity):
+            uuids[identity.pci.key] = identity.uuid
+            if tail.count(_IDENTITY) == 1 and "\\" not in tail:
+                remember(applied, tail, (identity.pci.key, identity.uuid))
+    return uuids
+
+
 def scan_stream(
     handle: TextIO,
     overrides: Optional[Mapping[str, Status]] = None,
@@ -243,12 +271,7 @@ def scan_stream(
         return
     start = handle.tell()
     raw = _raw(handle)
-    uuids: dict[tuple[int, int, int], str] = {}
-    for line in _identity_lines(handle, chunk):
-        if line[:1] not in (" ", "\t"):  # a continuation line only ever continues a banner
-            _, identity = parse_line(line, accept_userspace)
-            if isinstance(identity, GpuIdentity):
-                uuids[identity.pci.key] = identity.uuid
+    uuids = _uuids(handle, chunk, accept_userspace)
     handle.seek(start)
     text: Union[TextIO, _FileText] = handle
     if raw is not None:

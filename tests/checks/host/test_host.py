@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -272,3 +274,15 @@ def test_interface_names_the_kernel_would_refuse_are_refused(name: str) -> None:
     else:
         with pytest.raises(ValueError, match="not a network interface name"):
             HostSettings(expect_ethernet=[name])
+
+
+def test_reading_the_clock_state_runs_no_ldconfig_and_imports_no_ctypes_util() -> None:
+    # ctypes.util.find_library runs ldconfig and imports tempfile, shutil and subprocess: about
+    # 7 ms of every cold pass with the host check on (bench/README.md). libc comes from the
+    # interpreter's own symbols instead.
+    code = (
+        "import sys; from healthd_checks.host import KernelTimex; KernelTimex().read(); "
+        "print(sorted(m for m in ('ctypes.util', 'tempfile', 'subprocess') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "[]"

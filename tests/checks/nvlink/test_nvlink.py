@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -335,3 +337,39 @@ def test_baseline_expects_the_links_and_switches_it_sees(tmp_path: Path) -> None
     nvlink = NvlinkSettings(snapshot=NVML / "h100-healthy.json")
     ctx = check_context("nvlink", nvlink, tmp_path, sysfs=BASE, procfs=GPU_NODE)
     assert baseline(ctx) == {"expect_nvswitches": 4, "expect_active_links": 18}
+
+
+def no_nvidia_sysfs(tmp_path: Path) -> Path:
+    """The fixture node's PCI bus without any NVIDIA function: a CPU node."""
+    root = tmp_path / "sysfs"
+    for part in ("bus/pci", "devices"):
+        shutil.copytree(BASE / part, root / part, symlinks=True, ignore=shutil.ignore_patterns("system"))
+    for link in (root / "bus/pci/devices").iterdir():
+        if (link / "vendor").read_text().strip() == "0x10de":
+            link.unlink()
+    return root
+
+
+def test_a_node_without_nvidia_devices_is_not_applicable_without_loading_nvml(tmp_path: Path) -> None:
+    # pynvml's import is about 30 ms of a cold pass (bench/README.md); on a bus that a reading
+    # shows holds no NVIDIA GPU or NVSwitch, NVML could only say there is nothing to judge.
+    sysfs = no_nvidia_sysfs(tmp_path)
+    code = (
+        "import sys, pathlib; from healthd_testkit.checks import check_context; "
+        "from healthd.plugin import NotApplicable; from healthd_checks.nvlink import CHECK; "
+        "from healthd_checks.nvlink_settings import NvlinkSettings; "
+        f"ctx = check_context('nvlink', NvlinkSettings(), pathlib.Path({str(tmp_path)!r}), "
+        f"sysfs=pathlib.Path({str(sysfs)!r}), procfs=pathlib.Path({str(NO_FABRIC_MANAGER)!r}))\n"
+        "try:\n    CHECK.run(ctx)\nexcept NotApplicable as exc:\n    print('n/a', exc)\n"
+        "print('pynvml' in sys.modules)"
+    )
+    tests = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(tests)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert done.stdout.splitlines()[0].startswith("n/a no NVIDIA GPU or NVSwitch on the PCI bus")
+    assert done.stdout.splitlines()[-1] == "False", done.stdout
+    # Anything expected, or a snapshot, still asks NVML: no driver here, so that is UNKNOWN, not n/a.
+    assert run(tmp_path, None, sysfs=sysfs, procfs=NO_FABRIC_MANAGER, expect_active_links=18) == [
+        ("NVLINK_FABRIC_UNOBSERVED", Status.UNKNOWN, "nvml")
+    ]
+    assert run(tmp_path, "h100-healthy", sysfs=sysfs, procfs=NO_FABRIC_MANAGER) == []

@@ -7,8 +7,11 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from healthd_checks.xid_parse import read_candidates, scan_candidates, scan_lines
 from healthd_checks.xid_scan import scan, scan_stream
@@ -99,3 +102,48 @@ def test_a_file_read_from_its_bytes_lists_what_its_text_lines_give(tmp_path: Pat
     with log.open(encoding="utf-8", errors="replace") as handle:
         assert [e.to_dict() for e in scan_stream(handle, chunk=chunk)] == expected
     assert expected
+
+
+# The UUID lines of a log of several driver loads: the same lines again (their times differ), a
+# GPU given another UUID and then its first one again, and lines that only look alike.
+_UUID_A = "NVRM: GPU at PCI:0000:3b:00: GPU-aaaaaaaa-1234-1234-1234-123456789abc"
+_UUID_B = "NVRM: GPU at PCI:0000:3b:00: GPU-bbbbbbbb-1234-1234-1234-123456789abc"
+_XID_3B = "[ 9.9] NVRM: Xid (PCI:0000:3b:00): 48, pid=2, name=y, An uncorrectable double bit error\n"
+# Envelopes: dmesg, /dev/kmsg (kernel facility, then user facility), dmesg -r, syslog, a bare message.
+_ENVELOPES = ["[ {n}.0] ", "6,{n},{n}0,-;", "14,{n},{n}0,-;", "<6>[ {n}.0] ", "Nov 22 04:51:{n:02d} node1 kernel: ", ""]
+
+
+def _uuid_of_3b(text: str) -> list[Optional[str]]:
+    """The UUID that ``scan_stream`` gives the Xid at the end of ``text``, and the one ``scan`` gives it."""
+    streamed = [e.uuid for e in scan_stream(io.StringIO(text))]
+    return [*streamed, *[e.uuid for e in scan(io.StringIO(text).readlines())]]
+
+
+def test_the_last_uuid_line_that_counts_wins_however_often_lines_repeat() -> None:
+    lines = [f"[ {n}.0] {uuid}\n" for n, uuid in enumerate([_UUID_A, _UUID_A, _UUID_B, _UUID_A, _UUID_B])]
+    assert _uuid_of_3b("".join(lines) + _XID_3B) == ["GPU-bbbbbbbb-1234-1234-1234-123456789abc"] * 2
+    assert _uuid_of_3b("".join(lines[:4]) + _XID_3B) == ["GPU-aaaaaaaa-1234-1234-1234-123456789abc"] * 2
+    # A repeated line of a user facility, after another UUID, changes nothing.
+    text = f"6,1,10,-;{_UUID_A}\n6,2,20,-;{_UUID_B}\n14,3,30,-;{_UUID_A}\n" + _XID_3B
+    assert _uuid_of_3b(text) == ["GPU-bbbbbbbb-1234-1234-1234-123456789abc"] * 2
+
+
+def test_a_repeated_uuid_text_is_parsed_again_where_its_envelope_may_read_it_otherwise() -> None:
+    # /dev/kmsg undoes \xHH escapes, plain dmesg does not: the same text names two UUIDs.
+    escaped = "NVRM: GPU at PCI:0000:3b:00: GPU-aaaaaaaa\\x2d99"
+    text = f"6,1,10,-;{escaped}\n[ 2.0] {escaped}\n" + _XID_3B
+    assert _uuid_of_3b(text) == ["GPU-aaaaaaaa"] * 2
+    text = f"[ 1.0] {escaped}\n6,2,20,-;{escaped}\n" + _XID_3B
+    assert _uuid_of_3b(text) == ["GPU-aaaaaaaa-99"] * 2
+    # The prefix twice in a line: a dmesg time in brackets holding it, then a bare line of the same text.
+    twice = f"{_UUID_A[:40]}] {_UUID_B}"
+    text = f"[x] {twice}\n[{twice}\n" + _XID_3B
+    assert _uuid_of_3b(text) == ["GPU-bbbbbbbb-1234-1234-1234-123456789abc"] * 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_ENVELOPES), st.sampled_from([_UUID_A, _UUID_B])), max_size=12))
+def test_uuid_lines_in_any_envelopes_and_order_give_what_scan_gives(lines: list[tuple[str, str]]) -> None:
+    text = "".join(f"{envelope.format(n=n)}{uuid}\n" for n, (envelope, uuid) in enumerate(lines, 1)) + _XID_3B
+    streamed, scanned = _uuid_of_3b(text)
+    assert streamed == scanned

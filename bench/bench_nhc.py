@@ -1,0 +1,198 @@
+"""healthd against LBNL NHC 1.4.3, side by side: cold ``check --once`` and ``healthd status`` as ratios to NHC.
+
+    python bench/bench_nhc.py --nhc PATH [--runs 11] [--service NAME] [--ethernet IFACE] [--before DIR]
+
+``--nhc`` is an unmodified NHC 1.4.3 checkout (the ``nhc`` script, ``scripts/``,
+``helpers/`` and its ``nhc-equivalent.conf``: ten checks that work on any Linux machine).
+NHC runs in-process, all checks (``-a``), never marking the node offline. Its config is
+copied with the root service and the Ethernet interface set to ``--service`` (default:
+the command of process 1, which root runs on every machine) and ``--ethernet``.
+
+healthd runs three ways, each with its own state directory in a temporary directory and
+``[slurm] enabled = false``, always ``--dry-run``:
+
+- ``check --once`` on the NHC-equivalent config: ``healthd import-nhc`` of the same
+  nhc.conf, with every check that it did not write turned off (NHC runs only its ten);
+- ``check --once`` on the default config (every installed check on);
+- ``healthd status`` after a pass of the default config.
+
+Every process is a new one; each healthd run follows an NHC run (A B A B ...), and each
+figure is the median of the ratios of those pairs: wall time, CPU (user + system, the
+children's included) and peak RSS (the largest process of the tree, as GNU ``time``
+reports it: ``/usr/bin/time`` is needed). The first run of
+each is left out: it validates healthd's config and caches it, as a node's first run
+does. Bytecode is compiled first, as a wheel install does. With ``--before DIR`` (an export of
+older code, with ``healthd_checks`` linked to its ``checks``) each healthd command also runs
+that code, on ``PYTHONPATH`` and with state directories of its own, after an NHC run of its
+own. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_check_once import compile_bytecode, installed_checks, one_run
+
+HEALTHD = os.path.join(os.path.dirname(sys.executable), "healthd")
+Sample = tuple[float, float, float]  # wall seconds, peak RSS MiB, CPU seconds
+TIME = shutil.which("time", path="/usr/bin:/bin") or "/usr/bin/time"  # GNU time (Debian's package "time")
+
+
+def measured(command: list[str], rss_file: Path) -> Sample:
+    """One run of ``command`` under GNU time, which reports the peak RSS of its own small child.
+
+    A child forked from this Python process would count the parent's pages, which it
+    holds until it execs, as its peak RSS (about 13 MiB here, more than NHC's whole
+    run); wall and CPU come from ``one_run`` (``time`` itself adds about a millisecond).
+    """
+    wall, _, cpu = one_run([TIME, "-f", "%M", "-o", str(rss_file), *command])
+    return wall, int(rss_file.read_text().split()[-1]) / 1024, cpu
+
+
+def nhc_command(nhc: Path, conf: Path, run_dir: Path) -> list[str]:
+    """NHC as its README runs it: every check, nothing marked offline, the log on stdout."""
+    run_dir.mkdir()
+    (run_dir / "scripts").symlink_to((nhc / "scripts").resolve())
+    return [
+        shutil.which("bash") or "/bin/bash",
+        str(nhc / "nhc"),
+        "-D",
+        str(run_dir),
+        "-c",
+        str(conf),
+        "-a",
+        "MARK_OFFLINE=0",
+        "LOGFILE=-",
+        f"RESULTFILE={run_dir / 'nhc.status'}",
+        f"HELPERDIR={(nhc / 'helpers').resolve()}",
+    ]
+
+
+def nhc_conf(nhc: Path, directory: Path, service: str, ethernet: str) -> Path:
+    """NHC's nhc-equivalent.conf with this machine's root service and Ethernet interface."""
+    text = (nhc / "nhc-equivalent.conf").read_text()
+    text = text.replace("-d slurmd slurmd", f"-d {service} {service}").replace(
+        "check_hw_eth eth0", f"check_hw_eth {ethernet}"
+    )
+    path = directory / "nhc.conf"
+    path.write_text(text)
+    return path
+
+
+def healthd_configs(conf: Path, directory: Path) -> tuple[Path, Path]:
+    """The NHC-equivalent config (``import-nhc`` of ``conf``, other checks off) and the default one."""
+    converted = directory / "imported.toml"
+    subprocess.run([HEALTHD, "import-nhc", str(conf), "-o", str(converted)], check=True, capture_output=True)
+    text = converted.read_text()
+    others = [name for name in installed_checks() if f"[checks.{name}]" not in text]
+    equivalent = directory / "nhc-equivalent.toml"
+    equivalent.write_text(
+        _private(directory / "state-nhc-equivalent")
+        + text
+        + "".join(f"\n[checks.{name}]\nenabled = false\n" for name in others)
+    )
+    default = directory / "default.toml"
+    default.write_text(_private(directory / "state-default"))
+    return equivalent, default
+
+
+def healthd_commands(conf: Path, directory: Path) -> dict[str, list[str]]:
+    directory.mkdir(exist_ok=True)
+    equivalent, default = healthd_configs(conf, directory)
+    return {
+        "check --once, NHC-equivalent": [HEALTHD, "check", "--once", "--dry-run", "--config", str(equivalent)],
+        "check --once, default config": [HEALTHD, "check", "--once", "--dry-run", "--config", str(default)],
+        "status": [HEALTHD, "status", "--config", str(default)],
+    }
+
+
+def _private(state: Path) -> str:
+    return f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n'
+
+
+def ratios(ours: list[Sample], theirs: list[Sample]) -> tuple[float, float, float]:
+    """Medians of the pairwise ratios healthd / NHC: wall, peak RSS, CPU."""
+    return tuple(  # type: ignore[return-value]
+        statistics.median(a[i] / b[i] for a, b in zip(ours, theirs)) for i in range(3)
+    )
+
+
+def report(label: str, ours: list[Sample], theirs: list[Sample]) -> None:
+    wall, rss, cpu = ratios(ours, theirs)
+
+    def median(samples: list[Sample], i: int) -> float:
+        return statistics.median(s[i] for s in samples)
+
+    print(
+        f"{label}: wall {wall:.2f}x NHC, CPU {cpu:.2f}x, peak RSS {rss:.2f}x "
+        f"(healthd median {median(ours, 0) * 1000:.0f} ms, CPU {median(ours, 2) * 1000:.0f} ms, "
+        f"{median(ours, 1):.1f} MiB; NHC {median(theirs, 0) * 1000:.0f} ms, CPU {median(theirs, 2) * 1000:.0f} ms, "
+        f"{median(theirs, 1):.1f} MiB)"
+    )
+
+
+class _path:
+    """``PYTHONPATH`` set to ``directory`` while in the block (nothing when None)."""
+
+    def __init__(self, directory: Optional[Path]) -> None:
+        self.directory = directory
+
+    def __enter__(self) -> None:
+        if self.directory is not None:
+            os.environ["PYTHONPATH"] = str(self.directory)
+
+    def __exit__(self, *_: object) -> None:
+        os.environ.pop("PYTHONPATH", None)
+
+
+def first_runs(commands: dict[str, list[str]], before: Optional[Path]) -> None:
+    """One run of each, uncounted; says how each ended, so a failing check is not timed unnoticed."""
+    for name, command in commands.items():
+        with _path(before if name.endswith("(before)") else None):
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+        print(f"{name}: exit {done.returncode} on its first run")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nhc", type=Path, required=True, help="an unmodified LBNL NHC 1.4.3 checkout")
+    parser.add_argument("--runs", type=int, default=11)
+    parser.add_argument("--service", default=Path("/proc/1/comm").read_text().strip(), help="a process root runs")
+    parser.add_argument("--ethernet", default="eth0", help="an Ethernet interface this machine has")
+    parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
+    args = parser.parse_args()
+    compile_bytecode()
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        conf = nhc_conf(args.nhc, directory, args.service, args.ethernet)
+        nhc = nhc_command(args.nhc, conf, directory / "nhc-run")
+        commands = healthd_commands(conf, directory / "healthd")
+        if args.before is not None:
+            before = healthd_commands(conf, directory / "before")
+            commands.update({f"{name} (before)": command for name, command in before.items()})
+        first_runs({"NHC": nhc, **commands}, args.before)
+        samples: dict[str, tuple[list[Sample], list[Sample]]] = {name: ([], []) for name in commands}
+        for _ in range(args.runs):  # A B A C A D, again and again
+            for name, command in commands.items():
+                samples[name][1].append(measured(nhc, directory / "rss"))
+                with _path(args.before if name.endswith("(before)") else None):
+                    samples[name][0].append(measured(command, directory / "rss"))
+    for name, (ours, theirs) in samples.items():
+        report(name, ours, theirs)
+    print(
+        f"command: {' '.join(sys.argv)}; {args.runs} pairs each; python {sys.version.split()[0]}, cpus {os.cpu_count()}"
+    )
+
+
+if __name__ == "__main__":
+    main()
