@@ -12,7 +12,7 @@ private state directory, Slurm off and ``--dry-run``.
 Each healthd run alternates with a bare ``python -c pass`` of the same interpreter
 (the interpreter floor), and the ratio of the medians is printed (bench_nhc.py compares
 with LBNL NHC itself, given a checkout of it). The first run
-is left out: it validates the config and caches it (``healthd.configcache``); the
+is left out: it validates the config and caches it (``healthd.config.cache``); the
 runs measured are a node's usual ones, with an unchanged config. Bytecode is
 compiled first, as a wheel install does. Prints figures; asserts nothing.
 """
@@ -52,7 +52,9 @@ def one_run(command: list[str]) -> tuple[float, float, float]:
 
 def compile_bytecode() -> None:
     """Compile healthd's modules, as installing a wheel does (an editable checkout may run without .pyc files)."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "healthd"), str(REPO / "checks")], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(REPO / "healthd"), str(REPO / "healthd_checks")], check=True
+    )
 
 
 def this_machine_config(directory: Path) -> Path:

@@ -31,9 +31,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from healthd.acks import FindingRef
-from healthd.history import DB_NAME, KEEP_DAYS, History, RebootPhase
 from healthd.model import CheckResult, Device, Finding, PassResult, RunState, Status
+from healthd.plan.acks import FindingRef
+from healthd.store.history import DB_NAME, KEEP_DAYS, History, RebootPhase
 
 INTERVAL = 300.0
 YEAR_PASSES = 105_120

@@ -17,8 +17,8 @@ import sys
 import time
 
 PATH = (
-    "import healthd.cli, healthd.commands.check, healthd.engine, healthd.pipeline;"
-    "from healthd.plugin import discover; discover()"
+    "import healthd.cli.main, healthd.commands.check, healthd.checks.engine, healthd.cycle.pipeline;"
+    "from healthd.checks.plugin import discover; discover()"
 )
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from healthd_checks import kernlog
+from healthd_checks.kernlog import source as kernlog
 
 
 def _median_ms(read: Callable[[], object], runs: int) -> float:

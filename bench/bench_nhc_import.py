@@ -1,7 +1,7 @@
 """Time of ``healthd import-nhc`` on hostile shapes of one 20 MB line, and on a 20 MB file of ordinary lines.
 
 Run: python bench/bench_nhc_import.py [MEGABYTES]. Prints the best of three runs of
-``healthd.nhcimport.convert`` for each shape at a tenth of the size and at the full size,
+``healthd.config.nhcimport.convert`` for each shape at a tenth of the size and at the full size,
 and their ratio: about 10 for a reader linear in its input (the reader before took 85 s
 for a 2 MB quoted word, 200 times its time for 200 kB).
 """
@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Callable
 
-from healthd.nhcimport import convert
+from healthd.config.nhcimport import convert
 
 SHAPES: dict[str, Callable[[int], str]] = {
     "one line of many words": lambda n: "* || check_fs_mount_rw -f " + " /m" * (n // 3) + "\n",

@@ -39,15 +39,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from healthd.breaker import group_views
-from healthd.config import parse_config
-from healthd.engine import Engine
-from healthd.hostlist import expand
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.config.models import parse_config
+from healthd.cycle.pipeline import run_pass
 from healthd.model import Finding, Status
-from healthd.nodestate import NodeGroup
-from healthd.pipeline import run_pass
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, node_in_groups, parse_sinfo_groups, sinfo_format
+from healthd.plan.breaker import group_views
+from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, node_in_groups, parse_sinfo_groups, sinfo_format
+from healthd.slurm.hostlist import expand
+from healthd.slurm.nodestate import NodeGroup
 
 HERE = Path(__file__).resolve().parent
 _RPC = re.compile(r"^\s*(REQUEST_[A-Z0-9_]+)\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)")

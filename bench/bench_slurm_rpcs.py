@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from healthd.config import parse_config
-from healthd.engine import Engine
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.config.models import parse_config
+from healthd.cycle.pipeline import run_pass
 from healthd.model import Finding
-from healthd.pipeline import run_pass
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec
 
 HERE = Path(__file__).resolve().parent
 _RPC = re.compile(r"^\s*(REQUEST_[A-Z0-9_]+|MESSAGE_[A-Z0-9_]+)\s*\(\s*\d+\)\s*count:(\d+)")

@@ -1,4 +1,4 @@
-"""The kernel check's process-table walk (``healthd_checks.tasks.read_d_state``): time per pass.
+"""The kernel check's process-table walk (``healthd_checks.kernel.tasks.read_d_state``): time per pass.
 
     python bench/bench_tasks.py [--single 10000] [--multi 50] [--threads 200] [--runs 15] [--dir DIR]
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from healthd_checks.tasks import read_d_state
+from healthd_checks.kernel.tasks import read_d_state
 
 
 def _stat(tid: int, name: str, state: str, threads: int) -> str:

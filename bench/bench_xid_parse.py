@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from healthd_checks.xid_parse import scan_lines
+from healthd_checks.xid.parse import scan_lines
 
 NOISE = [
     "[{t:12.6f}] e1000e 0000:00:1f.6 eth0: NIC Link is Up 1000 Mbps Full Duplex, Flow Control: None",

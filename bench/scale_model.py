@@ -17,7 +17,7 @@ import argparse
 from dataclasses import dataclass
 
 MEASURED_NODES = 10_000
-BREAKER_BASE, BREAKER_MAX = 30.0, 600.0  # healthd.breaker: the held node's backoff
+BREAKER_BASE, BREAKER_MAX = 30.0, 600.0  # healthd.plan.breaker: the held node's backoff
 
 
 @dataclass(frozen=True)

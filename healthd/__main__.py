@@ -2,6 +2,6 @@
 
 import sys
 
-from healthd.cli import main
+from healthd.cli.main import main
 
 sys.exit(main())

@@ -102,7 +102,7 @@ class RunState(enum.Enum):
 class EventTally:
     """Events one check counted among its findings for one counter (``healthd_<name>_total``), by label values.
 
-    A check declares the counter (``healthd.plugin.EventCounter``); the runner tallies
+    A check declares the counter (``healthd.checks.plugin.EventCounter``); the runner tallies
     the check's findings into this, and the metrics sink exports it as it is.
     """
 

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 
 import healthd.commands.status
-import healthd.configload
-from healthd.cli import main
+import healthd.config.load
+from healthd.cli.main import main
 
 # With pytest's importlib import mode test modules cannot import each other: the helpers
 # they share are one package, importable once tests/ is on the path.
@@ -66,7 +66,7 @@ def _private_default_config(_default_configs: tuple[Path, Path], monkeypatch: py
     number = next(_DEFAULT_CONFIG_NUMBER)
     path = directory / f"healthd-{number}.toml"
     path.write_text(hostguard.private_config("", directory / f"state-{number}", basetemp))
-    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", path)
+    monkeypatch.setattr(healthd.config.load, "DEFAULT_CONFIG_PATH", path)
     monkeypatch.setattr(healthd.commands.status, "DEFAULT_CONFIG_PATH", path)
 
 

@@ -9,9 +9,9 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.paths import REPO
 
-from healthd.defaults import toml_module
-from healthd.hosts import merge
-from healthd.tomlwrite import dumps
+from healthd.config.defaults import toml_module
+from healthd.config.hosts import merge
+from healthd.config.tomlwrite import dumps
 
 # The fixture node (fixtures/h100-node.toml) with its paths and replayed sources, but no expectations.
 BARE = """

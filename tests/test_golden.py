@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from healthd_testkit.paths import REPO, fixture_node_config
 
-from healthd.cli import main
-from healthd.plugin import BrokenCheck, CheckSpec, discover
-from healthd.schema import PassOut
+from healthd.checks.plugin import BrokenCheck, CheckSpec, discover
+from healthd.cli.main import main
+from healthd.cli.schema import PassOut
 
 GOLDEN = REPO / "fixtures/golden/h100-node.json"
 

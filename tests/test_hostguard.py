@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.hostguard import private_config
 
-from healthd.defaults import toml_module
+from healthd.config.defaults import toml_module
 
 HOSTGUARD = Path(__file__).resolve().parent / "healthd_testkit" / "hostguard.py"
 
@@ -102,8 +102,8 @@ from pathlib import Path
 
 import pytest
 
-from healthd.config import SlurmSettings
-from healthd.slurm import SlurmClient, SlurmError
+from healthd.config.models import SlurmSettings
+from healthd.slurm.adapter import SlurmClient, SlurmError
 
 HEALTHD = Path(sys.executable).with_name("healthd")
 
@@ -265,11 +265,11 @@ def test_private_config_leaves_what_healthd_refuses_to_load_as_it_is(tmp_path: P
 
 
 def test_the_default_config_of_a_test_is_private(cli: Callable[..., tuple[int, str, str]]) -> None:
-    import healthd.configload
+    import healthd.config.load
 
-    text = healthd.configload.DEFAULT_CONFIG_PATH.read_text()
+    text = healthd.config.load.DEFAULT_CONFIG_PATH.read_text()
     document = toml_module().loads(text)
     assert document["slurm"] == {"enabled": False}
     assert not document["paths"]["state_dir"].startswith("/var/lib/healthd")
     code, out, _ = cli("config", "validate")
-    assert code == 0 and str(healthd.configload.DEFAULT_CONFIG_PATH) in out
+    assert code == 0 and str(healthd.config.load.DEFAULT_CONFIG_PATH) in out

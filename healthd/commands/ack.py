@@ -8,7 +8,7 @@ shows, and never those of a partial pass nobody sees there. Either way it prints
 finding it acknowledged: status, check, code and subject.
 
 An acknowledged finding is reported as OK (details ``acknowledged: true``) and no
-longer drains the node, by the rules in ``healthd.acks``: an ack names the
+longer drains the node, by the rules in ``healthd.plan.acks``: an ack names the
 finding's key and event id, so a new event drains again, and it lapses once the
 finding stops being reported. A node healthd drained for findings that are now all
 acknowledged is resumed by the next pass.
@@ -26,7 +26,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_USAGE
 from healthd.model import Status
 from healthd.text import one_line
@@ -34,8 +34,8 @@ from healthd.text import one_line
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from healthd.acks import FindingRef
-    from healthd.engine import Engine
+    from healthd.checks.engine import Engine
+    from healthd.plan.acks import FindingRef
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,12 +59,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _repaired(args: argparse.Namespace) -> int:
-    from healthd.engine import Engine
-    from healthd.history import History
-    from healthd.pipeline import POLICY_STATE
-    from healthd.policy import PolicyState
-    from healthd.state import StateError
-    from healthd.statelock import LockTimeout, StateLock
+    from healthd.checks.engine import Engine
+    from healthd.cycle.pipeline import POLICY_STATE
+    from healthd.plan.policy import PolicyState
+    from healthd.store.history import History
+    from healthd.store.lock import LockTimeout, StateLock
+    from healthd.store.state import StateError
 
     engine = Engine.from_path(args.config)
     subject = args.repaired
@@ -98,7 +98,7 @@ def _repaired(args: argparse.Namespace) -> int:
 
 
 def _started(document: dict[str, Any]) -> str:
-    """When a saved pass started, as text that sorts in time (``healthd.render``'s UTC form); "" when unknown."""
+    """When a saved pass started, as text that sorts in time (``healthd.cli.render``'s UTC form); "" when unknown."""
     started = document.get("started_at")
     return started if isinstance(started, str) else ""
 
@@ -132,7 +132,7 @@ def _list(refs: list[FindingRef], document: dict[str, Any], path: Path) -> None:
 
 def _whole_pass(engine: Engine) -> tuple[dict[str, Any], Path]:
     """The node's last whole pass, the one ``healthd status`` shows, and its file: all ``ack --all`` acts on."""
-    from healthd.pipeline import LAST_PASS
+    from healthd.cycle.pipeline import LAST_PASS
 
     last = engine.state.file(LAST_PASS)
     return last.load(), last.path
@@ -143,7 +143,7 @@ def _latest_pass(engine: Engine) -> tuple[dict[str, Any], Path]:
 
     A finding named by its check or code is the operator's choice, seen in whichever pass they ran.
     """
-    from healthd.pipeline import LAST_PASS, OTHER_PASS
+    from healthd.cycle.pipeline import LAST_PASS, OTHER_PASS
 
     last, other = engine.state.file(LAST_PASS), engine.state.file(OTHER_PASS)
     whole, aside = last.load(), other.load()
@@ -168,8 +168,8 @@ def run(args: argparse.Namespace) -> int:
     if args.all and args.selectors:
         print("healthd: name checks or codes, or give --all (every finding), not both", file=sys.stderr)
         return EX_USAGE
-    from healthd.acks import refs_from_document
-    from healthd.engine import Engine
+    from healthd.checks.engine import Engine
+    from healthd.plan.acks import refs_from_document
 
     engine = Engine.from_path(args.config)
     document, path = _latest_pass(engine) if args.selectors else _whole_pass(engine)
@@ -195,10 +195,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
     """Save an ack for each of ``refs`` and record it in the history, under the state lock; say what was acked."""
-    from healthd.acks import STATE_NAME, AckStore, merge
-    from healthd.history import History
-    from healthd.state import StateError
-    from healthd.statelock import LockTimeout, StateLock
+    from healthd.plan.acks import merge
+    from healthd.store.acks import STATE_NAME, AckStore
+    from healthd.store.history import History
+    from healthd.store.lock import LockTimeout, StateLock
+    from healthd.store.state import StateError
 
     store = AckStore(engine.state.file(STATE_NAME))
     try:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_SOFTWARE
 
 
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _observe(engine: Any) -> tuple[dict[str, Any], list[str]]:
     """Each check's baseline settings, and what went wrong reading them."""
-    from healthd.plugin import CheckSpec, NotApplicable
+    from healthd.checks.plugin import CheckSpec, NotApplicable
 
     tables: dict[str, Any] = {}
     problems: list[str] = []
@@ -49,8 +49,8 @@ def _observe(engine: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.engine import Engine, node_name
-    from healthd.tomlwrite import dumps
+    from healthd.checks.engine import Engine, node_name
+    from healthd.config.tomlwrite import dumps
 
     engine = Engine.from_path(args.config)
     tables, problems = _observe(engine)

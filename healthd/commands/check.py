@@ -5,11 +5,11 @@ environment beyond ``SLURMD_NODENAME`` and finishes within ``[runner].pass_timeo
 plus ``[slurm].act_splay`` plus ``[slurm].lock_timeout`` plus ``[slurm].budget`` (all
 scontrol calls together), 55 s with the defaults, inside slurmd's 60 s kill
 (docs/slurm.md). A GPU reset or ``[remediation] on_repair`` gets what is left of
-those 55 s (``healthd.pipeline.ONE_SHOT_SECONDS``), and a SIGTERM (slurmd's kill)
-takes the programs the pass runs with it (``healthd.bounded.end_with_children``).
+those 55 s (``healthd.cycle.pipeline.ONE_SHOT_SECONDS``), and a SIGTERM (slurmd's kill)
+takes the programs the pass runs with it (``healthd.checks.bounded.end_with_children``).
 
 ``--active`` runs the active checks instead, and only on a node that one ``sinfo``
-read shows idle and drained (healthd.active, healthd.activerun, docs/active.md);
+read shows idle and drained (healthd.plan.active, healthd.cycle.activerun, docs/active.md);
 never from the hook.
 """
 
@@ -21,7 +21,7 @@ import logging
 import sys
 import time
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 
 
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.bounded import end_with_children
+    from healthd.checks.bounded import end_with_children
 
     started = time.monotonic()
     with end_with_children():
@@ -50,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, begun: float) -> int:
-    from healthd.engine import Engine
-    from healthd.pipeline import ONE_SHOT_SECONDS, run_pass
-    from healthd.render import action_lines, render_table
+    from healthd.checks.engine import Engine
+    from healthd.cli.render import action_lines, render_table
+    from healthd.cycle.pipeline import ONE_SHOT_SECONDS, run_pass
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="healthd: %(levelname)s: %(message)s")
@@ -74,8 +74,8 @@ def _run(args: argparse.Namespace, begun: float) -> int:
         print("healthd: --force goes with --active", file=sys.stderr)
         return EX_USAGE
     if args.active:
-        from healthd.active import refusal
-        from healthd.activerun import Refused, start
+        from healthd.cycle.activerun import Refused, start
+        from healthd.plan.active import refusal
 
         rule = None if args.force else refusal
         started = start(engine, rule, "check --once --active", dry_run=args.dry_run, only=only)
@@ -84,9 +84,10 @@ def _run(args: argparse.Namespace, begun: float) -> int:
             return EX_TEMPFAIL
         outcome = started
     else:
-        from healthd.daemonpass import running_config
+        from healthd.store.daemonpass import running_config
 
-        # A daemon running with another config is the node's: this pass is saved aside (healthd.pipeline.run_pass).
+        # A daemon running with another config is the node's: this pass is saved aside
+        # (healthd.cycle.pipeline.run_pass).
         daemon_config = running_config(engine.config.paths.state_dir)
         aside = daemon_config is not None and daemon_config != engine.loaded.sha256
         outcome = run_pass(engine, dry_run=args.dry_run, only=only, aside=aside, deadline=begun + ONE_SHOT_SECONDS)

@@ -11,10 +11,10 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 
 if TYPE_CHECKING:
-    from healthd.loadedconfig import LoadedConfig
+    from healthd.config.loaded import LoadedConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,19 +31,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.config import load_config
-    from healthd.engine import settings_models
-    from healthd.plugin import discover
+    from healthd.checks.plugin import discover, settings_models
+    from healthd.config.models import load_config
 
     loaded = load_config(args.config, settings_models(discover()), args.host)
     if args.action == "show":
         print(effective_toml(loaded), end="")
         return 0
-    from healthd.metrics import refuse_untrusted_textfile
-    from healthd.pipeline import one_shot_overrun
+    from healthd.cycle.pipeline import one_shot_overrun
+    from healthd.service.metrics import refuse_untrusted_textfile
 
     # The textfile directory `healthd run` would refuse (exit 78) is refused here by the same
-    # check, with the same message (healthd.cli reports UntrustedPath), before "valid".
+    # check, with the same message (healthd.cli.main reports UntrustedPath), before "valid".
     refuse_untrusted_textfile(loaded.config.metrics)
     sections = ", ".join(loaded.host_sections) or "none"
     print(f"{loaded.source}: valid; for node {loaded.host} the host sections that apply: {sections}")
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 def effective_toml(loaded: LoadedConfig) -> str:
     """``loaded`` as TOML: every table of the config, then ``[checks.NAME]`` for every installed check."""
-    from healthd.tomlwrite import comment, dumps
+    from healthd.config.tomlwrite import comment, dumps
 
     config = loaded.config
     document = {name: _plain(getattr(config, name)) for name in type(config).model_fields if name != "checks"}

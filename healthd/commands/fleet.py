@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
 
 DEFAULT_LIVE_SINCE = "30d"
@@ -162,9 +162,8 @@ def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
 
 
 def _load_config(args: argparse.Namespace) -> Any:
-    from healthd.config import load_config
-    from healthd.engine import settings_models
-    from healthd.plugin import discover
+    from healthd.checks.plugin import discover, settings_models
+    from healthd.config.models import load_config
 
     return load_config(args.config, settings_models(discover())).config
 
@@ -233,7 +232,7 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from healthd.fleet.sacct import FleetInputError
-    from healthd.slurm import SlurmError
+    from healthd.slurm.adapter import SlurmError
 
     now = time.time()
     try:
@@ -264,8 +263,8 @@ def _print_report(args: argparse.Namespace, report: Any) -> int:
         print(json.dumps(document(report), indent=2, sort_keys=True))
         return 0
     if args.html is not None:
-        from healthd.atomicfile import replace_file
         from healthd.fleet.html import page
+        from healthd.store.atomicfile import replace_file
 
         try:
             replace_file(args.html, page(report).encode("utf-8"), 0o644)
@@ -284,7 +283,7 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
     steps: list[Any] = []
     if args.drain:
         from healthd.fleet.drain import apply_drains, plan_drains, read_cluster
-        from healthd.slurm import SlurmClient, SlurmError
+        from healthd.slurm.adapter import SlurmClient, SlurmError
 
         prefix = config.slurm.reason_prefix
         client = SlurmClient(config.slurm)

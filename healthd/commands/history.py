@@ -21,10 +21,10 @@ import sys
 import time
 from typing import Any, Optional
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 from healthd.commands.status import StatusConfigError, read_settings
 from healthd.exitcodes import EX_CONFIG, EX_NOINPUT, EX_USAGE
-from healthd.history import History, HistoryError
+from healthd.store.history import History, HistoryError
 from healthd.text import one_line
 
 DEFAULT_SINCE = "7d"

@@ -1,4 +1,4 @@
-"""``healthd import-nhc``: convert an LBNL NHC config into healthd's TOML (healthd.nhcimport)."""
+"""``healthd import-nhc``: convert an LBNL NHC config into healthd's TOML (healthd.config.nhcimport)."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.nhcimport import convert
-    from healthd.tomlwrite import comment, dumps
+    from healthd.config.nhcimport import convert
+    from healthd.config.tomlwrite import comment, dumps
 
     try:
         text = args.nhc_conf.read_text(encoding="utf-8", errors="replace")

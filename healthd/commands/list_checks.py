@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any, Optional
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_OK, EX_UNKNOWN
 
 
@@ -24,10 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, dict[str, Any]]]:
     """Each loaded check's trust switches and their values; None (and a note) when the config is unusable."""
-    from healthd.config import load_config
-    from healthd.configload import ConfigError
-    from healthd.engine import settings_models
-    from healthd.plugin import CheckSpec
+    from healthd.checks.plugin import CheckSpec, settings_models
+    from healthd.config.load import ConfigError
+    from healthd.config.models import load_config
 
     try:
         settings = load_config(args.config, settings_models(specs)).check_settings
@@ -48,7 +47,7 @@ def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, 
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from healthd.plugin import BrokenCheck, discover
+    from healthd.checks.plugin import BrokenCheck, discover
 
     specs = discover()
     switches = _switches(args, specs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from healthd.cli import add_config_argument
+from healthd.cli.main import add_config_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    from healthd.daemon import Daemon
-    from healthd.logs import setup_logging
+    from healthd.service.daemon import Daemon
+    from healthd.service.logs import setup_logging
 
     setup_logging(logging.DEBUG if args.debug else logging.INFO)
     daemon = Daemon(args.config, dry_run=args.dry_run)

@@ -7,7 +7,7 @@ a monitoring agent or a Slurm prolog to call often. The exit code is the recorde
 status (Nagios convention), or 3 (UNKNOWN) when there is no record, it cannot be
 read, or it is older than two intervals (the daemon is not running its passes),
 and 78 when the config, the state directory or a file in it fails the trust rule
-(``healthd.trust``), or the directory is another node's (``healthd.statenode``): a record
+(``healthd.store.trust``), or the directory is another node's (``healthd.store.statenode``): a record
 others could have written is not shown, nor one of another node.
 """
 
@@ -18,16 +18,16 @@ import sys
 import time
 from pathlib import Path
 
-from healthd import plaintoml
-from healthd.cli import add_config_argument
-from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
+from healthd.cli.main import add_config_argument
+from healthd.config import plaintoml
+from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
+from healthd.store.trust import UntrustedPath
 from healthd.text import one_line, pass_headline
-from healthd.trust import UntrustedPath
 
 TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
-    import argparse  # ``healthd status`` is usually parsed without it (``healthd.cli.plain_status``)
+    import argparse  # ``healthd status`` is usually parsed without it (``healthd.cli.main.plain_status``)
     from typing import Any, Optional
 
 
@@ -49,7 +49,7 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
     if path is None and not DEFAULT_CONFIG_PATH.exists():
         return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS, None
     source = path or DEFAULT_CONFIG_PATH
-    from healthd.trust import untrusted_reason
+    from healthd.store.trust import untrusted_reason
 
     reason = untrusted_reason(source) if source.exists() else None
     if reason:
@@ -62,7 +62,7 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
     except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), or tomllib's TOMLDecodeError
         raise StatusConfigError(f"{source}: not valid TOML: {exc}") from None
     if raw.get("hosts"):  # a node's state directory and interval are never a host section's (docs/hosts.md)
-        from healthd.configload import node_local_problems
+        from healthd.config.load import node_local_problems
 
         local = node_local_problems(raw, text)
         if local:
@@ -70,7 +70,7 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
     paths, daemon, slurm = raw.get("paths", {}), raw.get("daemon", {}), raw.get("slurm", {})
     state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
     interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
-    # A NUL cannot be in a path (the full config refuses it too: healthd.checksettings).
+    # A NUL cannot be in a path (the full config refuses it too: healthd.checks.settings).
     if not isinstance(state_dir, str) or not state_dir or "\0" in state_dir:
         raise StatusConfigError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
@@ -81,15 +81,15 @@ def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
 
 def read_last_pass(state_dir: Path, node: str) -> dict[str, Any]:
     """The recorded pass of ``node``; raises ``UntrustedPath`` when the state directory or a file in it fails
-    the trust rule, or the directory is another node's (``healthd.statenode``)."""
-    from healthd.state import StateDir, read_entry, state_owner
+    the trust rule, or the directory is another node's (``healthd.store.statenode``)."""
+    from healthd.store.state import StateDir, read_entry, state_owner
 
     path = state_dir / "last-pass.json"
     # A last-pass.json that another user could have written could show a failing node as OK.
     StateDir(state_dir).refuse_untrusted()
     owner = state_owner(state_dir)
     if owner and owner != node:  # another node's pass is not this node's state
-        from healthd.statenode import ForeignStateDir
+        from healthd.store.statenode import ForeignStateDir
 
         raise ForeignStateDir(state_dir, owner, node)
     try:
@@ -132,7 +132,7 @@ _MONTH_START = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
 
 
 def _utc_epoch(text: str) -> Optional[float]:
-    """``YYYY-MM-DDTHH:MM:SSZ``, the form healthd records (``healthd.render``), as seconds since the epoch.
+    """``YYYY-MM-DDTHH:MM:SSZ``, the form healthd records (``healthd.cli.render``), as seconds since the epoch.
 
     None for any other text, which ``age_seconds`` hands to ``datetime.fromisoformat``:
     importing datetime costs ``healthd status`` about 2 ms, more than reading its own form here.
@@ -163,7 +163,7 @@ def _field(mapping: dict[str, Any], key: str, limit: int = 200) -> str:
 
 def _render(document: dict[str, Any], age: float, now: float, limit: Optional[float]) -> str:
     """The record for people; ``limit`` is the age beyond which it is stale (None: it is fresh)."""
-    from healthd.render import action_lines, state_label
+    from healthd.cli.render import action_lines, state_label
 
     when = f"last pass {age:.0f}s ago, at {_field(document, 'started_at')}"
     lines = [pass_headline(_field(document, "node"), _field(document, "status"), when)]
@@ -189,7 +189,7 @@ def _render(document: dict[str, Any], age: float, now: float, limit: Optional[fl
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from healthd.nodename import this_node
+        from healthd.config.nodename import this_node
 
         state_dir, interval, configured = read_settings(args.config)
         document = read_last_pass(state_dir, this_node(configured))

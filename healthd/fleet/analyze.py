@@ -59,7 +59,7 @@ from healthd.fleet.sacct import (
     tres_gpus,
 )
 from healthd.fleet.submit import Exclusions, read_exclusions, settle, summary
-from healthd.hostlist import HostlistError
+from healthd.slurm.hostlist import HostlistError
 
 # sacct's State words of a run that failed; no other state starts with either.
 FAILED_PREFIXES = ("FAILED", "NODE_FAIL")

@@ -9,7 +9,7 @@ failures alone, unless silent lemons are asked for; unknown to Slurm, already ou
 someone else's reason, a pending reboot, or the partition's
 ``[policy].max_out_fraction`` of nodes out by healthd already reached, counting the
 drains planned before). ``apply_drains`` sends them, then, like the node agent
-(``healthd.execute``), reads the partitions again after the settle time and puts
+(``healthd.slurm.execute``), reads the partitions again after the settle time and puts
 back every node that ``breaker.breaker_confirm`` says lost its place, in case node
 agents drained nodes meanwhile.
 """
@@ -20,12 +20,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
-from healthd.breaker import breaker_confirm, group_views, over_limit
-from healthd.config import PolicySettings
+from healthd.config.models import PolicySettings
 from healthd.fleet.lemons import Verdict
-from healthd.nodestate import NodeInfo, PartitionView
-from healthd.reasons import is_lemon, lemon_reason, owned
-from healthd.slurm import SlurmClient, SlurmError, SlurmNotFound
+from healthd.plan.breaker import breaker_confirm, group_views, over_limit
+from healthd.slurm.adapter import SlurmClient, SlurmError, SlurmNotFound
+from healthd.slurm.nodestate import NodeInfo, PartitionView
+from healthd.slurm.reasons import is_lemon, lemon_reason, owned
 
 Views = dict[str, PartitionView]
 # Job failures are what users can cause (a broken job, a node chosen with -w, two accounts

@@ -1,6 +1,6 @@
 """Accounting's node lists: a job run's nodes, and the nodes its submit line excluded or pinned it to.
 
-The notation is expanded by ``healthd.hostlist``. The ``-x``/``--exclude`` and the
+The notation is expanded by ``healthd.slurm.hostlist``. The ``-x``/``--exclude`` and the
 ``-w``/``--nodelist`` of a job are read from its ``SubmitLine`` (Slurm keeps the
 command line, not the options of ``#SBATCH`` lines), which is all that accounting
 has of them (docs/fleet.md, "Excluded nodes" and "Evidence a user cannot make").
@@ -13,8 +13,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional
 
-from healthd import hostlist
-from healthd.hostlist import HostlistError
+from healthd.slurm import hostlist
+from healthd.slurm.hostlist import HostlistError
 
 
 @dataclass(frozen=True)

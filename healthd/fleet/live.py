@@ -3,7 +3,7 @@
 Two read-only queries of slurmdbd, by absolute path (``[slurm].bin_dir`` or the
 standard places, as the Slurm adapter finds scontrol), with the adapter's
 environment (``SLURM_CONF`` from ``[slurm].conf`` or healthd's own, and ``TZ``) and
-one deadline for both (``healthd.slurmrun``: neither a slurmdbd that does not answer
+one deadline for both (``healthd.slurm.command``: neither a slurmdbd that does not answer
 nor a hung filesystem under the commands or slurm.conf can hold the caller).
 Parsing is the analysis's business; this module returns the texts.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
-from healthd.slurmrun import ClientTimedOut, SlurmError, run_client
+from healthd.slurm.command import ClientTimedOut, SlurmError, run_client
 from healthd.text import one_line
 
 SLURM_TIME = "%Y-%m-%dT%H:%M:%S"

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.paths import REPO
 
-from healthd.cli import main
+from healthd.cli.main import main
 
 
 @pytest.fixture

@@ -13,7 +13,18 @@ PROBE_TIMEOUT = 1.0
 
 def _pass(config: Path) -> tuple[int, dict]:
     done = subprocess.run(
-        [sys.executable, "-m", "healthd.cli", "check", "--once", "--json", "--only", "mounts", "--config", str(config)],
+        [
+            sys.executable,
+            "-m",
+            "healthd.cli.main",
+            "check",
+            "--once",
+            "--json",
+            "--only",
+            "mounts",
+            "--config",
+            str(config),
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -7,7 +7,7 @@ from healthd_testkit.checks import raises_only
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd_checks.mountinfo import MountinfoError, find_mount, parse_mountinfo
+from healthd_checks.common.mountinfo import MountinfoError, find_mount, parse_mountinfo
 
 
 def test_real_format_capture(fixtures: Path) -> None:

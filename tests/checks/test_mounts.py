@@ -9,10 +9,10 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from healthd.plugin import JudgeContext
-from healthd_checks.fsprobe import Failed, ProbeOutcome, ProbeTable, stat_failed
-from healthd_checks.mounts import MountsObservation, judge
-from healthd_checks.mounts_settings import MountsSettings
+from healthd.checks.plugin import JudgeContext
+from healthd_checks.mounts.check import MountsObservation, judge
+from healthd_checks.mounts.fsprobe import Failed, ProbeOutcome, ProbeTable, stat_failed
+from healthd_checks.mounts.settings import MountsSettings
 
 FIXTURE_PROC = "procfs/gpu-node"
 

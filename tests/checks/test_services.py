@@ -22,7 +22,7 @@ from healthd_testkit.checks import raises_only
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd_checks.services import ModulesError, parse_modules
+from healthd_checks.services.check import ModulesError, parse_modules
 
 TEST_USER = "healthd-svc-user"
 

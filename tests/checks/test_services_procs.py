@@ -9,8 +9,8 @@ from healthd_testkit.checks import raises_only
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd_checks.procs import StatusError, TaskStatus, parse_status, read_processes
-from healthd_checks.services import ProcessRule, Sighting, find_service
+from healthd_checks.common.procs import StatusError, TaskStatus, parse_status, read_processes
+from healthd_checks.services.check import ProcessRule, Sighting, find_service
 
 
 @pytest.fixture

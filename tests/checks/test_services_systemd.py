@@ -19,12 +19,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from healthd.checks.plugin import JudgeContext
 from healthd.model import Finding, Status
-from healthd.plugin import JudgeContext
-from healthd_checks import services
-from healthd_checks.services import BASELINE_SERVICES, CHECK, ServicesObservation, judge, span
-from healthd_checks.services_settings import ServicesSettings
-from healthd_checks.units import ShowError, UnitState, parse_show
+from healthd_checks.services import check as services
+from healthd_checks.services.check import BASELINE_SERVICES, CHECK, ServicesObservation, judge, span
+from healthd_checks.services.settings import ServicesSettings
+from healthd_checks.services.units import ShowError, UnitState, parse_show
 
 PROPERTIES = "Id,LoadState,ActiveState,SubState,NRestarts,ActiveExitTimestampMonotonic,InactiveExitTimestampMonotonic"
 SHOW = f"show --no-pager --property={PROPERTIES} --"

@@ -16,19 +16,20 @@ from healthd_testkit.dcgmi import Dcgmi
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.acks import FindingRef
-from healthd.active import daemon_skip, epilog_refusal, interval_left, refusal
-from healthd.activerun import LOCK_NAME, Refused, after_pass, daemon_budget, misfit, start
-from healthd.config import parse_config
-from healthd.daemon import fresh_for
-from healthd.engine import Engine
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.config.models import parse_config
+from healthd.cycle.activerun import Refused, after_pass, daemon_budget, misfit, start
+from healthd.cycle.pipeline import pass_budget, run_pass
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 from healthd.model import Finding, Status, Tier
-from healthd.nodestate import NodeInfo
-from healthd.pipeline import pass_budget, run_pass
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.policy import Action, PolicyState
-from healthd.statelock import StateLock
+from healthd.plan.acks import FindingRef
+from healthd.plan.active import daemon_skip, epilog_refusal, interval_left, refusal
+from healthd.plan.policy import Action, PolicyState
+from healthd.service.daemon import fresh_for
+from healthd.slurm.nodestate import NodeInfo
+from healthd.store.lock import ACTIVE_LOCK as LOCK_NAME
+from healthd.store.lock import StateLock
 
 Cli = Callable[..., tuple[int, str, str]]
 
@@ -89,7 +90,7 @@ def test_a_dry_run_daemon_starts_no_diagnostic_and_records_none(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     started: list[Any] = []
-    monkeypatch.setattr("healthd.activerun.start", lambda *args, **kwargs: started.append(args))
+    monkeypatch.setattr("healthd.cycle.activerun.start", lambda *args, **kwargs: started.append(args))
     ran: list[str] = []
     engine = _engine(tmp_path, ran, "[active]\nwhen_drained = true\n")
     prefix = engine.config.slurm.reason_prefix

@@ -13,15 +13,15 @@ from typing import Any, Callable
 
 import pytest
 
-from healthd.acks import Ack, FindingRef, apply_acks
-from healthd.config import PolicySettings
-from healthd.engine import Engine
-from healthd.history import History
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import CheckSpec, discover
+from healthd.config.models import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.nodestate import NodeInfo
-from healthd.plan import Observed, Plan, Read, Situation, plan
-from healthd.plugin import CheckSpec, discover
-from healthd.policy import Action, PolicyState
+from healthd.plan.acks import Ack, FindingRef, apply_acks
+from healthd.plan.plan import Observed, Plan, Read, Situation, plan
+from healthd.plan.policy import Action, PolicyState
+from healthd.slurm.nodestate import NodeInfo
+from healthd.store.history import History
 
 OLD, NEW = "gpu/NVLINK_DOWN/gpu3", "nvlink/NVLINK_DOWN/gpu3"
 RENAMES = (("gpu/NVLINK_DOWN/", "nvlink/NVLINK_DOWN/"),)
@@ -110,7 +110,7 @@ def test_an_adoption_that_names_no_other_checks_finding_is_refused(adopts: tuple
 
 
 def test_the_engine_reports_every_loaded_checks_adoptions(write_config: Callable[..., Path]) -> None:
-    from healthd.config import load_config
+    from healthd.config.models import load_config
 
     specs = discover()
     models = {s.name: s.settings_model() for s in specs if isinstance(s, CheckSpec)}

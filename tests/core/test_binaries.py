@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from healthd.binaries import locate
+from healthd.checks.binaries import locate
 
 
 def test_finds_the_first_executable(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import HEALTHD, REPO
 
 from healthd import __version__
+from healthd.cli.schema import PassOut, json_schema
 from healthd.model import RunState
-from healthd.schema import PassOut, json_schema
 
 
 def test_version(cli: Callable[..., tuple[int, str, str]]) -> None:
@@ -73,8 +73,8 @@ def test_module_entry_point_runs() -> None:
 
 
 def test_table_counts_notes_but_lists_only_problems() -> None:
+    from healthd.cli.render import render_table
     from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-    from healthd.render import render_table
 
     findings = (
         Finding("xid", Status.OK, "XID_63", "gpu1", "row remapping recorded"),
@@ -194,8 +194,8 @@ def test_dry_run_without_scontrol_installed(
 
 
 def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
-    """A pass document whose ``action`` section is what healthd.pipeline writes."""
-    from healthd.pipeline import ActionSection
+    """A pass document whose ``action`` section is what healthd.cycle.pipeline writes."""
+    from healthd.cycle.pipeline import ActionSection
 
     report: dict[str, Any] = {
         "node_state": None,
@@ -214,16 +214,16 @@ def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("state", list(RunState), ids=lambda state: state.value)
 def test_state_label_reads_every_run_state_of_the_document(state: RunState) -> None:
-    from healthd.render import state_label
+    from healthd.cli.render import state_label
 
     expected = {RunState.RAN: "WARNING", RunState.NOT_APPLICABLE: "n/a", RunState.DISABLED: "disabled"}
     assert state_label("WARNING", state.value) == expected.get(state, f"WARNING ({state.value})")
 
 
 def test_action_lines_for_each_outcome() -> None:
-    from healthd.acks import FindingRef
-    from healthd.policy import Action, Decision
-    from healthd.render import action_lines
+    from healthd.cli.render import action_lines
+    from healthd.plan.acks import FindingRef
+    from healthd.plan.policy import Action, Decision
 
     out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_79 gpu3", "CRITICAL from xid")
     why = "(CRITICAL from xid; reason 'healthd: XID_79 gpu3')"
@@ -263,7 +263,7 @@ def test_action_lines_for_each_outcome() -> None:
 
 
 def test_action_lines_survive_a_forged_record() -> None:
-    from healthd.render import action_lines
+    from healthd.cli.render import action_lines
 
     assert action_lines({"action": None}, 0.0) == ["action: none recorded (the pass failed before a decision)"]
     forged = {
@@ -289,8 +289,8 @@ def test_action_lines_survive_a_forged_record() -> None:
 
 
 def test_pass_summary_names_the_first_problems_the_action_and_counts_other_errors() -> None:
-    from healthd.policy import Action, Decision
-    from healthd.render import pass_summary
+    from healthd.cli.render import pass_summary
+    from healthd.plan.policy import Action, Decision
 
     findings = [{"check": "xid", "code": f"XID_{n}", "subject": f"gpu{n}", "status": "CRITICAL"} for n in range(5)]
     note = {"check": "xid", "code": "XID_43", "subject": "gpu7", "status": "OK"}
@@ -314,7 +314,7 @@ def test_pass_summary_names_the_first_problems_the_action_and_counts_other_error
 
 
 def test_pass_summary_of_a_forged_record_is_one_bounded_line() -> None:
-    from healthd.render import pass_summary
+    from healthd.cli.render import pass_summary
 
     hostile = {"check": "a\nb", "code": "\x1b[2J", "subject": "x" * 5000}
     forged = {
@@ -434,8 +434,8 @@ def test_a_reader_gone_before_any_output_is_no_error(
     ],
 )
 def test_status_spelled_out_is_read_as_the_parser_reads_it(argv: list[str]) -> None:
-    from healthd.cli import plain_status
-    from healthd.cliparser import build_parser
+    from healthd.cli.main import plain_status
+    from healthd.cli.parser import build_parser
 
     plain = plain_status(argv)
     assert plain is not None and vars(plain) == vars(build_parser(argv).parse_args(argv))
@@ -460,7 +460,7 @@ def test_status_spelled_out_is_read_as_the_parser_reads_it(argv: list[str]) -> N
     ],
 )
 def test_any_other_command_line_is_left_to_the_parser(argv: list[str]) -> None:
-    from healthd.cli import plain_status
+    from healthd.cli.main import plain_status
 
     assert plain_status(argv) is None
 
@@ -511,9 +511,9 @@ def _config_options(parser: argparse.ArgumentParser, where: str) -> Iterator[tup
 
 
 def test_every_command_that_takes_config_takes_c_too() -> None:
-    from healthd.cli import COMMANDS
-    from healthd.cliparser import build_parser
-    from healthd.plugin import discover_commands
+    from healthd.checks.plugin import discover_commands
+    from healthd.cli.parser import build_parser
+    from healthd.commands import COMMANDS
 
     names = [*COMMANDS, *(command.name for command in discover_commands())]
     found = [option for name in names for option in _config_options(build_parser([name]), "")]

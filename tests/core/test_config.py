@@ -10,11 +10,10 @@ from healthd_testkit.paths import HEALTHD as INSTALLED
 from healthd_testkit.paths import run_healthd
 from pydantic import BaseModel
 
-from healthd.checksettings import CheckSettings
-from healthd.config import Config, ConfigError, load_config, parse_config
-from healthd.engine import settings_models
-from healthd.plugin import discover
-from healthd_checks.mounts_settings import MountSpec
+from healthd.checks.plugin import discover, settings_models
+from healthd.checks.settings import CheckSettings
+from healthd.config.models import Config, ConfigError, load_config, parse_config
+from healthd_checks.mounts.settings import MountSpec
 
 MODELS = settings_models(discover())
 HEALTHD = str(INSTALLED)
@@ -392,7 +391,7 @@ def test_an_old_config_still_runs_and_warns_on_stderr(write_config: Callable[[st
 def test_the_config_digest_is_sha256() -> None:
     import hashlib
 
-    from healthd.configload import sha256_hex
+    from healthd.config.load import sha256_hex
 
     for data in (b"", b"[paths]\nstate_dir = '/x'\n", bytes(range(256)) * 100):
         assert sha256_hex(data) == hashlib.sha256(data).hexdigest()
@@ -432,7 +431,7 @@ def test_check_once_judges_the_mount_as_the_host_section_expects_it(
     cli: Callable[..., tuple[int, str, str]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from healthd_checks.mountinfo import find_mount, parse_mountinfo
+    from healthd_checks.common.mountinfo import find_mount, parse_mountinfo
 
     root = find_mount(parse_mountinfo(Path("/proc/1/mountinfo").read_text(), "/proc/1/mountinfo"), "/")
     assert root is not None
@@ -444,7 +443,7 @@ def test_check_once_judges_the_mount_as_the_host_section_expects_it(
     monkeypatch.setenv("SLURMD_NODENAME", "cpu1")
     code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
     assert code == 2 and "MOUNT_WRONG_TYPE" in out
-    # One config for two nodes in one test: the state directory is a node's own (healthd.statenode).
+    # One config for two nodes in one test: the state directory is a node's own (healthd.store.statenode).
     (path.parent / "state" / "node.json").unlink()
     monkeypatch.setenv("SLURMD_NODENAME", "gpu1")
     code, out, err = cli("check", "--once", "--only", "mounts", "--config", str(path))

@@ -8,13 +8,12 @@ from typing import Callable
 import pytest
 from healthd_testkit.paths import FIXTURES
 
+from healthd.checks.plugin import discover, settings_models
 from healthd.commands.config_cmd import effective_toml
-from healthd.config import parse_config
-from healthd.defaults import toml_module
-from healthd.engine import settings_models
-from healthd.loadedconfig import LoadedConfig
+from healthd.config.defaults import toml_module
+from healthd.config.loaded import LoadedConfig
+from healthd.config.models import parse_config
 from healthd.model import Status
-from healthd.plugin import discover
 
 MODELS = settings_models(discover())
 CLI = Callable[..., tuple[int, str, str]]

@@ -15,20 +15,19 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import only_checks
 
-from healthd.config import load_config
-from healthd.configcache import CACHE, load_checks
-from healthd.engine import settings_models
-from healthd.plugin import UnloadedCheck, discover
-from healthd.settingsview import View, as_view
-from healthd.state import StateDir
+from healthd.checks.plugin import UnloadedCheck, discover, settings_models
+from healthd.config.cache import CACHE, load_checks
+from healthd.config.models import load_config
+from healthd.config.view import View, as_view
+from healthd.store.state import StateDir
 
 # Runs one dry pass with Slurm off and prints the exit code and the heavy modules it imported.
 _PASS = """
 import json, sys
-from healthd.cli import main
+from healthd.cli.main import main
 code = main(["check", "--once", "--json", "--dry-run", "--config", sys.argv[1]])
-heavy = sorted(m for m in ("pydantic", "pynvml", "healthd.config", "healthd_checks.gpu", "healthd_checks.xid")
-               if m in sys.modules)
+heavy = sorted(m for m in ("pydantic", "pynvml", "healthd.config.models", "healthd_checks.gpu.check",
+                           "healthd_checks.xid.check") if m in sys.modules)
 print(json.dumps({"code": code, "heavy": heavy}), file=sys.stderr)
 """
 
@@ -78,7 +77,7 @@ def test_changed_config_is_validated_again_and_its_new_values_used(write_config:
     assert "pydantic" in again["heavy"]
     states = {c["name"]: c["state"] for c in again["document"]["checks"]}
     assert states["xid"] != "disabled"
-    assert _pass(config)["heavy"] == ["healthd_checks.xid"]  # cached again: the enabled xid check only
+    assert _pass(config)["heavy"] == ["healthd_checks.xid.check"]  # cached again: the enabled xid check only
 
 
 def test_bad_config_after_a_cached_one_names_every_bad_key(write_config: Callable[..., Path]) -> None:
@@ -135,7 +134,7 @@ def test_cached_settings_equal_the_validated_ones(write_config: Callable[..., Pa
 
 def test_a_view_keeps_types_and_refuses_writes() -> None:
     from healthd.model import Status
-    from healthd_checks.xid_settings import XidSettings
+    from healthd_checks.xid.settings import XidSettings
 
     view = as_view(XidSettings.model_validate({"overrides": {"63": "CRITICAL"}, "journal_directory": "/j"}))
     assert isinstance(view, View)
@@ -148,14 +147,14 @@ def test_a_view_keeps_types_and_refuses_writes() -> None:
 
 
 def test_reload_loads_a_check_the_old_config_disabled(write_config: Callable[..., Path]) -> None:
-    from healthd.configcache import reload_checks
-    from healthd.plugin import CheckSpec
+    from healthd.checks.plugin import CheckSpec
+    from healthd.config.cache import reload_checks
 
     config = write_config(CONFIG)
     load_checks(config)
     _, specs = load_checks(config)  # from the cache: xid disabled, its module never imported
     (xid,) = [s for s in specs if s.name == "xid"]
-    assert isinstance(xid, UnloadedCheck) and xid.module == "healthd_checks.xid"
+    assert isinstance(xid, UnloadedCheck) and xid.module == "healthd_checks.xid.check"
     config.write_text(config.read_text().replace("[checks.xid]\nenabled = false\n", "[checks.xid]\nwindow = 60\n"))
     loaded, specs = reload_checks(config, specs)
     (xid,) = [s for s in specs if s.name == "xid"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from healthd.counters import BootScoped, rise, saturated
+from healthd.checks.counters import BootScoped, rise, saturated
 from healthd.model import Finding, Status
 
 BOOT_A, BOOT_B = "aaaa-1111-2222-3333-4444", "bbbb-1111-2222-3333-4444"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from healthd_testkit.paths import REPO
 
-from healthd.plugin import CheckSpec, discover
+from healthd.checks.plugin import CheckSpec, discover
 
 TABLE = REPO / "docs" / "escalation.md"
 _ROW = re.compile(r"^\| ([a-z, ]+) \| (.+?) \| (yes|no) \| .+ \|$")

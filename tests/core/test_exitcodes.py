@@ -11,24 +11,24 @@ from typing import Optional
 from healthd_testkit.paths import REPO
 
 import healthd.exitcodes
-from healthd.cli import COMMANDS
+from healthd.commands import COMMANDS
 
-SOURCES = [*sorted((REPO / "healthd").rglob("*.py")), *sorted((REPO / "checks").glob("*.py"))]
+SOURCES = [*sorted((REPO / "healthd").rglob("*.py")), *sorted((REPO / "healthd_checks").rglob("*.py"))]
 EXIT_NAME = re.compile(r"EX_[A-Z_]+")
 EXITS = ("exit", "_exit", "SystemExit")
 # Where a command's exit code is made: the dispatcher, the hook, the daemon, a plugin command's stand-in,
 # each built-in command and each command a plugin contributes (pyproject.toml's healthd.commands).
 COMMAND_MODULES = [
-    REPO / "healthd" / "cli.py",
-    REPO / "healthd" / "cliparser.py",
-    REPO / "healthd" / "hook.py",
-    REPO / "healthd" / "daemon.py",
-    REPO / "healthd" / "plugin.py",
+    REPO / "healthd" / "cli" / "main.py",
+    REPO / "healthd" / "cli" / "parser.py",
+    REPO / "healthd" / "service" / "hook.py",
+    REPO / "healthd" / "service" / "daemon.py",
+    REPO / "healthd" / "checks" / "plugin.py",
     *(REPO / "healthd" / "commands" / f"{module}.py" for module, _ in COMMANDS.values()),
     *(
-        REPO / "checks" / f"{module}.py"
+        REPO / Path(*module.split(".")).with_suffix(".py")
         for module in re.findall(
-            r'^[\w-]+ = "healthd_checks\.(\w+):\w+"$',
+            r'^[\w-]+ = "([\w.]+):\w+"$',
             (REPO / "pyproject.toml").read_text().split('[project.entry-points."healthd.commands"]')[1].split("\n[")[0],
             re.M,
         )
@@ -71,9 +71,7 @@ def _literal_codes(path: Path) -> set[int]:
 
 def test_the_command_modules_are_all_found() -> None:
     assert all(path.exists() for path in COMMAND_MODULES)
-    assert {"scan_log.py", "record_gpus.py", "job_commands.py", "ack.py", "fleet.py"} <= {
-        p.name for p in COMMAND_MODULES
-    }
+    assert {"scan_log.py", "record_gpus.py", "jobs.py", "ack.py", "fleet.py"} <= {p.name for p in COMMAND_MODULES}
 
 
 def test_no_module_defines_an_exit_code_of_its_own() -> None:

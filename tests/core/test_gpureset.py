@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from healthd.gpureset import (
+from healthd.cycle.gpureset import (
     MARKS_NAME,
     ComputeApp,
     GpuResetError,
@@ -27,8 +27,8 @@ from healthd.gpureset import (
     parse_compute_apps,
     reset_gpu,
 )
-from healthd.nodestate import NodeInfo
-from healthd.state import StateFile
+from healthd.slurm.nodestate import NodeInfo
+from healthd.store.state import StateFile
 
 BUS = "00000000:3B:00.0"
 REBOOTING = "node node1 is rebooting or in power saving"
@@ -178,8 +178,8 @@ def test_a_reset_stuck_in_the_kernel_is_not_waited_for_and_not_started_twice(tmp
 EARLIER = """
 import sys
 from pathlib import Path
-from healthd.gpureset import MARKS_NAME, ResetMarks, ResetSettings, reset_gpu
-from healthd.state import StateFile
+from healthd.cycle.gpureset import MARKS_NAME, ResetMarks, ResetSettings, reset_gpu
+from healthd.store.state import StateFile
 state, smi, bus = sys.argv[1:]
 reset_gpu(bus, node=None, marks=ResetMarks(StateFile(Path(state), MARKS_NAME), "boot-a"),
           settings=ResetSettings(nvidia_smi=Path(smi)))

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.hostlist import HostlistError, contains, expand
+from healthd.slurm.hostlist import HostlistError, contains, expand
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.hosts import HostMatchError, for_host, host_sections, matcher, merge
+from healthd.config.hosts import HostMatchError, for_host, host_sections, matcher, merge
 
 
 @pytest.mark.parametrize(
@@ -93,7 +93,7 @@ def test_merging_a_table_over_itself_or_nothing_changes_nothing(table: dict[str,
 
 
 def test_a_host_item_replaces_the_file_item_about_the_same_subject() -> None:
-    # checks.mounts.expect names each item by its path (healthd.config.identified_by); services has no identity.
+    # checks.mounts.expect names each item by its path (healthd.config.models.identified_by); services has no identity.
     identities = {("checks", "mounts", "expect"): "path"}
     base: dict[str, Any] = {
         "checks": {

@@ -12,8 +12,8 @@ from typing import Callable
 
 import pytest
 
-from healthd.config import parse_config
-from healthd.configload import ConfigError, state_dir_of
+from healthd.config.load import ConfigError, state_dir_of
+from healthd.config.models import parse_config
 from healthd.exitcodes import EX_CONFIG
 
 CLI = Callable[..., tuple[int, str, str]]

@@ -18,16 +18,15 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthd.config import load_config
-from healthd.defaults import toml_module
-from healthd.engine import settings_models
-from healthd.nhcimport import convert
-from healthd.plugin import JudgeContext, discover
-from healthd.tomlwrite import dumps
-from healthd_checks.fsprobe import Usage
-from healthd_checks.mountinfo import parse_mountinfo
-from healthd_checks.mounts import MountsObservation
-from healthd_checks.mounts import judge as judge_mounts
+from healthd.checks.plugin import JudgeContext, discover, settings_models
+from healthd.config.defaults import toml_module
+from healthd.config.models import load_config
+from healthd.config.nhcimport import convert
+from healthd.config.tomlwrite import dumps
+from healthd_checks.common.mountinfo import parse_mountinfo
+from healthd_checks.mounts.check import MountsObservation
+from healthd_checks.mounts.check import judge as judge_mounts
+from healthd_checks.mounts.fsprobe import Usage
 
 tomllib = toml_module()
 NHC_CONF = FIXTURES / "nhc" / "nhc.conf"

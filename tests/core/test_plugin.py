@@ -16,9 +16,7 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.paths import HEALTHD as INSTALLED
 
-from healthd.config import Paths
-from healthd.model import Finding, RunState, Status
-from healthd.plugin import (
+from healthd.checks.plugin import (
     CheckContext,
     CheckSettings,
     CheckSpec,
@@ -28,8 +26,10 @@ from healthd.plugin import (
     Staged,
     Verdict,
 )
-from healthd.runner import PreparedCheck, Runner
-from healthd.state import StateFile
+from healthd.checks.runner import PreparedCheck, Runner
+from healthd.config.models import Paths
+from healthd.model import Finding, RunState, Status
+from healthd.store.state import StateFile
 
 HEALTHD = str(INSTALLED)
 
@@ -43,7 +43,7 @@ from typing import Optional
 from pydantic import Field
 
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings, CheckSpec, CommandSpec, EventCounter, Staged, Verdict
+from healthd.checks.plugin import CheckSettings, CheckSpec, CommandSpec, EventCounter, Staged, Verdict
 
 
 class WidgetSettings(CheckSettings):
@@ -152,7 +152,7 @@ def test_a_third_party_command_runs_and_a_broken_one_says_why(third_party: dict[
 
 
 def test_built_in_commands_come_through_the_same_entry_points() -> None:
-    from healthd.plugin import CommandSpec, discover_commands
+    from healthd.checks.plugin import CommandSpec, discover_commands
 
     names = {c.name for c in discover_commands() if isinstance(c, CommandSpec)}
     assert {"scan-log", "record-gpus"} <= names

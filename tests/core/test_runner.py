@@ -7,11 +7,11 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-from healthd.config import Paths
+from healthd.checks.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, NotApplicable
+from healthd.checks.runner import PreparedCheck, Runner
+from healthd.config.models import Paths
 from healthd.model import Finding, RunState, Status
-from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, NotApplicable
-from healthd.runner import PreparedCheck, Runner
-from healthd.state import StateFile
+from healthd.store.state import StateFile
 
 RELEASE = threading.Event()
 

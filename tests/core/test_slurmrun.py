@@ -1,4 +1,4 @@
-"""``healthd.slurmrun``: a Slurm command, or a hung filesystem under it, cannot hold a pass past its deadline.
+"""``healthd.slurm.command``: a Slurm command, or a hung filesystem under it, cannot hold a pass past its deadline.
 
 The commands are stand-in shell scripts run as real processes; the hung filesystem
 is a real FUSE mount whose getattr never returns (``hung_mount``), so the stat and
@@ -13,9 +13,9 @@ from typing import Callable
 
 import pytest
 
-from healthd.config import SlurmSettings
-from healthd.slurm import SlurmClient, SlurmError, SlurmNotFound
-from healthd.slurmrun import ClientTimedOut, NotRun, run_client
+from healthd.config.models import SlurmSettings
+from healthd.slurm.adapter import SlurmClient, SlurmError, SlurmNotFound
+from healthd.slurm.command import ClientTimedOut, NotRun, run_client
 
 MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from healthd.state import KEEP_CORRUPT, StateDir, StateError, StateFile
-from healthd.statelock import StateLock
-from healthd.trust import UntrustedPath
+from healthd.store.lock import StateLock
+from healthd.store.state import KEEP_CORRUPT, StateDir, StateError, StateFile
+from healthd.store.trust import UntrustedPath
 
 
 def test_round_trip_and_atomic_replace(tmp_path: Path) -> None:

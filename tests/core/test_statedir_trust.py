@@ -26,11 +26,11 @@ from healthd_testkit.acl import ACCESS, DEFAULT, set_acl
 from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import HEALTHD
 
-import healthd.configload
-from healthd.cli import main
-from healthd.hook import hook_main
-from healthd.metrics import HealthdCollector, new_registry, write_textfile
-from healthd.trust import UntrustedPath, acl_reason
+import healthd.config.load
+from healthd.cli.main import main
+from healthd.service.hook import hook_main
+from healthd.service.metrics import HealthdCollector, new_registry, write_textfile
+from healthd.store.trust import UntrustedPath, acl_reason
 
 # A victim file the attacker points root at (never a real system path).
 VICTIM_TEXT = "the victim's own content\n"
@@ -96,7 +96,7 @@ PLANTS: dict[str, Callable[[Path, Path, tuple[int, int]], None]] = {
 
 
 def _hook(config: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", config)  # slurmd passes no arguments
+    monkeypatch.setattr(healthd.config.load, "DEFAULT_CONFIG_PATH", config)  # slurmd passes no arguments
     return hook_main([])
 
 
@@ -187,7 +187,7 @@ def test_an_entry_an_acl_lets_another_user_write_is_refused(
 def test_a_default_acl_on_the_state_dir_gives_no_one_else_write_to_what_healthd_creates(
     tmp_path: Path, intruder: tuple[int, int], cli: Callable[..., tuple[int, str, str]]
 ) -> None:
-    # The trust rule reads only access ACLs (healthd/trust.py): every file healthd makes here is
+    # The trust rule reads only access ACLs (healthd/store/trust.py): every file healthd makes here is
     # created without group write, which caps the mask of the ACL it inherits.
     state = tmp_path / "state"
     state.mkdir(mode=0o700)

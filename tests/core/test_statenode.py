@@ -11,12 +11,12 @@ from typing import Callable
 import pytest
 from healthd_testkit.checks import only_checks
 
-import healthd.configload
-from healthd.configload import sha256_hex
-from healthd.daemon import Daemon
-from healthd.daemonpass import DaemonClaim, daemon_document
+import healthd.config.load
+from healthd.config.load import sha256_hex
 from healthd.exitcodes import EX_CONFIG
-from healthd.hook import hook_main
+from healthd.service.daemon import Daemon
+from healthd.service.hook import hook_main
+from healthd.store.daemonpass import DaemonClaim, daemon_document
 
 CLI = Callable[..., tuple[int, str, str]]
 BODY = '[slurm]\nnode_name = "{node}"\n' + only_checks("services")
@@ -64,9 +64,9 @@ def test_a_reload_that_renames_the_node_is_rejected_and_the_old_config_kept(
     shared: tuple[str, str, Path], cli: CLI
 ) -> None:
     """A SIGHUP after [slurm] node_name changed: refused at the reload, not by each later pass (the daemon stopping)."""
-    from healthd.configcache import reload_checks
-    from healthd.engine import Engine
-    from healthd.trust import UntrustedPath
+    from healthd.checks.engine import Engine
+    from healthd.config.cache import reload_checks
+    from healthd.store.trust import UntrustedPath
 
     first, second, state = shared
     assert cli("check", "--once", "--config", first)[0] == 0
@@ -90,7 +90,7 @@ def test_the_hook_never_reports_another_nodes_daemon_pass(
         claim.record(document, fresh_for=600, config_sha256=sha, dry_run=False, now=time.time())
         assert daemon_document(Path(second), dry_run=False) is None
         # The hook then runs a pass of its own, which names node2 as the directory's node.
-        monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", Path(second))
+        monkeypatch.setattr(healthd.config.load, "DEFAULT_CONFIG_PATH", Path(second))
         assert hook_main([]) == 0
         assert capsys.readouterr().out == "healthd: OK on node2\n", "its own pass, not the daemon's"
         assert json.loads((state / "node.json").read_text()) == {"node": "node2"}

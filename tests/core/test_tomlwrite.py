@@ -1,4 +1,4 @@
-"""``healthd.tomlwrite``: what it writes, ``tomllib`` reads back as it was, whatever the text."""
+"""``healthd.config.tomlwrite``: what it writes, ``tomllib`` reads back as it was, whatever the text."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.defaults import toml_module
-from healthd.tomlwrite import COMMENT_KEY, dumps, string
+from healthd.config.defaults import toml_module
+from healthd.config.tomlwrite import COMMENT_KEY, dumps, string
 
 tomllib = toml_module()
 

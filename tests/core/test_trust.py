@@ -11,8 +11,8 @@ from typing import Callable, Iterator
 import pytest
 from healthd_testkit.acl import DEFAULT, set_acl
 
-from healthd.plugin import _untrusted_plugin
-from healthd.trust import untrusted_reason
+from healthd.checks.plugin import _untrusted_plugin
+from healthd.store.trust import untrusted_reason
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_plugin_from_a_writable_directory_is_refused(writable_plugin_dir: Path) 
 
 
 def test_builtin_plugins_are_trusted() -> None:
-    assert _untrusted_plugin("healthd_checks.mounts") is None
+    assert _untrusted_plugin("healthd_checks.mounts.check") is None
 
 
 def test_a_sticky_world_writable_directory_is_refused_as_the_path_itself(private_dir: Path) -> None:

@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterator
 import pytest
 from healthd_testkit import faults as kit
 
-from healthd.daemon import Daemon
-from healthd.plugin import BrokenCheck, CheckSpec
+from healthd.checks.plugin import BrokenCheck, CheckSpec
+from healthd.service.daemon import Daemon
 
 
 @pytest.fixture

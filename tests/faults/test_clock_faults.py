@@ -17,10 +17,11 @@ from healthd_testkit import nvml as fake_nvml_module
 from healthd_testkit.faults import Harness, builtin
 from healthd_testkit.paths import REPO
 
-from healthd.config import load_config
-from healthd.engine import Engine, settings_models
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import settings_models
+from healthd.config.models import load_config
+from healthd.cycle.pipeline import run_pass
 from healthd.model import PassResult, Status
-from healthd.pipeline import run_pass
 
 DAY = 86400.0
 T0 = 1_750_000_000.0

@@ -18,9 +18,9 @@ from healthd_testkit import nvml as fake_nvml_module
 from healthd_testkit.faults import builtin, codes
 from healthd_testkit.paths import REPO, run_healthd
 
+from healthd.cycle.outcome import ActionOutcome
 from healthd.model import Status
-from healthd.outcome import ActionOutcome
-from healthd.policy import Action
+from healthd.plan.policy import Action
 
 SYSFS_H100 = REPO / "fixtures" / "nvml" / "sysfs-h100"
 

@@ -19,9 +19,9 @@ from typing import Any, Callable
 from healthd_testkit.faults import FAULT, Harness
 from healthd_testkit.waiting import wait_for
 
-from healthd.outcome import ActionOutcome
-from healthd.pipeline import run_pass
-from healthd.policy import Action
+from healthd.cycle.outcome import ActionOutcome
+from healthd.cycle.pipeline import run_pass
+from healthd.plan.policy import Action
 
 
 def _pending(node: Harness) -> dict[str, Any]:

@@ -21,10 +21,10 @@ from healthd_testkit.faults import FAULT, Harness
 from healthd_testkit.paths import fill, run_healthd
 from healthd_testkit.waiting import wait_for
 
-from healthd.cli import main
+from healthd.cli.main import main
+from healthd.cycle.pipeline import run_pass
 from healthd.model import Status
-from healthd.pipeline import run_pass
-from healthd.trust import UntrustedPath
+from healthd.store.trust import UntrustedPath
 
 
 def _untouched(cluster: Any) -> None:

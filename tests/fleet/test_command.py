@@ -186,7 +186,7 @@ def test_submit_lines_give_the_exclusion_signal(cli: Cli, tmp_path: Path) -> Non
 def test_check_once_imports_nothing_of_the_fleet(write_config: Callable[..., Path]) -> None:
     config = write_config("[checks.mounts]\nexpect = []\n")
     probe = (
-        "import sys\nfrom healthd.cli import main\n"
+        "import sys\nfrom healthd.cli.main import main\n"
         f"main(['check', '--once', '--config', {str(config)!r}, '--only', 'mounts'])\n"
         "loaded = [m for m in sys.modules if m.startswith(('healthd.fleet', 'hostlist'))]\n"
         "print('LOADED', loaded, file=sys.stderr)\n"

@@ -8,11 +8,11 @@ from typing import Any, Callable
 
 import pytest
 
-from healthd.config import PolicySettings
+from healthd.config.models import PolicySettings
 from healthd.fleet import synth
 from healthd.fleet.drain import plan_drains
 from healthd.fleet.lemons import NodeSignals, Verdict
-from healthd.nodestate import NodeInfo, PartitionView
+from healthd.slurm.nodestate import NodeInfo, PartitionView
 
 PREFIX = "healthd:"
 

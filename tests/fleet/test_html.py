@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from healthd.cli import main
+from healthd.cli.main import main
 from healthd.fleet import synth
 
 pytestmark = pytest.mark.slow

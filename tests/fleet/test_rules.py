@@ -13,7 +13,7 @@ from healthd.fleet.causes import CauseRules, group_incidents, shared_incidents
 from healthd.fleet.hosts import excluded, expand
 from healthd.fleet.lemons import benjamini_hochberg, upper_tail
 from healthd.fleet.reliability import bucket, ettr
-from healthd.hostlist import HostlistError
+from healthd.slurm.hostlist import HostlistError
 
 JOBS = "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES"
 EVENTS = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User"

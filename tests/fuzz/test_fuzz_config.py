@@ -18,9 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from healthd.config import ConfigError, LoadedConfig, parse_config
-from healthd.engine import settings_models
-from healthd.plugin import discover
+from healthd.checks.plugin import discover, settings_models
+from healthd.config.models import ConfigError, LoadedConfig, parse_config
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -146,7 +145,7 @@ def test_any_text_loads_or_gives_config_error(text: str) -> None:
             assert "line" in exc.problems[0] or "end of document" in exc.problems[0]  # syntax errors say where
 
 
-# --- healthd.plaintoml: what it reads itself it reads as tomllib does, and it never accepts an error ---------
+# --- healthd.config.plaintoml: what it reads itself it reads as tomllib does, and it never accepts an error ---------
 
 # Characters that make and break TOML's syntax, for edits of valid documents.
 SYNTAX = st.sampled_from([*"[]{}=,.\"'\\#\n\r \t0123456789aefxtrun_-+:", "\x00", "\x7f", "\x0c", "é", '"""'])
@@ -154,7 +153,7 @@ EDIT = st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=3)
 
 
 def _same_as_tomllib(text: str) -> Any:
-    from healthd.plaintoml import plain
+    from healthd.config.plaintoml import plain
 
     document = plain(text)
     if document is not None:
@@ -218,6 +217,6 @@ def test_plain_reader_on_any_text_accepts_only_what_tomllib_does(text: str) -> N
     ],
 )
 def test_plain_reader_leaves_these_to_tomllib(text: str) -> None:
-    from healthd.plaintoml import plain
+    from healthd.config.plaintoml import plain
 
     assert plain(text) is None

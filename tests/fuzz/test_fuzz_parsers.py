@@ -20,15 +20,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
-from healthd.nodestate import NodeInfo
-from healthd.reasons import REASON_MAX, make_reason, sanitize
-from healthd.slurm import SlurmError, parse_show_node_json, parse_show_node_text
-from healthd_checks import sysfs
-from healthd_checks.fsprobe import parse_stat_output
-from healthd_checks.kernlog import LogUnavailable, read_kmsg
-from healthd_checks.mountinfo import MountinfoError, parse_mountinfo
-from healthd_checks.services import ModulesError, parse_modules
-from healthd_checks.xid_parse import DRIVER_PREFIXES, scan_lines
+from healthd.slurm.adapter import SlurmError, parse_show_node_json, parse_show_node_text
+from healthd.slurm.nodestate import NodeInfo
+from healthd.slurm.reasons import REASON_MAX, make_reason, sanitize
+from healthd_checks.common import sysfs
+from healthd_checks.common.mountinfo import MountinfoError, parse_mountinfo
+from healthd_checks.kernlog.source import LogUnavailable, read_kmsg
+from healthd_checks.mounts.fsprobe import parse_stat_output
+from healthd_checks.services.check import ModulesError, parse_modules
+from healthd_checks.xid.parse import DRIVER_PREFIXES, scan_lines
 
 WORD = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
 TOKEN = st.one_of(

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, MutableMapping, Optional
 
-from healthd.config import Paths
+from healthd.checks.plugin import CheckContext, CheckSpec, S, discover
+from healthd.config.models import Paths
 from healthd.model import Finding
-from healthd.plugin import CheckContext, CheckSpec, S, discover
-from healthd.state import StateFile
+from healthd.store.state import StateFile
 
 
 def only_checks(*kept: str) -> str:

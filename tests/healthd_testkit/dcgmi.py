@@ -50,8 +50,8 @@ class Dcgmi:
 
     def run(self, **settings: Any) -> list[Finding]:
         """The dcgm check run once with this dcgmi and ``settings``."""
-        from healthd_checks.dcgm import CHECK
-        from healthd_checks.dcgm_settings import DcgmSettings
+        from healthd_checks.dcgm.check import CHECK
+        from healthd_checks.dcgm.settings import DcgmSettings
 
         ctx = check_context("dcgm", DcgmSettings(**{"dcgmi": self.tool, **settings}), self.root, memory=self.memory)
         return list(CHECK.run(ctx))

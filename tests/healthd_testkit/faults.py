@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from healthd.config import load_config
-from healthd.daemon import Daemon, PassReport, run_one_pass
-from healthd.engine import Engine, settings_models
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover, settings_models
+from healthd.config.models import load_config
 from healthd.model import Finding, Status
-from healthd.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
-from healthd.sdnotify import Notifier
+from healthd.service.daemon import Daemon, PassReport, run_one_pass
+from healthd.service.sdnotify import Notifier
 from healthd_testkit.paths import Below
 from healthd_testkit.waiting import wait_for
 

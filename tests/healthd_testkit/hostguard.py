@@ -9,7 +9,7 @@ its own state directory or its ``[slurm] enabled = false`` would write
   rename, chmod, list) and any start of a Slurm client command (scontrol, sinfo, ...)
   whose ``SLURM_CONF`` is not a test cluster registered with ``allow_slurm_conf``,
   unless the command is a stand-in the test wrote under the temporary directory
-  (healthd's own commands start through ``healthd.slurmrun``'s shell, whose arguments
+  (healthd's own commands start through ``healthd.slurm.command``'s shell, whose arguments
   name the command and where it is looked for).
 - Blocking, in every child process: for the whole session ``SLURM_CONF`` points at
   a tripwire slurm.conf the guard wrote. Slurm's client commands respect
@@ -49,8 +49,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 import pytest
 
-from healthd.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
-from healthd.slurmrun import SHELL, SHELL_NAME
+from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
+from healthd.slurm.command import SHELL, SHELL_NAME
 
 # Where an installed healthd keeps its config and its state.
 HOST_PATHS = (DEFAULT_CONFIG_PATH.parent, DEFAULT_STATE_DIR)
@@ -399,7 +399,7 @@ class HostGuard:
         self._refuse_slurm(os.fsdecode(program), conf)
 
     def _check_launched(self, name: str, dirs: list[str], conf: Optional[str]) -> None:
-        """A Slurm command started through ``healthd.slurmrun``'s shell, which looks for ``name`` in ``dirs``.
+        """A Slurm command started through ``healthd.slurm.command``'s shell, which looks for ``name`` in ``dirs``.
 
         Decided on the paths' text first: a test may put them on a hung mount, where a
         stat would hang the test process itself.
@@ -422,7 +422,7 @@ class HostGuard:
 
 
 def _launched(event: str, args: tuple[Any, ...]) -> Optional[tuple[str, list[str]]]:
-    """The command's name and where it is looked for, when ``event`` starts ``healthd.slurmrun``'s shell."""
+    """The command's name and where it is looked for, when ``event`` starts ``healthd.slurm.command``'s shell."""
     if event != "subprocess.Popen" or len(args) < 2 or os.fsdecode(args[0]) != SHELL:
         return None
     argv = [os.fsdecode(a) for a in args[1]]

@@ -2,7 +2,7 @@
 
 The file holds records in the kernel's own format, ``PRI,SEQ,USEC,FLAGS;MESSAGE``
 with PRI = facility * 8 + level, and ``[paths].kmsg`` points at it: the xid check
-reads a regular file exactly as it reads the device (checks/kernlog.py).
+reads a regular file exactly as it reads the device (healthd_checks/kernlog/source.py).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from healthd.checks.plugin import CheckContext
 from healthd.model import Finding
-from healthd.plugin import CheckContext
-from healthd_checks.xid import CHECK
-from healthd_checks.xid_settings import XidSettings
+from healthd_checks.xid.check import CHECK
+from healthd_checks.xid.settings import XidSettings
 from healthd_testkit.checks import check_context
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 

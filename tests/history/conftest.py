@@ -7,8 +7,8 @@ from typing import Callable, Iterator, Mapping, Optional
 
 import pytest
 
-from healthd.history import History
 from healthd.model import CheckResult, DetailValue, Finding, PassResult, RunState, Status
+from healthd.store.history import History
 
 CHECKS = ("mounts", "services", "xid", "gpu", "infiniband", "pcie", "extra1", "extra2")
 

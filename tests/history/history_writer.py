@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from healthd.history import History
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.store.history import History
 
 STEADY = 3
 PER_PASS = STEADY + 1

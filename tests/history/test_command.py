@@ -14,10 +14,10 @@ from typing import Callable
 import pytest
 from healthd_testkit.paths import HEALTHD
 
-from healthd.acks import FindingRef
-from healthd.history import DB_NAME, History
 from healthd.model import Device, Finding, PassResult
-from healthd.statelock import StateLock
+from healthd.plan.acks import FindingRef
+from healthd.store.history import DB_NAME, History
+from healthd.store.lock import StateLock
 
 Cli = Callable[..., tuple[int, str, str]]
 Make = Callable[..., PassResult]

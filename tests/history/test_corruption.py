@@ -9,8 +9,8 @@ from typing import Callable
 
 import pytest
 
-from healthd.history import DB_NAME, KEEP_CORRUPT, SCHEMA_VERSION, History, HistoryError, Kind
 from healthd.model import Finding, PassResult
+from healthd.store.history import DB_NAME, KEEP_CORRUPT, SCHEMA_VERSION, History, HistoryError, Kind
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]

@@ -11,12 +11,13 @@ from typing import Any, Callable
 
 from healthd_testkit.nvml import SYSFS_H100, FakeNvml
 
-from healthd.config import load_config
-from healthd.engine import Engine, settings_models
-from healthd.history import History, Kind
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import settings_models
+from healthd.config.models import load_config
+from healthd.cycle.pipeline import run_pass
 from healthd.model import Device
-from healthd.pipeline import run_pass
-from healthd_checks.gpu import CHECK
+from healthd.store.history import History, Kind
+from healthd_checks.gpu.check import CHECK
 
 
 def _boot(procfs: Path, boot_id: str) -> None:

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from healthd.history import DB_NAME, History, Kind
+from healthd.store.history import DB_NAME, History, Kind
 
 WRITER = Path(__file__).with_name("history_writer.py")
 PER_PASS = 4  # history_writer.PER_PASS: three steady findings and one that comes and goes

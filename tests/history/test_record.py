@@ -9,15 +9,15 @@ import stat
 from pathlib import Path
 from typing import Callable
 
-from healthd.acks import FindingRef
-from healthd.history import (
+from healthd.model import Device, Finding, PassResult, RunState, Status
+from healthd.plan.acks import FindingRef
+from healthd.store.history import (
     MESSAGE_LIMIT,
     PROBLEM_CODE,
     History,
     Kind,
     RebootPhase,
 )
-from healthd.model import Device, Finding, PassResult, RunState, Status
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]

@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from healthd.history import DB_NAME, MAINTENANCE_INTERVAL, History, Kind
 from healthd.model import Device, Finding, PassResult, Status
+from healthd.store.history import DB_NAME, MAINTENANCE_INTERVAL, History, Kind
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]

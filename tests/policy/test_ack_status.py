@@ -11,13 +11,14 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from healthd.acks import Ack, AckStore, FindingRef, apply_acks, merge, refs_from_document
-from healthd.config import PolicySettings
+from healthd.config.models import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.nodestate import NodeInfo, PartitionView
-from healthd.plan import Executed, Observed, Plan, Read, Situation, conclude, plan
-from healthd.policy import Action, PolicyState
-from healthd.state import StateFile
+from healthd.plan.acks import Ack, FindingRef, apply_acks, merge, refs_from_document
+from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, conclude, plan
+from healthd.plan.policy import Action, PolicyState
+from healthd.slurm.nodestate import NodeInfo, PartitionView
+from healthd.store.acks import AckStore
+from healthd.store.state import StateFile
 
 PREFIX = "healthd:"
 KEY = "edac/MCE/cpu3"

@@ -9,13 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.acks import Ack, FindingRef, apply_acks, refs_from_document
-from healthd.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, group_views
-from healthd.config import Config, EscalationSettings, PolicySettings, SlurmSettings
-from healthd.execute import execute
+from healthd.cli.render import pass_to_dict
+from healthd.config.models import Config, EscalationSettings, PolicySettings, SlurmSettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
-from healthd.nodestate import NodeGroup, NodeInfo, PartitionView
-from healthd.plan import (
+from healthd.plan.acks import Ack, FindingRef, apply_acks, refs_from_document
+from healthd.plan.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, group_views
+from healthd.plan.plan import (
     Executed,
     Observed,
     Plan,
@@ -25,7 +24,7 @@ from healthd.plan import (
     conclude,
     plan,
 )
-from healthd.policy import (
+from healthd.plan.policy import (
     Action,
     Coverage,
     Decision,
@@ -39,9 +38,10 @@ from healthd.policy import (
     decide,
     needs_node,
 )
-from healthd.reasons import place_stamp, reason_code, with_place
-from healthd.render import pass_to_dict
-from healthd.slurm import SlurmClient
+from healthd.slurm.adapter import SlurmClient
+from healthd.slurm.execute import execute
+from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
+from healthd.slurm.reasons import place_stamp, reason_code, with_place
 
 PREFIX = "healthd:"
 

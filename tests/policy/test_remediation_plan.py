@@ -10,14 +10,14 @@ from typing import Any, Mapping, Optional
 import pytest
 from healthd_testkit.paths import FIXTURES
 
-from healthd.acks import FindingRef
-from healthd.config import EscalationSettings, PolicySettings, parse_config
+from healthd.config.models import EscalationSettings, PolicySettings, parse_config
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.nodestate import NodeInfo, PartitionView
-from healthd.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
-from healthd.policy import Action, PolicyState, RebootRequest
-from healthd.reasons import place_stamp, reason_head, with_place
-from healthd.slurm import parse_show_node_line
+from healthd.plan.acks import FindingRef
+from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
+from healthd.plan.policy import Action, PolicyState, RebootRequest
+from healthd.slurm.adapter import parse_show_node_line
+from healthd.slurm.nodestate import NodeInfo, PartitionView
+from healthd.slurm.reasons import place_stamp, reason_head, with_place
 
 CAPTURES = FIXTURES / "slurm"
 PREFIX = "healthd:"
@@ -222,11 +222,11 @@ NVML = FIXTURES / "nvml"
 
 def _xid_findings(tmp_path: Path, *messages: str) -> dict[str, Finding]:
     """The xid check over a kmsg file of real-format records (``PRI,SEQ,USEC,FLAGS;MESSAGE``)."""
-    from healthd.config import Paths
-    from healthd.plugin import CheckContext
-    from healthd.state import StateFile
-    from healthd_checks.xid import CHECK
-    from healthd_checks.xid_settings import XidSettings
+    from healthd.checks.plugin import CheckContext
+    from healthd.config.models import Paths
+    from healthd.store.state import StateFile
+    from healthd_checks.xid.check import CHECK
+    from healthd_checks.xid.settings import XidSettings
 
     proc = tmp_path / "proc" / "sys" / "kernel" / "random"
     proc.mkdir(parents=True)
@@ -281,10 +281,11 @@ def test_an_xid_154_back_to_none_has_no_remedy(tmp_path: Path) -> None:
 def test_the_gpu_check_declares_the_remedy() -> None:
     import dataclasses
 
-    from healthd_checks.gpu import evaluate
-    from healthd_checks.gpu_settings import GpuSettings
-    from healthd_checks.nvml_source import RemappedRows, SnapshotFile
-    from healthd_checks.sysfs import VENDOR_NVIDIA, scan_pci
+    from healthd_checks.common.sysfs import VENDOR_NVIDIA, scan_pci
+    from healthd_checks.gpu.check import evaluate
+    from healthd_checks.gpu.settings import GpuSettings
+    from healthd_checks.nvml.snapshot import SnapshotFile
+    from healthd_checks.nvml.source import RemappedRows
 
     def make(status: Status, code: str, subject: str, message: str, **details: Any) -> Finding:
         return Finding("gpu", status, code, subject, message, details)
@@ -384,7 +385,7 @@ def test_a_pass_cut_short_before_the_reboot_was_sent_sends_it_next_pass() -> Non
 
 
 def test_remediation_config_is_off_by_default_and_checks_the_nvidia_smi_path() -> None:
-    from healthd.config import ConfigError
+    from healthd.config.models import ConfigError
 
     remediation = parse_config("", "healthd.toml", {}).config.remediation
     assert (remediation.reboot, remediation.reset, str(remediation.nvidia_smi)) == (False, False, "/usr/bin/nvidia-smi")

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from healthd.acks import FindingRef
-from healthd.policy import PolicyState, Repair
+from healthd.plan.acks import FindingRef
+from healthd.plan.policy import PolicyState, Repair
 
 DAMAGED = {"skips_breaker": "false"}
 NAMED = "policy.json: bad policy state: skips_breaker: TypeError: 'false' is not true or false"

@@ -2,7 +2,7 @@
 
 The daemon keeps the state it could not save and counts on from it; a one-shot pass
 (the hook, ``check --once``) that finds the directory unwritable, or marked by an
-earlier pass whose save failed, acts on a CRITICAL finding at once (healthd.policymemory).
+earlier pass whose save failed, acts on a CRITICAL finding at once (healthd.store.policymemory).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from healthd_testkit.checks import only_checks
 from healthd_testkit.namespace import in_mount_namespace
 from healthd_testkit.paths import fill
 
-from healthd.engine import Engine
+from healthd.checks.engine import Engine
+from healthd.cycle.pipeline import run_pass
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.pipeline import run_pass
-from healthd.policy import PolicyState
-from healthd.policymemory import UNSAVED, PolicyMemory, reach_critical
+from healthd.plan.policy import PolicyState
+from healthd.store.policymemory import UNSAVED, PolicyMemory, reach_critical
 
 MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'
 TWICE = f'[slurm]\nnode_name = "n1"\n[policy]\nfail_passes = 2\n{MISSING}{only_checks("mounts")}'
@@ -78,7 +78,7 @@ def test_a_writable_state_dir_still_waits_for_fail_passes(write_config: Callable
 
 def test_an_acknowledged_critical_is_not_counted_as_reached(write_config: Callable[..., Path], tmp_path: Path) -> None:
     """With the state marked unsaved, only what still counts after the acknowledgements may act at once."""
-    from healthd.cli import main
+    from healthd.cli.main import main
 
     config = write_config(TWICE.replace("fail_passes = 2", "fail_passes = 3"))
     assert run_pass(Engine.from_path(config)).action.decision.action.value == "hold"

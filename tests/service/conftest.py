@@ -16,12 +16,12 @@ import pytest
 from healthd_testkit.faults import DaemonKit, DaemonThread
 from healthd_testkit.waiting import wait_for
 
-from healthd.config import load_config
-from healthd.daemon import Daemon
-from healthd.engine import Engine, settings_models
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec, settings_models
+from healthd.config.models import load_config
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.sdnotify import Notifier
+from healthd.service.daemon import Daemon
+from healthd.service.sdnotify import Notifier
 
 
 class FlagSettings(CheckSettings):

@@ -1,4 +1,4 @@
-"""``healthd.atomicfile``: the one writer of every file healthd leaves behind (state, textfile, snapshots)."""
+"""``healthd.store.atomicfile``: the one writer of every file healthd leaves behind (state, textfile, snapshots)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from healthd.atomicfile import replace_file, write_atomically
+from healthd.store.atomicfile import replace_file, write_atomically
 
 
 def test_replace_file_writes_the_mode_asked_for_whatever_the_umask(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.faults import DaemonKit
 
-from healthd.daemon import PassReport, Schedule, run_one_pass, splay_offset
-from healthd.engine import Engine
+from healthd.checks.engine import Engine
+from healthd.service.daemon import PassReport, Schedule, run_one_pass, splay_offset
 
 # -- the schedule (pure) ------------------------------------------------------------------------------
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from healthd_testkit.checks import only_checks
 
-import healthd.configload
+import healthd.config.load
 from healthd import __version__
-from healthd.hook import hook_main
+from healthd.service.hook import hook_main
 
 
 def _default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, slurm: str = "enabled = false") -> None:
@@ -22,7 +22,7 @@ def _default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, 
         f"{node}\n" + only_checks("mounts")
     )
     # slurmd passes no arguments: the hook can only ever read the default path.
-    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", config)
+    monkeypatch.setattr(healthd.config.load, "DEFAULT_CONFIG_PATH", config)
 
 
 def test_hook_prints_one_line_and_exits_with_the_pass_status(

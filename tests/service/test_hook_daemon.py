@@ -15,10 +15,10 @@ import pytest
 from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import REPO
 
-import healthd.configload
-from healthd.configload import sha256_hex
-from healthd.daemonpass import FORMAT, DaemonClaim, usable
-from healthd.hook import hook_main
+import healthd.config.load
+from healthd.config.load import sha256_hex
+from healthd.service.hook import hook_main
+from healthd.store.daemonpass import FORMAT, DaemonClaim, usable
 
 SHA = "ab" * 32
 NOW = 1_800_000_000.0
@@ -90,12 +90,12 @@ def test_an_unsettled_or_malformed_daemon_pass_is_not_used(document: Any) -> Non
 # The hook with the default config path pointed at the test's config; prints its code and what it imported.
 _HOOK_IMPORTS = """
 import pathlib, sys
-import healthd.configload
-healthd.configload.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
-from healthd.hook import hook_main
+import healthd.config.load
+healthd.config.load.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
+from healthd.service.hook import hook_main
 code = hook_main([])
-heavy = ("argparse", "pydantic", "healthd.config", "healthd.engine", "healthd.pipeline", "healthd_checks",
-         "typing", "datetime", *sys.argv[2:])
+heavy = ("argparse", "pydantic", "healthd.config.models", "healthd.checks.engine", "healthd.cycle.pipeline",
+         "healthd_checks", "typing", "datetime", *sys.argv[2:])
 print(code, sorted(m for m in heavy if m in sys.modules))
 """
 
@@ -158,7 +158,7 @@ def test_hook_reports_the_daemons_pass_without_checking_then_checks_once_the_dae
         + only_checks("services")
     )
     config = write_config(body, slurm_cluster=cluster.conf)
-    monkeypatch.setattr(healthd.configload, "DEFAULT_CONFIG_PATH", config)  # slurmd's hook reads the default
+    monkeypatch.setattr(healthd.config.load, "DEFAULT_CONFIG_PATH", config)  # slurmd's hook reads the default
     record = config.parent / "state" / "daemon-pass.json"
     daemon = subprocess.Popen(
         [sys.executable, "-m", "healthd", "run", "--config", str(config)],

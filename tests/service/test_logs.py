@@ -12,10 +12,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from healthd.logs import JournalHandler, JournalSocket, log_action, log_finding, setup_logging
+from healthd.cycle.outcome import ActionOutcome
 from healthd.model import Finding, Status
-from healthd.outcome import ActionOutcome
-from healthd.policy import Action
+from healthd.plan.policy import Action
+from healthd.service.logs import JournalHandler, JournalSocket, log_action, log_finding, setup_logging
 
 
 @pytest.fixture

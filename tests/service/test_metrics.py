@@ -20,13 +20,13 @@ from healthd_testkit.faults import DaemonKit
 from healthd_testkit.net import free_ports
 from prometheus_client.parser import text_string_to_metric_families
 
-from healthd.engine import Engine
-from healthd.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import EventCounter
+from healthd.cycle.outcome import ActionOutcome, PassAction, PassReport
 from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
-from healthd.outcome import ActionOutcome, PassAction, PassReport
-from healthd.plugin import EventCounter
-from healthd.policy import Action
-from healthd_checks.xid import XID_EVENTS
+from healthd.plan.policy import Action
+from healthd.service.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
+from healthd_checks.xid.check import XID_EVENTS
 
 PROMTOOL = shutil.which("promtool")
 
@@ -510,7 +510,7 @@ def test_statuses_are_state_sets_so_critical_is_not_ranked_below_unknown() -> No
 
 
 def test_each_active_finding_code_is_a_series_and_their_number_is_capped() -> None:
-    from healthd.metrics import MAX_CODE_SERIES, OVERFLOW_CODE
+    from healthd.service.metrics import MAX_CODE_SERIES, OVERFLOW_CODE
 
     invented = tuple(Finding("plugin", Status.WARNING, f"CODE_{i:03d}", f"s{i}", "x") for i in range(80))
     hung = (
@@ -538,10 +538,10 @@ def test_each_active_finding_code_is_a_series_and_their_number_is_capped() -> No
 def test_why_the_node_is_out_and_its_repair_are_exported(make_engine: Callable[..., Engine]) -> None:
     from dataclasses import replace
 
-    from healthd.acks import FindingRef
-    from healthd.outcome import report_from_outcome
-    from healthd.pipeline import run_pass
-    from healthd.policy import Repair
+    from healthd.cycle.outcome import report_from_outcome
+    from healthd.cycle.pipeline import run_pass
+    from healthd.plan.acks import FindingRef
+    from healthd.plan.policy import Repair
 
     outcome = run_pass(make_engine("critical"))
     clean = _collected(report_from_outcome(outcome))

@@ -22,13 +22,9 @@ from healthd_testkit.checks import only_checks
 from healthd_testkit.faults import FAULT, FaultSettings
 from healthd_testkit.paths import FIXTURES
 
-from healthd.acks import FindingRef
-from healthd.config import Config, parse_config
-from healthd.engine import Engine
-from healthd.history import History, Kind
-from healthd.model import Finding, Status
-from healthd.nodestate import NodeInfo
-from healthd.pipeline import (
+from healthd.checks.engine import Engine
+from healthd.config.models import Config, parse_config
+from healthd.cycle.pipeline import (
     ONE_SHOT_SECONDS,
     POLICY_STATE,
     RESET_FLOOR_SECONDS,
@@ -36,8 +32,12 @@ from healthd.pipeline import (
     pass_budget,
     run_pass,
 )
-from healthd.policy import PolicyState
-from healthd.slurm import SlurmClient
+from healthd.model import Finding, Status
+from healthd.plan.acks import FindingRef
+from healthd.plan.policy import PolicyState
+from healthd.slurm.adapter import SlurmClient
+from healthd.slurm.nodestate import NodeInfo
+from healthd.store.history import History, Kind
 
 PCI = "00000000:3B:00.0"
 REMAP: dict[str, Any] = {
@@ -165,7 +165,7 @@ def test_slurmds_sigterm_takes_the_on_repair_script_and_its_children_with_the_pa
     )
     # slurmd runs the hook in a process group of its own and signals that group (slurm.conf(5)).
     hook = subprocess.Popen(
-        [sys.executable, "-m", "healthd.cli", "check", "--once", "--config", str(config)],
+        [sys.executable, "-m", "healthd.cli.main", "check", "--once", "--config", str(config)],
         stdout=subprocess.DEVNULL,
         cwd=tmp_path,
         start_new_session=True,

@@ -10,8 +10,8 @@ from typing import Any, Callable
 
 from healthd_testkit.checks import only_checks
 
-from healthd.configload import sha256_hex
-from healthd.daemonpass import DaemonClaim
+from healthd.config.load import sha256_hex
+from healthd.store.daemonpass import DaemonClaim
 
 CLI = Callable[..., tuple[int, str, str]]
 MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'

@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 import pytest
 
+from healthd.cycle.outcome import PassReport, report_from_outcome
+from healthd.cycle.pipeline import run_pass
 from healthd.model import Finding, PassResult, RunState, Status
-from healthd.outcome import PassReport, report_from_outcome
-from healthd.pipeline import run_pass
-from healthd.sinks import REMINDER_SECONDS, LogSink
+from healthd.service.sinks import REMINDER_SECONDS, LogSink
 
 DAY_OF_PASSES = 288  # every 5 minutes, [daemon].interval's default
 INTERVAL = 300.0

@@ -23,7 +23,7 @@ def _config(tmp_path: Path, interval: int = 1, extra: str = "") -> Path:
 
 def _start(config: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "healthd.cli", "run", "--config", str(config)],
+        [sys.executable, "-m", "healthd.cli.main", "run", "--config", str(config)],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

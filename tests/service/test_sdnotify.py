@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from healthd_testkit.faults import DaemonKit
 
-from healthd.sdnotify import Notifier, watchdog_interval
+from healthd.service.sdnotify import Notifier, watchdog_interval
 
 
 @pytest.mark.parametrize("which", ["path_listener", "abstract_listener"])

@@ -11,14 +11,14 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.faults import DaemonKit
 
-from healthd.daemon import failed_report
-from healthd.metrics import HealthdCollector
+from healthd.cycle.outcome import report_from_outcome
+from healthd.cycle.pipeline import failed_pass, run_pass
 from healthd.model import PassResult, Status
-from healthd.outcome import report_from_outcome
-from healthd.pipeline import failed_pass, run_pass
-from healthd.policy import Action
-from healthd.sdnotify import Notifier
-from healthd.sinks import LogSink, NotifySink, status_line
+from healthd.plan.policy import Action
+from healthd.service.daemon import failed_report
+from healthd.service.metrics import HealthdCollector
+from healthd.service.sdnotify import Notifier
+from healthd.service.sinks import LogSink, NotifySink, status_line
 
 
 def test_notify_sink_sends_ready_with_the_first_pass_and_status_after_each(
@@ -133,8 +133,8 @@ def test_a_textfile_directory_refused_while_running_skips_the_write_not_the_chec
     make_engine: Callable[..., Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """node_exporter's account owns the directory's parent on Debian: what it does there must not stop healthd."""
-    from healthd.config import MetricsSettings
-    from healthd.sinks import MetricsSink
+    from healthd.config.models import MetricsSettings
+    from healthd.service.sinks import MetricsSink
 
     directory = tmp_path / "node-exporter"
     directory.mkdir(mode=0o755)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from healthd_testkit.paths import REPO
 
-from healthd.cli import main
+from healthd.cli.main import main
 
 
 def _iso(epoch: float) -> str:
@@ -140,7 +140,7 @@ def test_config_writable_by_others_is_refused(tmp_path: Path, capsys: pytest.Cap
 
 # Prints which of the modules (or packages) named in argv[2] a status run imported.
 _STATUS_IMPORTS = (
-    "import sys; from healthd.cli import main; code = main(['status', '--config', sys.argv[1]]);"
+    "import sys; from healthd.cli.main import main; code = main(['status', '--config', sys.argv[1]]);"
     "heavy = sys.argv[2].split();"
     "print('HEAVY', sorted(m for m in sys.modules if m in heavy or m.split('.')[0] in heavy)); sys.exit(code)"
 )
@@ -160,7 +160,10 @@ def _status_imports(config: Path, heavy: str, *, bare: bool = False) -> str:
 def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
     # Nor, spelled out as a monitoring agent runs it, the argument parser; nor threads.
     config = _setup(tmp_path, "OK")
-    heavy = "pydantic healthd_checks prometheus_client healthd.plugin healthd.engine healthd.config argparse threading"
+    heavy = (
+        "pydantic healthd_checks prometheus_client healthd.checks.plugin healthd.checks.engine healthd.config.models"
+        " argparse threading"
+    )
     assert "HEAVY []" in _status_imports(config, heavy)
 
 

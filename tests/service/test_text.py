@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from healthd.cli import main
+from healthd.cli.main import main
+from healthd.cli.render import render_table
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.render import render_table
 from healthd.text import one_line
 
 FORGED_SUBJECT = "/data\n<0>healthd: all nodes OK\x1b[2J\x00"

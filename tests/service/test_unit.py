@@ -119,7 +119,7 @@ def test_protect_system_strict_leaves_the_mounts_check_its_view(tmp_path: Path) 
         f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\nnode_name = "node-test"\n'
         '[checks.mounts]\nexpect = [{ path = "/", rw = true }]\n'
     )
-    healthd = [sys.executable, "-m", "healthd.cli", "check", "--once", "--json", "--only", "mounts"]
+    healthd = [sys.executable, "-m", "healthd.cli.main", "check", "--once", "--json", "--only", "mounts"]
     script = (
         f'mount --bind "{state}" "{state}" && mount -o remount,bind,ro / && '
         'if touch /healthd-probe 2>/dev/null; then echo "/ is writable"; exit 99; fi && '

@@ -17,12 +17,12 @@ import pytest
 from healthd_testkit.faults import installed_hardware
 from healthd_testkit.paths import Below
 
-from healthd.config import parse_config
-from healthd.engine import Engine
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.config.models import parse_config
+from healthd.cycle.pipeline import PassOutcome, run_pass
 from healthd.model import Finding, Status
-from healthd.pipeline import PassOutcome, run_pass
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.slurm import SlurmClient
+from healthd.slurm.adapter import SlurmClient
 
 
 class FaultSettings(CheckSettings):

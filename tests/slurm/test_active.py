@@ -14,8 +14,8 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.dcgmi import Dcgmi
 
-from healthd.daemon import run_one_pass
 from healthd.exitcodes import EX_TEMPFAIL
+from healthd.service.daemon import run_one_pass
 
 pytestmark = pytest.mark.slurm
 
@@ -79,7 +79,7 @@ def test_a_failed_active_check_puts_its_own_code_on_healthds_drain(
 def test_the_daemon_runs_the_active_checks_on_its_own_idle_drain_once_per_interval(
     cluster: Any, healthd_on: Any, tmp_path: Path
 ) -> None:
-    from healthd_checks.dcgm import CHECK as DCGM
+    from healthd_checks.dcgm.check import CHECK as DCGM
 
     hd = healthd_on("node3")
     dcgmi = Dcgmi(tmp_path)

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import pytest
 
-from healthd.history import History, Kind
-from healthd.pipeline import PassOutcome
-from healthd.slurm import SlurmClient, SlurmError
+from healthd.cycle.pipeline import PassOutcome
+from healthd.slurm.adapter import SlurmClient, SlurmError
+from healthd.store.history import History, Kind
 
 pytestmark = pytest.mark.slurm
 

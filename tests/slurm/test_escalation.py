@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from healthd.cli import main
+from healthd.cli.main import main
 
 pytestmark = pytest.mark.slurm
 
@@ -32,7 +32,7 @@ def _fail_and_recover(cluster: Any, hd: Any, uuid: str = "GPU-aaaa") -> Any:
 
 def _ack_repaired(hd: Any, subject: str) -> int:
     config = hd.root / "ack.toml"
-    # The node's own name: its state directory is node2's (healthd.statenode).
+    # The node's own name: its state directory is node2's (healthd.store.statenode).
     config.write_text(f'[paths]\nstate_dir = "{hd.state_dir}"\n[slurm]\nenabled = false\nnode_name = "{hd.node}"\n')
     return main(["ack", "--repaired", subject, "--config", str(config)])
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, sinfo_format
+from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, sinfo_format
 
 pytestmark = pytest.mark.slurm
 

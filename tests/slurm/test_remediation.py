@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from healthd.history import History, Kind
-from healthd.render import action_lines
+from healthd.cli.render import action_lines
+from healthd.store.history import History, Kind
 
 pytestmark = pytest.mark.slurm
 
@@ -139,7 +139,7 @@ def test_a_reset_class_fault_resets_the_gpu_once_the_node_is_out_and_idle(
     smi.write_text(SMI.format(log=log))
     smi.chmod(0o755)
     hd = _healthd(cluster, healthd_on, node, extra=f'[remediation]\nreset = true\nnvidia_smi = "{smi}"\n')
-    remap = {  # what the gpu check reports when NVML says the GPU needs a reset (checks/gpu.py)
+    remap = {  # what the gpu check reports when NVML says the GPU needs a reset (healthd_checks/gpu/check.py)
         "status": "CRITICAL",
         "code": "GPU_RESET_REQUIRED",
         "subject": "gpu3",

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from healthd.slurm import GROUP_FIELDS, NODE_FIELDS, sinfo_format
+from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, sinfo_format
 
 pytestmark = pytest.mark.slurm
 

@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
-from healthd.breaker import group_views, out_by_healthd
-from healthd.config import ConfigError, RunnerSettings, SlurmSettings, parse_config
-from healthd.engine import Engine
+from healthd.checks.engine import Engine
+from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.config.models import ConfigError, RunnerSettings, SlurmSettings, parse_config
+from healthd.cycle.pipeline import run_pass
 from healthd.model import Finding, Status
-from healthd.nodestate import NodeGroup, PartitionView
-from healthd.pipeline import run_pass
-from healthd.plugin import CheckContext, CheckSettings, CheckSpec
-from healthd.reasons import make_reason, owned, sanitize
-from healthd.slurm import (
+from healthd.plan.breaker import group_views, out_by_healthd
+from healthd.plan.spread import act_delay
+from healthd.slurm.adapter import (
     SlurmClient,
     SlurmError,
     node_in_groups,
@@ -31,8 +30,9 @@ from healthd.slurm import (
     parse_sinfo_node,
     split_reason,
 )
-from healthd.spread import act_delay
-from healthd.statelock import StateLock
+from healthd.slurm.nodestate import NodeGroup, PartitionView
+from healthd.slurm.reasons import make_reason, owned, sanitize
+from healthd.store.lock import StateLock
 
 CAPTURES = ALL_FIXTURES / "slurm"
 
@@ -506,7 +506,7 @@ def test_an_unexpected_exception_is_a_reported_pass(tmp_path: Path, monkeypatch:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise TypeError("simulated bug")
 
-    monkeypatch.setattr("healthd.plan.decide", broken)
+    monkeypatch.setattr("healthd.plan.plan.decide", broken)
     outcome = run_pass(_engine(tmp_path))
     assert outcome.exit_code == 2, "CRITICAL still outranks the UNKNOWN PASS_FAILED"
     codes = {(f.check, f.code): f.status for f in outcome.result.findings}

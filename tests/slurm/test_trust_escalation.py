@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import pytest
 from healthd_testkit.faults import builtin
 
-from healthd.pipeline import PassOutcome, run_pass
+from healthd.cycle.pipeline import PassOutcome, run_pass
 
 pytestmark = pytest.mark.slurm
 

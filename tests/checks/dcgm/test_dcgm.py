@@ -11,11 +11,11 @@ from healthd_testkit.checks import check_context
 from healthd_testkit.dcgmi import Dcgmi
 from pydantic import ValidationError
 
+from healthd.checks.plugin import NotApplicable
 from healthd.model import Finding, Status
-from healthd.plugin import NotApplicable
-from healthd_checks.dcgm import CHECK, unrecovered
-from healthd_checks.dcgm_parse import parse_diag
-from healthd_checks.dcgm_settings import DcgmSettings
+from healthd_checks.dcgm.check import CHECK, unrecovered
+from healthd_checks.dcgm.parse import parse_diag
+from healthd_checks.dcgm.settings import DcgmSettings
 
 
 @pytest.fixture

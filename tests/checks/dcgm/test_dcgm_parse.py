@@ -11,7 +11,7 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd_checks.dcgm_parse import parse_diag
+from healthd_checks.dcgm.parse import parse_diag
 
 FILES = sorted((FIXTURES / "dcgm").glob("*.json"))
 

@@ -16,12 +16,12 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
+from healthd.checks.plugin import NotApplicable
 from healthd.model import Finding, Status
-from healthd.plugin import NotApplicable
-from healthd.state import StateFile
-from healthd_checks.disks import CHECK, PATTERNS, parse_smart_log
-from healthd_checks.disks_settings import DisksSettings
-from healthd_checks.kernlog_events import match_line
+from healthd.store.state import StateFile
+from healthd_checks.disks.check import CHECK, PATTERNS, parse_smart_log
+from healthd_checks.disks.settings import DisksSettings
+from healthd_checks.kernlog.events import match_line
 
 BASE = FIXTURES / "sysfs/base"
 GPU_NODE = FIXTURES / "procfs/gpu-node"

@@ -13,13 +13,13 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.acks import Ack, FindingRef, apply_acks
+from healthd.checks.plugin import NotApplicable
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.plugin import NotApplicable
-from healthd_checks import kernlog
-from healthd_checks.edac import CHECK, PATTERNS
-from healthd_checks.edac_settings import EdacSettings
-from healthd_checks.kernlog_events import match_line
+from healthd.plan.acks import Ack, FindingRef, apply_acks
+from healthd_checks.edac.check import CHECK, PATTERNS
+from healthd_checks.edac.settings import EdacSettings
+from healthd_checks.kernlog import source as kernlog
+from healthd_checks.kernlog.events import match_line
 
 BASE = FIXTURES / "sysfs/base"
 GPU_NODE = FIXTURES / "procfs/gpu-node"

@@ -13,8 +13,8 @@ from healthd_testkit.checks import check_context
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 from healthd_testkit.paths import Below
 
-from healthd.cli import main
-from healthd.plugin import CheckContext, CheckSettings
+from healthd.checks.plugin import CheckContext, CheckSettings
+from healthd.cli.main import main
 
 FIXTURES = ALL_FIXTURES / "sysfs"
 IB_PORTS = [f"mlx5_{i}:1" for i in range(8)]

@@ -275,7 +275,7 @@ def test_subprocess_exit_code_and_json(node_with: Any) -> None:
 
 def test_unknown_setting_is_a_config_error(node: Any, capsys: Capsys) -> None:
     node.checks_toml = "[checks.infiniband.per_hour]\nsymbol_errors = 5\n"
-    from healthd.cli import main
+    from healthd.cli.main import main
 
     assert main(["check", "--once", "--json", "--only", "infiniband", "--config", str(node.config())]) == 78
     assert "checks.infiniband.per_hour.symbol_errors: unknown key" in capsys.readouterr().err

@@ -11,9 +11,11 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from healthd.checks.plugin import CheckSettings
 from healthd.model import Finding, Status
-from healthd.plugin import CheckSettings
-from healthd_checks import infiniband, pcie, sysfs
+from healthd_checks.common import sysfs
+from healthd_checks.infiniband import check as infiniband
+from healthd_checks.pcie import check as pcie
 
 # Every sysfs value parser, found by name, so a new one is fuzzed without being listed here.
 PARSERS: list[Callable[[str], Any]] = [value for name, value in vars(sysfs).items() if name.startswith("parse_")]

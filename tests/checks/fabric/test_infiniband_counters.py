@@ -7,10 +7,10 @@ from typing import Any
 
 from healthd_testkit.nvml import Clock
 
+from healthd.checks.plugin import CheckContext
 from healthd.model import Finding, Status
-from healthd.plugin import CheckContext
-from healthd_checks.infiniband import CHECK
-from healthd_checks.infiniband_settings import InfinibandSettings, PerHourLimits
+from healthd_checks.infiniband.check import CHECK
+from healthd_checks.infiniband.settings import InfinibandSettings, PerHourLimits
 
 HOUR = 3600.0
 PORT = "mlx5_3:1"
@@ -175,7 +175,7 @@ def test_unwritable_state_is_unknown_but_findings_survive(node: Any) -> None:
     ctx = node.context("infiniband", InfinibandSettings(), Clock())
     from dataclasses import replace
 
-    from healthd.state import StateFile
+    from healthd.store.state import StateFile
 
     ctx = replace(ctx, state=StateFile(node.root / "blocker" / "state", "check-infiniband"))
     assert codes(CHECK.run(ctx)) == {

@@ -12,11 +12,11 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.nvml import Clock
 
-from healthd import tomlwrite
-from healthd.defaults import toml_module
+from healthd.config import tomlwrite
+from healthd.config.defaults import toml_module
 from healthd.model import Finding, Status
-from healthd_checks.infiniband import CHECK
-from healthd_checks.infiniband_settings import InfinibandSettings
+from healthd_checks.infiniband.check import CHECK
+from healthd_checks.infiniband.settings import InfinibandSettings
 
 Capsys = pytest.CaptureFixture[str]
 STORAGE = "ib-storage-ndr200"

@@ -1,4 +1,4 @@
-"""The shared PCI scanner and address/boot-id parsers in ``healthd_checks.sysfs``."""
+"""The shared PCI scanner and address/boot-id parsers in ``healthd_checks.common.sysfs``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd_checks.sysfs import (
+from healthd_checks.common.sysfs import (
     VENDOR_MELLANOX,
     VENDOR_NVIDIA,
     SysfsError,

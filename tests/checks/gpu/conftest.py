@@ -12,10 +12,10 @@ from typing import Any, Callable, Optional
 import pytest
 from healthd_testkit.nvml import SYSFS_H100, Clock, FakeNvml
 
-from healthd.config import Paths
-from healthd.plugin import CheckContext
-from healthd.state import StateFile
-from healthd_checks.gpu_settings import GpuSettings
+from healthd.checks.plugin import CheckContext
+from healthd.config.models import Paths
+from healthd.store.state import StateFile
+from healthd_checks.gpu.settings import GpuSettings
 
 
 @pytest.fixture

@@ -10,17 +10,17 @@ from typing import Any, Callable
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
 from healthd.model import Finding, Status
-from healthd_checks.gpu import CHECK, evaluate
-from healthd_checks.gpu_settings import GpuSettings
-from healthd_checks.nvml_source import (
+from healthd_checks.common.sysfs import VENDOR_NVIDIA, PciScan, scan_pci
+from healthd_checks.gpu.check import CHECK, evaluate
+from healthd_checks.gpu.settings import GpuSettings
+from healthd_checks.nvml.snapshot import SnapshotFile
+from healthd_checks.nvml.source import (
     GpuReading,
     NodeReading,
     NvmlError,
     RemappedRows,
-    SnapshotFile,
     snapshot_document,
 )
-from healthd_checks.sysfs import VENDOR_NVIDIA, PciScan, scan_pci
 
 FIXTURES = ALL_FIXTURES / "nvml"
 HEALTHY = SnapshotFile(FIXTURES / "h100-healthy.json").read()

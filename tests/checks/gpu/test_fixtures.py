@@ -9,11 +9,11 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
-from healthd import cli
+from healthd.checks.plugin import NotApplicable
+from healthd.cli import main as cli
 from healthd.model import Status
-from healthd.plugin import NotApplicable
-from healthd_checks.gpu import CHECK
-from healthd_checks.nvml_source import SnapshotFile
+from healthd_checks.gpu.check import CHECK
+from healthd_checks.nvml.snapshot import SnapshotFile
 
 FIXTURES = ALL_FIXTURES / "nvml"
 run = CHECK.run

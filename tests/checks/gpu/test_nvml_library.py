@@ -12,11 +12,12 @@ from typing import Any, Callable
 import pynvml
 import pytest
 
-from healthd import cli
+from healthd.checks.plugin import NotApplicable
+from healthd.cli import main as cli
 from healthd.model import Status
-from healthd.plugin import NotApplicable
-from healthd_checks.gpu import CHECK
-from healthd_checks.nvml_source import NvmlError, NvmlLibrary, RemappedRows, SnapshotFile
+from healthd_checks.gpu.check import CHECK
+from healthd_checks.nvml.snapshot import SnapshotFile
+from healthd_checks.nvml.source import NvmlError, NvmlLibrary, RemappedRows
 
 run = CHECK.run
 

@@ -11,7 +11,8 @@ from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthd_checks.nvml_source import NodeReading, SnapshotError, SnapshotFile, parse_snapshot, snapshot_document
+from healthd_checks.nvml.snapshot import SnapshotFile, parse_snapshot
+from healthd_checks.nvml.source import NodeReading, SnapshotError, snapshot_document
 
 FIXTURES = ALL_FIXTURES / "nvml"
 HEALTHY = json.loads((FIXTURES / "h100-healthy.json").read_text())

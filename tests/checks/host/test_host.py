@@ -14,10 +14,10 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
+from healthd.checks.plugin import JudgeContext, NotApplicable
 from healthd.model import Finding, Status
-from healthd.plugin import JudgeContext, NotApplicable
-from healthd_checks.host import CHECK, HostObservation, KernelTimex, Timex, judge, physical_ethernet
-from healthd_checks.host_parse import (
+from healthd_checks.host.check import CHECK, HostObservation, KernelTimex, Timex, judge, physical_ethernet
+from healthd_checks.host.parse import (
     OPERSTATES,
     link_up,
     parse_cpu_list,
@@ -26,7 +26,7 @@ from healthd_checks.host_parse import (
     parse_operstate,
     valid_interface_name,
 )
-from healthd_checks.host_settings import HostSettings
+from healthd_checks.host.settings import HostSettings
 
 BASE = FIXTURES / "sysfs/base"
 GPU_NODE = FIXTURES / "procfs/gpu-node"
@@ -281,7 +281,7 @@ def test_reading_the_clock_state_runs_no_ldconfig_and_imports_no_ctypes_util() -
     # 7 ms of every cold pass with the host check on (bench/README.md). libc comes from the
     # interpreter's own symbols instead.
     code = (
-        "import sys; from healthd_checks.host import KernelTimex; KernelTimex().read(); "
+        "import sys; from healthd_checks.host.check import KernelTimex; KernelTimex().read(); "
         "print(sorted(m for m in ('ctypes.util', 'tempfile', 'subprocess') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

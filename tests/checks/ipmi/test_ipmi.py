@@ -14,10 +14,10 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
+from healthd.checks.plugin import NotApplicable
 from healthd.model import Finding, Status
-from healthd.plugin import NotApplicable
-from healthd_checks.ipmi import CHECK, grade, parse_sel_line
-from healthd_checks.ipmi_settings import IpmiSettings
+from healthd_checks.ipmi.check import CHECK, grade, parse_sel_line
+from healthd_checks.ipmi.settings import IpmiSettings
 
 IPMI = FIXTURES / "ipmi"
 GPU_NODE = FIXTURES / "procfs/gpu-node"

@@ -17,10 +17,10 @@ from healthd_testkit.xid import BOOT_A, Node
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from healthd.history import History, Kind
-from healthd_checks.job_commands import attribute, record_end, record_start
-from healthd_checks.job_log import job_events, last_seq
-from healthd_checks.job_scope import Job, KernelRecord, Window, owner
+from healthd.commands.jobs import attribute, record_end, record_start
+from healthd.store.history import History, Kind
+from healthd_checks.jobs.joblog import job_events, last_seq
+from healthd_checks.jobs.scope import Job, KernelRecord, Window, owner
 
 GPUS = ("0000:3b:00.0", "0000:5e:00.0")
 

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from healthd.history import Event, Kind
+from healthd.checks.plugin import JudgeContext, Unobserved
 from healthd.model import Status
-from healthd.plugin import JudgeContext, Unobserved
-from healthd_checks.jobs import SUSPECT, JobsObservation, JobXid, distinct_records, judge
-from healthd_checks.jobs_settings import JobsSettings
+from healthd.store.history import Event, Kind
+from healthd_checks.jobs.check import SUSPECT, JobsObservation, JobXid, distinct_records, judge
+from healthd_checks.jobs.settings import JobsSettings
 
 PCI = "0000:3b:00.0"
 

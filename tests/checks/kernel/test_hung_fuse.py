@@ -31,11 +31,11 @@ from healthd_testkit.paths import REPO
 from healthd_testkit.waiting import wait_for
 
 from healthd.model import Status
-from healthd_checks.fuseblame import FuseMount, FuseView, HungReport, Trace, read_trace, report_blames
-from healthd_checks.kernel import CHECK
-from healthd_checks.kernel_settings import KernelSettings
-from healthd_checks.kernlog import LogLine
-from healthd_checks.tasks import StuckCandidate
+from healthd_checks.kernel.check import CHECK
+from healthd_checks.kernel.fuseblame import FuseMount, FuseView, HungReport, Trace, read_trace, report_blames
+from healthd_checks.kernel.settings import KernelSettings
+from healthd_checks.kernel.tasks import StuckCandidate
+from healthd_checks.kernlog.source import LogLine
 
 HANGFS = REPO / "tests" / "healthd_testkit" / "hangfs.py"
 FUSE_LOOKUP = 1  # include/uapi/linux/fuse.h

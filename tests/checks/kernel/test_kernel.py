@@ -20,10 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
-from healthd_checks.kernel import CHECK, PATTERNS
-from healthd_checks.kernel_settings import KernelSettings
-from healthd_checks.kernlog_events import match_line
-from healthd_checks.tasks import parse_stat, parse_switches, read_d_state
+from healthd_checks.kernel.check import CHECK, PATTERNS
+from healthd_checks.kernel.settings import KernelSettings
+from healthd_checks.kernel.tasks import parse_stat, parse_switches, read_d_state
+from healthd_checks.kernlog.events import match_line
 
 STUCK = FIXTURES / "procfs/stuck"
 KMSG = FIXTURES / "kernlog/kmsg-stuck.txt"

@@ -18,21 +18,21 @@ from healthd_testkit.paths import FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.acks import Ack, AckStore, FindingRef
+from healthd.checks.plugin import JudgeContext, NotApplicable
 from healthd.model import Status
-from healthd.plugin import JudgeContext, NotApplicable
-from healthd.state import StateFile
-from healthd_checks.nvlink import CHECK, NvlinkObservation, baseline, judge, judge_links, judge_registration
-from healthd_checks.nvlink_settings import NvlinkSettings
-from healthd_checks.nvml_source import (
+from healthd.plan.acks import Ack, FindingRef
+from healthd.store.acks import AckStore
+from healthd.store.state import StateFile
+from healthd_checks.nvlink.check import CHECK, NvlinkObservation, baseline, judge, judge_links, judge_registration
+from healthd_checks.nvlink.settings import NvlinkSettings
+from healthd_checks.nvml.snapshot import SnapshotFile, parse_snapshot
+from healthd_checks.nvml.source import (
     FabricInfo,
     FabricReading,
     GpuFabric,
     LinkState,
     NvmlError,
     NvmlLibrary,
-    SnapshotFile,
-    parse_snapshot,
     snapshot_document,
 )
 
@@ -356,8 +356,8 @@ def test_a_node_without_nvidia_devices_is_not_applicable_without_loading_nvml(tm
     sysfs = no_nvidia_sysfs(tmp_path)
     code = (
         "import sys, pathlib; from healthd_testkit.checks import check_context; "
-        "from healthd.plugin import NotApplicable; from healthd_checks.nvlink import CHECK; "
-        "from healthd_checks.nvlink_settings import NvlinkSettings; "
+        "from healthd.checks.plugin import NotApplicable; from healthd_checks.nvlink.check import CHECK; "
+        "from healthd_checks.nvlink.settings import NvlinkSettings; "
         f"ctx = check_context('nvlink', NvlinkSettings(), pathlib.Path({str(tmp_path)!r}), "
         f"sysfs=pathlib.Path({str(sysfs)!r}), procfs=pathlib.Path({str(NO_FABRIC_MANAGER)!r}))\n"
         "try:\n    CHECK.run(ctx)\nexcept NotApplicable as exc:\n    print('n/a', exc)\n"

@@ -7,7 +7,7 @@ import json
 from healthd_testkit.xid import Node, by_code
 
 from healthd.model import Status
-from healthd_checks.xid_settings import XidSettings
+from healthd_checks.xid.settings import XidSettings
 
 GPU = "0000:3b:00"
 

@@ -3,7 +3,7 @@
 The literal lists below are copied by hand from the "Resolution Bucket (Immediate
 Action)" column of NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/
 analyzing-xid-catalog.html, sheet "Xids"), independently of the table in
-checks/xid_catalog.py, so a wrong row in that table fails here.
+healthd_checks/xid/catalog.py, so a wrong row in that table fails here.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from healthd_testkit.paths import REPO
 
 from healthd.model import Status
-from healthd_checks.xid_catalog import CATALOG, CLEARS, RECOVERY_ENTRIES, Action, Bucket, Sticky, classify
-from healthd_checks.xid_parse import Kind, PciAddress, RecoveryAction, RecoveryChange, XidEvent
+from healthd_checks.xid.catalog import CATALOG, CLEARS, RECOVERY_ENTRIES, Action, Bucket, Sticky, classify
+from healthd_checks.xid.parse import Kind, PciAddress, RecoveryAction, RecoveryChange, XidEvent
 
 PCI = PciAddress(0, 0x3B, 0)
 

@@ -12,12 +12,12 @@ from healthd_testkit.xid import BOOT_A, BOOT_B, X79, Node, by_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthd.config import ConfigError, parse_config
+from healthd.checks.plugin import JudgeContext
+from healthd.config.models import ConfigError, parse_config
 from healthd.model import Status
-from healthd.plugin import JudgeContext
-from healthd_checks.kernlog import LogUnavailable, read_boot_time, read_kmsg
-from healthd_checks.xid import gather, judge
-from healthd_checks.xid_settings import XidSettings
+from healthd_checks.kernlog.source import LogUnavailable, read_boot_time, read_kmsg
+from healthd_checks.xid.check import gather, judge
+from healthd_checks.xid.settings import XidSettings
 
 
 def test_no_xid_means_no_findings(node: Node) -> None:

@@ -18,9 +18,9 @@ from healthd_testkit.xid import Node, by_code
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthd.cli import main
-from healthd_checks.kernlog import read_kmsg
-from healthd_checks.xid_parse import DRIVER_PREFIXES, LogFormat, parse_line, split_record
+from healthd.cli.main import main
+from healthd_checks.kernlog.source import read_kmsg
+from healthd_checks.xid.parse import DRIVER_PREFIXES, LogFormat, parse_line, split_record
 
 CORPUS = FIXTURES / "xid-corpus"
 EXPECTED: dict[str, list[list[Any]]] = {

@@ -33,14 +33,14 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 from healthd_testkit.paths import run_healthd
 
-from healthd.config import parse_config
-from healthd.engine import Engine
+from healthd.checks.engine import Engine
+from healthd.config.models import parse_config
 from healthd.model import Finding
-from healthd_checks import kernlog
-from healthd_checks.kernlog import LogLine, read_kmsg
-from healthd_checks.xid import CHECK
-from healthd_checks.xid_scan import scan
-from healthd_checks.xid_settings import XidSettings
+from healthd_checks.kernlog import source as kernlog
+from healthd_checks.kernlog.source import LogLine, read_kmsg
+from healthd_checks.xid.check import CHECK
+from healthd_checks.xid.scan import scan
+from healthd_checks.xid.settings import XidSettings
 
 KMSG = Path("/dev/kmsg")
 

@@ -17,9 +17,9 @@ from healthd_testkit.paths import FIXTURES
 from healthd_testkit.xid import Node, by_code
 
 from healthd.model import Status
-from healthd_checks.xid_catalog import Bucket, Sticky, classify
-from healthd_checks.xid_nvlink import NVLINK5_ROWS, Resolution, decode_nvlink5
-from healthd_checks.xid_parse import parse_message
+from healthd_checks.xid.catalog import Bucket, Sticky, classify
+from healthd_checks.xid.nvlink5 import NVLINK5_ROWS, Resolution, decode_nvlink5
+from healthd_checks.xid.parse import parse_message
 
 GB200 = FIXTURES / "nvlink5" / "gb200-kmsg.txt"
 BER = (
@@ -261,7 +261,7 @@ def test_scan_log_json_on_the_gb200_log(cli_json: Any) -> None:
 def test_scan_log_from_stdin_grades_by_the_154_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from healthd.cli import main
+    from healthd.cli.main import main
 
     monkeypatch.setattr("sys.stdin", io.StringIO(f"{SRC_TRACK}\n{TO_RESET}\n{SRC_TRACK}\n"))
     assert main(["scan-log", "--json", "-"]) == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd_checks.xid_nvlink import BITS, DESCRIPTIONS, Cause, causes, parse_registers, set_bits
+from healthd_checks.xid.nvlink5 import BITS, DESCRIPTIONS, Cause, causes, parse_registers, set_bits
 
 
 def test_the_catalogs_groups() -> None:

@@ -20,8 +20,8 @@ import pytest
 from healthd_testkit.xid import BOOT_A, FIXTURES, X79, Node, by_code, reader_entry
 
 from healthd.model import Status
-from healthd_checks.kernlog import ReadResult, journal_line
-from healthd_checks.xid_parse import Origin, origin_of
+from healthd_checks.kernlog.source import ReadResult, journal_line
+from healthd_checks.xid.parse import Origin, origin_of
 
 HOSTILE_KMSG = (FIXTURES / "kmsg-hostile.txt").read_text()
 JOURNAL = [json.loads(line) for line in (FIXTURES / "journal-hostile.jsonl").read_text().splitlines()]
@@ -33,7 +33,7 @@ def xid_findings(findings: list[Any]) -> dict[str, Any]:
 
 def test_the_hostile_records_are_what_the_kernel_wrote(node: Node) -> None:
     """The fixture is the attack: facility-0 records that hold whole Xid lines, and userspace writes."""
-    from healthd_checks.kernlog import read_kmsg
+    from healthd_checks.kernlog.source import read_kmsg
 
     node.append(HOSTILE_KMSG)
     lines = read_kmsg(node.kmsg, None).lines
@@ -107,7 +107,7 @@ def journal_run(node: Node, monkeypatch: pytest.MonkeyPatch, entries: list[dict[
         assert boot_id == BOOT_A
         return ReadResult(lines, entries[-1]["__CURSOR"] if entries else after)
 
-    monkeypatch.setattr("healthd_checks.kernlog_read.read_journal", read_journal)
+    monkeypatch.setattr("healthd_checks.kernlog.read.read_journal", read_journal)
     return node.run(source="journal", **options)
 
 

@@ -15,7 +15,7 @@ from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from healthd_checks.xid_parse import (
+from healthd_checks.xid.parse import (
     DRIVER_PREFIXES,
     Banner,
     GpuIdentity,

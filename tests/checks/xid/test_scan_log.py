@@ -18,7 +18,7 @@ import pytest
 from healthd_testkit.namespace import in_mount_namespace
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
-from healthd.cli import main
+from healthd.cli.main import main
 from healthd.exitcodes import EX_CONFIG
 
 FIXTURES = ALL_FIXTURES / "kernlog"
@@ -130,7 +130,7 @@ def test_only_a_named_config_applies(
     # The node's default config is not scan-log's: a saved log grades the same on any machine.
     default = tmp_path / "healthd.toml"
     default.write_text(private(tmp_path) + '[checks.xid]\noverrides = { "63" = "CRITICAL" }\n')
-    monkeypatch.setattr("healthd.configload.DEFAULT_CONFIG_PATH", default)
+    monkeypatch.setattr("healthd.config.load.DEFAULT_CONFIG_PATH", default)
     code, document = scan(capsys, str(FIXTURES / "dmesg.txt"))
     assert code == 0 and document["events"][2]["grade"] == "OK"
     code, document = scan(capsys, "--config", str(default), str(FIXTURES / "dmesg.txt"))
@@ -202,9 +202,9 @@ def test_a_flood_of_repeated_events_lists_each_line_as_its_own(
     # a user-written kmsg record of the same text (not counted) between them; more distinct
     # messages than the scanner and the writer remember, so both forget and read them again.
     # Expected: each line parsed on its own (``parse_line`` remembers nothing).
-    from healthd_checks.xid_catalog import classify
-    from healthd_checks.xid_parse import GpuIdentity, parse_line
-    from healthd_checks.xid_scan import ScanEntry
+    from healthd_checks.xid.catalog import classify
+    from healthd_checks.xid.parse import GpuIdentity, parse_line
+    from healthd_checks.xid.scan import ScanEntry
 
     uuid = "6,1,1000,-;NVRM: GPU at PCI:0000:3b:00: GPU-12345678-1234-1234-1234-123456789abc\n"
     lines = [uuid]
@@ -250,7 +250,7 @@ printf 'not a cache\\n' > /var/lib/healthd/config-cache.json
 # every file opened or listed under the node's directories.
 WATCHED_RUN = """
 import json, os, sys
-from healthd.cli import main
+from healthd.cli.main import main
 watched = ("/etc/healthd", "/var/lib/healthd")
 touched = []
 def hook(event, args):

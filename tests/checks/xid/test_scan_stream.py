@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from healthd_checks.xid_parse import read_candidates, scan_candidates, scan_lines
-from healthd_checks.xid_scan import scan, scan_stream
+from healthd_checks.xid.parse import read_candidates, scan_candidates, scan_lines
+from healthd_checks.xid.scan import scan, scan_stream
 
 KERNLOG = Path(__file__).resolve().parents[3] / "fixtures" / "kernlog"
 LOGS = sorted(p for p in KERNLOG.glob("*.txt") if "NVRM" in p.read_text(errors="replace"))

@@ -1,1 +1,0 @@
-"""healthd's built-in check plugins (installed as the ``healthd_checks`` package)."""

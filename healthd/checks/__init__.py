@@ -1,0 +1,1 @@
+"""The check framework: the plugin interface, and the engine that runs checks under deadlines."""

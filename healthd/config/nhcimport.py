@@ -1,0 +1,553 @@
+"""Converts an LBNL NHC ``nhc.conf`` into healthd's TOML, for ``healthd import-nhc``, with NHC's meaning.
+
+Each rule below is taken from the check's own code in NHC 1.4.3 (``scripts/lbnl_*.nhc``,
+cited at each converter) so that the converted config fails a node exactly where NHC would,
+and never drains one NHC passes. The file is read as NHC reads it (``healthd.config.nhcwords``).
+A ``*`` target becomes the file's own tables; any other becomes a ``[[hosts]]`` section
+with that match string, which ``healthd.config.hosts`` reads as NHC does (a ``/regex/`` is
+compiled first, and a target that is not a valid match string is refused with its lines).
+
+Every line, and every part of one, that is not converted is a ``Note`` with ``lost`` set:
+NHC judges something there that the converted config does not. A note without it says
+what healthd does differently without judging less (a repair action healthd leaves to
+people, a default it adds). Nothing is dropped silently.
+
+Pure: text in, a document for ``healthd.config.tomlwrite`` and the notes out; linear in the text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from healthd.config.hosts import HostMatchError, matcher
+from healthd.config.nhcwords import MAX_LINE, Line, Refused, Variables, assignments, logical_lines, words
+from healthd.text import one_line
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line (or part of one) and what became of it: ``lost`` when NHC judges it and the config does not."""
+
+    line: int
+    text: str
+    reason: str
+    lost: bool = True
+
+    def __str__(self) -> str:
+        verdict = "not converted" if self.lost else "note"
+        return f"line {self.line}: {self.text}\n  {verdict}: {one_line(self.reason, 400)}"
+
+
+@dataclass(frozen=True)
+class Imported:
+    """The converted config (for ``healthd.config.tomlwrite.dumps``), the notes, and how many checks were converted."""
+
+    document: dict[str, Any]
+    notes: tuple[Note, ...]
+    converted: int
+
+    @property
+    def lost(self) -> int:
+        return sum(1 for note in self.notes if note.lost)
+
+
+@dataclass
+class _Target:
+    """What one NHC target's lines add up to: check tables, and lists kept by identity (linear to build)."""
+
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    lists: dict[tuple[str, str], dict[Any, Any]] = field(default_factory=dict)
+    lines: list[int] = field(default_factory=list)
+
+    def table(self, check: str) -> dict[str, Any]:
+        return self.checks.setdefault(check, {})
+
+    def add(self, check: str, key: str, item: Any, identity: Any = None) -> Any:
+        """Append ``item`` to ``check.key`` unless one with its identity is there; the one kept."""
+        self.table(check)
+        entries = self.lists.setdefault((check, key), {})
+        return entries.setdefault(item if identity is None else identity, item)
+
+    def tables(self) -> dict[str, dict[str, Any]]:
+        for (check, key), entries in self.lists.items():
+            self.checks[check][key] = list(entries.values())
+        return self.checks
+
+
+class _Skip(Exception):
+    """The whole line is not converted; the message says why."""
+
+
+@dataclass
+class _Context:
+    """One line being converted: its words after the check's name, and the notes it gives."""
+
+    line: Line
+    args: list[str]
+    notes: list[Note]
+
+    def lost(self, reason: str) -> None:
+        self.notes.append(Note(self.line.number, self.line.shown, reason, lost=True))
+
+    def note(self, reason: str) -> None:
+        self.notes.append(Note(self.line.number, self.line.shown, reason, lost=False))
+
+
+def _getopts(ctx: _Context, spec: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """bash's getopts with NHC's option string (``":0rE:..."``): the options in order, then the operands."""
+    options: list[tuple[str, str]] = []
+    args, index = ctx.args, 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--":
+            index += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        index += 1
+        letters = arg[1:]
+        while letters:
+            letter, letters = letters[0], letters[1:]
+            where = spec.find(letter)
+            if letter == ":" or where < 0:
+                raise _Skip(f"unknown option -{letter}: NHC fails this line with 'Invalid option'")
+            if spec[where + 1 : where + 2] != ":":
+                options.append((letter, ""))
+                continue
+            if not letters and index >= len(args):
+                raise _Skip(f"option -{letter} needs a value: NHC fails this line")
+            value = letters or args[index]
+            index += 0 if letters else 1
+            options.append((letter, value))
+            letters = ""
+    return options, args[index:]
+
+
+# NHC's match strings (scripts/common.nhc, mcheck): /regex/, a glob, or either after "!".
+_MATCH_STRING = re.compile(r"[*?\[]|^/.*/$|^!")
+
+
+def _plain(ctx: _Context, what: str, value: str) -> Optional[str]:
+    """``value`` if it is a plain string; a match string is a lost condition (healthd compares exactly)."""
+    if not _MATCH_STRING.search(value):
+        return value
+    ctx.lost(f"{what} {value!r} is an NHC match string; healthd compares the exact {what}, so it is left out")
+    return None
+
+
+def _repairs(ctx: _Context, options: list[tuple[str, str]], letters: str) -> None:
+    for letter, _ in options:
+        if letter in letters:
+            ctx.note(f"-{letter} (an action NHC runs on the node) is left out: healthd drains, people repair")
+
+
+def _nonfatal(options: list[tuple[str, str]]) -> None:
+    if any(letter == "0" for letter, _ in options):
+        raise _Skip("-0: NHC only logs this check's failure; every healthd finding drains, so it is not converted")
+
+
+def _mount(rw: Optional[bool]) -> Callable[[_Context, _Target], None]:
+    """``check_fs_mount`` and its ``_rw``/``_ro`` forms (scripts/lbnl_fs.nhc): each mount point present,
+    with the source and type given (all ``-s``/``-t`` must match), rw or ro (an ``-o`` regex on the options)."""
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        if ctx.args and ctx.args[0].startswith("/"):
+            options, paths = _positional_mount(ctx, rw)
+        else:
+            options, paths = _getopts(ctx, ":0rE:F:O:e:f:o:s:t:")
+            paths = [value for letter, value in options if letter == "f"] + paths
+        _nonfatal(options)
+        if any(letter == "F" for letter, _ in options):
+            raise _Skip("-F: NHC first touches the path to trigger its automount; healthd only reads mountinfo")
+        if not paths:
+            raise _Skip("no mount point given")
+        _repairs(ctx, options, "eErO")
+        for letter, value in options:
+            if letter == "o":
+                ctx.lost(f"mount options {value!r}: healthd checks only rw or ro")
+        spec: dict[str, Any] = {}
+        for letter, key in (("t", "fstype"), ("s", "source")):
+            for value in [v for opt, v in options if opt == letter]:
+                exact = _plain(ctx, key, value)
+                if exact is not None and spec.setdefault(key, exact) != exact:
+                    ctx.lost(f"{key} {exact!r} and {spec[key]!r} on one line: no mount has both; kept the first")
+        if rw is not None:
+            spec["rw"] = rw
+        for path in paths:
+            _expect_mount(ctx, target, path, spec)
+
+    return convert
+
+
+def _positional_mount(ctx: _Context, rw: Optional[bool]) -> tuple[list[tuple[str, str]], list[str]]:
+    """NHC's old syntax, ``mountpoint [source [fstype [options]]]``, as options (check_fs_mount's first branch).
+
+    ``check_fs_mount_rw`` and ``_ro`` pass on only the first three words and their own rw/ro
+    test, so a fourth is ignored there; ``check_fs_mount`` ignores a fifth.
+    """
+    path, rest = ctx.args[0], ctx.args[1:]
+    kept = 2 if rw is not None else 3
+    options = [("s", v) for v in rest[:1]] + [("t", v) for v in rest[1:2]] + [("o", v) for v in rest[2:kept]]
+    if len(rest) > kept:
+        ctx.note(f"{' '.join(rest[kept:])!r}: words NHC ignores on this line")
+    return options, [path]
+
+
+def _expect_mount(ctx: _Context, target: _Target, path: str, spec: dict[str, Any]) -> None:
+    if not path.startswith("/"):
+        ctx.lost(f"{path!r} is not an absolute mount point")
+        return
+    key = path.rstrip("/") or "/"
+    earlier = target.add("mounts", "expect", {"path": path, **spec}, identity=key)
+    for name, wanted in spec.items():
+        if earlier.setdefault(name, wanted) != wanted:
+            ctx.lost(f"{path}: {name} {wanted!r} contradicts {earlier[name]!r} from an earlier line: kept that")
+
+
+def _percent(value: str) -> float:
+    try:
+        number = float(value[:-1]) if value.endswith("%") else math.nan
+    except ValueError:
+        number = math.nan
+    if not 0 <= number <= 100:
+        raise _Skip(f"{value!r} is not a percentage: healthd judges free space and inodes in percent")
+    return number
+
+
+def _usage(key: str, used: bool) -> Callable[[_Context, _Target], None]:
+    """``check_fs_used``/``_free``/``_iused``/``_ifree MOUNT LIMIT`` (scripts/lbnl_fs.nhc): the one mount
+    point named, judged while it is mounted (NHC passes when df does not list it)."""
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        if len(ctx.args) != 2 or not ctx.args[0].startswith("/"):
+            raise _Skip("expected a mount point and a limit")
+        path, limit = ctx.args
+        # NHC fails at used% >= N (df's rounded-up percentage): N% used leaves 100 - N free.
+        free = 100.0 - _percent(limit) if used else _percent(limit)
+        entry = target.add("mounts", "usage_limits", {"path": path}, identity=path.rstrip("/") or "/")
+        before = entry.get(key)
+        entry[key] = free if before is None else max(before, free)
+        if before is not None and before != free:
+            ctx.note(f"{path}: two limits on one mount; the stricter, {entry[key]:g}% free, is kept (NHC checks both)")
+
+    return convert
+
+
+# A process name as the kernel or the executable's file name has it; anything else is an argv match.
+_PROCESS = re.compile(r"[A-Za-z0-9_.+@-][A-Za-z0-9_.+@:-]*")
+_ARGV_FORM = re.compile(r"\*?/?([A-Za-z0-9_.+@-]+)")
+
+
+def _process_name(ctx: _Context, options: dict[str, str], service: str) -> str:
+    """NHC matches ``-m`` (default ``*DAEMON``, DAEMON from ``-d`` or the service) against argv[0].
+
+    healthd names a process by its kernel command name or executable (``healthd_checks/common/procs.py``;
+    argv is the process's own to rewrite), so ``-m`` converts only in NHC's own form,
+    ``*NAME`` or ``NAME``; anything else (``'sshd:'``, sshd's rewritten title) is refused.
+    """
+    match = options.get("m")
+    if match is not None:
+        found = _ARGV_FORM.fullmatch(match)
+        if found is None:
+            raise _Skip(
+                f"-m {match!r} matches a process's argv, which healthd does not read (any process can rewrite"
+                " its own); name the daemon's executable with -d instead"
+            )
+        return found.group(1)
+    name = options.get("d") or service
+    if not _PROCESS.fullmatch(name) or name.endswith(":"):
+        raise _Skip(f"{name!r} is not a process name (the command name or the executable's file name)")
+    return name
+
+
+# useradd(8)'s account names, or a uid: what [checks.services] process_users accepts.
+_ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?|[0-9]+")
+
+
+def _owner(ctx: _Context, target: _Target, owner: Optional[str], forbidden: bool) -> None:
+    if owner is None or owner in ("root", "0"):
+        return
+    if not _ACCOUNT.fullmatch(owner):
+        ctx.lost(f"owner {owner!r} is an NHC match string; healthd takes accounts by name, so it is left out")
+        return
+    if forbidden:
+        ctx.lost(f"owner {owner}: healthd counts a forbidden process only when root or a system account owns it")
+        return
+    target.add("services", "process_users", int(owner) if owner.isdigit() else owner)
+    ctx.note(f"owner {owner} is added to process_users: healthd accepts root, a system account or those")
+
+
+def _service(ctx: _Context, target: _Target) -> None:
+    """``check_ps_service`` (scripts/lbnl_ps.nhc): a process must run, or with ``-s``, ``-k`` or ``-E``
+    must not (NHC: "Logic is inverted; we DON'T want this process running")."""
+    options, operands = _getopts(ctx, ":0E:SVcd:e:fkm:rsu:v")
+    _nonfatal(options)
+    given = dict(options)
+    if "f" in given:
+        raise _Skip("-f matches the whole command line, which healthd does not read (argv is the process's own)")
+    if not operands:
+        raise _Skip("no service name: NHC fails this line with 'Service name required'")
+    name = _process_name(ctx, given, " ".join(operands))
+    forbidden = any(letter in given for letter in "skE")
+    _repairs(ctx, options, "SrceEksvV")
+    _owner(ctx, target, given.get("u"), forbidden)
+    target.add("services", "forbid_processes" if forbidden else "expect_processes", name)
+
+
+def _daemon(forbidden: bool) -> Callable[[_Context, _Target], None]:
+    """``check_ps_daemon``/``check_ps_blacklist NAME [OWNER [ARGS]]`` (scripts/lbnl_ps.nhc): NAME must
+    (must not) run; NHC looks for NAME anywhere in the command line, healthd for the process itself."""
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        if not 1 <= len(ctx.args) <= 3 or ctx.args[0].startswith("-"):
+            raise _Skip("expected a process name, an optional owner and optional arguments")
+        if len(ctx.args) == 3:
+            raise _Skip(f"arguments {ctx.args[2]!r}: healthd does not read a process's argv")
+        name = ctx.args[0]
+        if not _PROCESS.fullmatch(name):
+            raise _Skip(f"{name!r} is not a process name (the command name or the executable's file name)")
+        _owner(ctx, target, ctx.args[1] if len(ctx.args) > 1 else None, forbidden)
+        target.add("services", "forbid_processes" if forbidden else "expect_processes", name)
+
+    return convert
+
+
+# A port as NHC names it from /sys/class/infiniband/DEVICE/ports/N (nhc_hw_gather_data).
+_PORT = re.compile(r"[A-Za-z0-9_.-]+:[0-9]+")
+
+
+def _infiniband(ctx: _Context, target: _Target) -> None:
+    """``check_hw_ib RATE [DEVICE:PORT]`` (scripts/lbnl_hw.nhc): some port ACTIVE and LinkUp, at RATE,
+    and that port when one is named. NHC names ports ``device:port`` from the sysfs path."""
+    if len(ctx.args) != 2:
+        raise _Skip(
+            "without a port NHC asks that any one port run at this rate, and healthd judges every port:"
+            " name each port as DEVICE:PORT, as nhc-genconf writes them"
+        )
+    rate_text, port = ctx.args
+    if not rate_text.isdigit() or int(rate_text) <= 0:
+        raise _Skip(f"rate {rate_text!r} is not a whole positive number of Gb/s")
+    if not _PORT.fullmatch(port):
+        raise _Skip(
+            f"{port!r} is not DEVICE:PORT: NHC compares it with device:port names (mlx5_0:1), so this line"
+            " fails on every node"
+        )
+    rates = target.table("infiniband").setdefault("expect_rates_gbps", {})
+    target.add("infiniband", "expect_ports", port)
+    if rates.setdefault(port, int(rate_text)) != int(rate_text):
+        ctx.lost(f"{port} at {rate_text} Gb/s contradicts {rates[port]} Gb/s from an earlier line: kept that")
+
+
+def _cpuinfo(ctx: _Context, target: _Target) -> None:
+    """``check_hw_cpuinfo [sockets] [cores] [threads]`` (scripts/lbnl_hw.nhc): the counts NHC reads."""
+    if not 1 <= len(ctx.args) <= 3 or not all(arg.isdigit() for arg in ctx.args):
+        raise _Skip("expected up to three whole numbers: sockets, cores, threads")
+    if "0" in (arg.lstrip("0") or "0" for arg in ctx.args):
+        # NHC compares each given count with the node's (`-ne`): 0 fails every running node.
+        raise _Skip("a count of 0 matches no running node (NHC would fail every node with it)")
+    sockets, cores, threads = ([int(arg) for arg in ctx.args] + [0, 0])[:3]
+    table = target.table("host")
+    table["expect_sockets"] = sockets
+    if threads:
+        table["expect_cpus"] = threads
+        if cores and threads % cores == 0:
+            table["expect_threads_per_core"] = threads // cores
+        elif cores:
+            ctx.lost(f"{threads} threads on {cores} cores is no whole number per core: the core count is left out")
+    elif cores:
+        ctx.lost("cores without threads: healthd counts online CPUs (threads), so the core count is left out")
+
+
+# nhc_common_parse_size (scripts/common.nhc): kB unless K, M, G, T, P or E follows, a B after it optional.
+_SIZE = re.compile(r"(\d+)([kKmMgGtTpPeE]?)[bB]?")
+_POWERS = {"": 0, "k": 0, "m": 1, "g": 2, "t": 3, "p": 4, "e": 5}
+
+
+def _kilobytes(text: str) -> int:
+    found = _SIZE.fullmatch(text)
+    if found is None:
+        raise _Skip(f"size {text!r} is not a whole number of kB, or of K, M, G, T, P, E (NHC's sizes)")
+    return int(found.group(1)) << (10 * _POWERS[found.group(2).lower()])
+
+
+def _gib(kilobytes: int, rounding: Callable[[float], float]) -> float:
+    # Three decimals, rounded away from a false failure: the minimum down, the maximum up.
+    return rounding(kilobytes / 2**20 * 1000) / 1000
+
+
+def _physmem(ctx: _Context, target: _Target) -> None:
+    """``check_hw_physmem MIN MAX [FUDGE]`` (scripts/lbnl_hw.nhc): MemTotal + FUDGE >= MIN and
+    MemTotal - FUDGE <= MAX, FUDGE a percentage of MemTotal or a size."""
+    if not 2 <= len(ctx.args) <= 3:
+        raise _Skip("expected a minimum, a maximum and an optional fudge")
+    low, high = _kilobytes(ctx.args[0]), _kilobytes(ctx.args[1])
+    table = target.table("host")
+    fudge = ctx.args[2] if len(ctx.args) == 3 else "0"
+    if fudge.endswith("%"):
+        table["memory_tolerance_percent"] = _percent(fudge)
+        slack = 0
+    else:
+        slack = _kilobytes(fudge)
+    if low - slack > 0:
+        table["expect_memory_gib"] = _gib(low - slack, math.floor)
+    table["expect_memory_max_gib"] = _gib(high + slack, math.ceil)
+
+
+# An interface name as the kernel allows it (dev_valid_name: 1-15 bytes, no '/', ':' or blank),
+# printable, and no glob (NHC compares it unquoted, as a pattern).
+_INTERFACE = re.compile(r"(?!\.\.?$)[^/:\s*?\[\x00-\x1f\x7f]{1,15}")
+
+
+def _ethernet(ctx: _Context, target: _Target) -> None:
+    """``check_hw_eth DEVICE`` (scripts/lbnl_hw.nhc): a name in /proc/net/dev, up or not."""
+    if len(ctx.args) != 1:
+        raise _Skip("expected one network interface name")
+    if not _INTERFACE.fullmatch(ctx.args[0]):
+        raise _Skip(f"{ctx.args[0]!r} is not one interface name (NHC compares it as a glob)")
+    target.add("host", "expect_interfaces", ctx.args[0])
+
+
+def _enable(check: str, what: str) -> Callable[[_Context, _Target], None]:
+    """A check healthd has its own code for: its table, enabled, and a note saying how it differs."""
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        if ctx.args:
+            ctx.note(f"arguments {' '.join(ctx.args)!r} left out: healthd's {check} check grades by its own rules")
+        target.table(check)["enabled"] = True
+        ctx.note(f"converted to healthd's {check} check: {what}")
+
+    return convert
+
+
+def _gpu_count(ctx: _Context, target: _Target) -> None:
+    """``check_gpu_count N`` (azurehpc-health-checks): the GPUs the node must show."""
+    if len(ctx.args) != 1 or not ctx.args[0].isdigit():
+        raise _Skip("expected one whole number of GPUs")
+    target.table("gpu")["expect_gpus"] = int(ctx.args[0])
+
+
+CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
+    "check_fs_mount": _mount(None),
+    "check_fs_mount_rw": _mount(True),
+    "check_fs_mount_ro": _mount(False),
+    "check_fs_used": _usage("min_free_percent", used=True),
+    "check_fs_free": _usage("min_free_percent", used=False),
+    "check_fs_iused": _usage("min_free_inodes_percent", used=True),
+    "check_fs_ifree": _usage("min_free_inodes_percent", used=False),
+    "check_ps_service": _service,
+    "check_ps_daemon": _daemon(forbidden=False),
+    "check_ps_blacklist": _daemon(forbidden=True),
+    "check_hw_ib": _infiniband,
+    "check_hw_cpuinfo": _cpuinfo,
+    "check_hw_physmem": _physmem,
+    "check_hw_eth": _ethernet,
+    "check_gpu_count": _gpu_count,
+    "check_gpu_xid": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
+    "check_nv_healthmon": _enable("gpu", "GPU health through NVML instead of nvidia-healthmon's exit code"),
+    "check_nvsmi_healthmon": _enable("gpu", "GPU health through NVML instead of nvidia-smi's exit code"),
+    "check_hw_mcelog": _enable(
+        "edac", "memory errors from EDAC and the kernel log, with its own corrected-error rate per DIMM"
+    ),
+}
+
+
+class _Converter:
+    """The state of one conversion: targets, variables, notes."""
+
+    def __init__(self) -> None:
+        self.targets: dict[str, _Target] = {}
+        self.variables = Variables()
+        self.notes: list[Note] = []
+        self.converted = 0
+        self.bad_targets: dict[str, str] = {}
+
+    def lost(self, line: Line, reason: str) -> None:
+        self.notes.append(Note(line.number, line.shown, reason))
+
+    def target_problem(self, target: str) -> Optional[str]:
+        if target not in self.bad_targets and target != "*":
+            try:
+                matcher(target)
+                self.bad_targets[target] = ""
+            except HostMatchError as exc:
+                self.bad_targets[target] = f"the target is not a valid NHC match string: {exc}"
+        return self.bad_targets.get(target) or None
+
+    def line(self, line: Line) -> None:
+        if line.too_long:
+            return self.lost(line, f"longer than {MAX_LINE} characters: no NHC check is; not read")
+        if not line.check:
+            return self.lost(line, "no 'TARGET || CHECK' separator, or no check after it")
+        problem = self.target_problem(line.target)
+        if problem:
+            return self.lost(line, problem)
+        try:
+            items = words(line.check, line.target, self.variables)
+        except Refused as exc:
+            return self.lost(line, str(exc))
+        if not items:
+            return self.lost(line, "no check after '||'")
+        pairs = assignments(items)
+        if pairs is not None:
+            return self.assign(line, pairs)
+        self.check(line, items)
+
+    def assign(self, line: Line, pairs: list[tuple[str, str]]) -> None:
+        for name, value in pairs:
+            self.variables.assign(line.target, name, value)
+            # MARK_OFFLINE (nhc: nhcmain_finalize_env, default 1) decides whether NHC drains at all.
+            if name == "MARK_OFFLINE" and value != "1":
+                self.lost(line, f"{name}={value}: NHC does not drain on a failure; [policy] dry_run = true does that")
+        self.notes.append(Note(line.number, line.shown, "an NHC variable: used to expand later lines", lost=False))
+
+    def check(self, line: Line, items: list[str]) -> None:
+        handler = CONVERTERS.get(items[0])
+        if handler is None:
+            return self.lost(line, f"{items[0]} has no healthd equivalent")
+        ctx = _Context(line, items[1:], [])
+        target = self.targets.setdefault(line.target, _Target())
+        try:
+            handler(ctx, target)
+        except _Skip as exc:
+            return self.lost(line, str(exc))
+        target.lines.append(line.number)
+        self.notes.extend(ctx.notes)
+        self.converted += 1
+
+
+def convert(text: str) -> Imported:
+    """Convert nhc.conf ``text``; see the module docstring."""
+    state = _Converter()
+    for line in logical_lines(text):
+        state.line(line)
+    return Imported(_document(state.targets), tuple(state.notes), state.converted)
+
+
+def _document(targets: dict[str, _Target]) -> dict[str, Any]:
+    base = targets.pop("*", _Target())
+    checks = base.tables()
+    # NHC judges space and inodes only on the mounts a check_fs_* line names: the file-wide
+    # thresholds healthd applies to / and every expected mount are set to nothing.
+    mounts = checks.setdefault("mounts", {})
+    mounts.update({"min_free_percent": 0.0, "min_free_inodes_percent": 0.0})
+    lines = f"converted from nhc.conf lines:{_lines(base)}" if base.lines else "converted from nhc.conf"
+    document: dict[str, Any] = {"checks": {"#": lines, **checks}}
+    hosts = [
+        {"#": f"from nhc.conf lines:{_lines(entry)}", "match": match, "checks": entry.tables()}
+        for match, entry in targets.items()
+        if entry.lines
+    ]
+    if hosts:
+        document["hosts"] = hosts
+    return document
+
+
+def _lines(target: _Target) -> str:
+    """The line numbers, on lines of their own, 12 to a line and at most 200, so the comment stays readable."""
+    numbers = [str(n) for n in target.lines[:200]]
+    rows = [", ".join(numbers[i : i + 12]) for i in range(0, len(numbers), 12)]
+    more = f" and {len(target.lines) - 200} more" if len(target.lines) > 200 else ""
+    return "\n" + ",\n".join(rows) + more

@@ -1,0 +1,28 @@
+"""The node's name as healthd knows it, cheaply: the hook's report of the daemon's pass needs it too.
+
+Kept apart from ``healthd.config.hosts`` (host sections), which imports ``typing`` and
+``dataclasses``: the hook that reports the running daemon's pass
+(``healthd.store.daemonpass``) compares the pass's node with this one, and must stay cheap.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # not typing's: importing typing at run time would slow the hook (bench/README.md)
+if TYPE_CHECKING:
+    from typing import Mapping, Optional
+
+
+def this_node(configured: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
+    """The node's name: SLURMD_NODENAME (set by slurmd for its programs), then ``[slurm] node_name``, then the
+    short host name. Host sections match it, so they select what the node is called in Slurm.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("SLURMD_NODENAME"):
+        return env["SLURMD_NODENAME"]
+    if configured:
+        return configured
+    import socket  # here: the name in the environment or the config is the usual case
+
+    return socket.gethostname().split(".", 1)[0]

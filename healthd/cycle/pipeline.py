@@ -1,0 +1,696 @@
+"""One pass of the acting half: checks -> plan -> execute -> settle.
+
+``run_pass`` is what ``healthd check --once`` (and the HealthCheckProgram hook)
+and the daemon call each pass:
+
+1. the engine runs the checks;
+2. ``plan`` (healthd.plan.plan, pure) turns results, remembered state and Slurm's
+   answers into one decision and its writes, asking for each Slurm read it needs;
+3. ``execute`` (healthd.slurm.execute, the only Slurm caller) makes those reads and
+   sends those writes; a dry run ``rehearse``s instead;
+4. ``settle`` saves the policy state, the acknowledgements and the ``last-pass``
+   document, and returns the outcome for the sinks.
+
+It never prints; everything it did or could not do is in the returned
+``PassOutcome`` and in log records. Slurm trouble (scontrol missing, slurmctld
+down, a timeout) never raises: the intended action is kept in the ``policy``
+state file and retried with backoff on later passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+
+from healthd.checks.plugin import CheckSpec
+from healthd.cycle.gpureset import MARKS_NAME as RESET_MARKS
+from healthd.cycle.gpureset import ResetMarks
+from healthd.cycle.onrepair import HookResult, run_on_repair
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
+from healthd.plan.acks import FindingRef, apply_acks
+from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
+from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
+from healthd.plan.spread import act_delay
+from healthd.slurm.adapter import SlurmClient
+from healthd.slurm.execute import execute, observe, rehearse
+from healthd.slurm.nodestate import NodeInfo
+from healthd.store.acks import STATE_NAME as ACKS_STATE
+from healthd.store.acks import AckStore
+from healthd.store.history import History, HistoryError, RebootPhase, read_boot_id
+from healthd.store.lock import LockTimeout, StateLock, active_running
+from healthd.store.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
+from healthd.store.state import StateError
+from healthd.store.statenode import claim
+from healthd.store.trust import UntrustedPath
+from healthd.text import one_line
+
+if TYPE_CHECKING:
+    from healthd.checks.engine import Engine
+    from healthd.config.models import Config
+
+LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
+# Where a pass that does not stand for the node is saved instead (``run_pass``'s ``aside``).
+OTHER_PASS = "other-pass"  # noqa: S105 (a state file name)
+POLICY_STATE = "policy"
+# Slack on top of a pass's own deadlines before the daemon declares it hung.
+PASS_GRACE_SECONDS = 10.0
+
+
+# slurmd kills its HealthCheckProgram 60 s after starting it (slurm.conf(5), HealthCheckProgram;
+# SIGTERM to its process group, then SIGKILL). A one-shot pass (``check --once``, the hook) is
+# done 5 s before that, left for the interpreter's start and the exit.
+ONE_SHOT_SECONDS = 55.0
+# What a one-shot pass keeps back from its deadline to save what a reset or on_repair did.
+SAVE_MARGIN_SECONDS = 2.0
+# A one-shot pass starts a GPU reset only with this much of its time left: the process
+# query answers within a second and a reset takes a few seconds, but a reset cut short
+# leaves the GPU in an unknown state, and the try is spent (docs/remediation.md).
+RESET_FLOOR_SECONDS = 20.0
+
+
+def budget_terms(config: Config) -> list[tuple[str, float]]:
+    """The deadlines that add up to the longest pass, each with its config key.
+
+    The checks' deadline (``[runner].pass_timeout``), the wait for the state directory's
+    lock (``[slurm].lock_timeout``); when Slurm is enabled, the wait before acting on a
+    fault (``[slurm].act_splay``) and all Slurm calls of the pass together
+    (``[slurm].budget``); and what may follow the decision, the longer of
+    ``[remediation].on_repair_timeout`` (when on_repair is set) and a GPU reset's two
+    nvidia-smi deadlines (when ``reset`` is on and Slurm enabled). One pass never does
+    both: a node in repair is never reset (policy.reset_target).
+    """
+    terms = [("[runner].pass_timeout", config.runner.pass_timeout), ("[slurm].lock_timeout", config.slurm.lock_timeout)]
+    if config.slurm.enabled:
+        terms += [("[slurm].act_splay", config.slurm.act_splay), ("[slurm].budget", config.slurm.budget)]
+    remediation = config.remediation
+    after: list[tuple[str, float]] = []
+    if remediation.on_repair is not None:
+        after.append(("[remediation].on_repair_timeout", remediation.on_repair_timeout))
+    if remediation.reset and config.slurm.enabled:
+        from healthd.cycle.gpureset import ResetSettings
+
+        defaults = ResetSettings()
+        after.append(("a GPU reset (nvidia-smi's query and reset)", defaults.query_timeout + defaults.reset_timeout))
+    if after:
+        terms.append(max(after, key=lambda term: term[1]))
+    return terms
+
+
+def pass_budget(config: Config, grace: float = PASS_GRACE_SECONDS, checks: Optional[float] = None) -> float:
+    """How long a pass may take at most (``budget_terms``), plus ``grace``; ``checks`` replaces ``pass_timeout``."""
+    terms = dict(budget_terms(config))
+    if checks is not None:
+        terms["[runner].pass_timeout"] = checks
+    return sum(terms.values()) + grace
+
+
+def one_shot_overrun(config: Config) -> Optional[str]:
+    """Why a one-shot pass (the hook) with ``config`` may need more than ``ONE_SHOT_SECONDS``, or None."""
+    terms = budget_terms(config)
+    total = sum(seconds for _, seconds in terms)
+    if total <= ONE_SHOT_SECONDS:
+        return None
+    listed = " + ".join(f"{name} {seconds:g}" for name, seconds in terms)
+    return (
+        f"one pass may take {total:g}s ({listed}), more than the {ONE_SHOT_SECONDS:g}s the hook has"
+        " (slurmd kills its HealthCheckProgram at 60s): there, on_repair and a GPU reset get only what is left"
+        f" of {ONE_SHOT_SECONDS:g}s, and a reset is not started with less than {RESET_FLOOR_SECONDS:g}s left"
+        ' (docs/slurm.md, "Running as HealthCheckProgram")'
+    )
+
+
+@dataclass(frozen=True)
+class ActionSection:
+    """The ``action`` section of the pass document."""
+
+    decision: Decision
+    node_state: Optional[str]
+    node_reason: Optional[str]
+    applied: bool
+    held: bool
+    pending: bool
+    dry_run: bool
+    slurm_enabled: bool
+    acknowledged: tuple[FindingRef, ...]
+    errors: tuple[str, ...]
+    next_retry: Optional[float] = None
+    steps: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision.action.value,
+            "intended": self.decision.intended.value,
+            "reason": self.decision.reason,
+            "explanation": self.decision.explanation,
+            "causes": [c.to_dict() for c in self.decision.causes],
+            "node_state": self.node_state,
+            "node_reason": self.node_reason,
+            "applied": self.applied,
+            "held": self.held,
+            "pending": self.pending,
+            "next_retry": self.next_retry,
+            "dry_run": self.dry_run,
+            "slurm_enabled": self.slurm_enabled,
+            "acknowledged": [a.to_dict() for a in self.acknowledged],
+            "errors": list(self.errors),
+            "steps": list(self.steps),
+        }
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """Everything one pass did. ``result`` is the pass as reported (acks applied, DRAIN_HELD added).
+
+    ``node`` is the node as Slurm reported it this pass, None when the pass did not read it.
+    """
+
+    result: PassResult
+    action: ActionSection
+    state: PolicyState
+    document: dict[str, Any]
+    node: Optional[NodeInfo] = None
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.result.status)
+
+
+@dataclass(frozen=True)
+class PolicyRead:
+    """The policy state a pass starts from: ``loaded`` is ``policy.json`` as read, ``marked`` says
+    ``policy.unsaved`` was there (healthd.store.policymemory)."""
+
+    state: PolicyState
+    loaded: dict[str, Any]
+    marked: bool
+
+
+def _load_policy_state(engine: Engine, judged: PassResult, errors: list[str], *, unlocked: bool) -> PolicyRead:
+    """The policy state to decide from: ``policy.json``, or the newer copy this process kept
+    (healthd.store.policymemory).
+
+    ``judged`` is the pass with its acknowledgements applied; ``unlocked``: ``cycle.lock`` could not be opened.
+    """
+    state_file = engine.state.file(POLICY_STATE)
+    loaded = state_file.load()
+    state, problems = PolicyState.read(loaded)
+    errors.extend(f"{state_file.path}: {problem}" for problem in problems)
+    marked = unsaved_marked(engine.state)
+    kept = engine.policy_memory.newer(loaded)
+    if kept is not None:
+        return PolicyRead(kept, loaded, marked)
+    # Unlocked in a directory that can be written (no flock there): the mark tells, as in a full one.
+    unwritable = unlocked and not writable_dir(engine.state.directory)
+    if unwritable or marked:
+        reached = reach_critical(state, judged, engine.config.policy.fail_passes)
+        if reached != state:
+            why = "the state directory cannot be written" if unwritable else "an earlier pass could not save it"
+            errors.append(
+                f"{state_file.path} is not current ({why}): a CRITICAL finding acts without waiting for"
+                " [policy] fail_passes"
+            )
+        state = reached
+    return PolicyRead(state, loaded, marked)
+
+
+def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) -> ActionSection:
+    """The action section of a pass that decided nothing (no lock, or the pass failed)."""
+    return ActionSection(
+        decision=decision,
+        node_state=None,
+        node_reason=None,
+        applied=False,
+        held=False,
+        pending=False,
+        dry_run=dry,
+        slurm_enabled=enabled,
+        acknowledged=(),
+        errors=tuple(errors),
+    )
+
+
+def run_pass(
+    engine: Engine,
+    *,
+    dry_run: bool = False,
+    logger: Optional[logging.Logger] = None,
+    client: Optional[SlurmClient] = None,
+    clock: Callable[[], float] = time.time,
+    only: Optional[list[str]] = None,
+    sleep: Callable[[float], None] = time.sleep,
+    tier: Tier = Tier.ORDINARY,
+    aside: bool = False,
+    deadline: Optional[float] = None,
+) -> PassOutcome:
+    """Run one pass and carry its decision out; see the module docstring.
+
+    ``deadline`` (``time.monotonic``) is when a one-shot pass must be done
+    (``ONE_SHOT_SECONDS`` after its start): what follows the decision, a GPU reset and
+    ``[remediation] on_repair``, is cut to fit, and a reset with less than
+    ``RESET_FLOOR_SECONDS`` left waits for a later pass. The daemon gives none: its
+    watchdog budget counts them whole (``pass_budget``).
+
+    ``tier`` says which checks run (``Engine.run_checks``); for one with active checks
+    the caller has made sure that no job is on the node (healthd.cycle.activerun). A pass of
+    the active checks alone is partial: it never resumes the node. Nor does an ordinary
+    pass while another process runs the active checks (``activerun.running``).
+
+    A pass whose checks found a fault first waits its node's ``[slurm].act_splay``
+    delay (``healthd.plan.spread.act_delay``; ``sleep`` is injectable for tests), outside
+    the state lock, so a fleet-wide fault reaches slurmctld spread over that time.
+
+    The policy and acks state is read, acted on and written back under the state
+    directory lock (``healthd.store.lock``); a pass that cannot get the lock within
+    ``[slurm].lock_timeout`` is reported but acts on nothing. Whatever goes wrong
+    after the checks ran, the pass is still reported and saved: an unexpected
+    exception becomes an UNKNOWN ``healthd/PASS_FAILED`` finding.
+
+    A partial pass (``only``, or the active checks alone) and one the caller marks
+    ``aside`` (run with a config other than the running daemon's) do not stand for the
+    node: they are saved as ``other-pass``, and ``last-pass``, which ``healthd status``
+    and ``healthd ack`` read, keeps the node's last whole pass (docs/service.md).
+    """
+    log = logger or logging.getLogger("healthd.cycle.pipeline")
+    config = engine.config
+    dry = dry_run or config.policy.dry_run
+    enabled = config.slurm.enabled
+    aside = aside or only is not None or tier is Tier.ACTIVE
+    try:
+        raw = engine.run_checks(only, tier)
+    except Exception as exc:  # anything from the engine must still give a reported pass
+        from healthd.checks.engine import node_name
+
+        raw = PassResult(node_name(config), clock(), 0.0, ())
+        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled, aside=aside)
+    errors: list[str] = []
+    if enabled and not dry and _may_act(raw):
+        sleep(act_delay(raw.node, config.slurm.act_splay))
+    lock = StateLock(config.paths.state_dir, config.slurm.lock_timeout)
+    unlocked = False
+    try:
+        lock.acquire()
+    except LockTimeout as exc:
+        log.warning("%s: not acting this pass", exc)
+        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load())
+        decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
+        report = _report(decision, dry=dry, enabled=enabled, errors=[str(exc)])
+        return _finish(engine, result, report, None, aside=aside)
+    except OSError as exc:
+        # The directory is missing or unwritable: no state can be saved there either,
+        # and checking (and acting on a fault) must go on; the problem is reported.
+        errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
+        unlocked = True
+    try:
+        return _locked_pass(
+            engine,
+            raw,
+            errors,
+            log,
+            dry=dry,
+            client=client,
+            clock=clock,
+            partial=only is not None or tier is Tier.ACTIVE,
+            sleep=sleep,
+            tier=tier,
+            unlocked=unlocked,
+            aside=aside,
+            deadline=deadline,
+        )
+    except UntrustedPath:
+        raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
+    except Exception as exc:  # see the docstring
+        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled, aside=aside)
+    finally:
+        lock.release()
+
+
+def _may_act(raw: PassResult) -> bool:
+    """Whether the checks found a fault (CRITICAL or WARNING) that may take the node out: a healthy pass never waits."""
+    return any(f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK for f in raw.findings)
+
+
+# The code of the finding that stands for a pass that raised.
+PASS_FAILED = "PASS_FAILED"  # noqa: S105 (a finding code)
+
+
+def failed_pass(
+    engine: Engine,
+    raw: PassResult,
+    exc: BaseException,
+    log: logging.Logger,
+    *,
+    dry: bool,
+    enabled: bool,
+    aside: bool = False,
+) -> PassOutcome:
+    """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass.
+
+    The one way a pass that raised is reported: ``run_pass`` takes it when one of
+    its steps raised, and the daemon when a pass could not run at all (no thread to
+    be had) or raised outside the pipeline. The pass is saved as ``last-pass`` like any
+    other, so ``healthd status`` and the hook show UNKNOWN instead of the last pass
+    that went well (``aside``: as ``other-pass``, see ``run_pass``).
+    """
+    # The exception's text may quote anything (a path, a line of a state file): one safe line.
+    message = one_line(f"pass failed: {type(exc).__name__}: {exc}")
+    log.error("%s", message, exc_info=exc)
+    finding = Finding(OWN_CHECK, Status.UNKNOWN, PASS_FAILED, OWN_CHECK, message)
+    own = CheckResult(OWN_CHECK, RunState.ERROR, (finding,), 0.0, message)
+    result = replace(raw, results=(*raw.results, own))
+    decision = Decision(Action.NONE, Action.NONE, "", "the pass failed: nothing decided")
+    return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None, aside=aside)
+
+
+def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
+    return plan(
+        situation,
+        config.policy,
+        config.slurm.reason_prefix,
+        config.slurm.reconcile_interval,
+        config.escalation,
+        reboot=config.remediation.reboot,
+        reset=config.remediation.reset,
+    )
+
+
+def _time_left(deadline: Optional[float]) -> float:
+    """What is left of a one-shot pass's time for a reset or on_repair (infinite without a deadline)."""
+    return float("inf") if deadline is None else deadline - SAVE_MARGIN_SECONDS - time.monotonic()
+
+
+def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
+    """Plan, making each Slurm read the plan asks for (the node, then its partitions) and planning again."""
+    config = engine.config
+    prefix = config.slurm.reason_prefix
+    for _ in Read:
+        made = _plan_once(situation, config)
+        if isinstance(made, Plan):
+            return made
+        # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
+        boot_time = situation.state.reboot is not None and not situation.boot_id
+        observed = observe(slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time)
+        situation = replace(situation, observed=observed)
+    made = _plan_once(situation, config)
+    if not isinstance(made, Plan):
+        raise RuntimeError(f"the plan asked for {made.value} again after it was read")
+    return made
+
+
+def _locked_pass(
+    engine: Engine,
+    raw: PassResult,
+    errors: list[str],
+    log: logging.Logger,
+    *,
+    dry: bool,
+    client: Optional[SlurmClient],
+    clock: Callable[[], float],
+    partial: bool,
+    sleep: Callable[[float], None],
+    tier: Tier,
+    unlocked: bool,
+    aside: bool,
+    deadline: Optional[float],
+) -> PassOutcome:
+    config = engine.config
+    enabled = config.slurm.enabled
+    now = clock()
+    claim(engine.state, raw.node, mark=not unlocked)  # before anything in the directory is believed
+    store = AckStore(engine.state.file(ACKS_STATE))
+    acks = store.load()
+    # Judged as acknowledged: a CRITICAL an administrator acknowledged must not count (reach_critical).
+    read = _load_policy_state(engine, apply_acks(raw, acks)[0], errors, unlocked=unlocked)
+    state = read.state
+    # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it,
+    # and only where the probe can matter: an active check is enabled, and healthd has the node
+    # out (only then can the pass resume it). A healthy node's pass touches no lock file.
+    active = engine.active_names()
+    busy = tier is Tier.ORDINARY and bool(active) and bool(state.took_out) and active_running(config.paths.state_dir)
+    coverage = Coverage(tier, active, busy)
+    slurm = client or SlurmClient(config.slurm)
+    slurm.start_budget()
+    # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
+    history = History.open(config.paths.state_dir)
+    try:
+        repeats = _repeats(history, raw, config.escalation.window_days, now, engine)
+        boot_id = read_boot_id(config.paths.procfs)
+        situation = Situation(raw, state, acks, Observed(), now, partial, enabled, dry, repeats, boot_id, coverage)
+        the_plan = _plan(engine, situation, slurm)
+        left = _time_left(deadline)
+        if the_plan.reset is not None and left < RESET_FLOOR_SECONDS:
+            # Not started, not spent: a reset cut short would leave the GPU in an unknown state.
+            log.warning(
+                "GPU reset of %s left to a later pass: %.0fs left of this one-shot pass, %gs needed",
+                the_plan.reset.pci,
+                max(left, 0.0),
+                RESET_FLOOR_SECONDS,
+            )
+            the_plan = replace(the_plan, steps=(), reset=None, interrupted=None)
+        if the_plan.acknowledged and not dry:
+            count = len(the_plan.acknowledged)
+            log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, count)
+
+        if dry:
+            executed = rehearse(the_plan)
+        else:
+            if the_plan.interrupted is not None:
+                # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
+                # the next pass still knows what it was doing and retries it (and confirms the drain).
+                with contextlib.suppress(StateError):
+                    engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
+            resets = ResetMarks(engine.state.file(RESET_MARKS), boot_id)
+            cut = None if deadline is None else deadline - SAVE_MARGIN_SECONDS
+            executed = (
+                execute(the_plan, slurm, config, sleep, resets=resets, deadline=cut) if the_plan.steps else Executed()
+            )
+        done = conclude(the_plan, executed, state, now)
+        _log_outcome(log, raw.node, the_plan, executed, done)
+        done = _record_history(history, the_plan, executed, done, now, boot_id, repeats, dry=dry)
+        if not dry:
+            _record_reboot(history, state, done, now)
+    finally:
+        history.close()
+    outcome = _settle(engine, the_plan, executed, done, store, errors, read, dry=dry, aside=aside)
+    if done.state.repair is not None and state.repair is None and not dry:
+        # After the pass is saved: a hook killed while on_repair runs has lost nothing of it.
+        _tell_repair(config, done, now, log, deadline)
+    return outcome
+
+
+def _repeats(
+    history: History, raw: PassResult, window_days: float, now: float, engine: Engine
+) -> dict[str, tuple[str, int]]:
+    """How often each hardware fault of this pass was raised on its unit in the escalation window (policy._escalate).
+
+    Only a code its check declares a hardware unit's fault (``CheckSpec.hardware``) is
+    counted: one a user or a shared service can cause never escalates (docs/escalation.md).
+    """
+    specs = {spec.name: spec for spec in engine.specs if isinstance(spec, CheckSpec)}
+    faults = [
+        f
+        for f in raw.findings
+        if f.status in (Status.CRITICAL, Status.WARNING) and f.check in specs and specs[f.check].is_hardware(f.code)
+    ]
+    if not faults:
+        return {}
+    try:
+        return history.repeats(faults, now - window_days * 86400)
+    except HistoryError as exc:
+        history.problems.append(f"{exc}: repeat failures are not escalated this pass")
+        return {}
+
+
+def _tell_repair(config: Config, done: Conclusion, now: float, log: logging.Logger, deadline: Optional[float]) -> None:
+    """Run ``[remediation] on_repair`` with the node's history, and record what it did.
+
+    A one-shot pass gives it what is left of its time (``deadline``), at most
+    ``on_repair_timeout``. The history is opened again: the pass's own is saved and closed.
+    """
+    repair = done.state.repair
+    program = config.remediation.on_repair
+    if repair is None or program is None:
+        return
+    with History.open(config.paths.state_dir) as history:
+        try:
+            events = [e.to_dict() for e in history.events(since=now - config.escalation.window_days * 86400)]
+        except HistoryError as exc:
+            history.problems.append(str(exc))
+            events = []
+        document = {"node": done.result.node, "at": now, "repair": repair.to_dict(), "events": events}
+        timeout = min(config.remediation.on_repair_timeout, _time_left(deadline))
+        if timeout > 0:
+            told = run_on_repair(program, document, timeout)
+        else:
+            told = HookResult("timeout", f"{program} not run: no time left in this pass")
+        (log.info if told.outcome == "ok" else log.error)("on_repair for %s: %s", repair.subject, told.detail)
+        history.record_action(
+            at=now, action="on_repair", outcome=told.outcome, node=done.result.node, reason=told.detail
+        )
+        for problem in history.problems:
+            log.error("history: %s", problem)
+
+
+def _action_outcome(the_plan: Plan, executed: Executed, done: Conclusion) -> Optional[tuple[str, str]]:
+    """(action, outcome) for the node's history: what was done to the node, or held back, this pass."""
+    decision = done.decision
+    if executed.lost or (the_plan.held_why and decision.action is Action.HOLD):
+        return decision.intended.value, "held"
+    if done.applied:
+        return decision.action.value, "applied"
+    if done.state.pending is not None and decision.action in ACTING:
+        return decision.action.value, "pending"
+    return None
+
+
+def _record_reboot(history: History, before: PolicyState, done: Conclusion, now: float) -> None:
+    """A reboot asked for this pass, or one seen done (the boot changed), into the node's history."""
+    asked, was = done.state.reboot, before.reboot
+    if asked is not None and asked != was:
+        history.record_reboot(at=now, phase=RebootPhase.REQUESTED, boot_id=asked.boot_id, reason=asked.reason)
+    elif was is not None and asked is None and done.state.rebooted == was.cause:
+        history.record_reboot(at=now, phase=RebootPhase.DONE, boot_id=was.boot_id, reason=was.reason)
+
+
+def _record_history(
+    history: History,
+    the_plan: Plan,
+    executed: Executed,
+    done: Conclusion,
+    now: float,
+    boot_id: str,
+    repeats: Mapping[str, tuple[str, int]],
+    *,
+    dry: bool,
+) -> Conclusion:
+    """Add this pass to the node's history (healthd.store.history), under the state lock the pass holds.
+
+    The reported pass is recorded (acknowledgements applied), so an acknowledgement
+    shows as a change to OK. A dry run records the findings but no action. A history
+    that cannot be written, or was corrupt and set aside, becomes one UNKNOWN finding
+    of healthd's own: it says what is lost, and never stops the pass.
+    """
+    result = done.result
+    if boot_id:
+        history.record_boot(at=now, boot_id=boot_id, gpus=[d for d in result.devices if d.kind == "gpu"])
+    else:
+        history.problems.append("the boot id is unreadable: new boots are not told apart")
+    # A take-out that lost its place after the drain was held back as much as one held before it.
+    uncounted = {**the_plan.uncounted, **held_raises(repeats, executed.lost)}
+    history.record_pass(result, at=now, boot_id=boot_id, uncounted=uncounted)
+    if the_plan.acknowledged and not dry:
+        history.record_ack(at=now, refs=the_plan.acknowledged, by="slurm-resume")
+    action = None if dry else _action_outcome(the_plan, executed, done)
+    if action is not None:
+        history.record_action(
+            at=now,
+            action=action[0],
+            outcome=action[1],
+            node=result.node,
+            reason=done.decision.reason or done.decision.explanation,
+            details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
+        )
+    if the_plan.reset is not None and executed.reset:
+        history.record_action(
+            at=now,
+            action="gpu_reset",
+            outcome=executed.reset,
+            node=result.node,
+            reason=executed.reset_message,
+            details={"pci": the_plan.reset.pci, "finding": the_plan.reset.key},
+        )
+    history.maintain(now)
+    problem = history.problem_finding(OWN_CHECK)
+    if problem is None:
+        return done
+    own = CheckResult(OWN_CHECK, RunState.RAN, (problem,), 0.0)
+    return replace(done, result=replace(result, results=(*result.results, own)))
+
+
+def _log_outcome(log: logging.Logger, node: str, the_plan: Plan, executed: Executed, done: Conclusion) -> None:
+    decision = done.decision
+    if done.applied:
+        log.warning("node %s: %s (%s)", node, decision.action.value, decision.reason or decision.explanation)
+    elif done.state.pending is not None and not executed.rehearsed:
+        log.warning("node %s: %s is pending: %s", node, done.state.pending.action.value, done.state.pending.error)
+    held_why = executed.lost or the_plan.held_why
+    if held_why:
+        log.error(
+            "DRAIN_HELD on %s: %s would be %s, held back: %s", node, decision.reason, decision.intended.value, held_why
+        )
+
+
+def _settle(
+    engine: Engine,
+    the_plan: Plan,
+    executed: Executed,
+    done: Conclusion,
+    store: AckStore,
+    errors: list[str],
+    read: PolicyRead,
+    *,
+    dry: bool,
+    aside: bool,
+) -> PassOutcome:
+    """Save what the pass leaves behind and build its outcome (the sinks take it from there).
+
+    The policy state that cannot be saved is kept for this process's next pass, and
+    marked unsaved for the others (healthd.store.policymemory).
+    """
+    config = engine.config
+    errors.extend(the_plan.errors)
+    if executed.error:
+        errors.append(executed.error)
+    saved = False
+    try:
+        engine.state.file(POLICY_STATE).save(done.state.to_dict())
+        saved = True
+        if not dry:
+            store.save(the_plan.acks)
+    except StateError as exc:
+        errors.append(str(exc))
+    engine.policy_memory.saved(done.state, read.loaded, saved)
+    if saved == read.marked:
+        mark_unsaved(engine.state, not saved)
+    errors.extend(store.problems)
+    node = the_plan.node
+    pending = done.state.pending is not None and not dry
+    report = ActionSection(
+        decision=done.decision,
+        node_state=node.state_text if node else None,
+        node_reason=node.reason if node else None,
+        applied=done.applied,
+        held=done.decision.action is Action.HOLD,
+        pending=pending,
+        next_retry=done.state.pending.next_try if pending and done.state.pending else None,
+        dry_run=dry,
+        slurm_enabled=config.slurm.enabled,
+        acknowledged=the_plan.acknowledged,
+        errors=tuple(errors),
+        steps=tuple(step.value for step in (executed.would if dry else executed.done)),
+    )
+    return _finish(engine, done.result, report, done.state, node, aside=aside)
+
+
+def _finish(
+    engine: Engine,
+    result: PassResult,
+    report: ActionSection,
+    state: Optional[PolicyState],
+    node: Optional[NodeInfo] = None,
+    *,
+    aside: bool = False,
+) -> PassOutcome:
+    from healthd.cli.render import pass_to_dict
+
+    errors = list(report.errors) + engine.state.drain_problems()
+    report = replace(report, errors=tuple(errors))
+    document = pass_to_dict(result, {"action": report.to_dict()})
+    try:
+        engine.state.file(OTHER_PASS if aside else LAST_PASS).save(document)
+    except StateError as exc:
+        report = replace(report, errors=(*report.errors, str(exc)))
+        document["action"] = report.to_dict()
+    return PassOutcome(result=result, action=report, state=state or PolicyState(), document=document, node=node)

@@ -1,0 +1,175 @@
+"""The circuit breaker's arithmetic: how many nodes of a partition healthd may hold out, and who keeps a place.
+
+Pure functions over ``PartitionView`` (healthd.slurm.nodestate), used by the policy
+before a take-out (``over_limit``) and by ``healthd.slurm.execute`` after the drain
+(``breaker_confirm``). docs/policy.md, "Circuit breaker", explains the design.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
+
+from healthd.plan.spread import jitter
+from healthd.slurm.hostlist import expand
+from healthd.slurm.nodestate import NodeGroup, PartitionView
+from healthd.slurm.reasons import owned, place_stamp, reason_code
+
+if TYPE_CHECKING:
+    from healthd.config.models import PolicySettings
+
+# Reading the partitions again while the circuit breaker holds: 30 s doubling up to
+# 10 min, stretched by a stable per-node factor of 0.75-1.25 (healthd.plan.spread) so the
+# nodes of a mass failure do not all ask slurmctld at the same moment.
+BREAKER_BASE = 30.0
+BREAKER_MAX = 600.0
+
+
+@dataclass(frozen=True)
+class BreakerHold:
+    """The circuit breaker held this node back; its partitions are read again at ``next_check``."""
+
+    why: str
+    since: float
+    attempts: int
+    next_check: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"why": self.why, "since": self.since, "attempts": self.attempts, "next_check": self.next_check}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BreakerHold:
+        return cls(
+            why=str(data.get("why", "")),
+            since=float(data.get("since", 0.0)),
+            attempts=int(data.get("attempts", 0)),
+            next_check=float(data.get("next_check", 0.0)),
+        )
+
+
+def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
+    """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason.
+
+    ``groups`` are sinfo's lines for those partitions (``SlurmClient.partitions``);
+    only the groups out with a healthd reason have their host lists expanded. Each
+    such node's reason code goes into ``codes`` (``reasons.reason_code``).
+    """
+    sizes: dict[str, int] = {}
+    outs: dict[str, list[tuple[bool, float, str]]] = {}
+    codes: dict[str, list[tuple[str, str]]] = {}
+    for group in groups:
+        if group.partition not in partitions:
+            continue
+        sizes[group.partition] = sizes.get(group.partition, 0) + group.count
+        if group.out and owned(group.reason, prefix):
+            # A reason with no readable time sorts last: it never takes a place from a stamped one.
+            # A taken-out node keeps the stamp of the drain that won its place (reasons.with_place).
+            stamp = place_stamp(group.reason)
+            when = stamp if stamp is not None else group.reason_time if group.reason_time is not None else float("inf")
+            names = expand(group.nodelist)
+            outs.setdefault(group.partition, []).extend((not group.down, when, n) for n in names)
+            code = reason_code(group.reason, prefix)
+            codes.setdefault(group.partition, []).extend((n, code) for n in names if code)
+    return {
+        p: PartitionView(p, size, tuple(sorted(outs.get(p, []))), tuple(sorted(codes.get(p, []))))
+        for p, size in sizes.items()
+    }
+
+
+def recent(when: float, since: Optional[float]) -> bool:
+    """Whether a node out since ``when`` still holds a place: taken out at or after ``since`` (None: always).
+
+    A node whose reason has no readable time (``when`` infinite) always holds one.
+    """
+    return since is None or when >= since
+
+
+def shared_codes(node: str, views: Mapping[str, PartitionView]) -> frozenset[str]:
+    """The reason codes of the other nodes out with a healthd reason in ``node``'s partitions."""
+    return frozenset(code for view in views.values() for name, code in view.codes if name != node)
+
+
+def out_by_healthd(node: str, views: Mapping[str, PartitionView]) -> bool:
+    """Whether ``node`` is out with a healthd reason in these views (it is in at least one's ``out``)."""
+    return any(node == name for view in views.values() for *_, name in view.out)
+
+
+def allowed_out(size: int, fraction: float) -> int:
+    """How many nodes of a ``size``-node partition healthd may hold out at once: always at least one.
+
+    The limit is a fraction of the whole partition, this node included
+    (docs/policy.md: 10% of 100 nodes is 10). The epsilon keeps a product such as
+    0.29 * 100 = 28.999999999999996 from flooring to 28.
+    """
+    return max(1, math.floor(fraction * size + 1e-9))
+
+
+def _breaker_text(view: PartitionView, count: int, limit: int, settings: PolicySettings) -> str:
+    return (
+        f"partition {view.name}: {count} of its {view.size} nodes taken out by healthd in the last "
+        f"{settings.breaker_window:g}s; the limit is {limit} "
+        f"([policy].max_out_fraction = {settings.max_out_fraction:g})"
+    )
+
+
+def over_limit(
+    node: str, views: Mapping[str, PartitionView], settings: PolicySettings, now: Optional[float] = None
+) -> str:
+    """Before acting: why taking ``node`` out would break the limit, or "".
+
+    ``views`` are the node's partitions as read before acting, at ``now`` (None: count
+    every node out, however long ago). The node is held when, in any of them, the
+    nodes other than itself that healthd took out within ``[policy].breaker_window``
+    fill ``allowed_out``: a wave, not a backlog of nodes waiting for hardware work.
+    Several nodes may pass this check at the same moment; ``breaker_confirm`` settles
+    that after the drain, by slurmctld's clock alone.
+    """
+    since = None if now is None else now - settings.breaker_window
+    for view in sorted(views.values(), key=lambda v: v.name):
+        limit = allowed_out(view.size, settings.max_out_fraction)
+        others = sum(1 for _, when, out in view.out if out != node and recent(when, since))
+        if others >= limit:
+            return _breaker_text(view, others, limit, settings)
+    return ""
+
+
+def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: PolicySettings) -> str:
+    """After draining ``node``, whether it keeps its place: "" if so, else why it must resume itself.
+
+    ``views`` are read at least ``[policy].breaker_settle`` seconds after the drain.
+    The nodes out by healthd take their places in ``PartitionView`` order: nodes
+    already DOWN first (a DOWN is sent only after a node kept its place, and it
+    stamps the reason again), then by the time slurmctld stamped the reason, then
+    by name. A node past the limit in any partition loses. Why this holds however
+    many nodes drain at once, with Slurm as the only shared state: take the kept
+    node that is last in that order; every other kept node drained before its read
+    (a drain sent after the read is stamped in a later second, because the settle
+    time exceeds the stamps' one-second resolution), so it saw them all ahead of
+    itself and would have lost had they filled the limit. A node missing from the
+    list (its drain was overtaken) loses.
+    Only the nodes ahead whose drain was stamped no more than ``[policy].breaker_window``
+    before this node's own drain stamp count: the limit then holds for every span of
+    that length (docs/policy.md, "Why the limit holds"), a backlog of old take-outs
+    does not fill it, and the window is measured by slurmctld's clock alone.
+    """
+    for name, view in sorted(views.items()):
+        limit = allowed_out(view.size, settings.max_out_fraction)
+        order = [(when, out) for _, when, out in view.out]
+        mine = [when for when, out in order if out == node]
+        if not mine:
+            return f"partition {name}: this node is not out with a healthd reason after the drain"
+        own = mine[0]
+        since = own - settings.breaker_window if own != float("inf") else None
+        ahead = order[: [out for _, out in order].index(node)]
+        counted = sum(1 for when, _ in ahead if recent(when, since))
+        if counted >= limit:
+            return _breaker_text(view, counted + 1, limit, settings) + f"; {node} drained after {limit} other(s)"
+    return ""
+
+
+def next_hold(previous: Optional[BreakerHold], why: str, now: float, node: str) -> BreakerHold:
+    """The hold after the breaker held ``node`` back (again): when to read its partitions next."""
+    attempts = (previous.attempts if previous else 0) + 1
+    delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * jitter(node)
+    return BreakerHold(why, previous.since if previous else now, attempts, now + delay)

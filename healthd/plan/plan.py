@@ -1,0 +1,484 @@
+"""Plan one pass: checks' results, remembered state and what Slurm said go in; one decision and its writes come out.
+
+Pure: no I/O. ``plan`` may answer with a ``Read`` instead of a ``Plan``: the
+pipeline (``healthd.cycle.pipeline``) has ``healthd.slurm.execute`` make that read and plans
+again with what it found. So every Slurm read is one the policy asked for: the
+node when the pass may act on it, then its partitions when a take-out must pass
+the circuit breaker; or both in one read when the pass's decision, as far as it
+is known before the node is read, is a take-out the breaker must pass. That read
+covers every partition (docs/scale.md, "Why the node's partitions are not
+remembered").
+``conclude`` turns what ``execute`` did with the plan's steps into the state to
+remember and the pass as reported.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
+
+from healthd.model import CheckResult, Finding, PassResult, RunState, Status
+from healthd.plan.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge, widest
+from healthd.plan.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, shared_codes
+from healthd.plan.policy import (
+    ACTING,
+    BACKOFF_MAX,
+    ORDINARY_PASS,
+    TAKING_OUT,
+    Action,
+    Coverage,
+    Decision,
+    GpuReset,
+    PolicyState,
+    RebootRequest,
+    acknowledged_by_resume,
+    after_apply,
+    after_failure,
+    breaker_held,
+    circuit_breaker,
+    decide,
+    needs_node,
+    reset_target,
+    settle_own_resume,
+    skips_breaker,
+    top_cause,
+    waiting,
+)
+from healthd.slurm.nodestate import NodeInfo, PartitionView
+from healthd.slurm.reasons import owned, reason_head
+
+if TYPE_CHECKING:
+    from healthd.config.models import EscalationSettings, PolicySettings
+
+
+class Read(enum.Enum):
+    """A Slurm read the plan needs before it can decide."""
+
+    NODE = "node"  # the node's own state
+    PARTITIONS = "partitions"  # the node's partitions, for the circuit breaker
+    NODE_AND_PARTITIONS = "node and partitions"  # both, from one sinfo (docs/scale.md)
+
+
+_NODE_READS = frozenset({Read.NODE, Read.NODE_AND_PARTITIONS})
+_PARTITION_READS = frozenset({Read.PARTITIONS, Read.NODE_AND_PARTITIONS})
+
+
+class Step(enum.Enum):
+    """One write to Slurm, in the order ``execute`` sends them."""
+
+    DRAIN = "drain"
+    CONFIRM = "confirm"  # the circuit breaker's read-after-write (breaker.breaker_confirm)
+    DOWN = "down"
+    RESUME = "resume"
+    REBOOT = "reboot"  # a plain ``scontrol reboot``: Slurm reboots the drained node once its jobs end
+    RESET = "reset"  # a GPU reset (healthd.cycle.gpureset) on a drained, idle node: not a Slurm write
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What Slurm answered this pass; each read was asked for by a plan."""
+
+    asked: frozenset[Read] = frozenset()
+    node: Optional[NodeInfo] = None
+    views: Optional[Mapping[str, PartitionView]] = None
+    errors: tuple[str, ...] = ()
+
+    @property
+    def node_asked(self) -> bool:
+        return bool(self.asked & _NODE_READS)
+
+    @property
+    def partitions_asked(self) -> bool:
+        return bool(self.asked & _PARTITION_READS)
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything a plan is made from. ``result`` is the checks' pass before acknowledgements."""
+
+    result: PassResult
+    state: PolicyState
+    acks: tuple[Ack, ...]
+    observed: Observed
+    now: float
+    partial: bool
+    slurm_enabled: bool
+    dry_run: bool
+    repeats: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    boot_id: str = ""  # this boot's id ("" when unreadable): tells a reboot asked for from one done
+    coverage: Coverage = ORDINARY_PASS  # which checks ran, of the active ones (policy.Coverage)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The decision and the writes that carry it out.
+
+    ``state`` is what to remember once every step succeeded (or when there are
+    none); ``interrupted`` is saved before the first write, so a pass killed in the
+    middle leaves its next pass a pending action (and an unconfirmed drain) to
+    finish, and knows of a RESUME it may have sent (``resume_sent``) and of a GPU
+    reset it may have started (``reset_tried``). ``unasked``
+    says why Slurm was not asked this pass, if it was not; ``errors`` are the reads
+    that failed. ``reboot`` is the request to remember once
+    the REBOOT step went through.
+    """
+
+    result: PassResult
+    decision: Decision
+    steps: tuple[Step, ...]
+    node: Optional[NodeInfo]
+    state: PolicyState
+    interrupted: Optional[PolicyState]
+    acks: tuple[Ack, ...]
+    acknowledged: tuple[FindingRef, ...]
+    held_why: str
+    unasked: str
+    errors: tuple[str, ...]
+    reboot: Optional[RebootRequest] = None
+    reset: Optional[GpuReset] = None
+    # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
+    uncounted: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Executed:
+    """What ``execute`` did with a plan's steps.
+
+    ``lost`` is set when the circuit breaker's confirmation gave the node's place
+    back (the node was resumed); ``error`` when a write failed; ``rehearsed`` when
+    it was a dry run, with ``would`` the steps it would have sent. ``reset`` is a
+    GPU reset's outcome (``gpureset.ResetOutcome`` value) and ``reset_message`` why.
+    """
+
+    done: tuple[Step, ...] = ()
+    lost: str = ""
+    error: str = ""
+    rehearsed: bool = False
+    would: tuple[Step, ...] = ()
+    reset: str = ""
+    reset_message: str = ""
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """The pass as reported and the policy state to save."""
+
+    result: PassResult
+    decision: Decision
+    state: PolicyState
+    applied: bool
+
+
+def held_finding(node: str, why: str) -> CheckResult:
+    """The policy's CRITICAL ``DRAIN_HELD``: a take-out the circuit breaker held back is a fault to see."""
+    finding = Finding(POLICY_CHECK, Status.CRITICAL, "DRAIN_HELD", node, f"not taken out (circuit breaker): {why}")
+    return CheckResult(check=POLICY_CHECK, state=RunState.RAN, findings=(finding,), duration_seconds=0.0)
+
+
+def _with_held(result: PassResult, why: str) -> PassResult:
+    return replace(result, results=(*result.results, held_finding(result.node, why))) if why else result
+
+
+@dataclass(frozen=True)
+class _Breaker:
+    decision: Decision
+    state: PolicyState
+    held_why: str
+    node: Optional[NodeInfo]
+    confirm: bool = False
+    undo: bool = False
+
+
+def _breaker(
+    decision: Decision, state: PolicyState, s: Situation, settings: PolicySettings, prefix: str
+) -> Union[Read, _Breaker]:
+    """The circuit breaker's part of the plan (docs/policy.md, "Circuit breaker").
+
+    Before a take-out it asks for the node's partitions, unless a hold is still
+    backing off. A drain that an earlier pass left unconfirmed is confirmed now
+    (and undone if it lost its place). ``node`` comes back None when a read the
+    breaker needed failed: then nothing is acted on. A node held back keeps no
+    repair (``policy.breaker_held``).
+    """
+    node, observed = s.observed.node, s.observed
+    acting = s.slurm_enabled and not s.dry_run
+    if node is None or decision.intended not in TAKING_OUT:
+        return _Breaker(decision, replace(state, held=None), "", node)
+    ours = node.drained and owned(node.reason, prefix)
+    if ours and state.unconfirmed and acting:
+        if observed.views is None:
+            return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
+        why = breaker_confirm(node.name, observed.views, settings)
+        if why:
+            held = replace(decision, action=Action.HOLD, explanation=why)
+            # The undo puts the node back in service: healthd then has nothing out, and the causes
+            # that ``decide`` added (it read the node drained with healthd's reason) must not be
+            # remembered, or the next pass would take this RESUME for an administrator's.
+            undone = replace(breaker_held(state, why, s.now, node.name), unconfirmed=False, took_out=())
+            return _Breaker(held, undone, why, node, undo=True)
+        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+    if ours or decision.action not in TAKING_OUT:
+        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+    hold = _backing_off(state, s.now)
+    if hold is not None:
+        explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
+        held = replace(decision, action=Action.HOLD, explanation=explanation)
+        return _Breaker(held, replace(state, pending=None, repair=None), hold.why, node)
+    if observed.views is None:
+        return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
+    decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
+    if why:
+        return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
+    # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
+    binding = any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in observed.views.values())
+    return _Breaker(decision, replace(state, held=None), "", node, confirm=binding)
+
+
+def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
+    """The breaker's hold while it keeps the node back without reading its partitions again (breaker.next_hold)."""
+    hold = state.held
+    return hold if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25) else None
+
+
+# ``decide`` with this pass's settings bound: a result, a policy state and the node go in.
+_Judge = Callable[[PassResult, PolicyState, Optional[NodeInfo]], tuple[Decision, PolicyState]]
+
+
+def _first_read(s: Situation, judge: _Judge) -> Read:
+    """The pass's first read: the node alone, or the node with its partitions when the breaker will need them.
+
+    The breaker is consulted for a take-out of a node that is not already out with
+    healthd's reason, and to confirm a drain an earlier pass left unconfirmed. The
+    decision is guessed as ``decide`` makes it without the node; a node out
+    with healthd's reason (``took_out``), one the last read found out by another's
+    hand or left alone (``skips_breaker``) or held within its backoff needs no
+    partitions. The guess only sets the cost: when the node turns out otherwise,
+    ``_breaker`` asks for ``Read.PARTITIONS`` as before, and a combined read not
+    needed answers for the node all the same. One combined read is two RPCs
+    where the node read and the breaker read were four (docs/scale.md).
+    """
+    state = s.state
+    if _backing_off(state, s.now) is not None:
+        return Read.NODE
+    if state.unconfirmed:
+        return Read.NODE_AND_PARTITIONS
+    if state.took_out or state.skips_breaker:
+        return Read.NODE
+    decision, _ = judge(apply_acks(s.result, s.acks)[0], state, None)
+    return Read.NODE_AND_PARTITIONS if decision.action in TAKING_OUT else Read.NODE
+
+
+def _remember(state: PolicyState, node: NodeInfo, now: float, prefix: str) -> PolicyState:
+    """What a read of the node teaches the next passes: when it was read, and whether it skips the breaker."""
+    return replace(state, last_read=now, skips_breaker=skips_breaker(node, prefix))
+
+
+def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
+    """The writes for ``decision``.
+
+    A reboot is DRAIN then a plain reboot, never ASAP or a nextstate: on 22.05 those
+    lose the DRAIN when the node registers again, and the node must stay out until
+    a clean pass (docs/slurm.md, "Reboot requests"). Taking out now is DRAIN then
+    DOWN: DRAIN first so no new job can land on the node, DOWN to kill (and requeue,
+    where allowed) the running jobs. DOWN alone is not durable: with ReturnToService=2
+    the node returns when slurmd re-registers, but the DRAIN flag and its reason
+    survive that. The breaker's CONFIRM sits
+    between the two, so a node that loses its place never has its jobs killed.
+    """
+    if breaker.undo:
+        return (Step.RESUME,)
+    if decision.action not in ACTING:
+        return ()
+    if decision.action is Action.RESUME:
+        return (Step.RESUME,)
+    steps: list[Step] = []
+    if not (node.drained and reason_head(node.reason) == reason_head(decision.reason)):
+        steps.append(Step.DRAIN)
+    if breaker.confirm:
+        steps.append(Step.CONFIRM)
+    if decision.action is Action.TAKE_OUT_NOW:
+        steps.append(Step.DOWN)
+    if decision.action is Action.REBOOT:
+        steps.append(Step.REBOOT)
+    return tuple(steps)
+
+
+def plan(
+    s: Situation,
+    settings: PolicySettings,
+    prefix: str,
+    reconcile_interval: float,
+    escalation: Optional[EscalationSettings] = None,
+    reboot: bool = False,
+    reset: bool = False,
+) -> Union[Read, Plan]:
+    """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
+    state, acks, observed = s.state, s.acks, s.observed
+    # The findings that took the node out, under their keys of this pass (acks.adopted).
+    state = replace(state, took_out=widest(adopted(r, s.result) for r in state.took_out))
+
+    shared = _shared(s)
+    repeats = {key: count for key, count in s.repeats.items() if key not in shared}
+
+    def judge(result: PassResult, state: PolicyState, node: Optional[NodeInfo]) -> tuple[Decision, PolicyState]:
+        return decide(
+            result,
+            state,
+            node,
+            settings,
+            prefix,
+            partial=s.partial,
+            repeats=repeats,
+            escalation=escalation,
+            reboot=reboot,
+            boot_id=s.boot_id,
+            coverage=s.coverage,
+        )
+
+    unasked = ""
+    if not s.slurm_enabled:
+        unasked = "Slurm actions disabled ([slurm].enabled = false)"
+    elif state.pending is not None and waiting(state.pending.next_try, s.now, BACKOFF_MAX):
+        unasked = f"backing off after: {state.pending.error}"
+    elif not observed.node_asked and needs_node(
+        apply_acks(s.result, acks)[0], state, settings, s.now, reconcile_interval
+    ):
+        return _first_read(s, judge)
+    node = observed.node
+    acknowledged: tuple[FindingRef, ...] = ()
+    if node is not None:
+        state = settle_own_resume(_remember(state, node, s.now, prefix), node, prefix)
+        acknowledged = acknowledged_by_resume(state, node)
+        if acknowledged and not s.dry_run:
+            # An administrator put the node back: that acknowledges its findings, and ends a repair.
+            acks = merge(acks, acknowledged, s.now, "slurm-resume")
+            state = replace(state, took_out=(), repair=None, reboot=None, repair_ended=False)
+    result, kept = apply_acks(s.result, acks)
+    decision, new_state = judge(result, state, node)
+    breaker = _breaker(decision, new_state, s, settings, prefix)
+    if isinstance(breaker, Read):
+        return breaker
+    decision, new_state, node = breaker.decision, breaker.state, breaker.node
+    steps: tuple[Step, ...] = ()
+    interrupted: Optional[PolicyState] = None
+    request: Optional[RebootRequest] = None
+    gpu_reset: Optional[GpuReset] = None
+    if s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo):
+        if node is None:
+            why = unasked or (observed.errors[-1] if observed.errors else "node state not read")
+            new_state = after_failure(new_state, decision, why, s.now, observed.node_asked)
+        else:
+            steps = _steps(decision, node, breaker)
+            if Step.REBOOT in steps:
+                top = top_cause(result, decision)
+                request = RebootRequest(s.boot_id, s.now, decision.reason, top.key if top else "")
+            if breaker.undo:
+                # Killed before the undo is known to be through: the next pass confirms or undoes again.
+                interrupted = replace(new_state, unconfirmed=True, resume_sent=True)
+            elif steps:
+                cut_short = after_failure(new_state, decision, "not confirmed: interrupted while sending", s.now, True)
+                # A pass killed after the reboot was asked for must still know it was, and one killed
+                # after a RESUME that it may have been (settle_own_resume).
+                interrupted = replace(
+                    cut_short,
+                    unconfirmed=cut_short.unconfirmed or breaker.confirm,
+                    reboot=request or cut_short.reboot,
+                    resume_sent=Step.RESUME in steps,
+                )
+
+    if reset and s.slurm_enabled and not s.dry_run and not steps and not breaker.undo:
+        gpu_reset = reset_target(result, decision, new_state, node, prefix)
+        if gpu_reset is not None:
+            steps = (Step.RESET,)
+            # The try is spent before nvidia-smi starts: a pass killed during the reset (slurmd's
+            # 60 s kill of the hook) must not leave its next pass a reset to start again.
+            interrupted = _reset_tried(new_state, gpu_reset)
+    return Plan(
+        result=_with_held(result, breaker.held_why),
+        decision=decision,
+        steps=steps,
+        node=node,
+        state=new_state,
+        interrupted=interrupted,
+        acks=kept,
+        acknowledged=acknowledged,
+        held_why=breaker.held_why,
+        unasked=unasked,
+        errors=observed.errors,
+        reboot=request,
+        reset=gpu_reset,
+        uncounted=held_raises(s.repeats, breaker.held_why) or shared,
+    )
+
+
+def _shared(s: Situation) -> dict[str, str]:
+    """The hardware faults of this pass (by key) whose code other nodes of the node's partitions are out for.
+
+    Such a raise is a shared fault (a switch, a driver rollout), not this node's repeat:
+    it does not escalate and is not counted (docs/escalation.md).
+    """
+    views = s.observed.views
+    if not views or not s.repeats:
+        return {}
+    codes = shared_codes(s.result.node, views)
+    return {
+        f.key: f"other nodes of the partition were out for {f.code}"
+        for f in s.result.findings
+        if f.key in s.repeats and f.code in codes
+    }
+
+
+def held_raises(repeats: Mapping[str, tuple[str, int]], why: str) -> dict[str, str]:
+    """Every hardware fault of a pass the circuit breaker held back: none of their raises counts."""
+    return dict.fromkeys(repeats, f"the circuit breaker held the node back: {why}") if why else {}
+
+
+def _reset_tried(state: PolicyState, gpu_reset: GpuReset) -> PolicyState:
+    return replace(state, reset_tried=(*state.reset_tried, gpu_reset.key))
+
+
+def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: float) -> Conclusion:
+    """The state to remember and the pass to report, once ``execute`` has run the plan's steps.
+
+    A dry run remembers only the hysteresis counters and what the node's read showed
+    (when, whether it skips the breaker): no pending action, no acknowledgement, nothing about
+    Slurm that was not done.
+    """
+    decision, state, result = the_plan.decision, the_plan.state, the_plan.result
+    if executed.rehearsed:
+        kept = replace(
+            previous,
+            fail_streaks=state.fail_streaks,
+            unknown_streaks=state.unknown_streaks,
+            clean_streak=state.clean_streak,
+            last_read=state.last_read,
+            skips_breaker=state.skips_breaker,
+        )
+        return Conclusion(result, decision, kept, applied=False)
+    if the_plan.reset is not None:
+        # One try per finding: the next pass checks the GPU again, whatever the outcome.
+        return Conclusion(result, decision, _reset_tried(state, the_plan.reset), applied=False)
+    if not the_plan.steps:
+        return Conclusion(result, decision, state, applied=False)
+    if executed.error:
+        failed = after_failure(state, decision, executed.error, now, attempted=True)
+        # A failed undo (a RESUME for a HOLD) leaves the node holding a place it lost: confirm it again.
+        undo = Step.RESUME in the_plan.steps and decision.action is not Action.RESUME
+        unconfirmed = failed.unconfirmed or Step.CONFIRM in the_plan.steps or undo
+        # A RESUME that failed may still have reached slurmctld (a timeout, a lost answer).
+        resume_sent = failed.resume_sent or Step.RESUME in the_plan.steps
+        return Conclusion(
+            result, decision, replace(failed, unconfirmed=unconfirmed, resume_sent=resume_sent), applied=False
+        )
+    if executed.lost:
+        held = replace(decision, action=Action.HOLD, explanation=executed.lost)
+        node = the_plan.node.name if the_plan.node else result.node
+        state = replace(breaker_held(state, executed.lost, now, node), unconfirmed=False)
+        return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
+    # A node healthd just resumed is in service: the read that found it out no longer describes it.
+    skips = state.skips_breaker and Step.RESUME not in executed.done
+    applied = replace(after_apply(state, decision), unconfirmed=False, skips_breaker=skips)
+    if the_plan.reboot is not None and Step.REBOOT in executed.done:
+        applied = replace(applied, reboot=the_plan.reboot)
+    return Conclusion(result, decision, applied, decision.action in ACTING)

@@ -1,0 +1,183 @@
+"""Carry a plan out through Slurm: the only code that calls the Slurm adapter.
+
+``observe`` makes the reads a plan asks for; ``execute`` sends the plan's writes
+in order and stops at the first that fails; ``rehearse`` is the dry run's
+execute: it records that nothing was sent. Slurm trouble never raises from here:
+it comes back as an error text for the plan to keep pending.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Optional
+
+from healthd.plan.breaker import breaker_confirm, group_views, out_by_healthd
+from healthd.plan.plan import Executed, Observed, Plan, Read, Step
+from healthd.plan.policy import GpuReset
+from healthd.slurm.adapter import SlurmClient, SlurmError, node_in_groups
+from healthd.slurm.hostlist import HostlistError
+from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
+from healthd.slurm.reasons import place_stamp, with_place
+
+if TYPE_CHECKING:
+    from healthd.config.models import Config
+    from healthd.cycle.gpureset import ResetMarks
+
+
+def observe(
+    client: SlurmClient,
+    read: Read,
+    node: str,
+    observed: Observed,
+    prefix: str,
+    *,
+    boot_time: bool = False,
+) -> Observed:
+    """Make ``read`` for ``node`` and add its answer (or its error) to ``observed``.
+
+    The node is read alone (``SlurmClient.node``), or with its boot time when
+    ``boot_time`` asks for it (``show_node``: the whole table, see docs/scale.md);
+    the breaker's read covers only the node's partitions. Both at once are one
+    sinfo of every partition's groups, which holds the node's own state too
+    (``read_node_and_views``).
+    """
+    asked = observed.asked | {read}
+    try:
+        if read is Read.NODE_AND_PARTITIONS and not boot_time:
+            info, views = read_node_and_views(client, node, prefix)
+            return replace(observed, asked=asked, node=info, views=views)
+        if read is not Read.PARTITIONS:
+            info = client.show_node(node) if boot_time else client.node(node)
+            observed = replace(observed, asked=asked, node=info)
+            if read is Read.NODE:
+                return observed
+        partitions = observed.node.partitions if observed.node else ()
+        return replace(observed, asked=asked, views=read_views(client, partitions, prefix))
+    except SlurmError as exc:
+        return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
+
+
+def read_node_and_views(client: SlurmClient, name: str, prefix: str) -> tuple[NodeInfo, dict[str, PartitionView]]:
+    """The node and the breaker's view of its partitions from one sinfo of every partition (``SlurmClient.all_groups``).
+
+    Every partition, not the ones the node was last seen in: slurmctld packs the
+    whole node table for ``sinfo -p`` too, and a partition the node has just joined
+    must count (docs/scale.md). A node in no partition is in no group:
+    ``show_node`` then answers for it (and says whether slurmctld knows it), and it
+    has no partition to count.
+    """
+    groups = client.all_groups()
+    info = node_in_groups(groups, name)
+    if info is None:
+        return client.show_node(name), {}
+    return info, _views(groups, info.partitions, prefix)
+
+
+def _views(groups: list[NodeGroup], partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:
+    try:
+        return group_views(groups, partitions, prefix)
+    except HostlistError as exc:
+        raise SlurmError(f"sinfo: {exc}") from None
+
+
+def read_views(client: SlurmClient, partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:
+    """The circuit breaker's view of ``partitions``: one sinfo over them, never the whole node table."""
+    return _views(client.partitions(partitions), partitions, prefix)
+
+
+def _confirm(
+    client: SlurmClient, name: str, partitions: tuple[str, ...], config: Config, sleep: Callable[[float], None]
+) -> tuple[str, Optional[float]]:
+    """The circuit breaker's read-after-write: after the settle time, may this drained node stay out?
+
+    Returns ("", the stamp of its drain) when it keeps its place (``breaker.breaker_confirm``);
+    otherwise it has been resumed here and the text says why. When the read fails the drain is
+    undone too: a node that cannot prove its place under the limit does not keep it.
+    Raises SlurmError when the undo fails (the plan's state keeps the drain
+    unconfirmed) or when the node no longer carries a healthd reason (someone
+    else's now: left alone).
+    """
+    sleep(config.policy.breaker_settle)
+    try:
+        views = read_views(client, partitions, config.slurm.reason_prefix)
+    except SlurmError as exc:
+        client.resume(name)
+        return f"could not confirm the drain against the circuit breaker ({exc}); put back", None
+    if not out_by_healthd(name, views):
+        raise SlurmError(f"node {name} no longer carries a healthd reason after the drain: left alone")
+    why = breaker_confirm(name, views, config.policy)
+    if why:
+        client.resume(name)
+    stamps = [when for view in views.values() for _, when, out in view.out if out == name and when != float("inf")]
+    return why, (stamps[0] if stamps else None)
+
+
+def execute(
+    plan: Plan,
+    client: SlurmClient,
+    config: Config,
+    sleep: Callable[[float], None] = time.sleep,
+    *,
+    resets: Optional[ResetMarks] = None,
+    deadline: Optional[float] = None,
+) -> Executed:
+    """Send the plan's steps; a failed write ends the sequence (the rest would act on a guess).
+
+    A GPU reset needs ``resets``, the resets any process may still run, and ends by
+    ``deadline`` (``time.monotonic``), if given.
+    """
+    done: list[Step] = []
+    node = plan.node
+    if node is None:
+        return Executed()
+    if plan.reset is not None:
+        if resets is None:
+            raise ValueError("a GPU reset needs the record of running resets")
+        return _reset(plan.reset, node, config, resets, deadline)
+    name, reason = node.name, plan.decision.reason
+    # The drain that holds the node's place: confirmed now, or one of an earlier pass. Every write
+    # that sets the reason carries it: slurmctld stamps the reason again, and without the stamp a
+    # node that holds its place would order behind nodes that drained after it (breaker_confirm).
+    place = place_stamp(node.reason) if node.drained else None
+    place = place if place is not None else node.reason_time if node.drained else None
+    try:
+        for step in plan.steps:
+            if step is Step.DRAIN:
+                # A node already out with healthd's reason (plan._steps drains it only to update the
+                # reason) keeps its place; a new drain has none until its CONFIRM.
+                client.drain(name, _placed(reason, place))
+            elif step is Step.CONFIRM:
+                lost, place = _confirm(client, name, node.partitions, config, sleep)
+                if lost:
+                    return Executed(tuple(done), lost=lost)
+            elif step is Step.DOWN:
+                client.down(name, _placed(reason, place))
+            elif step is Step.REBOOT:
+                # Plain: the DRAIN just sent keeps the node out through the reboot (plan._steps).
+                client.reboot(name, _placed(reason, place), nextstate=None, asap=False)
+            else:
+                client.resume(name)
+            done.append(step)
+    except SlurmError as exc:
+        return Executed(tuple(done), error=str(exc))
+    return Executed(tuple(done))
+
+
+def _placed(reason: str, place: Optional[float]) -> str:
+    return with_place(reason, place) if place is not None else reason
+
+
+def _reset(gpu: GpuReset, node: NodeInfo, config: Config, resets: ResetMarks, deadline: Optional[float]) -> Executed:
+    """A GPU reset, through ``healthd.cycle.gpureset`` (which checks the node and the GPU's processes again)."""
+    from healthd.cycle.gpureset import ResetSettings, reset_gpu
+
+    settings = ResetSettings(nvidia_smi=config.remediation.nvidia_smi)
+    outcome = reset_gpu(gpu.pci, node=node, marks=resets, settings=settings, deadline=deadline)
+    done = (Step.RESET,) if outcome.done else ()
+    return Executed(done, reset=outcome.outcome.value, reset_message=outcome.message)
+
+
+def rehearse(plan: Plan) -> Executed:
+    """The dry run's execute: records the steps it would have sent, sends nothing."""
+    return Executed(would=plan.steps, rehearsed=True)

@@ -1,0 +1,1 @@
+"""Durable state in the state directory: its trust rule, lock, atomic files, history, acks and policy memory."""

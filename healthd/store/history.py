@@ -1,0 +1,1018 @@
+"""The node's history: finding transitions, Slurm actions, acks, boots and reboots, in ``state_dir/history.sqlite``.
+
+One SQLite database per node (stdlib ``sqlite3``), written by whichever healthd
+process holds the state-directory lock (daemon, hook, ``healthd ack``) and read
+by anyone without it (``healthd history``; WAL readers never block the writer).
+A writer opens the store under the lock, records, and closes it before
+releasing the lock: the store is never kept open across passes, because a
+corrupt database is renamed aside, and SQLite must not have it open elsewhere
+then (sqlite.org/howtocorrupt.html, "unlinking or renaming a database file
+while in use").
+
+Durability. ``journal_mode=WAL`` with ``synchronous=NORMAL``: a commit appends
+its pages and a commit frame to the WAL with ``write(2)``; once ``write``
+returns the data is in the kernel's page cache, so killing the process (kill
+-9, the OOM killer, slurmd's SIGKILL of its HealthCheckProgram) at any moment
+loses nothing committed, and a transaction cut short has no valid commit frame
+and is ignored when the WAL is next read. Only a power loss or a kernel crash can
+lose the last transactions before a checkpoint, never corrupt the database
+(sqlite.org/pragma.html#pragma_synchronous, sqlite.org/wal.html). That is the
+right trade for a record written every five minutes.
+
+Faults. Nothing here raises into a pass: ``record_*`` and ``maintain`` catch
+every SQLite and file-system error and append a sentence to ``problems``,
+which the caller reports as an UNKNOWN finding (``problem_finding``). A corrupt
+database (not a database, a malformed page, a failed ``PRAGMA quick_check``) is
+renamed to ``history.sqlite.corrupt-<time>`` with its WAL (the newest
+``KEEP_CORRUPT`` kept), a new one is started, and its first event (``reset``)
+says why. A database path that is a symlink, not a regular file, owned by
+another user or writable by group or others is refused (history is then off
+for that process and the refusal is a problem), since the state directory is
+root's and a planted file there is an attack, not data.
+
+Transitions. ``record_pass`` compares the pass with the findings still open in
+the store: a finding not open is ``raised``; an open one whose status, message
+or details differ is ``changed``, except that a new ``details.event`` (a new
+Xid event on the same GPU) is a new ``raised``; an open finding that its
+check, having run, no longer reports is ``cleared``. A check that did not run
+to the end (timeout, crash, ``--only``) clears nothing: it saw nothing either
+way. A pass's transitions are one transaction: all or none.
+
+Units. Each finding event also carries ``unit``: the hardware it is about, so
+that a fault counted "on the same GPU" follows the GPU and not its index or
+slot. It is the ``uuid`` (or ``serial``) in the finding's details, else the
+UUID of the GPU that this boot's inventory lists at the PCI address in
+``pci_bus_id``, ``pci`` or the subject, else the subject (an IB port, a mount).
+A GPU swapped at the same address has a new UUID, so its counts start from zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import enum
+import json
+import math
+import os
+import re
+import sqlite3
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple, Optional, TypeVar
+
+from healthd.model import Device, Finding, PassResult, RunState, Status
+
+if TYPE_CHECKING:
+    from healthd.plan.acks import FindingRef
+
+DB_NAME = "history.sqlite"
+SCHEMA_VERSION = 1
+KEEP_DAYS = 180
+MAX_BYTES = 64 * 1024 * 1024
+KEEP_CORRUPT = 3  # corrupt databases kept for a post-mortem (`sqlite3 FILE .recover`); older ones removed
+MAINTENANCE_INTERVAL = 86400.0  # quick_check and retention run at most once a day
+PROBLEM_CODE = "HISTORY_PROBLEM"
+# Writers are serialised by the state lock, so a wait means a reader is recovering the
+# WAL after a crash: short. Never long enough to eat the hook's 60 s.
+BUSY_TIMEOUT_MS = 2000
+# Stored text is bounded so that one chatty finding cannot fill the size cap by itself.
+MESSAGE_LIMIT = 2000
+DETAILS_LIMIT = 8192
+# Size pruning deletes down to this fraction of the cap, so it does not run again at once.
+_PRUNE_TARGET = 0.8
+# SQLITE_CORRUPT and SQLITE_NOTADB (sqlite.org/rescode.html); `sqlite_errorcode` exists from Python 3.11.
+_CORRUPT_CODES = frozenset({11, 26})
+_CORRUPT_TEXT = ("malformed", "not a database")
+# Run states after which a check has said all it has to say: its unreported findings are cleared.
+_OBSERVED = frozenset({RunState.RAN, RunState.NOT_APPLICABLE, RunState.DISABLED})
+_PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?")
+
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    boot_id TEXT NOT NULL,
+    check_name TEXT NOT NULL,
+    code TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    status TEXT NOT NULL,
+    message TEXT NOT NULL,
+    details TEXT NOT NULL
+);
+CREATE INDEX events_at ON events (at);
+CREATE INDEX events_raised ON events (unit, code, at) WHERE kind = 'raised';
+CREATE TABLE open_findings (
+    key TEXT PRIMARY KEY,
+    check_name TEXT NOT NULL,
+    code TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    status TEXT NOT NULL,
+    message TEXT NOT NULL,
+    details TEXT NOT NULL,
+    event TEXT,
+    since REAL NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE boots (boot_id TEXT PRIMARY KEY, first_seen REAL NOT NULL, previous TEXT) WITHOUT ROWID;
+CREATE TABLE gpus (
+    boot_id TEXT NOT NULL,
+    pci_bus_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    uuid TEXT,
+    serial TEXT,
+    PRIMARY KEY (boot_id, pci_bus_id)
+) WITHOUT ROWID;
+"""
+
+T = TypeVar("T")
+_NONE: Mapping[str, str] = {}
+
+
+def _adopt_open(conn: sqlite3.Connection, result: PassResult) -> None:
+    """Open findings saved under a key that another check has adopted since (``CheckSpec.adopts``) take the new key.
+
+    The finding goes on where it was: a key that moved is not a fault cleared and a
+    new one raised (which would count as a repeat for escalation).
+    """
+    for (key,) in conn.execute("SELECT key FROM open_findings").fetchall():
+        new = result.current_key(key)
+        if new != key:
+            check = new.split("/", 1)[0]
+            conn.execute("UPDATE OR IGNORE open_findings SET key = ?, check_name = ? WHERE key = ?", (new, check, key))
+            conn.execute("DELETE FROM open_findings WHERE key = ?", (key,))
+
+
+class HistoryError(Exception):
+    """The history cannot be read; ``str()`` names the file and why (readers only: writers never raise)."""
+
+
+class _Corrupt(Exception):
+    """The database is not (or no longer) a usable healthd history: set it aside."""
+
+
+class Kind(enum.Enum):
+    """What an event records."""
+
+    RAISED = "raised"
+    CHANGED = "changed"
+    CLEARED = "cleared"
+    ACTION = "action"  # a Slurm action and its outcome
+    ACK = "ack"
+    BOOT = "boot"  # a boot id seen for the first time, with its GPU inventory
+    INVENTORY = "inventory"  # GPUs (or their ids) that a boot's first inventory lacked
+    REBOOT_REQUESTED = "reboot_requested"
+    REBOOT_DONE = "reboot_done"
+    REPAIRED = "repaired"  # hardware work done on a unit (`healthd ack --repaired`): its counts start again
+    RESET = "reset"  # this database replaced a corrupt one
+    JOB_START = "job_start"  # a job's prolog ran: ``subject`` the job id, ``details`` its user, GPUs, log position
+    JOB_XID = "job_xid"  # a kernel record that is one job's alone (``details``: job, user, boot, seq): at most once
+    JOB_END = "job_end"  # a job's epilog ran: ``details`` where the kernel log stood, or why nothing was attributed
+    # The raise recorded with it (same time, unit and code) is not counted for escalation:
+    # the circuit breaker held the node, or other nodes of its partition were out for the
+    # same code (``details.why``; docs/escalation.md).
+    UNCOUNTED = "uncounted"
+
+
+TRANSITIONS = frozenset({Kind.RAISED, Kind.CHANGED, Kind.CLEARED})
+
+
+def _fields(row: Any, **extra: Any) -> dict[str, Any]:
+    """A row's fields for JSON, with ``extra`` replacing or adding some."""
+    return {**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)}, **extra}
+
+
+class RebootPhase(enum.Enum):
+    REQUESTED = "requested"
+    DONE = "done"
+
+
+def _gpu_dict(gpu: Device) -> dict[str, Any]:
+    """A GPU of a boot's inventory for JSON; ``pci_bus_id`` (its ``address``) is its key within the boot."""
+    return {"index": gpu.index, "pci_bus_id": gpu.address, "uuid": gpu.uuid, "serial": gpu.serial}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One row of the history. Fields that do not apply to a kind are empty strings.
+
+    Finding transitions and acks: ``check``/``code``/``subject`` are the finding's
+    (``status`` its status, for ``cleared`` the one it had). Actions: ``code`` is the
+    action, ``subject`` the node, ``status`` the outcome, ``message`` the reason.
+    Boots and reboots: ``subject`` is the boot id concerned (for a reboot, the boot it
+    ends). ``boot_id`` is the boot that was current when the event was recorded.
+    """
+
+    id: int
+    at: float
+    kind: Kind
+    boot_id: str
+    check: str
+    code: str
+    subject: str
+    unit: str
+    status: str
+    message: str
+    details: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self, kind=self.kind.value, details=dict(self.details), time=iso_time(self.at))
+
+
+@dataclass(frozen=True)
+class OpenFinding:
+    """A finding the last recorded pass still reported, and since when."""
+
+    check: str
+    code: str
+    subject: str
+    unit: str
+    status: str
+    message: str
+    details: Mapping[str, Any]
+    event: Optional[str]
+    since: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.check}/{self.code}/{self.subject}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self, details=dict(self.details), since_time=iso_time(self.since))
+
+
+@dataclass(frozen=True)
+class Boot:
+    boot_id: str
+    first_seen: float
+    previous: Optional[str]
+    gpus: tuple[Device, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields(self, gpus=[_gpu_dict(g) for g in self.gpus], first_seen_time=iso_time(self.first_seen))
+
+
+@dataclass(frozen=True)
+class Maintenance:
+    """What a ``maintain`` run did: events deleted by age and by the size cap, and the file size after."""
+
+    deleted_by_age: int
+    deleted_by_size: int
+    size_bytes: int
+
+
+def read_boot_id(procfs: Path) -> str:
+    """This boot's id from ``<procfs>/sys/kernel/random/boot_id`` (proc(5)); "" when it cannot be read."""
+    try:
+        text = (procfs / "sys" / "kernel" / "random" / "boot_id").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ""
+    return text.strip()[:64]
+
+
+def iso_time(epoch: float) -> str:
+    return _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _is_corruption(exc: BaseException) -> bool:
+    if isinstance(exc, _Corrupt):
+        return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _CORRUPT_CODES
+    return isinstance(exc, sqlite3.DatabaseError) and any(t in str(exc).lower() for t in _CORRUPT_TEXT)
+
+
+def unsafe_reason(path: Path) -> Optional[str]:
+    """Why an existing ``path`` must not be opened as (part of) the database; None when safe or absent.
+
+    The state directory is root's: a symlink, a non-regular file, a file of another
+    user, or one that group or others may write was put there by someone else.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot stat {path}: {exc.strerror or exc}"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is not a regular file"
+    if info.st_uid not in (0, os.geteuid()):
+        return f"{path} belongs to uid {info.st_uid}, not root"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by group or others (mode {stat.filemode(info.st_mode)})"
+    return None
+
+
+_DETAILS_DEPTH = 16  # deeper (or self-referring) details are kept as their repr
+
+
+def _companions(path: Path) -> tuple[Path, ...]:
+    """The database and the files SQLite keeps beside it."""
+    return (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")))
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON can hold it, at every depth: NaN and Infinity, which json.dumps would write
+    though they are not JSON (a reader in another language would choke), become text, as does
+    anything JSON has no form for; keys become text."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if depth < _DETAILS_DEPTH:
+        if isinstance(value, Mapping):
+            return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_plain(v, depth + 1) for v in value]
+    return repr(value)[:DETAILS_LIMIT]
+
+
+def _details_json(details: Mapping[str, Any]) -> str:
+    text = json.dumps(_plain(details), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    if len(text) > DETAILS_LIMIT:
+        return json.dumps({"truncated": True, "size": len(text)})
+    return text
+
+
+def _load_details(text: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {"unreadable": text[:200]}
+    # Rows written before nested NaN was turned into text may still hold it.
+    value = _plain(value)
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def pci_key(text: str) -> Optional[tuple[int, int, int]]:
+    """(domain, bus, device) of a PCI address in any of its spellings (NVML, sysfs, the driver's Xid tag)."""
+    match = _PCI.fullmatch(text.strip().lower())
+    if not match:
+        return None
+    domain, bus, device = match.groups()
+    return int(domain or "0", 16), int(bus, 16), int(device, 16)
+
+
+def _event_id(finding: Finding) -> Optional[str]:
+    event = finding.details.get("event")
+    return None if event is None else str(event)
+
+
+def _unit(finding: Finding, gpus: Mapping[tuple[int, int, int], str]) -> str:
+    details = finding.details
+    for name in ("uuid", "serial"):
+        value = details.get(name)
+        if isinstance(value, str) and value:
+            return value
+    for value in (details.get("pci_bus_id"), details.get("pci"), finding.subject):
+        key = pci_key(value) if isinstance(value, str) else None
+        if key is not None and key in gpus:
+            return gpus[key]
+    return finding.subject
+
+
+def _row_event(row: tuple[Any, ...]) -> Event:
+    id_, at, kind, boot_id, check, code, subject, unit, status, message, details = row
+    return Event(id_, at, Kind(kind), boot_id, check, code, subject, unit, status, message, _load_details(details))
+
+
+class _Entry(NamedTuple):
+    """An event's columns after ``at``, ``kind`` and ``boot_id``, in table order."""
+
+    check: str = ""
+    code: str = ""
+    subject: str = ""
+    unit: str = ""
+    status: str = ""
+    message: str = ""
+    details: str = "{}"
+
+    @classmethod
+    def of(cls, finding: Finding) -> _Entry:
+        message, details = finding.message[:MESSAGE_LIMIT], _details_json(finding.details)
+        return cls(finding.check, finding.code, finding.subject, finding.subject, finding.status.name, message, details)
+
+
+_EVENT_COLUMNS = "id, at, kind, boot_id, check_name, code, subject, unit, status, message, details"
+_INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS[4:]}) VALUES ({', '.join('?' * 10)})"  # noqa: S608 (fixed text)
+
+
+class History:
+    """The store. Writers: ``History.open`` under the state lock; readers: ``History.open_readonly``.
+
+    A writer never raises: see the module docstring. ``problems`` collects what
+    went wrong; ``problem_finding`` turns it into the UNKNOWN finding to report.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool) -> None:
+        self.path = path
+        self.readonly = readonly
+        self.problems: list[str] = []
+        self._conn: Optional[sqlite3.Connection] = None
+        self._boot = ""
+        self._node = ""
+        self._reset: Optional[tuple[str, Path]] = None
+
+    # -- opening -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, state_dir: Path) -> History:
+        """The writer's store in ``state_dir``, created if needed. Call it with the state lock held."""
+        history = cls(state_dir / DB_NAME, readonly=False)
+        history._open_writer()
+        return history
+
+    @classmethod
+    def open_readonly(cls, state_dir: Path) -> Optional[History]:
+        """A reader of the store in ``state_dir``; None when there is none yet. Raises ``HistoryError``."""
+        path = state_dir / DB_NAME
+        if not os.path.lexists(path):
+            return None
+        for part in _companions(path):
+            reason = unsafe_reason(part)
+            if reason:
+                raise HistoryError(f"refusing to read the history: {reason}")
+        history = cls(path, readonly=True)
+        try:
+            history._conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
+            history._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if not history._check_schema(history._conn):
+                history.close()
+                return None
+            history._load_meta(history._conn)
+        except (sqlite3.Error, _Corrupt) as exc:
+            history.close()
+            hint = "; the next pass sets it aside and starts a new one" if _is_corruption(exc) else ""
+            raise HistoryError(f"cannot read {path}: {exc}{hint}") from None
+        return history
+
+    def _open_writer(self) -> None:
+        for attempt in (1, 2):
+            try:
+                self._connect()
+                if self._reset is not None:
+                    why, aside = self._reset
+                    self._reset = None
+                    message = f"a new history: the old one was corrupt ({why})"
+                    self._insert_now(
+                        Kind.RESET, _Entry(message=message, details=_details_json({"corrupt_copy": str(aside)}))
+                    )
+                return
+            except (sqlite3.Error, _Corrupt, OSError) as exc:
+                self.close()
+                if attempt == 1 and _is_corruption(exc):
+                    if self._set_aside(str(exc)):
+                        continue
+                    return
+                what = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                self.problems.append(f"cannot open the history {self.path}: {what}; nothing is recorded this time")
+                return
+
+    def _connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Created here, not by SQLite, so it is 0600 and not a file someone linked in;
+        # SQLite gives the WAL and shared-memory files the database's mode.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        for part in _companions(self.path):
+            reason = unsafe_reason(part)
+            if reason:
+                raise OSError(f"refusing it: {reason}")
+        conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=True)
+        self._conn = conn
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if os.path.getsize(self.path) == 0:
+            # Lets `maintain` give freed pages back to the file system. Only an empty file takes it
+            # (before WAL mode writes the header); on an existing one the pragma writes a page each
+            # time, which would cost every pass a checkpoint.
+            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if not mode or str(mode[0]).lower() != "wal":
+            self.problems.append(f"{self.path}: WAL mode is not available here (journal mode {mode}): kept going")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        # A checkpointed WAL is truncated back to this size instead of keeping its largest size.
+        conn.execute("PRAGMA journal_size_limit = 1048576")
+        if not self._check_schema(conn):
+            self._create(conn)
+        self._load_meta(conn)
+
+    def _check_schema(self, conn: sqlite3.Connection) -> bool:
+        """True when the schema is there (and this code can use it); False for an empty database."""
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                raise _Corrupt("not a healthd history: it has tables but no schema version")
+            return False
+        if version > SCHEMA_VERSION:
+            # A newer healthd wrote it (then was downgraded): keep it for that version, record nothing.
+            raise sqlite3.OperationalError(f"schema version {version} is newer than this healthd's {SCHEMA_VERSION}")
+        return True
+
+    def _create(self, conn: sqlite3.Connection) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            raise
+
+    def _load_meta(self, conn: sqlite3.Connection) -> None:
+        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('boot', 'node')").fetchall())
+        self._boot = meta.get("boot", "")
+        self._node = meta.get("node", "")
+
+    def _set_aside(self, why: str) -> bool:
+        """Rename the corrupt database (and its WAL) aside; False when that failed too."""
+        self.close()
+        stamp = int(time.time())
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        number = 0
+        while os.path.lexists(aside):
+            number += 1
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{stamp}.{number}")
+        try:
+            os.replace(self.path, aside)
+            # The WAL belongs to the old file: left in place, SQLite would replay it into the new one.
+            for suffix in ("-wal", "-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{self.path}-shm")
+        except OSError as exc:
+            self.problems.append(
+                f"corrupt history database {self.path} ({why}); could not move it aside: {exc.strerror or exc}; "
+                "nothing is recorded until it is removed"
+            )
+            return False
+        self._keep_newest()
+        self.problems.append(f"corrupt history database {self.path} ({why}); moved to {aside}; started a new one")
+        self._reset = (why, aside)
+        return True
+
+    def _keep_newest(self) -> None:
+        names = [
+            p for p in self.path.parent.glob(f"{self.path.name}.corrupt-*") if not p.name.endswith(("-wal", "-journal"))
+        ]
+        with contextlib.suppress(OSError):  # a copy removed meanwhile: the next set-aside sorts again
+            names.sort(key=lambda p: os.lstat(p).st_mtime, reverse=True)
+            for old in names[KEEP_CORRUPT:]:
+                for part in (old, Path(f"{old}-wal"), Path(f"{old}-journal")):
+                    with contextlib.suppress(FileNotFoundError):
+                        part.unlink()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> History:
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
+
+    @property
+    def usable(self) -> bool:
+        """False when nothing can be recorded or read (the problems say why)."""
+        return self._conn is not None
+
+    @property
+    def boot_id(self) -> str:
+        """The last boot id recorded ("" when none)."""
+        return self._boot
+
+    @property
+    def node(self) -> str:
+        """The node name of the last recorded pass ("" when none)."""
+        return self._node
+
+    # -- writing -----------------------------------------------------------------------
+
+    def _write(self, what: str, body: Callable[[sqlite3.Connection], T]) -> Optional[T]:
+        """Run ``body`` in one write transaction; on corruption, set the database aside and retry once."""
+        for attempt in (1, 2):
+            conn = self._conn
+            if conn is None:
+                return None
+            cached = self._boot, self._node  # what the body may change, kept only if it commits
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = body(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    self._boot, self._node = cached
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+                return result
+            except (sqlite3.Error, _Corrupt) as exc:
+                if attempt == 1 and _is_corruption(exc) and self._set_aside(str(exc)):
+                    self._open_writer()
+                    continue
+                self.problems.append(f"{self.path}: could not record {what}: {exc}")
+                return None
+        return None
+
+    def _insert(self, conn: sqlite3.Connection, at: float, kind: Kind, entry: _Entry, boot_id: str = "") -> Event:
+        row = (at, kind.value, boot_id or self._boot, *entry._replace(message=entry.message[:MESSAGE_LIMIT]))
+        cursor = conn.execute(_INSERT_EVENT, row)
+        return _row_event((cursor.lastrowid, *row))
+
+    def _insert_now(self, kind: Kind, entry: _Entry) -> None:
+        assert self._conn is not None
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._insert(self._conn, time.time(), kind, entry)
+        self._conn.execute("COMMIT")
+
+    def record_pass(
+        self, result: PassResult, *, at: float, boot_id: str, uncounted: Mapping[str, str] = _NONE
+    ) -> tuple[Event, ...]:
+        """Record the pass's finding transitions (see the module docstring); returns the events written.
+
+        A finding raised in this pass whose key is in ``uncounted`` gets an ``uncounted``
+        event beside its ``raised`` one, saying why: escalation does not count that raise.
+        """
+        return self._write("the pass", lambda conn: self._record_pass(conn, result, at, boot_id, uncounted)) or ()
+
+    def _record_pass(
+        self, conn: sqlite3.Connection, result: PassResult, at: float, boot_id: str, uncounted: Mapping[str, str]
+    ) -> tuple[Event, ...]:
+        if result.renames:
+            _adopt_open(conn, result)
+        stored = {
+            row[0]: (_Entry(*row[1:8]), row[8], row[9])
+            for row in conn.execute(
+                "SELECT key, check_name, code, subject, unit, status, message, details, event, since FROM open_findings"
+            )
+        }
+        observed = {r.check for r in result.results if r.state in _OBSERVED}
+        gpus: Optional[dict[tuple[int, int, int], str]] = None
+        written: list[Event] = []
+        seen: set[str] = set()
+        for finding in result.findings:
+            if finding.key in seen:  # the same key twice in one pass: the first one stands
+                continue
+            seen.add(finding.key)
+            entry, event = _Entry.of(finding), _event_id(finding)
+            old, old_event, since = stored.get(finding.key, (None, None, at))
+            if old is None or (event is not None and old_event != event):
+                kind, since = Kind.RAISED, at
+            elif (old.status, old.message, old.details) != (entry.status, entry.message, entry.details):
+                kind = Kind.CHANGED
+            else:
+                continue
+            if gpus is None:
+                gpus = self._gpu_units(conn, boot_id)
+            entry = entry._replace(unit=_unit(finding, gpus))
+            written.append(self._insert(conn, at, kind, entry, boot_id))
+            if kind is Kind.RAISED and finding.key in uncounted:
+                why = entry._replace(message=uncounted[finding.key], details=_details_json({"key": finding.key}))
+                written.append(self._insert(conn, at, Kind.UNCOUNTED, why, boot_id))
+            conn.execute(
+                "INSERT OR REPLACE INTO open_findings (key, check_name, code, subject, unit, status, message, details,"
+                " event, since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (finding.key, *entry, event, since),
+            )
+        for key in sorted(stored.keys() - seen):
+            old = stored[key][0]
+            if old.check in observed:
+                written.append(self._insert(conn, at, Kind.CLEARED, old, boot_id))
+                conn.execute("DELETE FROM open_findings WHERE key = ?", (key,))
+        if result.node != self._node:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('node', ?)", (result.node,))
+            self._node = result.node
+        return tuple(written)
+
+    @staticmethod
+    def _gpu_units(conn: sqlite3.Connection, boot_id: str) -> dict[tuple[int, int, int], str]:
+        units = {}
+        for pci, uuid, serial in conn.execute(
+            "SELECT pci_bus_id, uuid, serial FROM gpus WHERE boot_id = ?", (boot_id,)
+        ):
+            key = pci_key(pci)
+            if key is not None and (uuid or serial):
+                units[key] = uuid or serial
+        return units
+
+    def record_action(
+        self,
+        *,
+        at: float,
+        action: str,
+        outcome: str,
+        node: str,
+        reason: str = "",
+        details: Optional[Mapping[str, Any]] = None,
+    ) -> Optional[Event]:
+        """A Slurm action (``drain_after_jobs``, ``resume``, ...) and its outcome (``applied``, ``failed``, ...)."""
+        entry = _Entry(code=action, subject=node, status=outcome, message=reason, details=_details_json(details or {}))
+        return self._write(f"the action {action}", lambda conn: self._insert(conn, at, Kind.ACTION, entry))
+
+    def record_ack(self, *, at: float, refs: Iterable[FindingRef], by: str) -> tuple[Event, ...]:
+        """Acknowledgements of findings (``healthd ack``, or a resume by an administrator)."""
+        entries = []
+        for ref in refs:
+            check, code, subject = [*ref.key.split("/", 2), "", ""][:3]
+            status = {} if ref.status is None else {"status": ref.status.name}
+            details = _details_json({"event": ref.event, "by": by, **status})
+            entries.append(_Entry(check, code, subject, subject, "", f"acknowledged by {by}", details))
+        acked = self._write("the acknowledgement", lambda c: tuple(self._insert(c, at, Kind.ACK, e) for e in entries))
+        return acked or ()
+
+    def record_boot(self, *, at: float, boot_id: str, gpus: Iterable[Device] = ()) -> bool:
+        """Note the boot (cheap when it is known); True when ``boot_id`` is new.
+
+        A new boot gets a ``boot`` event with its GPU inventory and the GPUs whose
+        UUID or serial differs from the previous boot's at the same PCI address. For
+        a known boot, GPUs (or ids) its inventory lacked are added with an
+        ``inventory`` event: a GPU NVML could not see in a boot's first pass is
+        listed once it can be.
+        """
+        listed = list(gpus)
+        return bool(self._write("the boot", lambda conn: self._record_boot(conn, at, boot_id, listed)))
+
+    def _record_boot(self, conn: sqlite3.Connection, at: float, boot_id: str, gpus: list[Device]) -> bool:
+        known = {
+            row[0]: row[1:]
+            for row in conn.execute("SELECT pci_bus_id, uuid, serial FROM gpus WHERE boot_id = ?", (boot_id,))
+        }
+        is_new = conn.execute("SELECT 1 FROM boots WHERE boot_id = ?", (boot_id,)).fetchone() is None
+        added = [
+            g
+            for g in gpus
+            if g.address not in known or (g.uuid and not known[g.address][0]) or (g.serial and not known[g.address][1])
+        ]
+        if not is_new and not added:
+            return False
+        for g in added:
+            # Not an UPSERT: that needs SQLite 3.24, newer than some distributions' Python 3.9 links.
+            conn.execute(
+                "INSERT OR IGNORE INTO gpus (boot_id, pci_bus_id, idx, uuid, serial) VALUES (?, ?, ?, ?, ?)",
+                (boot_id, g.address, g.index, g.uuid, g.serial),
+            )
+            conn.execute(
+                "UPDATE gpus SET uuid = coalesce(uuid, ?), serial = coalesce(serial, ?)"
+                " WHERE boot_id = ? AND pci_bus_id = ?",
+                (g.uuid, g.serial, boot_id, g.address),
+            )
+        listing = [_gpu_dict(g) for g in sorted(added, key=lambda g: g.index)]
+        if not is_new:
+            message = f"{len(added)} GPU(s) added to this boot's inventory"
+            entry = _Entry(subject=boot_id, message=message, details=_details_json({"gpus": listing}))
+            self._insert(conn, at, Kind.INVENTORY, entry, boot_id)
+            return False
+        previous = self._boot or None
+        replaced = self._replaced(conn, previous, gpus) if previous else []
+        conn.execute("INSERT INTO boots (boot_id, first_seen, previous) VALUES (?, ?, ?)", (boot_id, at, previous))
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('boot', ?)", (boot_id,))
+        message = f"new boot, {len(gpus)} GPU(s)"
+        if replaced:
+            message += "; replaced: " + ", ".join(f"{r['pci_bus_id']} {r['before']} -> {r['after']}" for r in replaced)
+        details = _details_json({"previous_boot": previous, "gpus": listing, "replaced": replaced})
+        self._insert(conn, at, Kind.BOOT, _Entry(subject=boot_id, message=message, details=details), boot_id)
+        self._boot = boot_id
+        return True
+
+    @staticmethod
+    def _replaced(conn: sqlite3.Connection, previous: str, gpus: list[Device]) -> list[dict[str, Any]]:
+        """GPUs whose UUID or serial differs from the previous boot's at the same PCI address."""
+        query = "SELECT pci_bus_id, uuid, serial FROM gpus WHERE boot_id = ?"
+        before = {pci_key(pci): (uuid, serial) for pci, uuid, serial in conn.execute(query, (previous,))}
+        replaced = []
+        for gpu in gpus:
+            for name, was, now in zip(("uuid", "serial"), before.get(pci_key(gpu.address), ()), (gpu.uuid, gpu.serial)):
+                if was and now and was != now:
+                    replaced.append({"pci_bus_id": gpu.address, "id": name, "before": was, "after": now})
+                    break
+        return replaced
+
+    def record_reboot(self, *, at: float, phase: RebootPhase, boot_id: str, reason: str = "") -> Optional[Event]:
+        """A reboot requested (``boot_id``: the boot it is to end) or done (``boot_id``: the boot it ended)."""
+        kind = Kind.REBOOT_REQUESTED if phase is RebootPhase.REQUESTED else Kind.REBOOT_DONE
+        entry = _Entry(subject=boot_id, message=reason)
+        return self._write(f"the reboot ({phase.value})", lambda conn: self._insert(conn, at, kind, entry))
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def maintain(
+        self, now: float, *, keep_days: float = KEEP_DAYS, max_bytes: int = MAX_BYTES, force: bool = False
+    ) -> Optional[Maintenance]:
+        """At most once a day (or when ``force``): ``PRAGMA quick_check``, then retention.
+
+        Events older than ``keep_days`` go, then the oldest events until the database
+        is under ``max_bytes`` (down to 80% of it). Open findings, and the current boot
+        and its inventory, are never deleted. None when it was not due or failed.
+        """
+        conn = self._conn
+        if conn is None or self.readonly:
+            return None
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'maintained'").fetchone()
+            last = float(row[0]) if row else None
+            if not force and last is not None and 0 <= now - last < MAINTENANCE_INTERVAL:
+                return None
+            try:
+                check = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
+            except sqlite3.DatabaseError as exc:
+                if not _is_corruption(exc):
+                    raise
+                check = [str(exc)]  # a page too broken to walk stops the check itself
+            if check != ["ok"]:
+                raise _Corrupt(f"PRAGMA quick_check: {'; '.join(check[:3])}")
+        except (sqlite3.Error, _Corrupt) as exc:
+            if _is_corruption(exc) and self._set_aside(str(exc)):
+                self._open_writer()
+            else:
+                self.problems.append(f"{self.path}: maintenance failed: {exc}")
+            return None
+        done = self._write("the maintenance", lambda c: self._prune(c, now, keep_days, max_bytes))
+        if done is None:
+            return None
+        try:
+            # Give the freed pages back to the file system, and shrink the WAL.
+            # executescript steps it to the end; execute() stops after its first page.
+            conn.executescript("PRAGMA incremental_vacuum;")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            self.problems.append(f"{self.path}: could not shrink the file: {exc}")
+        return Maintenance(done[0], done[1], self._size(conn, allocated=True))
+
+    @staticmethod
+    def _size(conn: sqlite3.Connection, *, allocated: bool = False) -> int:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        if not allocated:
+            pages -= conn.execute("PRAGMA freelist_count").fetchone()[0]
+        return int(pages * conn.execute("PRAGMA page_size").fetchone()[0])
+
+    def _prune(self, conn: sqlite3.Connection, now: float, keep_days: float, max_bytes: int) -> tuple[int, int]:
+        cutoff = now - keep_days * 86400.0
+        by_age = conn.execute("DELETE FROM events WHERE at < ?", (cutoff,)).rowcount
+        conn.execute(
+            "DELETE FROM gpus WHERE boot_id IN (SELECT boot_id FROM boots WHERE first_seen < ? AND boot_id != ?)",
+            (cutoff, self._boot),
+        )
+        conn.execute("DELETE FROM boots WHERE first_seen < ? AND boot_id != ?", (cutoff, self._boot))
+        by_size = 0
+        for _ in range(4):  # the estimate is proportional: a few rounds converge
+            used, count = self._size(conn), conn.execute("SELECT count(*) FROM events").fetchone()[0]
+            if used <= max_bytes or not count:
+                break
+            excess = math.ceil(count * (1 - _PRUNE_TARGET * max_bytes / used))
+            row = conn.execute("SELECT at FROM events ORDER BY at, id LIMIT 1 OFFSET ?", (min(excess, count) - 1,))
+            # Whole instants go together, so a pass's transitions are never split.
+            by_size += conn.execute("DELETE FROM events WHERE at <= ?", (row.fetchone()[0],)).rowcount
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('maintained', ?)", (repr(now),))
+        return by_age, by_size
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _read(self, what: str, body: Callable[[sqlite3.Connection], T], empty: T) -> T:
+        conn = self._conn
+        if conn is None:
+            return empty
+        try:
+            return body(conn)
+        except (sqlite3.Error, ValueError) as exc:  # ValueError: a row this code cannot read (an unknown kind)
+            raise HistoryError(f"cannot read {what} from {self.path}: {exc}") from None
+
+    def events(
+        self, *, since: Optional[float] = None, kinds: Optional[Collection[Kind]] = None, subject: Optional[str] = None
+    ) -> Iterator[Event]:
+        """Events in the order they were recorded, streamed; ``HistoryError`` if the database fails mid-way."""
+        conn = self._conn
+        if conn is None:
+            return
+        where: list[str] = ["1"]
+        params: list[Any] = []
+        if since is not None:
+            where.append("at >= ?")
+            params.append(since)
+        if kinds is not None:
+            where.append(f"kind IN ({', '.join('?' * len(kinds))})")
+            params.extend(k.value for k in kinds)
+        if subject is not None:
+            where.append("subject = ?")
+            params.append(subject)
+        query = f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY id"  # noqa: S608 (fixed text)
+        try:
+            for row in conn.execute(query, params):
+                yield _row_event(row)
+        except (sqlite3.Error, ValueError) as exc:
+            raise HistoryError(f"cannot read the events from {self.path}: {exc}") from None
+
+    def open_findings(self) -> tuple[OpenFinding, ...]:
+        def body(conn: sqlite3.Connection) -> tuple[OpenFinding, ...]:
+            rows = conn.execute(
+                "SELECT check_name, code, subject, unit, status, message, details, event, since FROM open_findings"
+                " ORDER BY key"
+            )
+            return tuple(OpenFinding(c, o, s, u, st, m, _load_details(d), e, t) for c, o, s, u, st, m, d, e, t in rows)
+
+        return self._read("the open findings", body, ())
+
+    def count_raised(self, codes: Collection[str], unit: str, since: float) -> int:
+        """How many times one of ``codes`` was raised on ``unit`` (a GPU UUID, an IB port, a mount) since then."""
+
+        def body(conn: sqlite3.Connection) -> int:
+            marks = ", ".join("?" * len(codes))
+            query = f"SELECT count(*) FROM events WHERE kind = 'raised' AND unit = ? AND code IN ({marks}) AND at >= ?"  # noqa: S608
+            return int(conn.execute(query, (unit, *codes, since)).fetchone()[0])
+
+        return self._read("the raise count", body, 0)
+
+    def repeats(self, findings: Iterable[Finding], since: float) -> dict[str, tuple[str, int]]:
+        """For each finding (by key): its unit, and how often its code was raised on that unit.
+
+        The count runs from ``since`` or the unit's last repair, whichever is later,
+        and includes this pass's raise when the finding is new (not open with the
+        same event id): the pass is recorded only after it is planned.
+        """
+
+        def body(conn: sqlite3.Connection) -> dict[str, tuple[str, int]]:
+            gpus = self._gpu_units(conn, self._boot)
+            open_events = dict(conn.execute("SELECT key, event FROM open_findings"))
+            counts: dict[str, tuple[str, int]] = {}
+            for finding in findings:
+                unit = _unit(finding, gpus)
+                (repaired,) = conn.execute(
+                    "SELECT max(at) FROM events WHERE kind = 'repaired' AND unit = ?", (unit,)
+                ).fetchone()
+                start = max(since, repaired or 0.0)
+                # A raise with an ``uncounted`` event beside it is taken back.
+                (past,) = conn.execute(
+                    "SELECT coalesce(sum(CASE kind WHEN 'raised' THEN 1 ELSE -1 END), 0) FROM events"
+                    " WHERE kind IN ('raised', 'uncounted') AND unit = ? AND code = ? AND at >= ?",
+                    (unit, finding.code, start),
+                ).fetchone()
+                new = finding.key not in open_events or open_events[finding.key] != _event_id(finding)
+                counts[finding.key] = (unit, int(past) + int(new))
+            return counts
+
+        return self._read("the repeat counts", body, {})
+
+    def record_repaired(self, *, at: float, unit: str, subject: str, by: str) -> Optional[Event]:
+        """Hardware work was done on ``unit``: escalation counts for it start again from here."""
+        entry = _Entry(subject=subject, unit=unit, message=f"repaired ({by})", details=_details_json({"by": by}))
+        return self._write("the repair", lambda conn: self._insert(conn, at, Kind.REPAIRED, entry))
+
+    def record_job(
+        self,
+        *,
+        at: float,
+        kind: Kind,
+        subject: str,
+        code: str = "",
+        status: str = "",
+        message: str = "",
+        unit: str = "",
+        details: Optional[Mapping[str, Any]] = None,
+    ) -> Optional[Event]:
+        """A job-scoped event (``JOB_START``, ``JOB_XID``, ``JOB_END``); ``unit``: by default the GPU at ``subject``."""
+
+        def body(conn: sqlite3.Connection) -> Event:
+            resolved = unit or self._gpu_units(conn, self._boot).get(pci_key(subject) or (-1, -1, -1), subject)
+            entry = _Entry("jobs", code, subject, resolved, status, message, _details_json(details or {}))
+            return self._insert(conn, at, kind, entry)
+
+        return self._write(f"the job event {kind.value}", body)
+
+    def boots(self) -> tuple[Boot, ...]:
+        """Every boot kept, oldest first, with its GPU inventory."""
+
+        def body(conn: sqlite3.Connection) -> tuple[Boot, ...]:
+            inventory: dict[str, list[Device]] = {}
+            for boot_id, pci, index, uuid, serial in conn.execute(
+                "SELECT boot_id, pci_bus_id, idx, uuid, serial FROM gpus ORDER BY boot_id, idx"
+            ):
+                inventory.setdefault(boot_id, []).append(Device("gpu", index, pci, uuid, serial))
+            rows = conn.execute("SELECT boot_id, first_seen, previous FROM boots ORDER BY first_seen")
+            return tuple(Boot(b, t, p, tuple(inventory.get(b, ()))) for b, t, p in rows)
+
+        return self._read("the boots", body, ())
+
+    # -- for the caller's report -------------------------------------------------------
+
+    def problem_finding(self, check: str) -> Optional[Finding]:
+        """The problems so far as one UNKNOWN finding of ``check`` (then forgotten); None when there were none."""
+        if not self.problems:
+            return None
+        problems, self.problems = self.problems, []
+        message = problems[0] + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+        return Finding(check, Status.UNKNOWN, PROBLEM_CODE, str(self.path), message, {"problems": "; ".join(problems)})

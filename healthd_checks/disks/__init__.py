@@ -1,0 +1,1 @@
+"""The disks check: NVMe controller state, SMART warnings and media errors, block I/O errors."""

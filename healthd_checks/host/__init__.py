@@ -1,0 +1,1 @@
+"""The host check: clock sync, CPUs, memory, huge pages, Ethernet, kernel/driver/BIOS versions."""

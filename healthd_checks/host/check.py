@@ -1,0 +1,466 @@
+"""The ``host`` check: the clock is synchronised, and the node has the CPUs, memory and versions it should.
+
+``gather`` asks the kernel for its clock discipline state (adjtimex(2) with no modes
+set: a read, allowed to any user) through ``TimexSource``, or replays a recorded
+reading (``timex``); it reads the CPU topology under ``[paths].sysfs/devices/system/cpu``
+(Documentation/admin-guide/cputopology.rst), ``[paths].procfs/meminfo``, the kernel
+release (``sys/kernel/osrelease``), the NVIDIA driver's version
+(``driver/nvidia/version``, else ``sysfs/module/nvidia/version``), the firmware
+(``class/dmi/id/bios_version``) and the expected network interfaces' links
+(``class/net/NAME/operstate`` and ``carrier``). ``judge`` compares them with the
+``expect_*`` settings: only what is set is judged. See docs/host.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
+
+from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.config.view import updated
+from healthd.model import DetailValue, Finding, Status
+from healthd.text import one_line
+
+from ..common.sysfs import SysfsError, read_value
+from .parse import ARPHRD_ETHER, link_up, parse_cpu_list, parse_driver_version, parse_meminfo, parse_operstate
+
+if TYPE_CHECKING:
+    from healthd.checks.plugin import CheckContext, JudgeContext
+
+    from .settings import HostSettings
+
+# include/uapi/linux/timex.h
+# A USB root hub's name in the device tree: usbN (usb_alloc_dev, drivers/usb/core/usb.c).
+_USB_HUB = re.compile(r"usb[0-9]+")
+STA_UNSYNC = 0x0040
+TIME_ERROR = 5
+
+
+@dataclass(frozen=True)
+class Timex:
+    """What adjtimex(2) says of the clock: its return value (clock state), status bits and error bounds (µs)."""
+
+    state: int
+    status: int
+    maxerror_us: int
+    esterror_us: int
+
+    @property
+    def synchronised(self) -> bool:
+        # adjtimex returns TIME_ERROR while STA_UNSYNC is set (kernel/time/ntp.c); either says so.
+        return not (self.status & STA_UNSYNC) and self.state != TIME_ERROR
+
+
+class TimexSource(Protocol):
+    """Anything that can tell the kernel's clock state."""
+
+    def read(self) -> Timex: ...
+
+
+class KernelTimex:
+    """adjtimex(2) through libc, with ``modes`` 0: it changes nothing."""
+
+    def read(self) -> Timex:
+        import ctypes
+
+        class _Timeval(ctypes.Structure):
+            _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+
+        # struct timex (include/uapi/linux/timex.h; glibc's sys/timex.h): longs and ints in this order.
+        class _Timex(ctypes.Structure):
+            _fields_ = [
+                ("modes", ctypes.c_uint),
+                ("offset", ctypes.c_long),
+                ("freq", ctypes.c_long),
+                ("maxerror", ctypes.c_long),
+                ("esterror", ctypes.c_long),
+                ("status", ctypes.c_int),
+                ("constant", ctypes.c_long),
+                ("precision", ctypes.c_long),
+                ("tolerance", ctypes.c_long),
+                ("time", _Timeval),
+                ("tick", ctypes.c_long),
+                ("ppsfreq", ctypes.c_long),
+                ("jitter", ctypes.c_long),
+                ("shift", ctypes.c_int),
+                ("stabil", ctypes.c_long),
+                ("jitcnt", ctypes.c_long),
+                ("calcnt", ctypes.c_long),
+                ("errcnt", ctypes.c_long),
+                ("stbcnt", ctypes.c_long),
+                ("tai", ctypes.c_int),
+                ("padding", ctypes.c_int * 11),
+            ]
+
+        # The interpreter's own symbols, libc's among them (dlopen(3) of NULL: the program and the
+        # libraries it loaded), not ctypes.util.find_library("c"): that imports tempfile, shutil and
+        # subprocess and runs ldconfig, about 7 ms of a cold pass (bench/README.md).
+        libc = ctypes.CDLL(None, use_errno=True)
+        timex = _Timex()
+        state = libc.adjtimex(ctypes.byref(timex))
+        if state < 0:
+            raise OSError(ctypes.get_errno(), "adjtimex failed")
+        return Timex(state, timex.status, timex.maxerror, timex.esterror)
+
+
+@dataclass(frozen=True)
+class RecordedTimex:
+    """A reading saved as JSON ``{"state": 0, "status": 8193, "maxerror_us": 1500, "esterror_us": 20}``."""
+
+    path: Path
+
+    def read(self) -> Timex:
+        try:
+            document = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise OSError(f"{self.path}: {exc}") from None
+        values = {}
+        for key in ("state", "status", "maxerror_us", "esterror_us"):
+            value = document.get(key) if isinstance(document, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise OSError(f"{self.path}: {key}: expected an integer, got {value!r}")
+            values[key] = value
+        return Timex(**values)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Online CPUs, the sockets they sit in, and the most hardware threads one core has."""
+
+    cpus: int
+    sockets: int
+    threads_per_core: int
+
+
+@dataclass(frozen=True)
+class Interface:
+    """A network interface under ``class/net``: present or not, its operstate, whether its link is up.
+
+    ``problem`` says why the state could not be read (``up`` is then None).
+    """
+
+    name: str
+    present: bool
+    operstate: str = ""
+    up: Optional[bool] = None
+    speed_mbps: Optional[int] = None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class HostObservation:
+    timex: Union[Timex, Unobserved, None]
+    topology: Union[Topology, Unobserved, None]
+    meminfo: Union[dict[str, int], Unobserved, None]
+    kernel: Union[str, Unobserved, None]
+    driver: Union[str, Unobserved, None]
+    bios: Union[str, Unobserved, None]
+    ethernet: Union[tuple[Interface, ...], Unobserved, None] = None
+
+
+def read_topology(sysfs: Path) -> Topology:
+    """From ``devices/system/cpu``: ``online``, and each online CPU's package id and thread siblings."""
+    root = sysfs / "devices/system/cpu"
+    online = parse_cpu_list(read_value(root / "online"), str(root / "online"))
+    packages: set[str] = set()
+    threads = 1
+    for cpu in sorted(online):
+        topology = root / f"cpu{cpu}/topology"
+        packages.add(read_value(topology / "physical_package_id").strip())
+        siblings = topology / "thread_siblings_list"
+        # Siblings taken offline (SMT switched off) are not threads this node can use.
+        threads = max(threads, len(parse_cpu_list(read_value(siblings), str(siblings)) & online))
+    return Topology(len(online), len(packages), threads)
+
+
+def _first_line(path: Path, code: str) -> Union[str, Unobserved]:
+    try:
+        return one_line(read_value(path).strip().partition("\n")[0], 120)
+    except SysfsError as exc:
+        return Unobserved(code, str(path), str(exc))
+
+
+def _driver(ctx: CheckContext[HostSettings]) -> Union[str, Unobserved]:
+    proc = ctx.paths.procfs / "driver/nvidia/version"
+    try:
+        version = parse_driver_version(proc.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        version = None
+    if version is not None:
+        return version
+    return _first_line(ctx.paths.sysfs / "module/nvidia/version", "NVIDIA_DRIVER_UNREADABLE")
+
+
+def _optional(path: Path) -> Optional[str]:
+    """A value file that the kernel may refuse to read: ``carrier`` and ``speed`` fail (EINVAL) on a link set down."""
+    try:
+        return read_value(path).strip()
+    except SysfsError:
+        return None
+
+
+def read_interface(net: Path, name: str) -> Interface:
+    """``class/net/NAME``: absent, or its operstate, carrier and speed (sysfs-class-net)."""
+    root = net / name
+    if not root.exists():
+        return Interface(name, present=False)
+    try:
+        operstate = parse_operstate(read_value(root / "operstate"), str(root / "operstate"))
+    except (SysfsError, ValueError) as exc:
+        return Interface(name, present=True, problem=str(exc))
+    speed = _optional(root / "speed")
+    # speed reads -1 where the driver does not know it (a link that is down).
+    mbps = int(speed) if speed is not None and speed.isdigit() and len(speed) < 8 else None
+    return Interface(name, True, operstate, link_up(operstate, _optional(root / "carrier")), mbps)
+
+
+def _ethernet(ctx: CheckContext[HostSettings]) -> Union[tuple[Interface, ...], Unobserved]:
+    net = ctx.paths.sysfs / "class/net"
+    if not net.is_dir():
+        # Every Linux machine has class/net (the loopback interface at least): its absence is not "no interfaces".
+        return Unobserved("NET_SYSFS_UNREADABLE", str(net), f"cannot list network interfaces: no directory {net}")
+    names = dict.fromkeys([*ctx.settings.expect_ethernet, *ctx.settings.expect_interfaces])
+    return tuple(read_interface(net, name) for name in names)
+
+
+def _node_nic(sysfs: Path, device: Path) -> bool:
+    """Whether the ``device`` of a network interface is a NIC of the node's own, worth expecting on every node like it.
+
+    Not a USB one: a BMC's network over USB (cdc_ether ``usb0``, Ethernet too) comes
+    and goes with the BMC, and a USB device sits under a ``usbN`` root hub in the
+    device tree. Not an SR-IOV virtual function (it has ``physfn``, the link to its
+    physical function; Documentation/PCI/pci-iov-howto.rst): VFs are made and
+    handed to guests or containers at run time, not part of the hardware.
+    """
+    if (device / "physfn").exists():
+        return False
+    resolved = device.resolve()
+    inside = resolved.relative_to(sysfs.resolve()) if resolved.is_relative_to(sysfs.resolve()) else resolved
+    return not any(_USB_HUB.fullmatch(part) for part in inside.parts)
+
+
+def physical_ethernet(sysfs: Path) -> list[str]:
+    """The up Ethernet interfaces that have a NIC of the node behind them.
+
+    Virtual ones (lo, bridges, veth, docker0) have no ``device`` link; IPoIB and
+    loopback are other ``type``s than Ethernet; USB network interfaces and SR-IOV
+    virtual functions are left out (``_node_nic``).
+    """
+    net = sysfs / "class/net"
+    names: list[str] = []
+    for entry in sorted(net.iterdir()) if net.is_dir() else ():
+        device = entry / "device"
+        if not device.exists() or _optional(entry / "type") != str(ARPHRD_ETHER) or not _node_nic(sysfs, device):
+            continue
+        if read_interface(net, entry.name).up:
+            names.append(entry.name)
+    return names
+
+
+def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
+    settings = ctx.settings
+    timex: Union[Timex, Unobserved, None] = None
+    if settings.clock_sync == "required":
+        source: TimexSource = RecordedTimex(settings.timex) if settings.timex else KernelTimex()
+        try:
+            timex = source.read()
+        except OSError as exc:
+            timex = Unobserved("CLOCK_UNREADABLE", "clock", one_line(f"cannot read the clock state: {exc}"))
+    topology: Union[Topology, Unobserved, None] = None
+    if settings.expect_cpus or settings.expect_sockets or settings.expect_threads_per_core:
+        try:
+            topology = read_topology(ctx.paths.sysfs)
+        except (SysfsError, ValueError) as exc:
+            topology = Unobserved("CPU_TOPOLOGY_UNREADABLE", "cpu", str(exc))
+    meminfo: Union[dict[str, int], Unobserved, None] = None
+    memory = (settings.expect_memory_gib, settings.expect_memory_max_gib, settings.expect_hugepages)
+    if any(value is not None for value in memory):
+        meminfo = read_parsed(ctx.paths.procfs / "meminfo", parse_meminfo, "MEMINFO", "replace")
+    kernel = bios = driver = None
+    if settings.expect_kernel:
+        kernel = _first_line(ctx.paths.procfs / "sys/kernel/osrelease", "KERNEL_RELEASE_UNREADABLE")
+    if settings.expect_driver:
+        driver = _driver(ctx)
+    if settings.expect_bios:
+        bios = _first_line(ctx.paths.sysfs / "class/dmi/id/bios_version", "BIOS_VERSION_UNREADABLE")
+    ethernet = _ethernet(ctx) if settings.expect_ethernet or settings.expect_interfaces else None
+    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet)
+
+
+def _judge_clock(timex: Timex, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    settings = jc.settings
+    details: dict[str, DetailValue] = {
+        "state": timex.state,
+        "timex_status": f"0x{timex.status:04x}",
+        "maxerror_ms": timex.maxerror_us / 1000,
+    }
+    if not timex.synchronised:
+        message = "the kernel's clock is not synchronised (adjtimex: STA_UNSYNC): is chronyd or ntpd running?"
+        return [jc.finding(Status[settings.clock_severity], "CLOCK_UNSYNCHRONISED", "clock", message, **details)]
+    limit = settings.clock_max_error_ms
+    if limit is not None and timex.maxerror_us / 1000 > limit:
+        message = f"the clock's maximum error is {timex.maxerror_us / 1000:g} ms, above {limit:g} ms"
+        return [jc.finding(Status[settings.clock_severity], "CLOCK_ERROR_LARGE", "clock", message, **details)]
+    return []
+
+
+def _judge_memory(gib: float, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """MemTotal against the expected range, widened by ``memory_tolerance_percent`` of MemTotal.
+
+    NHC's check_hw_physmem (scripts/lbnl_hw.nhc) fails when MemTotal plus its fudge is below
+    the minimum, or MemTotal less the fudge above the maximum, the fudge a percentage of
+    MemTotal: firmware and the kernel keep a little memory that moves between boots.
+    """
+    settings = jc.settings
+    grade = Status[settings.inventory_severity]
+    slack = gib * settings.memory_tolerance_percent / 100
+    low, high = settings.expect_memory_gib, settings.expect_memory_max_gib
+    tolerance = f" (tolerance {settings.memory_tolerance_percent:g}%)" if slack else ""
+    details: dict[str, float] = {"found_gib": round(gib, 1)}
+    if slack:
+        details["tolerance_percent"] = settings.memory_tolerance_percent
+    if low is not None and gib + slack < low:
+        message = f"{gib:.1f} GiB of memory (MemTotal), at least {low:g} GiB expected{tolerance}"
+        return [jc.finding(grade, "MEMORY_MISSING", "memory", message, expected_gib=low, **details)]
+    if high is not None and gib - slack > high:
+        message = f"{gib:.1f} GiB of memory (MemTotal), at most {high:g} GiB expected{tolerance}"
+        return [jc.finding(grade, "MEMORY_EXCESS", "memory", message, expected_max_gib=high, **details)]
+    return []
+
+
+def _judge_inventory(observed: HostObservation, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    settings = jc.settings
+    grade = Status[settings.inventory_severity]
+    findings: list[Finding] = []
+    topology = observed.topology
+    if isinstance(topology, Topology):
+        for name, have, want in (
+            ("cpus", topology.cpus, settings.expect_cpus),
+            ("sockets", topology.sockets, settings.expect_sockets),
+            ("threads_per_core", topology.threads_per_core, settings.expect_threads_per_core),
+        ):
+            if want is not None and have != want:
+                message = f"{have} {name.replace('_', ' ')} online, {want} expected"
+                findings.append(jc.finding(grade, "CPU_TOPOLOGY", name, message, found=have, expected=want))
+    meminfo = observed.meminfo
+    if isinstance(meminfo, dict):
+        findings += _judge_memory(meminfo["MemTotal"] / 2**20, jc)
+        pages = meminfo.get("HugePages_Total")
+        if settings.expect_hugepages is not None and pages != settings.expect_hugepages:
+            message = f"{pages} huge pages, {settings.expect_hugepages} expected"
+            findings.append(
+                jc.finding(grade, "HUGEPAGES", "hugepages", message, found=pages, expected=settings.expect_hugepages)
+            )
+    return findings
+
+
+def _judge_versions(observed: HostObservation, jc: JudgeContext[HostSettings]) -> list[Finding]:
+    settings = jc.settings
+    findings: list[Finding] = []
+    for subject, code, have, allowed in (
+        ("kernel", "KERNEL_VERSION", observed.kernel, settings.expect_kernel),
+        ("nvidia_driver", "DRIVER_VERSION", observed.driver, settings.expect_driver),
+        ("bios", "BIOS_VERSION", observed.bios, settings.expect_bios),
+    ):
+        if isinstance(have, str) and allowed and have not in allowed:
+            message = f"{subject.replace('_', ' ')} version {have}, expected {' or '.join(allowed)}"
+            findings.append(jc.finding(Status[settings.version_severity], code, subject, message, found=have))
+    return findings
+
+
+def _judge_ethernet(interfaces: tuple[Interface, ...], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """Each expected interface: missing or down is graded ``ethernet_severity``; unreadable is UNKNOWN.
+
+    An interface only in ``expect_interfaces`` must exist and nothing more, as NHC's
+    check_hw_eth asks (scripts/lbnl_hw.nhc: the names in /proc/net/dev): a bridge such as
+    docker0 with nothing attached is down, and that is its normal state.
+    """
+    grade = Status[jc.settings.ethernet_severity]
+    must_be_up = frozenset(jc.settings.expect_ethernet)
+    findings: list[Finding] = []
+    for interface in interfaces:
+        name = interface.name
+        if not interface.present:
+            message = f"network interface {name} is missing (no class/net/{name})"
+            findings.append(jc.finding(grade, "ETHERNET_MISSING", name, message))
+        elif name not in must_be_up:
+            continue
+        elif interface.up is None:
+            message = one_line(f"cannot read the state of network interface {name}: {interface.problem}")
+            findings.append(jc.finding(Status.UNKNOWN, "ETHERNET_UNREADABLE", name, message))
+        elif not interface.up:
+            message = f"network interface {name} is not up (operstate {interface.operstate})"
+            findings.append(jc.finding(grade, "ETHERNET_DOWN", name, message, operstate=interface.operstate))
+    return findings
+
+
+def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
+    parts = (
+        observed.timex,
+        observed.topology,
+        observed.meminfo,
+        observed.kernel,
+        observed.driver,
+        observed.bios,
+        observed.ethernet,
+    )
+    if all(part is None for part in parts):
+        raise NotApplicable("clock_sync is off and nothing is expected in [checks.host]")
+    findings = [part.finding(jc) for part in parts if isinstance(part, Unobserved)]
+    if isinstance(observed.timex, Timex):
+        findings += _judge_clock(observed.timex, jc)
+    findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
+    if isinstance(observed.ethernet, tuple):
+        findings += _judge_ethernet(observed.ethernet, jc)
+    return Verdict(tuple(findings))
+
+
+def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
+    """This node's CPUs, sockets and threads per core, memory, huge pages, its kernel, driver and BIOS, up Ethernet."""
+    probe = updated(
+        ctx.settings,
+        **{
+            "clock_sync": "off",
+            "expect_cpus": 1,
+            "expect_memory_gib": 1.0,
+            "expect_kernel": ["?"],
+            "expect_driver": ["?"],
+            "expect_bios": ["?"],
+        },
+    )
+    observed = gather(replace(ctx, settings=probe))
+    found: dict[str, Any] = {}
+    if isinstance(observed.topology, Topology):
+        topology = observed.topology
+        found.update(
+            expect_cpus=topology.cpus,
+            expect_sockets=topology.sockets,
+            expect_threads_per_core=topology.threads_per_core,
+        )
+    if isinstance(observed.meminfo, dict) and "MemTotal" in observed.meminfo:
+        # MemTotal moves a little between boots (firmware and kernel reservations): expect 97% of it.
+        found["expect_memory_gib"] = round(observed.meminfo["MemTotal"] / 2**20 * 0.97, 1)
+        found["expect_hugepages"] = observed.meminfo.get("HugePages_Total", 0)
+    for key, value in (
+        ("expect_kernel", observed.kernel),
+        ("expect_driver", observed.driver),
+        ("expect_bios", observed.bios),
+    ):
+        if isinstance(value, str):
+            found[key] = [value]
+    ethernet = physical_ethernet(ctx.paths.sysfs)
+    if ethernet:
+        found["expect_ethernet"] = ethernet
+    return found
+
+
+CHECK = CheckSpec(
+    name="host",
+    description="clock synchronised; CPUs, memory, huge pages, kernel, NVIDIA driver, BIOS, Ethernet as expected",
+    settings="healthd_checks.host.settings:HostSettings",
+    baseline=baseline,
+    run=Staged(gather, judge),
+)

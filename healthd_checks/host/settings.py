@@ -1,0 +1,55 @@
+"""``[checks.host]``: the ``host`` check's settings model (pydantic: imported only to validate a config)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, field_validator
+
+from healthd.checks.settings import CheckSettings, SettingPath
+
+from .parse import valid_interface_name
+
+Grade = Literal["WARNING", "CRITICAL"]
+
+
+class HostSettings(CheckSettings):
+    """``[checks.host]``."""
+
+    clock_sync: Literal["required", "off"] = Field(default="required", description="judge the kernel's clock state")
+    clock_severity: Grade = Field(default="WARNING", description="grade of an unsynchronised clock")
+    clock_max_error_ms: Optional[float] = Field(default=None, gt=0, description="largest maxerror tolerated")
+    timex: Optional[SettingPath] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")
+    expect_cpus: Optional[int] = Field(default=None, ge=1, description="online CPUs (hardware threads)")
+    expect_sockets: Optional[int] = Field(default=None, ge=1)
+    expect_threads_per_core: Optional[int] = Field(default=None, ge=1)
+    expect_memory_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at least this")
+    expect_memory_max_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at most this")
+    # NHC's check_hw_physmem fudge (scripts/lbnl_hw.nhc): a percentage of the MemTotal read,
+    # added before the minimum is compared and taken off before the maximum is.
+    memory_tolerance_percent: float = Field(
+        default=0.0, ge=0, lt=100, description="percent of MemTotal allowed either side of the expected memory"
+    )
+    expect_hugepages: Optional[int] = Field(default=None, ge=0, description="HugePages_Total (default page size)")
+    expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
+    expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")
+    expect_bios: list[str] = Field(default_factory=list, description="BIOS versions allowed")
+    expect_ethernet: list[str] = Field(default_factory=list, description="network interfaces that must exist and be up")
+    expect_interfaces: list[str] = Field(
+        default_factory=list, description="network interfaces that must exist, up or not (NHC's check_hw_eth)"
+    )
+    inventory_severity: Grade = Field(default="CRITICAL", description="grade of missing CPUs or memory")
+    # A link that is down for one pass may be a flap (a switch reboot, a cable reseated):
+    # CRITICAL would take the node out at once and kill its jobs; WARNING drains it after them.
+    ethernet_severity: Grade = Field(
+        default="WARNING", description="grade of an expected network interface missing or down"
+    )
+    version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")
+
+    @field_validator("expect_ethernet", "expect_interfaces")
+    @classmethod
+    def _interface_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not valid_interface_name(name):
+                raise ValueError(f"{name!r} is not a network interface name (1-15 characters, no '/', ':' or space)")
+        return names

@@ -1,0 +1,1 @@
+"""The jobs check: application Xids that follow a GPU across users' jobs (the epilog's records)."""

@@ -1,0 +1,345 @@
+"""Kernel-log readers that resume from a cursor: /dev/kmsg and, where available, the journal.
+
+/dev/kmsg (kernel Documentation/ABI/testing/dev-kmsg): opened O_RDONLY|O_NONBLOCK,
+each read() returns one record ``PRI,SEQ,USEC,FLAGS;MESSAGE`` (plus continuation
+lines starting with a space), EAGAIN means no more records, and EPIPE means
+records were overwritten in the ring buffer before we read them. SEQ is a
+per-boot sequence number, so it is the cursor; there is no way to seek to a SEQ,
+so the reader starts at the oldest record and skips what it has already seen.
+A regular file holding the same record format (a saved dump, a test fixture)
+is read the same way. PRI is ``facility * 8 + level``; the kernel gives userspace
+writes to /dev/kmsg a non-zero facility (LOG_USER when none is asked for,
+kernel/printk/printk.c devkmsg_write), so facility 0 means the kernel wrote the
+record. The message escapes bytes below 0x20, from 0x7f up, and backslash as
+``\\xHH`` (msg_add_ext_text); ``kmsg_text`` undoes that, so a message holds the
+newlines the kernel was given.
+
+The journal (systemd-python's ``systemd.journal.Reader``) keeps more history than
+the ring buffer; its cursor string is the cursor. systemd-python is optional and
+imported only here, lazily. journald stores every /dev/kmsg record with
+``_TRANSPORT=kernel`` and its facility in SYSLOG_FACILITY; for a record of another
+facility (one that userspace wrote) it splits a leading ``NVRM:`` off into
+SYSLOG_IDENTIFIER, so the identifier is put back in front of MESSAGE and the line
+reads as it does in /dev/kmsg. Both sources give the same ``LogLine`` for a record;
+which records count is the caller's decision, made on ``facility``.
+
+Failures to read raise ``LogUnavailable`` naming the path: the caller must report
+that as UNKNOWN, never as healthy.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+from ..common import sysfs
+
+_READ_SIZE = 16384  # larger than the kernel's maximum record (CONSOLE_EXT_LOG_MAX, 8 KiB)
+_KMSG_HEAD = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]*;")
+_KMSG_ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
+
+
+class LogUnavailable(Exception):
+    """The kernel log could not be read; the message names the path and the reason."""
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One kernel message, the id of its record (unique within a boot for one source), its times and facility.
+
+    ``usec`` is the kernel's own timestamp of the record (microseconds since boot, the
+    USEC field of /dev/kmsg); journald keeps the same number in _SOURCE_MONOTONIC_TIMESTAMP,
+    so it names a record whichever source read it. ``time`` is the record's wall-clock
+    time in epoch seconds when it can be known. ``facility`` is the syslog facility of
+    the record: 0 only for what the kernel itself logged; None when the source did not say.
+    """
+
+    message: str
+    record_id: str
+    usec: Optional[int] = None
+    time: Optional[float] = None
+    facility: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class KmsgRecord:
+    """One /dev/kmsg record: ``PRI,SEQ,USEC,FLAGS;MESSAGE`` with the message unescaped."""
+
+    priority: int
+    seq: int
+    usec: int
+    message: str
+
+    @property
+    def facility(self) -> int:
+        return self.priority >> 3
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """New lines since the cursor, the cursor after them, lost records if any, and the oldest SEQ seen."""
+
+    lines: tuple[LogLine, ...]
+    cursor: Optional[str]
+    lost: Optional[str] = None
+    oldest: Optional[int] = None
+
+
+def read_boot_id(procfs: Path) -> str:
+    try:
+        return sysfs.read_boot_id(procfs)
+    except sysfs.SysfsError as exc:
+        raise LogUnavailable(str(exc)) from None
+
+
+def read_boot_time(procfs: Path, now: float) -> Optional[float]:
+    """Wall-clock time of this boot in epoch seconds, to date kernel records; None when unknown.
+
+    From ``btime`` in ``<procfs>/stat`` (proc(5)); failing that, ``now`` minus the
+    uptime in ``<procfs>/uptime``.
+    """
+    try:
+        for line in (procfs / "stat").read_text(encoding="ascii", errors="replace").splitlines():
+            name, _, value = line.partition(" ")
+            if name == "btime" and value.strip().isdigit():
+                return float(value.strip())
+    except OSError:
+        pass
+    try:
+        uptime = float((procfs / "uptime").read_text(encoding="ascii", errors="replace").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return now - uptime if uptime >= 0 else None
+
+
+def kmsg_text(raw: bytes) -> str:
+    """A /dev/kmsg message with the kernel's ``\\xHH`` escapes undone, as text."""
+    if b"\\" in raw:
+        raw = _KMSG_ESCAPE.sub(lambda m: bytes((int(m.group(1), 16),)), raw)
+    return raw.decode("utf-8", errors="replace")
+
+
+def parse_kmsg_record(raw: bytes) -> Optional[KmsgRecord]:
+    """One line of /dev/kmsg output as a record; None for a continuation line (`` KEY=value``) or garbage."""
+    match = _KMSG_HEAD.match(raw)
+    return None if match is None else _record(match, raw)
+
+
+def _record(head: re.Match[bytes], raw: bytes) -> KmsgRecord:
+    pri, seq, usec = (int(group) for group in head.groups())
+    return KmsgRecord(pri, seq, usec, kmsg_text(raw[head.end() :]))
+
+
+def _numbered(chunk: bytes) -> Iterator[tuple[int, re.Match[bytes], bytes]]:
+    """The records in ``chunk`` with their sequence numbers, unparsed; continuation lines and garbage are skipped.
+
+    A reader that keeps a cursor reads the whole buffer again each pass: the records it has
+    seen already are only numbered, not parsed, which is most of the work saved.
+    """
+    for line in chunk.split(b"\n"):
+        match = _KMSG_HEAD.match(line)
+        if match is not None:
+            yield int(match.group(2)), match, line
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A descriptor on the kernel's log device left open by a reader, and the SEQ of the last record it read."""
+
+    fd: int
+    last: int
+
+
+# A reader's /dev/kmsg descriptor, kept open between passes of a long-lived process (the
+# daemon): each open descriptor has its own position in the ring buffer (Documentation/
+# ABI/testing/dev-kmsg), so reading it again returns only the records logged since,
+# where a new descriptor starts at the oldest record and the whole buffer is read again.
+# One per reader and path, never shared: each check reads with its own.
+_KEPT: dict[tuple[str, str], _Kept] = {}
+
+
+def _open_kmsg(path: Path, after: Optional[int], keep: Optional[str]) -> tuple[int, bool]:
+    """A descriptor to read records after ``after`` from, and whether it is the reader's kept one (already past it)."""
+    kept = _KEPT.pop((keep, str(path)), None) if keep is not None else None
+    if kept is not None:
+        if kept.last == after:
+            return kept.fd, True
+        # The caller's cursor is not where this descriptor stopped (its state was not saved,
+        # or was replaced): start over from the oldest record, as a new process would.
+        os.close(kept.fd)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), False
+    except OSError as exc:
+        raise LogUnavailable(f"cannot open {path}: {exc.strerror or exc}") from None
+
+
+def _keep(path: Path, keep: str, fd: int, last: int) -> None:
+    displaced = _KEPT.pop((keep, str(path)), None)
+    _KEPT[(keep, str(path))] = _Kept(fd, last)
+    if displaced is not None:
+        os.close(displaced.fd)
+
+
+def read_kmsg(
+    path: Path, after: Optional[int], boot_time: Optional[float] = None, keep: Optional[str] = None
+) -> ReadResult:
+    """Records with SEQ greater than ``after`` (all of them when None), dated from ``boot_time``.
+
+    ``keep`` names the reader (a check) when the descriptor of a character device may be
+    kept open for its next read: that read continues from here when its ``after`` is
+    the last SEQ this one returned, and opens the device afresh otherwise.
+    """
+    fd, continued = _open_kmsg(path, after, keep)
+    lines: list[LogLine] = []
+    lost: list[str] = []
+    last = after
+    oldest: Optional[int] = None
+    pending = b""
+    kept = False
+    try:
+        is_device = stat.S_ISCHR(os.fstat(fd).st_mode)
+        while True:
+            try:
+                chunk = os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                lost.append("the kernel overwrote records before they were read")
+                continue
+            except OSError as exc:
+                raise LogUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
+            if not chunk:
+                if is_device:
+                    break
+                chunk, pending = pending, b""
+                if not chunk:
+                    break
+            elif not is_device:
+                chunk, _, pending = (pending + chunk).rpartition(b"\n")
+            for seq, head, raw in _numbered(chunk):
+                oldest = seq if oldest is None else oldest
+                if last is not None and seq <= last:
+                    continue
+                record = _record(head, raw)
+                if last is not None and seq > last + 1 and not lost:
+                    lost.append(f"records {last + 1}..{seq - 1} were overwritten before they were read")
+                time = None if boot_time is None else boot_time + record.usec / 1e6
+                lines.append(LogLine(record.message, str(seq), record.usec, time, record.facility))
+                last = seq
+        if keep is not None and is_device and last is not None:
+            _keep(path, keep, fd, last)
+            kept = True
+    finally:
+        if not kept:
+            os.close(fd)
+    # A continued read starts past the records read before: its first SEQ is not the buffer's oldest.
+    return ReadResult(
+        tuple(lines), None if last is None else str(last), "; ".join(lost) or None, None if continued else oldest
+    )
+
+
+def journal_available() -> bool:
+    """systemd-python imports and the machine was booted with systemd (so journald runs)."""
+    try:
+        from systemd import daemon
+    except ImportError:
+        return False
+    return bool(daemon.booted())
+
+
+def _journal_text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value) if value is not None else ""
+
+
+def _journal_id(entry: Mapping[str, Any]) -> str:
+    cursor = _journal_text(entry.get("__CURSOR"))
+    for part in cursor.split(";"):
+        if part.startswith("i="):
+            return f"j{part[2:]}"
+    return f"m{_journal_text(entry.get('__MONOTONIC_TIMESTAMP'))}"
+
+
+def _journal_times(entry: Mapping[str, Any]) -> tuple[Optional[int], Optional[float]]:
+    """(kernel usec, wall-clock seconds) of a journal entry; systemd-python converts both fields."""
+    source = entry.get("_SOURCE_MONOTONIC_TIMESTAMP")
+    realtime = entry.get("__REALTIME_TIMESTAMP")
+    usec = source // timedelta(microseconds=1) if isinstance(source, timedelta) else None
+    return usec, realtime.timestamp() if isinstance(realtime, datetime) else None
+
+
+def _journal_facility(entry: Mapping[str, Any], ident: str) -> Optional[int]:
+    """SYSLOG_FACILITY, which journald sets on every record it reads from /dev/kmsg (int, or text unconverted).
+
+    Without it, only journald's own identifier for facility-0 records ("kernel") says
+    the kernel wrote it; the identifier alone is never trusted when the facility is there.
+    """
+    value = entry.get("SYSLOG_FACILITY")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = _journal_text(value)
+    if text.isdigit():
+        return int(text)
+    return 0 if value is None and ident == "kernel" else None
+
+
+def journal_line(entry: Mapping[str, Any]) -> Optional[LogLine]:
+    """The ``LogLine`` of one journal entry as systemd-python returns it; None unless it came from /dev/kmsg.
+
+    Only ``_TRANSPORT=kernel`` entries are kernel-log records (the reader also matches on
+    it); the facility then tells the kernel's own records from userspace writes.
+    """
+    if _journal_text(entry.get("_TRANSPORT")) != "kernel":
+        return None
+    message = _journal_text(entry.get("MESSAGE"))
+    ident = _journal_text(entry.get("SYSLOG_IDENTIFIER"))
+    facility = _journal_facility(entry, ident)
+    if facility != 0 and ident and ident != "kernel" and not message.startswith(ident):
+        message = f"{ident}: {message}"
+    return LogLine(message, _journal_id(entry), *_journal_times(entry), facility)
+
+
+def read_journal(directory: Optional[Path], boot_id: str, after: Optional[str]) -> ReadResult:
+    """Kernel-transport entries of boot ``boot_id`` after journal cursor ``after``."""
+    where = str(directory) if directory is not None else "the system journal"
+    try:
+        from systemd import journal
+    except ImportError:
+        raise LogUnavailable(f"cannot read {where}: systemd-python is not installed") from None
+    try:
+        reader = journal.Reader(path=str(directory)) if directory is not None else journal.Reader()
+    except OSError as exc:
+        raise LogUnavailable(f"cannot open {where}: {exc.strerror or exc}") from None
+    lines: list[LogLine] = []
+    cursor = after
+    try:
+        reader.add_match("_TRANSPORT=kernel")
+        reader.add_match(f"_BOOT_ID={boot_id.replace('-', '')}")
+        if after:
+            reader.seek_cursor(after)
+            first = reader.get_next()
+            if first and not reader.test_cursor(after):
+                reader.get_previous()
+        for entry in reader:
+            line = journal_line(entry)
+            if line is not None:
+                lines.append(line)
+            cursor = _journal_text(entry.get("__CURSOR")) or cursor
+    except OSError as exc:
+        raise LogUnavailable(f"cannot read {where}: {exc.strerror or exc}") from None
+    finally:
+        reader.close()
+    return ReadResult(tuple(lines), cursor)
+
+
+def kmsg_seq(cursor: Optional[str]) -> Optional[int]:
+    """A stored kmsg cursor as an int; a malformed one means "start over"."""
+    if cursor is None or not cursor.isdigit():
+        return None
+    return int(cursor)

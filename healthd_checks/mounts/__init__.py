@@ -1,0 +1,1 @@
+"""The mounts check: expected filesystems mounted as expected, space and inodes, hung and dead mounts."""

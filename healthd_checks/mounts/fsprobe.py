@@ -1,0 +1,265 @@
+"""Space and inode probes of a mount, run in a child process so a hung filesystem cannot hang us.
+
+A ``statvfs`` on a hung NFS or FUSE mount blocks in the kernel (state D) and cannot
+be interrupted, so it never runs in one of healthd's own threads. All the mounts of
+a pass are probed by one child process in its own session: ``stat --file-system``
+for a single mount, an isolated interpreter with one thread per mount for several
+(a hung mount blocks only its thread, so every mount answers or is found hung
+within the one deadline). The child is abandoned at its deadline and remembered,
+as the stuck probe of each mount that did not answer, until it finally exits.
+While a probe of a mount is still alive no new one is started for that mount, in
+this process (``ProbeTable``) or in a later one (the pid and start time are kept in
+the check's state file), so a hung mount costs at most one stuck process however
+many passes run, and several hung mounts of one pass share one.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from healthd.checks.binaries import locate
+from healthd.checks.bounded import process_start
+
+# %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes
+_FORMAT = "%b %a %S %c %d"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Free space and inodes of one filesystem, as fractions of the total."""
+
+    free_fraction: float
+    free_inode_fraction: Optional[float]
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class Hung:
+    """The probe did not return in time (or an earlier one is still stuck)."""
+
+    pid: int
+    stuck_seconds: float
+    inherited: bool
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The probe returned but could not read the filesystem: why, and statvfs's errno when it gave one.
+
+    ``errno`` is None when the probe itself failed (no ``stat`` program, a child that died
+    or printed something else), not the filesystem.
+    """
+
+    message: str
+    errno: Optional[int] = None
+
+
+ProbeOutcome = Union[Usage, Hung, Failed]
+
+
+def parse_stat_output(text: str) -> Usage:
+    """Parse ``stat --file-system --format=_FORMAT`` output; ``ValueError`` when malformed."""
+    parts = text.split()
+    if len(parts) != 5:
+        raise ValueError(f"expected 5 numbers from stat, got {text.strip()!r}")
+    blocks, avail, _block_size, inodes, free_inodes = (int(p) for p in parts)
+    if blocks < 0 or avail < 0 or inodes < 0 or free_inodes < 0:
+        raise ValueError(f"negative value from stat: {text.strip()!r}")
+    free = avail / blocks if blocks else 1.0
+    # Filesystems without a fixed inode table (btrfs, many FUSE ones) report 0 inodes.
+    inode_free = free_inodes / inodes if inodes else None
+    return Usage(free_fraction=free, free_inode_fraction=inode_free, total_bytes=blocks * int(parts[2]))
+
+
+def forget_finished(remembered: dict[str, dict[str, float]], keep: set[str]) -> None:
+    """Drop records of stuck probes (of mounts not in ``keep``) whose process has exited."""
+    for path in [p for p in remembered if p not in keep]:
+        start = process_start(int(remembered[path]["pid"]))
+        if start is None or abs(start - remembered[path]["start"]) >= 1.0:
+            del remembered[path]
+
+
+@dataclass
+class _Running:
+    process: subprocess.Popen[bytes]
+    started: float
+
+
+# The child that probes several mounts at once: one thread per mount, so a hung one
+# blocks only its own thread and every other mount still answers within the deadline.
+# Each line is "INDEX TOTAL AVAIL FRSIZE INODES FREE_INODES" (the numbers of _FORMAT) or
+# "INDEX ! ERRNO ERROR"; one os.write per line, under PIPE_BUF, so lines never interleave.
+_MANY = """import os, sys, threading
+def probe(i, p):
+    try:
+        s = os.statvfs(p)
+        line = "%d %d %d %d %d %d" % (i, s.f_blocks, s.f_bavail, s.f_frsize, s.f_files, s.f_ffree)
+    except OSError as e:
+        line = "%d ! %d %s" % (i, e.errno or 0, (e.strerror or str(e))[:200].replace("\\n", " "))
+    os.write(1, (line + "\\n").encode("utf-8", "replace"))
+threads = [threading.Thread(target=probe, args=(i, p)) for i, p in enumerate(sys.argv[1:])]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+"""
+
+
+def _command(paths: list[str]) -> list[str]:
+    """One child for ``paths``: ``stat`` for a single mount (cheapest), a threaded interpreter for several."""
+    if len(paths) == 1:
+        # The same line format as _MANY's, for one mount at index 0.
+        return [locate("stat"), "--file-system", f"--printf=0 {_FORMAT}\\n", "--", paths[0]]
+    return [sys.executable, "-I", "-S", "-c", _MANY, *paths]
+
+
+def _read_until(process: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bool]:
+    """The child's stdout until it closes or the monotonic ``deadline`` passes; (output, closed)."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    chunks: list[bytes] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return b"".join(chunks), False
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks), True
+            chunks.append(chunk)
+
+
+def _failed(line: str) -> Failed:
+    """A threaded child's ``ERRNO ERROR`` (after ``INDEX ! ``); errno 0 or none is the probe's own failure."""
+    number, _, message = line.partition(" ")
+    return Failed(message, int(number) or None) if number.isdigit() else Failed(line)
+
+
+def stat_failed(stderr: str) -> Failed:
+    """A failed ``stat --file-system``, its errno read back from the message coreutils ends with.
+
+    coreutils' stat reports ``PROGRAM: cannot read file system information for 'PATH': MESSAGE``
+    (stat.c, ``do_statfs``), MESSAGE being strerror(errno) in the C locale the child runs in
+    (``LC_ALL=C``); this process's strerror gives the same C-locale text (Python sets no
+    LC_MESSAGES). Any other message is the probe's own failure.
+    """
+    import errno
+
+    if ": cannot read file system information for " not in stderr:
+        return Failed(stderr)
+    message = stderr.rpartition(": ")[2].strip()
+    codes = {os.strerror(number): number for number in errno.errorcode}
+    return Failed(stderr, codes.get(message))
+
+
+def _answers(output: bytes, count: int) -> dict[int, ProbeOutcome]:
+    """The outcomes in the child's complete lines, by index."""
+    answers: dict[int, ProbeOutcome] = {}
+    for line in output.decode("utf-8", "replace").splitlines():
+        index, _, rest = line.partition(" ")
+        if not index.isdigit() or int(index) >= count:
+            continue
+        if rest.startswith("! "):
+            answers[int(index)] = _failed(rest[2:])
+            continue
+        try:
+            answers[int(index)] = parse_stat_output(rest)
+        except ValueError as exc:
+            answers[int(index)] = Failed(str(exc))
+    return answers
+
+
+def _close(process: subprocess.Popen[bytes], *, read_errors: bool = True) -> str:
+    """Close our ends of the child's pipes; what it wrote on stderr, when it has exited (``read_errors``)."""
+    assert process.stdout is not None and process.stderr is not None
+    error = process.stderr.read().decode("utf-8", "replace").strip() if read_errors else ""
+    process.stdout.close()
+    process.stderr.close()
+    return error
+
+
+class ProbeTable:
+    """The probes of one check: at most one live process per mount path, one new child per pass."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, _Running] = {}
+
+    def _still_stuck(self, path: str, now: float, remembered: dict[str, dict[str, float]]) -> Optional[Hung]:
+        """The earlier probe of ``path`` that is still alive (here or in an earlier process), if any."""
+        running = self._running.get(path)
+        if running is not None:
+            if running.process.poll() is None:
+                return Hung(running.process.pid, now - running.started, inherited=True)
+            del self._running[path]
+            remembered.pop(path, None)
+        record = remembered.get(path)
+        if record is not None:
+            start = process_start(int(record["pid"]))
+            if start is not None and abs(start - record["start"]) < 1.0:
+                return Hung(int(record["pid"]), time.time() - record["start"], inherited=True)
+            remembered.pop(path, None)
+        return None
+
+    def probe_all(
+        self, paths: list[str], deadline: float, remembered: dict[str, dict[str, float]]
+    ) -> dict[str, ProbeOutcome]:
+        """Probe every path of ``paths`` in one child process, waiting at most ``deadline`` seconds.
+
+        ``remembered`` is the check's persisted ``{path: {"pid", "start"}}`` record of
+        stuck probes left by earlier processes; it is updated in place. A path whose
+        earlier probe is still alive is not probed again.
+        """
+        now = time.monotonic()
+        outcomes: dict[str, ProbeOutcome] = {}
+        for path in paths:
+            stuck = self._still_stuck(path, now, remembered)
+            if stuck is not None:
+                outcomes[path] = stuck
+        todo = [p for p in paths if p not in outcomes]
+        if not todo:
+            return outcomes
+        try:
+            command = _command(todo)
+        except FileNotFoundError as exc:
+            return {**outcomes, **{p: Failed(str(exc)) for p in todo}}
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={"LC_ALL": "C"},
+        )
+        output, closed = _read_until(process, now + deadline)
+        answers = _answers(output, len(todo))
+        if closed:
+            process.wait()
+            error = _close(process)
+            for index, path in enumerate(todo):
+                # A single mount's stat prints no line when it fails: its message is on stderr.
+                failed = stat_failed(error) if error else Failed(f"the probe exited {process.returncode}")
+                outcomes[path] = answers.get(index) or failed
+            return outcomes
+        # SIGKILL ends it as soon as the kernel lets every thread go; until then it is on record
+        # as the stuck probe of each mount that did not answer, so none of them is probed again.
+        os.kill(process.pid, signal.SIGKILL)
+        _close(process, read_errors=False)
+        start = process_start(process.pid)
+        waited = time.monotonic() - now
+        for index, path in enumerate(todo):
+            if index in answers:
+                outcomes[path] = answers[index]
+                continue
+            self._running[path] = _Running(process, now)
+            if start is not None:
+                remembered[path] = {"pid": float(process.pid), "start": start}
+            outcomes[path] = Hung(process.pid, waited, inherited=False)
+        return outcomes

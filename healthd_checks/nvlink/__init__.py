@@ -1,0 +1,1 @@
+"""The nvlink check: NVLinks up, fabric registration, NVSwitches and Fabric Manager."""

@@ -1,0 +1,1 @@
+"""The services check: systemd units or daemon processes, and kernel modules."""

@@ -1,0 +1,201 @@
+"""The ``xid`` check: NVIDIA Xid/SXid events from the kernel log, read exactly once, graded by catalog.
+
+Each pass reads the kernel log from the cursor kept in the check's state (with the
+boot id: a new boot starts over), folds new lines into one group per GPU and Xid,
+and reports one finding per group seen this boot. Only what the NVIDIA driver wrote
+counts: records of the kernel facility whose message begins with the driver's prefix
+(``xid_parse``). A record that a process wrote to /dev/kmsg is never a finding unless
+``accept_userspace_kmsg`` is on, a switch for tests that is reported in every pass
+while on. A fallen-off-the-bus banner split over records, or over passes, is
+completed from the state. Grades come from
+``xid_catalog`` with the operator's overrides. Every line is dated by its own
+record time (kernel timestamp plus boot time, or the journal's), never by when it
+was read, and all windows are judged on that time. A flood of identical lines is
+one event per ``window`` (``details["count"]`` counts every line), and inside it a
+milder line never grades the event down. Xids that need a GPU reset stay active
+until a reboot, an Xid 154 back to "no action" on that GPU, or an acknowledgement
+(handled centrally, matched on ``details["event"]``); those that need a reboot
+ignore the Xid 154. Everything else that was seen is still reported, as an OK
+finding, so metrics can count Xids by GPU and code.
+
+``gather`` reads the boot id, the saved state, the GPU order and the new lines;
+``judge`` folds them into events (``xid_events``) and reports them. Every Xid event
+feeds the ``healthd_xid_events_total`` counter (``XID_EVENTS``), labelled by GPU and
+Xid.
+
+GPU numbering: the driver's Xid line names a PCI address. healthd maps it to an
+index by sorting the NVIDIA display/3D controllers under ``[paths].sysfs/bus/pci/
+devices`` by address, which is the order NVML enumerates GPUs in by default
+(``CUDA_DEVICE_ORDER`` aside); the order is captured once per boot, so a GPU that
+falls off the bus does not renumber the others.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from healthd.checks.plugin import CheckSpec, EventCounter, Staged, Unobserved, Verdict
+from healthd.model import Finding, Status
+
+from ..common.sysfs import VENDOR_NVIDIA, scan_pci
+from ..kernlog.read import Position, read_new
+from ..kernlog.source import LogUnavailable, ReadResult, read_boot_id
+from .events import STATE_VERSION, Folding, one_line
+from .parse import PciAddress
+
+_EVENT_CODE = re.compile(r"(S?XID)_(\d{1,6})")
+
+if TYPE_CHECKING:
+    from healthd.checks.plugin import CheckContext, JudgeContext
+
+    from .settings import XidSettings
+
+
+def nvidia_gpus(sysfs: Path) -> list[PciAddress]:
+    """NVIDIA GPUs on the PCI bus, in address order (NVML's default enumeration order)."""
+    scan = scan_pci(sysfs, frozenset({VENDOR_NVIDIA}))
+    return [a for a in (PciAddress.parse(f.address) for f in scan.nvidia_gpus) if a is not None]
+
+
+@dataclass(frozen=True)
+class XidObservation:
+    """What one pass read: the boot, its saved state, where reading stands now, and the new lines.
+
+    ``position`` is after any change of source; ``first_read`` says whether this boot's
+    log had never been read before. ``journal_problem`` is why the journal could not be
+    read when kmsg was read instead; ``log_unreadable`` is set when no source could be.
+    """
+
+    kmsg: str
+    boot_id: Optional[str] = None
+    boot_unreadable: Optional[Unobserved] = None
+    document: Mapping[str, Any] = field(default_factory=dict)
+    position: Position = field(default_factory=Position)
+    first_read: bool = True
+    log: Optional[ReadResult] = None
+    journal_problem: Optional[str] = None
+    log_unreadable: Optional[Unobserved] = None
+
+
+def _read_log(ctx: CheckContext[XidSettings], boot_id: str, position: Position) -> XidObservation:
+    """New lines from the configured source, falling back to kmsg, with the position after reading."""
+    settings = ctx.settings
+    kmsg = ctx.paths.kmsg
+    read = read_new(
+        settings.source, settings.journal_directory, kmsg, ctx.paths.procfs, ctx.clock, boot_id, position, ctx.name
+    )
+    if read.unreadable is not None:
+        unreadable = Unobserved("KERNEL_LOG_UNREADABLE", str(kmsg), one_line(read.unreadable), {"path": str(kmsg)})
+        return XidObservation(str(kmsg), boot_id, position=position, log_unreadable=unreadable)
+    return XidObservation(
+        str(kmsg), boot_id, position=read.position, log=read.result, journal_problem=read.journal_problem
+    )
+
+
+def gather(ctx: CheckContext[XidSettings]) -> XidObservation:
+    try:
+        boot_id = read_boot_id(ctx.paths.procfs)
+    except LogUnavailable as exc:
+        unreadable = Unobserved("KERNEL_LOG_UNREADABLE", str(ctx.paths.procfs), str(exc))
+        return XidObservation(str(ctx.paths.kmsg), boot_unreadable=unreadable)
+    document = ctx.state.load()
+    if document.get("version") != STATE_VERSION or document.get("boot_id") != boot_id:
+        document = {}  # a new boot starts over
+    position = Position.load(document)
+    if not position.order:
+        # Captured once per boot, so a GPU that falls off the bus does not renumber the others.
+        position = replace(position, order=tuple(str(a) for a in nvidia_gpus(ctx.paths.sysfs)))
+    observed = _read_log(ctx, boot_id, position)
+    first_read = position.cursor is None and position.last_usec is None
+    return replace(observed, document=document, first_read=first_read)
+
+
+def judge(observed: XidObservation, jc: JudgeContext[XidSettings]) -> Verdict:
+    if observed.boot_id is None:
+        return Verdict(tuple(p.finding(jc) for p in (observed.boot_unreadable,) if p is not None))
+    findings: list[Finding] = []
+    if jc.settings.accept_userspace_kmsg:
+        findings.append(
+            jc.finding(
+                Status.OK,
+                "KERNEL_LOG_USERSPACE_ACCEPTED",
+                "accept_userspace_kmsg",
+                "accept_userspace_kmsg is on: records that processes wrote to /dev/kmsg count as NVIDIA driver "
+                "messages, so anyone who can write /dev/kmsg can report a GPU fault (a setting for tests)",
+                setting="accept_userspace_kmsg",
+            )
+        )
+    if observed.journal_problem is not None:
+        # Xids are still seen through kmsg, so this is a note, not "could not observe";
+        # but the journal's longer history is not being used, and someone should know.
+        directory = jc.settings.journal_directory
+        findings.append(
+            jc.finding(
+                Status.OK,
+                "KERNEL_LOG_JOURNAL_UNREADABLE",
+                str(directory) if directory is not None else "journal",
+                one_line(f"{observed.journal_problem}; reading {observed.kmsg} instead"),
+                reason=one_line(observed.journal_problem),
+            )
+        )
+    if observed.log_unreadable is not None:
+        findings.append(observed.log_unreadable.finding(jc))
+    folding = Folding(jc, observed.document, observed.boot_id, observed.position, observed.kmsg)
+    if observed.log is not None:
+        folding.fold(observed.log, observed.first_read)
+    return Verdict((*findings, *folding.report()), folding.document())
+
+
+def hardware_code(code: str) -> bool:
+    """Whether ``code`` is an Xid (or SXid) that NVIDIA's catalog puts on the GPU (or NVSwitch) itself.
+
+    Application Xids, those of a process's cleanup, informational, software and
+    power-smoothing Xids, and Xids not in the catalog never escalate: a user's program,
+    the driver or a new driver's unknown code can cause them (docs/escalation.md).
+    """
+    from .catalog import CATALOG, HARDWARE_BUCKETS
+
+    match = _EVENT_CODE.fullmatch(code)
+    if match is None:
+        return False
+    if match.group(1) == "SXID":
+        return True
+    entry = CATALOG.get(int(match.group(2)))
+    return entry is not None and entry.bucket in HARDWARE_BUCKETS
+
+
+def xid_event_labels(finding: Finding) -> Optional[tuple[str, str]]:
+    """(gpu, xid) of a finding coded ``XID_<n>`` (xid ``<n>``) or ``SXID_<n>`` (xid ``SXID_<n>``, gpu the switch).
+
+    The ``gpu`` detail names the GPU (the subject when it is missing).
+    """
+    match = _EVENT_CODE.fullmatch(finding.code)
+    if match is None:
+        return None
+    gpu = finding.details.get("gpu")
+    xid = match.group(2) if match.group(1) == "XID" else finding.code
+    return str(gpu if gpu is not None else finding.subject), xid
+
+
+# One finding per GPU and Xid seen since boot, its count growing until a reboot: a counter
+# whose resets rate() understands.
+XID_EVENTS = EventCounter(
+    name="xid_events",
+    documentation="Xid and SXid lines the kernel logged this boot, by GPU (or NVSwitch) and Xid "
+    "(SXID_<n> for an SXid).",
+    labels=("gpu", "xid"),
+    select=xid_event_labels,
+)
+
+
+CHECK = CheckSpec(
+    name="xid",
+    description="NVIDIA Xid/SXid errors in the kernel log, read once each, graded by NVIDIA's Xid catalog",
+    settings="healthd_checks.xid.settings:XidSettings",
+    run=Staged(gather, judge, keeps="the kernel-log cursor and Xid events"),
+    events=(XID_EVENTS,),
+    hardware=hardware_code,
+)

@@ -1,0 +1,184 @@
+"""The import graph keeps the architecture: no cycles, and the "never" rules of CONTRIBUTING.md.
+
+Every import counts, those inside functions included: an import hidden in a function is
+still a dependency, and a cycle hidden that way is still a cycle. Imports under
+``if TYPE_CHECKING:`` are left out: they never run, and name types only.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from healthd_testkit.paths import REPO
+
+PACKAGES = ("healthd", "healthd_checks")
+
+# (importer prefix, imported prefixes it may never import, why). CONTRIBUTING.md lists the same rules.
+NEVER = (
+    (
+        "healthd_checks",
+        ("healthd.cycle", "healthd.cli", "healthd.commands", "healthd.service", "healthd.slurm", "healthd.plan",
+         "healthd.fleet", "healthd.checks.engine", "healthd.checks.runner"),
+        "a check gathers and judges; it never runs a pass, calls Slurm or reaches the CLI",
+    ),
+    (
+        "healthd.plan",
+        ("healthd.slurm.adapter", "healthd.slurm.command", "healthd.store", "healthd.cycle", "healthd.service",
+         "healthd.cli", "healthd.commands", "healthd.checks.engine", "healthd.checks.runner", "healthd_checks"),
+        "the plan is pure: results and remembered state in, one decision out",
+    ),
+    (
+        "healthd.config",
+        ("healthd.cycle", "healthd.service", "healthd.cli", "healthd.commands", "healthd.slurm", "healthd.plan",
+         "healthd_checks"),
+        "configuration is read first and depends on nothing that runs",
+    ),
+    (
+        "healthd.store",
+        ("healthd.cycle", "healthd.service", "healthd.cli", "healthd.commands", "healthd.slurm", "healthd_checks"),
+        "the store keeps what a pass decided (the plan's values); it runs nothing and calls nothing",
+    ),
+    (
+        "healthd.model",
+        ("healthd.",),
+        "the values every stage shares depend on no stage",
+    ),
+)  # fmt: skip
+# Only these modules may import the Slurm adapter (healthd.slurm.adapter): the stage that acts.
+SLURM_CALLERS = ("healthd.slurm.", "healthd.cycle.pipeline")
+# Known exceptions, each a piece of work left (docs/architecture.md, "Layering"): the active
+# checks' idle read and `fleet lemons --drain` still call the adapter themselves.
+SLURM_EXCEPTIONS = frozenset({"healthd.cycle.activerun", "healthd.fleet.drain", "healthd.commands.fleet"})
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    tree = ast.parse(path.read_text())
+    skip = _type_checking_lines(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", 0) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(_resolve(alias.name, known) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                stem = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*stem, *([node.module] if node.module else [])])
+            found.add(_resolve(base, known))
+            found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
+    found.discard(name)
+    return {m for m in found if m in known}
+
+
+def _resolve(name: str, known: set[str]) -> str:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    paths = {_module(p): p for package in PACKAGES for p in sorted((REPO / package).rglob("*.py"))}
+    known = set(paths)
+    return {name: _imports(path, name, known) for name, path in paths.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_graph_is_read_from_the_whole_tree(graph: dict[str, set[str]]) -> None:
+    assert "healthd.cycle.pipeline" in graph and "healthd_checks.xid.check" in graph
+    assert "healthd.plan.policy" in graph["healthd.cycle.pipeline"]
+
+
+def test_no_import_cycles(graph: dict[str, set[str]]) -> None:
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize(("importer", "forbidden", "why"), NEVER, ids=[rule[0] for rule in NEVER])
+def test_never_rules(graph: dict[str, set[str]], importer: str, forbidden: tuple[str, ...], why: str) -> None:
+    broken = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module == importer or module.startswith(importer + ".")
+        for target in targets
+        if any(target == f or target.startswith(f if f.endswith(".") else f + ".") for f in forbidden)
+    )
+    assert broken == [], f"{why}: {broken}"
+
+
+def test_only_the_acting_stage_calls_slurm(graph: dict[str, set[str]]) -> None:
+    callers = {m for m, targets in graph.items() if "healthd.slurm.adapter" in targets}
+    strays = sorted(m for m in callers - SLURM_EXCEPTIONS if not m.startswith(SLURM_CALLERS))
+    assert strays == []
+    # An exception that no longer calls the adapter is dropped from the list, so the list only shrinks.
+    assert callers >= SLURM_EXCEPTIONS
