@@ -352,3 +352,28 @@ def test_the_epilog_runs_the_active_checks_only_when_configured(cluster: Any, tm
     assert cluster.reason("node3").startswith("healthd: DCGM_PCIE_FAILED GPU 1"), cluster.reason("node3")
     said = f"healthd epilog: job {job}: active checks: WARNING: drain_after_jobs"
     assert said in cluster.job_log("node3").read_text()
+
+
+def test_buggy_jobs_and_administrator_resumes_never_send_a_node_to_repair(
+    cluster: Any, users: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Issue scenario: five buggy jobs of two users, with an administrator's resume after each drain,
+    raised APP_XID_SUSPECT three times and sent the node to REPAIR. Application-Xid suspicion is
+    no hardware unit's fault (docs/escalation.md): each raise drains after jobs, none escalates."""
+    node = Triage(cluster, "node1", tmp_path)
+    owners = [users[0], users[1], users[0], users[1], users[0]]
+    drains = 0
+    for number, user in enumerate(owners, start=1):
+        node.run_job(user)
+        if number < 3:
+            continue
+        cluster.wait_state("node1", lambda s: "DRAIN" in s, 30, f"drained after job {number}")
+        reason = cluster.reason("node1")
+        assert reason.startswith("healthd: APP_XID_SUSPECT"), reason
+        drains += 1
+        if number < len(owners):
+            cluster.run("scontrol", "update", "NodeName=node1", "State=RESUME")
+            cluster.wait_state("node1", lambda s: "DRAIN" not in s, 30, "back in service after the resume")
+    assert drains == 3
+    assert "REPAIR" not in cluster.reason("node1")
+    assert "REPAIR" not in json.dumps(_history(node.state, "action"))
