@@ -30,10 +30,12 @@ from healthd.policy import (
     Action,
     Coverage,
     Decision,
+    Event,
     GpuReset,
     PolicyState,
     RebootRequest,
     acknowledged_by_resume,
+    advance,
     after_apply,
     after_failure,
     breaker_held,
@@ -215,16 +217,17 @@ def _breaker(
             # The undo puts the node back in service: healthd then has nothing out, and the causes
             # that ``decide`` added (it read the node drained with healthd's reason) must not be
             # remembered, or the next pass would take this RESUME for an administrator's.
-            undone = replace(breaker_held(state, why, s.now, node.name), unconfirmed=False, took_out=())
+            undone = replace(advance(breaker_held(state, why, s.now, node.name), Event.CONFIRMED), took_out=())
             return _Breaker(held, undone, why, node, undo=True)
-        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+        return _Breaker(decision, replace(advance(state, Event.CONFIRMED), held=None), "", node)
     if ours or decision.action not in TAKING_OUT:
-        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+        # Nothing left to confirm: the node is not out with healthd's reason, or not acting (dry run).
+        return _Breaker(decision, replace(advance(state, Event.CONFIRMED), held=None), "", node)
     hold = _backing_off(state, s.now)
     if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
         held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return _Breaker(held, replace(state, pending=None, repair=None), hold.why, node)
+        return _Breaker(held, replace(advance(state, Event.BREAKER_HELD), pending=None), hold.why, node)
     if observed.views is None:
         return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
     decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
@@ -353,7 +356,7 @@ def plan(
         if acknowledged and not s.dry_run:
             # An administrator put the node back: that acknowledges its findings, and ends a repair.
             acks = merge(acks, acknowledged, s.now, "slurm-resume")
-            state = replace(state, took_out=(), repair=None, reboot=None, repair_ended=False)
+            state = replace(advance(state, Event.ADMIN_RESUMED), took_out=(), reboot=None)
     result, kept = apply_acks(s.result, acks)
     decision, new_state = judge(result, state, node)
     breaker = _breaker(decision, new_state, s, settings, prefix)
@@ -375,17 +378,12 @@ def plan(
                 request = RebootRequest(s.boot_id, s.now, decision.reason, top.key if top else "")
             if breaker.undo:
                 # Killed before the undo is known to be through: the next pass confirms or undoes again.
-                interrupted = replace(new_state, unconfirmed=True, resume_sent=True)
+                interrupted = advance(new_state, Event.UNDO_UNANSWERED)
             elif steps:
                 cut_short = after_failure(new_state, decision, "not confirmed: interrupted while sending", s.now, True)
                 # A pass killed after the reboot was asked for must still know it was, and one killed
                 # after a RESUME that it may have been (settle_own_resume).
-                interrupted = replace(
-                    cut_short,
-                    unconfirmed=cut_short.unconfirmed or breaker.confirm,
-                    reboot=request or cut_short.reboot,
-                    resume_sent=Step.RESUME in steps,
-                )
+                interrupted = replace(advance(cut_short, _sending(steps)), reboot=request or cut_short.reboot)
 
     if reset and s.slurm_enabled and not s.dry_run and not steps and not breaker.undo:
         gpu_reset = reset_target(result, decision, new_state, node, prefix)
@@ -434,6 +432,24 @@ def held_raises(repeats: Mapping[str, tuple[str, int]], why: str) -> dict[str, s
     return dict.fromkeys(repeats, f"the circuit breaker held the node back: {why}") if why else {}
 
 
+def _sending(steps: tuple[Step, ...]) -> Event:
+    """What a pass killed after its first write leaves: the drain may be unconfirmed, a RESUME unanswered."""
+    if Step.CONFIRM in steps:
+        return Event.CONFIRMED_DRAIN_SENDING
+    return Event.RESUME_UNANSWERED if Step.RESUME in steps else Event.DRAIN_SENDING
+
+
+def _failed(steps: tuple[Step, ...], decision: Decision) -> Optional[Event]:
+    """What a failed write leaves, if it changes a phase (a failed DRAIN or DOWN stays pending alone).
+
+    A failed undo (a RESUME for a HOLD) leaves the node holding a place it lost: confirm it
+    again. A RESUME that failed may still have reached slurmctld (a timeout, a lost answer).
+    """
+    if Step.RESUME in steps:
+        return Event.RESUME_UNANSWERED if decision.action is Action.RESUME else Event.UNDO_UNANSWERED
+    return Event.CONFIRM_FAILED if Step.CONFIRM in steps else None
+
+
 def _reset_tried(state: PolicyState, gpu_reset: GpuReset) -> PolicyState:
     return replace(state, reset_tried=(*state.reset_tried, gpu_reset.key))
 
@@ -463,22 +479,16 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         return Conclusion(result, decision, state, applied=False)
     if executed.error:
         failed = after_failure(state, decision, executed.error, now, attempted=True)
-        # A failed undo (a RESUME for a HOLD) leaves the node holding a place it lost: confirm it again.
-        undo = Step.RESUME in the_plan.steps and decision.action is not Action.RESUME
-        unconfirmed = failed.unconfirmed or Step.CONFIRM in the_plan.steps or undo
-        # A RESUME that failed may still have reached slurmctld (a timeout, a lost answer).
-        resume_sent = failed.resume_sent or Step.RESUME in the_plan.steps
-        return Conclusion(
-            result, decision, replace(failed, unconfirmed=unconfirmed, resume_sent=resume_sent), applied=False
-        )
+        event = _failed(the_plan.steps, decision)
+        return Conclusion(result, decision, advance(failed, event) if event else failed, applied=False)
     if executed.lost:
         held = replace(decision, action=Action.HOLD, explanation=executed.lost)
         node = the_plan.node.name if the_plan.node else result.node
-        state = replace(breaker_held(state, executed.lost, now, node), unconfirmed=False)
+        state = advance(breaker_held(state, executed.lost, now, node), Event.CONFIRMED)
         return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
     # A node healthd just resumed is in service: the read that found it out no longer describes it.
     skips = state.skips_breaker and Step.RESUME not in executed.done
-    applied = replace(after_apply(state, decision), unconfirmed=False, skips_breaker=skips)
+    applied = replace(advance(after_apply(state, decision), Event.CONFIRMED), skips_breaker=skips)
     if the_plan.reboot is not None and Step.REBOOT in executed.done:
         applied = replace(applied, reboot=the_plan.reboot)
     return Conclusion(result, decision, applied, decision.action in ACTING)
