@@ -421,12 +421,14 @@ class PolicyState:
         return state
 
 
-def advance(state: PolicyState, event: Event) -> PolicyState:
+def advance(state: PolicyState, event: Event, repair: Optional[Repair] = None) -> PolicyState:
     """``state`` moved by ``event`` (``transition``): the one place the phase flags change.
 
-    A machine whose phase stays keeps its flags as they are. A repair phase other than
-    IN_REPAIR has no repair record; the caller of ESCALATED sets the new one.
+    A machine whose phase stays keeps its flags as they are. ``repair`` is the record
+    ESCALATED puts the node in repair for; every other repair phase has none.
     """
+    if (event is Event.ESCALATED) is (repair is None):
+        raise ValueError(f"{event.name}: a repair record goes with ESCALATED and with no other event")
     was = state.phases
     now = transition(was, event)
     if now.write is not was.write:
@@ -434,8 +436,8 @@ def advance(state: PolicyState, event: Event) -> PolicyState:
         resume_sent = now.write in (WritePhase.RESUME_SENT, WritePhase.UNDO_SENT)
         state = replace(state, unconfirmed=unconfirmed, resume_sent=resume_sent)
     if now.repair is not was.repair:
-        repair = state.repair if now.repair is RepairPhase.IN_REPAIR else None
-        state = replace(state, repair=repair, repair_ended=now.repair is RepairPhase.REPAIR_ENDED)
+        record = (repair or state.repair) if now.repair is RepairPhase.IN_REPAIR else None
+        state = replace(state, repair=record, repair_ended=now.repair is RepairPhase.REPAIR_ENDED)
     return state
 
 
@@ -832,7 +834,7 @@ def _escalate(
         if hits:
             finding, unit, count = min(hits, key=lambda hit: acting_key(hit[0]))
             repair = Repair(finding.code, finding.subject, unit, count, finding.status.name, result.started_at)
-            state = replace(advance(state, Event.ESCALATED), repair=repair)
+            state = advance(state, Event.ESCALATED, repair)
     if repair is None:
         return decision, state
     action = Action.TAKE_OUT_NOW if repair.severity == Status.CRITICAL.name else Action.DRAIN_AFTER_JOBS
