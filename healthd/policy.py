@@ -328,8 +328,9 @@ class PolicyState:
     ``fail_streaks`` and ``unknown_streaks`` count, per check, the consecutive
     passes in which it reported CRITICAL/WARNING, or UNKNOWN; ``clean_streak``
     counts consecutive passes in which the whole node was clean.
-    ``unconfirmed`` says a drain was sent whose circuit-breaker confirmation did
-    not finish (see ``breaker_confirm``): the next pass confirms or undoes it.
+    ``unconfirmed``, ``resume_sent`` and ``repair_ended`` (with ``repair``) store the
+    node's ``phases``, which only ``advance`` changes (docs/policy.md, "The policy
+    state machine").
     """
 
     fail_streaks: Mapping[str, int] = field(default_factory=dict)

@@ -9,6 +9,7 @@ covered before the phases is a named test below, run through ``plan`` and
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import replace
@@ -125,6 +126,20 @@ def test_the_saved_state_follows_the_table_through_any_sequence(start: Phases, e
         assert state.phases == expected
         assert (state.repair is not None) is (expected.repair is RepairPhase.IN_REPAIR)
         assert PolicyState.from_dict(json.loads(json.dumps(state.to_dict()))).phases == expected
+
+
+def test_only_advance_sets_the_flags_that_store_the_phases() -> None:
+    """No scattered flag assignment: every change of phase in healthd goes through ``policy.advance``."""
+    flags = {"unconfirmed", "resume_sent", "repair_ended"}
+    setters = []
+    for path in sorted((REPO / "healthd").rglob("*.py")):
+        for function in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(function, ast.FunctionDef) or function.name == "advance":
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.keyword) and node.arg in flags:
+                    setters.append(f"{path.relative_to(REPO)}: {function.name}: {node.arg}")
+    assert setters == []
 
 
 def test_a_repair_record_goes_with_escalated_alone() -> None:
