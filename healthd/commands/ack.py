@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from healthd.cli.main import add_config_argument
@@ -61,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _repaired(args: argparse.Namespace) -> int:
     from healthd.checks.engine import Engine
     from healthd.cycle.pipeline import POLICY_STATE
-    from healthd.plan.policy import PolicyState
+    from healthd.plan.policy import Event, PolicyState, advance
     from healthd.store.history import History
     from healthd.store.lock import LockTimeout, StateLock
     from healthd.store.state import StateError
@@ -80,8 +79,8 @@ def _repaired(args: argparse.Namespace) -> int:
                 print(f"healthd: nothing to do: {now_in}", file=sys.stderr)
                 return EX_NO_MATCH
             now = time.time()
-            # repair_ended: the REPAIR drain is now healthd's to lift (policy._unrecorded_repair).
-            policy.save(replace(state, repair=None, repair_ended=True).to_dict())
+            # REPAIR_ENDED: the REPAIR drain is now healthd's to lift (policy._unrecorded_repair).
+            policy.save(advance(state, Event.REPAIR_ACKED).to_dict())
             with History.open(engine.config.paths.state_dir) as history:
                 history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by="cli")
                 problem = history.problem_finding("healthd")

@@ -29,10 +29,12 @@ from healthd.plan.policy import (
     Action,
     Coverage,
     Decision,
+    Event,
     GpuReset,
     PolicyState,
     RebootRequest,
     acknowledged_by_resume,
+    advance,
     after_apply,
     after_failure,
     breaker_held,
@@ -215,16 +217,17 @@ def _breaker(
             # The undo puts the node back in service: healthd then has nothing out, and the causes
             # that ``decide`` added (it read the node drained with healthd's reason) must not be
             # remembered, or the next pass would take this RESUME for an administrator's.
-            undone = replace(breaker_held(state, why, s.now, node.name), unconfirmed=False, took_out=())
+            undone = replace(advance(breaker_held(state, why, s.now, node.name), Event.CONFIRMED), took_out=())
             return _Breaker(held, undone, why, node, undo=True)
-        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+        return _Breaker(decision, replace(advance(state, Event.CONFIRMED), held=None), "", node)
     if ours or decision.action not in TAKING_OUT:
-        return _Breaker(decision, replace(state, held=None, unconfirmed=False), "", node)
+        # Nothing left to confirm: the node is not out with healthd's reason, or not acting (dry run).
+        return _Breaker(decision, replace(advance(state, Event.CONFIRMED), held=None), "", node)
     hold = _backing_off(state, s.now)
     if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
         held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return _Breaker(held, replace(state, pending=None, repair=None), hold.why, node)
+        return _Breaker(held, replace(advance(state, Event.BREAKER_HELD), pending=None), hold.why, node)
     if observed.views is None:
         return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
     decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
@@ -314,12 +317,63 @@ def plan(
     reset: bool = False,
 ) -> Union[Read, Plan]:
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
-    state, acks, observed = s.state, s.acks, s.observed
+    state, observed = s.state, s.observed
     # The findings that took the node out, under their keys of this pass (acks.adopted).
     state = replace(state, took_out=widest(adopted(r, s.result) for r in state.took_out))
-
     shared = _shared(s)
     repeats = {key: count for key, count in s.repeats.items() if key not in shared}
+    judge = _judge(s, settings, prefix, repeats, escalation, reboot)
+    unasked = ""
+    if not s.slurm_enabled:
+        unasked = "Slurm actions disabled ([slurm].enabled = false)"
+    elif state.pending is not None and waiting(state.pending.next_try, s.now, BACKOFF_MAX):
+        unasked = f"backing off after: {state.pending.error}"
+    elif not observed.node_asked and needs_node(
+        apply_acks(s.result, s.acks)[0], state, settings, s.now, reconcile_interval
+    ):
+        return _first_read(s, judge)
+    state, acks, acknowledged = _settle(s, state, prefix)
+    result, kept = apply_acks(s.result, acks)
+    decision, new_state = judge(result, state, observed.node)
+    breaker = _breaker(decision, new_state, s, settings, prefix)
+    if isinstance(breaker, Read):
+        return breaker
+    decision, node = breaker.decision, breaker.node
+    writes = _writes(s, result, breaker, unasked)
+    gpu_reset: Optional[GpuReset] = None
+    if reset and s.slurm_enabled and not s.dry_run and not writes.steps and not breaker.undo:
+        gpu_reset = reset_target(result, decision, writes.state, node, prefix)
+        if gpu_reset is not None:
+            # The try is spent before nvidia-smi starts: a pass killed during the reset (slurmd's
+            # 60 s kill of the hook) must not leave its next pass a reset to start again.
+            writes = _Writes((Step.RESET,), writes.state, _reset_tried(writes.state, gpu_reset))
+    return Plan(
+        result=_with_held(result, breaker.held_why),
+        decision=decision,
+        steps=writes.steps,
+        node=node,
+        state=writes.state,
+        interrupted=writes.interrupted,
+        acks=kept,
+        acknowledged=acknowledged,
+        held_why=breaker.held_why,
+        unasked=unasked,
+        errors=observed.errors,
+        reboot=writes.reboot,
+        reset=gpu_reset,
+        uncounted=held_raises(s.repeats, breaker.held_why) or shared,
+    )
+
+
+def _judge(
+    s: Situation,
+    settings: PolicySettings,
+    prefix: str,
+    repeats: Mapping[str, tuple[str, int]],
+    escalation: Optional[EscalationSettings],
+    reboot: bool,
+) -> _Judge:
+    """``decide`` with this pass's settings bound."""
 
     def judge(result: PassResult, state: PolicyState, node: Optional[NodeInfo]) -> tuple[Decision, PolicyState]:
         return decide(
@@ -336,80 +390,58 @@ def plan(
             coverage=s.coverage,
         )
 
-    unasked = ""
-    if not s.slurm_enabled:
-        unasked = "Slurm actions disabled ([slurm].enabled = false)"
-    elif state.pending is not None and waiting(state.pending.next_try, s.now, BACKOFF_MAX):
-        unasked = f"backing off after: {state.pending.error}"
-    elif not observed.node_asked and needs_node(
-        apply_acks(s.result, acks)[0], state, settings, s.now, reconcile_interval
-    ):
-        return _first_read(s, judge)
-    node = observed.node
-    acknowledged: tuple[FindingRef, ...] = ()
-    if node is not None:
-        state = settle_own_resume(_remember(state, node, s.now, prefix), node, prefix)
-        acknowledged = acknowledged_by_resume(state, node)
-        if acknowledged and not s.dry_run:
-            # An administrator put the node back: that acknowledges its findings, and ends a repair.
-            acks = merge(acks, acknowledged, s.now, "slurm-resume")
-            state = replace(state, took_out=(), repair=None, reboot=None, repair_ended=False)
-    result, kept = apply_acks(s.result, acks)
-    decision, new_state = judge(result, state, node)
-    breaker = _breaker(decision, new_state, s, settings, prefix)
-    if isinstance(breaker, Read):
-        return breaker
-    decision, new_state, node = breaker.decision, breaker.state, breaker.node
-    steps: tuple[Step, ...] = ()
-    interrupted: Optional[PolicyState] = None
-    request: Optional[RebootRequest] = None
-    gpu_reset: Optional[GpuReset] = None
-    if s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo):
-        if node is None:
-            why = unasked or (observed.errors[-1] if observed.errors else "node state not read")
-            new_state = after_failure(new_state, decision, why, s.now, observed.node_asked)
-        else:
-            steps = _steps(decision, node, breaker)
-            if Step.REBOOT in steps:
-                top = top_cause(result, decision)
-                request = RebootRequest(s.boot_id, s.now, decision.reason, top.key if top else "")
-            if breaker.undo:
-                # Killed before the undo is known to be through: the next pass confirms or undoes again.
-                interrupted = replace(new_state, unconfirmed=True, resume_sent=True)
-            elif steps:
-                cut_short = after_failure(new_state, decision, "not confirmed: interrupted while sending", s.now, True)
-                # A pass killed after the reboot was asked for must still know it was, and one killed
-                # after a RESUME that it may have been (settle_own_resume).
-                interrupted = replace(
-                    cut_short,
-                    unconfirmed=cut_short.unconfirmed or breaker.confirm,
-                    reboot=request or cut_short.reboot,
-                    resume_sent=Step.RESUME in steps,
-                )
+    return judge
 
-    if reset and s.slurm_enabled and not s.dry_run and not steps and not breaker.undo:
-        gpu_reset = reset_target(result, decision, new_state, node, prefix)
-        if gpu_reset is not None:
-            steps = (Step.RESET,)
-            # The try is spent before nvidia-smi starts: a pass killed during the reset (slurmd's
-            # 60 s kill of the hook) must not leave its next pass a reset to start again.
-            interrupted = _reset_tried(new_state, gpu_reset)
-    return Plan(
-        result=_with_held(result, breaker.held_why),
-        decision=decision,
-        steps=steps,
-        node=node,
-        state=new_state,
-        interrupted=interrupted,
-        acks=kept,
-        acknowledged=acknowledged,
-        held_why=breaker.held_why,
-        unasked=unasked,
-        errors=observed.errors,
-        reboot=request,
-        reset=gpu_reset,
-        uncounted=held_raises(s.repeats, breaker.held_why) or shared,
-    )
+
+def _settle(
+    s: Situation, state: PolicyState, prefix: str
+) -> tuple[PolicyState, tuple[Ack, ...], tuple[FindingRef, ...]]:
+    """What the node as read settles: an unanswered RESUME, and an administrator's resume (its acknowledgements)."""
+    node, acks = s.observed.node, s.acks
+    if node is None:
+        return state, acks, ()
+    state = settle_own_resume(_remember(state, node, s.now, prefix), node, prefix)
+    acknowledged = acknowledged_by_resume(state, node)
+    if acknowledged and not s.dry_run:
+        # An administrator put the node back: that acknowledges its findings, and ends a repair.
+        acks = merge(acks, acknowledged, s.now, "slurm-resume")
+        state = replace(advance(state, Event.ADMIN_RESUMED), took_out=(), reboot=None)
+    return state, acks, acknowledged
+
+
+@dataclass(frozen=True)
+class _Writes:
+    """A plan's writes, the state once they went through, and what to save before the first (see ``Plan``)."""
+
+    steps: tuple[Step, ...]
+    state: PolicyState
+    interrupted: Optional[PolicyState] = None
+    reboot: Optional[RebootRequest] = None
+
+
+def _writes(s: Situation, result: PassResult, breaker: _Breaker, unasked: str) -> _Writes:
+    """The Slurm writes for the breaker's decision, or the pending action when the node could not be read."""
+    decision, state, node = breaker.decision, breaker.state, breaker.node
+    if not (s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo)):
+        return _Writes((), state)
+    if node is None:
+        why = unasked or (s.observed.errors[-1] if s.observed.errors else "node state not read")
+        return _Writes((), after_failure(state, decision, why, s.now, s.observed.node_asked))
+    steps = _steps(decision, node, breaker)
+    request: Optional[RebootRequest] = None
+    if Step.REBOOT in steps:
+        top = top_cause(result, decision)
+        request = RebootRequest(s.boot_id, s.now, decision.reason, top.key if top else "")
+    if breaker.undo:
+        # Killed before the undo is known to be through: the next pass confirms or undoes again.
+        return _Writes(steps, state, advance(state, Event.UNDO_UNANSWERED), request)
+    if not steps:
+        return _Writes(steps, state, None, request)
+    cut_short = after_failure(state, decision, "not confirmed: interrupted while sending", s.now, True)
+    # A pass killed after the reboot was asked for must still know it was, and one killed
+    # after a RESUME that it may have been (settle_own_resume).
+    interrupted = replace(advance(cut_short, _sending(steps)), reboot=request or cut_short.reboot)
+    return _Writes(steps, state, interrupted, request)
 
 
 def _shared(s: Situation) -> dict[str, str]:
@@ -432,6 +464,24 @@ def _shared(s: Situation) -> dict[str, str]:
 def held_raises(repeats: Mapping[str, tuple[str, int]], why: str) -> dict[str, str]:
     """Every hardware fault of a pass the circuit breaker held back: none of their raises counts."""
     return dict.fromkeys(repeats, f"the circuit breaker held the node back: {why}") if why else {}
+
+
+def _sending(steps: tuple[Step, ...]) -> Event:
+    """What a pass killed after its first write leaves: the drain may be unconfirmed, a RESUME unanswered."""
+    if Step.CONFIRM in steps:
+        return Event.CONFIRMED_DRAIN_SENDING
+    return Event.RESUME_UNANSWERED if Step.RESUME in steps else Event.DRAIN_SENDING
+
+
+def _failed(steps: tuple[Step, ...], decision: Decision) -> Optional[Event]:
+    """What a failed write leaves, if it changes a phase (a failed DRAIN or DOWN stays pending alone).
+
+    A failed undo (a RESUME for a HOLD) leaves the node holding a place it lost: confirm it
+    again. A RESUME that failed may still have reached slurmctld (a timeout, a lost answer).
+    """
+    if Step.RESUME in steps:
+        return Event.RESUME_UNANSWERED if decision.action is Action.RESUME else Event.UNDO_UNANSWERED
+    return Event.CONFIRM_FAILED if Step.CONFIRM in steps else None
 
 
 def _reset_tried(state: PolicyState, gpu_reset: GpuReset) -> PolicyState:
@@ -463,22 +513,16 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         return Conclusion(result, decision, state, applied=False)
     if executed.error:
         failed = after_failure(state, decision, executed.error, now, attempted=True)
-        # A failed undo (a RESUME for a HOLD) leaves the node holding a place it lost: confirm it again.
-        undo = Step.RESUME in the_plan.steps and decision.action is not Action.RESUME
-        unconfirmed = failed.unconfirmed or Step.CONFIRM in the_plan.steps or undo
-        # A RESUME that failed may still have reached slurmctld (a timeout, a lost answer).
-        resume_sent = failed.resume_sent or Step.RESUME in the_plan.steps
-        return Conclusion(
-            result, decision, replace(failed, unconfirmed=unconfirmed, resume_sent=resume_sent), applied=False
-        )
+        event = _failed(the_plan.steps, decision)
+        return Conclusion(result, decision, advance(failed, event) if event else failed, applied=False)
     if executed.lost:
         held = replace(decision, action=Action.HOLD, explanation=executed.lost)
         node = the_plan.node.name if the_plan.node else result.node
-        state = replace(breaker_held(state, executed.lost, now, node), unconfirmed=False)
+        state = advance(breaker_held(state, executed.lost, now, node), Event.CONFIRMED)
         return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
     # A node healthd just resumed is in service: the read that found it out no longer describes it.
     skips = state.skips_breaker and Step.RESUME not in executed.done
-    applied = replace(after_apply(state, decision), unconfirmed=False, skips_breaker=skips)
+    applied = replace(advance(after_apply(state, decision), Event.CONFIRMED), skips_breaker=skips)
     if the_plan.reboot is not None and Step.REBOOT in executed.done:
         applied = replace(applied, reboot=the_plan.reboot)
     return Conclusion(result, decision, applied, decision.action in ACTING)

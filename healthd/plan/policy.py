@@ -165,6 +165,110 @@ class RebootRequest:
         return cls(str(data["boot_id"]), float(data["at"]), str(data.get("reason", "")), str(data["cause"]))
 
 
+class WritePhase(enum.Enum):
+    """Which of healthd's writes to Slurm has an outcome the next pass must still learn.
+
+    See docs/policy.md, "The policy state machine". Stored in ``policy.json`` as the two
+    flags it has always had (``unconfirmed``, ``resume_sent``), so every file reads the same.
+    """
+
+    # Every write healthd sent has a known outcome.
+    SETTLED = "settled"
+    # A drain the circuit breaker must confirm was sent, and its confirmation did not finish:
+    # the next pass reads the partitions with the node and confirms or undoes it.
+    DRAIN_UNCONFIRMED = "drain_unconfirmed"
+    # A RESUME was sent whose answer was lost: a node found in service is healthd's own doing.
+    RESUME_SENT = "resume_sent"
+    # Both: the breaker's undo (a RESUME) of a drain that lost its place, or a resume over a
+    # drain not yet confirmed, with no answer. The next pass settles the resume, then confirms.
+    UNDO_SENT = "undo_sent"
+
+
+class RepairPhase(enum.Enum):
+    """Where the node is in a repair (docs/history.md, "Escalation"); ``PolicyState.repair`` describes IN_REPAIR."""
+
+    NONE = "none"
+    IN_REPAIR = "in_repair"
+    # ``healthd ack --repaired`` ended the repair: the node's REPAIR drain is healthd's to lift.
+    REPAIR_ENDED = "repair_ended"
+
+
+class Event(enum.Enum):
+    """What moves the policy's phases: a write about to be sent, an answer, a read, a command."""
+
+    # Saved before the first write (Plan.interrupted), and what a failed write leaves.
+    CONFIRMED_DRAIN_SENDING = "confirmed drain sending"
+    DRAIN_SENDING = "drain sending"
+    CONFIRM_FAILED = "confirm failed"
+    RESUME_UNANSWERED = "resume unanswered"
+    UNDO_UNANSWERED = "undo unanswered"
+    # Answers and reads.
+    CONFIRMED = "confirmed"
+    RESUMED = "resumed"
+    RESUME_SETTLED = "resume settled"
+    # Repair.
+    ESCALATED = "escalated"
+    REPAIR_ACKED = "repair acked"
+    ADMIN_RESUMED = "admin resumed"
+    BREAKER_HELD = "breaker held"
+
+
+_W = WritePhase
+_R = RepairPhase
+# The transition tables (docs/policy.md, "The policy state machine", says why each row is there).
+# An event with no row for a phase leaves that phase as it is.
+WRITE_TRANSITIONS: Mapping[tuple[WritePhase, Event], WritePhase] = MappingProxyType(
+    {
+        (_W.SETTLED, Event.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.RESUME_SENT, Event.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.UNDO_SENT, Event.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.RESUME_SENT, Event.DRAIN_SENDING): _W.SETTLED,
+        (_W.UNDO_SENT, Event.DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.SETTLED, Event.CONFIRM_FAILED): _W.DRAIN_UNCONFIRMED,
+        (_W.RESUME_SENT, Event.CONFIRM_FAILED): _W.UNDO_SENT,
+        (_W.SETTLED, Event.RESUME_UNANSWERED): _W.RESUME_SENT,
+        (_W.DRAIN_UNCONFIRMED, Event.RESUME_UNANSWERED): _W.UNDO_SENT,
+        (_W.SETTLED, Event.UNDO_UNANSWERED): _W.UNDO_SENT,
+        (_W.DRAIN_UNCONFIRMED, Event.UNDO_UNANSWERED): _W.UNDO_SENT,
+        (_W.RESUME_SENT, Event.UNDO_UNANSWERED): _W.UNDO_SENT,
+        (_W.DRAIN_UNCONFIRMED, Event.CONFIRMED): _W.SETTLED,
+        (_W.UNDO_SENT, Event.CONFIRMED): _W.RESUME_SENT,
+        (_W.DRAIN_UNCONFIRMED, Event.RESUMED): _W.SETTLED,
+        (_W.RESUME_SENT, Event.RESUMED): _W.SETTLED,
+        (_W.UNDO_SENT, Event.RESUMED): _W.SETTLED,
+        (_W.RESUME_SENT, Event.RESUME_SETTLED): _W.SETTLED,
+        (_W.UNDO_SENT, Event.RESUME_SETTLED): _W.DRAIN_UNCONFIRMED,
+    }
+)
+REPAIR_TRANSITIONS: Mapping[tuple[RepairPhase, Event], RepairPhase] = MappingProxyType(
+    {
+        (_R.NONE, Event.ESCALATED): _R.IN_REPAIR,
+        (_R.REPAIR_ENDED, Event.ESCALATED): _R.IN_REPAIR,
+        (_R.IN_REPAIR, Event.REPAIR_ACKED): _R.REPAIR_ENDED,
+        (_R.IN_REPAIR, Event.ADMIN_RESUMED): _R.NONE,
+        (_R.REPAIR_ENDED, Event.ADMIN_RESUMED): _R.NONE,
+        (_R.REPAIR_ENDED, Event.RESUMED): _R.NONE,
+        (_R.IN_REPAIR, Event.BREAKER_HELD): _R.NONE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The node's place in both machines: its writes in flight and its repair."""
+
+    write: WritePhase = WritePhase.SETTLED
+    repair: RepairPhase = RepairPhase.NONE
+
+
+def transition(phases: Phases, event: Event) -> Phases:
+    """The phases after ``event`` (pure): each machine's row for its phase and the event, else unchanged."""
+    return Phases(
+        WRITE_TRANSITIONS.get((phases.write, event), phases.write),
+        REPAIR_TRANSITIONS.get((phases.repair, event), phases.repair),
+    )
+
+
 def _streak_map(value: Any) -> dict[str, int]:
     if not isinstance(value, dict):
         raise TypeError("not an object")
@@ -224,8 +328,9 @@ class PolicyState:
     ``fail_streaks`` and ``unknown_streaks`` count, per check, the consecutive
     passes in which it reported CRITICAL/WARNING, or UNKNOWN; ``clean_streak``
     counts consecutive passes in which the whole node was clean.
-    ``unconfirmed`` says a drain was sent whose circuit-breaker confirmation did
-    not finish (see ``breaker_confirm``): the next pass confirms or undoes it.
+    ``unconfirmed``, ``resume_sent`` and ``repair_ended`` (with ``repair``) store the
+    node's ``phases``, which only ``advance`` changes (docs/policy.md, "The policy
+    state machine").
     """
 
     fail_streaks: Mapping[str, int] = field(default_factory=dict)
@@ -252,6 +357,21 @@ class PolicyState:
     # ``healthd ack --repaired`` ended the repair: the node's REPAIR drain is healthd's to lift.
     # Without it a REPAIR reason with no repair record (policy.json lost or damaged) stays.
     repair_ended: bool = False
+
+    # ``unconfirmed``, ``resume_sent`` and ``repair_ended`` are how ``phases`` is stored (the keys
+    # policy.json has always had): only ``advance`` changes them, by the transition tables.
+    @property
+    def phases(self) -> Phases:
+        """The node's phases, as the flags and the repair record say."""
+        write = {
+            (False, False): WritePhase.SETTLED,
+            (True, False): WritePhase.DRAIN_UNCONFIRMED,
+            (False, True): WritePhase.RESUME_SENT,
+            (True, True): WritePhase.UNDO_SENT,
+        }[(self.unconfirmed, self.resume_sent)]
+        if self.repair is not None:
+            return Phases(write, RepairPhase.IN_REPAIR)
+        return Phases(write, RepairPhase.REPAIR_ENDED if self.repair_ended else RepairPhase.NONE)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -300,6 +420,26 @@ class PolicyState:
         if problems:
             raise ValueError(problems[0])
         return state
+
+
+def advance(state: PolicyState, event: Event, repair: Optional[Repair] = None) -> PolicyState:
+    """``state`` moved by ``event`` (``transition``): the one place the phase flags change.
+
+    A machine whose phase stays keeps its flags as they are. ``repair`` is the record
+    ESCALATED puts the node in repair for; every other repair phase has none.
+    """
+    if (event is Event.ESCALATED) is (repair is None):
+        raise ValueError(f"{event.name}: a repair record goes with ESCALATED and with no other event")
+    was = state.phases
+    now = transition(was, event)
+    if now.write is not was.write:
+        unconfirmed = now.write in (WritePhase.DRAIN_UNCONFIRMED, WritePhase.UNDO_SENT)
+        resume_sent = now.write in (WritePhase.RESUME_SENT, WritePhase.UNDO_SENT)
+        state = replace(state, unconfirmed=unconfirmed, resume_sent=resume_sent)
+    if now.repair is not was.repair:
+        record = (repair or state.repair) if now.repair is RepairPhase.IN_REPAIR else None
+        state = replace(state, repair=record, repair_ended=now.repair is RepairPhase.REPAIR_ENDED)
+    return state
 
 
 @dataclass(frozen=True)
@@ -695,7 +835,7 @@ def _escalate(
         if hits:
             finding, unit, count = min(hits, key=lambda hit: acting_key(hit[0]))
             repair = Repair(finding.code, finding.subject, unit, count, finding.status.name, result.started_at)
-            state = replace(state, repair=repair, repair_ended=False)
+            state = advance(state, Event.ESCALATED, repair)
     if repair is None:
         return decision, state
     action = Action.TAKE_OUT_NOW if repair.severity == Status.CRITICAL.name else Action.DRAIN_AFTER_JOBS
@@ -817,9 +957,9 @@ def settle_own_resume(state: PolicyState, node: NodeInfo, prefix: str) -> Policy
     if not state.resume_sent:
         return state
     if _in_service(node):
-        return replace(state, resume_sent=False, took_out=())
+        return replace(advance(state, Event.RESUME_SETTLED), took_out=())
     if node.out and owned(node.reason, prefix):
-        return replace(state, resume_sent=False)
+        return advance(state, Event.RESUME_SETTLED)
     return state
 
 
@@ -874,7 +1014,7 @@ def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyS
     one included, into a take-out "in repair" (docs/escalation.md). The raise behind it
     is not counted either (``plan.held_raises``).
     """
-    return replace(state, held=next_hold(state.held, why, now, node), pending=None, repair=None)
+    return replace(advance(state, Event.BREAKER_HELD), held=next_hold(state.held, why, now, node), pending=None)
 
 
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
@@ -884,7 +1024,7 @@ def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
         return replace(state, pending=None, held=None, took_out=took_out)
     if decision.action is Action.RESUME:
         # Slurm answered: the resume's outcome is known, and a repair drain ended is lifted.
-        return replace(state, pending=None, held=None, took_out=(), resume_sent=False, repair_ended=False)
+        return replace(advance(state, Event.RESUMED), pending=None, held=None, took_out=())
     return state
 
 
