@@ -20,11 +20,10 @@ from healthd_testkit.paths import REPO
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.acks import FindingRef
-from healthd.config import PolicySettings
+from healthd.config.models import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.nodestate import NodeInfo, PartitionView
-from healthd.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
+from healthd.plan.acks import FindingRef
+from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
 from healthd.plan.policy import (
     REPAIR_TRANSITIONS,
     WRITE_TRANSITIONS,
@@ -40,6 +39,7 @@ from healthd.plan.policy import (
     decide,
     transition,
 )
+from healthd.slurm.nodestate import NodeInfo, PartitionView
 
 TABLE = REPO / "docs" / "policy.md"
 _ROW = re.compile(r"^\| (write|repair) \| ([A-Z_]+) \| ([A-Z_]+) \| ([A-Z_]+) \| .+ \|$")
