@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit import synth
 
 from healthd.config.models import PolicySettings
-from healthd.fleet import synth
 from healthd.fleet.drain import plan_drains
 from healthd.fleet.lemons import NodeSignals, Verdict
 from healthd.slurm.nodestate import NodeInfo, PartitionView
