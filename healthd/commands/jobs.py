@@ -215,10 +215,10 @@ def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
 
 def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
+        from healthd.boot import read_boot_id
         from healthd.cycle.pipeline import run_pass
         from healthd.model import Status
         from healthd.slurm.reasons import make_reason
-        from healthd.store.history import read_boot_id
         from healthd_checks.jobs.joblog import LogUnavailable, last_seq
 
         started = deadline.at - DEFAULT_PROLOG_TIMEOUT
@@ -231,7 +231,7 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
         except LogUnavailable as exc:
             seq = None
             print(f"healthd: {exc}: the epilog will not see this job's kernel log", file=sys.stderr)
-        boot = read_boot_id(engine.config.paths.procfs)
+        boot = read_boot_id(engine.config.paths.procfs, default="")
         _with_history(engine, lambda h: record_start(h, job, seq, boot, now))
         prefix = engine.config.slurm.reason_prefix
         known = _daemon_criticals(config, job, now)
@@ -280,12 +280,12 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     job at most. A job whose prolog noted no position has no known stretch of the log:
     it records why, and nothing else.
     """
+    from healthd.boot import read_boot_id
     from healthd.cycle.pipeline import run_pass
-    from healthd.store.history import read_boot_id
     from healthd_checks.jobs.joblog import LogUnavailable, job_events
 
     paths = engine.config.paths
-    boot = read_boot_id(paths.procfs)
+    boot = read_boot_id(paths.procfs, default="")
     after = _job_start_seq(paths.state_dir, job, boot)
     if after is None:
         why = "no prolog position for this boot (prolog missed or timed out, or history reset): nothing attributed"
@@ -502,11 +502,12 @@ def _record_timeout(which: str, job: Job, config: Any) -> None:
     """
 
     def work(_: _Deadline) -> int:
-        from healthd.store.history import Kind, read_boot_id
+        from healthd.boot import read_boot_id
+        from healthd.store.history import Kind
 
         engine = _engine(config)
         message = f"{which} deadline passed: UNKNOWN, job allowed"
-        details = {**job.to_dict(), "boot": read_boot_id(engine.config.paths.procfs)}
+        details = {**job.to_dict(), "boot": read_boot_id(engine.config.paths.procfs, default="")}
         _with_history(
             engine,
             lambda h: h.record_job(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.model import DetailValue, Finding, Status
 from healthd.store.state import load_records
+from healthd.text import one_line
 
 from ..kernlog.read import Position
 from ..kernlog.source import LogLine, ReadResult
@@ -35,18 +36,13 @@ if TYPE_CHECKING:
     from .settings import XidSettings
 
 STATE_VERSION = 1
-_MESSAGE_LIMIT = 240
+# Finding messages are cut to this (healthd.text.one_line), as the kernel check's are.
+MESSAGE_LIMIT = 240
 # Lines of one GPU and application Xid that name no process and are closer than this are
 # one occurrence: a crashing process makes the driver print several lines at once.
 _BURST_SECONDS = 5.0
 # Processes remembered per application Xid group: enough to judge any sane app_repeat_count.
 _OCCURRENCES_KEPT = 256
-
-
-def one_line(text: str) -> str:
-    """``text`` as one printable line of at most 240 characters."""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
 
 
 @dataclass
@@ -236,7 +232,7 @@ class Folding:
                     Status.UNKNOWN,
                     "KERNEL_LOG_OVERRUN",
                     where,
-                    one_line(f"kernel log records were lost before healthd read them: {result.lost}"),
+                    one_line(f"kernel log records were lost before healthd read them: {result.lost}", MESSAGE_LIMIT),
                     event=f"{self.boot_id}:lost:{self.cursor}",
                 )
             )
@@ -295,7 +291,7 @@ class Folding:
             group.sticky = entry.sticky.value
             group.summary = entry.summary
             group.action = entry.action.value
-            group.text = one_line(event.text)[:120]
+            group.text = one_line(event.text, MESSAGE_LIMIT)[:120]
             failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
             # Xid 154 states the GPU's current need: its latest action replaces the last one.
             group.sticky_active = failing if is_154 else group.sticky_active or failing
@@ -465,7 +461,9 @@ class Folding:
             fix = remedy(group.action, group.recovery_action)
             if fix and status is not Status.OK:
                 details["remedy"] = fix
-            self.findings.append(self.jc.finding(status, group.code, group.subject, one_line(message), **details))
+            self.findings.append(
+                self.jc.finding(status, group.code, group.subject, one_line(message, MESSAGE_LIMIT), **details)
+            )
         return self.findings
 
 
