@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, ca
 
 from healthd.checks.plugin import CommandSpec
 from healthd.cli.main import add_config_argument
-from healthd_checks.jobs.scope import Job, Window, owner
+from healthd_checks.jobs.scope import Job, LogWindow, owner
 
 if TYPE_CHECKING:
     from healthd.checks.engine import Engine
@@ -304,7 +304,7 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
         return
     if log.lost:
         print(f"healthd epilog: job {job.job_id}: {log.lost}", file=sys.stderr)
-    window = Window(job, after, log.end)
+    window = LogWindow(job, after, log.end)
     recorded: list[JobEvent] = []
     gres = _settings(engine).gpu_gres
     _with_history(engine, lambda h: recorded.extend(attribute(h, window, log.events, boot, gres)))
@@ -328,7 +328,7 @@ def _log_end(kmsg: Any) -> Optional[int]:
 
 
 def attribute(
-    history: History, window: Window, events: Sequence[JobEvent], boot: str, gres: Optional[bool]
+    history: History, window: LogWindow, events: Sequence[JobEvent], boot: str, gres: Optional[bool]
 ) -> list[JobEvent]:
     """Record, under the state lock, the events that are ``window``'s job's alone and new; returns them."""
     from healthd.store.history import Kind
@@ -360,7 +360,7 @@ def attribute(
     return mine
 
 
-def _windows(history: History, boot: str, since: float) -> tuple[dict[str, Window], bool]:
+def _windows(history: History, boot: str, since: float) -> tuple[dict[str, LogWindow], bool]:
     """Each job's window in boot ``boot`` (its ``job_start``/``job_end`` events since then); whether one had a GPU list.
 
     A job with an end but no start (its prolog did not run) has a window that may
@@ -387,7 +387,7 @@ def _windows(history: History, boot: str, since: float) -> tuple[dict[str, Windo
         else:
             ends[event.subject] = seq
             starts.setdefault(event.subject, (job, None))
-    return {key: Window(job, start, ends.get(key)) for key, (job, start) in starts.items()}, listed
+    return {key: LogWindow(job, start, ends.get(key)) for key, (job, start) in starts.items()}, listed
 
 
 def _stored_job(job_id: str, details: Mapping[str, Any]) -> Job:
@@ -428,7 +428,7 @@ def _active_at_epilog(engine: Engine, job: Job, deadline: _Deadline) -> None:
     whose own ``timeout`` is longer is not started here, so the deadline never
     leaves a diagnostic running after the epilog (its ``run_timeout`` ends it first).
     """
-    from healthd.cycle.activerun import Refused, last_run, misfit, start
+    from healthd.cycle.activerun import NotStarted, last_run, misfit, start
     from healthd.cycle.pipeline import pass_budget
     from healthd.plan.active import epilog_refusal, interval_left
 
@@ -449,7 +449,7 @@ def _active_at_epilog(engine: Engine, job: Job, deadline: _Deadline) -> None:
     # One sinfo read before the checks, then a whole pass's lock and Slurm time after them.
     deadline.at = time.monotonic() + config.slurm.timeout + pass_budget(config, checks=settings.epilog_timeout)
     done = start(engine, epilog_refusal, f"epilog of job {job.job_id}")
-    if isinstance(done, Refused):
+    if isinstance(done, NotStarted):
         print(f"{head} not run: {done.why}")
         return
     action = done.action.decision

@@ -28,7 +28,7 @@ from ..kernlog.read import Position
 from ..kernlog.source import LogLine, ReadResult
 from .catalog import CLEARS, NVLINK5_XIDS, Bucket, Entry, Sticky, awaits_154, classify, followed_by_154, remedy
 from .nvlink5 import DESCRIPTIONS, causes, parse_registers
-from .parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message, sm_location
+from .parse import Banner, GpuIdentity, LineKind, Origin, PciAddress, XidEvent, origin_of, read_message, sm_location
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import JudgeContext
@@ -239,7 +239,7 @@ class Folding:
 
     def _identify(self, event: XidEvent) -> tuple[str, str, str]:
         """(subject, gpu, pci) for an event."""
-        if event.kind is Kind.SXID:
+        if event.kind is LineKind.SXID:
             pci = event.pci.full if event.pci else ""
             name = event.switch or pci or "unknown-nvswitch"
             return name, name, pci
@@ -258,7 +258,7 @@ class Folding:
             return
         entry = classify(event, self.settings.overrides)
         subject, gpu, pci = self._identify(event)
-        prefix = "SXID" if event.kind is Kind.SXID else "XID"
+        prefix = "SXID" if event.kind is LineKind.SXID else "XID"
         code = f"{prefix}_{event.code}"
         key = f"{code}@{subject}"
         group = self.groups.get(key)
@@ -312,7 +312,7 @@ class Folding:
         group.last_seen = max(group.last_seen, when)
         if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
             self._clear_gpu(event.pci, key)
-        if event.kind is Kind.XID and event.pci is not None:
+        if event.kind is LineKind.XID and event.pci is not None:
             for earlier in CLEARS.get(event.code, ()):
                 self._clear_xid(event.pci, earlier, f"Xid {event.code}")
 
@@ -339,7 +339,7 @@ class Folding:
 
     def _end_wait(self, event: XidEvent) -> None:
         """Another Xid than 144-150 on the GPU: no Xid 154 follows its waiting lines, which keep RESTART_APP."""
-        if event.kind is not Kind.SXID and event.pci is not None and event.code not in NVLINK5_XIDS:
+        if event.kind is not LineKind.SXID and event.pci is not None and event.code not in NVLINK5_XIDS:
             for group in self._waiting(event.pci):
                 group.awaiting_154 = False
 
@@ -386,7 +386,7 @@ class Folding:
     def _clear_xid(self, pci: PciAddress, xid: int, by: str) -> None:
         """An Xid the catalog pairs with a later one (``CLEARS``): that later one on the same GPU ends it."""
         for group in self.groups.values():
-            if group.kind == Kind.XID.value and group.xid == xid and group.pci == str(pci) and not group.cleared:
+            if group.kind == LineKind.XID.value and group.xid == xid and group.pci == str(pci) and not group.cleared:
                 group.sticky_active = False
                 group.cleared = True
                 group.cleared_by = by
@@ -425,7 +425,7 @@ class Folding:
     def report(self) -> list[Finding]:
         for group in sorted(self.groups.values(), key=lambda g: (g.subject, g.xid, g.code)):
             status, note = self._status(group)
-            what = "SXid" if group.kind == Kind.SXID.value else "Xid"
+            what = "SXid" if group.kind == LineKind.SXID.value else "Xid"
             text = f": {group.text}" if group.text else ""
             link = _nvlink_details(group.nvlink)
             if link:
