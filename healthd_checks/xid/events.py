@@ -252,22 +252,15 @@ class Folding:
         return pci, pci, pci
 
     def _add(self, event: XidEvent, event_id: str, when: float, userspace: bool) -> None:
+        """Fold one driver line into its group: open or continue its event, grade, count, and clear what it ends."""
         if event.detail:
             # An SXid's Severity and Data lines describe the error of its Fatal/Non-fatal
             # line just before; that line alone creates and grades the event.
             return
         entry = classify(event, self.settings.overrides)
-        subject, gpu, pci = self._identify(event)
-        prefix = "SXID" if event.kind is LineKind.SXID else "XID"
-        code = f"{prefix}_{event.code}"
-        key = f"{code}@{subject}"
-        group = self.groups.get(key)
+        key, group, created = self._group_for(event, event_id)
         recovery = event.recovery.action.name if event.recovery and event.recovery.action else ""
         is_154 = event.recovery is not None
-        created = group is None
-        if group is None:
-            group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "OK", "", event_id)
-            self.groups[key] = group
         in_window = not group.cleared and when - group.window_start < self.settings.window
         rank, held = entry.grade.rank, Status[group.grade].rank
         # An Xid 154's recovery action is its grade; another Xid's recovery_action is that of
@@ -286,30 +279,31 @@ class Folding:
         else:
             self._end_wait(event)
         if not milder:
-            group.bucket = entry.bucket.value
-            group.grade = entry.grade.name
-            group.sticky = entry.sticky.value
-            group.summary = entry.summary
-            group.action = entry.action.value
-            group.text = one_line(event.text, MESSAGE_LIMIT)[:120]
-            failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
-            # Xid 154 states the GPU's current need: its latest action replaces the last one.
-            group.sticky_active = failing if is_154 else group.sticky_active or failing
-            group.nvlink5 = _nvlink5_state(entry)
-            group.awaiting_154 = awaits_154(entry)
+            _take_grade(group, event, entry, is_154)
         if is_154:
             group.recovery_action = recovery
-        group.count += 1
-        group.window_count += 1
-        group.userspace += int(userspace)
-        if event.nvlink is not None:
-            registers = ",".join(f"0x{r:x}" for r in event.nvlink.registers)
-            group.nvlink = f"{event.nvlink.link}:{registers}"
-        group.cleared = False
-        group.cleared_by = ""
+        _count(group, event, userspace)
         if group.bucket == Bucket.APPLICATION.value and self.settings.app_repeat_count:
             self._occurred(group, event, when)
         group.last_seen = max(group.last_seen, when)
+        self._apply_clears(event, key)
+
+    def _group_for(self, event: XidEvent, event_id: str) -> tuple[str, _Group, bool]:
+        """The group of the line's code on its GPU or switch (its key), made when this line is its first; and if so."""
+        subject, gpu, pci = self._identify(event)
+        prefix = "SXID" if event.kind is LineKind.SXID else "XID"
+        code = f"{prefix}_{event.code}"
+        key = f"{code}@{subject}"
+        group = self.groups.get(key)
+        if group is not None:
+            return key, group, False
+        group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "OK", "", event_id)
+        self.groups[key] = group
+        return key, group, True
+
+    def _apply_clears(self, event: XidEvent, key: str) -> None:
+        """What the line ends on its GPU: an Xid 154 back to "no action" ends the events a reset
+        would clear (``_clear_gpu``); an Xid listed in ``CLEARS`` ends the earlier Xids it names."""
         if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
             self._clear_gpu(event.pci, key)
         if event.kind is LineKind.XID and event.pci is not None:
@@ -465,6 +459,33 @@ class Folding:
                 self.jc.finding(status, group.code, group.subject, one_line(message, MESSAGE_LIMIT), **details)
             )
         return self.findings
+
+
+def _take_grade(group: _Group, event: XidEvent, entry: Entry, is_154: bool) -> None:
+    """The group takes this line's grade and what comes with it (the line was not milder than its event)."""
+    group.bucket = entry.bucket.value
+    group.grade = entry.grade.name
+    group.sticky = entry.sticky.value
+    group.summary = entry.summary
+    group.action = entry.action.value
+    group.text = one_line(event.text, MESSAGE_LIMIT)[:120]
+    failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
+    # Xid 154 states the GPU's current need: its latest action replaces the last one.
+    group.sticky_active = failing if is_154 else group.sticky_active or failing
+    group.nvlink5 = _nvlink5_state(entry)
+    group.awaiting_154 = awaits_154(entry)
+
+
+def _count(group: _Group, event: XidEvent, userspace: bool) -> None:
+    """Count the line in its group (in all, in the window, written from userspace) and mark the group seen again."""
+    group.count += 1
+    group.window_count += 1
+    group.userspace += int(userspace)
+    if event.nvlink is not None:
+        registers = ",".join(f"0x{r:x}" for r in event.nvlink.registers)
+        group.nvlink = f"{event.nvlink.link}:{registers}"
+    group.cleared = False
+    group.cleared_by = ""
 
 
 def _nvlink5_state(entry: Entry) -> str:
