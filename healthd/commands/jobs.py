@@ -40,6 +40,8 @@ from healthd.cli.main import add_config_argument
 from healthd_checks.jobs.scope import Job, LogWindow, owner
 
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from healthd.checks.engine import Engine
     from healthd.model import Finding
     from healthd.store.history import History
@@ -73,31 +75,49 @@ def run_with_deadline(work: Callable[[_Deadline], int], deadline: _Deadline) -> 
     budget, then its exit code and what it printed. Its standard streams are
     /dev/null, so a stuck child holds no pipe of slurmd's or of a caller's.
     """
-    import io
-    import json
-    import select
-    import signal
-
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child
         os.close(read_end)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        out = io.StringIO()
-        sys.stdout = sys.stderr = out
-        code = 0
-        moved = _Deadline(deadline.at)
-        try:
-            code = work(_Moving(moved, write_end))
-        except Exception as exc:  # healthd's own failure never fails a job
-            out.write(f"healthd: internal error, job allowed: {type(exc).__name__}: {exc}\n")
-        os.write(write_end, (json.dumps({"code": code, "out": out.getvalue()}) + "\n").encode())
-        os._exit(0)
+        _child(work, deadline, write_end)
     os.close(write_end)
+    return _await_child(pid, read_end, deadline)
+
+
+def _child(work: Callable[[_Deadline], int], deadline: _Deadline, write_end: int) -> NoReturn:
+    """The child's side: ``work`` run with its streams on /dev/null, its exit code and output sent up the pipe.
+
+    It exits with ``os._exit``, running nothing of the parent's (atexit, buffers) twice.
+    """
+    import io
+    import json
+
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    out = io.StringIO()
+    sys.stdout = sys.stderr = out
+    code = 0
+    moved = _Deadline(deadline.at)
+    try:
+        code = work(_Moving(moved, write_end))
+    except Exception as exc:  # healthd's own failure never fails a job
+        out.write(f"healthd: internal error, job allowed: {type(exc).__name__}: {exc}\n")
+    os.write(write_end, (json.dumps({"code": code, "out": out.getvalue()}) + "\n").encode())
+    os._exit(0)
+
+
+def _await_child(pid: int, read_end: int, deadline: _Deadline) -> Optional[int]:
+    """The parent's side: the child's lines until its result, following the deadline it moves; None at the deadline.
+
+    At the deadline the child is sent SIGKILL and not waited for: it may be stuck in the kernel.
+    """
+    import json
+    import select
+    import signal
+
     buffer = b""
     while True:
         left = deadline.at - time.monotonic()
