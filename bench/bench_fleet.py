@@ -1,6 +1,6 @@
 """``healthd fleet report`` at the study's scale: 4,000,000 job runs and 100,000 events.
 
-Generates a synthetic fleet (``healthd.fleet.synth``: 3,000 nodes of 8 GPUs, 330
+Generates a synthetic fleet (``tests/healthd_testkit/synth.py``: 3,000 nodes of 8 GPUs, 330
 days) into three files once (jobs, events, submit lines), then times the analysis in a fresh process and reads
 its peak RSS (``ru_maxrss`` of the child). The target is <= 60 s and <= 2 GB on a
 2-core machine. Run:
@@ -17,8 +17,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from healthd.fleet import synth
+HERE = Path(__file__).resolve().parent
+
+
+def _synth() -> Any:
+    """The test suite's synthetic fleet (tests/healthd_testkit/synth.py): test support, not shipped."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from healthd_testkit import synth
+
+    return synth
 
 
 def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]:
@@ -27,6 +36,7 @@ def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]
     submit = directory / f"submit-v2-{runs}.txt"
     if jobs.exists() and event_file.exists() and submit.exists():
         return jobs, event_file, submit
+    synth = _synth()
     spec = synth.FleetSpec(
         nodes=3000,
         days=330,

@@ -74,12 +74,12 @@ def _run(args: argparse.Namespace, begun: float) -> int:
         print("healthd: --force goes with --active", file=sys.stderr)
         return EX_USAGE
     if args.active:
-        from healthd.cycle.activerun import Refused, start
+        from healthd.cycle.activerun import NotStarted, start
         from healthd.plan.active import refusal
 
         rule = None if args.force else refusal
         started = start(engine, rule, "check --once --active", dry_run=args.dry_run, only=only)
-        if isinstance(started, Refused):
+        if isinstance(started, NotStarted):
             print(f"healthd: not running the active checks: {started.why}", file=sys.stderr)
             return EX_TEMPFAIL
         outcome = started

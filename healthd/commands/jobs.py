@@ -37,9 +37,11 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, ca
 
 from healthd.checks.plugin import CommandSpec
 from healthd.cli.main import add_config_argument
-from healthd_checks.jobs.scope import Job, Window, owner
+from healthd_checks.jobs.scope import Job, LogWindow, owner
 
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from healthd.checks.engine import Engine
     from healthd.model import Finding
     from healthd.store.history import History
@@ -73,31 +75,49 @@ def run_with_deadline(work: Callable[[_Deadline], int], deadline: _Deadline) -> 
     budget, then its exit code and what it printed. Its standard streams are
     /dev/null, so a stuck child holds no pipe of slurmd's or of a caller's.
     """
-    import io
-    import json
-    import select
-    import signal
-
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child
         os.close(read_end)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        out = io.StringIO()
-        sys.stdout = sys.stderr = out
-        code = 0
-        moved = _Deadline(deadline.at)
-        try:
-            code = work(_Moving(moved, write_end))
-        except Exception as exc:  # healthd's own failure never fails a job
-            out.write(f"healthd: internal error, job allowed: {type(exc).__name__}: {exc}\n")
-        os.write(write_end, (json.dumps({"code": code, "out": out.getvalue()}) + "\n").encode())
-        os._exit(0)
+        _child(work, deadline, write_end)
     os.close(write_end)
+    return _await_child(pid, read_end, deadline)
+
+
+def _child(work: Callable[[_Deadline], int], deadline: _Deadline, write_end: int) -> NoReturn:
+    """The child's side: ``work`` run with its streams on /dev/null, its exit code and output sent up the pipe.
+
+    It exits with ``os._exit``, running nothing of the parent's (atexit, buffers) twice.
+    """
+    import io
+    import json
+
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    out = io.StringIO()
+    sys.stdout = sys.stderr = out
+    code = 0
+    moved = _Deadline(deadline.at)
+    try:
+        code = work(_Moving(moved, write_end))
+    except Exception as exc:  # healthd's own failure never fails a job
+        out.write(f"healthd: internal error, job allowed: {type(exc).__name__}: {exc}\n")
+    os.write(write_end, (json.dumps({"code": code, "out": out.getvalue()}) + "\n").encode())
+    os._exit(0)
+
+
+def _await_child(pid: int, read_end: int, deadline: _Deadline) -> Optional[int]:
+    """The parent's side: the child's lines until its result, following the deadline it moves; None at the deadline.
+
+    At the deadline the child is sent SIGKILL and not waited for: it may be stuck in the kernel.
+    """
+    import json
+    import select
+    import signal
+
     buffer = b""
     while True:
         left = deadline.at - time.monotonic()
@@ -215,10 +235,10 @@ def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
 
 def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
+        from healthd.boot import read_boot_id
         from healthd.cycle.pipeline import run_pass
         from healthd.model import Status
         from healthd.slurm.reasons import make_reason
-        from healthd.store.history import read_boot_id
         from healthd_checks.jobs.joblog import LogUnavailable, last_seq
 
         started = deadline.at - DEFAULT_PROLOG_TIMEOUT
@@ -231,7 +251,7 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
         except LogUnavailable as exc:
             seq = None
             print(f"healthd: {exc}: the epilog will not see this job's kernel log", file=sys.stderr)
-        boot = read_boot_id(engine.config.paths.procfs)
+        boot = read_boot_id(engine.config.paths.procfs, default="")
         _with_history(engine, lambda h: record_start(h, job, seq, boot, now))
         prefix = engine.config.slurm.reason_prefix
         known = _daemon_criticals(config, job, now)
@@ -280,12 +300,12 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     job at most. A job whose prolog noted no position has no known stretch of the log:
     it records why, and nothing else.
     """
+    from healthd.boot import read_boot_id
     from healthd.cycle.pipeline import run_pass
-    from healthd.store.history import read_boot_id
     from healthd_checks.jobs.joblog import LogUnavailable, job_events
 
     paths = engine.config.paths
-    boot = read_boot_id(paths.procfs)
+    boot = read_boot_id(paths.procfs, default="")
     after = _job_start_seq(paths.state_dir, job, boot)
     if after is None:
         why = "no prolog position for this boot (prolog missed or timed out, or history reset): nothing attributed"
@@ -304,7 +324,7 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
         return
     if log.lost:
         print(f"healthd epilog: job {job.job_id}: {log.lost}", file=sys.stderr)
-    window = Window(job, after, log.end)
+    window = LogWindow(job, after, log.end)
     recorded: list[JobEvent] = []
     gres = _settings(engine).gpu_gres
     _with_history(engine, lambda h: recorded.extend(attribute(h, window, log.events, boot, gres)))
@@ -328,7 +348,7 @@ def _log_end(kmsg: Any) -> Optional[int]:
 
 
 def attribute(
-    history: History, window: Window, events: Sequence[JobEvent], boot: str, gres: Optional[bool]
+    history: History, window: LogWindow, events: Sequence[JobEvent], boot: str, gres: Optional[bool]
 ) -> list[JobEvent]:
     """Record, under the state lock, the events that are ``window``'s job's alone and new; returns them."""
     from healthd.store.history import Kind
@@ -360,7 +380,7 @@ def attribute(
     return mine
 
 
-def _windows(history: History, boot: str, since: float) -> tuple[dict[str, Window], bool]:
+def _windows(history: History, boot: str, since: float) -> tuple[dict[str, LogWindow], bool]:
     """Each job's window in boot ``boot`` (its ``job_start``/``job_end`` events since then); whether one had a GPU list.
 
     A job with an end but no start (its prolog did not run) has a window that may
@@ -387,7 +407,7 @@ def _windows(history: History, boot: str, since: float) -> tuple[dict[str, Windo
         else:
             ends[event.subject] = seq
             starts.setdefault(event.subject, (job, None))
-    return {key: Window(job, start, ends.get(key)) for key, (job, start) in starts.items()}, listed
+    return {key: LogWindow(job, start, ends.get(key)) for key, (job, start) in starts.items()}, listed
 
 
 def _stored_job(job_id: str, details: Mapping[str, Any]) -> Job:
@@ -428,7 +448,7 @@ def _active_at_epilog(engine: Engine, job: Job, deadline: _Deadline) -> None:
     whose own ``timeout`` is longer is not started here, so the deadline never
     leaves a diagnostic running after the epilog (its ``run_timeout`` ends it first).
     """
-    from healthd.cycle.activerun import Refused, last_run, misfit, start
+    from healthd.cycle.activerun import NotStarted, last_run, misfit, start
     from healthd.cycle.pipeline import pass_budget
     from healthd.plan.active import epilog_refusal, interval_left
 
@@ -449,7 +469,7 @@ def _active_at_epilog(engine: Engine, job: Job, deadline: _Deadline) -> None:
     # One sinfo read before the checks, then a whole pass's lock and Slurm time after them.
     deadline.at = time.monotonic() + config.slurm.timeout + pass_budget(config, checks=settings.epilog_timeout)
     done = start(engine, epilog_refusal, f"epilog of job {job.job_id}")
-    if isinstance(done, Refused):
+    if isinstance(done, NotStarted):
         print(f"{head} not run: {done.why}")
         return
     action = done.action.decision
@@ -502,11 +522,12 @@ def _record_timeout(which: str, job: Job, config: Any) -> None:
     """
 
     def work(_: _Deadline) -> int:
-        from healthd.store.history import Kind, read_boot_id
+        from healthd.boot import read_boot_id
+        from healthd.store.history import Kind
 
         engine = _engine(config)
         message = f"{which} deadline passed: UNKNOWN, job allowed"
-        details = {**job.to_dict(), "boot": read_boot_id(engine.config.paths.procfs)}
+        details = {**job.to_dict(), "boot": read_boot_id(engine.config.paths.procfs, default="")}
         _with_history(
             engine,
             lambda h: h.record_job(

@@ -40,7 +40,7 @@ Rule = Callable[["NodeInfo"], Optional[str]]
 
 
 @dataclass(frozen=True)
-class Refused:
+class NotStarted:
     """The active checks were not started, and why."""
 
     why: str
@@ -69,7 +69,7 @@ def start(
     tier: Tier = Tier.ACTIVE,
     dry_run: bool = False,
     only: Optional[list[str]] = None,
-) -> Union[Refused, PassOutcome]:
+) -> Union[NotStarted, PassOutcome]:
     """Run a pass of ``tier`` with the active checks, if ``rule`` allows it now; see the module docstring.
 
     ``rule`` None starts without asking Slurm (``--force``: the operator vouches for the node).
@@ -81,17 +81,17 @@ def start(
     try:
         lock.acquire()
     except LockTimeout:
-        return Refused("another active pass is running on this node")
+        return NotStarted("another active pass is running on this node")
     except OSError as exc:
-        return Refused(f"cannot lock {lock.path}: {exc.strerror or exc}")
+        return NotStarted(f"cannot lock {lock.path}: {exc.strerror or exc}")
     try:
         why = _look(engine, rule) if rule is not None else None
         if why is not None:
-            return Refused(why)
+            return NotStarted(why)
         try:
             engine.state.file(RECORD).save({"last_run": engine.clock(), "by": by})
         except StateError as exc:
-            return Refused(f"{exc}: without a record, restarts could run the active checks again and again")
+            return NotStarted(f"{exc}: without a record, restarts could run the active checks again and again")
         return run_pass(engine, dry_run=dry_run, only=only, tier=tier)
     finally:
         lock.release()
@@ -137,7 +137,7 @@ def after_pass(engine: Engine, outcome: PassOutcome, dry_run: bool, log: logging
         return outcome
     log.info("node %s is idle and drained by healthd: running every check, the active ones too", outcome.result.node)
     done = start(engine, lambda node: drained_skip(node, prefix), "daemon", tier=Tier.ALL, dry_run=dry_run)
-    if isinstance(done, Refused):
+    if isinstance(done, NotStarted):
         log.info("active checks not started: %s", done.why)
         return outcome
     return done

@@ -222,56 +222,83 @@ def reset_gpu(
     def result(outcome: ResetOutcome, message: str, pids: tuple[int, ...] = (), output: str = "") -> ResetResult:
         return ResetResult(outcome, pci_bus_id, message, pids=pids, output=output, seconds=monotonic() - started)
 
-    key = pci_key(pci_bus_id)
-    if key is None:
-        # Also keeps a hostile subject such as "-q" from reaching nvidia-smi as an option.
-        return result(ResetOutcome.REFUSED, f"{pci_bus_id[:80]!r} is not a PCI bus id")
-    why = node_refusal(node)
-    if why is not None:
-        return result(ResetOutcome.REFUSED, why)
-    stuck = marks.running(pci_bus_id)
-    if stuck is not None:
-        return result(ResetOutcome.REFUSED, f"an earlier reset of this GPU (pid {stuck}) is still stuck")
-    if not settings.nvidia_smi.is_absolute():
-        return result(ResetOutcome.REFUSED, f"nvidia-smi path {settings.nvidia_smi} is not absolute")
-    untrusted = untrusted_reason(settings.nvidia_smi)
-    if untrusted is not None:
-        return result(ResetOutcome.REFUSED, f"not running {settings.nvidia_smi}: {untrusted}")
-    try:
-        apps = compute_apps(settings, within(settings.query_timeout))
-    except GpuResetError as exc:
-        return result(ResetOutcome.REFUSED, f"cannot tell whether a process uses the GPU: {exc}")
-    users = tuple(sorted({app.pid for app in apps if pci_key(app.pci_bus_id) == key}))
-    if users:
-        listed = ", ".join(str(pid) for pid in users)
-        return result(ResetOutcome.REFUSED, f"processes use the GPU: {listed}", pids=users)
+    refused = _refusal(pci_bus_id, node, marks, settings, within)
+    if refused is not None:
+        message, users = refused
+        return result(ResetOutcome.REFUSED, message, pids=users)
     timeout = within(settings.reset_timeout)
     if timeout <= 0:
         return result(ResetOutcome.REFUSED, "no time left in this pass for a reset")
+    outcome, message, output = _run_reset(pci_bus_id, marks, settings, timeout)
+    return result(outcome, message, output=output)
+
+
+def _refusal(
+    pci_bus_id: str,
+    node: Optional[NodeInfo],
+    marks: ResetMarks,
+    settings: ResetSettings,
+    within: Callable[[float], float],
+) -> Optional[tuple[str, tuple[int, ...]]]:
+    """Why the reset is not safe now, and the processes that use the GPU; None when it is.
+
+    Asked in order of cost: the node and the marks are read before nvidia-smi runs, and
+    nvidia-smi runs only when it is absolute and trusted. ``within`` cuts the query to the
+    time the pass has left.
+    """
+    key = pci_key(pci_bus_id)
+    if key is None:
+        # Also keeps a hostile subject such as "-q" from reaching nvidia-smi as an option.
+        return f"{pci_bus_id[:80]!r} is not a PCI bus id", ()
+    why = node_refusal(node)
+    if why is not None:
+        return why, ()
+    stuck = marks.running(pci_bus_id)
+    if stuck is not None:
+        return f"an earlier reset of this GPU (pid {stuck}) is still stuck", ()
+    if not settings.nvidia_smi.is_absolute():
+        return f"nvidia-smi path {settings.nvidia_smi} is not absolute", ()
+    untrusted = untrusted_reason(settings.nvidia_smi)
+    if untrusted is not None:
+        return f"not running {settings.nvidia_smi}: {untrusted}", ()
+    try:
+        apps = compute_apps(settings, within(settings.query_timeout))
+    except GpuResetError as exc:
+        return f"cannot tell whether a process uses the GPU: {exc}", ()
+    users = tuple(sorted({app.pid for app in apps if pci_key(app.pci_bus_id) == key}))
+    if users:
+        return f"processes use the GPU: {', '.join(str(pid) for pid in users)}", users
+    return None
+
+
+def _run_reset(
+    pci_bus_id: str, marks: ResetMarks, settings: ResetSettings, timeout: float
+) -> tuple[ResetOutcome, str, str]:
+    """Mark the GPU, run ``nvidia-smi --gpu-reset`` under ``timeout`` and unmark it: the outcome, why, its output.
+
+    REFUSED when the mark cannot be written (nothing ran); FAILED when nvidia-smi could not
+    run, failed or was killed. A killed reset stays marked, so no other starts while it lives.
+    """
     try:
         # Marked before nvidia-smi starts: a process that dies now leaves the next one a mark to heed.
         marks.mark(pci_bus_id, os.getpid())
     except StateError as exc:
-        return result(ResetOutcome.REFUSED, f"cannot record the reset, so a later pass could repeat it: {exc}")
+        return ResetOutcome.REFUSED, f"cannot record the reset, so a later pass could repeat it: {exc}", ""
     argv = [str(settings.nvidia_smi), "--gpu-reset", "-i", pci_bus_id.strip()]
     try:
         finished = run_bounded(argv, timeout, started=lambda pid: _remark(marks, pci_bus_id, pid))
     except TimedOut:
         # Still marked with nvidia-smi's pid: no reset of this GPU starts while it lives.
-        return result(
-            ResetOutcome.FAILED,
-            f"nvidia-smi --gpu-reset did not finish within {timeout:.3g}s and was killed; the GPU's state is unknown",
-        )
+        why = f"nvidia-smi --gpu-reset did not finish within {timeout:.3g}s and was killed; the GPU's state is unknown"
+        return ResetOutcome.FAILED, why, ""
     except OSError as exc:
         marks.unmark(pci_bus_id)
-        return result(ResetOutcome.FAILED, f"cannot run {settings.nvidia_smi}: {exc.strerror or exc}")
+        return ResetOutcome.FAILED, f"cannot run {settings.nvidia_smi}: {exc.strerror or exc}", ""
     marks.unmark(pci_bus_id)
     output = _trim(finished.out, finished.err)
     if finished.returncode != 0:
-        return result(
-            ResetOutcome.FAILED, f"nvidia-smi --gpu-reset exited with status {finished.returncode}", output=output
-        )
-    return result(ResetOutcome.DONE, "GPU reset", output=output)
+        return ResetOutcome.FAILED, f"nvidia-smi --gpu-reset exited with status {finished.returncode}", output
+    return ResetOutcome.DONE, "GPU reset", output
 
 
 def _remark(marks: ResetMarks, bus_id: str, pid: int) -> None:

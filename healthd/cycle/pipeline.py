@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
 
+from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
 from healthd.cycle.gpureset import MARKS_NAME as RESET_MARKS
 from healthd.cycle.gpureset import ResetMarks
@@ -39,7 +40,7 @@ from healthd.slurm.execute import execute, observe, rehearse
 from healthd.slurm.nodestate import NodeInfo
 from healthd.store.acks import STATE_NAME as ACKS_STATE
 from healthd.store.acks import AckStore
-from healthd.store.history import History, HistoryError, RebootPhase, read_boot_id
+from healthd.store.history import History, HistoryError, RebootPhase
 from healthd.store.lock import LockTimeout, StateLock, active_running
 from healthd.store.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
 from healthd.store.state import StateError
@@ -436,7 +437,7 @@ def _locked_pass(
     history = History.open(config.paths.state_dir)
     try:
         repeats = _repeats(history, raw, config.escalation.window_days, now, engine)
-        boot_id = read_boot_id(config.paths.procfs)
+        boot_id = read_boot_id(config.paths.procfs, default="")
         situation = Situation(raw, state, acks, Observed(), now, partial, enabled, dry, repeats, boot_id, coverage)
         the_plan = _plan(engine, situation, slurm)
         left = _time_left(deadline)

@@ -35,10 +35,10 @@ from healthd.fleet.causes import (
     shared_incidents,
 )
 from healthd.fleet.hosts import expand
-from healthd.fleet.lemons import Baseline, Floors, HeldBack, NodeSignals, Verdict, detect, held_back
+from healthd.fleet.lemons import Baseline, Floors, HeldBack, LemonVerdict, NodeSignals, detect, held_back
 from healthd.fleet.reliability import (
     PROJECTION_GPUS,
-    Bucket,
+    SizeBucket,
     SizePoint,
     bucket,
     fit_rate,
@@ -128,14 +128,14 @@ class FleetReport:
     runs: int
     failed_runs: int
     gpus_per_node: int
-    buckets: tuple[Bucket, ...]
+    buckets: tuple[SizeBucket, ...]
     rate_per_node_hour: Optional[float]
     sizes: tuple[SizePoint, ...]  # the fitted model at each observed bucket
     projection: tuple[SizePoint, ...]
     attributed: tuple[Attributed, ...]
     taxonomy: tuple[CauseTotal, ...]
     incidents: tuple[Incident, ...]
-    verdicts: tuple[Verdict, ...]  # every node, most suspicious first
+    verdicts: tuple[LemonVerdict, ...]  # every node, most suspicious first
     baseline: Baseline
     other_events: int  # events whose reason is not a cause (maintenance, administrators)
     shared: tuple[SharedIncident, ...] = ()
@@ -146,7 +146,7 @@ class FleetReport:
     held_back: tuple[HeldBack, ...] = ()  # nodes the plain test flags and the guarded one does not
 
     @property
-    def lemons(self) -> tuple[Verdict, ...]:
+    def lemons(self) -> tuple[LemonVerdict, ...]:
         return tuple(v for v in self.verdicts if v.flagged)
 
     @property
@@ -255,7 +255,7 @@ class _Jobs:
             found = self.nodes[name] = _Node()
         return found
 
-    def buckets(self) -> tuple[Bucket, ...]:
+    def buckets(self) -> tuple[SizeBucket, ...]:
         """The MTTF buckets of the runs with GPUs."""
         sums: dict[int, list[float]] = {}
         for (gpus, nnodes), (runs, hours, failures) in self.by_size.items():
@@ -265,7 +265,7 @@ class _Jobs:
                 total[1] += hours
                 total[2] += hours * nnodes
                 total[3] += failures
-        return tuple(Bucket(g, int(t[0]), t[1], t[2], int(t[3])) for g, t in sorted(sums.items()))
+        return tuple(SizeBucket(g, int(t[0]), t[1], t[2], int(t[3])) for g, t in sorted(sums.items()))
 
     def gpus_per_node(self) -> tuple[Optional[int], Optional[str]]:
         """GPUs per node, and a warning when the runs disagree.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Mapping, Sequence
 
 from healthd.config.models import PolicySettings
-from healthd.fleet.lemons import Verdict
+from healthd.fleet.lemons import LemonVerdict
 from healthd.plan.breaker import breaker_confirm, group_views, over_limit
 from healthd.slurm.adapter import SlurmClient, SlurmError, SlurmNotFound
 from healthd.slurm.nodestate import NodeInfo, PartitionView
@@ -46,7 +46,7 @@ class DrainStep:
     why: str
 
 
-def summary(verdict: Verdict) -> str:
+def summary(verdict: LemonVerdict) -> str:
     """The reason's text after ``LEMON``: the signals an administrator reads in ``sinfo -R``."""
     s = verdict.signals
     return (
@@ -78,7 +78,7 @@ def _views(client: SlurmClient, nodes: Iterable[NodeInfo], prefix: str) -> Views
 
 
 def plan_drains(
-    lemons: Sequence[Verdict],
+    lemons: Sequence[LemonVerdict],
     table: Mapping[str, NodeInfo],
     views: Views,
     prefix: str,
@@ -88,7 +88,7 @@ def plan_drains(
 ) -> list[DrainStep]:
     """The drains to send, most suspicious first, each within the circuit breaker given those before it.
 
-    A lemon without incident evidence (``Verdict.incident_evidence``) is left alone unless ``silent``.
+    A lemon without incident evidence (``LemonVerdict.incident_evidence``) is left alone unless ``silent``.
     """
     views = dict(views)
     steps = []

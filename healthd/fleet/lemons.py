@@ -112,7 +112,7 @@ class NodeSignals:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class LemonVerdict:
     """One node's test result."""
 
     signals: NodeSignals
@@ -212,7 +212,7 @@ class HeldBack:
     why: tuple[str, ...]
 
 
-def held_back(plain: Sequence[Verdict], guarded: Sequence[Verdict]) -> tuple[HeldBack, ...]:
+def held_back(plain: Sequence[LemonVerdict], guarded: Sequence[LemonVerdict]) -> tuple[HeldBack, ...]:
     """The nodes flagged by ``plain`` and not by ``guarded``, most suspicious (to the plain test) first."""
     flagged = {v.node for v in guarded if v.flagged}
     by_node = {v.node: v for v in guarded}
@@ -267,7 +267,7 @@ def _incident_notes(s: NodeSignals, floors: Optional[Floors]) -> tuple[str, ...]
 
 def detect(
     signals: Sequence[NodeSignals], alpha: float = 0.05, floors: Optional[Floors] = None, days: float = math.inf
-) -> tuple[list[Verdict], Baseline]:
+) -> tuple[list[LemonVerdict], Baseline]:
     """Every node's verdict, most suspicious first, and the baseline the last round used.
 
     Without ``floors``, the plain test of the module's docstring; with them, the guarded
@@ -281,7 +281,7 @@ def detect(
     fleet_ok = floors is None or not floors.fleet_notes(len(signals), days)
     least = 0 if floors is None else floors.min_incidents
     flagged: frozenset[str] = frozenset()
-    verdicts: list[Verdict] = []
+    verdicts: list[LemonVerdict] = []
     base = baseline([s.out_count for s in signals])
     poisson_only = True  # round one: the plain Poisson test against the whole fleet's mean
     for _ in range(MAX_ROUNDS):
@@ -296,7 +296,7 @@ def detect(
         # Incident evidence: the incident test alone, at the same false discovery rate, flags it.
         q_incidents = benjamini_hochberg(p_incidents)
         verdicts = [
-            Verdict(s, a, b, q, fleet_ok and q <= alpha, fleet_ok and qi <= alpha, why)
+            LemonVerdict(s, a, b, q, fleet_ok and q <= alpha, fleet_ok and qi <= alpha, why)
             for s, a, b, q, qi, why in zip(signals, p_incidents, p_failures, q_values, q_incidents, notes)
         ]
         now_flagged = frozenset(v.node for v in verdicts if v.flagged)

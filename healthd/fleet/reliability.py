@@ -24,7 +24,7 @@ def bucket(gpus: int) -> int:
 
 
 @dataclass(frozen=True)
-class Bucket:
+class SizeBucket:
     """The runs of one job-size bucket and their MTTF (None without attributed failures)."""
 
     gpus: int
@@ -47,7 +47,7 @@ class Bucket:
         }
 
 
-def fit_rate(buckets: tuple[Bucket, ...]) -> Optional[float]:
+def fit_rate(buckets: tuple[SizeBucket, ...]) -> Optional[float]:
     """r_f in failures per node-hour (the Poisson MLE above); None when there are no node-hours."""
     node_hours = sum(b.node_hours for b in buckets)
     if node_hours <= 0:

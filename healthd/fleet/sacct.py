@@ -205,7 +205,7 @@ def _readings(text: str) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class Table:
+class SacctTable:
     """A parsable table's column positions and its data lines, read lazily."""
 
     columns: dict[str, int]
@@ -233,7 +233,7 @@ class Table:
 
 def open_table(
     lines: Iterable[str], source: str, required: tuple[str, ...], command: str, refused: tuple[str, ...] = ()
-) -> Table:
+) -> SacctTable:
     """The header of ``lines`` (the first non-blank one), checked for ``required`` columns and no ``refused`` one."""
     source_lines = iter(lines)
     header = ""
@@ -265,7 +265,7 @@ def open_table(
             f"records (sacct -P does not escape them); produce the file with\n  {command}"
         )
     free = [columns[name.lower()] for name in FREE_TEXT if name.lower() in columns]
-    return Table(columns, len(names), max(free) if free else None, _data(source_lines, first))
+    return SacctTable(columns, len(names), max(free) if free else None, _data(source_lines, first))
 
 
 def _data(lines: Iterator[str], header: int) -> Iterator[tuple[int, str]]:

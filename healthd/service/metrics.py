@@ -24,10 +24,10 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from healthd import __version__
-from healthd.model import EventTally, PassResult, RunState, Status
+from healthd.model import CheckResult, EventTally, PassResult, RunState, Status
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -119,121 +119,52 @@ class HealthdCollector:
         """Replace the exported samples with those of the pass ``sample`` (called once per pass)."""
         result = sample.result
         finished_at = result.started_at + result.duration_seconds
+        checks = [r for r in result.results if r.state is not RunState.DISABLED]
         with self._lock:
-            self._passes += 1
-            for action in sample.actions:
-                key = (action.kind.value, action.outcome.value)
-                self._actions[key] = self._actions.get(key, 0.0) + 1
-            checks = [r for r in result.results if r.state is not RunState.DISABLED]
-            for check in checks:
-                if check.state in _OBSERVED and check.status is Status.OK:
-                    self._last_success[check.check] = finished_at
-                if check.state in _LATE:
-                    self._timeouts[check.check] = self._timeouts.get(check.check, 0.0) + 1
-                else:
-                    self._timeouts.setdefault(check.check, 0.0)
+            self._count(sample, checks, finished_at)
             families = [
-                _gauge(
-                    "healthd_pass_state",
-                    "1 for the status of the last pass, 0 for the others (a state set).",
-                    ("status",),
-                    _state_set((), result.status),
-                ),
-                _gauge(
-                    "healthd_pass_status",
-                    "DEPRECATED (removed in the next release; use healthd_pass_state): "
-                    "Nagios code of the last pass (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).",
-                    (),
-                    [((), float(int(result.status)))],
-                ),
-                _gauge(
-                    "healthd_pass_duration_seconds", "Wall time of the last pass.", (), [((), result.duration_seconds)]
-                ),
-                _gauge(
-                    "healthd_last_pass_timestamp_seconds",
-                    "When the last pass finished, epoch seconds.",
-                    (),
-                    [((), finished_at)],
-                ),
-                _counter("healthd_passes_total", "Passes run since the daemon started.", (), [((), self._passes)]),
-                _gauge(
-                    "healthd_check_state",
-                    "1 for the status of each check in the last pass, 0 for the others (a state set).",
-                    ("check", "status"),
-                    [sample for c in checks for sample in _state_set((c.check,), c.status)],
-                ),
-                _gauge(
-                    "healthd_check_status",
-                    "DEPRECATED (removed in the next release; use healthd_check_state): "
-                    "Nagios code of each check in the last pass.",
-                    ("check",),
-                    [((c.check,), float(int(c.status))) for c in checks],
-                ),
-                _gauge(
-                    "healthd_check_up",
-                    "1 when the check observed the node in the last pass, 0 when it "
-                    "crashed, timed out, was stuck or failed to load.",
-                    ("check",),
-                    [((c.check,), 1.0 if c.state in _OBSERVED else 0.0) for c in checks],
-                ),
-                _gauge(
-                    "healthd_check_applicable",
-                    "1 when the check found something to examine on this node.",
-                    ("check",),
-                    [((c.check,), 1.0 if c.applicable else 0.0) for c in checks],
-                ),
-                _gauge(
-                    "healthd_check_duration_seconds",
-                    "Wall time of each check in the last pass.",
-                    ("check",),
-                    [((c.check,), c.duration_seconds) for c in checks],
-                ),
-                _gauge(
-                    "healthd_check_last_success_timestamp_seconds",
-                    "When each check last finished with status OK, epoch seconds (since the daemon started).",
-                    ("check",),
-                    sorted(((name,), ts) for name, ts in self._last_success.items()),
-                ),
-                _gauge(
-                    "healthd_findings",
-                    "Findings of the last pass by check and severity.",
-                    ("check", "severity"),
-                    [
-                        ((c.check, s.name.lower()), float(sum(1 for f in c.findings if f.status is s)))
-                        for c in checks
-                        for s in _SEVERITIES
-                    ],
-                ),
-                _gauge(
-                    "healthd_active_findings",
-                    "Findings of the last pass by check, code and severity (one series per code; "
-                    f"beyond {MAX_CODE_SERIES} the rest are summed under code={OVERFLOW_CODE}).",
-                    ("check", "code", "severity"),
-                    capped_code_counts(
-                        (f.check, f.code, f.status.name.lower())
-                        for c in checks
-                        for f in c.findings
-                        if f.status is not Status.OK
-                    ),
-                ),
-                _counter(
-                    "healthd_check_timeouts_total",
-                    "Check runs that passed their deadline (timed out, or still stuck from an earlier pass) "
-                    "since the daemon started.",
-                    ("check",),
-                    sorted(((name,), n) for name, n in self._timeouts.items()),
-                ),
-                _counter(
-                    "healthd_actions_total",
-                    "Actions decided by the policy since the daemon started, by kind and outcome (taken, held_back).",
-                    ("action", "outcome"),
-                    sorted(((kind, outcome), n) for (kind, outcome), n in self._actions.items()),
-                ),
+                *_pass_families(result, finished_at, self._passes),
+                *_check_families(checks, self._last_success),
+                *_finding_families(checks),
+                *self._running_families(),
             ]
             families += _event_families(result, families)
             if sample.breaker_open is not None:
                 families += _policy_families(sample)
             self._families = tuple(families)
+
+    def _count(self, sample: PassReport, checks: Sequence[CheckResult], finished_at: float) -> None:
+        """Advance what runs across passes: the gauges above are one pass's, these the daemon's life's."""
+        self._passes += 1
+        for action in sample.actions:
+            key = (action.kind.value, action.outcome.value)
+            self._actions[key] = self._actions.get(key, 0.0) + 1
+        for check in checks:
+            if check.state in _OBSERVED and check.status is Status.OK:
+                self._last_success[check.check] = finished_at
+            if check.state in _LATE:
+                self._timeouts[check.check] = self._timeouts.get(check.check, 0.0) + 1
+            else:
+                # A check that never timed out still has its series (0), so rate() sees it start.
+                self._timeouts.setdefault(check.check, 0.0)
+
+    def _running_families(self) -> list[_Family]:
+        """The counters kept since the daemon started: check timeouts and the policy's actions."""
+        return [
+            _counter(
+                "healthd_check_timeouts_total",
+                "Check runs that passed their deadline (timed out, or still stuck from an earlier pass) "
+                "since the daemon started.",
+                ("check",),
+                sorted(((name,), n) for name, n in self._timeouts.items()),
+            ),
+            _counter(
+                "healthd_actions_total",
+                "Actions decided by the policy since the daemon started, by kind and outcome (taken, held_back).",
+                ("action", "outcome"),
+                sorted(((kind, outcome), n) for (kind, outcome), n in self._actions.items()),
+            ),
+        ]
 
     def describe(self) -> Iterator[Any]:
         # Registering must not call collect(); names are only known once a pass ran.
@@ -256,6 +187,105 @@ class HealthdCollector:
             for labels, value in family.samples:
                 metric.add_metric(list(labels), value)
             yield metric
+
+
+def _pass_families(result: PassResult, finished_at: float, passes: float) -> list[_Family]:
+    """The pass as a whole: its status, when it finished and how long it took, and how many ran."""
+    return [
+        _gauge(
+            "healthd_pass_state",
+            "1 for the status of the last pass, 0 for the others (a state set).",
+            ("status",),
+            _state_set((), result.status),
+        ),
+        _gauge(
+            "healthd_pass_status",
+            "DEPRECATED (removed in the next release; use healthd_pass_state): "
+            "Nagios code of the last pass (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN).",
+            (),
+            [((), float(int(result.status)))],
+        ),
+        _gauge("healthd_pass_duration_seconds", "Wall time of the last pass.", (), [((), result.duration_seconds)]),
+        _gauge(
+            "healthd_last_pass_timestamp_seconds",
+            "When the last pass finished, epoch seconds.",
+            (),
+            [((), finished_at)],
+        ),
+        _counter("healthd_passes_total", "Passes run since the daemon started.", (), [((), passes)]),
+    ]
+
+
+def _check_families(checks: Sequence[CheckResult], last_success: Mapping[str, float]) -> list[_Family]:
+    """Each check of the pass: its status, whether it observed the node, its time, its last success."""
+    return [
+        _gauge(
+            "healthd_check_state",
+            "1 for the status of each check in the last pass, 0 for the others (a state set).",
+            ("check", "status"),
+            [sample for c in checks for sample in _state_set((c.check,), c.status)],
+        ),
+        _gauge(
+            "healthd_check_status",
+            "DEPRECATED (removed in the next release; use healthd_check_state): "
+            "Nagios code of each check in the last pass.",
+            ("check",),
+            [((c.check,), float(int(c.status))) for c in checks],
+        ),
+        _gauge(
+            "healthd_check_up",
+            "1 when the check observed the node in the last pass, 0 when it "
+            "crashed, timed out, was stuck or failed to load.",
+            ("check",),
+            [((c.check,), 1.0 if c.state in _OBSERVED else 0.0) for c in checks],
+        ),
+        _gauge(
+            "healthd_check_applicable",
+            "1 when the check found something to examine on this node.",
+            ("check",),
+            [((c.check,), 1.0 if c.applicable else 0.0) for c in checks],
+        ),
+        _gauge(
+            "healthd_check_duration_seconds",
+            "Wall time of each check in the last pass.",
+            ("check",),
+            [((c.check,), c.duration_seconds) for c in checks],
+        ),
+        _gauge(
+            "healthd_check_last_success_timestamp_seconds",
+            "When each check last finished with status OK, epoch seconds (since the daemon started).",
+            ("check",),
+            sorted(((name,), ts) for name, ts in last_success.items()),
+        ),
+    ]
+
+
+def _finding_families(checks: Sequence[CheckResult]) -> list[_Family]:
+    """The pass's findings: counted by check and severity, and by code with the series capped."""
+    return [
+        _gauge(
+            "healthd_findings",
+            "Findings of the last pass by check and severity.",
+            ("check", "severity"),
+            [
+                ((c.check, s.name.lower()), float(sum(1 for f in c.findings if f.status is s)))
+                for c in checks
+                for s in _SEVERITIES
+            ],
+        ),
+        _gauge(
+            "healthd_active_findings",
+            "Findings of the last pass by check, code and severity (one series per code; "
+            f"beyond {MAX_CODE_SERIES} the rest are summed under code={OVERFLOW_CODE}).",
+            ("check", "code", "severity"),
+            capped_code_counts(
+                (f.check, f.code, f.status.name.lower())
+                for c in checks
+                for f in c.findings
+                if f.status is not Status.OK
+            ),
+        ),
+    ]
 
 
 def _state_set(labels: tuple[str, ...], status: Status) -> list[tuple[tuple[str, ...], float]]:

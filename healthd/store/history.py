@@ -267,15 +267,6 @@ class Maintenance:
     size_bytes: int
 
 
-def read_boot_id(procfs: Path) -> str:
-    """This boot's id from ``<procfs>/sys/kernel/random/boot_id`` (proc(5)); "" when it cannot be read."""
-    try:
-        text = (procfs / "sys" / "kernel" / "random" / "boot_id").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        return ""
-    return text.strip()[:64]
-
-
 def iso_time(epoch: float) -> str:
     return _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 

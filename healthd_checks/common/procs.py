@@ -31,7 +31,7 @@ def system_uid(uid: int) -> bool:
     return uid < 1000 or 60000 <= uid < 65000
 
 
-class StatusError(ValueError):
+class ProcStatusError(ValueError):
     """A /proc/PID/status file without the documented Name, State or Uid lines."""
 
 
@@ -58,13 +58,13 @@ def parse_status(text: str, source: str) -> TaskStatus:
             fields[key] = value
     missing = [key for key in ("Name", "State", "Uid") if key not in fields]
     if missing:
-        raise StatusError(f"{source}: no {', '.join(missing)} line")
+        raise ProcStatusError(f"{source}: no {', '.join(missing)} line")
     # "Name:\t%s": only the tab is the separator; spaces around the name are part of it.
     name = fields["Name"].removeprefix("\t")
     state = fields["State"].strip()[:1]
     uids = fields["Uid"].split()
     if not state or len(uids) != 4 or not all(uid.isdigit() for uid in uids):
-        raise StatusError(f"{source}: expected 'State: X (...)' and 'Uid: REAL EFFECTIVE SAVED FS'")
+        raise ProcStatusError(f"{source}: expected 'State: X (...)' and 'Uid: REAL EFFECTIVE SAVED FS'")
     return TaskStatus(name=name, state=state, real_uid=int(uids[0]), effective_uid=int(uids[1]))
 
 
@@ -119,7 +119,7 @@ def _read_process(procfs: Path, pid: int) -> Optional[Process]:
 def read_processes(procfs: Path) -> list[Process]:
     """Every process listed under ``procfs``; those that exit while being read are left out.
 
-    Raises OSError when ``procfs`` itself cannot be listed and StatusError when a
+    Raises OSError when ``procfs`` itself cannot be listed and ProcStatusError when a
     status file is malformed.
     """
     pids = sorted(int(entry.name) for entry in os.scandir(procfs) if entry.name.isdigit())

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, TypeVar
 
+from healthd.boot import BootIdUnreadable, read_boot_id
+
 T = TypeVar("T")
 
 # Real sysfs attributes fit in one page; anything longer is not a value file.
@@ -84,29 +86,12 @@ def read(path: Path, parse: Callable[[str], T]) -> T:
         raise SysfsError(path, f"{exc} (reads {_shorten(text)})") from None
 
 
-def parse_boot_id(text: str) -> str:
-    """``/proc/sys/kernel/random/boot_id``: a UUID the kernel makes at boot (lower-cased)."""
-    value = text.strip()
-    if not re.fullmatch(r"[0-9a-fA-F-]{16,64}", value):
-        raise ValueError("expected a boot id such as '5b1c2a9e-0d6f-4a57-9c0e-3f1e2d4c5b6a'")
-    return value.lower()
-
-
-def read_boot_id(procfs: Path) -> str:
-    """This boot's id (``sys/kernel/random/boot_id`` under procfs); ``SysfsError`` naming the file otherwise.
-
-    Hardware counters and the kernel log restart at boot; a changed id tells a reset
-    from a value that merely went down.
-    """
-    return read(procfs / "sys" / "kernel" / "random" / "boot_id", parse_boot_id)
-
-
 def boot_id_or_none(procfs: Path) -> Optional[str]:
     """The boot id, or None when unreadable: counter baselines are then kept
     (``healthd.checks.counters.BootScoped``)."""
     try:
         return read_boot_id(procfs)
-    except SysfsError:
+    except BootIdUnreadable:
         return None
 
 

@@ -123,7 +123,7 @@ def parse_smart_log(text: str, source: str) -> SmartLog:
 
 
 @dataclass(frozen=True)
-class Controller:
+class NvmeController:
     """One NVMe controller: its sysfs name, state and identity, and its SMART log (or why it was not read)."""
 
     name: str
@@ -135,7 +135,7 @@ class Controller:
 
 @dataclass(frozen=True)
 class DisksObservation:
-    controllers: tuple[Controller, ...]
+    controllers: tuple[NvmeController, ...]
     problems: tuple[Unobserved, ...]
     log: LogObservation
     nvme_cli_present: bool = False
@@ -182,7 +182,9 @@ def gather(ctx: CheckContext[DisksSettings]) -> DisksObservation:
             continue
         smart = _smart(ctx, directory.name) if cli and state == "live" else None
         controllers.append(
-            Controller(directory.name, state, _attribute(directory, "model"), _attribute(directory, "serial"), smart)
+            NvmeController(
+                directory.name, state, _attribute(directory, "model"), _attribute(directory, "serial"), smart
+            )
         )
     previous = ctx.state.load().get("media")
     return DisksObservation(
@@ -198,7 +200,7 @@ def gather(ctx: CheckContext[DisksSettings]) -> DisksObservation:
 _MEDIA = BootScoped(key="drives", boot_fields=frozenset())
 
 
-def judge_controller(c: Controller, jc: JudgeContext[DisksSettings]) -> list[Finding]:
+def judge_controller(c: NvmeController, jc: JudgeContext[DisksSettings]) -> list[Finding]:
     identity = {"model": c.model, "serial": c.serial}
     if c.state in ("dead", "deleting"):
         message = f"NVMe controller {c.name} ({c.model}) is {c.state}"
@@ -238,7 +240,7 @@ def judge(observed: DisksObservation, jc: JudgeContext[DisksSettings]) -> Verdic
     for controller in observed.controllers:
         findings += judge_controller(controller, jc)
 
-    def media(item: tuple[Controller, SmartLog], stored: Mapping[str, Any]) -> tuple[list[Finding], dict[str, Any]]:
+    def media(item: tuple[NvmeController, SmartLog], stored: Mapping[str, Any]) -> tuple[list[Finding], dict[str, Any]]:
         c, smart = item
         increase = rise(stored.get("media_errors"), smart.media_errors)
         entry = {"media_errors": smart.media_errors}

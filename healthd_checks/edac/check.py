@@ -109,7 +109,7 @@ class Counts:
 
 
 @dataclass(frozen=True)
-class Controller:
+class MemoryController:
     """One ``mcN``: its totals (with the errors it could not place) and its DIMMs (or csrows)."""
 
     totals: Counts
@@ -130,7 +130,7 @@ def _label(path: Path, default: str) -> str:
         return default
 
 
-def read_controller(directory: Path) -> Controller:
+def read_controller(directory: Path) -> MemoryController:
     """One ``mcN`` directory; raises SysfsError naming the file that cannot be read."""
     name = directory.name
     corrected, uncorrected = _count(directory / "ce_count"), _count(directory / "ue_count")
@@ -146,14 +146,14 @@ def read_controller(directory: Path) -> Controller:
             dimms.append(Counts(f"{name}/{child.name}", _label(label_file, child.name), _count(ce), _count(ue)))
         except SysfsMissing:
             continue  # an empty slot offers no counters
-    return Controller(Counts(name, _label(directory / "mc_name", name), corrected, uncorrected), tuple(dimms))
+    return MemoryController(Counts(name, _label(directory / "mc_name", name), corrected, uncorrected), tuple(dimms))
 
 
 @dataclass(frozen=True)
 class EdacObservation:
     """The controllers read (or why not), the kernel log, the boot and the last pass's baselines."""
 
-    controllers: tuple[Controller, ...]
+    controllers: tuple[MemoryController, ...]
     problems: tuple[Unobserved, ...]
     present: bool
     log: LogObservation
@@ -162,7 +162,7 @@ class EdacObservation:
 
 def gather(ctx: CheckContext[EdacSettings]) -> EdacObservation:
     root = ctx.paths.sysfs / "devices/system/edac/mc"
-    controllers: list[Controller] = []
+    controllers: list[MemoryController] = []
     problems: list[Unobserved] = []
     try:
         entries = sorted((p for p in root.iterdir() if re.fullmatch(r"mc\d{1,4}", p.name)), key=lambda p: p.name)

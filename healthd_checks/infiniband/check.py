@@ -296,9 +296,7 @@ def judge_counters(
     jc: JudgeContext[InfinibandSettings], reading: PortReading, stored: Mapping[str, Any]
 ) -> tuple[list[Finding], dict[str, Any]]:
     """Judge one port's counters against its stored history; returns findings and the new history."""
-    settings = jc.settings
     now = jc.now
-    port = reading.port
     findings: list[Finding] = []
     old_samples = _mapping(stored.get("samples"))
     new_samples: dict[str, list[list[float]]] = {}
@@ -310,55 +308,75 @@ def judge_counters(
             if history:
                 new_samples[name] = [[t, v] for t, v in history]
             continue
-        is_saturated = saturated(value, bits)
-        if is_saturated:
+        if saturated(value, bits):
             stuck.append(name)
-        history = _trim([*history, (now, value)], now, settings.rate_window)
+        history = _trim([*history, (now, value)], now, jc.settings.rate_window)
         new_samples[name] = [[t, v] for t, v in history]
-        if name == "link_downed" or len(history) < 2:
-            continue
-        limit = getattr(settings.per_hour, name)
-        rose = _increase(history)
-        elapsed = now - history[0][0]
-        per_hour = rose * 3600.0 / max(elapsed, settings.rate_window)
-        if rose and per_hour > limit:
-            findings.append(
-                jc.finding(
-                    Status.WARNING,
-                    "IB_COUNTER_RATE",
-                    port,
-                    f"{name} rose by {rose} in the last {elapsed / 60:.0f} min ({per_hour:.1f}/h, limit {limit:g}/h)",
-                    counter=name,
-                    increase=rose,
-                    per_hour=round(per_hour, 3),
-                    limit_per_hour=limit,
-                    window_seconds=settings.rate_window,
-                    saturated=is_saturated,
-                )
-            )
+        if name != "link_downed":  # judged by _judge_downs: any new increment counts, not a rate
+            findings.extend(_judge_rate(jc, reading.port, name, history, name in stuck))
     downs_findings, downs_state = _judge_downs(jc, reading, stored, _samples(old_samples.get("link_downed"), now))
     findings.extend(downs_findings)
+    findings.extend(_counter_notices(jc, reading, stuck))
+    return findings, {"samples": new_samples, **downs_state}
+
+
+def _judge_rate(
+    jc: JudgeContext[InfinibandSettings], port: str, name: str, history: list[tuple[float, int]], stuck: bool
+) -> list[Finding]:
+    """A WARNING when one error counter rose faster than its ``per_hour`` limit over the window.
+
+    The rate is taken over at least the whole window, so the first samples after a start
+    (a short span) cannot turn one error into a high rate.
+    """
+    if len(history) < 2:
+        return []
+    settings = jc.settings
+    limit = getattr(settings.per_hour, name)
+    rose = _increase(history)
+    elapsed = jc.now - history[0][0]
+    per_hour = rose * 3600.0 / max(elapsed, settings.rate_window)
+    if not rose or per_hour <= limit:
+        return []
+    return [
+        jc.finding(
+            Status.WARNING,
+            "IB_COUNTER_RATE",
+            port,
+            f"{name} rose by {rose} in the last {elapsed / 60:.0f} min ({per_hour:.1f}/h, limit {limit:g}/h)",
+            counter=name,
+            increase=rose,
+            per_hour=round(per_hour, 3),
+            limit_per_hour=limit,
+            window_seconds=settings.rate_window,
+            saturated=stuck,
+        )
+    ]
+
+
+def _counter_notices(jc: JudgeContext[InfinibandSettings], reading: PortReading, stuck: list[str]) -> list[Finding]:
+    """OK notices for what the rates cannot see: counters the device lacks, and counters stuck at their maximum."""
+    notices = []
     if reading.unavailable:
-        findings.append(
+        notices.append(
             jc.finding(
                 Status.OK,
                 "IB_COUNTERS_UNAVAILABLE",
-                port,
+                reading.port,
                 f"counters not offered by the device, not judged: {', '.join(reading.unavailable)}",
                 counters=",".join(reading.unavailable),
             )
         )
     if stuck:
-        findings.append(
+        notices.append(
             jc.finding(
                 Status.OK,
                 "IB_COUNTER_SATURATED",
-                port,
+                reading.port,
                 f"counters stuck at their maximum, further increases are invisible until cleared: {', '.join(stuck)}",
                 counters=",".join(stuck),
             )
         )
-    return findings, {"samples": new_samples, **downs_state}
+    return notices
 
 
 def _judge_downs(

@@ -19,7 +19,7 @@ from healthd.model import Status
 
 from ..kernlog.source import LogUnavailable, read_kmsg
 from ..xid.check import nvidia_gpus
-from ..xid.parse import Kind, sm_location
+from ..xid.parse import LineKind, sm_location
 from ..xid.scan import ScanEntry, scan
 from .scope import Job, KernelRecord
 
@@ -40,7 +40,7 @@ class JobEvent:
     def record(self) -> KernelRecord:
         """The record for attribution: an SXid names an NVSwitch, no GPU."""
         seq, event = self.entry.record.seq, self.entry.event
-        names_gpu = event.kind is not Kind.SXID and (event.pci is not None or bool(self.entry.uuid))
+        names_gpu = event.kind is not LineKind.SXID and (event.pci is not None or bool(self.entry.uuid))
         return KernelRecord(seq if seq is not None else -1, names_gpu, self.gpu, self.entry.uuid)
 
     def details(self, job: Job, boot: str) -> dict[str, Any]:

@@ -63,7 +63,7 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Window:
+class LogWindow:
     """A job's stretch of one boot's kernel log: records with ``start < SEQ <= end``.
 
     ``start`` None: the prolog noted no position (the window may begin anywhere);
@@ -105,7 +105,7 @@ def claims(job: Job, record: KernelRecord, gres: bool) -> bool:
     )
 
 
-def owner(record: KernelRecord, windows: Iterable[Window], gres: bool) -> Optional[Job]:
+def owner(record: KernelRecord, windows: Iterable[LogWindow], gres: bool) -> Optional[Job]:
     """The one job that may have caused ``record``; None when no job or more than one may have."""
     found = {w.job.job_id: w.job for w in windows if w.holds(record.seq) and claims(w.job, record, gres)}
     return next(iter(found.values())) if len(found) == 1 else None

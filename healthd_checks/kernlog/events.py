@@ -24,6 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
+from healthd.boot import BootIdUnreadable, read_boot_id
 from healthd.checks.plugin import NotApplicable, Unobserved, Verdict
 from healthd.model import DetailValue, Finding, Status
 from healthd.store.state import load_records
@@ -31,7 +32,7 @@ from healthd.text import one_line
 
 from ..xid.parse import Origin, origin_of
 from .read import LogRead, Position, read_new
-from .source import LogLine, LogUnavailable, read_boot_id
+from .source import LogLine
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext
@@ -133,7 +134,7 @@ def gather_log(ctx: CheckContext[Any], settings: KernelLogSettings) -> LogObserv
     kmsg = str(ctx.paths.kmsg)
     try:
         boot_id = read_boot_id(ctx.paths.procfs)
-    except LogUnavailable as exc:
+    except BootIdUnreadable as exc:
         return LogObservation(kmsg, unreadable=Unobserved("KERNEL_LOG_UNREADABLE", str(ctx.paths.procfs), str(exc)))
     document = ctx.state.load()
     log = document.get("log")

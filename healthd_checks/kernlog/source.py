@@ -37,8 +37,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
-from ..common import sysfs
-
 _READ_SIZE = 16384  # larger than the kernel's maximum record (CONSOLE_EXT_LOG_MAX, 8 KiB)
 _KMSG_HEAD = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]*;")
 _KMSG_ESCAPE = re.compile(rb"\\x([0-9a-fA-F]{2})")
@@ -88,13 +86,6 @@ class ReadResult:
     cursor: Optional[str]
     lost: Optional[str] = None
     oldest: Optional[int] = None
-
-
-def read_boot_id(procfs: Path) -> str:
-    try:
-        return sysfs.read_boot_id(procfs)
-    except sysfs.SysfsError as exc:
-        raise LogUnavailable(str(exc)) from None
 
 
 def read_boot_time(procfs: Path, now: float) -> Optional[float]:

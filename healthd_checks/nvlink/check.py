@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.model import DetailValue, Finding, Status
 
-from ..common.procs import COMM_MAX, StatusError, read_processes
+from ..common.procs import COMM_MAX, ProcStatusError, read_processes
 from ..common.sysfs import VENDOR_NVIDIA, scan_pci
 from ..nvml.source import (
     NOT_SUPPORTED,
@@ -97,7 +97,7 @@ def _fabric_manager_running(ctx: CheckContext[NvlinkSettings]) -> Union[bool, Un
         processes = read_processes(procfs)
     except OSError as exc:
         return Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
-    except StatusError as exc:
+    except ProcStatusError as exc:
         return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
     rule = ProcessRule(names=(ctx.settings.fabric_manager_process,), owners={0: "root"})
     return find_service(rule, processes).running

@@ -30,7 +30,7 @@ from healthd.checks.plugin import CheckSpec, JudgeContext, NotApplicable, Staged
 from healthd.config.view import updated
 from healthd.model import Finding, Status
 
-from ..common.procs import DELETED, Process, StatusError, read_processes, system_uid
+from ..common.procs import DELETED, Process, ProcStatusError, read_processes, system_uid
 from .units import RESTART_WAIT, Condition, UnitState, read_units
 
 if TYPE_CHECKING:
@@ -40,36 +40,36 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class Daemon:
+class PackagedService:
     """What a packaged service runs: its process names, and the accounts it runs as besides root."""
 
     processes: tuple[str, ...]
     users: tuple[str, ...] = ()
 
 
-_MUNGE = Daemon(("munged",), ("munge",))
+_MUNGE = PackagedService(("munged",), ("munge",))
 _SLURM_USER = ("slurm",)
-_DCGM = Daemon(("nv-hostengine",), ("nvidia-dcgm",))
-_FABRICMANAGER = Daemon(("nv-fabricmanager",))
-_CHRONY = Daemon(("chronyd",), ("_chrony",))
-_NTP = Daemon(("ntpd",), ("ntpsec", "ntp"))
-_OPENSM = Daemon(("opensm",))
+_DCGM = PackagedService(("nv-hostengine",), ("nvidia-dcgm",))
+_FABRICMANAGER = PackagedService(("nv-fabricmanager",))
+_CHRONY = PackagedService(("chronyd",), ("_chrony",))
+_NTP = PackagedService(("ntpd",), ("ntpsec", "ntp"))
+_OPENSM = PackagedService(("opensm",))
 
 # Unit names as the packages ship them (Debian 12 unit files, NVIDIA's CUDA repository
 # for the GPU daemons, MLNX_OFED for opensmd), with the process their unit starts and the
 # account it runs as: the unit's User=, or the account the daemon switches to after
 # starting as root. A unit not listed is looked for under its own name, owned by root.
-DAEMONS: Mapping[str, Daemon] = {
+DAEMONS: Mapping[str, PackagedService] = {
     # munge.service: ExecStart=/usr/sbin/munged, User=munge; /etc/init.d/munge: --chuid munge.
     "munge": _MUNGE,
     "munged": _MUNGE,
     # slurmctld and slurmdbd switch to SlurmUser, Debian's "slurm" account (uid 64030).
-    "slurmctld": Daemon(("slurmctld",), _SLURM_USER),
-    "slurmdbd": Daemon(("slurmdbd",), _SLURM_USER),
+    "slurmctld": PackagedService(("slurmctld",), _SLURM_USER),
+    "slurmdbd": PackagedService(("slurmdbd",), _SLURM_USER),
     # openssh-server: ssh.service (Alias=sshd.service) runs /usr/sbin/sshd as root.
-    "ssh": Daemon(("sshd",)),
+    "ssh": PackagedService(("sshd",)),
     # nvidia-persistenced.service: nvidia-persistenced --user nvidia-persistenced.
-    "nvidia-persistenced": Daemon(("nvidia-persistenced",), ("nvidia-persistenced",)),
+    "nvidia-persistenced": PackagedService(("nvidia-persistenced",), ("nvidia-persistenced",)),
     # nvidia-fabricmanager.service runs /usr/bin/nv-fabricmanager as root.
     "nvidia-fabricmanager": _FABRICMANAGER,
     "nv-fabricmanager": _FABRICMANAGER,
@@ -84,11 +84,11 @@ DAEMONS: Mapping[str, Daemon] = {
     "ntp": _NTP,
     "ntpd": _NTP,
     "ntpsec": _NTP,
-    "rsyslog": Daemon(("rsyslogd",)),
-    "docker": Daemon(("dockerd",)),
-    "autofs": Daemon(("automount",)),
+    "rsyslog": PackagedService(("rsyslogd",)),
+    "docker": PackagedService(("dockerd",)),
+    "autofs": PackagedService(("automount",)),
     # nslcd.service: nslcd runs as the nslcd account (nslcd.conf "uid nslcd").
-    "nslcd": Daemon(("nslcd",), ("nslcd",)),
+    "nslcd": PackagedService(("nslcd",), ("nslcd",)),
     # opensm.service (Debian) and opensmd.service (MLNX_OFED) both run opensm.
     "opensm": _OPENSM,
     "opensmd": _OPENSM,
@@ -215,7 +215,7 @@ def absent_message(service: str, rule: ProcessRule, sighting: Sighting, unknown_
 def service_rule(service: str, settings: ServicesSettings, configured: Mapping[int, str]) -> ProcessRule:
     """The built-in names and accounts of ``service`` (DAEMONS), overridden and extended by the settings."""
     base = service.removesuffix(".service")
-    daemon = DAEMONS.get(base, Daemon((base,)))
+    daemon = DAEMONS.get(base, PackagedService((base,)))
     names = _per_service(settings.process_names, service) or daemon.processes
     owners = {0: "root"}
     for account in daemon.users:
@@ -291,7 +291,7 @@ def _process_table(procfs: Path) -> Union[tuple[Process, ...], Unobserved]:
         return tuple(read_processes(procfs))
     except OSError as exc:
         return Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
-    except StatusError as exc:
+    except ProcStatusError as exc:
         return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
 
 

@@ -44,10 +44,10 @@ from typing import Mapping, Optional
 from healthd.model import Status
 
 from .nvlink5 import Nvlink5Line, Resolution, decode_nvlink5
-from .parse import Kind, RecoveryAction, XidEvent
+from .parse import LineKind, RecoveryAction, XidEvent
 
 
-class Action(enum.Enum):
+class XidAction(enum.Enum):
     """NVIDIA's "Resolution Bucket (Immediate Action)" of an Xid, as the catalog spells it."""
 
     RESET_GPU = "RESET_GPU"
@@ -123,15 +123,15 @@ class Entry:
     grade: Status
     sticky: Sticky
     summary: str
-    action: Action = Action.NONE
+    action: XidAction = XidAction.NONE
     nvlink5: Optional[Nvlink5Line] = None  # Xids 144-150: the line's decode
 
 
-_A = Action
+_A = XidAction
 _UNUSED = "retired Xid (the catalog marks it unused on current GPUs)"
 
 # Xid -> (NVIDIA's immediate action, our short wording of the catalog's description).
-IMMEDIATE_ACTION: Mapping[int, tuple[Action, str]] = {
+IMMEDIATE_ACTION: Mapping[int, tuple[XidAction, str]] = {
     **{code: (_A.CONTACT_SUPPORT, _UNUSED) for code in (*range(1, 8), 9, 10, 12, *range(15, 25), *range(26, 31))},
     **{code: (_A.CONTACT_SUPPORT, _UNUSED) for code in (*range(33, 37), 42, 47, *range(49, 54), *range(55, 60))},
     **{code: (_A.CONTACT_SUPPORT, _UNUSED) for code in (61, 65, 73, 81, 87, 90, 91, *range(111, 119))},
@@ -215,21 +215,21 @@ IMMEDIATE_ACTION: Mapping[int, tuple[Action, str]] = {
 }
 
 # Immediate action -> (bucket, grade, sticky): healthd's reading of each bucket (module docstring).
-_BY_ACTION: Mapping[Action, tuple[Bucket, Status, Sticky]] = {
-    Action.RESET_GPU: (Bucket.RESET_GPU, Status.CRITICAL, Sticky.UNTIL_RESET),
-    Action.WORKFLOW_XID_48: (Bucket.UNCORRECTABLE_ECC, Status.CRITICAL, Sticky.UNTIL_RESET),
-    Action.WORKFLOW_NVLINK_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),
-    Action.WORKFLOW_NVLINK5_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),  # undecoded lines only
-    Action.CONTACT_SUPPORT: (Bucket.CONTACT_SUPPORT, Status.CRITICAL, Sticky.UNTIL_RESET),
-    Action.RESTART_BM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
-    Action.RESTART_VM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
-    Action.CHECK_MECHANICALS: (Bucket.CHECK_MECHANICALS, Status.CRITICAL, Sticky.UNTIL_REBOOT),
-    Action.RESTART_APP: (Bucket.APPLICATION, Status.OK, Sticky.NO),
-    Action.WORKFLOW_XID_45: (Bucket.PROCESS_CLEANUP, Status.OK, Sticky.NO),
-    Action.IGNORE: (Bucket.INFORMATIONAL, Status.OK, Sticky.NO),
-    Action.UPDATE_SWFW: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
-    Action.CHECK_UVM: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
-    Action.XID_154: (Bucket.RECOVERY_ACTION, Status.OK, Sticky.NO),
+_BY_ACTION: Mapping[XidAction, tuple[Bucket, Status, Sticky]] = {
+    XidAction.RESET_GPU: (Bucket.RESET_GPU, Status.CRITICAL, Sticky.UNTIL_RESET),
+    XidAction.WORKFLOW_XID_48: (Bucket.UNCORRECTABLE_ECC, Status.CRITICAL, Sticky.UNTIL_RESET),
+    XidAction.WORKFLOW_NVLINK_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),
+    XidAction.WORKFLOW_NVLINK5_ERR: (Bucket.NVLINK, Status.CRITICAL, Sticky.UNTIL_RESET),  # undecoded lines only
+    XidAction.CONTACT_SUPPORT: (Bucket.CONTACT_SUPPORT, Status.CRITICAL, Sticky.UNTIL_RESET),
+    XidAction.RESTART_BM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
+    XidAction.RESTART_VM: (Bucket.REBOOT, Status.CRITICAL, Sticky.UNTIL_REBOOT),
+    XidAction.CHECK_MECHANICALS: (Bucket.CHECK_MECHANICALS, Status.CRITICAL, Sticky.UNTIL_REBOOT),
+    XidAction.RESTART_APP: (Bucket.APPLICATION, Status.OK, Sticky.NO),
+    XidAction.WORKFLOW_XID_45: (Bucket.PROCESS_CLEANUP, Status.OK, Sticky.NO),
+    XidAction.IGNORE: (Bucket.INFORMATIONAL, Status.OK, Sticky.NO),
+    XidAction.UPDATE_SWFW: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
+    XidAction.CHECK_UVM: (Bucket.SOFTWARE, Status.WARNING, Sticky.NO),
+    XidAction.XID_154: (Bucket.RECOVERY_ACTION, Status.OK, Sticky.NO),
 }
 
 # Finer "why" than the action bucket for Xids operators look for by name.
@@ -243,7 +243,7 @@ _BUCKET_OF: Mapping[int, Bucket] = {
 }
 
 
-def _entry(code: int, action: Action, summary: str) -> Entry:
+def _entry(code: int, action: XidAction, summary: str) -> Entry:
     bucket, grade, sticky = _BY_ACTION[action]
     return Entry(_BUCKET_OF.get(code, bucket), grade, sticky, summary, action)
 
@@ -277,7 +277,7 @@ UNKNOWN_XID = Entry(Bucket.UNKNOWN, Status.WARNING, Sticky.NO, "Xid not in healt
 
 
 def _recovery(grade: Status, sticky: Sticky, summary: str) -> Entry:
-    return Entry(Bucket.RECOVERY_ACTION, grade, sticky, summary, Action.XID_154)
+    return Entry(Bucket.RECOVERY_ACTION, grade, sticky, summary, XidAction.XID_154)
 
 
 # Xid 154's new action decides its grade: the driver itself says what the GPU needs.
@@ -310,7 +310,7 @@ SXID_UNCLASSIFIED = Entry(Bucket.UNKNOWN, Status.WARNING, Sticky.NO, "NVSwitch e
 # reseated, and the RESET_GPU bucket's Xids are left to a person's reset until healthd's
 # reset of them is proven here: no remedy.
 _REBOOT, _RESET = "reboot", "reset"
-_REMEDY_OF_ACTION: Mapping[str, str] = {Action.RESTART_BM.value: _REBOOT, Action.RESTART_VM.value: _REBOOT}
+_REMEDY_OF_ACTION: Mapping[str, str] = {XidAction.RESTART_BM.value: _REBOOT, XidAction.RESTART_VM.value: _REBOOT}
 _REMEDY_OF_RECOVERY: Mapping[str, str] = {
     RecoveryAction.NODE_REBOOT.name: _REBOOT,
     RecoveryAction.SYSTEM_REBOOT.name: _REBOOT,
@@ -358,13 +358,13 @@ def nvlink5_entry(event: XidEvent) -> Entry:
         default = "CRITICAL until reset" if line.fatal else "WARNING"
         grade, sticky = (Status.CRITICAL, Sticky.UNTIL_RESET) if line.fatal else (Status.WARNING, Sticky.NO)
         summary = f"{what}: not in NVIDIA's Xid 144-150 decode, so healthd's default: {default}"
-        return Entry(Bucket.NVLINK, grade, sticky, summary, Action.WORKFLOW_NVLINK5_ERR, line)
+        return Entry(Bucket.NVLINK, grade, sticky, summary, XidAction.WORKFLOW_NVLINK5_ERR, line)
     bucket, grade, sticky = _BY_RESOLUTION[line.row.resolution]
     if line.row.resolution is Resolution.XID_154_EVAL:
         summary = f"{what}: {_AWAITING_154}"
     else:
         summary = f"{what}: {line.row.resolution.value} (NVIDIA's Xid 144-150 decode)"
-    return Entry(bucket, grade, sticky, summary, Action.WORKFLOW_NVLINK5_ERR, line)
+    return Entry(bucket, grade, sticky, summary, XidAction.WORKFLOW_NVLINK5_ERR, line)
 
 
 def awaits_154(entry: Entry) -> bool:
@@ -381,17 +381,17 @@ def followed_by_154(waiting: str, recovery: Entry, line: Optional[Nvlink5Line] =
     """The entry of an XID_154_EVAL line (summary ``waiting``) once an Xid 154 graded ``recovery`` followed it."""
     what = waiting.removesuffix(f": {_AWAITING_154}")
     summary = f"{what}: XID_154_EVAL, the Xid 154 after it says {recovery.summary}"
-    return Entry(recovery.bucket, recovery.grade, recovery.sticky, summary, Action.WORKFLOW_NVLINK5_ERR, line)
+    return Entry(recovery.bucket, recovery.grade, recovery.sticky, summary, XidAction.WORKFLOW_NVLINK5_ERR, line)
 
 
 def override_key(event: XidEvent) -> str:
     """The key an operator uses in ``overrides``: ``"79"`` for Xid 79, ``"SXID_20034"`` for an SXid."""
-    return f"SXID_{event.code}" if event.kind is Kind.SXID else str(event.code)
+    return f"SXID_{event.code}" if event.kind is LineKind.SXID else str(event.code)
 
 
 def classify(event: XidEvent, overrides: Optional[Mapping[str, Status]] = None) -> Entry:
     """The entry for ``event`` with the operator's override applied to its grade."""
-    if event.kind is Kind.SXID:
+    if event.kind is LineKind.SXID:
         entry = SXID_FATAL if event.fatal else SXID_NONFATAL if event.fatal is False else SXID_UNCLASSIFIED
     elif event.code == 154 and event.recovery is not None:
         action = event.recovery.action

@@ -37,13 +37,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+from healthd.boot import BootIdUnreadable, read_boot_id
 from healthd.checks.plugin import CheckSpec, EventCounter, Staged, Unobserved, Verdict
 from healthd.model import Finding, Status
+from healthd.text import one_line
 
 from ..common.sysfs import VENDOR_NVIDIA, scan_pci
 from ..kernlog.read import Position, read_new
-from ..kernlog.source import LogUnavailable, ReadResult, read_boot_id
-from .events import STATE_VERSION, Folding, one_line
+from ..kernlog.source import ReadResult
+from .events import MESSAGE_LIMIT, STATE_VERSION, Folding
 from .parse import PciAddress
 
 _EVENT_CODE = re.compile(r"(S?XID)_(\d{1,6})")
@@ -88,7 +90,9 @@ def _read_log(ctx: CheckContext[XidSettings], boot_id: str, position: Position) 
         settings.source, settings.journal_directory, kmsg, ctx.paths.procfs, ctx.clock, boot_id, position, ctx.name
     )
     if read.unreadable is not None:
-        unreadable = Unobserved("KERNEL_LOG_UNREADABLE", str(kmsg), one_line(read.unreadable), {"path": str(kmsg)})
+        unreadable = Unobserved(
+            "KERNEL_LOG_UNREADABLE", str(kmsg), one_line(read.unreadable, MESSAGE_LIMIT), {"path": str(kmsg)}
+        )
         return XidObservation(str(kmsg), boot_id, position=position, log_unreadable=unreadable)
     return XidObservation(
         str(kmsg), boot_id, position=read.position, log=read.result, journal_problem=read.journal_problem
@@ -98,7 +102,7 @@ def _read_log(ctx: CheckContext[XidSettings], boot_id: str, position: Position) 
 def gather(ctx: CheckContext[XidSettings]) -> XidObservation:
     try:
         boot_id = read_boot_id(ctx.paths.procfs)
-    except LogUnavailable as exc:
+    except BootIdUnreadable as exc:
         unreadable = Unobserved("KERNEL_LOG_UNREADABLE", str(ctx.paths.procfs), str(exc))
         return XidObservation(str(ctx.paths.kmsg), boot_unreadable=unreadable)
     document = ctx.state.load()
@@ -137,8 +141,8 @@ def judge(observed: XidObservation, jc: JudgeContext[XidSettings]) -> Verdict:
                 Status.OK,
                 "KERNEL_LOG_JOURNAL_UNREADABLE",
                 str(directory) if directory is not None else "journal",
-                one_line(f"{observed.journal_problem}; reading {observed.kmsg} instead"),
-                reason=one_line(observed.journal_problem),
+                one_line(f"{observed.journal_problem}; reading {observed.kmsg} instead", MESSAGE_LIMIT),
+                reason=one_line(observed.journal_problem, MESSAGE_LIMIT),
             )
         )
     if observed.log_unreadable is not None:

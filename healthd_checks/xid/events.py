@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.model import DetailValue, Finding, Status
 from healthd.store.state import load_records
+from healthd.text import one_line
 
 from ..kernlog.read import Position
 from ..kernlog.source import LogLine, ReadResult
 from .catalog import CLEARS, NVLINK5_XIDS, Bucket, Entry, Sticky, awaits_154, classify, followed_by_154, remedy
 from .nvlink5 import DESCRIPTIONS, causes, parse_registers
-from .parse import Banner, GpuIdentity, Kind, Origin, PciAddress, XidEvent, origin_of, read_message, sm_location
+from .parse import Banner, GpuIdentity, LineKind, Origin, PciAddress, XidEvent, origin_of, read_message, sm_location
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import JudgeContext
@@ -35,18 +36,13 @@ if TYPE_CHECKING:
     from .settings import XidSettings
 
 STATE_VERSION = 1
-_MESSAGE_LIMIT = 240
+# Finding messages are cut to this (healthd.text.one_line), as the kernel check's are.
+MESSAGE_LIMIT = 240
 # Lines of one GPU and application Xid that name no process and are closer than this are
 # one occurrence: a crashing process makes the driver print several lines at once.
 _BURST_SECONDS = 5.0
 # Processes remembered per application Xid group: enough to judge any sane app_repeat_count.
 _OCCURRENCES_KEPT = 256
-
-
-def one_line(text: str) -> str:
-    """``text`` as one printable line of at most 240 characters."""
-    text = " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())
-    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
 
 
 @dataclass
@@ -236,14 +232,14 @@ class Folding:
                     Status.UNKNOWN,
                     "KERNEL_LOG_OVERRUN",
                     where,
-                    one_line(f"kernel log records were lost before healthd read them: {result.lost}"),
+                    one_line(f"kernel log records were lost before healthd read them: {result.lost}", MESSAGE_LIMIT),
                     event=f"{self.boot_id}:lost:{self.cursor}",
                 )
             )
 
     def _identify(self, event: XidEvent) -> tuple[str, str, str]:
         """(subject, gpu, pci) for an event."""
-        if event.kind is Kind.SXID:
+        if event.kind is LineKind.SXID:
             pci = event.pci.full if event.pci else ""
             name = event.switch or pci or "unknown-nvswitch"
             return name, name, pci
@@ -256,22 +252,15 @@ class Folding:
         return pci, pci, pci
 
     def _add(self, event: XidEvent, event_id: str, when: float, userspace: bool) -> None:
+        """Fold one driver line into its group: open or continue its event, grade, count, and clear what it ends."""
         if event.detail:
             # An SXid's Severity and Data lines describe the error of its Fatal/Non-fatal
             # line just before; that line alone creates and grades the event.
             return
         entry = classify(event, self.settings.overrides)
-        subject, gpu, pci = self._identify(event)
-        prefix = "SXID" if event.kind is Kind.SXID else "XID"
-        code = f"{prefix}_{event.code}"
-        key = f"{code}@{subject}"
-        group = self.groups.get(key)
+        key, group, created = self._group_for(event, event_id)
         recovery = event.recovery.action.name if event.recovery and event.recovery.action else ""
         is_154 = event.recovery is not None
-        created = group is None
-        if group is None:
-            group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "OK", "", event_id)
-            self.groups[key] = group
         in_window = not group.cleared and when - group.window_start < self.settings.window
         rank, held = entry.grade.rank, Status[group.grade].rank
         # An Xid 154's recovery action is its grade; another Xid's recovery_action is that of
@@ -290,33 +279,34 @@ class Folding:
         else:
             self._end_wait(event)
         if not milder:
-            group.bucket = entry.bucket.value
-            group.grade = entry.grade.name
-            group.sticky = entry.sticky.value
-            group.summary = entry.summary
-            group.action = entry.action.value
-            group.text = one_line(event.text)[:120]
-            failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
-            # Xid 154 states the GPU's current need: its latest action replaces the last one.
-            group.sticky_active = failing if is_154 else group.sticky_active or failing
-            group.nvlink5 = _nvlink5_state(entry)
-            group.awaiting_154 = awaits_154(entry)
+            _take_grade(group, event, entry, is_154)
         if is_154:
             group.recovery_action = recovery
-        group.count += 1
-        group.window_count += 1
-        group.userspace += int(userspace)
-        if event.nvlink is not None:
-            registers = ",".join(f"0x{r:x}" for r in event.nvlink.registers)
-            group.nvlink = f"{event.nvlink.link}:{registers}"
-        group.cleared = False
-        group.cleared_by = ""
+        _count(group, event, userspace)
         if group.bucket == Bucket.APPLICATION.value and self.settings.app_repeat_count:
             self._occurred(group, event, when)
         group.last_seen = max(group.last_seen, when)
+        self._apply_clears(event, key)
+
+    def _group_for(self, event: XidEvent, event_id: str) -> tuple[str, _Group, bool]:
+        """The group of the line's code on its GPU or switch (its key), made when this line is its first; and if so."""
+        subject, gpu, pci = self._identify(event)
+        prefix = "SXID" if event.kind is LineKind.SXID else "XID"
+        code = f"{prefix}_{event.code}"
+        key = f"{code}@{subject}"
+        group = self.groups.get(key)
+        if group is not None:
+            return key, group, False
+        group = _Group(code, event.code, event.kind.value, subject, gpu, pci, "", "OK", "", event_id)
+        self.groups[key] = group
+        return key, group, True
+
+    def _apply_clears(self, event: XidEvent, key: str) -> None:
+        """What the line ends on its GPU: an Xid 154 back to "no action" ends the events a reset
+        would clear (``_clear_gpu``); an Xid listed in ``CLEARS`` ends the earlier Xids it names."""
         if event.recovery is not None and event.recovery.after == 0 and event.pci is not None:
             self._clear_gpu(event.pci, key)
-        if event.kind is Kind.XID and event.pci is not None:
+        if event.kind is LineKind.XID and event.pci is not None:
             for earlier in CLEARS.get(event.code, ()):
                 self._clear_xid(event.pci, earlier, f"Xid {event.code}")
 
@@ -343,7 +333,7 @@ class Folding:
 
     def _end_wait(self, event: XidEvent) -> None:
         """Another Xid than 144-150 on the GPU: no Xid 154 follows its waiting lines, which keep RESTART_APP."""
-        if event.kind is not Kind.SXID and event.pci is not None and event.code not in NVLINK5_XIDS:
+        if event.kind is not LineKind.SXID and event.pci is not None and event.code not in NVLINK5_XIDS:
             for group in self._waiting(event.pci):
                 group.awaiting_154 = False
 
@@ -390,7 +380,7 @@ class Folding:
     def _clear_xid(self, pci: PciAddress, xid: int, by: str) -> None:
         """An Xid the catalog pairs with a later one (``CLEARS``): that later one on the same GPU ends it."""
         for group in self.groups.values():
-            if group.kind == Kind.XID.value and group.xid == xid and group.pci == str(pci) and not group.cleared:
+            if group.kind == LineKind.XID.value and group.xid == xid and group.pci == str(pci) and not group.cleared:
                 group.sticky_active = False
                 group.cleared = True
                 group.cleared_by = by
@@ -429,7 +419,7 @@ class Folding:
     def report(self) -> list[Finding]:
         for group in sorted(self.groups.values(), key=lambda g: (g.subject, g.xid, g.code)):
             status, note = self._status(group)
-            what = "SXid" if group.kind == Kind.SXID.value else "Xid"
+            what = "SXid" if group.kind == LineKind.SXID.value else "Xid"
             text = f": {group.text}" if group.text else ""
             link = _nvlink_details(group.nvlink)
             if link:
@@ -465,8 +455,37 @@ class Folding:
             fix = remedy(group.action, group.recovery_action)
             if fix and status is not Status.OK:
                 details["remedy"] = fix
-            self.findings.append(self.jc.finding(status, group.code, group.subject, one_line(message), **details))
+            self.findings.append(
+                self.jc.finding(status, group.code, group.subject, one_line(message, MESSAGE_LIMIT), **details)
+            )
         return self.findings
+
+
+def _take_grade(group: _Group, event: XidEvent, entry: Entry, is_154: bool) -> None:
+    """The group takes this line's grade and what comes with it (the line was not milder than its event)."""
+    group.bucket = entry.bucket.value
+    group.grade = entry.grade.name
+    group.sticky = entry.sticky.value
+    group.summary = entry.summary
+    group.action = entry.action.value
+    group.text = one_line(event.text, MESSAGE_LIMIT)[:120]
+    failing = entry.sticky is not Sticky.NO and entry.grade is not Status.OK
+    # Xid 154 states the GPU's current need: its latest action replaces the last one.
+    group.sticky_active = failing if is_154 else group.sticky_active or failing
+    group.nvlink5 = _nvlink5_state(entry)
+    group.awaiting_154 = awaits_154(entry)
+
+
+def _count(group: _Group, event: XidEvent, userspace: bool) -> None:
+    """Count the line in its group (in all, in the window, written from userspace) and mark the group seen again."""
+    group.count += 1
+    group.window_count += 1
+    group.userspace += int(userspace)
+    if event.nvlink is not None:
+        registers = ",".join(f"0x{r:x}" for r in event.nvlink.registers)
+        group.nvlink = f"{event.nvlink.link}:{registers}"
+    group.cleared = False
+    group.cleared_by = ""
 
 
 def _nvlink5_state(entry: Entry) -> str:

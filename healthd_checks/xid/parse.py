@@ -89,7 +89,7 @@ class PciAddress:
         return cls(int(domain, 16), int(bus, 16), int(device, 16), None if function is None else int(function, 16))
 
 
-class Kind(enum.Enum):
+class LineKind(enum.Enum):
     """What kind of driver line an event came from."""
 
     XID = "xid"
@@ -149,7 +149,7 @@ class XidEvent:
     the error is fatal; the other two carry ``detail=True`` and describe the same error.
     """
 
-    kind: Kind
+    kind: LineKind
     code: int
     pci: Optional[PciAddress]
     text: str
@@ -176,7 +176,7 @@ def sm_location(event: XidEvent) -> Optional[str]:
     the same GPC/TPC under different applications: a bad TPC shows as the same pair
     again and again, while a program's bug moves with its data.
     """
-    if event.kind is not Kind.XID or event.code != 13:
+    if event.kind is not LineKind.XID or event.code != 13:
         return None
     match = _GPC_TPC.search(event.text)
     return f"GPC {match.group(1)} TPC {match.group(2)}" if match else None
@@ -255,7 +255,7 @@ class Banner:
 
 
 @dataclass(frozen=True)
-class Step:
+class ParseStep:
     """What one record (or continuation line) gave: an event, the pending banner, and whether it took part in it.
 
     ``engaged`` means the record began or continued the banner, so its further lines
@@ -431,7 +431,7 @@ def _parse_xid(message: str) -> Optional[XidEvent]:
             registers = tuple(int(value, 16) for value in fault.group(2).replace(" ", "").split(","))
             nvlink = NvlinkFault(int(fault.group(1)), registers)
     return XidEvent(
-        Kind.XID,
+        LineKind.XID,
         code,
         pci,
         _clean(text),
@@ -465,7 +465,7 @@ def _parse_sxid(message: str) -> Optional[XidEvent]:
             if data is not None:
                 text = f"Data {text}"
     return XidEvent(
-        Kind.SXID,
+        LineKind.SXID,
         int(code_text),
         _parse_xid_tag(tag)[0],
         _clean(text),
@@ -483,7 +483,7 @@ def _bus_address(domain: str, bus: str, device: str) -> PciAddress:
 
 def _fallen(pci: PciAddress, text: str) -> XidEvent:
     """A GPU off the bus, however the driver said it: what Xid 79 means (NVIDIA's catalog: RESTART_BM)."""
-    return XidEvent(Kind.FALLEN_OFF_BUS, 79, pci, _clean(text))
+    return XidEvent(LineKind.FALLEN_OFF_BUS, 79, pci, _clean(text))
 
 
 def parse_message(message: str) -> Optional[Event]:
@@ -514,22 +514,22 @@ def parse_message(message: str) -> Optional[Event]:
     return None
 
 
-def _banner(text: str, origin: Origin) -> Step:
+def _banner(text: str, origin: Origin) -> ParseStep:
     """A banner whose lines so far read ``text``: complete (an event), still growing, or not a banner at all."""
     head = _BANNER_HEAD.match(text)
     if head is None or len(text) > _BANNER_LIMIT:
-        return Step(None, None)
+        return ParseStep(None, None)
     rest = text[head.end() :]
     if rest in (_BANNER_TAIL, _BANNER_TAIL[:-1]):
         pci_id = head.group(5)
         said = "GPU has fallen off the bus and is not responding to commands"
-        return Step(
+        return ParseStep(
             _fallen(_bus_address(*head.groups()[:3]), f"{said} (PCI ID {pci_id})" if pci_id else said), None, True
         )
     # Lines end between words, so a banner still growing ends at a word of the tail.
     if _BANNER_TAIL.startswith(rest) and _BANNER_TAIL[len(rest)] == " ":
-        return Step(None, Banner(text, origin), True)
-    return Step(None, None)
+        return ParseStep(None, Banner(text, origin), True)
+    return ParseStep(None, None)
 
 
 def _waited(banner: Optional[Banner]) -> Optional[Banner]:
@@ -538,16 +538,16 @@ def _waited(banner: Optional[Banner]) -> Optional[Banner]:
     return Banner(banner.text, banner.origin, banner.waited + 1)
 
 
-def read_continuation(line: str, banner: Optional[Banner], origin: Origin = Origin.KERNEL) -> Step:
+def read_continuation(line: str, banner: Optional[Banner], origin: Origin = Origin.KERNEL) -> ParseStep:
     """A further line of a record that began or continued ``banner``: it may only continue the banner."""
     line = line.strip()
     if banner is None or banner.origin is not origin or not line.startswith("NVRM: "):
-        return Step(None, banner)
+        return ParseStep(None, banner)
     step = _banner(f"{banner.text} {line[6:].strip()}", origin)
-    return step if step.engaged else Step(None, banner)
+    return step if step.engaged else ParseStep(None, banner)
 
 
-def _first_line(line: str, banner: Optional[Banner], origin: Origin) -> Step:
+def _first_line(line: str, banner: Optional[Banner], origin: Origin) -> ParseStep:
     if banner is not None and line.startswith("NVRM: "):
         step = read_continuation(line, banner, origin)
         if step.engaged:
@@ -556,10 +556,10 @@ def _first_line(line: str, banner: Optional[Banner], origin: Origin) -> Step:
         step = _banner(line[6:].strip(), origin)
         if step.engaged:
             return step
-    return Step(parse_message(line), _waited(banner))
+    return ParseStep(parse_message(line), _waited(banner))
 
 
-def read_message(message: str, banner: Optional[Banner] = None, origin: Origin = Origin.KERNEL) -> Step:
+def read_message(message: str, banner: Optional[Banner] = None, origin: Origin = Origin.KERNEL) -> ParseStep:
     """The event in one record's message, given the banner pending before it. Never raises.
 
     The caller decides first whether the record counts at all (``origin_of``). A
@@ -568,7 +568,7 @@ def read_message(message: str, banner: Optional[Banner] = None, origin: Origin =
     banner that its first line began or continued.
     """
     if not message.startswith(DRIVER_PREFIXES):
-        return Step(None, banner)
+        return ParseStep(None, banner)
     first, newline, more = message.partition("\n")
     step = _first_line(first, banner, origin)
     if newline:
@@ -798,7 +798,7 @@ def scan_candidates(
     origin = Origin.UNKNOWN
     # A flood repeats its messages (same Xid, GPU and process): with no banner pending, a message's
     # step depends on its text and origin alone and its values are frozen, so each is read once.
-    seen: dict[tuple[str, Optional[int]], Step] = {}
+    seen: dict[tuple[str, Optional[int]], ParseStep] = {}
     for number, line, broke in candidates:
         if broke:
             engaged = False

@@ -28,7 +28,7 @@ from .parse import (
     EVENTS_ONLY,
     Focus,
     GpuIdentity,
-    Kind,
+    LineKind,
     Origin,
     Record,
     XidEvent,
@@ -54,7 +54,7 @@ class ScanEntry:
 
     @property
     def code(self) -> str:
-        return f"{'SXID' if self.event.kind is Kind.SXID else 'XID'}_{self.event.code}"
+        return f"{'SXID' if self.event.kind is LineKind.SXID else 'XID'}_{self.event.code}"
 
     @property
     def origin(self) -> Origin:
@@ -62,7 +62,7 @@ class ScanEntry:
 
     @property
     def gpu(self) -> str:
-        if self.event.kind is Kind.SXID:
+        if self.event.kind is LineKind.SXID:
             return self.event.switch or (self.event.pci.full if self.event.pci else "unknown-nvswitch")
         return str(self.event.pci) if self.event.pci else "unknown-gpu"
 
@@ -150,7 +150,7 @@ def follow_154(entries: Iterable[ScanEntry]) -> Iterator[ScanEntry]:
                 waited = held[index].entry
                 followed = followed_by_154(waited.summary, item.entry, waited.nvlink5)
                 held[index] = replace(held[index], entry=followed)
-        elif item.event.kind is not Kind.SXID and item.event.code not in NVLINK5_XIDS:
+        elif item.event.kind is not LineKind.SXID and item.event.code not in NVLINK5_XIDS:
             waiting.pop(item.gpu, None)
         if awaits_154(item.entry):
             waiting.setdefault(item.gpu, []).append(len(held))

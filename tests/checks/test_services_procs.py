@@ -9,7 +9,7 @@ from healthd_testkit.checks import raises_only
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd_checks.common.procs import StatusError, TaskStatus, parse_status, read_processes
+from healthd_checks.common.procs import ProcStatusError, TaskStatus, parse_status, read_processes
 from healthd_checks.services.check import ProcessRule, Sighting, find_service
 
 
@@ -76,10 +76,10 @@ def test_zombies_do_not_count(table: Path) -> None:
 def test_malformed_status_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "7").mkdir()
     (tmp_path / "7/status").write_text("Name:\tmunged\nState:\tS (sleeping)\nUid:\t0\t0\n")
-    with pytest.raises(StatusError, match=f"^{tmp_path / '7/status'}: expected"):
+    with pytest.raises(ProcStatusError, match=f"^{tmp_path / '7/status'}: expected"):
         read_processes(tmp_path)
 
 
 @given(st.text())
 def test_status_parser_raises_only_its_error(text: str) -> None:
-    raises_only(parse_status, StatusError, text)
+    raises_only(parse_status, ProcStatusError, text)

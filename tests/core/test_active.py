@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
-from healthd.cycle.activerun import Refused, after_pass, daemon_budget, misfit, start
+from healthd.cycle.activerun import NotStarted, after_pass, daemon_budget, misfit, start
 from healthd.cycle.pipeline import pass_budget, run_pass
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 from healthd.model import Finding, Status, Tier
@@ -68,9 +68,9 @@ def test_one_active_run_at_a_time_each_recorded(tmp_path: Path) -> None:
     ran: list[str] = []
     engine = _engine(tmp_path, ran)
     with StateLock(tmp_path / "state", 1.0, name=LOCK_NAME):
-        assert start(engine, None, "epilog") == Refused("another active pass is running on this node")
+        assert start(engine, None, "epilog") == NotStarted("another active pass is running on this node")
     assert ran == []
-    assert not isinstance(start(engine, None, "epilog of job 7"), Refused)
+    assert not isinstance(start(engine, None, "epilog of job 7"), NotStarted)
     assert ran == ["stress"]
     assert engine.state.file("active").load()["by"] == "epilog of job 7"
 

@@ -21,8 +21,12 @@ def test_wheel_installs_into_a_fresh_venv_and_lists_checks(tmp_path: Path) -> No
         timeout=300,
     )
     (wheel,) = dist.glob("healthd-*.whl")
-    top_levels = {name.split("/", 1)[0] for name in zipfile.ZipFile(wheel).namelist()}
+    shipped = zipfile.ZipFile(wheel).namelist()
+    top_levels = {name.split("/", 1)[0] for name in shipped}
     assert "checks" not in top_levels
+    # Test support is not shipped: the synthetic fleet lives in tests/healthd_testkit/.
+    assert not {"tests", "healthd_testkit"} & top_levels
+    assert [name for name in shipped if name.endswith("/synth.py")] == []
     assert {"healthd", "healthd_checks"} <= top_levels
 
     # The fresh venv sees this interpreter's packages for the dependencies, but healthd only from the wheel.

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
+from healthd_testkit import synth
 from healthd_testkit.paths import REPO
 
-from healthd.fleet import synth
 from healthd.fleet.live import Accounting
 from healthd.fleet.schema import FleetReportOut, json_schema
 

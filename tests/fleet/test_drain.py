@@ -7,19 +7,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit import synth
 
 from healthd.config.models import PolicySettings
-from healthd.fleet import synth
 from healthd.fleet.drain import plan_drains
-from healthd.fleet.lemons import NodeSignals, Verdict
+from healthd.fleet.lemons import LemonVerdict, NodeSignals
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 
 PREFIX = "healthd:"
 
 
-def _verdict(node: str, q: float, incident_evidence: bool = True) -> Verdict:
+def _verdict(node: str, q: float, incident_evidence: bool = True) -> LemonVerdict:
     signals = NodeSignals(node, 9, ("XID_79",), 2, 1, 40, 3, 1.0, 0, 0, 0, 3, 1.0, 2, "alice", 2, 0.5)
-    return Verdict(signals, q, 1.0, q, True, incident_evidence)
+    return LemonVerdict(signals, q, 1.0, q, True, incident_evidence)
 
 
 def _node(name: str, flags: str = "", reason: str = "", partition: str = "batch") -> NodeInfo:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
+from healthd_testkit import synth
 
 from healthd.cli.main import main
-from healthd.fleet import synth
 
 pytestmark = pytest.mark.slow
 

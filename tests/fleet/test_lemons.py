@@ -6,11 +6,11 @@ import dataclasses
 from typing import Optional
 
 import pytest
+from healthd_testkit import synth
 from healthd_testkit.paths import FIXTURES
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from healthd.fleet import synth
 from healthd.fleet.analyze import FleetReport, FleetSettings, analyze
 from healthd.fleet.hosts import pinned
 from healthd.fleet.lemons import Floors

@@ -7,8 +7,8 @@ import time
 from typing import Iterator
 
 import pytest
+from healthd_testkit import synth
 
-from healthd.fleet import synth
 from healthd.fleet.analyze import analyze
 from healthd.fleet.render import table
 from healthd.fleet.sacct import FleetInputError, LocalTimes, is_job_id, tres_gpus

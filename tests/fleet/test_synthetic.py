@@ -7,10 +7,10 @@ import time
 from collections import Counter
 
 import pytest
+from healthd_testkit import synth
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from healthd.fleet import synth
 from healthd.fleet.analyze import FleetReport, analyze
 
 

@@ -17,10 +17,10 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
+from healthd.boot import read_boot_id
 from healthd.config.models import SlurmSettings
 from healthd.slurm.adapter import SlurmClient, SlurmError, parse_show_node_json, parse_show_node_line
 from healthd.slurm.nodestate import NodeInfo
-from healthd.store.history import read_boot_id
 
 CAPTURES = ALL_FIXTURES / "slurm"
 REBOOT_REASON = "healthd: REBOOT XID_79 gpu0 (+1 more)"

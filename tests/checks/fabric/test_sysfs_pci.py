@@ -1,4 +1,4 @@
-"""The shared PCI scanner and address/boot-id parsers in ``healthd_checks.common.sysfs``."""
+"""The shared PCI scanner and address parser in ``healthd_checks.common.sysfs``."""
 
 from __future__ import annotations
 
@@ -12,10 +12,7 @@ from hypothesis import strategies as st
 from healthd_checks.common.sysfs import (
     VENDOR_MELLANOX,
     VENDOR_NVIDIA,
-    SysfsError,
     normalize_pci_address,
-    parse_boot_id,
-    read_boot_id,
     scan_pci,
 )
 
@@ -42,19 +39,6 @@ def test_normalize_pci_address(text: str, expected: Any) -> None:
 @given(st.text(max_size=40))
 def test_normalize_pci_address_never_raises(text: str) -> None:
     normalize_pci_address(text)
-
-
-def test_boot_id_is_read_lower_case_and_garbage_names_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "sys/kernel/random/boot_id"
-    path.parent.mkdir(parents=True)
-    path.write_text("5B1C2A9E-0D6F-4A57-9C0E-3F1E2D4C5B6A\n")
-    assert read_boot_id(tmp_path) == "5b1c2a9e-0d6f-4a57-9c0e-3f1e2d4c5b6a"
-    path.write_text("not a boot id\n")
-    with pytest.raises(SysfsError) as error:
-        read_boot_id(tmp_path)
-    assert error.value.path == path
-    with pytest.raises(ValueError):
-        parse_boot_id("")
 
 
 def test_scan_of_the_fixture_node(node: Any, gpus: list[str], nics: list[str]) -> None:

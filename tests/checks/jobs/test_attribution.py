@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from healthd.commands.jobs import attribute, record_end, record_start
 from healthd.store.history import History, Kind
 from healthd_checks.jobs.joblog import job_events, last_seq
-from healthd_checks.jobs.scope import Job, KernelRecord, Window, owner
+from healthd_checks.jobs.scope import Job, KernelRecord, LogWindow, owner
 
 GPUS = ("0000:3b:00.0", "0000:5e:00.0")
 
@@ -31,7 +31,7 @@ def _xid(bdf: str, code: int = 31) -> str:
 
 def test_a_record_on_a_gpu_is_the_one_job_that_holds_it() -> None:
     gpu_job, cpu_job = Job("1", "alice", frozenset({"0"})), Job("2", "bob")
-    windows = [Window(gpu_job, 10, None), Window(cpu_job, 10, None)]
+    windows = [LogWindow(gpu_job, 10, None), LogWindow(cpu_job, 10, None)]
     on_gpu0 = KernelRecord(11, True, 0, None)
     assert owner(on_gpu0, windows, gres=True) == gpu_job, "with GRES a job without SLURM_JOB_GPUS owns no GPU"
     assert owner(on_gpu0, windows, gres=False) is None, "without GRES both may have caused it: nobody's"
@@ -39,7 +39,7 @@ def test_a_record_on_a_gpu_is_the_one_job_that_holds_it() -> None:
 
 
 def test_an_unconfined_job_alone_owns_every_gpu_and_records_naming_no_gpu() -> None:
-    alone = [Window(Job("1", "alice"), 10, 20)]
+    alone = [LogWindow(Job("1", "alice"), 10, 20)]
     assert owner(KernelRecord(15, True, None, None), alone, gres=False) == Job("1", "alice")
     assert owner(KernelRecord(15, False), alone, gres=True) == Job("1", "alice"), "an SXid in its window"
     assert owner(KernelRecord(21, True, 0, None), alone, gres=False) is None, "after its end"
@@ -47,7 +47,7 @@ def test_an_unconfined_job_alone_owns_every_gpu_and_records_naming_no_gpu() -> N
 
 
 def test_a_job_whose_window_is_unknown_makes_the_records_it_may_hold_nobodys() -> None:
-    known, unknown = Window(Job("1", "alice"), 10, 20), Window(Job("2", "bob"), None, 30)
+    known, unknown = LogWindow(Job("1", "alice"), 10, 20), LogWindow(Job("2", "bob"), None, 30)
     assert owner(KernelRecord(15, True, 0, None), [known, unknown], gres=False) is None
     assert owner(KernelRecord(31, True, 0, None), [unknown], gres=False) is None
 
@@ -91,7 +91,7 @@ def _step(history: History, node: Node, job: Job, prolog: bool, gres: Optional[b
         record_end(history, job, BOOT_A, windows[job.job_id][1], "UNKNOWN", "no prolog position")
         return
     log = job_events(node.kmsg, node.root / "sys", start)
-    attribute(history, Window(job, start, log.end), log.events, BOOT_A, gres)
+    attribute(history, LogWindow(job, start, log.end), log.events, BOOT_A, gres)
     windows[job.job_id] = (start, log.end)
 
 

@@ -14,8 +14,8 @@ import pytest
 from healthd_testkit.paths import REPO
 
 from healthd.model import Status
-from healthd_checks.xid.catalog import CATALOG, CLEARS, RECOVERY_ENTRIES, Action, Bucket, Sticky, classify
-from healthd_checks.xid.parse import Kind, PciAddress, RecoveryAction, RecoveryChange, XidEvent
+from healthd_checks.xid.catalog import CATALOG, CLEARS, RECOVERY_ENTRIES, Bucket, Sticky, XidAction, classify
+from healthd_checks.xid.parse import LineKind, PciAddress, RecoveryAction, RecoveryChange, XidEvent
 
 PCI = PciAddress(0, 0x3B, 0)
 
@@ -44,7 +44,7 @@ NVIDIA_UNUSED += [111, 112, 113, 114, 115, 116, 117, 118, 122, 123, 124, 125, 13
 
 
 def xid(code: int, **kw: object) -> XidEvent:
-    return XidEvent(Kind.XID, code, PCI, "", **kw)  # type: ignore[arg-type]
+    return XidEvent(LineKind.XID, code, PCI, "", **kw)  # type: ignore[arg-type]
 
 
 def test_lists_cover_the_catalog_once() -> None:
@@ -124,7 +124,7 @@ def test_remaining_buckets() -> None:
 def test_unknown_xid_is_warning() -> None:
     for code in (164, 171, 12345):
         entry = classify(xid(code))
-        assert (entry.grade, entry.bucket, entry.action) == (Status.WARNING, Bucket.UNKNOWN, Action.NONE)
+        assert (entry.grade, entry.bucket, entry.action) == (Status.WARNING, Bucket.UNKNOWN, XidAction.NONE)
 
 
 def test_power_smoothing_xids_are_graded_from_their_descriptions() -> None:
@@ -164,7 +164,7 @@ def test_pynvml_agrees_on_recovery_codes() -> None:
 
 def test_sxid_grades_and_overrides() -> None:
     def sxid(fatal: object) -> XidEvent:
-        return XidEvent(Kind.SXID, 20034, PCI, "", fatal=fatal)  # type: ignore[arg-type]
+        return XidEvent(LineKind.SXID, 20034, PCI, "", fatal=fatal)  # type: ignore[arg-type]
 
     assert classify(sxid(True)).grade is Status.CRITICAL
     assert classify(sxid(False)).grade is Status.OK
@@ -175,7 +175,7 @@ def test_sxid_grades_and_overrides() -> None:
 
 def test_override_changes_grade_only() -> None:
     entry = classify(xid(63), {"63": Status.CRITICAL})
-    assert entry.grade is Status.CRITICAL and entry.bucket is Bucket.INFORMATIONAL and entry.action is Action.IGNORE
+    assert entry.grade is Status.CRITICAL and entry.bucket is Bucket.INFORMATIONAL and entry.action is XidAction.IGNORE
     assert classify(xid(79), {"79": Status.WARNING}).sticky is Sticky.UNTIL_REBOOT
 
 
@@ -201,7 +201,7 @@ def test_docs_table_grades_each_xid_as_the_catalog() -> None:
     checked = 0
     for actions_text, codes_text, grade_text in (row for row in rows if len(row) == 3):
         actions = {a.strip() for a in actions_text.split(",")}
-        if not actions <= {a.value for a in Action} or actions == {"XID_154"}:
+        if not actions <= {a.value for a in XidAction} or actions == {"XID_154"}:
             continue
         grade = grade_text.split()[0].rstrip(";")
         for code in _numbers(codes_text):
@@ -225,4 +225,4 @@ def test_check_reference_examples_grade_as_the_catalog() -> None:
     informational = _numbers(_bullet(readme, "OK: IGNORE").split("(")[1].split(")")[0])
     assert informational and all(classify(xid(c)).grade is Status.OK for c in informational)
     entry = classify(xid(94))
-    assert (entry.action, entry.grade, entry.sticky) == (Action.RESTART_APP, Status.OK, Sticky.NO)
+    assert (entry.action, entry.grade, entry.sticky) == (XidAction.RESTART_APP, Status.OK, Sticky.NO)

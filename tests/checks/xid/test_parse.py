@@ -19,7 +19,7 @@ from healthd_checks.xid.parse import (
     DRIVER_PREFIXES,
     Banner,
     GpuIdentity,
-    Kind,
+    LineKind,
     LogFormat,
     Origin,
     PciAddress,
@@ -59,10 +59,10 @@ def test_line_parses_as_expected(case: dict[str, Any]) -> None:
         assert event.uuid == expect["uuid"]
         return
     assert isinstance(event, XidEvent)
-    assert event.kind is Kind(expect["kind"])
+    assert event.kind is LineKind(expect["kind"])
     assert event.code == expect["code"]
     assert event.pci is not None
-    assert (event.pci.full if event.kind is Kind.SXID else str(event.pci)) == expect["pci"]
+    assert (event.pci.full if event.kind is LineKind.SXID else str(event.pci)) == expect["pci"]
     for name in ("pid", "process", "gpu_instance", "compute_instance", "switch", "fatal", "severity", "detail", "text"):
         if name in expect:
             assert getattr(event, name) == expect[name], name
@@ -283,7 +283,7 @@ def test_banner_lines_continue_only_the_banner_of_their_origin() -> None:
     assert forged.banner == start.banner and not forged.engaged
     middle = read_message("NVRM: (PCI ID: 10de:2330) installed in this system has", start.banner)
     last = read_message("NVRM: fallen off the bus and is not responding to commands.", middle.banner)
-    assert isinstance(last.event, XidEvent) and last.event.kind is Kind.FALLEN_OFF_BUS and last.banner is None
+    assert isinstance(last.event, XidEvent) and last.event.kind is LineKind.FALLEN_OFF_BUS and last.banner is None
     assert str(last.event.pci) == "0000:3b:00"
 
 

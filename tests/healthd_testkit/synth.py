@@ -111,7 +111,7 @@ def _elapsed(seconds: float) -> str:
 
 def plant(spec: FleetSpec) -> Fleet:
     """Choose the lemons, buggy users' nodes and every node's incidents."""
-    rng = random.Random(spec.seed)  # noqa: S311 (test data, reproducible by seed)
+    rng = random.Random(spec.seed)
     names = [spec.node_name(i) for i in range(spec.nodes)]
     chosen = rng.sample(names, spec.incident_lemons + spec.silent_lemons + spec.buggy_users)
     fleet = Fleet(
@@ -148,7 +148,7 @@ def submit_lines(fleet: Fleet) -> Iterator[str]:
 def _runs(fleet: Fleet) -> Iterator[tuple[str, str]]:
     """(sacct line, submit line) of each run; the same runs on every call (seeded)."""
     spec = fleet.spec
-    rng = random.Random(spec.seed + 1)  # noqa: S311
+    rng = random.Random(spec.seed + 1)
     clock = _Clock()
     span = spec.days * 86400
     silent = set(fleet.silent_lemons)
@@ -219,7 +219,7 @@ def _runs(fleet: Fleet) -> Iterator[tuple[str, str]]:
 def event_lines(fleet: Fleet, cluster: str = "synth") -> Iterator[str]:
     """The header and one line per event, as ``sacctmgr -P show event Format=EVENT_FIELDS`` prints them."""
     spec = fleet.spec
-    rng = random.Random(spec.seed + 2)  # noqa: S311
+    rng = random.Random(spec.seed + 2)
     clock = _Clock()
     reasons = dict(CAUSE_REASONS)
     yield "|".join(EVENT_FIELDS)
