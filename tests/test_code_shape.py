@@ -28,7 +28,6 @@ LONG_ALLOWED = frozenset(
         "healthd/cycle/pipeline.py::run_pass",
         "healthd/cycle/pipeline.py::_locked_pass",
         # The plan's single entry point, being split with the policy's state machine.
-        "healthd/plan/plan.py::plan",
         # Fleet analytics, under rework.
         "healthd/fleet/analyze.py::_read_jobs",
         "healthd/fleet/analyze.py::analyze",

@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _repaired(args: argparse.Namespace) -> int:
     from healthd.checks.engine import Engine
     from healthd.cycle.pipeline import POLICY_STATE
-    from healthd.plan.policy import Event, PolicyState, advance
+    from healthd.plan.policy import PolicyEvent, PolicyState, advance
     from healthd.store.history import History
     from healthd.store.lock import LockTimeout, StateLock
     from healthd.store.state import StateError
@@ -80,7 +80,7 @@ def _repaired(args: argparse.Namespace) -> int:
                 return EX_NO_MATCH
             now = time.time()
             # REPAIR_ENDED: the REPAIR drain is now healthd's to lift (policy._unrecorded_repair).
-            policy.save(advance(state, Event.REPAIR_ACKED).to_dict())
+            policy.save(advance(state, PolicyEvent.REPAIR_ACKED).to_dict())
             with History.open(engine.config.paths.state_dir) as history:
                 history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by="cli")
                 problem = history.problem_finding("healthd")

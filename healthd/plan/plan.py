@@ -29,8 +29,8 @@ from healthd.plan.policy import (
     Action,
     Coverage,
     Decision,
-    Event,
     GpuReset,
+    PolicyEvent,
     PolicyState,
     RebootRequest,
     acknowledged_by_resume,
@@ -217,17 +217,17 @@ def _breaker(
             # The undo puts the node back in service: healthd then has nothing out, and the causes
             # that ``decide`` added (it read the node drained with healthd's reason) must not be
             # remembered, or the next pass would take this RESUME for an administrator's.
-            undone = replace(advance(breaker_held(state, why, s.now, node.name), Event.CONFIRMED), took_out=())
+            undone = replace(advance(breaker_held(state, why, s.now, node.name), PolicyEvent.CONFIRMED), took_out=())
             return _Breaker(held, undone, why, node, undo=True)
-        return _Breaker(decision, replace(advance(state, Event.CONFIRMED), held=None), "", node)
+        return _Breaker(decision, replace(advance(state, PolicyEvent.CONFIRMED), held=None), "", node)
     if ours or decision.action not in TAKING_OUT:
         # Nothing left to confirm: the node is not out with healthd's reason, or not acting (dry run).
-        return _Breaker(decision, replace(advance(state, Event.CONFIRMED), held=None), "", node)
+        return _Breaker(decision, replace(advance(state, PolicyEvent.CONFIRMED), held=None), "", node)
     hold = _backing_off(state, s.now)
     if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
         held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return _Breaker(held, replace(advance(state, Event.BREAKER_HELD), pending=None), hold.why, node)
+        return _Breaker(held, replace(advance(state, PolicyEvent.BREAKER_HELD), pending=None), hold.why, node)
     if observed.views is None:
         return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
     decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
@@ -405,7 +405,7 @@ def _settle(
     if acknowledged and not s.dry_run:
         # An administrator put the node back: that acknowledges its findings, and ends a repair.
         acks = merge(acks, acknowledged, s.now, "slurm-resume")
-        state = replace(advance(state, Event.ADMIN_RESUMED), took_out=(), reboot=None)
+        state = replace(advance(state, PolicyEvent.ADMIN_RESUMED), took_out=(), reboot=None)
     return state, acks, acknowledged
 
 
@@ -434,7 +434,7 @@ def _writes(s: Situation, result: PassResult, breaker: _Breaker, unasked: str) -
         request = RebootRequest(s.boot_id, s.now, decision.reason, top.key if top else "")
     if breaker.undo:
         # Killed before the undo is known to be through: the next pass confirms or undoes again.
-        return _Writes(steps, state, advance(state, Event.UNDO_UNANSWERED), request)
+        return _Writes(steps, state, advance(state, PolicyEvent.UNDO_UNANSWERED), request)
     if not steps:
         return _Writes(steps, state, None, request)
     cut_short = after_failure(state, decision, "not confirmed: interrupted while sending", s.now, True)
@@ -466,22 +466,22 @@ def held_raises(repeats: Mapping[str, tuple[str, int]], why: str) -> dict[str, s
     return dict.fromkeys(repeats, f"the circuit breaker held the node back: {why}") if why else {}
 
 
-def _sending(steps: tuple[Step, ...]) -> Event:
+def _sending(steps: tuple[Step, ...]) -> PolicyEvent:
     """What a pass killed after its first write leaves: the drain may be unconfirmed, a RESUME unanswered."""
     if Step.CONFIRM in steps:
-        return Event.CONFIRMED_DRAIN_SENDING
-    return Event.RESUME_UNANSWERED if Step.RESUME in steps else Event.DRAIN_SENDING
+        return PolicyEvent.CONFIRMED_DRAIN_SENDING
+    return PolicyEvent.RESUME_UNANSWERED if Step.RESUME in steps else PolicyEvent.DRAIN_SENDING
 
 
-def _failed(steps: tuple[Step, ...], decision: Decision) -> Optional[Event]:
+def _failed(steps: tuple[Step, ...], decision: Decision) -> Optional[PolicyEvent]:
     """What a failed write leaves, if it changes a phase (a failed DRAIN or DOWN stays pending alone).
 
     A failed undo (a RESUME for a HOLD) leaves the node holding a place it lost: confirm it
     again. A RESUME that failed may still have reached slurmctld (a timeout, a lost answer).
     """
     if Step.RESUME in steps:
-        return Event.RESUME_UNANSWERED if decision.action is Action.RESUME else Event.UNDO_UNANSWERED
-    return Event.CONFIRM_FAILED if Step.CONFIRM in steps else None
+        return PolicyEvent.RESUME_UNANSWERED if decision.action is Action.RESUME else PolicyEvent.UNDO_UNANSWERED
+    return PolicyEvent.CONFIRM_FAILED if Step.CONFIRM in steps else None
 
 
 def _reset_tried(state: PolicyState, gpu_reset: GpuReset) -> PolicyState:
@@ -518,11 +518,11 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
     if executed.lost:
         held = replace(decision, action=Action.HOLD, explanation=executed.lost)
         node = the_plan.node.name if the_plan.node else result.node
-        state = advance(breaker_held(state, executed.lost, now, node), Event.CONFIRMED)
+        state = advance(breaker_held(state, executed.lost, now, node), PolicyEvent.CONFIRMED)
         return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
     # A node healthd just resumed is in service: the read that found it out no longer describes it.
     skips = state.skips_breaker and Step.RESUME not in executed.done
-    applied = replace(advance(after_apply(state, decision), Event.CONFIRMED), skips_breaker=skips)
+    applied = replace(advance(after_apply(state, decision), PolicyEvent.CONFIRMED), skips_breaker=skips)
     if the_plan.reboot is not None and Step.REBOOT in executed.done:
         applied = replace(applied, reboot=the_plan.reboot)
     return Conclusion(result, decision, applied, decision.action in ACTING)

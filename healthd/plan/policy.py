@@ -193,7 +193,7 @@ class RepairPhase(enum.Enum):
     REPAIR_ENDED = "repair_ended"
 
 
-class Event(enum.Enum):
+class PolicyEvent(enum.Enum):
     """What moves the policy's phases: a write about to be sent, an answer, a read, a command."""
 
     # Saved before the first write (Plan.interrupted), and what a failed write leaves.
@@ -217,38 +217,38 @@ _W = WritePhase
 _R = RepairPhase
 # The transition tables (docs/policy.md, "The policy state machine", says why each row is there).
 # An event with no row for a phase leaves that phase as it is.
-WRITE_TRANSITIONS: Mapping[tuple[WritePhase, Event], WritePhase] = MappingProxyType(
+WRITE_TRANSITIONS: Mapping[tuple[WritePhase, PolicyEvent], WritePhase] = MappingProxyType(
     {
-        (_W.SETTLED, Event.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
-        (_W.RESUME_SENT, Event.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
-        (_W.UNDO_SENT, Event.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
-        (_W.RESUME_SENT, Event.DRAIN_SENDING): _W.SETTLED,
-        (_W.UNDO_SENT, Event.DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
-        (_W.SETTLED, Event.CONFIRM_FAILED): _W.DRAIN_UNCONFIRMED,
-        (_W.RESUME_SENT, Event.CONFIRM_FAILED): _W.UNDO_SENT,
-        (_W.SETTLED, Event.RESUME_UNANSWERED): _W.RESUME_SENT,
-        (_W.DRAIN_UNCONFIRMED, Event.RESUME_UNANSWERED): _W.UNDO_SENT,
-        (_W.SETTLED, Event.UNDO_UNANSWERED): _W.UNDO_SENT,
-        (_W.DRAIN_UNCONFIRMED, Event.UNDO_UNANSWERED): _W.UNDO_SENT,
-        (_W.RESUME_SENT, Event.UNDO_UNANSWERED): _W.UNDO_SENT,
-        (_W.DRAIN_UNCONFIRMED, Event.CONFIRMED): _W.SETTLED,
-        (_W.UNDO_SENT, Event.CONFIRMED): _W.RESUME_SENT,
-        (_W.DRAIN_UNCONFIRMED, Event.RESUMED): _W.SETTLED,
-        (_W.RESUME_SENT, Event.RESUMED): _W.SETTLED,
-        (_W.UNDO_SENT, Event.RESUMED): _W.SETTLED,
-        (_W.RESUME_SENT, Event.RESUME_SETTLED): _W.SETTLED,
-        (_W.UNDO_SENT, Event.RESUME_SETTLED): _W.DRAIN_UNCONFIRMED,
+        (_W.SETTLED, PolicyEvent.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.RESUME_SENT, PolicyEvent.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.UNDO_SENT, PolicyEvent.CONFIRMED_DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.RESUME_SENT, PolicyEvent.DRAIN_SENDING): _W.SETTLED,
+        (_W.UNDO_SENT, PolicyEvent.DRAIN_SENDING): _W.DRAIN_UNCONFIRMED,
+        (_W.SETTLED, PolicyEvent.CONFIRM_FAILED): _W.DRAIN_UNCONFIRMED,
+        (_W.RESUME_SENT, PolicyEvent.CONFIRM_FAILED): _W.UNDO_SENT,
+        (_W.SETTLED, PolicyEvent.RESUME_UNANSWERED): _W.RESUME_SENT,
+        (_W.DRAIN_UNCONFIRMED, PolicyEvent.RESUME_UNANSWERED): _W.UNDO_SENT,
+        (_W.SETTLED, PolicyEvent.UNDO_UNANSWERED): _W.UNDO_SENT,
+        (_W.DRAIN_UNCONFIRMED, PolicyEvent.UNDO_UNANSWERED): _W.UNDO_SENT,
+        (_W.RESUME_SENT, PolicyEvent.UNDO_UNANSWERED): _W.UNDO_SENT,
+        (_W.DRAIN_UNCONFIRMED, PolicyEvent.CONFIRMED): _W.SETTLED,
+        (_W.UNDO_SENT, PolicyEvent.CONFIRMED): _W.RESUME_SENT,
+        (_W.DRAIN_UNCONFIRMED, PolicyEvent.RESUMED): _W.SETTLED,
+        (_W.RESUME_SENT, PolicyEvent.RESUMED): _W.SETTLED,
+        (_W.UNDO_SENT, PolicyEvent.RESUMED): _W.SETTLED,
+        (_W.RESUME_SENT, PolicyEvent.RESUME_SETTLED): _W.SETTLED,
+        (_W.UNDO_SENT, PolicyEvent.RESUME_SETTLED): _W.DRAIN_UNCONFIRMED,
     }
 )
-REPAIR_TRANSITIONS: Mapping[tuple[RepairPhase, Event], RepairPhase] = MappingProxyType(
+REPAIR_TRANSITIONS: Mapping[tuple[RepairPhase, PolicyEvent], RepairPhase] = MappingProxyType(
     {
-        (_R.NONE, Event.ESCALATED): _R.IN_REPAIR,
-        (_R.REPAIR_ENDED, Event.ESCALATED): _R.IN_REPAIR,
-        (_R.IN_REPAIR, Event.REPAIR_ACKED): _R.REPAIR_ENDED,
-        (_R.IN_REPAIR, Event.ADMIN_RESUMED): _R.NONE,
-        (_R.REPAIR_ENDED, Event.ADMIN_RESUMED): _R.NONE,
-        (_R.REPAIR_ENDED, Event.RESUMED): _R.NONE,
-        (_R.IN_REPAIR, Event.BREAKER_HELD): _R.NONE,
+        (_R.NONE, PolicyEvent.ESCALATED): _R.IN_REPAIR,
+        (_R.REPAIR_ENDED, PolicyEvent.ESCALATED): _R.IN_REPAIR,
+        (_R.IN_REPAIR, PolicyEvent.REPAIR_ACKED): _R.REPAIR_ENDED,
+        (_R.IN_REPAIR, PolicyEvent.ADMIN_RESUMED): _R.NONE,
+        (_R.REPAIR_ENDED, PolicyEvent.ADMIN_RESUMED): _R.NONE,
+        (_R.REPAIR_ENDED, PolicyEvent.RESUMED): _R.NONE,
+        (_R.IN_REPAIR, PolicyEvent.BREAKER_HELD): _R.NONE,
     }
 )
 
@@ -261,7 +261,7 @@ class Phases:
     repair: RepairPhase = RepairPhase.NONE
 
 
-def transition(phases: Phases, event: Event) -> Phases:
+def transition(phases: Phases, event: PolicyEvent) -> Phases:
     """The phases after ``event`` (pure): each machine's row for its phase and the event, else unchanged."""
     return Phases(
         WRITE_TRANSITIONS.get((phases.write, event), phases.write),
@@ -422,13 +422,13 @@ class PolicyState:
         return state
 
 
-def advance(state: PolicyState, event: Event, repair: Optional[Repair] = None) -> PolicyState:
+def advance(state: PolicyState, event: PolicyEvent, repair: Optional[Repair] = None) -> PolicyState:
     """``state`` moved by ``event`` (``transition``): the one place the phase flags change.
 
     A machine whose phase stays keeps its flags as they are. ``repair`` is the record
     ESCALATED puts the node in repair for; every other repair phase has none.
     """
-    if (event is Event.ESCALATED) is (repair is None):
+    if (event is PolicyEvent.ESCALATED) is (repair is None):
         raise ValueError(f"{event.name}: a repair record goes with ESCALATED and with no other event")
     was = state.phases
     now = transition(was, event)
@@ -835,7 +835,7 @@ def _escalate(
         if hits:
             finding, unit, count = min(hits, key=lambda hit: acting_key(hit[0]))
             repair = Repair(finding.code, finding.subject, unit, count, finding.status.name, result.started_at)
-            state = advance(state, Event.ESCALATED, repair)
+            state = advance(state, PolicyEvent.ESCALATED, repair)
     if repair is None:
         return decision, state
     action = Action.TAKE_OUT_NOW if repair.severity == Status.CRITICAL.name else Action.DRAIN_AFTER_JOBS
@@ -957,9 +957,9 @@ def settle_own_resume(state: PolicyState, node: NodeInfo, prefix: str) -> Policy
     if not state.resume_sent:
         return state
     if _in_service(node):
-        return replace(advance(state, Event.RESUME_SETTLED), took_out=())
+        return replace(advance(state, PolicyEvent.RESUME_SETTLED), took_out=())
     if node.out and owned(node.reason, prefix):
-        return advance(state, Event.RESUME_SETTLED)
+        return advance(state, PolicyEvent.RESUME_SETTLED)
     return state
 
 
@@ -1014,7 +1014,7 @@ def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyS
     one included, into a take-out "in repair" (docs/escalation.md). The raise behind it
     is not counted either (``plan.held_raises``).
     """
-    return replace(advance(state, Event.BREAKER_HELD), held=next_hold(state.held, why, now, node), pending=None)
+    return replace(advance(state, PolicyEvent.BREAKER_HELD), held=next_hold(state.held, why, now, node), pending=None)
 
 
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
@@ -1024,7 +1024,7 @@ def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
         return replace(state, pending=None, held=None, took_out=took_out)
     if decision.action is Action.RESUME:
         # Slurm answered: the resume's outcome is known, and a repair drain ended is lifted.
-        return replace(advance(state, Event.RESUMED), pending=None, held=None, took_out=())
+        return replace(advance(state, PolicyEvent.RESUMED), pending=None, held=None, took_out=())
     return state
 
 

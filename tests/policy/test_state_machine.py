@@ -28,8 +28,8 @@ from healthd.plan.policy import (
     REPAIR_TRANSITIONS,
     WRITE_TRANSITIONS,
     Action,
-    Event,
     Phases,
+    PolicyEvent,
     PolicyState,
     Repair,
     RepairPhase,
@@ -48,14 +48,14 @@ _MACHINES: dict[str, Any] = {"write": WritePhase, "repair": RepairPhase}
 REPAIR = Repair("XID_48", "0000:3b:00", "GPU-aaaa", 3, "CRITICAL", 100.0)
 
 
-def _rows() -> list[tuple[Phase, Event, Phase]]:
+def _rows() -> list[tuple[Phase, PolicyEvent, Phase]]:
     """(phase, event, next phase) of every row of the page's transition table."""
-    rows: list[tuple[Phase, Event, Phase]] = []
+    rows: list[tuple[Phase, PolicyEvent, Phase]] = []
     for line in TABLE.read_text().splitlines():
         match = _ROW.match(line)
         if match:
             machine = _MACHINES[match.group(1)]
-            rows.append((machine[match.group(2)], Event[match.group(3)], machine[match.group(4)]))
+            rows.append((machine[match.group(2)], PolicyEvent[match.group(3)], machine[match.group(4)]))
     return rows
 
 
@@ -74,8 +74,8 @@ def _in(phases: Phases) -> PolicyState:
     )
 
 
-def _advance(state: PolicyState, event: Event) -> PolicyState:
-    return advance(state, event, REPAIR if event is Event.ESCALATED else None)
+def _advance(state: PolicyState, event: PolicyEvent) -> PolicyState:
+    return advance(state, event, REPAIR if event is PolicyEvent.ESCALATED else None)
 
 
 # -- the page's table is the code's -------------------------------------------------------------
@@ -89,7 +89,7 @@ def test_the_page_has_a_row_for_every_transition_in_the_code_and_no_other() -> N
 
 
 @pytest.mark.parametrize(("phase", "event", "after"), _rows(), ids=lambda v: getattr(v, "name", str(v)))
-def test_each_row_is_what_the_code_does(phase: Phase, event: Event, after: Phase) -> None:
+def test_each_row_is_what_the_code_does(phase: Phase, event: PolicyEvent, after: Phase) -> None:
     moved = transition(_phases(phase), event)
     assert after in (moved.write, moved.repair)
     # And the state as saved: the flags and the repair record say the row's next phase.
@@ -100,11 +100,13 @@ def test_each_row_is_what_the_code_does(phase: Phase, event: Event, after: Phase
 # -- no sequence of events reaches a phase the table does not allow --------------------------
 
 _START = st.builds(Phases, st.sampled_from(WritePhase), st.sampled_from(RepairPhase))
-_EVENTS = st.lists(st.sampled_from(Event), max_size=40)
+_EVENTS = st.lists(st.sampled_from(PolicyEvent), max_size=40)
 
 
 @given(_START, _EVENTS)
-def test_no_sequence_of_events_reaches_a_phase_the_table_does_not_allow(start: Phases, events: list[Event]) -> None:
+def test_no_sequence_of_events_reaches_a_phase_the_table_does_not_allow(
+    start: Phases, events: list[PolicyEvent]
+) -> None:
     rows = {(phase, event): after for phase, event, after in _rows()}
     allowed = {start.write, start.repair} | set(rows.values())
     phases = start
@@ -117,7 +119,7 @@ def test_no_sequence_of_events_reaches_a_phase_the_table_does_not_allow(start: P
 
 
 @given(_START, _EVENTS)
-def test_the_saved_state_follows_the_table_through_any_sequence(start: Phases, events: list[Event]) -> None:
+def test_the_saved_state_follows_the_table_through_any_sequence(start: Phases, events: list[PolicyEvent]) -> None:
     """``advance`` keeps policy.json's flags and repair record in the phase the table says, read back or not."""
     state = _in(start)
     for event in events:
@@ -144,9 +146,9 @@ def test_only_advance_sets_the_flags_that_store_the_phases() -> None:
 
 def test_a_repair_record_goes_with_escalated_alone() -> None:
     with pytest.raises(ValueError, match="ESCALATED"):
-        advance(PolicyState(), Event.ESCALATED)
+        advance(PolicyState(), PolicyEvent.ESCALATED)
     with pytest.raises(ValueError, match="REPAIR_ACKED"):
-        advance(PolicyState(repair=REPAIR), Event.REPAIR_ACKED, REPAIR)
+        advance(PolicyState(repair=REPAIR), PolicyEvent.REPAIR_ACKED, REPAIR)
 
 
 # -- policy.json written by the version before the phases reads with the same meaning ----------
@@ -313,7 +315,7 @@ def test_race_ack_repaired_makes_the_repair_drain_healthds_to_lift() -> None:
     clean = _gpu_pass(at=2000.0)
     held, _ = decide(clean, state, in_repair, PolicySettings(), "healthd:")
     assert held.action is not Action.RESUME, "in repair: no clean pass lifts it"
-    ended = advance(state, Event.REPAIR_ACKED)
+    ended = advance(state, PolicyEvent.REPAIR_ACKED)
     assert ended.phases.repair is RepairPhase.REPAIR_ENDED and ended.repair is None
     resume = _made(clean, ended, in_repair, None)
     assert resume.decision.action is Action.RESUME
