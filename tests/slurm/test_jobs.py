@@ -140,6 +140,20 @@ ENDED = ("CANCELLED", "COMPLETED", "FAILED", "")
 GPUS = ("0000:3b:00.0", "0000:5e:00.0")
 
 
+def _let_users_in(cluster: Any) -> None:
+    """Search permission (o+x, never read) on the directories down to slurmd's spool, for users' job scripts.
+
+    Again before each node's jobs: a slurmd restarted by an earlier test (a simulated reboot)
+    makes its spool directory anew, and a user's batch script there then fails at once.
+    """
+    for directory in [*cluster.root.glob("spool*"), *(cluster.root / "spool").glob("*"), cluster.root,
+                      *cluster.root.parents]:  # fmt: skip
+        if directory == Path(tempfile.gettempdir()):
+            break
+        if directory.is_dir():
+            directory.chmod(directory.stat().st_mode | stat.S_IXOTH)
+
+
 @pytest.fixture(scope="session")
 def users(slurm_cluster: Any) -> tuple[str, ...]:
     """Three real unprivileged users, created with useradd if missing and left in place (harmless).
@@ -147,10 +161,7 @@ def users(slurm_cluster: Any) -> tuple[str, ...]:
     Their jobs' scripts lie in slurmd's spool, under the session's private temporary
     directories: those get search permission (o+x, never read) so that a job can start.
     """
-    for directory in [slurm_cluster.root / "spool", slurm_cluster.root, *slurm_cluster.root.parents]:
-        if directory == Path(tempfile.gettempdir()):
-            break
-        directory.chmod(directory.stat().st_mode | stat.S_IXOTH)
+    _let_users_in(slurm_cluster)
     for name in USERS:
         try:
             pwd.getpwnam(name)
@@ -167,6 +178,7 @@ class Triage:
 
     def __init__(self, cluster: Any, node: str, tmp_path: Path, jobs: str = "") -> None:
         self.cluster, self.node = cluster, node
+        _let_users_in(cluster)
         self.fake = XidNode(tmp_path / "machine")
         for bdf in GPUS:
             self.fake.gpu(bdf)
@@ -183,7 +195,7 @@ class Triage:
         """
         for _ in range(3):
             job = self.submit(user, *options)
-            self.cluster.wait(lambda j=job: self.launched(j), 60, f"the batch script of job {job}")
+            self.cluster.wait(lambda j=job: self.launched(j, user), 60, f"the batch script of job {job}")
             if not prolog or self.positioned(job):
                 return job
             self.end(job)
@@ -201,10 +213,15 @@ class Triage:
         starts = [e for e in _history(self.state, "job_start") if e["details"]["job"] == job]
         return any(isinstance(e["details"].get("kmsg_seq"), int) for e in starts)
 
-    def launched(self, job: str) -> bool:
-        """Whether slurmd has started the job's script as its user (after the prolog), by slurmd's log."""
+    def launched(self, job: str, user: str = "") -> bool:
+        """Whether slurmd has started the job's script as its user (after the prolog), by slurmd's log.
+
+        With ``user``, only a launch as that user's uid counts: slurmctld restarted without its
+        state by an earlier test numbers jobs from 1 again, and the log keeps the old job's line.
+        """
         log = self.cluster.root / "log" / f"slurmd-{self.node}.log"
-        return f"Launching batch job {job} for UID" in log.read_text(errors="replace")
+        uid = str(pwd.getpwnam(user).pw_uid) if user else ""
+        return f"Launching batch job {job} for UID {uid}" in log.read_text(errors="replace")
 
     def xid(self, gpu: int = 0, code: int = 31) -> None:
         """The driver's line for an application Xid on GPU ``gpu``, as the kernel would log it."""
@@ -215,6 +232,11 @@ class Triage:
         self.cluster.run("scancel", *jobs)
         for job in jobs:
             self.cluster.wait(lambda j=job: self.cluster.job_state(j) in ENDED, 60, f"the epilog of job {job}")
+
+    def events(self) -> str:
+        """The node's job events, for a failing assertion to show."""
+        kinds = ("job_start", "job_end", "job_xid")
+        return json.dumps([(e["kind"], e["at"], e["details"]) for k in kinds for e in _history(self.state, k)])
 
     def recorded(self, kind: str) -> list[str]:
         """The jobs of the node's ``kind`` events (``job_start``, ``job_xid``, ``job_end``), in order."""
@@ -252,7 +274,7 @@ def test_an_array_of_one_user_never_drains(cluster: Any, users: tuple[str, ...],
     for number in (1, 2, 3):
         cluster.wait(lambda n=number: task(n)[1] == "RUNNING", 60, f"task {number} of array {array} running")
         tasks.append(task(number)[0])
-        cluster.wait(lambda: node.launched(tasks[-1]), 30, f"the batch script of job {tasks[-1]}")
+        cluster.wait(lambda: node.launched(tasks[-1], users[0]), 30, f"the batch script of job {tasks[-1]}")
         node.xid()
         cluster.run("scancel", f"{array}_{number}")
         cluster.wait(lambda n=number: task(n)[1] not in ("RUNNING", "COMPLETING"), 60, f"the epilog of {tasks[-1]}")
@@ -279,7 +301,7 @@ def test_one_xid_beside_unconfined_jobs_is_nobodys(cluster: Any, users: tuple[st
     jobs = [node.start(user) for user in users]
     node.xid()
     node.end(*jobs)
-    assert node.recorded("job_xid") == []
+    assert node.recorded("job_xid") == [], node.events()
     assert cluster.state("node2") == "idle", cluster.reason("node2")
 
 
@@ -289,9 +311,12 @@ def test_one_xid_beside_cpu_only_jobs_on_a_gres_node_is_the_gpu_jobs_once(
     node = Triage(cluster, GRES_NODE, tmp_path)
     gpu_job = node.start(users[0], "--gres=gpu:1")
     cpu_jobs = [node.start(user) for user in users[1:]]
-    node.xid(gpu=0)
+    # The GPU Slurm gave the job (SLURM_JOB_GPUS, as its prolog recorded it): not always the first,
+    # when an earlier test's job still held it at allocation.
+    (start,) = [e for e in _history(node.state, "job_start") if e["details"]["job"] == gpu_job]
+    node.xid(gpu=int(start["details"]["gpus"][0]))
     node.end(gpu_job, *cpu_jobs)
-    assert node.recorded("job_xid") == [gpu_job]
+    assert node.recorded("job_xid") == [gpu_job], node.events()
     assert cluster.state(GRES_NODE) == "idle", cluster.reason(GRES_NODE)
 
 
@@ -304,7 +329,7 @@ def test_an_old_xid_is_not_a_job_without_a_prolog_position(
     jobs = [node.start(user, prolog=False) for user in users]
     cluster.prolog_nodes.write_text("node1\n")
     node.end(*jobs)
-    assert node.recorded("job_xid") == []
+    assert node.recorded("job_xid") == [], node.events()
     ends = [e for e in _history(node.state, "job_end") if e["details"]["job"] in jobs]
     assert {(e["status"], "no prolog position" in e["message"]) for e in ends} == {("UNKNOWN", True)}
     assert cluster.state("node1") == "idle", cluster.reason("node1")
