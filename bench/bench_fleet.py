@@ -3,20 +3,24 @@
 Generates a synthetic fleet (``healthd.fleet.synth``: 3,000 nodes of 8 GPUs, 330
 days) into three files once (jobs, events, submit lines), then times the analysis in a fresh process and reads
 its peak RSS (``ru_maxrss`` of the child). The target is <= 60 s and <= 2 GB on a
-2-core machine. Run:
+2-core machine. With ``--backtest`` it then times ``healthd fleet backtest --json`` (weekly
+steps) on the same files, in a fresh process, and prints the ratio to the report's time
+(target <= 2x). Run:
 
-    .venv/bin/python bench/bench_fleet.py [--runs 4000000] [--events 100000] [--dir DIR]
+    .venv/bin/python bench/bench_fleet.py [--runs 4000000] [--events 100000] [--dir DIR] [--backtest]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 from healthd.fleet import synth
 
@@ -52,36 +56,49 @@ def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]
     return jobs, event_file, submit
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=4_000_000)
-    parser.add_argument("--events", type=int, default=100_000)
-    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
-    args = parser.parse_args()
-    args.dir.mkdir(parents=True, exist_ok=True)
-    jobs, events, submit = generate(args.dir, args.runs, args.events)
+def timed(command: str, *inputs: str) -> tuple[float, float, Optional[dict[str, Any]]]:
+    """Seconds, peak RSS of the children so far (MB), and the JSON of ``healthd fleet COMMAND --json``."""
     healthd = Path(sys.executable).with_name("healthd")
     started = time.perf_counter()
-    inputs = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
     proc = subprocess.run(
-        [str(healthd), "fleet", "report", "--json", *inputs],
-        capture_output=True,
-        text=True,
-        check=False,
+        [str(healthd), "fleet", command, "--json", *inputs], capture_output=True, text=True, check=False
     )
     elapsed = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)
-        return 1
-    import json
+        return elapsed, peak_mb, None
+    return elapsed, peak_mb, json.loads(proc.stdout)
 
-    report = json.loads(proc.stdout)
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=4_000_000)
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
+    parser.add_argument("--backtest", action="store_true", help="time fleet backtest too, and its ratio")
+    args = parser.parse_args()
+    args.dir.mkdir(parents=True, exist_ok=True)
+    jobs, events, submit = generate(args.dir, args.runs, args.events)
+    inputs = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
+    elapsed, peak_mb, report = timed("report", *inputs)
+    if report is None:
+        return 1
     print(
         f"fleet report: {report['runs']} runs, {report['inputs']['events']['records']} events, "
         f"{len(report['attributed_failures'])} attributed, {len(report['lemon_nodes'])} lemons: "
         f"{elapsed:.1f} s, peak RSS {peak_mb:.0f} MB"
     )
+    if args.backtest:
+        replay, replay_mb, found = timed("backtest", *inputs)
+        if found is None:
+            return 1
+        large = found["large_jobs"]
+        print(
+            f"fleet backtest: {len(found['steps'])} steps, {len(found['drains'])} drains, large-job failure rate "
+            f"{large['failure_rate']} -> {large['failure_rate_with_draining']}: {replay:.1f} s, peak RSS "
+            f"{replay_mb:.0f} MB (children so far), {replay / elapsed:.2f}x the report"
+        )
     return 0
 
 

@@ -41,6 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     form = report.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print the versioned JSON document")
     form.add_argument("--html", type=Path, metavar="FILE", help="write one self-contained HTML page with the plots")
+    backtest = sub.add_parser(
+        "backtest", help="replay the window in steps: large-job failures avoided by draining the lemons, and the cost"
+    )
+    _inputs(backtest)
+    backtest.add_argument("--json", action="store_true", help="print the versioned JSON document")
+    backtest.add_argument("--every", default="7d", metavar="DUR", help="time between steps (7d)")
+    backtest.add_argument("--min-gpus", type=int, default=512, metavar="N", help="a large job's GPUs (512)")
+    backtest.add_argument(
+        "--drain-silent", action="store_true", help="drain silent lemons too, as lemons --drain --drain-silent"
+    )
     lemons = sub.add_parser("lemons", help="list the flagged lemon nodes; --drain takes them out")
     _inputs(lemons)
     lemons.add_argument("--json", action="store_true", help="print the lemon nodes (and drain steps) as JSON")
@@ -183,10 +193,32 @@ def _file_lines(path: Path) -> Iterator[str]:
         yield from handle
 
 
-def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
-    """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
+def _analysis(args: argparse.Namespace) -> Any:
+    """``analyze``, or for ``backtest`` the replay: one function of the inputs and the settings."""
     from healthd.fleet.analyze import analyze
 
+    if args.fleet_command != "backtest":
+        return analyze
+    from healthd.fleet.backtest import BacktestSettings, backtest
+
+    if not 1 <= args.min_gpus <= MAX_FLOOR:
+        raise _Usage(f"--min-gpus {args.min_gpus}: must be between 1 and {MAX_FLOOR}")
+    every = _seconds(args.every, "--every")
+    if every < 3600:
+        raise _Usage(f"--every {args.every}: at least an hour")
+    options = BacktestSettings(every, args.min_gpus, args.drain_silent)
+
+    def replay(jobs: Any, events: Any, settings: Any, *sources: Any) -> Any:
+        jobs_source, events_source, submit, submit_source = sources
+        names = (jobs_source, events_source, submit_source)
+        return backtest(jobs, events, settings, options, names, submit)
+
+    return replay
+
+
+def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
+    """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
+    analyze = _analysis(args)
     prefix = config.slurm.reason_prefix if config is not None else "healthd:"
     settings = _settings(args, prefix, now)
     if args.live:
@@ -240,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
         config = _load_config(args) if (args.live or args.config or getattr(args, "drain", False)) else None
         if getattr(args, "apply", False) and not args.drain:
             raise _Usage("--apply only goes with --drain")
-        if getattr(args, "drain_silent", False) and not args.drain:
+        if getattr(args, "drain_silent", False) and not getattr(args, "drain", True):
             raise _Usage("--drain-silent only goes with --drain")
         report = _report(args, config, now)
     except (_Usage, FleetInputError, SlurmError) as exc:
@@ -254,6 +286,11 @@ def run(args: argparse.Namespace) -> int:
         return EX_NOINPUT
     if args.fleet_command == "report":
         return _print_report(args, report)
+    if args.fleet_command == "backtest":
+        from healthd.fleet.backtest_render import document, text
+
+        print(json.dumps(document(report), indent=2, sort_keys=True) if args.json else text(report), end="")
+        return 0
     return _lemons(args, report, config, now)
 
 
