@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "backtest", help="replay the window in steps: large-job failures avoided by draining the lemons, and the cost"
     )
     _inputs(backtest)
-    backtest.add_argument("--json", action="store_true", help="print the versioned JSON document")
+    shown = backtest.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the versioned JSON document")
+    shown.add_argument("--html", type=Path, metavar="FILE", help="write the report's HTML page with a backtest section")
     backtest.add_argument("--every", default="7d", metavar="DUR", help="time between steps (7d)")
     backtest.add_argument("--min-gpus", type=int, default=512, metavar="N", help="a large job's GPUs (512)")
     backtest.add_argument(
@@ -287,11 +289,20 @@ def run(args: argparse.Namespace) -> int:
     if args.fleet_command == "report":
         return _print_report(args, report)
     if args.fleet_command == "backtest":
-        from healthd.fleet.backtest_render import document, text
-
-        print(json.dumps(document(report), indent=2, sort_keys=True) if args.json else text(report), end="")
-        return 0
+        return _print_backtest(args, report)
     return _lemons(args, report, config, now)
+
+
+def _write_html(path: Path, report: Any, extra: str = "") -> bool:
+    from healthd.atomicfile import replace_file
+    from healthd.fleet.html import page
+
+    try:
+        replace_file(path, page(report, extra).encode("utf-8"), 0o644)
+    except OSError as exc:
+        print(f"healthd fleet: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _print_report(args: argparse.Namespace, report: Any) -> int:
@@ -300,16 +311,21 @@ def _print_report(args: argparse.Namespace, report: Any) -> int:
     if args.json:
         print(json.dumps(document(report), indent=2, sort_keys=True))
         return 0
-    if args.html is not None:
-        from healthd.atomicfile import replace_file
-        from healthd.fleet.html import page
-
-        try:
-            replace_file(args.html, page(report).encode("utf-8"), 0o644)
-        except OSError as exc:
-            print(f"healthd fleet: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
-            return EX_CANTCREAT
+    if args.html is not None and not _write_html(args.html, report):
+        return EX_CANTCREAT
     print(table(report), end="")
+    return 0
+
+
+def _print_backtest(args: argparse.Namespace, replay: Any) -> int:
+    from healthd.fleet.backtest_render import document, html_section, text
+
+    if args.json:
+        print(json.dumps(document(replay), indent=2, sort_keys=True))
+        return 0
+    if args.html is not None and not _write_html(args.html, replay.report, html_section(replay)):
+        return EX_CANTCREAT
+    print(text(replay), end="")
     return 0
 
 

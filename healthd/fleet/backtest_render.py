@@ -140,3 +140,16 @@ def text(bt: Backtest) -> str:
     lines.append("")
     lines.extend(f"assumption: {a}" for a in ASSUMPTIONS)
     return "\n".join(lines) + "\n"
+
+
+def html_section(bt: Backtest) -> str:
+    """The backtest as a section of the report's HTML page: its summary, the drains, the assumptions."""
+    from healthd.fleet.html import _esc, _html_table
+
+    summary = "".join(f"<li>{_esc(line)}</li>" for line in summary_lines(bt))
+    assumptions = "".join(f"<li>{_esc(a)}</li>" for a in ASSUMPTIONS)
+    return (
+        f'<section id="backtest"><h2>Backtest: draining the lemons as they were flagged</h2>'
+        f'<ul class="summary">{summary}</ul>{_html_table(step_table(bt))}'
+        f'<p>Assumptions:</p><ul class="assumptions">{assumptions}</ul></section>'
+    )

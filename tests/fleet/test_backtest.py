@@ -138,3 +138,44 @@ def test_bad_options_are_usage_errors(
     code, _, err = cli("fleet", "backtest", "--jobs", str(jobs), "--events", str(events), *option)
     assert code == 64
     assert option[0] in err
+
+
+def test_a_lemon_resumed_by_an_administrator_comes_back_and_is_drained_again_only_on_a_new_incident(
+    lemon_fleet: tuple[synth.Fleet, Path, Path],
+) -> None:
+    fleet, jobs, events = lemon_fleet
+    lines, event_lines = jobs.read_text().splitlines(), events.read_text().splitlines()
+    first = backtest(lines, event_lines, options=BacktestSettings(min_gpus=MIN_GPUS))
+    drain = first.drains[0]
+    node = drain.node
+    clock = datetime.datetime.fromtimestamp
+    resumed = drain.start + 86400
+    # The accounting shows healthd's LEMON drain of the node, resumed a day later.
+    lemon = (
+        f"synth|{node}|{clock(drain.start + 60):%Y-%m-%dT%H:%M:%S}|{clock(resumed):%Y-%m-%dT%H:%M:%S}|"
+        "DRAIN|root(0)|healthd: LEMON 7 incidents"
+    )
+    again = backtest(lines, [*event_lines, lemon], options=BacktestSettings(min_gpus=MIN_GPUS))
+    mine = [d for d in again.drains if d.node == node]
+    assert mine[0].start == drain.start and mine[0].end == resumed
+    incidents = sorted(t for t, _ in fleet.incidents[node] if t > resumed)
+    assert len(mine) > 1, "drained again after a new incident"
+    assert mine[1].start > incidents[0]
+    returned = [s for s in again.steps if node in s.returned]
+    assert returned and returned[0].time > resumed
+
+
+def test_the_html_page_has_a_backtest_section(
+    cli: Cli, lemon_fleet: tuple[synth.Fleet, Path, Path], tmp_path: Path
+) -> None:
+    fleet, jobs, events = lemon_fleet
+    page = tmp_path / "report.html"
+    inputs = ("--jobs", str(jobs), "--events", str(events), "--min-gpus", "64")
+    code, _, _ = cli("fleet", "backtest", *inputs, "--html", str(page))
+    assert code == 0
+    html = page.read_text()
+    section = html[html.index('<section id="backtest">') :]
+    assert "with draining" in section and "Assumptions" in section
+    for node in fleet.incident_lemons:
+        assert f"<td>{node}</td>" in section
+    assert '<div class="plots">' in html  # the report's own page, the section after it
