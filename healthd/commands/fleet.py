@@ -210,10 +210,10 @@ def _analysis(args: argparse.Namespace) -> Any:
         raise _Usage(f"--every {args.every}: at least an hour")
     options = BacktestSettings(every, args.min_gpus, args.drain_silent)
 
-    def replay(jobs: Any, events: Any, settings: Any, *sources: Any) -> Any:
+    def replay(jobs: Any, events: Any, settings: Any, *sources: Any, job_names: Any = None) -> Any:
         jobs_source, events_source, submit, submit_source = sources
         names = (jobs_source, events_source, submit_source)
-        return backtest(jobs, events, settings, options, names, submit)
+        return backtest(jobs, events, settings, options, names, submit, job_names)
 
     return replay
 
@@ -239,21 +239,27 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
             args.timeout,
             conf=config.slurm.conf,
         )
+        jobs, names = _job_rows(texts.jobs, "sacct")
         return analyze(
-            texts.jobs.splitlines(),
+            jobs,
             texts.events.splitlines(),
             settings,
             "sacct",
             "sacctmgr show event",
             texts.submit_lines.splitlines,
             "sacct JobID,SubmitLine",
+            job_names=names,
         )
     if args.jobs is None or args.events is None:
         raise _Usage("give --jobs FILE and --events FILE (the sacct and sacctmgr output), or --live")
     submit = args.submit_lines
     if submit is not None and str(submit) == "-":
         raise _Usage("--submit-lines is read twice: give a file, not -")
-    with _lines(args.jobs) as jobs, _lines(args.events) as events:
+    with _lines(args.jobs) as jobs_file, _lines(args.events) as events:
+        # sacct --json is one document, read whole; sacct -P is streamed line by line.
+        first = jobs_file.read(1)
+        text = first + jobs_file.read() if first == "{" else None
+        jobs, names = _job_rows(text, str(args.jobs)) if text is not None else (_chain(first, jobs_file), {})
         return analyze(
             jobs,
             events,
@@ -262,7 +268,27 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
             str(args.events),
             None if submit is None else (lambda: _file_lines(submit)),
             str(submit),
+            job_names=names,
         )
+
+
+def _chain(first: str, rest: IO[str]) -> Iterator[str]:
+    """The lines of ``rest`` with the character read ahead of it put back."""
+    lines = iter(rest)
+    head = next(lines, "")
+    yield first + head
+    yield from lines
+
+
+def _job_rows(text: str, source: str) -> tuple[Any, dict[str, str]]:
+    """The jobs input as rows of the sacct -P table, and the job names where it is sacct --json."""
+    from healthd.fleet.sacct import FleetInputError
+    from healthd.fleet.sacct_json import lines_of
+
+    try:
+        return lines_of(text, source)
+    except ValueError as exc:
+        raise FleetInputError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -163,6 +163,7 @@ class FleetReport:
     lemon_floor: tuple[str, ...] = ()  # why the fleet or window is too small to flag any node
     lemon_notes: tuple[str, ...] = ()  # what else the lemon test could not see
     held_back: tuple[HeldBack, ...] = ()  # nodes the plain test flags and the guarded one does not
+    job_names: dict[str, str] = field(default_factory=dict)  # JobID -> name, from sacct --json only (display)
 
     @property
     def lemons(self) -> tuple[Verdict, ...]:
@@ -627,12 +628,14 @@ def analyze(
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
     submit_source: str = "submit lines",
     observer: Optional[Observer] = None,
+    job_names: Optional[dict[str, str]] = None,
 ) -> FleetReport:
     """The whole report from sacct's and sacctmgr's parsable output (``FleetInputError`` if one is unusable).
 
     ``submit_lines`` gives the lines of ``sacct -o JobID,SubmitLine`` afresh at each call (read
     twice, ``healthd.fleet.submit``); without it there is no exclusion signal. ``observer``
-    sees each run and administrator's event as they are read (``healthd.fleet.backtest``).
+    sees each run and event as they are read (``healthd.fleet.backtest``); ``job_names`` (JobID to
+    name, from ``sacct --json``) are shown, never analysed.
     """
     settings = settings or FleetSettings()
     read_events = _read_events(events, events_source, settings, observer)
@@ -680,4 +683,5 @@ def analyze(
         lemon_floor=settings.floors.fleet_notes(len(signals), days),
         lemon_notes=notes,
         held_back=held_back(plain, verdicts),
+        job_names=job_names or {},
     )

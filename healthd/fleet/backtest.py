@@ -171,74 +171,86 @@ class _Recorder:
 
 
 class _History:
-    """Running sums of the single-node runs up to a time, and the signals the lemon test needs from them."""
+    """Running sums of the single-node runs up to a step, and the signals the lemon test needs from them."""
 
-    def __init__(self, recorder: _Recorder, nodes: list[str]) -> None:
+    def __init__(self, recorder: _Recorder, nodes: list[str], start: float, every: float) -> None:
         self.nodes = nodes
-        # Keys renumbered in node order, so that each node's keys are one slice of the sums.
-        by_node = sorted(recorder.keys.items())
+        node_id = {name: i for i, name in enumerate(nodes)}
+        # Keys renumbered in node order, so that each node's keys are one slice of the sums
+        # (grouped, not sorted: a year has millions of keys).
+        groups: dict[str, list[tuple[tuple[str, str, str], int]]] = {}
+        for item in recorder.keys.items():
+            groups.setdefault(item[0][0], []).append(item)
+        by_node = [item for name in nodes for item in groups.get(name, ())]
         renumber = array("l", bytes(8 * len(by_node)))
         for new, (_, old) in enumerate(by_node):
             renumber[old] = new
-        self.key_of = array("l", (renumber[k] for k in recorder.key_of))
-        self.key_node = [name for (name, _, _), _ in by_node]
+        self.key_node = [node_id[name] for (name, _, _), _ in by_node]
         ups: dict[tuple[str, str], int] = {}
         self.key_up = [ups.setdefault((user, partition), len(ups)) for (_, user, partition), _ in by_node]
         self.ups = list(ups)
-        self.slices: dict[str, tuple[int, int]] = {}
-        for index, name in enumerate(self.key_node):
-            low, _ = self.slices.get(name, (index, index))
-            self.slices[name] = (low, index + 1)
-        self.ends, self.failed = recorder.ends, recorder.failed
-        self.order = sorted(range(len(recorder.ends)), key=recorder.ends.__getitem__)
-        self.is_pinned = bytearray(len(recorder.ends))
-        for i, job in recorder.pins:
-            if job in recorder.pinned:
-                self.is_pinned[i] = 1
-        self.applied = 0
+        self.slices = [(0, 0)] * len(nodes)
+        for index, node in enumerate(self.key_node):
+            low = self.slices[node][0] if self.slices[node][1] else index
+            self.slices[node] = (low, index + 1)
+        pinned = {i for i, job in recorder.pins if job in recorder.pinned}
+        # The runs by the step they end before: within a step their order does not matter.
+        self.buckets: dict[int, array[int]] = {}
+        failed = recorder.failed
+        for i, (end, key) in enumerate(zip(recorder.ends, recorder.key_of)):
+            # A run's key, failure and pin in one int: key * 4 + pinned * 2 + failed.
+            code = renumber[key] * 4 + (2 if i in pinned else 0) + failed[i]
+            step = int((end - start) // every)
+            found = self.buckets.get(step)
+            if found is None:
+                found = self.buckets[step] = array("q")
+            found.append(code)
         self.key_runs = [0] * len(by_node)  # runs not pinned, per key
         self.key_failures = [0] * len(by_node)
         self.up_runs = [0] * len(self.ups)
         self.up_failures = [0] * len(self.ups)
-        self.all_runs: Counter[str] = Counter()
-        self.all_failures: Counter[str] = Counter()
-        self.pinned_runs: Counter[str] = Counter()
-        self.pinned_failures: Counter[str] = Counter()
-        self.counted_failures: Counter[str] = Counter()
+        # Per node id: all single-node runs, their failures, the pinned ones, the counted failures.
+        self.all_runs = [0] * len(nodes)
+        self.all_failures = [0] * len(nodes)
+        self.pinned_runs = [0] * len(nodes)
+        self.pinned_failures = [0] * len(nodes)
+        self.counted_failures = [0] * len(nodes)
 
-    def advance(self, until: float) -> None:
-        """Add the runs that ended before ``until``."""
-        order, ends, key_of, failed = self.order, self.ends, self.key_of, self.failed
+    def advance(self, step: int) -> None:
+        """Add the runs that ended in step ``step`` (0: before the first step)."""
         key_node, key_up = self.key_node, self.key_up
-        while self.applied < len(order) and ends[order[self.applied]] < until:
-            i = order[self.applied]
-            self.applied += 1
-            key, fail = key_of[i], failed[i]
+        all_runs, all_failures, counted = self.all_runs, self.all_failures, self.counted_failures
+        key_runs, key_failures, up_runs, up_failures = self.key_runs, self.key_failures, self.up_runs, self.up_failures
+        for code in self.buckets.pop(step, ()):
+            key, fail = code >> 2, code & 1
             node = key_node[key]
-            self.all_runs[node] += 1
-            self.all_failures[node] += fail
-            if self.is_pinned[i]:
+            all_runs[node] += 1
+            all_failures[node] += fail
+            if code & 2:
                 self.pinned_runs[node] += 1
                 self.pinned_failures[node] += fail
                 continue
-            self.key_runs[key] += 1
-            self.key_failures[key] += fail
-            self.up_runs[key_up[key]] += 1
-            self.up_failures[key_up[key]] += fail
-            self.counted_failures[node] += fail
+            key_runs[key] += 1
+            key_failures[key] += fail
+            up = key_up[key]
+            up_runs[up] += 1
+            up_failures[up] += fail
+            counted[node] += fail
 
     def signals(self, outs: Counter[str], min_failures: int, alpha: float) -> list[NodeSignals]:
         """Every node's signals from the runs added so far (see the module's docstring for the shortcut)."""
         rates = [fails / runs if runs else 0.0 for runs, fails in zip(self.up_runs, self.up_failures)]
         expected_of = list(map(mul, self.key_runs, map(rates.__getitem__, self.key_up)))
         signals = []
-        for name in self.nodes:
-            low, high = self.slices.get(name, (0, 0))
-            counted = self.counted_failures[name]
+        for node, name in enumerate(self.nodes):
+            low, high = self.slices[node]
+            counted = self.counted_failures[node]
             expected, failing, top = 0.0, 0, ("", 0, 0.0)
             if counted >= min_failures:
                 expected = sum(expected_of[low:high])
-                if upper_tail(counted, expected) <= alpha:
+                # A Poisson tail from at or below the mean is about one half or more: no evidence
+                # at an alpha below that, and not worth a sum of terms.
+                if (counted > expected or alpha >= 0.4) and upper_tail(counted, expected) <= alpha:
                     failing, top = self._top_user(low, high, rates)
             signals.append(
                 NodeSignals(
@@ -247,12 +259,12 @@ class _History:
                     xids=(),
                     single_node_failures_caused=0,
                     multi_node_failures_caused=0,
-                    single_node_runs=self.all_runs[name],
-                    single_node_failures=self.all_failures[name],
+                    single_node_runs=self.all_runs[node],
+                    single_node_failures=self.all_failures[node],
                     expected_single_node_failures=0.0,
                     excluded_by_jobs=0,
-                    pinned_runs=self.pinned_runs[name],
-                    pinned_failures=self.pinned_failures[name],
+                    pinned_runs=self.pinned_runs[node],
+                    pinned_failures=self.pinned_failures[node],
                     counted_failures=counted,
                     counted_expected=expected,
                     failing_users=failing,
@@ -330,20 +342,21 @@ def _flag(verdict: Verdict, time: float) -> Flag:
 
 def _replay(report: FleetReport, recorder: _Recorder, options: BacktestSettings) -> tuple[tuple[Step, ...], _Drains]:
     settings = report.settings
-    nodes = sorted(v.node for v in report.verdicts)
+    # The report's nodes are every node of a run or an event; the union only guards that.
+    nodes = sorted({v.node for v in report.verdicts} | {name for name, _, _ in recorder.keys})
     own = sorted((i.start, i.node) for i in report.incidents if not i.shared)
     starts: dict[str, list[float]] = {}
     for start, node in own:
         starts.setdefault(node, []).append(start)
-    history = _History(recorder, nodes)
+    assert report.start is not None and report.end is not None
+    history = _History(recorder, nodes, report.start, options.every)
     drains = _Drains(recorder.admin, starts)
     outs: Counter[str] = Counter()
     seen = 0
-    steps = []
-    assert report.start is not None and report.end is not None
+    steps: list[Step] = []
     at = report.start + options.every
     while at < report.end:
-        history.advance(at)
+        history.advance(len(steps))
         while seen < len(own) and own[seen][0] < at:
             outs[own[seen][1]] += 1
             seen += 1
@@ -389,12 +402,13 @@ def backtest(
     options: Optional[BacktestSettings] = None,
     sources: tuple[str, str, str] = ("jobs", "events", "submit lines"),
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
+    job_names: Optional[dict[str, str]] = None,
 ) -> Backtest:
     """The report of the whole window and its replay in steps (``FleetInputError`` if an input is unusable)."""
     options = options or BacktestSettings()
     settings = settings or FleetSettings()
     recorder = _Recorder(options.min_gpus, settings.rules.healthd_prefix)
-    report = analyze(jobs, events, settings, sources[0], sources[1], submit_lines, sources[2], recorder)
+    report = analyze(jobs, events, settings, sources[0], sources[1], submit_lines, sources[2], recorder, job_names)
     if report.start is None or report.end is None:
         return Backtest(report, options, (), (), 0, 0, (), 0.0, 0)
     steps, state = _replay(report, recorder, options)

@@ -78,6 +78,7 @@ def document(bt: Backtest) -> dict[str, Any]:
                 "gpus": run.gpus,
                 "drained_nodes": list(run.drained),
                 "attributed_to": run.attributed_to,
+                **({"job_name": report.job_names[run.job_id]} if run.job_id in report.job_names else {}),
             }
             for run in bt.avoided
         ],

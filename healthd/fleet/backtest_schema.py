@@ -65,6 +65,7 @@ class AvoidedOut(_Strict):
     gpus: int = Field(ge=0)
     drained_nodes: list[str] = Field(description="the drained nodes it held when it started")
     attributed_to: Optional[str] = Field(description="the node its failure was attributed to, null if none")
+    job_name: Optional[str] = Field(default=None, description="from sacct --json only; absent from sacct -P")
 
 
 class CostOut(_Strict):

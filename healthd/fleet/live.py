@@ -72,6 +72,20 @@ def sacct_args(since: datetime.datetime, until: datetime.datetime, fields: Seque
     return ["-a", "-X", "-D", "-P", "-o", ",".join(fields), "-S", slurm_time(since), "-E", slurm_time(until)]
 
 
+def sacct_json_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
+    """The job query as ``sacct --json`` (21.08 and later with the JSON serializer): the same window and runs."""
+    until = _whole_second_after(until)
+    return ["-a", "-X", "-D", "--json", "-S", slurm_time(since), "-E", slurm_time(until)]
+
+
+def _no_json(error: AccountingError) -> bool:
+    """Whether sacct failed because it cannot print JSON (an old Slurm, or no serializer plugin)."""
+    # 21.08 and later without the JSON serializer plugin say so in words naming it; older
+    # ones do not know the option (getopt's "unrecognized option '--json'").
+    said = str(error).lower()
+    return "unrecognized option" in said or "serializer" in said
+
+
 def sacctmgr_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
     return [
         "-P",
@@ -100,7 +114,14 @@ def collect(
     if until <= since:
         raise AccountingError(f"empty window: it ends at {slurm_time(until)}, not after its start {slurm_time(since)}")
     deadline = time.monotonic() + timeout
-    jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
+    # JSON first: it carries job names safely (a name is a string, not a field of a "|" line),
+    # and epoch times; sacctmgr has no --json in 22.05 ("unrecognized option"), so events stay -P.
+    try:
+        jobs = _run(bin_dir, "sacct", sacct_json_args(since, until), deadline, timeout, conf)
+    except AccountingError as exc:
+        if not _no_json(exc):
+            raise
+        jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
     events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
     submit_lines = _run(bin_dir, "sacct", sacct_args(since, until, SUBMIT_FIELDS), deadline, timeout, conf)
     return Accounting(jobs, events, submit_lines)

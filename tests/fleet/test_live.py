@@ -81,16 +81,10 @@ def test_exact_commands_and_their_texts(bin_dir: Path, tmp_path: Path) -> None:
     window = ["-S", "2024-05-01T08:00:00", "-E", "2024-05-31T08:00:00"]
     # No field a job's owner writes among the job fields: -P escapes nothing, so a JobName or
     # SubmitLine could forge records. The submit lines come on their own, keyed by JobID.
+    # The job runs as JSON first (job names come safely, times as epoch seconds); a sacct that
+    # prints JSON is not asked again.
     assert calls(bin_dir, "sacct") == [
-        [
-            "-a",
-            "-X",
-            "-D",
-            "-P",
-            "-o",
-            "JobID,User,Partition,State,ExitCode,Submit,Start,End,Elapsed,NNodes,NodeList,AllocTRES",
-            *window,
-        ],
+        ["-a", "-X", "-D", "--json", *window],
         ["-a", "-X", "-D", "-P", "-o", "JobID,SubmitLine", *window],
     ]
     sacct, sacct_env = recorded(bin_dir, "sacct")
@@ -208,6 +202,31 @@ def test_bad_window_or_conf_runs_nothing(bin_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(AccountingError, match=f"{missing} does not exist \\(\\[slurm\\].conf\\)"):
         collect(bin_dir, SINCE, UNTIL, 10, conf=missing)
     assert not (bin_dir / "sacct.args").exists()
+
+
+NO_JSON = """#!/bin/sh
+for arg in "$@"; do printf '%s ' "$arg"; done >> {record}.calls
+echo >> {record}.calls
+for arg in "$@"; do
+  if [ "$arg" = --json ]; then echo "sacct: unrecognized option '--json'" >&2; exit 1; fi
+done
+echo 'JobID|State'
+"""
+
+
+def test_a_sacct_without_json_is_asked_for_the_parsable_table(bin_dir: Path) -> None:
+    (bin_dir / "sacct").write_text(NO_JSON.format(record=bin_dir / "nojson"))
+    texts = collect(bin_dir, SINCE, UNTIL, 10)
+    assert texts.jobs == "JobID|State\n"
+    asked = (bin_dir / "nojson.calls").read_text().splitlines()
+    assert [line.split()[3] for line in asked] == ["--json", "-P", "-P"]
+
+
+def test_a_sacct_json_failure_for_another_reason_is_not_hidden(bin_dir: Path) -> None:
+    stand_in(bin_dir, "sacct", err="sacct: error: Problem talking to the database: Connection refused", code=1)
+    with pytest.raises(AccountingError, match="slurmdbd is not reachable"):
+        collect(bin_dir, SINCE, UNTIL, 10)
+    assert len(calls(bin_dir, "sacct")) == 1
 
 
 def test_accounting_fixtures_have_the_fields_collect_asks_for(fixtures: Path) -> None:
