@@ -56,15 +56,26 @@ def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]
     return jobs, event_file, submit
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(command: str, *inputs: str) -> tuple[float, float, Optional[dict[str, Any]]]:
-    """Seconds, peak RSS of the children so far (MB), and the JSON of ``healthd fleet COMMAND --json``."""
+    """Seconds, peak RSS of the children so far (MB), and the JSON of ``healthd fleet COMMAND --json``.
+
+    Prints the CPU seconds of the command too: on a shared machine the wall time varies
+    with the others' load, the CPU time much less.
+    """
     healthd = Path(sys.executable).with_name("healthd")
+    cpu = cpu_seconds()
     started = time.perf_counter()
     proc = subprocess.run(
         [str(healthd), "fleet", command, "--json", *inputs], capture_output=True, text=True, check=False
     )
     elapsed = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"fleet {command}: {cpu_seconds() - cpu:.1f} s of CPU, {elapsed:.1f} s wall")
     if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)
         return elapsed, peak_mb, None

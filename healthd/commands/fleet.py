@@ -100,6 +100,9 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
         "--cause", action="append", default=[], metavar="PREFIX", help="another reason prefix that is a cause (repeat)"
     )
     parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds per command (300)")
+    parser.add_argument(
+        "--cache", type=Path, metavar="FILE", help="--live: keep what was read here; read only the new days next time"
+    )
     add_config_argument(parser)
 
 
@@ -226,30 +229,19 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     if args.live:
         if args.jobs is not None or args.events is not None:
             raise _Usage("--live reads Slurm itself: give either --live or --jobs and --events")
-        import datetime
-
-        from healthd.fleet.live import collect
-
-        until = settings.until if settings.until is not None else now
-        # sacct's window is in local time, as its output is (docs/fleet.md).
-        texts = collect(
-            config.slurm.bin_dir,
-            datetime.datetime.fromtimestamp(settings.since),
-            datetime.datetime.fromtimestamp(until),
-            args.timeout,
-            conf=config.slurm.conf,
-        )
-        jobs, names = _job_rows(texts.jobs, "sacct")
+        found = _live(args, config, settings, now)
         return analyze(
-            jobs,
-            texts.events.splitlines(),
+            _shown(found.jobs, len(found.jobs), "sacct"),
+            found.events,
             settings,
             "sacct",
             "sacctmgr show event",
-            texts.submit_lines.splitlines,
+            lambda: (line for record in found.submit for line in record.split("\n")),
             "sacct JobID,SubmitLine",
-            job_names=names,
+            job_names=found.names,
         )
+    if args.cache is not None:
+        raise _Usage("--cache keeps what --live read: it goes with --live")
     if args.jobs is None or args.events is None:
         raise _Usage("give --jobs FILE and --events FILE (the sacct and sacctmgr output), or --live")
     submit = args.submit_lines
@@ -259,7 +251,12 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
         # sacct --json is one document, read whole; sacct -P is streamed line by line.
         first = jobs_file.read(1)
         text = first + jobs_file.read() if first == "{" else None
-        jobs, names = _job_rows(text, str(args.jobs)) if text is not None else (_chain(first, jobs_file), {})
+        if text is not None:
+            rows, names = _job_rows(text, str(args.jobs))
+            jobs = _shown(rows, len(rows), str(args.jobs))
+        else:
+            # Streamed: the bar counts the characters read against the file's size.
+            jobs, names = _shown(_chain(first, jobs_file), _size(args.jobs), str(args.jobs), len), {}
         return analyze(
             jobs,
             events,
@@ -272,6 +269,59 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
         )
 
 
+def _live(args: argparse.Namespace, config: Any, settings: Any, now: float) -> Any:
+    """The accounting of the window as ``cache.Cached`` rows: read from Slurm, only the new days with ``--cache``."""
+    import datetime
+
+    from healthd.fleet import cache
+    from healthd.fleet.live import collect
+
+    until = settings.until if settings.until is not None else now
+    # What identifies the query: a cache of another cluster or table is not merged.
+    key = f"{config.slurm.conf}|{config.slurm.bin_dir}"
+    cached = cache.load(args.cache, key) if args.cache is not None else None
+    start = cache.read_from(cached, settings.since, key)
+    # sacct's window is in local time, as its output is (docs/fleet.md).
+    texts = collect(
+        config.slurm.bin_dir,
+        datetime.datetime.fromtimestamp(start),
+        datetime.datetime.fromtimestamp(until),
+        args.timeout,
+        conf=config.slurm.conf,
+    )
+    jobs, names = _job_rows(texts.jobs, "sacct")
+    fresh = cache.Cached(
+        key,
+        start,
+        until,
+        tuple(jobs),
+        tuple(texts.events.splitlines()),
+        tuple(cache.submit_records(texts.submit_lines.splitlines())),
+        names,
+    )
+    found = cache.merge(cached, fresh, settings.since)
+    if args.cache is not None:
+        try:
+            cache.save(args.cache, found)
+        except cache.CacheError as exc:
+            print(f"healthd fleet: {exc}; the report goes on without it", file=sys.stderr)
+    return found
+
+
+def _size(path: Path) -> float:
+    try:
+        return float(path.stat().st_size) if str(path) != "-" else 0.0
+    except OSError:
+        return 0.0
+
+
+def _shown(lines: Any, total: float, label: str, weight: Any = None) -> Any:
+    """``lines`` with a progress bar on standard error when it is a terminal (``progress.bar``)."""
+    from healthd.fleet.progress import bar
+
+    return bar(lines, total, f"reading {label}", sys.stderr, weight or (lambda _: 1))
+
+
 def _chain(first: str, rest: IO[str]) -> Iterator[str]:
     """The lines of ``rest`` with the character read ahead of it put back."""
     lines = iter(rest)
@@ -280,7 +330,7 @@ def _chain(first: str, rest: IO[str]) -> Iterator[str]:
     yield from lines
 
 
-def _job_rows(text: str, source: str) -> tuple[Any, dict[str, str]]:
+def _job_rows(text: str, source: str) -> tuple[Any, dict[str, str]]:  # rows: a list or tuple of lines
     """The jobs input as rows of the sacct -P table, and the job names where it is sacct --json."""
     from healthd.fleet.sacct import FleetInputError
     from healthd.fleet.sacct_json import lines_of

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Sequence
 
 JOB_TABLE = ("JobID", "User", "Partition", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
 
@@ -119,7 +119,7 @@ def read(text: str, source: str) -> JsonJobs:
     return JsonJobs(tuple(lines), names)
 
 
-def lines_of(text: str, source: str) -> tuple[Iterable[str], dict[str, str]]:
+def lines_of(text: str, source: str) -> tuple[Sequence[str], dict[str, str]]:
     """The job rows of ``text``, ``sacct -P`` or ``sacct --json``, and the job names (JSON only)."""
     if not is_json(text):
         return text.splitlines(), {}
