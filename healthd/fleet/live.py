@@ -25,6 +25,7 @@ which the commands get too.
 from __future__ import annotations
 
 import datetime
+import json
 import shlex
 import time
 from dataclasses import dataclass
@@ -86,6 +87,23 @@ def _no_json(error: AccountingError) -> bool:
     return "unrecognized option" in said or "serializer" in said
 
 
+def _names_every_user(text: str) -> bool:
+    """Whether ``sacct --json`` output names the user of every job.
+
+    22.05 takes a job's ``user`` from its association and prints null for a user who has
+    none (not added with ``sacctmgr add user``), where ``-P`` prints the name of the uid;
+    the lemon test's guards need the user, so such a window is read with ``-P`` instead.
+    """
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return False
+    jobs = document.get("jobs") if isinstance(document, dict) else None
+    return isinstance(jobs, list) and all(
+        isinstance(job, dict) and isinstance(job.get("user"), str) and job["user"] for job in jobs
+    )
+
+
 def sacctmgr_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
     return [
         "-P",
@@ -121,6 +139,8 @@ def collect(
     except AccountingError as exc:
         if not _no_json(exc):
             raise
+        jobs = ""
+    if not _names_every_user(jobs):
         jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
     events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
     submit_lines = _run(bin_dir, "sacct", sacct_args(since, until, SUBMIT_FIELDS), deadline, timeout, conf)

@@ -77,6 +77,9 @@ def _row(job: dict[str, Any]) -> tuple[str, str]:
     """(row, JobID) of one job object; KeyError, TypeError or ValueError when it cannot be read."""
     job_id = _job_id(job)
     times = job["time"]
+    if not isinstance(job.get("user"), str) or not job["user"]:
+        # 22.05 takes it from the job's association: null for a user with none.
+        raise ValueError("no user (a user without an association in 22.05's JSON): read with sacct -P")
     fields = (
         job_id,
         str(job["user"]),

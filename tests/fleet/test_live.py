@@ -20,6 +20,8 @@ from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
 SINCE = datetime.datetime(2024, 5, 1, 8, 0, 0)
 UNTIL = datetime.datetime(2024, 5, 31, 8, 0, 0)
 
+# What the stand-in sacct prints: a sacct --json document whose every job names its user.
+JOBS_JSON = '{"jobs": [{"job_id": 1, "user": "alice"}]}\n'
 STAND_IN = """#!/bin/sh
 for arg in "$@"; do printf '%s\\n' "$arg"; done > {record}.args
 {{ cat {record}.args; echo ---; }} >> {record}.calls
@@ -57,7 +59,7 @@ def recorded(bin_dir: Path, name: str) -> tuple[list[str], dict[str, str]]:
 @pytest.fixture
 def bin_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "bin"
-    stand_in(directory, "sacct", out="JobID|State\n1|COMPLETED\n")
+    stand_in(directory, "sacct", out=JOBS_JSON)
     stand_in(directory, "sacctmgr", out="Cluster|NodeName\nc|node1\n")
     return directory
 
@@ -76,7 +78,7 @@ def test_exact_commands_and_their_texts(bin_dir: Path, tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=c\n")
     texts = collect(bin_dir, SINCE, UNTIL, 10, conf=conf)
-    jobs_text = "JobID|State\n1|COMPLETED\n"  # the stand-in prints the same for both sacct calls
+    jobs_text = JOBS_JSON  # the stand-in prints the same for both sacct calls
     assert texts == Accounting(jobs_text, "Cluster|NodeName\nc|node1\n", jobs_text)
     window = ["-S", "2024-05-01T08:00:00", "-E", "2024-05-31T08:00:00"]
     # No field a job's owner writes among the job fields: -P escapes nothing, so a JobName or
@@ -189,7 +191,7 @@ def test_one_deadline_for_both_commands(bin_dir: Path) -> None:
         collect(bin_dir, SINCE, UNTIL, 0.3)
     assert time.monotonic() - started < 5, "the stand-in was killed at the deadline, not waited for"
     # Each command alone is quicker than the timeout; together they are not.
-    stand_in(bin_dir, "sacct", sleep=0.5)
+    stand_in(bin_dir, "sacct", out=JOBS_JSON, sleep=0.5)
     stand_in(bin_dir, "sacctmgr", sleep=0.8)
     with pytest.raises(AccountingError, match=r"sacctmgr -P show event .* did not answer within 1s"):
         collect(bin_dir, SINCE, UNTIL, 1.0)
@@ -220,6 +222,13 @@ def test_a_sacct_without_json_is_asked_for_the_parsable_table(bin_dir: Path) -> 
     assert texts.jobs == "JobID|State\n"
     asked = (bin_dir / "nojson.calls").read_text().splitlines()
     assert [line.split()[3] for line in asked] == ["--json", "-P", "-P"]
+
+
+def test_json_without_a_user_is_read_again_with_p(bin_dir: Path) -> None:
+    """22.05 prints ``"user": null`` for a user without an association; -P names the uid's user."""
+    stand_in(bin_dir, "sacct", out='{"jobs": [{"job_id": 1, "user": null}]}\n')
+    collect(bin_dir, SINCE, UNTIL, 10)
+    assert [call[3] for call in calls(bin_dir, "sacct")] == ["--json", "-P", "-P"]
 
 
 def test_a_sacct_json_failure_for_another_reason_is_not_hidden(bin_dir: Path) -> None:

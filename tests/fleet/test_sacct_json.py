@@ -62,12 +62,14 @@ def test_a_record_that_cannot_be_read_is_a_bad_line_naming_it() -> None:
     document = json.loads(JSON_JOBS.read_text())
     del document["jobs"][1]["time"]
     document["jobs"][2]["nodes"] = "node2|node3"
+    document["jobs"][3]["user"] = None  # 22.05, for a user without an association
     report = report_of(document)
-    assert report.jobs.bad == 2 and report.runs == 2
+    assert report.jobs.bad == 3 and report.runs == 1
     whys = [why for _, why in report.jobs.first_bad]
     assert whys == [
         "job record 2: no key 'time'",
         "job record 3: NodeList holds a vertical bar or a newline, which no Slurm-written field has",
+        "job record 4: no user (a user without an association in 22.05's JSON): read with sacct -P",
     ]
 
 
