@@ -41,6 +41,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     form = report.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="print the versioned JSON document")
     form.add_argument("--html", type=Path, metavar="FILE", help="write one self-contained HTML page with the plots")
+    backtest = sub.add_parser(
+        "backtest", help="replay the window in steps: large-job failures avoided by draining the lemons, and the cost"
+    )
+    _inputs(backtest)
+    shown = backtest.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the versioned JSON document")
+    shown.add_argument("--html", type=Path, metavar="FILE", help="write the report's HTML page with a backtest section")
+    backtest.add_argument("--every", default="7d", metavar="DUR", help="time between steps (7d)")
+    backtest.add_argument("--min-gpus", type=int, default=512, metavar="N", help="a large job's GPUs (512)")
+    backtest.add_argument(
+        "--drain-silent", action="store_true", help="drain silent lemons too, as lemons --drain --drain-silent"
+    )
     lemons = sub.add_parser("lemons", help="list the flagged lemon nodes; --drain takes them out")
     _inputs(lemons)
     lemons.add_argument("--json", action="store_true", help="print the lemon nodes (and drain steps) as JSON")
@@ -88,6 +100,9 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
         "--cause", action="append", default=[], metavar="PREFIX", help="another reason prefix that is a cause (repeat)"
     )
     parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds per command (300)")
+    parser.add_argument(
+        "--cache", type=Path, metavar="FILE", help="--live: keep what was read here; read only the new days next time"
+    )
     add_config_argument(parser)
 
 
@@ -182,43 +197,65 @@ def _file_lines(path: Path) -> Iterator[str]:
         yield from handle
 
 
-def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
-    """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
+def _analysis(args: argparse.Namespace) -> Any:
+    """``analyze``, or for ``backtest`` the replay: one function of the inputs and the settings."""
     from healthd.fleet.analyze import analyze
 
+    if args.fleet_command != "backtest":
+        return analyze
+    from healthd.fleet.backtest import BacktestSettings, backtest
+
+    if not 1 <= args.min_gpus <= MAX_FLOOR:
+        raise _Usage(f"--min-gpus {args.min_gpus}: must be between 1 and {MAX_FLOOR}")
+    every = _seconds(args.every, "--every")
+    if every < 3600:
+        raise _Usage(f"--every {args.every}: at least an hour")
+    options = BacktestSettings(every, args.min_gpus, args.drain_silent)
+
+    def replay(jobs: Any, events: Any, settings: Any, *sources: Any, job_names: Any = None) -> Any:
+        jobs_source, events_source, submit, submit_source = sources
+        names = (jobs_source, events_source, submit_source)
+        return backtest(jobs, events, settings, options, names, submit, job_names)
+
+    return replay
+
+
+def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
+    """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
+    analyze = _analysis(args)
     prefix = config.slurm.reason_prefix if config is not None else "healthd:"
     settings = _settings(args, prefix, now)
     if args.live:
         if args.jobs is not None or args.events is not None:
             raise _Usage("--live reads Slurm itself: give either --live or --jobs and --events")
-        import datetime
-
-        from healthd.fleet.live import collect
-
-        until = settings.until if settings.until is not None else now
-        # sacct's window is in local time, as its output is (docs/fleet.md).
-        texts = collect(
-            config.slurm.bin_dir,
-            datetime.datetime.fromtimestamp(settings.since),
-            datetime.datetime.fromtimestamp(until),
-            args.timeout,
-            conf=config.slurm.conf,
-        )
+        found = _live(args, config, settings, now)
         return analyze(
-            texts.jobs.splitlines(),
-            texts.events.splitlines(),
+            _shown(found.jobs, len(found.jobs), "sacct"),
+            found.events,
             settings,
             "sacct",
             "sacctmgr show event",
-            texts.submit_lines.splitlines,
+            lambda: (line for record in found.submit for line in record.split("\n")),
             "sacct JobID,SubmitLine",
+            job_names=found.names,
         )
+    if args.cache is not None:
+        raise _Usage("--cache keeps what --live read: it goes with --live")
     if args.jobs is None or args.events is None:
         raise _Usage("give --jobs FILE and --events FILE (the sacct and sacctmgr output), or --live")
     submit = args.submit_lines
     if submit is not None and str(submit) == "-":
         raise _Usage("--submit-lines is read twice: give a file, not -")
-    with _lines(args.jobs) as jobs, _lines(args.events) as events:
+    with _lines(args.jobs) as jobs_file, _lines(args.events) as events:
+        # sacct --json is one document, read whole; sacct -P is streamed line by line.
+        first = jobs_file.read(1)
+        text = first + jobs_file.read() if first == "{" else None
+        if text is not None:
+            rows, names = _job_rows(text, str(args.jobs))
+            jobs = _shown(rows, len(rows), str(args.jobs))
+        else:
+            # Streamed: the bar counts the characters read against the file's size.
+            jobs, names = _shown(_chain(first, jobs_file), _size(args.jobs), str(args.jobs), len), {}
         return analyze(
             jobs,
             events,
@@ -227,7 +264,80 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
             str(args.events),
             None if submit is None else (lambda: _file_lines(submit)),
             str(submit),
+            job_names=names,
         )
+
+
+def _live(args: argparse.Namespace, config: Any, settings: Any, now: float) -> Any:
+    """The accounting of the window as ``cache.Cached`` rows: read from Slurm, only the new days with ``--cache``."""
+    import datetime
+
+    from healthd.fleet import cache
+    from healthd.fleet.live import collect
+
+    until = settings.until if settings.until is not None else now
+    # What identifies the query: a cache of another cluster or table is not merged.
+    key = f"{config.slurm.conf}|{config.slurm.bin_dir}"
+    cached = cache.load(args.cache, key) if args.cache is not None else None
+    start = cache.read_from(cached, settings.since, key)
+    # sacct's window is in local time, as its output is (docs/fleet.md).
+    texts = collect(
+        config.slurm.bin_dir,
+        datetime.datetime.fromtimestamp(start),
+        datetime.datetime.fromtimestamp(until),
+        args.timeout,
+        conf=config.slurm.conf,
+    )
+    jobs, names = _job_rows(texts.jobs, "sacct")
+    fresh = cache.Cached(
+        key,
+        start,
+        until,
+        tuple(jobs),
+        tuple(texts.events.splitlines()),
+        tuple(cache.submit_records(texts.submit_lines.splitlines())),
+        names,
+    )
+    found = cache.merge(cached, fresh, settings.since)
+    if args.cache is not None:
+        try:
+            cache.save(args.cache, found)
+        except cache.CacheError as exc:
+            print(f"healthd fleet: {exc}; the report goes on without it", file=sys.stderr)
+    return found
+
+
+def _size(path: Path) -> float:
+    try:
+        return float(path.stat().st_size) if str(path) != "-" else 0.0
+    except OSError:
+        return 0.0
+
+
+def _shown(lines: Any, total: float, label: str, weight: Any = None) -> Any:
+    """``lines`` with a progress bar on standard error when it is a terminal (``progress.bar``)."""
+    from healthd.fleet.progress import bar
+
+    return bar(lines, total, f"reading {label}", sys.stderr, weight or (lambda _: 1))
+
+
+def _chain(first: str, rest: IO[str]) -> Iterator[str]:
+    """The lines of ``rest`` with the character read ahead of it put back."""
+    lines = iter(rest)
+    head = next(lines, "")
+    yield first + head
+    yield from lines
+
+
+def _job_rows(text: str, source: str) -> tuple[Any, dict[str, str]]:  # rows: a list or tuple of lines
+    """The jobs input as rows of the sacct -P table, and the job names where it is sacct --json."""
+    from healthd.fleet.sacct import FleetInputError
+    from healthd.fleet.sacct_json import lines_of
+
+    try:
+        return lines_of(text, source)
+    except ValueError as exc:
+        raise FleetInputError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -239,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
         config = _load_config(args) if (args.live or args.config or getattr(args, "drain", False)) else None
         if getattr(args, "apply", False) and not args.drain:
             raise _Usage("--apply only goes with --drain")
-        if getattr(args, "drain_silent", False) and not args.drain:
+        if getattr(args, "drain_silent", False) and not getattr(args, "drain", True):
             raise _Usage("--drain-silent only goes with --drain")
         report = _report(args, config, now)
     except (_Usage, FleetInputError, SlurmError) as exc:
@@ -253,7 +363,21 @@ def run(args: argparse.Namespace) -> int:
         return EX_NOINPUT
     if args.fleet_command == "report":
         return _print_report(args, report)
+    if args.fleet_command == "backtest":
+        return _print_backtest(args, report)
     return _lemons(args, report, config, now)
+
+
+def _write_html(path: Path, report: Any, extra: str = "") -> bool:
+    from healthd.fleet.html import page
+    from healthd.store.atomicfile import replace_file
+
+    try:
+        replace_file(path, page(report, extra).encode("utf-8"), 0o644)
+    except OSError as exc:
+        print(f"healthd fleet: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _print_report(args: argparse.Namespace, report: Any) -> int:
@@ -262,16 +386,21 @@ def _print_report(args: argparse.Namespace, report: Any) -> int:
     if args.json:
         print(json.dumps(document(report), indent=2, sort_keys=True))
         return 0
-    if args.html is not None:
-        from healthd.fleet.html import page
-        from healthd.store.atomicfile import replace_file
-
-        try:
-            replace_file(args.html, page(report).encode("utf-8"), 0o644)
-        except OSError as exc:
-            print(f"healthd fleet: cannot write {args.html}: {exc.strerror or exc}", file=sys.stderr)
-            return EX_CANTCREAT
+    if args.html is not None and not _write_html(args.html, report):
+        return EX_CANTCREAT
     print(table(report), end="")
+    return 0
+
+
+def _print_backtest(args: argparse.Namespace, replay: Any) -> int:
+    from healthd.fleet.backtest_render import document, html_section, text
+
+    if args.json:
+        print(json.dumps(document(replay), indent=2, sort_keys=True))
+        return 0
+    if args.html is not None and not _write_html(args.html, replay.report, html_section(replay)):
+        return EX_CANTCREAT
+    print(text(replay), end="")
     return 0
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Protocol
 
 from healthd.fleet.causes import (
     SHARED_NODES,
@@ -90,6 +90,25 @@ class FleetSettings:
     floors: Floors = field(default_factory=Floors)  # the least evidence the lemon test flags on
 
 
+# One accepted run as ``_read_jobs`` saw it: (job id, user, partition, node list, start,
+# end, GPUs, nodes, failed, shared, pin), shared None when the run did not fail of a cause,
+# pin whether its submit line pins it (believed or not: ``Observer.pinned_jobs`` says).
+Run = tuple[str, str, str, str, float, float, int, int, bool, Optional[bool], bool]
+
+
+class Observer(Protocol):
+    """What a replay of the window (``healthd.fleet.backtest``) needs besides the report's counters."""
+
+    def run(self, run: Run) -> None:
+        """Each run the report counts."""
+
+    def event(self, names: tuple[str, ...], start: float, end: Optional[float], reason: str) -> None:
+        """Each node event read in the window."""
+
+    def pinned_jobs(self, jobs: frozenset[str]) -> None:
+        """The jobs whose pin (-w) was believed, once the submit lines are settled."""
+
+
 @dataclass(frozen=True)
 class Attributed:
     """A failed run and the cause it is attributed to."""
@@ -144,6 +163,7 @@ class FleetReport:
     lemon_floor: tuple[str, ...] = ()  # why the fleet or window is too small to flag any node
     lemon_notes: tuple[str, ...] = ()  # what else the lemon test could not see
     held_back: tuple[HeldBack, ...] = ()  # nodes the plain test flags and the guarded one does not
+    job_names: dict[str, str] = field(default_factory=dict)  # JobID -> name, from sacct --json only (display)
 
     @property
     def lemons(self) -> tuple[LemonVerdict, ...]:
@@ -170,7 +190,9 @@ class _Events:
     shared: list[SharedIncident]
 
 
-def _read_events(lines: Iterable[str], source: str, settings: FleetSettings) -> _Events:
+def _read_events(
+    lines: Iterable[str], source: str, settings: FleetSettings, observer: Optional[Observer] = None
+) -> _Events:
     table = open_table(lines, source, EVENT_COLUMNS, sacctmgr_command())
     i_node, i_start, i_end, i_reason = (table.index(c) for c in ("NodeName", "TimeStart", "TimeEnd", "Reason"))
     times = LocalTimes()
@@ -202,6 +224,8 @@ def _read_events(lines: Iterable[str], source: str, settings: FleetSettings) -> 
         tally.records += 1
         nodes.update(names)
         last = start if last is None else max(last, start)
+        if observer is not None:
+            observer.event(names, start, end, fields[i_reason])
         code = settings.rules.classify(fields[i_reason])
         if code is None:
             other += 1
@@ -346,7 +370,12 @@ def _failed_run(
 
 
 def _read_jobs(
-    lines: Iterable[str], source: str, settings: FleetSettings, events: _Events, exclusions: Optional[Exclusions]
+    lines: Iterable[str],
+    source: str,
+    settings: FleetSettings,
+    events: _Events,
+    exclusions: Optional[Exclusions],
+    observer: Optional[Observer] = None,
 ) -> _Jobs:
     """One pass over the runs. The loop is the hot path of four million lines: lookups are kept local."""
     table = open_table(lines, source, JOB_COLUMNS, sacct_command(), USER_TEXT)
@@ -426,6 +455,11 @@ def _read_jobs(
         stats[1] += hours
         if shared is not None:
             stats[2] += 1
+        if observer is not None:
+            partition = fields[i_partition] if i_partition is not None else ""
+            observer.run(
+                (job_id, fields[i_user], partition, node_list, start, end, gpus, nnodes, failed, shared, job_id in pins)
+            )
         if nnodes == 1:
             if shared:
                 continue  # killed by a cause on many nodes: no evidence about this node or its user
@@ -450,7 +484,9 @@ def _read_jobs(
         else:
             multi_lists.add(node_list)
     if exclusions is not None:
-        _settle_choices(jobs, exclusions, excluding)
+        believed = _settle_choices(jobs, exclusions, excluding)
+        if observer is not None:
+            observer.pinned_jobs(believed)
     jobs.first, jobs.last = first, last
     jobs.runs = tally.records
     return jobs
@@ -463,16 +499,22 @@ def _merge(into: dict[tuple[str, str, str], list[int]], counts: dict[tuple[str, 
         total[1] += fails
 
 
-def _settle_choices(jobs: _Jobs, exclusions: Exclusions, runs: dict[str, list[int]]) -> None:
-    """Count the believed exclusions; move the believed pins' runs to ``pinned``, the others' back to ``single``."""
+def _settle_choices(jobs: _Jobs, exclusions: Exclusions, runs: dict[str, list[int]]) -> frozenset[str]:
+    """Count the believed exclusions; move the believed pins' runs to ``pinned``, the others' back to ``single``.
+
+    Returns the jobs whose pin was believed.
+    """
+    believed = set()
     for job_id, choice, used in settle(exclusions, runs):
         for name in choice.excluded:
             jobs.node(name).excluded_by += used
         if choice.pinned:
+            believed.add(job_id)
             _merge(jobs.pinned, jobs.held.pop(job_id, {}))
     for held in jobs.held.values():  # a pin whose line was rejected: its runs count as any other's
         _merge(jobs.single, held)
     jobs.held.clear()
+    return frozenset(believed)
 
 
 Rows = list[tuple[tuple[str, str], int, int]]  # ((user, partition), runs, failures) of one node
@@ -585,16 +627,20 @@ def analyze(
     events_source: str = "events",
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
     submit_source: str = "submit lines",
+    observer: Optional[Observer] = None,
+    job_names: Optional[dict[str, str]] = None,
 ) -> FleetReport:
     """The whole report from sacct's and sacctmgr's parsable output (``FleetInputError`` if one is unusable).
 
     ``submit_lines`` gives the lines of ``sacct -o JobID,SubmitLine`` afresh at each call (read
-    twice, ``healthd.fleet.submit``); without it there is no exclusion signal.
+    twice, ``healthd.fleet.submit``); without it there is no exclusion signal. ``observer``
+    sees each run and event as they are read (``healthd.fleet.backtest``); ``job_names`` (JobID to
+    name, from ``sacct --json``) are shown, never analysed.
     """
     settings = settings or FleetSettings()
-    read_events = _read_events(events, events_source, settings)
+    read_events = _read_events(events, events_source, settings, observer)
     exclusions = None if submit_lines is None else read_exclusions(submit_lines, submit_source)
-    read_jobs = _read_jobs(jobs, jobs_source, settings, read_events, exclusions)
+    read_jobs = _read_jobs(jobs, jobs_source, settings, read_events, exclusions, observer)
     warnings: list[str] = []
     per_node = settings.gpus_per_node
     if per_node is None:
@@ -637,4 +683,5 @@ def analyze(
         lemon_floor=settings.floors.fleet_notes(len(signals), days),
         lemon_notes=notes,
         held_back=held_back(plain, verdicts),
+        job_names=job_names or {},
     )

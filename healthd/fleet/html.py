@@ -585,8 +585,11 @@ def _figure(svg: str, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{_esc(caption)}</figcaption></figure>"
 
 
-def page(report: FleetReport) -> str:
-    """The whole HTML page: the summary, then the plots and tables, or the no-data message."""
+def page(report: FleetReport, extra: str = "") -> str:
+    """The whole HTML page: the summary, then the plots and tables, or the no-data message; ``extra`` last.
+
+    ``extra`` is HTML of another section (``fleet backtest``'s), built with ``_esc``.
+    """
     summary = "".join(f"<li>{_esc(line)}</li>" for line in summary_lines(report))
     empty = no_data(report)
     if empty:
@@ -608,5 +611,5 @@ def page(report: FleetReport) -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>healthd fleet report</title><style>{STYLE}</style></head><body>"
-        f'<h1>healthd fleet report</h1><ul class="summary">{summary}</ul>{content}</body></html>\n'
+        f'<h1>healthd fleet report</h1><ul class="summary">{summary}</ul>{content}{extra}</body></html>\n'
     )

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional, Sequence
 
 MAX_ROUNDS = 10
@@ -157,11 +158,13 @@ def _log_pmf(k: int, mean: float, size: Optional[float]) -> float:
     return math.lgamma(k + size) - math.lgamma(size) - math.lgamma(k + 1) + size * math.log(p) + k * math.log1p(-p)
 
 
+@lru_cache(maxsize=1 << 16)
 def upper_tail(k: int, mean: float, size: Optional[float] = None) -> float:
     """P(X >= k) for Poisson(mean), or negative binomial with that mean and ``size``.
 
     Summed from k upward, term by term, so that tiny tails keep their precision
-    (1 - CDF would round them to 0).
+    (1 - CDF would round them to 0). Remembered: the incident test asks the same few
+    counts against one mean for every node, and ``fleet backtest`` asks at every step.
     """
     if k <= 0:
         return 1.0

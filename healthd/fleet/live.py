@@ -25,6 +25,7 @@ which the commands get too.
 from __future__ import annotations
 
 import datetime
+import json
 import shlex
 import time
 from dataclasses import dataclass
@@ -72,6 +73,37 @@ def sacct_args(since: datetime.datetime, until: datetime.datetime, fields: Seque
     return ["-a", "-X", "-D", "-P", "-o", ",".join(fields), "-S", slurm_time(since), "-E", slurm_time(until)]
 
 
+def sacct_json_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
+    """The job query as ``sacct --json`` (21.08 and later with the JSON serializer): the same window and runs."""
+    until = _whole_second_after(until)
+    return ["-a", "-X", "-D", "--json", "-S", slurm_time(since), "-E", slurm_time(until)]
+
+
+def _no_json(error: AccountingError) -> bool:
+    """Whether sacct failed because it cannot print JSON (an old Slurm, or no serializer plugin)."""
+    # 21.08 and later without the JSON serializer plugin say so in words naming it; older
+    # ones do not know the option (getopt's "unrecognized option '--json'").
+    said = str(error).lower()
+    return "unrecognized option" in said or "serializer" in said
+
+
+def _names_every_user(text: str) -> bool:
+    """Whether ``sacct --json`` output names the user of every job.
+
+    22.05 takes a job's ``user`` from its association and prints null for a user who has
+    none (not added with ``sacctmgr add user``), where ``-P`` prints the name of the uid;
+    the lemon test's guards need the user, so such a window is read with ``-P`` instead.
+    """
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return False
+    jobs = document.get("jobs") if isinstance(document, dict) else None
+    return isinstance(jobs, list) and all(
+        isinstance(job, dict) and isinstance(job.get("user"), str) and job["user"] for job in jobs
+    )
+
+
 def sacctmgr_args(since: datetime.datetime, until: datetime.datetime) -> list[str]:
     return [
         "-P",
@@ -100,7 +132,16 @@ def collect(
     if until <= since:
         raise AccountingError(f"empty window: it ends at {slurm_time(until)}, not after its start {slurm_time(since)}")
     deadline = time.monotonic() + timeout
-    jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
+    # JSON first: it carries job names safely (a name is a string, not a field of a "|" line),
+    # and epoch times; sacctmgr has no --json in 22.05 ("unrecognized option"), so events stay -P.
+    try:
+        jobs = _run(bin_dir, "sacct", sacct_json_args(since, until), deadline, timeout, conf)
+    except AccountingError as exc:
+        if not _no_json(exc):
+            raise
+        jobs = ""
+    if not _names_every_user(jobs):
+        jobs = _run(bin_dir, "sacct", sacct_args(since, until), deadline, timeout, conf)
     events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
     submit_lines = _run(bin_dir, "sacct", sacct_args(since, until, SUBMIT_FIELDS), deadline, timeout, conf)
     return Accounting(jobs, events, submit_lines)

@@ -75,6 +75,7 @@ def document(report: FleetReport) -> dict[str, Any]:
                 "state": run.state,
                 "gpus": run.gpus,
                 "end": local_iso(run.end),
+                **({"job_name": report.job_names[run.job_id]} if run.job_id in report.job_names else {}),
             }
             for run in report.attributed
         ],

@@ -140,6 +140,8 @@ class LocalTimes:
         if base is None:
             if text in _NO_TIME:
                 return None
+            if text[:1] == "@":
+                return _epoch(text)
             base = self._hour(text)
         rest = _MINUTES_SECONDS.get(text[14:19])
         if rest is None or len(text) != 19 or text[13] != ":":
@@ -167,6 +169,19 @@ class LocalTimes:
         if early is None or late is None or late < early:
             raise ValueError(f"End {end[:40]} is before Start {start[:40]}")
         return early, late
+
+
+def _epoch(text: str) -> float:
+    """``@1700000000``: epoch seconds, as ``sacct_json`` writes the times of ``sacct --json``.
+
+    ``@!why`` is a record that JSON reader could not convert: ValueError with its reason.
+    """
+    digits = text[1:]
+    if digits[:1] == "!":
+        raise ValueError(digits[1:])
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 12:
+        raise ValueError(f"time {text[:40]!r} is not @ and epoch seconds")
+    return float(digits)
 
 
 def _fields(text: str) -> tuple[int, int, int, int]:

@@ -63,6 +63,9 @@ class AttributedOut(_Strict):
     state: Literal["FAILED", "NODE_FAIL"]
     gpus: int = Field(ge=0)
     end: Optional[str]
+    job_name: Optional[str] = Field(
+        default=None, description="the job's name where the runs came from sacct --json; absent from sacct -P"
+    )
 
 
 class MttfOut(_Strict):

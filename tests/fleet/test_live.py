@@ -20,6 +20,8 @@ from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
 SINCE = datetime.datetime(2024, 5, 1, 8, 0, 0)
 UNTIL = datetime.datetime(2024, 5, 31, 8, 0, 0)
 
+# What the stand-in sacct prints: a sacct --json document whose every job names its user.
+JOBS_JSON = '{"jobs": [{"job_id": 1, "user": "alice"}]}\n'
 STAND_IN = """#!/bin/sh
 for arg in "$@"; do printf '%s\\n' "$arg"; done > {record}.args
 {{ cat {record}.args; echo ---; }} >> {record}.calls
@@ -57,7 +59,7 @@ def recorded(bin_dir: Path, name: str) -> tuple[list[str], dict[str, str]]:
 @pytest.fixture
 def bin_dir(tmp_path: Path) -> Path:
     directory = tmp_path / "bin"
-    stand_in(directory, "sacct", out="JobID|State\n1|COMPLETED\n")
+    stand_in(directory, "sacct", out=JOBS_JSON)
     stand_in(directory, "sacctmgr", out="Cluster|NodeName\nc|node1\n")
     return directory
 
@@ -76,21 +78,15 @@ def test_exact_commands_and_their_texts(bin_dir: Path, tmp_path: Path) -> None:
     conf = tmp_path / "slurm.conf"
     conf.write_text("ClusterName=c\n")
     texts = collect(bin_dir, SINCE, UNTIL, 10, conf=conf)
-    jobs_text = "JobID|State\n1|COMPLETED\n"  # the stand-in prints the same for both sacct calls
+    jobs_text = JOBS_JSON  # the stand-in prints the same for both sacct calls
     assert texts == Accounting(jobs_text, "Cluster|NodeName\nc|node1\n", jobs_text)
     window = ["-S", "2024-05-01T08:00:00", "-E", "2024-05-31T08:00:00"]
     # No field a job's owner writes among the job fields: -P escapes nothing, so a JobName or
     # SubmitLine could forge records. The submit lines come on their own, keyed by JobID.
+    # The job runs as JSON first (job names come safely, times as epoch seconds); a sacct that
+    # prints JSON is not asked again.
     assert calls(bin_dir, "sacct") == [
-        [
-            "-a",
-            "-X",
-            "-D",
-            "-P",
-            "-o",
-            "JobID,User,Partition,State,ExitCode,Submit,Start,End,Elapsed,NNodes,NodeList,AllocTRES",
-            *window,
-        ],
+        ["-a", "-X", "-D", "--json", *window],
         ["-a", "-X", "-D", "-P", "-o", "JobID,SubmitLine", *window],
     ]
     sacct, sacct_env = recorded(bin_dir, "sacct")
@@ -195,7 +191,7 @@ def test_one_deadline_for_both_commands(bin_dir: Path) -> None:
         collect(bin_dir, SINCE, UNTIL, 0.3)
     assert time.monotonic() - started < 5, "the stand-in was killed at the deadline, not waited for"
     # Each command alone is quicker than the timeout; together they are not.
-    stand_in(bin_dir, "sacct", sleep=0.5)
+    stand_in(bin_dir, "sacct", out=JOBS_JSON, sleep=0.5)
     stand_in(bin_dir, "sacctmgr", sleep=0.8)
     with pytest.raises(AccountingError, match=r"sacctmgr -P show event .* did not answer within 1s"):
         collect(bin_dir, SINCE, UNTIL, 1.0)
@@ -208,6 +204,38 @@ def test_bad_window_or_conf_runs_nothing(bin_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(AccountingError, match=f"{missing} does not exist \\(\\[slurm\\].conf\\)"):
         collect(bin_dir, SINCE, UNTIL, 10, conf=missing)
     assert not (bin_dir / "sacct.args").exists()
+
+
+NO_JSON = """#!/bin/sh
+for arg in "$@"; do printf '%s ' "$arg"; done >> {record}.calls
+echo >> {record}.calls
+for arg in "$@"; do
+  if [ "$arg" = --json ]; then echo "sacct: unrecognized option '--json'" >&2; exit 1; fi
+done
+echo 'JobID|State'
+"""
+
+
+def test_a_sacct_without_json_is_asked_for_the_parsable_table(bin_dir: Path) -> None:
+    (bin_dir / "sacct").write_text(NO_JSON.format(record=bin_dir / "nojson"))
+    texts = collect(bin_dir, SINCE, UNTIL, 10)
+    assert texts.jobs == "JobID|State\n"
+    asked = (bin_dir / "nojson.calls").read_text().splitlines()
+    assert [line.split()[3] for line in asked] == ["--json", "-P", "-P"]
+
+
+def test_json_without_a_user_is_read_again_with_p(bin_dir: Path) -> None:
+    """22.05 prints ``"user": null`` for a user without an association; -P names the uid's user."""
+    stand_in(bin_dir, "sacct", out='{"jobs": [{"job_id": 1, "user": null}]}\n')
+    collect(bin_dir, SINCE, UNTIL, 10)
+    assert [call[3] for call in calls(bin_dir, "sacct")] == ["--json", "-P", "-P"]
+
+
+def test_a_sacct_json_failure_for_another_reason_is_not_hidden(bin_dir: Path) -> None:
+    stand_in(bin_dir, "sacct", err="sacct: error: Problem talking to the database: Connection refused", code=1)
+    with pytest.raises(AccountingError, match="slurmdbd is not reachable"):
+        collect(bin_dir, SINCE, UNTIL, 10)
+    assert len(calls(bin_dir, "sacct")) == 1
 
 
 def test_accounting_fixtures_have_the_fields_collect_asks_for(fixtures: Path) -> None:

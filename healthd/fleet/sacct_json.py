@@ -1,0 +1,130 @@
+"""``sacct --json`` to the rows of the ``-P`` table the analysis reads, and the job names.
+
+Slurm 22.05 (openapi/dbv0.0.38, captured from the test cluster in
+``fixtures/slurm/accounting/sacct-json-22.05-take-out.json``) prints each run of
+``sacct -a -X -D --json`` as one object of ``jobs``: ``job_id``, ``array.job_id`` and
+``array.task_id``, ``het.job_id`` and ``het.job_offset``, ``user``, ``partition``,
+``state.current`` (a word), ``time.start`` and ``time.end`` (epoch seconds, 0 when not
+set), ``allocation_nodes``, ``nodes`` (hostlist notation) and ``tres.allocated`` (a list
+of ``{type, name, count}``). Newer Slurm (data_parser v0.0.40, 23.11) prints
+``state.current`` as a list of words; the first is the state. The other keys are not read.
+
+The rows carry the same columns as ``sacct -P`` (``JOB_TABLE``) so that one reader
+(``analyze._read_jobs``) serves both; times go as ``@EPOCH`` (``sacct.LocalTimes``),
+exact in any zone, and a record that cannot be read goes as ``@!why``, which that
+reader counts as a bad line with the reason. A job's name (``name``, text its owner
+chooses) is never put in a row: it is kept apart, by JobID, for display only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+JOB_TABLE = ("JobID", "User", "Partition", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
+
+
+@dataclass(frozen=True)
+class JsonJobs:
+    """The rows (header first) and the job names by JobID."""
+
+    lines: tuple[str, ...]
+    names: dict[str, str]
+
+
+def is_json(text: str) -> bool:
+    return text.lstrip()[:1] == "{"
+
+
+def _job_id(job: dict[str, Any]) -> str:
+    array, het = job.get("array") or {}, job.get("het") or {}
+    task = array.get("task_id")
+    if array.get("job_id") and isinstance(task, int):
+        return f"{array['job_id']}_{task}"
+    if het.get("job_id") and isinstance(het.get("job_offset"), int):
+        return f"{het['job_id']}+{het['job_offset']}"
+    return str(int(job["job_id"]))
+
+
+def _state(job: dict[str, Any]) -> str:
+    current = job["state"]["current"]
+    if isinstance(current, list):  # data_parser v0.0.40 and later: a list of flags, the state first
+        current = current[0] if current else ""
+    return str(current)
+
+
+def _time(value: Any) -> str:
+    if isinstance(value, dict):  # data_parser v0.0.40 and later may wrap numbers: {set, infinite, number}
+        value = value.get("number") if value.get("set") else 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"time {str(value)[:40]!r} is not epoch seconds")
+    return f"@{value}" if value else "Unknown"
+
+
+def _tres(job: dict[str, Any]) -> str:
+    items = []
+    for entry in (job.get("tres") or {}).get("allocated") or []:
+        kind, name, count = entry.get("type"), entry.get("name"), entry.get("count")
+        if count is None:
+            continue
+        key = f"{kind}/{name}" if name else str(kind)
+        items.append(f"{key}={count}")
+    return ",".join(items)
+
+
+def _row(job: dict[str, Any]) -> tuple[str, str]:
+    """(row, JobID) of one job object; KeyError, TypeError or ValueError when it cannot be read."""
+    job_id = _job_id(job)
+    times = job["time"]
+    if not isinstance(job.get("user"), str) or not job["user"]:
+        # 22.05 takes it from the job's association: null for a user with none.
+        raise ValueError("no user (a user without an association in 22.05's JSON): read with sacct -P")
+    fields = (
+        job_id,
+        str(job["user"]),
+        str(job.get("partition") or ""),
+        _state(job),
+        _time(times["start"]),
+        _time(times["end"]),
+        str(int(job["allocation_nodes"])),
+        str(job["nodes"]),
+        _tres(job),
+    )
+    for name, value in zip(JOB_TABLE, fields):
+        if "|" in value or "\n" in value:
+            raise ValueError(f"{name} holds a vertical bar or a newline, which no Slurm-written field has")
+    return "|".join(fields), job_id
+
+
+def read(text: str, source: str) -> JsonJobs:
+    """The rows and names of a ``sacct --json`` document; ValueError naming ``source`` when it is not one."""
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{source}: not a sacct --json document: {exc}") from None
+    jobs = document.get("jobs") if isinstance(document, dict) else None
+    if not isinstance(jobs, list):
+        raise ValueError(f"{source}: no list 'jobs' in the sacct --json document")
+    lines = ["|".join(JOB_TABLE)]
+    names: dict[str, str] = {}
+    for number, job in enumerate(jobs, 1):
+        try:
+            line, job_id = _row(job)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            why = f"job record {number}: " + (f"no key {exc}" if isinstance(exc, KeyError) else str(exc))
+            lines.append("|".join(("0", "", "", "", "@!" + why.replace("|", "/").replace("\n", " "), *("",) * 4)))
+            continue
+        lines.append(line)
+        name = job.get("name")
+        if isinstance(name, str) and name:
+            names[job_id] = name
+    return JsonJobs(tuple(lines), names)
+
+
+def lines_of(text: str, source: str) -> tuple[Sequence[str], dict[str, str]]:
+    """The job rows of ``text``, ``sacct -P`` or ``sacct --json``, and the job names (JSON only)."""
+    if not is_json(text):
+        return text.splitlines(), {}
+    found = read(text, source)
+    return found.lines, found.names
