@@ -212,16 +212,16 @@ def _analysis(args: argparse.Namespace) -> Any:
         raise _Usage(f"--every {args.every}: at least an hour")
     options = BacktestSettings(every, args.min_gpus, args.drain_silent)
 
-    def replay(jobs: Any, events: Any, settings: Any, *sources: Any, job_names: Any = None) -> Any:
-        jobs_source, events_source, submit, submit_source = sources
-        names = (jobs_source, events_source, submit_source)
-        return backtest(jobs, events, settings, options, names, submit, job_names)
+    def replay(jobs: Any, events: Any, settings: Any, sources: Any, submit: Any, job_names: Any = None) -> Any:
+        return backtest(jobs, events, settings, options, sources, submit, job_names)
 
     return replay
 
 
 def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
+    from healthd.fleet.analyze import Sources
+
     analyze = _analysis(args)
     prefix = config.slurm.reason_prefix if config is not None else "healthd:"
     settings = _settings(args, prefix, now)
@@ -233,10 +233,8 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
             _shown(found.jobs, len(found.jobs), "sacct"),
             found.events,
             settings,
-            "sacct",
-            "sacctmgr show event",
+            Sources("sacct", "sacctmgr show event", "sacct JobID,SubmitLine"),
             lambda: (line for record in found.submit for line in record.split("\n")),
-            "sacct JobID,SubmitLine",
             job_names=found.names,
         )
     if args.cache is not None:
@@ -260,10 +258,8 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
             jobs,
             events,
             settings,
-            str(args.jobs),
-            str(args.events),
+            Sources(str(args.jobs), str(args.events), str(submit)),
             None if submit is None else (lambda: _file_lines(submit)),
-            str(submit),
             job_names=names,
         )
 

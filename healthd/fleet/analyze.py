@@ -619,14 +619,21 @@ def _taxonomy(
     return tuple(sorted(totals, key=lambda t: (-t.failures, -t.gpu_hours_lost, -t.incidents, t.code)))
 
 
+@dataclass(frozen=True)
+class Sources:
+    """What each input is called in an error (a file's name, or the command it came from)."""
+
+    jobs: str = "jobs"
+    events: str = "events"
+    submit: str = "submit lines"
+
+
 def analyze(
     jobs: Iterable[str],
     events: Iterable[str],
     settings: Optional[FleetSettings] = None,
-    jobs_source: str = "jobs",
-    events_source: str = "events",
+    sources: Sources = Sources(),
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
-    submit_source: str = "submit lines",
     observer: Optional[Observer] = None,
     job_names: Optional[dict[str, str]] = None,
 ) -> FleetReport:
@@ -638,9 +645,9 @@ def analyze(
     name, from ``sacct --json``) are shown, never analysed.
     """
     settings = settings or FleetSettings()
-    read_events = _read_events(events, events_source, settings, observer)
-    exclusions = None if submit_lines is None else read_exclusions(submit_lines, submit_source)
-    read_jobs = _read_jobs(jobs, jobs_source, settings, read_events, exclusions, observer)
+    read_events = _read_events(events, sources.events, settings, observer)
+    exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit)
+    read_jobs = _read_jobs(jobs, sources.jobs, settings, read_events, exclusions, observer)
     warnings: list[str] = []
     per_node = settings.gpus_per_node
     if per_node is None:

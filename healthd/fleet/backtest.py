@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from operator import mul
 from typing import Callable, Iterable, Optional
 
-from healthd.fleet.analyze import FleetReport, FleetSettings, Run, _by_user, analyze
+from healthd.fleet.analyze import FleetReport, FleetSettings, Run, Sources, _by_user, analyze
 from healthd.fleet.causes import LEMON
 from healthd.fleet.hosts import expand
 from healthd.fleet.lemons import LemonVerdict, NodeSignals, detect, upper_tail
@@ -38,6 +38,8 @@ from healthd.fleet.lemons import LemonVerdict, NodeSignals, detect, upper_tail
 WEEK = 7 * 86400.0
 REPAIR = "REPAIR"
 LARGE_GPUS = 512
+
+DEFAULT_SOURCES = Sources()  # the inputs' names in an error, when the caller names none
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Flag:
 
 
 @dataclass(frozen=True)
-class Step:
+class BacktestStep:
     time: float
     flagged: tuple[Flag, ...]  # drained at this step
     returned: tuple[str, ...]  # came back since the step before (an administrator's event ended)
@@ -93,7 +95,7 @@ class LargeRun:
 class Backtest:
     report: FleetReport
     settings: BacktestSettings
-    steps: tuple[Step, ...]
+    steps: tuple[BacktestStep, ...]
     drains: tuple[Drain, ...]
     large_runs: int  # started in the replay
     large_failed: int
@@ -340,7 +342,9 @@ def _flag(verdict: LemonVerdict, time: float) -> Flag:
     )
 
 
-def _replay(report: FleetReport, recorder: _Recorder, options: BacktestSettings) -> tuple[tuple[Step, ...], _Drains]:
+def _replay(
+    report: FleetReport, recorder: _Recorder, options: BacktestSettings
+) -> tuple[tuple[BacktestStep, ...], _Drains]:
     settings = report.settings
     # The report's nodes are every node of a run or an event; the union only guards that.
     nodes = sorted({v.node for v in report.verdicts} | {name for name, _, _ in recorder.keys})
@@ -353,7 +357,7 @@ def _replay(report: FleetReport, recorder: _Recorder, options: BacktestSettings)
     drains = _Drains(recorder.admin, starts)
     outs: Counter[str] = Counter()
     seen = 0
-    steps: list[Step] = []
+    steps: list[BacktestStep] = []
     at = report.start + options.every
     while at < report.end:
         history.advance(len(steps))
@@ -370,7 +374,7 @@ def _replay(report: FleetReport, recorder: _Recorder, options: BacktestSettings)
             if wanted and drains.may_drain(verdict.node):
                 drains.since[verdict.node] = at
                 flagged.append(_flag(verdict, at))
-        steps.append(Step(at, tuple(flagged), returned, settings.floors.fleet_notes(len(signals), days)))
+        steps.append(BacktestStep(at, tuple(flagged), returned, settings.floors.fleet_notes(len(signals), days)))
         at += options.every
     drains.settle(report.end)
     return tuple(steps), drains
@@ -400,7 +404,7 @@ def backtest(
     events: Iterable[str],
     settings: Optional[FleetSettings] = None,
     options: Optional[BacktestSettings] = None,
-    sources: tuple[str, str, str] = ("jobs", "events", "submit lines"),
+    sources: Sources = DEFAULT_SOURCES,
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
     job_names: Optional[dict[str, str]] = None,
 ) -> Backtest:
@@ -408,7 +412,7 @@ def backtest(
     options = options or BacktestSettings()
     settings = settings or FleetSettings()
     recorder = _Recorder(options.min_gpus, settings.rules.healthd_prefix)
-    report = analyze(jobs, events, settings, sources[0], sources[1], submit_lines, sources[2], recorder, job_names)
+    report = analyze(jobs, events, settings, sources, submit_lines, recorder, job_names)
     if report.start is None or report.end is None:
         return Backtest(report, options, (), (), 0, 0, (), 0.0, 0)
     steps, state = _replay(report, recorder, options)

@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 from healthd_testkit import synth
 
-from healthd.fleet.analyze import analyze
+from healthd.fleet.analyze import Sources, analyze
 from healthd.fleet.render import table
 from healthd.fleet.sacct import FleetInputError, LocalTimes, is_job_id, tres_gpus
 
@@ -28,7 +28,11 @@ def test_columns_are_found_by_name_in_any_order_and_extra_ones_ignored() -> None
 
 def test_a_missing_column_names_it_and_gives_the_sacct_command() -> None:
     with pytest.raises(FleetInputError) as caught:
-        analyze(["JobID|User|State|Start|End|NNodes|NodeList", "1|a|COMPLETED|x|y|1|n"], EVENTS, jobs_source="j.txt")
+        analyze(
+            ["JobID|User|State|Start|End|NNodes|NodeList", "1|a|COMPLETED|x|y|1|n"],
+            EVENTS,
+            sources=Sources(jobs="j.txt"),
+        )
     message = str(caught.value)
     assert "j.txt: no column AllocTRES" in message
     assert "sacct -a -X -D -P -o JobID,User,Partition,State,ExitCode,Submit,Start,End" in message
@@ -111,7 +115,7 @@ def test_a_jobs_table_with_text_a_user_writes_is_refused(column: str) -> None:
     cannot be trusted, so it is refused and the error gives the command without those fields."""
     jobs = [f"{HEADER}|{column}", RUN.format(id=1, user="bob", state="COMPLETED", node="gpu02") + "|x"]
     with pytest.raises(FleetInputError) as caught:
-        analyze(jobs, EVENTS, jobs_source="jobs.txt")
+        analyze(jobs, EVENTS, sources=Sources(jobs="jobs.txt"))
     message = str(caught.value)
     assert f"jobs.txt: column {column} holds text a job's owner chooses" in message
     assert "-o JobID,User,Partition,State,ExitCode,Submit,Start,End,Elapsed,NNodes,NodeList,AllocTRES -S" in message
@@ -138,7 +142,7 @@ def test_a_line_with_too_many_fields_or_no_job_id_is_bad_and_named() -> None:
         RUN.format(id="77_3", user="bob", state="COMPLETED", node="gpu01"),  # an array task: fine
         RUN.format(id="78+1", user="bob", state="COMPLETED", node="gpu01"),  # a het component: fine
     ]
-    report = analyze(jobs, EVENTS, jobs_source="jobs.txt")
+    report = analyze(jobs, EVENTS, sources=Sources(jobs="jobs.txt"))
     assert report.runs == 3
     assert report.jobs.first_bad == (
         (3, "10 fields, the header has 9"),
@@ -164,7 +168,7 @@ SUBMIT = "JobID|SubmitLine"
 
 
 def _exclusions(jobs: list[str], submit: list[str]) -> dict[str, int]:
-    report = analyze(jobs, EVENTS, submit_lines=lambda: iter(submit), submit_source="submit.txt")
+    report = analyze(jobs, EVENTS, submit_lines=lambda: iter(submit), sources=Sources(submit="submit.txt"))
     return {v.node: v.signals.excluded_by_jobs for v in report.verdicts if v.signals.excluded_by_jobs}
 
 
@@ -196,7 +200,7 @@ def test_a_record_forged_in_a_submit_line_neither_adds_a_run_nor_an_exclusion() 
         forged_record("gpu0100"),  # a failed run: not a run here, only a submit line
         "'",
     ]
-    report = analyze(jobs, EVENTS, submit_lines=lambda: iter(submit), submit_source="submit.txt")
+    report = analyze(jobs, EVENTS, submit_lines=lambda: iter(submit), sources=Sources(submit="submit.txt"))
     assert report.runs == 2 and report.failed_runs == 0
     assert {v.node: v.signals.excluded_by_jobs for v in report.verdicts if v.signals.excluded_by_jobs} == {}
     assert report.submit_lines is not None
