@@ -215,7 +215,7 @@ def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
 
 def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
-        from healthd.cycle.pipeline import run_pass
+        from healthd.cycle.pipeline import PassRequest, run_pass
         from healthd.model import Status
         from healthd.slurm.reasons import make_reason
         from healthd.store.history import read_boot_id
@@ -239,7 +239,7 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
             print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
             return int(Status.CRITICAL)
         installed = {spec.name for spec in engine.specs}
-        outcome = run_pass(engine, only=[name for name in settings.prolog_checks if name in installed])
+        outcome = run_pass(engine, PassRequest(tuple(name for name in settings.prolog_checks if name in installed)))
         criticals = [f for f in outcome.result.findings if f.status is Status.CRITICAL and job.concerns(f)]
         if criticals:
             reason = outcome.action.decision.reason or make_reason(prefix, criticals)
@@ -280,7 +280,7 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     job at most. A job whose prolog noted no position has no known stretch of the log:
     it records why, and nothing else.
     """
-    from healthd.cycle.pipeline import run_pass
+    from healthd.cycle.pipeline import PassRequest, run_pass
     from healthd.store.history import read_boot_id
     from healthd_checks.jobs.joblog import LogUnavailable, job_events
 
@@ -310,7 +310,7 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     _with_history(engine, lambda h: recorded.extend(attribute(h, window, log.events, boot, gres)))
     applications = sum(1 for e in recorded if e.entry.entry.bucket.value == "application")
     if applications and "jobs" in {spec.name for spec in engine.specs}:
-        run_pass(engine, only=["jobs"])
+        run_pass(engine, PassRequest(("jobs",)))
     print(
         f"healthd epilog: job {job.job_id}: {len(recorded)} event(s) recorded, {applications} application Xid(s)"
         f" ({len(log.events) - len(recorded)} not this job's alone, or recorded already)"
