@@ -340,7 +340,7 @@ def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTo
         lock.acquire()
     except LockTimeout as exc:
         ctx.log.warning("%s: not acting this pass", exc)
-        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load())
+        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load()[0])
         decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
         return _finish(ctx, result, _report(ctx, decision, str(exc)))
     except OSError as exc:
@@ -434,7 +434,7 @@ def _locked_pass(ctx: PassContext, raw: PassResult, problems: tuple[str, ...]) -
     now = ctx.tools.clock()
     claim(engine.state, raw.node, mark=not problems)  # before anything in the directory is believed
     store = AckStore(engine.state.file(ACKS_STATE))
-    acks = store.load()
+    acks, ack_problems = store.load()
     # Judged as acknowledged: a CRITICAL an administrator acknowledged must not count (reach_critical).
     read = _load_policy_state(engine, apply_acks(raw, acks)[0], unlocked=bool(problems))
     state = read.state
@@ -471,7 +471,7 @@ def _locked_pass(ctx: PassContext, raw: PassResult, problems: tuple[str, ...]) -
             _record_reboot(history, state, done, now)
     finally:
         history.close()
-    outcome = _settle(ctx, acted, store, read, problems)
+    outcome = _settle(ctx, acted, store, read, (problems, ack_problems))
     if done.state.repair is not None and state.repair is None and not ctx.dry:
         # After the pass is saved: a hook killed while on_repair runs has lost nothing of it.
         _tell_repair(config, done, now, ctx.log, ctx.request.deadline)
@@ -650,14 +650,15 @@ def _log_outcome(log: logging.Logger, node: str, the_plan: Plan, executed: Execu
 
 
 def _settle(
-    ctx: PassContext, acted: Acted, store: AckStore, read: PolicyRead, problems: tuple[str, ...]
+    ctx: PassContext, acted: Acted, store: AckStore, read: PolicyRead, found: tuple[tuple[str, ...], tuple[str, ...]]
 ) -> PassOutcome:
     """Save what the pass leaves behind and build its outcome (the sinks take it from there).
 
-    ``problems`` are those found before the policy state was read. The policy state that
-    cannot be saved is kept for this process's next pass, and marked unsaved for the
-    others (healthd.store.policymemory).
+    ``found`` are the problems found before the policy state was read, and those of the
+    acks file. The policy state that cannot be saved is kept for this process's next
+    pass, and marked unsaved for the others (healthd.store.policymemory).
     """
+    problems, ack_problems = found
     engine, dry = ctx.engine, ctx.dry
     the_plan, executed, done = acted.plan, acted.executed, acted.done
     problems += read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
@@ -672,7 +673,7 @@ def _settle(
     engine.policy_memory.saved(done.state, read.loaded, saved)
     if saved == read.marked:
         mark_unsaved(engine.state, not saved)
-    problems += tuple(store.problems)
+    problems += ack_problems
     node = the_plan.node
     pending = done.state.pending is not None and not dry
     report = ActionSection(
