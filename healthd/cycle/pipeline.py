@@ -428,15 +428,15 @@ class Acted:
     done: Conclusion
 
 
-def _locked_pass(ctx: PassContext, raw: PassResult, problems: tuple[str, ...]) -> PassOutcome:
-    """The pass under the state lock; ``problems`` are those found before it (the lock that could not be opened)."""
+def _locked_pass(ctx: PassContext, raw: PassResult, unlocked: tuple[str, ...]) -> PassOutcome:
+    """The pass under the state lock; ``unlocked`` says why ``cycle.lock`` could not be opened (empty: it is held)."""
     engine, config = ctx.engine, ctx.config
     now = ctx.tools.clock()
-    claim(engine.state, raw.node, mark=not problems)  # before anything in the directory is believed
+    claim(engine.state, raw.node, mark=not unlocked)  # before anything in the directory is believed
     store = AckStore(engine.state.file(ACKS_STATE))
     acks, ack_problems = store.load()
     # Judged as acknowledged: a CRITICAL an administrator acknowledged must not count (reach_critical).
-    read = _load_policy_state(engine, apply_acks(raw, acks)[0], unlocked=bool(problems))
+    read = _load_policy_state(engine, apply_acks(raw, acks)[0], unlocked=bool(unlocked))
     state = read.state
     # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it,
     # and only where the probe can matter: an active check is enabled, and healthd has the node
@@ -452,17 +452,17 @@ def _locked_pass(ctx: PassContext, raw: PassResult, problems: tuple[str, ...]) -
         repeats = _repeats(history, raw, config.escalation.window_days, now, engine)
         boot_id = read_boot_id(config.paths.procfs)
         situation = Situation(
-            raw,
-            state,
-            acks,
-            Observed(),
-            now,
-            ctx.request.partial,
-            config.slurm.enabled,
-            ctx.dry,
-            repeats,
-            boot_id,
-            Coverage(tier, active, busy),
+            result=raw,
+            state=state,
+            acks=acks,
+            observed=Observed(),
+            now=now,
+            partial=ctx.request.partial,
+            slurm_enabled=config.slurm.enabled,
+            dry_run=ctx.dry,
+            repeats=repeats,
+            boot_id=boot_id,
+            coverage=Coverage(tier, active, busy),
         )
         acted = _act(ctx, situation, _plan(config, situation, slurm), slurm)
         done = _record_history(history, acted, now, boot_id, repeats, dry=ctx.dry)
@@ -471,7 +471,7 @@ def _locked_pass(ctx: PassContext, raw: PassResult, problems: tuple[str, ...]) -
             _record_reboot(history, state, done, now)
     finally:
         history.close()
-    outcome = _settle(ctx, acted, store, read, (problems, ack_problems))
+    outcome = _settle(ctx, acted, store, read, unlocked, ack_problems)
     if done.state.repair is not None and state.repair is None and not ctx.dry:
         # After the pass is saved: a hook killed while on_repair runs has lost nothing of it.
         _tell_repair(config, done, now, ctx.log, ctx.request.deadline)
@@ -650,18 +650,23 @@ def _log_outcome(log: logging.Logger, node: str, the_plan: Plan, executed: Execu
 
 
 def _settle(
-    ctx: PassContext, acted: Acted, store: AckStore, read: PolicyRead, found: tuple[tuple[str, ...], tuple[str, ...]]
+    ctx: PassContext,
+    acted: Acted,
+    store: AckStore,
+    read: PolicyRead,
+    unlocked: tuple[str, ...],
+    ack_problems: tuple[str, ...],
 ) -> PassOutcome:
     """Save what the pass leaves behind and build its outcome (the sinks take it from there).
 
-    ``found`` are the problems found before the policy state was read, and those of the
-    acks file. The policy state that cannot be saved is kept for this process's next
-    pass, and marked unsaved for the others (healthd.store.policymemory).
+    Its action's errors are the problems each step returned, in the order met: the lock
+    (``unlocked``), the policy state as read, the plan's reads, the writes, the saves,
+    the acks file (``ack_problems``). The policy state that cannot be saved is kept for
+    this process's next pass, and marked unsaved for the others (healthd.store.policymemory).
     """
-    problems, ack_problems = found
     engine, dry = ctx.engine, ctx.dry
     the_plan, executed, done = acted.plan, acted.executed, acted.done
-    problems += read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
+    problems = unlocked + read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
     saved = False
     try:
         engine.state.file(POLICY_STATE).save(done.state.to_dict())
