@@ -204,7 +204,8 @@ def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
     try:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
             now = time.time()
-            store.save(merge(store.load(), refs, now, "cli"))
+            acks, ack_problems = store.load()
+            store.save(merge(acks, refs, now, "cli"))
             with History.open(engine.config.paths.state_dir) as history:
                 history.record_ack(at=now, refs=refs, by="cli")
                 problems = [f.message for f in [history.problem_finding("healthd")] if f is not None]
@@ -217,7 +218,7 @@ def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
     except OSError as exc:
         print(f"healthd: cannot lock {engine.config.paths.state_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EX_CANTCREAT
-    for problem in [*store.problems, *problems]:
+    for problem in [*ack_problems, *problems]:
         print(f"healthd: {problem}", file=sys.stderr)
     for ref in refs:
         print(f"acknowledged {_finding_line(ref)}")

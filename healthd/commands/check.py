@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, begun: float) -> int:
     from healthd.checks.engine import Engine
     from healthd.cli.render import action_lines, render_table
-    from healthd.cycle.pipeline import ONE_SHOT_SECONDS, run_pass
+    from healthd.cycle.pipeline import ONE_SHOT_SECONDS, PassRequest, run_pass
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="healthd: %(levelname)s: %(message)s")
@@ -90,7 +90,9 @@ def _run(args: argparse.Namespace, begun: float) -> int:
         # (healthd.cycle.pipeline.run_pass).
         daemon_config = running_config(engine.config.paths.state_dir)
         aside = daemon_config is not None and daemon_config != engine.loaded.sha256
-        outcome = run_pass(engine, dry_run=args.dry_run, only=only, aside=aside, deadline=begun + ONE_SHOT_SECONDS)
+        only_names = None if only is None else tuple(only)
+        request = PassRequest(only_names, dry_run=args.dry_run, aside=aside, deadline=begun + ONE_SHOT_SECONDS)
+        outcome = run_pass(engine, request)
     if args.json:
         print(json.dumps(outcome.document, indent=2))
     else:

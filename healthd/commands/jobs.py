@@ -236,7 +236,7 @@ def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
 def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
         from healthd.boot import read_boot_id
-        from healthd.cycle.pipeline import run_pass
+        from healthd.cycle.pipeline import PassRequest, run_pass
         from healthd.model import Status
         from healthd.slurm.reasons import make_reason
         from healthd_checks.jobs.joblog import LogUnavailable, last_seq
@@ -259,7 +259,7 @@ def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
             print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
             return int(Status.CRITICAL)
         installed = {spec.name for spec in engine.specs}
-        outcome = run_pass(engine, only=[name for name in settings.prolog_checks if name in installed])
+        outcome = run_pass(engine, PassRequest(tuple(name for name in settings.prolog_checks if name in installed)))
         criticals = [f for f in outcome.result.findings if f.status is Status.CRITICAL and job.concerns(f)]
         if criticals:
             reason = outcome.action.decision.reason or make_reason(prefix, criticals)
@@ -301,7 +301,7 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     it records why, and nothing else.
     """
     from healthd.boot import read_boot_id
-    from healthd.cycle.pipeline import run_pass
+    from healthd.cycle.pipeline import PassRequest, run_pass
     from healthd_checks.jobs.joblog import LogUnavailable, job_events
 
     paths = engine.config.paths
@@ -330,7 +330,7 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     _with_history(engine, lambda h: recorded.extend(attribute(h, window, log.events, boot, gres)))
     applications = sum(1 for e in recorded if e.entry.entry.bucket.value == "application")
     if applications and "jobs" in {spec.name for spec in engine.specs}:
-        run_pass(engine, only=["jobs"])
+        run_pass(engine, PassRequest(("jobs",)))
     print(
         f"healthd epilog: job {job.job_id}: {len(recorded)} event(s) recorded, {applications} application Xid(s)"
         f" ({len(log.events) - len(recorded)} not this job's alone, or recorded already)"

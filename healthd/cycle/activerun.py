@@ -75,7 +75,7 @@ def start(
     ``rule`` None starts without asking Slurm (``--force``: the operator vouches for the node).
     ``by`` says who started the run, for the record; ``only`` limits the pass to those checks.
     """
-    from healthd.cycle.pipeline import run_pass
+    from healthd.cycle.pipeline import PassRequest, run_pass
 
     lock = StateLock(engine.config.paths.state_dir, 0.0, name=ACTIVE_LOCK)
     try:
@@ -92,7 +92,7 @@ def start(
             engine.state.file(RECORD).save({"last_run": engine.clock(), "by": by})
         except StateError as exc:
             return NotStarted(f"{exc}: without a record, restarts could run the active checks again and again")
-        return run_pass(engine, dry_run=dry_run, only=only, tier=tier)
+        return run_pass(engine, PassRequest(None if only is None else tuple(only), tier, dry_run))
     finally:
         lock.release()
 

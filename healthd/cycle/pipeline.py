@@ -124,6 +124,68 @@ def one_shot_overrun(config: Config) -> Optional[str]:
 
 
 @dataclass(frozen=True)
+class PassRequest:
+    """What the caller asked of one pass (see ``run_pass``).
+
+    ``only`` limits it to those checks and ``tier`` says which checks run
+    (``Engine.run_checks``); ``dry_run`` sends nothing to Slurm; ``aside`` saves it as
+    ``other-pass``; ``deadline`` (``time.monotonic``) is when a one-shot pass must be done.
+    """
+
+    only: Optional[tuple[str, ...]] = None
+    tier: Tier = Tier.ORDINARY
+    dry_run: bool = False
+    aside: bool = False
+    deadline: Optional[float] = None
+
+    @property
+    def partial(self) -> bool:
+        """Some checks only (``only``, or the active checks alone): the pass never resumes the node."""
+        return self.only is not None or self.tier is Tier.ACTIVE
+
+
+@dataclass(frozen=True)
+class PassTools:
+    """What a pass calls out to besides the engine, each replaceable in tests.
+
+    ``client`` talks to Slurm (one for ``[slurm]`` when None), ``clock`` is the wall
+    clock, ``sleep`` waits out ``[slurm].act_splay``, ``logger`` takes the log records.
+    """
+
+    client: Optional[SlurmClient] = None
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+    logger: Optional[logging.Logger] = None
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What one pass uses: the engine (config, state directory, policy memory), the request, the tools."""
+
+    engine: Engine
+    request: PassRequest = PassRequest()
+    tools: PassTools = PassTools()
+
+    @property
+    def config(self) -> Config:
+        return self.engine.config
+
+    @property
+    def log(self) -> logging.Logger:
+        return self.tools.logger or logging.getLogger("healthd.cycle.pipeline")
+
+    @property
+    def dry(self) -> bool:
+        """A dry run: asked for, or ``[policy] dry_run``."""
+        return self.request.dry_run or self.config.policy.dry_run
+
+    @property
+    def aside(self) -> bool:
+        """Saved as ``other-pass``: asked for, or a partial pass (it does not stand for the node)."""
+        return self.request.aside or self.request.partial
+
+
+@dataclass(frozen=True)
 class ActionSection:
     """The ``action`` section of the pass document."""
 
@@ -182,14 +244,15 @@ class PassOutcome:
 @dataclass(frozen=True)
 class PolicyRead:
     """The policy state a pass starts from: ``loaded`` is ``policy.json`` as read, ``marked`` says
-    ``policy.unsaved`` was there (healthd.store.policymemory)."""
+    ``policy.unsaved`` was there (healthd.store.policymemory), ``problems`` what was wrong with it."""
 
     state: PolicyState
     loaded: dict[str, Any]
     marked: bool
+    problems: tuple[str, ...] = ()
 
 
-def _load_policy_state(engine: Engine, judged: PassResult, errors: list[str], *, unlocked: bool) -> PolicyRead:
+def _load_policy_state(engine: Engine, judged: PassResult, *, unlocked: bool) -> PolicyRead:
     """The policy state to decide from: ``policy.json``, or the newer copy this process kept
     (healthd.store.policymemory).
 
@@ -197,28 +260,28 @@ def _load_policy_state(engine: Engine, judged: PassResult, errors: list[str], *,
     """
     state_file = engine.state.file(POLICY_STATE)
     loaded = state_file.load()
-    state, problems = PolicyState.read(loaded)
-    errors.extend(f"{state_file.path}: {problem}" for problem in problems)
+    state, read_problems = PolicyState.read(loaded)
+    problems = tuple(f"{state_file.path}: {problem}" for problem in read_problems)
     marked = unsaved_marked(engine.state)
     kept = engine.policy_memory.newer(loaded)
     if kept is not None:
-        return PolicyRead(kept, loaded, marked)
+        return PolicyRead(kept, loaded, marked, problems)
     # Unlocked in a directory that can be written (no flock there): the mark tells, as in a full one.
     unwritable = unlocked and not writable_dir(engine.state.directory)
     if unwritable or marked:
         reached = reach_critical(state, judged, engine.config.policy.fail_passes)
         if reached != state:
             why = "the state directory cannot be written" if unwritable else "an earlier pass could not save it"
-            errors.append(
+            problems += (
                 f"{state_file.path} is not current ({why}): a CRITICAL finding acts without waiting for"
-                " [policy] fail_passes"
+                " [policy] fail_passes",
             )
         state = reached
-    return PolicyRead(state, loaded, marked)
+    return PolicyRead(state, loaded, marked, problems)
 
 
-def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) -> ActionSection:
-    """The action section of a pass that decided nothing (no lock, or the pass failed)."""
+def _report(ctx: PassContext, decision: Decision, problem: str) -> ActionSection:
+    """The action section of a pass that decided nothing (no lock, or the pass failed), with its one ``problem``."""
     return ActionSection(
         decision=decision,
         node_state=None,
@@ -226,41 +289,29 @@ def _report(decision: Decision, *, dry: bool, enabled: bool, errors: list[str]) 
         applied=False,
         held=False,
         pending=False,
-        dry_run=dry,
-        slurm_enabled=enabled,
+        dry_run=ctx.dry,
+        slurm_enabled=ctx.config.slurm.enabled,
         acknowledged=(),
-        errors=tuple(errors),
+        errors=(problem,),
     )
 
 
-def run_pass(
-    engine: Engine,
-    *,
-    dry_run: bool = False,
-    logger: Optional[logging.Logger] = None,
-    client: Optional[SlurmClient] = None,
-    clock: Callable[[], float] = time.time,
-    only: Optional[list[str]] = None,
-    sleep: Callable[[float], None] = time.sleep,
-    tier: Tier = Tier.ORDINARY,
-    aside: bool = False,
-    deadline: Optional[float] = None,
-) -> PassOutcome:
-    """Run one pass and carry its decision out; see the module docstring.
+def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTools = PassTools()) -> PassOutcome:
+    """Run one pass of ``engine`` as ``request`` asks and carry its decision out; see the module docstring.
 
-    ``deadline`` (``time.monotonic``) is when a one-shot pass must be done
+    ``request.deadline`` (``time.monotonic``) is when a one-shot pass must be done
     (``ONE_SHOT_SECONDS`` after its start): what follows the decision, a GPU reset and
     ``[remediation] on_repair``, is cut to fit, and a reset with less than
     ``RESET_FLOOR_SECONDS`` left waits for a later pass. The daemon gives none: its
     watchdog budget counts them whole (``pass_budget``).
 
-    ``tier`` says which checks run (``Engine.run_checks``); for one with active checks
+    ``request.tier`` says which checks run (``Engine.run_checks``); for one with active checks
     the caller has made sure that no job is on the node (healthd.cycle.activerun). A pass of
     the active checks alone is partial: it never resumes the node. Nor does an ordinary
     pass while another process runs the active checks (``activerun.running``).
 
     A pass whose checks found a fault first waits its node's ``[slurm].act_splay``
-    delay (``healthd.plan.spread.act_delay``; ``sleep`` is injectable for tests), outside
+    delay (``healthd.plan.spread.act_delay``; ``tools.sleep`` is injectable for tests), outside
     the state lock, so a fleet-wide fault reaches slurmctld spread over that time.
 
     The policy and acks state is read, acted on and written back under the state
@@ -269,61 +320,40 @@ def run_pass(
     after the checks ran, the pass is still reported and saved: an unexpected
     exception becomes an UNKNOWN ``healthd/PASS_FAILED`` finding.
 
-    A partial pass (``only``, or the active checks alone) and one the caller marks
+    A partial pass (``request.only``, or the active checks alone) and one the caller marks
     ``aside`` (run with a config other than the running daemon's) do not stand for the
     node: they are saved as ``other-pass``, and ``last-pass``, which ``healthd status``
     and ``healthd ack`` read, keeps the node's last whole pass (docs/service.md).
     """
-    log = logger or logging.getLogger("healthd.cycle.pipeline")
+    ctx = PassContext(engine, request, tools)
     config = engine.config
-    dry = dry_run or config.policy.dry_run
-    enabled = config.slurm.enabled
-    aside = aside or only is not None or tier is Tier.ACTIVE
     try:
-        raw = engine.run_checks(only, tier)
+        raw = engine.run_checks(None if request.only is None else list(request.only), request.tier)
     except Exception as exc:  # anything from the engine must still give a reported pass
         from healthd.checks.engine import node_name
 
-        raw = PassResult(node_name(config), clock(), 0.0, ())
-        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled, aside=aside)
-    errors: list[str] = []
-    if enabled and not dry and _may_act(raw):
-        sleep(act_delay(raw.node, config.slurm.act_splay))
+        return failed_pass(ctx, PassResult(node_name(config), tools.clock(), 0.0, ()), exc)
+    if config.slurm.enabled and not ctx.dry and _may_act(raw):
+        tools.sleep(act_delay(raw.node, config.slurm.act_splay))
     lock = StateLock(config.paths.state_dir, config.slurm.lock_timeout)
-    unlocked = False
+    unlocked: tuple[str, ...] = ()
     try:
         lock.acquire()
     except LockTimeout as exc:
-        log.warning("%s: not acting this pass", exc)
-        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load())
+        ctx.log.warning("%s: not acting this pass", exc)
+        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load()[0])
         decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
-        report = _report(decision, dry=dry, enabled=enabled, errors=[str(exc)])
-        return _finish(engine, result, report, None, aside=aside)
+        return _finish(ctx, result, _report(ctx, decision, str(exc)))
     except OSError as exc:
         # The directory is missing or unwritable: no state can be saved there either,
         # and checking (and acting on a fault) must go on; the problem is reported.
-        errors.append(f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock")
-        unlocked = True
+        unlocked = (f"cannot lock {lock.path}: {exc.strerror or exc}; going on without the lock",)
     try:
-        return _locked_pass(
-            engine,
-            raw,
-            errors,
-            log,
-            dry=dry,
-            client=client,
-            clock=clock,
-            partial=only is not None or tier is Tier.ACTIVE,
-            sleep=sleep,
-            tier=tier,
-            unlocked=unlocked,
-            aside=aside,
-            deadline=deadline,
-        )
+        return _locked_pass(ctx, raw, unlocked)
     except UntrustedPath:
         raise  # not a failed pass: every entry point refuses it with exit 78 (docs/service.md)
     except Exception as exc:  # see the docstring
-        return failed_pass(engine, raw, exc, log, dry=dry, enabled=enabled, aside=aside)
+        return failed_pass(ctx, raw, exc)
     finally:
         lock.release()
 
@@ -337,32 +367,23 @@ def _may_act(raw: PassResult) -> bool:
 PASS_FAILED = "PASS_FAILED"  # noqa: S105 (a finding code)
 
 
-def failed_pass(
-    engine: Engine,
-    raw: PassResult,
-    exc: BaseException,
-    log: logging.Logger,
-    *,
-    dry: bool,
-    enabled: bool,
-    aside: bool = False,
-) -> PassOutcome:
+def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException) -> PassOutcome:
     """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass.
 
     The one way a pass that raised is reported: ``run_pass`` takes it when one of
     its steps raised, and the daemon when a pass could not run at all (no thread to
     be had) or raised outside the pipeline. The pass is saved as ``last-pass`` like any
     other, so ``healthd status`` and the hook show UNKNOWN instead of the last pass
-    that went well (``aside``: as ``other-pass``, see ``run_pass``).
+    that went well (``ctx.aside``: as ``other-pass``, see ``run_pass``).
     """
     # The exception's text may quote anything (a path, a line of a state file): one safe line.
     message = one_line(f"pass failed: {type(exc).__name__}: {exc}")
-    log.error("%s", message, exc_info=exc)
+    ctx.log.error("%s", message, exc_info=exc)
     finding = Finding(OWN_CHECK, Status.UNKNOWN, PASS_FAILED, OWN_CHECK, message)
     own = CheckResult(OWN_CHECK, RunState.ERROR, (finding,), 0.0, message)
     result = replace(raw, results=(*raw.results, own))
     decision = Decision(Action.NONE, Action.NONE, "", "the pass failed: nothing decided")
-    return _finish(engine, result, _report(decision, dry=dry, enabled=enabled, errors=[message]), None, aside=aside)
+    return _finish(ctx, result, _report(ctx, decision, message))
 
 
 def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
@@ -382,9 +403,8 @@ def _time_left(deadline: Optional[float]) -> float:
     return float("inf") if deadline is None else deadline - SAVE_MARGIN_SECONDS - time.monotonic()
 
 
-def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
+def _plan(config: Config, situation: Situation, slurm: SlurmClient) -> Plan:
     """Plan, making each Slurm read the plan asks for (the node, then its partitions) and planning again."""
-    config = engine.config
     prefix = config.slurm.reason_prefix
     for _ in Read:
         made = _plan_once(situation, config)
@@ -400,85 +420,99 @@ def _plan(engine: Engine, situation: Situation, slurm: SlurmClient) -> Plan:
     return made
 
 
-def _locked_pass(
-    engine: Engine,
-    raw: PassResult,
-    errors: list[str],
-    log: logging.Logger,
-    *,
-    dry: bool,
-    client: Optional[SlurmClient],
-    clock: Callable[[], float],
-    partial: bool,
-    sleep: Callable[[float], None],
-    tier: Tier,
-    unlocked: bool,
-    aside: bool,
-    deadline: Optional[float],
-) -> PassOutcome:
-    config = engine.config
-    enabled = config.slurm.enabled
-    now = clock()
+@dataclass(frozen=True)
+class Acted:
+    """What the locked part of a pass planned (``plan``), did (``executed``) and concluded (``done``)."""
+
+    plan: Plan
+    executed: Executed
+    done: Conclusion
+
+
+def _locked_pass(ctx: PassContext, raw: PassResult, unlocked: tuple[str, ...]) -> PassOutcome:
+    """The pass under the state lock; ``unlocked`` says why ``cycle.lock`` could not be opened (empty: it is held)."""
+    engine, config = ctx.engine, ctx.config
+    now = ctx.tools.clock()
     claim(engine.state, raw.node, mark=not unlocked)  # before anything in the directory is believed
     store = AckStore(engine.state.file(ACKS_STATE))
-    acks = store.load()
+    acks, ack_problems = store.load()
     # Judged as acknowledged: a CRITICAL an administrator acknowledged must not count (reach_critical).
-    read = _load_policy_state(engine, apply_acks(raw, acks)[0], errors, unlocked=unlocked)
+    read = _load_policy_state(engine, apply_acks(raw, acks)[0], unlocked=bool(unlocked))
     state = read.state
     # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it,
     # and only where the probe can matter: an active check is enabled, and healthd has the node
     # out (only then can the pass resume it). A healthy node's pass touches no lock file.
     active = engine.active_names()
+    tier = ctx.request.tier
     busy = tier is Tier.ORDINARY and bool(active) and bool(state.took_out) and active_running(config.paths.state_dir)
-    coverage = Coverage(tier, active, busy)
-    slurm = client or SlurmClient(config.slurm)
+    slurm = ctx.tools.client or SlurmClient(config.slurm)
     slurm.start_budget()
     # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
     history = History.open(config.paths.state_dir)
     try:
         repeats = _repeats(history, raw, config.escalation.window_days, now, engine)
         boot_id = read_boot_id(config.paths.procfs, default="")
-        situation = Situation(raw, state, acks, Observed(), now, partial, enabled, dry, repeats, boot_id, coverage)
-        the_plan = _plan(engine, situation, slurm)
-        left = _time_left(deadline)
-        if the_plan.reset is not None and left < RESET_FLOOR_SECONDS:
-            # Not started, not spent: a reset cut short would leave the GPU in an unknown state.
-            log.warning(
-                "GPU reset of %s left to a later pass: %.0fs left of this one-shot pass, %gs needed",
-                the_plan.reset.pci,
-                max(left, 0.0),
-                RESET_FLOOR_SECONDS,
-            )
-            the_plan = replace(the_plan, steps=(), reset=None, interrupted=None)
-        if the_plan.acknowledged and not dry:
-            count = len(the_plan.acknowledged)
-            log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", raw.node, count)
-
-        if dry:
-            executed = rehearse(the_plan)
-        else:
-            if the_plan.interrupted is not None:
-                # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
-                # the next pass still knows what it was doing and retries it (and confirms the drain).
-                with contextlib.suppress(StateError):
-                    engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
-            resets = ResetMarks(engine.state.file(RESET_MARKS), boot_id)
-            cut = None if deadline is None else deadline - SAVE_MARGIN_SECONDS
-            executed = (
-                execute(the_plan, slurm, config, sleep, resets=resets, deadline=cut) if the_plan.steps else Executed()
-            )
-        done = conclude(the_plan, executed, state, now)
-        _log_outcome(log, raw.node, the_plan, executed, done)
-        done = _record_history(history, the_plan, executed, done, now, boot_id, repeats, dry=dry)
-        if not dry:
+        situation = Situation(
+            result=raw,
+            state=state,
+            acks=acks,
+            observed=Observed(),
+            now=now,
+            partial=ctx.request.partial,
+            slurm_enabled=config.slurm.enabled,
+            dry_run=ctx.dry,
+            repeats=repeats,
+            boot_id=boot_id,
+            coverage=Coverage(tier, active, busy),
+        )
+        acted = _act(ctx, situation, _plan(config, situation, slurm), slurm)
+        done = _record_history(history, acted, now, boot_id, repeats, dry=ctx.dry)
+        acted = replace(acted, done=done)
+        if not ctx.dry:
             _record_reboot(history, state, done, now)
     finally:
         history.close()
-    outcome = _settle(engine, the_plan, executed, done, store, errors, read, dry=dry, aside=aside)
-    if done.state.repair is not None and state.repair is None and not dry:
+    outcome = _settle(ctx, acted, store, read, unlocked, ack_problems)
+    if done.state.repair is not None and state.repair is None and not ctx.dry:
         # After the pass is saved: a hook killed while on_repair runs has lost nothing of it.
-        _tell_repair(config, done, now, log, deadline)
+        _tell_repair(config, done, now, ctx.log, ctx.request.deadline)
     return outcome
+
+
+def _act(ctx: PassContext, situation: Situation, the_plan: Plan, slurm: SlurmClient) -> Acted:
+    """Carry ``the_plan`` out (a dry run rehearses it) and conclude what it did to the situation's state."""
+    log, deadline = ctx.log, ctx.request.deadline
+    left = _time_left(deadline)
+    if the_plan.reset is not None and left < RESET_FLOOR_SECONDS:
+        # Not started, not spent: a reset cut short would leave the GPU in an unknown state.
+        log.warning(
+            "GPU reset of %s left to a later pass: %.0fs left of this one-shot pass, %gs needed",
+            the_plan.reset.pci,
+            max(left, 0.0),
+            RESET_FLOOR_SECONDS,
+        )
+        the_plan = replace(the_plan, steps=(), reset=None, interrupted=None)
+    node = situation.result.node
+    if the_plan.acknowledged and not ctx.dry:
+        log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", node, len(the_plan.acknowledged))
+    if ctx.dry:
+        executed = rehearse(the_plan)
+    else:
+        if the_plan.interrupted is not None:
+            # Saved before the writes: if slurmd kills the hook (or the host dies) mid-way,
+            # the next pass still knows what it was doing and retries it (and confirms the drain).
+            with contextlib.suppress(StateError):
+                ctx.engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
+        resets = ResetMarks(ctx.engine.state.file(RESET_MARKS), situation.boot_id)
+        cut = None if deadline is None else deadline - SAVE_MARGIN_SECONDS
+        executed = (
+            execute(the_plan, slurm, ctx.config, ctx.tools.sleep, resets=resets, deadline=cut)
+            if the_plan.steps
+            else Executed()
+        )
+    done = conclude(the_plan, executed, situation.state, situation.now)
+    _log_outcome(log, node, the_plan, executed, done)
+    return Acted(the_plan, executed, done)
 
 
 def _repeats(
@@ -556,15 +590,7 @@ def _record_reboot(history: History, before: PolicyState, done: Conclusion, now:
 
 
 def _record_history(
-    history: History,
-    the_plan: Plan,
-    executed: Executed,
-    done: Conclusion,
-    now: float,
-    boot_id: str,
-    repeats: Mapping[str, tuple[str, int]],
-    *,
-    dry: bool,
+    history: History, acted: Acted, now: float, boot_id: str, repeats: Mapping[str, tuple[str, int]], *, dry: bool
 ) -> Conclusion:
     """Add this pass to the node's history (healthd.store.history), under the state lock the pass holds.
 
@@ -573,6 +599,7 @@ def _record_history(
     that cannot be written, or was corrupt and set aside, becomes one UNKNOWN finding
     of healthd's own: it says what is lost, and never stops the pass.
     """
+    the_plan, executed, done = acted.plan, acted.executed, acted.done
     result = done.result
     if boot_id:
         history.record_boot(at=now, boot_id=boot_id, gpus=[d for d in result.devices if d.kind == "gpu"])
@@ -624,26 +651,23 @@ def _log_outcome(log: logging.Logger, node: str, the_plan: Plan, executed: Execu
 
 
 def _settle(
-    engine: Engine,
-    the_plan: Plan,
-    executed: Executed,
-    done: Conclusion,
+    ctx: PassContext,
+    acted: Acted,
     store: AckStore,
-    errors: list[str],
     read: PolicyRead,
-    *,
-    dry: bool,
-    aside: bool,
+    unlocked: tuple[str, ...],
+    ack_problems: tuple[str, ...],
 ) -> PassOutcome:
     """Save what the pass leaves behind and build its outcome (the sinks take it from there).
 
-    The policy state that cannot be saved is kept for this process's next pass, and
-    marked unsaved for the others (healthd.store.policymemory).
+    Its action's errors are the problems each step returned, in the order met: the lock
+    (``unlocked``), the policy state as read, the plan's reads, the writes, the saves,
+    the acks file (``ack_problems``). The policy state that cannot be saved is kept for
+    this process's next pass, and marked unsaved for the others (healthd.store.policymemory).
     """
-    config = engine.config
-    errors.extend(the_plan.errors)
-    if executed.error:
-        errors.append(executed.error)
+    engine, dry = ctx.engine, ctx.dry
+    the_plan, executed, done = acted.plan, acted.executed, acted.done
+    problems = unlocked + read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
     saved = False
     try:
         engine.state.file(POLICY_STATE).save(done.state.to_dict())
@@ -651,11 +675,11 @@ def _settle(
         if not dry:
             store.save(the_plan.acks)
     except StateError as exc:
-        errors.append(str(exc))
+        problems += (str(exc),)
     engine.policy_memory.saved(done.state, read.loaded, saved)
     if saved == read.marked:
         mark_unsaved(engine.state, not saved)
-    errors.extend(store.problems)
+    problems += ack_problems
     node = the_plan.node
     pending = done.state.pending is not None and not dry
     report = ActionSection(
@@ -667,30 +691,28 @@ def _settle(
         pending=pending,
         next_retry=done.state.pending.next_try if pending and done.state.pending else None,
         dry_run=dry,
-        slurm_enabled=config.slurm.enabled,
+        slurm_enabled=ctx.config.slurm.enabled,
         acknowledged=the_plan.acknowledged,
-        errors=tuple(errors),
+        errors=problems,
         steps=tuple(step.value for step in (executed.would if dry else executed.done)),
     )
-    return _finish(engine, done.result, report, done.state, node, aside=aside)
+    return _finish(ctx, done.result, report, done.state, node)
 
 
 def _finish(
-    engine: Engine,
+    ctx: PassContext,
     result: PassResult,
     report: ActionSection,
-    state: Optional[PolicyState],
+    state: Optional[PolicyState] = None,
     node: Optional[NodeInfo] = None,
-    *,
-    aside: bool = False,
 ) -> PassOutcome:
     from healthd.cli.render import pass_to_dict
 
-    errors = list(report.errors) + engine.state.drain_problems()
-    report = replace(report, errors=tuple(errors))
+    engine = ctx.engine
+    report = replace(report, errors=(*report.errors, *engine.state.drain_problems()))
     document = pass_to_dict(result, {"action": report.to_dict()})
     try:
-        engine.state.file(OTHER_PASS if aside else LAST_PASS).save(document)
+        engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document)
     except StateError as exc:
         report = replace(report, errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()

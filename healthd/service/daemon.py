@@ -108,9 +108,9 @@ def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
     healthd is followed by one with the active checks too (``healthd.cycle.activerun``).
     """
     from healthd.cycle.activerun import after_pass
-    from healthd.cycle.pipeline import run_pass
+    from healthd.cycle.pipeline import PassRequest, run_pass
 
-    return report_from_outcome(after_pass(engine, run_pass(engine, dry_run=dry_run), dry_run, log))
+    return report_from_outcome(after_pass(engine, run_pass(engine, PassRequest(dry_run=dry_run)), dry_run, log))
 
 
 def daemon_pass_budget(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
@@ -134,13 +134,26 @@ def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run
     """A pass that raised outside the pipeline, or never started: ``healthd.cycle.pipeline.failed_pass``,
     with no results."""
     from healthd.checks.engine import node_name
-    from healthd.cycle.pipeline import failed_pass
+    from healthd.cycle.pipeline import PassContext, PassRequest, PassTools, failed_pass
     from healthd.model import PassResult
 
-    config = engine.config
-    raw = PassResult(node_name(config), started_at, 0.0, ())
-    dry = dry_run or config.policy.dry_run
-    return report_from_outcome(failed_pass(engine, raw, exc, log, dry=dry, enabled=config.slurm.enabled))
+    raw = PassResult(node_name(engine.config), started_at, 0.0, ())
+    context = PassContext(engine, PassRequest(dry_run=dry_run), PassTools(logger=log))
+    return report_from_outcome(failed_pass(context, raw, exc))
+
+
+@dataclass(frozen=True)
+class DaemonHooks:
+    """What the loop calls out to, each replaceable in tests: one pass (``pass_function``), the
+    engine for a config path (``engine_factory``; ``Engine.from_path`` when None), the two
+    clocks, and how long a stop and a pass may overrun before the loop gives up on them."""
+
+    pass_function: Callable[[Engine, bool], PassReport] = run_one_pass
+    engine_factory: Optional[Callable[[Optional[Path]], Engine]] = None
+    monotonic: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+    stop_grace: float = STOP_GRACE_SECONDS
+    pass_grace: float = PASS_GRACE_SECONDS
 
 
 class Daemon:
@@ -152,22 +165,17 @@ class Daemon:
         *,
         dry_run: bool = False,
         notifier: Optional[Notifier] = None,
-        pass_function: Callable[[Engine, bool], PassReport] = run_one_pass,
-        engine_factory: Optional[Callable[[Optional[Path]], Engine]] = None,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
-        stop_grace: float = STOP_GRACE_SECONDS,
-        pass_grace: float = PASS_GRACE_SECONDS,
+        hooks: DaemonHooks = DaemonHooks(),
     ) -> None:
         self.config_path = config_path
         self.dry_run = dry_run
         self.notifier = notifier if notifier is not None else Notifier()
-        self.pass_function = pass_function
-        self.engine_factory = engine_factory
-        self.monotonic = monotonic
-        self.wall = wall
-        self.stop_grace = stop_grace
-        self.pass_grace = pass_grace
+        self.pass_function = hooks.pass_function
+        self.engine_factory = hooks.engine_factory
+        self.monotonic = hooks.monotonic
+        self.wall = hooks.wall
+        self.stop_grace = hooks.stop_grace
+        self.pass_grace = hooks.pass_grace
         self.metrics = MetricsSink(log)
         # In order: the log first, so a sink that raises (UntrustedPath) leaves the pass logged.
         self.sinks: tuple[Sink, ...] = (LogSink(log), self.metrics, NotifySink(self.notifier))

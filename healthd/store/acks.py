@@ -15,23 +15,22 @@ class AckStore:
 
     def __init__(self, state: StateFile) -> None:
         self.state = state
-        self.problems: list[str] = []
 
-    def load(self) -> tuple[Ack, ...]:
-        """The stored acks; a malformed file or entry is reported in ``problems`` and ignored."""
+    def load(self) -> tuple[tuple[Ack, ...], tuple[str, ...]]:
+        """The stored acks, and the problems found: a malformed file or entry is reported and ignored."""
         items = self.state.load().get("acks", [])
         if not isinstance(items, list):
-            self.problems.append(f"{self.state.path}: acks is {type(items).__name__}, not a list: ignored")
-            return ()
+            return (), (f"{self.state.path}: acks is {type(items).__name__}, not a list: ignored",)
         acks = []
+        problems = []
         for index, item in enumerate(items):
             try:
                 if not isinstance(item, dict):
                     raise TypeError(f"{type(item).__name__}, not an object")
                 acks.append(Ack(FindingRef.from_dict(item), float(item.get("at", 0.0)), str(item.get("by", ""))))
             except (ValueError, TypeError) as exc:
-                self.problems.append(f"{self.state.path}: acks[{index}] ignored: {exc}")
-        return tuple(acks)
+                problems.append(f"{self.state.path}: acks[{index}] ignored: {exc}")
+        return tuple(acks), tuple(problems)
 
     def save(self, acks: Iterable[Ack]) -> None:
         self.state.save({"acks": [{**a.ref.to_dict(), "at": a.at, "by": a.by} for a in acks]})

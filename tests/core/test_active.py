@@ -20,7 +20,7 @@ from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
 from healthd.cycle.activerun import NotStarted, after_pass, daemon_budget, misfit, start
-from healthd.cycle.pipeline import pass_budget, run_pass
+from healthd.cycle.pipeline import PassRequest, pass_budget, run_pass
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 from healthd.model import Finding, Status, Tier
 from healthd.plan.acks import FindingRef
@@ -50,17 +50,17 @@ def test_an_ordinary_pass_never_runs_an_active_check(tmp_path: Path) -> None:
     ran: list[str] = []
     engine = _engine(tmp_path, ran)
     for only in (None, ["stress"], ["plain", "stress"]):
-        outcome = run_pass(engine, only=only)
+        outcome = run_pass(engine, PassRequest(None if only is None else tuple(only)))
         assert "stress" not in {r.check for r in outcome.result.results}
     assert ran == ["plain", "plain"]
 
 
 def test_an_active_pass_runs_the_active_checks_alone_and_a_whole_one_runs_all(tmp_path: Path) -> None:
     ran: list[str] = []
-    outcome = run_pass(_engine(tmp_path, ran), tier=Tier.ACTIVE)
+    outcome = run_pass(_engine(tmp_path, ran), PassRequest(tier=Tier.ACTIVE))
     assert ran == ["stress"]
     assert [r.check for r in outcome.result.results] == ["stress"]
-    outcome = run_pass(_engine(tmp_path, ran), tier=Tier.ALL)
+    outcome = run_pass(_engine(tmp_path, ran), PassRequest(tier=Tier.ALL))
     assert sorted(r.check for r in outcome.result.results) == ["plain", "stress"]
 
 
@@ -95,7 +95,7 @@ def test_a_dry_run_daemon_starts_no_diagnostic_and_records_none(
     engine = _engine(tmp_path, ran, "[active]\nwhen_drained = true\n")
     prefix = engine.config.slurm.reason_prefix
     drained = NodeInfo("n1", "IDLE", frozenset({"DRAIN"}), f"{prefix} X_FAILED gpu0", "root", ("gpu",))
-    outcome = replace(run_pass(engine, dry_run=True), node=drained)
+    outcome = replace(run_pass(engine, PassRequest(dry_run=True)), node=drained)
     caplog.set_level(logging.INFO, logger="healthd.test-active")
     assert after_pass(engine, outcome, True, logging.getLogger("healthd.test-active")) is outcome
     assert started == [] and ran == ["plain"] and "last_run" not in engine.state.file("active").load()
@@ -125,9 +125,9 @@ def test_ordinary_passes_keep_the_count_of_a_failing_active_check(tmp_path: Path
     ]
     text = f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nenabled = false\n[policy]\nfail_passes = 2\n'
     engine = Engine(parse_config(text, "t.toml", {"plain": CheckSettings, "stress": CheckSettings}), specs)
-    assert dict(run_pass(engine, tier=Tier.ACTIVE).state.fail_streaks) == {"stress": 1}
+    assert dict(run_pass(engine, PassRequest(tier=Tier.ACTIVE)).state.fail_streaks) == {"stress": 1}
     assert dict(run_pass(engine).state.fail_streaks) == {"stress": 1}
-    outcome = run_pass(engine, tier=Tier.ACTIVE)
+    outcome = run_pass(engine, PassRequest(tier=Tier.ACTIVE))
     assert outcome.action.decision.action is Action.DRAIN_AFTER_JOBS, outcome.action.decision
 
 

@@ -20,7 +20,7 @@ from healthd_testkit.paths import REPO
 from healthd.checks.engine import Engine
 from healthd.checks.plugin import settings_models
 from healthd.config.models import load_config
-from healthd.cycle.pipeline import run_pass
+from healthd.cycle.pipeline import PassTools, run_pass
 from healthd.model import PassResult, Status
 
 DAY = 86400.0
@@ -126,9 +126,9 @@ def test_pending_action_survives_the_clock_jumping_back(cluster: Any, cut_off: H
     node = cut_off
     node.faults(("CRITICAL", "INJECTED", "gpu0"))
     now = time.time()
-    assert run_pass(node.engine(), clock=lambda: now).action.pending
+    assert run_pass(node.engine(), tools=PassTools(clock=lambda: now)).action.pending
     # The clock steps back a day and Slurm is reachable again: the retry must not wait a day.
     node.slurm_extra = ""
-    outcome = run_pass(node.engine(), clock=lambda: now - DAY)
+    outcome = run_pass(node.engine(), tools=PassTools(clock=lambda: now - DAY))
     assert outcome.action.applied, outcome.action.errors
     assert cluster.state("node1") in ("down", "drained")

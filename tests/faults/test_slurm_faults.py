@@ -20,7 +20,7 @@ from healthd_testkit.faults import FAULT, Harness
 from healthd_testkit.waiting import wait_for
 
 from healthd.cycle.outcome import ActionOutcome
-from healthd.cycle.pipeline import run_pass
+from healthd.cycle.pipeline import PassTools, run_pass
 from healthd.plan.policy import Action
 
 
@@ -31,7 +31,7 @@ def _pending(node: Harness) -> dict[str, Any]:
 
 
 def _cycle(node: Harness, now: float) -> Any:
-    return run_pass(node.engine(), clock=lambda: now)
+    return run_pass(node.engine(), tools=PassTools(clock=lambda: now))
 
 
 def _fails_then_applies(node: Harness, cluster: Any, expected_error: str, heal: Callable[[], None]) -> None:

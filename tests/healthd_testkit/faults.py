@@ -22,7 +22,7 @@ from healthd.checks.engine import Engine
 from healthd.checks.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover, settings_models
 from healthd.config.models import load_config
 from healthd.model import Finding, Status
-from healthd.service.daemon import Daemon, PassReport, run_one_pass
+from healthd.service.daemon import Daemon, DaemonHooks, PassReport, run_one_pass
 from healthd.service.sdnotify import Notifier
 from healthd_testkit.paths import Below
 from healthd_testkit.waiting import wait_for
@@ -142,13 +142,11 @@ class Harness:
             return report
 
         self.write()
-        return Daemon(
-            self.config,
-            notifier=Notifier({}),
+        hooks = DaemonHooks(
             pass_function=record,
             engine_factory=lambda path: Engine(load_config(path, settings_models(self.specs)), self.specs),
-            **kwargs,
         )
+        return Daemon(self.config, notifier=Notifier({}), hooks=hooks, **kwargs)
 
     def wait_passes(self, count: int, timeout: float = 30.0) -> list[PassReport]:
         wait_for(lambda: len(self.reports) >= count, timeout, f"{count} passes")

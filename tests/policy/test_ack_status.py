@@ -65,8 +65,8 @@ def test_healthd_ack_records_the_status_of_the_last_pass_and_keeps_it_in_the_fil
     store = AckStore(StateFile(directory, "acks"))
     store.save(merge((), [ref], 10.0, "cli"))
     assert json.loads((directory / "acks.json").read_text())["acks"][0]["status"] == "WARNING"
-    (loaded,) = store.load()
-    assert loaded.ref.status is Status.WARNING and store.problems == []
+    (loaded,), problems = store.load()
+    assert loaded.ref.status is Status.WARNING and problems == ()
     critical = Finding("edac", Status.CRITICAL, "MCE", "cpu3", "m", {"event": "e"})
     result = PassResult("n1", 0.0, 0.1, (CheckResult("edac", RunState.RAN, (critical,), 0.1),))
     assert apply_acks(result, [loaded])[0].status is Status.CRITICAL
@@ -84,7 +84,7 @@ def test_an_ack_saved_without_a_status_is_pinned_at_the_first_pass_that_sees_it(
     directory = tmp_path / "state"
     directory.mkdir(mode=0o700)
     (directory / "acks.json").write_text(json.dumps({"acks": [{"key": KEY, "event": "boot1:100", "at": 10.0}]}))
-    (old,) = AckStore(StateFile(directory, "acks")).load()
+    (old,), _ = AckStore(StateFile(directory, "acks")).load()
     assert old.ref.status is None
     result, kept = apply_acks(_pass("WARNING"), [old])
     assert result.status is Status.OK
@@ -101,8 +101,8 @@ def test_an_ack_with_a_status_healthd_does_not_know_is_reported_and_ignored(tmp_
     entries = [{"key": KEY, "event": "e", "status": "FINE"}, {"key": "x/Y/z", "status": "WARNING"}]
     (directory / "acks.json").write_text(json.dumps({"acks": entries}))
     store = AckStore(StateFile(directory, "acks"))
-    assert [a.ref.key for a in store.load()] == ["x/Y/z"]
-    (problem,) = store.problems
+    acks, (problem,) = store.load()
+    assert [a.ref.key for a in acks] == ["x/Y/z"]
     assert "acks[0]" in problem and "'FINE'" in problem
 
 

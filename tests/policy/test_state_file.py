@@ -46,3 +46,16 @@ def test_ack_repaired_names_a_damaged_key_and_ends_the_repair(
     saved = PolicyState.from_dict(json.loads(policy.read_text()))
     assert saved.repair is None and saved.took_out == in_repair.took_out
     assert saved.repair_ended, "the REPAIR drain is now healthd's to lift on the next clean pass"
+
+
+def test_problems_of_the_policy_and_acks_files_are_reported_once_in_the_order_read(
+    write_config: Callable[..., Path], cli_json: Any, tmp_path: Path
+) -> None:
+    config = write_config("")
+    _save(tmp_path, PolicyState())
+    (tmp_path / "state" / "acks.json").write_text(json.dumps({"acks": [{"key": 3}, "not an object"]}))
+    _, document = cli_json("check", "--once", "--json", "--config", str(config))
+    errors = document["action"]["errors"]
+    acks = [e for e in errors if "acks.json: acks[" in e]
+    assert [e.split("acks.json: ")[1].split(" ignored")[0] for e in acks] == ["acks[0]", "acks[1]"], errors
+    assert errors.index(acks[0]) > next(i for i, e in enumerate(errors) if NAMED in e), errors

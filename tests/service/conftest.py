@@ -20,7 +20,7 @@ from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec, settings_models
 from healthd.config.models import load_config
 from healthd.model import Finding, Status
-from healthd.service.daemon import Daemon
+from healthd.service.daemon import Daemon, DaemonHooks
 from healthd.service.sdnotify import Notifier
 
 
@@ -178,7 +178,8 @@ def make_daemon(tmp_path: Path) -> Callable[..., Daemon]:
     ) -> Daemon:
         config_path = config or write_config(tmp_path / "healthd.toml", tmp_path / "state")
         env = notify_env(address, watchdog_usec) if address else {}
-        return Daemon(config_path, notifier=Notifier(env), engine_factory=engine_factory, **kwargs)
+        hooks = DaemonHooks(**{"engine_factory": engine_factory, **kwargs})
+        return Daemon(config_path, notifier=Notifier(env), hooks=hooks)
 
     return make
 

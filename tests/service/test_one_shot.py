@@ -29,6 +29,8 @@ from healthd.cycle.pipeline import (
     POLICY_STATE,
     RESET_FLOOR_SECONDS,
     SAVE_MARGIN_SECONDS,
+    PassRequest,
+    PassTools,
     pass_budget,
     run_pass,
 )
@@ -97,13 +99,21 @@ def _actions(tmp_path: Path, action: str) -> list[tuple[str, str]]:
 
 def test_the_reset_try_is_saved_before_nvidia_smi_runs(tmp_path: Path) -> None:
     engine = _reset_engine(tmp_path)
-    outcome = run_pass(engine, client=_OutAndIdle(engine.config.slurm), deadline=time.monotonic() + ONE_SHOT_SECONDS)
+    outcome = run_pass(
+        engine,
+        PassRequest(deadline=time.monotonic() + ONE_SHOT_SECONDS),
+        PassTools(client=_OutAndIdle(engine.config.slurm)),
+    )
     assert outcome.action.steps == ("reset",)
     # Had slurmd killed the hook during the reset, the next pass would know it was tried.
     during = json.loads((tmp_path / "during-reset.json").read_text())
     assert during["reset_tried"] == ["fault/ROW_REMAP_PENDING/gpu3"]
     assert _actions(tmp_path, "gpu_reset") == [("done", "GPU reset")]
-    again = run_pass(engine, client=_OutAndIdle(engine.config.slurm), deadline=time.monotonic() + ONE_SHOT_SECONDS)
+    again = run_pass(
+        engine,
+        PassRequest(deadline=time.monotonic() + ONE_SHOT_SECONDS),
+        PassTools(client=_OutAndIdle(engine.config.slurm)),
+    )
     assert again.action.steps == () and (tmp_path / "resets").read_text().count("--gpu-reset") == 1
 
 
@@ -113,12 +123,14 @@ def test_a_one_shot_pass_short_of_time_leaves_the_reset_to_a_later_pass(
     engine = _reset_engine(tmp_path)
     client = _OutAndIdle(engine.config.slurm)
     short = time.monotonic() + SAVE_MARGIN_SECONDS + RESET_FLOOR_SECONDS - 5
-    outcome = run_pass(engine, client=client, deadline=short)
+    outcome = run_pass(engine, PassRequest(deadline=short), PassTools(client=client))
     assert outcome.action.steps == () and not (tmp_path / "resets").exists()
     assert outcome.state.reset_tried == (), "not tried: the next pass may"
     assert f"GPU reset of {PCI} left to a later pass: 1" in caplog.text  # 15 s or a little less
     assert "s left of this one-shot pass, 20s needed" in caplog.text
-    assert run_pass(engine, client=client).action.steps == ("reset",), "the daemon's pass has no such limit"
+    assert run_pass(engine, tools=PassTools(client=client)).action.steps == ("reset",), (
+        "the daemon's pass has no such limit"
+    )
 
 
 def _repair_engine(tmp_path: Path, on_repair: Path) -> Engine:
@@ -132,7 +144,7 @@ def test_on_repair_runs_after_the_pass_is_saved(tmp_path: Path) -> None:
         tmp_path / "ticket.sh", f'cp "{state}/last-pass.json" "{state}/policy.json" "{tmp_path}/seen/"; cat > /dev/null'
     )
     (tmp_path / "seen").mkdir()
-    outcome = run_pass(_repair_engine(tmp_path, on_repair), deadline=time.monotonic() + ONE_SHOT_SECONDS)
+    outcome = run_pass(_repair_engine(tmp_path, on_repair), PassRequest(deadline=time.monotonic() + ONE_SHOT_SECONDS))
     assert outcome.action.decision.reason == "healthd: REPAIR XID_48 gpu0 x1"
     # What a hook killed while on_repair runs leaves behind: this pass, its repair, its history.
     seen = json.loads((tmp_path / "seen" / "last-pass.json").read_text())
@@ -144,7 +156,7 @@ def test_on_repair_runs_after_the_pass_is_saved(tmp_path: Path) -> None:
 def test_on_repair_gets_what_is_left_of_a_one_shot_pass(tmp_path: Path) -> None:
     on_repair = _script(tmp_path / "ticket.sh", "exec sleep 30")
     started = time.monotonic()
-    run_pass(_repair_engine(tmp_path, on_repair), deadline=started + SAVE_MARGIN_SECONDS + 0.5)
+    run_pass(_repair_engine(tmp_path, on_repair), PassRequest(deadline=started + SAVE_MARGIN_SECONDS + 0.5))
     assert time.monotonic() - started < 5, "not its own 30 s"
     assert [outcome for outcome, _ in _actions(tmp_path, "on_repair")] == ["timeout"]
 

@@ -12,7 +12,7 @@ import pytest
 from healthd_testkit.faults import DaemonKit
 
 from healthd.cycle.outcome import report_from_outcome
-from healthd.cycle.pipeline import failed_pass, run_pass
+from healthd.cycle.pipeline import PassContext, PassTools, failed_pass, run_pass
 from healthd.model import PassResult, Status
 from healthd.plan.policy import Action
 from healthd.service.daemon import failed_report
@@ -107,7 +107,7 @@ def test_a_failed_pass_exports_no_circuit_breaker_state(make_engine: Callable[..
     collector.update(report_from_outcome(run_pass(engine)))
     assert {m.name for m in collector.collect()} >= {"healthd_circuit_breaker_open"}
     raw = PassResult("node-test", 0.0, 0.0, ())
-    failed = failed_pass(engine, raw, ValueError("x"), logging.getLogger("t"), dry=False, enabled=False)
+    failed = failed_pass(PassContext(engine, tools=PassTools(logger=logging.getLogger("t"))), raw, ValueError("x"))
     collector.update(report_from_outcome(failed))
     # Nothing was decided: whether the breaker is open is not known, so it is not claimed.
     assert "healthd_circuit_breaker_open" not in {m.name for m in collector.collect()}

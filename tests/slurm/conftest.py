@@ -20,7 +20,7 @@ from healthd_testkit.paths import Below
 from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
-from healthd.cycle.pipeline import PassOutcome, run_pass
+from healthd.cycle.pipeline import PassOutcome, PassRequest, PassTools, run_pass
 from healthd.model import Finding, Status
 from healthd.slurm.adapter import SlurmClient
 
@@ -104,7 +104,7 @@ file = "{self.fault_file}"
     ) -> PassOutcome:
         engine = self.engine()
         clock = (lambda: now) if now is not None else time.time
-        return run_pass(engine, dry_run=dry_run, client=client, clock=clock)
+        return run_pass(engine, PassRequest(dry_run=dry_run), PassTools(client=client, clock=clock))
 
     def client(self) -> SlurmClient:
         return SlurmClient(self.engine().config.slurm)

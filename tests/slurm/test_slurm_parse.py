@@ -15,7 +15,7 @@ from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import ConfigError, RunnerSettings, SlurmSettings, parse_config
-from healthd.cycle.pipeline import run_pass
+from healthd.cycle.pipeline import PassRequest, PassTools, run_pass
 from healthd.model import Finding, Status
 from healthd.plan.breaker import group_views, out_by_healthd
 from healthd.plan.spread import act_delay
@@ -308,7 +308,9 @@ def test_a_reason_with_a_newline_on_another_node_does_not_block_a_take_out(tmp_p
         "act_splay = 0\n[policy]\nmax_out_fraction = 1.0\n"
     )
     spec = CheckSpec(name="fake", description="", settings=_Settings, run=_critical)
-    outcome = run_pass(Engine(parse_config(config, "t.toml", {"fake": _Settings}), [spec]), clock=lambda: 1e6)
+    outcome = run_pass(
+        Engine(parse_config(config, "t.toml", {"fake": _Settings}), [spec]), tools=PassTools(clock=lambda: 1e6)
+    )
     assert outcome.action.errors == ()
     assert outcome.action.decision.action.value == "take_out_now" and outcome.action.applied
     assert updates.read_text().splitlines() == ["NodeName=n1 State=DRAIN", "NodeName=n1 State=DOWN"]
@@ -573,14 +575,14 @@ esac
     )
     now = 1_000_000.0
     for attempt, at, delay in ((1, 0.0, 10.0), (2, 11.0, 20.0), (3, 32.0, 40.0)):
-        outcome = run_pass(engine, clock=lambda at=at: now + at)
+        outcome = run_pass(engine, tools=PassTools(clock=lambda at=at: now + at))
         assert outcome.action.pending and not outcome.action.applied
         assert "Access/permission denied" in outcome.action.errors[-1]
         pending = json.loads((tmp_path / "state" / "policy.json").read_text())["pending"]
         assert (pending["attempts"], pending["next_try"]) == (attempt, now + at + delay)
         during = json.loads(seen.read_text())["pending"]
         assert during["action"] == "take_out_now" and during["error"].startswith("not confirmed")
-    backing_off = run_pass(engine, clock=lambda: now + 40.0)
+    backing_off = run_pass(engine, tools=PassTools(clock=lambda: now + 40.0))
     assert backing_off.action.pending and backing_off.action.next_retry == now + 32.0 + 40.0
 
 
@@ -593,9 +595,9 @@ def _splay_engine(tmp_path: Path, run: Any, slurm: str = "") -> Engine:
 def test_a_pass_with_a_fault_waits_its_nodes_stable_splay_before_slurm(tmp_path: Path) -> None:
     slept: list[float] = []
     engine = _splay_engine(tmp_path, _critical, "act_splay = 30\n")
-    first = run_pass(engine, sleep=slept.append)
+    first = run_pass(engine, tools=PassTools(sleep=slept.append))
     assert first.action.pending and "sinfo not found" in first.action.errors[0], "the pass went on to Slurm"
-    assert run_pass(engine, sleep=slept.append).action.pending
+    assert run_pass(engine, tools=PassTools(sleep=slept.append)).action.pending
     assert slept == [act_delay("n42", 30)] * 2, "the same wait on every pass"
     assert 0 <= slept[0] < 30
     delays = {act_delay(f"node{i:05d}", 30) for i in range(1000)}
@@ -604,9 +606,16 @@ def test_a_pass_with_a_fault_waits_its_nodes_stable_splay_before_slurm(tmp_path:
 
 def test_a_healthy_pass_a_dry_run_and_slurm_off_never_wait(tmp_path: Path) -> None:
     slept: list[float] = []
-    run_pass(_splay_engine(tmp_path / "a", _healthy_check, "act_splay = 30\n"), sleep=slept.append)
-    run_pass(_splay_engine(tmp_path / "b", _critical, "act_splay = 30\n"), sleep=slept.append, dry_run=True)
-    run_pass(_splay_engine(tmp_path / "c", _critical, "act_splay = 30\nenabled = false\n"), sleep=slept.append)
+    run_pass(_splay_engine(tmp_path / "a", _healthy_check, "act_splay = 30\n"), tools=PassTools(sleep=slept.append))
+    run_pass(
+        _splay_engine(tmp_path / "b", _critical, "act_splay = 30\n"),
+        PassRequest(dry_run=True),
+        PassTools(sleep=slept.append),
+    )
+    run_pass(
+        _splay_engine(tmp_path / "c", _critical, "act_splay = 30\nenabled = false\n"),
+        tools=PassTools(sleep=slept.append),
+    )
     assert slept == []
 
 

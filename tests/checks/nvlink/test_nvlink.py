@@ -307,7 +307,7 @@ def test_an_ack_saved_before_the_upgrade_holds_through_the_cli(
     assert check["status"] == "OK"
     (finding,) = check["findings"]
     assert (finding["code"], finding["details"]["acknowledged"]) == ("NVLINK_DOWN", True)
-    assert acks.load() == (Ack(FindingRef("nvlink/NVLINK_DOWN/gpu3"), 10.0, "slurm-resume"),)
+    assert acks.load() == ((Ack(FindingRef("nvlink/NVLINK_DOWN/gpu3"), 10.0, "slurm-resume"),), ())
 
 
 def test_a_gpu_whose_links_cannot_be_listed_is_unknown_where_links_are_expected(tmp_path: Path, mocker: Any) -> None:
