@@ -249,11 +249,12 @@ def _from_daemon(
     loaded, _ = load_checks(config, load=False)
     settings = _settings(loaded)
     deadline.at = started + settings.prolog_timeout
-    new = _xid_since(loaded) if "xid" in settings.prolog_checks else ()
-    if new is None:
+    since = _xid_since(loaded) if "xid" in settings.prolog_checks else ((), None)
+    if since is None:
         return None
+    new, position = since
     config_values = loaded.config
-    note_start(config_values, job, now, FRESH_LOCK_WAIT)
+    note_start(config_values, job, now, FRESH_LOCK_WAIT, position)
     prefix = config_values.slurm.reason_prefix
     known = _document_criticals(document, job)
     if known:
@@ -269,8 +270,11 @@ def _from_daemon(
     return 0
 
 
-def _xid_since(loaded: Any) -> Optional[tuple[Finding, ...]]:
+def _xid_since(loaded: Any) -> Optional[tuple[tuple[Finding, ...], Optional[int]]]:
     """What the ``xid`` check reports now, from its state and the records after it, saving nothing; None: unusable.
+
+    With it, the SEQ of the newest /dev/kmsg record it read (None: it read the journal),
+    which is where the job starts: the kernel log is then read once, not twice.
 
     Unusable: the check is off, or its state is not of this boot (a reboot since the
     state was saved, or no pass has read this boot's log yet). The daemon's pass is of
@@ -289,7 +293,11 @@ def _xid_since(loaded: Any) -> Optional[tuple[Finding, ...]]:
     observed = gather(context)
     if not observed.document:  # another boot's (or no) state: gather starts over, as after a reboot
         return None
-    return judge(observed, JudgeContext("xid", xid, context.clock())).findings
+    log, position = observed.log, observed.position
+    # The read's own cursor (the last SEQ read), or, with nothing new, where the state stood.
+    cursor = (log.cursor or position.cursor) if log is not None and position.source == "kmsg" else None
+    findings = judge(observed, JudgeContext("xid", xid, context.clock())).findings
+    return findings, int(cursor) if cursor is not None and cursor.isdigit() else None
 
 
 def _full_prolog(
@@ -333,8 +341,8 @@ def _act(engine: Engine, only: list[str], job: Job, where: str, *, allowed: bool
     return None
 
 
-def note_start(config: Any, job: Job, now: float, lock_wait: float) -> None:
-    """Note where the kernel log stands, for the epilog, as the job's ``job_start`` event.
+def note_start(config: Any, job: Job, now: float, lock_wait: float, seq: Optional[int] = None) -> None:
+    """Note where the kernel log stands (``seq``, or read now when None), for the epilog, as the job's ``job_start``.
 
     Waits at most ``lock_wait`` for the state lock; a lock held longer (a pass acting
     through Slurm) leaves the job without a position, as a prolog past its deadline does.
@@ -344,9 +352,8 @@ def note_start(config: Any, job: Job, now: float, lock_wait: float) -> None:
     from healthd_checks.jobs.joblog import LogUnavailable, last_seq
 
     try:
-        seq = last_seq(config.paths.kmsg)
+        seq = last_seq(config.paths.kmsg) if seq is None else seq
     except LogUnavailable as exc:
-        seq = None
         print(f"healthd: {exc}: the epilog will not see this job's kernel log", file=sys.stderr)
     boot = read_boot_id(config.paths.procfs)
     try:
@@ -632,9 +639,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _console(which: str, argv: Optional[Sequence[str]]) -> int:
-    from healthd.cli.main import main
+    """The command as ``healthd WHICH ARGS`` runs it; without building the CLI's parser when slurmd's usual
+    arguments (none, or ``-c``/``--config PATH``) are all there is: finding every command costs more than a
+    prolog from the daemon's pass does (bench/README.md)."""
+    from healthd.cli.main import main, plain_status
+    from healthd.cli.stdout import quiet_broken_pipe
 
-    return main([which, *(sys.argv[1:] if argv is None else argv)])
+    args = list(sys.argv[1:] if argv is None else argv)
+    plain = plain_status(["status", *args])  # the same spelled-out -c/--config; --json is not the prolog's
+    if plain is None or plain.json:
+        return main([which, *args])
+    with quiet_broken_pipe():
+        return _run(which, plain)
 
 
 def prolog_main(argv: Optional[Sequence[str]] = None) -> int:
