@@ -3,11 +3,13 @@
 Prolog. slurmd runs it before a job starts on the node (slurm.conf(5), Prolog); a
 non-zero exit makes Slurm drain the node and requeue the job. Within
 ``[checks.jobs].prolog_timeout`` (1 s by default, far under PrologTimeout) it notes
-where the kernel log stands (for the epilog), reads the running daemon's last pass
-when the hook could report it (``healthd.store.daemonpass``), then runs ``prolog_checks`` through the ordinary
-pass (``run_pass(only=...)``: checks, plan, Slurm, history, under the state lock), so a
-fault it finds drains the node with healthd's own reason and is later resumed by
-healthd like any other. It fails (exit 2, one line) only for a CRITICAL finding about
+where the kernel log stands (for the epilog). When the running daemon's last pass is
+one the hook could report (``healthd.store.daemonpass``), that pass and the kernel log
+since it are all it reads (``_from_daemon``: the ``xid`` check judged from its state,
+saving nothing; no NVML, no other check). Otherwise it runs ``prolog_checks`` through
+the ordinary pass (``run_pass(only=...)``: checks, plan, Slurm, history, under the
+state lock). Either way a fault it finds drains the node with healthd's own reason and
+is later resumed by healthd like any other. It fails (exit 2, one line) only for a CRITICAL finding about
 the job's GPUs or the whole node. Everything else, healthd's own trouble included (a
 bad config, a check that hangs, a held lock), lets the job start: at the deadline the
 prolog prints an UNKNOWN line, tries briefly to record it, and leaves with
