@@ -5,14 +5,15 @@ Usage (root; slurm-wlm and munge installed):
     .venv/bin/python bench/bench_prolog_cluster.py [--runs 10]
 
 It starts the test suite's three-node cluster (tests/healthd_testkit/cluster.py), whose
-``Prolog=`` runs ``healthd prolog`` on the nodes listed in its ``prolog-nodes`` file and
-exits at once on the others; the benchmark makes it run ``healthd-prolog``, as
-slurm.conf does on a node (docs/jobs.md). node1 has a running ``healthd run`` with a fresh pass
-beside its prolog; node2 has none. A job's start delay is from just before ``sbatch``
-to the first line of its batch script (``date``), which runs after the prolog. Each
-round times one job per node with its prolog and one without (the node left out of
-``prolog-nodes``: Prolog= is then a shell that exits 0), alternating, so the
-difference is the prolog as slurmd runs it. Medians over the rounds.
+``Prolog=`` runs healthd's prolog on the nodes listed in its ``prolog-nodes`` file and
+exits at once on the others; the benchmark's wrapper runs ``healthd-prolog``, as
+slurm.conf does on a node (docs/jobs.md), and notes how long it ran under slurmd.
+node1 has a running ``healthd run`` with a fresh pass beside its prolog; node2 has
+none. A job's start delay is from just before ``sbatch`` to the first line of its
+batch script (``date``), which runs after the prolog. Each round times one job per
+node with its prolog and one without (the node left out of ``prolog-nodes``: Prolog=
+is then a shell that exits 0), alternating, so the difference is the prolog as slurmd
+runs it. Medians over the rounds, and the median of each round's difference.
 """
 
 from __future__ import annotations
@@ -27,6 +28,17 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# The test cluster's Prolog= wrapper, running healthd-prolog as slurm.conf does on a node (docs/jobs.md)
+# rather than `healthd prolog`, and noting when it started and ended, in slurmd's process tree.
+PROLOG = """#!/bin/sh
+test -f {nodes} || exit 0
+/bin/grep -qx "$SLURMD_NODENAME" {nodes} || exit 0
+start=$(/bin/date +%s.%N)
+{prolog} --config {root}/job-"$SLURMD_NODENAME".toml >>{root}/job-"$SLURMD_NODENAME".log 2>&1
+code=$?
+echo "$start $(/bin/date +%s.%N)" >>{root}/prolog-times-"$SLURMD_NODENAME"
+exit $code
+"""
 
 
 def _testkit() -> Any:
@@ -48,6 +60,11 @@ def _config(cluster: Any, node: str, root: Path) -> Path:
     )
     config.chmod(0o600)
     return config
+
+
+def _durations(path: Path) -> list[float]:
+    """Each prolog's run time, from the wrapper's start and end stamps."""
+    return [float(end) - float(start) for start, end in (line.split() for line in path.read_text().splitlines())]
 
 
 def _delay(cluster: Any, node: str, out: Path) -> float:
@@ -80,10 +97,10 @@ def main() -> int:
         cluster.start()
         daemon = None
         try:
-            # As slurm.conf has it on a node (docs/jobs.md): Prolog= runs healthd-prolog, not `healthd prolog`.
-            script = cluster.root / "prolog.sh"
             healthd = str(Path(sys.executable).with_name("healthd"))
-            script.write_text(script.read_text().replace(f"{healthd} prolog", f"{healthd}-prolog"))
+            (cluster.root / "prolog.sh").write_text(
+                PROLOG.format(nodes=cluster.prolog_nodes, prolog=f"{healthd}-prolog", root=cluster.root)
+            )
             beside = _config(cluster, "node1", root)
             _config(cluster, "node2", root)
             daemon = subprocess.Popen([healthd, "run", "--config", str(beside)], stderr=subprocess.DEVNULL)
@@ -101,6 +118,7 @@ def main() -> int:
                         times.setdefault(key, []).append(_delay(cluster, node, root / "started"))
             log = cluster.job_log("node1").read_text()
             assert "(daemon's pass)" in log, log
+            ran = {node: _durations(cluster.root / f"prolog-times-{node}") for node in ("node1", "node2")}
         finally:
             if daemon is not None:
                 daemon.terminate()
@@ -108,6 +126,11 @@ def main() -> int:
             cluster.shutdown()
     for key, delays in times.items():
         print(f"{key}: job start delay median {statistics.median(delays) * 1000:.0f} ms ({len(delays)} jobs)")
+    for node, what in (("node1", "daemon running, its pass fresh"), ("node2", "no daemon")):
+        with_prolog, without = (times[f"{node} ({what}): {p}"] for p in ("healthd prolog", "no prolog"))
+        added = statistics.median(a - b for a, b in zip(with_prolog, without)) * 1000
+        print(f"{node} ({what}): the prolog adds {added:.0f} ms to a job's start (median of the rounds' differences)")
+        print(f"{node} ({what}): the prolog ran {statistics.median(ran[node]) * 1000:.0f} ms under slurmd (median)")
     return 0
 
 
