@@ -3,11 +3,13 @@
 Prolog. slurmd runs it before a job starts on the node (slurm.conf(5), Prolog); a
 non-zero exit makes Slurm drain the node and requeue the job. Within
 ``[checks.jobs].prolog_timeout`` (1 s by default, far under PrologTimeout) it notes
-where the kernel log stands (for the epilog), reads the running daemon's last pass
-when the hook could report it (``healthd.store.daemonpass``), then runs ``prolog_checks`` through the ordinary
-pass (``run_pass(only=...)``: checks, plan, Slurm, history, under the state lock), so a
-fault it finds drains the node with healthd's own reason and is later resumed by
-healthd like any other. It fails (exit 2, one line) only for a CRITICAL finding about
+where the kernel log stands (for the epilog). When the running daemon's last pass is
+one the hook could report (``healthd.store.daemonpass``), that pass and the kernel log
+since it are all it reads (``_from_daemon``: the ``xid`` check judged from its state,
+saving nothing; no NVML, no other check). Otherwise it runs ``prolog_checks`` through
+the ordinary pass (``run_pass`` of ``prolog_checks``: checks, plan, Slurm, history, under the
+state lock). Either way a fault it finds drains the node with healthd's own reason and
+is later resumed by healthd like any other. It fails (exit 2, one line) only for a CRITICAL finding about
 the job's GPUs or the whole node. Everything else, healthd's own trouble included (a
 bad config, a check that hangs, a held lock), lets the job start: at the deadline the
 prolog prints an UNKNOWN line, tries briefly to record it, and leaves with
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from typing import NoReturn
 
     from healthd.checks.engine import Engine
+    from healthd.config.loaded import LoadedConfig
     from healthd.model import Finding
     from healthd.store.history import History
     from healthd_checks.jobs.joblog import JobEvent
@@ -53,6 +56,10 @@ DEFAULT_PROLOG_TIMEOUT = 1.0
 DEFAULT_EPILOG_TIMEOUT = 20.0
 # How long a prolog past its deadline still tries to record that it gave up.
 RECORD_GRACE = 0.25
+# How long the prolog from the daemon's pass waits for the state lock to note the job's start: a
+# healthy pass holds it for about a millisecond (bench/README.md, history cost), one acting through
+# Slurm for up to [slurm].timeout, far past the prolog's budget, which goes to the verdict instead.
+FRESH_LOCK_WAIT = 0.1
 # How far back the epilog looks for the node's other jobs (and for records already
 # counted): a job that ran beside this one for longer is not seen as a claimant.
 JOB_LOOKBACK = 30 * 86400.0
@@ -165,9 +172,9 @@ def _engine(config: Any) -> Engine:
     return Engine.from_path(config)
 
 
-def _settings(engine: Engine) -> JobsSettings:
+def _settings(loaded: LoadedConfig) -> JobsSettings:
     """``[checks.jobs]`` as validated (a read-only view of the model, healthd.config.view)."""
-    settings = engine.loaded.check_settings.get("jobs")
+    settings = loaded.check_settings.get("jobs")
     if settings is None:  # the check's settings were not validated with this config: its defaults
         from healthd_checks.jobs.settings import JobsSettings
 
@@ -175,13 +182,16 @@ def _settings(engine: Engine) -> JobsSettings:
     return cast("JobsSettings", settings)
 
 
-def _with_history(engine: Engine, write: Callable[[History], object]) -> None:
-    """Open the node's history under the state lock, write, close (history.py's rule for writers)."""
+def _with_history(config: Any, write: Callable[[History], object], lock_wait: Optional[float] = None) -> None:
+    """Open the node's history under the state lock, write, close (history.py's rule for writers).
+
+    ``lock_wait``: how long to wait for the lock (None: ``[slurm].lock_timeout``); raises ``LockTimeout``.
+    """
     from healthd.store.history import History
     from healthd.store.lock import StateLock
 
-    config = engine.config
-    with StateLock(config.paths.state_dir, config.slurm.lock_timeout):
+    wait = config.slurm.lock_timeout if lock_wait is None else lock_wait
+    with StateLock(config.paths.state_dir, wait):
         history = History.open(config.paths.state_dir)
         try:
             write(history)
@@ -197,18 +207,10 @@ def _kmsg_settings(engine: Engine) -> tuple[Any, bool]:
     return getattr(xid, "overrides", None), getattr(xid, "accept_userspace_kmsg", False) is True
 
 
-def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
-    """CRITICAL findings about the job in the running daemon's last pass, when the hook could report it too.
-
-    ``healthd.store.daemonpass.daemon_document`` decides: a live daemon's own fresh, settled
-    pass with this config, or nothing (then the prolog's own checks are all it has).
-    """
+def _document_criticals(document: Mapping[str, Any], job: Optional[Job]) -> list[Finding]:
+    """CRITICAL findings about the job (None: any) in a pass document (``check --once --json``'s shape)."""
     from healthd.model import Finding, Status
-    from healthd.store.daemonpass import daemon_document
 
-    document = daemon_document(config, dry_run=False, now=now)
-    if document is None:
-        return []
     found = []
     for check in document.get("checks", []):
         for item in check.get("findings", []) if isinstance(check, dict) else []:
@@ -228,47 +230,158 @@ def _daemon_criticals(config: Any, job: Job, now: float) -> list[Finding]:
                 str(item.get("message", "")),
                 details,
             )
-            if job.concerns(finding):
+            if job is None or job.concerns(finding):
                 found.append(finding)
     return found
 
 
 def _prolog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
-        from healthd.boot import read_boot_id
-        from healthd.cycle.pipeline import PassRequest, run_pass
-        from healthd.model import Status
-        from healthd.slurm.reasons import make_reason
-        from healthd_checks.jobs.joblog import LogUnavailable, last_seq
+        from healthd.store.daemonpass import daemon_document
 
         started = deadline.at - DEFAULT_PROLOG_TIMEOUT
-        engine = _engine(config)
-        settings = _settings(engine)
-        deadline.at = started + settings.prolog_timeout
         now = time.time()
-        try:
-            seq = last_seq(engine.config.paths.kmsg)
-        except LogUnavailable as exc:
-            seq = None
-            print(f"healthd: {exc}: the epilog will not see this job's kernel log", file=sys.stderr)
-        boot = read_boot_id(engine.config.paths.procfs, default="")
-        _with_history(engine, lambda h: record_start(h, job, seq, boot, now))
-        prefix = engine.config.slurm.reason_prefix
-        known = _daemon_criticals(config, job, now)
-        if known:
-            print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
-            return int(Status.CRITICAL)
-        installed = {spec.name for spec in engine.specs}
-        outcome = run_pass(engine, PassRequest(tuple(name for name in settings.prolog_checks if name in installed)))
-        criticals = [f for f in outcome.result.findings if f.status is Status.CRITICAL and job.concerns(f)]
-        if criticals:
-            reason = outcome.action.decision.reason or make_reason(prefix, criticals)
-            print(f"healthd prolog: job {job.job_id}: {reason}")
-            return int(Status.CRITICAL)
-        print(f"healthd prolog: job {job.job_id}: {outcome.result.status.name}, job allowed")
-        return 0
+        # The hook's rule (healthd.store.daemonpass): a live daemon's own fresh, settled pass with this config.
+        document = daemon_document(config, dry_run=False, now=now)
+        if document is not None:
+            code = _from_daemon(job, config, document, deadline, started, now)
+            if code is not None:
+                return code
+        return _full_prolog(job, config, document, deadline, started, now)
 
     return work
+
+
+def _from_daemon(
+    job: Job, config: Any, document: Mapping[str, Any], deadline: _Deadline, started: float, now: float
+) -> Optional[int]:
+    """The prolog from the daemon's fresh pass and the kernel log since: its exit code, or None for the full prolog.
+
+    The daemon's pass stands for every check but the kernel log's newest records: the
+    ``xid`` check is judged once more from its own state (where the daemon's pass left
+    the log, and what it had folded), saving nothing, so the daemon's next pass reads
+    the same records. No NVML, no other check, and the config from its validated cache.
+    A CRITICAL the daemon's pass already had was acted on by the daemon; a new one is
+    acted on by the ``xid`` check's ordinary pass, which drains with healthd's reason.
+    """
+    from healthd.config.cache import load_checks
+    from healthd.model import Status
+    from healthd.slurm.reasons import make_reason
+
+    loaded, _ = load_checks(config, load=False)
+    settings = _settings(loaded)
+    deadline.at = started + settings.prolog_timeout
+    since = _xid_since(loaded) if "xid" in settings.prolog_checks else ((), None)
+    if since is None:
+        return None
+    new, position = since
+    config_values = loaded.config
+    note_start(config_values, job, now, FRESH_LOCK_WAIT, position)
+    prefix = config_values.slurm.reason_prefix
+    known = _document_criticals(document, job)
+    if known:
+        print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
+        return int(Status.CRITICAL)
+    seen = {(f.check, f.code, f.subject) for f in _document_criticals(document, None)}
+    unseen = [f for f in new if f.status is Status.CRITICAL and (f.check, f.code, f.subject) not in seen]
+    if unseen:  # as the full prolog would, act on it now, whoever's GPU it is
+        failed = _act(_engine(config), ["xid"], job, " (kernel log since the daemon's pass)")
+        if failed is not None:
+            return failed
+    print(f"healthd prolog: job {job.job_id}: {document.get('status')} (daemon's pass), kernel log since: job allowed")
+    return 0
+
+
+def _xid_since(loaded: Any) -> Optional[tuple[tuple[Finding, ...], Optional[int]]]:
+    """What the ``xid`` check reports now, from its state and the records after it, saving nothing; None: unusable.
+
+    With it, the SEQ of the newest /dev/kmsg record it read (None: it read the journal),
+    which is where the job starts: the kernel log is then read once, not twice.
+
+    Unusable: the check is off, or its state is not of this boot (a reboot since the
+    state was saved, or no pass has read this boot's log yet). The daemon's pass is of
+    this boot: its ``daemon.lock`` is held by a live process (``flock`` does not outlive
+    a boot), and the lock's token is the pass record's.
+    """
+    from healthd.checks.plugin import CheckContext, JudgeContext
+    from healthd.store.state import StateFile
+    from healthd_checks.xid.check import gather, judge
+
+    xid = loaded.check_settings.get("xid")
+    if xid is None or not xid.enabled:
+        return None
+    paths = loaded.config.paths
+    context = CheckContext(name="xid", settings=xid, paths=paths, state=StateFile(paths.state_dir, "check-xid"))
+    observed = gather(context)
+    if not observed.document:  # another boot's (or no) state: gather starts over, as after a reboot
+        return None
+    log, position = observed.log, observed.position
+    # The read's own cursor (the last SEQ read), or, with nothing new, where the state stood.
+    cursor = (log.cursor or position.cursor) if log is not None and position.source == "kmsg" else None
+    findings = judge(observed, JudgeContext("xid", xid, context.clock())).findings
+    return findings, int(cursor) if cursor is not None and cursor.isdigit() else None
+
+
+def _full_prolog(
+    job: Job, config: Any, document: Optional[Mapping[str, Any]], deadline: _Deadline, started: float, now: float
+) -> int:
+    """The prolog without the daemon's pass to stand on: ``prolog_checks`` through the ordinary pass."""
+    from healthd.model import Status
+    from healthd.slurm.reasons import make_reason
+
+    engine = _engine(config)
+    settings = _settings(engine.loaded)
+    deadline.at = started + settings.prolog_timeout
+    note_start(engine.config, job, now, engine.config.slurm.lock_timeout)
+    prefix = engine.config.slurm.reason_prefix
+    known = _document_criticals(document, job) if document is not None else []
+    if known:
+        print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
+        return int(Status.CRITICAL)
+    installed = {spec.name for spec in engine.specs}
+    failed = _act(engine, [name for name in settings.prolog_checks if name in installed], job, "", allowed=True)
+    return 0 if failed is None else failed
+
+
+def _act(engine: Engine, only: list[str], job: Job, where: str, *, allowed: bool = False) -> Optional[int]:
+    """The ordinary pass of the checks ``only`` (checks, plan, Slurm, history); 2 when a CRITICAL concerns the job.
+
+    None otherwise, having said so when ``allowed``.
+    """
+    from healthd.cycle.pipeline import PassRequest, run_pass
+    from healthd.model import Status
+    from healthd.slurm.reasons import make_reason
+
+    outcome = run_pass(engine, PassRequest(tuple(only)))
+    criticals = [f for f in outcome.result.findings if f.status is Status.CRITICAL and job.concerns(f)]
+    if criticals:
+        reason = outcome.action.decision.reason or make_reason(engine.config.slurm.reason_prefix, criticals)
+        print(f"healthd prolog: job {job.job_id}: {reason}{where}")
+        return int(Status.CRITICAL)
+    if allowed:
+        print(f"healthd prolog: job {job.job_id}: {outcome.result.status.name}, job allowed")
+    return None
+
+
+def note_start(config: Any, job: Job, now: float, lock_wait: float, seq: Optional[int] = None) -> None:
+    """Note where the kernel log stands (``seq``, or read now when None), for the epilog, as the job's ``job_start``.
+
+    Waits at most ``lock_wait`` for the state lock; a lock held longer (a pass acting
+    through Slurm) leaves the job without a position, as a prolog past its deadline does.
+    """
+    from healthd.boot import read_boot_id
+    from healthd.store.lock import LockTimeout
+    from healthd_checks.jobs.joblog import LogUnavailable, last_seq
+
+    try:
+        seq = last_seq(config.paths.kmsg) if seq is None else seq
+    except LogUnavailable as exc:
+        print(f"healthd: {exc}: the epilog will not see this job's kernel log", file=sys.stderr)
+    boot = read_boot_id(config.paths.procfs, default="")
+    try:
+        _with_history(config, lambda h: record_start(h, job, seq, boot, now), lock_wait)
+    except LockTimeout as exc:
+        print(f"healthd: {exc}: job start not recorded, the epilog attributes nothing to it", file=sys.stderr)
 
 
 def record_start(history: History, job: Job, seq: Optional[int], boot: str, at: float) -> None:
@@ -282,7 +395,7 @@ def record_start(history: History, job: Job, seq: Optional[int], boot: str, at: 
 def _epilog(job: Job, config: Any) -> Callable[[_Deadline], int]:
     def work(deadline: _Deadline) -> int:
         engine = _engine(config)
-        settings = _settings(engine)
+        settings = _settings(engine.loaded)
         deadline.at = deadline.at - DEFAULT_EPILOG_TIMEOUT + settings.epilog_timeout
         _record_job_xids(engine, job)
         if engine.config.active.at_epilog:
@@ -312,7 +425,7 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
         print(f"healthd epilog: job {job.job_id}: {why}", file=sys.stderr)
         # Where the log ends still closes the job's window: later records cannot be its.
         end = _log_end(paths.kmsg)
-        _with_history(engine, lambda h: record_end(h, job, boot, end, "UNKNOWN", why))
+        _with_history(engine.config, lambda h: record_end(h, job, boot, end, "UNKNOWN", why))
         return
     overrides, accept_userspace = _kmsg_settings(engine)
     try:
@@ -320,14 +433,14 @@ def _record_job_xids(engine: Engine, job: Job) -> None:
     except LogUnavailable as exc:
         unread = f"kernel log unreadable: {exc}"
         print(f"healthd epilog: job {job.job_id}: {unread}", file=sys.stderr)
-        _with_history(engine, lambda h: record_end(h, job, boot, None, "UNKNOWN", unread))
+        _with_history(engine.config, lambda h: record_end(h, job, boot, None, "UNKNOWN", unread))
         return
     if log.lost:
         print(f"healthd epilog: job {job.job_id}: {log.lost}", file=sys.stderr)
     window = LogWindow(job, after, log.end)
     recorded: list[JobEvent] = []
-    gres = _settings(engine).gpu_gres
-    _with_history(engine, lambda h: recorded.extend(attribute(h, window, log.events, boot, gres)))
+    gres = _settings(engine.loaded).gpu_gres
+    _with_history(engine.config, lambda h: recorded.extend(attribute(h, window, log.events, boot, gres)))
     applications = sum(1 for e in recorded if e.entry.entry.bucket.value == "application")
     if applications and "jobs" in {spec.name for spec in engine.specs}:
         run_pass(engine, PassRequest(("jobs",)))
@@ -529,7 +642,7 @@ def _record_timeout(which: str, job: Job, config: Any) -> None:
         message = f"{which} deadline passed: UNKNOWN, job allowed"
         details = {**job.to_dict(), "boot": read_boot_id(engine.config.paths.procfs, default="")}
         _with_history(
-            engine,
+            engine.config,
             lambda h: h.record_job(
                 at=time.time(),
                 kind=Kind.JOB_START if which == "prolog" else Kind.JOB_END,
@@ -549,9 +662,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _console(which: str, argv: Optional[Sequence[str]]) -> int:
-    from healthd.cli.main import main
+    """The command as ``healthd WHICH ARGS`` runs it; without building the CLI's parser when slurmd's usual
+    arguments (none, or ``-c``/``--config PATH``) are all there is: finding every command costs more than a
+    prolog from the daemon's pass does (bench/README.md)."""
+    from healthd.cli.main import main, plain_status
+    from healthd.cli.stdout import quiet_broken_pipe
 
-    return main([which, *(sys.argv[1:] if argv is None else argv)])
+    args = list(sys.argv[1:] if argv is None else argv)
+    plain = plain_status(["status", *args])  # the same spelled-out -c/--config; --json is not the prolog's
+    if plain is None or plain.json:
+        return main([which, *args])
+    with quiet_broken_pipe():
+        return _run(which, plain)
 
 
 def prolog_main(argv: Optional[Sequence[str]] = None) -> int:

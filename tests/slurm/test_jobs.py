@@ -28,49 +28,11 @@ from typing import Any
 import pytest
 from healthd_testkit.cluster import GRES_NODE
 from healthd_testkit.dcgmi import Dcgmi
+from healthd_testkit.jobnode import job_node
 from healthd_testkit.paths import run_healthd
 from healthd_testkit.xid import Node as XidNode
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
-
-
-def _node(
-    cluster: Any,
-    node: str,
-    tmp_path: Path,
-    extra: str = "",
-    kmsg: str = "/dev/kmsg",
-    jobs: str = "prolog_timeout = 20",
-    paths: str = "",
-) -> Path:
-    """The node's job config; the prolog gets 20 s (a loaded test machine is no production node) unless `jobs`."""
-    state = tmp_path / node / "state"
-    state.mkdir(parents=True)
-    config = cluster.job_config(node)
-    config.write_text(
-        f"""
-[paths]
-state_dir = "{state}"
-kmsg = "{kmsg}"
-{paths}
-[slurm]
-conf = "{cluster.conf}"
-node_name = "{node}"
-timeout = 8
-act_splay = 0
-[policy]
-max_out_fraction = 1.0
-[checks.xid]
-source = "kmsg"
-accept_userspace_kmsg = true
-[checks.jobs]
-{jobs}
-{extra}
-"""
-    )
-    config.chmod(0o600)
-    cluster.prolog_nodes.write_text(f"{node}\n")
-    return state
 
 
 def _history(state: Path, kind: str) -> list[dict[str, Any]]:
@@ -101,7 +63,7 @@ def _marker() -> str:
 
 
 def test_a_critical_prolog_requeues_the_job_and_drains_with_healthds_reason(cluster: Any, tmp_path: Path) -> None:
-    _node(
+    job_node(
         cluster,
         "node1",
         tmp_path,
@@ -119,7 +81,7 @@ def test_a_critical_prolog_requeues_the_job_and_drains_with_healthds_reason(clus
 
 
 def test_a_clean_prolog_starts_the_job_and_the_epilog_records_its_xids(cluster: Any, tmp_path: Path) -> None:
-    state = _node(cluster, "node2", tmp_path)
+    state = job_node(cluster, "node2", tmp_path)
     pci = _marker()
     job = _xid_job(cluster, "node2", pci)
     assert cluster.job_state(job) == "COMPLETED"
@@ -185,7 +147,7 @@ class Triage:
         self.fake.log("Linux version 6.1")
         paths = f'sysfs = "{tmp_path / "machine" / "sys"}"'
         settings = f'prolog_timeout = 20\nprolog_checks = ["jobs"]\n{jobs}'
-        self.state = _node(cluster, node, tmp_path, kmsg=str(self.fake.kmsg), jobs=settings, paths=paths)
+        self.state = job_node(cluster, node, tmp_path, kmsg=str(self.fake.kmsg), jobs=settings, paths=paths)
 
     def start(self, user: str, *options: str, prolog: bool = True) -> str:
         """A job of ``user`` that runs until cancelled; returns once its script runs (its prolog noted its position).
@@ -340,7 +302,7 @@ def test_an_old_xid_is_not_a_job_without_a_prolog_position(
 
 def test_a_prolog_at_its_deadline_exits_0(cluster: Any, tmp_path: Path, hung_mount: str) -> None:
     # The kernel log behind a hung FUSE mount: opening it blocks in the kernel for good.
-    _node(cluster, "node1", tmp_path, kmsg=f"{hung_mount}/kmsg", jobs="prolog_timeout = 1")
+    job_node(cluster, "node1", tmp_path, kmsg=f"{hung_mount}/kmsg", jobs="prolog_timeout = 1")
     env = {**os.environ, "SLURM_JOB_ID": "77", "SLURM_JOB_USER": "alice"}
     done = subprocess.run(
         [str(Path(sys.executable).with_name("healthd-prolog")), "--config", str(cluster.job_config("node1"))],
@@ -360,7 +322,7 @@ def test_a_prolog_at_its_deadline_exits_0(cluster: Any, tmp_path: Path, hung_mou
 def test_the_epilog_runs_the_active_checks_only_when_configured(cluster: Any, tmp_path: Path) -> None:
     dcgmi = Dcgmi(tmp_path)
     dcgmi.prints("level2-pcie-fail.json", rc=226)
-    _node(cluster, "node3", tmp_path, f'[checks.dcgm]\ndcgmi = "{dcgmi.tool}"\nlevel = 2\n')
+    job_node(cluster, "node3", tmp_path, f'[checks.dcgm]\ndcgmi = "{dcgmi.tool}"\nlevel = 2\n')
     config = cluster.job_config("node3")
 
     def ended(job: str) -> bool:
