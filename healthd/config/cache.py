@@ -38,7 +38,7 @@ from typing import Any, Optional
 
 from healthd import __version__
 from healthd.checks.plugin import ENTRY_POINT_GROUP, AnyCheck, BrokenCheck, CheckSpec, UnloadedCheck, load_entry
-from healthd.config.load import read_config, sha256_hex, state_dir_of
+from healthd.config.load import ConfigError, node_settings, read_config, sha256_hex
 from healthd.config.loaded import LoadedConfig
 from healthd.config.nodename import this_node
 
@@ -205,10 +205,18 @@ def _remember(
         "host": loaded.host,
         "host_sections": list(loaded.host_sections),
     }
-    state_dir = state_dir_of(raw)
+    state_dir = _state_dir(source, raw)
     if state_dir is not None:
         _store(state_dir, {**body, "digest": _digest(body)})
     return viewed
+
+
+def _state_dir(source: str, raw: bytes) -> Optional[Path]:
+    """``[paths].state_dir`` as the file writes it; None when the node's settings are bad (full validation says why)."""
+    try:
+        return node_settings(source, raw).state_dir
+    except ConfigError:
+        return None
 
 
 def _store(state_dir: Path, document: dict[str, Any]) -> None:
@@ -225,7 +233,7 @@ def _store(state_dir: Path, document: dict[str, Any]) -> None:
 
 def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig, list[AnyCheck]]]:
     """The cached validation of exactly these bytes, with the enabled checks loaded (``load``); None if unusable."""
-    state_dir = state_dir_of(raw)
+    state_dir = _state_dir(source, raw)
     if state_dir is None:
         return None
     from healthd.store.state import read_entry

@@ -26,10 +26,9 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from healthd.checks.settings import AbsolutePath, SettingPath
-from healthd.config import plaintoml
 from healthd.config.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.config.hosts import for_host, host_sections, merge
-from healthd.config.load import ConfigError, decode_config, node_local_problems, read_config
+from healthd.config.load import ConfigError, decode_config, node_local_problems, parse_toml, read_config
 from healthd.config.loaded import LoadedConfig
 from healthd.config.nodename import this_node
 from healthd.text import did_you_mean
@@ -315,13 +314,6 @@ def _describe(
     return f"{key}: {message} (got {error.get('input')!r})" if error["type"] != "missing" else f"{key}: {message}"
 
 
-def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    try:
-        return plaintoml.loads(text)
-    except ValueError as exc:  # tomllib's TOMLDecodeError, or nesting too deep for it
-        raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
-
-
 # (check, setting) -> where its value was written: ("node", key) or ("checks", old check, key).
 _Moved = Mapping[tuple[str, str], tuple[str, ...]]
 
@@ -482,7 +474,7 @@ def parse_config(
     Every problem in the file is reported at once, the check tables' and every host
     section's included, so an operator fixes a config in one round.
     """
-    raw = _parse_toml(text, source)
+    raw = parse_toml(text, source)
     local = node_local_problems(raw, text)
     sections, problems = host_sections(raw)
     problems += local

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import os
@@ -167,12 +168,32 @@ def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
     assert "HEAVY []" in _status_imports(config, heavy)
 
 
-def test_status_loads_neither_typing_nor_datetime(tmp_path: Path) -> None:
-    # typing and datetime would cost ``healthd status`` 2 to 4 ms each against an interpreter floor of about
-    # 12 (bench/README.md), contextlib and importlib about 1: annotations only name typing's types, the
-    # record's time is read without datetime, and the context managers on the way are classes.
+# The standard library's modules a status run needs besides those: the host name (healthd.config.nodename),
+# one_line's character classes (healthd.text).
+_STATUS_OWN = {"socket", "_socket", "selectors", "select", "array", "unicodedata"}
+
+
+def _bare_modules(code: str, *args: str) -> set[str]:
+    """The modules outside healthd that ``code`` leaves imported, run without ``site`` (``-S``), whose
+    editable-install finder imports modules of its own at start (``healthd`` is found in the checkout)."""
+    listing = "; print(sorted(m for m in sys.modules if m.split('.')[0] != 'healthd'))"
+    command = [sys.executable, "-S", "-c", f"import sys; {code}{listing}", *args]
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert done.stdout, done.stderr
+    return set(ast.literal_eval(done.stdout.splitlines()[-1]))
+
+
+def test_status_imports_no_more_than_reading_toml_and_json_needs(tmp_path: Path) -> None:
+    # Status reads the config with the standard library's TOML reader (typing, datetime and contextlib come with
+    # it: about 5 ms, docs/configuration.md says why that is kept); beyond it, json and pathlib, only the few
+    # modules named above: no importlib, no logging, no dataclasses, nothing a pass needs.
     config = _setup(tmp_path, "OK")
-    assert "HEAVY []" in _status_imports(config, "typing datetime contextlib importlib", bare=True)
+    floor = _bare_modules("import json, pathlib, time; from healthd.config.defaults import toml_module; toml_module()")
+    status = _bare_modules("from healthd.cli.main import main; main(['status', '--config', sys.argv[1]])", str(config))
+    assert status - floor - _STATUS_OWN == set()
+    assert "importlib" not in status
 
 
 # --- from real passes: `healthd check --once` writes the record that `healthd status` reads ---------------
