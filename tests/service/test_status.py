@@ -139,6 +139,27 @@ def test_config_writable_by_others_is_refused(tmp_path: Path, capsys: pytest.Cap
     assert "refusing to load a config that others could have written" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'[paths]\nstate_dir = "/tmp/st\xff"\n',  # not UTF-8
+        b"[daemon\n",  # not TOML
+        b'[[hosts]]\nmatch = "*"\n[hosts.paths]\nstate_dir = "/srv/st"\n',  # a node's own table in a host section
+    ],
+)
+def test_status_and_check_name_the_same_problem_in_the_same_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes
+) -> None:
+    # One reader of the file (healthd.config.load) for the cheap commands and the full validation alike.
+    config = tmp_path / "healthd.toml"
+    config.write_bytes(body)
+    assert main(["status", "--config", str(config)]) == 78
+    status = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{config}: ")]
+    assert main(["check", "--once", "--dry-run", "--config", str(config)]) == 78
+    check = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{config}: ")]
+    assert status and status == check
+
+
 # Prints which of the modules (or packages) named in argv[2] a status run imported.
 _STATUS_IMPORTS = (
     "import sys; from healthd.cli.main import main; code = main(['status', '--config', sys.argv[1]]);"
