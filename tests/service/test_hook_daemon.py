@@ -95,7 +95,7 @@ healthd.config.load.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
 from healthd.service.hook import hook_main
 code = hook_main([])
 heavy = ("argparse", "pydantic", "healthd.config.models", "healthd.checks.engine", "healthd.cycle.pipeline",
-         "healthd_checks", "logging", "dataclasses", *sys.argv[2:])
+         "healthd_checks", "logging", "dataclasses", "socket", *sys.argv[2:])
 print(code, sorted(m for m in heavy if m in sys.modules))
 """
 
