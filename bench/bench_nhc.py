@@ -92,7 +92,7 @@ def nhc_conf(nhc: Path, directory: Path, service: str, ethernet: str) -> Path:
 def healthd_configs(conf: Path, directory: Path) -> tuple[Path, Path]:
     """The NHC-equivalent config (``import-nhc`` of ``conf``, other checks off) and the default one."""
     converted = directory / "imported.toml"
-    # --allow-partial: healthd has no equivalent of NHC's load average and file tests (docs/nhc-import.md).
+    # --allow-partial: healthd has no equivalent of NHC's load average and file tests (docs/commands.md, import-nhc).
     command = [HEALTHD, "import-nhc", str(conf), "--allow-partial", "-o", str(converted)]
     subprocess.run(command, check=True, capture_output=True)
     text = converted.read_text()
