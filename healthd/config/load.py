@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
 from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.store.trust import untrusted_reason
 
 BUILT_IN = "(built-in defaults)"
 
@@ -41,8 +42,6 @@ def read_config(path: Optional[Path]) -> tuple[str, bytes]:
         if not DEFAULT_CONFIG_PATH.exists():
             return BUILT_IN, b""
         path = DEFAULT_CONFIG_PATH
-    from healthd.store.trust import untrusted_reason
-
     reason = untrusted_reason(path) if path.exists() else None
     if reason:
         raise ConfigError(str(path), [f"refusing to load a config that others could have written: {reason}"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import importlib
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 
@@ -103,8 +103,6 @@ def decode(tree: Any) -> Any:
     if tag == "d" and isinstance(body, list):
         return {decode(k): decode(v) for k, v in body}
     if tag == "p" and isinstance(body, str):
-        from pathlib import Path
-
         return Path(body)
     if tag == "e" and isinstance(body, list) and len(body) == 3:
         kind = getattr(importlib.import_module(str(body[0])), str(body[1]))
