@@ -6,7 +6,7 @@ Measures, each run a new process, with a private state directory, Slurm off and 
 a cold ``healthd check --once`` of the default config with an unchanged config (its validation
 read from the cache, ``healthd.config.cache``) and with a config changed before every run (a
 comment that counts: validated in full), ``healthd status``, a clean ``healthd-prolog``, and
-``python -c pass`` (the interpreter floor). With ``--before DIR`` (an export of older code, put
+``python -c pass`` (the interpreter floor), the bytecode compiled first. With ``--before DIR`` (an export of older code, put
 first on ``PYTHONPATH``) every run of this code is paired with one of the older code, alternating
 which goes first, and the median of the pairs' CPU ratios is printed. Prints figures; asserts nothing.
 """
@@ -25,6 +25,13 @@ from pathlib import Path
 from typing import Callable, Optional
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+
+
+def compile_bytecode(tree: Path) -> None:
+    """Compile ``tree``'s bytecode first, as a wheel install does (a checkout may be run without writing it)."""
+    packages = [str(tree / name) for name in ("healthd", "healthd_checks")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True)
 
 
 def one_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -77,6 +84,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
     args = parser.parse_args()
+    for tree in (REPO, args.before) if args.before else (REPO,):
+        compile_bytecode(tree)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         root.chmod(0o755)
