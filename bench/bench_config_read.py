@@ -6,9 +6,10 @@ Measures, each run a new process, with a private state directory, Slurm off and 
 a cold ``healthd check --once`` of the default config with an unchanged config (its validation
 read from the cache, ``healthd.config.cache``) and with a config changed before every run (a
 comment that counts: validated in full), ``healthd status``, a clean ``healthd-prolog``, and
-``python -c pass`` (the interpreter floor), the bytecode compiled first. With ``--before DIR`` (an export of older code, put
-first on ``PYTHONPATH``) every run of this code is paired with one of the older code, alternating
-which goes first, and the median of the pairs' CPU ratios is printed. Prints figures; asserts nothing.
+``python -c pass`` (the interpreter floor), the bytecode compiled first. With ``--before DIR``
+(an export of older code, put first on ``PYTHONPATH``) every run of this code is paired with
+one of the older code, alternating which goes first, and the median of the pairs' CPU ratios
+is printed. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
