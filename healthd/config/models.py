@@ -1,6 +1,8 @@
-"""The TOML configuration: its pydantic models, loading, and error messages that name the key.
+"""The TOML configuration's validation (pydantic), loading, and error messages that name the key.
 
-Unknown keys are rejected everywhere. ``[paths]`` is the contract that deployment
+The config's own tables are ``healthd.config.sections``' classes (re-exported here), which
+pydantic validates through their annotations; the result's type is the same whether it was
+validated now or read from the cache. Unknown keys are rejected everywhere. ``[paths]`` is the contract that deployment
 tools and tests rely on; each ``[checks.NAME]`` table is validated by that check's
 own settings model, which holds the check's node expectations too (what mounts,
 services, GPUs, ports this node must have). Every error becomes a ``ConfigError``
