@@ -92,9 +92,9 @@ def nhc_conf(nhc: Path, directory: Path, service: str, ethernet: str) -> Path:
 def healthd_configs(conf: Path, directory: Path) -> tuple[Path, Path]:
     """The NHC-equivalent config (``import-nhc`` of ``conf``, other checks off) and the default one."""
     converted = directory / "imported.toml"
-    # --allow-partial: the lines healthd has no check for are named on stderr and left out, as NHC-only.
-    argv = [HEALTHD, "import-nhc", str(conf), "-o", str(converted), "--allow-partial"]
-    subprocess.run(argv, check=True, capture_output=True)
+    # --allow-partial: healthd has no equivalent of NHC's load average and file tests (docs/commands.md, import-nhc).
+    command = [HEALTHD, "import-nhc", str(conf), "--allow-partial", "-o", str(converted)]
+    subprocess.run(command, check=True, capture_output=True)
     text = converted.read_text()
     others = [name for name in installed_checks() if f"[checks.{name}]" not in text]
     equivalent = directory / "nhc-equivalent.toml"

@@ -24,7 +24,6 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
-import healthd.commands.status
 import healthd.config.load
 from healthd.cli.main import main
 
@@ -67,7 +66,6 @@ def _private_default_config(_default_configs: tuple[Path, Path], monkeypatch: py
     path = directory / f"healthd-{number}.toml"
     path.write_text(hostguard.private_config("", directory / f"state-{number}", basetemp))
     monkeypatch.setattr(healthd.config.load, "DEFAULT_CONFIG_PATH", path)
-    monkeypatch.setattr(healthd.commands.status, "DEFAULT_CONFIG_PATH", path)
 
 
 @pytest.fixture(scope="session")

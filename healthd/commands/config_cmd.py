@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from healthd.cli.main import add_config_argument
+from healthd.config.sections import ConfigTable
 
 if TYPE_CHECKING:
     from healthd.config.loaded import LoadedConfig
@@ -58,7 +59,7 @@ def effective_toml(loaded: LoadedConfig) -> str:
     from healthd.config.tomlwrite import comment, dumps
 
     config = loaded.config
-    document = {name: _plain(getattr(config, name)) for name in type(config).model_fields if name != "checks"}
+    document = {name: _plain(value) for name, value in config.values().items() if name != "checks"}
     document["checks"] = {name: _plain(loaded.check_settings[name]) for name in sorted(loaded.check_settings)}
     sections = ", ".join(loaded.host_sections) or "none"
     head = (
@@ -79,6 +80,8 @@ def _plain(value: Any) -> Any:
 
     from healthd.model import Status
 
+    if isinstance(value, ConfigTable):  # one of the config's own tables (healthd.config.sections)
+        return _table(value.values())
     fields = getattr(type(value), "model_fields", None)  # a pydantic model: its fields
     if isinstance(fields, dict):
         return _table({name: getattr(value, name) for name in fields})

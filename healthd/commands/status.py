@@ -1,8 +1,8 @@
 """``healthd status``: the node's last whole pass as recorded, without running any check.
 
 It reads the ``last-pass`` state document directly and only the config keys it needs
-(``[paths].state_dir``, ``[daemon].interval``, ``[slurm].node_name``) straight from the
-TOML, so it neither imports pydantic nor loads the check plugins: it is cheap enough for
+(``[paths].state_dir``, ``[daemon].interval``, ``[slurm].node_name``: ``healthd.config.load.node_settings``),
+so it neither imports pydantic nor loads the check plugins: it is cheap enough for
 a monitoring agent or a Slurm prolog to call often. The exit code is the recorded
 status (Nagios convention), or 3 (UNKNOWN) when there is no record, it cannot be
 read, or it is older than two intervals (the daemon is not running its passes),
@@ -17,18 +17,16 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.cli.main import add_config_argument
-from healthd.config import plaintoml
-from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
+from healthd.config.load import ConfigError, NodeSettings, node_settings, read_config
 from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
 from healthd.store.trust import UntrustedPath
 from healthd.text import one_line, pass_headline
 
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
 if TYPE_CHECKING:
     import argparse  # ``healthd status`` is usually parsed without it (``healthd.cli.main.plain_status``)
-    from typing import Any, Optional
 
 
 class StatusError(Exception):
@@ -44,39 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
 
 
-def read_settings(path: Optional[Path]) -> tuple[Path, float, Optional[str]]:
-    """``[paths].state_dir``, ``[daemon].interval`` and ``[slurm].node_name`` from the config (defaults when absent)."""
-    if path is None and not DEFAULT_CONFIG_PATH.exists():
-        return DEFAULT_STATE_DIR, DEFAULT_INTERVAL_SECONDS, None
-    source = path or DEFAULT_CONFIG_PATH
-    from healthd.store.trust import untrusted_reason
-
-    reason = untrusted_reason(source) if source.exists() else None
-    if reason:
-        raise StatusConfigError(f"{source}: refusing to load a config that others could have written: {reason}")
+def read_settings(path: Optional[Path]) -> NodeSettings:
+    """The config's node settings (``healthd.config.load.node_settings``), defaults when there is no file."""
     try:
-        text = source.read_text(encoding="utf-8")
-        raw = plaintoml.loads(text)
-    except OSError as exc:
-        raise StatusConfigError(f"{source}: cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:  # not UTF-8 (UnicodeDecodeError), or tomllib's TOMLDecodeError
-        raise StatusConfigError(f"{source}: not valid TOML: {exc}") from None
-    if raw.get("hosts"):  # a node's state directory and interval are never a host section's (docs/hosts.md)
-        from healthd.config.load import node_local_problems
-
-        local = node_local_problems(raw, text)
-        if local:
-            raise StatusConfigError("\n".join(f"{source}: {problem}" for problem in local))
-    paths, daemon, slurm = raw.get("paths", {}), raw.get("daemon", {}), raw.get("slurm", {})
-    state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
-    interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
-    # A NUL cannot be in a path (the full config refuses it too: healthd.checks.settings).
-    if not isinstance(state_dir, str) or not state_dir or "\0" in state_dir:
-        raise StatusConfigError(f"{source}: paths.state_dir: must be a path string (got {state_dir!r})")
-    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-        raise StatusConfigError(f"{source}: daemon.interval: must be a positive number of seconds (got {interval!r})")
-    node = slurm.get("node_name") if isinstance(slurm, dict) else None
-    return Path(state_dir), float(interval), node if isinstance(node, str) else None
+        return node_settings(*read_config(path))
+    except ConfigError as exc:
+        raise StatusConfigError(str(exc)) from None
 
 
 def read_last_pass(state_dir: Path, node: str) -> dict[str, Any]:

@@ -37,10 +37,22 @@ from pathlib import Path
 from typing import Any, Optional
 
 from healthd import __version__
-from healthd.checks.plugin import ENTRY_POINT_GROUP, AnyCheck, BrokenCheck, CheckSpec, UnloadedCheck, load_entry
-from healthd.config.load import read_config, sha256_hex, state_dir_of
+from healthd.checks.plugin import (
+    ENTRY_POINT_GROUP,
+    AnyCheck,
+    BrokenCheck,
+    CheckSpec,
+    UnloadedCheck,
+    entry_points_of,
+    load_entry,
+    settings_models,
+)
+from healthd.config.load import ConfigError, node_settings, read_config, sha256_hex
 from healthd.config.loaded import LoadedConfig
 from healthd.config.nodename import this_node
+from healthd.config.view import Unencodable, decode, encode
+from healthd.store.state import StateDir, StateError, read_entry
+from healthd.store.trust import UntrustedPath
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +77,7 @@ def load_checks(
         cached = _cached(source, raw, load)
         if cached is not None:
             return cached
-    from healthd.checks.plugin import entry_points_of, settings_models
-    from healthd.config.models import load_bytes
+    from healthd.config.models import load_bytes  # pydantic: only when the config is validated (see above)
 
     entries = entry_points_of(ENTRY_POINT_GROUP)
     specs: list[AnyCheck] = []
@@ -83,8 +94,7 @@ def reload_checks(path: Optional[Path], specs: list[AnyCheck]) -> tuple[LoadedCo
 
     A check the old config disabled, and whose module was therefore never imported, is loaded now.
     """
-    from healthd.checks.plugin import settings_models
-    from healthd.config.models import load_bytes
+    from healthd.config.models import load_bytes  # pydantic: only when the config is validated (see above)
 
     entries = {s.name: (s.module, s.attr) for s in specs if isinstance(s, UnloadedCheck)}
     loaded_specs: list[AnyCheck] = []
@@ -103,8 +113,6 @@ def reload_checks(path: Optional[Path], specs: list[AnyCheck]) -> tuple[LoadedCo
 
 def _entry_points_of(specs: list[AnyCheck]) -> dict[str, tuple[str, str]]:
     """The installed entry point of each of ``specs`` that is one (a test's own checks are not)."""
-    from healthd.checks.plugin import ENTRY_POINT_GROUP, entry_points_of
-
     installed = entry_points_of(ENTRY_POINT_GROUP)
     found: dict[str, tuple[str, str]] = {}
     for spec in specs:
@@ -170,8 +178,6 @@ def _remember(
     store: bool,
 ) -> LoadedConfig:
     """``loaded`` as views, after storing it in the cache; ``loaded`` itself when it cannot be kept."""
-    from healthd.config.view import Unencodable, decode, encode
-
     # Checks that are not entry points (a caller's own) can be viewed but never cached.
     files = _model_files(specs, entries) if set(entries) == set(loaded.check_settings) else None
     try:
@@ -205,16 +211,21 @@ def _remember(
         "host": loaded.host,
         "host_sections": list(loaded.host_sections),
     }
-    state_dir = state_dir_of(raw)
+    state_dir = _state_dir(source, raw)
     if state_dir is not None:
         _store(state_dir, {**body, "digest": _digest(body)})
     return viewed
 
 
-def _store(state_dir: Path, document: dict[str, Any]) -> None:
-    from healthd.store.state import StateDir, StateError
-    from healthd.store.trust import UntrustedPath
+def _state_dir(source: str, raw: bytes) -> Optional[Path]:
+    """``[paths].state_dir`` as the file writes it; None when the node's settings are bad (full validation says why)."""
+    try:
+        return node_settings(source, raw).state_dir
+    except ConfigError:
+        return None
 
+
+def _store(state_dir: Path, document: dict[str, Any]) -> None:
     try:
         state = StateDir(state_dir)
         state.refuse_untrusted()  # a directory the command will refuse gets nothing new from it either
@@ -225,12 +236,9 @@ def _store(state_dir: Path, document: dict[str, Any]) -> None:
 
 def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig, list[AnyCheck]]]:
     """The cached validation of exactly these bytes, with the enabled checks loaded (``load``); None if unusable."""
-    state_dir = state_dir_of(raw)
+    state_dir = _state_dir(source, raw)
     if state_dir is None:
         return None
-    from healthd.store.state import read_entry
-    from healthd.store.trust import UntrustedPath
-
     try:
         document = json.loads(read_entry(state_dir, f"{CACHE}.json"))
     except (OSError, UntrustedPath, ValueError):
@@ -257,8 +265,6 @@ def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig,
 
 def _valid(document: Any, source: str, raw: bytes) -> Optional[LoadedConfig]:
     """The ``LoadedConfig`` that a cache ``document`` holds for the bytes ``raw`` of ``source``, or None."""
-    from healthd.config.view import decode
-
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         return None
     body = {k: v for k, v in document.items() if k != "digest"}

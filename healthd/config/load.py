@@ -1,23 +1,24 @@
-"""Reading the config file, without pydantic (or even dataclasses): what the cheap commands need of it.
+"""Reading the config file, without pydantic: the part of config loading that the cheap commands share.
 
 ``ConfigError`` (every problem, each naming file and key; exit 78) is needed by
 commands that must stay cheap, so it lives here rather than in ``healthd.config.models``,
 which holds the pydantic models and the full validation. ``read_config`` is the
 one place that decides which file is read and refuses one that others could have
-written; ``state_dir_of`` finds the state directory without validating the rest, which
-``node_local_problems`` keeps out of host sections.
+written; ``parse_toml`` the one place that parses it; ``node_settings`` the one reader
+of the node's own keys (``[paths].state_dir``, ``[daemon].interval``, ``[slurm].node_name``)
+without validating the rest, which ``node_local_problems`` keeps out of host sections.
+``healthd status``, the hook and the config cache read those keys; everything else
+comes from the full load (``healthd.config.cache.load_checks``). docs/configuration.md
+says why there are these two readers and no more.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, NamedTuple, Optional
 
-from healthd.config import plaintoml
-from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR
-
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
-if TYPE_CHECKING:
-    from typing import Any, Optional
+from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR, toml_module
+from healthd.store.trust import untrusted_reason
 
 BUILT_IN = "(built-in defaults)"
 
@@ -41,8 +42,6 @@ def read_config(path: Optional[Path]) -> tuple[str, bytes]:
         if not DEFAULT_CONFIG_PATH.exists():
             return BUILT_IN, b""
         path = DEFAULT_CONFIG_PATH
-    from healthd.store.trust import untrusted_reason
-
     reason = untrusted_reason(path) if path.exists() else None
     if reason:
         raise ConfigError(str(path), [f"refusing to load a config that others could have written: {reason}"])
@@ -50,6 +49,20 @@ def read_config(path: Optional[Path]) -> tuple[str, bytes]:
         return str(path), path.read_bytes()
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read: {exc.strerror or exc}"]) from None
+
+
+NESTED_TOO_DEEPLY = "arrays or inline tables nested too deeply to read"
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """``text`` (the config ``source``) as TOML; raises ``ConfigError`` naming the line of a syntax error."""
+    try:
+        parsed: dict[str, Any] = toml_module().loads(text)
+    except RecursionError:  # tomllib's reader is recursive: arrays nested past the interpreter's limit
+        raise ConfigError(source, [f"not valid TOML: {NESTED_TOO_DEEPLY}"]) from None
+    except ValueError as exc:  # tomllib's TOMLDecodeError
+        raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
+    return parsed
 
 
 def decode_config(raw: bytes, source: str) -> str:
@@ -115,30 +128,37 @@ def _section_line(text: str, index: int, table: str) -> int:
     return 0
 
 
-def node_settings(raw: bytes) -> Optional[tuple[Path, Optional[str]]]:
-    """``[paths].state_dir`` (the default when absent) and ``[slurm].node_name`` as the file writes them.
+class NodeSettings(NamedTuple):
+    """The node's own keys, as the file writes them: a ``[[hosts]]`` section may not set them."""
 
-    None when they cannot be read: the file is not TOML, or a host section sets a
-    node-local table (``node_local_problems``), which full validation refuses.
+    state_dir: Path
+    interval: float
+    node_name: Optional[str]
+
+
+def node_settings(source: str, raw: bytes) -> NodeSettings:
+    """``[paths].state_dir``, ``[daemon].interval`` and ``[slurm].node_name`` of the config bytes ``raw``.
+
+    Defaults where absent. Raises ``ConfigError`` (file and key named, exit 78) when the
+    file is not UTF-8 TOML, one of these keys is wrong, or a host section sets a
+    node-local table (``node_local_problems``), as the full validation does; the rest of
+    the file is not validated here.
     """
-    try:
-        parsed = plaintoml.loads(raw.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if node_local_problems(parsed):
-        return None
-    table, slurm = parsed.get("paths", {}), parsed.get("slurm", {})
-    value = table.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(table, dict) else None
+    text = decode_config(raw, source)
+    parsed = parse_toml(text, source)
+    local = node_local_problems(parsed, text)
+    if local:
+        raise ConfigError(source, local)
+    paths, daemon, slurm = parsed.get("paths", {}), parsed.get("daemon", {}), parsed.get("slurm", {})
+    state_dir = paths.get("state_dir", str(DEFAULT_STATE_DIR)) if isinstance(paths, dict) else None
+    interval = daemon.get("interval", DEFAULT_INTERVAL_SECONDS) if isinstance(daemon, dict) else None
+    # A NUL cannot be in a path (the full config refuses it too: healthd.checks.settings).
+    if not isinstance(state_dir, str) or not state_dir or "\0" in state_dir:
+        raise ConfigError(source, [f"paths.state_dir: must be a path string (got {state_dir!r})"])
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        raise ConfigError(source, [f"daemon.interval: must be a positive number of seconds (got {interval!r})"])
     node = slurm.get("node_name") if isinstance(slurm, dict) else None
-    if not isinstance(value, str) or not value:
-        return None
-    return Path(value), node if isinstance(node, str) else None
-
-
-def state_dir_of(raw: bytes) -> Optional[Path]:
-    """``[paths].state_dir`` as the file writes it (the default when absent); None when it cannot be read."""
-    settings = node_settings(raw)
-    return None if settings is None else settings[0]
+    return NodeSettings(Path(state_dir), float(interval), node if isinstance(node, str) else None)
 
 
 def sha256_hex(data: bytes) -> str:

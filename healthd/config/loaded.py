@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
-if TYPE_CHECKING:
-    from healthd.config.models import Config
+from healthd.config.sections import Config
 
 
 @dataclass(frozen=True)
 class LoadedConfig:
     """A validated config, where it came from, each check's validated settings, and deprecation notes.
 
-    ``config`` and the settings are the models' values as read-only views
+    ``config`` is a ``Config`` (``healthd.config.sections``) whether it was validated now or read
+    from the cache; each check's settings are its model's values, as a read-only view
     (``healthd.config.view``) when they came through the cache or were stored in it.
     """
 

@@ -1,6 +1,8 @@
-"""The TOML configuration: its pydantic models, loading, and error messages that name the key.
+"""The TOML configuration's validation (pydantic), loading, and error messages that name the key.
 
-Unknown keys are rejected everywhere. ``[paths]`` is the contract that deployment
+The config's own tables are ``healthd.config.sections``' classes (re-exported here), which
+pydantic validates through their annotations; the result's type is the same whether it was
+validated now or read from the cache. Unknown keys are rejected everywhere. ``[paths]`` is the contract that deployment
 tools and tests rely on; each ``[checks.NAME]`` table is validated by that check's
 own settings model, which holds the check's node expectations too (what mounts,
 services, GPUs, ports this node must have). Every error becomes a ``ConfigError``
@@ -17,27 +19,55 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
-import re
 import types
+import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from healthd.checks.settings import AbsolutePath, SettingPath
-from healthd.config import plaintoml
-from healthd.config.defaults import DEFAULT_INTERVAL_SECONDS, DEFAULT_STATE_DIR
 from healthd.config.hosts import for_host, host_sections, merge
-from healthd.config.load import ConfigError, decode_config, node_local_problems, read_config
+from healthd.config.load import ConfigError, decode_config, node_local_problems, parse_toml, read_config
 from healthd.config.loaded import LoadedConfig
 from healthd.config.nodename import this_node
+
+# The config's own tables: defined without pydantic, validated here (healthd.config.sections).
+from healthd.config.sections import (
+    ActiveSettings,
+    Config,
+    ConfigTable,
+    DaemonSettings,
+    EscalationSettings,
+    MetricsSettings,
+    Paths,
+    PolicySettings,
+    RemediationSettings,
+    RunnerSettings,
+    SlurmSettings,
+)
 from healthd.text import did_you_mean
+
+__all__ = [
+    "ActiveSettings",
+    "Config",
+    "ConfigError",
+    "DaemonSettings",
+    "EscalationSettings",
+    "LoadedConfig",
+    "MetricsSettings",
+    "Paths",
+    "PolicySettings",
+    "RemediationSettings",
+    "RunnerSettings",
+    "SlurmSettings",
+    "load_config",
+    "parse_config",
+]
 
 log = logging.getLogger(__name__)
 
-_PREFIX_WORD = r"[A-Za-z0-9_.,:;/@+#%()\-]+"
-_REASON_PREFIX = re.compile(rf"{_PREFIX_WORD}(?: {_PREFIX_WORD})*")
 _REPLACES = "replaces"
 _IDENTITY = "identity"
 
@@ -61,184 +91,6 @@ def identified_by(key: str) -> dict[str, Any]:
     return {_IDENTITY: key}
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Paths(_Model):
-    """Filesystem roots, settable so tests and post-mortems can point at captured trees."""
-
-    sysfs: SettingPath = Path("/sys")
-    procfs: SettingPath = Path("/proc")
-    kmsg: SettingPath = Path("/dev/kmsg")
-    state_dir: SettingPath = DEFAULT_STATE_DIR
-
-
-class SlurmSettings(_Model):
-    """How healthd reaches Slurm. The adapter is the only code that uses these."""
-
-    enabled: bool = True
-    bin_dir: Optional[AbsolutePath] = None
-    conf: Optional[AbsolutePath] = None
-    node_name: Optional[str] = None
-    # Per scontrol call, and for all calls of one pass together: with the default
-    # [runner].pass_timeout a hook run stays well inside slurmd's 60 s kill.
-    timeout: float = Field(default=5.0, gt=0, le=120)
-    budget: float = Field(default=12.0, gt=0, le=300)
-    reason_prefix: str = Field(default="healthd:", min_length=1, max_length=32)
-    reconcile_interval: float = Field(
-        default=3600.0, ge=0, description="seconds between node-state reads on passes that need none (0: every pass)"
-    )
-    lock_timeout: float = Field(default=3.0, gt=0, le=60)
-    # The most a pass with a fault waits, a stable per-node delay, before its first
-    # Slurm call (docs/scale.md, "Spread"). At most 60 s: the bound on how long a
-    # CRITICAL take-out is put off; the default keeps a hook run inside slurmd's 60 s kill.
-    act_splay: float = Field(default=10.0, ge=0, le=60)
-
-    @field_validator("reason_prefix")
-    @classmethod
-    def _prefix(cls, value: str) -> str:
-        # The prefix is how healthd recognises its own reasons, so it must reach
-        # Slurm exactly as written: no characters scontrol or sanitizing would change.
-        if not _REASON_PREFIX.fullmatch(value):
-            raise ValueError(
-                f"{value!r} must be words of letters, digits and _ . , : ; / @ + # % ( ) - separated by single spaces"
-            )
-        return value
-
-
-class PolicySettings(_Model):
-    """What healthd does with a pass's results (see docs/policy.md)."""
-
-    dry_run: bool = False
-    unknown_action: Literal["report", "drain"] = "report"
-    unknown_passes: int = Field(default=3, ge=1)
-    fail_passes: int = Field(default=1, ge=1)
-    clean_passes: int = Field(default=1, ge=1)
-    max_out_fraction: float = Field(default=0.10, gt=0, le=1)
-    # Seconds between a drain and the circuit breaker's confirming read. It must exceed
-    # the one-second resolution of slurmctld's reason stamps (see breaker.breaker_confirm).
-    breaker_settle: float = Field(default=2.0, ge=1.2, le=20)
-    # Seconds a take-out holds its place under the circuit breaker: the breaker limits a wave
-    # of take-outs, not the backlog of nodes waiting for hardware work (docs/policy.md,
-    # "The window"). An hour covers a shared fault reaching every node within a few
-    # five-minute passes and the held nodes' 12.5 min backoff, and gives an operator paged
-    # by DRAIN_HELD that long before the next nodes may go.
-    breaker_window: float = Field(default=3600.0, ge=30, le=7 * 86400)
-
-
-class RunnerSettings(_Model):
-    """Deadlines: each check has its own (``[checks.NAME].timeout``); the pass has one."""
-
-    pass_timeout: float = Field(default=30.0, gt=0, le=600)
-
-
-class DaemonSettings(_Model):
-    """``healthd run``: the interval between passes (the source paper's five minutes)."""
-
-    interval: float = Field(default=DEFAULT_INTERVAL_SECONDS, ge=1, le=86400)
-    splay: bool = True
-
-
-class ActiveSettings(_Model):
-    """When healthd starts the active checks by itself (docs/active.md). Both ways are off by default.
-
-    ``at_epilog``: the epilog runs them once the job ended and no other job is on the
-    node, within ``epilog_timeout`` seconds. ``when_drained``: the daemon runs them
-    (with every other check) on a node it drained itself that Slurm shows idle. Either
-    way at most once per ``interval`` seconds, counted from the last active run on the
-    node, whoever started it (kept in the state directory, so restarts do not rerun them).
-    """
-
-    at_epilog: bool = False
-    # A diagnostic at the epilog holds the node COMPLETING (no job starts on it) for its
-    # whole length; dcgm's level 2, retried once, needs up to its default 600 s timeout.
-    epilog_timeout: float = Field(default=600.0, gt=0, le=3600)
-    when_drained: bool = False
-    # Six hours: a node healthd holds out is re-examined a few times a day, while an
-    # active run costs minutes of a node that does nothing else meanwhile.
-    interval: float = Field(default=21600.0, ge=0, le=30 * 86400)
-
-
-class MetricsSettings(_Model):
-    """Prometheus exposition: an HTTP listener and/or a node_exporter textfile."""
-
-    listen: Optional[str] = None
-    textfile: Optional[SettingPath] = None
-    # The account node_exporter runs as: the textfile's directory (and those above it) may be
-    # its as well as root's (healthd.service.metrics.refuse_untrusted_textfile). Debian's package and
-    # the common RPMs run node_exporter as `prometheus`; "" trusts root's directories only.
-    textfile_owner: str = Field(default="prometheus", pattern=r"^([a-z_][a-z0-9_.-]{0,31})?$")
-
-    @field_validator("listen")
-    @classmethod
-    def _host_port(cls, value: Optional[str]) -> Optional[str]:
-        if value is None:
-            return value
-        _host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError("listen must be HOST:PORT with a port 1-65535")
-        return value
-
-
-class EscalationSettings(_Model):
-    """Repeat failures send a node to repair (docs/history.md, "Escalation").
-
-    The same hardware finding code (``CheckSpec.hardware``, docs/escalation.md) raised
-    ``repeats`` times on the same unit (a GPU by UUID or serial, an IB port, a DIMM)
-    within ``window_days`` keeps the node out for hardware work; ``overrides`` sets
-    ``repeats`` per code (0: never escalate it). A code no check declares hardware
-    never escalates, whatever ``overrides`` says.
-    """
-
-    repeats: int = Field(default=3, ge=0)
-    window_days: float = Field(default=30.0, gt=0, le=3650)
-    overrides: dict[str, int] = Field(default_factory=dict)
-
-    @field_validator("overrides")
-    @classmethod
-    def _counts(cls, value: dict[str, int]) -> dict[str, int]:
-        for code, count in value.items():
-            if count < 0:
-                raise ValueError(f"{code} = {count}: a repeat count must be 0 (never) or more")
-        return value
-
-
-class RemediationSettings(_Model):
-    """What healthd does besides draining (docs/history.md, docs/remediation.md).
-
-    ``reboot`` lets a finding whose remedy is a reboot have Slurm reboot the node;
-    ``reset`` lets one whose remedy is a GPU reset have ``nvidia_smi`` reset that GPU.
-
-    ``on_repair`` is a program (absolute path, run without a shell, within
-    ``on_repair_timeout`` seconds) that receives the node's history as JSON on
-    stdin when the node is sent to repair: a ticketing hook.
-    """
-
-    on_repair: Optional[AbsolutePath] = None
-    on_repair_timeout: float = Field(default=30.0, gt=0, le=300)
-    # Off by default: a reboot or a GPU reset is healthd acting on the machine, not only on Slurm
-    # (docs/remediation.md).
-    reboot: bool = False
-    reset: bool = False
-    nvidia_smi: AbsolutePath = Path("/usr/bin/nvidia-smi")
-
-
-class Config(_Model):
-    """The whole file. ``checks`` holds raw tables, validated per check by ``resolve_checks``."""
-
-    paths: Paths = Field(default_factory=Paths)
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
-    policy: PolicySettings = Field(default_factory=PolicySettings)
-    runner: RunnerSettings = Field(default_factory=RunnerSettings)
-    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
-    active: ActiveSettings = Field(default_factory=ActiveSettings)
-    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
-    escalation: EscalationSettings = Field(default_factory=EscalationSettings)
-    remediation: RemediationSettings = Field(default_factory=RemediationSettings)
-    checks: dict[str, dict[str, Any]] = Field(default_factory=dict)
-
-
 # ``X | None`` is a types.UnionType from Python 3.10 on, typing.Union before.
 _UNIONS = (Union, getattr(types, "UnionType", Union))
 # Top-level keys outside the Config model: the host sections (healthd.config.hosts).
@@ -246,7 +98,26 @@ _TOP_LEVEL_EXTRA = ("hosts",)
 
 
 def _is_model(kind: Any) -> bool:
-    return isinstance(kind, type) and issubclass(kind, BaseModel)
+    """A settings model: a check's (pydantic) or one of the config's own tables (``ConfigTable``)."""
+    return isinstance(kind, type) and issubclass(kind, (BaseModel, ConfigTable))
+
+
+def _fields(kind: Any) -> dict[str, Any]:
+    """A settings model's fields -> their annotations."""
+    if issubclass(kind, BaseModel):
+        return {name: info.annotation for name, info in kind.model_fields.items()}
+    return _table_fields(kind)
+
+
+@functools.cache
+def _table_fields(kind: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(kind, include_extras=True)
+    return {name: hints[name] for name in kind._names}
+
+
+@functools.lru_cache(maxsize=1)
+def _config_adapter() -> TypeAdapter[Config]:
+    return TypeAdapter(Config)
 
 
 def _unwrap(kind: Any) -> Any:
@@ -266,8 +137,7 @@ def _inner(kind: Any, part: Any) -> Any:
     """The type of the value at ``part`` (a field name, a list index, a table key) in a value of ``kind``."""
     kind = _unwrap(kind)
     if _is_model(kind):
-        info = kind.model_fields.get(part) if isinstance(part, str) else None
-        return None if info is None else info.annotation
+        return _fields(kind).get(part) if isinstance(part, str) else None
     origin, args = get_origin(kind), get_args(kind)
     if origin in (list, tuple, set, frozenset) and args and isinstance(part, int):
         return args[0]
@@ -276,7 +146,7 @@ def _inner(kind: Any, part: Any) -> Any:
     return None
 
 
-def known_keys(model: type[BaseModel], loc: tuple[Any, ...] = ()) -> tuple[str, ...]:
+def known_keys(model: type, loc: tuple[Any, ...] = ()) -> tuple[str, ...]:
     """The keys the table at ``loc`` inside ``model`` accepts (a nested model's fields); () when it is no model."""
     kind: Any = model
     for part in loc:
@@ -284,7 +154,7 @@ def known_keys(model: type[BaseModel], loc: tuple[Any, ...] = ()) -> tuple[str, 
         if kind is None:
             return ()
     kind = _unwrap(kind)
-    names = tuple(kind.model_fields) if _is_model(kind) else ()
+    names = tuple(_fields(kind)) if _is_model(kind) else ()
     return names + _TOP_LEVEL_EXTRA if kind is Config else names
 
 
@@ -299,7 +169,7 @@ def _format_loc(loc: tuple[Any, ...], prefix: tuple[str, ...] = ()) -> str:
 
 
 def _describe(
-    error: Mapping[str, Any], prefix: tuple[str, ...] = (), model: Optional[type[BaseModel]] = None, at: Any = None
+    error: Mapping[str, Any], prefix: tuple[str, ...] = (), model: Optional[type] = None, at: Any = None
 ) -> str:
     """One problem, ``key.path: what is wrong``; an unknown key of ``model`` gets the names it may have meant.
 
@@ -313,13 +183,6 @@ def _describe(
         return f"{key}: unknown key{did_you_mean(str(place[-1]), known) if known else ''}"
     message = str(error["msg"]).removeprefix("Value error, ")
     return f"{key}: {message} (got {error.get('input')!r})" if error["type"] != "missing" else f"{key}: {message}"
-
-
-def _parse_toml(text: str, source: str) -> dict[str, Any]:
-    try:
-        return plaintoml.loads(text)
-    except ValueError as exc:  # tomllib's TOMLDecodeError, or nesting too deep for it
-        raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
 
 
 # (check, setting) -> where its value was written: ("node", key) or ("checks", old check, key).
@@ -482,7 +345,7 @@ def parse_config(
     Every problem in the file is reported at once, the check tables' and every host
     section's included, so an operator fixes a config in one round.
     """
-    raw = _parse_toml(text, source)
+    raw = parse_toml(text, source)
     local = node_local_problems(raw, text)
     sections, problems = host_sections(raw)
     problems += local
@@ -525,7 +388,7 @@ def _validated(
     moved, notes, problems = _move_old_keys(raw, checks, section)
     settings: dict[str, Any] = {}
     try:
-        config = Config.model_validate(raw)
+        config = _config_adapter().validate_python(raw)
     except ValidationError as exc:
         problems += [_describe(e, model=Config) for e in exc.errors()]
         tables = raw.get("checks")

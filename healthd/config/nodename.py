@@ -1,17 +1,14 @@
 """The node's name as healthd knows it, cheaply: the hook's report of the daemon's pass needs it too.
 
-Kept apart from ``healthd.config.hosts`` (host sections), which imports ``typing`` and
-``dataclasses``: the hook that reports the running daemon's pass
+Kept apart from ``healthd.config.hosts`` (host sections), which imports ``dataclasses``:
+the hook that reports the running daemon's pass
 (``healthd.store.daemonpass``) compares the pass's node with this one, and must stay cheap.
 """
 
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False  # not typing's: importing typing at run time would slow the hook (bench/README.md)
-if TYPE_CHECKING:
-    from typing import Mapping, Optional
+from typing import Mapping, Optional
 
 
 def this_node(configured: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
@@ -23,6 +20,6 @@ def this_node(configured: Optional[str] = None, environ: Optional[Mapping[str, s
         return env["SLURMD_NODENAME"]
     if configured:
         return configured
-    import socket  # here: the name in the environment or the config is the usual case
-
-    return socket.gethostname().split(".", 1)[0]
+    # uname(2)'s nodename is what gethostname(2) returns on Linux (glibc's gethostname reads it); os.uname
+    # spares the hook, status and a cold check importing socket for it (about 1.5 ms: bench/README.md).
+    return os.uname().nodename.split(".", 1)[0]

@@ -8,7 +8,8 @@ with the same value types (``Path`` stays ``Path``, a tuple a tuple, a ``Status`
 pass uses goes through this round trip, whether it was validated just now or read
 back from the cache (``healthd.config.cache``), so both paths give identical values.
 
-Tags (one-key objects): ``m`` a model's fields, ``t`` a tuple, ``d`` a dict as
+Tags (one-key objects): ``m`` a model's fields, ``c`` one of the config's own
+tables (``healthd.config.sections``, rebuilt as itself: module, class, fields), ``t`` a tuple, ``d`` a dict as
 pairs, ``p`` a path, ``e`` an enum member as (module, class, value). Lists and
 scalars are themselves. A value of any other type cannot be encoded
 (``Unencodable``): such a config is used as validated and never cached.
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import enum
 import importlib
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
+
+from healthd.config.sections import ConfigTable
 
 
 class Unencodable(TypeError):
@@ -79,6 +82,10 @@ def encode(value: Any) -> Any:
         return {"t": [encode(v) for v in value]}
     if isinstance(value, dict):
         return {"d": [[encode(k), encode(v)] for k, v in value.items()]}
+    if isinstance(value, ConfigTable):  # the config's own tables
+        table = type(value)
+        values = {name: encode(v) for name, v in value.values().items()}
+        return {"c": [table.__module__, table.__qualname__, values]}
     fields = getattr(type(value), "model_fields", None)  # a pydantic model
     if isinstance(fields, dict):
         return {"m": [type(value).__name__, {name: encode(getattr(value, name)) for name in fields}]}
@@ -103,9 +110,12 @@ def decode(tree: Any) -> Any:
     if tag == "d" and isinstance(body, list):
         return {decode(k): decode(v) for k, v in body}
     if tag == "p" and isinstance(body, str):
-        from pathlib import Path
-
         return Path(body)
+    if tag == "c" and isinstance(body, list) and len(body) == 3 and isinstance(body[2], dict):
+        kind = getattr(importlib.import_module(str(body[0])), str(body[1]))
+        if not (isinstance(kind, type) and issubclass(kind, ConfigTable)):
+            raise ValueError(f"{body[0]}.{body[1]} is not a config table")
+        return kind(**{str(k): decode(v) for k, v in body[2].items()})
     if tag == "e" and isinstance(body, list) and len(body) == 3:
         kind = getattr(importlib.import_module(str(body[0])), str(body[1]))
         if not (isinstance(kind, type) and issubclass(kind, enum.Enum)):

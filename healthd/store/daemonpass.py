@@ -176,11 +176,8 @@ def daemon_document(config: Optional[Path], *, dry_run: bool, now: Optional[floa
     from healthd.config.nodename import this_node
 
     try:
-        _source, raw = read_config(config)
-        settings = node_settings(raw)
-        if settings is None:
-            return None
-        state_dir, configured = settings
+        source, raw = read_config(config)
+        state_dir, _interval, configured = node_settings(source, raw)
         StateDir(state_dir).refuse_untrusted()
         token = _held_token(state_dir)
         record = json.loads(read_entry(state_dir, f"{RECORD}.json"))

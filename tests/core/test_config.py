@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from healthd.checks.plugin import discover, settings_models
 from healthd.checks.settings import CheckSettings
 from healthd.config.models import Config, ConfigError, load_config, parse_config
+from healthd.config.sections import ConfigTable
 from healthd_checks.mounts.settings import MountSpec
 
 MODELS = settings_models(discover())
@@ -462,13 +463,22 @@ def _types(annotation: Any) -> Iterator[Any]:
         yield annotation
 
 
-def _path_settings(model: type[BaseModel], place: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
-    for name, info in model.model_fields.items():
-        types = list(_types(info.annotation))
+def _annotations(model: type) -> dict[str, Any]:
+    """A check's model's fields (pydantic) or a config table's (``ConfigTable``) -> their annotations."""
+    if issubclass(model, ConfigTable):
+        hints = typing.get_type_hints(model, include_extras=True)
+        return {name: hints[name] for name in model().values()}
+    assert issubclass(model, BaseModel)
+    return {name: info.annotation for name, info in model.model_fields.items()}
+
+
+def _path_settings(model: type, place: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for name, annotation in _annotations(model).items():
+        types = list(_types(annotation))
         if Path in types:
             yield (*place, name)
         for inner in types:
-            if isinstance(inner, type) and issubclass(inner, BaseModel):
+            if isinstance(inner, type) and issubclass(inner, (BaseModel, ConfigTable)):
                 yield from _path_settings(inner, (*place, name))
 
 

@@ -132,6 +132,22 @@ def test_cached_settings_equal_the_validated_ones(write_config: Callable[..., Pa
     assert {s.name for s in specs if isinstance(s, UnloadedCheck)} == {s.name for s in discover()} - kept
 
 
+def test_the_config_is_a_config_on_every_path(write_config: Callable[..., Path]) -> None:
+    # LoadedConfig.config is typed Config: validated now, stored in the cache or read back from it.
+    from healthd.config.sections import Config, Paths
+
+    config = write_config(CONFIG)
+    validated = load_config(config, settings_models(discover()))
+    first, _ = load_checks(config)
+    cached, _ = load_checks(config)
+    scanned, _ = load_checks(config, use_cache=False, store=False, load=False)
+    for loaded in (validated, first, cached, scanned):
+        assert type(loaded.config) is Config and type(loaded.config.paths) is Paths
+    assert cached.config == validated.config
+    with pytest.raises(AttributeError, match="read-only"):
+        cached.config.paths.state_dir = Path("/elsewhere")
+
+
 def test_a_view_keeps_types_and_refuses_writes() -> None:
     from healthd.model import Status
     from healthd_checks.xid.settings import XidSettings

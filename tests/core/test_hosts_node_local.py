@@ -12,7 +12,7 @@ from typing import Callable
 
 import pytest
 
-from healthd.config.load import ConfigError, state_dir_of
+from healthd.config.load import ConfigError, node_settings
 from healthd.config.models import parse_config
 from healthd.exitcodes import EX_CONFIG
 
@@ -39,13 +39,15 @@ def test_a_host_section_that_sets_a_node_local_table_is_refused_by_key_and_line(
         parse_config(text, "/etc/healthd/healthd.toml", {}, host="gpu1")
     table = where.split(".")[1].split(" ")[0]
     assert f"/etc/healthd/healthd.toml: {where}: [{table}] may not be set in a host section" in str(raised.value)
-    assert state_dir_of(text.encode()) is None, "the cheap readers never take the file's own table for it"
+    with pytest.raises(ConfigError) as cheap:  # the cheap readers never take the file's own table for it
+        node_settings("/etc/healthd/healthd.toml", text.encode())
+    assert f"/etc/healthd/healthd.toml: {where}: [{table}] may not be set in a host section" in str(cheap.value)
 
 
 def test_a_node_local_table_at_the_top_is_the_cheap_readers_and_the_passes_alike() -> None:
     text = HEAD + '[[hosts]]\nmatch = "*"\n[hosts.policy]\ndry_run = true\n'
     assert parse_config(text, "t.toml", {}, host="n1").config.paths.state_dir == Path("/srv/st1")
-    assert state_dir_of(text.encode()) == Path("/srv/st1")
+    assert node_settings("t.toml", text.encode()).state_dir == Path("/srv/st1")
 
 
 def test_status_and_check_refuse_such_a_config_alike(tmp_path: Path, cli: CLI) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import json
 import os
@@ -138,6 +139,27 @@ def test_config_writable_by_others_is_refused(tmp_path: Path, capsys: pytest.Cap
     assert "refusing to load a config that others could have written" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'[paths]\nstate_dir = "/tmp/st\xff"\n',  # not UTF-8
+        b"[daemon\n",  # not TOML
+        b'[[hosts]]\nmatch = "*"\n[hosts.paths]\nstate_dir = "/srv/st"\n',  # a node's own table in a host section
+    ],
+)
+def test_status_and_check_name_the_same_problem_in_the_same_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes
+) -> None:
+    # One reader of the file (healthd.config.load) for the cheap commands and the full validation alike.
+    config = tmp_path / "healthd.toml"
+    config.write_bytes(body)
+    assert main(["status", "--config", str(config)]) == 78
+    status = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{config}: ")]
+    assert main(["check", "--once", "--dry-run", "--config", str(config)]) == 78
+    check = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"{config}: ")]
+    assert status and status == check
+
+
 # Prints which of the modules (or packages) named in argv[2] a status run imported.
 _STATUS_IMPORTS = (
     "import sys; from healthd.cli.main import main; code = main(['status', '--config', sys.argv[1]]);"
@@ -167,12 +189,32 @@ def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
     assert "HEAVY []" in _status_imports(config, heavy)
 
 
-def test_status_loads_neither_typing_nor_datetime(tmp_path: Path) -> None:
-    # typing and datetime would cost ``healthd status`` 2 to 4 ms each against an interpreter floor of about
-    # 12 (bench/README.md), contextlib and importlib about 1: annotations only name typing's types, the
-    # record's time is read without datetime, and the context managers on the way are classes.
+# The standard library's module a status run needs besides those: one_line's character classes (healthd.text).
+# Not socket: the host name comes from os.uname (healthd.config.nodename).
+_STATUS_OWN = {"unicodedata"}
+
+
+def _bare_modules(code: str, *args: str) -> set[str]:
+    """The modules outside healthd that ``code`` leaves imported, run without ``site`` (``-S``), whose
+    editable-install finder imports modules of its own at start (``healthd`` is found in the checkout)."""
+    listing = "; print(sorted(m for m in sys.modules if m.split('.')[0] != 'healthd'))"
+    command = [sys.executable, "-S", "-c", f"import sys; {code}{listing}", *args]
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    assert done.stdout, done.stderr
+    return set(ast.literal_eval(done.stdout.splitlines()[-1]))
+
+
+def test_status_imports_no_more_than_reading_toml_and_json_needs(tmp_path: Path) -> None:
+    # Status reads the config with the standard library's TOML reader (typing, datetime and contextlib come with
+    # it: about 5 ms, docs/configuration.md says why that is kept); beyond it, json and pathlib, only the few
+    # modules named above: no importlib, no logging, no dataclasses, nothing a pass needs.
     config = _setup(tmp_path, "OK")
-    assert "HEAVY []" in _status_imports(config, "typing datetime contextlib importlib", bare=True)
+    floor = _bare_modules("import json, pathlib, time; from healthd.config.defaults import toml_module; toml_module()")
+    status = _bare_modules("from healthd.cli.main import main; main(['status', '--config', sys.argv[1]])", str(config))
+    assert status - floor - _STATUS_OWN == set()
+    assert "importlib" not in status
 
 
 # --- from real passes: `healthd check --once` writes the record that `healthd status` reads ---------------

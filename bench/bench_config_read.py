@@ -1,0 +1,114 @@
+"""What reading the config costs the commands that read it: CPU of each new process, this code against older code.
+
+    python bench/bench_config_read.py [--runs 15] [--before DIR]
+
+Measures, each run a new process, with a private state directory, Slurm off and ``--dry-run``:
+a cold ``healthd check --once`` of the default config with an unchanged config (its validation
+read from the cache, ``healthd.config.cache``) and with a config changed before every run (a
+comment that counts: validated in full), ``healthd status``, a clean ``healthd-prolog``, and
+``python -c pass`` (the interpreter floor), the bytecode compiled first. With ``--before DIR``
+(an export of older code, put first on ``PYTHONPATH``) every run of this code is paired with
+one of the older code, alternating which goes first, and the median of the pairs' CPU ratios
+is printed. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parent.parent
+
+
+def compile_bytecode(tree: Path) -> None:
+    """Compile ``tree``'s bytecode first, as a wheel install does (a checkout may be run without writing it)."""
+    packages = [str(tree / name) for name in ("healthd", "healthd_checks")]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True)
+
+
+def one_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) milliseconds of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(command, env=env, capture_output=True, check=False)
+    wall = (time.perf_counter() - start) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+
+
+def setups(root: Path, before: Optional[Path]) -> dict[str, tuple[dict[str, str], Path]]:
+    """A config and an environment for this code and, with ``before``, for the older code."""
+    found = {}
+    for who in ("this", "before") if before else ("this",):
+        directory = root / who
+        directory.mkdir()
+        config = directory / "healthd.toml"
+        config.write_text(f'[paths]\nstate_dir = "{directory}/state"\n[slurm]\nenabled = false\nnode_name = "bench"\n')
+        config.chmod(0o600)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env.update(SLURM_JOB_ID="1", SLURM_JOB_USER="bench")
+        if who == "before" and before is not None:
+            env["PYTHONPATH"] = str(before)
+        found[who] = (env, config)
+    return found
+
+
+def _changed(config: Path, number: int) -> Path:
+    """``config`` with a comment that makes its bytes new (so it is validated in full), as a new file."""
+    fresh = config.with_name(f"changed-{number}.toml")
+    fresh.write_text(config.read_text() + f"# run {number}\n")
+    fresh.chmod(0o600)
+    return fresh
+
+
+CHECK = [str(BIN / "healthd"), "check", "--once", "--dry-run", "-c"]
+COMMANDS: dict[str, Callable[[Path, int], list[str]]] = {
+    "check --once, unchanged config (cached)": lambda c, n: [*CHECK, str(c)],
+    "check --once, changed config (validated)": lambda c, n: [*CHECK, str(_changed(c, n))],
+    "status": lambda c, n: [str(BIN / "healthd"), "status", "--config", str(c)],
+    "prolog": lambda c, n: [str(BIN / "healthd-prolog"), "--config", str(c)],
+    "python -c pass": lambda c, n: [sys.executable, "-c", "pass"],
+}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
+    args = parser.parse_args()
+    for tree in (REPO, args.before) if args.before else (REPO,):
+        compile_bytecode(tree)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)
+        found = setups(root, args.before)
+        for name, make in COMMANDS.items():
+            for env, config in found.values():
+                one_run(make(config, 0), env)  # the first run validates and caches; it is not measured
+            runs: dict[str, list[tuple[float, float]]] = {who: [] for who in found}
+            for number in range(1, args.runs + 1):
+                for who in list(found) if number % 2 else list(found)[::-1]:
+                    env, config = found[who]
+                    runs[who].append(one_run(make(config, number), env))
+            figures = [
+                f"{who}: wall {statistics.median(w for w, _ in r):.0f} ms, CPU {statistics.median(c for _, c in r):.0f}"
+                " ms"
+                for who, r in runs.items()
+            ]
+            if "before" in runs:
+                pairs = [a[1] / b[1] for a, b in zip(runs["this"], runs["before"]) if b[1] > 0]
+                figures.append(f"CPU this/before, median of {len(pairs)} pairs: {statistics.median(pairs):.3f}")
+            print(f"{name}: " + "; ".join(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()
