@@ -108,13 +108,15 @@ def healthd_configs(conf: Path, directory: Path) -> tuple[Path, Path]:
     return equivalent, default
 
 
-def healthd_commands(conf: Path, directory: Path) -> dict[str, list[str]]:
+def healthd_commands(conf: Path, directory: Path, launcher: Optional[list[str]] = None) -> dict[str, list[str]]:
+    """The three healthd commands; ``launcher`` starts healthd (default: the installed console script)."""
     directory.mkdir(exist_ok=True)
     equivalent, default = healthd_configs(conf, directory)
+    start = launcher or [HEALTHD]
     return {
-        "check --once, NHC-equivalent": [HEALTHD, "check", "--once", "--dry-run", "--config", str(equivalent)],
-        "check --once, default config": [HEALTHD, "check", "--once", "--dry-run", "--config", str(default)],
-        "status": [HEALTHD, "status", "--config", str(default)],
+        "check --once, NHC-equivalent": [*start, "check", "--once", "--dry-run", "--config", str(equivalent)],
+        "check --once, default config": [*start, "check", "--once", "--dry-run", "--config", str(default)],
+        "status": [*start, "status", "--config", str(default)],
     }
 
 
@@ -180,7 +182,9 @@ def main() -> None:
         nhc = nhc_command(args.nhc, conf, directory / "nhc-run")
         commands = healthd_commands(conf, directory / "healthd")
         if args.before is not None:
-            before = healthd_commands(conf, directory / "before")
+            # `python -m healthd`: the console script names the installed code's entry point, which
+            # older code may not have (it moved in the restructuring).
+            before = healthd_commands(conf, directory / "before", [sys.executable, "-m", "healthd"])
             commands.update({f"{name} (before)": command for name, command in before.items()})
         first_runs({"NHC": nhc, **commands}, args.before)
         samples: dict[str, tuple[list[Sample], list[Sample]]] = {name: ([], []) for name in commands}
