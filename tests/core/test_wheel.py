@@ -12,10 +12,20 @@ from pathlib import Path
 from healthd_testkit.paths import REPO
 
 
+def _tracked_source(dest: Path) -> Path:
+    """The files git tracks, exported: a checkout's build/ (setuptools never empties build/lib)
+    or an untracked module must not reach the wheel this test judges."""
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
 def test_wheel_installs_into_a_fresh_venv_and_lists_checks(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
+    source = _tracked_source(tmp_path / "source")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(source)],
         check=True,
         capture_output=True,
         timeout=300,

@@ -116,7 +116,26 @@ def _let_users_in(cluster: Any) -> None:
             directory.chmod(directory.stat().st_mode | stat.S_IXOTH)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Any:
+    """A Slurm cluster of this module's own, in place of the session's (conftest's ``cluster`` uses it here).
+
+    Users' jobs must run side by side for minutes here; in the session's cluster, what earlier
+    tests did to the simulated machines (reboots, slurmd restarted in new namespaces, nodes
+    powered down and up) ended some users' jobs at once in a full run.
+    """
+    from healthd_testkit import cluster as cluster_module
+
+    why = cluster_module.missing_prerequisite()
+    if why:
+        pytest.skip(why)
+    root = tmp_path_factory.mktemp("slurm-jobs")
+    own = cluster_module.Cluster(root=root, healthd_bin=Path(sys.executable).with_name("healthd"))
+    with cluster_module.running(own, host_guard.allow_slurm_conf):
+        yield own
+
+
+@pytest.fixture(scope="module")
 def users(slurm_cluster: Any) -> tuple[str, ...]:
     """Three real unprivileged users, created with useradd if missing and left in place (harmless).
 
