@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import venv
@@ -13,11 +14,17 @@ from healthd_testkit.paths import REPO
 
 
 def _tracked_source(dest: Path) -> Path:
-    """The files git tracks, exported: a checkout's build/ (setuptools never empties build/lib)
-    or an untracked module must not reach the wheel this test judges."""
-    dest.mkdir()
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    """The files git tracks, as they are in the working tree: a checkout's build/ (setuptools never
+    empties build/lib) or an untracked module must not reach the wheel this test judges."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "healthd", "healthd_checks", "pyproject.toml", "README.md"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    for name in listed:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, dest / name)
     return dest
 
 
