@@ -436,11 +436,11 @@ def test_role_installs_the_deb_with_apt_in_a_throwaway_root(healthd_packages: Pa
     play = (
         "ANSIBLE_ROLES_PATH=/ansible/roles ANSIBLE_LOCAL_TEMP=/tmp/a ANSIBLE_REMOTE_TEMP=/tmp/a ANSIBLE_NOCOLOR=1 "
         "ansible-playbook -i localhost, -c local -e ansible_python_interpreter=/usr/bin/python3 "
-        "-e @/work/vars.json /work/play.yml"
+        "-e @/play/vars.json /play/play.yml"
     )
     script = f"""set -e
-{play} > /work/first.log 2>&1 || {{ cat /work/first.log; exit 1; }}
-{play} > /work/second.log 2>&1 || {{ cat /work/second.log; exit 1; }}
+{play} > /play/first.log 2>&1 || {{ cat /play/first.log; exit 1; }}
+{play} > /play/second.log 2>&1 || {{ cat /play/second.log; exit 1; }}
 echo INSTALLED=$(dpkg-query -W -f='${{Version}}' healthd)
 echo VERSION=$(/usr/sbin/healthd --version)
 echo CONFIG=$(ls /etc/healthd | tr '\\n' ' ')
@@ -448,7 +448,7 @@ echo UNITS=$(ls /etc/systemd/system/healthd.service.d | tr '\\n' ' ')
 echo OWN_UNIT=$(test -e /etc/systemd/system/healthd.service && echo yes || echo no)
 """
     done = in_throwaway_root(
-        script, tmp_path / "root", {deb.parent: "/pkgs", ANSIBLE_DIR: "/ansible", work: "/work"}, timeout=600
+        script, tmp_path / "root", {deb.parent: "/pkgs", ANSIBLE_DIR: "/ansible", work: "/play"}, timeout=600
     )
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     report = dict(line.split("=", 1) for line in done.stdout.splitlines() if line[:1].isupper() and "=" in line)
