@@ -6,12 +6,16 @@ remount paths there; nothing they do reaches the machine's own mounts.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
 import pytest
+
+from healthd_testkit.hostguard import TRIPWIRE_TEXT
 
 
 def in_mount_namespace(script: str, expected: int) -> subprocess.CompletedProcess[str]:
@@ -35,7 +39,8 @@ def in_mount_namespace(script: str, expected: int) -> subprocess.CompletedProces
 
 # Builds a throwaway root in a private mount namespace: an overlay whose lower layer is
 # this machine's / and whose upper layer is a tmpfs, with /proc, /sys and /dev of the
-# machine, an empty /tmp and /run, and the given directories bound in. Whatever the script
+# machine, an empty /run, and the given directories bound in. /tmp is the machine's, copy-on-write
+# like the rest: a checkout under /tmp (a CI clone) stays visible. Whatever the script
 # does as root in it (dpkg -i, pip install into /opt, a first `healthd check` creating
 # /var/lib/healthd) lands in the tmpfs and is gone when the namespace ends.
 _THROWAWAY = """set -e
@@ -46,8 +51,10 @@ mount -t overlay overlay -o "lowerdir=/,upperdir=$top/up,workdir=$top/work" "$to
 mount -t proc proc "$top/root/proc"
 mount --rbind /sys "$top/root/sys"
 mount --rbind /dev "$top/root/dev"
-mount -t tmpfs tmp "$top/root/tmp"
 mount -t tmpfs run "$top/root/run"
+# Slurm commands in the root meet a slurm.conf of its own that names no cluster, as the host
+# guard's tripwire does, without reading the tripwire (which counts as a stray Slurm command).
+if [ -n "${THROWAWAY_SLURM_CONF:-}" ]; then printf '%s' "$THROWAWAY_SLURM_CONF" > "$top/root/run/slurm.conf"; fi
 while [ "$#" -gt 1 ]; do
     mkdir -p "$top/root$2"
     mount --bind "$1" "$top/root$2"
@@ -55,6 +62,15 @@ while [ "$#" -gt 1 ]; do
 done
 exec chroot "$top/root" /bin/sh -c "$1"
 """
+
+
+def _outside_the_overlay() -> dict[Path, str]:
+    """The checkout and the interpreter's environment, bound in at their own paths when the
+    overlay of ``/`` would not show them: on another filesystem (the overlay does not cross
+    mount points), or under /run, which the throwaway root replaces."""
+    root = os.stat("/").st_dev
+    needed = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()}
+    return {p: str(p) for p in sorted(needed) if os.stat(p).st_dev != root or p.parts[1:2] == ("run",)}
 
 
 def in_throwaway_root(
@@ -68,8 +84,11 @@ def in_throwaway_root(
     """
     workdir.mkdir(parents=True, exist_ok=True)
     argv = [str(workdir)]
-    for source, dest in binds.items():
+    for source, dest in {**_outside_the_overlay(), **binds}.items():
         argv += [str(source), dest]
+    env = dict(os.environ)
+    if "SLURM_CONF" in env:
+        env.update(SLURM_CONF="/run/slurm.conf", THROWAWAY_SLURM_CONF=TRIPWIRE_TEXT)
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", _THROWAWAY, "throwaway", *argv, script],
         capture_output=True,
@@ -77,6 +96,7 @@ def in_throwaway_root(
         check=False,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
+        env=env,
     )
     if done.returncode != 0 and not done.stdout and ("unshare" in done.stderr or "mount:" in done.stderr):
         pytest.skip(f"no throwaway root here: {done.stderr.strip()}")
