@@ -384,16 +384,21 @@ def _physmem(ctx: _Context, target: _Target) -> None:
     if not 2 <= len(ctx.args) <= 3:
         raise _Skip("expected a minimum, a maximum and an optional fudge")
     low, high = _kilobytes(ctx.args[0]), _kilobytes(ctx.args[1])
-    table = target.table("host")
     fudge = ctx.args[2] if len(ctx.args) == 3 else "0"
-    if fudge.endswith("%"):
-        table["memory_tolerance_percent"] = _percent(fudge)
-        slack = 0
-    else:
-        slack = _kilobytes(fudge)
-    if low - slack > 0:
-        table["expect_memory_gib"] = _gib(low - slack, math.floor)
-    table["expect_memory_max_gib"] = _gib(high + slack, math.ceil)
+    percent = _percent(fudge) if fudge.endswith("%") else None
+    slack = 0 if percent is not None else _kilobytes(fudge)
+    maximum = _gib(high + slack, math.ceil)
+    if maximum <= 0:
+        # NHC fails every node whose MemTotal is above the maximum: 0 is every running node.
+        raise _Skip("a maximum of 0 matches no running node (NHC would fail every node with it)")
+    # A minimum under a thousandth of a GiB holds on any running node: it is left out, not written as 0.
+    minimum = _gib(low - slack, math.floor) if low > slack else 0.0
+    table = target.table("host")
+    if percent is not None:
+        table["memory_tolerance_percent"] = percent
+    if minimum > 0:
+        table["expect_memory_gib"] = minimum
+    table["expect_memory_max_gib"] = maximum
 
 
 # An interface name as the kernel allows it (dev_valid_name: 1-15 bytes, no '/', ':' or blank),

@@ -511,3 +511,19 @@ def test_a_cpu_count_of_zero_is_refused_not_written(cli: Callable[..., tuple[int
     assert code == 65, err
     assert err.count("matches no running node") == 2
     assert "expect_sockets" not in (tmp_path / "out.toml").read_text()
+
+
+def test_a_memory_bound_that_rounds_to_nothing_is_left_out_or_refused(
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    """Found by the property below: `check_hw_physmem 400 400` (kB) made a minimum of 0.0 GiB,
+    which healthd's `expect_memory_gib` refuses; a maximum of 0 fails every node in NHC."""
+    conf = tmp_path / "nhc.conf"
+    conf.write_text("* || check_hw_physmem 400 400\n")
+    code, err = _import(cli, conf, tmp_path / "out.toml")
+    assert code == 0, err
+    written = (tmp_path / "out.toml").read_text()
+    assert "expect_memory_gib" not in written and "expect_memory_max_gib = 0.001" in written
+    conf.write_text("* || check_hw_physmem 0 0\n")
+    code, err = _import(cli, conf, tmp_path / "zero.toml")
+    assert code == 65 and "matches no running node" in err
