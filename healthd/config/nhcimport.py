@@ -431,7 +431,11 @@ def _gpu_count(ctx: _Context, target: _Target) -> None:
     """``check_gpu_count N`` (azurehpc-health-checks): the GPUs the node must show."""
     if len(ctx.args) != 1 or not ctx.args[0].isdigit():
         raise _Skip("expected one whole number of GPUs")
-    target.table("gpu")["expect_gpus"] = int(ctx.args[0])
+    count = int(ctx.args[0])
+    # [checks.gpu] expect_gpus allows 0 to 64 (healthd_checks/gpu/settings.py): no node has more.
+    if count > 64:
+        raise _Skip(f"{count} GPUs: no node has more than 64 ([checks.gpu] expect_gpus)")
+    target.table("gpu")["expect_gpus"] = count
 
 
 CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {

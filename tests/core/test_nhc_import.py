@@ -513,7 +513,7 @@ def test_a_cpu_count_of_zero_is_refused_not_written(cli: Callable[..., tuple[int
     assert "expect_sockets" not in (tmp_path / "out.toml").read_text()
 
 
-def test_a_memory_bound_that_rounds_to_nothing_is_left_out_or_refused(
+def test_a_bound_no_node_can_meet_is_left_out_or_refused(
     cli: Callable[..., tuple[int, str, str]], tmp_path: Path
 ) -> None:
     """Found by the property below: `check_hw_physmem 400 400` (kB) made a minimum of 0.0 GiB,
@@ -524,6 +524,9 @@ def test_a_memory_bound_that_rounds_to_nothing_is_left_out_or_refused(
     assert code == 0, err
     written = (tmp_path / "out.toml").read_text()
     assert "expect_memory_gib" not in written and "expect_memory_max_gib = 0.001" in written
+    conf.write_text("* || check_gpu_count 400\n")
+    code, err = _import(cli, conf, tmp_path / "gpus.toml")
+    assert code == 65 and "no node has more than 64" in err
     conf.write_text("* || check_hw_physmem 0 0\n")
     code, err = _import(cli, conf, tmp_path / "zero.toml")
     assert code == 65 and "matches no running node" in err
