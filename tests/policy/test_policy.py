@@ -43,7 +43,7 @@ from healthd.plan.policy import (
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.execute import execute
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
-from healthd.slurm.reasons import HEALTHD_REASONS, place_stamp, with_place
+from healthd.slurm.reasons import HEALTHD_REASONS, Reasons, place_stamp, with_place
 
 
 def _pass(*statuses: str, event: Optional[str] = None) -> PassResult:
@@ -127,6 +127,33 @@ def test_decision_table(
         PassFacts(_pass(*statuses), PolicyState(**streaks), node), PolicyRules(PolicySettings(**settings))
     )
     assert decision.action is expected, decision.explanation
+
+
+@pytest.mark.parametrize(
+    ("statuses", "reason", "expected"),
+    [
+        # Out with the configured prefix: healthd's own, resumed or kept out with its reason updated.
+        ((), "site hc: CODE_0 subj0", Action.RESUME),
+        (("WARNING",), "site hc: OTHER thing", Action.DRAIN_AFTER_JOBS),
+        # The default prefix is another tool's once the config names a prefix of its own.
+        ((), "healthd: CODE_0 subj0", Action.NONE),
+        (("CRITICAL",), "healthd: CODE_0 subj0", Action.NONE),
+        # The prefix's first word alone, or glued to the next, is not the prefix.
+        ((), "site CODE_0 subj0", Action.NONE),
+        ((), "site hc:CODE_0 subj0", Action.NONE),
+        ((), "site hc: LEMON 9 incidents", Action.NONE),
+    ],
+)
+def test_a_configured_prefix_decides_which_drains_are_healthds(
+    statuses: tuple[str, ...], reason: str, expected: Action
+) -> None:
+    """``[slurm] reason_prefix`` reaches the policy once, in ``PolicyRules.reasons``: it alone says
+    which drain healthd may lift or rewrite, and every reason written carries it."""
+    rules = PolicyRules(PolicySettings(), Reasons("site hc:"))
+    decision, _ = decide(PassFacts(_pass(*statuses), PolicyState(), _node("IDLE", "DRAIN", reason)), rules)
+    assert decision.action is expected, decision.explanation
+    taken, _ = decide(PassFacts(_pass("CRITICAL", "WARNING"), PolicyState(), BUSY), rules)
+    assert taken.reason == "site hc: CODE_0 subj0 (+1 more)"
 
 
 def test_reason_names_worst_finding_and_counts_the_rest() -> None:

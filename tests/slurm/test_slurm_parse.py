@@ -383,7 +383,7 @@ def test_ownership_needs_the_prefix_as_a_word() -> None:
 def test_a_configured_prefix_of_two_words_writes_and_owns_every_reason() -> None:
     """``[slurm] reason_prefix`` may be several words: every reason healthd writes starts with it,
     and only a reason that starts with it (as words) is healthd's, whatever the default's."""
-    reasons = Reasons(parse_config('[slurm]\nreason_prefix = "site hc:"\n').slurm.reason_prefix)
+    reasons = Reasons(parse_config('[slurm]\nreason_prefix = "site hc:"\n', "t.toml", {}).config.slurm.reason_prefix)
     findings = [
         Finding("gpu", Status.WARNING, "ECC_SBE", "gpu1", "m"),
         Finding("xid", Status.CRITICAL, "XID_79", "0000:17:00.0", "m"),
