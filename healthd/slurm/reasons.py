@@ -22,7 +22,7 @@ DEFAULT_PREFIX = "healthd:"
 REASON_MAX = 64
 # Statuses in the order they call for action (see ``acting_key``).
 ACTING_ORDER = (Status.CRITICAL, Status.WARNING, Status.UNKNOWN, Status.OK)
-# " (+N more)" that make_reason appends: a change of N alone is not a new reason.
+# " (+N more)" that ``Reasons.reason`` appends: a change of N alone is not a new reason.
 _MORE_SUFFIX = re.compile(r"\s\(\+\d+ more\)$")
 # What slurmctld 22.05 appends to the reason of a node it reboots (docs/slurm.md, "Reboot
 # requests"): not part of the reason healthd wrote.
