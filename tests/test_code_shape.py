@@ -30,12 +30,7 @@ LONG_ALLOWED = frozenset(
         "healthd/fleet/render.py::document",
     }
 )
-MANY_PARAMETERS_ALLOWED = frozenset(
-    {
-        # The policy's decision: its eleven inputs are to become one value.
-        "healthd/plan/policy.py::decide",
-    }
-)
+MANY_PARAMETERS_ALLOWED: frozenset[str] = frozenset()
 
 
 def _functions() -> dict[str, list[Function]]:

@@ -409,14 +409,15 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
     if args.drain:
         from healthd.fleet.drain import apply_drains, plan_drains, read_cluster
         from healthd.slurm.adapter import SlurmClient, SlurmError
+        from healthd.slurm.reasons import Reasons
 
-        prefix = config.slurm.reason_prefix
+        reasons = Reasons(config.slurm.reason_prefix)
         client = SlurmClient(config.slurm)
         try:
-            nodes, views = read_cluster(client, [verdict.node for verdict in lemons], prefix)
-            steps = plan_drains(lemons, nodes, views, prefix, config.policy, now, args.drain_silent)
+            nodes, views = read_cluster(client, [verdict.node for verdict in lemons], reasons)
+            steps = plan_drains(lemons, nodes, views, reasons, config.policy, now, args.drain_silent)
             if args.apply:
-                steps = apply_drains(steps, client, prefix, config.policy)
+                steps = apply_drains(steps, client, reasons, config.policy)
         except SlurmError as exc:
             print(f"healthd fleet: {exc}", file=sys.stderr)
             return EX_UNAVAILABLE

@@ -266,7 +266,7 @@ def _from_daemon(
     """
     from healthd.config.cache import load_checks
     from healthd.model import Status
-    from healthd.slurm.reasons import make_reason
+    from healthd.slurm.reasons import Reasons
 
     loaded, _ = load_checks(config, load=False)
     settings = _settings(loaded)
@@ -277,10 +277,10 @@ def _from_daemon(
     new, position = since
     config_values = loaded.config
     note_start(config_values, job, now, FRESH_LOCK_WAIT, position)
-    prefix = config_values.slurm.reason_prefix
+    reasons = Reasons(config_values.slurm.reason_prefix)
     known = _document_criticals(document, job)
     if known:
-        print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
+        print(f"healthd prolog: job {job.job_id}: {reasons.reason(known)} (daemon's last pass)")
         return int(Status.CRITICAL)
     seen = {(f.check, f.code, f.subject) for f in _document_criticals(document, None)}
     unseen = [f for f in new if f.status is Status.CRITICAL and (f.check, f.code, f.subject) not in seen]
@@ -327,16 +327,16 @@ def _full_prolog(
 ) -> int:
     """The prolog without the daemon's pass to stand on: ``prolog_checks`` through the ordinary pass."""
     from healthd.model import Status
-    from healthd.slurm.reasons import make_reason
+    from healthd.slurm.reasons import Reasons
 
     engine = _engine(config)
     settings = _settings(engine.loaded)
     deadline.at = started + settings.prolog_timeout
     note_start(engine.config, job, now, engine.config.slurm.lock_timeout)
-    prefix = engine.config.slurm.reason_prefix
+    reasons = Reasons(engine.config.slurm.reason_prefix)
     known = _document_criticals(document, job) if document is not None else []
     if known:
-        print(f"healthd prolog: job {job.job_id}: {make_reason(prefix, known)} (daemon's last pass)")
+        print(f"healthd prolog: job {job.job_id}: {reasons.reason(known)} (daemon's last pass)")
         return int(Status.CRITICAL)
     installed = {spec.name for spec in engine.specs}
     failed = _act(engine, [name for name in settings.prolog_checks if name in installed], job, "", allowed=True)
@@ -350,12 +350,12 @@ def _act(engine: Engine, only: list[str], job: Job, where: str, *, allowed: bool
     """
     from healthd.cycle.pipeline import PassRequest, run_pass
     from healthd.model import Status
-    from healthd.slurm.reasons import make_reason
+    from healthd.slurm.reasons import Reasons
 
     outcome = run_pass(engine, PassRequest(tuple(only)))
     criticals = [f for f in outcome.result.findings if f.status is Status.CRITICAL and job.concerns(f)]
     if criticals:
-        reason = outcome.action.decision.reason or make_reason(engine.config.slurm.reason_prefix, criticals)
+        reason = outcome.action.decision.reason or Reasons(engine.config.slurm.reason_prefix).reason(criticals)
         print(f"healthd prolog: job {job.job_id}: {reason}{where}")
         return int(Status.CRITICAL)
     if allowed:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Union
 
 from healthd.model import Tier
 from healthd.plan.active import daemon_skip, drained_skip
+from healthd.slurm.reasons import Reasons
 from healthd.store.lock import ACTIVE_LOCK, LockTimeout, StateLock
 from healthd.store.state import StateError
 
@@ -124,8 +125,8 @@ def after_pass(engine: Engine, outcome: PassOutcome, dry_run: bool, log: logging
     settings = engine.config.active
     if not settings.when_drained:
         return outcome
-    prefix = engine.config.slurm.reason_prefix
-    why = daemon_skip(outcome.node, prefix, last_run(engine), engine.clock(), settings.interval)
+    reasons = Reasons(engine.config.slurm.reason_prefix)
+    why = daemon_skip(outcome.node, reasons, last_run(engine), engine.clock(), settings.interval)
     if why is not None:
         log.debug("active checks not started: %s", why)
         return outcome
@@ -136,7 +137,7 @@ def after_pass(engine: Engine, outcome: PassOutcome, dry_run: bool, log: logging
         )
         return outcome
     log.info("node %s is idle and drained by healthd: running every check, the active ones too", outcome.result.node)
-    done = start(engine, lambda node: drained_skip(node, prefix), "daemon", tier=Tier.ALL, dry_run=dry_run)
+    done = start(engine, lambda node: drained_skip(node, reasons), "daemon", tier=Tier.ALL, dry_run=dry_run)
     if isinstance(done, NotStarted):
         log.info("active checks not started: %s", done.why)
         return outcome

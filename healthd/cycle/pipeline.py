@@ -23,7 +23,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
@@ -33,11 +33,12 @@ from healthd.cycle.onrepair import HookResult, run_on_repair
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import FindingRef, apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
-from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
+from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyRules, PolicyState
 from healthd.plan.spread import act_delay
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.execute import execute, observe, rehearse
 from healthd.slurm.nodestate import NodeInfo
+from healthd.slurm.reasons import Reasons
 from healthd.store.acks import STATE_NAME as ACKS_STATE
 from healthd.store.acks import AckStore
 from healthd.store.history import History, HistoryError, RebootPhase
@@ -386,15 +387,15 @@ def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException) -> PassOu
     return _finish(ctx, result, _report(ctx, decision, message))
 
 
-def _plan_once(situation: Situation, config: Config) -> Union[Read, Plan]:
-    return plan(
-        situation,
+def _policy_rules(config: Config) -> PolicyRules:
+    """What the config says about acting on the node, bound once for the pass (``[slurm] reason_prefix`` included)."""
+    return PolicyRules(
         config.policy,
-        config.slurm.reason_prefix,
-        config.slurm.reconcile_interval,
+        Reasons(config.slurm.reason_prefix),
         config.escalation,
         reboot=config.remediation.reboot,
         reset=config.remediation.reset,
+        reconcile_interval=config.slurm.reconcile_interval,
     )
 
 
@@ -405,16 +406,16 @@ def _time_left(deadline: Optional[float]) -> float:
 
 def _plan(config: Config, situation: Situation, slurm: SlurmClient) -> Plan:
     """Plan, making each Slurm read the plan asks for (the node, then its partitions) and planning again."""
-    prefix = config.slurm.reason_prefix
+    rules = _policy_rules(config)
     for _ in Read:
-        made = _plan_once(situation, config)
+        made = plan(situation, rules)
         if isinstance(made, Plan):
             return made
         # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
         boot_time = situation.state.reboot is not None and not situation.boot_id
-        observed = observe(slurm, made, situation.result.node, situation.observed, prefix, boot_time=boot_time)
+        observed = observe(slurm, made, situation.result.node, situation.observed, rules.reasons, boot_time=boot_time)
         situation = replace(situation, observed=observed)
-    made = _plan_once(situation, config)
+    made = plan(situation, rules)
     if not isinstance(made, Plan):
         raise RuntimeError(f"the plan asked for {made.value} again after it was read")
     return made

@@ -25,7 +25,7 @@ from healthd.fleet.lemons import LemonVerdict
 from healthd.plan.breaker import breaker_confirm, group_views, over_limit
 from healthd.slurm.adapter import SlurmClient, SlurmError, SlurmNotFound
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import is_lemon, lemon_reason, owned
+from healthd.slurm.reasons import Reasons
 
 Views = dict[str, PartitionView]
 # Job failures are what users can cause (a broken job, a node chosen with -w, two accounts
@@ -54,7 +54,7 @@ def summary(verdict: LemonVerdict) -> str:
     )
 
 
-def read_cluster(client: SlurmClient, names: Sequence[str], prefix: str) -> tuple[dict[str, NodeInfo], Views]:
+def read_cluster(client: SlurmClient, names: Sequence[str], reasons: Reasons) -> tuple[dict[str, NodeInfo], Views]:
     """The flagged nodes slurmctld knows, and the breaker's view of their partitions.
 
     A node slurmctld does not know is left out (the plan says so); any other error,
@@ -69,19 +69,19 @@ def read_cluster(client: SlurmClient, names: Sequence[str], prefix: str) -> tupl
         except SlurmError as exc:
             if "does not know" not in str(exc) and "not found" not in str(exc).lower():
                 raise
-    return nodes, _views(client, nodes.values(), prefix)
+    return nodes, _views(client, nodes.values(), reasons)
 
 
-def _views(client: SlurmClient, nodes: Iterable[NodeInfo], prefix: str) -> Views:
+def _views(client: SlurmClient, nodes: Iterable[NodeInfo], reasons: Reasons) -> Views:
     partitions = tuple(sorted({p for node in nodes for p in node.partitions}))
-    return group_views(client.partitions(partitions), partitions, prefix)
+    return group_views(client.partitions(partitions), partitions, reasons)
 
 
 def plan_drains(
     lemons: Sequence[LemonVerdict],
     table: Mapping[str, NodeInfo],
     views: Views,
-    prefix: str,
+    reasons: Reasons,
     policy: PolicySettings,
     now: float,
     silent: bool = False,
@@ -93,7 +93,7 @@ def plan_drains(
     views = dict(views)
     steps = []
     for verdict in lemons:
-        reason = lemon_reason(prefix, summary(verdict))
+        reason = reasons.lemon(summary(verdict))
         if not (verdict.incident_evidence or silent):
             steps.append(DrainStep(verdict.node, reason, False, SILENT))
             continue
@@ -102,9 +102,9 @@ def plan_drains(
             steps.append(DrainStep(verdict.node, reason, False, "not a node slurmctld knows"))
             continue
         if node.out:
-            if is_lemon(node.reason, prefix):
+            if reasons.is_lemon(node.reason):
                 why = "already out as a lemon"
-            elif owned(node.reason, prefix):
+            elif reasons.owns(node.reason):
                 why = f"already out by healthd ({node.reason})"
             else:
                 why = f"out with someone else's reason ({node.reason}): left alone"
@@ -129,7 +129,7 @@ def plan_drains(
 def apply_drains(
     steps: Sequence[DrainStep],
     client: SlurmClient,
-    prefix: str,
+    reasons: Reasons,
     policy: PolicySettings,
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[DrainStep]:
@@ -149,7 +149,7 @@ def apply_drains(
         return done
     sleep(policy.breaker_settle)
     try:
-        table, views = read_cluster(client, drained, prefix)
+        table, views = read_cluster(client, drained, reasons)
     except SlurmError as exc:
         return [
             replace(s, why=f"drained; could not confirm against the breaker: {exc}") if s.drain else s for s in done

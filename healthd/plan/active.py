@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Optional
 
 from healthd.slurm.nodestate import NodeInfo
-from healthd.slurm.reasons import is_lemon, is_repair, owned
+from healthd.slurm.reasons import Reasons
 
 
 def _unsettled(node: NodeInfo) -> Optional[str]:
@@ -86,7 +86,7 @@ def interval_left(last_run: Optional[float], now: float, interval: float) -> flo
     return left if 0 < left <= interval else 0.0
 
 
-def drained_skip(node: Optional[NodeInfo], prefix: str) -> Optional[str]:
+def drained_skip(node: Optional[NodeInfo], reasons: Reasons) -> Optional[str]:
     """Why the daemon must not run the active checks on ``node`` (as read this pass), or None.
 
     Only a drain of healthd's own that a pass may lift: an administrator's drain is
@@ -96,18 +96,18 @@ def drained_skip(node: Optional[NodeInfo], prefix: str) -> Optional[str]:
     """
     if node is None:
         return "the pass did not read the node (healthd has not taken it out)"
-    if not (node.drained and owned(node.reason, prefix)):
+    if not (node.drained and reasons.owns(node.reason)):
         return f"{node.name} is {node.state_text} with reason {node.reason!r}: not drained by healthd"
-    if is_lemon(node.reason, prefix) or is_repair(node.reason, prefix):
+    if reasons.is_lemon(node.reason) or reasons.is_repair(node.reason):
         return f"{node.name} is out for {node.reason!r}: a person returns it, whatever the checks find"
     return _maintenance(node) or refusal(node)
 
 
 def daemon_skip(
-    node: Optional[NodeInfo], prefix: str, last_run: Optional[float], now: float, interval: float
+    node: Optional[NodeInfo], reasons: Reasons, last_run: Optional[float], now: float, interval: float
 ) -> Optional[str]:
     """Why the daemon does not start the active checks after this pass, or None when it should."""
-    why = drained_skip(node, prefix)
+    why = drained_skip(node, reasons)
     if why is not None:
         return why
     left = interval_left(last_run, now, interval)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 from healthd.plan.spread import jitter
 from healthd.slurm.hostlist import expand
 from healthd.slurm.nodestate import NodeGroup, PartitionView
-from healthd.slurm.reasons import owned, place_stamp, reason_code
+from healthd.slurm.reasons import Reasons, place_stamp
 
 if TYPE_CHECKING:
     from healthd.config.models import PolicySettings
@@ -48,12 +48,12 @@ class BreakerHold:
         )
 
 
-def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: str) -> dict[str, PartitionView]:
+def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], reasons: Reasons) -> dict[str, PartitionView]:
     """For each of ``partitions``: its size and the nodes in it that are out with a healthd reason.
 
     ``groups`` are sinfo's lines for those partitions (``SlurmClient.partitions``);
     only the groups out with a healthd reason have their host lists expanded. Each
-    such node's reason code goes into ``codes`` (``reasons.reason_code``).
+    such node's reason code goes into ``codes`` (``Reasons.code``).
     """
     sizes: dict[str, int] = {}
     outs: dict[str, list[tuple[bool, float, str]]] = {}
@@ -62,14 +62,14 @@ def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], prefix: 
         if group.partition not in partitions:
             continue
         sizes[group.partition] = sizes.get(group.partition, 0) + group.count
-        if group.out and owned(group.reason, prefix):
+        if group.out and reasons.owns(group.reason):
             # A reason with no readable time sorts last: it never takes a place from a stamped one.
             # A taken-out node keeps the stamp of the drain that won its place (reasons.with_place).
             stamp = place_stamp(group.reason)
             when = stamp if stamp is not None else group.reason_time if group.reason_time is not None else float("inf")
             names = expand(group.nodelist)
             outs.setdefault(group.partition, []).extend((not group.down, when, n) for n in names)
-            code = reason_code(group.reason, prefix)
+            code = reasons.code(group.reason)
             codes.setdefault(group.partition, []).extend((n, code) for n in names if code)
     return {
         p: PartitionView(p, size, tuple(sorted(outs.get(p, []))), tuple(sorted(codes.get(p, []))))

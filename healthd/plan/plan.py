@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Callable, Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge, widest
@@ -30,7 +30,9 @@ from healthd.plan.policy import (
     Coverage,
     Decision,
     GpuReset,
+    PassFacts,
     PolicyEvent,
+    PolicyRules,
     PolicyState,
     RebootRequest,
     acknowledged_by_resume,
@@ -48,10 +50,7 @@ from healthd.plan.policy import (
     waiting,
 )
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import owned, reason_head
-
-if TYPE_CHECKING:
-    from healthd.config.models import EscalationSettings, PolicySettings
+from healthd.slurm.reasons import Reasons, reason_head
 
 
 class Read(enum.Enum):
@@ -192,9 +191,7 @@ class _Breaker:
     undo: bool = False
 
 
-def _breaker(
-    decision: Decision, state: PolicyState, s: Situation, settings: PolicySettings, prefix: str
-) -> Union[Read, _Breaker]:
+def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: PolicyRules) -> Union[Read, _Breaker]:
     """The circuit breaker's part of the plan (docs/policy.md, "Circuit breaker").
 
     Before a take-out it asks for the node's partitions, unless a hold is still
@@ -203,11 +200,11 @@ def _breaker(
     breaker needed failed: then nothing is acted on. A node held back keeps no
     repair (``policy.breaker_held``).
     """
-    node, observed = s.observed.node, s.observed
+    node, observed, settings = s.observed.node, s.observed, rules.settings
     acting = s.slurm_enabled and not s.dry_run
     if node is None or decision.intended not in TAKING_OUT:
         return _Breaker(decision, replace(state, held=None), "", node)
-    ours = node.drained and owned(node.reason, prefix)
+    ours = node.drained and rules.reasons.owns(node.reason)
     if ours and state.unconfirmed and acting:
         if observed.views is None:
             return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
@@ -244,7 +241,7 @@ def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
     return hold if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25) else None
 
 
-# ``decide`` with this pass's settings bound: a result, a policy state and the node go in.
+# ``decide`` with this pass's rules bound: a result, a policy state and the node go in.
 _Judge = Callable[[PassResult, PolicyState, Optional[NodeInfo]], tuple[Decision, PolicyState]]
 
 
@@ -272,9 +269,9 @@ def _first_read(s: Situation, judge: _Judge) -> Read:
     return Read.NODE_AND_PARTITIONS if decision.action in TAKING_OUT else Read.NODE
 
 
-def _remember(state: PolicyState, node: NodeInfo, now: float, prefix: str) -> PolicyState:
+def _remember(state: PolicyState, node: NodeInfo, now: float, reasons: Reasons) -> PolicyState:
     """What a read of the node teaches the next passes: when it was read, and whether it skips the breaker."""
-    return replace(state, last_read=now, skips_breaker=skips_breaker(node, prefix))
+    return replace(state, last_read=now, skips_breaker=skips_breaker(node, reasons))
 
 
 def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
@@ -307,42 +304,34 @@ def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step,
     return tuple(steps)
 
 
-def plan(
-    s: Situation,
-    settings: PolicySettings,
-    prefix: str,
-    reconcile_interval: float,
-    escalation: Optional[EscalationSettings] = None,
-    reboot: bool = False,
-    reset: bool = False,
-) -> Union[Read, Plan]:
+def plan(s: Situation, rules: PolicyRules) -> Union[Read, Plan]:
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
     state, observed = s.state, s.observed
     # The findings that took the node out, under their keys of this pass (acks.adopted).
     state = replace(state, took_out=widest(adopted(r, s.result) for r in state.took_out))
     shared = _shared(s)
     repeats = {key: count for key, count in s.repeats.items() if key not in shared}
-    judge = _judge(s, settings, prefix, repeats, escalation, reboot)
+    judge = _judge(s, rules, repeats)
     unasked = ""
     if not s.slurm_enabled:
         unasked = "Slurm actions disabled ([slurm].enabled = false)"
     elif state.pending is not None and waiting(state.pending.next_try, s.now, BACKOFF_MAX):
         unasked = f"backing off after: {state.pending.error}"
     elif not observed.node_asked and needs_node(
-        apply_acks(s.result, s.acks)[0], state, settings, s.now, reconcile_interval
+        apply_acks(s.result, s.acks)[0], state, rules.settings, s.now, rules.reconcile_interval
     ):
         return _first_read(s, judge)
-    state, acks, acknowledged = _settle(s, state, prefix)
+    state, acks, acknowledged = _settle(s, state, rules.reasons)
     result, kept = apply_acks(s.result, acks)
     decision, new_state = judge(result, state, observed.node)
-    breaker = _breaker(decision, new_state, s, settings, prefix)
+    breaker = _breaker(decision, new_state, s, rules)
     if isinstance(breaker, Read):
         return breaker
     decision, node = breaker.decision, breaker.node
     writes = _writes(s, result, breaker, unasked)
     gpu_reset: Optional[GpuReset] = None
-    if reset and s.slurm_enabled and not s.dry_run and not writes.steps and not breaker.undo:
-        gpu_reset = reset_target(result, decision, writes.state, node, prefix)
+    if rules.reset and s.slurm_enabled and not s.dry_run and not writes.steps and not breaker.undo:
+        gpu_reset = reset_target(result, decision, writes.state, node, rules.reasons)
         if gpu_reset is not None:
             # The try is spent before nvidia-smi starts: a pass killed during the reset (slurmd's
             # 60 s kill of the hook) must not leave its next pass a reset to start again.
@@ -365,42 +354,23 @@ def plan(
     )
 
 
-def _judge(
-    s: Situation,
-    settings: PolicySettings,
-    prefix: str,
-    repeats: Mapping[str, tuple[str, int]],
-    escalation: Optional[EscalationSettings],
-    reboot: bool,
-) -> _Judge:
-    """``decide`` with this pass's settings bound."""
+def _judge(s: Situation, rules: PolicyRules, repeats: Mapping[str, tuple[str, int]]) -> _Judge:
+    """``decide`` with this pass's rules and what the situation says of the whole pass bound."""
 
     def judge(result: PassResult, state: PolicyState, node: Optional[NodeInfo]) -> tuple[Decision, PolicyState]:
-        return decide(
-            result,
-            state,
-            node,
-            settings,
-            prefix,
-            partial=s.partial,
-            repeats=repeats,
-            escalation=escalation,
-            reboot=reboot,
-            boot_id=s.boot_id,
-            coverage=s.coverage,
-        )
+        return decide(PassFacts(result, state, node, s.partial, repeats, s.boot_id, s.coverage), rules)
 
     return judge
 
 
 def _settle(
-    s: Situation, state: PolicyState, prefix: str
+    s: Situation, state: PolicyState, reasons: Reasons
 ) -> tuple[PolicyState, tuple[Ack, ...], tuple[FindingRef, ...]]:
     """What the node as read settles: an unanswered RESUME, and an administrator's resume (its acknowledgements)."""
     node, acks = s.observed.node, s.acks
     if node is None:
         return state, acks, ()
-    state = settle_own_resume(_remember(state, node, s.now, prefix), node, prefix)
+    state = settle_own_resume(_remember(state, node, s.now, reasons), node, reasons)
     acknowledged = acknowledged_by_resume(state, node)
     if acknowledged and not s.dry_run:
         # An administrator put the node back: that acknowledges its findings, and ends a repair.

@@ -21,17 +21,7 @@ from healthd.model import Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import UNACKNOWLEDGEABLE, FindingRef, adopted, widest
 from healthd.plan.breaker import BreakerHold, next_hold, over_limit
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import (
-    ACTING_ORDER,
-    acting_key,
-    is_lemon,
-    is_repair,
-    make_reason,
-    owned,
-    reason_head,
-    reboot_reason,
-    repair_reason,
-)
+from healthd.slurm.reasons import ACTING_ORDER, HEALTHD_REASONS, Reasons, acting_key, reason_head
 
 if TYPE_CHECKING:
     from healthd.config.models import EscalationSettings, PolicySettings
@@ -459,6 +449,45 @@ class Coverage:
 ORDINARY_PASS = Coverage()
 
 
+@dataclass(frozen=True)
+class PassFacts:
+    """What ``decide`` knows of the node this pass: what it found, remembers and read.
+
+    ``result``: the pass (acknowledgements applied). ``state``: the policy's memory.
+    ``node``: the node as Slurm answered, None when Slurm could not be asked (unreachable,
+    disabled) or was not yet. ``partial``: only some checks ran (``--only``). ``repeats``
+    maps a finding's key to its unit and how often its code was raised there (from the
+    node's history), for escalation. ``boot_id``: this boot's ("" when unreadable), to tell
+    when a reboot asked for has happened. ``coverage``: which checks ran, of the active ones.
+    """
+
+    result: PassResult
+    state: PolicyState
+    node: Optional[NodeInfo]
+    partial: bool = False
+    repeats: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+    boot_id: str = ""
+    coverage: Coverage = ORDINARY_PASS
+
+
+@dataclass(frozen=True)
+class PolicyRules:
+    """What the config says about acting on a node, made once per pass.
+
+    ``settings``: ``[policy]``. ``reasons``: healthd's reasons under ``[slurm] reason_prefix``.
+    ``escalation``: ``[escalation]`` (None: no escalation to repair). ``reboot`` and ``reset``:
+    ``[remediation]``. ``reconcile_interval``: ``[slurm]``'s, the most a pass goes without
+    reading the node (``needs_node``). ``decide`` reads the first four; the plan all of them.
+    """
+
+    settings: PolicySettings
+    reasons: Reasons = HEALTHD_REASONS
+    escalation: Optional[EscalationSettings] = None
+    reboot: bool = False
+    reset: bool = False
+    reconcile_interval: float = 3600.0
+
+
 def _acting(finding: Finding) -> bool:
     return finding.status is not Status.OK and finding.check != OWN_CHECK
 
@@ -523,7 +552,7 @@ def _causes(findings: list[Finding]) -> tuple[FindingRef, ...]:
     return tuple(sorted({FindingRef.of(f) for f in findings if f.code not in UNACKNOWLEDGEABLE}))
 
 
-def _wanted(result: PassResult, state: PolicyState, settings: PolicySettings, prefix: str) -> Decision:
+def _wanted(result: PassResult, state: PolicyState, rules: PolicyRules) -> Decision:
     """The action the pass calls for, before looking at the node.
 
     Findings whose check has failed enough passes in a row are *ready*; the ready
@@ -531,6 +560,7 @@ def _wanted(result: PassResult, state: PolicyState, settings: PolicySettings, pr
     """
     if _severity(result) is Status.OK:
         return Decision(Action.RESUME, Action.RESUME, "", "all checks pass")
+    settings = rules.settings
     ready: list[Finding] = []
     not_ready: list[tuple[Finding, int, int]] = []
     for finding in filter(_acting, result.findings):
@@ -554,13 +584,13 @@ def _wanted(result: PassResult, state: PolicyState, settings: PolicySettings, pr
         wait_action = _action_for(first.status)
     if not ready:
         found = [item[0] for item in not_ready]
-        return Decision(Action.HOLD, wait_action, make_reason(prefix, found), wait_text, _causes(found))
+        return Decision(Action.HOLD, wait_action, rules.reasons.reason(found), wait_text, _causes(found))
     top = min(ready, key=acting_key)
     want = _action_for(top.status)
     explanation = f"{top.status.name} from {top.check}"
     if wait_text and wait_action is not want:
         explanation += f"; {wait_text}"
-    return Decision(want, want, make_reason(prefix, ready), explanation, _causes(ready))
+    return Decision(want, want, rules.reasons.reason(ready), explanation, _causes(ready))
 
 
 # A lemon drain (``healthd fleet lemons --drain``) is decided from the fleet's records, which one
@@ -572,39 +602,35 @@ _LEMON_HELD = "out as a lemon node (healthd fleet lemons): an administrator resu
 _REPAIR_HELD = "out for repair, with no repair record left in policy.json: an administrator resumes it"
 
 
-def _unrecorded_repair(node: NodeInfo, state: PolicyState, prefix: str) -> bool:
+def _unrecorded_repair(node: NodeInfo, state: PolicyState, reasons: Reasons) -> bool:
     """The node is out with healthd's REPAIR reason, but no repair is recorded nor was one ended."""
-    return node.out and is_repair(node.reason, prefix) and state.repair is None and not state.repair_ended
+    return node.out and reasons.is_repair(node.reason) and state.repair is None and not state.repair_ended
 
 
-def _resume_against_node(
-    decision: Decision,
-    state: PolicyState,
-    node: Optional[NodeInfo],
-    settings: PolicySettings,
-    prefix: str,
-    ran: frozenset[str],
-    partial: bool,
-    coverage: Coverage,
-) -> Decision:
+def _resume_against_node(decision: Decision, state: PolicyState, facts: PassFacts, rules: PolicyRules) -> Decision:
+    """A RESUME ``decision`` given the node as read: only a node healthd itself took out, once proven clean.
+
+    ``state`` is this pass's (``facts.state`` moved on by the pass).
+    """
     nothing = replace(decision, action=Action.NONE, intended=Action.NONE)
+    node, reasons, settings = facts.node, rules.reasons, rules.settings
     if node is None and not state.took_out:
         return nothing
-    if node is not None and not (node.out and owned(node.reason, prefix)):
+    if node is not None and not (node.out and reasons.owns(node.reason)):
         return replace(nothing, explanation="all checks pass")
-    if node is not None and is_lemon(node.reason, prefix):
+    if node is not None and reasons.is_lemon(node.reason):
         return replace(nothing, explanation=_LEMON_HELD)
-    if node is not None and _unrecorded_repair(node, state, prefix):
+    if node is not None and _unrecorded_repair(node, state, reasons):
         return replace(nothing, explanation=_REPAIR_HELD)
     # A pass proves nothing about a check that did not run (--only, a timeout).
-    unverified = sorted({ref.check for ref in state.took_out} - ran)
+    unverified = sorted({ref.check for ref in state.took_out} - ran_checks(facts.result))
     if unverified:
         checks = ", ".join(unverified)
         return replace(nothing, explanation=f"not resuming: {checks}, which took the node out, did not run this pass")
-    if partial and not state.took_out:
+    if facts.partial and not state.took_out:
         why = "not resuming on a partial pass (--only): which checks took the node out is not known"
         return replace(nothing, explanation=why)
-    held = _active_hold(state, coverage)
+    held = _active_hold(state, facts.coverage)
     if held:
         return replace(decision, action=Action.HOLD, explanation=held)
     if node is None:
@@ -668,13 +694,7 @@ def _booted(request: RebootRequest, boot_id: str, node: Optional[NodeInfo]) -> b
 
 
 def _remediate(
-    result: PassResult,
-    decision: Decision,
-    state: PolicyState,
-    node: Optional[NodeInfo],
-    prefix: str,
-    reboot: bool,
-    boot_id: str,
+    decision: Decision, state: PolicyState, facts: PassFacts, rules: PolicyRules
 ) -> tuple[Decision, PolicyState]:
     """A reboot in place of a take-out, and the node kept out until one has happened (docs/remediation.md).
 
@@ -685,10 +705,11 @@ def _remediate(
     between resumes nothing. If the reboot did not happen (no reboot pending in
     Slurm, same boot) it is not asked for again: the node stays out for a person.
     """
+    result, node = facts.result, facts.node
     if _severity(result) is Status.OK:
         state = replace(state, rebooted="", reset_tried=())
     request = state.reboot
-    if request is not None and _booted(request, boot_id, node):
+    if request is not None and _booted(request, facts.boot_id, node):
         state = replace(state, reboot=None, rebooted=request.cause)
         request = None
     unsent = state.pending is not None and state.pending.action is Action.REBOOT
@@ -704,7 +725,7 @@ def _remediate(
         if decision.action in TAKING_OUT:
             return replace(decision, action=Action.NONE, explanation=waiting_why), state
         return Decision(Action.NONE, Action.NONE, "", waiting_why, decision.causes), state
-    if not reboot or decision.action not in TAKING_OUT:
+    if not rules.reboot or decision.action not in TAKING_OUT:
         return decision, state
     top = top_cause(result, decision)
     if top is None or top.details.get(REMEDY) != "reboot" or top.key == state.rebooted:
@@ -712,7 +733,7 @@ def _remediate(
     causes = set(decision.causes)
     behind = [f for f in result.findings if FindingRef.of(f) in causes]
     why = f"{top.status.name} from {top.check}: its remedy is a reboot, after the node's jobs end"
-    return Decision(Action.REBOOT, Action.REBOOT, reboot_reason(prefix, behind), why, decision.causes), state
+    return Decision(Action.REBOOT, Action.REBOOT, rules.reasons.reboot(behind), why, decision.causes), state
 
 
 @dataclass(frozen=True)
@@ -724,7 +745,7 @@ class GpuReset:
 
 
 def reset_target(
-    result: PassResult, decision: Decision, state: PolicyState, node: Optional[NodeInfo], prefix: str
+    result: PassResult, decision: Decision, state: PolicyState, node: Optional[NodeInfo], reasons: Reasons
 ) -> Optional[GpuReset]:
     """The GPU to reset this pass, if any (docs/remediation.md, "GPU reset").
 
@@ -735,7 +756,7 @@ def reset_target(
     """
     if node is None or decision.action is not Action.NONE or state.reboot is not None or state.repair is not None:
         return None
-    if not (node.drained and owned(node.reason, prefix)) or node.busy or _hands_off(node):
+    if not (node.drained and reasons.owns(node.reason)) or node.busy or _hands_off(node):
         return None
     wanted = [
         f
@@ -758,12 +779,12 @@ def top_cause(result: PassResult, decision: Decision) -> Optional[Finding]:
     return min((f for f in result.findings if FindingRef.of(f) in causes), key=acting_key, default=None)
 
 
-def _others(node: NodeInfo, prefix: str) -> bool:
+def _others(node: NodeInfo, reasons: Reasons) -> bool:
     """The node carries someone else's reason: healthd never overwrites it."""
-    return bool(node.reason) and not owned(node.reason, prefix)
+    return bool(node.reason) and not reasons.owns(node.reason)
 
 
-def skips_breaker(node: NodeInfo, prefix: str) -> bool:
+def skips_breaker(node: NodeInfo, reasons: Reasons) -> bool:
     """Whether a take-out of ``node`` as read would be decided without the circuit breaker.
 
     A node with someone else's reason, or in a state healthd leaves alone (``_hands_off``),
@@ -771,17 +792,17 @@ def skips_breaker(node: NodeInfo, prefix: str) -> bool:
     (``PolicyState.skips_breaker``) so the next faulty pass reads the node alone
     (docs/scale.md, "A node out by another's hand").
     """
-    return bool(_hands_off(node)) or _others(node, prefix) or (node.drained and owned(node.reason, prefix))
+    return bool(_hands_off(node)) or _others(node, reasons) or (node.drained and reasons.owns(node.reason))
 
 
-def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str, state: PolicyState) -> Decision:
+def _against_node(decision: Decision, state: PolicyState, node: Optional[NodeInfo], reasons: Reasons) -> Decision:
     """Apply the ownership rules to a take-out given what Slurm says about the node."""
     if decision.action not in TAKING_OUT or node is None:
         return decision
     hands_off = _hands_off(node)
     if hands_off:
         return replace(decision, action=Action.NONE, explanation=hands_off)
-    if _others(node, prefix):
+    if _others(node, reasons):
         who = f" by {node.reason_user}" if node.reason_user else ""
         return replace(
             decision,
@@ -789,11 +810,11 @@ def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str, sta
             explanation=f"node is {node.state_text} with reason {node.reason!r}{who}: not healthd's, left alone",
         )
     # Rewriting a lemon's or an unrecorded repair's reason would let a later clean pass lift it.
-    kept = _LEMON_HELD if is_lemon(node.reason, prefix) else ""
-    kept = kept or (_REPAIR_HELD if _unrecorded_repair(node, state, prefix) else "")
+    kept = _LEMON_HELD if reasons.is_lemon(node.reason) else ""
+    kept = kept or (_REPAIR_HELD if _unrecorded_repair(node, state, reasons) else "")
     if node.drained and kept and not (decision.action is Action.TAKE_OUT_NOW and node.busy):
         return replace(decision, action=Action.NONE, explanation=kept)
-    if node.drained and owned(node.reason, prefix):
+    if node.drained and reasons.owns(node.reason):
         if decision.action is Action.REBOOT:
             return decision  # drained already (its reason updated if need be), the reboot still to ask for
         if decision.action is Action.TAKE_OUT_NOW and node.busy:
@@ -805,12 +826,7 @@ def _against_node(decision: Decision, node: Optional[NodeInfo], prefix: str, sta
 
 
 def _escalate(
-    result: PassResult,
-    decision: Decision,
-    state: PolicyState,
-    repeats: Mapping[str, tuple[str, int]],
-    escalation: Optional[EscalationSettings],
-    prefix: str,
+    decision: Decision, state: PolicyState, facts: PassFacts, rules: PolicyRules
 ) -> tuple[Decision, PolicyState]:
     """Repeat failures send the node to repair, and a node in repair stays out (docs/history.md, "Escalation").
 
@@ -821,6 +837,7 @@ def _escalate(
     ``repeats`` can: the caller puts there the codes their check declares a hardware
     unit's fault, counting only this node's own raises (docs/escalation.md).
     """
+    result, repeats, escalation = facts.result, facts.repeats, rules.escalation
     repair = state.repair
     if repair is None and escalation is not None and decision.action in TAKING_OUT:
         causes = set(decision.causes)
@@ -843,42 +860,25 @@ def _escalate(
         f"in repair: {repair.code} raised {repair.count} times on {repair.unit}; "
         f"`healthd ack --repaired {repair.subject}` returns the node after the hardware work"
     )
-    reason = repair_reason(prefix, repair.code, repair.subject, repair.count)
+    reason = rules.reasons.repair(repair.code, repair.subject, repair.count)
     return Decision(action, action, reason, why, decision.causes), state
 
 
-def decide(
-    result: PassResult,
-    state: PolicyState,
-    node: Optional[NodeInfo],
-    settings: PolicySettings,
-    prefix: str,
-    *,
-    partial: bool = False,
-    repeats: Mapping[str, tuple[str, int]] = MappingProxyType({}),
-    escalation: Optional[EscalationSettings] = None,
-    reboot: bool = False,
-    boot_id: str = "",
-    coverage: Coverage = ORDINARY_PASS,
-) -> tuple[Decision, PolicyState]:
+def decide(facts: PassFacts, rules: PolicyRules) -> tuple[Decision, PolicyState]:
     """One decision for this pass and the policy state to remember.
 
-    ``node`` is None when Slurm could not be asked (unreachable, disabled): the
+    ``facts.node`` is None when Slurm could not be asked (unreachable, disabled): the
     decision is then what the pass calls for, to be kept pending and checked
     against the node's state when it can be read again. A remembered pending
     take-out stands in for a failing pass that calls for nothing more specific,
     while one of its causes may still be there (``_may_stand``).
     The pending action is kept while the decision is still that action (the
     caller clears it once Slurm accepts it) and dropped when it no longer is.
-    ``partial`` says only some checks ran (``--only``). ``repeats`` maps a finding's
-    key to its unit and how often its code was raised there (from the node's
-    history), for ``escalation``. ``reboot`` is ``[remediation] reboot``; ``boot_id``
-    this boot's, to tell when a reboot asked for has happened. ``coverage`` says
-    which checks the pass ran, of the active ones.
     """
+    result, state, node, reasons = facts.result, facts.state, facts.node, rules.reasons
     severity = _severity(result)
-    new_state = _streaks(state, result, partial, coverage)
-    decision = _wanted(result, new_state, settings, prefix)
+    new_state = _streaks(state, result, facts.partial, facts.coverage)
+    decision = _wanted(result, new_state, rules)
     pending = state.pending
     if (
         pending is not None
@@ -890,18 +890,16 @@ def decide(
         decision = Decision(
             pending.action, pending.action, pending.reason, f"retrying pending {pending.action.value}", pending.causes
         )
-    decision, new_state = _escalate(result, decision, new_state, repeats, escalation, prefix)
+    decision, new_state = _escalate(decision, new_state, facts, rules)
     if new_state.repair is None:  # a node in repair is never rebooted (docs/history.md, "Escalation")
-        decision, new_state = _remediate(result, decision, new_state, node, prefix, reboot, boot_id)
+        decision, new_state = _remediate(decision, new_state, facts, rules)
     if decision.action is Action.RESUME:
-        decision = _resume_against_node(
-            decision, new_state, node, settings, prefix, ran_checks(result), partial, coverage
-        )
+        decision = _resume_against_node(decision, new_state, facts, rules)
     else:
-        decision = _against_node(decision, node, prefix, new_state)
+        decision = _against_node(decision, new_state, node, reasons)
     if pending is not None and decision.action is not pending.action:
         new_state = replace(new_state, pending=None)
-    if node is not None and node.drained and owned(node.reason, prefix) and decision.causes:
+    if node is not None and node.drained and reasons.owns(node.reason) and decision.causes:
         new_state = replace(new_state, took_out=widest([*new_state.took_out, *decision.causes]))
     return decision, new_state
 
@@ -947,7 +945,7 @@ def _in_service(node: NodeInfo) -> bool:
     return not node.out and not node.reboot_pending
 
 
-def settle_own_resume(state: PolicyState, node: NodeInfo, prefix: str) -> PolicyState:
+def settle_own_resume(state: PolicyState, node: NodeInfo, reasons: Reasons) -> PolicyState:
     """Learn from the node as read whether a RESUME healthd sent without an answer took effect (``resume_sent``).
 
     In service: it did, so healthd has nothing out and no one acknowledged anything.
@@ -958,7 +956,7 @@ def settle_own_resume(state: PolicyState, node: NodeInfo, prefix: str) -> Policy
         return state
     if _in_service(node):
         return replace(advance(state, PolicyEvent.RESUME_SETTLED), took_out=())
-    if node.out and owned(node.reason, prefix):
+    if node.out and reasons.owns(node.reason):
         return advance(state, PolicyEvent.RESUME_SETTLED)
     return state
 

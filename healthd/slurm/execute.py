@@ -18,7 +18,7 @@ from healthd.plan.policy import GpuReset
 from healthd.slurm.adapter import SlurmClient, SlurmError, node_in_groups
 from healthd.slurm.hostlist import HostlistError
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
-from healthd.slurm.reasons import place_stamp, with_place
+from healthd.slurm.reasons import Reasons, place_stamp, with_place
 
 if TYPE_CHECKING:
     from healthd.config.models import Config
@@ -30,7 +30,7 @@ def observe(
     read: Read,
     node: str,
     observed: Observed,
-    prefix: str,
+    reasons: Reasons,
     *,
     boot_time: bool = False,
 ) -> Observed:
@@ -45,7 +45,7 @@ def observe(
     asked = observed.asked | {read}
     try:
         if read is Read.NODE_AND_PARTITIONS and not boot_time:
-            info, views = read_node_and_views(client, node, prefix)
+            info, views = read_node_and_views(client, node, reasons)
             return replace(observed, asked=asked, node=info, views=views)
         if read is not Read.PARTITIONS:
             info = client.show_node(node) if boot_time else client.node(node)
@@ -53,12 +53,12 @@ def observe(
             if read is Read.NODE:
                 return observed
         partitions = observed.node.partitions if observed.node else ()
-        return replace(observed, asked=asked, views=read_views(client, partitions, prefix))
+        return replace(observed, asked=asked, views=read_views(client, partitions, reasons))
     except SlurmError as exc:
         return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
 
 
-def read_node_and_views(client: SlurmClient, name: str, prefix: str) -> tuple[NodeInfo, dict[str, PartitionView]]:
+def read_node_and_views(client: SlurmClient, name: str, reasons: Reasons) -> tuple[NodeInfo, dict[str, PartitionView]]:
     """The node and the breaker's view of its partitions from one sinfo of every partition (``SlurmClient.all_groups``).
 
     Every partition, not the ones the node was last seen in: slurmctld packs the
@@ -71,19 +71,19 @@ def read_node_and_views(client: SlurmClient, name: str, prefix: str) -> tuple[No
     info = node_in_groups(groups, name)
     if info is None:
         return client.show_node(name), {}
-    return info, _views(groups, info.partitions, prefix)
+    return info, _views(groups, info.partitions, reasons)
 
 
-def _views(groups: list[NodeGroup], partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:
+def _views(groups: list[NodeGroup], partitions: tuple[str, ...], reasons: Reasons) -> dict[str, PartitionView]:
     try:
-        return group_views(groups, partitions, prefix)
+        return group_views(groups, partitions, reasons)
     except HostlistError as exc:
         raise SlurmError(f"sinfo: {exc}") from None
 
 
-def read_views(client: SlurmClient, partitions: tuple[str, ...], prefix: str) -> dict[str, PartitionView]:
+def read_views(client: SlurmClient, partitions: tuple[str, ...], reasons: Reasons) -> dict[str, PartitionView]:
     """The circuit breaker's view of ``partitions``: one sinfo over them, never the whole node table."""
-    return _views(client.partitions(partitions), partitions, prefix)
+    return _views(client.partitions(partitions), partitions, reasons)
 
 
 def _confirm(
@@ -100,7 +100,7 @@ def _confirm(
     """
     sleep(config.policy.breaker_settle)
     try:
-        views = read_views(client, partitions, config.slurm.reason_prefix)
+        views = read_views(client, partitions, Reasons(config.slurm.reason_prefix))
     except SlurmError as exc:
         client.resume(name)
         return f"could not confirm the drain against the circuit breaker ({exc}); put back", None

@@ -19,14 +19,13 @@ from healthd.config.models import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import Ack, FindingRef, apply_acks
 from healthd.plan.plan import Observed, Plan, Read, Situation, plan
-from healthd.plan.policy import Action, PolicyState
+from healthd.plan.policy import Action, PolicyRules, PolicyState
 from healthd.slurm.nodestate import NodeInfo
 from healthd.store.history import History
 
 OLD, NEW = "gpu/NVLINK_DOWN/gpu3", "nvlink/NVLINK_DOWN/gpu3"
 RENAMES = (("gpu/NVLINK_DOWN/", "nvlink/NVLINK_DOWN/"),)
 BUSY = NodeInfo("n1", "ALLOCATED", frozenset(), "", "root", ("batch",))
-PREFIX = "healthd:"
 
 
 def _links_down(*, ran: tuple[str, ...] = ("gpu", "nvlink"), renames: Any = RENAMES) -> PassResult:
@@ -56,7 +55,10 @@ def test_an_ack_under_the_old_key_acknowledges_the_finding_and_is_kept_under_the
 
 def _plan(result: PassResult, state: PolicyState, acks: tuple[Ack, ...], node: NodeInfo) -> Plan:
     observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=node, views={})
-    made = plan(Situation(result, state, acks, observed, 1000.0, False, True, False), PolicySettings(), PREFIX, 3600.0)
+    made = plan(
+        Situation(result, state, acks, observed, 1000.0, False, True, False),
+        PolicyRules(PolicySettings(), reconcile_interval=3600.0),
+    )
     assert isinstance(made, Plan)
     return made
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from healthd.model import Finding, Status
 from healthd.slurm.adapter import SlurmError, parse_show_node_json, parse_show_node_text
 from healthd.slurm.nodestate import NodeInfo
-from healthd.slurm.reasons import REASON_MAX, make_reason, sanitize
+from healthd.slurm.reasons import REASON_MAX, Reasons, sanitize
 from healthd_checks.common import sysfs
 from healthd_checks.common.mountinfo import MountinfoError, parse_mountinfo
 from healthd_checks.kernlog.source import LogUnavailable, read_kmsg
@@ -90,7 +90,7 @@ def test_scontrol_json_of_any_text_gives_only_slurm_error(text: str) -> None:
 @given(st.text(max_size=40), st.lists(st.tuples(st.text(max_size=30), st.text(max_size=80)), min_size=1, max_size=4))
 def test_reasons_built_from_any_text_are_safe_and_short(prefix: str, items: list[tuple[str, str]]) -> None:
     findings = [Finding("c", Status.CRITICAL, code, subject, "m") for code, subject in items]
-    reason = make_reason(prefix, findings)
+    reason = Reasons(prefix).reason(findings)
     assert len(reason) <= REASON_MAX or len(sanitize(prefix) or "healthd:") > REASON_MAX // 2
     # Nothing left that could break scontrol's argument parsing or a log line.
     assert re.fullmatch(r"[A-Za-z0-9 _.,:;/@+#%()\-]*", reason), reason

@@ -15,12 +15,11 @@ from healthd.config.models import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import Ack, FindingRef, apply_acks, merge, refs_from_document
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, conclude, plan
-from healthd.plan.policy import Action, PolicyState
+from healthd.plan.policy import Action, PolicyRules, PolicyState
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.store.acks import AckStore
 from healthd.store.state import StateFile
 
-PREFIX = "healthd:"
 KEY = "edac/MCE/cpu3"
 BUSY = NodeInfo("n1", "ALLOCATED", frozenset(), "", "root", ("batch",))
 VIEWS = {"batch": PartitionView("batch", 100, ())}
@@ -108,7 +107,10 @@ def test_an_ack_with_a_status_healthd_does_not_know_is_reported_and_ignored(tmp_
 
 def _plan(result: PassResult, state: PolicyState, acks: tuple[Ack, ...], node: NodeInfo) -> Plan:
     observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=node, views=VIEWS)
-    made = plan(Situation(result, state, acks, observed, 1000.0, False, True, False), PolicySettings(), PREFIX, 3600.0)
+    made = plan(
+        Situation(result, state, acks, observed, 1000.0, False, True, False),
+        PolicyRules(PolicySettings(), reconcile_interval=3600.0),
+    )
     assert isinstance(made, Plan)
     return made
 

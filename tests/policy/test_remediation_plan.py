@@ -14,13 +14,12 @@ from healthd.config.models import EscalationSettings, PolicySettings, parse_conf
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import FindingRef
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
-from healthd.plan.policy import Action, PolicyState, RebootRequest
+from healthd.plan.policy import Action, PolicyRules, PolicyState, RebootRequest
 from healthd.slurm.adapter import parse_show_node_line
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.slurm.reasons import place_stamp, reason_head, with_place
 
 CAPTURES = FIXTURES / "slurm"
-PREFIX = "healthd:"
 NOW = 1_800_000_000.0
 SETTINGS = PolicySettings(max_out_fraction=1.0)
 EMPTY = PolicyState()
@@ -49,7 +48,7 @@ def _plan(
     result = PassResult(name, NOW, 0.1, (CheckResult("xid", RunState.RAN, findings, 0.1),))
     observed = Observed(asked=frozenset(Read), node=node, views=views)
     situation = Situation(result, state, (), observed, NOW, False, True, False, repeats or {}, boot)
-    made = plan(situation, settings, PREFIX, 300.0, escalation, reboot=reboot)
+    made = plan(situation, PolicyRules(settings, escalation=escalation, reboot=reboot, reconcile_interval=300.0))
     assert isinstance(made, Plan)
     return made
 
@@ -316,7 +315,7 @@ def _reset_plan(node: NodeInfo, *findings: Finding, state: PolicyState = EMPTY, 
     result = PassResult(node.name, NOW, 0.1, (CheckResult("gpu", RunState.RAN, findings, 0.1),))
     observed = Observed(asked=frozenset(Read), node=node, views=WIDE)
     situation = Situation(result, state, (), observed, NOW, False, True, False, {}, "boot-a")
-    made = plan(situation, SETTINGS, PREFIX, 300.0, reset=reset)
+    made = plan(situation, PolicyRules(SETTINGS, reset=reset, reconcile_interval=300.0))
     assert isinstance(made, Plan)
     return made
 

@@ -31,7 +31,7 @@ from healthd.slurm.adapter import (
     split_reason,
 )
 from healthd.slurm.nodestate import NodeGroup, PartitionView
-from healthd.slurm.reasons import make_reason, owned, sanitize
+from healthd.slurm.reasons import HEALTHD_REASONS, Reasons, sanitize
 from healthd.store.lock import StateLock
 
 CAPTURES = ALL_FIXTURES / "slurm"
@@ -142,7 +142,7 @@ def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> 
     groups = parse_sinfo_groups(_line("sinfo-22.05-groups-10k.txt"))
     assert sum(g.count for g in groups) == 10003
     assert {g.reason_user for g in groups} == {"root"}
-    views = group_views(groups, ("batch",), "healthd:")
+    views = group_views(groups, ("batch",), HEALTHD_REASONS)
     mount, xid = _stamp("2026-11-24T15:12:27"), _stamp("2026-11-24T15:12:26")
     # DOWN first (it kept its place), then by stamp and name; node3's drain is the administrator's.
     assert views == {
@@ -154,7 +154,7 @@ def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> 
         )
     }
     assert out_by_healthd("n00009", views) and not out_by_healthd("node3", views)
-    assert group_views(groups, ("other",), "healthd:") == {}
+    assert group_views(groups, ("other",), HEALTHD_REASONS) == {}
 
 
 @pytest.mark.parametrize("name", ["node1", "node2", "node3", "n00007"])
@@ -221,7 +221,7 @@ def test_a_reason_over_several_lines_is_read_whole_and_every_row_after_it_too() 
         ("batch", 97, "n[1-2,4-8,10-99]", ""),
         ("debug", 1, "n9", NEWLINE_REASON),
     ]
-    views = group_views(groups, ("batch", "debug"), "healthd:")
+    views = group_views(groups, ("batch", "debug"), HEALTHD_REASONS)
     assert views["batch"] == PartitionView(
         "batch", 99, ((True, _stamp("2026-11-24T15:12:28"), "n3"),), (("n3", "XID_79"),)
     )
@@ -332,7 +332,7 @@ def test_reason_stamp_orders_the_breaker_and_unreadable_stamps_sort_last() -> No
         group("y0", "2026-11-22T05:23:59", state="DOWN"),
         NodeGroup("batch", 5, "IDLE", frozenset(), "", None, "c[1-5]"),
     ]
-    view = group_views(groups, ("batch",), "healthd:")["batch"]
+    view = group_views(groups, ("batch",), HEALTHD_REASONS)["batch"]
     assert [name for *_, name in view.out] == ["y0", "z9", "a1", "b1", "a0"]
     assert view.size == 10
 
@@ -364,20 +364,45 @@ def test_garbage_is_a_clear_error(garbage: str) -> None:
 
 def test_reason_is_sanitized_and_short() -> None:
     finding = Finding("mounts", Status.CRITICAL, "MOUNT_HUNG", '/mnt/x" State=RESUME\n\x1b[31méé', "m")
-    reason = make_reason("healthd:", [finding])
+    reason = HEALTHD_REASONS.reason([finding])
     assert reason.startswith("healthd: MOUNT_HUNG /mnt/x_ State_RESUME")
     assert all(c.isascii() and c.isprintable() for c in reason) and '"' not in reason and "=" not in reason
     long = Finding("x", Status.WARNING, "CODE", "s" * 200, "m")
     many = [long, *[Finding("x", Status.WARNING, "C", str(i), "m") for i in range(12)]]
-    assert len(make_reason("healthd:", many)) <= 64
-    assert make_reason("healthd:", many).endswith("(+12 more)")
+    assert len(HEALTHD_REASONS.reason(many)) <= 64
+    assert HEALTHD_REASONS.reason(many).endswith("(+12 more)")
     assert sanitize("a\tb\x00c") == "a b_c"
 
 
 def test_ownership_needs_the_prefix_as_a_word() -> None:
-    assert owned("healthd: X y", "healthd:")
-    assert not owned("healthd:x y", "healthd:")
-    assert not owned("admin: healthd: X", "healthd:")
+    assert HEALTHD_REASONS.owns("healthd: X y")
+    assert not HEALTHD_REASONS.owns("healthd:x y")
+    assert not HEALTHD_REASONS.owns("admin: healthd: X")
+
+
+def test_a_configured_prefix_of_two_words_writes_and_owns_every_reason() -> None:
+    """``[slurm] reason_prefix`` may be several words: every reason healthd writes starts with it,
+    and only a reason that starts with it (as words) is healthd's, whatever the default's."""
+    reasons = Reasons(parse_config('[slurm]\nreason_prefix = "site hc:"\n', "t.toml", {}).config.slurm.reason_prefix)
+    findings = [
+        Finding("gpu", Status.WARNING, "ECC_SBE", "gpu1", "m"),
+        Finding("xid", Status.CRITICAL, "XID_79", "0000:17:00.0", "m"),
+    ]
+    assert reasons.reason(findings) == "site hc: XID_79 0000:17:00.0 (+1 more)"
+    assert reasons.reboot(findings) == "site hc: REBOOT XID_79 0000:17:00.0 (+1 more)"
+    repair = reasons.repair("XID_79", "GPU-" + "a" * 60, 3)
+    assert repair == "site hc: REPAIR XID_79 GPU-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa... x3"
+    lemon = reasons.lemon("9 incidents, 3/40 runs failed, score 12.5")
+    assert lemon == "site hc: LEMON 9 incidents, 3/40 runs failed, score 12.5"
+    assert all(reasons.owns(r) for r in (reasons.prefix, reasons.reason(findings), repair, lemon))
+    assert [reasons.code(r) for r in (reasons.reboot(findings), repair, lemon)] == ["XID_79", "XID_79", ""]
+    assert reasons.is_repair(repair) and reasons.is_lemon(lemon) and not reasons.is_lemon(repair)
+    # The default prefix, a prefix's first word alone, or the prefix glued to a word: someone else's.
+    for other in ("healthd: XID_79 gpu0", "site XID_79", "site hc:XID_79 gpu0", "site  hc: XID_79"):
+        assert not reasons.owns(other) and reasons.code(other) == ""
+    assert not HEALTHD_REASONS.owns(repair)
+    # A prefix from elsewhere than the validated config is made safe; nothing left is the default.
+    assert Reasons('a"b').prefix == "a_b" and Reasons("  ").prefix == "healthd:" == HEALTHD_REASONS.prefix
 
 
 class _Settings(CheckSettings):
