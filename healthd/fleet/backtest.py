@@ -31,12 +31,11 @@ from operator import mul
 from typing import Callable, Iterable, Optional
 
 from healthd.fleet.analyze import FleetReport, FleetSettings, Run, Sources, _by_user, analyze
-from healthd.fleet.causes import LEMON
 from healthd.fleet.hosts import expand
 from healthd.fleet.lemons import LemonVerdict, NodeSignals, detect, upper_tail
+from healthd.slurm.reasons import Reasons
 
 WEEK = 7 * 86400.0
-REPAIR = "REPAIR"
 LARGE_GPUS = 512
 
 DEFAULT_SOURCES = Sources()  # the inputs' names in an error, when the caller names none
@@ -132,9 +131,9 @@ class Backtest:
 class _Recorder:
     """``analyze.Observer``: keeps the single-node runs compactly, the large runs whole, the administrators' events."""
 
-    def __init__(self, min_gpus: int, prefix: str) -> None:
+    def __init__(self, min_gpus: int, reasons: Reasons) -> None:
         self.min_gpus = min_gpus
-        self.prefix = prefix
+        self.reasons = reasons
         self.keys: dict[tuple[str, str, str], int] = {}
         self.ends = array("d")
         self.key_of = array("l")
@@ -162,9 +161,10 @@ class _Recorder:
 
     def event(self, names: tuple[str, ...], start: float, end: Optional[float], reason: str) -> None:
         # What ends a drain: healthd's own lemon drain (an administrator resumed the node) or
-        # its repair (``healthd: REPAIR CODE``: the node went to repair and came back).
-        words = reason.strip().split()
-        if len(words) > 1 and words[0] == self.prefix and words[1] in (LEMON, REPAIR):
+        # its repair (``healthd: REPAIR CODE``: the node went to repair and came back). The
+        # prefix may be several words (``[slurm] reason_prefix``): Reasons knows it whole.
+        reason = reason.strip()
+        if self.reasons.is_lemon(reason) or self.reasons.is_repair(reason):
             for name in names:
                 self.admin.setdefault(name, []).append((start, end))
 
@@ -411,7 +411,7 @@ def backtest(
     """The report of the whole window and its replay in steps (``FleetInputError`` if an input is unusable)."""
     options = options or BacktestSettings()
     settings = settings or FleetSettings()
-    recorder = _Recorder(options.min_gpus, settings.rules.healthd_prefix)
+    recorder = _Recorder(options.min_gpus, Reasons(settings.rules.healthd_prefix))
     report = analyze(jobs, events, settings, sources, submit_lines, recorder, job_names)
     if report.start is None or report.end is None:
         return Backtest(report, options, (), (), 0, 0, (), 0.0, 0)

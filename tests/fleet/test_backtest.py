@@ -18,8 +18,10 @@ from healthd_testkit import synth
 from healthd_testkit.paths import REPO
 from hostlist import expand_hostlist  # python-hostlist itself, not healthd's reader
 
+from healthd.fleet.analyze import FleetSettings
 from healthd.fleet.backtest import BacktestSettings, backtest
 from healthd.fleet.backtest_schema import BacktestOut, json_schema
+from healthd.fleet.causes import DEFAULT_CAUSES, CauseRules
 
 Cli = Callable[..., tuple[int, str, str]]
 MIN_GPUS = 64
@@ -140,12 +142,15 @@ def test_bad_options_are_usage_errors(
     assert option[0] in err
 
 
+@pytest.mark.parametrize("prefix", ["healthd:", "site hc:"])
 def test_a_lemon_resumed_by_an_administrator_comes_back_and_is_drained_again_only_on_a_new_incident(
-    lemon_fleet: tuple[synth.Fleet, Path, Path],
+    lemon_fleet: tuple[synth.Fleet, Path, Path], prefix: str
 ) -> None:
     fleet, jobs, events = lemon_fleet
     lines, event_lines = jobs.read_text().splitlines(), events.read_text().splitlines()
-    first = backtest(lines, event_lines, options=BacktestSettings(min_gpus=MIN_GPUS))
+    # A prefix of two words ([slurm] reason_prefix allows it) is recognised whole.
+    settings = FleetSettings(rules=CauseRules(prefix, DEFAULT_CAUSES))
+    first = backtest(lines, event_lines, settings, BacktestSettings(min_gpus=MIN_GPUS))
     drain = first.drains[0]
     node = drain.node
     clock = datetime.datetime.fromtimestamp
@@ -153,9 +158,9 @@ def test_a_lemon_resumed_by_an_administrator_comes_back_and_is_drained_again_onl
     # The accounting shows healthd's LEMON drain of the node, resumed a day later.
     lemon = (
         f"synth|{node}|{clock(drain.start + 60):%Y-%m-%dT%H:%M:%S}|{clock(resumed):%Y-%m-%dT%H:%M:%S}|"
-        "DRAIN|root(0)|healthd: LEMON 7 incidents"
+        f"DRAIN|root(0)|{prefix} LEMON 7 incidents"
     )
-    again = backtest(lines, [*event_lines, lemon], options=BacktestSettings(min_gpus=MIN_GPUS))
+    again = backtest(lines, [*event_lines, lemon], settings, BacktestSettings(min_gpus=MIN_GPUS))
     mine = [d for d in again.drains if d.node == node]
     assert mine[0].start == drain.start and mine[0].end == resumed
     incidents = sorted(t for t, _ in fleet.incidents[node] if t > resumed)
