@@ -20,18 +20,6 @@ PACKAGES = ("healthd", "healthd_checks")
 
 Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
-# Functions still over a limit, each being split in work of its own. An entry that no longer
-# exceeds its limit fails the test below, so this list only shrinks: delete the entry then.
-LONG_ALLOWED = frozenset(
-    {
-        # Fleet analytics: the streaming pass over a year of accounting, to be split by stage.
-        "healthd/fleet/analyze.py::_read_jobs",
-        "healthd/fleet/analyze.py::analyze",
-        "healthd/fleet/render.py::document",
-    }
-)
-MANY_PARAMETERS_ALLOWED: frozenset[str] = frozenset()
-
 
 def _functions() -> dict[str, list[Function]]:
     """Every function and method by ``path::Qualified.name`` (nested functions under their parent's name).
@@ -81,15 +69,13 @@ def test_the_tree_is_read(functions: dict[str, list[Function]]) -> None:
 def test_no_function_is_longer_than_sixty_lines(functions: dict[str, list[Function]]) -> None:
     lines = {where: max(_lines(node) for node in nodes) for where, nodes in functions.items()}
     long = {where: n for where, n in lines.items() if n > MAX_LINES}
-    assert {w: n for w, n in long.items() if w not in LONG_ALLOWED} == {}, "split these by meaning"
-    assert sorted(LONG_ALLOWED - set(long)) == [], "no longer too long (or gone): remove from LONG_ALLOWED"
+    assert long == {}, "split these by meaning"
 
 
 def test_no_function_takes_more_than_eight_parameters(functions: dict[str, list[Function]]) -> None:
     parameters = {where: max(_parameters(node) for node in nodes) for where, nodes in functions.items()}
     many = {where: n for where, n in parameters.items() if n > MAX_PARAMETERS}
-    assert {w: n for w, n in many.items() if w not in MANY_PARAMETERS_ALLOWED} == {}, "pass a value instead"
-    assert sorted(MANY_PARAMETERS_ALLOWED - set(many)) == [], "no longer over: remove from MANY_PARAMETERS_ALLOWED"
+    assert many == {}, "pass a value instead"
 
 
 def _classes() -> dict[str, list[str]]:

@@ -32,10 +32,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.checks.plugin import discover, settings_models
-    from healthd.config.models import load_config
+    from healthd.config.cache import load_checks
 
-    loaded = load_config(args.config, settings_models(discover()), args.host)
+    # Validated in full every time (it is what the command is for), and nothing written: it only reads.
+    loaded, _ = load_checks(args.config, host=args.host, use_cache=False, store=False)
     if args.action == "show":
         print(effective_toml(loaded), end="")
         return 0
@@ -78,13 +78,14 @@ def _plain(value: Any) -> Any:
     import enum
     from pathlib import PurePath
 
+    from healthd.config.view import fields_of
     from healthd.model import Status
 
     if isinstance(value, ConfigTable):  # one of the config's own tables (healthd.config.sections)
         return _table(value.values())
-    fields = getattr(type(value), "model_fields", None)  # a pydantic model: its fields
-    if isinstance(fields, dict):
-        return _table({name: getattr(value, name) for name in fields})
+    fields = fields_of(value)  # a check's settings: its model's values, or their view
+    if fields is not None:
+        return _table(fields)
     if isinstance(value, Status):
         return value.name
     if isinstance(value, enum.Enum):

@@ -19,10 +19,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import IO, Any, Iterator, Optional
+from typing import IO, TYPE_CHECKING, Any, Iterator, Optional
 
 from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
+
+if TYPE_CHECKING:
+    from healthd.config.sections import Config
 
 DEFAULT_LIVE_SINCE = "30d"
 MAX_FLOOR = 1_000_000  # beyond any fleet's nodes, days, incidents or failures of one node
@@ -176,11 +179,11 @@ def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
     )
 
 
-def _load_config(args: argparse.Namespace) -> Any:
-    from healthd.checks.plugin import discover, settings_models
-    from healthd.config.models import load_config
+def _load_config(args: argparse.Namespace) -> Config:
+    """The config, validated in full; the state directory's cache is neither read nor written (a report only reads)."""
+    from healthd.config.cache import load_checks
 
-    return load_config(args.config, settings_models(discover())).config
+    return load_checks(args.config, use_cache=False, store=False)[0].config
 
 
 @contextlib.contextmanager

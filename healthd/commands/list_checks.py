@@ -24,12 +24,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, dict[str, Any]]]:
     """Each loaded check's trust switches and their values; None (and a note) when the config is unusable."""
-    from healthd.checks.plugin import CheckSpec, settings_models
+    from healthd.checks.plugin import CheckSpec
+    from healthd.config.cache import load_checks
     from healthd.config.load import ConfigError
-    from healthd.config.models import load_config
 
     try:
-        settings = load_config(args.config, settings_models(specs)).check_settings
+        settings = load_checks(args.config, specs=specs, store=False)[0].check_settings
     except ConfigError as exc:
         # Listing the checks must still work with a broken config: that is when it is needed.
         print(f"healthd: trust switches not shown, the config is unusable:\n{exc}", file=sys.stderr)

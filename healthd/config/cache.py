@@ -34,7 +34,7 @@ import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from healthd import __version__
 from healthd.checks.plugin import (
@@ -62,64 +62,64 @@ _HERE = Path(__file__).resolve().parent
 
 
 def load_checks(
-    path: Optional[Path], *, use_cache: bool = True, store: bool = True, load: bool = True
+    path: Optional[Path],
+    *,
+    host: Optional[str] = None,
+    specs: Optional[Sequence[AnyCheck]] = None,
+    use_cache: bool = True,
+    store: bool = True,
+    load: bool = True,
 ) -> tuple[LoadedConfig, list[AnyCheck]]:
-    """The validated config and the installed checks; raises ``ConfigError`` (or ``UntrustedPath``).
+    """The validated config and its checks: the one way to load a config; raises ``ConfigError`` or ``UntrustedPath``.
 
-    With ``use_cache`` a cached validation of the same bytes is used when it is
-    still good (see the module's docstring); otherwise the config is validated
-    with every installed check's model and the result is cached (unless not ``store``:
-    a command that only reads, such as ``scan-log``, leaves the state directory alone).
-    Without ``load``, a cached config comes with no checks: the caller wants only the settings.
+    With ``use_cache`` a cached validation of the same bytes is used when it is still good
+    (see the module's docstring); otherwise the config is validated with every installed
+    check's model and the result is cached, unless not ``store``: a command that only reads
+    (``config validate``, ``scan-log``) leaves the state directory alone. Without ``load``, a
+    cached config comes with no checks: the caller wants only the settings.
+
+    ``host`` validates for that node (``config validate --host``): which ``[[hosts]]`` sections
+    apply; the cache, this node's, is then neither read nor written. ``specs`` validates
+    against those checks instead of the installed ones (a running engine's on SIGHUP, a
+    test's own), loading any that an earlier cached load left unloaded; the cache is then not
+    read, and written only when every one of them is an installed entry point.
     """
     source, raw = read_config(path)
-    if use_cache:
+    if use_cache and specs is None and host is None:
         cached = _cached(source, raw, load)
         if cached is not None:
             return cached
-    from healthd.config.models import load_bytes  # pydantic: only when the config is validated (see above)
+    from healthd.config.models import validate_bytes  # pydantic: only when the config is validated (see above)
 
-    entries = entry_points_of(ENTRY_POINT_GROUP)
-    specs: list[AnyCheck] = []
-    for name, (module, attr) in sorted(entries.items()):
-        loaded_spec = load_entry(name, module, attr, CheckSpec)
-        specs.append(loaded_spec if isinstance(loaded_spec, CheckSpec) else BrokenCheck(name, loaded_spec))
-    loaded = load_bytes(source, raw, settings_models(specs))
-    viewed = _remember(source, raw, loaded, specs, entries, store=store)
-    return replace(viewed, sha256=sha256_hex(raw)), specs
-
-
-def reload_checks(path: Optional[Path], specs: list[AnyCheck]) -> tuple[LoadedConfig, list[AnyCheck]]:
-    """A full validation of ``path`` against ``specs`` (a running engine's, on SIGHUP); cached when it can be.
-
-    A check the old config disabled, and whose module was therefore never imported, is loaded now.
-    """
-    from healthd.config.models import load_bytes  # pydantic: only when the config is validated (see above)
-
-    entries = {s.name: (s.module, s.attr) for s in specs if isinstance(s, UnloadedCheck)}
-    loaded_specs: list[AnyCheck] = []
-    for spec in specs:
-        if isinstance(spec, UnloadedCheck):
-            found = load_entry(spec.name, spec.module, spec.attr, CheckSpec)
-            loaded_specs.append(found if isinstance(found, CheckSpec) else BrokenCheck(spec.name, found))
-        else:
-            loaded_specs.append(spec)
-    source, raw = read_config(path)
-    loaded = load_bytes(source, raw, settings_models(loaded_specs))
-    entries = {**_entry_points_of(loaded_specs), **entries}
-    viewed = _remember(source, raw, loaded, loaded_specs, entries, store=True)
-    return replace(viewed, sha256=sha256_hex(raw)), loaded_specs
+    keep = store and host is None
+    if specs is None:
+        entries = entry_points_of(ENTRY_POINT_GROUP)
+        checks = [_loaded(UnloadedCheck(name, module, attr)) for name, (module, attr) in sorted(entries.items())]
+    else:
+        checks = [_loaded(spec) for spec in specs]
+        entries = _entry_points_of(checks) if keep else {}
+    loaded = validate_bytes(source, raw, settings_models(checks), host)
+    viewed = _remember(source, raw, loaded, checks, entries, store=keep)
+    return replace(viewed, sha256=sha256_hex(raw)), checks
 
 
-def _entry_points_of(specs: list[AnyCheck]) -> dict[str, tuple[str, str]]:
-    """The installed entry point of each of ``specs`` that is one (a test's own checks are not)."""
-    installed = entry_points_of(ENTRY_POINT_GROUP)
+def _loaded(spec: AnyCheck) -> AnyCheck:
+    """``spec``, its module imported now if it is not yet (an installed check, or one the old config disabled)."""
+    if not isinstance(spec, UnloadedCheck):
+        return spec
+    found = load_entry(spec.name, spec.module, spec.attr, CheckSpec)
+    return found if isinstance(found, CheckSpec) else BrokenCheck(spec.name, found)
+
+
+def _entry_points_of(checks: list[AnyCheck]) -> dict[str, tuple[str, str]]:
+    """The entry point of each of ``checks`` that is an installed one (a test's own checks are not)."""
+    points = entry_points_of(ENTRY_POINT_GROUP)
     found: dict[str, tuple[str, str]] = {}
-    for spec in specs:
-        if spec.name in installed and isinstance(spec, CheckSpec):
-            module, attr = installed[spec.name]
-            if load_entry(spec.name, module, attr, CheckSpec) is spec:
-                found[spec.name] = (module, attr)
+    for check in checks:
+        if check.name in points and isinstance(check, CheckSpec):
+            module, attr = points[check.name]
+            if load_entry(check.name, module, attr, CheckSpec) is check:
+                found[check.name] = (module, attr)
     return found
 
 

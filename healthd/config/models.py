@@ -1,4 +1,4 @@
-"""The TOML configuration's validation (pydantic), loading, and error messages that name the key.
+"""The TOML configuration's validation (pydantic), and error messages that name the key.
 
 The config's own tables are ``healthd.config.sections``' classes (re-exported here), which
 pydantic validates through their annotations; the result's type is the same whether it was
@@ -6,7 +6,10 @@ validated now or read from the cache. Unknown keys are rejected everywhere. ``[p
 tools and tests rely on; each ``[checks.NAME]`` table is validated by that check's
 own settings model, which holds the check's node expectations too (what mounts,
 services, GPUs, ports this node must have). Every error becomes a ``ConfigError``
-whose lines read ``file: key.path: problem``; the CLI exits 78 (EX_CONFIG) on it.
+whose lines read ``file: key.path: problem``; the CLI exits 78 (EX_CONFIG) on it. A config file
+is loaded by ``healthd.config.cache.load_checks`` alone, which runs this validation
+(``validate_bytes``) only when its cache cannot serve; ``parse_config`` validates a text in
+hand, for tests and benchmarks that have settings models but no installed checks.
 
 ``[node]`` held those expectations before they moved to the checks. It is still
 read: each key goes to the check setting that declares it replaces it
@@ -23,13 +26,12 @@ import functools
 import logging
 import types
 import typing
-from pathlib import Path
 from typing import Annotated, Any, Mapping, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from healthd.config.hosts import for_host, host_sections, merge
-from healthd.config.load import ConfigError, decode_config, node_local_problems, parse_toml, read_config
+from healthd.config.load import ConfigError, decode_config, node_local_problems, parse_toml
 from healthd.config.loaded import LoadedConfig
 from healthd.config.nodename import this_node
 
@@ -62,7 +64,6 @@ __all__ = [
     "RemediationSettings",
     "RunnerSettings",
     "SlurmSettings",
-    "load_config",
     "parse_config",
 ]
 
@@ -402,21 +403,14 @@ def _validated(
     return LoadedConfig(source=source, config=config, check_settings=settings, deprecated=tuple(notes))
 
 
-def load_config(
-    path: Optional[Path], checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
-) -> LoadedConfig:
-    """Load and fully validate ``path`` for the node ``host`` (this one by default).
-
-    With ``None``, the default path if it exists, else built-in defaults.
-    """
-    source, raw = read_config(path)
-    return load_bytes(source, raw, checks, host)
-
-
-def load_bytes(
+def validate_bytes(
     source: str, raw: bytes, checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
 ) -> LoadedConfig:
-    """Fully validate the config bytes ``raw`` read from ``source``; deprecation notes are logged as warnings."""
+    """Fully validate the config bytes ``raw`` read from ``source``; deprecation notes are logged as warnings.
+
+    The loader's (``healthd.config.cache.load_checks``) step when its cache cannot serve: the
+    one public way to load a config is that function, which reads the file and keeps the result.
+    """
     loaded = parse_config(decode_config(raw, source), source, checks, host)
     for note in loaded.deprecated:
         log.warning("%s: %s", loaded.source, note)

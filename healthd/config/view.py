@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import importlib
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Any, Optional
 
 from healthd.config.sections import ConfigTable
 
@@ -86,12 +86,21 @@ def encode(value: Any) -> Any:
         table = type(value)
         values = {name: encode(v) for name, v in value.values().items()}
         return {"c": [table.__module__, table.__qualname__, values]}
-    fields = getattr(type(value), "model_fields", None)  # a pydantic model
-    if isinstance(fields, dict):
-        return {"m": [type(value).__name__, {name: encode(getattr(value, name)) for name in fields}]}
-    if isinstance(value, View):
-        return {"m": [value._kind, {name: encode(v) for name, v in value._fields.items()}]}
+    fields = fields_of(value)  # a pydantic model, or the view of one
+    if fields is not None:
+        name = value._kind if isinstance(value, View) else type(value).__name__
+        return {"m": [name, {key: encode(v) for key, v in fields.items()}]}
     raise Unencodable(f"cannot keep a {type(value).__name__} in a settings view")
+
+
+def fields_of(value: Any) -> Optional[dict[str, Any]]:
+    """The fields of a pydantic model or of its ``View``, in the model's order; None for any other value."""
+    if isinstance(value, View):
+        return dict(value._fields)
+    fields = getattr(type(value), "model_fields", None)
+    if isinstance(fields, dict):
+        return {name: getattr(value, name) for name in fields}
+    return None
 
 
 def decode(tree: Any) -> Any:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Protocol
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Protocol
 
 from healthd.fleet.causes import (
     SHARED_NODES,
@@ -51,6 +51,7 @@ from healthd.fleet.sacct import (
     InputSummary,
     LineTally,
     LocalTimes,
+    SacctTable,
     first_word,
     is_job_id,
     open_table,
@@ -260,10 +261,13 @@ class _Jobs:
     # (GPUs, nodes) -> [runs, hours, attributed failures]: few distinct keys, one lookup per run.
     by_size: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     # (node, user, partition) -> [single-node runs, their failures]: one dict operation per run, summed later.
+    # Per partition too: a debug partition's short test runs fail far more often than the same
+    # user's production runs, and are no evidence against its nodes.
     single: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
     # The same for the runs pinned to their node by their submit lines (-w): no failure evidence.
     pinned: dict[tuple[str, str, str], list[int]] = field(default_factory=dict)
-    # The same per job whose line pins it, until the submit lines are settled (``_settle_choices``).
+    # The same per job whose line pins it: its runs wait apart until its submit line is believed
+    # or not (``_settle_choices``).
     held: dict[str, dict[tuple[str, str, str], list[int]]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
     multi_lists: set[str] = field(default_factory=set)
@@ -369,6 +373,11 @@ def _failed_run(
     return False
 
 
+# One run as ``_job_rows`` read it: (line number, fields, job id, the [in the input, used] counters
+# of its job's exclusion or None, start, end, GPUs, nodes).
+_JobRow = tuple[int, list[str], str, Optional[list[int]], float, float, int, int]
+
+
 def _read_jobs(
     lines: Iterable[str],
     source: str,
@@ -377,25 +386,38 @@ def _read_jobs(
     exclusions: Optional[Exclusions],
     observer: Optional[Observer] = None,
 ) -> _Jobs:
-    """One pass over the runs. The loop is the hot path of four million lines: lookups are kept local."""
+    """One pass over the runs: read each line (``_job_rows``), attribute a failed run (``_failed_run``), count it.
+
+    The two loops (``_job_rows``, ``_count_runs``) are the hot path of four million lines:
+    they keep their lookups local, and call a function per run only where the old single
+    loop did (``bench/bench_fleet.py`` measures it).
+    """
     table = open_table(lines, source, JOB_COLUMNS, sacct_command(), USER_TEXT)
-    i_id, i_user, i_state, i_start, i_end, i_nnodes, i_list, i_tres = (
-        table.index(c) for c in ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
-    )
-    i_partition = table.optional("Partition")
-    failed_columns = (i_id, i_user, i_state)
-    times = LocalTimes()
-    gpus_memo: dict[str, int] = {}
     jobs = _Jobs(LineTally(source))
-    tally = jobs.tally
-    since, until = settings.since, settings.until
-    split = table.split
-    by_size, single, multi_lists = jobs.by_size, jobs.single, jobs.multi_lists
     # Runs of the jobs whose submit line excludes or pins nodes: [in the input, used].
     excluding: dict[str, list[int]] = {} if exclusions is None else {job: [0, 0] for job in exclusions.jobs}
     pins = frozenset() if exclusions is None else frozenset(j for j, c in exclusions.jobs.items() if c.pinned)
-    names: dict[str, str] = {}
-    first = last = None
+    index = table.index
+    columns = _RunColumns(index("JobID"), index("User"), index("State"), index("NodeList"), table.optional("Partition"))
+    rows = _job_rows(table, jobs.tally, settings, excluding)
+    _count_runs(jobs, rows, columns, events, settings, pins, observer)
+    if exclusions is not None:
+        believed = _settle_choices(jobs, exclusions, excluding)
+        if observer is not None:
+            observer.pinned_jobs(believed)
+    jobs.runs = jobs.tally.records
+    return jobs
+
+
+def _job_rows(
+    table: SacctTable, tally: LineTally, settings: FleetSettings, excluding: dict[str, list[int]]
+) -> Iterator[_JobRow]:
+    """Each run that finished in the window, read from its line; a bad line is rejected, another run skipped."""
+    i_id, i_start, i_end, i_nnodes, i_tres = (table.index(c) for c in ("JobID", "Start", "End", "NNodes", "AllocTRES"))
+    times = LocalTimes()
+    gpus_memo: dict[str, int] = {}
+    since, until = settings.since, settings.until
+    split = table.split
     for number, line in table.rows:
         fields = split(line)
         if fields is None:
@@ -429,6 +451,35 @@ def _read_jobs(
         if (since is not None and end < since) or (until is not None and end > until):
             tally.skipped += 1
             continue
+        yield number, fields, job_id, own, start, end, gpus, nnodes
+
+
+class _RunColumns(NamedTuple):
+    """Where the fields that ``_count_runs`` reads are in a line of the job runs."""
+
+    job_id: int
+    user: int
+    state: int
+    node_list: int
+    partition: Optional[int]  # None: an older input without the Partition column
+
+
+def _count_runs(
+    jobs: _Jobs,
+    rows: Iterable[_JobRow],
+    columns: _RunColumns,
+    events: _Events,
+    settings: FleetSettings,
+    pins: frozenset[str],
+    observer: Optional[Observer],
+) -> None:
+    """Count each run read, after attributing a failed one to its cause; ``pins``: the jobs pinned by -w."""
+    i_id, i_user, i_state, i_list, i_partition = columns
+    tally, by_size, single, multi_lists = jobs.tally, jobs.by_size, jobs.single, jobs.multi_lists
+    failed_columns = (i_id, i_user, i_state)
+    names: dict[str, str] = {}
+    first = last = None
+    for number, fields, job_id, own, start, end, gpus, nnodes in rows:
         failed = fields[i_state].startswith(FAILED_PREFIXES)
         node_list = fields[i_list]
         hours = (end - start) / 3600.0
@@ -447,49 +498,39 @@ def _read_jobs(
             first = start
         if last is None or end > last:
             last = end
-        size = (gpus, nnodes)
-        stats = by_size.get(size)
+        stats = by_size.get((gpus, nnodes))
         if stats is None:
-            stats = by_size[size] = [0, 0.0, 0]
+            stats = by_size[(gpus, nnodes)] = [0, 0.0, 0]
         stats[0] += 1
         stats[1] += hours
         if shared is not None:
             stats[2] += 1
+        partition = fields[i_partition] if i_partition is not None else ""
         if observer is not None:
-            partition = fields[i_partition] if i_partition is not None else ""
             observer.run(
                 (job_id, fields[i_user], partition, node_list, start, end, gpus, nnodes, failed, shared, job_id in pins)
             )
-        if nnodes == 1:
-            if shared:
-                continue  # killed by a cause on many nodes: no evidence about this node or its user
-            # Per partition too: a debug partition's short test runs fail far more often than
-            # the same user's production runs, and are no evidence against its nodes.
-            key = (node_list, fields[i_user], fields[i_partition] if i_partition is not None else "")
-            # A pinned job's runs wait apart until its submit line is believed (``settle``).
+        if nnodes > 1:
+            multi_lists.add(node_list)
+        elif not shared:  # a run killed by a cause on many nodes is no evidence about its node or its user
             into = jobs.held.setdefault(job_id, {}) if job_id in pins else single
+            key = (node_list, fields[i_user], partition)
             counts = into.get(key)
             if counts is None:
-                # Each line's fields are new strings: a key keeps one shared copy of each name
-                # (millions of keys, a few thousand names).
-                key = (
-                    names.setdefault(key[0], key[0]),
-                    names.setdefault(key[1], key[1]),
-                    names.setdefault(key[2], key[2]),
-                )
-                counts = into[key] = [0, 0]
+                counts = into[_interned(key, names)] = [0, 0]
             counts[0] += 1
             if failed:
                 counts[1] += 1
-        else:
-            multi_lists.add(node_list)
-    if exclusions is not None:
-        believed = _settle_choices(jobs, exclusions, excluding)
-        if observer is not None:
-            observer.pinned_jobs(believed)
     jobs.first, jobs.last = first, last
-    jobs.runs = tally.records
-    return jobs
+
+
+def _interned(key: tuple[str, str, str], names: dict[str, str]) -> tuple[str, str, str]:
+    """``key`` made of the one kept copy of each name: each line's fields are new strings.
+
+    Millions of keys share a few thousand names; called only for a key not seen before.
+    """
+    node, user, partition = key
+    return names.setdefault(node, node), names.setdefault(user, user), names.setdefault(partition, partition)
 
 
 def _merge(into: dict[tuple[str, str, str], list[int]], counts: dict[tuple[str, str, str], list[int]]) -> None:
@@ -648,47 +689,62 @@ def analyze(
     read_events = _read_events(events, sources.events, settings, observer)
     exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit)
     read_jobs = _read_jobs(jobs, sources.jobs, settings, read_events, exclusions, observer)
-    warnings: list[str] = []
-    per_node = settings.gpus_per_node
-    if per_node is None:
-        inferred, warning = read_jobs.gpus_per_node()
-        per_node = inferred or DEFAULT_GPUS_PER_NODE
-        warnings.extend([warning] if warning else [])
-    buckets = read_jobs.buckets()
+    return _report(settings, read_jobs, read_events, exclusions, job_names or {})
+
+
+def _report(
+    settings: FleetSettings, jobs: _Jobs, events: _Events, exclusions: Optional[Exclusions], job_names: dict[str, str]
+) -> FleetReport:
+    """The report of what the pass kept: the reliability model, the taxonomy, and the lemon test."""
+    per_node, warnings = _gpus_per_node(settings, jobs)
+    buckets = jobs.buckets()
     rate = fit_rate(buckets)
     checkpoint_hours, restart_hours = settings.checkpoint_interval / 3600, settings.restart_overhead / 3600
-    ends = [t for t in (read_jobs.last, read_events.last) if t is not None]
-    start = settings.since if settings.since is not None else read_jobs.first
-    end = settings.until if settings.until is not None else (max(ends) if ends else None)
+    start, end = _window(settings, jobs, events)
     days = (end - start) / 86400 if start is not None and end is not None else 0.0
-    signals = _signals(read_jobs, read_events)
+    signals = _signals(jobs, events)
     verdicts, base = detect(signals, settings.alpha, settings.floors, days)
     plain, _ = detect(signals, settings.alpha)
-    notes = () if exclusions is not None else (NO_SUBMIT_LINES,)
     return FleetReport(
         settings=settings,
-        jobs=read_jobs.tally.summary(),
-        events=read_events.summary,
+        jobs=jobs.tally.summary(),
+        events=events.summary,
         start=start,
         end=end,
-        runs=read_jobs.runs,
-        failed_runs=read_jobs.failed,
+        runs=jobs.runs,
+        failed_runs=jobs.failed,
         gpus_per_node=per_node,
         buckets=buckets,
         rate_per_node_hour=rate,
         sizes=size_points(tuple(b.gpus for b in buckets), per_node, rate, checkpoint_hours, restart_hours, True),
         projection=size_points(PROJECTION_GPUS, per_node, rate, checkpoint_hours, restart_hours, False),
-        attributed=tuple(read_jobs.attributed),
-        taxonomy=_taxonomy(read_jobs.attributed, read_events.incidents, read_events.shared),
-        incidents=tuple(read_events.incidents),
+        attributed=tuple(jobs.attributed),
+        taxonomy=_taxonomy(jobs.attributed, events.incidents, events.shared),
+        incidents=tuple(events.incidents),
         verdicts=tuple(verdicts),
         baseline=base,
-        other_events=read_events.other,
-        shared=tuple(read_events.shared),
+        other_events=events.other,
+        shared=tuple(events.shared),
         submit_lines=summary(exclusions),
-        warnings=tuple(warnings),
+        warnings=warnings,
         lemon_floor=settings.floors.fleet_notes(len(signals), days),
-        lemon_notes=notes,
+        lemon_notes=() if exclusions is not None else (NO_SUBMIT_LINES,),
         held_back=held_back(plain, verdicts),
-        job_names=job_names or {},
+        job_names=job_names,
     )
+
+
+def _gpus_per_node(settings: FleetSettings, jobs: _Jobs) -> tuple[int, tuple[str, ...]]:
+    """The GPUs per node the model uses (``--gpus-per-node``, else inferred from the runs), and a warning if unsure."""
+    if settings.gpus_per_node is not None:
+        return settings.gpus_per_node, ()
+    inferred, warning = jobs.gpus_per_node()
+    return inferred or DEFAULT_GPUS_PER_NODE, (warning,) if warning else ()
+
+
+def _window(settings: FleetSettings, jobs: _Jobs, events: _Events) -> tuple[Optional[float], Optional[float]]:
+    """The window the report covers: ``--since``/``--until``, else from the first run's start to the last end seen."""
+    ends = [t for t in (jobs.last, events.last) if t is not None]
+    start = settings.since if settings.since is not None else jobs.first
+    end = settings.until if settings.until is not None else (max(ends) if ends else None)
+    return start, end

@@ -39,8 +39,7 @@ def _points(points: tuple[SizePoint, ...]) -> list[dict[str, object]]:
 
 
 def document(report: FleetReport) -> dict[str, Any]:
-    """The ``--json`` document, version ``SCHEMA_VERSION``."""
-    settings = report.settings
+    """The ``--json`` document, version ``SCHEMA_VERSION``: one function per section, in the document's order."""
     rate = per_1000_node_days(report)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -51,62 +50,17 @@ def document(report: FleetReport) -> dict[str, Any]:
             "events": report.events.to_dict(),
             "submit_lines": None if report.submit_lines is None else report.submit_lines.to_dict(),
         },
-        "settings": {
-            "window_before_seconds": settings.window_before,
-            "window_after_seconds": settings.window_after,
-            "incident_gap_seconds": settings.incident_gap,
-            "checkpoint_interval_seconds": settings.checkpoint_interval,
-            "restart_overhead_seconds": settings.restart_overhead,
-            "gpus_per_node": report.gpus_per_node,
-            "alpha": settings.alpha,
-            "causes": list(settings.rules.causes),
-            "healthd_prefix": settings.rules.healthd_prefix,
-            "shared_window_seconds": settings.shared_window,
-            "shared_nodes": settings.shared_nodes,
-        },
+        "settings": _settings_section(report),
         "warnings": list(report.warnings),
         "runs": report.runs,
         "failed_runs": report.failed_runs,
-        "attributed_failures": [
-            {
-                "job_id": run.job_id,
-                "node": run.node,
-                "cause": run.cause,
-                "state": run.state,
-                "gpus": run.gpus,
-                "end": local_iso(run.end),
-                **({"job_name": report.job_names[run.job_id]} if run.job_id in report.job_names else {}),
-            }
-            for run in report.attributed
-        ],
+        "attributed_failures": _attributed_section(report),
         "mttf": [b.to_dict() for b in report.buckets],
         "node_failure_rate_per_1000_node_days": None if rate is None else round(rate, 4),
         "projection": _points(report.projection),
         "ettr": _points(report.sizes),
-        "taxonomy": [
-            {
-                "cause": total.code,
-                "failures": total.failures,
-                "gpu_hours_lost": round(total.gpu_hours_lost, 3),
-                "incidents": total.incidents,
-            }
-            for total in report.taxonomy
-        ],
-        "lemon_nodes": [
-            {
-                "node": v.node,
-                "score": round(v.score, 3),
-                "incident_evidence": v.incident_evidence,
-                "why": list(v.why),
-                "signals": {
-                    **v.signals.to_dict(),
-                    "p_incidents": v.p_incidents,
-                    "p_failures": v.p_failures,
-                    "q_value": v.q_value,
-                },
-            }
-            for v in report.lemons
-        ],
+        "taxonomy": _taxonomy_section(report),
+        "lemon_nodes": _lemon_section(report),
         "lemon_test": lemon_test(report),
         "baseline": {
             "nodes": report.baseline.nodes,
@@ -120,6 +74,72 @@ def document(report: FleetReport) -> dict[str, Any]:
         ],
         "other_events": report.other_events,
     }
+
+
+def _settings_section(report: FleetReport) -> dict[str, Any]:
+    """What the analysis was told (``FleetSettings``), and the GPUs per node it used."""
+    settings = report.settings
+    return {
+        "window_before_seconds": settings.window_before,
+        "window_after_seconds": settings.window_after,
+        "incident_gap_seconds": settings.incident_gap,
+        "checkpoint_interval_seconds": settings.checkpoint_interval,
+        "restart_overhead_seconds": settings.restart_overhead,
+        "gpus_per_node": report.gpus_per_node,
+        "alpha": settings.alpha,
+        "causes": list(settings.rules.causes),
+        "healthd_prefix": settings.rules.healthd_prefix,
+        "shared_window_seconds": settings.shared_window,
+        "shared_nodes": settings.shared_nodes,
+    }
+
+
+def _attributed_section(report: FleetReport) -> list[dict[str, Any]]:
+    """Each failed run attributed to a cause; its job name only when ``sacct --json`` gave one."""
+    return [
+        {
+            "job_id": run.job_id,
+            "node": run.node,
+            "cause": run.cause,
+            "state": run.state,
+            "gpus": run.gpus,
+            "end": local_iso(run.end),
+            **({"job_name": report.job_names[run.job_id]} if run.job_id in report.job_names else {}),
+        }
+        for run in report.attributed
+    ]
+
+
+def _taxonomy_section(report: FleetReport) -> list[dict[str, Any]]:
+    """Each cause code, most failures first."""
+    return [
+        {
+            "cause": total.code,
+            "failures": total.failures,
+            "gpu_hours_lost": round(total.gpu_hours_lost, 3),
+            "incidents": total.incidents,
+        }
+        for total in report.taxonomy
+    ]
+
+
+def _lemon_section(report: FleetReport) -> list[dict[str, Any]]:
+    """Each flagged node, most suspicious first, with every signal the test weighed."""
+    return [
+        {
+            "node": v.node,
+            "score": round(v.score, 3),
+            "incident_evidence": v.incident_evidence,
+            "why": list(v.why),
+            "signals": {
+                **v.signals.to_dict(),
+                "p_incidents": v.p_incidents,
+                "p_failures": v.p_failures,
+                "q_value": v.q_value,
+            },
+        }
+        for v in report.lemons
+    ]
 
 
 def lemon_test(report: FleetReport) -> dict[str, Any]:

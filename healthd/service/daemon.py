@@ -366,7 +366,7 @@ class Daemon:
 
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
         from healthd.checks.engine import node_name
-        from healthd.config.cache import reload_checks
+        from healthd.config.cache import load_checks
         from healthd.config.load import ConfigError
         from healthd.service.metrics import refuse_untrusted_textfile
 
@@ -374,7 +374,7 @@ class Daemon:
         self.notifier.reloading()
         old_metrics = engine.config.metrics
         try:
-            loaded, specs = reload_checks(self.config_path, engine.specs)
+            loaded, specs = load_checks(self.config_path, specs=engine.specs)
             refuse_untrusted_textfile(loaded.config.metrics)
             engine.reconfigure(loaded, specs)
         except ConfigError as exc:

@@ -112,10 +112,8 @@ def test_an_adoption_that_names_no_other_checks_finding_is_refused(adopts: tuple
 
 
 def test_the_engine_reports_every_loaded_checks_adoptions(write_config: Callable[..., Path]) -> None:
-    from healthd.config.models import load_config
+    from healthd.config.cache import load_checks
 
-    specs = discover()
-    models = {s.name: s.settings_model() for s in specs if isinstance(s, CheckSpec)}
-    engine = Engine(load_config(write_config("[checks.nvlink]\nenabled = true\n"), models), specs)
+    engine = Engine(*load_checks(write_config("[checks.nvlink]\nenabled = true\n"), use_cache=False, store=False))
     result = engine.run_checks(only=["mounts"])
     assert result.current_key(OLD) == NEW and result.current_key("gpu/ECC_DBE/gpu3") == "gpu/ECC_DBE/gpu3"

@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 from healthd.checks.plugin import discover, settings_models
 from healthd.checks.settings import CheckSettings
-from healthd.config.models import Config, ConfigError, load_config, parse_config
+from healthd.config.cache import load_checks
+from healthd.config.models import Config, ConfigError, parse_config
 from healthd.config.sections import ConfigTable
 from healthd_checks.mounts.settings import MountSpec
 
@@ -237,10 +238,9 @@ def test_host_sections_apply_by_node_name_and_are_all_validated(
     assert code == 0 and out.strip().endswith(
         "for node gpu07 the host sections that apply: hosts[1] (match '{gpu[01-16]}')"
     )
-    models = settings_models(discover())
-    assert load_config(path, models, "gpu07").check_settings["gpu"].expect_gpus == 4
-    assert load_config(path, models, "gpu17").check_settings["gpu"].expect_gpus == 8
-    assert load_config(path, models, "login2").check_settings["gpu"].enabled is False
+    assert load_checks(path, host="gpu07")[0].check_settings["gpu"].expect_gpus == 4
+    assert load_checks(path, host="gpu17")[0].check_settings["gpu"].expect_gpus == 8
+    assert load_checks(path, host="login2")[0].check_settings["gpu"].enabled is False
 
     # A bad key in a section for other nodes fails everywhere, named with its section.
     path.write_text(path.read_text() + '[[hosts]]\nmatch = "cpu*"\n[hosts.checks.gpu]\nexpect_gpu = 2\n')

@@ -17,7 +17,7 @@ from healthd_testkit.checks import only_checks
 
 from healthd.checks.plugin import UnloadedCheck, discover, settings_models
 from healthd.config.cache import CACHE, load_checks
-from healthd.config.models import load_config
+from healthd.config.models import parse_config
 from healthd.config.view import View, as_view
 from healthd.store.state import StateDir
 
@@ -118,7 +118,7 @@ def test_a_spoiled_cache_is_never_used(write_config: Callable[..., Path], spoil:
 def test_cached_settings_equal_the_validated_ones(write_config: Callable[..., Path]) -> None:
     config = write_config(CONFIG)
     models = settings_models(discover())
-    validated = load_config(config, models)
+    validated = parse_config(config.read_text(), str(config), models)  # pydantic's values, never viewed
     first, _ = load_checks(config)  # validates and caches
     cached, specs = load_checks(config)  # from the cache
     assert StateDir(config.parent / "state").file(CACHE).load()
@@ -137,7 +137,7 @@ def test_the_config_is_a_config_on_every_path(write_config: Callable[..., Path])
     from healthd.config.sections import Config, Paths
 
     config = write_config(CONFIG)
-    validated = load_config(config, settings_models(discover()))
+    validated = parse_config(config.read_text(), str(config), settings_models(discover()))
     first, _ = load_checks(config)
     cached, _ = load_checks(config)
     scanned, _ = load_checks(config, use_cache=False, store=False, load=False)
@@ -164,7 +164,6 @@ def test_a_view_keeps_types_and_refuses_writes() -> None:
 
 def test_reload_loads_a_check_the_old_config_disabled(write_config: Callable[..., Path]) -> None:
     from healthd.checks.plugin import CheckSpec
-    from healthd.config.cache import reload_checks
 
     config = write_config(CONFIG)
     load_checks(config)
@@ -172,10 +171,73 @@ def test_reload_loads_a_check_the_old_config_disabled(write_config: Callable[...
     (xid,) = [s for s in specs if s.name == "xid"]
     assert isinstance(xid, UnloadedCheck) and xid.module == "healthd_checks.xid.check"
     config.write_text(config.read_text().replace("[checks.xid]\nenabled = false\n", "[checks.xid]\nwindow = 60\n"))
-    loaded, specs = reload_checks(config, specs)
+    loaded, specs = load_checks(config, specs=specs)  # a running engine's checks, as on SIGHUP
     (xid,) = [s for s in specs if s.name == "xid"]
     assert isinstance(xid, CheckSpec) and loaded.check_settings["xid"].window == 60
     assert loaded.sha256 and isinstance(loaded.check_settings["xid"], View)
     cached, specs = load_checks(config)  # the reload's validation was cached
     assert cached.check_settings["xid"] == loaded.check_settings["xid"]
     assert isinstance(next(s for s in specs if s.name == "xid"), CheckSpec)
+
+
+HOSTS = CONFIG + '[[hosts]]\nmatch = "gpu07"\n[hosts.checks.mounts]\nmin_free_percent = 7\n'
+
+
+def test_a_config_for_another_node_neither_reads_nor_writes_the_cache(write_config: Callable[..., Path]) -> None:
+    config = write_config(HOSTS)
+    here, _ = load_checks(config)  # this node's validation, cached
+    cache = _cache_file(config).read_bytes()
+    assert here.check_settings["mounts"].min_free_percent == 1
+    there, specs = load_checks(config, host="gpu07")
+    assert there.host == "gpu07" and there.host_sections == ("hosts[0] (match 'gpu07')",)
+    assert there.check_settings["mounts"].min_free_percent == 7, "gpu07's section, not this node's cached settings"
+    assert {s.name for s in specs} == {s.name for s in discover()}
+    assert not any(isinstance(s, UnloadedCheck) for s in specs), "validated in full: every check loaded"
+    assert _cache_file(config).read_bytes() == cache, "the cache is this node's: another node's settings stay out"
+    assert load_checks(config)[0].check_settings["mounts"].min_free_percent == 1
+
+
+def test_commands_that_only_read_leave_the_state_directory_alone(
+    write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    from healthd_testkit import synth
+
+    config = write_config(HOSTS)
+    fleet = synth.plant(synth.FleetSpec(days=2, runs=200, seed=3))
+    jobs, events = tmp_path / "jobs.txt", tmp_path / "events.txt"
+    jobs.write_text("\n".join(synth.job_lines(fleet)) + "\n")
+    events.write_text("\n".join(synth.event_lines(fleet)) + "\n")
+    kmsg = tmp_path / "kmsg.txt"
+    kmsg.write_text("[  1.0] NVRM: Xid (PCI:0000:1b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    for command in (
+        ("config", "validate", "-c", str(config)),
+        ("config", "validate", "-c", str(config), "--host", "gpu07"),
+        ("config", "show", "-c", str(config)),
+        ("list-checks", "-c", str(config)),
+        ("fleet", "report", "--jobs", str(jobs), "--events", str(events), "--config", str(config)),
+        ("scan-log", str(kmsg), "--config", str(config)),
+    ):
+        code, _, err = cli(*command)
+        assert code in (0, 2), (command, err)  # scan-log grades the Xid 79 it read CRITICAL (2)
+        assert not _cache_file(config).exists(), command
+    load_checks(config)  # what a pass does: validates, and caches
+    assert _cache_file(config).exists()
+
+
+def test_the_config_is_loaded_through_one_function() -> None:
+    # healthd.config.cache.load_checks: reading the file, the cache, the validation (docs/configuration.md).
+    import ast
+
+    from healthd_testkit.paths import REPO
+
+    import healthd.config.models as models
+
+    assert not hasattr(models, "load_config") and "load_config" not in models.__all__
+    validators = {"load_config", "validate_bytes", "parse_config", "load_bytes"}
+    found = []
+    for package in ("healthd", "healthd_checks"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module == "healthd.config.models":
+                    found += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name in validators]
+    assert found == ["healthd/config/cache.py: validate_bytes"]

@@ -19,8 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healthd.checks.plugin import JudgeContext, discover, settings_models
+from healthd.config.cache import load_checks
 from healthd.config.defaults import toml_module
-from healthd.config.models import load_config
 from healthd.config.nhcimport import convert
 from healthd.config.tomlwrite import dumps
 from healthd_checks.common.mountinfo import parse_mountinfo
@@ -338,17 +338,16 @@ def test_the_fixture_config_loads_and_means_what_nhc_conf_said(
     out = tmp_path / "imported.toml"
     _import(cli, NHC_CONF, out, "--allow-partial")
     config = write_config(out.read_text())
-    models = settings_models(discover())
-    node = load_config(config, models, "node17").check_settings
+    node = load_checks(config, host="node17")[0].check_settings
     mounts = {m.path: (m.fstype, m.source, m.rw) for m in node["mounts"].expect}
     assert mounts["/net/scratch1"] == ("lustre", None, True), "its source was a match string"
     assert node["services"].expect_processes == ["sshd", "munged", "slurmd"]
     assert node["services"].forbid_processes == ["telnetd"]
-    gpu = load_config(config, models, "gpu042").check_settings
+    gpu = load_checks(config, host="gpu042")[0].check_settings
     assert gpu["infiniband"].expect_rates_gbps == {"mlx5_0:1": 200}
     assert (gpu["host"].expect_memory_gib, gpu["host"].expect_memory_max_gib) == (1900.0, 2048.0)
     assert gpu["host"].expect_interfaces == ["eth0"]
-    assert load_config(config, models, "login1").check_settings["host"].expect_interfaces == []
+    assert load_checks(config, host="login1")[0].check_settings["host"].expect_interfaces == []
 
 
 def test_an_unreadable_file_is_named(cli: Callable[..., tuple[int, str, str]], tmp_path: Path) -> None:
@@ -411,7 +410,7 @@ def test_the_real_public_configs_convert_what_healthd_has(tmp_path: Path, write_
             "check_cpu_stream",
         }, conf.name
         config = write_config(dumps(imported.document))
-        load_config(config, settings_models(discover()), "node1")
+        load_checks(config, host="node1")
 
 
 FIXTURE_NODE_NHC = """\

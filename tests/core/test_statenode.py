@@ -65,13 +65,13 @@ def test_a_reload_that_renames_the_node_is_rejected_and_the_old_config_kept(
 ) -> None:
     """A SIGHUP after [slurm] node_name changed: refused at the reload, not by each later pass (the daemon stopping)."""
     from healthd.checks.engine import Engine
-    from healthd.config.cache import reload_checks
+    from healthd.config.cache import load_checks
     from healthd.store.trust import UntrustedPath
 
     first, second, state = shared
     assert cli("check", "--once", "--config", first)[0] == 0
     engine = Engine.from_path(Path(first))
-    loaded, specs = reload_checks(Path(second), engine.specs)
+    loaded, specs = load_checks(Path(second), specs=engine.specs)
     with pytest.raises(UntrustedPath, match=re.escape(_refusal(state))):
         engine.reconfigure(loaded, specs)
     assert engine.config.slurm.node_name == "node1", "the old config is kept"

@@ -18,8 +18,7 @@ from healthd_testkit.faults import Harness, builtin
 from healthd_testkit.paths import REPO
 
 from healthd.checks.engine import Engine
-from healthd.checks.plugin import settings_models
-from healthd.config.models import load_config
+from healthd.config.cache import load_checks
 from healthd.cycle.pipeline import PassTools, run_pass
 from healthd.model import PassResult, Status
 
@@ -38,7 +37,7 @@ class Clock:
 
 
 def _engine(node: Harness, clock: Clock) -> Engine:
-    return Engine(load_config(node.write(), settings_models(node.specs)), node.specs, clock=clock)
+    return Engine(*load_checks(node.write(), specs=node.specs, store=False), clock=clock)
 
 
 def _no_rates_negative(result: PassResult) -> None:

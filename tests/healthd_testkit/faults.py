@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from healthd.checks.engine import Engine
-from healthd.checks.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover, settings_models
-from healthd.config.models import load_config
+from healthd.checks.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
+from healthd.config.cache import load_checks
 from healthd.model import Finding, Status
 from healthd.service.daemon import Daemon, DaemonHooks, PassReport, run_one_pass
 from healthd.service.sdnotify import Notifier
@@ -133,7 +133,7 @@ class Harness:
         return self.config
 
     def engine(self, path: Optional[Path] = None) -> Engine:
-        return Engine(load_config(path or self.write(), settings_models(self.specs)), self.specs)
+        return Engine(*load_checks(path or self.write(), specs=self.specs, store=False))
 
     def daemon(self, **kwargs: Any) -> Daemon:
         def record(engine: Engine, dry_run: bool) -> PassReport:
@@ -144,7 +144,7 @@ class Harness:
         self.write()
         hooks = DaemonHooks(
             pass_function=record,
-            engine_factory=lambda path: Engine(load_config(path, settings_models(self.specs)), self.specs),
+            engine_factory=lambda path: Engine(*load_checks(path, specs=self.specs, store=False)),
         )
         return Daemon(self.config, notifier=Notifier({}), hooks=hooks, **kwargs)
 

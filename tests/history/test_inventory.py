@@ -12,8 +12,7 @@ from typing import Any, Callable
 from healthd_testkit.nvml import SYSFS_H100, FakeNvml
 
 from healthd.checks.engine import Engine
-from healthd.checks.plugin import settings_models
-from healthd.config.models import load_config
+from healthd.config.cache import load_checks
 from healthd.cycle.pipeline import run_pass
 from healthd.model import Device
 from healthd.store.history import History, Kind
@@ -37,7 +36,7 @@ def test_each_boot_records_the_gpus_it_has_and_names_a_swapped_one(
     procfs = tmp_path / "proc"
     _boot(procfs, BOOT_1)
     config = write_config(f'[paths]\nsysfs = "{SYSFS_H100}"\nprocfs = "{procfs}"\n[checks.gpu]\nexpect_gpus = 8\n')
-    engine = Engine(load_config(config, settings_models([CHECK])), [CHECK])
+    engine = Engine(*load_checks(config, specs=[CHECK], store=False))
 
     first = run_pass(engine)
     assert first.exit_code == 0, first.result.findings
@@ -73,7 +72,7 @@ def test_a_gpu_without_a_serial_is_still_inventoried_and_healthy(
     _boot(procfs, BOOT_1)
     no_sysfs = tmp_path / "nosys"
     config = write_config(f'[paths]\nprocfs = "{procfs}"\nsysfs = "{no_sysfs}"\n[checks.gpu]\nexpect_gpus = 2\n')
-    engine = Engine(load_config(config, settings_models([CHECK])), [CHECK])
+    engine = Engine(*load_checks(config, specs=[CHECK], store=False))
 
     outcome = run_pass(engine)
     assert outcome.exit_code == 0, outcome.result.findings

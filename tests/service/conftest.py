@@ -17,8 +17,8 @@ from healthd_testkit.faults import DaemonKit, DaemonThread
 from healthd_testkit.waiting import wait_for
 
 from healthd.checks.engine import Engine
-from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec, settings_models
-from healthd.config.models import load_config
+from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
+from healthd.config.cache import load_checks
 from healthd.model import Finding, Status
 from healthd.service.daemon import Daemon, DaemonHooks
 from healthd.service.sdnotify import Notifier
@@ -48,8 +48,7 @@ FLAG = CheckSpec(name="flag", description="reports what its settings say", setti
 
 
 def engine_factory(path: Optional[Path]) -> Engine:
-    specs = [FLAG]
-    return Engine(load_config(path, settings_models(specs)), specs)
+    return Engine(*load_checks(path, specs=[FLAG], store=False))
 
 
 def write_config(path: Path, state_dir: Path, *, interval: float = 300, extra: str = "", report: str = "ok") -> Path:
