@@ -29,7 +29,6 @@ active checks, when due and when no other job is on the node (docs/active.md).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -42,6 +41,7 @@ from healthd.cli.main import add_config_argument
 from healthd_checks.jobs.scope import Job, LogWindow, owner
 
 if TYPE_CHECKING:
+    import argparse
     from typing import NoReturn
 
     from healthd.checks.engine import Engine
