@@ -674,7 +674,8 @@ def _settle(
     problems = unlocked + read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
     saved = False
     try:
-        engine.state.file(POLICY_STATE).save(done.state.to_dict())
+        # A dry run's counters are not synced to the disk (docs/policy.md, "Dry run"): it did nothing to record.
+        engine.state.file(POLICY_STATE).save(done.state.to_dict(), durable=not dry)
         saved = True
         if not dry:
             store.save(the_plan.acks)
@@ -716,7 +717,7 @@ def _finish(
     report = replace(report, errors=(*report.errors, *engine.state.drain_problems()))
     document = pass_to_dict(result, {"action": report.to_dict()})
     try:
-        engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document)
+        engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document, durable=not ctx.dry)
     except StateError as exc:
         report = replace(report, errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()

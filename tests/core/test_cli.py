@@ -573,3 +573,43 @@ def test_c_names_the_config_of_status_and_check(
     assert cli("check", "--once", "-c", config)[0] == 2
     code, out, _ = cli("status", "-c", config)
     assert code == 2 and "MOUNT_MISSING /definitely-not-mounted" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "written", "synced"),
+    [
+        ((), ["acks", "last-pass", "policy"], ["acks", "last-pass", "policy"]),
+        (("--dry-run",), ["last-pass", "policy"], []),
+    ],
+)
+def test_only_a_pass_that_may_act_syncs_the_state_directory_after_its_documents(
+    flags: tuple[str, ...],
+    written: list[str],
+    synced: list[str],
+    write_config: Callable[..., Path],
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each document is synced before its rename either way; a dry run's renames are not synced (docs/policy.md)."""
+    import stat
+
+    config = write_config(only_checks("mounts") + '[checks.mounts]\nexpect = [{path = "/"}]\n')
+    cli("check", "--once", "--config", str(config))  # the config cached, the node claimed
+    renamed: list[str] = []
+    directories: list[str] = []
+    replace, fsync = os.replace, os.fsync
+
+    def note_rename(source: str, target: str, **kwargs: Any) -> None:
+        renamed.append(target.removesuffix(".json"))
+        replace(source, target, **kwargs)
+
+    def note_sync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            directories.append(renamed[-1])
+        fsync(fd)
+
+    monkeypatch.setattr(os, "replace", note_rename)
+    monkeypatch.setattr(os, "fsync", note_sync)
+    code, _, err = cli("check", "--once", *flags, "--config", str(config))
+    assert (code, err) == (0, "")
+    assert (sorted(renamed), sorted(directories)) == (written, synced)
