@@ -24,7 +24,8 @@ each is left out: it validates healthd's config and caches it, as a node's first
 does. Bytecode is compiled first, as a wheel install does. With ``--before DIR`` (an export of
 older code, with ``healthd_checks`` linked to its ``checks``) each healthd command also runs
 that code, on ``PYTHONPATH`` and with state directories of its own, after an NHC run of its
-own. Prints figures; asserts nothing.
+own (compiled first too; the runs start in the temporary directory, so that the checkout the benchmark is
+run from does not shadow it). Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -175,9 +176,16 @@ def main() -> None:
     parser.add_argument("--ethernet", default="eth0", help="an Ethernet interface this machine has")
     parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
     args = parser.parse_args()
+    args.nhc = args.nhc.resolve()
     compile_bytecode()
+    if args.before is not None:
+        args.before = args.before.resolve()
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(args.before)], check=True)
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
+        # Not from a checkout: `python -m healthd` puts the working directory first on sys.path, ahead of
+        # PYTHONPATH, and would run the checkout's code as the code before.
+        os.chdir(directory)
         conf = nhc_conf(args.nhc, directory, args.service, args.ethernet)
         nhc = nhc_command(args.nhc, conf, directory / "nhc-run")
         commands = healthd_commands(conf, directory / "healthd")

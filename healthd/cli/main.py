@@ -2,7 +2,8 @@
 
 The parser itself is ``healthd.cli.parser`` (argparse), imported only for a command line
 that needs it: ``healthd status`` spelled out in full, as a monitoring agent runs it
-often, is read by ``plain_status`` without it. Each subcommand lives in its own module
+often, and ``healthd check --once`` spelled out likewise, are read by ``plain_command``
+without it. Each subcommand lives in its own module
 under ``healthd.commands`` and is imported only when it is the one being run, so
 ``healthd check --once`` pays for what it uses and nothing else. Plugins add commands
 through the ``healthd.commands`` entry points (``healthd.checks.plugin.CommandSpec``), which
@@ -17,7 +18,7 @@ import sys
 from types import SimpleNamespace
 
 from healthd.cli.stdout import quiet_broken_pipe
-from healthd.commands import command_module
+from healthd.commands import COMMANDS, command_module
 from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN
 
 # ``typing`` is not imported at run time: ``healthd status`` would pay for it (bench/README.md).
@@ -42,38 +43,61 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _dispatch(argv)
 
 
-def plain_status(argv: Sequence[str]) -> Optional[argparse.Namespace]:
-    """``status [--json] [-c|--config PATH]`` spelled out (as a monitoring agent runs it), parsed as the parser
-    would parse it; None for anything else (``--help``, abbreviations, ``-cPATH``, a missing value, other commands).
+# The command lines read without argparse (``plain_command``): each command's flags (``store_true``),
+# its options that take a value (``-c`` is ``--config``), and the flags it requires.
+_PLAIN = {
+    "status": (("--json",), ("--config",), ()),
+    "check": (("--once", "--json", "--dry-run", "--active", "--force"), ("--only", "--config"), ("--once",)),
+}
 
-    Building the parser and parsing with it costs ``healthd status`` more than its own work does.
+
+def plain_command(argv: Sequence[str]) -> Optional[argparse.Namespace]:
+    """``status`` or ``check`` spelled out (as a monitoring agent, slurmd's HealthCheckProgram or cron runs
+    them), parsed as the parser would parse it; None for anything else (``--help``, abbreviations, ``-cPATH``,
+    a missing or empty value, an option of another command, other commands), which the parser reads.
+
+    Building the parser (argparse, gettext, locale, shutil) and parsing with it costs ``healthd status``
+    more than its own work does, and a cold ``check --once`` a few milliseconds (bench/README.md).
     """
-    if not argv or argv[0] != "status":
+    if not argv or argv[0] not in _PLAIN:
         return None
-    show_json, config = False, None
+    flags, options, required = _PLAIN[argv[0]]
+    values: dict[str, object] = {_dest(name): False for name in flags}
+    values.update((_dest(name), None) for name in options)
     rest = iter(argv[1:])
     for arg in rest:
-        if arg == "--json":
-            show_json = True
-        elif arg in ("-c", "--config"):
-            config = next(rest, "")
-            if not config or config.startswith("-"):
+        name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        name = "--config" if name == "-c" else name
+        if name in flags and not equals:
+            values[_dest(name)] = True
+        elif name in options:
+            if not equals:
+                value = next(rest, "")
+                if value.startswith("-"):
+                    return None
+            if not value:
                 return None
-        elif arg.startswith("--config=") and arg != "--config=":
-            config = arg[len("--config=") :]
+            values[_dest(name)] = value
         else:
             return None
+    if not all(values[_dest(name)] for name in required):
+        return None
     from pathlib import Path
 
+    config = values["config"]
     # What the parser gives: an argparse.Namespace is a plain attribute holder too.
-    args = SimpleNamespace(
-        command="status", _module="status", json=show_json, config=None if config is None else Path(config)
-    )
+    args = SimpleNamespace(**values, command=argv[0], _module=COMMANDS[argv[0]][0])
+    args.config = None if config is None else Path(str(config))
     return args  # type: ignore[return-value]  # duck-typed: ``typing.cast`` would import typing
 
 
+def _dest(option: str) -> str:
+    """The attribute argparse stores a long option in: ``--dry-run`` -> ``dry_run``."""
+    return option[2:].replace("-", "_")
+
+
 def _dispatch(argv: list[str]) -> int:
-    args = plain_status(argv)
+    args = plain_command(argv)
     if args is None:
         from healthd.cli.parser import build_parser
 

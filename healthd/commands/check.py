@@ -15,14 +15,17 @@ never from the hook.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
+
+if TYPE_CHECKING:
+    import argparse  # a command line spelled out is read without it (``healthd.cli.main.plain_command``)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

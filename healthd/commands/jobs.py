@@ -29,7 +29,6 @@ active checks, when due and when no other job is on the node (docs/active.md).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -42,6 +41,7 @@ from healthd.cli.main import add_config_argument
 from healthd_checks.jobs.scope import Job, LogWindow, owner
 
 if TYPE_CHECKING:
+    import argparse
     from typing import NoReturn
 
     from healthd.checks.engine import Engine
@@ -665,11 +665,11 @@ def _console(which: str, argv: Optional[Sequence[str]]) -> int:
     """The command as ``healthd WHICH ARGS`` runs it; without building the CLI's parser when slurmd's usual
     arguments (none, or ``-c``/``--config PATH``) are all there is: finding every command costs more than a
     prolog from the daemon's pass does (bench/README.md)."""
-    from healthd.cli.main import main, plain_status
+    from healthd.cli.main import main, plain_command
     from healthd.cli.stdout import quiet_broken_pipe
 
     args = list(sys.argv[1:] if argv is None else argv)
-    plain = plain_status(["status", *args])  # the same spelled-out -c/--config; --json is not the prolog's
+    plain = plain_command(["status", *args])  # the same spelled-out -c/--config; --json is not the prolog's
     if plain is None or plain.json:
         return main([which, *args])
     with quiet_broken_pipe():

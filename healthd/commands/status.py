@@ -26,7 +26,7 @@ from healthd.store.trust import UntrustedPath
 from healthd.text import one_line, pass_headline
 
 if TYPE_CHECKING:
-    import argparse  # ``healthd status`` is usually parsed without it (``healthd.cli.main.plain_status``)
+    import argparse  # ``healthd status`` is usually parsed without it (``healthd.cli.main.plain_command``)
 
 
 class StatusError(Exception):

@@ -29,12 +29,11 @@ cannot load is not cached either, so that plugin is retried and reported each pa
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from healthd import __version__
 from healthd.checks.plugin import (
@@ -54,7 +53,17 @@ from healthd.config.view import Unencodable, decode, encode
 from healthd.store.state import StateDir, StateError, read_entry
 from healthd.store.trust import UntrustedPath
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    import logging
+
+
+def _log() -> logging.Logger:
+    """This module's logger, ``logging`` imported with the first message: a prolog from the daemon's pass reads
+    its config from this cache, logs nothing, and would pay about 3 ms to import it (bench/README.md)."""
+    import logging
+
+    return logging.getLogger(__name__)
+
 
 FORMAT = 1
 CACHE = "config-cache"
@@ -187,7 +196,7 @@ def _remember(
             module, attr = entries.get(name, ("", ""))
             checks.append({"name": name, "module": module, "attr": attr, "settings": encode(settings)})
     except Unencodable as exc:
-        log.debug("config not cached: %s", exc)
+        _log().debug("config not cached: %s", exc)
         return loaded
     viewed = LoadedConfig(
         loaded.source,
@@ -231,7 +240,7 @@ def _store(state_dir: Path, document: dict[str, Any]) -> None:
         state.refuse_untrusted()  # a directory the command will refuse gets nothing new from it either
         state.file(CACHE).save(document)
     except (StateError, UntrustedPath) as exc:  # the next process validates again; the pass reports the state dir
-        log.debug("config not cached: %s", exc)
+        _log().debug("config not cached: %s", exc)
 
 
 def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig, list[AnyCheck]]]:
@@ -246,7 +255,7 @@ def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig,
     try:
         loaded = _valid(document, source, raw)
     except (KeyError, TypeError, ValueError, AttributeError, ImportError) as exc:
-        log.debug("config cache not used: %s", exc)
+        _log().debug("config cache not used: %s", exc)
         return None
     if loaded is None:
         return None
@@ -259,7 +268,7 @@ def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig,
         spec = load_entry(name, check["module"], check["attr"], CheckSpec)
         specs.append(spec if isinstance(spec, CheckSpec) else BrokenCheck(name, spec))
     for note in loaded.deprecated:
-        log.warning("%s: %s", loaded.source, note)
+        _log().warning("%s: %s", loaded.source, note)
     return loaded, specs
 
 

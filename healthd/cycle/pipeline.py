@@ -27,9 +27,6 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
-from healthd.cycle.gpureset import MARKS_NAME as RESET_MARKS
-from healthd.cycle.gpureset import ResetMarks
-from healthd.cycle.onrepair import HookResult, run_on_repair
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import FindingRef, apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
@@ -504,16 +501,21 @@ def _act(ctx: PassContext, situation: Situation, the_plan: Plan, slurm: SlurmCli
             # the next pass still knows what it was doing and retries it (and confirms the drain).
             with contextlib.suppress(StateError):
                 ctx.engine.state.file(POLICY_STATE).save(the_plan.interrupted.to_dict())
-        resets = ResetMarks(ctx.engine.state.file(RESET_MARKS), situation.boot_id)
-        cut = None if deadline is None else deadline - SAVE_MARGIN_SECONDS
-        executed = (
-            execute(the_plan, slurm, ctx.config, ctx.tools.sleep, resets=resets, deadline=cut)
-            if the_plan.steps
-            else Executed()
-        )
+        executed = _execute(ctx, the_plan, slurm, situation.boot_id) if the_plan.steps else Executed()
     done = conclude(the_plan, executed, situation.state, situation.now)
     _log_outcome(log, node, the_plan, executed, done)
     return Acted(the_plan, executed, done)
+
+
+def _execute(ctx: PassContext, the_plan: Plan, slurm: SlurmClient, boot_id: str) -> Executed:
+    """Send the plan's writes; the GPU-reset machinery is imported here, where a step may use it:
+    a pass with nothing to send (a healthy node's, a dry run's) never loads it."""
+    from healthd.cycle.gpureset import MARKS_NAME, ResetMarks
+
+    resets = ResetMarks(ctx.engine.state.file(MARKS_NAME), boot_id)
+    deadline = ctx.request.deadline
+    cut = None if deadline is None else deadline - SAVE_MARGIN_SECONDS
+    return execute(the_plan, slurm, ctx.config, ctx.tools.sleep, resets=resets, deadline=cut)
 
 
 def _repeats(
@@ -545,6 +547,8 @@ def _tell_repair(config: Config, done: Conclusion, now: float, log: logging.Logg
     A one-shot pass gives it what is left of its time (``deadline``), at most
     ``on_repair_timeout``. The history is opened again: the pass's own is saved and closed.
     """
+    from healthd.cycle.onrepair import HookResult, run_on_repair  # only a pass that starts a repair runs it
+
     repair = done.state.repair
     program = config.remediation.on_repair
     if repair is None or program is None:
@@ -671,7 +675,8 @@ def _settle(
     problems = unlocked + read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
     saved = False
     try:
-        engine.state.file(POLICY_STATE).save(done.state.to_dict())
+        # A dry run's counters are not synced to the disk (docs/policy.md, "Dry run"): it did nothing to record.
+        engine.state.file(POLICY_STATE).save(done.state.to_dict(), durable=not dry)
         saved = True
         if not dry:
             store.save(the_plan.acks)
@@ -713,7 +718,7 @@ def _finish(
     report = replace(report, errors=(*report.errors, *engine.state.drain_problems()))
     document = pass_to_dict(result, {"action": report.to_dict()})
     try:
-        engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document)
+        engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document, durable=not ctx.dry)
     except StateError as exc:
         report = replace(report, errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()

@@ -18,13 +18,15 @@ from pathlib import Path
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def write_atomically(dir_fd: int, name: str, body: bytes, mode: int) -> None:
+def write_atomically(dir_fd: int, name: str, body: bytes, mode: int, *, durable: bool = True) -> None:
     """Replace ``name`` in the directory ``dir_fd`` with ``body``, file mode ``mode``.
 
     The temporary file is new (``O_CREAT | O_EXCL``: a planted name or link makes
     the write fail, it is never followed), sits in the same directory (``rename`` is
     atomic only within one filesystem), is fsynced before the rename, and the
-    directory after it, or a power loss could bring the old file back. The rename
+    directory after it, or a power loss could bring the old file back. Not ``durable``:
+    the directory is not synced, so a power loss may bring the old file back (never a
+    torn one), for a document that records nothing done outside (a dry run's). The rename
     replaces a link planted at ``name`` itself rather than writing through it. The
     temporary name starts with a dot and ends in ``.tmp``, so readers of ``*.json``
     or ``*.prom`` never see it half-written. The mode is set with ``fchmod``, because
@@ -39,7 +41,8 @@ def write_atomically(dir_fd: int, name: str, body: bytes, mode: int) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        os.fsync(dir_fd)
+        if durable:
+            os.fsync(dir_fd)
     except BaseException:
         import contextlib  # here: ``healthd status`` and the hook would import it without using it
 

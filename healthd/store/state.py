@@ -235,15 +235,18 @@ class StateFile:
             return {}
         return data
 
-    def save(self, data: dict[str, Any]) -> None:
-        """Replace the document atomically; raises ``StateError`` naming the file, or ``UntrustedPath``."""
+    def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
+        """Replace the document atomically; raises ``StateError`` naming the file, or ``UntrustedPath``.
+
+        Not ``durable``: a power loss may bring back the document before (``write_atomically``).
+        """
         body = json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
         with self._lock:
             try:
                 make_state_dir(self.directory)
                 dir_fd = open_trusted_dir(self.directory)
                 try:
-                    write_atomically(dir_fd, self.path.name, body, 0o600)
+                    write_atomically(dir_fd, self.path.name, body, 0o600, durable=durable)
                 finally:
                     os.close(dir_fd)
             except OSError as exc:

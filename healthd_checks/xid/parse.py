@@ -42,6 +42,7 @@ flooded log cheap.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from typing import AnyStr, Callable, Iterable, Iterator, Optional, TypeVar, Union
@@ -165,8 +166,16 @@ class XidEvent:
     nvlink: Optional[NvlinkFault] = None
 
 
+@functools.cache
+def _rare(pattern: str) -> re.Pattern[str]:
+    """A pattern compiled on first use: the envelopes of a text dump (``split_record``, for ``scan-log``; a
+    check reads /dev/kmsg, whose records have none) and the lines few logs hold (a banner, Xid 13's
+    location, Xid 154's recovery action). Compiling them all costs every check process about 3 ms."""
+    return re.compile(pattern)
+
+
 # Xid 13's location: "Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): ...".
-_GPC_TPC = re.compile(r"\bGPC (\d+), TPC (\d+)")
+_GPC_TPC = r"\bGPC (\d+), TPC (\d+)"
 
 
 def sm_location(event: XidEvent) -> Optional[str]:
@@ -178,7 +187,7 @@ def sm_location(event: XidEvent) -> Optional[str]:
     """
     if event.kind is not LineKind.XID or event.code != 13:
         return None
-    match = _GPC_TPC.search(event.text)
+    match = _rare(_GPC_TPC).search(event.text)
     return f"GPC {match.group(1)} TPC {match.group(2)}" if match else None
 
 
@@ -285,11 +294,11 @@ _NVLINK = re.compile(
     r"NVLink: fatal error detected on link (\d{1,3}) ?\((0x[0-9a-fA-F]{1,16}(?:, ?0x[0-9a-fA-F]{1,16}){0,15})\)",
     re.ASCII,
 )
-_RECOVERY = re.compile(r"recovery action changed from (0x[0-9a-f]+)\b.*?\bto (0x[0-9a-f]+)\b", re.IGNORECASE)
+_RECOVERY = r"(?i)recovery action changed from (0x[0-9a-f]+)\b.*?\bto (0x[0-9a-f]+)\b"
 _SXID_REST = re.compile(r"(?:(Fatal|Non-fatal)\b|Severity (\d+)\b|(Data)(?= *\{)),? *(.*)", re.IGNORECASE | re.ASCII)
 _FALLEN = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?{_BUS_ADDR}:? (?:GPU )?has fallen off the bus")
 _UUID = re.compile(rf"NVRM: GPU at PCI:({_ADDR}): (GPU-[0-9A-Fa-f-]+)")
-_BANNER_HEAD = re.compile(rf"The NVIDIA GPU {_BUS_ADDR}(?: \(PCI ID: ({_HEX}{{4}}:{_HEX}{{4}})\))?")
+_BANNER_HEAD = rf"The NVIDIA GPU {_BUS_ADDR}(?: \(PCI ID: ({_HEX}{{4}}:{_HEX}{{4}})\))?"
 _BANNER_TAIL = " installed in this system has fallen off the bus and is not responding to commands."
 _BANNER_START = "NVRM: The NVIDIA GPU "
 # The printk caller id that kernels built with CONFIG_PRINTK_CALLER print after the time:
@@ -298,36 +307,32 @@ _BANNER_START = "NVRM: The NVIDIA GPU "
 _CALLER = r"(?:\[ *[TC]\d{1,10}\] ?)?"
 # An ISO 8601 time as dmesg --time-format=iso prints it ("2025-01-21T04:41:44,283302+00:00").
 _ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[0-9:.,+\-Z]{0,24}"
-_DMESG_RAW = re.compile(rf"<(\d{{1,4}})>(?:\[ *[0-9.]+\] ?)?{_CALLER}(.*)", re.DOTALL | re.ASCII)
-_DMESG = re.compile(rf"(?:\[[^\]]{{1,40}}\]|{_ISO}) ?{_CALLER}(.*)", re.DOTALL | re.ASCII)
+_DMESG_RAW = rf"(?as)<(\d{{1,4}})>(?:\[ *[0-9.]+\] ?)?{_CALLER}(.*)"
+_DMESG = rf"(?as)(?:\[[^\]]{{1,40}}\]|{_ISO}) ?{_CALLER}(.*)"
 # ``dmesg -x``: "kern  :err   : [  12.3] text", names from util-linux's facility_names and level_names;
 # with --time-format=iso the time is an ISO stamp, not in brackets.
 _FACILITIES = ["kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp"]
 _FACILITIES += ["res0", "res1", "res2", "res3", *(f"local{n}" for n in range(8))]
 _LEVELS = ["emerg", "alert", "crit", "err", "warn", "notice", "info", "debug"]
-_DMESG_DECODED = re.compile(
-    rf"({'|'.join(_FACILITIES)}) *:({'|'.join(_LEVELS)}) *: (?:\[[^\]]{{1,40}}\] ?|{_ISO} )?{_CALLER}(.*)",
-    re.DOTALL | re.ASCII,
+_DMESG_DECODED = (
+    rf"(?as)({'|'.join(_FACILITIES)}) *:({'|'.join(_LEVELS)}) *: (?:\[[^\]]{{1,40}}\] ?|{_ISO} )?{_CALLER}(.*)"
 )
 # Talos (``talosctl dmesg``): "[NODE: ]kern: warning: [2026-04-22T21:27:51.291660856Z]: text". Its names come
 # from siderolabs/go-kmsg (message.go), where a facility's place in the list is its number (local0 is 11
 # there) and the level "warning" is spelt out.
 _TALOS_FACILITIES = [*_FACILITIES[:11], *(f"local{n}" for n in range(8))]
 _TALOS_LEVELS = ["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"]
-_TALOS = re.compile(
-    rf"(?:[0-9A-Za-z._:%\[\]-]{{1,255}}: )?({'|'.join(_TALOS_FACILITIES)}): *({'|'.join(_TALOS_LEVELS)}): "
-    rf"\[{_ISO}\]: (.*)",
-    re.DOTALL | re.ASCII,
+_TALOS = (
+    rf"(?as)(?:[0-9A-Za-z._:%\[\]-]{{1,255}}: )?({'|'.join(_TALOS_FACILITIES)}): *({'|'.join(_TALOS_LEVELS)}): "
+    rf"\[{_ISO}\]: (.*)"
 )
 # syslog and journalctl: "Nov 22 04:51:10[.283302] [host] kernel: [[  12.3] ][[ T1946] ]text" (the host is left
 # out by journalctl --no-hostname), or an ISO time first; log shippers and bug reports often keep only
 # "kernel: ...". The identifier "kernel" is journald's and rsyslog's for the kernel's own records.
 _KERNEL_TAG = rf"kernel: (?:\[ *[0-9.]+\] ?)?{_CALLER}(.*)"
-_SYSLOG = re.compile(
-    rf"(?:[A-Z][a-z]{{2}} +\d{{1,2}} \d\d:\d\d:\d\d(?:\.\d{{1,9}})?|{_ISO}) (?:\S+ )?{_KERNEL_TAG}",
-    re.DOTALL | re.ASCII,
-)
-_BARE_KERNEL = re.compile(_KERNEL_TAG, re.DOTALL | re.ASCII)
+_SYSLOG = rf"(?as)(?:[A-Z][a-z]{{2}} +\d{{1,2}} \d\d:\d\d:\d\d(?:\.\d{{1,9}})?|{_ISO}) (?:\S+ )?{_KERNEL_TAG}"
+_BARE_KERNEL = f"(?as){_KERNEL_TAG}"
+
 DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch")
 # Other driver lines after which a banner that stopped growing is dropped. The driver
 # prints a banner in one call, so its lines are adjacent unless another CPU's lines
@@ -360,15 +365,15 @@ def split_record(line: str) -> Record:
         if kmsg is not None:
             return Record(kmsg.message, LogFormat.KMSG, kmsg.seq, kmsg.priority, kmsg.usec)
     elif head == "<":
-        match = _DMESG_RAW.match(line)
+        match = _rare(_DMESG_RAW).match(line)
         if match:
             return Record(match.group(2), LogFormat.DMESG_RAW, priority=int(match.group(1)))
     elif head == "[":
-        match = _DMESG.match(line)
+        match = _rare(_DMESG).match(line)
         if match:
             return Record(match.group(1), LogFormat.DMESG)
     elif head.islower():
-        match = _DMESG_DECODED.match(line)
+        match = _rare(_DMESG_DECODED).match(line)
         if match:
             facility, level, message = match.groups()
             priority = _FACILITIES.index(facility) * 8 + _LEVELS.index(level)
@@ -378,16 +383,16 @@ def split_record(line: str) -> Record:
 
 def _tagged(line: str, head: str) -> Record:
     """The envelopes that do not begin with a character of their own: syslog, Talos, ``kernel:``, ISO dmesg."""
-    match = _SYSLOG.match(line) or _BARE_KERNEL.match(line)
+    match = _rare(_SYSLOG).match(line) or _rare(_BARE_KERNEL).match(line)
     if match:
         return Record(match.group(1), LogFormat.SYSLOG)
-    match = _TALOS.match(line)
+    match = _rare(_TALOS).match(line)
     if match:
         facility, level, message = match.groups()
         priority = _TALOS_FACILITIES.index(facility) * 8 + _TALOS_LEVELS.index(level)
         return Record(message, LogFormat.TALOS, priority=priority)
     # ``dmesg --time-format=iso``: after syslog, whose ISO form also starts with the time.
-    match = _DMESG.match(line) if head.isdigit() else None
+    match = _rare(_DMESG).match(line) if head.isdigit() else None
     if match:
         return Record(match.group(1), LogFormat.DMESG)
     return Record(line, LogFormat.PLAIN)
@@ -421,7 +426,7 @@ def _parse_xid(message: str) -> Optional[XidEvent]:
         text = remainder or ""
     recovery: Optional[RecoveryChange] = None
     if code == 154:
-        rec = _RECOVERY.search(text)
+        rec = _rare(_RECOVERY).search(text)
         if rec and len(rec.group(1)) <= 10 and len(rec.group(2)) <= 10:
             recovery = RecoveryChange(int(rec.group(1), 16), int(rec.group(2), 16))
     nvlink: Optional[NvlinkFault] = None
@@ -516,7 +521,7 @@ def parse_message(message: str) -> Optional[Event]:
 
 def _banner(text: str, origin: Origin) -> ParseStep:
     """A banner whose lines so far read ``text``: complete (an event), still growing, or not a banner at all."""
-    head = _BANNER_HEAD.match(text)
+    head = _rare(_BANNER_HEAD).match(text)
     if head is None or len(text) > _BANNER_LIMIT:
         return ParseStep(None, None)
     rest = text[head.end() :]

@@ -431,13 +431,19 @@ def test_a_reader_gone_before_any_output_is_no_error(
         ["status", "--config=relative.toml", "--json"],
         ["status", "--json", "--config", "a", "--config", "b", "--json"],
         ["status", "--config=-odd"],
+        ["check", "--once"],
+        ["check", "--once", "--dry-run", "--config", "/etc/x.toml"],
+        ["check", "--json", "--once", "-c", "a", "--only", "mounts,xid", "--dry-run"],
+        ["check", "--once", "--only=mounts", "--config=b", "--only", "xid", "--once"],
+        ["check", "--once", "--active", "--force", "--json"],
+        ["check", "--once", "--only=-odd"],
     ],
 )
-def test_status_spelled_out_is_read_as_the_parser_reads_it(argv: list[str]) -> None:
-    from healthd.cli.main import plain_status
+def test_status_and_check_spelled_out_are_read_as_the_parser_reads_them(argv: list[str]) -> None:
+    from healthd.cli.main import plain_command
     from healthd.cli.parser import build_parser
 
-    plain = plain_status(argv)
+    plain = plain_command(argv)
     assert plain is not None and vars(plain) == vars(build_parser(argv).parse_args(argv))
 
 
@@ -445,7 +451,6 @@ def test_status_spelled_out_is_read_as_the_parser_reads_it(argv: list[str]) -> N
     "argv",
     [
         [],
-        ["check", "--once"],
         ["status", "--js"],  # the parser takes abbreviations; this reader does not
         ["status", "-h"],
         ["status", "--config"],
@@ -456,13 +461,50 @@ def test_status_spelled_out_is_read_as_the_parser_reads_it(argv: list[str]) -> N
         ["status", "--config", ""],
         ["status", "--config="],
         ["status", "extra"],
+        ["status", "--once"],  # check's option
+        ["status", "--json=yes"],
         ["--version", "status"],
+        ["check"],  # --once is required: the parser says so
+        ["check", "--dry-run", "--json"],
+        ["check", "--once", "--dry"],
+        ["check", "--once", "--help"],
+        ["check", "--once", "--only"],
+        ["check", "--once", "--only", "--json"],
+        ["check", "--once", "--only="],
+        ["check", "--once", "--dry-run=1"],
+        ["check", "--once", "mounts"],
+        ["list-checks"],
     ],
 )
 def test_any_other_command_line_is_left_to_the_parser(argv: list[str]) -> None:
-    from healthd.cli.main import plain_status
+    from healthd.cli.main import plain_command
 
-    assert plain_status(argv) is None
+    assert plain_command(argv) is None
+
+
+# A healthy pass with Slurm off sends nothing and resets nothing: what only those would use stays unloaded.
+_CHECK_IMPORTS = """
+import sys
+from healthd.cli.main import main
+code = main(["check", "--once", "--dry-run", "--config", sys.argv[1]])
+unused = ("argparse", "shutil", "healthd.cli.parser", "healthd.cycle.gpureset", "healthd.cycle.onrepair",
+          "healthd.cycle.activerun", "healthd.plan.active", "healthd.checks.settings", "pydantic")
+print(code, sorted(m for m in unused if m in sys.modules))
+from healthd_checks.xid.parse import _rare
+print(_rare.cache_info().currsize)
+"""
+
+
+def test_a_healthy_check_once_imports_nothing_of_what_it_does_not_run(write_config: Callable[..., Path]) -> None:
+    """Spelled out as cron or a person runs it: no argument parser, no GPU reset, no active checks, no
+    on_repair; the xid check reads /dev/kmsg and compiles no pattern of a text dump's envelopes."""
+    config = write_config(only_checks("mounts", "xid") + '\n[checks.mounts]\nexpect = [{path = "/"}]\n')
+    warm = [sys.executable, "-m", "healthd", "check", "--once", "--dry-run", "--config", str(config)]
+    subprocess.run(warm, capture_output=True, timeout=120, check=False)  # validates the config and caches it
+    probe = subprocess.run(
+        [sys.executable, "-c", _CHECK_IMPORTS, str(config)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert probe.stdout.splitlines()[-2:] == ["0 []", "0"], probe.stdout + probe.stderr
 
 
 @pytest.mark.parametrize(("command", "code"), [("status", 3), ("history", 70)])
@@ -531,3 +573,43 @@ def test_c_names_the_config_of_status_and_check(
     assert cli("check", "--once", "-c", config)[0] == 2
     code, out, _ = cli("status", "-c", config)
     assert code == 2 and "MOUNT_MISSING /definitely-not-mounted" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "written", "synced"),
+    [
+        ((), ["acks", "last-pass", "policy"], ["acks", "last-pass", "policy"]),
+        (("--dry-run",), ["last-pass", "policy"], []),
+    ],
+)
+def test_only_a_pass_that_may_act_syncs_the_state_directory_after_its_documents(
+    flags: tuple[str, ...],
+    written: list[str],
+    synced: list[str],
+    write_config: Callable[..., Path],
+    cli: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each document is synced before its rename either way; a dry run's renames are not synced (docs/policy.md)."""
+    import stat
+
+    config = write_config(only_checks("mounts") + '[checks.mounts]\nexpect = [{path = "/"}]\n')
+    cli("check", "--once", "--config", str(config))  # the config cached, the node claimed
+    renamed: list[str] = []
+    directories: list[str] = []
+    replace, fsync = os.replace, os.fsync
+
+    def note_rename(source: str, target: str, **kwargs: Any) -> None:
+        renamed.append(target.removesuffix(".json"))
+        replace(source, target, **kwargs)
+
+    def note_sync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            directories.append(renamed[-1])
+        fsync(fd)
+
+    monkeypatch.setattr(os, "replace", note_rename)
+    monkeypatch.setattr(os, "fsync", note_sync)
+    code, _, err = cli("check", "--once", *flags, "--config", str(config))
+    assert (code, err) == (0, "")
+    assert (sorted(renamed), sorted(directories)) == (written, synced)

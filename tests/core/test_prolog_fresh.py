@@ -24,18 +24,23 @@ from healthd.store.daemonpass import DaemonClaim
 from healthd.store.lock import StateLock
 
 
-def test_a_held_state_lock_does_not_hold_the_prolog_from_the_daemons_pass(
-    write_config: Callable[..., Path], tmp_path: Path
-) -> None:
+def _xid_node(write_config: Callable[..., Path], tmp_path: Path, slurm: str = "") -> Path:
+    """A node with one GPU and a clean kernel log, its prolog running the xid check; ``slurm``: more keys."""
     fake = XidNode(tmp_path / "machine")
     fake.gpu("0000:3b:00.0")
     fake.log("Linux version 6.1")
-    config = write_config(
+    return write_config(
         f'[paths]\nkmsg = "{fake.kmsg}"\nsysfs = "{fake.root / "sys"}"\nprocfs = "{fake.root / "proc"}"\n'
-        # A pass that holds the lock would make the prolog wait all of this: far past its 1 s deadline.
-        '[slurm]\nnode_name = "node1"\nlock_timeout = 30\n[checks.xid]\nsource = "kmsg"\n'
+        f'[slurm]\nnode_name = "node1"\n{slurm}[checks.xid]\nsource = "kmsg"\n'
         '[checks.jobs]\nprolog_checks = ["xid"]\n' + only_checks("xid", "jobs")
     )
+
+
+def test_a_held_state_lock_does_not_hold_the_prolog_from_the_daemons_pass(
+    write_config: Callable[..., Path], tmp_path: Path
+) -> None:
+    # A pass that holds the lock would make the prolog wait all of this: far past its 1 s deadline.
+    config = _xid_node(write_config, tmp_path, "lock_timeout = 30\n")
     state = config.parent / "state"
     done = run_healthd("check", "--once", "--json", "--config", str(config))
     claim = DaemonClaim(state)
@@ -63,3 +68,48 @@ def test_a_held_state_lock_does_not_hold_the_prolog_from_the_daemons_pass(
         "is held by another healthd process (waited 0.1s): job start not recorded, the epilog attributes nothing to it"
     ), ran.stdout
     assert verdict == "healthd prolog: job 77: OK (daemon's pass), kernel log since: job allowed", ran.stdout
+
+
+# The prolog's work runs in a child (healthd.commands.jobs._child): what it imported is printed after its verdict.
+_PROLOG_IMPORTS = """
+import sys
+from healthd.commands import jobs
+
+unused = ("argparse", "logging", "healthd.cli.parser", "healthd.cycle.pipeline", "healthd.checks.engine", "pydantic")
+forked = jobs._child
+
+
+def child(work, deadline, write_end):
+    def traced(moving):
+        code = work(moving)
+        print("unused:", sorted(m for m in unused if m in sys.modules))
+        return code
+
+    forked(traced, deadline, write_end)
+
+
+jobs._child = child
+sys.exit(jobs.prolog_main(["--config", sys.argv[1]]))
+"""
+
+
+def test_the_prolog_from_the_daemons_pass_imports_no_parser_logging_or_pass_machinery(
+    write_config: Callable[..., Path], tmp_path: Path
+) -> None:
+    config = _xid_node(write_config, tmp_path)
+    done = run_healthd("check", "--once", "--json", "--config", str(config))
+    claim = DaemonClaim(config.parent / "state")
+    assert claim.acquire(5)
+    try:
+        document, digest = json.loads(done.stdout), sha256_hex(config.read_bytes())
+        claim.record(document, fresh_for=300, config_sha256=digest, dry_run=False, now=time.time())
+        env = {**os.environ, "SLURM_JOB_ID": "78", "SLURM_JOB_USER": "someone"}
+        probe = [sys.executable, "-c", _PROLOG_IMPORTS, str(config)]
+        ran = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        claim.release()
+    assert ran.returncode == 0, ran
+    assert ran.stdout.splitlines() == [
+        "healthd prolog: job 78: OK (daemon's pass), kernel log since: job allowed",
+        "unused: []",
+    ], ran.stdout + ran.stderr
