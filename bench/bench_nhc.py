@@ -21,11 +21,13 @@ figure is the median of the ratios of those pairs: wall time, CPU (user + system
 children's included) and peak RSS (the largest process of the tree, as GNU ``time``
 reports it: ``/usr/bin/time`` is needed). The first run of
 each is left out: it validates healthd's config and caches it, as a node's first run
-does. Bytecode is compiled first, as a wheel install does. With ``--before DIR`` (an export of
-older code, with ``healthd_checks`` linked to its ``checks``) each healthd command also runs
-that code, on ``PYTHONPATH`` and with state directories of its own, after an NHC run of its
-own (compiled first too; the runs start in the temporary directory, so that the checkout the benchmark is
-run from does not shadow it). Prints figures; asserts nothing.
+does. Bytecode is compiled first, as a wheel install does. With ``--before DIR`` each healthd
+command also runs older code, with state directories of its own, after an NHC run of its own.
+``DIR`` is either an export of that code, run on ``PYTHONPATH`` (it must name its checks' entry
+points as the installed code does), or a virtual environment where it is installed (``DIR/bin/python``
+exists): code from before the checks moved to ``healthd_checks/<check>/`` needs its own
+environment, since the installed entry points name the new modules. The older code is compiled
+first too. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -90,12 +92,17 @@ def nhc_conf(nhc: Path, directory: Path, service: str, ethernet: str) -> Path:
     return path
 
 
-def healthd_configs(conf: Path, directory: Path) -> tuple[Path, Path]:
-    """The NHC-equivalent config (``import-nhc`` of ``conf``, other checks off) and the default one."""
+def healthd_configs(conf: Path, directory: Path, start: list[str]) -> tuple[Path, Path]:
+    """The NHC-equivalent config (``import-nhc`` of ``conf`` by ``start``, other checks off) and the default one.
+
+    Each code converts NHC's config itself: older code may not know the keys newer code writes.
+    """
     converted = directory / "imported.toml"
     # --allow-partial: healthd has no equivalent of NHC's load average and file tests (docs/commands.md, import-nhc).
-    command = [HEALTHD, "import-nhc", str(conf), "--allow-partial", "-o", str(converted)]
-    subprocess.run(command, check=True, capture_output=True)
+    command = [*start, "import-nhc", str(conf), "--allow-partial", "-o", str(converted)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr}")
     text = converted.read_text()
     others = [name for name in installed_checks() if f"[checks.{name}]" not in text]
     equivalent = directory / "nhc-equivalent.toml"
@@ -112,8 +119,8 @@ def healthd_configs(conf: Path, directory: Path) -> tuple[Path, Path]:
 def healthd_commands(conf: Path, directory: Path, launcher: Optional[list[str]] = None) -> dict[str, list[str]]:
     """The three healthd commands; ``launcher`` starts healthd (default: the installed console script)."""
     directory.mkdir(exist_ok=True)
-    equivalent, default = healthd_configs(conf, directory)
     start = launcher or [HEALTHD]
+    equivalent, default = healthd_configs(conf, directory, start)
     return {
         "check --once, NHC-equivalent": [*start, "check", "--once", "--dry-run", "--config", str(equivalent)],
         "check --once, default config": [*start, "check", "--once", "--dry-run", "--config", str(default)],
@@ -147,10 +154,10 @@ def report(label: str, ours: list[Sample], theirs: list[Sample]) -> None:
 
 
 class _path:
-    """``PYTHONPATH`` set to ``directory`` while in the block (nothing when None)."""
+    """``PYTHONPATH`` set to ``directory`` while in the block (nothing when None, or a virtual environment)."""
 
     def __init__(self, directory: Optional[Path]) -> None:
-        self.directory = directory
+        self.directory = None if directory is None or _venv_python(directory) else directory
 
     def __enter__(self) -> None:
         if self.directory is not None:
@@ -158,6 +165,22 @@ class _path:
 
     def __exit__(self, *_: object) -> None:
         os.environ.pop("PYTHONPATH", None)
+
+
+def _venv_python(directory: Path) -> Optional[Path]:
+    """The interpreter of ``directory`` when it is a virtual environment, else None."""
+    python = directory / "bin" / "python"
+    return python if python.exists() else None
+
+
+def compile_before(before: Path) -> None:
+    """The older code's bytecode, as ``compile_bytecode`` makes this code's: an export, or the tree its environment imports."""
+    python = _venv_python(before)
+    if python is None:
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(before)], check=True)
+        return
+    tree = "import compileall, healthd, os; compileall.compile_dir(os.path.dirname(os.path.dirname(healthd.__file__)), quiet=1)"
+    subprocess.run([str(python), "-c", tree], check=True, cwd="/")
 
 
 def first_runs(commands: dict[str, list[str]], before: Optional[Path]) -> None:
@@ -174,32 +197,36 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--service", default=Path("/proc/1/comm").read_text().strip(), help="a process root runs")
     parser.add_argument("--ethernet", default="eth0", help="an Ethernet interface this machine has")
-    parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
+    parser.add_argument(
+        "--before", type=Path, help="older code to run alternately: an export (on PYTHONPATH) or a virtual environment"
+    )
     args = parser.parse_args()
-    args.nhc = args.nhc.resolve()
+    nhc_dir, before = args.nhc.resolve(), args.before.resolve() if args.before else None
     compile_bytecode()
-    if args.before is not None:
-        args.before = args.before.resolve()
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(args.before)], check=True)
+    if before is not None:
+        compile_before(before)
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
-        # Not from a checkout: `python -m healthd` puts the working directory first on sys.path, ahead of
-        # PYTHONPATH, and would run the checkout's code as the code before.
-        os.chdir(directory)
-        conf = nhc_conf(args.nhc, directory, args.service, args.ethernet)
-        nhc = nhc_command(args.nhc, conf, directory / "nhc-run")
+        # `python -m` puts the working directory first on sys.path: run from the checkout, the
+        # older code's runs would import this checkout's healthd instead of their own (and from a
+        # directory holding a `healthd` folder, that folder as a namespace package).
+        (directory / "cwd").mkdir()
+        os.chdir(directory / "cwd")
+        conf = nhc_conf(nhc_dir, directory, args.service, args.ethernet)
+        nhc = nhc_command(nhc_dir, conf, directory / "nhc-run")
         commands = healthd_commands(conf, directory / "healthd")
-        if args.before is not None:
+        if before is not None:
             # `python -m healthd`: the console script names the installed code's entry point, which
             # older code may not have (it moved in the restructuring).
-            before = healthd_commands(conf, directory / "before", [sys.executable, "-m", "healthd"])
-            commands.update({f"{name} (before)": command for name, command in before.items()})
-        first_runs({"NHC": nhc, **commands}, args.before)
+            python = _venv_python(before) or Path(sys.executable)
+            older = healthd_commands(conf, directory / "before", [str(python), "-m", "healthd"])
+            commands.update({f"{name} (before)": command for name, command in older.items()})
+        first_runs({"NHC": nhc, **commands}, before)
         samples: dict[str, tuple[list[Sample], list[Sample]]] = {name: ([], []) for name in commands}
         for _ in range(args.runs):  # A B A C A D, again and again
             for name, command in commands.items():
                 samples[name][1].append(measured(nhc, directory / "rss"))
-                with _path(args.before if name.endswith("(before)") else None):
+                with _path(before if name.endswith("(before)") else None):
                     samples[name][0].append(measured(command, directory / "rss"))
     for name, (ours, theirs) in samples.items():
         report(name, ours, theirs)
