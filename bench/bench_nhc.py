@@ -174,12 +174,15 @@ def _venv_python(directory: Path) -> Optional[Path]:
 
 
 def compile_before(before: Path) -> None:
-    """The older code's bytecode, as ``compile_bytecode`` makes this code's: an export, or the tree its environment imports."""
+    """The older code's bytecode, as ``compile_bytecode`` makes this code's (an export, or its environment's tree)."""
     python = _venv_python(before)
     if python is None:
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(before)], check=True)
         return
-    tree = "import compileall, healthd, os; compileall.compile_dir(os.path.dirname(os.path.dirname(healthd.__file__)), quiet=1)"
+    tree = (
+        "import compileall, healthd, os; "
+        "compileall.compile_dir(os.path.dirname(os.path.dirname(healthd.__file__)), quiet=1)"
+    )
     subprocess.run([str(python), "-c", tree], check=True, cwd="/")
 
 
