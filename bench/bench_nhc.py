@@ -1,6 +1,7 @@
 """healthd against LBNL NHC 1.4.3, side by side: cold ``check --once`` and ``healthd status`` as ratios to NHC.
 
     python bench/bench_nhc.py --nhc PATH [--runs 11] [--service NAME] [--ethernet IFACE] [--before DIR]
+        [--install {editable,wheel}]
 
 ``--nhc`` is an unmodified NHC 1.4.3 checkout (the ``nhc`` script, ``scripts/``,
 ``helpers/`` and its ``nhc-equivalent.conf``: ten checks that work on any Linux machine).
@@ -15,6 +16,11 @@ healthd runs three ways, each with its own state directory in a temporary direct
   nhc.conf, with every check that it did not write turned off (NHC runs only its ten);
 - ``check --once`` on the default config (every installed check on);
 - ``healthd status`` after a pass of the default config.
+
+``--install wheel`` runs this code from a wheel of the checkout installed with its dependencies in
+a fresh virtual environment, as a node has it (a package installs it so too): an editable install's
+path finder is imported by ``site`` in every process and costs a cold run about 8 ms that a node does
+not pay. ``editable`` (the default) runs the environment running the benchmark.
 
 Every process is a new one; each healthd run follows an NHC run (A B A B ...), and each
 figure is the median of the ratios of those pairs: wall time, CPU (user + system, the
@@ -167,6 +173,18 @@ class _path:
         os.environ.pop("PYTHONPATH", None)
 
 
+def wheel_environment(directory: Path) -> list[str]:
+    """A virtual environment in ``directory`` holding a wheel of this checkout and its dependencies; its ``healthd``."""
+    repo = Path(__file__).resolve().parent.parent
+    wheels, env = directory / "wheels", directory / "venv"
+    pip = [sys.executable, "-m", "pip", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(repo)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    wheel = next(wheels.glob("healthd-*.whl"))
+    subprocess.run([*pip, "--python", str(env / "bin" / "python"), "install", str(wheel)], check=True)
+    return [str(env / "bin" / "healthd")]
+
+
 def _venv_python(directory: Path) -> Optional[Path]:
     """The interpreter of ``directory`` when it is a virtual environment, else None."""
     python = directory / "bin" / "python"
@@ -200,6 +218,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=11)
     parser.add_argument("--service", default=Path("/proc/1/comm").read_text().strip(), help="a process root runs")
     parser.add_argument("--ethernet", default="eth0", help="an Ethernet interface this machine has")
+    parser.add_argument("--install", choices=("editable", "wheel"), default="editable", help="how this code runs")
     parser.add_argument(
         "--before", type=Path, help="older code to run alternately: an export (on PYTHONPATH) or a virtual environment"
     )
@@ -217,7 +236,8 @@ def main() -> None:
         os.chdir(directory / "cwd")
         conf = nhc_conf(nhc_dir, directory, args.service, args.ethernet)
         nhc = nhc_command(nhc_dir, conf, directory / "nhc-run")
-        commands = healthd_commands(conf, directory / "healthd")
+        this = wheel_environment(directory) if args.install == "wheel" else None
+        commands = healthd_commands(conf, directory / "healthd", this)
         if before is not None:
             # `python -m healthd`: the console script names the installed code's entry point, which
             # older code may not have (it moved in the restructuring).
@@ -234,7 +254,8 @@ def main() -> None:
     for name, (ours, theirs) in samples.items():
         report(name, ours, theirs)
     print(
-        f"command: {' '.join(sys.argv)}; {args.runs} pairs each; python {sys.version.split()[0]}, cpus {os.cpu_count()}"
+        f"command: {' '.join(sys.argv)}; {args.runs} pairs each, this code {args.install}; "
+        f"python {sys.version.split()[0]}, cpus {os.cpu_count()}"
     )
 
 
