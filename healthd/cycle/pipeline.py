@@ -38,6 +38,7 @@ from healthd.plan.spread import act_delay
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.execute import execute, observe, rehearse
 from healthd.slurm.nodestate import NodeInfo
+from healthd.slurm.problem import SlurmProblem
 from healthd.store.acks import STATE_NAME as ACKS_STATE
 from healthd.store.acks import AckStore
 from healthd.store.history import History, HistoryError, RebootPhase
@@ -201,9 +202,12 @@ class ActionSection:
     errors: tuple[str, ...]
     next_retry: Optional[float] = None
     steps: tuple[str, ...] = ()
+    # The Slurm failures among ``errors``, as values (each one's ``message`` is in ``errors``).
+    slurm_errors: tuple[SlurmProblem, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The section as the document holds it; ``slurm_errors`` only when there are some (an additive key)."""
+        section: dict[str, Any] = {
             "decision": self.decision.action.value,
             "intended": self.decision.intended.value,
             "reason": self.decision.reason,
@@ -221,6 +225,19 @@ class ActionSection:
             "errors": list(self.errors),
             "steps": list(self.steps),
         }
+        if self.slurm_errors:
+            section["slurm_errors"] = _indexed(self.errors, self.slurm_errors)
+        return section
+
+
+def _indexed(errors: tuple[str, ...], problems: tuple[SlurmProblem, ...]) -> list[dict[str, Any]]:
+    """The document's entries of ``problems``, each with where its message stands in ``errors`` (in the same order)."""
+    entries, start = [], 0
+    for problem in problems:
+        start = errors.index(problem.message, start)
+        entries.append(problem.to_dict(start))
+        start += 1
+    return entries
 
 
 @dataclass(frozen=True)
@@ -618,7 +635,10 @@ def _record_history(
             outcome=action[1],
             node=result.node,
             reason=done.decision.reason or done.decision.explanation,
-            details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
+            details={
+                "steps": " ".join(step.value for step in executed.done),
+                "error": executed.error.message if executed.error else "",
+            },
         )
     if the_plan.reset is not None and executed.reset:
         history.record_action(
@@ -667,7 +687,8 @@ def _settle(
     """
     engine, dry = ctx.engine, ctx.dry
     the_plan, executed, done = acted.plan, acted.executed, acted.done
-    problems = unlocked + read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
+    slurm = the_plan.errors + ((executed.error,) if executed.error else ())
+    problems = unlocked + read.problems + tuple(problem.message for problem in slurm)
     saved = False
     try:
         engine.state.file(POLICY_STATE).save(done.state.to_dict())
@@ -695,6 +716,7 @@ def _settle(
         acknowledged=the_plan.acknowledged,
         errors=problems,
         steps=tuple(step.value for step in (executed.would if dry else executed.done)),
+        slurm_errors=slurm,
     )
     return _finish(ctx, done.result, report, done.state, node)
 
