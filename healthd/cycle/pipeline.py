@@ -276,9 +276,9 @@ def _load_policy_state(engine: Engine, judged: PassResult, *, unlocked: bool) ->
     ``judged`` is the pass with its acknowledgements applied; ``unlocked``: ``cycle.lock`` could not be opened.
     """
     state_file = engine.state.file(POLICY_STATE)
-    loaded = state_file.load()
+    loaded, file_problems = state_file.read()
     state, read_problems = PolicyState.read(loaded)
-    problems = tuple(f"{state_file.path}: {problem}" for problem in read_problems)
+    problems = file_problems + tuple(f"{state_file.path}: {problem}" for problem in read_problems)
     marked = unsaved_marked(engine.state)
     kept = engine.policy_memory.newer(loaded)
     if kept is not None:
@@ -297,8 +297,8 @@ def _load_policy_state(engine: Engine, judged: PassResult, *, unlocked: bool) ->
     return PolicyRead(state, loaded, marked, problems)
 
 
-def _report(ctx: PassContext, decision: Decision, problem: str) -> ActionSection:
-    """The action section of a pass that decided nothing (no lock, or the pass failed), with its one ``problem``."""
+def _report(ctx: PassContext, decision: Decision, problem: str, more: tuple[str, ...] = ()) -> ActionSection:
+    """The action section of a pass that decided nothing (no lock, or the pass failed): ``problem``, then ``more``."""
     return ActionSection(
         decision=decision,
         node_state=None,
@@ -309,7 +309,7 @@ def _report(ctx: PassContext, decision: Decision, problem: str) -> ActionSection
         dry_run=ctx.dry,
         slurm_enabled=ctx.config.slurm.enabled,
         acknowledged=(),
-        errors=(problem,),
+        errors=(problem, *more),
     )
 
 
@@ -357,10 +357,7 @@ def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTo
     try:
         lock.acquire()
     except LockTimeout as exc:
-        ctx.log.warning("%s: not acting this pass", exc)
-        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load()[0])
-        decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
-        return _finish(ctx, result, _report(ctx, decision, str(exc)))
+        return _not_acting(ctx, raw, exc)
     except OSError as exc:
         # The directory is missing or unwritable: no state can be saved there either,
         # and checking (and acting on a fault) must go on; the problem is reported.
@@ -373,6 +370,15 @@ def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTo
         return failed_pass(ctx, raw, exc)
     finally:
         lock.release()
+
+
+def _not_acting(ctx: PassContext, raw: PassResult, exc: LockTimeout) -> PassOutcome:
+    """The pass that could not get the state lock: reported with its acknowledgements, acting on nothing."""
+    ctx.log.warning("%s: not acting this pass", exc)
+    acks, ack_problems = AckStore(ctx.engine.state.file(ACKS_STATE)).load()
+    result, _ = apply_acks(raw, acks)
+    decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
+    return _finish(ctx, result, _report(ctx, decision, str(exc), ack_problems))
 
 
 def _may_act(raw: PassResult) -> bool:
@@ -682,8 +688,9 @@ def _settle(
 
     Its action's errors are the problems each step returned, in the order met: the lock
     (``unlocked``), the policy state as read, the plan's reads, the writes, the saves,
-    the acks file (``ack_problems``). The policy state that cannot be saved is kept for
-    this process's next pass, and marked unsaved for the others (healthd.store.policymemory).
+    the acks file (``ack_problems``), the reset marks (``executed.problems``). The policy state
+    that cannot be saved is kept for this process's next pass, and marked unsaved for the
+    others (healthd.store.policymemory).
     """
     engine, dry = ctx.engine, ctx.dry
     the_plan, executed, done = acted.plan, acted.executed, acted.done
@@ -700,7 +707,7 @@ def _settle(
     engine.policy_memory.saved(done.state, read.loaded, saved)
     if saved == read.marked:
         mark_unsaved(engine.state, not saved)
-    problems += ack_problems
+    problems += ack_problems + executed.problems
     node = the_plan.node
     pending = done.state.pending is not None and not dry
     report = ActionSection(
@@ -731,7 +738,6 @@ def _finish(
     from healthd.cli.render import pass_to_dict
 
     engine = ctx.engine
-    report = replace(report, errors=(*report.errors, *engine.state.drain_problems()))
     document = pass_to_dict(result, {"action": report.to_dict()})
     try:
         engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document)

@@ -151,7 +151,8 @@ class Executed:
     ``lost`` is set when the circuit breaker's confirmation gave the node's place
     back (the node was resumed); ``error`` when a write failed (the failure as a value); ``rehearsed`` when
     it was a dry run, with ``would`` the steps it would have sent. ``reset`` is a
-    GPU reset's outcome (``gpureset.ResetOutcome`` value) and ``reset_message`` why.
+    GPU reset's outcome (``gpureset.ResetOutcome`` value) and ``reset_message`` why;
+    ``problems`` what reading healthd's own state met on the way (the reset marks).
     """
 
     done: tuple[Step, ...] = ()
@@ -161,6 +162,7 @@ class Executed:
     would: tuple[Step, ...] = ()
     reset: str = ""
     reset_message: str = ""
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -177,7 +177,7 @@ def _reset(gpu: GpuReset, node: NodeInfo, config: Config, resets: ResetMarks, de
     settings = ResetSettings(nvidia_smi=config.remediation.nvidia_smi)
     outcome = reset_gpu(gpu.pci, node=node, marks=resets, settings=settings, deadline=deadline)
     done = (Step.RESET,) if outcome.done else ()
-    return Executed(done, reset=outcome.outcome.value, reset_message=outcome.message)
+    return Executed(done, reset=outcome.outcome.value, reset_message=outcome.message, problems=outcome.problems)
 
 
 def rehearse(plan: Plan) -> Executed:
