@@ -30,15 +30,15 @@ from healthd.checks.plugin import CheckSpec
 from healthd.cycle.gpureset import MARKS_NAME as RESET_MARKS
 from healthd.cycle.gpureset import ResetMarks
 from healthd.cycle.onrepair import HookResult, run_on_repair
+from healthd.cycle.outcome import PASS_FAILED, ActionSection, PassOutcome
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
-from healthd.plan.acks import FindingRef, apply_acks
+from healthd.plan.acks import apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
 from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyState
 from healthd.plan.spread import act_delay
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.execute import execute, observe, rehearse
 from healthd.slurm.nodestate import NodeInfo
-from healthd.slurm.problem import SlurmProblem
 from healthd.store.acks import STATE_NAME as ACKS_STATE
 from healthd.store.acks import AckStore
 from healthd.store.history import History, HistoryError, RebootPhase
@@ -187,78 +187,6 @@ class PassContext:
 
 
 @dataclass(frozen=True)
-class ActionSection:
-    """The ``action`` section of the pass document."""
-
-    decision: Decision
-    node_state: Optional[str]
-    node_reason: Optional[str]
-    applied: bool
-    held: bool
-    pending: bool
-    dry_run: bool
-    slurm_enabled: bool
-    acknowledged: tuple[FindingRef, ...]
-    errors: tuple[str, ...]
-    next_retry: Optional[float] = None
-    steps: tuple[str, ...] = ()
-    # The Slurm failures among ``errors``, as values (each one's ``message`` is in ``errors``).
-    slurm_errors: tuple[SlurmProblem, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The section as the document holds it; ``slurm_errors`` only when there are some (an additive key)."""
-        section: dict[str, Any] = {
-            "decision": self.decision.action.value,
-            "intended": self.decision.intended.value,
-            "reason": self.decision.reason,
-            "explanation": self.decision.explanation,
-            "causes": [c.to_dict() for c in self.decision.causes],
-            "node_state": self.node_state,
-            "node_reason": self.node_reason,
-            "applied": self.applied,
-            "held": self.held,
-            "pending": self.pending,
-            "next_retry": self.next_retry,
-            "dry_run": self.dry_run,
-            "slurm_enabled": self.slurm_enabled,
-            "acknowledged": [a.to_dict() for a in self.acknowledged],
-            "errors": list(self.errors),
-            "steps": list(self.steps),
-        }
-        if self.slurm_errors:
-            section["slurm_errors"] = _indexed(self.errors, self.slurm_errors)
-        return section
-
-
-def _indexed(errors: tuple[str, ...], problems: tuple[SlurmProblem, ...]) -> list[dict[str, Any]]:
-    """The document's entries of ``problems``, each with where its message stands in ``errors`` (in the same order)."""
-    entries, start = [], 0
-    for problem in problems:
-        start = errors.index(problem.message, start)
-        entries.append(problem.to_dict(start))
-        start += 1
-    return entries
-
-
-@dataclass(frozen=True)
-class PassOutcome:
-    """Everything one pass did. ``result`` is the pass as reported (acks applied, DRAIN_HELD added).
-
-    ``node`` is the node as Slurm reported it this pass, None when the pass did not read it.
-    """
-
-    result: PassResult
-    action: ActionSection
-    state: PolicyState
-    document: dict[str, Any]
-    node: Optional[NodeInfo] = None
-
-    @property
-    def exit_code(self) -> int:
-        return int(self.result.status)
-
-
-@dataclass(frozen=True)
 class PolicyRead:
     """The policy state a pass starts from: ``loaded`` is ``policy.json`` as read, ``marked`` says
     ``policy.unsaved`` was there (healthd.store.policymemory), ``problems`` what was wrong with it."""
@@ -384,10 +312,6 @@ def _not_acting(ctx: PassContext, raw: PassResult, exc: LockTimeout) -> PassOutc
 def _may_act(raw: PassResult) -> bool:
     """Whether the checks found a fault (CRITICAL or WARNING) that may take the node out: a healthy pass never waits."""
     return any(f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK for f in raw.findings)
-
-
-# The code of the finding that stands for a pass that raised.
-PASS_FAILED = "PASS_FAILED"  # noqa: S105 (a finding code)
 
 
 def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException) -> PassOutcome:

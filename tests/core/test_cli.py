@@ -212,7 +212,7 @@ def test_dry_run_without_scontrol_installed(
 
 def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
     """A pass document whose ``action`` section is what healthd.cycle.pipeline writes."""
-    from healthd.cycle.pipeline import ActionSection
+    from healthd.cycle.outcome import ActionSection
 
     report: dict[str, Any] = {
         "node_state": None,
