@@ -121,35 +121,32 @@ _ACTIONS = {
 }
 
 
-def slurm_problem(error: str) -> Optional[str]:
-    """One short phrase for an error from the Slurm adapter, or None when ``error`` is about something else.
+# The headline's phrase for each kind of Slurm failure (``action.slurm_errors[].kind``,
+# healthd.slurm.problem.SlurmFailure); a kind not here (``taken_over``) keeps a line of its own.
+_SLURM_PHRASES = {
+    "unreachable": "Slurm not reachable",
+    "not_found": "Slurm not reachable",
+    "read_failed": "Slurm read failed",
+    "rejected": "Slurm refused the change",
+}
 
-    scontrol and sinfo report a missing or broken slurm.conf (or an unreachable
-    slurmctld) as several ``PROGRAM: error: ...`` lines ending in one ``PROGRAM: fatal: ...``;
-    the adapter joins them into one line. The fatal part says what stopped it, the
-    rest stays in ``--json`` (``action.errors``).
+
+def slurm_phrase(action: Mapping[str, Any], errors: int) -> tuple[str, Optional[int]]:
+    """The first Slurm failure of ``action`` as one phrase, and where its text stands in ``action.errors``.
+
+    Read from ``action.slurm_errors`` (its kind and detail), never from the error's text:
+    a document from an older healthd, which has no such key, gets no phrase and shows
+    its errors as lines. ``errors`` is how many ``action.errors`` holds; ("", None) when
+    no failure has a phrase.
     """
-    end = error.find("`", 1)
-    program = error[1:end].split(" ")[0] if error.startswith("`") and end > 0 else ""
-    if program in ("scontrol", "sinfo"):
-        command, rest = error[1:end], error[end + 1 :].strip()
-        if not rest.startswith("failed:"):  # timed out, or not run because the budget was spent
-            return f"Slurm not reachable ({one_line(program + ' ' + rest, 160)})"
-        message = rest[len("failed:") :].strip()
-        parts = [part.strip() for part in message.split(f"{program}: ") if part.strip()]
-        fatal = [part[len("fatal:") :] for part in parts if part.startswith("fatal:")]
-        errors = [part[len("error:") :] for part in parts if part.startswith("error:")]
-        cause = one_line(fatal[-1] if fatal else errors[0] if errors else message, 160)
-        if command.startswith("scontrol update"):
-            return f"Slurm refused the change (scontrol: {cause})"
-        return f"Slurm not reachable ({program}: {cause})"
-    if error.startswith(("scontrol not found", "sinfo not found", "cannot run ")) and (
-        "scontrol" in error or "sinfo" in error
-    ):
-        return f"Slurm not reachable ({one_line(error, 160)})"
-    if "scontrol" in error or "sinfo" in error or error.startswith("slurmctld "):
-        return f"Slurm read failed ({one_line(error, 160)})"
-    return None
+    for item in _items(action.get("slurm_errors")):
+        kind, detail, index = item.get("kind"), item.get("detail"), item.get("error")
+        head = _SLURM_PHRASES.get(kind) if isinstance(kind, str) else None
+        if head is None or not isinstance(detail, str):
+            continue
+        valid = isinstance(index, int) and not isinstance(index, bool) and 0 <= index < errors
+        return f"{head} ({one_line(detail, 200)})", index if valid else None
+    return "", None
 
 
 def _items(value: object) -> list[dict[str, Any]]:
@@ -202,16 +199,11 @@ def _headline(document: Mapping[str, Any], action: dict[str, Any], now: float) -
 
     decision, intended = text("decision", 32), text("intended", 32)
     explanation, reason = text("explanation", 300), text("reason", 100)
-    raw_errors = action.get("errors")
-    errors = [one_line(e, 400) for e in (raw_errors if isinstance(raw_errors, list) else []) if isinstance(e, str)]
+    raw = action.get("errors")
+    raw_errors: list[object] = raw if isinstance(raw, list) else []
     # The first Slurm error goes into the headline as one phrase; any other error gets its own line.
-    problem, rest = "", list(errors)
-    for error in errors:
-        phrase = slurm_problem(error)
-        if phrase:
-            problem = phrase
-            rest.remove(error)
-            break
+    problem, phrased = slurm_phrase(action, len(raw_errors))
+    rest = [one_line(e, 400) for i, e in enumerate(raw_errors) if isinstance(e, str) and i != phrased]
     would, did = _ACTIONS.get(intended if decision == "hold" else decision, ("", ""))
     then = f" (would {would})" if would else ""
     why = f" ({explanation}; reason {reason!r})" if reason else f" ({explanation})" if explanation else ""

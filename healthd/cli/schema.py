@@ -9,7 +9,7 @@ output against them.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +38,29 @@ class CheckOut(_Strict):
     findings: list[FindingOut]
 
 
+class SlurmErrorOut(_Strict):
+    kind: Literal["unreachable", "not_found", "read_failed", "rejected", "taken_over"] = Field(
+        description="unreachable: no usable answer (timed out, not run, slurm.conf or slurmctld unusable);"
+        " not_found: the command is not installed; read_failed: an answer healthd cannot use;"
+        " rejected: slurmctld refused a change; taken_over: the node carries someone else's reason after the drain"
+    )
+    command: str = Field(description='the Slurm command, "" when none was run')
+    detail: str = Field(description="what Slurm or the system said, one short line")
+    error: int = Field(ge=0, description="where the same error's whole text stands in action.errors")
+
+
+class ActionOut(BaseModel):
+    """The ``action`` section; only its additive keys are described here, the rest is open (docs/commands.md)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    slurm_errors: Optional[list[SlurmErrorOut]] = Field(
+        default=None,
+        description="the Slurm failures among errors, as values; absent when there are none,"
+        " and in documents saved by a healthd older than this key",
+    )
+
+
 class PassOut(_Strict):
     schema_version: Literal[1]
     healthd_version: str
@@ -47,7 +70,7 @@ class PassOut(_Strict):
     status: StatusName = Field(description="worst of the checks: CRITICAL > UNKNOWN > WARNING > OK")
     exit_code: Literal[0, 1, 2, 3]
     checks: list[CheckOut]
-    action: Optional[dict[str, Any]] = Field(default=None, description="what the Slurm policy decided and did")
+    action: Optional[ActionOut] = Field(default=None, description="what the Slurm policy decided and did")
 
 
 def json_schema() -> str:

@@ -32,7 +32,7 @@ from healthd.store.state import StateError
 
 if TYPE_CHECKING:
     from healthd.checks.engine import Engine
-    from healthd.cycle.pipeline import PassOutcome
+    from healthd.cycle.outcome import PassOutcome
     from healthd.slurm.nodestate import NodeInfo
 
 RECORD = "active"

@@ -79,6 +79,8 @@ class ResetResult:
     # nvidia-smi's stdout and stderr, trimmed (for a failure: its own explanation).
     output: str = ""
     seconds: float = 0.0
+    # What reading the reset marks met (a corrupt ``gpu-reset.json``), for the pass to report.
+    problems: tuple[str, ...] = ()
 
     @property
     def done(self) -> bool:
@@ -144,17 +146,18 @@ class ResetMarks:
         self.file = file
         self.boot_id = boot_id
 
-    def running(self, bus_id: str) -> Optional[int]:
-        """The pid of an earlier reset of this GPU that may still run, or None."""
-        mark = self.file.load().get(_mark_key(bus_id))
+    def running(self, bus_id: str) -> tuple[Optional[int], tuple[str, ...]]:
+        """The pid of an earlier reset of this GPU that may still run (or None), and what reading the marks met."""
+        marks, problems = self.file.read()
+        mark = marks.get(_mark_key(bus_id))
         if not isinstance(mark, dict):
-            return None
+            return None, problems
         pid, start, boot = mark.get("pid"), mark.get("start"), mark.get("boot_id")
         if not isinstance(pid, int) or not isinstance(start, (int, float)) or boot != self.boot_id:
-            return None  # another boot's reset is over; an unreadable mark names no process
+            return None, problems  # another boot's reset is over; an unreadable mark names no process
         now_start = process_start(pid)
         # The start time tells the reset's process from a later one that got its pid.
-        return pid if now_start is not None and abs(now_start - start) < 1.0 else None
+        return (pid if now_start is not None and abs(now_start - start) < 1.0 else None), problems
 
     def mark(self, bus_id: str, pid: int) -> None:
         """Record process ``pid`` as resetting this GPU; raises ``StateError``."""
@@ -170,7 +173,8 @@ class ResetMarks:
             self.file.save(self._others(bus_id))
 
     def _others(self, bus_id: str) -> dict[str, Any]:
-        return {key: mark for key, mark in self.file.load().items() if key != _mark_key(bus_id)}
+        # Read after ``running``, which reported what this read could meet: a write follows, and fails if it must.
+        return {key: mark for key, mark in self.file.read()[0].items() if key != _mark_key(bus_id)}
 
 
 def _mark_key(bus_id: str) -> str:
@@ -219,13 +223,14 @@ def reset_gpu(
     def within(timeout: float) -> float:
         return timeout if deadline is None else max(0.0, min(timeout, deadline - monotonic()))
 
-    def result(outcome: ResetOutcome, message: str, pids: tuple[int, ...] = (), output: str = "") -> ResetResult:
-        return ResetResult(outcome, pci_bus_id, message, pids=pids, output=output, seconds=monotonic() - started)
+    refused, users, problems = _refusal(pci_bus_id, node, marks, settings, within)
 
-    refused = _refusal(pci_bus_id, node, marks, settings, within)
+    def result(outcome: ResetOutcome, message: str, pids: tuple[int, ...] = (), output: str = "") -> ResetResult:
+        seconds = monotonic() - started
+        return ResetResult(outcome, pci_bus_id, message, pids=pids, output=output, seconds=seconds, problems=problems)
+
     if refused is not None:
-        message, users = refused
-        return result(ResetOutcome.REFUSED, message, pids=users)
+        return result(ResetOutcome.REFUSED, refused, pids=users)
     timeout = within(settings.reset_timeout)
     if timeout <= 0:
         return result(ResetOutcome.REFUSED, "no time left in this pass for a reset")
@@ -239,23 +244,32 @@ def _refusal(
     marks: ResetMarks,
     settings: ResetSettings,
     within: Callable[[float], float],
-) -> Optional[tuple[str, tuple[int, ...]]]:
-    """Why the reset is not safe now, and the processes that use the GPU; None when it is.
+) -> tuple[Optional[str], tuple[int, ...], tuple[str, ...]]:
+    """Why the reset is not safe now (None when it is), the processes that use the GPU, the problems of the marks.
 
     Asked in order of cost: the node and the marks are read before nvidia-smi runs, and
-    nvidia-smi runs only when it is absolute and trusted. ``within`` cuts the query to the
-    time the pass has left.
+    nvidia-smi runs only when it is absolute and trusted (``_unsafe``).
     """
     key = pci_key(pci_bus_id)
     if key is None:
         # Also keeps a hostile subject such as "-q" from reaching nvidia-smi as an option.
-        return f"{pci_bus_id[:80]!r} is not a PCI bus id", ()
+        return f"{pci_bus_id[:80]!r} is not a PCI bus id", (), ()
     why = node_refusal(node)
     if why is not None:
-        return why, ()
-    stuck = marks.running(pci_bus_id)
+        return why, (), ()
+    stuck, problems = marks.running(pci_bus_id)
     if stuck is not None:
-        return f"an earlier reset of this GPU (pid {stuck}) is still stuck", ()
+        return f"an earlier reset of this GPU (pid {stuck}) is still stuck", (), problems
+    return (*_unsafe(key, settings, within), problems)
+
+
+def _unsafe(
+    key: tuple[int, int, int], settings: ResetSettings, within: Callable[[float], float]
+) -> tuple[Optional[str], tuple[int, ...]]:
+    """Why nvidia-smi cannot be asked or says the GPU is in use (None when neither), and the processes that use it.
+
+    ``within`` cuts the query to the time the pass has left.
+    """
     if not settings.nvidia_smi.is_absolute():
         return f"nvidia-smi path {settings.nvidia_smi} is not absolute", ()
     untrusted = untrusted_reason(settings.nvidia_smi)
@@ -268,7 +282,7 @@ def _refusal(
     users = tuple(sorted({app.pid for app in apps if pci_key(app.pci_bus_id) == key}))
     if users:
         return f"processes use the GPU: {', '.join(str(pid) for pid in users)}", users
-    return None
+    return None, ()
 
 
 def _run_reset(

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
+from healthd.cycle.outcome import PASS_FAILED, ActionSection, PassOutcome
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
-from healthd.plan.acks import FindingRef, apply_acks
+from healthd.plan.acks import apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
 from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyRules, PolicyState
 from healthd.plan.spread import act_delay
@@ -184,62 +185,6 @@ class PassContext:
 
 
 @dataclass(frozen=True)
-class ActionSection:
-    """The ``action`` section of the pass document."""
-
-    decision: Decision
-    node_state: Optional[str]
-    node_reason: Optional[str]
-    applied: bool
-    held: bool
-    pending: bool
-    dry_run: bool
-    slurm_enabled: bool
-    acknowledged: tuple[FindingRef, ...]
-    errors: tuple[str, ...]
-    next_retry: Optional[float] = None
-    steps: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "decision": self.decision.action.value,
-            "intended": self.decision.intended.value,
-            "reason": self.decision.reason,
-            "explanation": self.decision.explanation,
-            "causes": [c.to_dict() for c in self.decision.causes],
-            "node_state": self.node_state,
-            "node_reason": self.node_reason,
-            "applied": self.applied,
-            "held": self.held,
-            "pending": self.pending,
-            "next_retry": self.next_retry,
-            "dry_run": self.dry_run,
-            "slurm_enabled": self.slurm_enabled,
-            "acknowledged": [a.to_dict() for a in self.acknowledged],
-            "errors": list(self.errors),
-            "steps": list(self.steps),
-        }
-
-
-@dataclass(frozen=True)
-class PassOutcome:
-    """Everything one pass did. ``result`` is the pass as reported (acks applied, DRAIN_HELD added).
-
-    ``node`` is the node as Slurm reported it this pass, None when the pass did not read it.
-    """
-
-    result: PassResult
-    action: ActionSection
-    state: PolicyState
-    document: dict[str, Any]
-    node: Optional[NodeInfo] = None
-
-    @property
-    def exit_code(self) -> int:
-        return int(self.result.status)
-
-
-@dataclass(frozen=True)
 class PolicyRead:
     """The policy state a pass starts from: ``loaded`` is ``policy.json`` as read, ``marked`` says
     ``policy.unsaved`` was there (healthd.store.policymemory), ``problems`` what was wrong with it."""
@@ -257,9 +202,9 @@ def _load_policy_state(engine: Engine, judged: PassResult, *, unlocked: bool) ->
     ``judged`` is the pass with its acknowledgements applied; ``unlocked``: ``cycle.lock`` could not be opened.
     """
     state_file = engine.state.file(POLICY_STATE)
-    loaded = state_file.load()
+    loaded, file_problems = state_file.read()
     state, read_problems = PolicyState.read(loaded)
-    problems = tuple(f"{state_file.path}: {problem}" for problem in read_problems)
+    problems = file_problems + tuple(f"{state_file.path}: {problem}" for problem in read_problems)
     marked = unsaved_marked(engine.state)
     kept = engine.policy_memory.newer(loaded)
     if kept is not None:
@@ -278,8 +223,8 @@ def _load_policy_state(engine: Engine, judged: PassResult, *, unlocked: bool) ->
     return PolicyRead(state, loaded, marked, problems)
 
 
-def _report(ctx: PassContext, decision: Decision, problem: str) -> ActionSection:
-    """The action section of a pass that decided nothing (no lock, or the pass failed), with its one ``problem``."""
+def _report(ctx: PassContext, decision: Decision, problem: str, more: tuple[str, ...] = ()) -> ActionSection:
+    """The action section of a pass that decided nothing (no lock, or the pass failed): ``problem``, then ``more``."""
     return ActionSection(
         decision=decision,
         node_state=None,
@@ -290,7 +235,7 @@ def _report(ctx: PassContext, decision: Decision, problem: str) -> ActionSection
         dry_run=ctx.dry,
         slurm_enabled=ctx.config.slurm.enabled,
         acknowledged=(),
-        errors=(problem,),
+        errors=(problem, *more),
     )
 
 
@@ -338,10 +283,7 @@ def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTo
     try:
         lock.acquire()
     except LockTimeout as exc:
-        ctx.log.warning("%s: not acting this pass", exc)
-        result, _ = apply_acks(raw, AckStore(engine.state.file(ACKS_STATE)).load()[0])
-        decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
-        return _finish(ctx, result, _report(ctx, decision, str(exc)))
+        return _not_acting(ctx, raw, exc)
     except OSError as exc:
         # The directory is missing or unwritable: no state can be saved there either,
         # and checking (and acting on a fault) must go on; the problem is reported.
@@ -356,13 +298,18 @@ def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTo
         lock.release()
 
 
+def _not_acting(ctx: PassContext, raw: PassResult, exc: LockTimeout) -> PassOutcome:
+    """The pass that could not get the state lock: reported with its acknowledgements, acting on nothing."""
+    ctx.log.warning("%s: not acting this pass", exc)
+    acks, ack_problems = AckStore(ctx.engine.state.file(ACKS_STATE)).load()
+    result, _ = apply_acks(raw, acks)
+    decision = Decision(Action.NONE, Action.NONE, "", f"not acting this pass: {exc}")
+    return _finish(ctx, result, _report(ctx, decision, str(exc), ack_problems))
+
+
 def _may_act(raw: PassResult) -> bool:
     """Whether the checks found a fault (CRITICAL or WARNING) that may take the node out: a healthy pass never waits."""
     return any(f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK for f in raw.findings)
-
-
-# The code of the finding that stands for a pass that raised.
-PASS_FAILED = "PASS_FAILED"  # noqa: S105 (a finding code)
 
 
 def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException) -> PassOutcome:
@@ -623,7 +570,10 @@ def _record_history(
             outcome=action[1],
             node=result.node,
             reason=done.decision.reason or done.decision.explanation,
-            details={"steps": " ".join(step.value for step in executed.done), "error": executed.error},
+            details={
+                "steps": " ".join(step.value for step in executed.done),
+                "error": executed.error.message if executed.error else "",
+            },
         )
     if the_plan.reset is not None and executed.reset:
         history.record_action(
@@ -667,12 +617,14 @@ def _settle(
 
     Its action's errors are the problems each step returned, in the order met: the lock
     (``unlocked``), the policy state as read, the plan's reads, the writes, the saves,
-    the acks file (``ack_problems``). The policy state that cannot be saved is kept for
-    this process's next pass, and marked unsaved for the others (healthd.store.policymemory).
+    the acks file (``ack_problems``), the reset marks (``executed.problems``). The policy state
+    that cannot be saved is kept for this process's next pass, and marked unsaved for the
+    others (healthd.store.policymemory).
     """
     engine, dry = ctx.engine, ctx.dry
     the_plan, executed, done = acted.plan, acted.executed, acted.done
-    problems = unlocked + read.problems + the_plan.errors + ((executed.error,) if executed.error else ())
+    slurm = the_plan.errors + ((executed.error,) if executed.error else ())
+    problems = unlocked + read.problems + tuple(problem.message for problem in slurm)
     saved = False
     try:
         # A dry run's counters are not synced to the disk (docs/policy.md, "Dry run"): it did nothing to record.
@@ -685,7 +637,7 @@ def _settle(
     engine.policy_memory.saved(done.state, read.loaded, saved)
     if saved == read.marked:
         mark_unsaved(engine.state, not saved)
-    problems += ack_problems
+    problems += ack_problems + executed.problems
     node = the_plan.node
     pending = done.state.pending is not None and not dry
     report = ActionSection(
@@ -701,6 +653,7 @@ def _settle(
         acknowledged=the_plan.acknowledged,
         errors=problems,
         steps=tuple(step.value for step in (executed.would if dry else executed.done)),
+        slurm_errors=slurm,
     )
     return _finish(ctx, done.result, report, done.state, node)
 
@@ -715,7 +668,6 @@ def _finish(
     from healthd.cli.render import pass_to_dict
 
     engine = ctx.engine
-    report = replace(report, errors=(*report.errors, *engine.state.drain_problems()))
     document = pass_to_dict(result, {"action": report.to_dict()})
     try:
         engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document, durable=not ctx.dry)

@@ -50,6 +50,7 @@ from healthd.plan.policy import (
     waiting,
 )
 from healthd.slurm.nodestate import NodeInfo, PartitionView
+from healthd.slurm.problem import SlurmProblem
 from healthd.slurm.reasons import Reasons, reason_head
 
 
@@ -83,7 +84,7 @@ class Observed:
     asked: frozenset[Read] = frozenset()
     node: Optional[NodeInfo] = None
     views: Optional[Mapping[str, PartitionView]] = None
-    errors: tuple[str, ...] = ()
+    errors: tuple[SlurmProblem, ...] = ()
 
     @property
     def node_asked(self) -> bool:
@@ -135,7 +136,7 @@ class Plan:
     acknowledged: tuple[FindingRef, ...]
     held_why: str
     unasked: str
-    errors: tuple[str, ...]
+    errors: tuple[SlurmProblem, ...]
     reboot: Optional[RebootRequest] = None
     reset: Optional[GpuReset] = None
     # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
@@ -147,18 +148,20 @@ class Executed:
     """What ``execute`` did with a plan's steps.
 
     ``lost`` is set when the circuit breaker's confirmation gave the node's place
-    back (the node was resumed); ``error`` when a write failed; ``rehearsed`` when
+    back (the node was resumed); ``error`` when a write failed (the failure as a value); ``rehearsed`` when
     it was a dry run, with ``would`` the steps it would have sent. ``reset`` is a
-    GPU reset's outcome (``gpureset.ResetOutcome`` value) and ``reset_message`` why.
+    GPU reset's outcome (``gpureset.ResetOutcome`` value) and ``reset_message`` why;
+    ``problems`` what reading healthd's own state met on the way (the reset marks).
     """
 
     done: tuple[Step, ...] = ()
     lost: str = ""
-    error: str = ""
+    error: Optional[SlurmProblem] = None
     rehearsed: bool = False
     would: tuple[Step, ...] = ()
     reset: str = ""
     reset_message: str = ""
+    problems: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -395,7 +398,7 @@ def _writes(s: Situation, result: PassResult, breaker: _Breaker, unasked: str) -
     if not (s.slurm_enabled and not s.dry_run and (decision.action in ACTING or breaker.undo)):
         return _Writes((), state)
     if node is None:
-        why = unasked or (s.observed.errors[-1] if s.observed.errors else "node state not read")
+        why = unasked or (s.observed.errors[-1].message if s.observed.errors else "node state not read")
         return _Writes((), after_failure(state, decision, why, s.now, s.observed.node_asked))
     steps = _steps(decision, node, breaker)
     request: Optional[RebootRequest] = None
@@ -482,7 +485,7 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
     if not the_plan.steps:
         return Conclusion(result, decision, state, applied=False)
     if executed.error:
-        failed = after_failure(state, decision, executed.error, now, attempted=True)
+        failed = after_failure(state, decision, executed.error.message, now, attempted=True)
         event = _failed(the_plan.steps, decision)
         return Conclusion(result, decision, advance(failed, event) if event else failed, applied=False)
     if executed.lost:

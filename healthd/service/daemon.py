@@ -31,7 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Callable, Optional
 
-from healthd.cycle.outcome import PassReport, report_from_outcome
+from healthd.cycle.outcome import PassOutcome
 from healthd.cycle.pipeline import PASS_GRACE_SECONDS, pass_budget
 from healthd.exitcodes import EX_CONFIG, EX_OK
 from healthd.service.logs import LOGGER_NAME
@@ -101,7 +101,7 @@ def schedule_for(config: Config, node: str) -> Schedule:
     return Schedule(interval, splay_offset(node, interval) if config.daemon.splay else None)
 
 
-def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
+def run_one_pass(engine: Engine, dry_run: bool) -> PassOutcome:
     """One pass (healthd.cycle.pipeline): run the checks, decide, act through Slurm, save ``last-pass``.
 
     With ``[active] when_drained``, a pass that finds the node idle and drained by
@@ -110,7 +110,7 @@ def run_one_pass(engine: Engine, dry_run: bool) -> PassReport:
     from healthd.cycle.activerun import after_pass
     from healthd.cycle.pipeline import PassRequest, run_pass
 
-    return report_from_outcome(after_pass(engine, run_pass(engine, PassRequest(dry_run=dry_run)), dry_run, log))
+    return after_pass(engine, run_pass(engine, PassRequest(dry_run=dry_run)), dry_run, log)
 
 
 def daemon_pass_budget(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
@@ -130,7 +130,7 @@ def fresh_for(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
     return engine.config.daemon.interval + daemon_pass_budget(engine, grace)
 
 
-def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassReport:
+def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassOutcome:
     """A pass that raised outside the pipeline, or never started: ``healthd.cycle.pipeline.failed_pass``,
     with no results."""
     from healthd.checks.engine import node_name
@@ -139,7 +139,7 @@ def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run
 
     raw = PassResult(node_name(engine.config), started_at, 0.0, ())
     context = PassContext(engine, PassRequest(dry_run=dry_run), PassTools(logger=log))
-    return report_from_outcome(failed_pass(context, raw, exc))
+    return failed_pass(context, raw, exc)
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ class DaemonHooks:
     engine for a config path (``engine_factory``; ``Engine.from_path`` when None), the two
     clocks, and how long a stop and a pass may overrun before the loop gives up on them."""
 
-    pass_function: Callable[[Engine, bool], PassReport] = run_one_pass
+    pass_function: Callable[[Engine, bool], PassOutcome] = run_one_pass
     engine_factory: Optional[Callable[[Optional[Path]], Engine]] = None
     monotonic: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
@@ -275,7 +275,7 @@ class Daemon:
         except (OSError, UntrustedPath) as exc:  # the passes report the state directory's trouble themselves
             log.warning("cannot hold the daemon lock in %s: %s", claim.state_dir, exc)
 
-    def _record(self, engine: Engine, report: PassReport) -> None:
+    def _record(self, engine: Engine, report: PassOutcome) -> None:
         """Keep the pass for the hook; a pass that cannot be kept must not leave an older one standing."""
         from healthd.store.state import StateError
 
@@ -318,10 +318,10 @@ class Daemon:
             self._wake.wait(timeout)
             self._wake.clear()
 
-    def _pass(self, engine: Engine) -> Optional[PassReport]:
+    def _pass(self, engine: Engine) -> Optional[PassOutcome]:
         """Run one pass in a worker and wait for it; None when a stop request abandoned it."""
         done = threading.Event()
-        box: list[PassReport] = []
+        box: list[PassOutcome] = []
         failure: list[BaseException] = []
 
         def work() -> None:
@@ -356,7 +356,7 @@ class Daemon:
         started_at = self.wall() - (self.monotonic() - started)
         return self._publish(failed_report(engine, failure[0], started_at, self.dry_run), engine)
 
-    def _publish(self, report: PassReport, engine: Engine) -> PassReport:
+    def _publish(self, report: PassOutcome, engine: Engine) -> PassOutcome:
         """Record a finished pass for the hook, then hand it to each sink in turn."""
         self._record(engine, report)
         self.passes += 1

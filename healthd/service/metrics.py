@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from healthd.config.models import MetricsSettings
-    from healthd.cycle.outcome import PassReport
+    from healthd.cycle.outcome import PassOutcome
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class HealthdCollector:
         self._actions: dict[tuple[str, str], float] = {}
         self._timeouts: dict[str, float] = {}
 
-    def update(self, sample: PassReport) -> None:
+    def update(self, sample: PassOutcome) -> None:
         """Replace the exported samples with those of the pass ``sample`` (called once per pass)."""
         result = sample.result
         finished_at = result.started_at + result.duration_seconds
@@ -133,7 +133,7 @@ class HealthdCollector:
                 families += _policy_families(sample)
             self._families = tuple(families)
 
-    def _count(self, sample: PassReport, checks: Sequence[CheckResult], finished_at: float) -> None:
+    def _count(self, sample: PassOutcome, checks: Sequence[CheckResult], finished_at: float) -> None:
         """Advance what runs across passes: the gauges above are one pass's, these the daemon's life's."""
         self._passes += 1
         for action in sample.actions:
@@ -318,7 +318,7 @@ def capped_code_counts(keys: Iterable[tuple[str, str, str]]) -> list[tuple[tuple
     return sorted(kept.items())
 
 
-def _policy_families(sample: PassReport) -> list[_Family]:
+def _policy_families(sample: PassOutcome) -> list[_Family]:
     """What the policy decided about the node: the breaker, why healthd holds it out, a repair."""
     from healthd.text import one_line
 

@@ -1,7 +1,7 @@
 """Where a finished pass goes: the log, the metrics, systemd's ``STATUS=`` line.
 
-The daemon (healthd.service.daemon) runs a pass, condenses its outcome into one
-``PassReport`` (healthd.cycle.outcome) and hands it to each sink in turn. A sink has one
+The daemon (healthd.service.daemon) runs a pass and hands its ``PassOutcome``
+(healthd.cycle.outcome) to each sink in turn. A sink has one
 job, never acts on the node, and never raises for its own trouble (a busy port, an
 unwritable or refused textfile are logged); only ``MetricsSink.configure`` raises
 ``UntrustedPath``, for a textfile directory refused at start or reload.
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
     from healthd.config.models import MetricsSettings
-    from healthd.cycle.outcome import PassReport
+    from healthd.cycle.outcome import PassOutcome
     from healthd.model import Finding
     from healthd.service.sdnotify import Notifier
 
@@ -43,10 +43,10 @@ if TYPE_CHECKING:
 class Sink(Protocol):
     """Takes each finished pass; ``number`` counts the passes since the daemon started (1 for the first)."""
 
-    def publish(self, report: PassReport, number: int) -> None: ...
+    def publish(self, report: PassOutcome, number: int) -> None: ...
 
 
-def status_line(report: PassReport) -> str:
+def status_line(report: PassOutcome) -> str:
     """The daemon's one line for a pass, for ``STATUS=`` and the log: ``CRITICAL at 12:05:00 (0.4s): ...``."""
     result = report.result
     when = time.strftime("%H:%M:%S", time.localtime(result.started_at))
@@ -80,7 +80,7 @@ class LogSink:
         self._status: Optional[Status] = None
         self._last_line: Optional[float] = None
 
-    def publish(self, report: PassReport, number: int) -> None:
+    def publish(self, report: PassOutcome, number: int) -> None:
         result = report.result
         now = result.started_at + result.duration_seconds
         logged = self._log_changes(report)
@@ -95,10 +95,10 @@ class LogSink:
             log_reminder(self._log, line, result.status, list(self._findings.values()))
         self._last_line = now
 
-    def _wrong(self, report: PassReport) -> bool:
+    def _wrong(self, report: PassOutcome) -> bool:
         return bool(self._findings) or report.result.status is not Status.OK
 
-    def _log_changes(self, report: PassReport) -> int:
+    def _log_changes(self, report: PassOutcome) -> int:
         """Log each finding raised, changed or cleared, each action not decided last pass, and each problem."""
         result = report.result
         findings = {f.key: f for f in result.findings if f.status is not Status.OK}
@@ -146,7 +146,7 @@ class NotifySink:
         self._notifier = notifier
         self._ready = False
 
-    def publish(self, report: PassReport, number: int) -> None:
+    def publish(self, report: PassOutcome, number: int) -> None:
         line = status_line(report)
         if self._ready:
             self._notifier.status(line)
@@ -185,7 +185,7 @@ class MetricsSink:
             self.registry = new_registry(self.collector)
         self._ensure_listening()
 
-    def publish(self, report: PassReport, number: int) -> None:
+    def publish(self, report: PassOutcome, number: int) -> None:
         self._ensure_listening()
         self.collector.update(report)
         settings = self._settings

@@ -20,11 +20,13 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from healthd.slurm.command import NotRun, run_client
+from healthd.slurm.command import NotRun, not_run, run_client
 from healthd.slurm.command import SlurmError as SlurmError
 from healthd.slurm.command import SlurmNotFound as SlurmNotFound
 from healthd.slurm.hostlist import HostlistError, contains
 from healthd.slurm.nodestate import NodeGroup, NodeInfo
+from healthd.slurm.problem import DETAIL_LIMIT, SlurmFailure
+from healthd.text import one_line
 
 if TYPE_CHECKING:
     from healthd.config.models import SlurmSettings
@@ -340,6 +342,22 @@ def _version(text: str) -> tuple[int, int]:
     return (int(match[1]), int(match[2])) if match else (0, 0)
 
 
+def command_failed(program: str, command: str, message: str) -> SlurmError:
+    """``command`` answered with an error: slurmctld refused a change (``scontrol update``), or could not be used.
+
+    scontrol and sinfo report a missing or broken slurm.conf, or an unreachable
+    slurmctld, as several ``PROGRAM: error: ...`` lines ending in one ``PROGRAM: fatal: ...``
+    (``message`` joins them into one line): the fatal part says what stopped it, and is
+    the detail; the whole message stays in the error's text.
+    """
+    parts = [part.strip() for part in one_line(message).split(f"{program}: ") if part.strip()]
+    fatal = [part[len("fatal:") :] for part in parts if part.startswith("fatal:")]
+    errors = [part[len("error:") :] for part in parts if part.startswith("error:")]
+    cause = one_line(fatal[-1] if fatal else errors[0] if errors else one_line(message), DETAIL_LIMIT)
+    kind = SlurmFailure.REJECTED if command.startswith("scontrol update") else SlurmFailure.UNREACHABLE
+    return SlurmError(f"`{command}` failed: {message}", kind, command, f"{program}: {cause}")
+
+
 class SlurmClient:
     """Runs scontrol for one node's needs. Every call is one RPC to slurmctld except ``--version``.
 
@@ -370,10 +388,8 @@ class SlurmClient:
             return self.settings.timeout
         remaining = self._deadline - self._monotonic()
         if remaining <= 0:
-            raise SlurmError(
-                f"`{command}` not run: this pass's Slurm time budget ([slurm].budget = {self.settings.budget:g}s)"
-                " is used up"
-            )
+            budget = f"this pass's Slurm time budget ([slurm].budget = {self.settings.budget:g}s) is used up"
+            raise not_run(command, budget)
         return min(self.settings.timeout, remaining)
 
     def _run(self, *args: str, program: str = "scontrol") -> str:
@@ -392,7 +408,7 @@ class SlurmClient:
             raise
         if finished.returncode != 0:
             message = " ".join((finished.err or finished.out).split())[:300] or f"exit status {finished.returncode}"
-            raise SlurmError(f"`{command}` failed: {message}")
+            raise command_failed(program, command, message)
         return finished.out
 
     def uses_json(self) -> bool:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from healthd.checks.bounded import BARE_ENV, Finished, StuckChildren, TimedOut, run_bounded
+from healthd.slurm.problem import DETAIL_LIMIT, SlurmFailure, SlurmProblem
 from healthd.text import one_line
 
 # Where packages and site builds put the client commands; HealthCheckProgram runs
@@ -56,7 +57,23 @@ _STUCK: StuckChildren[tuple[Optional[Path], Optional[Path]]] = StuckChildren()
 
 
 class SlurmError(Exception):
-    """A Slurm command failed, timed out or printed something unparseable."""
+    """A Slurm command failed, timed out or printed something unparseable.
+
+    ``problem`` is the failure as a value: ``kind``, the ``command`` and a short
+    ``detail`` (the message, cut to one line of ``DETAIL_LIMIT``, when none is given)
+    are set where it happens, so that nothing reads them back from the text.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        kind: SlurmFailure = SlurmFailure.READ_FAILED,
+        command: str = "",
+        detail: Optional[str] = None,
+    ) -> None:
+        super().__init__(message)
+        said = one_line(message, DETAIL_LIMIT) if detail is None else detail
+        self.problem = SlurmProblem(kind, command, said, message)
 
 
 class NotRun(SlurmError):
@@ -77,7 +94,19 @@ class ClientTimedOut(SlurmError):
             if stuck is not None
             else ""
         )
-        super().__init__(f"`{command}` timed out after {timeout:.3g}s{self.stuck_note}")
+        said = f"timed out after {timeout:.3g}s{self.stuck_note}"
+        super().__init__(f"`{command}` {said}", SlurmFailure.UNREACHABLE, command, _said(command, said))
+
+
+def _said(command: str, said: str) -> str:
+    """The detail of a command that gave no answer: its program and what became of it (``scontrol timed out ...``)."""
+    return one_line(f"{command.split(' ')[0]} {said}", DETAIL_LIMIT)
+
+
+def not_run(command: str, why: str) -> NotRun:
+    """``command`` was not started, for ``why``: Slurm is not reachable from here."""
+    said = f"not run: {why}"
+    return NotRun(f"`{command}` {said}", SlurmFailure.UNREACHABLE, command, _said(command, said))
 
 
 def client_env(conf: Optional[Path]) -> dict[str, str]:
@@ -116,9 +145,10 @@ def run_client(
     suspects = ", ".join(str(p) for p in ((conf,) if conf is not None else ()) + dirs)
     stuck = _STUCK.alive((bin_dir, conf))
     if stuck is not None:
-        raise NotRun(
-            f"`{command}` not run: an earlier Slurm command (pid {stuck}) is still stuck in the kernel"
-            f" after SIGKILL; is the filesystem of {suspects} hung?"
+        raise not_run(
+            command,
+            f"an earlier Slurm command (pid {stuck}) is still stuck in the kernel after SIGKILL;"
+            f" is the filesystem of {suspects} hung?",
         )
     argv = [SHELL, "-c", _FIND_AND_EXEC, SHELL_NAME, program, str(conf or ""), str(len(dirs)), *map(str, dirs), *args]
     try:
@@ -127,16 +157,19 @@ def run_client(
         kept = _STUCK.keep((bin_dir, conf), exc.process)
         raise ClientTimedOut(command, timeout, exc.process.pid if kept else None, suspects) from None
     except OSError as exc:
-        raise SlurmError(f"cannot run {SHELL} to start {program}: {exc.strerror or exc}") from None
+        raise SlurmError(
+            f"cannot run {SHELL} to start {program}: {exc.strerror or exc}", SlurmFailure.UNREACHABLE, command
+        ) from None
     said = finished.err.strip()
     if finished.returncode == 127 and said == f"{SHELL_NAME}: no command":
         where = ", ".join(str(d) for d in dirs)
-        raise SlurmNotFound(f"{program} not found in {where} (set [slurm].bin_dir)")
+        raise SlurmNotFound(f"{program} not found in {where} (set [slurm].bin_dir)", SlurmFailure.NOT_FOUND, command)
     if finished.returncode == 127 and said == f"{SHELL_NAME}: no conf":
         # scontrol would retry a missing slurm.conf for about a minute before giving up.
-        raise NotRun(f"`{command}` not run: {conf} does not exist ([slurm].conf)")
+        raise not_run(command, f"{conf} does not exist ([slurm].conf)")
     if finished.returncode in (126, 127) and said.startswith(f"{SHELL_NAME}: "):
         # The shell could not exec the command it found: its message names the file and why.
         found = [str(d / program) for d in dirs if str(d / program) in said]
-        raise SlurmError(f"cannot run {one_line(said[said.index(found[0]) :] if found else said, 300)}")
+        why = one_line(said[said.index(found[0]) :] if found else said, 300)
+        raise SlurmError(f"cannot run {why}", SlurmFailure.UNREACHABLE, command)
     return finished

@@ -3,7 +3,7 @@
 ``observe`` makes the reads a plan asks for; ``execute`` sends the plan's writes
 in order and stops at the first that fails; ``rehearse`` is the dry run's
 execute: it records that nothing was sent. Slurm trouble never raises from here:
-it comes back as an error text for the plan to keep pending.
+it comes back as a value (``SlurmProblem``: kind, command, detail) for the plan to keep pending.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from healthd.plan.policy import GpuReset
 from healthd.slurm.adapter import SlurmClient, SlurmError, node_in_groups
 from healthd.slurm.hostlist import HostlistError
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
+from healthd.slurm.problem import SlurmFailure
 from healthd.slurm.reasons import Reasons, place_stamp, with_place
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def observe(
         partitions = observed.node.partitions if observed.node else ()
         return replace(observed, asked=asked, views=read_views(client, partitions, reasons))
     except SlurmError as exc:
-        return replace(observed, asked=asked, errors=(*observed.errors, str(exc)))
+        return replace(observed, asked=asked, errors=(*observed.errors, exc.problem))
 
 
 def read_node_and_views(client: SlurmClient, name: str, reasons: Reasons) -> tuple[NodeInfo, dict[str, PartitionView]]:
@@ -105,7 +106,8 @@ def _confirm(
         client.resume(name)
         return f"could not confirm the drain against the circuit breaker ({exc}); put back", None
     if not out_by_healthd(name, views):
-        raise SlurmError(f"node {name} no longer carries a healthd reason after the drain: left alone")
+        left = f"node {name} no longer carries a healthd reason after the drain: left alone"
+        raise SlurmError(left, SlurmFailure.TAKEN_OVER, "")
     why = breaker_confirm(name, views, config.policy)
     if why:
         client.resume(name)
@@ -160,7 +162,7 @@ def execute(
                 client.resume(name)
             done.append(step)
     except SlurmError as exc:
-        return Executed(tuple(done), error=str(exc))
+        return Executed(tuple(done), error=exc.problem)
     return Executed(tuple(done))
 
 
@@ -175,7 +177,7 @@ def _reset(gpu: GpuReset, node: NodeInfo, config: Config, resets: ResetMarks, de
     settings = ResetSettings(nvidia_smi=config.remediation.nvidia_smi)
     outcome = reset_gpu(gpu.pci, node=node, marks=resets, settings=settings, deadline=deadline)
     done = (Step.RESET,) if outcome.done else ()
-    return Executed(done, reset=outcome.outcome.value, reset_message=outcome.message)
+    return Executed(done, reset=outcome.outcome.value, reset_message=outcome.message, problems=outcome.problems)
 
 
 def rehearse(plan: Plan) -> Executed:

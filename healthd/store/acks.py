@@ -17,12 +17,13 @@ class AckStore:
         self.state = state
 
     def load(self) -> tuple[tuple[Ack, ...], tuple[str, ...]]:
-        """The stored acks, and the problems found: a malformed file or entry is reported and ignored."""
-        items = self.state.load().get("acks", [])
+        """The stored acks, and the problems found: an unreadable or malformed file or entry is reported and ignored."""
+        document, read = self.state.read()
+        items = document.get("acks", [])
         if not isinstance(items, list):
-            return (), (f"{self.state.path}: acks is {type(items).__name__}, not a list: ignored",)
+            return (), (*read, f"{self.state.path}: acks is {type(items).__name__}, not a list: ignored")
         acks = []
-        problems = []
+        problems = list(read)
         for index, item in enumerate(items):
             try:
                 if not isinstance(item, dict):

@@ -187,6 +187,7 @@ class StateFile:
     def __init__(self, directory: Path, name: str) -> None:
         self.directory = directory
         self.name = name
+        # What ``load`` met, for the check framework (``StateDir.drain_problems``); ``read`` returns its own.
         self.problems: list[str] = []
         import threading  # here, not at the top: ``healthd status`` reads no StateFile
 
@@ -199,8 +200,11 @@ class StateFile:
     def path(self) -> Path:
         return self.directory / f"{self.name}.json"
 
-    def load(self) -> dict[str, Any]:
-        """The stored document, or ``{}`` when there is none or it was corrupt; raises ``UntrustedPath``."""
+    def read(self) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """The stored document (``{}`` when there is none or it was corrupt) and the problems met.
+
+        Raises ``UntrustedPath``.
+        """
         with self._lock:
             try:
                 dir_fd = open_trusted_dir(self.directory)
@@ -211,12 +215,21 @@ class StateFile:
                 finally:
                     os.close(dir_fd)
             except FileNotFoundError:
-                return {}
+                return {}, ()
             except OSError as exc:
-                self.problems.append(f"cannot read {self.path}: {exc.strerror or exc}")
-                return {}
+                return {}, (f"cannot read {self.path}: {exc.strerror or exc}",)
 
-    def _parse(self, dir_fd: int, raw: bytes) -> dict[str, Any]:
+    def load(self) -> dict[str, Any]:
+        """The stored document, as ``read``, for a check (``CheckContext.state``): its problems wait in ``problems``.
+
+        A check's gather returns its observation alone (healthd.checks.plugin): the check
+        framework, not the check, reports its state file's problems (``StateDir.drain_problems``).
+        """
+        document, problems = self.read()
+        self.problems.extend(problems)
+        return document
+
+    def _parse(self, dir_fd: int, raw: bytes) -> tuple[dict[str, Any], tuple[str, ...]]:
         """The document in ``raw``; a corrupt one is renamed aside (within ``dir_fd``) and reported."""
         name = self.path.name
         try:
@@ -231,9 +244,8 @@ class StateFile:
                 where = f"moved to {self.directory / aside}"
             except OSError as move_exc:
                 where = f"could not move it aside: {move_exc}"
-            self.problems.append(f"corrupt state file {self.path} ({exc}); {where}; starting empty")
-            return {}
-        return data
+            return {}, (f"corrupt state file {self.path} ({exc}); {where}; starting empty",)
+        return data, ()
 
     def save(self, data: dict[str, Any], *, durable: bool = True) -> None:
         """Replace the document atomically; raises ``StateError`` naming the file, or ``UntrustedPath``.
@@ -284,6 +296,10 @@ class StateDir:
         os.close(fd)
 
     def drain_problems(self) -> list[str]:
+        """What the files read with ``StateFile.load`` met since the last drain: the checks' own state files.
+
+        The pass reads its own files (policy, acks) with ``StateFile.read``, which returns them.
+        """
         problems: list[str] = []
         for state_file in self._files.values():
             problems.extend(state_file.problems)

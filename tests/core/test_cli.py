@@ -121,6 +121,14 @@ def test_dry_run_with_a_broken_slurm_conf_says_so_in_one_line(
     code, doc = cli_json("check", "--once", "--only", "mounts", "--dry-run", "--json", "--config", str(path))
     assert code == 2 and doc["action"]["dry_run"] is True and doc["action"]["pending"] is False
     assert "No SlurmctldHost defined" in doc["action"]["errors"][0]
+    # The failure as a value, next to its text: its kind, the command and what stopped it.
+    [failure] = doc["action"]["slurm_errors"]
+    assert failure["command"].startswith("sinfo -h --all ") and failure["command"] in doc["action"]["errors"][0]
+    assert {k: failure[k] for k in ("kind", "detail", "error")} == {
+        "kind": "unreachable",
+        "detail": "sinfo: Unable to process configuration file",
+        "error": 0,
+    }
     assert json.loads((tmp_path / "state" / "policy.json").read_text()).get("pending") is None
 
 
@@ -182,7 +190,7 @@ def test_dry_run_names_why_slurm_was_not_reachable(
 
 
 def test_dry_run_without_scontrol_installed(
-    tmp_path: Path, write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+    tmp_path: Path, write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]], cli_json: Any
 ) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -191,11 +199,20 @@ def test_dry_run_without_scontrol_installed(
     assert out.splitlines()[-1] == (
         f"Slurm not reachable (sinfo not found in {empty} (set [slurm].bin_dir)); dry run: {WOULD}"
     )
+    _code, doc = cli_json("check", "--once", "--only", "mounts", "--dry-run", "--json", "--config", str(path))
+    [failure] = doc["action"]["slurm_errors"]
+    assert (failure["kind"], failure["detail"], failure["error"]) == (
+        "not_found",
+        f"sinfo not found in {empty} (set [slurm].bin_dir)",
+        0,
+    )
+    assert failure["command"].startswith("sinfo -h --all ")
+    assert doc["action"]["errors"] == [failure["detail"]]
 
 
 def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
     """A pass document whose ``action`` section is what healthd.cycle.pipeline writes."""
-    from healthd.cycle.pipeline import ActionSection
+    from healthd.cycle.outcome import ActionSection
 
     report: dict[str, Any] = {
         "node_state": None,
@@ -224,6 +241,7 @@ def test_action_lines_for_each_outcome() -> None:
     from healthd.cli.render import action_lines
     from healthd.plan.acks import FindingRef
     from healthd.plan.policy import Action, Decision
+    from healthd.slurm.adapter import command_failed
 
     out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_79 gpu3", "CRITICAL from xid")
     why = "(CRITICAL from xid; reason 'healthd: XID_79 gpu3')"
@@ -241,14 +259,10 @@ def test_action_lines_for_each_outcome() -> None:
     assert action_lines(_document(waiting, held=True), 0.0) == [
         "action: waiting before acting: WARNING from ib for 1 of 2 passes needed (would drain the node after its jobs)"
     ]
-    pending = _document(
-        out,
-        pending=True,
-        next_retry=130.0,
-        errors=(
-            "`scontrol update NodeName=n1 State=DRAIN Reason=x` failed: scontrol: error: Invalid node state specified",
-        ),
-    )
+    refused = command_failed(
+        "scontrol", "scontrol update NodeName=n1 State=DRAIN Reason=x", "scontrol: error: Invalid node state specified"
+    ).problem
+    pending = _document(out, pending=True, next_retry=130.0, errors=(refused.message,), slurm_errors=(refused,))
     assert action_lines(pending, 100.0) == [
         f"action: PENDING: take the node out now {why}: Slurm refused the change (scontrol: Invalid node state "
         "specified); next try in 30s"
@@ -279,11 +293,30 @@ def test_action_lines_survive_a_forged_record() -> None:
         "action: nothing to do (x [2Jforged line)",
         "acknowledged by the node's resume in Slurm: a b",
     ]
+    # Errors are never read back for a phrase: only ``slurm_errors`` gives one, each field checked.
     odd = {"decision": "resume", "errors": ["`scontrol", "``", "`scontrol x` failed:", "x\ny", None]}
     assert action_lines({"action": odd}, 0.0) == [
-        "Slurm read failed (`scontrol); action: resume the node was not done",
+        "action: resume the node was not done",
+        "action error: `scontrol",
         "action error: ``",
         "action error: `scontrol x` failed:",
+        "action error: x y",
+    ]
+    forged_slurm = [
+        7,
+        {"kind": ["unreachable"], "detail": "a", "error": 0},
+        {"kind": "taken_over", "detail": "b", "error": 0},
+        {"kind": "unreachable", "detail": 5, "error": 0},
+        {"kind": "rejected", "detail": "x\n\x1b[2Jy" + "z" * 500, "error": True},
+    ]
+    lines = action_lines({"action": {**odd, "slurm_errors": forged_slurm}}, 0.0)
+    assert lines[0] == f"Slurm refused the change (x [2Jy{'z' * 191}...); action: resume the node was not done"
+    assert len(lines) == 5, "an index that is not one leaves every error its line"
+    indexed = {**odd, "slurm_errors": [{"kind": "read_failed", "detail": "d", "error": 2}]}
+    assert action_lines({"action": indexed}, 0.0) == [
+        "Slurm read failed (d); action: resume the node was not done",
+        "action error: `scontrol",
+        "action error: ``",
         "action error: x y",
     ]
 
@@ -291,16 +324,23 @@ def test_action_lines_survive_a_forged_record() -> None:
 def test_pass_summary_names_the_first_problems_the_action_and_counts_other_errors() -> None:
     from healthd.cli.render import pass_summary
     from healthd.plan.policy import Action, Decision
+    from healthd.slurm.adapter import command_failed
 
     findings = [{"check": "xid", "code": f"XID_{n}", "subject": f"gpu{n}", "status": "CRITICAL"} for n in range(5)]
     note = {"check": "xid", "code": "XID_43", "subject": "gpu7", "status": "OK"}
     out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_0 gpu0", "CRITICAL from xid")
-    slurm_error = "`scontrol -o show node n1` failed: scontrol: fatal: Unable to process configuration file"
+    said = "scontrol: error: s_p_parse_file: x; scontrol: fatal: Unable to process configuration file"
+    slurm_error = command_failed("scontrol", "scontrol -o show node n1", said).problem
     document = _document(
         out,
         [{"name": "xid", "findings": [note, *findings]}],
         dry_run=True,
-        errors=(slurm_error, "cannot write /x/policy.json: disk full", "cannot write /x/last-pass.json: disk full"),
+        errors=(
+            "cannot write /x/policy.json: disk full",
+            slurm_error.message,
+            "cannot write /x/last-pass.json: disk full",
+        ),
+        slurm_errors=(slurm_error,),
     )
     assert pass_summary(document, 0.0, head="CRITICAL at 12:05:00 (0.4s)") == (
         "CRITICAL at 12:05:00 (0.4s): xid/XID_0 gpu0, xid/XID_1 gpu1, xid/XID_2 gpu2 (+2 more); Slurm not reachable "

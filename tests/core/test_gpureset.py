@@ -196,7 +196,7 @@ def test_a_reset_left_running_by_an_earlier_process_is_not_started_again(tmp_pat
         time.sleep(0.02)
     earlier.kill()
     earlier.wait()
-    stuck = _marks(tmp_path).running(BUS)
+    stuck = _marks(tmp_path).running(BUS)[0]
     assert stuck is not None and stuck != earlier.pid, "the mark names the nvidia-smi still running"
     try:
         later = reset_gpu(BUS, node=DRAINED, marks=_marks(tmp_path), settings=smi.settings())
@@ -206,12 +206,12 @@ def test_a_reset_left_running_by_an_earlier_process_is_not_started_again(tmp_pat
         )
         assert [c for c in smi.calls() if c.startswith("--gpu-reset")] == [f"--gpu-reset -i {BUS}"]
         # It holds back no other GPU, and nothing in another boot.
-        assert _marks(tmp_path).running("00000000:5D:00.0") is None
-        assert _marks(tmp_path, boot_id="boot-b").running(BUS) is None
+        assert _marks(tmp_path).running("00000000:5D:00.0")[0] is None
+        assert _marks(tmp_path, boot_id="boot-b").running(BUS)[0] is None
     finally:
         os.killpg(stuck, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while _marks(tmp_path).running(BUS) is not None and time.monotonic() < deadline:
+    while _marks(tmp_path).running(BUS)[0] is not None and time.monotonic() < deadline:
         time.sleep(0.02)
     # Once that process has gone, the GPU may be reset again (when the policy asks for it).
     smi.path.write_text(smi.path.read_text().replace("exec sleep 30", "exit 0"))
@@ -224,9 +224,9 @@ def test_a_mark_whose_pid_now_names_another_process_blocks_nothing(tmp_path: Pat
     marks = _marks(tmp_path)
     # This test's own pid, but with another start time: the reset's process has gone, its pid was reused.
     marks.file.save({"0000:3b:00": {"pid": os.getpid(), "start": 1.0, "boot_id": "boot-a"}})
-    assert marks.running(BUS) is None
+    assert marks.running(BUS)[0] is None
     marks.mark(BUS, os.getpid())
-    assert marks.running(BUS) == os.getpid()
+    assert marks.running(BUS)[0] == os.getpid()
 
 
 def test_a_reset_that_cannot_be_recorded_is_not_started(tmp_path: Path) -> None:
@@ -293,3 +293,16 @@ def test_parse_compute_apps() -> None:
     for text in ("No running processes found", "12 00000000:3B:00.0", "12, gpu0", "-1, 00000000:3B:00.0"):
         with pytest.raises(GpuResetError, match="line 1 is not 'pid, pci bus id'"):
             parse_compute_apps(text)
+
+
+def test_a_corrupt_record_of_resets_is_returned_with_the_reset(tmp_path: Path) -> None:
+    """The marks file's problem comes back in the result, for the pass to report: nothing collects it aside."""
+    smi = FakeSmi(tmp_path / "bin")
+    marks = _marks(tmp_path)
+    marks.file.save({})
+    marks.file.path.write_text("{torn")
+    result = reset_gpu(BUS, node=DRAINED, marks=marks, settings=smi.settings())
+    assert result.outcome is ResetOutcome.DONE, "a corrupt record names no running reset"
+    [problem] = result.problems
+    assert problem.startswith(f"corrupt state file {marks.file.path} (") and problem.endswith("; starting empty")
+    assert marks.file.problems == [], "read returns what it met: the check framework's collector stays empty"

@@ -20,6 +20,15 @@ def test_round_trip_and_atomic_replace(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["x.json"]
 
 
+def test_read_returns_the_problems_it_met_and_collects_none(tmp_path: Path) -> None:
+    directory = StateDir(tmp_path)
+    (tmp_path / "x.json").write_text("[1]")
+    document, (problem,) = directory.file("x").read()
+    assert document == {} and problem.startswith(f"corrupt state file {tmp_path / 'x.json'} (top level is not")
+    assert directory.drain_problems() == [], "only a check's load leaves problems for the framework"
+    assert directory.file("x").read() == ({}, ()), "set aside once: the next read finds no file"
+
+
 def test_corrupt_file_is_set_aside_and_reported(tmp_path: Path) -> None:
     directory = StateDir(tmp_path)
     (tmp_path / "x.json").write_text("{not json")

@@ -22,7 +22,7 @@ from healthd.checks.engine import Engine
 from healthd.checks.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
 from healthd.config.cache import load_checks
 from healthd.model import Finding, Status
-from healthd.service.daemon import Daemon, DaemonHooks, PassReport, run_one_pass
+from healthd.service.daemon import Daemon, DaemonHooks, PassOutcome, run_one_pass
 from healthd.service.sdnotify import Notifier
 from healthd_testkit.paths import Below
 from healthd_testkit.waiting import wait_for
@@ -102,7 +102,7 @@ class Harness:
     slurm_extra: str = ""
     paths: str = ""
     extra: str = ""
-    reports: list[PassReport] = field(default_factory=list)
+    reports: list[PassOutcome] = field(default_factory=list)
 
     config = Below("healthd.toml")
     state_dir = Below("state")
@@ -136,7 +136,7 @@ class Harness:
         return Engine(*load_checks(path or self.write(), specs=self.specs, store=False))
 
     def daemon(self, **kwargs: Any) -> Daemon:
-        def record(engine: Engine, dry_run: bool) -> PassReport:
+        def record(engine: Engine, dry_run: bool) -> PassOutcome:
             report = run_one_pass(engine, dry_run)
             self.reports.append(report)
             return report
@@ -148,12 +148,12 @@ class Harness:
         )
         return Daemon(self.config, notifier=Notifier({}), hooks=hooks, **kwargs)
 
-    def wait_passes(self, count: int, timeout: float = 30.0) -> list[PassReport]:
+    def wait_passes(self, count: int, timeout: float = 30.0) -> list[PassOutcome]:
         wait_for(lambda: len(self.reports) >= count, timeout, f"{count} passes")
         return self.reports
 
 
-def codes(report: PassReport) -> dict[str, tuple[Status, str]]:
+def codes(report: PassOutcome) -> dict[str, tuple[Status, str]]:
     """``check/CODE`` -> (status, subject) of every finding of a pass."""
     return {f"{f.check}/{f.code}": (f.status, f.subject) for f in report.result.findings}
 

@@ -40,10 +40,16 @@ from healthd.plan.policy import (
     decide,
     needs_node,
 )
-from healthd.slurm.adapter import SlurmClient
+from healthd.slurm.adapter import SlurmClient, SlurmError
 from healthd.slurm.execute import execute
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
+from healthd.slurm.problem import SlurmFailure, SlurmProblem
 from healthd.slurm.reasons import HEALTHD_REASONS, Reasons, place_stamp, with_place
+
+
+def _failure(message: str) -> SlurmProblem:
+    """A Slurm failure as the adapter gives it (healthd.slurm.command.SlurmError)."""
+    return SlurmError(message, SlurmFailure.UNREACHABLE).problem
 
 
 def _pass(*statuses: str, event: Optional[str] = None) -> PassResult:
@@ -753,7 +759,7 @@ def test_a_combined_read_answers_the_node_and_the_breaker_at_once() -> None:
 
 
 def test_a_combined_read_that_failed_is_not_asked_again_and_leaves_the_take_out_pending() -> None:
-    observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), errors=("sinfo timed out",))
+    observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), errors=(_failure("sinfo timed out"),))
     made = _planned(("CRITICAL",), PolicyState(), observed)
     assert isinstance(made, Plan) and made.steps == ()
     assert made.state.pending is not None and made.state.pending.error == "sinfo timed out"
@@ -785,7 +791,7 @@ def test_a_node_healthd_resumed_no_longer_skips_the_breaker() -> None:
     assert isinstance(made, Plan) and made.steps == (Step.RESUME,) and made.state.skips_breaker
     done = conclude(made, Executed(done=(Step.RESUME,)), took_out, 1050.0)
     assert done.applied and not done.state.skips_breaker
-    failed = conclude(made, Executed(error="slurmctld down"), took_out, 1050.0)
+    failed = conclude(made, Executed(error=_failure("slurmctld down")), took_out, 1050.0)
     assert failed.state.skips_breaker, "not resumed: still out with healthd's reason"
 
 
@@ -895,7 +901,7 @@ def test_a_failed_undo_is_confirmed_again_and_its_resume_never_acknowledges() ->
     lost_place = {"batch": PartitionView("batch", 3, ((True, 100.0, "n0"), (True, 101.0, "n1")))}
     unconfirmed = PolicyState(unconfirmed=True)
     undo = _plan_of(_gpu_pass(GPU_LOST), unconfirmed, GPU_OUT, lost_place)
-    failed = conclude(undo, Executed(error="`scontrol update` timed out after 5s"), unconfirmed, 1000.0)
+    failed = conclude(undo, Executed(error=_failure("`scontrol update` timed out after 5s")), unconfirmed, 1000.0)
     assert failed.state.unconfirmed and failed.state.resume_sent and failed.state.took_out == ()
 
 
@@ -906,9 +912,8 @@ def test_a_resume_whose_answer_was_lost_is_healthds_own() -> None:
     resume = _plan_of(_gpu_pass(), took_out, replace(GPU_OUT, state="IDLE"), None)
     assert resume.steps == (Step.RESUME,)
     assert resume.interrupted is not None and resume.interrupted.resume_sent, "a pass killed after the write"
-    lost = conclude(
-        resume, Executed(error="`scontrol update NodeName=n1 State=RESUME` timed out after 5s"), took_out, 1000.0
-    )
+    timed_out = _failure("`scontrol update NodeName=n1 State=RESUME` timed out after 5s")
+    lost = conclude(resume, Executed(error=timed_out), took_out, 1000.0)
     assert lost.state.resume_sent and lost.state.took_out == GPU_LOST_REF
     assert PolicyState.from_dict(lost.state.to_dict()) == lost.state
 
@@ -1048,7 +1053,7 @@ def _writes(made: Plan) -> list[tuple[str, ...]]:
     """The scontrol calls ``execute`` makes for ``made``."""
     client = _Recorded(SlurmSettings())
     executed = execute(made, client, Config(), sleep=lambda _: None)
-    assert executed.error == "" and executed.done == made.steps
+    assert executed.error is None and executed.done == made.steps
     return client.calls
 
 

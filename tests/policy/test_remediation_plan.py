@@ -16,6 +16,7 @@ from healthd.plan.acks import FindingRef
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
 from healthd.plan.policy import Action, PolicyRules, PolicyState, RebootRequest
 from healthd.slurm.adapter import parse_show_node_line
+from healthd.slurm.command import SlurmError
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.slurm.reasons import place_stamp, reason_head, with_place
 
@@ -83,7 +84,7 @@ def test_a_reboot_class_finding_drains_then_asks_for_a_plain_reboot_and_remember
 
 def test_a_reboot_that_failed_to_send_is_not_remembered_as_asked() -> None:
     made = _plan(_capture("allocated"), XID_79)
-    done = conclude(made, Executed(done=(Step.DRAIN,), error="scontrol: timed out"), EMPTY, NOW)
+    done = conclude(made, Executed(done=(Step.DRAIN,), error=SlurmError("scontrol: timed out").problem), EMPTY, NOW)
     assert done.state.reboot is None and done.state.pending is not None
     assert done.state.pending.action is Action.REBOOT
     retried = _plan(replace(_capture("idle-drain-healthd"), reason=REBOOT_REASON), XID_79, state=done.state)

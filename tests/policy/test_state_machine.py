@@ -41,6 +41,7 @@ from healthd.plan.policy import (
     decide,
     transition,
 )
+from healthd.slurm.command import SlurmError
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 
 TABLE = REPO / "docs" / "policy.md"
@@ -269,7 +270,7 @@ def test_race_a_crash_between_drain_and_confirming_read_leaves_the_drain_unconfi
 def test_race_a_confirming_read_that_failed_is_confirmed_again() -> None:
     """``unconfirmed`` after CONFIRM_FAILED: an overloaded slurmctld answered neither the read nor the undo."""
     take_out = _made(_gpu_pass(GPU_LOST), PolicyState(fail_streaks={"gpu": 1}), IN_SERVICE, NONE_OUT)
-    failed = conclude(take_out, Executed(error="sinfo timed out after 5s"), PolicyState(), 1000.0)
+    failed = conclude(take_out, Executed(error=SlurmError("sinfo timed out after 5s").problem), PolicyState(), 1000.0)
     assert failed.state.phases.write is WritePhase.DRAIN_UNCONFIRMED and failed.state.pending is not None
 
 
@@ -277,7 +278,7 @@ def test_race_a_lost_resume_answer_is_not_an_administrators_resume() -> None:
     """``resume_sent``: slurmctld applied a RESUME whose answer timed out; the node found in service is healthd's."""
     took_out = PolicyState(took_out=GPU_LOST_REF)
     resume = _made(_gpu_pass(), took_out, replace(GPU_OUT, state="IDLE"), None)
-    lost = conclude(resume, Executed(error="scontrol timed out after 5s"), took_out, 1000.0)
+    lost = conclude(resume, Executed(error=SlurmError("scontrol timed out after 5s").problem), took_out, 1000.0)
     assert lost.state.phases.write is WritePhase.RESUME_SENT
     back = _made(_gpu_pass(GPU_LOST, at=1400.0), lost.state, IN_SERVICE, NONE_OUT)
     assert back.acknowledged == () and back.decision.action is Action.TAKE_OUT_NOW
@@ -299,7 +300,7 @@ def test_race_a_breaker_undo_killed_in_flight_is_confirmed_again_and_never_ackno
     unconfirmed = PolicyState(fail_streaks={"gpu": 1}, unconfirmed=True)
     undo = _made(_gpu_pass(GPU_LOST), unconfirmed, GPU_OUT, LOST_PLACE)
     assert undo.interrupted is not None and undo.interrupted.phases.write is WritePhase.UNDO_SENT
-    failed = conclude(undo, Executed(error="scontrol timed out after 5s"), unconfirmed, 1000.0)
+    failed = conclude(undo, Executed(error=SlurmError("scontrol timed out after 5s").problem), unconfirmed, 1000.0)
     assert failed.state.phases.write is WritePhase.UNDO_SENT
     # The undo took: the node in service is healthd's own resume; the fault still there takes it out again.
     later = replace(failed.state, held=None, pending=None)

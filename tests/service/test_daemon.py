@@ -13,7 +13,7 @@ import pytest
 from healthd_testkit.faults import DaemonKit
 
 from healthd.checks.engine import Engine
-from healthd.service.daemon import PassReport, Schedule, run_one_pass, splay_offset
+from healthd.service.daemon import PassOutcome, Schedule, run_one_pass, splay_offset
 
 # -- the schedule (pure) ------------------------------------------------------------------------------
 
@@ -108,7 +108,7 @@ def test_the_second_pass_comes_at_least_half_an_interval_after_the_first(
     clock = _Clock(wall=300 * 5_000_000 + splay_offset("node-test", interval) - 1.0)
     starts: list[float] = []
 
-    def pass_function(engine: Engine, dry_run: bool) -> PassReport:
+    def pass_function(engine: Engine, dry_run: bool) -> PassOutcome:
         starts.append(clock.mono)
         if reload and len(starts) == 1:
             config.write_text(config.read_text().replace("interval = 300", "interval = 200"))
@@ -158,7 +158,7 @@ def test_a_hung_pass_stops_the_watchdog_pings(
     release = threading.Event()
     hang_started: list[float] = []
 
-    def pass_function(engine: Engine, dry_run: bool) -> PassReport:
+    def pass_function(engine: Engine, dry_run: bool) -> PassOutcome:
         report = run_one_pass(engine, dry_run)
         if daemon.passes >= 1:  # the second pass hangs until the test ends
             hang_started.append(time.monotonic())
@@ -286,7 +286,7 @@ def test_a_pass_that_raised_is_recorded_as_unknown(
     state = tmp_path / "state"
     calls: list[int] = []
 
-    def pass_function(engine: Engine, dry_run: bool) -> PassReport:
+    def pass_function(engine: Engine, dry_run: bool) -> PassOutcome:
         calls.append(1)
         if len(calls) >= 2:
             raise RuntimeError("policy state exploded")

@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -22,13 +23,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from healthd.checks.engine import Engine
 from healthd.checks.plugin import EventCounter
-from healthd.cycle.outcome import ActionOutcome, PassAction, PassReport
+from healthd.cycle.outcome import ActionOutcome, ActionSection, PassAction, PassOutcome
 from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
-from healthd.plan.policy import Action
+from healthd.plan.acks import POLICY_CHECK
+from healthd.plan.policy import Action, Decision, PolicyState
 from healthd.service.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
 from healthd_checks.xid.check import XID_EVENTS
 
 PROMTOOL = shutil.which("promtool")
+NOTHING = Decision(Action.NONE, Action.NONE, "", "all checks pass")
 
 
 def _xid(gpu: int, xid: int, count: int) -> Finding:
@@ -93,6 +96,23 @@ def _values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return values
 
 
+def _outcome(result: PassResult, decision: Decision = NOTHING, applied: bool = False) -> PassOutcome:
+    """A finished pass of ``result`` whose policy decided ``decision`` (Slurm enabled; no error, no state)."""
+    action = ActionSection(
+        decision=decision,
+        node_state=None,
+        node_reason=None,
+        applied=applied,
+        held=decision.action is Action.HOLD,
+        pending=False,
+        dry_run=False,
+        slurm_enabled=True,
+        acknowledged=(),
+        errors=(),
+    )
+    return PassOutcome(result, action, PolicyState(), {})
+
+
 def test_xid_events_are_derived_from_findings() -> None:
     assert _xid_events(_sample_pass()) == {("0", "79"): 1.0, ("3", "48"): 3.0}
 
@@ -100,23 +120,16 @@ def test_xid_events_are_derived_from_findings() -> None:
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) is not installed")
 def test_http_scrape_passes_promtool_and_carries_the_last_pass() -> None:
     collector = HealthdCollector(version="9.9.9")
-    collector.update(
-        PassReport(
-            _sample_pass(),
-            actions=(
-                PassAction(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),
-                PassAction(Action.RESUME, ActionOutcome.HELD_BACK),
-            ),
-            breaker_open=False,
-        )
-    )
-    collector.update(
-        PassReport(
-            _sample_pass(1_700_000_300.0),
-            actions=(PassAction(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN),),
-            breaker_open=True,
-        )
-    )
+    drained = _outcome(_sample_pass(), Decision(Action.DRAIN_AFTER_JOBS, Action.DRAIN_AFTER_JOBS, "r", "e"), True)
+    assert drained.actions == (PassAction(Action.DRAIN_AFTER_JOBS, ActionOutcome.TAKEN, "r"),)
+    collector.update(drained)
+    later = _sample_pass(1_700_000_300.0)
+    held = Finding(POLICY_CHECK, Status.CRITICAL, "DRAIN_HELD", "n1", "circuit breaker")
+    later = replace(later, results=(*later.results, CheckResult(POLICY_CHECK, RunState.RAN, (held,), 0.0)))
+    waiting = _outcome(later, Decision(Action.HOLD, Action.DRAIN_AFTER_JOBS, "r", "partition full"))
+    assert waiting.actions == (PassAction(Action.DRAIN_AFTER_JOBS, ActionOutcome.HELD_BACK, "partition full"),)
+    assert (drained.breaker_open, waiting.breaker_open) == (False, True)
+    collector.update(waiting)
     server = MetricsServer(new_registry(collector), "127.0.0.1", 0)
     try:
         code, body = _scrape(server.port)
@@ -144,8 +157,8 @@ def test_http_scrape_passes_promtool_and_carries_the_last_pass() -> None:
         assert values[("healthd_findings", (("check", "xid"), ("severity", "warning")))] == 1
         assert values[("healthd_findings", (("check", "mounts"), ("severity", "critical")))] == 0
         assert values[("healthd_xid_events_total", (("gpu", "3"), ("xid", "48")))] == 3
-        assert values[("healthd_actions_total", (("action", "drain_after_jobs"), ("outcome", "taken")))] == 2
-        assert values[("healthd_actions_total", (("action", "resume"), ("outcome", "held_back")))] == 1
+        assert values[("healthd_actions_total", (("action", "drain_after_jobs"), ("outcome", "taken")))] == 1
+        assert values[("healthd_actions_total", (("action", "drain_after_jobs"), ("outcome", "held_back")))] == 1
         assert values[("healthd_circuit_breaker_open", ())] == 1
 
         # A scrape only copies the stored samples: scraping again changes nothing.
@@ -199,7 +212,7 @@ def test_daemon_serves_metrics_and_writes_the_textfile(
 
 def test_textfile_is_readable_by_node_exporter_whatever_the_umask(tmp_path: Path) -> None:
     collector = HealthdCollector(version="1.0")
-    collector.update(PassReport(_sample_pass()))
+    collector.update(_outcome(_sample_pass()))
     textfile = tmp_path / "healthd.prom"
     old = os.umask(0o077)  # the unit's UMask=
     try:
@@ -291,7 +304,7 @@ def test_slowloris_clients_are_dropped_at_the_deadline_and_never_hold_off_a_scra
     daemons: DaemonKit, max_connections: int
 ) -> None:
     collector = HealthdCollector(version="1")
-    collector.update(PassReport(_sample_pass()))
+    collector.update(_outcome(_sample_pass()))
     deadline = 3.0
     server = MetricsServer(new_registry(collector), "127.0.0.1", 0, deadline=deadline, max_connections=max_connections)
     # Twice as many slow clients as the smaller cap, each sending a header line every 1 s,
@@ -325,7 +338,7 @@ def test_a_reader_too_slow_for_a_large_reply_delays_no_other_scrape() -> None:
     # server must send it in pieces while it serves others.
     findings = tuple(_xid(gpu, xid, 1) for gpu in range(100) for xid in range(30))
     collector = HealthdCollector(version="1")
-    collector.update(PassReport(PassResult("n", 0.0, 0.0, (_xid_result(findings),))))
+    collector.update(_outcome(PassResult("n", 0.0, 0.0, (_xid_result(findings),))))
     server = MetricsServer(new_registry(collector), "127.0.0.1", 0)
     # Loopback buffers grow to megabytes; small ones (inherited by accepted sockets) make the
     # reply outgrow them, as it would towards a client that stopped reading.
@@ -443,7 +456,7 @@ def test_event_counters_know_no_check_and_sum_over_checks() -> None:
     a = CheckResult("a", RunState.RAN, (), 0.0, tallies=(_counted("link_flaps", ("port",), (("p1",), 2.0)),))
     b = CheckResult("b", RunState.RAN, (), 0.0, tallies=(_counted("link_flaps", ("port",), (("p1",), 1.0)),))
     collector = HealthdCollector(version="1")
-    collector.update(PassReport(PassResult("n", 0.0, 0.0, (a, b))))
+    collector.update(_outcome(PassResult("n", 0.0, 0.0, (a, b))))
     values = _values(_exposition(collector))
     assert values[("healthd_link_flaps_total", (("port", "p1"),))] == 3.0
 
@@ -453,7 +466,7 @@ def test_an_event_counter_cannot_take_a_core_name_or_change_labels() -> None:
     first = CheckResult("b", RunState.RAN, (), 0.0, tallies=(_counted("flaps", ("port",), (("p1",), 1.0)),))
     other = CheckResult("c", RunState.RAN, (), 0.0, tallies=(_counted("flaps", ("gpu",), (("0",), 7.0)),))
     collector = HealthdCollector(version="1")
-    collector.update(PassReport(PassResult("n", 0.0, 0.0, (core, first, other))))
+    collector.update(_outcome(PassResult("n", 0.0, 0.0, (core, first, other))))
     values = _values(_exposition(collector))
     assert values[("healthd_passes_total", ())] == 1.0  # healthd's own, not the check's
     assert values[("healthd_flaps_total", (("port", "p1"),))] == 1.0
@@ -475,7 +488,7 @@ def _exposition(collector: HealthdCollector) -> str:
     return generate_latest(new_registry(collector)).decode()
 
 
-def _collected(report: PassReport) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _collected(report: PassOutcome) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     from prometheus_client import generate_latest
 
     collector = HealthdCollector(version="1.0")
@@ -495,7 +508,7 @@ def test_statuses_are_state_sets_so_critical_is_not_ranked_below_unknown() -> No
             ),
         ),
     )
-    values = _collected(PassReport(result))
+    values = _collected(_outcome(result))
     state = {
         (labels[0][1], labels[1][1]): value for (name, labels), value in values.items() if name == "healthd_check_state"
     }
@@ -525,7 +538,7 @@ def test_each_active_finding_code_is_a_series_and_their_number_is_capped() -> No
     )
     found = {
         dict(labels)["code"]: (dict(labels), value)
-        for (name, labels), value in _collected(PassReport(result)).items()
+        for (name, labels), value in _collected(_outcome(result)).items()
         if name == "healthd_active_findings"
     }
     assert len(found) == MAX_CODE_SERIES
@@ -538,18 +551,17 @@ def test_each_active_finding_code_is_a_series_and_their_number_is_capped() -> No
 def test_why_the_node_is_out_and_its_repair_are_exported(make_engine: Callable[..., Engine]) -> None:
     from dataclasses import replace
 
-    from healthd.cycle.outcome import report_from_outcome
     from healthd.cycle.pipeline import run_pass
     from healthd.plan.acks import FindingRef
     from healthd.plan.policy import Repair
 
     outcome = run_pass(make_engine("critical"))
-    clean = _collected(report_from_outcome(outcome))
+    clean = _collected(outcome)
     assert clean[("healthd_node_out", ())] == 0
     assert not [key for key in clean if key[0] in ("healthd_took_out", "healthd_node_in_repair")]
     repair = Repair("XID_79", "gpu3", "GPU-5a1c", 3, "CRITICAL", 1_700_000_000.0)
     state = replace(outcome.state, took_out=(FindingRef("flag/FLAG_RAISED/flag"),), repair=repair)
-    out = _collected(report_from_outcome(replace(outcome, state=state)))
+    out = _collected(replace(outcome, state=state))
     assert out[("healthd_node_out", ())] == 1
     assert out[("healthd_took_out", (("check", "flag"), ("code", "FLAG_RAISED")))] == 1
     assert out[("healthd_node_in_repair", (("code", "XID_79"), ("unit", "GPU-5a1c")))] == 1

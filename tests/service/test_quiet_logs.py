@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pytest
 
-from healthd.cycle.outcome import PassReport, report_from_outcome
+from healthd.cycle.outcome import PassOutcome
 from healthd.cycle.pipeline import run_pass
 from healthd.model import Finding, PassResult, RunState, Status
 from healthd.service.sinks import REMINDER_SECONDS, LogSink
@@ -22,7 +22,7 @@ INTERVAL = 300.0
 T0 = 1_700_000_000.0
 
 
-def _at(report: PassReport, when: float, findings: tuple[Finding, ...] = ()) -> PassReport:
+def _at(report: PassOutcome, when: float, findings: tuple[Finding, ...] = ()) -> PassOutcome:
     """``report`` as a pass that started at ``when``; with ``findings``, carrying those instead."""
     result = report.result
     checks = result.results
@@ -44,7 +44,7 @@ def quiet_logger(caplog: pytest.LogCaptureFixture) -> logging.Logger:
 def test_a_day_with_one_steady_warning_logs_at_most_25_lines(
     make_engine: Callable[..., Any], quiet_logger: logging.Logger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = report_from_outcome(run_pass(make_engine("warning")))
+    report = run_pass(make_engine("warning"))
     assert report.result.status is Status.WARNING and report.actions  # a drain decided every pass
     sink = LogSink(quiet_logger)
     for number in range(1, DAY_OF_PASSES + 1):
@@ -63,7 +63,7 @@ def test_a_day_with_one_steady_warning_logs_at_most_25_lines(
 def test_a_finding_is_logged_when_raised_when_it_changes_and_when_it_clears(
     make_engine: Callable[..., Any], quiet_logger: logging.Logger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = report_from_outcome(run_pass(make_engine("ok")))
+    report = run_pass(make_engine("ok"))
     warn = Finding("flag", Status.WARNING, "FLAG_RAISED", "flag", "count 1")
     sink = LogSink(quiet_logger)
     sink.publish(_at(report, T0), 1)
@@ -86,11 +86,13 @@ def test_a_finding_is_logged_when_raised_when_it_changes_and_when_it_clears(
 def test_a_status_change_without_a_finding_logs_the_pass_line(
     make_engine: Callable[..., Any], quiet_logger: logging.Logger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = report_from_outcome(run_pass(make_engine("ok")))
+    report = run_pass(make_engine("ok"))
     sink = LogSink(quiet_logger)
     sink.publish(_at(report, T0), 1)
     sink.publish(_at(report, T0 + 300), 2)
-    failed = replace(report, result=PassResult("node-test", T0 + 600, 0.0, ()), problems=("disk gone",))
+    failed = replace(
+        report, result=PassResult("node-test", T0 + 600, 0.0, ()), action=replace(report.action, errors=("disk gone",))
+    )
     sink.publish(failed, 3)
     sink.publish(replace(failed, result=replace(failed.result, started_at=T0 + 900)), 4)
     # A problem is an error on every pass it happens (docs/service.md, "State problems").
@@ -104,7 +106,7 @@ def test_a_status_change_without_a_finding_logs_the_pass_line(
 def test_a_check_that_timed_out_does_not_clear_what_it_found_before(
     make_engine: Callable[..., Any], quiet_logger: logging.Logger, caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = report_from_outcome(run_pass(make_engine("warning")))
+    report = run_pass(make_engine("warning"))
     sink = LogSink(quiet_logger)
     sink.publish(_at(report, T0), 1)
     late = Finding("flag", Status.UNKNOWN, "TIMEOUT", "flag", "did not finish in 5s")

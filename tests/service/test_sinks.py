@@ -11,7 +11,6 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.faults import DaemonKit
 
-from healthd.cycle.outcome import report_from_outcome
 from healthd.cycle.pipeline import PassContext, PassTools, failed_pass, run_pass
 from healthd.model import PassResult, Status
 from healthd.plan.policy import Action
@@ -25,7 +24,7 @@ def test_notify_sink_sends_ready_with_the_first_pass_and_status_after_each(
     make_engine: Callable[..., Any], path_listener: Any
 ) -> None:
     engine = make_engine("critical")
-    report = report_from_outcome(run_pass(engine))
+    report = run_pass(engine)
     sink = NotifySink(Notifier({"NOTIFY_SOCKET": path_listener.address}))
     sink.publish(report, 1)
     sink.publish(report, 2)
@@ -38,8 +37,10 @@ def test_notify_sink_sends_ready_with_the_first_pass_and_status_after_each(
 def test_log_sink_logs_new_findings_actions_and_problems(
     make_engine: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = report_from_outcome(run_pass(make_engine("critical")))
-    report = replace(report, problems=("cannot write /x/policy.json: No space left on device",))
+    report = run_pass(make_engine("critical"))
+    report = replace(
+        report, action=replace(report.action, errors=("cannot write /x/policy.json: No space left on device",))
+    )
     logger = logging.getLogger("healthd.test-sinks")
     caplog.set_level(logging.INFO, logger="healthd.test-sinks")
     LogSink(logger).publish(report, 7)
@@ -59,8 +60,13 @@ def test_log_sink_logs_new_findings_actions_and_problems(
 def test_log_sink_writes_a_problem_as_one_line(
     make_engine: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
-    report = report_from_outcome(run_pass(make_engine()))
-    report = replace(report, problems=("cannot write /x/a\n<0>healthd: forged\x1b[2J.json: Read-only file system",))
+    report = run_pass(make_engine())
+    report = replace(
+        report,
+        action=replace(
+            report.action, errors=("cannot write /x/a\n<0>healthd: forged\x1b[2J.json: Read-only file system",)
+        ),
+    )
     logger = logging.getLogger("healthd.test-sinks")
     caplog.set_level(logging.INFO, logger="healthd.test-sinks")
     LogSink(logger).publish(report, 1)
@@ -77,7 +83,7 @@ def test_a_pass_that_raised_in_the_cycle_and_one_that_never_ran_take_the_same_pa
         raise OSError("disk gone\n<0>forged line")
 
     monkeypatch.setattr(engine, "run_checks", explode)
-    in_cycle = report_from_outcome(run_pass(engine))
+    in_cycle = run_pass(engine)
     saved_in_cycle = json.loads((tmp_path / "state" / "last-pass.json").read_text())
     in_daemon = failed_report(engine, RuntimeError("can't start new thread"), 1_700_000_000.0, dry_run=False)
     saved_in_daemon = json.loads((tmp_path / "state" / "last-pass.json").read_text())
@@ -104,11 +110,11 @@ def test_a_pass_that_raised_in_the_cycle_and_one_that_never_ran_take_the_same_pa
 def test_a_failed_pass_exports_no_circuit_breaker_state(make_engine: Callable[..., Any]) -> None:
     engine = make_engine()
     collector = HealthdCollector()
-    collector.update(report_from_outcome(run_pass(engine)))
+    collector.update(run_pass(engine))
     assert {m.name for m in collector.collect()} >= {"healthd_circuit_breaker_open"}
     raw = PassResult("node-test", 0.0, 0.0, ())
     failed = failed_pass(PassContext(engine, tools=PassTools(logger=logging.getLogger("t"))), raw, ValueError("x"))
-    collector.update(report_from_outcome(failed))
+    collector.update(failed)
     # Nothing was decided: whether the breaker is open is not known, so it is not claimed.
     assert "healthd_circuit_breaker_open" not in {m.name for m in collector.collect()}
 
@@ -143,7 +149,7 @@ def test_a_textfile_directory_refused_while_running_skips_the_write_not_the_chec
     caplog.set_level(logging.DEBUG, logger="healthd.test-sinks")
     sink = MetricsSink(logger)
     sink.configure(MetricsSettings(textfile=textfile))
-    report = report_from_outcome(run_pass(make_engine()))
+    report = run_pass(make_engine())
     sink.publish(report, 1)
     written = textfile.read_text()
     directory.chmod(0o777)

@@ -273,6 +273,25 @@ def test_status_shows_a_dry_run_with_slurm_unreachable(
     assert lines[-1] == f"Slurm not reachable (sinfo: Unable to process configuration file); dry run: would {WOULD}"
 
 
+def test_status_of_a_document_from_an_older_healthd_shows_its_slurm_errors_as_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], controllerless_slurm_conf: Path
+) -> None:
+    """A saved pass without ``action.slurm_errors`` (written before that key) gets no phrase: its errors are lines."""
+    config = _real_config(tmp_path, f'conf = "{controllerless_slurm_conf}"')
+    _, lines = _status(config, capsys, "--dry-run")
+    assert lines[-1].startswith("Slurm not reachable (sinfo: Unable to process configuration file); dry run: ")
+    saved = tmp_path / "state" / "last-pass.json"
+    document = json.loads(saved.read_text())
+    [entry] = document["action"].pop("slurm_errors")
+    assert entry["kind"] == "unreachable" and entry["error"] == 0
+    saved.write_text(json.dumps(document))
+    assert main(["status", "--config", str(config)]) == 2
+    older = capsys.readouterr().out.splitlines()
+    error = document["action"]["errors"][0]
+    assert error.startswith("`sinfo -h --all ") and "fatal: Unable to process configuration file" in error
+    assert older[-2:] == [f"dry run: would {WOULD}; nothing was changed in Slurm", f"action error: {error}"]
+
+
 def test_status_shows_a_pending_take_out_and_its_next_retry(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], controllerless_slurm_conf: Path
 ) -> None:

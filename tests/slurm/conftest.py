@@ -20,7 +20,8 @@ from healthd_testkit.paths import Below
 from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
-from healthd.cycle.pipeline import PassOutcome, PassRequest, PassTools, run_pass
+from healthd.cycle.outcome import PassOutcome
+from healthd.cycle.pipeline import PassRequest, PassTools, run_pass
 from healthd.model import Finding, Status
 from healthd.slurm.adapter import SlurmClient
 

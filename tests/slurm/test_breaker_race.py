@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import pytest
 
-from healthd.cycle.pipeline import PassOutcome
+from healthd.cycle.outcome import PassOutcome
 from healthd.slurm.adapter import SlurmClient, SlurmError
 from healthd.store.history import History, Kind
 

@@ -9,11 +9,15 @@ from typing import Any
 
 import pytest
 
+from healthd.cli.render import action_lines
 from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, sinfo_format
+from healthd.slurm.command import STANDARD_BIN_DIRS
+from healthd.slurm.problem import SlurmFailure
 
 pytestmark = pytest.mark.slurm
 
 MOUNT = ("CRITICAL", "MOUNT_MISSING", "/scratch")
+REASON = "healthd: MOUNT_MISSING /scratch"
 
 
 def _node_read(node: str) -> tuple[str, ...]:
@@ -167,7 +171,15 @@ def test_action_pending_while_slurmctld_is_down(cluster: Any, healthd_on: Any) -
         assert time.monotonic() - started < 20
         assert outcome.exit_code == 2
         assert outcome.action.pending and not outcome.action.applied
-        assert outcome.action.errors
+        # The failure travels as a value (kind, command, detail) to the document and the headline.
+        [failure] = outcome.action.slurm_errors
+        assert failure.kind is SlurmFailure.UNREACHABLE and failure.command.startswith("sinfo ")
+        assert "Unable to contact slurm controller" in failure.detail and failure.detail.startswith("sinfo: ")
+        assert outcome.action.errors == (failure.message,)
+        assert outcome.document["action"]["slurm_errors"] == [failure.to_dict(0)]
+        headline = action_lines(outcome.document, time.time())[0]
+        assert headline.startswith(f"action: PENDING: take the node out now (CRITICAL from fault; reason '{REASON}")
+        assert f": Slurm not reachable ({failure.detail}); next try in " in headline, headline
         saved = json.loads((hd.state_dir / "policy.json").read_text())
         assert saved["pending"]["action"] == "take_out_now"
         client = hd.client()
@@ -282,3 +294,36 @@ def test_slurmd_runs_healthd_as_health_check_program(cluster: Any, healthd_on: A
     assert cluster.job_state(job) == "PENDING" and cluster.job_field(job, "Restarts") == "1"
     log = Path(cluster.hook_log).read_text()
     assert "node3: CRITICAL" in log and "take_out_now" in log
+
+
+def _refusing_scontrol(directory: Path) -> Path:
+    """A bin_dir whose scontrol is the real one, except that each ``update`` names a node slurmctld does not have.
+
+    slurmctld itself then refuses the write, with its own message; reads go through unchanged.
+    """
+    real = next(d / "scontrol" for d in STANDARD_BIN_DIRS if (d / "scontrol").is_file())
+    directory.mkdir()
+    wrapper = directory / "scontrol"
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ "$1" = update ]; then shift 2; exec {real} update NodeName=no-such-node "$@"; fi\n'
+        f'exec {real} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    (directory / "sinfo").symlink_to(real.parent / "sinfo")
+    return directory
+
+
+def test_a_write_slurmctld_refuses_is_one_phrase_and_a_value(cluster: Any, healthd_on: Any, tmp_path: Path) -> None:
+    hd = healthd_on("node2", slurm=f'bin_dir = "{_refusing_scontrol(tmp_path / "bin")}"')
+    hd.faults(MOUNT)
+    outcome = hd.cycle()
+    assert outcome.action.pending and not outcome.action.applied
+    assert cluster.state("node2").startswith("idle") and cluster.reason("node2") == ""
+    [failure] = outcome.action.slurm_errors
+    assert failure.kind is SlurmFailure.REJECTED
+    assert failure.command == f"scontrol update NodeName=node2 State=DRAIN Reason={REASON}"
+    assert failure.detail == "scontrol: slurm_update error: Invalid node name specified", failure
+    [entry] = outcome.document["action"]["slurm_errors"]
+    assert entry == {"kind": "rejected", "command": failure.command, "detail": failure.detail, "error": 0}
+    headline = action_lines(outcome.document, time.time())[0]
+    assert f": Slurm refused the change ({failure.detail}); next try in " in headline, headline

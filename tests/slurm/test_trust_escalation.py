@@ -22,7 +22,8 @@ from typing import Any, Iterator
 import pytest
 from healthd_testkit.faults import builtin
 
-from healthd.cycle.pipeline import PassOutcome, run_pass
+from healthd.cycle.outcome import PassOutcome
+from healthd.cycle.pipeline import run_pass
 
 pytestmark = pytest.mark.slurm
 
