@@ -110,7 +110,7 @@ def healthd_configs(conf: Path, directory: Path, start: list[str]) -> tuple[Path
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr}")
     text = converted.read_text()
-    others = [name for name in installed_checks() if f"[checks.{name}]" not in text]
+    others = [name for name in _checks_of(start) if f"[checks.{name}]" not in text]
     equivalent = directory / "nhc-equivalent.toml"
     equivalent.write_text(
         _private(directory / "state-nhc-equivalent")
@@ -132,6 +132,14 @@ def healthd_commands(conf: Path, directory: Path, launcher: Optional[list[str]] 
         "check --once, default config": [*start, "check", "--once", "--dry-run", "--config", str(default)],
         "status": [*start, "status", "--config", str(default)],
     }
+
+
+def _checks_of(start: list[str]) -> list[str]:
+    """The checks installed for the code ``start`` runs (``[python, "-m", "healthd"]``), else this environment's."""
+    if start[1:] != ["-m", "healthd"]:
+        return installed_checks()
+    listing = "import importlib.metadata as m; print(*sorted(e.name for e in m.entry_points(group='healthd.checks')))"
+    return subprocess.run([start[0], "-c", listing], capture_output=True, text=True, check=True).stdout.split()
 
 
 def _private(state: Path) -> str:
@@ -242,7 +250,8 @@ def main() -> None:
             # `python -m healthd`: the console script names the installed code's entry point, which
             # older code may not have (it moved in the restructuring).
             python = _venv_python(before) or Path(sys.executable)
-            older = healthd_commands(conf, directory / "before", [str(python), "-m", "healthd"])
+            with _path(before):  # an export converts NHC's config with its own import-nhc too
+                older = healthd_commands(conf, directory / "before", [str(python), "-m", "healthd"])
             commands.update({f"{name} (before)": command for name, command in older.items()})
         first_runs({"NHC": nhc, **commands}, before)
         samples: dict[str, tuple[list[Sample], list[Sample]]] = {name: ([], []) for name in commands}

@@ -29,7 +29,7 @@ from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
 from healthd.cycle.outcome import PASS_FAILED, ActionSection, PassOutcome
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
-from healthd.plan.acks import apply_acks
+from healthd.plan.acks import Ack, apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
 from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyRules, PolicyState
 from healthd.plan.spread import act_delay
@@ -312,8 +312,11 @@ def _may_act(raw: PassResult) -> bool:
     return any(f.status in (Status.CRITICAL, Status.WARNING) and f.check != OWN_CHECK for f in raw.findings)
 
 
-def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException) -> PassOutcome:
+def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException, met: tuple[str, ...] = ()) -> PassOutcome:
     """The pass as far as it got, plus an UNKNOWN ``PASS_FAILED`` finding; nothing acted on or saved but the pass.
+
+    ``met``: the problems the pass's steps had returned before it raised (the lock, the
+    state's reads), listed after its own error.
 
     The one way a pass that raised is reported: ``run_pass`` takes it when one of
     its steps raised, and the daemon when a pass could not run at all (no thread to
@@ -328,7 +331,7 @@ def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException) -> PassOu
     own = CheckResult(OWN_CHECK, RunState.ERROR, (finding,), 0.0, message)
     result = replace(raw, results=(*raw.results, own))
     decision = Decision(Action.NONE, Action.NONE, "", "the pass failed: nothing decided")
-    return _finish(ctx, result, _report(ctx, decision, message))
+    return _finish(ctx, result, _report(ctx, decision, message, met))
 
 
 def _policy_rules(config: Config) -> PolicyRules:
@@ -375,14 +378,37 @@ class Acted:
 
 
 def _locked_pass(ctx: PassContext, raw: PassResult, unlocked: tuple[str, ...]) -> PassOutcome:
-    """The pass under the state lock; ``unlocked`` says why ``cycle.lock`` could not be opened (empty: it is held)."""
-    engine, config = ctx.engine, ctx.config
-    now = ctx.tools.clock()
+    """The pass under the state lock; ``unlocked`` says why ``cycle.lock`` could not be opened (empty: it is held).
+
+    What the state's reads met (a corrupt ``policy.json`` moved aside, bad acks) is reported
+    even when a later step raises: the failed pass names it beside its own error.
+    """
+    engine = ctx.engine
     claim(engine.state, raw.node, mark=not unlocked)  # before anything in the directory is believed
     store = AckStore(engine.state.file(ACKS_STATE))
     acks, ack_problems = store.load()
     # Judged as acknowledged: a CRITICAL an administrator acknowledged must not count (reach_critical).
     read = _load_policy_state(engine, apply_acks(raw, acks)[0], unlocked=bool(unlocked))
+    try:
+        return _judge_and_act(ctx, raw, unlocked, store, acks, ack_problems, read)
+    except UntrustedPath:
+        raise  # not a failed pass (see run_pass)
+    except Exception as exc:  # see run_pass's docstring
+        return failed_pass(ctx, raw, exc, (*unlocked, *read.problems, *ack_problems))
+
+
+def _judge_and_act(
+    ctx: PassContext,
+    raw: PassResult,
+    unlocked: tuple[str, ...],
+    store: AckStore,
+    acks: tuple[Ack, ...],
+    ack_problems: tuple[str, ...],
+    read: PolicyRead,
+) -> PassOutcome:
+    """Plan from the state as read, carry the plan out, record it in the history and save what it leaves."""
+    engine, config = ctx.engine, ctx.config
+    now = ctx.tools.clock()
     state = read.state
     # An active pass holds active.lock itself (activerun.start): only an ordinary pass probes it,
     # and only where the probe can matter: an active check is enabled, and healthd has the node

@@ -544,6 +544,27 @@ def test_an_unexpected_exception_is_a_reported_pass(tmp_path: Path, monkeypatch:
     assert not (tmp_path / "state" / "policy.json").exists()
 
 
+def test_a_pass_that_fails_after_reading_the_state_still_reports_what_the_reads_met(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A corrupt policy.json is moved aside and the pass starts empty: if the pass then fails,
+    # nothing else will ever say that the node's policy memory (took_out, pending, repair) was lost.
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "policy.json").write_text("{not json")
+    (tmp_path / "state" / "acks.json").write_text('{"acks": null}')
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("simulated bug")
+
+    monkeypatch.setattr("healthd.plan.plan.decide", broken)
+    errors = run_pass(_engine(tmp_path)).action.errors
+    assert "simulated bug" in errors[0]
+    assert any(e.startswith("corrupt state file") and "policy.json" in e for e in errors[1:]), errors
+    assert any("acks is NoneType, not a list" in e for e in errors[1:]), errors
+    saved = json.loads((tmp_path / "state" / "last-pass.json").read_text())
+    assert saved["action"]["errors"] == list(errors)
+
+
 @pytest.mark.slow
 def test_a_locked_state_dir_skips_acting_and_never_hangs(tmp_path: Path, cli: Any) -> None:
     engine = _engine(tmp_path, slurm="lock_timeout = 0.3\n")
