@@ -21,7 +21,7 @@ from healthd.model import Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import UNACKNOWLEDGEABLE, FindingRef, adopted, widest
 from healthd.plan.breaker import BreakerHold, next_hold, over_limit
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import ACTING_ORDER, HEALTHD_REASONS, Reasons, acting_key, reason_head
+from healthd.slurm.reasons import ACTING_ORDER, Reasons, acting_key, reason_head
 
 if TYPE_CHECKING:
     from healthd.config.models import EscalationSettings, PolicySettings
@@ -474,14 +474,15 @@ class PassFacts:
 class PolicyRules:
     """What the config says about acting on a node, made once per pass.
 
-    ``settings``: ``[policy]``. ``reasons``: healthd's reasons under ``[slurm] reason_prefix``.
+    ``settings``: ``[policy]``. ``reasons``: healthd's reasons under ``[slurm] reason_prefix``, with
+    no default: rules made without the configured prefix would not know healthd's own drains.
     ``escalation``: ``[escalation]`` (None: no escalation to repair). ``reboot`` and ``reset``:
     ``[remediation]``. ``reconcile_interval``: ``[slurm]``'s, the most a pass goes without
     reading the node (``needs_node``). ``decide`` reads the first four; the plan all of them.
     """
 
     settings: PolicySettings
-    reasons: Reasons = HEALTHD_REASONS
+    reasons: Reasons
     escalation: Optional[EscalationSettings] = None
     reboot: bool = False
     reset: bool = False

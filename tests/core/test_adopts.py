@@ -21,6 +21,7 @@ from healthd.plan.acks import Ack, FindingRef, apply_acks
 from healthd.plan.plan import Observed, Plan, Read, Situation, plan
 from healthd.plan.policy import Action, PolicyRules, PolicyState
 from healthd.slurm.nodestate import NodeInfo
+from healthd.slurm.reasons import HEALTHD_REASONS
 from healthd.store.history import History
 
 OLD, NEW = "gpu/NVLINK_DOWN/gpu3", "nvlink/NVLINK_DOWN/gpu3"
@@ -57,7 +58,7 @@ def _plan(result: PassResult, state: PolicyState, acks: tuple[Ack, ...], node: N
     observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=node, views={})
     made = plan(
         Situation(result, state, acks, observed, 1000.0, False, True, False),
-        PolicyRules(PolicySettings(), reconcile_interval=3600.0),
+        PolicyRules(PolicySettings(), HEALTHD_REASONS, reconcile_interval=3600.0),
     )
     assert isinstance(made, Plan)
     return made
