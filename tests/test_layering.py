@@ -46,11 +46,10 @@ NEVER = (
         "the values every stage shares depend on no stage",
     ),
 )  # fmt: skip
-# Only these modules may import the Slurm adapter (healthd.slurm.adapter): the stage that acts.
-SLURM_CALLERS = ("healthd.slurm.", "healthd.cycle.pipeline")
-# Known exceptions, each a piece of work left (docs/architecture.md, "Layering"): the active
-# checks' idle read and `fleet lemons --drain` still call the adapter themselves.
-SLURM_EXCEPTIONS = frozenset({"healthd.cycle.activerun", "healthd.fleet.drain", "healthd.commands.fleet"})
+# Only these modules may import the Slurm adapter (healthd.slurm.adapter): Slurm's own package
+# and the stages that act on nodes: the node agent's cycle (the pass, and the active checks'
+# read of whether the node is idle) and the fleet's drain (`fleet lemons --drain`).
+SLURM_CALLERS = ("healthd.slurm.", "healthd.cycle.pipeline", "healthd.cycle.activerun", "healthd.fleet.drain")
 
 
 def _module(path: Path) -> str:
@@ -178,7 +177,6 @@ def test_never_rules(graph: dict[str, set[str]], importer: str, forbidden: tuple
 
 def test_only_the_acting_stage_calls_slurm(graph: dict[str, set[str]]) -> None:
     callers = {m for m, targets in graph.items() if "healthd.slurm.adapter" in targets}
-    strays = sorted(m for m in callers - SLURM_EXCEPTIONS if not m.startswith(SLURM_CALLERS))
-    assert strays == []
-    # An exception that no longer calls the adapter is dropped from the list, so the list only shrinks.
-    assert callers >= SLURM_EXCEPTIONS
+    strays = sorted(m for m in callers if not m.startswith(SLURM_CALLERS))
+    assert strays == [], "Slurm is called through the acting stages only (CONTRIBUTING.md)"
+    assert callers & {"healthd.cycle.pipeline", "healthd.fleet.drain"}, "the graph sees the adapter's callers"

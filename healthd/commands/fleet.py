@@ -341,7 +341,7 @@ def _job_rows(text: str, source: str) -> tuple[Any, dict[str, str]]:  # rows: a 
 
 def run(args: argparse.Namespace) -> int:
     from healthd.fleet.sacct import FleetInputError
-    from healthd.slurm.adapter import SlurmError
+    from healthd.slurm.command import SlurmError
 
     now = time.time()
     try:
@@ -410,17 +410,11 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
     lemons = report.lemons
     steps: list[Any] = []
     if args.drain:
-        from healthd.fleet.drain import apply_drains, plan_drains, read_cluster
-        from healthd.slurm.adapter import SlurmClient, SlurmError
-        from healthd.slurm.reasons import Reasons
+        from healthd.fleet.drain import drain_lemons
+        from healthd.slurm.command import SlurmError
 
-        reasons = Reasons(config.slurm.reason_prefix)
-        client = SlurmClient(config.slurm)
         try:
-            nodes, views = read_cluster(client, [verdict.node for verdict in lemons], reasons)
-            steps = plan_drains(lemons, nodes, views, reasons, config.policy, now, args.drain_silent)
-            if args.apply:
-                steps = apply_drains(steps, client, reasons, config.policy)
+            steps = drain_lemons(config, lemons, now, apply=args.apply, silent=args.drain_silent)
         except SlurmError as exc:
             print(f"healthd fleet: {exc}", file=sys.stderr)
             return EX_UNAVAILABLE

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from healthd.config.models import PolicySettings
 from healthd.fleet.lemons import LemonVerdict
@@ -26,6 +26,9 @@ from healthd.plan.breaker import breaker_confirm, group_views, over_limit
 from healthd.slurm.adapter import SlurmClient, SlurmError, SlurmNotFound
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.slurm.reasons import Reasons
+
+if TYPE_CHECKING:
+    from healthd.config.sections import Config
 
 Views = dict[str, PartitionView]
 # Job failures are what users can cause (a broken job, a node chosen with -w, two accounts
@@ -170,3 +173,18 @@ def apply_drains(
         else:
             confirmed.append(step)
     return confirmed
+
+
+def drain_lemons(
+    config: Config, lemons: Sequence[LemonVerdict], now: float, *, apply: bool, silent: bool
+) -> list[DrainStep]:
+    """``fleet lemons --drain`` whole: read the cluster, plan, and (``apply``) send and confirm, under ``config``.
+
+    The fleet's one step that acts on Slurm, as the pass is the node agent's: the command
+    line hands it the verdicts and prints what it returns (``SlurmError`` if a read fails).
+    """
+    reasons = Reasons(config.slurm.reason_prefix)
+    client = SlurmClient(config.slurm)
+    nodes, views = read_cluster(client, [verdict.node for verdict in lemons], reasons)
+    steps = plan_drains(lemons, nodes, views, reasons, config.policy, now, silent)
+    return apply_drains(steps, client, reasons, config.policy) if apply else steps
