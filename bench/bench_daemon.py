@@ -64,15 +64,19 @@ def _wait_for_statuses(sock: socket.socket, count: int, timeout: float) -> int:
     return seen
 
 
-def wheel_environment(directory: Path) -> Path:
-    """A virtual environment in ``directory`` with a wheel of this checkout installed; returns its ``bin``."""
+def wheel_environment(directory: Path, *, dependencies: bool = False) -> Path:
+    """A virtual environment in ``directory`` with a wheel of this checkout installed; returns its ``bin``.
+
+    Without ``dependencies`` only healthd itself: status and the hook import none of them.
+    """
     repo = Path(__file__).resolve().parent.parent
     wheels, env = directory / "wheels", directory / "venv"
     pip = [sys.executable, "-m", "pip", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(repo)], check=True)
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     wheel = next(wheels.glob("healthd-*.whl"))
-    subprocess.run([*pip, "--python", str(env / "bin" / "python"), "install", "--no-deps", str(wheel)], check=True)
+    install = [*pip, "--python", str(env / "bin" / "python"), "install", *([] if dependencies else ["--no-deps"])]
+    subprocess.run([*install, str(wheel)], check=True)
     return env / "bin"
 
 

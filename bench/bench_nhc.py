@@ -51,6 +51,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_check_once import compile_bytecode, installed_checks, one_run
+from bench_daemon import wheel_environment
 
 HEALTHD = os.path.join(os.path.dirname(sys.executable), "healthd")
 Sample = tuple[float, float, float]  # wall seconds, peak RSS MiB, CPU seconds
@@ -181,18 +182,6 @@ class _path:
         os.environ.pop("PYTHONPATH", None)
 
 
-def wheel_environment(directory: Path) -> list[str]:
-    """A virtual environment in ``directory`` holding a wheel of this checkout and its dependencies; its ``healthd``."""
-    repo = Path(__file__).resolve().parent.parent
-    wheels, env = directory / "wheels", directory / "venv"
-    pip = [sys.executable, "-m", "pip", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(repo)], check=True)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
-    wheel = next(wheels.glob("healthd-*.whl"))
-    subprocess.run([*pip, "--python", str(env / "bin" / "python"), "install", str(wheel)], check=True)
-    return [str(env / "bin" / "healthd")]
-
-
 def _venv_python(directory: Path) -> Optional[Path]:
     """The interpreter of ``directory`` when it is a virtual environment, else None."""
     python = directory / "bin" / "python"
@@ -244,7 +233,8 @@ def main() -> None:
         os.chdir(directory / "cwd")
         conf = nhc_conf(nhc_dir, directory, args.service, args.ethernet)
         nhc = nhc_command(nhc_dir, conf, directory / "nhc-run")
-        this = wheel_environment(directory) if args.install == "wheel" else None
+        wheel = args.install == "wheel"
+        this = [str(wheel_environment(directory, dependencies=True) / "healthd")] if wheel else None
         commands = healthd_commands(conf, directory / "healthd", this)
         if before is not None:
             # `python -m healthd`: the console script names the installed code's entry point, which
