@@ -234,13 +234,23 @@ def read_kmsg(
     )
 
 
+# sd_booted(3): the machine was booted with systemd exactly when this is a directory.
+_SYSTEMD_RUNTIME = "/run/systemd/system"
+
+
 def journal_available() -> bool:
-    """systemd-python imports and the machine was booted with systemd (so journald runs)."""
+    """The machine was booted with systemd (so journald runs) and systemd-python imports.
+
+    The directory is looked at first, as sd_booted(3) defines the test: a machine without
+    systemd (a container) imports no systemd-python, whose ``daemon`` module brings ``socket``.
+    """
+    if not os.path.isdir(_SYSTEMD_RUNTIME):
+        return False
     try:
-        from systemd import daemon
+        from systemd import journal  # noqa: F401 (read_journal reads with it)
     except ImportError:
         return False
-    return bool(daemon.booted())
+    return True
 
 
 def _journal_text(value: Any) -> str:

@@ -23,7 +23,17 @@ from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, 
 from healthd.model import Finding, Status
 
 from ..common.mountinfo import MountEntry, find_mount, parse_mountinfo
-from .fsprobe import Failed, Hung, ProbeOutcome, ProbeTable, Usage, forget_finished
+from .fsprobe import (
+    MEMORY_FILESYSTEMS,
+    WALKABLE_FILESYSTEMS,
+    Failed,
+    Hung,
+    ProbeOutcome,
+    ProbeTable,
+    Usage,
+    forget_finished,
+    read_here,
+)
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext
@@ -84,14 +94,31 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     wanted.update(dict.fromkeys(m.path for m in settings.expect))
     wanted.update(dict.fromkeys(limit.path for limit in settings.usage_limits))
     paths = [path for path in wanted if path == "/" or find_mount(entries, path) is not None]
+    here = [path for path in paths if answered_from_memory(entries, path)]
     probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
     state = ctx.state.load()
     remembered = _stuck_probes(state)
     before = dict(remembered)
-    outcomes = probes.probe_all(paths, settings.probe_timeout, remembered)
+    outcomes = {path: read_here(path) for path in here}
+    outcomes.update(probes.probe_all([p for p in paths if p not in outcomes], settings.probe_timeout, remembered))
     forget_finished(remembered, keep=set(paths))
     stuck = remembered if remembered != before else None
     return MountsObservation(source, tuple(entries), None, tuple((p, outcomes[p]) for p in paths), stuck, state)
+
+
+def answered_from_memory(entries: list[MountEntry], path: str) -> bool:
+    """Whether ``statvfs(path)`` cannot wait: the mount there and every mount above it are ``fsprobe``'s safe kinds.
+
+    The mount at ``path`` must have no backing store (``MEMORY_FILESYSTEMS``), and each mount
+    the path crosses on its way there must not revalidate the path (``WALKABLE_FILESYSTEMS``):
+    /dev/shm under an NFS root is still probed in the child, since walking to it may ask the server.
+    """
+    entry = find_mount(entries, path)
+    if entry is None or entry.fstype not in MEMORY_FILESYSTEMS:
+        return False
+    parts = path.rstrip("/").split("/")[:-1]
+    above = ["/".join(parts[: i + 1]) or "/" for i in range(len(parts))]
+    return all((mount := find_mount(entries, p)) is None or mount.fstype in WALKABLE_FILESYSTEMS for p in above)
 
 
 def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry]) -> Iterable[Finding]:

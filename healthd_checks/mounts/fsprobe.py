@@ -1,11 +1,14 @@
 """Space and inode probes of a mount, run in a child process so a hung filesystem cannot hang us.
 
 A ``statvfs`` on a hung NFS or FUSE mount blocks in the kernel (state D) and cannot
-be interrupted, so it never runs in one of healthd's own threads. All the mounts of
-a pass are probed by one child process in its own session: ``stat --file-system``
-for a single mount, an isolated interpreter with one thread per mount for several
-(a hung mount blocks only its thread, so every mount answers or is found hung
-within the one deadline). The child is abandoned at its deadline and remembered,
+be interrupted, so it never runs in one of healthd's own threads, except on a
+filesystem with no backing store reached through no filesystem that revalidates its
+paths (``MEMORY_FILESYSTEMS``, ``WALKABLE_FILESYSTEMS``): the kernel answers those
+from memory, and ``read_here`` asks in this process. All the other mounts of a pass
+are probed by one child process in its own session: ``stat --file-system`` for a
+single mount, an isolated interpreter with one thread per mount for several (a hung
+mount blocks only its thread, so every mount answers or is found hung within the one
+deadline). The child is abandoned at its deadline and remembered,
 as the stuck probe of each mount that did not answer, until it finally exits.
 While a probe of a mount is still alive no new one is started for that mount, in
 this process (``ProbeTable``) or in a later one (the pid and start time are kept in
@@ -26,6 +29,22 @@ from typing import Optional, Union
 
 from healthd.checks.binaries import locate
 from healthd.checks.bounded import process_start
+
+# Filesystems with no backing store: the kernel answers their statfs from memory, with no
+# disk or server to wait for (fs/libfs.c ``simple_statfs`` for proc, sysfs and the kernfs
+# ones (cgroup, cgroup2), devpts, mqueue, ramfs, debugfs, tracefs, securityfs, configfs, bpf and
+# pstore; mm/shmem.c ``shmem_statfs`` for tmpfs and devtmpfs; fs/hugetlbfs ``hugetlbfs_statfs``).
+# autofs is not one: a statfs on its mount point mounts what it stands for.
+MEMORY_FILESYSTEMS = frozenset(
+    {
+        "proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "ramfs", "debugfs", "tracefs",
+        "securityfs", "configfs", "bpf", "pstore", "tmpfs", "devtmpfs", "hugetlbfs",
+    }
+)  # fmt: skip
+# Filesystems a path may cross on its way to such a mount without waiting: they have no
+# dentry revalidation (``d_revalidate``; NFS, FUSE, Lustre, CIFS, Ceph and overlay have one,
+# which may ask a server), and a mount pins the dentries above its mount point in the cache.
+WALKABLE_FILESYSTEMS = MEMORY_FILESYSTEMS | {"ext2", "ext3", "ext4", "xfs", "btrfs"}
 
 # %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes
 _FORMAT = "%b %a %S %c %d"
@@ -69,13 +88,27 @@ def parse_stat_output(text: str) -> Usage:
     parts = text.split()
     if len(parts) != 5:
         raise ValueError(f"expected 5 numbers from stat, got {text.strip()!r}")
-    blocks, avail, _block_size, inodes, free_inodes = (int(p) for p in parts)
+    blocks, avail, block_size, inodes, free_inodes = (int(p) for p in parts)
     if blocks < 0 or avail < 0 or inodes < 0 or free_inodes < 0:
         raise ValueError(f"negative value from stat: {text.strip()!r}")
+    return _usage(blocks, avail, block_size, inodes, free_inodes)
+
+
+def _usage(blocks: int, avail: int, block_size: int, inodes: int, free_inodes: int) -> Usage:
+    """statvfs's ``f_blocks``, ``f_bavail``, ``f_frsize``, ``f_files`` and ``f_ffree`` as a ``Usage``."""
     free = avail / blocks if blocks else 1.0
     # Filesystems without a fixed inode table (btrfs, many FUSE ones) report 0 inodes.
     inode_free = free_inodes / inodes if inodes else None
-    return Usage(free_fraction=free, free_inode_fraction=inode_free, total_bytes=blocks * int(parts[2]))
+    return Usage(free_fraction=free, free_inode_fraction=inode_free, total_bytes=blocks * block_size)
+
+
+def read_here(path: str) -> ProbeOutcome:
+    """``statvfs`` of ``path`` in this process: only for a mount the kernel answers from memory (see the module)."""
+    try:
+        got = os.statvfs(path)
+    except OSError as exc:
+        return Failed(exc.strerror or str(exc), exc.errno or None)
+    return _usage(got.f_blocks, got.f_bavail, got.f_frsize, got.f_files, got.f_ffree)
 
 
 def forget_finished(remembered: dict[str, dict[str, float]], keep: set[str]) -> None:

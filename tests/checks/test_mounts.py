@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
 
 from healthd.checks.plugin import JudgeContext
-from healthd_checks.mounts.check import MountsObservation, judge
+from healthd_checks.common.mountinfo import MountEntry, parse_mountinfo
+from healthd_checks.mounts.check import MountsObservation, answered_from_memory, judge
 from healthd_checks.mounts.fsprobe import Failed, ProbeOutcome, ProbeTable, stat_failed
 from healthd_checks.mounts.settings import MountsSettings
 
@@ -150,3 +152,36 @@ def test_stat_messages_are_read_back_to_their_errno() -> None:
     # A message that is not stat's failure to read the filesystem is the probe's own.
     assert stat_failed("stat: write error: Input/output error").errno is None
     assert stat_failed("/usr/bin/stat: cannot read file system information for '/x': gibberish").errno is None
+
+
+def _mountinfo(*mounts: tuple[str, str]) -> list[MountEntry]:
+    lines = [f"{i} 1 0:{i} / {point} rw,relatime - {fstype} src rw" for i, (point, fstype) in enumerate(mounts, 20)]
+    return parse_mountinfo("\n".join(lines), "mountinfo")
+
+
+def test_only_memory_filesystems_reached_without_a_network_one_are_read_in_process() -> None:
+    local = _mountinfo(("/", "ext4"), ("/proc", "proc"), ("/dev", "devtmpfs"), ("/dev/shm", "tmpfs"), ("/a", "autofs"))
+    assert [p for p in ("/", "/proc", "/dev/shm", "/a") if answered_from_memory(local, p)] == ["/proc", "/dev/shm"]
+    # A diskless node's NFS root: walking to /dev/shm may ask the server, so the child probes it.
+    assert not answered_from_memory(_mountinfo(("/", "nfs4"), ("/dev", "devtmpfs"), ("/dev/shm", "tmpfs")), "/dev/shm")
+    # A tmpfs under a FUSE or overlay mount, or hidden by an NFS mount over it, likewise.
+    for above in ("fuse.sshfs", "overlay"):
+        under = _mountinfo(("/", "xfs"), ("/home", above), ("/home/u/tmp", "tmpfs"))
+        assert not answered_from_memory(under, "/home/u/tmp")
+    assert not answered_from_memory(_mountinfo(("/", "ext4"), ("/scratch", "tmpfs"), ("/scratch", "nfs")), "/scratch")
+
+
+def test_memory_filesystems_are_read_without_a_child_and_the_rest_by_one(
+    tmpfs: Callable[[str, str], Path], write_config: Callable[[str], Path], cli_json: Any, mocker: Any
+) -> None:
+    tiny = tmpfs("tiny", "size=1m")
+    (tiny / "fill").write_bytes(b"\0" * (1024 * 1024 - 8192))
+    popen = mocker.spy(subprocess, "Popen")
+    for include_root in ("false", "true"):
+        body = f'[checks.mounts]\nexpect = [{{ path = "{tiny}" }}, {{ path = "/proc", fstype = "proc" }}]\n'
+        body += f"include_root = {include_root}\nmin_free_percent = 10\nmin_free_inodes_percent = 0\n"
+        code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+        assert code == 1 and findings(doc, "mounts") == [("WARNING", "MOUNT_SPACE_LOW", str(tiny))]
+    # The tmpfs and /proc answered from this process both times; the root's ext4 (or overlay) by one stat.
+    (call,) = popen.call_args_list
+    assert call.args[0][0].endswith("stat") and call.args[0][-1] == "/"

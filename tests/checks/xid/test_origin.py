@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
@@ -20,7 +22,7 @@ import pytest
 from healthd_testkit.xid import BOOT_A, FIXTURES, X79, Node, by_code, reader_entry
 
 from healthd.model import Status
-from healthd_checks.kernlog.source import ReadResult, journal_line
+from healthd_checks.kernlog.source import ReadResult, journal_available, journal_line
 from healthd_checks.xid.parse import Origin, origin_of
 
 HOSTILE_KMSG = (FIXTURES / "kmsg-hostile.txt").read_text()
@@ -73,6 +75,19 @@ def test_without_the_switch_a_userspace_record_is_nothing_and_says_nothing(node:
 
 
 # -- the journal ---------------------------------------------------------------------------------------
+
+
+def test_the_journal_is_read_where_systemd_python_says_systemd_booted_the_machine() -> None:
+    # healthd asks sd_booted(3)'s question itself (no systemd.daemon import on a machine without
+    # systemd); systemd-python, installed with the tests, must give the same answer here.
+    from systemd import daemon
+
+    assert journal_available() is bool(daemon.booted())
+    if not daemon.booted():  # a container: not even the journal module is imported to find that out
+        asked = "from healthd_checks.kernlog import source; source.journal_available()"
+        script = f"import sys; {asked}; print(*sys.modules)"
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        assert not {"systemd", "systemd.daemon", "socket"} & set(done.stdout.split())
 
 
 def test_journal_entries_become_the_lines_kmsg_gives() -> None:
