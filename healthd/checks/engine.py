@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
-from healthd.checks.plugin import AnyCheck, CheckContext, CheckSpec
+from healthd.checks.plugin import AnyCheck, CheckContext, CheckSpec, PassShared
 from healthd.checks.runner import PreparedCheck, Runner
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.store.policymemory import PolicyMemory
@@ -119,6 +119,7 @@ class Engine:
         module unloaded (healthd.config.cache), and a pass must read the same either way.
         """
         prepared = []
+        shared = PassShared()
         for spec in self.specs:
             if only is not None and spec.name not in only:
                 continue
@@ -137,6 +138,7 @@ class Engine:
                 state=self.state.file(f"check-{spec.name}"),
                 memory=self._memory.setdefault(spec.name, {}),
                 clock=self.clock,
+                shared=shared,
             )
             prepared.append(PreparedCheck(spec.name, spec, context, enabled))
         return prepared

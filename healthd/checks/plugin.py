@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import (
     Any,
     Callable,
     Generic,
+    Hashable,
     Iterable,
     Mapping,
     MutableMapping,
@@ -84,13 +86,36 @@ class _Reporter:
         return Finding(check=self.name, status=status, code=code, subject=subject, message=message, details=details)
 
 
+class PassShared:
+    """What the checks of one pass read once for all of them (the kernel log): ``once(key, read)``.
+
+    The engine gives every check of a pass the same one, and each pass a new one. The
+    first check to ask for ``key`` runs ``read``; the others asking meanwhile wait for it
+    and get the same value. A ``read`` that raises leaves nothing: the next to ask reads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[Hashable, tuple[threading.Lock, list[Any]]] = {}
+
+    def once(self, key: Hashable, read: Callable[[], T]) -> T:
+        with self._lock:
+            lock, value = self._entries.setdefault(key, (threading.Lock(), []))
+        with lock:
+            if not value:
+                value.append(read())
+        result: T = value[0]
+        return result
+
+
 @dataclass(frozen=True)
 class CheckContext(_Reporter, Generic[S]):
     """Everything a check's gathering may use: settings, roots, state, memory, clock.
 
     ``state`` persists across processes (in ``[paths].state_dir``); ``memory`` lives
     only as long as this process and carries things like running probe processes.
-    ``devices`` collects the devices the check saw in this pass (``Verdict.devices``).
+    ``devices`` collects the devices the check saw in this pass (``Verdict.devices``), and
+    ``shared`` holds what the pass's checks read once for all of them.
     """
 
     settings: S
@@ -99,6 +124,7 @@ class CheckContext(_Reporter, Generic[S]):
     memory: MutableMapping[str, Any] = field(default_factory=dict)
     clock: Callable[[], float] = time.time
     devices: list[Device] = field(default_factory=list)
+    shared: PassShared = field(default_factory=PassShared)
 
     def save_state(self, data: Mapping[str, Any], what: str) -> list[Finding]:
         """Persist ``data``; when that fails, the UNKNOWN ``STATE_UNWRITABLE`` finding to report.

@@ -141,16 +141,7 @@ def gather_log(ctx: CheckContext[Any], settings: KernelLogSettings) -> LogObserv
     if not isinstance(log, dict) or log.get("version") != STATE_VERSION or log.get("boot_id") != boot_id:
         log = {}
     position = Position.load(log)
-    read = read_new(
-        settings.source,
-        settings.journal_directory,
-        ctx.paths.kmsg,
-        ctx.paths.procfs,
-        ctx.clock,
-        boot_id,
-        position,
-        ctx.name,
-    )
+    read = read_new(ctx, boot_id, position)
     if read.unreadable is not None:
         problem = Unobserved("KERNEL_LOG_UNREADABLE", kmsg, one_line(read.unreadable), {"path": kmsg})
         return LogObservation(kmsg, boot_id, problem, log, position)

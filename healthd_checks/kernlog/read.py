@@ -10,8 +10,10 @@ count is still the caller's decision, made on each line's facility (``origin_of`
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+if TYPE_CHECKING:
+    from healthd.checks.plugin import CheckContext
 
 from .source import LogUnavailable, ReadResult, journal_available, kmsg_seq, read_boot_time, read_journal, read_kmsg
 
@@ -74,20 +76,15 @@ class LogRead:
     unreadable: Optional[str] = None
 
 
-def read_new(
-    source: str,
-    journal_directory: Optional[Path],
-    kmsg: Path,
-    procfs: Path,
-    clock: Callable[[], float],
-    boot_id: str,
-    position: Position,
-    keep: Optional[str] = None,
-) -> LogRead:
-    """New lines of boot ``boot_id`` after ``position`` from ``source`` (auto, kmsg, journal); kmsg is the fallback.
+def read_new(ctx: CheckContext[Any], boot_id: str, position: Position) -> LogRead:
+    """New lines of boot ``boot_id`` after ``position`` from the check's ``source`` (auto, kmsg, journal).
 
-    ``keep`` names the reader whose /dev/kmsg descriptor stays open for its next pass (``read_kmsg``).
+    ``source`` and ``journal_directory`` are the check's settings (``KernelLogSettings``
+    or the xid check's own); kmsg is the fallback. The check's /dev/kmsg descriptor stays
+    open for its next pass, and the pass's readers read /dev/kmsg once (``read_kmsg``).
     """
+    source, journal_directory = ctx.settings.source, ctx.settings.journal_directory
+    kmsg = ctx.paths.kmsg
     wanted = source
     if wanted == "auto":
         wanted = "journal" if journal_available() else "kmsg"
@@ -98,10 +95,10 @@ def read_new(
             return LogRead(position.switched("journal"), read_journal(journal_directory, boot_id, cursor))
         except LogUnavailable as exc:
             problems.append(str(exc))
-    boot_time = read_boot_time(procfs, clock())
+    boot_time = read_boot_time(ctx.paths.procfs, ctx.clock())
     try:
         after = kmsg_seq(position.cursor) if position.source == "kmsg" else None
-        result = read_kmsg(kmsg, after, boot_time, keep)
+        result = read_kmsg(kmsg, after, boot_time, ctx.name, ctx.shared)
     except LogUnavailable as exc:
         problems.append(str(exc))
         return LogRead(position, unreadable="; ".join(problems))

@@ -35,7 +35,10 @@ import stat
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
+
+if TYPE_CHECKING:
+    from healthd.checks.plugin import PassShared
 
 _READ_SIZE = 16384  # larger than the kernel's maximum record (CONSOLE_EXT_LOG_MAX, 8 KiB)
 _KMSG_HEAD = re.compile(rb"(\d{1,4}),(\d{1,20}),(\d{1,20}),[^;]*;")
@@ -154,19 +157,17 @@ class _Kept:
 _KEPT: dict[tuple[str, str], _Kept] = {}
 
 
-def _open_kmsg(path: Path, after: Optional[int], keep: Optional[str]) -> tuple[int, bool]:
-    """A descriptor to read records after ``after`` from, and whether it is the reader's kept one (already past it)."""
+def _kept(path: Path, after: Optional[int], keep: Optional[str]) -> Optional[int]:
+    """The reader's kept descriptor when it stopped at ``after`` (it continues from there), else None."""
     kept = _KEPT.pop((keep, str(path)), None) if keep is not None else None
-    if kept is not None:
-        if kept.last == after:
-            return kept.fd, True
-        # The caller's cursor is not where this descriptor stopped (its state was not saved,
-        # or was replaced): start over from the oldest record, as a new process would.
-        os.close(kept.fd)
-    try:
-        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), False
-    except OSError as exc:
-        raise LogUnavailable(f"cannot open {path}: {exc.strerror or exc}") from None
+    if kept is None:
+        return None
+    if kept.last == after:
+        return kept.fd
+    # The caller's cursor is not where this descriptor stopped (its state was not saved,
+    # or was replaced): start over from the oldest record, as a new process would.
+    os.close(kept.fd)
+    return None
 
 
 def _keep(path: Path, keep: str, fd: int, last: int) -> None:
@@ -176,62 +177,124 @@ def _keep(path: Path, keep: str, fd: int, last: int) -> None:
         os.close(displaced.fd)
 
 
+@dataclass(frozen=True)
+class _Drained:
+    """What one descriptor read, unparsed: each record's SEQ, head and bytes, what was lost, and the file's kind."""
+
+    records: tuple[tuple[int, re.Match[bytes], bytes], ...]
+    lost: tuple[str, ...]
+    is_device: bool
+
+
+def _drain(fd: int, path: Path) -> _Drained:
+    """Every record left to read on ``fd``: one per read() from the device, whole lines from a file."""
+    records: list[tuple[int, re.Match[bytes], bytes]] = []
+    lost: list[str] = []
+    pending = b""
+    is_device = stat.S_ISCHR(os.fstat(fd).st_mode)
+    while True:
+        try:
+            chunk = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            break
+        except BrokenPipeError:
+            lost.append("the kernel overwrote records before they were read")
+            continue
+        except OSError as exc:
+            raise LogUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
+        if not chunk:
+            if is_device:
+                break
+            chunk, pending = pending, b""
+            if not chunk:
+                break
+        elif not is_device:
+            chunk, _, pending = (pending + chunk).rpartition(b"\n")
+        records.extend(_numbered(chunk))
+    return _Drained(tuple(records), tuple(lost), is_device)
+
+
+def _drain_new(path: Path) -> tuple[int, _Drained]:
+    """A new descriptor on ``path`` and the whole buffer read from it (closed again when reading fails)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LogUnavailable(f"cannot open {path}: {exc.strerror or exc}") from None
+    try:
+        return fd, _drain(fd, path)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _new_lines(drained: _Drained, after: Optional[int], boot_time: Optional[float]) -> tuple[list[LogLine], list[str]]:
+    """The records after SEQ ``after``, parsed and dated, and what was lost before or among them."""
+    lines: list[LogLine] = []
+    lost = list(drained.lost)
+    last = after
+    for seq, head, raw in drained.records:
+        if last is not None and seq <= last:
+            continue
+        record = _record(head, raw)
+        if last is not None and seq > last + 1 and not lost:
+            lost.append(f"records {last + 1}..{seq - 1} were overwritten before they were read")
+        time = None if boot_time is None else boot_time + record.usec / 1e6
+        lines.append(LogLine(record.message, str(seq), record.usec, time, record.facility))
+        last = seq
+    return lines, lost
+
+
 def read_kmsg(
-    path: Path, after: Optional[int], boot_time: Optional[float] = None, keep: Optional[str] = None
+    path: Path,
+    after: Optional[int],
+    boot_time: Optional[float] = None,
+    keep: Optional[str] = None,
+    shared: Optional[PassShared] = None,
 ) -> ReadResult:
     """Records with SEQ greater than ``after`` (all of them when None), dated from ``boot_time``.
 
     ``keep`` names the reader (a check) when the descriptor of a character device may be
     kept open for its next read: that read continues from here when its ``after`` is
     the last SEQ this one returned, and opens the device afresh otherwise.
+
+    A reader that starts afresh with the pass's ``shared`` reads the buffer once for every
+    reader of the pass: the first one reads the device (and keeps that descriptor), the
+    others take its records. Each record takes one read() of the device, and each read
+    lets the other checks' threads run, so four readers each reading the whole buffer cost
+    a cold pass about 20 ms of CPU more than one. The readers that took the records keep
+    no descriptor: in a long-lived process one of them reads the device the next pass,
+    until every reader continues on a descriptor of its own.
     """
-    fd, continued = _open_kmsg(path, after, keep)
-    lines: list[LogLine] = []
-    lost: list[str] = []
-    last = after
-    oldest: Optional[int] = None
-    pending = b""
-    kept = False
-    try:
-        is_device = stat.S_ISCHR(os.fstat(fd).st_mode)
-        while True:
-            try:
-                chunk = os.read(fd, _READ_SIZE)
-            except BlockingIOError:
-                break
-            except BrokenPipeError:
-                lost.append("the kernel overwrote records before they were read")
-                continue
-            except OSError as exc:
-                raise LogUnavailable(f"cannot read {path}: {exc.strerror or exc}") from None
-            if not chunk:
-                if is_device:
-                    break
-                chunk, pending = pending, b""
-                if not chunk:
-                    break
-            elif not is_device:
-                chunk, _, pending = (pending + chunk).rpartition(b"\n")
-            for seq, head, raw in _numbered(chunk):
-                oldest = seq if oldest is None else oldest
-                if last is not None and seq <= last:
-                    continue
-                record = _record(head, raw)
-                if last is not None and seq > last + 1 and not lost:
-                    lost.append(f"records {last + 1}..{seq - 1} were overwritten before they were read")
-                time = None if boot_time is None else boot_time + record.usec / 1e6
-                lines.append(LogLine(record.message, str(seq), record.usec, time, record.facility))
-                last = seq
-        if keep is not None and is_device and last is not None:
-            _keep(path, keep, fd, last)
-            kept = True
-    finally:
-        if not kept:
+    continued = _kept(path, after, keep)
+    fd: Optional[int] = continued
+    if continued is not None:
+        try:
+            drained = _drain(continued, path)
+        except BaseException:
+            os.close(continued)
+            raise
+    elif shared is None:
+        fd, drained = _drain_new(path)
+    else:
+        opened: list[int] = []
+
+        def first() -> _Drained:
+            new, read = _drain_new(path)
+            opened.append(new)
+            return read
+
+        drained = shared.once(("kmsg", str(path)), first)
+        fd = opened[0] if opened else None
+    lines, lost = _new_lines(drained, after, boot_time)
+    cursor = int(lines[-1].record_id) if lines else after
+    if fd is not None:
+        if keep is not None and drained.is_device and cursor is not None:
+            _keep(path, keep, fd, cursor)
+        else:
             os.close(fd)
     # A continued read starts past the records read before: its first SEQ is not the buffer's oldest.
-    return ReadResult(
-        tuple(lines), None if last is None else str(last), "; ".join(lost) or None, None if continued else oldest
-    )
+    oldest = drained.records[0][0] if drained.records and continued is None else None
+    return ReadResult(tuple(lines), None if cursor is None else str(cursor), "; ".join(lost) or None, oldest)
 
 
 # sd_booted(3): the machine was booted with systemd exactly when this is a directory.

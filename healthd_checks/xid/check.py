@@ -84,11 +84,8 @@ class XidObservation:
 
 def _read_log(ctx: CheckContext[XidSettings], boot_id: str, position: Position) -> XidObservation:
     """New lines from the configured source, falling back to kmsg, with the position after reading."""
-    settings = ctx.settings
     kmsg = ctx.paths.kmsg
-    read = read_new(
-        settings.source, settings.journal_directory, kmsg, ctx.paths.procfs, ctx.clock, boot_id, position, ctx.name
-    )
+    read = read_new(ctx, boot_id, position)
     if read.unreadable is not None:
         unreadable = Unobserved(
             "KERNEL_LOG_UNREADABLE", str(kmsg), one_line(read.unreadable, MESSAGE_LIMIT), {"path": str(kmsg)}

@@ -34,6 +34,7 @@ import pytest
 from healthd_testkit.paths import run_healthd
 
 from healthd.checks.engine import Engine
+from healthd.checks.plugin import PassShared
 from healthd.config.models import parse_config
 from healthd.model import Finding
 from healthd_checks.kernlog import source as kernlog
@@ -81,38 +82,87 @@ def records_with(text: str) -> list[LogLine]:
     return [line for line in read_kmsg(KMSG, None).lines if text in line.message]
 
 
-def test_a_kept_descriptor_reads_only_the_records_logged_since(monkeypatch: pytest.MonkeyPatch) -> None:
-    numbered = 0
+class Numbered:
+    """How many records the kernel-log reader has numbered (``kernlog._numbered``) since ``count`` was set."""
+
+    count = 0
+
+
+@pytest.fixture
+def numbered(monkeypatch: pytest.MonkeyPatch) -> Numbered:
+    counter = Numbered()
     number = kernlog._numbered
 
     def counting(chunk: bytes) -> Iterator[Any]:
-        nonlocal numbered
         for item in number(chunk):
-            numbered += 1
+            counter.count += 1
             yield item
 
     monkeypatch.setattr(kernlog, "_numbered", counting)
+    return counter
+
+
+def test_a_kept_descriptor_reads_only_the_records_logged_since(numbered: Numbered) -> None:
     try:
         first = read_kmsg(KMSG, None, keep="test-reader")
         assert first.cursor is not None and first.oldest is not None
         marker, _ = markers()
         inject(f"healthd kept-descriptor test {marker}")
-        numbered = 0
+        numbered.count = 0
         second = read_kmsg(KMSG, int(first.cursor), keep="test-reader")
         assert any(marker in line.message for line in second.lines)
         assert all(int(line.record_id) > int(first.cursor) for line in second.lines)
-        assert numbered == len(second.lines)  # nothing before the cursor was read again
+        assert numbered.count == len(second.lines)  # nothing before the cursor was read again
         assert second.oldest is None  # its first record is not the buffer's oldest
         # A cursor the descriptor is not at (a pass whose state was not saved): read from the start again.
-        numbered = 0
+        numbered.count = 0
         again = read_kmsg(KMSG, int(first.cursor), keep="test-reader")
         assert [line.record_id for line in again.lines][: len(second.lines)] == [
             line.record_id for line in second.lines
         ]
         # From the buffer's oldest record, which other programs' logging may have moved on since.
-        assert numbered > len(again.lines) and again.oldest is not None and again.oldest >= first.oldest
+        assert numbered.count > len(again.lines) and again.oldest is not None and again.oldest >= first.oldest
     finally:
         os.close(kernlog._KEPT.pop(("test-reader", str(KMSG))).fd)
+
+
+def test_a_pass_reads_the_device_once_and_its_readers_come_to_keep_a_descriptor_each(numbered: Numbered) -> None:
+    readers = ("test-reader-a", "test-reader-b")
+    try:
+        shared = PassShared()
+        a = read_kmsg(KMSG, None, keep=readers[0], shared=shared)
+        whole, numbered.count = numbered.count, 0
+        assert a.cursor is not None and whole >= len(a.lines) > 1
+        behind = int(a.lines[-2].record_id)  # reader b stopped one record earlier
+        b = read_kmsg(KMSG, behind, keep=readers[1], shared=shared)
+        assert numbered.count == 0  # the pass's records, not the device again
+        assert [line.record_id for line in b.lines] == [a.lines[-1].record_id] and b.oldest == a.oldest
+        assert (readers[0], str(KMSG)) in kernlog._KEPT and (readers[1], str(KMSG)) not in kernlog._KEPT
+
+        # The next pass: a continues on its descriptor, b reads the device afresh and keeps that one.
+        marker, _ = markers()
+        inject(f"healthd shared-read test {marker}")
+        shared = PassShared()
+        a = read_kmsg(KMSG, int(a.cursor), keep=readers[0], shared=shared)
+        assert numbered.count == len(a.lines) and any(marker in line.message for line in a.lines)
+        numbered.count = 0
+        b = read_kmsg(KMSG, int(b.cursor or behind), keep=readers[1], shared=shared)
+        assert numbered.count > len(b.lines) and any(marker in line.message for line in b.lines)
+        assert b.cursor == a.cursor and (readers[1], str(KMSG)) in kernlog._KEPT
+
+        # And the pass after: both continue, and nothing is read twice.
+        inject(f"healthd shared-read test {marker} again")
+        shared = PassShared()
+        for reader, before in zip(readers, (a, b)):
+            numbered.count = 0
+            again = read_kmsg(KMSG, int(before.cursor or 0), keep=reader, shared=shared)
+            assert any(f"{marker} again" in line.message for line in again.lines)
+            assert numbered.count == len(again.lines)
+    finally:
+        for reader in readers:
+            kept = kernlog._KEPT.pop((reader, str(KMSG)), None)
+            if kept is not None:
+                os.close(kept.fd)
 
 
 @pytest.fixture
