@@ -1,6 +1,6 @@
 """The values that cross module boundaries: statuses, findings and check results.
 
-Everything here is a frozen dataclass or an enum. Checks produce ``Finding``s, the
+Everything here is an immutable record (CONTRIBUTING.md, "Records") or an enum. Checks produce ``Finding``s, the
 runner wraps them in ``CheckResult``s, and a whole pass is a ``PassResult``; the
 policy, the sinks and the CLI only ever read these.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Union
+from typing import Iterable, Mapping, NamedTuple, Optional, Union
 
 DetailValue = Union[str, int, float, bool, None]
 
@@ -98,8 +98,7 @@ class RunState(enum.Enum):
     DISABLED = "disabled"
 
 
-@dataclass(frozen=True)
-class EventTally:
+class EventTally(NamedTuple):
     """Events one check counted among its findings for one counter (``healthd_<name>_total``), by label values.
 
     A check declares the counter (``healthd.checks.plugin.EventCounter``); the runner tallies
@@ -129,8 +128,7 @@ class Device:
     serial: Optional[str] = None
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(NamedTuple):
     """The outcome of one check in one pass: findings, the event counts of its findings, the devices it saw."""
 
     check: str
@@ -152,8 +150,7 @@ class CheckResult:
         return self.state not in (RunState.NOT_APPLICABLE, RunState.DISABLED)
 
 
-@dataclass(frozen=True)
-class PassResult:
+class PassResult(NamedTuple):
     """Every check's result for one pass, with when it started (epoch seconds).
 
     ``renames`` are the finding keys that moved from one check to another

@@ -27,9 +27,8 @@ import os
 import signal
 import subprocess
 import threading
-from dataclasses import dataclass
 from types import FrameType
-from typing import Callable, Generic, Iterator, Mapping, Optional, Sequence, TypeVar
+from typing import Callable, Generic, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
 BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 # How long a killed child may take to die before it counts as stuck in the kernel:
@@ -39,8 +38,7 @@ KILL_GRACE = 0.1
 K = TypeVar("K")
 
 
-@dataclass(frozen=True)
-class Finished:
+class Finished(NamedTuple):
     """The program ended in time: its exit status and what it printed."""
 
     returncode: int

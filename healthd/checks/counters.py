@@ -14,8 +14,7 @@ state, its ``judge`` uses these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, NamedTuple, Optional, TypeVar
 
 from healthd.model import Finding
 
@@ -39,8 +38,7 @@ def saturated(value: int, bits: int) -> bool:
     return value >= (1 << bits) - 1
 
 
-@dataclass(frozen=True)
-class BootScoped:
+class BootScoped(NamedTuple):
     """A check's state document of per-subject counter baselines, valid within the boot that took them.
 
     The document is ``{"version": V, "boot_id": B, KEY: {subject: entry}}``. On a new

@@ -12,7 +12,6 @@ adopting a new config check the state directory first: one that fails
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
@@ -167,7 +166,7 @@ class Engine:
         # Every loaded check's adoptions, not only those of the checks that ran: an
         # acknowledgement saved under an old key must carry over in a pass run with --only.
         renames = tuple(pair for spec in self.specs if isinstance(spec, CheckSpec) for pair in spec.adopted())
-        result = dataclasses.replace(result, renames=renames)
+        result = result._replace(renames=renames)
         problems = self.state.drain_problems()
         if not problems:
             return result
@@ -176,4 +175,4 @@ class Engine:
             for problem in problems
         )
         own = CheckResult("healthd", RunState.RAN, findings, 0.0, "state directory problems")
-        return dataclasses.replace(result, results=(*result.results, own))
+        return result._replace(results=(*result.results, own))

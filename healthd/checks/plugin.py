@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -28,6 +29,7 @@ from typing import (
     Iterable,
     Mapping,
     MutableMapping,
+    NamedTuple,
     Optional,
     TypeVar,
     Union,
@@ -152,14 +154,13 @@ class JudgeContext(_Reporter, Generic[S]):
     now: float
 
 
-@dataclass(frozen=True)
-class Unobserved:
+class Unobserved(NamedTuple):
     """Something ``gather`` could not read: its judge reports it as UNKNOWN ("could not observe" is never healthy)."""
 
     code: str
     subject: str
     message: str
-    details: Mapping[str, DetailValue] = field(default_factory=dict)
+    details: Mapping[str, DetailValue] = MappingProxyType({})
 
     def finding(self, reporter: _Reporter) -> Finding:
         return reporter.finding(Status.UNKNOWN, self.code, self.subject, self.message, **self.details)
@@ -183,8 +184,7 @@ def read_parsed(
         return Unobserved(f"{code}_MALFORMED", str(path), str(exc))
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What a judge concluded: its findings, the state to keep for the next pass, the devices it saw.
 
     ``state`` None leaves the saved state as it is; a check that keeps state reads the
@@ -340,16 +340,14 @@ class CheckSpec(Generic[S]):
         return model
 
 
-@dataclass(frozen=True)
-class BrokenCheck:
+class BrokenCheck(NamedTuple):
     """Stands in for a plugin whose entry point failed to load."""
 
     name: str
     error: str
 
 
-@dataclass(frozen=True)
-class UnloadedCheck:
+class UnloadedCheck(NamedTuple):
     """A check the config disables, whose module was never imported (``healthd.config.cache``'s fast path)."""
 
     name: str
@@ -423,8 +421,7 @@ def discover() -> list[CheckSpec[Any] | BrokenCheck]:
     return [spec if isinstance(spec, CheckSpec) else BrokenCheck(name, spec) for name, spec in sorted(found.items())]
 
 
-@dataclass(frozen=True)
-class CommandSpec:
+class CommandSpec(NamedTuple):
     """A ``healthd`` subcommand a plugin contributes through the ``healthd.commands`` entry points.
 
     Its module is imported only to run it or to list it in ``healthd --help``: keep
@@ -437,8 +434,7 @@ class CommandSpec:
     run: Callable[[argparse.Namespace], int]
 
 
-@dataclass(frozen=True)
-class BrokenCommand:
+class BrokenCommand(NamedTuple):
     """Stands in for a command whose entry point failed to load; running it says why."""
 
     name: str

@@ -13,14 +13,13 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 from healthd.checks.plugin import AnyCheck, BrokenCheck, CheckContext, CheckSpec, NotApplicable
 from healthd.model import CheckResult, Device, EventTally, Finding, PassResult, RunState, Status
 
 
-@dataclass(frozen=True)
-class PreparedCheck:
+class PreparedCheck(NamedTuple):
     """A check ready to run: its plugin (or why it failed to load) and its context."""
 
     name: str

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
@@ -109,7 +108,7 @@ def load_checks(
         entries = _entry_points_of(checks) if keep else {}
     loaded = validate_bytes(source, raw, settings_models(checks), host)
     viewed = _remember(source, raw, loaded, checks, entries, store=keep)
-    return replace(viewed, sha256=sha256_hex(raw)), checks
+    return viewed._replace(sha256=sha256_hex(raw)), checks
 
 
 def _loaded(spec: AnyCheck) -> AnyCheck:

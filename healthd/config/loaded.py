@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from healthd.config.sections import Config
 
 
-@dataclass(frozen=True)
-class LoadedConfig:
+class LoadedConfig(NamedTuple):
     """A validated config, where it came from, each check's validated settings, and deprecation notes.
 
     ``config`` is a ``Config`` (``healthd.config.sections``) whether it was validated now or read

@@ -21,7 +21,6 @@ moved from one check to another (``moved_from_check``) is carried over the same 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import logging
 import types
@@ -365,7 +364,7 @@ def parse_config(
     if problems:
         raise ConfigError(source, problems)
     loaded = _validated(raw, source, checks)
-    return dataclasses.replace(loaded, host=node, host_sections=tuple(s.label for s in applied))
+    return loaded._replace(host=node, host_sections=tuple(s.label for s in applied))
 
 
 def _problems(

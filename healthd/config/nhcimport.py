@@ -20,15 +20,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from healthd.config.hosts import HostMatchError, matcher
 from healthd.config.nhcwords import MAX_LINE, Line, Refused, Variables, assignments, logical_lines, words
 from healthd.text import one_line
 
 
-@dataclass(frozen=True)
-class Note:
+class Note(NamedTuple):
     """A line (or part of one) and what became of it: ``lost`` when NHC judges it and the config does not."""
 
     line: int
@@ -41,8 +40,7 @@ class Note:
         return f"line {self.line}: {self.text}\n  {verdict}: {one_line(self.reason, 400)}"
 
 
-@dataclass(frozen=True)
-class Imported:
+class Imported(NamedTuple):
     """The converted config (for ``healthd.config.tomlwrite.dumps``), the notes, and how many checks were converted."""
 
     document: dict[str, Any]

@@ -19,8 +19,7 @@ refused by name. Every step is one pass over the text, so the time is linear in 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional
+from typing import Iterator, Mapping, NamedTuple, Optional
 
 from healthd.text import one_line
 
@@ -67,8 +66,7 @@ class Refused(Exception):
     """A line or word that only NHC's own shell could evaluate; the message says why."""
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(NamedTuple):
     """One logical line of nhc.conf: where it starts, its target and its check text (as ``read`` gave them)."""
 
     number: int

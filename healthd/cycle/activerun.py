@@ -21,8 +21,7 @@ has something to do), so a healthy node's pass still sends slurmctld nothing.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Union
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
 from healthd.model import Tier
 from healthd.plan.active import daemon_skip, drained_skip
@@ -40,8 +39,7 @@ RECORD = "active"
 Rule = Callable[["NodeInfo"], Optional[str]]
 
 
-@dataclass(frozen=True)
-class NotStarted:
+class NotStarted(NamedTuple):
     """The active checks were not started, and why."""
 
     why: str

@@ -23,7 +23,7 @@ state directory (``gpu-reset.json``) with its pid, the process's start time and 
 boot id, written before nvidia-smi starts. The hook that started a reset may be
 killed by slurmd while nvidia-smi goes on; the next hook finds the mark, sees that
 process alive in the same boot, and starts nothing.
-This module decides nothing: ``reset_gpu`` returns a frozen ``ResetResult`` and the
+This module decides nothing: ``reset_gpu`` returns a ``ResetResult`` record and the
 caller's policy chooses what follows (check again, or reboot).
 """
 
@@ -33,9 +33,8 @@ import contextlib
 import enum
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from healthd.checks.bounded import TimedOut, process_start, run_bounded
 from healthd.slurm.nodestate import NodeInfo
@@ -59,8 +58,7 @@ class ResetOutcome(enum.Enum):
     FAILED = "failed"  # attempted and failed, or timed out: the GPU's state is unknown
 
 
-@dataclass(frozen=True)
-class ResetSettings:
+class ResetSettings(NamedTuple):
     """Where nvidia-smi is and how long it may take."""
 
     nvidia_smi: Path = DEFAULT_NVIDIA_SMI
@@ -69,8 +67,7 @@ class ResetSettings:
     query_timeout: float = 15.0
 
 
-@dataclass(frozen=True)
-class ResetResult:
+class ResetResult(NamedTuple):
     outcome: ResetOutcome
     pci_bus_id: str
     message: str
@@ -91,8 +88,7 @@ class GpuResetError(Exception):
     """nvidia-smi could not be run or printed what we cannot read."""
 
 
-@dataclass(frozen=True)
-class ComputeApp:
+class ComputeApp(NamedTuple):
     """One line of ``nvidia-smi --query-compute-apps=pid,gpu_bus_id --format=csv,noheader``."""
 
     pid: int

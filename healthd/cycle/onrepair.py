@@ -11,17 +11,15 @@ Its outcome goes into the node's history; it never fails the pass.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from healthd.checks.bounded import TimedOut, run_bounded
 from healthd.store.trust import untrusted_reason
 from healthd.text import one_line
 
 
-@dataclass(frozen=True)
-class HookResult:
+class HookResult(NamedTuple):
     """``outcome`` is ok, failed, timeout or refused; ``detail`` says why, for the history."""
 
     outcome: str

@@ -9,8 +9,7 @@ metrics, systemd) all take it; nothing here acts or writes.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from healthd.model import PassResult
 from healthd.plan.acks import POLICY_CHECK, FindingRef
@@ -40,8 +39,7 @@ class ActionOutcome(enum.Enum):
         return self in (ActionOutcome.TAKEN, ActionOutcome.PENDING, ActionOutcome.HELD_BACK)
 
 
-@dataclass(frozen=True)
-class PassAction:
+class PassAction(NamedTuple):
     """One action decided in a pass: its kind (``drain_after_jobs``, ``resume``...), its outcome, and why."""
 
     kind: Action
@@ -49,8 +47,7 @@ class PassAction:
     detail: str = ""
 
 
-@dataclass(frozen=True)
-class ActionSection:
+class ActionSection(NamedTuple):
     """The ``action`` section of the pass document."""
 
     decision: Decision
@@ -103,8 +100,7 @@ def _indexed(errors: tuple[str, ...], problems: tuple[SlurmProblem, ...]) -> lis
     return entries
 
 
-@dataclass(frozen=True)
-class PassOutcome:
+class PassOutcome(NamedTuple):
     """One finished pass: everything it did, the one value the table, the JSON document, the
     daemon's sinks (log, metrics, systemd) and ``last-pass`` (which ``healthd status`` renders) come from.
 

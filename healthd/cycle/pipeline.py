@@ -22,8 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
@@ -122,8 +121,7 @@ def one_shot_overrun(config: Config) -> Optional[str]:
     )
 
 
-@dataclass(frozen=True)
-class PassRequest:
+class PassRequest(NamedTuple):
     """What the caller asked of one pass (see ``run_pass``).
 
     ``only`` limits it to those checks and ``tier`` says which checks run
@@ -143,8 +141,7 @@ class PassRequest:
         return self.only is not None or self.tier is Tier.ACTIVE
 
 
-@dataclass(frozen=True)
-class PassTools:
+class PassTools(NamedTuple):
     """What a pass calls out to besides the engine, each replaceable in tests.
 
     ``client`` talks to Slurm (one for ``[slurm]`` when None), ``clock`` is the wall
@@ -157,8 +154,7 @@ class PassTools:
     logger: Optional[logging.Logger] = None
 
 
-@dataclass(frozen=True)
-class PassContext:
+class PassContext(NamedTuple):
     """What one pass uses: the engine (config, state directory, policy memory), the request, the tools."""
 
     engine: Engine
@@ -184,8 +180,7 @@ class PassContext:
         return self.request.aside or self.request.partial
 
 
-@dataclass(frozen=True)
-class PolicyRead:
+class PolicyRead(NamedTuple):
     """The policy state a pass starts from: ``loaded`` is ``policy.json`` as read, ``marked`` says
     ``policy.unsaved`` was there (healthd.store.policymemory), ``problems`` what was wrong with it."""
 
@@ -329,7 +324,7 @@ def failed_pass(ctx: PassContext, raw: PassResult, exc: BaseException, met: tupl
     ctx.log.error("%s", message, exc_info=exc)
     finding = Finding(OWN_CHECK, Status.UNKNOWN, PASS_FAILED, OWN_CHECK, message)
     own = CheckResult(OWN_CHECK, RunState.ERROR, (finding,), 0.0, message)
-    result = replace(raw, results=(*raw.results, own))
+    result = raw._replace(results=(*raw.results, own))
     decision = Decision(Action.NONE, Action.NONE, "", "the pass failed: nothing decided")
     return _finish(ctx, result, _report(ctx, decision, message, met))
 
@@ -361,15 +356,14 @@ def _plan(config: Config, situation: Situation, slurm: SlurmClient) -> Plan:
         # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
         boot_time = situation.state.reboot is not None and not situation.boot_id
         observed = observe(slurm, made, situation.result.node, situation.observed, rules.reasons, boot_time=boot_time)
-        situation = replace(situation, observed=observed)
+        situation = situation._replace(observed=observed)
     made = plan(situation, rules)
     if not isinstance(made, Plan):
         raise RuntimeError(f"the plan asked for {made.value} again after it was read")
     return made
 
 
-@dataclass(frozen=True)
-class Acted:
+class Acted(NamedTuple):
     """What the locked part of a pass planned (``plan``), did (``executed``) and concluded (``done``)."""
 
     plan: Plan
@@ -438,7 +432,7 @@ def _judge_and_act(
         )
         acted = _act(ctx, situation, _plan(config, situation, slurm), slurm)
         done = _record_history(history, acted, now, boot_id, repeats, dry=ctx.dry)
-        acted = replace(acted, done=done)
+        acted = acted._replace(done=done)
         if not ctx.dry:
             _record_reboot(history, state, done, now)
     finally:
@@ -462,7 +456,7 @@ def _act(ctx: PassContext, situation: Situation, the_plan: Plan, slurm: SlurmCli
             max(left, 0.0),
             RESET_FLOOR_SECONDS,
         )
-        the_plan = replace(the_plan, steps=(), reset=None, interrupted=None)
+        the_plan = the_plan._replace(steps=(), reset=None, interrupted=None)
     node = situation.result.node
     if the_plan.acknowledged and not ctx.dry:
         log.warning("node %s was resumed by someone else: %d finding(s) acknowledged", node, len(the_plan.acknowledged))
@@ -615,7 +609,7 @@ def _record_history(
     if problem is None:
         return done
     own = CheckResult(OWN_CHECK, RunState.RAN, (problem,), 0.0)
-    return replace(done, result=replace(result, results=(*result.results, own)))
+    return done._replace(result=result._replace(results=(*result.results, own)))
 
 
 def _log_outcome(log: logging.Logger, node: str, the_plan: Plan, executed: Executed, done: Conclusion) -> None:
@@ -698,6 +692,6 @@ def _finish(
     try:
         engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document, durable=not ctx.dry)
     except StateError as exc:
-        report = replace(report, errors=(*report.errors, str(exc)))
+        report = report._replace(errors=(*report.errors, str(exc)))
         document["action"] = report.to_dict()
     return PassOutcome(result=result, action=report, state=state or PolicyState(), document=document, node=node)

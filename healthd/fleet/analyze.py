@@ -110,8 +110,7 @@ class Observer(Protocol):
         """The jobs whose pin (-w) was believed, once the submit lines are settled."""
 
 
-@dataclass(frozen=True)
-class Attributed:
+class Attributed(NamedTuple):
     """A failed run and the cause it is attributed to."""
 
     job_id: str
@@ -126,8 +125,7 @@ class Attributed:
     incident: int  # index into FleetReport.incidents
 
 
-@dataclass(frozen=True)
-class CauseTotal:
+class CauseTotal(NamedTuple):
     """One cause code of the taxonomy."""
 
     code: str
@@ -660,8 +658,7 @@ def _taxonomy(
     return tuple(sorted(totals, key=lambda t: (-t.failures, -t.gpu_hours_lost, -t.incidents, t.code)))
 
 
-@dataclass(frozen=True)
-class Sources:
+class Sources(NamedTuple):
     """What each input is called in an error (a file's name, or the command it came from)."""
 
     jobs: str = "jobs"

@@ -26,9 +26,8 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
-from dataclasses import dataclass
 from operator import mul
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from healthd.fleet.analyze import FleetReport, FleetSettings, Run, Sources, _by_user, analyze
 from healthd.fleet.hosts import expand
@@ -41,15 +40,13 @@ LARGE_GPUS = 512
 DEFAULT_SOURCES = Sources()  # the inputs' names in an error, when the caller names none
 
 
-@dataclass(frozen=True)
-class BacktestSettings:
+class BacktestSettings(NamedTuple):
     every: float = WEEK  # seconds between steps
     min_gpus: int = LARGE_GPUS  # a large job: at least this many GPUs
     drain_silent: bool = False  # drain lemons flagged on job failures alone, as ``lemons --drain-silent``
 
 
-@dataclass(frozen=True)
-class Flag:
+class Flag(NamedTuple):
     """A node the test flagged at a step and the replay drained, with the evidence before the step."""
 
     node: str
@@ -62,23 +59,20 @@ class Flag:
     why: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class BacktestStep:
+class BacktestStep(NamedTuple):
     time: float
     flagged: tuple[Flag, ...]  # drained at this step
     returned: tuple[str, ...]  # came back since the step before (an administrator's event ended)
     below_floors: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Drain:
+class Drain(NamedTuple):
     node: str
     start: float
     end: Optional[float]  # None: still drained at the end of the window
 
 
-@dataclass(frozen=True)
-class LargeRun:
+class LargeRun(NamedTuple):
     """A large run that started on a drained node."""
 
     job_id: str
@@ -90,8 +84,7 @@ class LargeRun:
     attributed_to: Optional[str]  # the node its failure was attributed to, if any
 
 
-@dataclass(frozen=True)
-class Backtest:
+class Backtest(NamedTuple):
     report: FleetReport
     settings: BacktestSettings
     steps: tuple[BacktestStep, ...]

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left
-from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Iterable, NamedTuple, Optional
 
 # Slurm's own reasons for a node that failed under a job (slurmctld 22.05: ping timeouts,
 # unkillable processes, prolog/epilog failures, a reboot it did not ask for, a batch
@@ -57,8 +56,7 @@ def code_of(prefix: str) -> str:
     return _NOT_CODE.sub("_", prefix.upper()).strip("_") or "OTHER"
 
 
-@dataclass(frozen=True)
-class CauseRules:
+class CauseRules(NamedTuple):
     """How reasons are read: healthd's prefix and the other prefixes that count as causes."""
 
     healthd_prefix: str = "healthd:"
@@ -84,8 +82,7 @@ class CauseRules:
         return None
 
 
-@dataclass(frozen=True)
-class Incident:
+class Incident(NamedTuple):
     """Cause events on one node close together in time: one time the node went bad."""
 
     node: str
@@ -99,8 +96,7 @@ class Incident:
         return self.codes[0]
 
 
-@dataclass(frozen=True)
-class SharedIncident:
+class SharedIncident(NamedTuple):
     """One cause that hit many nodes at once: reported once, counted against none of them."""
 
     start: float
@@ -112,8 +108,7 @@ class SharedIncident:
         return self.codes[0]
 
 
-@dataclass(frozen=True)
-class NodeEvents:
+class NodeEvents(NamedTuple):
     """One node's cause events sorted by start, with the incident each belongs to."""
 
     starts: tuple[float, ...]

@@ -17,8 +17,7 @@ agents drained nodes meanwhile.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, NamedTuple, Sequence
 
 from healthd.config.models import PolicySettings
 from healthd.fleet.lemons import LemonVerdict
@@ -39,8 +38,7 @@ SILENT = (
 )
 
 
-@dataclass(frozen=True)
-class DrainStep:
+class DrainStep(NamedTuple):
     """One flagged node: drain it (``drain``) or why not; after ``apply_drains``, what happened."""
 
     node: str
@@ -125,7 +123,7 @@ def plan_drains(
         steps.append(DrainStep(verdict.node, reason, True, "drain"))
         # Later candidates count this drain: planned drains are stamped in rank order.
         for name, view in mine.items():
-            views[name] = replace(view, out=(*view.out, (True, now, node.name)))
+            views[name] = view._replace(out=(*view.out, (True, now, node.name)))
     return steps
 
 
@@ -144,9 +142,9 @@ def apply_drains(
             continue
         try:
             client.drain(step.node, step.reason)
-            done.append(replace(step, why="drained"))
+            done.append(step._replace(why="drained"))
         except SlurmError as exc:
-            done.append(replace(step, drain=False, why=f"drain failed: {exc}"))
+            done.append(step._replace(drain=False, why=f"drain failed: {exc}"))
     drained = [step.node for step in done if step.drain]
     if not drained:
         return done
@@ -155,7 +153,7 @@ def apply_drains(
         table, views = read_cluster(client, drained, reasons)
     except SlurmError as exc:
         return [
-            replace(s, why=f"drained; could not confirm against the breaker: {exc}") if s.drain else s for s in done
+            s._replace(why=f"drained; could not confirm against the breaker: {exc}") if s.drain else s for s in done
         ]
     confirmed = []
     for step in done:
@@ -167,9 +165,9 @@ def apply_drains(
         if why:
             try:
                 client.resume(step.node)
-                confirmed.append(replace(step, drain=False, why=f"put back: {why}"))
+                confirmed.append(step._replace(drain=False, why=f"put back: {why}"))
             except SlurmError as exc:
-                confirmed.append(replace(step, why=f"over the breaker's limit ({why}) and resume failed: {exc}"))
+                confirmed.append(step._replace(why=f"over the breaker's limit ({why}) and resume failed: {exc}"))
         else:
             confirmed.append(step)
     return confirmed

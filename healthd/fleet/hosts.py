@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from healthd.slurm import hostlist
 from healthd.slurm.hostlist import HostlistError
 
 
-@dataclass(frozen=True)
-class NodeOption:
+class NodeOption(NamedTuple):
     """The spellings of one node-list option of sbatch, srun and salloc (sbatch(1), srun(1))."""
 
     short: str  # "x"

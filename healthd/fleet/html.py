@@ -18,8 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from healthd.fleet.analyze import FleetReport
 from healthd.fleet.causes import Incident, SharedIncident
@@ -90,8 +89,7 @@ def _label(x: float, y: float, lines: Sequence[str], anchor: str = "end", attrs:
     )
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
     """One legend entry: a mark (dot, ring, dash, bar, diamond, name) in a colour, and what it means."""
 
     mark: str
@@ -99,8 +97,7 @@ class Key:
     text: str
 
 
-@dataclass(frozen=True)
-class Box:
+class Box(NamedTuple):
     """Where a plot's data area lies in its SVG, and how wide its legend column is."""
 
     left: float
@@ -188,8 +185,7 @@ def _empty(plot_id: str, title: str, why: str) -> str:
     return _frame(plot_id, title, box, ("", ""), body, ())
 
 
-@dataclass(frozen=True)
-class Axis:
+class Axis(NamedTuple):
     """A numeric axis: its domain, linear or log, and its ticks (value, text)."""
 
     low: float

@@ -35,15 +35,13 @@ test that flags (``detect`` with ``Floors``) guards the plain one (docs/fleet.md
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 MAX_ROUNDS = 10
 
 
-@dataclass(frozen=True)
-class Floors:
+class Floors(NamedTuple):
     """The least evidence for which the lemon test flags anything (docs/fleet.md, "Evidence floors")."""
 
     min_nodes: int = 10  # nodes observed: the baseline is the others' mean and spread
@@ -65,8 +63,7 @@ class Floors:
         return tuple(notes)
 
 
-@dataclass(frozen=True)
-class NodeSignals:
+class NodeSignals(NamedTuple):
     """What the fleet's records say about one node over the window."""
 
     node: str
@@ -112,8 +109,7 @@ class NodeSignals:
         }
 
 
-@dataclass(frozen=True)
-class LemonVerdict:
+class LemonVerdict(NamedTuple):
     """One node's test result."""
 
     signals: NodeSignals
@@ -135,8 +131,7 @@ class LemonVerdict:
         return self.signals.node
 
 
-@dataclass(frozen=True)
-class Baseline:
+class Baseline(NamedTuple):
     """The fleet's incidents per node over the window, from the nodes not flagged."""
 
     nodes: int
@@ -205,8 +200,7 @@ def baseline(counts: Sequence[int]) -> Baseline:
     return Baseline(n, mean, variance)
 
 
-@dataclass(frozen=True)
-class HeldBack:
+class HeldBack(NamedTuple):
     """A node the plain test flags and the guarded one does not, and why."""
 
     node: str

@@ -28,9 +28,8 @@ import datetime
 import json
 import shlex
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
 from healthd.slurm.command import ClientTimedOut, SlurmError, run_client
@@ -48,8 +47,7 @@ class AccountingError(SlurmError):
     """sacct or sacctmgr is missing, failed, timed out, or slurmdbd could not be reached."""
 
 
-@dataclass(frozen=True)
-class Accounting:
+class Accounting(NamedTuple):
     """The three texts, unparsed: the job runs, the node events, and the runs' submit lines."""
 
     jobs: str

@@ -11,8 +11,7 @@ failures per node-hour of job time. ETTR is derived in docs/fleet.md ("ETTR").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 PROJECTION_GPUS = (1024, 4096, 16384, 100_000)
 NODE_DAYS = 1000 * 24.0  # hours in 1000 node-days
@@ -23,8 +22,7 @@ def bucket(gpus: int) -> int:
     return 1 << (gpus.bit_length() - 1)
 
 
-@dataclass(frozen=True)
-class SizeBucket:
+class SizeBucket(NamedTuple):
     """The runs of one job-size bucket and their MTTF (None without attributed failures)."""
 
     gpus: int
@@ -83,8 +81,7 @@ def ettr(mttf_hours: Optional[float], checkpoint_hours: float, restart_hours: fl
     return x / ((1.0 + rate * restart_hours) * math.expm1(x))
 
 
-@dataclass(frozen=True)
-class SizePoint:
+class SizePoint(NamedTuple):
     """MTTF and expected ETTR of one job size: an observed bucket or a projection."""
 
     gpus: int

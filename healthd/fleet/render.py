@@ -8,8 +8,7 @@ line before it is printed.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from healthd import __version__
 from healthd.fleet.analyze import FleetReport
@@ -238,8 +237,7 @@ def summary_lines(report: FleetReport) -> list[str]:
     return lines + ([empty] if empty else [])
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(NamedTuple):
     """One column of a report table: its header, what it means (the HTML caption, the text key), its alignment."""
 
     name: str
@@ -247,8 +245,7 @@ class Column:
     left: bool = False
 
 
-@dataclass(frozen=True)
-class Table:
+class Table(NamedTuple):
     """A report table as text cells, for the text output and the HTML page alike: one value, one place."""
 
     title: str

@@ -19,7 +19,7 @@ import datetime
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 # The job fields asked for; all exist in Slurm 22.05 (`sacct -e`). None of them is text a user
 # chooses: `-P` prints fields raw, without escaping "|" or a newline (sacct(1)), so a JobName
@@ -80,8 +80,7 @@ class FleetInputError(Exception):
     """An input file that cannot be analysed at all: empty, or without a column the analysis needs."""
 
 
-@dataclass(frozen=True)
-class InputSummary:
+class InputSummary(NamedTuple):
     """How one input was read: records used, lines skipped as bad (with the first few), records left out."""
 
     source: str

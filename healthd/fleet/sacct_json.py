@@ -19,14 +19,12 @@ chooses) is never put in a row: it is kept apart, by JobID, for display only.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 JOB_TABLE = ("JobID", "User", "Partition", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
 
 
-@dataclass(frozen=True)
-class JsonJobs:
+class JsonJobs(NamedTuple):
     """The rows (header first) and the job names by JobID."""
 
     lines: tuple[str, ...]

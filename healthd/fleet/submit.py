@@ -18,8 +18,7 @@ window, where the most a forged record can claim is an exclusion or a pin. It is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from healthd.fleet.hosts import choices
 from healthd.fleet.sacct import InputSummary, LineTally, is_job_id, open_table, submit_command
@@ -27,8 +26,7 @@ from healthd.fleet.sacct import InputSummary, LineTally, is_job_id, open_table, 
 SUBMIT_COLUMNS = ("JobID", "SubmitLine")
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(NamedTuple):
     """What one job's submit line chose: the nodes it excluded, and whether it named its nodes."""
 
     line: int  # its first line in the input
@@ -36,8 +34,7 @@ class Choice:
     pinned: bool
 
 
-@dataclass(frozen=True)
-class Exclusions:
+class Exclusions(NamedTuple):
     """Job id -> its ``Choice``, for the jobs whose line excludes nodes or pins the job to some."""
 
     jobs: dict[str, Choice]

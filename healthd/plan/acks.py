@@ -16,7 +16,7 @@ the finding, so a condition that clears and later recurs is acted on again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, NamedTuple, Optional
 
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 
@@ -87,8 +87,7 @@ def widest(refs: Iterable[FindingRef]) -> tuple[FindingRef, ...]:
     return tuple(sorted(kept.values()))
 
 
-@dataclass(frozen=True)
-class Ack:
+class Ack(NamedTuple):
     """One acknowledgement: which finding (with the status acknowledged), when (epoch seconds), and how it was given."""
 
     ref: FindingRef
@@ -125,7 +124,7 @@ def apply_acks(result: PassResult, acks: Iterable[Ack]) -> tuple[PassResult, tup
     """
     by_ref: dict[FindingRef, Ack] = {}
     for ack in acks:
-        _keep(by_ref, replace(ack, ref=adopted(ack.ref, result)))
+        _keep(by_ref, ack._replace(ref=adopted(ack.ref, result)))
     ran = {r.check for r in result.results if r.state is RunState.RAN}
     seen: set[FindingRef] = set()
     results: list[CheckResult] = []
@@ -139,11 +138,11 @@ def apply_acks(result: PassResult, acks: Iterable[Ack]) -> tuple[PassResult, tup
                 continue
             seen.add(ref)
             if given.ref.status is None:
-                by_ref[ref] = replace(given, ref=ref)
+                by_ref[ref] = given._replace(ref=ref)
             findings.append(_acknowledged(finding) if given.ref.covers(finding) else finding)
-        results.append(replace(check, findings=tuple(findings)))
+        results.append(check._replace(findings=tuple(findings)))
     kept = tuple(a for ref, a in sorted(by_ref.items()) if ref in seen or ref.check not in ran)
-    return replace(result, results=tuple(results)), kept
+    return result._replace(results=tuple(results)), kept
 
 
 def adopted(ref: FindingRef, result: PassResult) -> FindingRef:
@@ -167,7 +166,7 @@ def merge(existing: Iterable[Ack], refs: Iterable[FindingRef], at: float, by: st
 def _keep(acks: dict[FindingRef, Ack], ack: Ack) -> None:
     """Add ``ack`` to ``acks``; where its finding already has one, that one stays, at the wider status of the two."""
     held = acks.setdefault(ack.ref, ack)
-    acks[ack.ref] = replace(held, ref=widest([held.ref, ack.ref])[0])
+    acks[ack.ref] = held._replace(ref=widest([held.ref, ack.ref])[0])
 
 
 def refs_from_document(document: dict[str, Any], selectors: Iterable[str]) -> list[FindingRef]:

@@ -8,8 +8,7 @@ before a take-out (``over_limit``) and by ``healthd.slurm.execute`` after the dr
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from healthd.plan.spread import jitter
 from healthd.slurm.hostlist import expand
@@ -26,8 +25,7 @@ BREAKER_BASE = 30.0
 BREAKER_MAX = 600.0
 
 
-@dataclass(frozen=True)
-class BreakerHold:
+class BreakerHold(NamedTuple):
     """The circuit breaker held this node back; its partitions are read again at ``next_check``."""
 
     why: str

@@ -15,8 +15,8 @@ remember and the pass as reported.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Optional, Union
+from types import MappingProxyType
+from typing import Callable, Mapping, NamedTuple, Optional, Union
 
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge, widest
@@ -77,8 +77,7 @@ class Step(enum.Enum):
     RESET = "reset"  # a GPU reset (healthd.cycle.gpureset) on a drained, idle node: not a Slurm write
 
 
-@dataclass(frozen=True)
-class Observed:
+class Observed(NamedTuple):
     """What Slurm answered this pass; each read was asked for by a plan."""
 
     asked: frozenset[Read] = frozenset()
@@ -95,8 +94,7 @@ class Observed:
         return bool(self.asked & _PARTITION_READS)
 
 
-@dataclass(frozen=True)
-class Situation:
+class Situation(NamedTuple):
     """Everything a plan is made from. ``result`` is the checks' pass before acknowledgements."""
 
     result: PassResult
@@ -107,13 +105,12 @@ class Situation:
     partial: bool
     slurm_enabled: bool
     dry_run: bool
-    repeats: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    repeats: Mapping[str, tuple[str, int]] = MappingProxyType({})
     boot_id: str = ""  # this boot's id ("" when unreadable): tells a reboot asked for from one done
     coverage: Coverage = ORDINARY_PASS  # which checks ran, of the active ones (policy.Coverage)
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """The decision and the writes that carry it out.
 
     ``state`` is what to remember once every step succeeded (or when there are
@@ -140,11 +137,10 @@ class Plan:
     reboot: Optional[RebootRequest] = None
     reset: Optional[GpuReset] = None
     # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
-    uncounted: Mapping[str, str] = field(default_factory=dict)
+    uncounted: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass(frozen=True)
-class Executed:
+class Executed(NamedTuple):
     """What ``execute`` did with a plan's steps.
 
     ``lost`` is set when the circuit breaker's confirmation gave the node's place
@@ -164,8 +160,7 @@ class Executed:
     problems: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Conclusion:
+class Conclusion(NamedTuple):
     """The pass as reported and the policy state to save."""
 
     result: PassResult
@@ -181,11 +176,10 @@ def held_finding(node: str, why: str) -> CheckResult:
 
 
 def _with_held(result: PassResult, why: str) -> PassResult:
-    return replace(result, results=(*result.results, held_finding(result.node, why))) if why else result
+    return result._replace(results=(*result.results, held_finding(result.node, why))) if why else result
 
 
-@dataclass(frozen=True)
-class _Breaker:
+class _Breaker(NamedTuple):
     decision: Decision
     state: PolicyState
     held_why: str
@@ -206,28 +200,28 @@ def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: Policy
     node, observed, settings = s.observed.node, s.observed, rules.settings
     acting = s.slurm_enabled and not s.dry_run
     if node is None or decision.intended not in TAKING_OUT:
-        return _Breaker(decision, replace(state, held=None), "", node)
+        return _Breaker(decision, state._replace(held=None), "", node)
     ours = node.drained and rules.reasons.owns(node.reason)
     if ours and state.unconfirmed and acting:
         if observed.views is None:
             return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
         why = breaker_confirm(node.name, observed.views, settings)
         if why:
-            held = replace(decision, action=Action.HOLD, explanation=why)
+            held = decision._replace(action=Action.HOLD, explanation=why)
             # The undo puts the node back in service: healthd then has nothing out, and the causes
             # that ``decide`` added (it read the node drained with healthd's reason) must not be
             # remembered, or the next pass would take this RESUME for an administrator's.
-            undone = replace(advance(breaker_held(state, why, s.now, node.name), PolicyEvent.CONFIRMED), took_out=())
+            undone = advance(breaker_held(state, why, s.now, node.name), PolicyEvent.CONFIRMED)._replace(took_out=())
             return _Breaker(held, undone, why, node, undo=True)
-        return _Breaker(decision, replace(advance(state, PolicyEvent.CONFIRMED), held=None), "", node)
+        return _Breaker(decision, advance(state, PolicyEvent.CONFIRMED)._replace(held=None), "", node)
     if ours or decision.action not in TAKING_OUT:
         # Nothing left to confirm: the node is not out with healthd's reason, or not acting (dry run).
-        return _Breaker(decision, replace(advance(state, PolicyEvent.CONFIRMED), held=None), "", node)
+        return _Breaker(decision, advance(state, PolicyEvent.CONFIRMED)._replace(held=None), "", node)
     hold = _backing_off(state, s.now)
     if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
-        held = replace(decision, action=Action.HOLD, explanation=explanation)
-        return _Breaker(held, replace(advance(state, PolicyEvent.BREAKER_HELD), pending=None), hold.why, node)
+        held = decision._replace(action=Action.HOLD, explanation=explanation)
+        return _Breaker(held, advance(state, PolicyEvent.BREAKER_HELD)._replace(pending=None), hold.why, node)
     if observed.views is None:
         return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
     decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
@@ -235,7 +229,7 @@ def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: Policy
         return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
     # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
     binding = any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in observed.views.values())
-    return _Breaker(decision, replace(state, held=None), "", node, confirm=binding)
+    return _Breaker(decision, state._replace(held=None), "", node, confirm=binding)
 
 
 def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
@@ -274,7 +268,7 @@ def _first_read(s: Situation, judge: _Judge) -> Read:
 
 def _remember(state: PolicyState, node: NodeInfo, now: float, reasons: Reasons) -> PolicyState:
     """What a read of the node teaches the next passes: when it was read, and whether it skips the breaker."""
-    return replace(state, last_read=now, skips_breaker=skips_breaker(node, reasons))
+    return state._replace(last_read=now, skips_breaker=skips_breaker(node, reasons))
 
 
 def _steps(decision: Decision, node: NodeInfo, breaker: _Breaker) -> tuple[Step, ...]:
@@ -311,7 +305,7 @@ def plan(s: Situation, rules: PolicyRules) -> Union[Read, Plan]:
     """The plan for this pass, or the Slurm read it needs first (see the module docstring)."""
     state, observed = s.state, s.observed
     # The findings that took the node out, under their keys of this pass (acks.adopted).
-    state = replace(state, took_out=widest(adopted(r, s.result) for r in state.took_out))
+    state = state._replace(took_out=widest(adopted(r, s.result) for r in state.took_out))
     shared = _shared(s)
     repeats = {key: count for key, count in s.repeats.items() if key not in shared}
     judge = _judge(s, rules, repeats)
@@ -378,12 +372,11 @@ def _settle(
     if acknowledged and not s.dry_run:
         # An administrator put the node back: that acknowledges its findings, and ends a repair.
         acks = merge(acks, acknowledged, s.now, "slurm-resume")
-        state = replace(advance(state, PolicyEvent.ADMIN_RESUMED), took_out=(), reboot=None)
+        state = advance(state, PolicyEvent.ADMIN_RESUMED)._replace(took_out=(), reboot=None)
     return state, acks, acknowledged
 
 
-@dataclass(frozen=True)
-class _Writes:
+class _Writes(NamedTuple):
     """A plan's writes, the state once they went through, and what to save before the first (see ``Plan``)."""
 
     steps: tuple[Step, ...]
@@ -413,7 +406,7 @@ def _writes(s: Situation, result: PassResult, breaker: _Breaker, unasked: str) -
     cut_short = after_failure(state, decision, "not confirmed: interrupted while sending", s.now, True)
     # A pass killed after the reboot was asked for must still know it was, and one killed
     # after a RESUME that it may have been (settle_own_resume).
-    interrupted = replace(advance(cut_short, _sending(steps)), reboot=request or cut_short.reboot)
+    interrupted = advance(cut_short, _sending(steps))._replace(reboot=request or cut_short.reboot)
     return _Writes(steps, state, interrupted, request)
 
 
@@ -458,7 +451,7 @@ def _failed(steps: tuple[Step, ...], decision: Decision) -> Optional[PolicyEvent
 
 
 def _reset_tried(state: PolicyState, gpu_reset: GpuReset) -> PolicyState:
-    return replace(state, reset_tried=(*state.reset_tried, gpu_reset.key))
+    return state._replace(reset_tried=(*state.reset_tried, gpu_reset.key))
 
 
 def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: float) -> Conclusion:
@@ -470,8 +463,7 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
     """
     decision, state, result = the_plan.decision, the_plan.state, the_plan.result
     if executed.rehearsed:
-        kept = replace(
-            previous,
+        kept = previous._replace(
             fail_streaks=state.fail_streaks,
             unknown_streaks=state.unknown_streaks,
             clean_streak=state.clean_streak,
@@ -489,13 +481,13 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
         event = _failed(the_plan.steps, decision)
         return Conclusion(result, decision, advance(failed, event) if event else failed, applied=False)
     if executed.lost:
-        held = replace(decision, action=Action.HOLD, explanation=executed.lost)
+        held = decision._replace(action=Action.HOLD, explanation=executed.lost)
         node = the_plan.node.name if the_plan.node else result.node
         state = advance(breaker_held(state, executed.lost, now, node), PolicyEvent.CONFIRMED)
         return Conclusion(_with_held(result, executed.lost), held, state, applied=False)
     # A node healthd just resumed is in service: the read that found it out no longer describes it.
     skips = state.skips_breaker and Step.RESUME not in executed.done
-    applied = replace(advance(after_apply(state, decision), PolicyEvent.CONFIRMED), skips_breaker=skips)
+    applied = advance(after_apply(state, decision), PolicyEvent.CONFIRMED)._replace(skips_breaker=skips)
     if the_plan.reboot is not None and Step.REBOOT in executed.done:
-        applied = replace(applied, reboot=the_plan.reboot)
+        applied = applied._replace(reboot=the_plan.reboot)
     return Conclusion(result, decision, applied, decision.action in ACTING)

@@ -13,9 +13,9 @@ pending) are applied against the node state read this pass.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from healthd.model import Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import UNACKNOWLEDGEABLE, FindingRef, adopted, widest
@@ -50,8 +50,7 @@ TAKING_OUT = (Action.DRAIN_AFTER_JOBS, Action.TAKE_OUT_NOW, Action.REBOOT)
 REMEDY = "remedy"
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(NamedTuple):
     """What to do with the node. ``intended`` is what a HOLD holds back (else equals ``action``)."""
 
     action: Action
@@ -61,8 +60,7 @@ class Decision:
     causes: tuple[FindingRef, ...] = ()
 
 
-@dataclass(frozen=True)
-class Pending:
+class Pending(NamedTuple):
     """An action slurmctld has not accepted yet, retried with backoff on later passes."""
 
     action: Action
@@ -138,8 +136,7 @@ class Repair:
         return subject in (self.subject, self.unit)
 
 
-@dataclass(frozen=True)
-class RebootRequest:
+class RebootRequest(NamedTuple):
     """A reboot healthd asked Slurm for: the boot it is to end, when, the reason, the finding behind it."""
 
     boot_id: str
@@ -243,8 +240,7 @@ REPAIR_TRANSITIONS: Mapping[tuple[RepairPhase, PolicyEvent], RepairPhase] = Mapp
 )
 
 
-@dataclass(frozen=True)
-class Phases:
+class Phases(NamedTuple):
     """The node's place in both machines: its writes in flight and its repair."""
 
     write: WritePhase = WritePhase.SETTLED
@@ -311,8 +307,7 @@ _READERS: Mapping[str, Callable[[Any], Any]] = {
 }
 
 
-@dataclass(frozen=True)
-class PolicyState:
+class PolicyState(NamedTuple):
     """What the policy remembers between passes (state file ``policy``).
 
     ``fail_streaks`` and ``unknown_streaks`` count, per check, the consecutive
@@ -323,8 +318,8 @@ class PolicyState:
     state machine").
     """
 
-    fail_streaks: Mapping[str, int] = field(default_factory=dict)
-    unknown_streaks: Mapping[str, int] = field(default_factory=dict)
+    fail_streaks: Mapping[str, int] = MappingProxyType({})
+    unknown_streaks: Mapping[str, int] = MappingProxyType({})
     clean_streak: int = 0
     took_out: tuple[FindingRef, ...] = ()
     pending: Optional[Pending] = None
@@ -425,15 +420,14 @@ def advance(state: PolicyState, event: PolicyEvent, repair: Optional[Repair] = N
     if now.write is not was.write:
         unconfirmed = now.write in (WritePhase.DRAIN_UNCONFIRMED, WritePhase.UNDO_SENT)
         resume_sent = now.write in (WritePhase.RESUME_SENT, WritePhase.UNDO_SENT)
-        state = replace(state, unconfirmed=unconfirmed, resume_sent=resume_sent)
+        state = state._replace(unconfirmed=unconfirmed, resume_sent=resume_sent)
     if now.repair is not was.repair:
         record = (repair or state.repair) if now.repair is RepairPhase.IN_REPAIR else None
-        state = replace(state, repair=record, repair_ended=now.repair is RepairPhase.REPAIR_ENDED)
+        state = state._replace(repair=record, repair_ended=now.repair is RepairPhase.REPAIR_ENDED)
     return state
 
 
-@dataclass(frozen=True)
-class Coverage:
+class Coverage(NamedTuple):
     """Which checks a pass ran, for the rules that keep an active check's drain (docs/active.md).
 
     ``tier``: the pass's (``healthd.model.Tier``). ``active``: the enabled active checks,
@@ -449,8 +443,7 @@ class Coverage:
 ORDINARY_PASS = Coverage()
 
 
-@dataclass(frozen=True)
-class PassFacts:
+class PassFacts(NamedTuple):
     """What ``decide`` knows of the node this pass: what it found, remembers and read.
 
     ``result``: the pass (acknowledgements applied). ``state``: the policy's memory.
@@ -465,13 +458,12 @@ class PassFacts:
     state: PolicyState
     node: Optional[NodeInfo]
     partial: bool = False
-    repeats: Mapping[str, tuple[str, int]] = field(default_factory=lambda: MappingProxyType({}))
+    repeats: Mapping[str, tuple[str, int]] = MappingProxyType({})
     boot_id: str = ""
     coverage: Coverage = ORDINARY_PASS
 
 
-@dataclass(frozen=True)
-class PolicyRules:
+class PolicyRules(NamedTuple):
     """What the config says about acting on a node, made once per pass.
 
     ``settings``: ``[policy]``. ``reasons``: healthd's reasons under ``[slurm] reason_prefix``, with
@@ -541,7 +533,7 @@ def _streaks(state: PolicyState, result: PassResult, partial: bool, coverage: Co
         else:
             unknown.pop(check.check, None)
     clean = state.clean_streak + 1 if _severity(result) is Status.OK else 0
-    return replace(state, fail_streaks=fail, unknown_streaks=unknown, clean_streak=clean)
+    return state._replace(fail_streaks=fail, unknown_streaks=unknown, clean_streak=clean)
 
 
 def _action_for(status: Status) -> Action:
@@ -613,39 +605,38 @@ def _resume_against_node(decision: Decision, state: PolicyState, facts: PassFact
 
     ``state`` is this pass's (``facts.state`` moved on by the pass).
     """
-    nothing = replace(decision, action=Action.NONE, intended=Action.NONE)
+    nothing = decision._replace(action=Action.NONE, intended=Action.NONE)
     node, reasons, settings = facts.node, rules.reasons, rules.settings
     if node is None and not state.took_out:
         return nothing
     if node is not None and not (node.out and reasons.owns(node.reason)):
-        return replace(nothing, explanation="all checks pass")
+        return nothing._replace(explanation="all checks pass")
     if node is not None and reasons.is_lemon(node.reason):
-        return replace(nothing, explanation=_LEMON_HELD)
+        return nothing._replace(explanation=_LEMON_HELD)
     if node is not None and _unrecorded_repair(node, state, reasons):
-        return replace(nothing, explanation=_REPAIR_HELD)
+        return nothing._replace(explanation=_REPAIR_HELD)
     # A pass proves nothing about a check that did not run (--only, a timeout).
     unverified = sorted({ref.check for ref in state.took_out} - ran_checks(facts.result))
     if unverified:
         checks = ", ".join(unverified)
-        return replace(nothing, explanation=f"not resuming: {checks}, which took the node out, did not run this pass")
+        return nothing._replace(explanation=f"not resuming: {checks}, which took the node out, did not run this pass")
     if facts.partial and not state.took_out:
         why = "not resuming on a partial pass (--only): which checks took the node out is not known"
-        return replace(nothing, explanation=why)
+        return nothing._replace(explanation=why)
     held = _active_hold(state, facts.coverage)
     if held:
-        return replace(decision, action=Action.HOLD, explanation=held)
+        return decision._replace(action=Action.HOLD, explanation=held)
     if node is None:
         return decision
     hands_off = _hands_off(node)
     if hands_off:
-        return replace(decision, action=Action.NONE, explanation=hands_off)
+        return decision._replace(action=Action.NONE, explanation=hands_off)
     if state.clean_streak < settings.clean_passes:
-        return replace(
-            decision,
+        return decision._replace(
             action=Action.HOLD,
             explanation=f"clean for {state.clean_streak} of {settings.clean_passes} passes needed to resume",
         )
-    return replace(decision, explanation=f"all checks pass; resuming node out for {node.reason!r}")
+    return decision._replace(explanation=f"all checks pass; resuming node out for {node.reason!r}")
 
 
 def _active_hold(state: PolicyState, coverage: Coverage) -> str:
@@ -708,10 +699,10 @@ def _remediate(
     """
     result, node = facts.result, facts.node
     if _severity(result) is Status.OK:
-        state = replace(state, rebooted="", reset_tried=())
+        state = state._replace(rebooted="", reset_tried=())
     request = state.reboot
     if request is not None and _booted(request, facts.boot_id, node):
-        state = replace(state, reboot=None, rebooted=request.cause)
+        state = state._replace(reboot=None, rebooted=request.cause)
         request = None
     unsent = state.pending is not None and state.pending.action is Action.REBOOT
     if request is not None and unsent and not (node is not None and node.reboot_pending):
@@ -719,12 +710,12 @@ def _remediate(
         request = None
     if request is not None:
         # The node is judged in its new boot: clean passes before the reboot do not count.
-        state = replace(state, clean_streak=0)
+        state = state._replace(clean_streak=0)
         waiting_why = f"waiting for the reboot asked for at {request.at:.0f} ({request.reason})"
         if node is not None and not node.reboot_pending and not node.power_saving:
             waiting_why = f"the reboot asked for at {request.at:.0f} did not happen: left out for a person"
         if decision.action in TAKING_OUT:
-            return replace(decision, action=Action.NONE, explanation=waiting_why), state
+            return decision._replace(action=Action.NONE, explanation=waiting_why), state
         return Decision(Action.NONE, Action.NONE, "", waiting_why, decision.causes), state
     if not rules.reboot or decision.action not in TAKING_OUT:
         return decision, state
@@ -737,8 +728,7 @@ def _remediate(
     return Decision(Action.REBOOT, Action.REBOOT, rules.reasons.reboot(behind), why, decision.causes), state
 
 
-@dataclass(frozen=True)
-class GpuReset:
+class GpuReset(NamedTuple):
     """A GPU to reset: the finding that asks for it and the GPU's PCI bus id."""
 
     key: str
@@ -802,11 +792,10 @@ def _against_node(decision: Decision, state: PolicyState, node: Optional[NodeInf
         return decision
     hands_off = _hands_off(node)
     if hands_off:
-        return replace(decision, action=Action.NONE, explanation=hands_off)
+        return decision._replace(action=Action.NONE, explanation=hands_off)
     if _others(node, reasons):
         who = f" by {node.reason_user}" if node.reason_user else ""
-        return replace(
-            decision,
+        return decision._replace(
             action=Action.NONE,
             explanation=f"node is {node.state_text} with reason {node.reason!r}{who}: not healthd's, left alone",
         )
@@ -814,15 +803,15 @@ def _against_node(decision: Decision, state: PolicyState, node: Optional[NodeInf
     kept = _LEMON_HELD if reasons.is_lemon(node.reason) else ""
     kept = kept or (_REPAIR_HELD if _unrecorded_repair(node, state, reasons) else "")
     if node.drained and kept and not (decision.action is Action.TAKE_OUT_NOW and node.busy):
-        return replace(decision, action=Action.NONE, explanation=kept)
+        return decision._replace(action=Action.NONE, explanation=kept)
     if node.drained and reasons.owns(node.reason):
         if decision.action is Action.REBOOT:
             return decision  # drained already (its reason updated if need be), the reboot still to ask for
         if decision.action is Action.TAKE_OUT_NOW and node.busy:
-            return replace(decision, explanation="drained by healthd but jobs still run: taking out now")
+            return decision._replace(explanation="drained by healthd but jobs still run: taking out now")
         if reason_head(node.reason) != reason_head(decision.reason):
-            return replace(decision, action=Action.DRAIN_AFTER_JOBS, explanation="already out: updating the reason")
-        return replace(decision, action=Action.NONE, explanation=f"already out ({node.state_text})")
+            return decision._replace(action=Action.DRAIN_AFTER_JOBS, explanation="already out: updating the reason")
+        return decision._replace(action=Action.NONE, explanation=f"already out ({node.state_text})")
     return decision
 
 
@@ -899,9 +888,9 @@ def decide(facts: PassFacts, rules: PolicyRules) -> tuple[Decision, PolicyState]
     else:
         decision = _against_node(decision, new_state, node, reasons)
     if pending is not None and decision.action is not pending.action:
-        new_state = replace(new_state, pending=None)
+        new_state = new_state._replace(pending=None)
     if node is not None and node.drained and reasons.owns(node.reason) and decision.causes:
-        new_state = replace(new_state, took_out=widest([*new_state.took_out, *decision.causes]))
+        new_state = new_state._replace(took_out=widest([*new_state.took_out, *decision.causes]))
     return decision, new_state
 
 
@@ -956,7 +945,7 @@ def settle_own_resume(state: PolicyState, node: NodeInfo, reasons: Reasons) -> P
     if not state.resume_sent:
         return state
     if _in_service(node):
-        return replace(advance(state, PolicyEvent.RESUME_SETTLED), took_out=())
+        return advance(state, PolicyEvent.RESUME_SETTLED)._replace(took_out=())
     if node.out and reasons.owns(node.reason):
         return advance(state, PolicyEvent.RESUME_SETTLED)
     return state
@@ -992,7 +981,7 @@ def circuit_breaker(
         return decision, ""
     why = over_limit(node, views, settings, now)
     if why:
-        return replace(decision, action=Action.HOLD, explanation=why), why
+        return decision._replace(action=Action.HOLD, explanation=why), why
     return decision, ""
 
 
@@ -1013,17 +1002,17 @@ def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyS
     one included, into a take-out "in repair" (docs/escalation.md). The raise behind it
     is not counted either (``plan.held_raises``).
     """
-    return replace(advance(state, PolicyEvent.BREAKER_HELD), held=next_hold(state.held, why, now, node), pending=None)
+    return advance(state, PolicyEvent.BREAKER_HELD)._replace(held=next_hold(state.held, why, now, node), pending=None)
 
 
 def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
     """State once Slurm accepted ``decision``."""
     if decision.action in TAKING_OUT:
         took_out = widest([*state.took_out, *decision.causes])
-        return replace(state, pending=None, held=None, took_out=took_out)
+        return state._replace(pending=None, held=None, took_out=took_out)
     if decision.action is Action.RESUME:
         # Slurm answered: the resume's outcome is known, and a repair drain ended is lifted.
-        return replace(advance(state, PolicyEvent.RESUMED), pending=None, held=None, took_out=())
+        return advance(state, PolicyEvent.RESUMED)._replace(pending=None, held=None, took_out=())
     return state
 
 
@@ -1040,8 +1029,7 @@ def after_failure(state: PolicyState, decision: Decision, error: str, now: float
         next_try = now + min(BACKOFF_BASE * 2 ** max(attempts - 1, 0), BACKOFF_MAX)
     else:
         next_try = previous.next_try
-    return replace(
-        state,
+    return state._replace(
         pending=Pending(
             action=decision.action,
             reason=decision.reason,

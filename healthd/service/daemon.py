@@ -26,10 +26,9 @@ import math
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 from healthd.cycle.outcome import PassOutcome
 from healthd.cycle.pipeline import PASS_GRACE_SECONDS, pass_budget
@@ -58,8 +57,7 @@ def splay_offset(node: str, interval: float) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64 * interval
 
 
-@dataclass(frozen=True)
-class Schedule:
+class Schedule(NamedTuple):
     """Pass slots ``interval`` seconds apart; ``offset`` places them inside wall-clock intervals."""
 
     interval: float
@@ -142,8 +140,7 @@ def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run
     return failed_pass(context, raw, exc)
 
 
-@dataclass(frozen=True)
-class DaemonHooks:
+class DaemonHooks(NamedTuple):
     """What the loop calls out to, each replaceable in tests: one pass (``pass_function``), the
     engine for a config path (``engine_factory``; ``Engine.from_path`` when None), the two
     clocks, and how long a stop and a pass may overrun before the loop gives up on them."""

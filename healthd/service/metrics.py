@@ -22,9 +22,8 @@ import logging
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 from healthd import __version__
 from healthd.model import CheckResult, EventTally, PassResult, RunState, Status
@@ -68,8 +67,7 @@ class _Kind(enum.Enum):
     COUNTER = "counter"
 
 
-@dataclass(frozen=True)
-class _Family:
+class _Family(NamedTuple):
     kind: _Kind
     name: str
     documentation: str

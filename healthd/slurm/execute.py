@@ -9,7 +9,6 @@ it comes back as a value (``SlurmProblem``: kind, command, detail) for the plan 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Optional
 
 from healthd.plan.breaker import breaker_confirm, group_views, out_by_healthd
@@ -47,16 +46,16 @@ def observe(
     try:
         if read is Read.NODE_AND_PARTITIONS and not boot_time:
             info, views = read_node_and_views(client, node, reasons)
-            return replace(observed, asked=asked, node=info, views=views)
+            return observed._replace(asked=asked, node=info, views=views)
         if read is not Read.PARTITIONS:
             info = client.show_node(node) if boot_time else client.node(node)
-            observed = replace(observed, asked=asked, node=info)
+            observed = observed._replace(asked=asked, node=info)
             if read is Read.NODE:
                 return observed
         partitions = observed.node.partitions if observed.node else ()
-        return replace(observed, asked=asked, views=read_views(client, partitions, reasons))
+        return observed._replace(asked=asked, views=read_views(client, partitions, reasons))
     except SlurmError as exc:
-        return replace(observed, asked=asked, errors=(*observed.errors, exc.problem))
+        return observed._replace(asked=asked, errors=(*observed.errors, exc.problem))
 
 
 def read_node_and_views(client: SlurmClient, name: str, reasons: Reasons) -> tuple[NodeInfo, dict[str, PartitionView]]:

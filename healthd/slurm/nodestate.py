@@ -7,7 +7,7 @@ these values; ``healthd.plan.policy`` decides from them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 # Node state flags (scontrol man page, NODE STATE): a pending or running reboot.
 REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "REBOOTING"})
@@ -22,8 +22,7 @@ BUSY_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 POWER_FLAGS = frozenset({"POWER_DOWN", "POWERING_DOWN", "POWERED_DOWN", "POWER_UP", "POWERING_UP"})
 
 
-@dataclass(frozen=True)
-class NodeInfo:
+class NodeInfo(NamedTuple):
     """What healthd needs to know about one node, as slurmctld reports it."""
 
     name: str
@@ -107,8 +106,7 @@ class NodeInfo:
         return "+".join([self.state, *sorted(self.flags)])
 
 
-@dataclass(frozen=True)
-class PartitionView:
+class PartitionView(NamedTuple):
     """One partition as the circuit breaker sees it.
 
     ``out`` lists the nodes out with a healthd reason as (not DOWN, reason time,

@@ -9,8 +9,7 @@ error's text back. Pure values: the plan holds them too.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 # How long a detail may be: short enough for the one phrase of a headline (the whole text stays in ``message``).
 DETAIL_LIMIT = 160
@@ -26,8 +25,7 @@ class SlurmFailure(enum.Enum):
     TAKEN_OVER = "taken_over"  # after healthd's drain the node carries someone else's reason: left alone
 
 
-@dataclass(frozen=True)
-class SlurmProblem:
+class SlurmProblem(NamedTuple):
     """One Slurm failure: its ``kind``, the ``command`` ("" when none ran), a short ``detail``
     (what Slurm or the system said, at most ``DETAIL_LIMIT`` characters), and the whole ``message``
     (what ``action.errors`` and the logs show)."""

@@ -49,7 +49,6 @@ A GPU swapped at the same address has a new UUID, so its counts start from zero.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import enum
 import json
@@ -59,7 +58,6 @@ import re
 import sqlite3
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple, Optional, TypeVar
@@ -184,8 +182,8 @@ TRANSITIONS = frozenset({Kind.RAISED, Kind.CHANGED, Kind.CLEARED})
 
 
 def _fields(row: Any, **extra: Any) -> dict[str, Any]:
-    """A row's fields for JSON, with ``extra`` replacing or adding some."""
-    return {**{f.name: getattr(row, f.name) for f in dataclasses.fields(row)}, **extra}
+    """A row's fields (a record's ``_asdict``) for JSON, with ``extra`` replacing or adding some."""
+    return {**row._asdict(), **extra}
 
 
 class RebootPhase(enum.Enum):
@@ -198,8 +196,7 @@ def _gpu_dict(gpu: Device) -> dict[str, Any]:
     return {"index": gpu.index, "pci_bus_id": gpu.address, "uuid": gpu.uuid, "serial": gpu.serial}
 
 
-@dataclass(frozen=True)
-class Event:
+class Event(NamedTuple):
     """One row of the history. Fields that do not apply to a kind are empty strings.
 
     Finding transitions and acks: ``check``/``code``/``subject`` are the finding's
@@ -225,8 +222,7 @@ class Event:
         return _fields(self, kind=self.kind.value, details=dict(self.details), time=iso_time(self.at))
 
 
-@dataclass(frozen=True)
-class OpenFinding:
+class OpenFinding(NamedTuple):
     """A finding the last recorded pass still reported, and since when."""
 
     check: str
@@ -247,8 +243,7 @@ class OpenFinding:
         return _fields(self, details=dict(self.details), since_time=iso_time(self.since))
 
 
-@dataclass(frozen=True)
-class Boot:
+class Boot(NamedTuple):
     boot_id: str
     first_seen: float
     previous: Optional[str]
@@ -258,8 +253,7 @@ class Boot:
         return _fields(self, gpus=[_gpu_dict(g) for g in self.gpus], first_seen_time=iso_time(self.first_seen))
 
 
-@dataclass(frozen=True)
-class Maintenance:
+class Maintenance(NamedTuple):
     """What a ``maintain`` run did: events deleted by age and by the size cap, and the file size after."""
 
     deleted_by_age: int

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.model import Status
@@ -112,4 +112,4 @@ def reach_critical(state: PolicyState, raw: PassResult, fail_passes: int) -> Pol
     streaks = dict(state.fail_streaks)
     for check in critical:
         streaks[check] = max(streaks.get(check, 0), fail_passes - 1)
-    return replace(state, fail_streaks=streaks)
+    return state._replace(fail_streaks=streaks)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 
@@ -28,8 +28,7 @@ class MountinfoError(ValueError):
         super().__init__(f"{source}:{line_number}: {problem}")
 
 
-@dataclass(frozen=True)
-class MountEntry:
+class MountEntry(NamedTuple):
     mount_point: str
     fstype: str
     source: str
@@ -99,8 +98,7 @@ def fuse_connection(entry: MountEntry) -> int | None:
     return int(major) << 20 | int(minor) if major.isdigit() and minor.isdigit() else None
 
 
-@dataclass(frozen=True)
-class FuseConnection:
+class FuseConnection(NamedTuple):
     """One FUSE connection under fusectl: its number, the uid that mounted it, and its requests unanswered."""
 
     connection: int

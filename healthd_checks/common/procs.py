@@ -11,9 +11,8 @@ mmap lock, so it blocks behind a process stuck in a page fault on a hung mount
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 # include/linux/sched.h: TASK_COMM_LEN is 16, a NUL included, so comm keeps 15 characters.
 COMM_MAX = 15
@@ -35,8 +34,7 @@ class ProcStatusError(ValueError):
     """A /proc/PID/status file without the documented Name, State or Uid lines."""
 
 
-@dataclass(frozen=True)
-class TaskStatus:
+class TaskStatus(NamedTuple):
     """The fields of /proc/PID/status that say what a process is and who owns it."""
 
     name: str
@@ -68,8 +66,7 @@ def parse_status(text: str, source: str) -> TaskStatus:
     return TaskStatus(name=name, state=state, real_uid=int(uids[0]), effective_uid=int(uids[1]))
 
 
-@dataclass(frozen=True)
-class Process:
+class Process(NamedTuple):
     """One process: its status fields and the target of its ``exe`` link (None when unreadable)."""
 
     pid: int

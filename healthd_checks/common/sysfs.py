@@ -12,9 +12,8 @@ and sysfs-bus-pci-devices-aer_stats).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Callable, NamedTuple, Optional, TypeVar
 
 from healthd.boot import BootIdUnreadable, read_boot_id
 
@@ -43,16 +42,14 @@ class SysfsMissing(SysfsError):
     """The file does not exist (the attribute is not offered by this kernel or device)."""
 
 
-@dataclass(frozen=True)
-class NumberedState:
+class NumberedState(NamedTuple):
     """A ``state`` or ``phys_state`` value: the number is the ABI, the name is for people."""
 
     number: int
     name: str
 
 
-@dataclass(frozen=True)
-class IbRate:
+class IbRate(NamedTuple):
     """A port ``rate``: total Gb/s, lane count and the speed name (``NDR``; may be empty)."""
 
     gbps: float
@@ -201,8 +198,7 @@ BASE_CLASS_DISPLAY = 0x03
 CLASS_OTHER_BRIDGE = 0x0680
 
 
-@dataclass(frozen=True)
-class PciFunction:
+class PciFunction(NamedTuple):
     """One function under ``bus/pci/devices``; ``path`` is its directory there (not resolved)."""
 
     address: str
@@ -232,8 +228,7 @@ class PciFunction:
         return self.vendor in (VENDOR_NVIDIA, VENDOR_MELLANOX) and self.pci_class >> 16 == BASE_CLASS_NETWORK
 
 
-@dataclass(frozen=True)
-class PciScan:
+class PciScan(NamedTuple):
     """Functions in address order, and the files that could not be read or parsed.
 
     ``present`` is False when ``bus/pci/devices`` does not exist (no sysfs tree at

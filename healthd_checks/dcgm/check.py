@@ -27,8 +27,7 @@ Not applicable where dcgmi is absent. See docs/gpu.md and docs/active.md.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Optional, Sequence, Union
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.model import DetailValue, Finding, Status
@@ -47,8 +46,7 @@ SUBJECT = "dcgmi diag"
 PASSED = frozenset({"pass", "warn"})
 
 
-@dataclass(frozen=True)
-class DcgmObservation:
+class DcgmObservation(NamedTuple):
     """Every run of ``dcgmi diag`` in this pass, the first first; or why one gave no results."""
 
     runs: tuple[Diagnostic, ...] = ()

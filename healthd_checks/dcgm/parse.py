@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from healthd.text import one_line
 
@@ -26,8 +25,7 @@ STATUSES = frozenset({"pass", "fail", "warn", "skip"})
 _BANDWIDTH = re.compile(r"(host to gpu|gpu to host) bandwidth:\s*([0-9]+(?:\.[0-9]+)?)\s*gb/s", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
-class TestResult:
+class TestResult(NamedTuple):
     """One test's result on one GPU (``gpu`` None: a node-wide test)."""
 
     category: str
@@ -46,8 +44,7 @@ class TestResult:
         return tuple(float(m.group(2)) for line in self.info for m in _BANDWIDTH.finditer(line))
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+class Diagnostic(NamedTuple):
     """One run of ``dcgmi diag``: every result, and each GPU's PCI device ID by index."""
 
     results: tuple[TestResult, ...]

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional, Union
 
 from healthd.checks.counters import BootScoped, rise
 from healthd.checks.plugin import CheckSpec, Staged, Unobserved, Verdict
@@ -78,8 +78,7 @@ PATTERNS = (
 )
 
 
-@dataclass(frozen=True)
-class SmartLog:
+class SmartLog(NamedTuple):
     """The fields of ``nvme smart-log -o json`` this check judges."""
 
     critical_warning: int
@@ -122,8 +121,7 @@ def parse_smart_log(text: str, source: str) -> SmartLog:
     )
 
 
-@dataclass(frozen=True)
-class NvmeController:
+class NvmeController(NamedTuple):
     """One NVMe controller: its sysfs name, state and identity, and its SMART log (or why it was not read)."""
 
     name: str
@@ -133,13 +131,12 @@ class NvmeController:
     smart: Union[SmartLog, Unobserved, None] = None
 
 
-@dataclass(frozen=True)
-class DisksObservation:
+class DisksObservation(NamedTuple):
     controllers: tuple[NvmeController, ...]
     problems: tuple[Unobserved, ...]
     log: LogObservation
     nvme_cli_present: bool = False
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
 
 
 def _attribute(directory: Path, name: str) -> str:

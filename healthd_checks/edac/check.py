@@ -19,9 +19,9 @@ core's per-error lines (drivers/edac/edac_mc.c), and pages the kernel took offli
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Union
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Union
 
 from healthd.checks.counters import BootScoped, rise
 from healthd.checks.plugin import CheckSpec, Staged, Unobserved, Verdict
@@ -98,8 +98,7 @@ PATTERNS = (
 )
 
 
-@dataclass(frozen=True)
-class Counts:
+class Counts(NamedTuple):
     """Corrected and uncorrected error counts of one controller or DIMM, and its label."""
 
     name: str
@@ -108,8 +107,7 @@ class Counts:
     uncorrected: int
 
 
-@dataclass(frozen=True)
-class MemoryController:
+class MemoryController(NamedTuple):
     """One ``mcN``: its totals (with the errors it could not place) and its DIMMs (or csrows)."""
 
     totals: Counts
@@ -149,15 +147,14 @@ def read_controller(directory: Path) -> MemoryController:
     return MemoryController(Counts(name, _label(directory / "mc_name", name), corrected, uncorrected), tuple(dimms))
 
 
-@dataclass(frozen=True)
-class EdacObservation:
+class EdacObservation(NamedTuple):
     """The controllers read (or why not), the kernel log, the boot and the last pass's baselines."""
 
     controllers: tuple[MemoryController, ...]
     problems: tuple[Unobserved, ...]
     present: bool
     log: LogObservation
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
 
 
 def gather(ctx: CheckContext[EdacSettings]) -> EdacObservation:

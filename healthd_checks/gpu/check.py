@@ -10,8 +10,8 @@ docs/gpu.md for the codes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional, Union
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.model import DetailValue, Device, Finding, Status
@@ -385,13 +385,12 @@ def source_for(settings: GpuSettings) -> GpuSource:
     return SnapshotFile(settings.snapshot)
 
 
-@dataclass(frozen=True)
-class GpuObservation:
+class GpuObservation(NamedTuple):
     """NVML's reading (or why the snapshot is unusable), the PCI bus, and the last pass's baselines."""
 
     pci: PciScan
     reading: Union[NodeReading, Unobserved]
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
 
 
 def gather(ctx: CheckContext[GpuSettings]) -> GpuObservation:

@@ -9,8 +9,7 @@ into a high rate. Pure: the caller loads and saves the state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from healthd.checks.counters import rise
 from healthd.model import Status
@@ -26,8 +25,7 @@ NVLINK_COUNTERS = ("replay_errors", "recovery_errors", "crc_flit_errors", "crc_d
 Add = Callable[..., None]
 
 
-@dataclass(frozen=True)
-class _Span:
+class _Span(NamedTuple):
     """What judging one GPU's counters over the time since the last pass needs besides the reading.
 
     ``elapsed`` is None when the last pass's time is unknown: there is no rate to judge

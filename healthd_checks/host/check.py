@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Protocol, Union
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.config.view import updated
@@ -39,8 +39,7 @@ STA_UNSYNC = 0x0040
 TIME_ERROR = 5
 
 
-@dataclass(frozen=True)
-class Timex:
+class Timex(NamedTuple):
     """What adjtimex(2) says of the clock: its return value (clock state), status bits and error bounds (µs)."""
 
     state: int
@@ -106,8 +105,7 @@ class KernelTimex:
         return Timex(state, timex.status, timex.maxerror, timex.esterror)
 
 
-@dataclass(frozen=True)
-class RecordedTimex:
+class RecordedTimex(NamedTuple):
     """A reading saved as JSON ``{"state": 0, "status": 8193, "maxerror_us": 1500, "esterror_us": 20}``."""
 
     path: Path
@@ -126,8 +124,7 @@ class RecordedTimex:
         return Timex(**values)
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(NamedTuple):
     """Online CPUs, the sockets they sit in, and the most hardware threads one core has."""
 
     cpus: int
@@ -135,8 +132,7 @@ class Topology:
     threads_per_core: int
 
 
-@dataclass(frozen=True)
-class Interface:
+class Interface(NamedTuple):
     """A network interface under ``class/net``: present or not, its operstate, whether its link is up.
 
     ``problem`` says why the state could not be read (``up`` is then None).
@@ -150,8 +146,7 @@ class Interface:
     problem: str = ""
 
 
-@dataclass(frozen=True)
-class HostObservation:
+class HostObservation(NamedTuple):
     timex: Union[Timex, Unobserved, None]
     topology: Union[Topology, Unobserved, None]
     meminfo: Union[dict[str, int], Unobserved, None]
@@ -413,7 +408,7 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
     if isinstance(observed.timex, Timex):
         findings += _judge_clock(observed.timex, jc)
     findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
-    if isinstance(observed.ethernet, tuple):
+    if observed.ethernet is not None and not isinstance(observed.ethernet, Unobserved):
         findings += _judge_ethernet(observed.ethernet, jc)
     return Verdict(tuple(findings))
 

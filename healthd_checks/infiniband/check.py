@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from healthd.checks.counters import BootScoped, rise, saturated
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
@@ -60,8 +60,7 @@ if TYPE_CHECKING:
     from .settings import InfinibandSettings
 
 
-@dataclass(frozen=True)
-class PortReading:
+class PortReading(NamedTuple):
     """Everything read from one port; ``None`` where the file could not be read or parsed.
 
     ``board_id`` is the adapter's (the kernel prints its PSID, e.g. ``MT_0000000838``);
@@ -427,8 +426,7 @@ def _judge_downs(
     return findings, {"downs": [[t, n] for t, n in events], "flapping": flapping}
 
 
-@dataclass(frozen=True)
-class PortsObservation:
+class PortsObservation(NamedTuple):
     """The ports read (all of them, or the expected ones that exist), and the last pass's state.
 
     ``missing`` are expected ports without a directory; ``unreadable`` says why the
@@ -440,7 +438,7 @@ class PortsObservation:
     missing: tuple[str, ...] = ()
     unreadable: Optional[Unobserved] = None
     boot_id: Optional[str] = None
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
 
 
 def _read_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> PortsObservation:
@@ -470,7 +468,7 @@ def _read_ports(ctx: CheckContext[InfinibandSettings], root: Path) -> PortsObser
 
 def gather(ctx: CheckContext[InfinibandSettings]) -> PortsObservation:
     observed = _read_ports(ctx, ctx.paths.sysfs / "class" / "infiniband")
-    return replace(observed, boot_id=boot_id_or_none(ctx.paths.procfs), previous=ctx.state.load())
+    return observed._replace(boot_id=boot_id_or_none(ctx.paths.procfs), previous=ctx.state.load())
 
 
 def _chosen(observed: PortsObservation, settings: InfinibandSettings) -> list[PortReading]:

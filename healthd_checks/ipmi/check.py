@@ -19,8 +19,9 @@ until the node reboots, a WARNING for ``window`` seconds. See docs/host.md.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from dataclasses import asdict, dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional, Union
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.model import DetailValue, Finding, Status
@@ -69,8 +70,7 @@ GRADES: tuple[tuple[str, Status], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class SelRecord:
+class SelRecord(NamedTuple):
     """One line of ``ipmitool sel elist``: ``ID | date | time | sensor | description | direction``."""
 
     record_id: int
@@ -113,11 +113,10 @@ def grade(record: SelRecord) -> Optional[Status]:
     return None
 
 
-@dataclass(frozen=True)
-class IpmiObservation:
+class IpmiObservation(NamedTuple):
     records: Union[tuple[SelRecord, ...], Unobserved]
     boot_id: Optional[str]
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
 
 
 def gather(ctx: CheckContext[IpmiSettings]) -> IpmiObservation:

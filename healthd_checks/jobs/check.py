@@ -22,8 +22,7 @@ The settings also hold the prolog's and epilog's (``healthd prolog``/``epilog``,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from healthd.checks.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.model import Finding, Status
@@ -37,8 +36,7 @@ if TYPE_CHECKING:
 SUSPECT = "APP_XID_SUSPECT"
 
 
-@dataclass(frozen=True)
-class JobXid:
+class JobXid(NamedTuple):
     """One recorded application Xid of a job (a ``job_xid`` event of the history)."""
 
     id: int
@@ -51,8 +49,7 @@ class JobXid:
     uuid: Optional[str]
 
 
-@dataclass(frozen=True)
-class JobsObservation:
+class JobsObservation(NamedTuple):
     events: tuple[JobXid, ...]
     unreadable: Optional[Unobserved] = None
 

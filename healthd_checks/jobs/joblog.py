@@ -11,9 +11,8 @@ order: NVIDIA GPUs on the PCI bus sorted by address (``xid.nvidia_gpus``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from healthd.model import Status
 
@@ -24,8 +23,7 @@ from ..xid.scan import ScanEntry, scan
 from .scope import Job, KernelRecord
 
 
-@dataclass(frozen=True)
-class JobEvent:
+class JobEvent(NamedTuple):
     """One event of the job's window: the scanned line, its GPU index (None: unknown) and its GPC/TPC group."""
 
     entry: ScanEntry
@@ -67,8 +65,7 @@ def last_seq(kmsg: Path) -> Optional[int]:
     return int(result.cursor) if result.cursor is not None and result.cursor.isdigit() else None
 
 
-@dataclass(frozen=True)
-class JobLog:
+class JobLog(NamedTuple):
     """The events after the job's start, the SEQ the log ends at, and what was lost (overwritten records) if any."""
 
     events: tuple[JobEvent, ...]

@@ -18,13 +18,12 @@ several jobs would look like the GPU failing under several users.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 from healthd.model import Finding
 
 
-@dataclass(frozen=True)
-class Job:
+class Job(NamedTuple):
     """A job as its prolog or epilog sees it; ``gpus`` None means every GPU of the node."""
 
     job_id: str
@@ -62,8 +61,7 @@ class Job:
         return {"job": self.job_id, "user": self.user, "gpus": sorted(self.gpus) if self.gpus is not None else None}
 
 
-@dataclass(frozen=True)
-class LogWindow:
+class LogWindow(NamedTuple):
     """A job's stretch of one boot's kernel log: records with ``start < SEQ <= end``.
 
     ``start`` None: the prolog noted no position (the window may begin anywhere);

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from dataclasses import replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional, Union
 
 from healthd.checks.counters import BootScoped
 from healthd.checks.plugin import CheckSpec, Staged, Unobserved, Verdict
@@ -110,8 +111,7 @@ PATTERNS = (
 _TASKS = BootScoped(key="tasks")
 
 
-@dataclass(frozen=True)
-class KernelObservation:
+class KernelObservation(NamedTuple):
     """The kernel log's new lines, the threads in D state (or why they could not be read), the saved task clocks.
 
     For blaming a stuck task on a user's FUSE server: the threads the new hung-task reports
@@ -121,9 +121,9 @@ class KernelObservation:
 
     log: LogObservation
     tasks: Union[tuple[StuckCandidate, ...], Unobserved]
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
     reports: tuple[HungReport, ...] = ()
-    fuse: FuseView = field(default_factory=FuseView)
+    fuse: FuseView = FuseView()
     clock_ticks: int = 100
 
 
@@ -139,7 +139,7 @@ def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
         tasks = Unobserved("PROCESS_STAT_MALFORMED", str(procfs), one_line(str(exc)))
     previous = ctx.state.load().get("d_state")
     reports = _hung_reports(ctx, log)
-    needed = reports or (isinstance(tasks, tuple) and tasks)
+    needed = reports or (not isinstance(tasks, Unobserved) and tasks)
     fuse = read_fuse_view(ctx.paths.sysfs, procfs) if needed else FuseView()
     ticks = os.sysconf("SC_CLK_TCK")
     return KernelObservation(log, tasks, previous if isinstance(previous, dict) else {}, reports, fuse, ticks)

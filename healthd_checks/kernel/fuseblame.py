@@ -12,9 +12,8 @@ kernel from its counters) and mountinfo. docs/host.md gives the rules and their 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..common.mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
 from ..common.procs import system_uid
@@ -23,8 +22,7 @@ from ..xid.parse import Origin, origin_of
 from .tasks import StuckCandidate
 
 
-@dataclass(frozen=True)
-class FuseMount:
+class FuseMount(NamedTuple):
     """A FUSE connection of an ordinary user with requests its server has not answered.
 
     ``uid`` is the uid that mounted it (fusectl's owner of the connection), ``mount_point``
@@ -65,8 +63,7 @@ class FuseMount:
 GONE = FuseMount(-1, -1, "", "", allow_other=False)
 
 
-@dataclass(frozen=True)
-class FuseView:
+class FuseView(NamedTuple):
     """The node's FUSE connections as a pass saw them.
 
     ``users_waiting``: ordinary users' connections with requests waiting; ``system`` and
@@ -131,8 +128,7 @@ def waits_in_fuse(wchan: Optional[str]) -> bool:
     return wchan is not None and _FUSE_WAIT.fullmatch(wchan) is not None
 
 
-@dataclass(frozen=True)
-class Trace:
+class Trace(NamedTuple):
     """What the kernel's call trace under a report shows: a FUSE wait, and the modules whose code it runs through."""
 
     fuse: bool = False
@@ -172,8 +168,7 @@ def read_trace(lines: Sequence[LogLine], start: int, comm: str, tid: int, usersp
     return Trace(fuse, frozenset(modules))
 
 
-@dataclass(frozen=True)
-class HungReport:
+class HungReport(NamedTuple):
     """A hung-task report read this pass: the thread it names, when the kernel logged it, that tid now, its trace."""
 
     tid: int

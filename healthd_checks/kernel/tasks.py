@@ -36,16 +36,14 @@ of 20,000 tasks is that many reads, and Python's file objects cost more than the
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 # include/linux/sched.h: the task flag of a kernel thread, field 9 of /proc/PID/stat.
 PF_KTHREAD = 0x00200000
 
 
-@dataclass(frozen=True)
-class TaskStat:
+class TaskStat(NamedTuple):
     """The fields of /proc/PID/stat this check uses: pid, name, state (one letter), start ticks, thread count, flags."""
 
     pid: int
@@ -101,8 +99,7 @@ def parse_uids(text: str) -> Optional[tuple[int, ...]]:
     return tuple(int(uid) for uid in uids) if len(uids) == 4 and all(uid.isdigit() for uid in uids) else None
 
 
-@dataclass(frozen=True)
-class StuckCandidate:
+class StuckCandidate(NamedTuple):
     """A thread found in D state: its stat fields, its process, and its context switch count and uids when readable."""
 
     tid: int

@@ -21,8 +21,9 @@ still reported, as OK, so the count of events this boot stays visible.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from healthd.boot import BootIdUnreadable, read_boot_id
 from healthd.checks.plugin import NotApplicable, Unobserved, Verdict
@@ -46,8 +47,7 @@ MAX_GROUPS = 128
 _TEXT_LIMIT = 200
 
 
-@dataclass(frozen=True)
-class Pattern:
+class Pattern(NamedTuple):
     """One kind of kernel message: matched from the start of a record's first line.
 
     ``subject`` names the group from the match (a CPU, a device); ``details`` gives the
@@ -66,8 +66,7 @@ class Pattern:
     grade: Optional[Callable[[re.Match[str]], Status]] = None  # a grade read from the line, instead of ``status``
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(NamedTuple):
     """One line that matched: its pattern, subject, details and the line itself (cleaned)."""
 
     pattern: Pattern
@@ -117,15 +116,14 @@ def _load_groups(raw: Any) -> dict[str, _Group]:
     return load_records(raw, _Group, _sane)
 
 
-@dataclass(frozen=True)
-class LogObservation:
+class LogObservation(NamedTuple):
     """What one pass read: the boot, the saved state, where reading stands, and the new lines (or why none)."""
 
     kmsg: str
     boot_id: Optional[str] = None
     unreadable: Optional[Unobserved] = None
-    document: Mapping[str, Any] = field(default_factory=dict)
-    position: Position = field(default_factory=Position)
+    document: Mapping[str, Any] = MappingProxyType({})
+    position: Position = Position()
     read: Optional[LogRead] = None
 
 
@@ -160,7 +158,7 @@ def _fresh(lines: tuple[LogLine, ...], position: Position) -> tuple[list[LogLine
         if line.usec is not None:
             last = max(line.usec, last or 0)
         fresh.append(line)
-    return fresh, replace(position, skip_usec=skip, last_usec=last)
+    return fresh, position._replace(skip_usec=skip, last_usec=last)
 
 
 def _add(groups: dict[str, _Group], hit: Hit, event: str, when: float, userspace: bool) -> None:
@@ -214,7 +212,7 @@ def judge_log(
             when = min(line.time, jc.now) if line.time is not None else jc.now
             _add(groups, hit, f"{observed.boot_id}:{record}", when, origin is not Origin.KERNEL)
         if read.result.cursor is not None:
-            position = replace(position, cursor=read.result.cursor)
+            position = position._replace(cursor=read.result.cursor)
         if read.result.lost:
             where = observed.kmsg if position.source == "kmsg" else "journal"
             lost = one_line(f"kernel log records were lost before healthd read them: {read.result.lost}")

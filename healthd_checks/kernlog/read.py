@@ -9,8 +9,7 @@ count is still the caller's decision, made on each line's facility (``origin_of`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext
@@ -22,8 +21,7 @@ def _int_or_none(value: Any) -> Optional[int]:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-@dataclass(frozen=True)
-class Position:
+class Position(NamedTuple):
     """Where the reading of this boot's kernel log stands, and the GPU order captured at its start.
 
     ``last_usec`` is the kernel timestamp (usec since boot) of the newest record folded
@@ -59,11 +57,10 @@ class Position:
         if self.source == source:
             return self
         skip = self.last_usec if self.source else self.skip_usec
-        return replace(self, source=source, cursor=None, skip_usec=skip)
+        return self._replace(source=source, cursor=None, skip_usec=skip)
 
 
-@dataclass(frozen=True)
-class LogRead:
+class LogRead(NamedTuple):
     """One pass's reading: the position after it, the new lines, and what went wrong.
 
     ``journal_problem`` is why the journal could not be read when kmsg was read

@@ -32,10 +32,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Optional
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import PassShared
@@ -49,8 +48,7 @@ class LogUnavailable(Exception):
     """The kernel log could not be read; the message names the path and the reason."""
 
 
-@dataclass(frozen=True)
-class LogLine:
+class LogLine(NamedTuple):
     """One kernel message, the id of its record (unique within a boot for one source), its times and facility.
 
     ``usec`` is the kernel's own timestamp of the record (microseconds since boot, the
@@ -67,8 +65,7 @@ class LogLine:
     facility: Optional[int] = None
 
 
-@dataclass(frozen=True)
-class KmsgRecord:
+class KmsgRecord(NamedTuple):
     """One /dev/kmsg record: ``PRI,SEQ,USEC,FLAGS;MESSAGE`` with the message unescaped."""
 
     priority: int
@@ -81,8 +78,7 @@ class KmsgRecord:
         return self.priority >> 3
 
 
-@dataclass(frozen=True)
-class ReadResult:
+class ReadResult(NamedTuple):
     """New lines since the cursor, the cursor after them, lost records if any, and the oldest SEQ seen."""
 
     lines: tuple[LogLine, ...]
@@ -141,8 +137,7 @@ def _numbered(chunk: bytes) -> Iterator[tuple[int, re.Match[bytes], bytes]]:
             yield int(match.group(2)), match, line
 
 
-@dataclass(frozen=True)
-class _Kept:
+class _Kept(NamedTuple):
     """A descriptor on the kernel's log device left open by a reader, and the SEQ of the last record it read."""
 
     fd: int
@@ -177,8 +172,7 @@ def _keep(path: Path, keep: str, fd: int, last: int) -> None:
         os.close(displaced.fd)
 
 
-@dataclass(frozen=True)
-class _Drained:
+class _Drained(NamedTuple):
     """What one descriptor read, unparsed: each record's SEQ, head and bytes, what was lost, and the file's kind."""
 
     records: tuple[tuple[int, re.Match[bytes], bytes], ...]

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.model import Finding, Status
@@ -44,8 +44,7 @@ if TYPE_CHECKING:
 StuckProbes = dict[str, dict[str, float]]
 
 
-@dataclass(frozen=True)
-class MountsObservation:
+class MountsObservation(NamedTuple):
     """Mountinfo as the namespace's process sees it, and the probes' outcomes by path.
 
     ``problem`` says why mountinfo could not be read. ``stuck`` is the
@@ -58,7 +57,7 @@ class MountsObservation:
     problem: Optional[Unobserved] = None
     outcomes: tuple[tuple[str, ProbeOutcome], ...] = ()
     stuck: Optional[StuckProbes] = None
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
 
 
 # What statvfs says of a mount whose filesystem is gone while it stays mounted: as good as

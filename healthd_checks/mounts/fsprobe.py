@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 from healthd.checks.binaries import locate
 from healthd.checks.bounded import process_start
@@ -50,8 +50,7 @@ WALKABLE_FILESYSTEMS = MEMORY_FILESYSTEMS | {"ext2", "ext3", "ext4", "xfs", "btr
 _FORMAT = "%b %a %S %c %d"
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(NamedTuple):
     """Free space and inodes of one filesystem, as fractions of the total."""
 
     free_fraction: float
@@ -59,8 +58,7 @@ class Usage:
     total_bytes: int
 
 
-@dataclass(frozen=True)
-class Hung:
+class Hung(NamedTuple):
     """The probe did not return in time (or an earlier one is still stuck)."""
 
     pid: int
@@ -68,8 +66,7 @@ class Hung:
     inherited: bool
 
 
-@dataclass(frozen=True)
-class Failed:
+class Failed(NamedTuple):
     """The probe returned but could not read the filesystem: why, and statvfs's errno when it gave one.
 
     ``errno`` is None when the probe itself failed (no ``stat`` program, a child that died

@@ -20,8 +20,7 @@ their baselines. See docs/nvlink.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.model import DetailValue, Finding, Status
@@ -71,8 +70,7 @@ _INCORRECT_CONFIGURATION = {
 _ABSENT = frozenset({NOT_SUPPORTED, "FUNCTION_NOT_FOUND", "INVALID_ARGUMENT", "NOT_FOUND"})
 
 
-@dataclass(frozen=True)
-class NvlinkObservation:
+class NvlinkObservation(NamedTuple):
     """The NVSwitches on the bus, the GPUs' fabric registration, and whether Fabric Manager runs.
 
     ``fabric_manager`` is None when it was not looked for (not required here).

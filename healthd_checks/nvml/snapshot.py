@@ -7,9 +7,8 @@ library never imports pydantic; only replaying a snapshot does.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, NamedTuple, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -179,8 +178,7 @@ def parse_snapshot(text: str, source: str) -> NodeReading:
     )
 
 
-@dataclass(frozen=True)
-class SnapshotFile:
+class SnapshotFile(NamedTuple):
     """Replays a snapshot file; every ``read()`` loads it again (it may be replaced)."""
 
     path: Path

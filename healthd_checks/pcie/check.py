@@ -13,9 +13,9 @@ device's maximum and its upstream port's. AER totals persist per boot
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from healthd.checks.counters import BootScoped, rise
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
@@ -58,16 +58,14 @@ if TYPE_CHECKING:
 N = TypeVar("N", int, float)
 
 
-@dataclass(frozen=True)
-class LinkEnd:
+class LinkEnd(NamedTuple):
     """The most one end of a link can do; ``None`` where absent, unreadable or ``Unknown``."""
 
     width: Optional[int] = None
     speed: Optional[float] = None
 
 
-@dataclass(frozen=True)
-class DeviceReading:
+class DeviceReading(NamedTuple):
     """What one device's sysfs directory (and its upstream port's) said."""
 
     address: str
@@ -234,8 +232,7 @@ def judge_aer(
     return findings, kept
 
 
-@dataclass(frozen=True)
-class DevicesObservation:
+class DevicesObservation(NamedTuple):
     """The devices read, what kept configured ones from being read (in config order), and the last pass's state.
 
     An ``unjudged`` path is the sysfs directory of a configured device that is not on the PCI bus.
@@ -244,7 +241,7 @@ class DevicesObservation:
     readings: tuple[DeviceReading, ...] = ()
     unjudged: tuple[Union[Unobserved, Path], ...] = ()
     boot_id: Optional[str] = None
-    previous: Mapping[str, Any] = field(default_factory=dict)
+    previous: Mapping[str, Any] = MappingProxyType({})
 
 
 def _unreadable(subject: str, error: SysfsError) -> Unobserved:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Union
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional, Union
 
 from healthd.checks.binaries import locate
 from healthd.checks.plugin import CheckSpec, JudgeContext, NotApplicable, Staged, Unobserved, Verdict, read_parsed
@@ -39,8 +40,7 @@ if TYPE_CHECKING:
     from .settings import ServicesSettings
 
 
-@dataclass(frozen=True)
-class PackagedService:
+class PackagedService(NamedTuple):
     """What a packaged service runs: its process names, and the accounts it runs as besides root."""
 
     processes: tuple[str, ...]
@@ -138,8 +138,7 @@ def _per_service(mapping: Mapping[str, Any], service: str) -> Any:
     return None
 
 
-@dataclass(frozen=True)
-class ProcessRule:
+class ProcessRule(NamedTuple):
     """What counts as one service's process: its names, its owners' uids and, if set, its executable."""
 
     names: tuple[str, ...]
@@ -148,8 +147,7 @@ class ProcessRule:
     exe_paths: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True)
-class Sighting:
+class Sighting(NamedTuple):
     """What the process table shows of one service: running, or why the processes named like it do not count."""
 
     running: bool
@@ -261,8 +259,7 @@ def _grade(settings: ServicesSettings, service: str) -> Status:
     return Status[_per_service(settings.severities, service) or settings.severity]
 
 
-@dataclass(frozen=True)
-class ServicesObservation:
+class ServicesObservation(NamedTuple):
     """What systemd or the process table says of the services, and which modules are loaded.
 
     ``systemd`` holds each unit's states when systemd was asked, ``reread_after`` the
@@ -277,7 +274,7 @@ class ServicesObservation:
     reread_after: Optional[float] = None
     read_at: int = 0
     processes: tuple[Process, ...] = ()
-    rules: Mapping[str, ProcessRule] = field(default_factory=dict)
+    rules: Mapping[str, ProcessRule] = MappingProxyType({})
     unknown_accounts: tuple[str, ...] = ()
     services_problem: Optional[Unobserved] = None
     modules: frozenset[str] = frozenset()
@@ -313,7 +310,7 @@ def _gather_named_processes(ctx: CheckContext[ServicesSettings], observed: Servi
         observed.processes if observed.rules else _process_table(Path(ctx.paths.procfs))
     )
     owners, _ = _configured_accounts(settings.process_users)
-    return replace(observed, table=table, table_owners=frozenset(owners))
+    return observed._replace(table=table, table_owners=frozenset(owners))
 
 
 def _gather_systemd(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
@@ -373,8 +370,8 @@ def gather(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
     source = Path(ctx.paths.procfs) / "modules"
     loaded = read_parsed(source, parse_modules, "MODULES", "replace")
     if isinstance(loaded, Unobserved):
-        return replace(observed, modules_problem=loaded)
-    return replace(observed, modules=loaded)
+        return observed._replace(modules_problem=loaded)
+    return observed._replace(modules=loaded)
 
 
 def span(seconds: float) -> str:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
-from typing import Any, Mapping, MutableMapping, Optional, Sequence, Union
+from types import MappingProxyType
+from typing import Any, Mapping, MutableMapping, NamedTuple, Optional, Sequence, Union
 
 from healthd.checks.plugin import Unobserved
 from healthd.text import one_line
@@ -67,8 +67,7 @@ def _count(timing: Mapping[str, str], key: str) -> Union[int, str]:
     return int(value)
 
 
-@dataclass(frozen=True)
-class Since:
+class Since(NamedTuple):
     """When a moving unit's daemon last ran (``at``, microseconds of CLOCK_MONOTONIC), or why that is unknown.
 
     ``at`` 0 with ``restarts``: it has not run since boot. ``restarts`` is systemd's count
@@ -80,8 +79,7 @@ class Since:
     restarts: int = 0
 
 
-@dataclass(frozen=True)
-class UnitState:
+class UnitState(NamedTuple):
     """One unit as ``systemctl show`` describes it; ``unit`` is the name asked for, ``id`` systemd's own."""
 
     unit: str
@@ -89,7 +87,7 @@ class UnitState:
     load: str
     active: str
     sub: str
-    timing: Mapping[str, str] = field(default_factory=dict)  # the TIMING properties systemd printed
+    timing: Mapping[str, str] = MappingProxyType({})  # the TIMING properties systemd printed
 
     @property
     def condition(self) -> Condition:

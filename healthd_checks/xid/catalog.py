@@ -38,8 +38,7 @@ can be overridden per Xid in the config.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional
 
 from healthd.model import Status
 
@@ -117,8 +116,7 @@ class Sticky(enum.Enum):
     UNTIL_REBOOT = "until_reboot"
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     bucket: Bucket
     grade: Status
     sticky: Sticky

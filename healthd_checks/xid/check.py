@@ -33,9 +33,9 @@ falls off the bus does not renumber the others.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional
 
 from healthd.boot import BootIdUnreadable, read_boot_id
 from healthd.checks.plugin import CheckSpec, EventCounter, Staged, Unobserved, Verdict
@@ -62,8 +62,7 @@ def nvidia_gpus(sysfs: Path) -> list[PciAddress]:
     return [a for a in (PciAddress.parse(f.address) for f in scan.nvidia_gpus) if a is not None]
 
 
-@dataclass(frozen=True)
-class XidObservation:
+class XidObservation(NamedTuple):
     """What one pass read: the boot, its saved state, where reading stands now, and the new lines.
 
     ``position`` is after any change of source; ``first_read`` says whether this boot's
@@ -74,8 +73,8 @@ class XidObservation:
     kmsg: str
     boot_id: Optional[str] = None
     boot_unreadable: Optional[Unobserved] = None
-    document: Mapping[str, Any] = field(default_factory=dict)
-    position: Position = field(default_factory=Position)
+    document: Mapping[str, Any] = MappingProxyType({})
+    position: Position = Position()
     first_read: bool = True
     log: Optional[ReadResult] = None
     journal_problem: Optional[str] = None
@@ -108,10 +107,10 @@ def gather(ctx: CheckContext[XidSettings]) -> XidObservation:
     position = Position.load(document)
     if not position.order:
         # Captured once per boot, so a GPU that falls off the bus does not renumber the others.
-        position = replace(position, order=tuple(str(a) for a in nvidia_gpus(ctx.paths.sysfs)))
+        position = position._replace(order=tuple(str(a) for a in nvidia_gpus(ctx.paths.sysfs)))
     observed = _read_log(ctx, boot_id, position)
     first_read = position.cursor is None and position.last_usec is None
-    return replace(observed, document=document, first_read=first_read)
+    return observed._replace(document=document, first_read=first_read)
 
 
 def judge(observed: XidObservation, jc: JudgeContext[XidSettings]) -> Verdict:

@@ -172,7 +172,7 @@ class Folding:
             "gpu_order": self.order,
             "last_usec": self.last_usec,
             "skip_usec": self.skip_usec,
-            "banner": None if self.banner is None else {**asdict(self.banner), "origin": self.banner.origin.value},
+            "banner": None if self.banner is None else {**self.banner._asdict(), "origin": self.banner.origin.value},
             "groups": {key: asdict(group) for key, group in sorted(self.groups.items())},
         }
 

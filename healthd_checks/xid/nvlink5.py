@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional
 
 _REGISTER = re.compile(r"0x[0-9a-f]{1,16}")
 
@@ -117,8 +116,7 @@ class Resolution(enum.Enum):
     XID_154_EVAL = "XID_154_EVAL"
 
 
-@dataclass(frozen=True)
-class Nvlink5Row:
+class Nvlink5Row(NamedTuple):
     """One row of the "XID 144-150 Decode" sheet.
 
     ``v1`` and ``v2`` are the IntrInfo bits the sheet prints for each encoding, lowest bit
@@ -250,8 +248,7 @@ _NVLINK5 = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Nvlink5Line:
+class Nvlink5Line(NamedTuple):
     """What an Xid 144-150 line says, and the sheet's row for it (None: a combination the sheet lacks)."""
 
     unit: str

@@ -45,15 +45,14 @@ import enum
 import functools
 import re
 from dataclasses import dataclass
-from typing import AnyStr, Callable, Iterable, Iterator, Optional, TypeVar, Union
+from typing import AnyStr, Callable, Iterable, Iterator, NamedTuple, Optional, TypeVar, Union
 
 from healthd.text import one_line
 
 from ..kernlog.source import parse_kmsg_record
 
 
-@dataclass(frozen=True)
-class PciAddress:
+class PciAddress(NamedTuple):
     """A PCI address; the driver's Xid tag has no function number, so ``function`` may be None.
 
     Two addresses name the same device when domain, bus and device agree as integers
@@ -113,8 +112,7 @@ class RecoveryAction(enum.IntEnum):
     SYSTEM_REBOOT = 7
 
 
-@dataclass(frozen=True)
-class RecoveryChange:
+class RecoveryChange(NamedTuple):
     """Xid 154: "GPU recovery action changed from 0xA to 0xB" (raw codes; may be unknown to us)."""
 
     before: int
@@ -128,8 +126,7 @@ class RecoveryChange:
             return None
 
 
-@dataclass(frozen=True)
-class NvlinkFault:
+class NvlinkFault(NamedTuple):
     """Xid 74's link and error registers: ``NVLink: fatal error detected on link 4(0x0, 0x0, 0x10000, ...)``.
 
     NVIDIA's Xid documentation ("Xid 74: NVLink error") shows this form: the failing link's
@@ -141,8 +138,7 @@ class NvlinkFault:
     registers: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class XidEvent:
+class XidEvent(NamedTuple):
     """One Xid, SXid or fallen-off-bus line. A fallen-off-bus line without an Xid counts as Xid 79.
 
     The NVSwitch driver prints each SXid as three lines: ``<code>, Fatal|Non-fatal, <text>``,
@@ -191,8 +187,7 @@ def sm_location(event: XidEvent) -> Optional[str]:
     return f"GPC {match.group(1)} TPC {match.group(2)}" if match else None
 
 
-@dataclass(frozen=True)
-class GpuIdentity:
+class GpuIdentity(NamedTuple):
     """The driver's once-per-GPU ``NVRM: GPU at PCI:0000:3b:00: GPU-<uuid>`` line."""
 
     pci: PciAddress
@@ -212,8 +207,7 @@ class LogFormat(enum.Enum):
     PLAIN = "plain"
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """A kernel message stripped of the envelope its tool printed around it."""
 
     message: str
@@ -250,8 +244,7 @@ def origin_of(facility: Optional[int]) -> Origin:
     return Origin.KERNEL if facility == 0 else Origin.USERSPACE
 
 
-@dataclass(frozen=True)
-class Banner:
+class Banner(NamedTuple):
     """The driver lines of a fallen-off-the-bus banner so far, with their ``NVRM: `` prefixes removed.
 
     ``waited`` counts the other driver lines seen since it last grew; past
@@ -263,8 +256,7 @@ class Banner:
     waited: int = 0
 
 
-@dataclass(frozen=True)
-class ParseStep:
+class ParseStep(NamedTuple):
     """What one record (or continuation line) gave: an event, the pending banner, and whether it took part in it.
 
     ``engaged`` means the record began or continued the banner, so its further lines

@@ -16,8 +16,7 @@ from __future__ import annotations
 import codecs
 import io
 import re
-from dataclasses import dataclass, replace
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional, TextIO, Union
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, TextIO, Union
 
 from healthd.model import Status, worst
 
@@ -42,8 +41,7 @@ from .parse import (
 )
 
 
-@dataclass(frozen=True)
-class ScanEntry:
+class ScanEntry(NamedTuple):
     """One event line of a scanned log with its grade."""
 
     line: int
@@ -149,7 +147,7 @@ def follow_154(entries: Iterable[ScanEntry]) -> Iterator[ScanEntry]:
             for index in waiting.pop(item.gpu, []):
                 waited = held[index].entry
                 followed = followed_by_154(waited.summary, item.entry, waited.nvlink5)
-                held[index] = replace(held[index], entry=followed)
+                held[index] = held[index]._replace(entry=followed)
         elif item.event.kind is not LineKind.SXID and item.event.code not in NVLINK5_XIDS:
             waiting.pop(item.gpu, None)
         if awaits_154(item.entry):

@@ -7,7 +7,6 @@ from the daemon (its own idle drain, once per interval), and one active run at a
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -96,7 +95,7 @@ def test_a_dry_run_daemon_starts_no_diagnostic_and_records_none(
     engine = _engine(tmp_path, ran, "[active]\nwhen_drained = true\n")
     prefix = engine.config.slurm.reason_prefix
     drained = NodeInfo("n1", "IDLE", frozenset({"DRAIN"}), f"{prefix} X_FAILED gpu0", "root", ("gpu",))
-    outcome = replace(run_pass(engine, PassRequest(dry_run=True)), node=drained)
+    outcome = run_pass(engine, PassRequest(dry_run=True))._replace(node=drained)
     caplog.set_level(logging.INFO, logger="healthd.test-active")
     assert after_pass(engine, outcome, True, logging.getLogger("healthd.test-active")) is outcome
     assert started == [] and ran == ["plain"] and "last_run" not in engine.state.file("active").load()

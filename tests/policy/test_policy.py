@@ -322,7 +322,7 @@ def test_ordinary_passes_between_two_diagnostics_keep_the_active_checks_streak(
 def test_no_resume_while_a_diagnostic_runs() -> None:
     """The hook's pass must not put the node in service beside ``dcgmi diag`` (another process holds active.lock)."""
     took_out = PolicyState(took_out=(FindingRef("t/CODE_0/subj0"),))
-    running = replace(ORDINARY, active_running=True)
+    running = ORDINARY._replace(active_running=True)
     for node in (OURS, None):
         decision, _ = decide(
             PassFacts(_pass(), took_out, node, coverage=running), PolicyRules(PolicySettings(), HEALTHD_REASONS)
@@ -669,7 +669,7 @@ def test_acks_downgrade_and_lapse() -> None:
     assert finding.details["acknowledged"] is True and finding.details["acknowledged_status"] == "CRITICAL"
     _, kept = apply_acks(_pass(), [keyed])
     assert kept == ()
-    timed_out = replace(_pass(), results=(CheckResult("t", RunState.TIMEOUT, (), 1.0),))
+    timed_out = _pass()._replace(results=(CheckResult("t", RunState.TIMEOUT, (), 1.0),))
     _, kept = apply_acks(timed_out, [keyed])
     assert kept == (keyed,), "a check that did not run says nothing about the finding"
 
@@ -701,7 +701,7 @@ def _decide_with(repeats: int, *, code: str = "CODE_0") -> tuple[Decision, Polic
     result = _pass("CRITICAL")
     if code != "CODE_0":
         finding = replace(result.findings[0], code=code)
-        result = replace(result, results=(replace(result.results[0], findings=(finding,)),))
+        result = result._replace(results=(result.results[0]._replace(findings=(finding,)),))
     key = result.findings[0].key
     counts = {key: ("GPU-1", repeats)}
     return decide(
@@ -789,7 +789,7 @@ def test_a_combined_read_answers_the_node_and_the_breaker_at_once() -> None:
     assert isinstance(made, Plan), "no second read"
     assert made.decision.action is Action.TAKE_OUT_NOW and made.steps[0] is Step.DRAIN
     full = {"batch": PartitionView("batch", 10, ((True, 1.0, "other"),))}
-    held = _planned(("CRITICAL",), PolicyState(), replace(observed, views=full))
+    held = _planned(("CRITICAL",), PolicyState(), observed._replace(views=full))
     assert isinstance(held, Plan) and held.decision.action is Action.HOLD and held.steps == ()
 
 
@@ -870,7 +870,7 @@ def test_a_damaged_key_is_named_and_dropped_alone(key: str, bad: object) -> None
     """One bad field must not forget what healthd took out, a hold or a reboot: the rest is kept."""
     state, problems = PolicyState.read({**_SAVED.to_dict(), key: bad})
     assert len(problems) == 1 and problems[0].startswith(f"bad policy state: {key}: "), problems
-    assert state == replace(_SAVED, **{key: getattr(PolicyState(), key)})
+    assert state == _SAVED._replace(**{key: getattr(PolicyState(), key)})
     with pytest.raises(ValueError, match=f"bad policy state: {key}: "):
         PolicyState.from_dict({**_SAVED.to_dict(), key: bad})
 
@@ -909,7 +909,7 @@ def _plan_of(
 
 
 IN_SERVICE = _node("MIXED")
-GPU_OUT = replace(_node("MIXED", "DRAIN", GPU_LOST_REASON), reason_time=101.0)
+GPU_OUT = _node("MIXED", "DRAIN", GPU_LOST_REASON)._replace(reason_time=101.0)
 EMPTY_BATCH = {"batch": PartitionView("batch", 3, ())}
 
 
@@ -947,7 +947,7 @@ def test_a_resume_whose_answer_was_lost_is_healthds_own() -> None:
     """The review's reproduction: scontrol timed out on a RESUME that slurmctld applied; the next pass found
     the node in service with GPU_LOST back, took that for an administrator's resume and acknowledged it."""
     took_out = PolicyState(took_out=GPU_LOST_REF)
-    resume = _plan_of(_gpu_pass(), took_out, replace(GPU_OUT, state="IDLE"), None)
+    resume = _plan_of(_gpu_pass(), took_out, GPU_OUT._replace(state="IDLE"), None)
     assert resume.steps == (Step.RESUME,)
     assert resume.interrupted is not None and resume.interrupted.resume_sent, "a pass killed after the write"
     timed_out = _failure("`scontrol update NodeName=n1 State=RESUME` timed out after 5s")
@@ -963,13 +963,13 @@ def test_a_resume_whose_answer_was_lost_is_healthds_own() -> None:
 
 def test_a_resume_that_did_not_take_leaves_an_administrators_later_resume_an_acknowledgement() -> None:
     sent = PolicyState(took_out=GPU_LOST_REF, resume_sent=True)
-    still_out = _plan_of(_gpu_pass(GPU_LOST), sent, replace(GPU_OUT, state="IDLE"), None)
+    still_out = _plan_of(_gpu_pass(GPU_LOST), sent, GPU_OUT._replace(state="IDLE"), None)
     assert not still_out.state.resume_sent and still_out.state.took_out == GPU_LOST_REF
     assert still_out.decision.action is Action.NONE
     by_admin = _plan_of(_gpu_pass(GPU_LOST, at=1400.0), still_out.state, IN_SERVICE, EMPTY_BATCH)
     assert by_admin.acknowledged == GPU_LOST_REF and by_admin.result.status is Status.OK
     # Out by another's hand: whether healthd's resume took cannot be told yet, so nothing is acknowledged.
-    admin_drained = _plan_of(_gpu_pass(GPU_LOST), sent, replace(ADMIN_DRAIN, state="MIXED"), None)
+    admin_drained = _plan_of(_gpu_pass(GPU_LOST), sent, ADMIN_DRAIN._replace(state="MIXED"), None)
     assert admin_drained.acknowledged == () and admin_drained.state.resume_sent
 
 
@@ -1108,7 +1108,7 @@ def _down(reason: str) -> tuple[str, ...]:
     return ("update", "NodeName=n1", "State=DOWN", f"Reason={reason}")
 
 
-IB_OUT = replace(_node("MIXED", "DRAIN", "healthd: IB_DOWN mlx5_0/1"), reason_time=100.0)
+IB_OUT = _node("MIXED", "DRAIN", "healthd: IB_DOWN mlx5_0/1")._replace(reason_time=100.0)
 
 
 @pytest.mark.parametrize(
@@ -1118,13 +1118,13 @@ IB_OUT = replace(_node("MIXED", "DRAIN", "healthd: IB_DOWN mlx5_0/1"), reason_ti
         (IB_OUT, GPU_LOST, [_drain("healthd: GPU_LOST gpu0 #100"), _down("healthd: GPU_LOST gpu0 #100")]),
         # Another WARNING on an idle node: only the reason changes, and its place with it stays.
         (
-            replace(IB_OUT, state="IDLE"),
+            IB_OUT._replace(state="IDLE"),
             replace(GPU_LOST, status=Status.WARNING),
             [_drain("healthd: GPU_LOST gpu0 #100")],
         ),
         # A place stamped before (a DOWN that slurmd brought back) is the one kept, not the later reason time.
         (
-            replace(IB_OUT, reason="healthd: IB_DOWN mlx5_0/1 #90", reason_time=150.0),
+            IB_OUT._replace(reason="healthd: IB_DOWN mlx5_0/1 #90", reason_time=150.0),
             GPU_LOST,
             [_drain("healthd: GPU_LOST gpu0 #90"), _down("healthd: GPU_LOST gpu0 #90")],
         ),

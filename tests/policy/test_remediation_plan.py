@@ -90,7 +90,7 @@ def test_a_reboot_that_failed_to_send_is_not_remembered_as_asked() -> None:
     done = conclude(made, Executed(done=(Step.DRAIN,), error=SlurmError("scontrol: timed out").problem), EMPTY, NOW)
     assert done.state.reboot is None and done.state.pending is not None
     assert done.state.pending.action is Action.REBOOT
-    retried = _plan(replace(_capture("idle-drain-healthd"), reason=REBOOT_REASON), XID_79, state=done.state)
+    retried = _plan(_capture("idle-drain-healthd")._replace(reason=REBOOT_REASON), XID_79, state=done.state)
     assert retried.steps == (Step.REBOOT,), "already drained with the reboot reason: only the reboot is left"
 
 
@@ -114,7 +114,7 @@ def test_before_the_boot_changed_a_clean_pass_resumes_nothing() -> None:
 
 
 def test_a_reboot_that_did_not_happen_is_not_asked_for_again() -> None:
-    node = replace(_capture("idle-drain-healthd"), reason=REBOOT_REASON + " : reboot timed out")
+    node = _capture("idle-drain-healthd")._replace(reason=REBOOT_REASON + " : reboot timed out")
     made = _plan(node, XID_79, state=_requested())
     assert made.steps == () and "did not happen" in made.decision.explanation
     assert made.state.reboot is not None, "still waiting: a person decides"
@@ -146,7 +146,7 @@ def test_without_a_boot_id_slurms_boot_time_tells_the_reboot_happened() -> None:
     assert node.boot_time is not None
     state = _requested(boot="")
     assert state.reboot is not None
-    state = replace(state, reboot=replace(state.reboot, at=node.boot_time - 10))
+    state = state._replace(reboot=state.reboot._replace(at=node.boot_time - 10))
     made = _plan(node, state=state, boot="")
     assert made.state.reboot is None and made.decision.action is Action.RESUME
 
@@ -324,7 +324,7 @@ def _reset_plan(node: NodeInfo, *findings: Finding, state: PolicyState = EMPTY, 
     return made
 
 
-OUT_FOR_REMAP = replace(_capture("idle-drain-healthd"), reason="healthd: ROW_REMAP_PENDING gpu3")
+OUT_FOR_REMAP = _capture("idle-drain-healthd")._replace(reason="healthd: ROW_REMAP_PENDING gpu3")
 
 
 def test_a_reset_class_finding_on_a_drained_idle_node_resets_its_gpu_once() -> None:
@@ -358,13 +358,13 @@ def test_a_refused_reset_is_tried_once_too() -> None:
     [
         (_capture("allocated"), True, "not drained yet: the take-out comes first"),
         (
-            replace(_capture("allocated"), flags=frozenset({"DRAIN"}), reason="healthd: ROW_REMAP_PENDING gpu3"),
+            _capture("allocated")._replace(flags=frozenset({"DRAIN"}), reason="healthd: ROW_REMAP_PENDING gpu3"),
             True,
             "jobs run",
         ),
-        (replace(_capture("idle-drain-healthd"), reason="admin: DIMM"), True, "someone else's drain"),
+        (_capture("idle-drain-healthd")._replace(reason="admin: DIMM"), True, "someone else's drain"),
         (OUT_FOR_REMAP, False, "[remediation] reset is off"),
-        (replace(OUT_FOR_REMAP, flags=frozenset({"DRAIN", "MAINTENANCE", "RESERVED"})), True, "maintenance"),
+        (OUT_FOR_REMAP._replace(flags=frozenset({"DRAIN", "MAINTENANCE", "RESERVED"})), True, "maintenance"),
     ],
 )
 def test_no_reset_unless_healthd_drained_the_idle_node_and_reset_is_on(node: NodeInfo, reset: bool, why: str) -> None:
@@ -379,10 +379,10 @@ def test_a_reset_finding_without_a_pci_is_not_reset() -> None:
 def test_a_pass_cut_short_before_the_reboot_was_sent_sends_it_next_pass() -> None:
     made = _plan(_capture("allocated"), XID_79)
     assert made.interrupted is not None and made.interrupted.reboot is not None
-    drained = replace(_capture("idle-drain-healthd"), state="ALLOCATED", reason=REBOOT_REASON)
+    drained = _capture("idle-drain-healthd")._replace(state="ALLOCATED", reason=REBOOT_REASON)
     retried = _plan(drained, XID_79, state=made.interrupted)
     assert retried.steps == (Step.REBOOT,)
-    pending = replace(drained, flags=frozenset({"DRAIN", "REBOOT_REQUESTED"}))
+    pending = drained._replace(flags=frozenset({"DRAIN", "REBOOT_REQUESTED"}))
     sent = _plan(pending, XID_79, state=made.interrupted)
     assert sent.steps == () and sent.state.reboot is not None, "it did reach Slurm: wait for it"
 

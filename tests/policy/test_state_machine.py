@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import replace
 from typing import Any, Optional, Union
 
 import pytest
@@ -229,7 +228,7 @@ GPU_LOST = Finding("gpu", Status.CRITICAL, "GPU_LOST", "gpu0", "lost")
 GPU_LOST_REASON = "healthd: GPU_LOST gpu0"
 GPU_LOST_REF = (FindingRef("gpu/GPU_LOST/gpu0"),)
 IN_SERVICE = NodeInfo("n1", "MIXED", frozenset(), "", "", ("batch",))
-GPU_OUT = replace(IN_SERVICE, flags=frozenset({"DRAIN"}), reason=GPU_LOST_REASON, reason_user="root", reason_time=101.0)
+GPU_OUT = IN_SERVICE._replace(flags=frozenset({"DRAIN"}), reason=GPU_LOST_REASON, reason_user="root", reason_time=101.0)
 ALONE_OUT = {"batch": PartitionView("batch", 3, ((True, 101.0, "n1"),))}
 LOST_PLACE = {"batch": PartitionView("batch", 3, ((True, 100.0, "n0"), (True, 101.0, "n1")))}
 NONE_OUT = {"batch": PartitionView("batch", 3, ())}
@@ -280,7 +279,7 @@ def test_race_a_confirming_read_that_failed_is_confirmed_again() -> None:
 def test_race_a_lost_resume_answer_is_not_an_administrators_resume() -> None:
     """``resume_sent``: slurmctld applied a RESUME whose answer timed out; the node found in service is healthd's."""
     took_out = PolicyState(took_out=GPU_LOST_REF)
-    resume = _made(_gpu_pass(), took_out, replace(GPU_OUT, state="IDLE"), None)
+    resume = _made(_gpu_pass(), took_out, GPU_OUT._replace(state="IDLE"), None)
     lost = conclude(resume, Executed(error=SlurmError("scontrol timed out after 5s").problem), took_out, 1000.0)
     assert lost.state.phases.write is WritePhase.RESUME_SENT
     back = _made(_gpu_pass(GPU_LOST, at=1400.0), lost.state, IN_SERVICE, NONE_OUT)
@@ -291,7 +290,7 @@ def test_race_a_lost_resume_answer_is_not_an_administrators_resume() -> None:
 def test_race_a_resume_of_an_unconfirmed_drain_keeps_both_until_a_read_settles_them() -> None:
     """DRAIN_UNCONFIRMED then a clean pass's RESUME with no answer: UNDO_SENT, then a read settles the resume."""
     unconfirmed = PolicyState(took_out=GPU_LOST_REF, unconfirmed=True)
-    resume = _made(_gpu_pass(), unconfirmed, replace(GPU_OUT, state="IDLE"), None)
+    resume = _made(_gpu_pass(), unconfirmed, GPU_OUT._replace(state="IDLE"), None)
     assert resume.steps == (Step.RESUME,)
     assert resume.interrupted is not None and resume.interrupted.phases.write is WritePhase.UNDO_SENT
     done = conclude(resume, Executed(done=(Step.RESUME,)), unconfirmed, 1000.0)
@@ -306,7 +305,7 @@ def test_race_a_breaker_undo_killed_in_flight_is_confirmed_again_and_never_ackno
     failed = conclude(undo, Executed(error=SlurmError("scontrol timed out after 5s").problem), unconfirmed, 1000.0)
     assert failed.state.phases.write is WritePhase.UNDO_SENT
     # The undo took: the node in service is healthd's own resume; the fault still there takes it out again.
-    later = replace(failed.state, held=None, pending=None)
+    later = failed.state._replace(held=None, pending=None)
     back = _made(_gpu_pass(GPU_LOST, at=1400.0), later, IN_SERVICE, NONE_OUT)
     assert back.acknowledged == () and back.result.status is Status.CRITICAL
     assert back.steps == (Step.DRAIN, Step.CONFIRM, Step.DOWN)
@@ -328,7 +327,7 @@ def test_race_ack_repaired_makes_the_repair_drain_healthds_to_lift() -> None:
     done = conclude(resume, Executed(done=(Step.RESUME,)), ended, 2000.0)
     assert done.state.phases == Phases()
     # Without the mark (the record lost, not ended), the same drain stays out.
-    lost = _made(clean, replace(ended, repair_ended=False), in_repair, None)
+    lost = _made(clean, ended._replace(repair_ended=False), in_repair, None)
     assert lost.decision.action is Action.NONE and "no repair record" in lost.decision.explanation
 
 

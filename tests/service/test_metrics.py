@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -125,7 +124,7 @@ def test_http_scrape_passes_promtool_and_carries_the_last_pass() -> None:
     collector.update(drained)
     later = _sample_pass(1_700_000_300.0)
     held = Finding(POLICY_CHECK, Status.CRITICAL, "DRAIN_HELD", "n1", "circuit breaker")
-    later = replace(later, results=(*later.results, CheckResult(POLICY_CHECK, RunState.RAN, (held,), 0.0)))
+    later = later._replace(results=(*later.results, CheckResult(POLICY_CHECK, RunState.RAN, (held,), 0.0)))
     waiting = _outcome(later, Decision(Action.HOLD, Action.DRAIN_AFTER_JOBS, "r", "partition full"))
     assert waiting.actions == (PassAction(Action.DRAIN_AFTER_JOBS, ActionOutcome.HELD_BACK, "partition full"),)
     assert (drained.breaker_open, waiting.breaker_open) == (False, True)
@@ -549,7 +548,6 @@ def test_each_active_finding_code_is_a_series_and_their_number_is_capped() -> No
 
 
 def test_why_the_node_is_out_and_its_repair_are_exported(make_engine: Callable[..., Engine]) -> None:
-    from dataclasses import replace
 
     from healthd.cycle.pipeline import run_pass
     from healthd.plan.acks import FindingRef
@@ -560,8 +558,8 @@ def test_why_the_node_is_out_and_its_repair_are_exported(make_engine: Callable[.
     assert clean[("healthd_node_out", ())] == 0
     assert not [key for key in clean if key[0] in ("healthd_took_out", "healthd_node_in_repair")]
     repair = Repair("XID_79", "gpu3", "GPU-5a1c", 3, "CRITICAL", 1_700_000_000.0)
-    state = replace(outcome.state, took_out=(FindingRef("flag/FLAG_RAISED/flag"),), repair=repair)
-    out = _collected(replace(outcome, state=state))
+    state = outcome.state._replace(took_out=(FindingRef("flag/FLAG_RAISED/flag"),), repair=repair)
+    out = _collected(outcome._replace(state=state))
     assert out[("healthd_node_out", ())] == 1
     assert out[("healthd_took_out", (("check", "flag"), ("code", "FLAG_RAISED")))] == 1
     assert out[("healthd_node_in_repair", (("code", "XID_79"), ("unit", "GPU-5a1c")))] == 1

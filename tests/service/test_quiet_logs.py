@@ -27,8 +27,8 @@ def _at(report: PassOutcome, when: float, findings: tuple[Finding, ...] = ()) ->
     result = report.result
     checks = result.results
     if findings:
-        checks = tuple(replace(c, findings=findings) for c in checks[:1])
-    return replace(report, result=replace(result, started_at=when, results=checks))
+        checks = tuple(c._replace(findings=findings) for c in checks[:1])
+    return report._replace(result=result._replace(started_at=when, results=checks))
 
 
 def _messages(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -90,11 +90,11 @@ def test_a_status_change_without_a_finding_logs_the_pass_line(
     sink = LogSink(quiet_logger)
     sink.publish(_at(report, T0), 1)
     sink.publish(_at(report, T0 + 300), 2)
-    failed = replace(
-        report, result=PassResult("node-test", T0 + 600, 0.0, ()), action=replace(report.action, errors=("disk gone",))
+    failed = report._replace(
+        result=PassResult("node-test", T0 + 600, 0.0, ()), action=report.action._replace(errors=("disk gone",))
     )
     sink.publish(failed, 3)
-    sink.publish(replace(failed, result=replace(failed.result, started_at=T0 + 900)), 4)
+    sink.publish(failed._replace(result=failed.result._replace(started_at=T0 + 900)), 4)
     # A problem is an error on every pass it happens (docs/service.md, "State problems").
     assert [line.split(" at ")[0] for line in _messages(caplog)] == [
         "pass 1: OK",
@@ -111,8 +111,8 @@ def test_a_check_that_timed_out_does_not_clear_what_it_found_before(
     sink.publish(_at(report, T0), 1)
     late = Finding("flag", Status.UNKNOWN, "TIMEOUT", "flag", "did not finish in 5s")
     timed_out = _at(report, T0 + 300, (late,))
-    checks = tuple(replace(c, state=RunState.TIMEOUT) for c in timed_out.result.results)
-    sink.publish(replace(timed_out, result=replace(timed_out.result, results=checks)), 2)
+    checks = tuple(c._replace(state=RunState.TIMEOUT) for c in timed_out.result.results)
+    sink.publish(timed_out._replace(result=timed_out.result._replace(results=checks)), 2)
     sink.publish(_at(report, T0 + 600), 3)  # it runs again and still finds the flag: nothing new
     assert _messages(caplog)[2:] == [
         "flag UNKNOWN TIMEOUT flag: did not finish in 5s",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,8 +37,8 @@ def test_log_sink_logs_new_findings_actions_and_problems(
     make_engine: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     report = run_pass(make_engine("critical"))
-    report = replace(
-        report, action=replace(report.action, errors=("cannot write /x/policy.json: No space left on device",))
+    report = report._replace(
+        action=report.action._replace(errors=("cannot write /x/policy.json: No space left on device",))
     )
     logger = logging.getLogger("healthd.test-sinks")
     caplog.set_level(logging.INFO, logger="healthd.test-sinks")
@@ -61,10 +60,9 @@ def test_log_sink_writes_a_problem_as_one_line(
     make_engine: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     report = run_pass(make_engine())
-    report = replace(
-        report,
-        action=replace(
-            report.action, errors=("cannot write /x/a\n<0>healthd: forged\x1b[2J.json: Read-only file system",)
+    report = report._replace(
+        action=report.action._replace(
+            errors=("cannot write /x/a\n<0>healthd: forged\x1b[2J.json: Read-only file system",)
         ),
     )
     logger = logging.getLogger("healthd.test-sinks")
