@@ -35,6 +35,8 @@ class MountEntry(NamedTuple):
     options: frozenset[str]
     super_options: frozenset[str]
     device: str = ""  # major:minor of the filesystem (field 3)
+    mount_id: int = 0  # field 1, unique in the namespace
+    parent_id: int = 0  # field 2: the mount this one is mounted on (its own id for the namespace's root)
 
     @property
     def read_only(self) -> bool:
@@ -73,6 +75,8 @@ def parse_mountinfo(text: str, source: str) -> list[MountEntry]:
                 options=frozenset(fields[5].split(",")),
                 super_options=frozenset(fields[separator + 3].split(",")),
                 device=fields[2],
+                mount_id=int(fields[0]),
+                parent_id=int(fields[1]) if fields[1].isdigit() else 0,
             )
         )
     return entries

@@ -279,7 +279,12 @@ def read_kmsg(
 
         drained = shared.once(("kmsg", str(path)), first)
         fd = opened[0] if opened else None
-    lines, lost = _new_lines(drained, after, boot_time)
+    try:
+        lines, lost = _new_lines(drained, after, boot_time)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
     cursor = int(lines[-1].record_id) if lines else after
     if fd is not None:
         if keep is not None and drained.is_device and cursor is not None:

@@ -93,7 +93,10 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     wanted.update(dict.fromkeys(m.path for m in settings.expect))
     wanted.update(dict.fromkeys(limit.path for limit in settings.usage_limits))
     paths = [path for path in wanted if path == "/" or find_mount(entries, path) is not None]
-    here = [path for path in paths if answered_from_memory(entries, path)]
+    candidates = [
+        p for p in paths if (found := find_mount(entries, p)) is not None and found.fstype in MEMORY_FILESYSTEMS
+    ]
+    here = _read_here(ctx, candidates)
     probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
     state = ctx.state.load()
     remembered = _stuck_probes(state)
@@ -106,18 +109,50 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
 
 
 def answered_from_memory(entries: list[MountEntry], path: str) -> bool:
-    """Whether ``statvfs(path)`` cannot wait: the mount there and every mount above it are ``fsprobe``'s safe kinds.
+    """Whether ``statvfs(path)`` cannot wait, by ``entries``: the mountinfo of the namespace that reads it.
 
-    The mount at ``path`` must have no backing store (``MEMORY_FILESYSTEMS``), and each mount
-    the path crosses on its way there must not revalidate the path (``WALKABLE_FILESYSTEMS``):
-    /dev/shm under an NFS root is still probed in the child, since walking to it may ask the server.
+    The mount visible at ``path`` must have no backing store (``MEMORY_FILESYSTEMS``), and
+    every mount the walk to it crosses must not revalidate the path (``WALKABLE_FILESYSTEMS``):
+    its chain of parents down to the namespace's root, which includes a mount stacked beneath
+    it at the same point (a tmpfs over an autofs trigger is reached through the autofs). A
+    later mount on the way (over a parent's directory) would lead the walk elsewhere: then the
+    mount is hidden, and not read here. /dev/shm under an NFS root is probed in the child.
     """
     entry = find_mount(entries, path)
     if entry is None or entry.fstype not in MEMORY_FILESYSTEMS:
         return False
+    chain = _mount_chain(entries, entry)
+    if chain is None or any(mount.fstype not in WALKABLE_FILESYSTEMS for mount in chain):
+        return False
+    crossed = {mount.mount_id for mount in chain}
     parts = path.rstrip("/").split("/")[:-1]
     above = ["/".join(parts[: i + 1]) or "/" for i in range(len(parts))]
-    return all((mount := find_mount(entries, p)) is None or mount.fstype in WALKABLE_FILESYSTEMS for p in above)
+    return all((top := find_mount(entries, p)) is None or top.mount_id in crossed for p in above)
+
+
+def _mount_chain(entries: list[MountEntry], entry: MountEntry) -> Optional[list[MountEntry]]:
+    """``entry`` and the mounts beneath it down to the namespace's root ("/"); None when the chain breaks or loops."""
+    by_id = {e.mount_id: e for e in entries}
+    chain = [entry]
+    while (parent := by_id.get(chain[-1].parent_id)) is not None and parent is not chain[-1]:
+        if len(chain) > len(entries):
+            return None
+        chain.append(parent)
+    return chain if chain[-1].mount_point == "/" else None
+
+
+def _read_here(ctx: CheckContext[MountsSettings], paths: list[str]) -> list[str]:
+    """The ``paths`` this process may ``statvfs`` itself, judged from its own mountinfo (where the walk happens).
+
+    PID 1's mountinfo says what the node has; this process may see other mounts (a
+    container, a service with mounts of its own). When its own cannot be read, none.
+    """
+    if not paths:
+        return []
+    own = read_parsed(ctx.paths.procfs / "self" / "mountinfo", parse_mountinfo, "MOUNTINFO", "surrogateescape")
+    if isinstance(own, Unobserved):
+        return []
+    return [path for path in paths if answered_from_memory(own, path)]
 
 
 def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry]) -> Iterable[Finding]:

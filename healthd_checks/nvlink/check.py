@@ -339,7 +339,7 @@ def baseline(ctx: CheckContext[NvlinkSettings]) -> dict[str, Any]:
         found["expect_nvswitches"] = len(observed.switches)
     if fabric.init_error is None:
         active = {
-            sum(1 for link in gpu.links if link.active is True) if isinstance(gpu.links, tuple) else None
+            sum(1 for link in gpu.links if link.active is True) if not isinstance(gpu.links, NvmlError) else None
             for gpu in fabric.gpus
         }
         if len(active) == 1 and next(iter(active)):

@@ -155,7 +155,13 @@ def test_stat_messages_are_read_back_to_their_errno() -> None:
 
 
 def _mountinfo(*mounts: tuple[str, str]) -> list[MountEntry]:
-    lines = [f"{i} 1 0:{i} / {point} rw,relatime - {fstype} src rw" for i, (point, fstype) in enumerate(mounts, 20)]
+    """Mountinfo lines in mount order: each on the mount visible at its point (stacked) or its nearest ancestor."""
+    lines, visible = [], {}
+    for number, (point, fstype) in enumerate(mounts, 20):
+        ancestors = [p for p in visible if point == p or point.startswith(p.rstrip("/") + "/")]
+        parent = visible[max(ancestors, key=len)] if ancestors else 1
+        lines.append(f"{number} {parent} 0:{number} / {point} rw,relatime - {fstype} src rw")
+        visible[point] = number
     return parse_mountinfo("\n".join(lines), "mountinfo")
 
 
@@ -169,6 +175,14 @@ def test_only_memory_filesystems_reached_without_a_network_one_are_read_in_proce
         under = _mountinfo(("/", "xfs"), ("/home", above), ("/home/u/tmp", "tmpfs"))
         assert not answered_from_memory(under, "/home/u/tmp")
     assert not answered_from_memory(_mountinfo(("/", "ext4"), ("/scratch", "tmpfs"), ("/scratch", "nfs")), "/scratch")
+    # A tmpfs stacked over an automount trigger is reached through the autofs mount beneath it.
+    assert not answered_from_memory(_mountinfo(("/", "ext4"), ("/x", "autofs"), ("/x", "tmpfs")), "/x")
+    assert answered_from_memory(_mountinfo(("/", "ext4"), ("/x", "ramfs"), ("/x", "tmpfs")), "/x")
+    # A tmpfs whose parent directory an NFS mount covered since: the path now leads into NFS.
+    assert not answered_from_memory(_mountinfo(("/", "ext4"), ("/a/b", "tmpfs"), ("/a", "nfs")), "/a/b")
+    # A chain that does not reach the namespace's root (a truncated or odd mountinfo): not trusted.
+    odd = parse_mountinfo("30 29 0:30 / /dev/shm rw - tmpfs tmpfs rw", "mountinfo")
+    assert not answered_from_memory(odd, "/dev/shm")
 
 
 def test_memory_filesystems_are_read_without_a_child_and_the_rest_by_one(
@@ -185,3 +199,28 @@ def test_memory_filesystems_are_read_without_a_child_and_the_rest_by_one(
     # The tmpfs and /proc answered from this process both times; the root's ext4 (or overlay) by one stat.
     (call,) = popen.call_args_list
     assert call.args[0][0].endswith("stat") and call.args[0][-1] == "/"
+
+
+def test_the_mounts_are_judged_safe_in_the_namespace_that_reads_them(
+    tmp_path: Path, write_config: Callable[[str], Path], cli_json: Any, mocker: Any
+) -> None:
+    # PID 1 sees /proc as proc; this process (a service with mounts of its own) sees an NFS
+    # mount there: its statvfs would walk into NFS, so the child probes /proc.
+    procfs = tmp_path / "proc"
+    for pid, fstype in (("1", "proc"), ("self", "nfs")):
+        (procfs / pid).mkdir(parents=True)
+        lines = ["20 1 8:1 / / rw - ext4 /dev/sda1 rw", f"21 20 0:21 / /proc rw - {fstype} src rw"]
+        (procfs / pid / "mountinfo").write_text("\n".join(lines) + "\n")
+    (procfs / "sys/kernel/random").mkdir(parents=True)
+    (procfs / "sys/kernel/random/boot_id").write_text("0f0e0d0c-0b0a-4908-8706-050403020100\n")
+    popen = mocker.spy(subprocess, "Popen")
+    body = f'[paths]\nprocfs = "{procfs}"\n[checks.mounts]\nexpect = [{{ path = "/proc" }}]\ninclude_root = false\n'
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    assert code == 0 and findings(doc, "mounts") == []
+    (call,) = popen.call_args_list
+    assert call.args[0][-1] == "/proc"
+    # Without this process's own mountinfo nothing is read here either.
+    (procfs / "self" / "mountinfo").unlink()
+    popen.reset_mock()
+    code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
+    assert code == 0 and [c.args[0][-1] for c in popen.call_args_list] == ["/proc"]
