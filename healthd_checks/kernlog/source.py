@@ -255,7 +255,7 @@ def read_kmsg(
     reader of the pass: the first one reads the device (and keeps that descriptor), the
     others take its records. Each record takes one read() of the device, and each read
     lets the other checks' threads run, so four readers each reading the whole buffer cost
-    a cold pass about 20 ms of CPU more than one. The readers that took the records keep
+    a cold pass about 12 ms of CPU more than one (docs/host.md). The readers that took the records keep
     no descriptor: in a long-lived process one of them reads the device the next pass,
     until every reader continues on a descriptor of its own.
     """
