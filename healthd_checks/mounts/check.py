@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional
 
@@ -93,10 +93,7 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     wanted.update(dict.fromkeys(m.path for m in settings.expect))
     wanted.update(dict.fromkeys(limit.path for limit in settings.usage_limits))
     paths = [path for path in wanted if path == "/" or find_mount(entries, path) is not None]
-    candidates = [
-        p for p in paths if (found := find_mount(entries, p)) is not None and found.fstype in MEMORY_FILESYSTEMS
-    ]
-    here = _read_here(ctx, candidates)
+    here = _answered_here(ctx, entries, paths)
     probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
     state = ctx.state.load()
     remembered = _stuck_probes(state)
@@ -125,8 +122,7 @@ def answered_from_memory(entries: list[MountEntry], path: str) -> bool:
     if chain is None or any(mount.fstype not in WALKABLE_FILESYSTEMS for mount in chain):
         return False
     crossed = {mount.mount_id for mount in chain}
-    parts = path.rstrip("/").split("/")[:-1]
-    above = ["/".join(parts[: i + 1]) or "/" for i in range(len(parts))]
+    above = (str(parent) for parent in PurePosixPath(path).parents)
     return all((top := find_mount(entries, p)) is None or top.mount_id in crossed for p in above)
 
 
@@ -141,12 +137,14 @@ def _mount_chain(entries: list[MountEntry], entry: MountEntry) -> Optional[list[
     return chain if chain[-1].mount_point == "/" else None
 
 
-def _read_here(ctx: CheckContext[MountsSettings], paths: list[str]) -> list[str]:
+def _answered_here(ctx: CheckContext[MountsSettings], entries: list[MountEntry], paths: list[str]) -> list[str]:
     """The ``paths`` this process may ``statvfs`` itself, judged from its own mountinfo (where the walk happens).
 
-    PID 1's mountinfo says what the node has; this process may see other mounts (a
-    container, a service with mounts of its own). When its own cannot be read, none.
+    ``entries`` (PID 1's mountinfo) says what the node has, and which paths are worth
+    asking about; this process may see other mounts (a container, a service with mounts
+    of its own). When its own mountinfo cannot be read, none.
     """
+    paths = [p for p in paths if (found := find_mount(entries, p)) is not None and found.fstype in MEMORY_FILESYSTEMS]
     if not paths:
         return []
     own = read_parsed(ctx.paths.procfs / "self" / "mountinfo", parse_mountinfo, "MOUNTINFO", "surrogateescape")
