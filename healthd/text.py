@@ -8,6 +8,14 @@ Zp, Cs, Co, Cn: controls, format characters, separators, surrogates, unassigned)
 becomes a space, runs of whitespace collapse to one space, and the result is cut
 to ``limit`` characters with a trailing ellipsis. ``did_you_mean`` names the known names
 closest to a misspelt one, for the error that refuses it.
+
+``records`` and ``read_kernel_text`` are the one way to read text the kernel exports (/proc,
+/sys, mountinfo, the kernel log). The kernel ends each record with ``\n`` and escapes almost
+nothing inside one: ``Name:`` in /proc/PID/status escapes only ``\n`` and ``\\``
+(fs/proc/array.c), mountinfo only space, tab, newline and backslash (fs/proc_namespace.c).
+``str.splitlines()`` also splits on ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85`` and
+``\u2028``, and a text-mode read turns ``\r`` into ``\n``: either lets a user who puts one of
+those bytes in a task name or a mount point cut a record in two and forge the second half.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import unicodedata
 
 TYPE_CHECKING = False  # not typing's: `healthd status` imports this module (bench/README.md)
 if TYPE_CHECKING:
+    from os import PathLike
     from typing import Iterable
 
 DEFAULT_LIMIT = 300
@@ -71,3 +80,21 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
     ratios.sort()
     close = [name for ratio, name in ratios[:3] if -ratio >= max(_CUTOFF, -ratios[0][0] - _SPREAD)]
     return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def records(text: str) -> list[str]:
+    """The records of kernel-exported ``text``, split on ``\n`` alone; the empty piece after a final newline is dropped."""
+    parts = text.split("\n")
+    if parts[-1] == "":
+        parts.pop()
+    return parts
+
+
+def read_kernel_text(path: str | PathLike[str], errors: str = "replace") -> str:
+    """A file the kernel writes, decoded as UTF-8 with no newline translation (``\r`` stays ``\r``).
+
+    Bytes that are not UTF-8 (a user's task name or mount point may hold any) become
+    U+FFFD with the default ``errors``: data to show, never a reason to refuse the file.
+    """
+    with open(path, "rb") as handle:
+        return handle.read().decode("utf-8", errors)

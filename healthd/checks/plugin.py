@@ -37,6 +37,7 @@ from typing import (
 
 from healthd.exitcodes import EX_SOFTWARE
 from healthd.model import DetailValue, Device, EventTally, Finding, Status
+from healthd.text import read_kernel_text
 
 if TYPE_CHECKING:
     import argparse
@@ -175,7 +176,7 @@ def read_parsed(
     with a ``ValueError`` (whose message names the line) ``CODE_MALFORMED``.
     """
     try:
-        text = path.read_text(encoding="utf-8", errors=decode_errors)
+        text = read_kernel_text(path, decode_errors)
     except OSError as exc:
         return Unobserved(f"{code}_UNREADABLE", str(path), f"cannot read {path}: {exc}")
     try:
