@@ -44,10 +44,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 # The command lines read without argparse (``plain_command``): each command's flags (``store_true``),
-# its options that take a value (``-c`` is ``--config``), and the flags it requires.
+# and its options that take a value (``-c`` is ``--config``).
 _PLAIN = {
-    "status": (("--json",), ("--config",), ()),
-    "check": (("--once", "--json", "--dry-run", "--active", "--force"), ("--only", "--config"), ("--once",)),
+    "status": (("--json",), ("--config",)),
+    "check": (("--once", "--json", "--dry-run", "--active", "--force"), ("--only", "--config")),
 }
 
 
@@ -61,7 +61,7 @@ def plain_command(argv: Sequence[str]) -> Optional[argparse.Namespace]:
     """
     if not argv or argv[0] not in _PLAIN:
         return None
-    flags, options, required = _PLAIN[argv[0]]
+    flags, options = _PLAIN[argv[0]]
     values: dict[str, object] = {_dest(name): False for name in flags}
     values.update((_dest(name), None) for name in options)
     rest = iter(argv[1:])
@@ -80,8 +80,6 @@ def plain_command(argv: Sequence[str]) -> Optional[argparse.Namespace]:
             values[_dest(name)] = value
         else:
             return None
-    if not all(values[_dest(name)] for name in required):
-        return None
     from pathlib import Path
 
     config = values["config"]

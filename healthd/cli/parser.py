@@ -13,17 +13,35 @@ from typing import Any, NoReturn, Optional, Sequence
 from healthd import __version__
 from healthd.commands import COMMANDS, command_module
 from healthd.exitcodes import EX_USAGE
+from healthd.text import did_you_mean
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse exits 2 on a usage error, which Nagios would read as CRITICAL; use EX_USAGE."""
+    """argparse exits 2 on a usage error, which Nagios would read as CRITICAL; use EX_USAGE.
+
+    An unknown option gets a guess from the options of the parser that read it and of the
+    command being run (``command_parser``), as a misspelt config key does.
+    """
+
+    command_parser: Optional[argparse.ArgumentParser] = None
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(EX_USAGE, f"{self.prog}: error: {message}\n")
+        self.exit(EX_USAGE, f"{self.prog}: error: {message}{self._guess(message)}\n")
+
+    def _guess(self, message: str) -> str:
+        # argparse's own wording, the same from 3.9 to 3.13: "unrecognized arguments: A B".
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        known = set(self._option_string_actions)
+        if self.command_parser is not None:
+            known |= set(self.command_parser._option_string_actions)
+        guesses = [did_you_mean(arg.partition("=")[0], known) for arg in message[len(prefix) :].split()]
+        return "".join(guess for guess in guesses if guess)
 
 
-def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] = ()) -> Parser:
     """The parser; only the command named in ``argv`` has its module imported for its options."""
     parser = Parser(prog="healthd", description="Node health checks for GPU clusters run by Slurm.")
     parser.add_argument("--version", action="version", version=f"healthd {__version__}")
@@ -42,15 +60,19 @@ def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
         command_parser.set_defaults(_module=module)
         if name == chosen:
             command_module(module).add_arguments(command_parser)
+            parser.command_parser = command_parser
     if chosen not in COMMANDS:
-        _add_plugin_commands(sub, chosen)
+        parser.command_parser = _add_plugin_commands(sub, chosen)
+        if chosen is not None and chosen not in sub.choices:
+            parser.error(f"unknown command {chosen!r}{did_you_mean(chosen, sub.choices)} (healthd --help lists them)")
     return parser
 
 
-def _add_plugin_commands(sub: Any, chosen: Optional[str]) -> None:
-    """The commands plugins contribute; none may replace a built-in one."""
+def _add_plugin_commands(sub: Any, chosen: Optional[str]) -> Optional[argparse.ArgumentParser]:
+    """The commands plugins contribute, none replacing a built-in one; the parser of ``chosen`` if it is one."""
     from healthd.checks.plugin import discover_commands
 
+    found = None
     for command in discover_commands():
         if command.name in COMMANDS:
             continue
@@ -58,3 +80,5 @@ def _add_plugin_commands(sub: Any, chosen: Optional[str]) -> None:
         command_parser.set_defaults(_module=None, _run=command.run)
         if command.name == chosen:
             command.add_arguments(command_parser)
+            found = command_parser
+    return found

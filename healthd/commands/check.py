@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--once", action="store_true", required=True, help="run one pass and exit (required)")
+    # One pass is what `check` does; `--once` stays accepted because NHC-style wrappers,
+    # cron lines and the docs of earlier releases spell it out.
+    parser.add_argument("--once", action="store_true", help="run one pass and exit (the default; may be spelled out)")
     parser.add_argument("--json", action="store_true", help="print the versioned JSON document")
     parser.add_argument("--only", metavar="NAME[,NAME...]", help="run only these checks")
     parser.add_argument("--dry-run", action="store_true", help="decide but change nothing in Slurm")

@@ -24,6 +24,7 @@ from healthd.config.view import updated
 from healthd.model import DetailValue, Finding, Status
 from healthd.text import one_line
 
+from ..common.procs import read_processes, system_uid
 from ..common.sysfs import SysfsError, read_value
 from .parse import ARPHRD_ETHER, link_up, parse_cpu_list, parse_driver_version, parse_meminfo, parse_operstate
 
@@ -154,6 +155,9 @@ class HostObservation(NamedTuple):
     driver: Union[str, Unobserved, None]
     bios: Union[str, Unobserved, None]
     ethernet: Union[tuple[Interface, ...], Unobserved, None] = None
+    # Asked only of an unsynchronised clock under clock_sync "when_disciplined": the time daemon
+    # found running ("" for none).
+    time_daemon: Union[str, Unobserved, None] = None
 
 
 def read_topology(sysfs: Path) -> Topology:
@@ -255,15 +259,47 @@ def physical_ethernet(sysfs: Path) -> list[str]:
     return names
 
 
+# The daemons that discipline the kernel's clock and clear STA_UNSYNC once they have a source
+# (chrony's, ntpd's and ntpsec's sys_linux drivers, systemd-timesyncd, linuxptp's phc2sys),
+# by the command name the kernel keeps (15 characters) or the executable's file name.
+TIME_DAEMONS = ("chronyd", "ntpd", "systemd-timesyncd", "phc2sys", "ptp4l", "timemaster", "openntpd")
+
+
+def find_time_daemon(procfs: Path) -> Union[str, Unobserved]:
+    """The name of a time daemon running as root or a system account, "" for none.
+
+    A process a user started, under any name, is not one: otherwise a user could name a
+    process ``chronyd`` on a machine without NTP and have its unsynchronised clock judged.
+    """
+    try:
+        processes = read_processes(procfs)
+    except (OSError, ValueError) as exc:
+        return Unobserved("CLOCK_DAEMON_UNREADABLE", "clock", one_line(f"cannot read the process table: {exc}"))
+    for process in processes:
+        if process.alive and system_uid(process.status.real_uid):
+            for name in TIME_DAEMONS:
+                if process.named(name):
+                    return name
+    return ""
+
+
+def _read_clock(ctx: CheckContext[HostSettings]) -> tuple[Union[Timex, Unobserved, None], Union[str, Unobserved, None]]:
+    settings = ctx.settings
+    if settings.clock_sync == "off":
+        return None, None
+    source: TimexSource = RecordedTimex(settings.timex) if settings.timex else KernelTimex()
+    try:
+        timex = source.read()
+    except OSError as exc:
+        return Unobserved("CLOCK_UNREADABLE", "clock", one_line(f"cannot read the clock state: {exc}")), None
+    if timex.synchronised or settings.clock_sync == "required":
+        return timex, None
+    return timex, find_time_daemon(ctx.paths.procfs)
+
+
 def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     settings = ctx.settings
-    timex: Union[Timex, Unobserved, None] = None
-    if settings.clock_sync == "required":
-        source: TimexSource = RecordedTimex(settings.timex) if settings.timex else KernelTimex()
-        try:
-            timex = source.read()
-        except OSError as exc:
-            timex = Unobserved("CLOCK_UNREADABLE", "clock", one_line(f"cannot read the clock state: {exc}"))
+    timex, time_daemon = _read_clock(ctx)
     topology: Union[Topology, Unobserved, None] = None
     if settings.expect_cpus or settings.expect_sockets or settings.expect_threads_per_core:
         try:
@@ -282,18 +318,25 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     if settings.expect_bios:
         bios = _first_line(ctx.paths.sysfs / "class/dmi/id/bios_version", "BIOS_VERSION_UNREADABLE")
     ethernet = _ethernet(ctx) if settings.expect_ethernet or settings.expect_interfaces else None
-    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet)
+    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet, time_daemon)
 
 
-def _judge_clock(timex: Timex, jc: JudgeContext[HostSettings]) -> list[Finding]:
+def _judge_clock(timex: Timex, time_daemon: Optional[str], jc: JudgeContext[HostSettings]) -> list[Finding]:
     settings = jc.settings
     details: dict[str, DetailValue] = {
         "state": timex.state,
         "timex_status": f"0x{timex.status:04x}",
         "maxerror_ms": timex.maxerror_us / 1000,
     }
+    if not timex.synchronised and time_daemon == "":
+        message = (
+            "no time daemon runs, so the kernel's clock is not disciplined (adjtimex: STA_UNSYNC); not judged: "
+            'set [checks.host] clock_sync = "required" where every node must keep time'
+        )
+        return [jc.finding(Status.OK, "CLOCK_UNDISCIPLINED", "clock", message, **details)]
     if not timex.synchronised:
-        message = "the kernel's clock is not synchronised (adjtimex: STA_UNSYNC): is chronyd or ntpd running?"
+        cause = f"{time_daemon} runs but has not synchronised it" if time_daemon else "is chronyd or ntpd running?"
+        message = f"the kernel's clock is not synchronised (adjtimex: STA_UNSYNC): {cause}"
         return [jc.finding(Status[settings.clock_severity], "CLOCK_UNSYNCHRONISED", "clock", message, **details)]
     limit = settings.clock_max_error_ms
     if limit is not None and timex.maxerror_us / 1000 > limit:
@@ -404,9 +447,9 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
     )
     if all(part is None for part in parts):
         raise NotApplicable("clock_sync is off and nothing is expected in [checks.host]")
-    findings = [part.finding(jc) for part in parts if isinstance(part, Unobserved)]
-    if isinstance(observed.timex, Timex):
-        findings += _judge_clock(observed.timex, jc)
+    findings = [part.finding(jc) for part in (*parts, observed.time_daemon) if isinstance(part, Unobserved)]
+    if isinstance(observed.timex, Timex) and not isinstance(observed.time_daemon, Unobserved):
+        findings += _judge_clock(observed.timex, observed.time_daemon, jc)
     findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
     if observed.ethernet is not None and not isinstance(observed.ethernet, Unobserved):
         findings += _judge_ethernet(observed.ethernet, jc)
@@ -414,11 +457,15 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
 
 
 def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
-    """This node's CPUs, sockets and threads per core, memory, huge pages, its kernel, driver and BIOS, up Ethernet."""
+    """This node's CPUs, sockets and threads per core, memory, huge pages, its kernel, driver and BIOS, up Ethernet.
+
+    A node whose clock is synchronised now gets ``clock_sync = "required"``: a known-good node
+    keeps time, so every node built like it must.
+    """
     probe = updated(
         ctx.settings,
         **{
-            "clock_sync": "off",
+            "clock_sync": "required",
             "expect_cpus": 1,
             "expect_memory_gib": 1.0,
             "expect_kernel": ["?"],
@@ -428,6 +475,8 @@ def baseline(ctx: CheckContext[HostSettings]) -> dict[str, Any]:
     )
     observed = gather(replace(ctx, settings=probe))
     found: dict[str, Any] = {}
+    if isinstance(observed.timex, Timex) and observed.timex.synchronised:
+        found["clock_sync"] = "required"
     if isinstance(observed.topology, Topology):
         topology = observed.topology
         found.update(

@@ -16,7 +16,13 @@ Grade = Literal["WARNING", "CRITICAL"]
 class HostSettings(CheckSettings):
     """``[checks.host]``."""
 
-    clock_sync: Literal["required", "off"] = Field(default="required", description="judge the kernel's clock state")
+    # "when_disciplined": a machine no time daemon disciplines (a VM or a laptop trying healthd)
+    # always shows STA_UNSYNC, which says nothing about a fault; a node where one runs and has
+    # lost its sources is judged. `healthd baseline` on a synchronised node writes "required".
+    clock_sync: Literal["required", "when_disciplined", "off"] = Field(
+        default="when_disciplined",
+        description="judge the kernel's clock state: always, where a time daemon runs, never",
+    )
     clock_severity: Grade = Field(default="WARNING", description="grade of an unsynchronised clock")
     clock_max_error_ms: Optional[float] = Field(default=None, gt=0, description="largest maxerror tolerated")
     timex: Optional[SettingPath] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")

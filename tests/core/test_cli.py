@@ -477,6 +477,8 @@ def test_a_reader_gone_before_any_output_is_no_error(
         ["check", "--once", "--only=mounts", "--config=b", "--only", "xid", "--once"],
         ["check", "--once", "--active", "--force", "--json"],
         ["check", "--once", "--only=-odd"],
+        ["check"],
+        ["check", "--dry-run", "--json"],
     ],
 )
 def test_status_and_check_spelled_out_are_read_as_the_parser_reads_them(argv: list[str]) -> None:
@@ -504,8 +506,6 @@ def test_status_and_check_spelled_out_are_read_as_the_parser_reads_them(argv: li
         ["status", "--once"],  # check's option
         ["status", "--json=yes"],
         ["--version", "status"],
-        ["check"],  # --once is required: the parser says so
-        ["check", "--dry-run", "--json"],
         ["check", "--once", "--dry"],
         ["check", "--once", "--help"],
         ["check", "--once", "--only"],
@@ -653,3 +653,26 @@ def test_only_a_pass_that_may_act_syncs_the_state_directory_after_its_documents(
     code, _, err = cli("check", "--once", *flags, "--config", str(config))
     assert (code, err) == (0, "")
     assert (sorted(renamed), sorted(directories)) == (written, synced)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["stauts"], "unknown command 'stauts'; did you mean status?"),
+        (["check", "--jsn"], "unrecognized arguments: --jsn; did you mean --json?"),
+        (["status", "--jsno=1"], "did you mean --json?"),
+        (["zzzz"], "unknown command 'zzzz' (healthd --help lists them)"),
+    ],
+)
+def test_a_misspelt_command_or_option_gets_a_guess(argv: list[str], said: str) -> None:
+    done = subprocess.run([str(HEALTHD), *argv], capture_output=True, text=True, check=False)
+    assert done.returncode == 64 and said in done.stderr
+
+
+def test_check_alone_runs_one_pass(tmp_path: Path) -> None:
+    config = tmp_path / "healthd.toml"
+    config.write_text(f'[paths]\nstate_dir = "{tmp_path / "state"}"\n[slurm]\nenabled = false\n{only_checks("jobs")}')
+    done = subprocess.run([str(HEALTHD), "check", "--json", "--config", str(config)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    ran = [check["name"] for check in json.loads(done.stdout)["checks"] if check["state"] != "disabled"]
+    assert ran == ["jobs"]

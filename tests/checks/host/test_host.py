@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -60,11 +61,58 @@ def test_the_fixture_node_is_as_expected(tmp_path: Path) -> None:
 
 
 def test_unsynchronised_clock(tmp_path: Path) -> None:
-    (finding,) = run(tmp_path, timex=UNSYNCED)
+    (finding,) = run(tmp_path, timex=UNSYNCED, clock_sync="required")
     assert (finding.code, finding.status) == ("CLOCK_UNSYNCHRONISED", Status.WARNING)
     assert finding.details["timex_status"] == "0x0041"
     (finding,) = run(tmp_path, timex=SYNCED, clock_max_error_ms=1.0)
     assert finding.code == "CLOCK_ERROR_LARGE"
+
+
+def _process_table(tmp_path: Path, name: str, uid: int) -> Path:
+    """The fixture node's process table with one more process, ``name``, owned by ``uid`` as /proc shows it."""
+    procfs = tmp_path / "proc"
+    shutil.copytree(GPU_NODE, procfs, symlinks=True)
+    process = procfs / "812"
+    process.mkdir()
+    status = (GPU_NODE / "2210/status").read_text().replace("nv-fabricmanage", name)
+    (process / "status").write_text(status.replace("Uid:\t0\t0\t0\t0", f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}"))
+    (process / "exe").symlink_to(f"/usr/sbin/{name}")
+    os.chown(process, uid, uid)  # the owner /proc gives a process's directory is its own
+    return procfs
+
+
+def test_a_clock_no_daemon_disciplines_is_a_note_not_a_fault(tmp_path: Path) -> None:
+    # A VM or a laptop without NTP: the first run of a new operator must end healthy.
+    (finding,) = run(tmp_path, timex=UNSYNCED)
+    assert (finding.code, finding.status) == ("CLOCK_UNDISCIPLINED", Status.OK)
+    assert 'clock_sync = "required"' in finding.message
+
+
+def test_an_unsynchronised_clock_under_a_running_time_daemon_is_judged(tmp_path: Path) -> None:
+    procfs = _process_table(tmp_path, "chronyd", 105)  # Debian's _chrony is a system account
+    (finding,) = run(tmp_path, procfs=procfs, timex=UNSYNCED)
+    assert (finding.code, finding.status) == ("CLOCK_UNSYNCHRONISED", Status.WARNING)
+    assert "chronyd runs but has not synchronised it" in finding.message
+    assert run(tmp_path, procfs=procfs, timex=SYNCED) == []
+
+
+def test_a_users_process_named_like_a_time_daemon_is_not_one(tmp_path: Path) -> None:
+    # Otherwise a user could have a VM's unsynchronised clock judged, and the node drained.
+    procfs = _process_table(tmp_path, "chronyd", 1000)
+    (finding,) = run(tmp_path, procfs=procfs, timex=UNSYNCED)
+    assert (finding.code, finding.status) == ("CLOCK_UNDISCIPLINED", Status.OK)
+
+
+def test_an_unreadable_process_table_leaves_the_clock_unknown(tmp_path: Path) -> None:
+    (finding,) = run(tmp_path, procfs=tmp_path / "missing", timex=UNSYNCED)
+    assert (finding.code, finding.status) == ("CLOCK_DAEMON_UNREADABLE", Status.UNKNOWN)
+
+
+def test_a_synchronised_node_baselines_a_required_clock(tmp_path: Path) -> None:
+    ctx = check_context("host", HostSettings(timex=SYNCED), tmp_path, sysfs=BASE, procfs=GPU_NODE)
+    assert CHECK.baseline is not None and CHECK.baseline(ctx)["clock_sync"] == "required"
+    ctx = check_context("host", HostSettings(timex=UNSYNCED), tmp_path, sysfs=BASE, procfs=GPU_NODE)
+    assert "clock_sync" not in CHECK.baseline(ctx)
 
 
 def test_the_kernels_own_clock_state_is_read() -> None:
@@ -156,7 +204,8 @@ def test_driver_version_lines() -> None:
 
 
 def test_cli(check_outcome: Callable[[str, str], tuple[str, set[str]]]) -> None:
-    body = f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\n[checks.host]\ntimex = "{UNSYNCED}"\nexpect_cpus = 256\n'
+    host = f'timex = "{UNSYNCED}"\nclock_sync = "required"\nexpect_cpus = 256\n'
+    body = f'[paths]\nsysfs = "{BASE}"\nprocfs = "{GPU_NODE}"\n[checks.host]\n{host}'
     assert check_outcome("host", body) == ("CRITICAL", {"CLOCK_UNSYNCHRONISED", "CPU_TOPOLOGY"})
 
 
