@@ -24,7 +24,7 @@ class CheckSettings(BaseModel):
     # is told where the key went, not only that it is unknown (healthd.config.models).
     moved_out: ClassVar[Mapping[str, str]] = {}
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="false: the check does not run")
     timeout: float = Field(default=10.0, gt=0, le=600, description="seconds before the check is abandoned")
 
 

@@ -1,4 +1,6 @@
-"""``healthd config validate`` and ``healthd config show``: load and validate the configuration, act on nothing.
+"""``healthd config validate``, ``show`` and ``reference``: load and validate the configuration, act on nothing.
+
+``reference`` prints every setting of healthd and of the installed checks (healthd.config.reference).
 
 ``show`` prints the config a node runs with (its ``[[hosts]]`` sections merged in, keys
 moved from ``[node]`` in their new place, every default filled in) as TOML that
@@ -29,9 +31,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_config_argument(show)
     show.add_argument("--host", metavar="NODE", help="the node whose [[hosts]] sections apply (default: this node)")
+    sub.add_parser(
+        "reference", help="print every setting (type, default, meaning, page) of healthd and the installed checks"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "reference":
+        from healthd.checks.plugin import discover, settings_models
+        from healthd.config.reference import reference
+
+        print(reference(settings_models(discover())), end="")
+        return 0
     from healthd.config.cache import load_checks
 
     # Validated in full every time (it is what the command is for), and nothing written: it only reads.

@@ -27,8 +27,8 @@ class HostSettings(CheckSettings):
     clock_max_error_ms: Optional[float] = Field(default=None, gt=0, description="largest maxerror tolerated")
     timex: Optional[SettingPath] = Field(default=None, description="replay this recorded adjtimex reading (JSON)")
     expect_cpus: Optional[int] = Field(default=None, ge=1, description="online CPUs (hardware threads)")
-    expect_sockets: Optional[int] = Field(default=None, ge=1)
-    expect_threads_per_core: Optional[int] = Field(default=None, ge=1)
+    expect_sockets: Optional[int] = Field(default=None, ge=1, description="CPU packages (physical_package_id)")
+    expect_threads_per_core: Optional[int] = Field(default=None, ge=1, description="hardware threads per core")
     expect_memory_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at least this")
     expect_memory_max_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at most this")
     # NHC's check_hw_physmem fudge (scripts/lbnl_hw.nhc): a percentage of the MemTotal read,

@@ -52,7 +52,9 @@ class InfinibandSettings(CheckSettings):
         description="the link layer every judged port must have (and the one judged by default)",
         json_schema_extra=moved_from_node("ib_link_layer"),
     )
-    per_hour: PerHourLimits = Field(default_factory=PerHourLimits)
+    per_hour: PerHourLimits = Field(
+        default_factory=PerHourLimits, description="error counters' increases per hour tolerated, by counter"
+    )
     rate_window: float = Field(
         default=3600.0, ge=60, le=7 * 86400, description="seconds of counter history a rate is judged over"
     )

@@ -54,7 +54,9 @@ class ServicesSettings(CheckSettings):
     process_exe: dict[str, str] = Field(
         default_factory=dict, description="per service: the executable its process must run (/proc/PID/exe)"
     )
-    manager: Literal["auto", "systemd", "process"] = "auto"
+    manager: Literal["auto", "systemd", "process"] = Field(
+        default="auto", description="ask systemd, read the process table, or auto: systemd where it is PID 1"
+    )
     systemctl: Optional[AbsolutePath] = Field(
         default=None, description="systemctl, by absolute path (unset: the first in /usr/bin, /bin, /usr/sbin, /sbin)"
     )
