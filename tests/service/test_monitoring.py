@@ -5,7 +5,9 @@
   as PromQL (each wrapped in a recording rule for ``promtool check rules``), and it
   provisions from a file;
 - every healthd metric the rules and the dashboard name is in the scrape of a real
-  ``healthd run``.
+  ``healthd run``;
+- a real Prometheus scraping two real daemons, one of them killed, gives the dashboard's
+  "Not reporting" and "Nodes by status" panels the dead node.
 
 No Grafana server installs here (Debian 12 has no package, PyPI none), so the dashboard is
 checked against ``DASHBOARD_SCHEMA`` below: a JSON Schema written from Grafana's documented
@@ -24,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -333,3 +336,89 @@ def _scrape_after_a_pass(port: int, daemon: subprocess.Popen[bytes], log: Path) 
         if "healthd_pass_state" in body:
             return body
         time.sleep(0.1)
+
+
+def _daemon_config(tmp_path: Path, name: str, port: int) -> Path:
+    config = tmp_path / f"{name}.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path / name}"\n'
+        f'[slurm]\nenabled = false\nnode_name = "{name}"\n'
+        "[daemon]\ninterval = 1\nsplay = false\n"
+        f'[metrics]\nlisten = "127.0.0.1:{port}"\n' + only_checks("jobs")
+    )
+    return config
+
+
+def _query(server: int, expr: str) -> dict[str, float]:
+    """An instant query to the real Prometheus: each series' value, by its ``status`` label (or "")."""
+    url = f"http://127.0.0.1:{server}/api/v1/query?" + urllib.parse.urlencode({"query": _as_promql(expr)})
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        document = json.load(reply)
+    assert document["status"] == "success", document
+    return {series["metric"].get("status", ""): float(series["value"][1]) for series in document["data"]["result"]}
+
+
+def _panel_expr(title: str) -> str:
+    (panel,) = [panel for panel in _panels(_dashboard()) if panel["title"] == title]
+    return str(panel["targets"][0]["expr"])
+
+
+def _wait_query(server: int, expr: str, wanted: dict[str, float], prometheus_log: Path) -> None:
+    deadline = time.monotonic() + 60
+    seen: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        try:
+            seen = _query(server, expr)
+        except OSError:
+            seen = {}
+        if seen == wanted:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{expr}: {seen}, not {wanted}; prometheus log:\n{prometheus_log.read_text()[-3000:]}")
+
+
+@pytest.mark.slow  # a real Prometheus server scraping two real daemons: seconds
+def test_a_dead_daemon_shows_on_the_dashboard_as_not_reporting(tmp_path: Path) -> None:
+    """Prometheus scraping the daemons directly: a killed one is up == 0, its series go stale at once."""
+    server, first, second = free_ports(3)
+    scrape = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "healthd", "static_configs": [{"targets": [f"127.0.0.1:{first}", f"127.0.0.1:{second}"]}]}
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape))
+    prometheus_log = tmp_path / "prometheus.log"
+    daemons = []
+    with prometheus_log.open("wb") as out:
+        prometheus = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{server}",
+            ],
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        for name, port in (("alive", first), ("killed", second)):
+            with (tmp_path / f"{name}.log").open("wb") as out:
+                config = _daemon_config(tmp_path, name, port)
+                daemons.append(subprocess.Popen([str(HEALTHD), "run", "--config", str(config)], stdout=out, stderr=out))
+        not_reporting, by_status = _panel_expr("Not reporting"), _panel_expr("Nodes by status")
+        _wait_query(server, by_status, {"ok": 2.0, "warning": 0.0, "critical": 0.0, "unknown": 0.0}, prometheus_log)
+        _wait_query(server, not_reporting, {"": 0.0}, prometheus_log)
+        daemons[1].kill()
+        daemons[1].wait(timeout=30)
+        _wait_query(server, not_reporting, {"": 1.0}, prometheus_log)
+        wanted = {"ok": 1.0, "warning": 0.0, "critical": 0.0, "unknown": 0.0, "not reporting": 1.0}
+        _wait_query(server, by_status, wanted, prometheus_log)
+    finally:
+        for process in (*daemons, prometheus):
+            process.terminate()
+            process.wait(timeout=30)
+    # One node not reporting is red: the panel's first step above green starts at 1.
+    (panel,) = [panel for panel in _panels(_dashboard()) if panel["title"] == "Not reporting"]
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [(step["color"], step["value"]) for step in steps] == [("green", None), ("red", 1)]
