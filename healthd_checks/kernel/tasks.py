@@ -201,7 +201,7 @@ def read_d_state(procfs: Path) -> DStateScan:
 
 def _candidate(directory: str, thread: TaskStat, pid: int) -> StuckCandidate:
     """The thread with its owner and what its ``status`` and ``wchan`` say (None each where it exited meanwhile)."""
-    owner, status, wchan = _read_thread(directory)
+    owner, status, wchan = _read_thread(directory, thread.start_ticks)
     # wchan is "0" for a running task or a reader the kernel does not let see it (fs/proc/base.c).
     sleeping_in = wchan.strip() if wchan is not None and wchan.strip() not in ("", "0") else None
     return StuckCandidate(
@@ -217,11 +217,13 @@ def _candidate(directory: str, thread: TaskStat, pid: int) -> StuckCandidate:
     )
 
 
-def _read_thread(directory: str) -> tuple[Optional[int], Optional[str], Optional[str]]:
+def _read_thread(directory: str, start_ticks: int) -> tuple[Optional[int], Optional[str], Optional[str]]:
     """The owner, ``status`` and ``wchan`` of a thread's directory, read through one descriptor of it.
 
-    The owner counts only when the status read after it finds the thread alive: the
-    kernel says root for the directory of a task that is gone (``procs.task_owner``).
+    The owner counts only when the reads after it find the thread alive, and the same
+    thread (its ``stat`` gives the start time already read: a tid reused since is
+    another's): the kernel says root for the directory of a task that is gone
+    (``procs.task_owner``).
     """
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -229,17 +231,21 @@ def _read_thread(directory: str) -> tuple[Optional[int], Optional[str], Optional
         return None, None, None
     try:
         owner = task_owner(fd)
+        if parse_stat(read_task_file(fd, "stat")).start_ticks != start_ticks:
+            return None, None, None
         status = read_task_file(fd, "status")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        os.close(fd)
+        return owner, status, _wchan(fd)
+    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
         return None, None, None
-    try:
-        wchan: Optional[str] = read_task_file(fd, "wchan")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        wchan = None
     finally:
         os.close(fd)
-    return owner, status, wchan
+
+
+def _wchan(directory: int) -> Optional[str]:
+    try:
+        return read_task_file(directory, "wchan")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
 
 
 def read_task(procfs: Path, tid: int) -> Optional[StuckCandidate]:

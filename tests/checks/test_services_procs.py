@@ -209,3 +209,13 @@ def test_a_table_of_nothing_but_malformed_status_files_is_unknown(tmp_path: Path
 @given(st.text())
 def test_status_parser_raises_only_its_error(text: str) -> None:
     raises_only(parse_status, ProcStatusError, text)
+
+
+def test_no_name_makes_the_reader_skip_a_process(tmp_path: Path) -> None:
+    names = [(b"munged"[:at] + byte + b"munged"[at:])[:COMM_MAX] for byte in HOSTILE for at in range(7)]
+    for pid, name in enumerate(names, start=100):
+        _write(tmp_path, pid, kernel_status(name, USER))
+    table = read_processes(tmp_path)
+    assert table.skipped == () and len(table.processes) == len(names)
+    assert {p.status.uids for p in table.processes} == {USER}
+    assert not any(p.named("munged") for p in table.processes)

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from healthd.model import Finding, Status
 from healthd_checks.kernel.check import CHECK, PATTERNS
 from healthd_checks.kernel.settings import KernelSettings
-from healthd_checks.kernel.tasks import parse_stat, parse_switches, read_d_state
+from healthd_checks.kernel.tasks import _candidate, parse_stat, parse_switches, read_d_state
 from healthd_checks.kernlog.events import match_line
 
 STUCK = FIXTURES / "procfs/stuck"
@@ -417,3 +417,14 @@ def test_any_name_gets_the_findings_of_a_plain_name(pieces: list[bytes]) -> None
             return {(f.code, f.status.name, f.details.get("tids")) for f in found}
 
     assert findings(b"".join(pieces)[:15]) == findings(b"plain")
+
+
+def test_a_tid_reused_between_the_walk_and_the_read_gives_no_owner_nor_uids(tmp_path: Path) -> None:
+    # The walk read the thread's stat; by the time its directory is opened another task may hold
+    # that tid. Its stat, read again through the directory, gives another start time: nothing counts.
+    _named_task(tmp_path, 60, b"dd", "0\t0\t0\t0")
+    (found,) = read_d_state(tmp_path).found
+    assert (found.owner, found.uids) == (os.stat(tmp_path / "60").st_uid, (0, 0, 0, 0))
+    reused = parse_stat((tmp_path / "60/stat").read_text())._replace(start_ticks=found.start_ticks - 1)
+    again = _candidate(str(tmp_path / "60"), reused, 60)
+    assert (again.owner, again.uids, again.switches) == (None, None, None)
