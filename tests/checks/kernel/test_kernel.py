@@ -17,7 +17,7 @@ from healthd_testkit.checks import FixtureNode
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
 from healthd_testkit.waiting import wait_for
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import settings as examples
 from hypothesis import strategies as st
 
@@ -399,10 +399,23 @@ def test_every_hostile_byte_in_every_position_reads_the_same_task(tmp_path: Path
     assert seen == {(5, 6, (65534,) * 4, os.stat(tmp_path / "100").st_uid, False)}
 
 
+# What a name may carry after a hostile byte: nothing, or the start of a line the status file has.
+FORGED_LINES = [b"", b"Uid:0 0 0 0", b"Uid:\t0\t0\t0\t0", b"State:\tS (x)", b"voluntary_ctxt_switches:\t9", b") S 1"]
+
+
 @pytest.mark.slow
-@examples(max_examples=30, deadline=None)
-@given(st.lists(st.sampled_from([*HOSTILE, b"a", b")", b" ", b"(", b"\\", b"U", b"id:", b"0"]), max_size=15))
-def test_any_name_gets_the_findings_of_a_plain_name(pieces: list[bytes]) -> None:
+@examples(max_examples=40, deadline=None)
+@given(
+    st.binary(max_size=4),
+    st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=3),
+    st.sampled_from(FORGED_LINES),
+    st.binary(max_size=4),
+)
+@example(b"x", [b"\r"], b"Uid:0 0 0 0", b"")  # the name found on the cluster
+@example(b"", [b"\x1e"], b"Uid:\t0\t0\t0\t0", b"")
+def test_any_name_gets_the_findings_of_a_plain_name(
+    head: bytes, hostile: list[bytes], line: bytes, tail: bytes
+) -> None:
     # The same D-state task of nobody's and of root's, once named plainly and once with the name drawn.
     def findings(name: bytes) -> set[tuple[str, str, object]]:
         with tempfile.TemporaryDirectory() as directory:
@@ -416,7 +429,8 @@ def test_any_name_gets_the_findings_of_a_plain_name(pieces: list[bytes]) -> None
             found = node.passes(CHECK, KernelSettings(source="kmsg"), procfs=root / "proc", kmsg=HEALTHY)
             return {(f.code, f.status.name, f.details.get("tids")) for f in found}
 
-    assert findings(b"".join(pieces)[:15]) == findings(b"plain")
+    name = (head + b"".join(hostile) + line + tail).replace(b"\0", b"")[:15]
+    assert findings(name) == findings(b"plain")
 
 
 def test_a_tid_reused_between_the_walk_and_the_read_gives_no_owner_nor_uids(tmp_path: Path) -> None:
