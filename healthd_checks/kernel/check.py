@@ -42,6 +42,8 @@ from .fuseblame import GONE, FuseMount, FuseView, HungReport, blame, read_fuse_v
 from .tasks import StuckCandidate, read_d_state, read_task
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from healthd.checks.plugin import CheckContext, JudgeContext
 
     from .settings import KernelSettings
@@ -146,7 +148,7 @@ def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
     return KernelObservation(log, tasks, kept, reports, fuse, ticks, _malformed(procfs, skipped))
 
 
-def _malformed(procfs: object, skipped: tuple[str, ...]) -> Optional[Unobserved]:
+def _malformed(procfs: Path, skipped: tuple[str, ...]) -> Optional[Unobserved]:
     """UNKNOWN naming the stat files skipped: those tasks were not seen, every other one was still judged."""
     if not skipped:
         return None
