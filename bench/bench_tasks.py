@@ -68,7 +68,7 @@ def _tasks(procfs: Path) -> int:
 
 
 def measure(label: str, procfs: Path, runs: int) -> None:
-    found = read_d_state(procfs)  # warm-up (dentry cache)
+    found = read_d_state(procfs).found  # warm-up (dentry cache)
     tasks = _tasks(procfs)
     walls, cpus = [], []
     for _ in range(runs):

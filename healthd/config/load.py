@@ -114,7 +114,8 @@ def _section_line(text: str, index: int, table: str) -> int:
     """The line (1-based) where the ``[[hosts]]`` entry ``index`` sets ``table``, or 0 when it is not found."""
     seen = -1
     in_body = False
-    for number, line in enumerate(text.splitlines(), 1):
+    # TOML ends a line with LF or CRLF only (toml.io, "Spec"): splitting on "\n" numbers lines as tomllib does.
+    for number, line in enumerate(text.split("\n"), 1):
         bare = line.replace(" ", "").replace("\t", "")
         if bare.startswith("[[hosts]]"):
             seen += 1

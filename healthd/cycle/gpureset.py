@@ -102,7 +102,8 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     unreadable answer must not read as "no process".
     """
     apps = []
-    for number, line in enumerate(text.splitlines(), 1):
+    # nvidia-smi ends each CSV row with "\n"; the two fields asked for are numbers it prints itself.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         pid_text, sep, bus_id = (part.strip() for part in line.partition(","))

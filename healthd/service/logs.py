@@ -26,7 +26,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence, TextIO
 
 from healthd.model import Finding, Status
-from healthd.text import one_line
+from healthd.text import one_line, records
 
 if TYPE_CHECKING:
     from healthd.cycle.outcome import ActionOutcome
@@ -145,7 +145,10 @@ class _StderrFormatter(logging.Formatter):
         if not self._prefix:
             return text
         priority = syslog_priority(record.levelno)
-        return "\n".join(f"<{priority}>{line}" for line in text.splitlines())
+        # journald's stream reader ends a line at "\n" or NUL, nowhere else (systemd
+        # src/journal/journald-stream.c, stdout_stream_scan), and reads a "<N>" prefix at the start
+        # of each: every one of those lines gets ours, so no text in the message can choose its own.
+        return "\n".join(f"<{priority}>{line}" for line in records(text.replace("\0", "\n")))
 
 
 def _stderr_is_journal(stream: TextIO, environ: Mapping[str, str]) -> bool:

@@ -1,24 +1,51 @@
-"""The process table, read from ``[paths].procfs``: each process's name, owner and executable.
+"""The process table, read from ``[paths].procfs``: each process's name, owner and executable; the one status parser.
 
-The services check uses it where systemd is not PID 1. It reads three things per
-process, all written by the kernel: ``status`` (the command name, the state and the
-uids), and the ``exe`` link (the executable the process runs). It does not read
-``cmdline``: argv is the caller's to write, and reading it takes the process's
-mmap lock, so it blocks behind a process stuck in a page fault on a hung mount
-(proc(5), ``/proc/pid/cmdline``).
+The services check uses it where systemd is not PID 1, and the ``kernel`` check parses
+its D-state threads' status files with ``status_fields`` and ``parse_uids`` from here.
+It reads, per process, only what the kernel writes: the owner of the ``/proc/PID``
+directory, ``status`` (the command name, the state and the uids), and the ``exe`` link
+(the executable the process runs). It does not read ``cmdline``: argv is the caller's to
+write, and reading it takes the process's mmap lock, so it blocks behind a process stuck
+in a page fault on a hung mount (proc(5), ``/proc/pid/cmdline``).
+
+A task's name is the one field of ``status`` its owner writes (prctl(2) ``PR_SET_NAME``,
+``/proc/PID/comm``, or the name of the file it executes), up to 15 bytes of anything but
+NUL. fs/proc/array.c ``proc_task_name`` writes it with ``seq_escape_str(m, tcomm,
+ESCAPE_SPACE | ESCAPE_SPECIAL, "\\n\\\\")``: only a newline and a backslash are escaped;
+``\\r``, ``\\v``, ``\\f``, the other control bytes and bytes that are not UTF-8 reach the
+file raw. So the file is split into records on ``\\n`` alone (``healthd.text.records``),
+and each field is taken from the first record that starts with exactly ``Key:\\t``: the
+kernel writes ``Name`` first, and a name cannot start a record of its own.
+
+Who owns a process is read where the process cannot write at all: the owner (st_uid) of
+its ``/proc/PID`` directory, through the descriptor every read of it goes through. The
+kernel answers it from the task's credentials when asked (fs/proc/base.c ``pid_getattr``,
+``task_dump_owner``: the effective uid; root for a kernel thread; a directory keeps it even
+for a task that is not dumpable). The ``Uid:`` line adds the real, saved and filesystem
+uids, read strictly; every rule that tells a user's process from root's asks the owner
+first (``Process.users``), so a parser bug or a forged line can never make a user's
+process root's.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import NamedTuple, Optional
+from typing import Iterable, NamedTuple, Optional
+
+from healthd.text import records
 
 # include/linux/sched.h: TASK_COMM_LEN is 16, a NUL included, so comm keeps 15 characters.
 COMM_MAX = 15
 
 # fs/d_path.c: d_path() appends this to the path of a file that has been unlinked.
 DELETED = " (deleted)"
+
+# fs/proc/array.c task_state(): "Uid:\t%u\t%u\t%u\t%u\n" (real, effective, saved, filesystem), in decimal.
+_UIDS = re.compile(r"([0-9]{1,10})\t([0-9]{1,10})\t([0-9]{1,10})\t([0-9]{1,10})")
+# fs/proc/array.c get_task_state(): "State:\tR (running)", one letter and its word(s) in parentheses.
+_STATE = re.compile(r"([A-Za-z]) \([a-z ]{1,32}\)")
 
 
 def system_uid(uid: int) -> bool:
@@ -30,53 +57,98 @@ def system_uid(uid: int) -> bool:
     return uid < 1000 or 60000 <= uid < 65000
 
 
+def status_fields(text: str, keys: Iterable[str]) -> dict[str, str]:
+    """The value of each of ``keys`` in a status file: the rest of the first record that starts ``Key:\\t``."""
+    wanted = frozenset(keys)
+    found: dict[str, str] = {}
+    for record in records(text):
+        head, tab, value = record.partition("\t")
+        key = head[:-1]
+        if tab and head.endswith(":") and key in wanted and key not in found:
+            found[key] = value
+    return found
+
+
+def parse_uids(value: str) -> Optional[tuple[int, int, int, int]]:
+    """The four uids of a ``Uid:`` value (real, effective, saved, filesystem); None unless in the kernel's shape."""
+    match = _UIDS.fullmatch(value)
+    if match is None:
+        return None
+    real, effective, saved, filesystem = (int(uid) for uid in match.groups())
+    return real, effective, saved, filesystem
+
+
+def task_name(value: str) -> str:
+    """A ``Name:`` value with the kernel's two escapes (``\\n``, ``\\\\``) undone: the name as the task set it."""
+    if "\\" not in value:
+        return value
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
+
+
+def plain_name(name: str) -> bool:
+    """Whether a task name holds printable characters only: no control byte, nothing that was not UTF-8.
+
+    A daemon's name is a word its package chose. A name with a control character
+    (0x01-0x1f, 0x7f, or any other non-printable character) or with bytes that are not
+    UTF-8 (read as U+FFFD) is one a user chose, and never stands for a service.
+    """
+    return name.isprintable() and "\ufffd" not in name
+
+
 class ProcStatusError(ValueError):
     """A /proc/PID/status file without the documented Name, State or Uid lines."""
 
 
 class TaskStatus(NamedTuple):
-    """The fields of /proc/PID/status that say what a process is and who owns it."""
+    """The fields of /proc/PID/status that say what a process is and whose: its name, state and four uids."""
 
     name: str
     state: str
-    real_uid: int
-    effective_uid: int
+    uids: tuple[int, int, int, int]
+
+    @property
+    def real_uid(self) -> int:
+        return self.uids[0]
+
+    @property
+    def effective_uid(self) -> int:
+        return self.uids[1]
 
 
 def parse_status(text: str, source: str) -> TaskStatus:
-    """Name, State and Uid (real, effective, saved, filesystem) from a status file (proc(5)).
-
-    The kernel escapes newlines and backslashes in Name (fs/proc/array.c), so a
-    process cannot forge a line of its own status by choosing its name.
-    """
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key not in fields:
-            fields[key] = value
+    """Name, State and Uid (real, effective, saved, filesystem) from a status file (proc(5)), each strictly."""
+    fields = status_fields(text, ("Name", "State", "Uid"))
     missing = [key for key in ("Name", "State", "Uid") if key not in fields]
     if missing:
         raise ProcStatusError(f"{source}: no {', '.join(missing)} line")
+    state = _STATE.fullmatch(fields["State"])
+    uids = parse_uids(fields["Uid"])
+    if state is None or uids is None:
+        raise ProcStatusError(f"{source}: expected 'State:\\tX (...)' and 'Uid:\\tREAL\\tEFFECTIVE\\tSAVED\\tFS'")
     # "Name:\t%s": only the tab is the separator; spaces around the name are part of it.
-    name = fields["Name"].removeprefix("\t")
-    state = fields["State"].strip()[:1]
-    uids = fields["Uid"].split()
-    if not state or len(uids) != 4 or not all(uid.isdigit() for uid in uids):
-        raise ProcStatusError(f"{source}: expected 'State: X (...)' and 'Uid: REAL EFFECTIVE SAVED FS'")
-    return TaskStatus(name=name, state=state, real_uid=int(uids[0]), effective_uid=int(uids[1]))
+    return TaskStatus(name=task_name(fields["Name"]), state=state.group(1), uids=uids)
 
 
 class Process(NamedTuple):
-    """One process: its status fields and the target of its ``exe`` link (None when unreadable)."""
+    """One process: its status fields, the target of its ``exe`` link (None when unreadable), its owner.
+
+    ``owner`` is the uid that owns ``/proc/PID`` (the task's effective uid, set by the kernel).
+    """
 
     pid: int
     status: TaskStatus
     exe: Optional[str]
+    owner: int
 
     @property
     def alive(self) -> bool:
         # A zombie (Z) or dead (X) task has exited: it keeps its name but runs nothing.
         return self.status.state not in ("Z", "X")
+
+    @property
+    def users(self) -> bool:
+        """Whether an ordinary user runs it: the owner of /proc/PID, which no process writes, is not a system uid."""
+        return not system_uid(self.owner)
 
     @property
     def exe_name(self) -> str:
@@ -86,21 +158,57 @@ class Process(NamedTuple):
         return os.path.basename(self.exe.removesuffix(DELETED))
 
     def named(self, wanted: str) -> bool:
-        """Whether the command name (truncated by the kernel) or the executable's file name is ``wanted``."""
+        """Whether the command name (truncated by the kernel) or the executable's file name is ``wanted``.
+
+        Never for a process whose command name is not plain (``plain_name``): a user's.
+        """
+        if not plain_name(self.status.name):
+            return False
         return wanted[:COMM_MAX] == self.status.name or wanted == self.exe_name
+
+
+def read_task_file(directory: int, name: str) -> str:
+    """The file ``name`` under an open /proc/PID directory, whole, as ``read_kernel_text`` decodes it.
+
+    Raises FileNotFoundError or ProcessLookupError once the task has exited.
+    """
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def task_owner(directory: int) -> int:
+    """The owner of an open /proc/PID (or /proc/PID/task/TID) directory: the task's effective uid.
+
+    fs/proc/base.c ``pid_getattr`` asks the task's credentials on every stat, and says
+    root once the task is gone: read a file of the task after this, and drop the owner
+    when that read finds the task gone.
+    """
+    return os.fstat(directory).st_uid
+
+
+class ProcessTable(NamedTuple):
+    """The processes read, and each status file skipped as malformed (its path and what is wrong)."""
+
+    processes: tuple[Process, ...]
+    skipped: tuple[str, ...] = ()
 
 
 def _read_process(procfs: Path, pid: int) -> Optional[Process]:
     # Every read goes through one descriptor of /proc/PID: once that process exits,
     # reads fail with ESRCH instead of reaching a new process that reused the pid.
     try:
-        directory = os.open(procfs / str(pid), os.O_RDONLY | os.O_DIRECTORY)
+        directory = os.open(procfs / str(pid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
     try:
-        status_fd = os.open("status", os.O_RDONLY, dir_fd=directory)
-        with open(status_fd, encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
+        owner = task_owner(directory)
+        text = read_task_file(directory, "status")
         try:
             exe: Optional[str] = os.readlink("exe", dir_fd=directory)
         except (FileNotFoundError, PermissionError):
@@ -110,14 +218,25 @@ def _read_process(procfs: Path, pid: int) -> Optional[Process]:
         return None
     finally:
         os.close(directory)
-    return Process(pid=pid, status=parse_status(text, str(procfs / str(pid) / "status")), exe=exe)
+    return Process(pid=pid, status=parse_status(text, str(procfs / str(pid) / "status")), exe=exe, owner=owner)
 
 
-def read_processes(procfs: Path) -> list[Process]:
+def read_processes(procfs: Path) -> ProcessTable:
     """Every process listed under ``procfs``; those that exit while being read are left out.
 
-    Raises OSError when ``procfs`` itself cannot be listed and ProcStatusError when a
-    status file is malformed.
+    A malformed status file skips its process alone and is named in ``skipped``: one
+    process the parser cannot read must not blind the check to all the others. Raises
+    OSError when ``procfs`` itself cannot be listed.
     """
     pids = sorted(int(entry.name) for entry in os.scandir(procfs) if entry.name.isdigit())
-    return [process for pid in pids if (process := _read_process(procfs, pid)) is not None]
+    processes: list[Process] = []
+    skipped: list[str] = []
+    for pid in pids:
+        try:
+            process = _read_process(procfs, pid)
+        except ProcStatusError as exc:
+            skipped.append(str(exc))
+            continue
+        if process is not None:
+            processes.append(process)
+    return ProcessTable(tuple(processes), tuple(skipped))

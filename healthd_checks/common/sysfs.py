@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Optional, TypeVar
 
 from healthd.boot import BootIdUnreadable, read_boot_id
+from healthd.text import records
 
 T = TypeVar("T")
 
@@ -294,7 +295,7 @@ def scan_pci(sysfs: Path, vendors: Optional[frozenset[int]] = None) -> PciScan:
 def parse_aer_counts(text: str) -> dict[str, int]:
     """An ``aer_dev_*`` file: one ``NAME COUNT`` line per error type plus a ``TOTAL_ERR_*`` line."""
     counts: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(records(text), start=1):
         if not line.strip():
             continue
         parts = line.split()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Protocol, Union
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.config.view import updated
 from healthd.model import DetailValue, Finding, Status
-from healthd.text import one_line
+from healthd.text import one_line, read_kernel_text
 
 from ..common.procs import read_processes, system_uid
 from ..common.sysfs import SysfsError, read_value
@@ -185,7 +185,7 @@ def _first_line(path: Path, code: str) -> Union[str, Unobserved]:
 def _driver(ctx: CheckContext[HostSettings]) -> Union[str, Unobserved]:
     proc = ctx.paths.procfs / "driver/nvidia/version"
     try:
-        version = parse_driver_version(proc.read_text(encoding="utf-8", errors="replace"))
+        version = parse_driver_version(read_kernel_text(proc))
     except OSError:
         version = None
     if version is not None:

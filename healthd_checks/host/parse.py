@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+from healthd.text import records
+
 _RANGE = re.compile(r"(\d{1,6})(?:-(\d{1,6}))?")
 _MEMINFO = re.compile(r"([A-Za-z0-9_()]{1,40}):\s+(\d{1,20})(?: kB)?")
 # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024"
@@ -39,7 +41,7 @@ def parse_cpu_list(text: str, source: str = "cpu list") -> frozenset[int]:
 def parse_meminfo(text: str, source: str) -> dict[str, int]:
     """``/proc/meminfo`` (proc(5)) as name -> value (kB for sizes, a count for HugePages_*)."""
     values: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(records(text), 1):
         if not line.strip():
             continue
         match = _MEMINFO.fullmatch(line.strip())

@@ -133,7 +133,8 @@ def gather(ctx: CheckContext[IpmiSettings]) -> IpmiObservation:
     elif done.returncode != 0:
         records = program.failed(done, argv, "sel", "IPMI_SEL")
     else:
-        records = tuple(r for r in map(parse_sel_line, done.out.splitlines()) if r is not None)
+        # ipmitool ends each SEL entry with "\n"; its text is the BMC's, which no user of the node writes.
+        records = tuple(r for r in map(parse_sel_line, done.out.split("\n")) if r is not None)
     return IpmiObservation(records, boot_id_or_none(ctx.paths.procfs), ctx.state.load())
 
 

@@ -42,6 +42,8 @@ from .fuseblame import GONE, FuseMount, FuseView, HungReport, blame, read_fuse_v
 from .tasks import StuckCandidate, read_d_state, read_task
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from healthd.checks.plugin import CheckContext, JudgeContext
 
     from .settings import KernelSettings
@@ -125,24 +127,33 @@ class KernelObservation(NamedTuple):
     reports: tuple[HungReport, ...] = ()
     fuse: FuseView = FuseView()
     clock_ticks: int = 100
+    malformed: Optional[Unobserved] = None  # the stat files skipped as malformed, named
 
 
 def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
     log = gather_log(ctx, ctx.settings)
     procfs = ctx.paths.procfs
     tasks: Union[tuple[StuckCandidate, ...], Unobserved]
+    skipped: tuple[str, ...] = ()
     try:
-        tasks = tuple(read_d_state(procfs))
+        tasks, skipped = read_d_state(procfs)
     except OSError as exc:
         tasks = Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
-    except ValueError as exc:
-        tasks = Unobserved("PROCESS_STAT_MALFORMED", str(procfs), one_line(str(exc)))
     previous = ctx.state.load().get("d_state")
     reports = _hung_reports(ctx, log)
     needed = reports or (not isinstance(tasks, Unobserved) and tasks)
     fuse = read_fuse_view(ctx.paths.sysfs, procfs) if needed else FuseView()
     ticks = os.sysconf("SC_CLK_TCK")
-    return KernelObservation(log, tasks, previous if isinstance(previous, dict) else {}, reports, fuse, ticks)
+    kept = previous if isinstance(previous, dict) else {}
+    return KernelObservation(log, tasks, kept, reports, fuse, ticks, _malformed(procfs, skipped))
+
+
+def _malformed(procfs: Path, skipped: tuple[str, ...]) -> Optional[Unobserved]:
+    """UNKNOWN naming the stat files skipped: those tasks were not seen, every other one was still judged."""
+    if not skipped:
+        return None
+    more = f" and {len(skipped) - 1} more" if len(skipped) > 1 else ""
+    return Unobserved("PROCESS_STAT_MALFORMED", str(procfs), one_line(f"skipped {skipped[0]}{more}"))
 
 
 # Threads looked up per pass: the kernel logs at most kernel.hung_task_warnings (10) reports a boot.
@@ -185,12 +196,16 @@ def _clock(task: StuckCandidate, stored: Mapping[str, Any], now: float) -> dict[
 def users_task(task: StuckCandidate) -> bool:
     """Whether an ordinary user may have put ``task`` where it is: a uid of it is not root's nor a system account's.
 
-    Every uid counts, not only the real one: a setuid-root program run by a user keeps the
-    user's real uid, and a root daemon acting for a user (seteuid) takes the user's
-    effective and filesystem uids, which are what a user's FUSE server answers to. A task
-    whose status could not be read (it exited meanwhile) is counted as before.
+    The owner of its /proc directory comes first: the kernel keeps it (the effective uid,
+    ``procs.task_owner``) and nothing the task writes changes it, so a task a user owns is
+    the user's whatever its status file reads. Every uid of the ``Uid:`` line counts too,
+    not only the real one: a setuid-root program run by a user keeps the user's real uid,
+    and a root daemon acting for a user (seteuid) takes the user's effective and filesystem
+    uids, which are what a user's FUSE server answers to. A task whose status could not be
+    read (it exited meanwhile) is counted as before.
     """
-    return task.uids is not None and not all(system_uid(uid) for uid in task.uids)
+    uids = (*(task.uids or ()), *(() if task.owner is None else (task.owner,)))
+    return bool(uids) and not all(system_uid(uid) for uid in uids)
 
 
 def _stuck_finding(
@@ -228,6 +243,7 @@ def judge_tasks(
     if isinstance(tasks, Unobserved):
         return [tasks.finding(jc)], None
     settings = jc.settings
+    findings = [observed.malformed.finding(jc)] if observed.malformed is not None else []
     ignored = set(settings.ignore_tasks)
     counted = ((task.key, task) for task in tasks if task.name not in ignored)
     stuck: list[tuple[StuckCandidate, float]] = []
@@ -245,7 +261,6 @@ def judge_tasks(
         return [], entry
 
     _, document = _TASKS.judge_each(observed.previous, observed.log.boot_id, jc.now, counted, clock)
-    findings = []
     if len(stuck) > settings.stuck_tasks_max:
         findings.append(_stuck_finding(jc, Status[settings.stuck_severity], "D_STATE_STUCK", "d_state", "", stuck))
     if users:

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
+from healthd.text import read_kernel_text
+
 from ..common.mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
 from ..common.procs import system_uid
 from ..kernlog.source import LogLine
@@ -89,8 +91,7 @@ def read_fuse_view(sysfs: Path, procfs: Path) -> FuseView:
     if waiting:
         source = f"{procfs}/self/mountinfo"
         try:
-            with open(source, encoding="utf-8", errors="surrogateescape") as handle:
-                entries = parse_mountinfo(handle.read(), source)
+            entries = parse_mountinfo(read_kernel_text(source, "surrogateescape"), source)
         except (OSError, MountinfoError):
             entries = []
         for entry in entries:
@@ -193,7 +194,9 @@ def blame(task: StuckCandidate, view: FuseView, trace: Trace = Trace()) -> Optio
     if task.kernel_thread or task.uids is None or len(task.uids) < 3 or trace.elsewhere:
         return None
     for mount in view.users_waiting:
-        if all(uid == mount.uid for uid in task.uids[:3]):
+        # The owner of the task's /proc directory (its effective uid, kept by the kernel) must
+        # be the mounter too: the status file's Uid line alone never makes a task the user's.
+        if all(uid == mount.uid for uid in task.uids[:3]) and task.owner in (None, mount.uid):
             return mount
     if (trace.fuse or waits_in_fuse(task.wchan)) and not view.system_waiting:
         for mount in view.users_waiting:

@@ -17,7 +17,10 @@ what it holds, and so can a reader of the wrong /proc file. This module reads on
   (``voluntary_ctxt_switches``, ``nonvoluntary_ctxt_switches``), which stay still while a
   task sleeps without waking: the kernel's own hung-task detector (kernel/hung_task.c)
   uses the same sum; and for the thread's uids (``Uid:`` real, effective, saved,
-  filesystem: credentials are each thread's own), which say whose it is;
+  filesystem: credentials are each thread's own), parsed by ``procs`` (records split on
+  newline alone, fields by their exact ``Key:\t`` prefix: the thread's name cannot forge
+  a line), with the owner of the thread's directory, which the kernel keeps and says
+  whose it is whatever the file reads (``procs.task_owner``);
 - ``wchan`` of those threads: the function each sleeps in (a FUSE request's wait says
   whose server holds it, see ``fuseblame``). fs/proc/base.c ``proc_pid_wchan`` reads it
   from the sleeping task's saved stack under spinlocks only (``get_wchan``); a reader
@@ -29,8 +32,9 @@ It never reads ``cmdline``, ``environ``, ``maps`` or ``smaps`` (they take the ta
 mmap lock, held by a task stuck in a page fault on a hung mount), ``stack`` (root only,
 and it stops the task), nor follows ``cwd``, ``root`` or ``fd/*`` (a path on the hung
 filesystem). The thread's name, which its owner chooses, is only shown cleaned.
-Each file is read with one ``open``/``read``/``close`` of its path as a string: a walk
-of 20,000 tasks is that many reads, and Python's file objects cost more than the reads.
+Each stat file is read with one ``open``/``read``/``close`` of its path as a string: a
+walk of 20,000 tasks is that many reads, and Python's file objects cost more than the
+reads. The few threads in D state are read through a descriptor of their directory.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import NamedTuple, Optional
+
+from ..common.procs import parse_uids, read_task_file, status_fields, task_owner
 
 # include/linux/sched.h: the task flag of a kernel thread, field 9 of /proc/PID/stat.
 PF_KTHREAD = 0x00200000
@@ -77,30 +83,24 @@ def parse_stat(text: str) -> TaskStat:
     return TaskStat(int(head), name, fields[0], int(fields[19]), int(fields[17]), int(fields[6]))
 
 
-def _status_lines(text: str, keys: tuple[str, ...]) -> dict[str, str]:
-    """The first value of each of ``keys`` in a status file (``Key:\tvalue`` lines, proc(5))."""
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key in keys:
-            found.setdefault(key, value.strip())
-    return found
-
-
 def parse_switches(text: str) -> Optional[int]:
     """The sum of voluntary and non-voluntary context switches in a status file, None without both lines."""
-    counts = _status_lines(text, ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")).values()
+    counts = status_fields(text, ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")).values()
     return sum(int(count) for count in counts) if len(counts) == 2 and all(c.isdigit() for c in counts) else None
 
 
-def parse_uids(text: str) -> Optional[tuple[int, ...]]:
-    """The four uids of a status file's ``Uid:`` line (real, effective, saved, filesystem), None without it."""
-    uids = _status_lines(text, ("Uid",)).get("Uid", "").split()
-    return tuple(int(uid) for uid in uids) if len(uids) == 4 and all(uid.isdigit() for uid in uids) else None
+def parse_status_uids(text: str) -> Optional[tuple[int, ...]]:
+    """The four uids of a status file's ``Uid:`` line (real, effective, saved, filesystem), None without one."""
+    value = status_fields(text, ("Uid",)).get("Uid")
+    return parse_uids(value) if value is not None else None
 
 
 class StuckCandidate(NamedTuple):
-    """A thread found in D state: its stat fields, its process, and its context switch count and uids when readable."""
+    """A thread found in D state: its stat fields, its process, its context switches, uids and owner when readable.
+
+    ``owner`` is the uid that owns its /proc directory (its effective uid, kept by the kernel:
+    ``procs.task_owner``); None where the thread exited before it was read.
+    """
 
     tid: int
     pid: int
@@ -110,6 +110,7 @@ class StuckCandidate(NamedTuple):
     uids: Optional[tuple[int, ...]] = None
     kernel_thread: bool = False
     wchan: Optional[str] = None
+    owner: Optional[int] = None
 
     @property
     def key(self) -> str:
@@ -142,7 +143,16 @@ def _read_stat(directory: str) -> Optional[TaskStat]:
         raise ValueError(f"{directory}/stat: {exc}") from None
 
 
-def _threads(process: str, stat: TaskStat) -> list[tuple[str, TaskStat]]:
+def _stat_or_skip(directory: str, skipped: list[str]) -> Optional[TaskStat]:
+    """``_read_stat``, with a malformed file named in ``skipped`` instead of raised."""
+    try:
+        return _read_stat(directory)
+    except ValueError as exc:
+        skipped.append(str(exc))
+        return None
+
+
+def _threads(process: str, stat: TaskStat, skipped: list[str]) -> list[tuple[str, TaskStat]]:
     """The threads of a process (their directories and stat lines), sorted by thread id as text."""
     # One thread that is still running: the process's own line is that thread's (its leader's).
     if stat.threads == 1 and stat.state not in ("Z", "X"):
@@ -154,37 +164,44 @@ def _threads(process: str, stat: TaskStat) -> list[tuple[str, TaskStat]]:
     threads = []
     for name in names:
         directory = f"{process}/task/{name}"
-        thread = _read_stat(directory)
+        thread = _stat_or_skip(directory, skipped)
         if thread is not None:
             threads.append((directory, thread))
     return threads
 
 
-def read_d_state(procfs: Path) -> list[StuckCandidate]:
+class DStateScan(NamedTuple):
+    """The threads found in D state, and the stat files skipped as malformed (each named, with what is wrong)."""
+
+    found: tuple[StuckCandidate, ...]
+    skipped: tuple[str, ...] = ()
+
+
+def read_d_state(procfs: Path) -> DStateScan:
     """Every thread under ``procfs`` in state D. Raises OSError when ``procfs`` cannot be listed.
 
-    A thread that exits while it is read is left out; a stat file that cannot be parsed
-    raises ValueError naming it.
+    A thread that exits while it is read is left out. A stat file that cannot be parsed
+    skips that task alone and is named in ``skipped``: the others are still read.
     """
     found: list[StuckCandidate] = []
+    skipped: list[str] = []
     for name in sorted(os.listdir(procfs)):
         if not name.isdigit():
             continue
         process = f"{procfs}/{name}"
-        stat = _read_stat(process)
+        stat = _stat_or_skip(process, skipped)
         if stat is None:
             continue
-        for directory, thread in _threads(process, stat):
+        for directory, thread in _threads(process, stat, skipped):
             if thread.state != "D":
                 continue
             found.append(_candidate(directory, thread, int(name)))
-    return found
+    return DStateScan(tuple(found), tuple(skipped))
 
 
 def _candidate(directory: str, thread: TaskStat, pid: int) -> StuckCandidate:
-    """The thread with what its ``status`` and ``wchan`` say (None each where it exited meanwhile)."""
-    status = _read_small(f"{directory}/status") or ""
-    wchan = _read_small(f"{directory}/wchan")
+    """The thread with its owner and what its ``status`` and ``wchan`` say (None each where it exited meanwhile)."""
+    owner, status, wchan = _read_thread(directory, thread.start_ticks)
     # wchan is "0" for a running task or a reader the kernel does not let see it (fs/proc/base.c).
     sleeping_in = wchan.strip() if wchan is not None and wchan.strip() not in ("", "0") else None
     return StuckCandidate(
@@ -192,11 +209,43 @@ def _candidate(directory: str, thread: TaskStat, pid: int) -> StuckCandidate:
         pid,
         thread.name,
         thread.start_ticks,
-        parse_switches(status),
-        parse_uids(status),
+        parse_switches(status or ""),
+        parse_status_uids(status or ""),
         thread.kernel_thread,
         sleeping_in,
+        owner,
     )
+
+
+def _read_thread(directory: str, start_ticks: int) -> tuple[Optional[int], Optional[str], Optional[str]]:
+    """The owner, ``status`` and ``wchan`` of a thread's directory, read through one descriptor of it.
+
+    The owner counts only when the reads after it find the thread alive, and the same
+    thread (its ``stat`` gives the start time already read: a tid reused since is
+    another's): the kernel says root for the directory of a task that is gone
+    (``procs.task_owner``).
+    """
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None, None, None
+    try:
+        owner = task_owner(fd)
+        if parse_stat(read_task_file(fd, "stat")).start_ticks != start_ticks:
+            return None, None, None
+        status = read_task_file(fd, "status")
+        return owner, status, _wchan(fd)
+    except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError):
+        return None, None, None
+    finally:
+        os.close(fd)
+
+
+def _wchan(directory: int) -> Optional[str]:
+    try:
+        return read_task_file(directory, "wchan")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
 
 
 def read_task(procfs: Path, tid: int) -> Optional[StuckCandidate]:

@@ -36,6 +36,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Optional
 
+from healthd.text import read_kernel_text, records
+
 if TYPE_CHECKING:
     from healthd.checks.plugin import PassShared
 
@@ -94,14 +96,14 @@ def read_boot_time(procfs: Path, now: float) -> Optional[float]:
     uptime in ``<procfs>/uptime``.
     """
     try:
-        for line in (procfs / "stat").read_text(encoding="ascii", errors="replace").splitlines():
+        for line in records(read_kernel_text(procfs / "stat")):
             name, _, value = line.partition(" ")
             if name == "btime" and value.strip().isdigit():
                 return float(value.strip())
     except OSError:
         pass
     try:
-        uptime = float((procfs / "uptime").read_text(encoding="ascii", errors="replace").split()[0])
+        uptime = float(read_kernel_text(procfs / "uptime").split()[0])
     except (OSError, ValueError, IndexError):
         return None
     return now - uptime if uptime >= 0 else None

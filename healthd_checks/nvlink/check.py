@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Union
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict
 from healthd.model import DetailValue, Finding, Status
 
-from ..common.procs import COMM_MAX, ProcStatusError, read_processes
+from ..common.procs import COMM_MAX, read_processes
 from ..common.sysfs import VENDOR_NVIDIA, scan_pci
 from ..nvml.source import (
     NOT_SUPPORTED,
@@ -92,13 +92,15 @@ def _fabric_manager_running(ctx: CheckContext[NvlinkSettings]) -> Union[bool, Un
     """Whether a live process of that name, started by root, is in the process table."""
     procfs = ctx.paths.procfs
     try:
-        processes = read_processes(procfs)
+        table = read_processes(procfs)
     except OSError as exc:
         return Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
-    except ProcStatusError as exc:
-        return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
     rule = ProcessRule(names=(ctx.settings.fabric_manager_process,), owners={0: "root"})
-    return find_service(rule, processes).running
+    running = find_service(rule, table.processes).running
+    if not running and table.skipped:
+        # A process skipped as malformed may be the one looked for: not seen is not absent.
+        return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), table.skipped[0])
+    return running
 
 
 def _wanted(settings: NvlinkSettings) -> bool:

@@ -6,9 +6,13 @@ unit being reloaded runs, one that systemd is starting or stopping is read again
 timestamps show its daemon has not run for ``transition_limit`` seconds. Where it is
 not (containers, some appliances, the test machines), it comes from the process table
 under ``[paths].procfs``: a process counts as the service only when its name is the
-daemon's, its real uid is root's or an account the service is known to run as (or one
-in ``process_users``), and, when ``process_exe`` names one, it runs that executable.
-Any user can name a process ``munged``; only those accounts can own one.
+daemon's (a plain name: one with a control character or bytes that are not UTF-8 is a
+user's, ``procs.plain_name``), the owner of its /proc/PID (kept by the kernel) and its
+real uid are root's, a system account's or an account the service is known to run as (or
+one in ``process_users``), and, when ``process_exe`` names one, it runs that executable.
+Any user can name a process ``munged``; only those accounts can own one. A process whose
+status file is malformed is skipped and named in an OK note (``PROCESS_STATUS_SKIPPED``);
+the others are still judged.
 
 A service that is not running is CRITICAL by default: a node without slurmd or
 munge cannot run jobs, and one without nvidia-persistenced or fabricmanager runs
@@ -30,8 +34,9 @@ from healthd.checks.binaries import locate
 from healthd.checks.plugin import CheckSpec, JudgeContext, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.config.view import updated
 from healthd.model import Finding, Status
+from healthd.text import one_line, records
 
-from ..common.procs import DELETED, Process, ProcStatusError, read_processes, system_uid
+from ..common.procs import DELETED, Process, ProcessTable, read_processes, system_uid
 from .units import RESTART_WAIT, Condition, UnitState, read_units
 
 if TYPE_CHECKING:
@@ -162,6 +167,11 @@ def find_service(rule: ProcessRule, processes: Iterable[Process]) -> Sighting:
     for process in processes:
         if not process.alive or not any(process.named(name) for name in rule.names):
             continue
+        # The owner of /proc/PID (the effective uid, which the kernel keeps) says first
+        # whether an ordinary user runs it, whatever its status file reads (procs).
+        if process.users and process.owner not in rule.owners:
+            other_owners.add(process.owner)
+            continue
         # The real uid is who started the process. A setuid-root binary run by a user
         # has effective uid 0 and the user's real uid: it is the user's, not root's.
         # A daemon that drops privileges (setuid(2) as root) changes both.
@@ -235,7 +245,7 @@ class ModulesError(ValueError):
 def parse_modules(text: str, source: str) -> frozenset[str]:
     """Loaded module names from /proc/modules (name, size, refcount, deps, state, address)."""
     names = set()
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(records(text), start=1):
         if not line.strip():
             continue
         fields = line.split()
@@ -281,24 +291,29 @@ class ServicesObservation(NamedTuple):
     modules_problem: Optional[Unobserved] = None
     table: Union[tuple[Process, ...], Unobserved, None] = None
     table_owners: frozenset[int] = frozenset()
+    skipped: tuple[str, ...] = ()
 
 
-def _process_table(procfs: Path) -> Union[tuple[Process, ...], Unobserved]:
+def _process_table(procfs: Path) -> Union[ProcessTable, Unobserved]:
     try:
-        return tuple(read_processes(procfs))
+        table = read_processes(procfs)
     except OSError as exc:
         return Unobserved("PROCESSES_UNREADABLE", str(procfs), f"cannot list processes: {exc}")
-    except ProcStatusError as exc:
-        return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), str(exc))
+    if table.skipped and not table.processes:
+        # Not one status file in the kernel's format: the reader, not a process, is wrong.
+        return Unobserved("PROCESS_STATUS_MALFORMED", str(procfs), table.skipped[0])
+    return table
 
 
 def _gather_processes(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
-    processes = _process_table(Path(ctx.paths.procfs))
-    if isinstance(processes, Unobserved):
-        return ServicesObservation(services_problem=processes)
+    table = _process_table(Path(ctx.paths.procfs))
+    if isinstance(table, Unobserved):
+        return ServicesObservation(services_problem=table)
     configured, unknown = _configured_accounts(ctx.settings.process_users)
     rules = {service: service_rule(service, ctx.settings, configured) for service in ctx.settings.expect}
-    return ServicesObservation(processes=processes, rules=rules, unknown_accounts=tuple(unknown))
+    return ServicesObservation(
+        processes=table.processes, rules=rules, unknown_accounts=tuple(unknown), skipped=table.skipped
+    )
 
 
 def _gather_named_processes(ctx: CheckContext[ServicesSettings], observed: ServicesObservation) -> ServicesObservation:
@@ -306,11 +321,14 @@ def _gather_named_processes(ctx: CheckContext[ServicesSettings], observed: Servi
     settings = ctx.settings
     if not settings.expect_processes and not settings.forbid_processes:
         return observed
-    table: Union[tuple[Process, ...], Unobserved] = (
-        observed.processes if observed.rules else _process_table(Path(ctx.paths.procfs))
-    )
     owners, _ = _configured_accounts(settings.process_users)
-    return observed._replace(table=table, table_owners=frozenset(owners))
+    observed = observed._replace(table_owners=frozenset(owners))
+    if observed.rules:
+        return observed._replace(table=observed.processes)
+    table = _process_table(Path(ctx.paths.procfs))
+    if isinstance(table, Unobserved):
+        return observed._replace(table=table)
+    return observed._replace(table=table.processes, skipped=table.skipped)
 
 
 def _gather_systemd(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
@@ -470,7 +488,23 @@ def _service_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
             source="process table",
             ignored_other_owners=len(sighting.other_owners),
             ignored_other_exes=len(sighting.other_exes),
+            skipped_processes=len(observed.skipped),
         )
+
+
+def _owned(process: Process, accounts: frozenset[int]) -> bool:
+    """Whether root, a system account or one of ``accounts`` owns ``process``: both its /proc/PID and its real uid."""
+    return all(system_uid(uid) or uid in accounts for uid in (process.owner, process.status.real_uid))
+
+
+def _skipped_note(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
+    """An OK note naming the status files skipped as malformed; every other process was still judged."""
+    if not observed.skipped:
+        return
+    shown = "; ".join(one_line(reason, 160) for reason in observed.skipped[:3])
+    more = f" and {len(observed.skipped) - 3} more" if len(observed.skipped) > 3 else ""
+    message = f"{len(observed.skipped)} process(es) skipped, their status not in the kernel's format: {shown}{more}"
+    yield jc.finding(Status.OK, "PROCESS_STATUS_SKIPPED", "process table", message, count=len(observed.skipped))
 
 
 def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
@@ -489,13 +523,20 @@ def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
         yield table.finding(jc)
         return
     alive = [process for process in table if process.alive]
+    owners = observed.table_owners
     for name in settings.expect_processes:
-        owners = observed.table_owners
-        if not any(p.named(name) and (system_uid(p.status.real_uid) or p.status.real_uid in owners) for p in alive):
+        if not any(p.named(name) and _owned(p, owners) for p in alive):
             message = f"no process {name} runs (owned by root, a system account or one in process_users)"
-            yield jc.finding(_grade(settings, name), "PROCESS_MISSING", name, message, source="process table")
+            yield jc.finding(
+                _grade(settings, name),
+                "PROCESS_MISSING",
+                name,
+                message,
+                source="process table",
+                skipped_processes=len(observed.skipped),
+            )
     for name in settings.forbid_processes:
-        pids = [p.pid for p in alive if p.named(name) and system_uid(p.status.real_uid)]
+        pids = [p.pid for p in alive if p.named(name) and _owned(p, frozenset())]
         if pids:
             message = f"process {name} runs (pid {_first(str(pid) for pid in pids)}), and must not"
             yield jc.finding(
@@ -514,7 +555,12 @@ def _module_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSet
 
 
 def judge(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Verdict:
-    findings = (*_service_findings(observed, jc), *_process_findings(observed, jc), *_module_findings(observed, jc))
+    findings = (
+        *_service_findings(observed, jc),
+        *_process_findings(observed, jc),
+        *_skipped_note(observed, jc),
+        *_module_findings(observed, jc),
+    )
     return Verdict(findings)
 
 

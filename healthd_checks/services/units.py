@@ -169,6 +169,8 @@ def parse_show(text: str, units: Sequence[str], source: str) -> tuple[UnitState,
     by position, not by Id.
     """
     blocks: list[list[tuple[int, str]]] = [[]]
+    # systemctl ends each KEY=VALUE with "\n". The values asked for are systemd's own words and
+    # numbers, and a unit name holds only [A-Za-z0-9:_.\\@-] (systemd.unit(5)): none breaks a line.
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             blocks[-1].append((number, line))

@@ -11,6 +11,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -171,6 +172,42 @@ def test_a_setuid_root_copy_run_by_a_user_is_still_the_users(
     assert uids(munged.pid) == (user.pw_uid, 0), "the copy must run with effective uid 0 for this test to mean anything"
     code, doc = check(process_table(tmp_path, ["munge"], pinned(munged.exe)))
     assert code == 2 and codes(doc) == [("CRITICAL", "SERVICE_INACTIVE", "munge")]
+
+
+# A process that drops to an account, then names itself (prctl(2) PR_SET_NAME, 15), then waits.
+NAMED = """
+import ctypes, os, signal, sys
+os.setgroups([])
+os.setgid(int(sys.argv[2]))
+os.setuid(int(sys.argv[1]))
+ctypes.CDLL(None).prctl(15, os.fsencode(sys.argv[3]), 0, 0, 0)
+sys.stdout.write("named\\n")
+sys.stdout.flush()
+signal.pause()
+"""
+
+
+# 15 bytes each, what the kernel keeps; the last one's Uid line is short: it would blind a strict reader.
+@pytest.mark.parametrize("name", ["zqx\rUid:0 0 0 0", "zqx\x0cUid:0 0 0 0", "zqx\x0bUid:\t0\t0\t0"])
+def test_a_users_process_named_like_the_service_and_roots_uid_line_is_not_the_service(
+    intruder: tuple[int, int], tmp_path: Path, check: CheckJson, name: str
+) -> None:
+    # Its name reads "zqx", then a "\r", "\f" or "\v" (where str.splitlines() cuts) and a Uid line of zeros.
+    uid, gid = intruder
+    process = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", NAMED, str(uid), str(gid), name],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"named\n"
+        with open(f"/proc/{process.pid}/status", "rb") as handle:
+            assert handle.read().startswith(b"Name:\t" + name.encode() + b"\n")
+        code, doc = check(process_table(tmp_path, ["zqx"]))
+    finally:
+        process.kill()
+        process.wait()
+    assert code == 2 and codes(doc) == [("CRITICAL", "SERVICE_INACTIVE", "zqx")]
 
 
 def test_a_root_process_named_munged_is_munge(start_process: Start, tmp_path: Path, check: CheckJson) -> None:

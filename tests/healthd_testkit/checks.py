@@ -9,6 +9,7 @@ made of fixture copies and stand-in programs whose passes a test drives with a c
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -73,6 +74,17 @@ class FixtureNode:
         target = self.root / relative
         shutil.copytree(fixture, target)
         return target
+
+    def own_as_the_kernel(self, procfs: Path) -> None:
+        """Give each task directory under ``procfs`` the owner the kernel gives /proc/PID: its effective uid.
+
+        fs/proc/base.c ``task_dump_owner``; the uid comes from the ``Uid:`` line of the
+        directory's own status file (none: root's). Needs root, like any chown to another uid.
+        """
+        for status in sorted(procfs.glob("[0-9]*/status")) + sorted(procfs.glob("[0-9]*/task/[0-9]*/status")):
+            lines = status.read_text().split("\n")
+            uids = next((line.split("\t")[1:] for line in lines if line.startswith("Uid:\t")), [])
+            os.chown(status.parent, int(uids[1]) if len(uids) == 4 else 0, -1)
 
     def program(self, name: str, script: str) -> Path:
         """An executable shell script ``root/bin/NAME``: a real program standing in for a vendor tool."""

@@ -199,3 +199,16 @@ def test_a_journal_stream_of_another_file_is_ignored(healthd_logger: logging.Log
     setup_logging(stream=stream, environ={"JOURNAL_STREAM": "1:2"}, use_journal=False)
     healthd_logger.warning("hello")
     assert "WARNING hello" in stream.getvalue()
+
+
+def test_every_line_journald_will_see_gets_the_prefix(healthd_logger: logging.Logger, tmp_path: Path) -> None:
+    # journald's stream ends a line at "\n" or NUL only (journald-stream.c): "\r" stays inside one,
+    # and no text after a NUL or a newline can set its own priority.
+    with open(tmp_path / "stream", "w+", encoding="utf-8", newline="") as stream:
+        st = os.fstat(stream.fileno())
+        setup_logging(stream=stream, environ={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}, use_journal=False)
+        healthd_logger.info("a\r<0>b\x00<0>c\n<0>d")
+        stream.flush()
+        stream.seek(0)
+        text = stream.read()
+    assert text == "<6>a\r<0>b\n<6><0>c\n<6><0>d\n"

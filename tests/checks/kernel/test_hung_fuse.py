@@ -76,51 +76,112 @@ def _mounted(path: str) -> bool:
 
 
 @contextlib.contextmanager
-def stuck_on_fuse(account: str, victim_account: str = "", allow_other: bool = False) -> Iterator[Stuck]:
-    """A process stuck for good in a FUSE filesystem that ``account`` mounted and serves.
-
-    The process is ``victim_account``'s (by default ``account``'s own); ``allow_other``
-    lets other users' processes in, as fusermount3 does where /etc/fuse.conf allows it.
-    """
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("mounting FUSE and fusectl needs root and /dev/fuse")
+def _served(
+    account: str, base: Path, allow_other: bool = False
+) -> Iterator[tuple[Path, subprocess.Popen[bytes], Path]]:
+    """A FUSE filesystem at ``base/mnt`` that ``account`` mounted and serves (never answering), with its request log."""
     owner = pwd.getpwnam(account)
-    caller = pwd.getpwnam(victim_account or account)
-    base = Path(tempfile.mkdtemp(prefix="healthd-hungtask-"))
-    base.chmod(0o755)
-    mount, control, requests = base / "mnt", base / "sys/fs/fuse/connections", base / "requests"
+    mount, requests = base / "mnt", base / "requests"
     mount.mkdir()
     os.chown(mount, owner.pw_uid, owner.pw_gid)
-    control.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "fusectl", "fusectl", str(control)], check=True)
     with requests.open("w") as log:
         server_options = ["--user", f"{owner.pw_uid}:{owner.pw_gid}"] + ["--allow-other"] * allow_other
         command = [sys.executable, "-I", str(HANGFS), *server_options, str(mount)]
         server = subprocess.Popen(command, stdout=log, start_new_session=True)
-    victim = None
     try:
         wait_for(lambda: _mounted(str(mount)), timeout=15, what=f"{account}'s FUSE server to mount {mount}")
-        victim = subprocess.Popen(
-            ["stat", str(mount / "x")],
-            user=caller.pw_uid,
-            group=caller.pw_gid,
-            extra_groups=[],
-            cwd="/",
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        sent = f"{FUSE_LOOKUP} 1 {victim.pid}\n"
-        wait_for(lambda: sent in requests.read_text(), timeout=10, what="the server to read the victim's lookup")
-        victim.send_signal(signal.SIGKILL)
-        wait_for(lambda: _state(victim.pid) == "D", timeout=10, what="the killed victim in D state")
-        time.sleep(0.2)
-        assert _state(victim.pid) == "D", "the victim left D state: it was not stuck"
-        yield Stuck(victim.pid, "stat", str(mount), base / "sys", server, victim)
+        yield mount, server, requests
     finally:
-        _release(server, victim)
+        _release(server, None)
         subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
+        # Gone before the next test reads fusectl: a root FUSE mount left behind changes its view.
+        wait_for(lambda: not _mounted(str(mount)), timeout=10, what=f"{mount} unmounted")
+
+
+@contextlib.contextmanager
+def idle_fuse(account: str) -> Iterator[Path]:
+    """A FUSE filesystem of ``account``'s that nothing waits on: fusectl shows its connection, owned by that uid."""
+    base = Path(tempfile.mkdtemp(prefix="healthd-idlefuse-"))
+    base.chmod(0o755)
+    try:
+        with _served(account, base) as (mount, _, _):
+            yield mount
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# The victim, when it names itself (prctl(2) PR_SET_NAME, 15) after dropping to the account
+# (started as root: this interpreter may live where the account cannot read), then the stat that hangs.
+NAMED_STAT = """
+import ctypes, os, sys
+uid, gid, name, target = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+os.setgroups([])
+os.setgid(gid)
+os.setuid(uid)
+ctypes.CDLL(None).prctl(15, os.fsencode(name), 0, 0, 0)
+os.stat(target)
+"""
+
+
+@contextlib.contextmanager
+def stuck_on_fuse(account: str, victim_account: str = "", allow_other: bool = False, name: str = "") -> Iterator[Stuck]:
+    """A process stuck for good in a FUSE filesystem that ``account`` mounted and serves.
+
+    The process is ``victim_account``'s (by default ``account``'s own) and, with ``name``,
+    called that; ``allow_other`` lets other users' processes in, as fusermount3 does where
+    /etc/fuse.conf allows it.
+    """
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("mounting FUSE and fusectl needs root and /dev/fuse")
+    caller = pwd.getpwnam(victim_account or account)
+    base = Path(tempfile.mkdtemp(prefix="healthd-hungtask-"))
+    base.chmod(0o755)
+    control = base / "sys/fs/fuse/connections"
+    control.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "fusectl", "fusectl", str(control)], check=True)
+    try:
+        with _served(account, base, allow_other) as (mount, server, requests):
+            target = str(mount / "x")
+            if name:
+                ids = [str(caller.pw_uid), str(caller.pw_gid)]
+                victim = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", NAMED_STAT, *ids, name, target],
+                    cwd="/",
+                    stdout=subprocess.DEVNULL,
+                )
+            else:
+                victim = subprocess.Popen(
+                    ["stat", target],
+                    user=caller.pw_uid,
+                    group=caller.pw_gid,
+                    extra_groups=[],
+                    cwd="/",
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            try:
+                sent = f"{FUSE_LOOKUP} 1 {victim.pid}\n"
+                wait_for(
+                    lambda: sent in requests.read_text(), timeout=10, what="the server to read the victim's lookup"
+                )
+                victim.send_signal(signal.SIGKILL)
+                wait_for(lambda: _state(victim.pid) == "D", timeout=10, what="the killed victim in D state")
+                time.sleep(0.2)
+                assert _state(victim.pid) == "D", "the victim left D state: it was not stuck"
+                yield Stuck(victim.pid, name or "stat", str(mount), base / "sys", server, victim)
+            finally:
+                _release(server, victim)
+    finally:
         subprocess.run(["umount", "-l", str(control)], check=False, capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _kmsg_escaped(text: str) -> str:
+    """``text`` as /dev/kmsg shows it: every byte below 0x20, from 0x7f up, and the backslash as ``\\xHH``.
+
+    kernel/printk/printk.c (``msg_add_ext_text``, ``info_print_ext_header``'s escaping).
+    """
+    return "".join(chr(b) if 0x20 <= b < 0x7F and b != 0x5C else f"\\x{b:02x}" for b in text.encode())
 
 
 def hung_task_report(path: Path, tasks: list[tuple[str, int]], seconds: int = 122) -> Path:
@@ -157,8 +218,26 @@ def hung_task_report(path: Path, tasks: list[tuple[str, int]], seconds: int = 12
             (4, " vfs_fstatat+0x67/0xb0"),
             (4, " </TASK>"),
         ]
-    path.write_text("".join(f"{level},{seq},{usec},-;{text}\n" for seq, (level, text) in enumerate(records, 1)))
+    lines = (f"{level},{seq},{usec},-;{_kmsg_escaped(text)}\n" for seq, (level, text) in enumerate(records, 1))
+    path.write_text("".join(lines))
     return path
+
+
+@pytest.mark.root
+def test_a_users_task_named_like_roots_uid_line_in_their_own_hung_fuse_is_still_theirs(
+    tmp_path: Path, check_once: Callable[[str, str], dict[str, Any]]
+) -> None:
+    # A "\r" (where str.splitlines() cuts) and a Uid line of zeros in the stuck task's name. With a
+    # FUSE filesystem of root's on the node too, nothing but the task's owner says it is the user's.
+    with idle_fuse("root"), stuck_on_fuse("nobody", name="x\rUid:0 0 0 0") as stuck:
+        with open(f"/proc/{stuck.pid}/status", "rb") as handle:
+            assert handle.read().startswith(b"Name:\tx\rUid:0 0 0 0\n")
+        check = _kernel_check(check_once, stuck, hung_task_report(tmp_path / "kmsg", [(stuck.comm, stuck.pid)]))
+    found = {f["code"]: f for f in check["findings"] if f["code"].startswith("HUNG_TASK")}
+    assert {code: f["status"] for code, f in found.items()} == {"HUNG_TASK_USER_FUSE": "OK"}
+    note = found["HUNG_TASK_USER_FUSE"]
+    assert (note["details"]["pid"], note["details"]["uid"], note["details"]["mount"]) == (stuck.pid, 65534, stuck.mount)
+    assert check["status"] == "OK"
 
 
 def _kernel_check(check_once: Callable[[str, str], dict[str, Any]], stuck: Stuck, kmsg: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,13 +17,14 @@ from healthd_testkit.checks import FixtureNode
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import FIXTURES
 from healthd_testkit.waiting import wait_for
-from hypothesis import given
+from hypothesis import example, given
+from hypothesis import settings as examples
 from hypothesis import strategies as st
 
 from healthd.model import Finding, Status
 from healthd_checks.kernel.check import CHECK, PATTERNS
 from healthd_checks.kernel.settings import KernelSettings
-from healthd_checks.kernel.tasks import parse_stat, parse_switches, read_d_state
+from healthd_checks.kernel.tasks import _candidate, parse_stat, parse_switches, read_d_state
 from healthd_checks.kernlog.events import match_line
 
 STUCK = FIXTURES / "procfs/stuck"
@@ -90,8 +92,10 @@ def test_d_state_tasks_are_stuck_only_after_stuck_after_without_a_switch(node: N
     assert "pt_data_worker[4107]" in stuck.message and "dd[4300]" in stuck.message
 
 
+@pytest.mark.root
 def test_a_users_stuck_task_is_a_note_and_roots_is_acted_on(node: Node) -> None:
     # pt_data_worker is uid 1001's (a job's thread), dd root's: only root's drains by default.
+    node.own_as_the_kernel(node.procfs)
     node.run(kmsg=HEALTHY)
     node.clock.now += 600
     found = {f.code: f for f in node.run(kmsg=HEALTHY) if f.code.startswith("D_STATE")}
@@ -148,7 +152,7 @@ def test_unreadable_kernel_log_and_process_table_are_unknown(node: Node, tmp_pat
 
 
 def test_reader_finds_d_threads_and_is_not_fooled_by_names() -> None:
-    found = read_d_state(STUCK)
+    found = read_d_state(STUCK).found
     assert [(t.tid, t.pid, t.name, t.switches) for t in found] == [
         (4107, 4100, "pt_data_worker", 5529),
         (4300, 4300, "dd", 90),
@@ -179,7 +183,7 @@ def test_reader_reaches_every_thread_of_a_process_of_several_or_with_its_leader_
     _process(tmp_path, 20, "Z", {21: "D"})  # the leader exited; its one live thread hangs
     _process(tmp_path, 30, "D", {30: "D"})  # one thread: the process's own line is the thread's
     _process(tmp_path, 40, "S", {40: "S"})
-    found = read_d_state(tmp_path)
+    found = read_d_state(tmp_path).found
     assert [(t.tid, t.pid, t.name, t.start_ticks, t.switches) for t in found] == [
         (12, 10, "t12", 17, 6),
         (21, 20, "t21", 26, 6),
@@ -201,12 +205,14 @@ OWNERS = {
 }
 
 
+@pytest.mark.root
 def test_who_owns_a_stuck_task_decides_whether_it_is_acted_on(tmp_path: Path) -> None:
     procfs = tmp_path / "proc"
     for pid, (uids, _) in OWNERS.items():
         _process(procfs, pid, "D", {pid: "D"}, uids)
     shutil.copytree(STUCK / "sys", procfs / "sys")
     node = FixtureNode(tmp_path, Clock())
+    node.own_as_the_kernel(procfs)
 
     def tids(**settings: Any) -> dict[str, set[int]]:
         found = node.passes(CHECK, KernelSettings(source="kmsg", **settings), procfs=procfs, kmsg=HEALTHY)
@@ -221,12 +227,15 @@ def test_who_owns_a_stuck_task_decides_whether_it_is_acted_on(tmp_path: Path) ->
     assert tids(user_tasks="count") == {"D_STATE_STUCK": set(OWNERS)}
 
 
-def test_reader_names_the_stat_file_with_a_bad_thread_count(tmp_path: Path) -> None:
+def test_a_bad_stat_file_skips_its_task_alone_and_is_named(tmp_path: Path) -> None:
     _process(tmp_path, 10, "S", {10: "S", 11: "D"})
+    _process(tmp_path, 30, "D", {30: "D"})
     thread = tmp_path / "10/task/11/stat"
     thread.write_text(thread.read_text().replace(" 20 0 2 0 ", " 20 0 -2 0 "))
-    with pytest.raises(ValueError, match=f"{thread}: bad state, flags, thread count or start time"):
-        read_d_state(tmp_path)
+    scan = read_d_state(tmp_path)
+    assert [task.tid for task in scan.found] == [30]
+    (skipped,) = scan.skipped
+    assert skipped.startswith(f"{thread}: bad state, flags, thread count or start time")
 
 
 NAMES = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=0, max_size=16)
@@ -288,6 +297,7 @@ def test_a_task_name_heading_a_kernel_line_never_reads_as_a_watchdog_report(comm
 # A task any user can park in D: a parent in vfork(2) whose child never execs waits for it
 # killable (kernel/fork.c, wait_for_vfork_done), which /proc shows as D. The child pauses on
 # in the parent's memory, so the parent never returns from vfork; only a kill ends them.
+# The parent names itself (prctl(2) PR_SET_NAME, 15) after dropping to the account.
 VFORK = """
 import ctypes, os, sys
 libc = ctypes.CDLL(None)
@@ -295,7 +305,7 @@ uid, gid = int(sys.argv[1]), int(sys.argv[2])
 os.setgroups([])
 os.setgid(gid)
 os.setuid(uid)
-libc.prctl(15, b"vfork-parent", 0, 0, 0)
+libc.prctl(15, os.fsencode(sys.argv[3]), 0, 0, 0)
 if libc.vfork() == 0:
     libc.pause()
 """
@@ -306,20 +316,21 @@ def _state(pid: int) -> str:
         return handle.read().rpartition(") ")[2][:1]
 
 
-@pytest.mark.root
-@pytest.mark.parametrize(("account", "code"), [("nobody", "D_STATE_USER_TASKS"), ("root", "D_STATE_STUCK")])
-def test_a_real_task_parked_in_vfork_drains_only_when_roots(tmp_path: Path, account: str, code: str) -> None:
+def _parked_in_vfork(tmp_path: Path, account: str, name: str = "vfork-parent") -> tuple[dict[str, Finding], int]:
+    """The kernel check's findings once ``account``'s vfork parent called ``name`` has been in D for stuck_after."""
     if os.geteuid() != 0:
         pytest.skip("running a process as nobody needs root")
     owner = pwd.getpwnam(account)
     parent = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", VFORK, str(owner.pw_uid), str(owner.pw_gid)],
+        [sys.executable, "-I", "-S", "-c", VFORK, str(owner.pw_uid), str(owner.pw_gid), name],
         cwd="/",
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
     try:
         wait_for(lambda: _state(parent.pid) == "D", timeout=10, what=f"{account}'s vfork parent in D")
+        with open(f"/proc/{parent.pid}/status", "rb") as handle:
+            assert handle.read().startswith(b"Name:\t" + os.fsencode(name) + b"\n"), "the name was not set"
         node = FixtureNode(tmp_path, Clock())
         settings = KernelSettings(source="kmsg")
         node.passes(CHECK, settings, procfs=Path("/proc"), kmsg=HEALTHY)
@@ -328,8 +339,106 @@ def test_a_real_task_parked_in_vfork_drains_only_when_roots(tmp_path: Path, acco
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()
-    # The machine's own D tasks may show too: only where this one is listed matters.
-    listed = {name: str(f.details["tids"]).split(",") for name, f in found.items() if name.startswith("D_STATE")}
-    assert str(parent.pid) in listed[code]
-    assert [name for name, tids in listed.items() if str(parent.pid) in tids] == [code]
+    return found, parent.pid
+
+
+def _listed(found: dict[str, Finding], pid: int) -> list[str]:
+    """The D-state findings that list ``pid`` (the machine's own D tasks may show too)."""
+    tids = {name: str(f.details["tids"]).split(",") for name, f in found.items() if name.startswith("D_STATE")}
+    return [name for name, listed in tids.items() if str(pid) in listed]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(("account", "code"), [("nobody", "D_STATE_USER_TASKS"), ("root", "D_STATE_STUCK")])
+def test_a_real_task_parked_in_vfork_drains_only_when_roots(tmp_path: Path, account: str, code: str) -> None:
+    found, pid = _parked_in_vfork(tmp_path, account)
+    assert _listed(found, pid) == [code]
     assert found[code].status is (Status.OK if account == "nobody" else Status.WARNING)
+
+
+# The name a user gives their own task to pass it off as root's: a "\r", where str.splitlines()
+# cuts, then a Uid line of zeros (14 bytes; the kernel keeps 15).
+FORGED_ROOT = "x\rUid:0 0 0 0"
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("name", [FORGED_ROOT, "x\rUid:\t0\t0\t0\t0", "\x0bUid:\t0\t0\t0\t0"])
+def test_a_users_vfork_parent_named_like_roots_uid_line_is_still_the_users(tmp_path: Path, name: str) -> None:
+    found, pid = _parked_in_vfork(tmp_path, "nobody", name)
+    assert _listed(found, pid) == ["D_STATE_USER_TASKS"]
+    assert found["D_STATE_USER_TASKS"].status is Status.OK
+
+
+# A task name holds up to 15 bytes of anything but NUL (prctl(2) PR_SET_NAME). /proc/PID/stat
+# writes it raw, /proc/PID/status escapes only newline and backslash (fs/proc/array.c).
+CONTROL = [bytes((byte,)) for byte in [*range(0x01, 0x20), 0x7F]]
+NOT_UTF8 = [b"\xff", b"\xc3", b"\x80", b"\xed\xa0\x80", b"\xc0\xaf"]
+HOSTILE = CONTROL + NOT_UTF8
+NOBODY_UIDS = "65534\t65534\t65534\t65534"
+
+
+def _named_task(procfs: Path, pid: int, name: bytes, uids: str) -> None:
+    """A one-thread process in D state called ``name``, its stat and status as the kernel writes them."""
+    escaped = name.replace(b"\\", b"\\\\").replace(b"\n", b"\\n")
+    stat = b"%d (%s) D 1 %d %d 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0 0\n" % (pid, name, pid, pid, pid + 5)
+    status = b"Name:\t%s\nUmask:\t0022\nState:\tD (disk sleep)\nUid:\t%s\n" % (escaped, uids.encode())
+    status += b"voluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t1\n"
+    (procfs / str(pid)).mkdir(parents=True)
+    (procfs / str(pid) / "stat").write_bytes(stat)
+    (procfs / str(pid) / "status").write_bytes(status)
+
+
+def test_every_hostile_byte_in_every_position_reads_the_same_task(tmp_path: Path) -> None:
+    plain = b"pt_data_worker"
+    names = [(plain[:at] + byte + plain[at:])[:15] for byte in HOSTILE for at in range(len(plain) + 1)]
+    for pid, name in enumerate([plain, *names], start=100):
+        _named_task(tmp_path, pid, name, NOBODY_UIDS)
+    scan = read_d_state(tmp_path)
+    assert scan.skipped == () and len(scan.found) == len(names) + 1
+    seen = {(t.start_ticks - t.tid, t.switches, t.uids, t.owner, t.kernel_thread) for t in scan.found}
+    assert seen == {(5, 6, (65534,) * 4, os.stat(tmp_path / "100").st_uid, False)}
+
+
+# What a name may carry after a hostile byte: nothing, or the start of a line the status file has.
+FORGED_LINES = [b"", b"Uid:0 0 0 0", b"Uid:\t0\t0\t0\t0", b"State:\tS (x)", b"voluntary_ctxt_switches:\t9", b") S 1"]
+
+
+@pytest.mark.slow
+@examples(max_examples=40, deadline=None)
+@given(
+    st.binary(max_size=4),
+    st.lists(st.sampled_from(HOSTILE), min_size=1, max_size=3),
+    st.sampled_from(FORGED_LINES),
+    st.binary(max_size=4),
+)
+@example(b"x", [b"\r"], b"Uid:0 0 0 0", b"")  # the name found on the cluster
+@example(b"", [b"\x1e"], b"Uid:\t0\t0\t0\t0", b"")
+def test_any_name_gets_the_findings_of_a_plain_name(
+    head: bytes, hostile: list[bytes], line: bytes, tail: bytes
+) -> None:
+    # The same D-state task of nobody's and of root's, once named plainly and once with the name drawn.
+    def findings(name: bytes) -> set[tuple[str, str, object]]:
+        with tempfile.TemporaryDirectory() as directory:
+            root = Path(directory)
+            _named_task(root / "proc", 50, name, NOBODY_UIDS)
+            _named_task(root / "proc", 51, name, "0\t0\t0\t0")
+            shutil.copytree(STUCK / "sys", root / "proc/sys")
+            node = FixtureNode(root, Clock())
+            node.passes(CHECK, KernelSettings(source="kmsg"), procfs=root / "proc", kmsg=HEALTHY)
+            node.clock.now += 600
+            found = node.passes(CHECK, KernelSettings(source="kmsg"), procfs=root / "proc", kmsg=HEALTHY)
+            return {(f.code, f.status.name, f.details.get("tids")) for f in found}
+
+    name = (head + b"".join(hostile) + line + tail).replace(b"\0", b"")[:15]
+    assert findings(name) == findings(b"plain")
+
+
+def test_a_tid_reused_between_the_walk_and_the_read_gives_no_owner_nor_uids(tmp_path: Path) -> None:
+    # The walk read the thread's stat; by the time its directory is opened another task may hold
+    # that tid. Its stat, read again through the directory, gives another start time: nothing counts.
+    _named_task(tmp_path, 60, b"dd", "0\t0\t0\t0")
+    (found,) = read_d_state(tmp_path).found
+    assert (found.owner, found.uids) == (os.stat(tmp_path / "60").st_uid, (0, 0, 0, 0))
+    reused = parse_stat((tmp_path / "60/stat").read_text())._replace(start_ticks=found.start_ticks - 1)
+    again = _candidate(str(tmp_path / "60"), reused, 60)
+    assert (again.owner, again.uids, again.switches) == (None, None, None)
