@@ -272,11 +272,12 @@ def find_time_daemon(procfs: Path) -> Union[str, Unobserved]:
     process ``chronyd`` on a machine without NTP and have its unsynchronised clock judged.
     """
     try:
-        processes = read_processes(procfs)
-    except (OSError, ValueError) as exc:
+        table = read_processes(procfs)
+    except OSError as exc:
         return Unobserved("CLOCK_DAEMON_UNREADABLE", "clock", one_line(f"cannot read the process table: {exc}"))
-    for process in processes:
-        if process.alive and system_uid(process.status.real_uid):
+    for process in table.processes:
+        # The owner of /proc/PID, which no process writes, and the real uid must both be the system's.
+        if process.alive and not process.users and system_uid(process.status.real_uid):
             for name in TIME_DAEMONS:
                 if process.named(name):
                     return name
