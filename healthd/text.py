@@ -83,7 +83,7 @@ def did_you_mean(word: str, known: Iterable[str]) -> str:
 
 
 def records(text: str) -> list[str]:
-    """The records of kernel-exported ``text``, split on ``\n`` alone; the empty piece after a final newline is dropped."""
+    """The records of kernel-exported ``text``, split on ``\n`` alone; no empty piece after a final newline."""
     parts = text.split("\n")
     if parts[-1] == "":
         parts.pop()

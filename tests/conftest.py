@@ -26,6 +26,7 @@ import pytest
 
 import healthd.config.load
 from healthd.cli.main import main
+from healthd_checks.common.procs import system_uid
 
 # With pytest's importlib import mode test modules cannot import each other: the helpers
 # they share are one package, importable once tests/ is on the path.
@@ -298,7 +299,9 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
         subprocess.run(["umount", "-l", str(target)], check=False)
 
 
-# A real unprivileged account for the trust tests: no home, no shell, no password.
+# A real unprivileged account for the trust tests: no home, no shell, no password. An ordinary
+# account's uid (1000 and up, as useradd gives without --system): a person, not a system
+# account, which healthd treats as the node's own (healthd_checks.common.procs.system_uid).
 INTRUDER = "healthd-intruder"
 
 
@@ -312,13 +315,23 @@ def intruder() -> tuple[int, int]:
     except KeyError:
         # Exit 9 ("already exists") is another test run creating it at the same moment: fine.
         subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER],
-            check=False,
-            capture_output=True,
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=False, capture_output=True
         )
         entry = pwd.getpwnam(INTRUDER)
-    assert entry.pw_uid != 0
+    if system_uid(entry.pw_uid):
+        # An account an older test run made with --system: given an ordinary uid (it owns nothing that lasts).
+        moved = subprocess.run(
+            ["usermod", "--uid", str(_free_ordinary_uid()), INTRUDER], check=False, capture_output=True
+        )
+        assert moved.returncode == 0, f"cannot give {INTRUDER} an ordinary uid: {moved.stderr!r}"
+        entry = pwd.getpwnam(INTRUDER)
+    assert not system_uid(entry.pw_uid)
     return entry.pw_uid, entry.pw_gid
+
+
+def _free_ordinary_uid() -> int:
+    taken = {user.pw_uid for user in pwd.getpwall()}
+    return next(uid for uid in itertools.count(1000) if uid not in taken)
 
 
 # The fast tier (`pytest -m "not slow"`, see CONTRIBUTING.md) leaves out every test that needs a

@@ -30,6 +30,16 @@ def system_uid(uid: int) -> bool:
     return uid < 1000 or 60000 <= uid < 65000
 
 
+def user_name(uid: int) -> str:
+    """The account name of ``uid``, or the number itself where the passwd database has none."""
+    import pwd  # here: only a finding that names a user needs it
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 class ProcStatusError(ValueError):
     """A /proc/PID/status file without the documented Name, State or Uid lines."""
 

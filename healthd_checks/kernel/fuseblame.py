@@ -15,8 +15,10 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
+from healthd.text import read_kernel_text
+
 from ..common.mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
-from ..common.procs import system_uid
+from ..common.procs import system_uid, user_name
 from ..kernlog.source import LogLine
 from ..xid.parse import Origin, origin_of
 from .tasks import StuckCandidate
@@ -89,27 +91,18 @@ def read_fuse_view(sysfs: Path, procfs: Path) -> FuseView:
     if waiting:
         source = f"{procfs}/self/mountinfo"
         try:
-            with open(source, encoding="utf-8", errors="surrogateescape") as handle:
-                entries = parse_mountinfo(handle.read(), source)
+            # No text mode: its newline translation turns a "\r" in a user's mount point into a line break.
+            entries = parse_mountinfo(read_kernel_text(source, "surrogateescape"), source).entries
         except (OSError, MountinfoError):
-            entries = []
+            entries = ()
         for entry in entries:
             number = fuse_connection(entry)
             if number is not None:
                 points.setdefault(number, (entry.mount_point, "allow_other" in entry.super_options))
     mounts = tuple(
-        FuseMount(c.connection, c.owner, _user_name(c.owner), *points.get(c.connection, ("", False))) for c in waiting
+        FuseMount(c.connection, c.owner, user_name(c.owner), *points.get(c.connection, ("", False))) for c in waiting
     )
     return FuseView(mounts, bool(system), any(c.waiting > 0 for c in system), readable=True)
-
-
-def _user_name(uid: int) -> str:
-    import pwd  # here: only a user's waiting FUSE server needs a name
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 # A frame of a call trace, as the kernel prints it (lib/vsprintf.c %pB: "function+0xoff/0xsize [module]");
