@@ -32,7 +32,15 @@ from healthd_testkit.waiting import wait_for
 
 from healthd.model import Status
 from healthd_checks.kernel.check import CHECK
-from healthd_checks.kernel.fuseblame import FuseMount, FuseView, HungReport, Trace, read_trace, report_blames
+from healthd_checks.kernel.fuseblame import (
+    FuseMount,
+    FuseView,
+    HungReport,
+    Trace,
+    read_fuse_view,
+    read_trace,
+    report_blames,
+)
 from healthd_checks.kernel.settings import KernelSettings
 from healthd_checks.kernel.tasks import StuckCandidate
 from healthd_checks.kernlog.source import LogLine
@@ -360,3 +368,26 @@ def test_the_trace_under_a_report_is_the_named_tasks_only(tmp_path: Path) -> Non
     assert read_trace(driver, 0, "python3", 77, userspace=False) == Trace(modules=frozenset({"nvidia"}))
     forged = [LogLine(line.message, line.record_id, line.usec, None, 1) for line in lines[:second]]
     assert read_trace(forged, 0, "stat", 4242, userspace=False) == Trace()
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("byte", ["\r", "\v", "\f", "\x1c", "\udcff"], ids=ascii)
+def test_a_users_waiting_mount_is_named_whatever_its_mount_point_holds(tmp_path: Path, byte: str) -> None:
+    # fusectl's connection directories stand in as plain directories (owner, waiting); the mount
+    # point holds what fs/proc_namespace.c leaves raw, where text-mode reads and splitlines cut.
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another uid needs root")
+    connection = tmp_path / "sys/fs/fuse/connections" / str(1 << 20 | 50)
+    connection.mkdir(parents=True)
+    (connection / "waiting").write_text("1\n")
+    os.chown(connection, 1000, 1000)
+    point = f"/home/u/mine{byte}forged"
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/mountinfo").write_bytes(
+        b"20 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        + b"30 20 1:50 / " + point.encode("utf-8", "surrogateescape") + b" rw,nosuid,nodev - fuse.x"
+        + byte.encode("utf-8", "surrogateescape") + b" x rw,user_id=1000,group_id=1000,allow_other\n"
+    )  # fmt: skip
+    view = read_fuse_view(tmp_path / "sys", tmp_path / "proc")
+    (mount,) = view.users_waiting
+    assert (mount.uid, mount.mount_point, mount.allow_other) == (1000, point, True)
