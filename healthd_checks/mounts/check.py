@@ -9,6 +9,12 @@ mounts (statvfs failing as a dead client does: ``BROKEN_ERRNOS``) are CRITICAL:
 the source paper lists missing mounts among the high-severity failures that take
 a node out at once. ``gather`` reads mountinfo and runs the probes;
 ``judge`` compares what they saw with ``[checks.mounts] expect``.
+
+What a user shapes decides nothing (docs/security.md): a line of mountinfo that does not
+parse is skipped and named in an OK note, and the rest is judged; a user's own FUSE mount
+(``fuse_user``) never stands for the node's mount at its path, whose presence, type and rw
+are judged beneath it, and a path it stands in the way of is not probed: its space and
+inodes are UNKNOWN ``MOUNT_USER_FUSE``, naming the user and the mount.
 """
 
 from __future__ import annotations
