@@ -36,11 +36,16 @@ def _hangfs_at(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def users_fuse(user: tuple[int, int], mount_point: Path) -> Iterator[None]:
-    """The user's own FUSE filesystem mounted on ``mount_point`` (which the user may write), served as the user."""
+def users_fuse(user: tuple[int, int], mount_point: Path, allow_other: bool = False) -> Iterator[None]:
+    """The user's own FUSE filesystem mounted on ``mount_point`` (which the user may write), served as the user.
+
+    Its server answers nothing after INIT; ``allow_other`` lets root's requests reach it
+    (fusermount3 adds it where /etc/fuse.conf has ``user_allow_other``).
+    """
     if not os.path.exists("/dev/fuse"):
         pytest.skip("/dev/fuse is absent on this machine")
-    command = [sys.executable, "-I", str(HANGFS), "--user", f"{user[0]}:{user[1]}", str(mount_point)]
+    other = ["--allow-other"] if allow_other else []
+    command = [sys.executable, "-I", str(HANGFS), "--user", f"{user[0]}:{user[1]}", *other, str(mount_point)]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(lambda: _hangfs_at(mount_point), timeout=15, what=f"the user's FUSE server to mount {mount_point}")
@@ -81,9 +86,14 @@ def test_a_users_mount_point_with_a_line_break_of_python_hides_no_missing_mount(
     assert code == 2
 
 
-@pytest.mark.parametrize("pinned", [False, True], ids=["any type", "fstype tmpfs"])
+@pytest.mark.parametrize(
+    ("pinned", "allow_other"),
+    [(False, False), (True, False), (True, True)],
+    ids=["any type", "fstype tmpfs", "allow_other"],
+)
 def test_a_users_fuse_mount_over_a_full_scratch_is_neither_ok_nor_a_take_out(
     pinned: bool,
+    allow_other: bool,
     intruder: tuple[int, int],
     tmpfs: Callable[[str, str], Path],
     write_config: Callable[[str], Path],
@@ -93,12 +103,14 @@ def test_a_users_fuse_mount_over_a_full_scratch_is_neither_ok_nor_a_take_out(
     (scratch / "fill").write_bytes(b"\0" * (1024 * 1024 - 8192))
     assert os.stat(scratch).st_mode & 0o7777 == 0o777  # world-writable, not sticky: fusermount3 stacks on it
     expect = f'{{ path = "{scratch}", rw = true' + (', fstype = "tmpfs" }' if pinned else " }")
-    with users_fuse(intruder, scratch):
-        code, found = _mounts_pass(cli_json, write_config, f"expect = [{expect}]\nmin_free_percent = 10\n")
+    # With allow_other, root's statvfs would be the server's to answer: it never does (MOUNT_HUNG).
+    body = f"expect = [{expect}]\nmin_free_percent = 10\nprobe_timeout = 1\n"
+    with users_fuse(intruder, scratch, allow_other):
+        code, found = _mounts_pass(cli_json, write_config, body)
     (finding,) = found
     assert (finding["status"], finding["code"], finding["subject"]) == ("UNKNOWN", "MOUNT_USER_FUSE", str(scratch))
     assert finding["details"]["uid"] == intruder[0] and finding["details"]["user_mount"] == str(scratch)
     assert code == 3
     # Without the user's mount, the same scratch is judged full, as it is.
-    code, found = _mounts_pass(cli_json, write_config, f"expect = [{expect}]\nmin_free_percent = 10\n")
+    code, found = _mounts_pass(cli_json, write_config, body)
     assert [(f["status"], f["code"]) for f in found] == [("WARNING", "MOUNT_SPACE_LOW")] and code == 1
