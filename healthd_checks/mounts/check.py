@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional, 
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.model import Finding, Status
+from healthd.text import one_line
 
 from ..common.mountinfo import (
     MountEntry,
@@ -90,6 +91,16 @@ BROKEN_ERRNOS = frozenset({errno.ENOTCONN, errno.ESTALE, errno.EIO, errno.ETIMED
 
 # The mount's attributes a spec may pin: (attribute, finding code, how a wrong one reads).
 _EXPECTED_ATTRIBUTES = (("fstype", "MOUNT_WRONG_TYPE", "is"), ("source", "MOUNT_WRONG_SOURCE", "is mounted from"))
+
+
+def shown(name: str) -> str:
+    """A name read from mountinfo as a finding may carry it: bytes that were not UTF-8 as ``\\xNN``, on one line.
+
+    mountinfo is read with ``surrogateescape`` (a user's mount point may hold any byte);
+    a lone surrogate is no character the node history (SQLite), the journal or a terminal
+    can take, and a finding that carried one would fail the whole pass.
+    """
+    return one_line(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
 def _stuck_probes(state: Mapping[str, Any]) -> StuckProbes:
@@ -219,8 +230,8 @@ def _mount_findings(jc: JudgeContext[MountsSettings], observed: MountsObservatio
         for key, code, wrong in _EXPECTED_ATTRIBUTES:
             want, got = getattr(spec, key), getattr(entry, key)
             if want is not None and got != want:
-                message = f"{spec.path} {wrong} {got}, expected {want}"
-                yield jc.finding(Status.CRITICAL, code, spec.path, message, **{key: got, "expected": want})
+                message = f"{spec.path} {wrong} {shown(got)}, expected {want}"
+                yield jc.finding(Status.CRITICAL, code, spec.path, message, **{key: shown(got), "expected": want})
         if spec.rw and entry.read_only:
             yield jc.finding(Status.CRITICAL, "MOUNT_READ_ONLY", spec.path, f"{spec.path} is mounted read-only")
 
@@ -265,12 +276,12 @@ def _user_findings(jc: JudgeContext[MountsSettings], observed: MountsObservation
         uid = fuse_user(mount)
         assert uid is not None  # user_mount_in_the_way gives users' FUSE mounts only
         message = (
-            f"space and inodes of {path} not read: {_who(observed, uid)} has a FUSE mount ({mount.fstype}) "
-            f"on {mount.mount_point}, and statvfs of {path} would ask that user's server"
+            f"space and inodes of {path} not read: {_who(observed, uid)} has a FUSE mount ({shown(mount.fstype)}) "
+            f"on {shown(mount.mount_point)}, and statvfs of {path} would ask that user's server"
         )
         user = dict(observed.users).get(uid, str(uid))
         yield jc.finding(
-            Status.UNKNOWN, "MOUNT_USER_FUSE", path, message, uid=uid, user=user, user_mount=mount.mount_point
+            Status.UNKNOWN, "MOUNT_USER_FUSE", path, message, uid=uid, user=user, user_mount=shown(mount.mount_point)
         )
 
 
@@ -285,7 +296,7 @@ def _usage_findings(
             Status.UNKNOWN,
             "MOUNT_USAGE_EMPTY",
             path,
-            f"space of {path} not read: statvfs answered 0 blocks in all, which a {fstype or 'mounted'} "
+            f"space of {path} not read: statvfs answered 0 blocks in all, which a {shown(fstype or 'mounted')} "
             "filesystem never has",
         )
     elif isinstance(outcome, Hung):

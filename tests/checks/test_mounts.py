@@ -397,3 +397,20 @@ def test_every_hostile_byte_anywhere_in_a_users_names_changes_nothing(tmp_path: 
 def test_any_name_a_user_chooses_gives_the_findings_of_a_plain_one(name: bytes) -> None:
     with tempfile.TemporaryDirectory() as root:
         assert _hostile_pass(Path(root), name) == sorted(PLAIN)
+
+
+def test_a_pass_records_and_shows_a_users_mount_whatever_bytes_it_holds(
+    tmp_path: Path, write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    # Bytes that are not UTF-8 reach a finding's message as \xNN: the node history (SQLite) and
+    # the terminal take no lone surrogate, and a pass that failed on one would decide nothing.
+    name = b"\xff\x1b[2J\r\xfe\x85"
+    procfs = tmp_path / "proc"
+    for pid in ("1", "self"):
+        (procfs / pid).mkdir(parents=True)
+        (procfs / pid / "mountinfo").write_bytes(_hostile_node(name))
+    body = f'[paths]\nprocfs = "{procfs}"\n[checks.mounts]\nexpect = [{{ path = "/dev/shm", fstype = "tmpfs" }}]\n'
+    for output in ([], ["--json"]):
+        code, out, err = cli("check", "--once", *output, "--only", "mounts", "--config", str(write_config(body)))
+        assert "PASS_FAILED" not in out + err and code == 3, err
+        assert "fuse.\\xff" in out.replace("\\\\", "\\")  # JSON doubles the backslash
