@@ -33,6 +33,7 @@ from healthd_checks.common.procs import system_uid
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from healthd_testkit import hostguard
+from healthd_testkit.checks import mounted
 from healthd_testkit.paths import FIXTURES, REPO
 
 HANGFS = REPO / "tests" / "healthd_testkit" / "hangfs.py"
@@ -187,11 +188,6 @@ def controllerless_slurm_conf(tmp_path: Path, host_guard: Any) -> Path:
     return conf
 
 
-def _mounted(path: str) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        return any(line.split(" ")[4] == path for line in handle)
-
-
 def _fuse_skip_reason() -> Optional[str]:
     # Only machines without FUSE or root skip; CI (Debian 12, root, fuse3 + libfuse2) runs it.
     if not os.path.exists("/dev/fuse"):
@@ -235,7 +231,7 @@ def _hangfs(dead: bool = False) -> Iterator[str]:
     server = subprocess.Popen([sys.executable, str(HANGFS), mnt], start_new_session=True)
     try:
         deadline = time.monotonic() + 15
-        while not _mounted(mnt):
+        while not mounted(mnt):
             if server.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"FUSE server did not mount {mnt} (exit {server.poll()})")
             time.sleep(0.05)
@@ -243,7 +239,7 @@ def _hangfs(dead: bool = False) -> Iterator[str]:
             # SIGKILL, not SIGTERM: libfuse unmounts on a signal it can catch.
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-            assert _mounted(mnt), f"{mnt} was unmounted when its server was killed"
+            assert mounted(mnt), f"{mnt} was unmounted when its server was killed"
         yield mnt
     finally:
         # Killing the server fails every blocked request with ENOTCONN, which frees stuck probes and threads.

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
-from healthd_testkit.checks import FixtureNode
+from healthd_testkit.checks import FixtureNode, mounted
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import REPO
 from healthd_testkit.waiting import wait_for
@@ -78,11 +78,6 @@ def _state(pid: int) -> str:
         return handle.read().rpartition(") ")[2][:1]
 
 
-def _mounted(path: str) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        return any(line.split(" ")[4] == path for line in handle)
-
-
 @contextlib.contextmanager
 def stuck_on_fuse(account: str, victim_account: str = "", allow_other: bool = False) -> Iterator[Stuck]:
     """A process stuck for good in a FUSE filesystem that ``account`` mounted and serves.
@@ -107,7 +102,7 @@ def stuck_on_fuse(account: str, victim_account: str = "", allow_other: bool = Fa
         server = subprocess.Popen(command, stdout=log, start_new_session=True)
     victim = None
     try:
-        wait_for(lambda: _mounted(str(mount)), timeout=15, what=f"{account}'s FUSE server to mount {mount}")
+        wait_for(lambda: mounted(str(mount)), timeout=15, what=f"{account}'s FUSE server to mount {mount}")
         victim = subprocess.Popen(
             ["stat", str(mount / "x")],
             user=caller.pw_uid,
