@@ -93,7 +93,7 @@ BROKEN_ERRNOS = frozenset({errno.ENOTCONN, errno.ESTALE, errno.EIO, errno.ETIMED
 _EXPECTED_ATTRIBUTES = (("fstype", "MOUNT_WRONG_TYPE", "is"), ("source", "MOUNT_WRONG_SOURCE", "is mounted from"))
 
 
-def shown(name: str) -> str:
+def _shown(name: str) -> str:
     """A name read from mountinfo as a finding may carry it: bytes that were not UTF-8 as ``\\xNN``, on one line.
 
     mountinfo is read with ``surrogateescape`` (a user's mount point may hold any byte);
@@ -230,8 +230,8 @@ def _mount_findings(jc: JudgeContext[MountsSettings], observed: MountsObservatio
         for key, code, wrong in _EXPECTED_ATTRIBUTES:
             want, got = getattr(spec, key), getattr(entry, key)
             if want is not None and got != want:
-                message = f"{spec.path} {wrong} {shown(got)}, expected {want}"
-                yield jc.finding(Status.CRITICAL, code, spec.path, message, **{key: shown(got), "expected": want})
+                message = f"{spec.path} {wrong} {_shown(got)}, expected {want}"
+                yield jc.finding(Status.CRITICAL, code, spec.path, message, **{key: _shown(got), "expected": want})
         if spec.rw and entry.read_only:
             yield jc.finding(Status.CRITICAL, "MOUNT_READ_ONLY", spec.path, f"{spec.path} is mounted read-only")
 
@@ -271,17 +271,17 @@ def _user_findings(jc: JudgeContext[MountsSettings], observed: MountsObservation
     """
     for path in _watched(jc.settings):
         mount = user_mount_in_the_way(observed.entries, path)
-        if mount is None or (path != "/" and find_node_mount(observed.entries, path) is None):
+        if mount is None or (uid := fuse_user(mount)) is None:
             continue
-        uid = fuse_user(mount)
-        assert uid is not None  # user_mount_in_the_way gives users' FUSE mounts only
+        if path != "/" and find_node_mount(observed.entries, path) is None:
+            continue  # nothing of the node's there: MOUNT_MISSING, or a usage limit not judged
         message = (
-            f"space and inodes of {path} not read: {_who(observed, uid)} has a FUSE mount ({shown(mount.fstype)}) "
-            f"on {shown(mount.mount_point)}, and statvfs of {path} would ask that user's server"
+            f"space and inodes of {path} not read: {_who(observed, uid)} has a FUSE mount ({_shown(mount.fstype)}) "
+            f"on {_shown(mount.mount_point)}, and statvfs of {path} would ask that user's server"
         )
         user = dict(observed.users).get(uid, str(uid))
         yield jc.finding(
-            Status.UNKNOWN, "MOUNT_USER_FUSE", path, message, uid=uid, user=user, user_mount=shown(mount.mount_point)
+            Status.UNKNOWN, "MOUNT_USER_FUSE", path, message, uid=uid, user=user, user_mount=_shown(mount.mount_point)
         )
 
 
@@ -296,7 +296,7 @@ def _usage_findings(
             Status.UNKNOWN,
             "MOUNT_USAGE_EMPTY",
             path,
-            f"space of {path} not read: statvfs answered 0 blocks in all, which a {shown(fstype or 'mounted')} "
+            f"space of {path} not read: statvfs answered 0 blocks in all, which a {_shown(fstype or 'mounted')} "
             "filesystem never has",
         )
     elif isinstance(outcome, Hung):
