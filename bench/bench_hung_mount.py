@@ -21,12 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from healthd.text import read_kernel_text
+from healthd_checks.common.mountinfo import find_mount, parse_mountinfo
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def mounted(path: str) -> bool:
-    with open("/proc/self/mountinfo") as handle:
-        return any(line.split(" ")[4] == path for line in handle)
+    # As the mounts check reads it: split on newline alone (another user's mount point may hold "\r").
+    source = "/proc/self/mountinfo"
+    return find_mount(parse_mountinfo(read_kernel_text(source, "surrogateescape"), source).entries, path) is not None
 
 
 def one_pass(config: Path) -> float:

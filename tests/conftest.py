@@ -26,12 +26,14 @@ import pytest
 
 import healthd.config.load
 from healthd.cli.main import main
+from healthd_checks.common.procs import system_uid
 
 # With pytest's importlib import mode test modules cannot import each other: the helpers
 # they share are one package, importable once tests/ is on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from healthd_testkit import hostguard
+from healthd_testkit.checks import mounted
 from healthd_testkit.paths import FIXTURES, REPO
 
 HANGFS = REPO / "tests" / "healthd_testkit" / "hangfs.py"
@@ -186,11 +188,6 @@ def controllerless_slurm_conf(tmp_path: Path, host_guard: Any) -> Path:
     return conf
 
 
-def _mounted(path: str) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        return any(line.split(" ")[4] == path for line in handle)
-
-
 def _fuse_skip_reason() -> Optional[str]:
     # Only machines without FUSE or root skip; CI (Debian 12, root, fuse3 + libfuse2) runs it.
     if not os.path.exists("/dev/fuse"):
@@ -234,7 +231,7 @@ def _hangfs(dead: bool = False) -> Iterator[str]:
     server = subprocess.Popen([sys.executable, str(HANGFS), mnt], start_new_session=True)
     try:
         deadline = time.monotonic() + 15
-        while not _mounted(mnt):
+        while not mounted(mnt):
             if server.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"FUSE server did not mount {mnt} (exit {server.poll()})")
             time.sleep(0.05)
@@ -242,7 +239,7 @@ def _hangfs(dead: bool = False) -> Iterator[str]:
             # SIGKILL, not SIGTERM: libfuse unmounts on a signal it can catch.
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
-            assert _mounted(mnt), f"{mnt} was unmounted when its server was killed"
+            assert mounted(mnt), f"{mnt} was unmounted when its server was killed"
         yield mnt
     finally:
         # Killing the server fails every blocked request with ENOTCONN, which frees stuck probes and threads.
@@ -298,7 +295,9 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
         subprocess.run(["umount", "-l", str(target)], check=False)
 
 
-# A real unprivileged account for the trust tests: no home, no shell, no password.
+# A real unprivileged account for the trust tests: no home, no shell, no password. An ordinary
+# account's uid (1000 and up, as useradd gives without --system): a person, not a system
+# account, which healthd treats as the node's own (healthd_checks.common.procs.system_uid).
 INTRUDER = "healthd-intruder"
 
 
@@ -312,13 +311,23 @@ def intruder() -> tuple[int, int]:
     except KeyError:
         # Exit 9 ("already exists") is another test run creating it at the same moment: fine.
         subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER],
-            check=False,
-            capture_output=True,
+            ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", INTRUDER], check=False, capture_output=True
         )
         entry = pwd.getpwnam(INTRUDER)
-    assert entry.pw_uid != 0
+    if system_uid(entry.pw_uid):
+        # An account an older test run made with --system: given an ordinary uid (it owns nothing that lasts).
+        moved = subprocess.run(
+            ["usermod", "--uid", str(_free_ordinary_uid()), INTRUDER], check=False, capture_output=True
+        )
+        assert moved.returncode == 0, f"cannot give {INTRUDER} an ordinary uid: {moved.stderr!r}"
+        entry = pwd.getpwnam(INTRUDER)
+    assert not system_uid(entry.pw_uid)
     return entry.pw_uid, entry.pw_gid
+
+
+def _free_ordinary_uid() -> int:
+    taken = {user.pw_uid for user in pwd.getpwall()}
+    return next(uid for uid in itertools.count(1000) if uid not in taken)
 
 
 # The fast tier (`pytest -m "not slow"`, see CONTRIBUTING.md) leaves out every test that needs a

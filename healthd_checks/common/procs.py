@@ -95,6 +95,16 @@ def plain_name(name: str) -> bool:
     return name.isprintable() and "\ufffd" not in name
 
 
+def user_name(uid: int) -> str:
+    """The account name of ``uid``, or the number itself where the passwd database has none."""
+    import pwd  # here: only a finding that names a user needs it
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 class ProcStatusError(ValueError):
     """A /proc/PID/status file without the documented Name, State or Uid lines."""
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 from healthd.text import read_kernel_text
 
 from ..common.mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
-from ..common.procs import system_uid
+from ..common.procs import system_uid, user_name
 from ..kernlog.source import LogLine
 from ..xid.parse import Origin, origin_of
 from .tasks import StuckCandidate
@@ -91,26 +91,18 @@ def read_fuse_view(sysfs: Path, procfs: Path) -> FuseView:
     if waiting:
         source = f"{procfs}/self/mountinfo"
         try:
-            entries = parse_mountinfo(read_kernel_text(source, "surrogateescape"), source)
+            # No text mode: its newline translation turns a "\r" in a user's mount point into a line break.
+            entries = parse_mountinfo(read_kernel_text(source, "surrogateescape"), source).entries
         except (OSError, MountinfoError):
-            entries = []
+            entries = ()
         for entry in entries:
             number = fuse_connection(entry)
             if number is not None:
                 points.setdefault(number, (entry.mount_point, "allow_other" in entry.super_options))
     mounts = tuple(
-        FuseMount(c.connection, c.owner, _user_name(c.owner), *points.get(c.connection, ("", False))) for c in waiting
+        FuseMount(c.connection, c.owner, user_name(c.owner), *points.get(c.connection, ("", False))) for c in waiting
     )
     return FuseView(mounts, bool(system), any(c.waiting > 0 for c in system), readable=True)
-
-
-def _user_name(uid: int) -> str:
-    import pwd  # here: only a user's waiting FUSE server needs a name
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
 
 
 # A frame of a call trace, as the kernel prints it (lib/vsprintf.c %pB: "function+0xoff/0xsize [module]");
@@ -194,9 +186,7 @@ def blame(task: StuckCandidate, view: FuseView, trace: Trace = Trace()) -> Optio
     if task.kernel_thread or task.uids is None or len(task.uids) < 3 or trace.elsewhere:
         return None
     for mount in view.users_waiting:
-        # The owner of the task's /proc directory (its effective uid, kept by the kernel) must
-        # be the mounter too: the status file's Uid line alone never makes a task the user's.
-        if all(uid == mount.uid for uid in task.uids[:3]) and task.owner in (None, mount.uid):
+        if all(uid == mount.uid for uid in task.uids[:3]):
             return mount
     if (trace.fuse or waits_in_fuse(task.wchan)) and not view.system_waiting:
         for mount in view.users_waiting:

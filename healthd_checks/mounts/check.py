@@ -9,6 +9,12 @@ mounts (statvfs failing as a dead client does: ``BROKEN_ERRNOS``) are CRITICAL:
 the source paper lists missing mounts among the high-severity failures that take
 a node out at once. ``gather`` reads mountinfo and runs the probes;
 ``judge`` compares what they saw with ``[checks.mounts] expect``.
+
+What a user shapes decides nothing (docs/security.md): a line of mountinfo that does not
+parse is skipped and named in an OK note, and the rest is judged; a user's own FUSE mount
+(``fuse_user``) never stands for the node's mount at its path, whose presence, type and rw
+are judged beneath it, and a path it stands in the way of is not probed: its space and
+inodes are UNKNOWN ``MOUNT_USER_FUSE``, naming the user and the mount.
 """
 
 from __future__ import annotations
@@ -17,12 +23,22 @@ import errno
 import os
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
 from healthd.model import Finding, Status
+from healthd.text import one_line
 
-from ..common.mountinfo import MountEntry, find_mount, parse_mountinfo
+from ..common.mountinfo import (
+    MountEntry,
+    SkippedLine,
+    find_mount,
+    find_node_mount,
+    fuse_user,
+    parse_mountinfo,
+    user_mount_in_the_way,
+)
+from ..common.procs import user_name
 from .fsprobe import (
     MEMORY_FILESYSTEMS,
     WALKABLE_FILESYSTEMS,
@@ -47,9 +63,10 @@ StuckProbes = dict[str, dict[str, float]]
 class MountsObservation(NamedTuple):
     """Mountinfo as the namespace's process sees it, and the probes' outcomes by path.
 
-    ``problem`` says why mountinfo could not be read. ``stuck`` is the
-    record of probes still stuck after this pass when it changed (None when it did
-    not), and ``previous`` the state it is kept in.
+    ``problem`` says why mountinfo could not be read, ``skipped`` which of its lines did
+    not parse. ``stuck`` is the record of probes still stuck after this pass when it
+    changed (None when it did not), and ``previous`` the state it is kept in. ``users``
+    names the owners of the users' FUSE mounts in the way of a watched path (uid, name).
     """
 
     source: Path
@@ -58,6 +75,8 @@ class MountsObservation(NamedTuple):
     outcomes: tuple[tuple[str, ProbeOutcome], ...] = ()
     stuck: Optional[StuckProbes] = None
     previous: Mapping[str, Any] = MappingProxyType({})
+    skipped: tuple[SkippedLine, ...] = ()
+    users: tuple[tuple[int, str], ...] = ()
 
 
 # What statvfs says of a mount whose filesystem is gone while it stays mounted: as good as
@@ -74,26 +93,57 @@ BROKEN_ERRNOS = frozenset({errno.ENOTCONN, errno.ESTALE, errno.EIO, errno.ETIMED
 _EXPECTED_ATTRIBUTES = (("fstype", "MOUNT_WRONG_TYPE", "is"), ("source", "MOUNT_WRONG_SOURCE", "is mounted from"))
 
 
+def _shown(name: str) -> str:
+    """A name read from mountinfo as a finding may carry it: bytes that were not UTF-8 as ``\\xNN``, on one line.
+
+    mountinfo is read with ``surrogateescape`` (a user's mount point may hold any byte);
+    a lone surrogate is no character the node history (SQLite), the journal or a terminal
+    can take, and a finding that carried one would fail the whole pass.
+    """
+    return one_line(name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+
+
 def _stuck_probes(state: Mapping[str, Any]) -> StuckProbes:
     before = state.get("stuck_probes")
     return {k: dict(v) for k, v in before.items() if isinstance(v, dict)} if isinstance(before, dict) else {}
 
 
-def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
-    settings = ctx.settings
-    source = ctx.paths.procfs / str(settings.namespace_pid) / "mountinfo"
-    entries = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
-    if isinstance(entries, Unobserved):
-        return MountsObservation(source, problem=entries)
-    if not settings.expect and not settings.usage_limits and not settings.include_root:
-        raise NotApplicable("no mounts configured in [checks.mounts] expect and include_root is off")
-    if not settings.probe_usage:
-        return MountsObservation(source, tuple(entries))
+def _watched(settings: MountsSettings) -> list[str]:
+    """The paths whose space and inodes the check judges: "/" (``include_root``), ``expect``'s and ``usage_limits``'."""
     wanted = dict.fromkeys(["/"] if settings.include_root else [])
     wanted.update(dict.fromkeys(m.path for m in settings.expect))
     wanted.update(dict.fromkeys(limit.path for limit in settings.usage_limits))
-    paths = [path for path in wanted if path == "/" or find_mount(entries, path) is not None]
-    here = _answered_here(ctx, entries, paths)
+    return list(wanted)
+
+
+def _users_in_the_way(entries: tuple[MountEntry, ...], paths: list[str]) -> tuple[tuple[int, str], ...]:
+    """(uid, name) of each user whose FUSE mount is in the way of one of ``paths``."""
+    found = (user_mount_in_the_way(entries, path) for path in paths)
+    uids = sorted({uid for mount in found if mount is not None and (uid := fuse_user(mount)) is not None})
+    return tuple((uid, user_name(uid)) for uid in uids)
+
+
+def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
+    settings = ctx.settings
+    source = ctx.paths.procfs / str(settings.namespace_pid) / "mountinfo"
+    read = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
+    if isinstance(read, Unobserved):
+        return MountsObservation(source, problem=read)
+    if not settings.expect and not settings.usage_limits and not settings.include_root:
+        raise NotApplicable("no mounts configured in [checks.mounts] expect and include_root is off")
+    entries = read.entries
+    seen = MountsObservation(
+        source, entries, skipped=read.skipped, users=_users_in_the_way(entries, _watched(settings))
+    )
+    if not settings.probe_usage:
+        return seen
+    # A path under a user's FUSE mount is not probed: statvfs there would ask the user's server.
+    paths = [
+        path
+        for path in _watched(settings)
+        if (path == "/" or find_node_mount(entries, path) is not None) and user_mount_in_the_way(entries, path) is None
+    ]
+    here = _answered_here(ctx, list(entries), paths)
     probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
     state = ctx.state.load()
     remembered = _stuck_probes(state)
@@ -102,10 +152,10 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     outcomes.update(probes.probe_all([p for p in paths if p not in outcomes], settings.probe_timeout, remembered))
     forget_finished(remembered, keep=set(paths))
     stuck = remembered if remembered != before else None
-    return MountsObservation(source, tuple(entries), None, tuple((p, outcomes[p]) for p in paths), stuck, state)
+    return seen._replace(outcomes=tuple((p, outcomes[p]) for p in paths), stuck=stuck, previous=state)
 
 
-def answered_from_memory(entries: list[MountEntry], path: str) -> bool:
+def answered_from_memory(entries: Sequence[MountEntry], path: str) -> bool:
     """Whether ``statvfs(path)`` cannot wait, by ``entries``: the mountinfo of the namespace that reads it.
 
     The mount visible at ``path`` must have no backing store (``MEMORY_FILESYSTEMS``), and
@@ -126,7 +176,7 @@ def answered_from_memory(entries: list[MountEntry], path: str) -> bool:
     return all((top := find_mount(entries, p)) is None or top.mount_id in crossed for p in above)
 
 
-def _mount_chain(entries: list[MountEntry], entry: MountEntry) -> Optional[list[MountEntry]]:
+def _mount_chain(entries: Sequence[MountEntry], entry: MountEntry) -> Optional[list[MountEntry]]:
     """``entry`` and the mounts beneath it down to the namespace's root ("/"); None when the chain breaks or loops."""
     by_id = {e.mount_id: e for e in entries}
     chain = [entry]
@@ -150,20 +200,38 @@ def _answered_here(ctx: CheckContext[MountsSettings], entries: list[MountEntry],
     own = read_parsed(ctx.paths.procfs / "self" / "mountinfo", parse_mountinfo, "MOUNTINFO", "surrogateescape")
     if isinstance(own, Unobserved):
         return []
-    return [path for path in paths if answered_from_memory(own, path)]
+    return [path for path in paths if answered_from_memory(own.entries, path)]
 
 
-def _mount_findings(jc: JudgeContext[MountsSettings], entries: list[MountEntry]) -> Iterable[Finding]:
+def _missing(jc: JudgeContext[MountsSettings], observed: MountsObservation, path: str) -> Finding:
+    """MOUNT_MISSING for ``path``; UNKNOWN instead where a line of mountinfo that was skipped names ``path``."""
+    unread = next((line for line in observed.skipped if line.mount_point == path), None)
+    if unread is not None:
+        message = f"{path}: its line {unread.line_number} in {observed.source} does not parse: {unread.problem}"
+        return jc.finding(Status.UNKNOWN, "MOUNT_UNREADABLE", path, message, line=unread.line_number)
+    visible = find_mount(observed.entries, path)
+    uid = None if visible is None else fuse_user(visible)
+    # A user's FUSE mount there is no stand-in for the node's own.
+    mine = "" if uid is None else f" (only the FUSE mount of {_who(observed, uid)} is there)"
+    return jc.finding(Status.CRITICAL, "MOUNT_MISSING", path, f"{path} is not mounted{mine}")
+
+
+def _who(observed: MountsObservation, uid: int) -> str:
+    return f"{dict(observed.users).get(uid, uid)} (uid {uid})"
+
+
+def _mount_findings(jc: JudgeContext[MountsSettings], observed: MountsObservation) -> Iterable[Finding]:
     for spec in jc.settings.expect:
-        entry = find_mount(entries, spec.path)
+        # The node's own mount: a user's FUSE stacked over it is judged apart (_user_findings).
+        entry = find_node_mount(observed.entries, spec.path)
         if entry is None:
-            yield jc.finding(Status.CRITICAL, "MOUNT_MISSING", spec.path, f"{spec.path} is not mounted")
+            yield _missing(jc, observed, spec.path)
             continue
         for key, code, wrong in _EXPECTED_ATTRIBUTES:
             want, got = getattr(spec, key), getattr(entry, key)
             if want is not None and got != want:
-                message = f"{spec.path} {wrong} {got}, expected {want}"
-                yield jc.finding(Status.CRITICAL, code, spec.path, message, **{key: got, "expected": want})
+                message = f"{spec.path} {wrong} {_shown(got)}, expected {want}"
+                yield jc.finding(Status.CRITICAL, code, spec.path, message, **{key: _shown(got), "expected": want})
         if spec.rw and entry.read_only:
             yield jc.finding(Status.CRITICAL, "MOUNT_READ_ONLY", spec.path, f"{spec.path} is mounted read-only")
 
@@ -179,9 +247,59 @@ def _limits(settings: MountsSettings, path: str) -> tuple[float, float]:
     )
 
 
-def _usage_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome) -> Iterable[Finding]:
+def _skipped_note(jc: JudgeContext[MountsSettings], observed: MountsObservation) -> Iterable[Finding]:
+    """An OK note naming the lines of mountinfo that did not parse; every other line was judged."""
+    if not observed.skipped:
+        return
+    first = observed.skipped[0]
+    more = f" (and {len(observed.skipped) - 1} more)" if len(observed.skipped) > 1 else ""
+    message = (
+        f"{observed.source}:{first.line_number}: {first.problem}{more}; skipped, "
+        f"the other {len(observed.entries)} mounts judged"
+    )
+    details = {"lines": ",".join(str(line.line_number) for line in observed.skipped[:20])}
+    yield jc.finding(Status.OK, "MOUNTINFO_LINES_SKIPPED", str(observed.source), message, **details)
+
+
+def _user_findings(jc: JudgeContext[MountsSettings], observed: MountsObservation) -> Iterable[Finding]:
+    """UNKNOWN for each watched mount of the node's that a user's FUSE mount stands in the way of.
+
+    Its presence, type and rw are judged from mountinfo all the same; its space and
+    inodes cannot be: ``statvfs`` would reach the user's filesystem, which answers what
+    its server likes, or, where it does not let root in, zeros from the kernel
+    (fs/fuse/inode.c, ``fuse_statfs``). Neither OK nor a fault of the node.
+    """
+    for path in _watched(jc.settings):
+        mount = user_mount_in_the_way(observed.entries, path)
+        if mount is None or (uid := fuse_user(mount)) is None:
+            continue
+        if path != "/" and find_node_mount(observed.entries, path) is None:
+            continue  # nothing of the node's there: MOUNT_MISSING, or a usage limit not judged
+        message = (
+            f"space and inodes of {path} not read: {_who(observed, uid)} has a FUSE mount ({_shown(mount.fstype)}) "
+            f"on {_shown(mount.mount_point)}, and statvfs of {path} would ask that user's server"
+        )
+        user = dict(observed.users).get(uid, str(uid))
+        yield jc.finding(
+            Status.UNKNOWN, "MOUNT_USER_FUSE", path, message, uid=uid, user=user, user_mount=_shown(mount.mount_point)
+        )
+
+
+def _usage_findings(
+    jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome, fstype: Optional[str]
+) -> Iterable[Finding]:
     min_free, min_inodes = _limits(jc.settings, path)
-    if isinstance(outcome, Hung):
+    if isinstance(outcome, Usage) and outcome.total_bytes == 0 and min_free > 0 and fstype not in MEMORY_FILESYSTEMS:
+        # A filesystem with a size says so; no blocks at all is no reading (a FUSE mount that does
+        # not let root in is answered so by the kernel: fs/fuse/inode.c, fuse_statfs).
+        yield jc.finding(
+            Status.UNKNOWN,
+            "MOUNT_USAGE_EMPTY",
+            path,
+            f"space of {path} not read: statvfs answered 0 blocks in all, which a {_shown(fstype or 'mounted')} "
+            "filesystem never has",
+        )
+    elif isinstance(outcome, Hung):
         how = "an earlier probe is still stuck" if outcome.inherited else "statvfs did not return"
         yield jc.finding(
             Status.CRITICAL,
@@ -225,9 +343,12 @@ def _usage_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeO
 def judge(observed: MountsObservation, jc: JudgeContext[MountsSettings]) -> Verdict:
     if observed.problem is not None:
         return Verdict((observed.problem.finding(jc),))
-    findings = list(_mount_findings(jc, list(observed.entries)))
+    findings = [*_mount_findings(jc, observed), *_skipped_note(jc, observed)]
+    if jc.settings.probe_usage:
+        findings.extend(_user_findings(jc, observed))
     for path, outcome in observed.outcomes:
-        findings.extend(_usage_findings(jc, path, outcome))
+        visible = find_mount(observed.entries, path)
+        findings.extend(_usage_findings(jc, path, outcome, None if visible is None else visible.fstype))
     state = None if observed.stuck is None else {**observed.previous, "stuck_probes": observed.stuck}
     return Verdict(tuple(findings), state)
 
@@ -244,12 +365,14 @@ _NETWORK_FSTYPES = frozenset({"nfs", "nfs4", "lustre", "cifs", "ceph"})
 def baseline(ctx: CheckContext[MountsSettings]) -> dict[str, Any]:
     """``expect`` for every mounted disk, network or parallel filesystem, read-write as it is now."""
     source = ctx.paths.procfs / str(ctx.settings.namespace_pid) / "mountinfo"
-    entries = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
-    if isinstance(entries, Unobserved):
-        raise OSError(entries.message)
+    read = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
+    if isinstance(read, Unobserved):
+        raise OSError(read.message)
     expect: list[dict[str, Any]] = []
-    for entry in entries:
+    for entry in read.entries:
         if entry.fstype not in _BASELINE_FSTYPES or entry.mount_point in {e["path"] for e in expect}:
+            continue
+        if fuse_user(entry) is not None:  # a user's own FUSE mount is no expectation of the node
             continue
         spec: dict[str, Any] = {"path": entry.mount_point, "fstype": entry.fstype}
         if entry.fstype in _NETWORK_FSTYPES:

@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional, Union
 
 from healthd.checks.binaries import locate
 from healthd.checks.bounded import process_start
+from healthd.text import records
 
 # Filesystems with no backing store: the kernel answers their statfs from memory, with no
 # disk or server to wait for (fs/libfs.c ``simple_statfs`` for proc, sysfs and the kernfs
@@ -193,7 +194,7 @@ def stat_failed(stderr: str) -> Failed:
 def _answers(output: bytes, count: int) -> dict[int, ProbeOutcome]:
     """The outcomes in the child's complete lines, by index."""
     answers: dict[int, ProbeOutcome] = {}
-    for line in output.decode("utf-8", "replace").splitlines():
+    for line in records(output.decode("utf-8", "replace")):
         index, _, rest = line.partition(" ")
         if not index.isdigit() or int(index) >= count:
             continue

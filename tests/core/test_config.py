@@ -432,9 +432,10 @@ def test_check_once_judges_the_mount_as_the_host_section_expects_it(
     cli: Callable[..., tuple[int, str, str]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from healthd.text import read_kernel_text
     from healthd_checks.common.mountinfo import find_mount, parse_mountinfo
 
-    root = find_mount(parse_mountinfo(Path("/proc/1/mountinfo").read_text(), "/proc/1/mountinfo"), "/")
+    root = find_mount(parse_mountinfo(read_kernel_text("/proc/1/mountinfo"), "/proc/1/mountinfo").entries, "/")
     assert root is not None
     body = (
         '[checks.mounts]\nexpect = [{ path = "/", fstype = "no-such-fs" }]\nprobe_usage = false\n'

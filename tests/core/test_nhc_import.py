@@ -261,7 +261,7 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
         "29 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
         "300 29 7:3 / /snap/core22/1380 ro,nodev,relatime shared:200 - squashfs /dev/loop3 ro\n"
     )
-    entries = tuple(parse_mountinfo(mountinfo, "mountinfo"))
+    entries = parse_mountinfo(mountinfo, "mountinfo").entries
     full = Usage(free_fraction=0.0, free_inode_fraction=0.0, total_bytes=1 << 30)
     roomy = Usage(free_fraction=0.5, free_inode_fraction=0.5, total_bytes=1 << 30)
     jc = JudgeContext("mounts", settings, 0.0)

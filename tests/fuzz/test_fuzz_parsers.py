@@ -121,7 +121,13 @@ MODULE_FIELD = st.one_of(st.sampled_from(["nvidia", "123", "0", "-", "Live", "0x
 
 # name -> (field strategy, fields per line, parser, its documented error, what every parsed item satisfies)
 NEAR_MISSES: dict[str, tuple[st.SearchStrategy[str], int, Callable[[str, str], Any], type[Exception], Any]] = {
-    "mountinfo": (FIELD, 12, parse_mountinfo, MountinfoError, lambda entry: entry.mount_point.startswith("/")),
+    "mountinfo": (
+        FIELD,
+        12,
+        lambda text, source: parse_mountinfo(text, source).entries,
+        MountinfoError,
+        lambda entry: entry.mount_point.startswith("/"),
+    ),
     "modules": (MODULE_FIELD, 7, parse_modules, ModulesError, lambda name: bool(name.strip())),
 }
 

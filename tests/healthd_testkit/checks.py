@@ -4,7 +4,8 @@ and the contract of a check's parsers.
 ``only_checks`` keeps a pass from judging this machine; ``check_context`` runs a check
 over fixture roots with its state in the test's own directory; ``FixtureNode`` is a node
 made of fixture copies and stand-in programs whose passes a test drives with a clock;
-``raises_only`` holds a parser to its one documented error.
+``raises_only`` holds a parser to its one documented error; ``mounted`` says whether a path is
+a mount point in this process's namespace, read as the mounts check reads mountinfo.
 """
 
 from __future__ import annotations
@@ -19,6 +20,18 @@ from healthd.checks.plugin import CheckContext, CheckSpec, S, discover
 from healthd.config.models import Paths
 from healthd.model import Finding
 from healthd.store.state import StateFile
+from healthd.text import read_kernel_text
+from healthd_checks.common.mountinfo import find_mount, parse_mountinfo
+
+
+def mounted(path: str) -> bool:
+    """Whether ``path`` is a mount point in /proc/self/mountinfo.
+
+    Split on newline alone, as bytes: another test's FUSE mount point may hold a ``\r`` or a
+    byte that is not UTF-8, which a text-mode read would cut or refuse.
+    """
+    source = "/proc/self/mountinfo"
+    return find_mount(parse_mountinfo(read_kernel_text(source, "surrogateescape"), source).entries, path) is not None
 
 
 def only_checks(*kept: str) -> str:

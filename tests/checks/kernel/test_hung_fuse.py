@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import pytest
-from healthd_testkit.checks import FixtureNode
+from healthd_testkit.checks import FixtureNode, mounted
 from healthd_testkit.nvml import Clock
 from healthd_testkit.paths import REPO
 from healthd_testkit.waiting import wait_for
@@ -70,11 +70,6 @@ def _state(pid: int) -> str:
         return handle.read().rpartition(") ")[2][:1]
 
 
-def _mounted(path: str) -> bool:
-    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
-        return any(line.split(" ")[4] == path for line in handle)
-
-
 @contextlib.contextmanager
 def _served(
     account: str, base: Path, allow_other: bool = False
@@ -89,13 +84,13 @@ def _served(
         command = [sys.executable, "-I", str(HANGFS), *server_options, str(mount)]
         server = subprocess.Popen(command, stdout=log, start_new_session=True)
     try:
-        wait_for(lambda: _mounted(str(mount)), timeout=15, what=f"{account}'s FUSE server to mount {mount}")
+        wait_for(lambda: mounted(str(mount)), timeout=15, what=f"{account}'s FUSE server to mount {mount}")
         yield mount, server, requests
     finally:
         _release(server, None)
         subprocess.run(["umount", "-l", str(mount)], check=False, capture_output=True)
         # Gone before the next test reads fusectl: a root FUSE mount left behind changes its view.
-        wait_for(lambda: not _mounted(str(mount)), timeout=10, what=f"{mount} unmounted")
+        wait_for(lambda: not mounted(str(mount)), timeout=10, what=f"{mount} unmounted")
 
 
 @contextlib.contextmanager
