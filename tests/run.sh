@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine, as root, with no standard input:
 # installs the Debian packages the tests use for real (Slurm with slurmdbd and MariaDB for
-# accounting, munge, FUSE, systemd-analyze, promtool, Ansible, Chromium, rpm), builds a virtual
+# accounting, munge, FUSE, systemd-analyze, promtool, Ansible, Chromium, rpm, lintian, rpmlint), builds a virtual
 # environment with healthd, lints, type-checks, tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
     python3 python3-venv python3-dev gcc pkg-config libsystemd-dev \
-    slurm-wlm slurmdbd mariadb-server munge fuse3 libfuse2 prometheus ansible systemd procps coreutils util-linux chromium rpm </dev/null
+    slurm-wlm slurmdbd mariadb-server munge fuse3 libfuse2 prometheus ansible systemd procps coreutils util-linux chromium rpm lintian rpmlint </dev/null
 
 /usr/bin/python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip setuptools wheel </dev/null

@@ -13,7 +13,7 @@ from healthd_testkit.paths import REPO
 
 # A package built from this checkout, then the same tree as the next version: an upgrade.
 FIRST, NEXT = "0.1.0", "0.1.1"
-TOOLS = ("dpkg-deb", "rpmbuild", "rpm")
+TOOLS = ("dpkg-deb", "rpmbuild", "rpm", "lintian", "rpmlint")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ def missing_tool() -> str | None:
     return None
 
 
-def _build_module() -> ModuleType:
+def build_module() -> ModuleType:
     spec = importlib.util.spec_from_file_location("healthd_packaging_build", REPO / "packaging" / "build.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -42,7 +42,7 @@ def _build_module() -> ModuleType:
 
 
 def build_packages(out: Path) -> Packages:
-    build = _build_module()
+    build = build_module()
     stage = out / "stage"
     stage.mkdir()
     build.stage_venv(stage, None)
