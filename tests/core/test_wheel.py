@@ -10,7 +10,11 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
 from healthd_testkit.paths import REPO
+
+# Slow (builds a wheel and installs it into a fresh venv): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
 
 
 def _tracked_source(dest: Path) -> Path:
