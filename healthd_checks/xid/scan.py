@@ -18,7 +18,7 @@ import io
 import re
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, TextIO, Union
 
-from healthd.model import Status, worst
+from healthd.model import Status
 
 from .catalog import NVLINK5_XIDS, Entry, awaits_154, classify, followed_by_154
 from .nvlink5 import causes
@@ -284,7 +284,3 @@ def scan_stream(
         for number, record, event in candidates
         if not isinstance(event, GpuIdentity) and not event.detail
     )
-
-
-def worst_grade(entries: Iterable[ScanEntry]) -> Status:
-    return worst(entry.entry.grade for entry in entries)
