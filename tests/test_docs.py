@@ -34,6 +34,9 @@ PATH_SPAN = re.compile(r"`((?:healthd|healthd_checks|tests|docs|bench|deploy|pac
 
 # A finding's key (`healthd/PASS_FAILED`) looks like a path but is a check and a code.
 FINDING_KEY = re.compile(r".*/[A-Z][A-Z0-9_]*")
+# What the guides write for a check of the reader's: `NAME`, and the example `widgets` check
+# of CONTRIBUTING.md's recipe and docs/checks.md (tests/test_new_check.py writes it in a copy).
+PLACEHOLDER = re.compile(r"NAME|\bwidgets\b")
 
 
 def _pages() -> list[Path]:
@@ -107,7 +110,9 @@ def test_every_relative_link_leads_somewhere(page: Path) -> None:
 def test_every_file_a_page_names_exists(page: Path) -> None:
     """The CHANGELOG is left out: it names files as they were when it was written."""
     text = page.read_text()
-    named = {span for span in PATH_SPAN.findall(text) if "NAME" not in span and not FINDING_KEY.fullmatch(span)}
+    named = {
+        span for span in PATH_SPAN.findall(text) if not PLACEHOLDER.search(span) and not FINDING_KEY.fullmatch(span)
+    }
     missing = sorted(span for span in named if not (REPO / span.rstrip("/")).exists())
     assert not missing, f"{page.relative_to(REPO)} names files that do not exist: {missing}"
 
@@ -232,8 +237,8 @@ def _flat_name_is_stale(head: str, words: set[str]) -> bool:
 
 def stale_module_names(text: str, words: set[str]) -> list[str]:
     """The modules ``text`` names, by file, dotted name or old flat name, that do not exist."""
-    stale = [name for name in FILE.findall(text) if "NAME" not in name and not (REPO / name).exists()]
-    stale += [name for name in DOTTED.findall(text) if "NAME" not in name and not _dotted_exists(name)]
+    stale = [name for name in FILE.findall(text) if not PLACEHOLDER.search(name) and not (REPO / name).exists()]
+    stale += [name for name in DOTTED.findall(text) if not PLACEHOLDER.search(name) and not _dotted_exists(name)]
     stale += [head + tail for head, tail in SPAN.findall(text) if _flat_name_is_stale(head, words)]
     return stale
 
