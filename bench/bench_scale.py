@@ -48,7 +48,7 @@ from healthd.plan.breaker import group_views
 from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, node_in_groups, parse_sinfo_groups, sinfo_format
 from healthd.slurm.hostlist import expand
 from healthd.slurm.nodestate import NodeGroup
-from healthd.slurm.reasons import HEALTHD_REASONS
+from healthd.slurm.reasons import Reasons
 
 HERE = Path(__file__).resolve().parent
 _RPC = re.compile(r"^\s*(REQUEST_[A-Z0-9_]+)\s*\(\s*\d+\)\s*count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)")
@@ -145,7 +145,7 @@ def healthd_cpu(env: dict[str, str], repeat: int) -> None:
                     groups = parse_sinfo_groups(text)
                     partitions = _find(groups, "node1", how)
                     assert partitions == ("batch",), partitions
-                    group_views(groups, partitions, HEALTHD_REASONS)
+                    group_views(groups, partitions, Reasons())
                 ms = (time.perf_counter() - started) / repeat * 1000
                 print(f"  {label:>8} nodes, {scope:<9} {how:<8} {ms:6.2f} ms ({len(groups)} groups)")
 

@@ -332,7 +332,9 @@ def _free_ordinary_uid() -> int:
 
 # The fast tier (`pytest -m "not slow"`, see CONTRIBUTING.md) leaves out every test that needs a
 # component only root can start, or that takes seconds: a real Slurm cluster, FUSE or tmpfs
-# mounts, real users, the kernel log, Ansible runs and wheel builds.
+# mounts, real users, the kernel log, Ansible runs and wheel builds. A test is slow by what it
+# uses (these fixtures and markers) or by its own mark: a module of slow tests says so itself,
+# `pytestmark = pytest.mark.slow`, so a renamed or new module keeps or gets its tier where it is.
 SLOW_FIXTURES = frozenset(
     {
         "healthd_packages",
@@ -350,28 +352,13 @@ SLOW_FIXTURES = frozenset(
     }
 )
 SLOW_MARKERS = frozenset({"slurm", "root"})
-SLOW_MODULES = frozenset(
-    {
-        "test_ansible",
-        "test_wheel",
-        "test_hostguard",
-        "test_hung_mount",
-        "test_unit",
-        "test_daemon",
-        "test_run_command",
-        "test_xid_flood",
-        "test_kill",
-        "test_configcache",
-    }
-)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         markers = {mark.name for mark in item.iter_markers()}
-        module = item.path.stem
-        if fixtures & SLOW_FIXTURES or markers & SLOW_MARKERS or module in SLOW_MODULES:
+        if fixtures & SLOW_FIXTURES or markers & SLOW_MARKERS:
             item.add_marker(pytest.mark.slow)
 
 

@@ -19,6 +19,9 @@ from healthd_testkit.hostguard import private_config
 
 from healthd.config.defaults import toml_module
 
+# Slow (runs inner pytest sessions in subprocesses): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
+
 HOSTGUARD = Path(__file__).resolve().parent / "healthd_testkit" / "hostguard.py"
 
 INNER_CONFTEST = """

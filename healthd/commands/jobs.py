@@ -16,9 +16,9 @@ prolog prints an UNKNOWN line, tries briefly to record it, and leaves with
 ``os._exit(0)`` whatever thread is still stuck in the kernel.
 
 Epilog. slurmd runs it after the job; a non-zero exit drains the node, so it always
-exits 0. It reads the kernel log after the position its prolog noted (``job_log``)
+exits 0. It reads the kernel log after the position its prolog noted (``healthd_checks.jobs.joblog``)
 and records, in the node's history, each Xid, SXid and fallen-off-the-bus record that
-is this job's alone (``job_scope.owner`` against every job's window) and not recorded
+is this job's alone (``healthd_checks.jobs.scope.owner`` against every job's window) and not recorded
 yet, with the job id and user; then a ``job_end`` event with where the log ended. A
 job whose prolog noted no position records only why. When it recorded an application
 Xid it runs the ``jobs`` check through the ordinary pass: the same application Xid on
@@ -408,7 +408,7 @@ def _epilog(job: Job, config: Any) -> Callable[[_Deadline], int]:
 def _record_job_xids(engine: Engine, job: Job) -> None:
     """The job's own Xid events into the history; the ``jobs`` check's pass when one was an application Xid.
 
-    Only the records that are this job's alone (``job_scope.owner``) and not recorded
+    Only the records that are this job's alone (``healthd_checks.jobs.scope.owner``) and not recorded
     yet (by boot and SEQ) are recorded, so one kernel record is evidence against one
     job at most. A job whose prolog noted no position has no known stretch of the log:
     it records why, and nothing else.
@@ -631,7 +631,7 @@ def _record_timeout(which: str, job: Job, config: Any) -> None:
     """Record the timeout as an UNKNOWN ``job_start`` (``job_end``) event, if that can be done within ``RECORD_GRACE``.
 
     It notes no kernel-log position: the job's window stays open at that end, so the
-    records it may have caused are nobody's (``job_scope.owner``).
+    records it may have caused are nobody's (``healthd_checks.jobs.scope.owner``).
     """
 
     def work(_: _Deadline) -> int:

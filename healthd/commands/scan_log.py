@@ -5,7 +5,7 @@ FILE may be a ``dmesg`` (plain, ``-r``, ``-x``, ISO times), ``journalctl -k``, s
 with the overrides of the config that ``--config`` names (no other: the command reads
 nothing of the node it runs on); its ``accept_userspace_kmsg`` switch applies too.
 A command the xid plugin contributes (``healthd.commands`` entry point); the scanner
-is imported only when it runs. A file is scanned in constant memory (``xid_scan.scan_stream``)
+is imported only when it runs. A file is scanned in constant memory (``healthd_checks.xid.scan.scan_stream``)
 and each event is written as it is found: compact JSON, indented only with ``--pretty``
 (which builds the document whole).
 """

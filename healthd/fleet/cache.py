@@ -17,7 +17,7 @@ and may record it a little late), and merges:
 
 Rows that ended before the new window's start are dropped when the file is written,
 so it holds one window, not all history. The file is state: it is read only when it
-and every directory above it pass ``healthd.trust``'s rule (root's or ours, not
+and every directory above it pass ``healthd.store.trust``'s rule (root's or ours, not
 writable by others), since a forged cache is forged accounting; it is written
 atomically, mode 0600. A file that is not a cache of this version, or of another
 query, is not used (the whole window is read again) and is replaced.

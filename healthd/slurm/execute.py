@@ -1,4 +1,4 @@
-"""Carry a plan out through Slurm: the only code that calls the Slurm adapter.
+"""Carry a plan out through Slurm: the pass's one caller of the Slurm adapter's reads and writes.
 
 ``observe`` makes the reads a plan asks for; ``execute`` sends the plan's writes
 in order and stops at the first that fails; ``rehearse`` is the dry run's

@@ -3,11 +3,11 @@
 One home for the notation, used by the breaker (the groups sinfo prints) and by
 ``healthd fleet`` (accounting's node lists). The expansion is python-hostlist's, a
 library kept for exactly this notation, imported on first use; results are
-memoised, since a fleet's job runs repeat the same lists many times. healthd
-expands only what it needs (the nodes out with its own reason), never a whole
-table. Whether one node is in a list (``contains``) is answered from the list's
-ranges, without expanding it: a group of 100,000 idle nodes costs a few
-comparisons, not 40 ms (docs/scale.md).
+memoised, since a fleet's job runs repeat the same lists many times. The breaker
+expands only the groups out with healthd's reason, never a whole partition; the
+fleet expands every node list of the accounting it reads. Whether one node is in
+a list (``contains``) is answered from the list's ranges, without expanding it: a
+group of 100,000 idle nodes costs a few comparisons, not 40 ms (docs/scale.md).
 
 Both read a list through one parser (``_parse``) first, so both refuse the same
 lists, each with a ``HostlistError``: a space or control character in it,

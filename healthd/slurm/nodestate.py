@@ -72,19 +72,9 @@ class NodeInfo(NamedTuple):
         return "REBOOT_REQUESTED" in self.flags
 
     @property
-    def reboot_issued(self) -> bool:
-        """RebootProgram was started; the node is DOWN until it registers with a newer boot time."""
-        return "REBOOT_ISSUED" in self.flags
-
-    @property
     def power_saving(self) -> bool:
         """Powered down, or on its way down or up: the machine is not (or not yet) running its jobs' OS."""
         return bool(self.flags & POWER_FLAGS)
-
-    @property
-    def powered_down(self) -> bool:
-        """Off (``idle~``): no slurmd, no checks; slurmctld powers it up when a job needs it."""
-        return "POWERED_DOWN" in self.flags
 
     @property
     def reserved(self) -> bool:
@@ -95,11 +85,6 @@ class NodeInfo(NamedTuple):
     def maintenance(self) -> bool:
         """In an active reservation with the MAINT flag: an administrator's maintenance window."""
         return "MAINTENANCE" in self.flags
-
-    @property
-    def not_responding(self) -> bool:
-        """slurmctld's last ping went unanswered (``*`` in sinfo)."""
-        return "NOT_RESPONDING" in self.flags
 
     @property
     def state_text(self) -> str:

@@ -161,7 +161,3 @@ class Reasons:
         if words and words[0] in _VERBS:
             words = words[1:]
         return words[0] if words else ""
-
-
-# The reasons under the default prefix: where no config is given (``healthd fleet`` without one).
-HEALTHD_REASONS = Reasons()

@@ -178,9 +178,6 @@ class Kind(enum.Enum):
     UNCOUNTED = "uncounted"
 
 
-TRANSITIONS = frozenset({Kind.RAISED, Kind.CHANGED, Kind.CLEARED})
-
-
 def _fields(row: Any, **extra: Any) -> dict[str, Any]:
     """A row's fields (a record's ``_asdict``) for JSON, with ``extra`` replacing or adding some."""
     return {**row._asdict(), **extra}
@@ -911,16 +908,6 @@ class History:
             return tuple(OpenFinding(c, o, s, u, st, m, _load_details(d), e, t) for c, o, s, u, st, m, d, e, t in rows)
 
         return self._read("the open findings", body, ())
-
-    def count_raised(self, codes: Collection[str], unit: str, since: float) -> int:
-        """How many times one of ``codes`` was raised on ``unit`` (a GPU UUID, an IB port, a mount) since then."""
-
-        def body(conn: sqlite3.Connection) -> int:
-            marks = ", ".join("?" * len(codes))
-            query = f"SELECT count(*) FROM events WHERE kind = 'raised' AND unit = ? AND code IN ({marks}) AND at >= ?"  # noqa: S608
-            return int(conn.execute(query, (unit, *codes, since)).fetchone()[0])
-
-        return self._read("the raise count", body, 0)
 
     def repeats(self, findings: Iterable[Finding], since: float) -> dict[str, tuple[str, int]]:
         """For each finding (by key): its unit, and how often its code was raised on that unit.

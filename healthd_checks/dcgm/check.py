@@ -8,7 +8,7 @@ hung one never doubled) and, when a test failed, runs it again up to ``retries``
 times: a diagnostic can fail once on a transient (a clock that had not settled).
 A failure is forgiven only when a later run passed that test on that GPU; it
 stops when every failure so far has been, or the retries are spent. ``judge``
-grades the results (``dcgm_parse``):
+grades the results (``healthd_checks.dcgm.parse``):
 
 - Fail with no passing run after it (the final run's failures among them):
   WARNING ``DCGM_<TEST>_FAILED`` per GPU, so the policy drains the node after

@@ -4,7 +4,7 @@
 ``state``, ``model``, ``serial``; drivers/nvme/host/core.c), reads each live one's
 SMART / Health Information log with ``nvme smart-log -o json`` (nvme-cli, by the
 absolute path in ``nvme_cli``, under a deadline: ``program``), and reads the block
-layer's error reports from the kernel log (``kernlog_events``). ``judge`` grades:
+layer's error reports from the kernel log (``healthd_checks.kernlog.events``). ``judge`` grades:
 
 - the controller state: ``live`` is healthy, ``dead`` or ``deleting`` CRITICAL, any
   other (``resetting``, ``connecting``, ``new``) a WARNING;

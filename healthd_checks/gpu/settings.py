@@ -6,11 +6,12 @@ from typing import Optional
 
 from pydantic import Field
 
-from healthd.checks.settings import CheckSettings, SettingPath
 from healthd.config.models import moved_from_node
 
+from ..nvml.settings import NvmlSettings
 
-class GpuSettings(CheckSettings):
+
+class GpuSettings(NvmlSettings):
     """``[checks.gpu]``. Defaults follow NVIDIA DCGM's hardware limits where it has one."""
 
     # Links down moved to the nvlink check (its expect_active_links says moved_from_check).
@@ -25,9 +26,6 @@ class GpuSettings(CheckSettings):
     )
     expect_model: Optional[str] = Field(
         default=None, min_length=1, description="the model every GPU must be (NVML's name, e.g. NVIDIA H100 80GB HBM3)"
-    )
-    snapshot: Optional[SettingPath] = Field(
-        default=None, description="replay this NVML snapshot instead of asking NVML"
     )
     expect_vbios: list[str] = Field(
         default_factory=list, description="VBIOS versions allowed (nvidia-smi's VBIOS Version); another is a WARNING"

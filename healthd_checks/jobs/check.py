@@ -1,7 +1,7 @@
 """The ``jobs`` check: application Xids that follow a GPU across jobs, from the job events the epilog recorded.
 
 NVIDIA's Xid catalog says an application Xid (RESTART_APP: 13, 31, 68, ...; bucket
-``application`` in ``xid_catalog``; never 43 or 45) is most often the program's own fault: one job's
+``application`` in ``healthd_checks.xid.catalog``; never 43 or 45) is most often the program's own fault: one job's
 application Xids never drain anything. The same Xid on the same GPU under several
 different jobs (or users) within a window is another matter: the GPU is the common
 factor, a suspected hardware fault. This check counts, per (Xid, GPU unit, GPC/TPC
@@ -12,12 +12,12 @@ drain after jobs. The GPU unit (its UUID where the boot's inventory knows it) is
 history's, so a swapped GPU starts from zero.
 
 It counts evidence, not jobs: the epilog records each kernel record (boot id, SEQ) at
-most once, for the one job whose GPUs it names (``job_scope.owner``), and one user's
+most once, for the one job whose GPUs it names (``healthd_checks.jobs.scope.owner``), and one user's
 jobs are never enough (``app_xid_users`` >= 2). A record that an older healthd stored
 under several jobs is counted for none of them (``distinct_records``).
 
 The settings also hold the prolog's and epilog's (``healthd prolog``/``epilog``,
-``job_commands``), so ``[checks.jobs]`` configures all that is job-aware.
+``healthd.commands.jobs``), so ``[checks.jobs]`` configures all that is job-aware.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The prolog notes where /dev/kmsg stood when the job started (the SEQ of its last
 record: a per-boot sequence number, so exact where a clock is not); the epilog reads
 the records after it and notes where the log ends. Whose each record is, is decided
-by ``job_scope.owner`` against every job's stretch, not here. The records go through the same parser and catalog as the
-``xid`` check and ``scan-log`` (``xid_scan``), so only the driver's own records count
+by ``healthd_checks.jobs.scope.owner`` against every job's stretch, not here. The
+records go through the same parser and catalog as the ``xid`` check and ``scan-log``
+(``healthd_checks.xid.scan``), so only the driver's own records count
 (userspace ones only with ``accept_userspace_kmsg``). GPU indices are NVML's default
 order: NVIDIA GPUs on the PCI bus sorted by address (``xid.nvidia_gpus``).
 """

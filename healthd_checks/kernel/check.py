@@ -10,7 +10,7 @@ Two sources, one verdict:
   starts its clock, so a task is reported ``stuck_after`` after healthd first saw it.
   A stuck task of an ordinary user is only an OK note (``user_tasks``): /proc shows a
   killable wait as D too, and any user can park a task in one (docs/host.md);
-- the kernel log (``kernlog_events``): the hung-task detector's ``INFO: task NAME:PID
+- the kernel log (``healthd_checks.kernlog.events``): the hung-task detector's ``INFO: task NAME:PID
   blocked for more than N seconds``, the soft- and hard-lockup watchdog's reports
   (kernel/watchdog.c), and RCU stall warnings (kernel/rcu/tree_stall.h). Only records the
   kernel wrote count, matched from the start of the message. A hung-task report whose

@@ -2,11 +2,11 @@
 
 The ``kernel`` (hung tasks, lockups), ``edac`` (machine checks) and ``disks`` (block I/O
 errors) checks each give a table of ``Pattern``s; this module reads the new lines of
-this boot from the check's own cursor (``kernlog_read``), folds the lines that match
+this boot from the check's own cursor (``healthd_checks.kernlog.read``), folds the lines that match
 into one group per pattern and subject, and reports every group seen this boot.
 
 Trust follows the ``xid`` check's rules: only records of the kernel facility count
-(``xid_parse.origin_of``: facility 0 is the kernel's alone, userspace writes to
+(``healthd_checks.xid.parse.origin_of``: facility 0 is the kernel's alone, userspace writes to
 /dev/kmsg get another), and each pattern is matched from the *start* of the first line
 of a record's message. Task names and file names that users choose appear inside
 kernel messages (the hung-task report names the task), never at their start, so they

@@ -21,6 +21,7 @@ class KernelLogSettings(CheckSettings):
     window: float = Field(default=3600.0, gt=0, description="seconds an event keeps its grade after its last line")
     accept_userspace_kmsg: bool = Field(
         default=False,
-        description="TESTS ONLY: count records that processes wrote to /dev/kmsg like the kernel's own",
+        description="TESTS ONLY: count records that processes wrote to /dev/kmsg (a facility other than the "
+        "kernel's) like the kernel's own; anyone who can write /dev/kmsg can then report a fault",
         json_schema_extra={"trust_switch": True},
     )

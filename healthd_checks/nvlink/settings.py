@@ -6,16 +6,14 @@ from typing import Literal, Optional
 
 from pydantic import Field, field_validator
 
-from healthd.checks.settings import CheckSettings, SettingPath
 from healthd.config.models import moved_from_check
 
+from ..nvml.settings import NvmlSettings
 
-class NvlinkSettings(CheckSettings):
+
+class NvlinkSettings(NvmlSettings):
     """``[checks.nvlink]``."""
 
-    snapshot: Optional[SettingPath] = Field(
-        default=None, description="replay this NVML snapshot instead of asking NVML"
-    )
     fabric_manager: Literal["auto", "required", "off"] = Field(
         default="auto", description="auto: Fabric Manager must run exactly where NVSwitches are on the PCI bus"
     )

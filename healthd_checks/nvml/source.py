@@ -184,12 +184,6 @@ def _states(links: tuple[NvLinkReading, ...]) -> tuple[LinkState, ...]:
     return tuple(LinkState(link.link, link.active) for link in links)
 
 
-class FabricSource(Protocol):
-    """Anything that can read the GPUs' fabric registration."""
-
-    def read_fabric(self) -> FabricReading: ...
-
-
 class GpuSource(Protocol):
     """Anything that can produce a ``NodeReading``."""
 

@@ -14,7 +14,7 @@ grades by that column:
 - RESTART_APP Xids are recorded as OK (bucket ``application``): the program that
   faulted must restart, the GPU serves the next one. Users choose how often their
   programs fault, so repeats escalate only where an operator asks for it
-  (``app_repeat_count``, off by default; see ``xid_events``);
+  (``app_repeat_count``, off by default; see ``healthd_checks.xid.events``);
 - IGNORE Xids (43, "channel reset by the driver", among them) are informational (OK),
   and so is WORKFLOW_XID_45 (bucket ``process_cleanup``): the driver logs Xid 45 when
   it tears down the channels of a process that was stopped (Ctrl-C, a kill, scancel,
@@ -24,7 +24,7 @@ grades by that column:
   use, else ignore": healthd cannot tell) are WARNING;
 - XID_154 is graded by the recovery action the line names;
 - WORKFLOW_NVLINK5_ERR (Xids 144-150) is graded line by line by the catalog's "XID
-  144-150 Decode" sheet (``xid_nvlink.NVLINK5_ROWS``): IGNORE rows are OK, RESET_GPU rows
+  144-150 Decode" sheet (``healthd_checks.xid.nvlink5.NVLINK5_ROWS``): IGNORE rows are OK, RESET_GPU rows
   CRITICAL until reset, and XID_154_EVAL rows take the grade of the Xid 154 that follows
   on the same GPU (``followed_by_154``), RESTART_APP (OK) while none has. A line the sheet
   does not list is CRITICAL until reset when the driver calls it Fatal (or its form cannot

@@ -4,11 +4,11 @@ Each pass reads the kernel log from the cursor kept in the check's state (with t
 boot id: a new boot starts over), folds new lines into one group per GPU and Xid,
 and reports one finding per group seen this boot. Only what the NVIDIA driver wrote
 counts: records of the kernel facility whose message begins with the driver's prefix
-(``xid_parse``). A record that a process wrote to /dev/kmsg is never a finding unless
+(``healthd_checks.xid.parse``). A record that a process wrote to /dev/kmsg is never a finding unless
 ``accept_userspace_kmsg`` is on, a switch for tests that is reported in every pass
 while on. A fallen-off-the-bus banner split over records, or over passes, is
 completed from the state. Grades come from
-``xid_catalog`` with the operator's overrides. Every line is dated by its own
+``healthd_checks.xid.catalog`` with the operator's overrides. Every line is dated by its own
 record time (kernel timestamp plus boot time, or the journal's), never by when it
 was read, and all windows are judged on that time. A flood of identical lines is
 one event per ``window`` (``details["count"]`` counts every line), and inside it a
@@ -19,7 +19,7 @@ ignore the Xid 154. Everything else that was seen is still reported, as an OK
 finding, so metrics can count Xids by GPU and code.
 
 ``gather`` reads the boot id, the saved state, the GPU order and the new lines;
-``judge`` folds them into events (``xid_events``) and reports them. Every Xid event
+``judge`` folds them into events (``healthd_checks.xid.events``) and reports them. Every Xid event
 feeds the ``healthd_xid_events_total`` counter (``XID_EVENTS``), labelled by GPU and
 Xid.
 

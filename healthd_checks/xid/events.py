@@ -3,7 +3,7 @@
 Pure: ``Position`` and ``Folding`` are built from the saved state document and what
 the check's ``gather`` read, and only compute; ``Folding.document()`` is the state to
 save. One event is one GPU (or NVSwitch) and one Xid within a ``window``; a flood
-of identical lines is counted, never repeated. Grades come from ``xid_catalog``
+of identical lines is counted, never repeated. Grades come from ``healthd_checks.xid.catalog``
 with the operator's overrides, and every line is dated by its own record time.
 
 Application Xids (NVIDIA's RESTART_APP bucket) stay OK notes: users choose how often

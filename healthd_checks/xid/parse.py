@@ -68,9 +68,6 @@ class PciAddress(NamedTuple):
     def key(self) -> tuple[int, int, int]:
         return (self.domain, self.bus, self.device)
 
-    def same_device(self, other: PciAddress) -> bool:
-        return self.key == other.key
-
     def __str__(self) -> str:
         return f"{self.domain:04x}:{self.bus:02x}:{self.device:02x}"
 

@@ -18,7 +18,7 @@ import io
 import re
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTuple, Optional, TextIO, Union
 
-from healthd.model import Status, worst
+from healthd.model import Status
 
 from .catalog import NVLINK5_XIDS, Entry, awaits_154, classify, followed_by_154
 from .nvlink5 import causes
@@ -135,7 +135,7 @@ _HELD_LIMIT = 10_000
 def follow_154(entries: Iterable[ScanEntry]) -> Iterator[ScanEntry]:
     """``entries`` in order, each XID_154_EVAL line graded by the Xid 154 that follows it on its GPU.
 
-    As in the check (``xid_events``): the next Xid 154 of the GPU, with only Xid 144-150
+    As in the check (``healthd_checks.xid.events``): the next Xid 154 of the GPU, with only Xid 144-150
     lines of that GPU between, grades the waiting lines; another Xid of the GPU first, or
     the end of the log, leaves them at the catalog's RESTART_APP. Lines from the first
     waiting one on are held until nothing waits (at most ``_HELD_LIMIT``).
@@ -284,7 +284,3 @@ def scan_stream(
         for number, record, event in candidates
         if not isinstance(event, GpuIdentity) and not event.detail
     )
-
-
-def worst_grade(entries: Iterable[ScanEntry]) -> Status:
-    return worst(entry.entry.grade for entry in entries)

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Mapping
 
 from pydantic import Field, field_validator
 
-from healthd.checks.settings import CheckSettings, SettingPath
 from healthd.model import Status
+
+from ..kernlog.settings import KernelLogSettings
 
 _OVERRIDE_KEY = re.compile(r"(?:XID_)?(\d{1,6})|SXID_(\d{1,6})")
 
 
-class XidSettings(CheckSettings):
-    source: Literal["auto", "kmsg", "journal"] = Field(
-        default="auto", description="auto: the journal where systemd booted the node and systemd-python imports"
-    )
-    journal_directory: Optional[SettingPath] = Field(
-        default=None, description="journal files to read (default: system's)"
-    )
-    window: float = Field(default=3600.0, gt=0, description="seconds one event covers; repeats inside it are counted")
+class XidSettings(KernelLogSettings):
+    """``[checks.xid]``: the kernel-log options every reader of the log has, and the Xid grading's own.
+
+    The kernel-log options (``source``, ``journal_directory``, ``window``,
+    ``accept_userspace_kmsg``) are ``KernelLogSettings``', declared there once. ``window``
+    is one event's span too: repeats of an Xid on a GPU inside it are counted in that event
+    (docs/xid.md).
+    """
+
     # Off by default: users choose how often their programs fault, so counting their Xids
     # would let anyone drain a node (docs/xid.md, "Application Xids").
     app_repeat_count: int = Field(
@@ -32,12 +34,6 @@ class XidSettings(CheckSettings):
     app_repeat_window: float = Field(default=3600.0, gt=0, description="seconds within which those processes count")
     overrides: dict[str, Status] = Field(
         default_factory=dict, description='grade per Xid, e.g. { "63" = "CRITICAL", "SXID_20034" = "WARNING" }'
-    )
-    accept_userspace_kmsg: bool = Field(
-        default=False,
-        description="TESTS ONLY: count records that processes wrote to /dev/kmsg (a facility other than the "
-        "kernel's) like the driver's own; anyone who can write /dev/kmsg can then report a GPU fault",
-        json_schema_extra={"trust_switch": True},
     )
 
     @field_validator("overrides", mode="before")

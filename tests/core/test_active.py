@@ -27,7 +27,7 @@ from healthd.plan.active import daemon_skip, epilog_refusal, interval_left, refu
 from healthd.plan.policy import Action, PolicyState
 from healthd.service.daemon import fresh_for
 from healthd.slurm.nodestate import NodeInfo
-from healthd.slurm.reasons import HEALTHD_REASONS
+from healthd.slurm.reasons import Reasons
 from healthd.store.lock import ACTIVE_LOCK as LOCK_NAME
 from healthd.store.lock import StateLock
 
@@ -197,7 +197,7 @@ def test_the_daemon_runs_no_diagnostic_on_a_drain_no_pass_lifts_or_beside_an_epi
     reason: str, flags: set[str], why: Optional[str]
 ) -> None:
     node = NodeInfo("n1", "IDLE", frozenset(flags), reason, "root", ("gpu",))
-    said = daemon_skip(node, HEALTHD_REASONS, None, 0.0, 0.0)
+    said = daemon_skip(node, Reasons(), None, 0.0, 0.0)
     assert said is None if why is None else said is not None and why in said
 
 
@@ -223,7 +223,7 @@ def test_the_daemon_starts_active_checks_only_on_its_own_idle_drain_once_per_int
     ours = read and state == "IDLE" and "DRAIN" in flags and reason == "healthd: XID_79 gpu0"
     settled = not flags & {"COMPLETING", "REBOOT_REQUESTED", "POWERED_DOWN", "MAINTENANCE"}
     elapsed = last is None or now >= last + interval or last + interval - now > interval
-    assert (daemon_skip(node, HEALTHD_REASONS, last, now, interval) is None) == (ours and settled and elapsed)
+    assert (daemon_skip(node, Reasons(), last, now, interval) is None) == (ours and settled and elapsed)
     left = interval_left(last, now, interval)
     assert 0 <= left <= interval and (left == 0) == elapsed
 

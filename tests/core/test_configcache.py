@@ -21,6 +21,9 @@ from healthd.config.models import parse_config
 from healthd.config.view import View, as_view
 from healthd.store.state import StateDir
 
+# Slow (each pass is a new interpreter): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
+
 # Runs one dry pass with Slurm off and prints the exit code and the heavy modules it imported.
 _PASS = """
 import json, sys

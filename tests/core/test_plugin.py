@@ -25,6 +25,7 @@ from healthd.checks.plugin import (
     NotApplicable,
     Staged,
     Verdict,
+    discover,
 )
 from healthd.checks.runner import PreparedCheck, Runner
 from healthd.config.models import Paths
@@ -249,3 +250,25 @@ def test_a_counter_that_raises_is_the_checks_error_alone(tmp_path: Path) -> None
     (result,) = Runner().run_checks("n1", [PreparedCheck("faulty", spec, ctx)], 5.0).results
     assert result.state is RunState.ERROR and result.tallies == ()
     assert [f.code for f in result.findings] == ["CHECK_ERROR"]
+
+
+def test_a_setting_checks_share_is_declared_once() -> None:
+    """The same setting (name, description, default) declared in two settings models is one copied: it belongs
+    in a base they share (``KernelLogSettings``, ``NvmlSettings``). A model may give a base's setting a default
+    of its own (``timeout``)."""
+    from pydantic import BaseModel
+
+    models = {
+        cls
+        for spec in discover()
+        if isinstance(spec, CheckSpec)
+        for cls in spec.settings_model().__mro__
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and cls is not BaseModel
+    }
+    declared: dict[tuple[str, str], list[str]] = {}
+    for model in models:
+        for name in set(vars(model).get("__annotations__", {})) & set(model.model_fields):
+            field = model.model_fields[name]
+            key = (name, f"{field.description}, default {field.default!r}")
+            declared.setdefault(key, []).append(model.__name__)
+    assert {key: sorted(owners) for key, owners in declared.items() if len(owners) > 1} == {}

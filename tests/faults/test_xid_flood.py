@@ -12,9 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 from healthd_testkit.faults import Harness, builtin
 
 from healthd.model import RunState, Status
+
+# Slow (100,000 kernel-log lines through the real runner): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
 
 GPUS = {"0000:3b:00.0": "gpu0", "0000:86:00.0": "gpu1"}
 LINES = {

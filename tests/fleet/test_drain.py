@@ -13,7 +13,7 @@ from healthd.config.models import PolicySettings
 from healthd.fleet.drain import plan_drains
 from healthd.fleet.lemons import LemonVerdict, NodeSignals
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import HEALTHD_REASONS
+from healthd.slurm.reasons import Reasons
 
 
 def _verdict(node: str, q: float, incident_evidence: bool = True) -> LemonVerdict:
@@ -34,9 +34,9 @@ def test_the_plan_drains_in_rank_order_up_to_the_breaker_and_leaves_others_alone
         _verdict(n, q) for n, q in (("n1", 1e-9), ("n3", 1e-8), ("n4", 1e-7), ("n5", 1e-6), ("x9", 1e-5), ("n2", 1e-4))
     ]
     table = {node.name: node for node in nodes}
-    out = tuple(sorted((True, 0.0, n.name) for n in nodes if n.out and HEALTHD_REASONS.owns(n.reason)))
+    out = tuple(sorted((True, 0.0, n.name) for n in nodes if n.out and Reasons().owns(n.reason)))
     views = {"batch": PartitionView("batch", len(nodes), out)}
-    steps = plan_drains(lemons, table, views, HEALTHD_REASONS, PolicySettings(max_out_fraction=0.2), now=0.0)
+    steps = plan_drains(lemons, table, views, Reasons(), PolicySettings(max_out_fraction=0.2), now=0.0)
     assert [(s.node, s.drain) for s in steps] == [
         ("n1", True),
         ("n3", False),
@@ -66,10 +66,10 @@ def test_a_lemon_out_for_longer_than_the_breaker_window_no_longer_holds_the_budg
     now = 30 * 86400.0
     long_ago = now - policy.breaker_window - 1
     views = {"batch": PartitionView("batch", 10, ((True, long_ago, "n4"), (True, long_ago, "n6")))}
-    steps = plan_drains([_verdict("n1", 1e-9)], table, views, HEALTHD_REASONS, policy, now=now)
+    steps = plan_drains([_verdict("n1", 1e-9)], table, views, Reasons(), policy, now=now)
     assert [(s.node, s.drain) for s in steps] == [("n1", True)]
     recent = {"batch": PartitionView("batch", 10, ((True, now - 60, "n4"), (True, now - 60, "n6")))}
-    steps = plan_drains([_verdict("n1", 1e-9)], table, recent, HEALTHD_REASONS, policy, now=now)
+    steps = plan_drains([_verdict("n1", 1e-9)], table, recent, Reasons(), policy, now=now)
     assert not steps[0].drain and steps[0].why.startswith("held by the circuit breaker")
 
 
@@ -80,7 +80,7 @@ def test_a_silent_lemon_is_drained_only_when_asked_for(silent: bool) -> None:
     table = {name: _node(name) for name in ("n1", "n2")}
     views = {"batch": PartitionView("batch", 10, ())}
     lemons = [_verdict("n1", 1e-9, incident_evidence=False), _verdict("n2", 1e-8)]
-    steps = plan_drains(lemons, table, views, HEALTHD_REASONS, PolicySettings(max_out_fraction=0.5), 0.0, silent)
+    steps = plan_drains(lemons, table, views, Reasons(), PolicySettings(max_out_fraction=0.5), 0.0, silent)
     assert [(s.node, s.drain) for s in steps] == [("n1", silent), ("n2", True)]
     if not silent:
         assert (

@@ -19,7 +19,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from healthd.store.history import DB_NAME, History, Kind
+
+# Slow (a writer process killed many times over): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
 
 WRITER = Path(__file__).with_name("history_writer.py")
 PER_PASS = 4  # history_writer.PER_PASS: three steady findings and one that comes and goes

@@ -17,7 +17,7 @@ from healthd.plan.acks import Ack, FindingRef, apply_acks, merge, refs_from_docu
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, conclude, plan
 from healthd.plan.policy import Action, PolicyRules, PolicyState
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import HEALTHD_REASONS
+from healthd.slurm.reasons import Reasons
 from healthd.store.acks import AckStore
 from healthd.store.state import StateFile
 
@@ -110,7 +110,7 @@ def _plan(result: PassResult, state: PolicyState, acks: tuple[Ack, ...], node: N
     observed = Observed(asked=frozenset({Read.NODE_AND_PARTITIONS}), node=node, views=VIEWS)
     made = plan(
         Situation(result, state, acks, observed, 1000.0, False, True, False),
-        PolicyRules(PolicySettings(), HEALTHD_REASONS, reconcile_interval=3600.0),
+        PolicyRules(PolicySettings(), Reasons(), reconcile_interval=3600.0),
     )
     assert isinstance(made, Plan)
     return made

@@ -44,7 +44,7 @@ from healthd.slurm.adapter import SlurmClient, SlurmError
 from healthd.slurm.execute import execute
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.slurm.problem import SlurmFailure, SlurmProblem
-from healthd.slurm.reasons import HEALTHD_REASONS, Reasons, place_stamp, with_place
+from healthd.slurm.reasons import Reasons, place_stamp, with_place
 
 
 def _failure(message: str) -> SlurmProblem:
@@ -131,7 +131,7 @@ def test_decision_table(
 ) -> None:
     decision, _ = decide(
         PassFacts(_pass(*statuses), PolicyState(**streaks), node),
-        PolicyRules(PolicySettings(**settings), HEALTHD_REASONS),
+        PolicyRules(PolicySettings(**settings), Reasons()),
     )
     assert decision.action is expected, decision.explanation
 
@@ -166,7 +166,7 @@ def test_a_configured_prefix_decides_which_drains_are_healthds(
 def test_reason_names_worst_finding_and_counts_the_rest() -> None:
     decision, _ = decide(
         PassFacts(_pass("WARNING", "CRITICAL", "WARNING"), PolicyState(), BUSY),
-        PolicyRules(PolicySettings(), HEALTHD_REASONS),
+        PolicyRules(PolicySettings(), Reasons()),
     )
     assert decision.reason == "healthd: CODE_1 subj1 (+2 more)"
     assert decision.causes == tuple(FindingRef(f"t/CODE_{i}/subj{i}") for i in range(3))
@@ -195,13 +195,13 @@ def test_reason_and_causes_follow_the_acting_order_not_the_report_order() -> Non
         ("infiniband", RAN, (("WARNING", "IB_SYMBOL_ERRORS", "mlx5_0:1"),)),
     )
     for settings in (PolicySettings(), PolicySettings(unknown_action="drain", unknown_passes=1)):
-        decision, _ = decide(PassFacts(result, PolicyState(), BUSY), PolicyRules(settings, HEALTHD_REASONS))
+        decision, _ = decide(PassFacts(result, PolicyState(), BUSY), PolicyRules(settings, Reasons()))
         assert decision.action is Action.DRAIN_AFTER_JOBS
         assert decision.reason.startswith("healthd: IB_SYMBOL_ERRORS mlx5_0:1")
         assert decision.causes == (FindingRef("infiniband/IB_SYMBOL_ERRORS/mlx5_0:1"),)
     only_timeout = _checks(("gpu", RunState.TIMEOUT, (("UNKNOWN", "CHECK_TIMEOUT", "gpu"),)))
     drain = PolicySettings(unknown_action="drain", unknown_passes=1)
-    decision, _ = decide(PassFacts(only_timeout, PolicyState(), BUSY), PolicyRules(drain, HEALTHD_REASONS))
+    decision, _ = decide(PassFacts(only_timeout, PolicyState(), BUSY), PolicyRules(drain, Reasons()))
     assert decision.action is Action.DRAIN_AFTER_JOBS and decision.causes == ()
 
 
@@ -220,10 +220,10 @@ def test_hysteresis_is_per_check() -> None:
     b_fails = _checks(("a", RAN, ()), ("b", RAN, (("WARNING", "B", "y"),)))
     state = PolicyState()
     for result in (a_fails, b_fails, a_fails, b_fails):
-        decision, state = decide(PassFacts(result, state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+        decision, state = decide(PassFacts(result, state, BUSY), PolicyRules(settings, Reasons()))
         assert decision.action is Action.HOLD, decision.explanation
         assert decision.intended is Action.DRAIN_AFTER_JOBS
-    decision, state = decide(PassFacts(b_fails, state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    decision, state = decide(PassFacts(b_fails, state, BUSY), PolicyRules(settings, Reasons()))
     assert decision.action is Action.DRAIN_AFTER_JOBS and decision.reason == "healthd: B y"
     assert dict(state.fail_streaks) == {"b": 2}
 
@@ -232,31 +232,31 @@ def test_ready_check_acts_while_another_still_waits() -> None:
     settings = PolicySettings(fail_passes=2)
     state = PolicyState(fail_streaks={"b": 1})
     result = _checks(("a", RAN, (("CRITICAL", "A", "x"),)), ("b", RAN, (("WARNING", "B", "y"),)))
-    decision, state = decide(PassFacts(result, state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    decision, state = decide(PassFacts(result, state, BUSY), PolicyRules(settings, Reasons()))
     assert decision.action is Action.DRAIN_AFTER_JOBS and decision.reason == "healthd: B y"
     assert "CRITICAL from a for 1 of 2" in decision.explanation
-    decision, _ = decide(PassFacts(result, state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    decision, _ = decide(PassFacts(result, state, BUSY), PolicyRules(settings, Reasons()))
     assert decision.action is Action.TAKE_OUT_NOW and decision.reason == "healthd: A x (+1 more)"
 
 
 def test_streaks_count_consecutive_passes_and_reset() -> None:
     settings = PolicySettings(fail_passes=2)
-    _, state = decide(PassFacts(_pass("WARNING"), PolicyState(), BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(_pass("WARNING"), PolicyState(), BUSY), PolicyRules(settings, Reasons()))
     assert dict(state.fail_streaks) == {"t": 1}
-    _, state = decide(PassFacts(_pass("UNKNOWN"), state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(_pass("UNKNOWN"), state, BUSY), PolicyRules(settings, Reasons()))
     assert (dict(state.fail_streaks), dict(state.unknown_streaks)) == ({}, {"t": 1})
-    _, state = decide(PassFacts(_pass(), state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(_pass(), state, BUSY), PolicyRules(settings, Reasons()))
     assert (dict(state.fail_streaks), dict(state.unknown_streaks), state.clean_streak) == ({}, {}, 1)
     # A timeout says nothing about the fault: the fail streak is kept; --only keeps absent checks'.
-    _, state = decide(PassFacts(_pass("WARNING"), PolicyState(), BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(_pass("WARNING"), PolicyState(), BUSY), PolicyRules(settings, Reasons()))
     timed_out = _checks(("t", RunState.TIMEOUT, (("UNKNOWN", "CHECK_TIMEOUT", "t"),)))
-    _, state = decide(PassFacts(timed_out, state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(timed_out, state, BUSY), PolicyRules(settings, Reasons()))
     assert dict(state.fail_streaks) == {"t": 1}
     _, state = decide(
-        PassFacts(_checks(("other", RAN, ())), state, BUSY, partial=True), PolicyRules(settings, HEALTHD_REASONS)
+        PassFacts(_checks(("other", RAN, ())), state, BUSY, partial=True), PolicyRules(settings, Reasons())
     )
     assert dict(state.fail_streaks) == {"t": 1}
-    _, state = decide(PassFacts(_checks(("other", RAN, ())), state, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(_checks(("other", RAN, ())), state, BUSY), PolicyRules(settings, Reasons()))
     assert dict(state.fail_streaks) == {}, "a full pass forgets checks that no longer exist"
 
 
@@ -265,23 +265,21 @@ def test_partial_pass_never_resumes_for_a_check_that_did_not_run() -> None:
     took_out = PolicyState(took_out=(FindingRef("mounts/MOUNT_MISSING//scratch"),))
     services_only = _checks(("services", RAN, ()))
     decision, _ = decide(
-        PassFacts(services_only, took_out, OURS, partial=True), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(services_only, took_out, OURS, partial=True), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.NONE and "mounts" in decision.explanation
     decision, _ = decide(
-        PassFacts(services_only, took_out, None, partial=True), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(services_only, took_out, None, partial=True), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.NONE, "not even as a pending resume"
     decision, _ = decide(
-        PassFacts(services_only, PolicyState(), OURS, partial=True), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(services_only, PolicyState(), OURS, partial=True), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.NONE, "unknown causes: a partial pass proves nothing"
     mounts_only = _checks(("mounts", RAN, ()))
-    decision, _ = decide(
-        PassFacts(mounts_only, took_out, OURS, partial=True), PolicyRules(PolicySettings(), HEALTHD_REASONS)
-    )
+    decision, _ = decide(PassFacts(mounts_only, took_out, OURS, partial=True), PolicyRules(PolicySettings(), Reasons()))
     assert decision.action is Action.RESUME
-    decision, _ = decide(PassFacts(services_only, took_out, OURS), PolicyRules(PolicySettings(), HEALTHD_REASONS))
+    decision, _ = decide(PassFacts(services_only, took_out, OURS), PolicyRules(PolicySettings(), Reasons()))
     assert decision.action is Action.NONE, "a full pass without the check (disabled, removed) does not resume"
 
 
@@ -305,17 +303,17 @@ def test_ordinary_passes_between_two_diagnostics_keep_the_active_checks_streak(
     clean = _checks(("infiniband", RAN, ()))
     decision, state = decide(
         PassFacts(failing, PolicyState(), EPILOG, partial=True, coverage=ACTIVE_ALONE),
-        PolicyRules(settings, HEALTHD_REASONS),
+        PolicyRules(settings, Reasons()),
     )
     assert decision.action is Action.HOLD
-    _, state = decide(PassFacts(clean, state, IDLE, coverage=ORDINARY), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(clean, state, IDLE, coverage=ORDINARY), PolicyRules(settings, Reasons()))
     streaks = state.fail_streaks if status == "WARNING" else state.unknown_streaks
     assert dict(streaks) == {"dcgm": 1}, "an ordinary pass leaves the active checks out: it keeps their count"
     decision, _ = decide(
-        PassFacts(failing, state, EPILOG, partial=True, coverage=ACTIVE_ALONE), PolicyRules(settings, HEALTHD_REASONS)
+        PassFacts(failing, state, EPILOG, partial=True, coverage=ACTIVE_ALONE), PolicyRules(settings, Reasons())
     )
     assert decision.action is Action.DRAIN_AFTER_JOBS and decision.reason == "healthd: DCGM_PCIE_FAILED GPU 1"
-    _, state = decide(PassFacts(clean, state, IDLE, coverage=Coverage()), PolicyRules(settings, HEALTHD_REASONS))
+    _, state = decide(PassFacts(clean, state, IDLE, coverage=Coverage()), PolicyRules(settings, Reasons()))
     assert dict(state.fail_streaks) == dict(state.unknown_streaks) == {}, "dcgm no longer enabled: forgotten"
 
 
@@ -325,12 +323,12 @@ def test_no_resume_while_a_diagnostic_runs() -> None:
     running = ORDINARY._replace(active_running=True)
     for node in (OURS, None):
         decision, _ = decide(
-            PassFacts(_pass(), took_out, node, coverage=running), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+            PassFacts(_pass(), took_out, node, coverage=running), PolicyRules(PolicySettings(), Reasons())
         )
         assert decision.action is Action.HOLD and decision.intended is Action.RESUME
         assert decision.explanation == "not resuming: active checks are running on this node (active.lock is held)"
     decision, _ = decide(
-        PassFacts(_pass(), took_out, OURS, coverage=ORDINARY), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(_pass(), took_out, OURS, coverage=ORDINARY), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.RESUME
 
@@ -339,18 +337,18 @@ def test_a_lost_state_resumes_only_from_a_pass_of_every_check_when_active_checks
     """The review's reproduction: an empty state and healthd's dcgm reason made an ordinary pass resume."""
     ordinary = _checks(("infiniband", RAN, ()))
     decision, _ = decide(
-        PassFacts(ordinary, PolicyState(), DCGM_OUT, coverage=ORDINARY), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(ordinary, PolicyState(), DCGM_OUT, coverage=ORDINARY), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.HOLD and decision.intended is Action.RESUME
     assert "policy state lost" in decision.explanation and "(dcgm) did not run" in decision.explanation
     whole = _checks(("infiniband", RAN, ()), ("dcgm", RAN, ()))
     decision, _ = decide(
-        PassFacts(whole, PolicyState(), DCGM_OUT, coverage=EVERY_CHECK), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(whole, PolicyState(), DCGM_OUT, coverage=EVERY_CHECK), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.RESUME
     decision, _ = decide(
         PassFacts(ordinary, PolicyState(), DCGM_OUT, coverage=Coverage()),
-        PolicyRules(PolicySettings(), HEALTHD_REASONS),
+        PolicyRules(PolicySettings(), Reasons()),
     )
     assert decision.action is Action.RESUME, "no active check enabled: an ordinary pass is every check"
 
@@ -361,13 +359,13 @@ def test_a_pass_of_the_active_checks_alone_never_resumes() -> None:
     dcgm_only = _checks(("dcgm", RAN, ()))
     decision, _ = decide(
         PassFacts(dcgm_only, took_out, DCGM_OUT, partial=True, coverage=ACTIVE_ALONE),
-        PolicyRules(PolicySettings(), HEALTHD_REASONS),
+        PolicyRules(PolicySettings(), Reasons()),
     )
     assert decision.action is Action.HOLD and decision.intended is Action.RESUME
     assert decision.explanation.startswith("not resuming on a pass of the active checks alone")
     whole = _checks(("infiniband", RAN, ()), ("dcgm", RAN, ()))
     decision, _ = decide(
-        PassFacts(whole, took_out, DCGM_OUT, coverage=EVERY_CHECK), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(whole, took_out, DCGM_OUT, coverage=EVERY_CHECK), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.RESUME, "the daemon's pass of every check resumes"
 
@@ -376,16 +374,14 @@ def test_pending_survives_a_read_that_works_and_a_write_that_fails() -> None:
     """Backoff grows while slurmctld answers reads but rejects the write (it used to restart every pass)."""
     state = PolicyState()
     for attempt, delay in ((1, 10.0), (2, 20.0), (3, 40.0), (4, 80.0)):
-        decision, state = decide(
-            PassFacts(_pass("CRITICAL"), state, BUSY), PolicyRules(PolicySettings(), HEALTHD_REASONS)
-        )
+        decision, state = decide(PassFacts(_pass("CRITICAL"), state, BUSY), PolicyRules(PolicySettings(), Reasons()))
         assert decision.action is Action.TAKE_OUT_NOW
         state = after_failure(state, decision, "rejected", now=1000.0, attempted=True)
         assert state.pending is not None
         assert (state.pending.attempts, state.pending.next_try) == (attempt, 1000.0 + delay)
-    decision, cleared = decide(PassFacts(_pass(), state, BUSY), PolicyRules(PolicySettings(), HEALTHD_REASONS))
+    decision, cleared = decide(PassFacts(_pass(), state, BUSY), PolicyRules(PolicySettings(), Reasons()))
     assert cleared.pending is None, "a pass that no longer calls for the action drops it"
-    decision, _ = decide(PassFacts(_pass("CRITICAL"), state, BUSY), PolicyRules(PolicySettings(), HEALTHD_REASONS))
+    decision, _ = decide(PassFacts(_pass("CRITICAL"), state, BUSY), PolicyRules(PolicySettings(), Reasons()))
     assert after_apply(state, decision).pending is None
 
 
@@ -393,7 +389,7 @@ def test_own_findings_do_not_keep_a_pending_take_out() -> None:
     pending = Pending(Action.TAKE_OUT_NOW, "healthd: X y", (FindingRef("t/X/y"),), 1, 0.0, 0.0, "down")
     own = _checks(("healthd", RAN, (("WARNING", "STATE_PROBLEM", "/var/lib/healthd"),)), ("t", RAN, ()))
     decision, state = decide(
-        PassFacts(own, PolicyState(pending=pending), None), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(own, PolicyState(pending=pending), None), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.NONE and state.pending is None
 
@@ -415,7 +411,7 @@ def test_breaker_hold_backs_off_with_a_stable_per_node_jitter() -> None:
 
 def test_unreachable_slurm_keeps_intent_and_pending_is_retried() -> None:
     settings = PolicySettings()
-    decision, state = decide(PassFacts(_pass("CRITICAL"), PolicyState(), None), PolicyRules(settings, HEALTHD_REASONS))
+    decision, state = decide(PassFacts(_pass("CRITICAL"), PolicyState(), None), PolicyRules(settings, Reasons()))
     assert decision.action is Action.TAKE_OUT_NOW
     state = after_failure(state, decision, "slurmctld down", now=100.0, attempted=True)
     assert state.pending is not None and state.pending.attempts == 1 and state.pending.next_try == 110.0
@@ -426,10 +422,10 @@ def test_unreachable_slurm_keeps_intent_and_pending_is_retried() -> None:
     restored = PolicyState.from_dict(state.to_dict())
     assert restored == state
     # An UNKNOWN pass (the check timed out) retries the pending action once Slurm answers.
-    retried, after = decide(PassFacts(_pass("UNKNOWN"), restored, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    retried, after = decide(PassFacts(_pass("UNKNOWN"), restored, BUSY), PolicyRules(settings, Reasons()))
     assert retried.action is Action.TAKE_OUT_NOW and after.pending == restored.pending
     # A clean pass drops it.
-    clean, after = decide(PassFacts(_pass(), restored, None), PolicyRules(settings, HEALTHD_REASONS))
+    clean, after = decide(PassFacts(_pass(), restored, None), PolicyRules(settings, Reasons()))
     assert clean.action is Action.NONE and after.pending is None
 
 
@@ -437,7 +433,7 @@ def test_pending_is_revalidated_against_the_node() -> None:
     pending = Pending(Action.TAKE_OUT_NOW, "healthd: X y", (FindingRef("t/X/y"),), 1, 0.0, 0.0, "down")
     decision, _ = decide(
         PassFacts(_pass("UNKNOWN"), PolicyState(pending=pending), ADMIN_DRAIN),
-        PolicyRules(PolicySettings(), HEALTHD_REASONS),
+        PolicyRules(PolicySettings(), Reasons()),
     )
     assert decision.action is Action.NONE
 
@@ -564,7 +560,7 @@ def test_breaker_confirm_never_keeps_more_than_the_limit(
             groups[name] = replace(group, state="DOWN" if down else "IDLE", reason=reason, reason_time=stamp)
             continue
         idle = NodeGroup("p", size - len(groups), "IDLE", frozenset(), "", None, "spare[1-8]")
-        views = group_views([*groups.values(), idle], ("p",), HEALTHD_REASONS)
+        views = group_views([*groups.values(), idle], ("p",), Reasons())
         if breaker_confirm(name, views, settings):
             del groups[name]
         else:
@@ -620,7 +616,7 @@ def test_breaker_confirm_never_keeps_more_than_the_limit_within_a_window(
         stamp = groups[name].reason_time or 0.0
         # No other node still out drained within a window before this one: nothing ahead counts.
         fresh = all(not 0 <= stamp - (g.reason_time or 0.0) <= WINDOW for g in groups.values() if g.nodelist != name)
-        if breaker_confirm(name, group_views([*groups.values(), idle], ("p",), HEALTHD_REASONS), settings):
+        if breaker_confirm(name, group_views([*groups.values(), idle], ("p",), Reasons()), settings):
             assert not fresh, f"{name} drained more than a window after every kept node, yet lost"
             del groups[name]
         else:
@@ -658,7 +654,7 @@ def test_a_node_out_longer_than_the_window_no_longer_holds_the_budget() -> None:
     ],
 )
 def test_reason_code_names_the_finding_a_healthd_reason_is_about(reason: str, code: str) -> None:
-    assert HEALTHD_REASONS.code(reason) == code
+    assert Reasons().code(reason) == code
 
 
 def test_acks_downgrade_and_lapse() -> None:
@@ -706,7 +702,7 @@ def _decide_with(repeats: int, *, code: str = "CODE_0") -> tuple[Decision, Polic
     counts = {key: ("GPU-1", repeats)}
     return decide(
         PassFacts(result, PolicyState(), IDLE, repeats=counts),
-        PolicyRules(PolicySettings(), HEALTHD_REASONS, escalation=ESCALATION),
+        PolicyRules(PolicySettings(), Reasons(), escalation=ESCALATION),
     )
 
 
@@ -729,7 +725,7 @@ def test_a_node_in_repair_is_never_resumed_by_a_clean_pass() -> None:
     _, in_repair = _decide_with(3)
     ours = _node("IDLE", "DRAIN", "healthd: REPAIR CODE_0 subj0 x3")
     decision, state = decide(
-        PassFacts(_pass(), in_repair, ours), PolicyRules(PolicySettings(), HEALTHD_REASONS, escalation=ESCALATION)
+        PassFacts(_pass(), in_repair, ours), PolicyRules(PolicySettings(), Reasons(), escalation=ESCALATION)
     )
     assert decision.action is Action.NONE and state.repair == in_repair.repair
     assert "already out" in decision.explanation
@@ -751,7 +747,7 @@ def _planned(
     statuses: tuple[str, ...], state: PolicyState, observed: Observed = NOTHING_READ, now: float = 1050.0
 ) -> Union[Read, Plan]:
     situation = Situation(_pass(*statuses), state, (), observed, now, False, True, False)
-    return plan(situation, PolicyRules(PolicySettings(), HEALTHD_REASONS, reconcile_interval=3600.0))
+    return plan(situation, PolicyRules(PolicySettings(), Reasons(), reconcile_interval=3600.0))
 
 
 @pytest.mark.parametrize(
@@ -902,7 +898,7 @@ def _plan_of(
     situation = Situation(result, state, (), Observed(asked, node, views), result.started_at, False, True, False)
     made = plan(
         situation,
-        PolicyRules(PolicySettings(max_out_fraction=0.34), HEALTHD_REASONS, reboot=reboot, reconcile_interval=3600.0),
+        PolicyRules(PolicySettings(max_out_fraction=0.34), Reasons(), reboot=reboot, reconcile_interval=3600.0),
     )
     assert isinstance(made, Plan)
     return made
@@ -1000,7 +996,7 @@ def test_a_pending_take_out_whose_cause_cleared_is_dropped(
     """The review's reproduction: the gpu check now finds nothing, yet an unrelated UNKNOWN (report only)
     or a WARNING inside its hysteresis sent the pending take-out for GPU_LOST, DOWN and all."""
     result = PassResult("n1", 1000.0, 0.1, (_GPU_CLEAN, other))
-    decision, state = decide(PassFacts(result, _PENDING_GPU, BUSY), PolicyRules(settings, HEALTHD_REASONS))
+    decision, state = decide(PassFacts(result, _PENDING_GPU, BUSY), PolicyRules(settings, Reasons()))
     assert decision.action is action, decision.explanation
     assert state.pending is None
 
@@ -1023,9 +1019,7 @@ def test_a_pending_take_out_is_retried_while_its_cause_may_still_be_there(
     results = (_MOUNTS_TIMEOUT,) if gpu is None else (gpu, _MOUNTS_TIMEOUT)
     result = PassResult("n1", 1000.0, 0.1, results)
     settings = PolicySettings(fail_passes=3)
-    decision, state = decide(
-        PassFacts(result, _PENDING_GPU, BUSY, partial=partial), PolicyRules(settings, HEALTHD_REASONS)
-    )
+    decision, state = decide(PassFacts(result, _PENDING_GPU, BUSY, partial=partial), PolicyRules(settings, Reasons()))
     assert decision.action is Action.TAKE_OUT_NOW and decision.reason == GPU_LOST_REASON, decision.explanation
     assert state.pending == _PENDING_GPU.pending
 
@@ -1034,7 +1028,7 @@ def test_a_pending_take_out_of_a_check_the_config_now_disables_is_dropped() -> N
     """Switched off while Slurm was unreachable (a misfiring check): an unrelated UNKNOWN must not send its DOWN."""
     disabled = CheckResult("gpu", RunState.DISABLED, (), 0.0, "disabled in config")
     result = PassResult("n1", 1000.0, 0.1, (disabled, _MOUNTS_TIMEOUT))
-    decision, state = decide(PassFacts(result, _PENDING_GPU, BUSY), PolicyRules(PolicySettings(), HEALTHD_REASONS))
+    decision, state = decide(PassFacts(result, _PENDING_GPU, BUSY), PolicyRules(PolicySettings(), Reasons()))
     assert decision.action is Action.NONE, decision.explanation
     assert state.pending is None
 
@@ -1056,18 +1050,18 @@ _XID_TOOK_OUT = (FindingRef("xid/XID_79/gpu3"),)
 def test_a_repair_drain_without_its_record_stays_out(state: PolicyState) -> None:
     """The review's reproduction: with the repair record gone, a clean pass resumed a node out for repair."""
     clean = _checks(("xid", RAN, ()))
-    decision, _ = decide(PassFacts(clean, state, IN_REPAIR), PolicyRules(PolicySettings(), HEALTHD_REASONS))
+    decision, _ = decide(PassFacts(clean, state, IN_REPAIR), PolicyRules(PolicySettings(), Reasons()))
     assert decision.action is Action.NONE and "no repair record" in decision.explanation
     # Nor does a new fault rewrite the REPAIR reason, which a later clean pass would then lift.
     warning = _checks(("xid", RAN, (("WARNING", "XID_31", "gpu1"),)))
-    decision, _ = decide(PassFacts(warning, state, IN_REPAIR), PolicyRules(PolicySettings(), HEALTHD_REASONS))
+    decision, _ = decide(PassFacts(warning, state, IN_REPAIR), PolicyRules(PolicySettings(), Reasons()))
     assert decision.action is Action.NONE and "no repair record" in decision.explanation
 
 
 def test_a_repair_ended_by_ack_repaired_is_lifted_by_the_next_clean_pass() -> None:
     ended = PolicyState(took_out=_XID_TOOK_OUT, repair_ended=True)
     decision, _ = decide(
-        PassFacts(_checks(("xid", RAN, ())), ended, IN_REPAIR), PolicyRules(PolicySettings(), HEALTHD_REASONS)
+        PassFacts(_checks(("xid", RAN, ())), ended, IN_REPAIR), PolicyRules(PolicySettings(), Reasons())
     )
     assert decision.action is Action.RESUME
     assert not after_apply(ended, decision).repair_ended, "resumed: the mark has done its work"
@@ -1076,7 +1070,7 @@ def test_a_repair_ended_by_ack_repaired_is_lifted_by_the_next_clean_pass() -> No
     fault = _pass("CRITICAL")
     _, escalated = decide(
         PassFacts(fault, ended, IDLE, repeats=counts),
-        PolicyRules(PolicySettings(), HEALTHD_REASONS, escalation=ESCALATION),
+        PolicyRules(PolicySettings(), Reasons(), escalation=ESCALATION),
     )
     assert escalated.repair is not None and not escalated.repair_ended, "a new repair needs its own ack"
 
@@ -1153,4 +1147,4 @@ def test_a_reason_update_keeps_the_nodes_place(node: NodeInfo, finding: Finding,
         NodeGroup("batch", 1, "MIXED", frozenset({"DRAIN"}), "healthd: XID_79 gpu2", 103.0, "n2"),
         NodeGroup("batch", 8, "IDLE", frozenset(), "", None, "n[3-10]"),
     ]
-    assert breaker_confirm("n2", group_views(groups, ("batch",), HEALTHD_REASONS), PolicySettings()) != ""
+    assert breaker_confirm("n2", group_views(groups, ("batch",), Reasons()), PolicySettings()) != ""

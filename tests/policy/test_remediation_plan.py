@@ -18,7 +18,7 @@ from healthd.plan.policy import Action, PolicyRules, PolicyState, RebootRequest
 from healthd.slurm.adapter import parse_show_node_line
 from healthd.slurm.command import SlurmError
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import HEALTHD_REASONS, place_stamp, reason_head, with_place
+from healthd.slurm.reasons import Reasons, place_stamp, reason_head, with_place
 
 CAPTURES = FIXTURES / "slurm"
 NOW = 1_800_000_000.0
@@ -51,7 +51,7 @@ def _plan(
     situation = Situation(result, state, (), observed, NOW, False, True, False, repeats or {}, boot)
     made = plan(
         situation,
-        PolicyRules(settings, HEALTHD_REASONS, escalation=escalation, reboot=reboot, reconcile_interval=300.0),
+        PolicyRules(settings, Reasons(), escalation=escalation, reboot=reboot, reconcile_interval=300.0),
     )
     assert isinstance(made, Plan)
     return made
@@ -319,7 +319,7 @@ def _reset_plan(node: NodeInfo, *findings: Finding, state: PolicyState = EMPTY, 
     result = PassResult(node.name, NOW, 0.1, (CheckResult("gpu", RunState.RAN, findings, 0.1),))
     observed = Observed(asked=frozenset(Read), node=node, views=WIDE)
     situation = Situation(result, state, (), observed, NOW, False, True, False, {}, "boot-a")
-    made = plan(situation, PolicyRules(SETTINGS, HEALTHD_REASONS, reset=reset, reconcile_interval=300.0))
+    made = plan(situation, PolicyRules(SETTINGS, Reasons(), reset=reset, reconcile_interval=300.0))
     assert isinstance(made, Plan)
     return made
 

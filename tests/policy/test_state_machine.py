@@ -42,7 +42,7 @@ from healthd.plan.policy import (
 )
 from healthd.slurm.command import SlurmError
 from healthd.slurm.nodestate import NodeInfo, PartitionView
-from healthd.slurm.reasons import HEALTHD_REASONS
+from healthd.slurm.reasons import Reasons
 
 TABLE = REPO / "docs" / "policy.md"
 _ROW = re.compile(r"^\| (write|repair) \| ([A-Z_]+) \| ([A-Z_]+) \| ([A-Z_]+) \| .+ \|$")
@@ -243,9 +243,7 @@ def _plan_of(
 ) -> Union[Plan, Read]:
     asked = frozenset() if node is None else frozenset({Read.NODE_AND_PARTITIONS})
     situation = Situation(result, state, (), Observed(asked, node, views), result.started_at, False, True, False)
-    return plan(
-        situation, PolicyRules(PolicySettings(max_out_fraction=0.34), HEALTHD_REASONS, reconcile_interval=3600.0)
-    )
+    return plan(situation, PolicyRules(PolicySettings(max_out_fraction=0.34), Reasons(), reconcile_interval=3600.0))
 
 
 def _made(result: PassResult, state: PolicyState, node: NodeInfo, views: Optional[dict[str, PartitionView]]) -> Plan:
@@ -318,7 +316,7 @@ def test_race_ack_repaired_makes_the_repair_drain_healthds_to_lift() -> None:
     in_repair = NodeInfo("n1", "IDLE", frozenset({"DRAIN"}), "healthd: REPAIR XID_48 0000:3b:00 x3", "root", ("batch",))
     state = PolicyState(took_out=(FindingRef("gpu/XID_48/0000:3b:00"),), repair=REPAIR)
     clean = _gpu_pass(at=2000.0)
-    held, _ = decide(PassFacts(clean, state, in_repair), PolicyRules(PolicySettings(), HEALTHD_REASONS))
+    held, _ = decide(PassFacts(clean, state, in_repair), PolicyRules(PolicySettings(), Reasons()))
     assert held.action is not Action.RESUME, "in repair: no clean pass lifts it"
     ended = advance(state, PolicyEvent.REPAIR_ACKED)
     assert ended.phases.repair is RepairPhase.REPAIR_ENDED and ended.repair is None

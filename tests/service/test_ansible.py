@@ -41,7 +41,8 @@ def _tool(name: str) -> str | None:
 PLAYBOOK = _tool("ansible-playbook")
 LINT = _tool("ansible-lint")
 
-pytestmark = pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook is not installed")
+# Slow (real Ansible runs against localhost): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(PLAYBOOK is None, reason="ansible-playbook is not installed")]
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

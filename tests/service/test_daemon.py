@@ -15,6 +15,9 @@ from healthd_testkit.faults import DaemonKit
 from healthd.checks.engine import Engine
 from healthd.service.daemon import PassOutcome, Schedule, run_one_pass, splay_offset
 
+# Slow (the daemon loop runs passes for seconds): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
+
 # -- the schedule (pure) ------------------------------------------------------------------------------
 
 

@@ -11,6 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+# Slow (``healthd run`` as a real process, signalled and waited on): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = pytest.mark.slow
+
 
 def _config(tmp_path: Path, interval: int = 1, extra: str = "") -> Path:
     config = tmp_path / "healthd.toml"

@@ -17,7 +17,11 @@ UNIT = REPO / "packaging" / "systemd" / "healthd.service"
 ROLE_UNIT = REPO / "deploy" / "ansible" / "roles" / "healthd" / "files" / "healthd.service"
 ANALYZE = shutil.which("systemd-analyze")
 
-pytestmark = pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze (Debian package systemd) is not installed")
+# Slow (systemd-analyze verify, a second or more a unit): left out of the fast tier, `pytest -m "not slow"`.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(ANALYZE is None, reason="systemd-analyze (Debian package systemd) is not installed"),
+]
 
 
 INSTALLED = "/opt/healthd/bin/healthd"

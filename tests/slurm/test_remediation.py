@@ -1,6 +1,6 @@
 """Remediation on the real cluster: healthd has Slurm reboot a node for a reboot-class fault.
 
-The test cluster's RebootProgram simulates the machine (tests/slurm/cluster.py): a
+The test cluster's RebootProgram simulates the machine (tests/healthd_testkit/cluster.py): a
 new boot id under ``cluster.procfs(node)``, which healthd reads through
 ``[paths] procfs``, and slurmd started again. The reboot runs through slurmctld for
 real: it waits for the node's job, and the node comes back drained with healthd's

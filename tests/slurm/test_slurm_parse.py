@@ -31,7 +31,7 @@ from healthd.slurm.adapter import (
     split_reason,
 )
 from healthd.slurm.nodestate import NodeGroup, PartitionView
-from healthd.slurm.reasons import HEALTHD_REASONS, Reasons, sanitize
+from healthd.slurm.reasons import Reasons, sanitize
 from healthd.store.lock import StateLock
 
 CAPTURES = ALL_FIXTURES / "slurm"
@@ -127,7 +127,7 @@ def test_sinfo_node_lines_give_state_reason_user_time_and_partitions() -> None:
     assert node1.partitions == ("batch",), "the default partition's '*' is sinfo's mark, not its name"
     assert node1.reason_time == _stamp("2026-11-24T13:53:30") and node1.out and node1.boot_time is None
     assert node3.reason == "admin: bad DIMM | ticket 42", "a '|' in the last field stays in the reason"
-    assert far.not_responding and far.drained and far.state == "UNKNOWN"
+    assert "NOT_RESPONDING" in far.flags and far.drained and far.state == "UNKNOWN"
     assert parse_sinfo_node(text, "node9") is None
 
 
@@ -142,7 +142,7 @@ def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> 
     groups = parse_sinfo_groups(_line("sinfo-22.05-groups-10k.txt"))
     assert sum(g.count for g in groups) == 10003
     assert {g.reason_user for g in groups} == {"root"}
-    views = group_views(groups, ("batch",), HEALTHD_REASONS)
+    views = group_views(groups, ("batch",), Reasons())
     mount, xid = _stamp("2026-11-24T15:12:27"), _stamp("2026-11-24T15:12:26")
     # DOWN first (it kept its place), then by stamp and name; node3's drain is the administrator's.
     assert views == {
@@ -154,7 +154,7 @@ def test_sinfo_groups_count_the_partition_and_list_only_healthds_out_nodes() -> 
         )
     }
     assert out_by_healthd("n00009", views) and not out_by_healthd("node3", views)
-    assert group_views(groups, ("other",), HEALTHD_REASONS) == {}
+    assert group_views(groups, ("other",), Reasons()) == {}
 
 
 @pytest.mark.parametrize("name", ["node1", "node2", "node3", "n00007"])
@@ -221,7 +221,7 @@ def test_a_reason_over_several_lines_is_read_whole_and_every_row_after_it_too() 
         ("batch", 97, "n[1-2,4-8,10-99]", ""),
         ("debug", 1, "n9", NEWLINE_REASON),
     ]
-    views = group_views(groups, ("batch", "debug"), HEALTHD_REASONS)
+    views = group_views(groups, ("batch", "debug"), Reasons())
     assert views["batch"] == PartitionView(
         "batch", 99, ((True, _stamp("2026-11-24T15:12:28"), "n3"),), (("n3", "XID_79"),)
     )
@@ -332,7 +332,7 @@ def test_reason_stamp_orders_the_breaker_and_unreadable_stamps_sort_last() -> No
         group("y0", "2026-11-22T05:23:59", state="DOWN"),
         NodeGroup("batch", 5, "IDLE", frozenset(), "", None, "c[1-5]"),
     ]
-    view = group_views(groups, ("batch",), HEALTHD_REASONS)["batch"]
+    view = group_views(groups, ("batch",), Reasons())["batch"]
     assert [name for *_, name in view.out] == ["y0", "z9", "a1", "b1", "a0"]
     assert view.size == 10
 
@@ -364,20 +364,20 @@ def test_garbage_is_a_clear_error(garbage: str) -> None:
 
 def test_reason_is_sanitized_and_short() -> None:
     finding = Finding("mounts", Status.CRITICAL, "MOUNT_HUNG", '/mnt/x" State=RESUME\n\x1b[31méé', "m")
-    reason = HEALTHD_REASONS.reason([finding])
+    reason = Reasons().reason([finding])
     assert reason.startswith("healthd: MOUNT_HUNG /mnt/x_ State_RESUME")
     assert all(c.isascii() and c.isprintable() for c in reason) and '"' not in reason and "=" not in reason
     long = Finding("x", Status.WARNING, "CODE", "s" * 200, "m")
     many = [long, *[Finding("x", Status.WARNING, "C", str(i), "m") for i in range(12)]]
-    assert len(HEALTHD_REASONS.reason(many)) <= 64
-    assert HEALTHD_REASONS.reason(many).endswith("(+12 more)")
+    assert len(Reasons().reason(many)) <= 64
+    assert Reasons().reason(many).endswith("(+12 more)")
     assert sanitize("a\tb\x00c") == "a b_c"
 
 
 def test_ownership_needs_the_prefix_as_a_word() -> None:
-    assert HEALTHD_REASONS.owns("healthd: X y")
-    assert not HEALTHD_REASONS.owns("healthd:x y")
-    assert not HEALTHD_REASONS.owns("admin: healthd: X")
+    assert Reasons().owns("healthd: X y")
+    assert not Reasons().owns("healthd:x y")
+    assert not Reasons().owns("admin: healthd: X")
 
 
 def test_a_configured_prefix_of_two_words_writes_and_owns_every_reason() -> None:
@@ -400,9 +400,9 @@ def test_a_configured_prefix_of_two_words_writes_and_owns_every_reason() -> None
     # The default prefix, a prefix's first word alone, or the prefix glued to a word: someone else's.
     for other in ("healthd: XID_79 gpu0", "site XID_79", "site hc:XID_79 gpu0", "site  hc: XID_79"):
         assert not reasons.owns(other) and reasons.code(other) == ""
-    assert not HEALTHD_REASONS.owns(repair)
+    assert not Reasons().owns(repair)
     # A prefix from elsewhere than the validated config is made safe; nothing left is the default.
-    assert Reasons('a"b').prefix == "a_b" and Reasons("  ").prefix == "healthd:" == HEALTHD_REASONS.prefix
+    assert Reasons('a"b').prefix == "a_b" and Reasons("  ").prefix == "healthd:" == Reasons().prefix
 
 
 class _Settings(CheckSettings):

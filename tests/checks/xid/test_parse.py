@@ -140,7 +140,7 @@ def test_pci_addresses_compare_as_integers() -> None:
     driver = PciAddress.parse("PCI:0000:3b:00")
     nvml = PciAddress.parse("00000000:3B:00.0")
     assert driver is not None and nvml is not None
-    assert driver.same_device(nvml)
+    assert driver.key == nvml.key
     assert str(nvml) == "0000:3b:00" and nvml.full == "0000:3b:00.0"
     assert PciAddress.parse("3b:00.0") is None
 
