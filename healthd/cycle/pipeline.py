@@ -580,6 +580,9 @@ def _record_history(
     # A take-out that lost its place after the drain was held back as much as one held before it.
     uncounted = {**the_plan.uncounted, **held_raises(repeats, executed.lost)}
     history.record_pass(result, at=now, boot_id=boot_id, uncounted=uncounted)
+    for taken, why in {} if dry else the_plan.retracted.items():
+        # A raise an earlier take-out counted, which this pass's read shows was a wave's.
+        history.record_uncounted(at=now, unit=taken.unit, code=taken.code, since=taken.since, why=why)
     if the_plan.acknowledged and not dry:
         history.record_ack(at=now, refs=the_plan.acknowledged, by="slurm-resume")
     action = None if dry else _action_outcome(the_plan, executed, done)

@@ -172,9 +172,9 @@ class Kind(enum.Enum):
     JOB_START = "job_start"  # a job's prolog ran: ``subject`` the job id, ``details`` its user, GPUs, log position
     JOB_XID = "job_xid"  # a kernel record that is one job's alone (``details``: job, user, boot, seq): at most once
     JOB_END = "job_end"  # a job's epilog ran: ``details`` where the kernel log stood, or why nothing was attributed
-    # The raise recorded with it (same time, unit and code) is not counted for escalation:
-    # the circuit breaker held the node, or other nodes of its partition were out for the
-    # same code (``details.why``; docs/escalation.md).
+    # One raise of its unit and code is not counted for escalation: the one recorded with it
+    # (same time) when the circuit breaker held the node or the partition was in a wave, or a
+    # provisional one that a later read showed was a wave's (``message`` says why; docs/escalation.md).
     UNCOUNTED = "uncounted"
 
 
@@ -184,6 +184,16 @@ TRANSITIONS = frozenset({Kind.RAISED, Kind.CHANGED, Kind.CLEARED})
 def _fields(row: Any, **extra: Any) -> dict[str, Any]:
     """A row's fields (a record's ``_asdict``) for JSON, with ``extra`` replacing or adding some."""
     return {**row._asdict(), **extra}
+
+
+def _counted_raises(conn: sqlite3.Connection, unit: str, code: str, since: float) -> int:
+    """How many raises of ``code`` on ``unit`` since then escalation counts: each ``uncounted`` event takes one back."""
+    (net,) = conn.execute(
+        "SELECT coalesce(sum(CASE kind WHEN 'raised' THEN 1 ELSE -1 END), 0) FROM events"
+        " WHERE kind IN ('raised', 'uncounted') AND unit = ? AND code = ? AND at >= ?",
+        (unit, code, since),
+    ).fetchone()
+    return int(net)
 
 
 class RebootPhase(enum.Enum):
@@ -940,17 +950,28 @@ class History:
                     "SELECT max(at) FROM events WHERE kind = 'repaired' AND unit = ?", (unit,)
                 ).fetchone()
                 start = max(since, repaired or 0.0)
-                # A raise with an ``uncounted`` event beside it is taken back.
-                (past,) = conn.execute(
-                    "SELECT coalesce(sum(CASE kind WHEN 'raised' THEN 1 ELSE -1 END), 0) FROM events"
-                    " WHERE kind IN ('raised', 'uncounted') AND unit = ? AND code = ? AND at >= ?",
-                    (unit, finding.code, start),
-                ).fetchone()
+                past = _counted_raises(conn, unit, finding.code, start)
                 new = finding.key not in open_events or open_events[finding.key] != _event_id(finding)
-                counts[finding.key] = (unit, int(past) + int(new))
+                counts[finding.key] = (unit, past + int(new))
             return counts
 
         return self._read("the repeat counts", body, {})
+
+    def record_uncounted(self, *, at: float, unit: str, code: str, since: float, why: str) -> Optional[Event]:
+        """Take back one raise of ``code`` on ``unit`` made at or after ``since`` (a wave seen later); None if none is left.
+
+        Escalation counts a raise less for each ``uncounted`` event beside it (``repeats``):
+        one is added only while a raise since then is still counted, so reading the same
+        wave twice takes back nothing twice.
+        """
+
+        def body(conn: sqlite3.Connection) -> Optional[Event]:
+            if _counted_raises(conn, unit, code, since) <= 0:
+                return None
+            entry = _Entry(code=code, subject=unit, unit=unit, message=why)
+            return self._insert(conn, at, Kind.UNCOUNTED, entry)
+
+        return self._write("the raise taken back", body)
 
     def record_repaired(self, *, at: float, unit: str, subject: str, by: str) -> Optional[Event]:
         """Hardware work was done on ``unit``: escalation counts for it start again from here."""
