@@ -958,7 +958,7 @@ class History:
         return self._read("the repeat counts", body, {})
 
     def record_uncounted(self, *, at: float, unit: str, code: str, since: float, why: str) -> Optional[Event]:
-        """Take back one raise of ``code`` on ``unit`` made at or after ``since`` (a wave seen later); None if none is left.
+        """Take back one raise of ``code`` on ``unit`` made since ``since`` (a wave seen later); None if none is left.
 
         Escalation counts a raise less for each ``uncounted`` event beside it (``repeats``):
         one is added only while a raise since then is still counted, so reading the same
