@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.cli.main import add_config_argument
+from healthd.commands.failure import exit_for
 from healthd.config.load import ConfigError, NodeSettings, node_settings, read_config
-from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
-from healthd.store.trust import UntrustedPath
+from healthd.exitcodes import EX_UNKNOWN, STATUS_CODES
 from healthd.text import one_line, pass_headline
 
 if TYPE_CHECKING:
@@ -164,15 +164,8 @@ def run(args: argparse.Namespace) -> int:
 
         state_dir, interval, configured = read_settings(args.config)
         document = read_last_pass(state_dir, this_node(configured))
-    except StatusConfigError as exc:
-        print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
-        return EX_CONFIG
-    except UntrustedPath as exc:
-        print(f"healthd: {exc}; nothing was done", file=sys.stderr)
-        return EX_CONFIG
-    except StatusError as exc:
-        print(f"healthd: UNKNOWN: {exc}", file=sys.stderr)
-        return EX_UNKNOWN
+    except Exception as exc:
+        return exit_for(exc)
     now = time.time()
     age = age_seconds(document, now)
     limit = 2 * interval

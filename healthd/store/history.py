@@ -310,6 +310,32 @@ def unsafe_reason(path: Path) -> Optional[str]:
 _DETAILS_DEPTH = 16  # deeper (or self-referring) details are kept as their repr
 
 
+def _denied(path: Path) -> str:
+    """Why this user may not read ``path``, naming who may: root, and the owning group where it may read.
+
+    Judged from ``path`` itself, or from the nearest directory above it this user can see
+    (a state directory of mode 0700 hides its files).
+    """
+    import grp  # only on this error: ``healthd history`` does not pay for it otherwise
+
+    for place in (path, *path.parents):
+        try:
+            info = os.stat(place)
+        except OSError:
+            continue
+        readable = 0o050 if place != path else 0o040  # a directory: read and search
+        mode = f"{place} is mode {stat.S_IMODE(info.st_mode):04o}, uid {info.st_uid}"
+        who = "root"
+        if info.st_gid != 0 and info.st_mode & readable == readable:
+            try:
+                group = grp.getgrgid(info.st_gid).gr_name
+            except KeyError:
+                group = str(info.st_gid)
+            who = f"root and the members of group {group}"
+        return f"permission denied: cannot read {path} ({mode}): only {who} can read the history"
+    return f"permission denied: cannot read {path}"
+
+
 def _companions(path: Path) -> tuple[Path, ...]:
     """The database and the files SQLite keeps beside it."""
     return (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")))
@@ -430,8 +456,17 @@ class History:
     def open_readonly(cls, state_dir: Path) -> Optional[History]:
         """A reader of the store in ``state_dir``; None when there is none yet. Raises ``HistoryError``."""
         path = state_dir / DB_NAME
-        if not os.path.lexists(path):
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
             return None
+        except PermissionError:
+            # The state directory is root's (mode 0700): "does not exist" would be false.
+            raise HistoryError(_denied(path)) from None
+        except OSError as exc:
+            raise HistoryError(f"cannot read {path}: {exc.strerror or exc}") from None
+        if not os.access(path, os.R_OK):
+            raise HistoryError(_denied(path))
         for part in _companions(path):
             reason = unsafe_reason(part)
             if reason:
