@@ -45,13 +45,15 @@ def budget_full(node: str, views: Mapping[str, PartitionView], settings: PolicyS
     """Why ``node`` out fills one of its partitions' breaker budget, or "".
 
     Counted as ``breaker.over_limit`` counts: the other nodes out with healthd's reason
-    within ``[policy].breaker_window``, plus this one.
+    within ``[policy].breaker_window``, plus this one. Only where the limit is less than the
+    whole partition: where it is the whole (a one-node partition, ``max_out_fraction = 1.0``)
+    the breaker holds no one, and every node that fails goes out where the others see it.
     """
     since = now - settings.breaker_window
     for view in sorted(views.values(), key=lambda v: v.name):
         limit = allowed_out(view.size, settings.max_out_fraction)
         others = sum(1 for _, when, out in view.out if out != node and recent(when, since))
-        if others + 1 >= limit:
+        if limit < view.size and others + 1 >= limit:
             return (
                 f"partition {view.name} was at the circuit breaker's limit ({limit} of {view.size} nodes) "
                 "with this node out: other nodes that fail are held, unseen"

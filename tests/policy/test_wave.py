@@ -226,6 +226,9 @@ def test_what_counts_as_a_wave() -> None:
     assert budget_full("n1", others, SETTINGS, NOW) != ""
     old = _partition(10, ("n2", NOW - 4000, "MOUNT_MISSING"), ("n3", NOW - 9, "IB_PORT_DOWN"))
     assert budget_full("n1", old, SETTINGS, NOW) == ""
+    # Where the limit is the whole partition the breaker holds no one: a one-node partition is no wave.
+    assert budget_full("n1", _partition(1), SETTINGS, NOW) == ""
+    assert budget_full("n1", _partition(3), PolicySettings(max_out_fraction=1.0), NOW) == ""
     # Only the hardware faults escalation counts (those in ``repeats``) are judged.
     assert in_wave("n1", (FINDING,), {}, _partition(3), SETTINGS, NOW) == {}
 
