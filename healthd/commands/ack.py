@@ -26,7 +26,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from healthd.cli.main import add_config_argument
-from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_TEMPFAIL, EX_USAGE
+from healthd.commands.failure import exit_for
+from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_USAGE
 from healthd.model import Status
 from healthd.text import one_line
 
@@ -62,8 +63,7 @@ def _repaired(args: argparse.Namespace) -> int:
     from healthd.cycle.pipeline import POLICY_STATE
     from healthd.plan.policy import PolicyEvent, PolicyState, advance
     from healthd.store.history import History
-    from healthd.store.lock import LockTimeout, StateLock
-    from healthd.store.state import StateError
+    from healthd.store.lock import StateLock
 
     engine = Engine.from_path(args.config)
     subject = args.repaired
@@ -84,12 +84,11 @@ def _repaired(args: argparse.Namespace) -> int:
             with History.open(engine.config.paths.state_dir) as history:
                 history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by="cli")
                 problem = history.problem_finding("healthd")
-    except LockTimeout as exc:
-        print(f"healthd: {exc}; nothing changed, try again", file=sys.stderr)
-        return EX_TEMPFAIL
-    except (StateError, ValueError) as exc:
+    except ValueError as exc:  # a policy.json whose repair record cannot be advanced
         print(f"healthd: {exc}", file=sys.stderr)
         return EX_CANTCREAT
+    except Exception as exc:
+        return exit_for(exc, "nothing changed")
     if problem is not None:
         print(f"healthd: {problem.message}", file=sys.stderr)
     print(f"repaired {repair.subject} ({repair.code} x{repair.count}): the next clean pass puts the node back")
@@ -197,8 +196,7 @@ def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
     from healthd.plan.acks import merge
     from healthd.store.acks import STATE_NAME, AckStore
     from healthd.store.history import History
-    from healthd.store.lock import LockTimeout, StateLock
-    from healthd.store.state import StateError
+    from healthd.store.lock import StateLock
 
     store = AckStore(engine.state.file(STATE_NAME))
     try:
@@ -209,15 +207,11 @@ def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
             with History.open(engine.config.paths.state_dir) as history:
                 history.record_ack(at=now, refs=refs, by="cli")
                 problems = [f.message for f in [history.problem_finding("healthd")] if f is not None]
-    except LockTimeout as exc:
-        print(f"healthd: {exc}; nothing acknowledged, try again", file=sys.stderr)
-        return EX_TEMPFAIL
-    except StateError as exc:
-        print(f"healthd: {exc}", file=sys.stderr)
-        return EX_CANTCREAT
     except OSError as exc:
         print(f"healthd: cannot lock {engine.config.paths.state_dir}: {exc.strerror or exc}", file=sys.stderr)
         return EX_CANTCREAT
+    except Exception as exc:
+        return exit_for(exc, "nothing acknowledged")
     for problem in [*ack_problems, *problems]:
         print(f"healthd: {problem}", file=sys.stderr)
     for ref in refs:

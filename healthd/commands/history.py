@@ -22,9 +22,10 @@ import time
 from typing import Any, Optional
 
 from healthd.cli.main import add_config_argument
-from healthd.commands.status import StatusConfigError, read_settings
-from healthd.exitcodes import EX_CONFIG, EX_NOINPUT, EX_USAGE
-from healthd.store.history import History, HistoryError
+from healthd.commands.failure import exit_for
+from healthd.commands.status import read_settings
+from healthd.exitcodes import EX_USAGE
+from healthd.store.history import History
 from healthd.text import one_line
 
 DEFAULT_SINCE = "7d"
@@ -103,10 +104,6 @@ def run(args: argparse.Namespace) -> int:
             return EX_USAGE
     try:
         state_dir, _, _ = read_settings(args.config)
-    except StatusConfigError as exc:
-        print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
-        return EX_CONFIG
-    try:
         history = History.open_readonly(state_dir)
         if history is None:
             if args.json:
@@ -116,9 +113,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         with history:
             return _print(history, since, args)
-    except HistoryError as exc:
-        print(f"healthd: {exc}", file=sys.stderr)
-        return EX_NOINPUT
+    except Exception as exc:
+        return exit_for(exc)
 
 
 def _print(history: History, since: Optional[float], args: argparse.Namespace) -> int:

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.cli.main import add_config_argument
+from healthd.commands.failure import exit_for
 from healthd.config.load import ConfigError, NodeSettings, node_settings, read_config
-from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
-from healthd.store.trust import UntrustedPath
+from healthd.exitcodes import EX_UNKNOWN, STATUS_CODES
+from healthd.store.attempt import Attempt, read_attempt
 from healthd.text import one_line, pass_headline
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ def read_last_pass(state_dir: Path, node: str) -> dict[str, Any]:
     try:
         document = json.loads(read_entry(state_dir, path.name).decode("utf-8"))
     except FileNotFoundError:
+        attempt = read_attempt(state_dir)
+        if attempt is not None and attempt.failed_after(0.0):
+            raise StatusError(f"{path}: no pass recorded; {one_line(attempt.text(), 800)}") from None
         raise StatusError(f"{path}: no pass recorded yet (is `healthd run` running?)") from None
     except OSError as exc:
         raise StatusError(f"{path}: cannot read: {exc.strerror or exc}") from None
@@ -132,14 +136,21 @@ def _field(mapping: dict[str, Any], key: str, limit: int = 200) -> str:
     return "?" if value is None else one_line(value, limit)
 
 
-def _render(document: dict[str, Any], age: float, now: float, limit: Optional[float]) -> str:
-    """The record for people; ``limit`` is the age beyond which it is stale (None: it is fresh)."""
+def _render(document: dict[str, Any], age: float, now: float, limit: Optional[float], failed: Optional[Attempt]) -> str:
+    """The record for people; ``limit`` is the age beyond which it is stale (None: it is fresh).
+
+    ``failed``: a later attempt that could not save its pass: the record is then the last
+    pass written, not the last pass, and the attempt is said beside it.
+    """
     from healthd.cli.render import action_lines, state_label
 
-    when = f"last pass {age:.0f}s ago, at {_field(document, 'started_at')}"
+    last = "last written pass" if failed is not None else "last pass"
+    when = f"{last} {age:.0f}s ago, at {_field(document, 'started_at')}"
     lines = [pass_headline(_field(document, "node"), _field(document, "status"), when)]
     if limit is not None:
         lines[0] += f": STALE, older than {limit:g}s"
+    if failed is not None:
+        lines.append(f"  {one_line(failed.text(), 800)}")
     checks = document.get("checks")
     for check in checks if isinstance(checks, list) else []:
         if not isinstance(check, dict):
@@ -164,27 +175,25 @@ def run(args: argparse.Namespace) -> int:
 
         state_dir, interval, configured = read_settings(args.config)
         document = read_last_pass(state_dir, this_node(configured))
-    except StatusConfigError as exc:
-        print(f"healthd: configuration error, nothing was done:\n{exc}", file=sys.stderr)
-        return EX_CONFIG
-    except UntrustedPath as exc:
-        print(f"healthd: {exc}; nothing was done", file=sys.stderr)
-        return EX_CONFIG
-    except StatusError as exc:
-        print(f"healthd: UNKNOWN: {exc}", file=sys.stderr)
-        return EX_UNKNOWN
+    except Exception as exc:
+        return exit_for(exc)
     now = time.time()
     age = age_seconds(document, now)
     limit = 2 * interval
     stale = age is None or age > limit
-    # A record's status is its Nagios code (healthd.exitcodes); a stale one is UNKNOWN.
-    code = EX_UNKNOWN if stale else STATUS_CODES[document["status"]]
+    attempt = read_attempt(state_dir)
+    failed = attempt if attempt is not None and age is not None and attempt.failed_after(now - age) else None
+    # A record's status is its Nagios code (healthd.exitcodes); a stale one is UNKNOWN, and so is one a
+    # later pass could not replace: it is not what the node is now.
+    code = EX_UNKNOWN if stale or failed is not None else STATUS_CODES[document["status"]]
     if args.json:
-        print(json.dumps({"age_seconds": age, "stale": stale, "exit_code": code, "last_pass": document}, indent=2))
+        last = attempt.to_dict() if attempt is not None else None
+        shown = {"age_seconds": age, "stale": stale, "exit_code": code, "last_attempt": last, "last_pass": document}
+        print(json.dumps({**shown, "last_attempt_failed": failed is not None}, indent=2))
     elif age is None:
         print(f"healthd: UNKNOWN: the recorded pass in {state_dir} has no readable 'started_at'", file=sys.stderr)
     else:
-        print(_render(document, age, now, limit if stale else None))
+        print(_render(document, age, now, limit if stale else None, failed))
         if stale:
             print(
                 f"healthd: UNKNOWN: stale: the last pass is {age:.0f}s old, more than two intervals ({limit:g}s,"

@@ -38,6 +38,7 @@ from healthd.slurm.nodestate import NodeInfo
 from healthd.slurm.reasons import Reasons
 from healthd.store.acks import STATE_NAME as ACKS_STATE
 from healthd.store.acks import AckStore
+from healthd.store.attempt import record_attempt
 from healthd.store.history import History, HistoryError, RebootPhase
 from healthd.store.lock import LockTimeout, StateLock, active_running
 from healthd.store.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
@@ -580,6 +581,9 @@ def _record_history(
     # A take-out that lost its place after the drain was held back as much as one held before it.
     uncounted = {**the_plan.uncounted, **held_raises(repeats, executed.lost)}
     history.record_pass(result, at=now, boot_id=boot_id, uncounted=uncounted)
+    for taken, why in {} if dry else the_plan.retracted.items():
+        # A raise an earlier take-out counted, which this pass's read shows was a wave's.
+        history.record_uncounted(at=now, unit=taken.unit, code=taken.code, since=taken.since, why=why)
     if the_plan.acknowledged and not dry:
         history.record_ack(at=now, refs=the_plan.acknowledged, by="slurm-resume")
     action = None if dry else _action_outcome(the_plan, executed, done)
@@ -689,9 +693,14 @@ def _finish(
 
     engine = ctx.engine
     document = pass_to_dict(result, {"action": report.to_dict()})
+    failed = ""
     try:
         engine.state.file(OTHER_PASS if ctx.aside else LAST_PASS).save(document, durable=not ctx.dry)
     except StateError as exc:
-        report = report._replace(errors=(*report.errors, str(exc)))
+        failed = str(exc)
+        report = report._replace(errors=(*report.errors, failed))
         document["action"] = report.to_dict()
+    if not ctx.aside:
+        # Where a full disk lets the document be saved no more, ``healthd status`` still learns so.
+        record_attempt(engine.state.directory, failed)
     return PassOutcome(result=result, action=report, state=state or PolicyState(), document=document, node=node)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import enum
 from types import MappingProxyType
-from typing import Callable, Mapping, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Optional, Union
 
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge, widest
-from healthd.plan.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, shared_codes
+from healthd.plan.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm
 from healthd.plan.policy import (
     ACTING,
     BACKOFF_MAX,
@@ -49,9 +49,13 @@ from healthd.plan.policy import (
     top_cause,
     waiting,
 )
+from healthd.plan.wave import ProvisionalRaise, in_wave, provisional, still_provisional, taken_back
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.slurm.problem import SlurmProblem
 from healthd.slurm.reasons import Reasons, reason_head
+
+if TYPE_CHECKING:
+    from healthd.config.models import PolicySettings
 
 
 class Read(enum.Enum):
@@ -138,6 +142,10 @@ class Plan(NamedTuple):
     reset: Optional[GpuReset] = None
     # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
     uncounted: Mapping[str, str] = MappingProxyType({})
+    # The raises this pass's take-out counts, provisional while the node is out (healthd.plan.wave).
+    counted: tuple[ProvisionalRaise, ...] = ()
+    # Provisional raises of an earlier take-out that this pass's read shows were a wave's: taken back, and why.
+    retracted: Mapping[ProvisionalRaise, str] = MappingProxyType({})
 
 
 class Executed(NamedTuple):
@@ -242,7 +250,7 @@ def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
 _Judge = Callable[[PassResult, PolicyState, Optional[NodeInfo]], tuple[Decision, PolicyState]]
 
 
-def _first_read(s: Situation, judge: _Judge) -> Read:
+def _first_read(s: Situation, judge: _Judge, window: float) -> Read:
     """The pass's first read: the node alone, or the node with its partitions when the breaker will need them.
 
     The breaker is consulted for a take-out of a node that is not already out with
@@ -250,7 +258,9 @@ def _first_read(s: Situation, judge: _Judge) -> Read:
     decision is guessed as ``decide`` makes it without the node; a node out
     with healthd's reason (``took_out``), one the last read found out by another's
     hand or left alone (``skips_breaker``) or held within its backoff needs no
-    partitions. The guess only sets the cost: when the node turns out otherwise,
+    partitions, unless its take-out counted a raise that is still provisional: a read of its
+    partitions while it is out may show the wave it was part of (healthd.plan.wave).
+    The guess only sets the cost: when the node turns out otherwise,
     ``_breaker`` asks for ``Read.PARTITIONS`` as before, and a combined read not
     needed answers for the node all the same. One combined read is two RPCs
     where the node read and the breaker read were four (docs/scale.md).
@@ -258,7 +268,7 @@ def _first_read(s: Situation, judge: _Judge) -> Read:
     state = s.state
     if _backing_off(state, s.now) is not None:
         return Read.NODE
-    if state.unconfirmed:
+    if state.unconfirmed or still_provisional(state.provisional, s.now, window):
         return Read.NODE_AND_PARTITIONS
     if state.took_out or state.skips_breaker:
         return Read.NODE
@@ -306,7 +316,7 @@ def plan(s: Situation, rules: PolicyRules) -> Union[Read, Plan]:
     state, observed = s.state, s.observed
     # The findings that took the node out, under their keys of this pass (acks.adopted).
     state = state._replace(took_out=widest(adopted(r, s.result) for r in state.took_out))
-    shared = _shared(s)
+    shared = _wave(s, rules.settings)
     repeats = {key: count for key, count in s.repeats.items() if key not in shared}
     judge = _judge(s, rules, repeats)
     unasked = ""
@@ -317,8 +327,9 @@ def plan(s: Situation, rules: PolicyRules) -> Union[Read, Plan]:
     elif not observed.node_asked and needs_node(
         apply_acks(s.result, s.acks)[0], state, rules.settings, s.now, rules.reconcile_interval
     ):
-        return _first_read(s, judge)
+        return _first_read(s, judge, rules.settings.breaker_window)
     state, acks, acknowledged = _settle(s, state, rules.reasons)
+    state, retracted = _wave_seen(s, state, rules)
     result, kept = apply_acks(s.result, acks)
     decision, new_state = judge(result, state, observed.node)
     breaker = _breaker(decision, new_state, s, rules)
@@ -333,6 +344,10 @@ def plan(s: Situation, rules: PolicyRules) -> Union[Read, Plan]:
             # The try is spent before nvidia-smi starts: a pass killed during the reset (slurmd's
             # 60 s kill of the hook) must not leave its next pass a reset to start again.
             writes = _Writes((Step.RESET,), writes.state, _reset_tried(writes.state, gpu_reset))
+    uncounted = held_raises(s.repeats, breaker.held_why) or shared
+    counted: tuple[ProvisionalRaise, ...] = ()
+    if Step.DRAIN in writes.steps and decision.action in TAKING_OUT and writes.state.repair is None:
+        counted = provisional(s.result.findings, s.repeats, uncounted, s.now)
     return Plan(
         result=_with_held(result, breaker.held_why),
         decision=decision,
@@ -347,7 +362,9 @@ def plan(s: Situation, rules: PolicyRules) -> Union[Read, Plan]:
         errors=observed.errors,
         reboot=writes.reboot,
         reset=gpu_reset,
-        uncounted=held_raises(s.repeats, breaker.held_why) or shared,
+        uncounted=uncounted,
+        counted=counted,
+        retracted=retracted,
     )
 
 
@@ -410,21 +427,33 @@ def _writes(s: Situation, result: PassResult, breaker: _Breaker, unasked: str) -
     return _Writes(steps, state, interrupted, request)
 
 
-def _shared(s: Situation) -> dict[str, str]:
-    """The hardware faults of this pass (by key) whose code other nodes of the node's partitions are out for.
+def _wave(s: Situation, settings: PolicySettings) -> dict[str, str]:
+    """The hardware faults of this pass (by key) raised while the node's partitions were in a wave, and why.
 
-    Such a raise is a shared fault (a switch, a driver rollout), not this node's repeat:
-    it does not escalate and is not counted (docs/escalation.md).
+    Such a raise is a shared fault (a switch, a driver rollout), or one the breaker keeps
+    from being told apart from one: it does not escalate and is not counted (``wave.in_wave``,
+    docs/escalation.md).
     """
     views = s.observed.views
     if not views or not s.repeats:
         return {}
-    codes = shared_codes(s.result.node, views)
-    return {
-        f.key: f"other nodes of the partition were out for {f.code}"
-        for f in s.result.findings
-        if f.key in s.repeats and f.code in codes
-    }
+    return in_wave(s.result.node, s.result.findings, s.repeats, views, settings, s.now)
+
+
+def _wave_seen(s: Situation, state: PolicyState, rules: PolicyRules) -> tuple[PolicyState, dict[ProvisionalRaise, str]]:
+    """What this pass's read shows of the waves behind the node's provisional raises (``wave.taken_back``).
+
+    A raise the read shows was a wave's is taken back. Once the node is read back in
+    service, its take-out is over and the raises left stand; so they do past the window.
+    """
+    node, views = s.observed.node, s.observed.views
+    raises = still_provisional(state.provisional, s.now, rules.settings.breaker_window)
+    if not raises or node is None:
+        return state._replace(provisional=raises), {}
+    back = taken_back(node.name, raises, views) if views else {}
+    out = node.out and rules.reasons.owns(node.reason)
+    left = tuple(r for r in raises if r not in back) if out else ()
+    return state._replace(provisional=left), back
 
 
 def held_raises(repeats: Mapping[str, tuple[str, int]], why: str) -> dict[str, str]:
@@ -488,6 +517,8 @@ def conclude(the_plan: Plan, executed: Executed, previous: PolicyState, now: flo
     # A node healthd just resumed is in service: the read that found it out no longer describes it.
     skips = state.skips_breaker and Step.RESUME not in executed.done
     applied = advance(after_apply(state, decision), PolicyEvent.CONFIRMED)._replace(skips_breaker=skips)
+    if Step.DRAIN in executed.done and the_plan.counted:
+        applied = applied._replace(provisional=(*applied.provisional, *the_plan.counted))
     if the_plan.reboot is not None and Step.REBOOT in executed.done:
         applied = applied._replace(reboot=the_plan.reboot)
     return Conclusion(result, decision, applied, decision.action in ACTING)

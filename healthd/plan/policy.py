@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 from healthd.model import Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import UNACKNOWLEDGEABLE, FindingRef, adopted, widest
 from healthd.plan.breaker import BreakerHold, next_hold, over_limit
+from healthd.plan.wave import ProvisionalRaise
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.slurm.reasons import ACTING_ORDER, Reasons, acting_key, reason_head
 
@@ -281,6 +282,12 @@ def _finding_refs(value: Any) -> tuple[FindingRef, ...]:
     return tuple(FindingRef.from_dict(item) for item in value)
 
 
+def _provisional(value: Any) -> tuple[ProvisionalRaise, ...]:
+    if not isinstance(value, list):
+        raise TypeError("not a list")
+    return tuple(ProvisionalRaise.from_dict(item) for item in value)
+
+
 def _optional(make: Callable[[Mapping[str, Any]], Any]) -> Callable[[Any], Any]:
     """A reader for a record that may be absent (null)."""
     return lambda value: make(value) if value else None
@@ -304,6 +311,7 @@ _READERS: Mapping[str, Callable[[Any], Any]] = {
     "skips_breaker": _flag,
     "resume_sent": _flag,
     "repair_ended": _flag,
+    "provisional": _provisional,
 }
 
 
@@ -342,6 +350,9 @@ class PolicyState(NamedTuple):
     # ``healthd ack --repaired`` ended the repair: the node's REPAIR drain is healthd's to lift.
     # Without it a REPAIR reason with no repair record (policy.json lost or damaged) stays.
     repair_ended: bool = False
+    # Raises this node's take-out counted toward repair before its wave could be told
+    # (healthd.plan.wave): a later read of its partitions may still take them back.
+    provisional: tuple[ProvisionalRaise, ...] = ()
 
     # ``unconfirmed``, ``resume_sent`` and ``repair_ended`` are how ``phases`` is stored (the keys
     # policy.json has always had): only ``advance`` changes them, by the transition tables.
@@ -375,6 +386,8 @@ class PolicyState(NamedTuple):
             "skips_breaker": self.skips_breaker,
             "resume_sent": self.resume_sent,
             "repair_ended": self.repair_ended,
+            # Only while there is one: a file from before provisional raises reads and writes back the same.
+            **({"provisional": [r.to_dict() for r in self.provisional]} if self.provisional else {}),
         }
 
     @classmethod
@@ -1011,8 +1024,9 @@ def after_apply(state: PolicyState, decision: Decision) -> PolicyState:
         took_out = widest([*state.took_out, *decision.causes])
         return state._replace(pending=None, held=None, took_out=took_out)
     if decision.action is Action.RESUME:
-        # Slurm answered: the resume's outcome is known, and a repair drain ended is lifted.
-        return advance(state, PolicyEvent.RESUMED)._replace(pending=None, held=None, took_out=())
+        # Slurm answered: the resume's outcome is known, and a repair drain ended is lifted. The
+        # take-out is over, and its raises stand as counted (healthd.plan.wave).
+        return advance(state, PolicyEvent.RESUMED)._replace(pending=None, held=None, took_out=(), provisional=())
     return state
 
 

@@ -172,15 +172,25 @@ class Kind(enum.Enum):
     JOB_START = "job_start"  # a job's prolog ran: ``subject`` the job id, ``details`` its user, GPUs, log position
     JOB_XID = "job_xid"  # a kernel record that is one job's alone (``details``: job, user, boot, seq): at most once
     JOB_END = "job_end"  # a job's epilog ran: ``details`` where the kernel log stood, or why nothing was attributed
-    # The raise recorded with it (same time, unit and code) is not counted for escalation:
-    # the circuit breaker held the node, or other nodes of its partition were out for the
-    # same code (``details.why``; docs/escalation.md).
+    # One raise of its unit and code is not counted for escalation: the one recorded with it
+    # (same time) when the circuit breaker held the node or the partition was in a wave, or a
+    # provisional one that a later read showed was a wave's (``message`` says why; docs/escalation.md).
     UNCOUNTED = "uncounted"
 
 
 def _fields(row: Any, **extra: Any) -> dict[str, Any]:
     """A row's fields (a record's ``_asdict``) for JSON, with ``extra`` replacing or adding some."""
     return {**row._asdict(), **extra}
+
+
+def _counted_raises(conn: sqlite3.Connection, unit: str, code: str, since: float) -> int:
+    """How many raises of ``code`` on ``unit`` since then escalation counts: each ``uncounted`` event takes one back."""
+    (net,) = conn.execute(
+        "SELECT coalesce(sum(CASE kind WHEN 'raised' THEN 1 ELSE -1 END), 0) FROM events"
+        " WHERE kind IN ('raised', 'uncounted') AND unit = ? AND code = ? AND at >= ?",
+        (unit, code, since),
+    ).fetchone()
+    return int(net)
 
 
 class RebootPhase(enum.Enum):
@@ -295,6 +305,32 @@ def unsafe_reason(path: Path) -> Optional[str]:
 
 
 _DETAILS_DEPTH = 16  # deeper (or self-referring) details are kept as their repr
+
+
+def _denied(path: Path) -> str:
+    """Why this user may not read ``path``, naming who may: root, and the owning group where it may read.
+
+    Judged from ``path`` itself, or from the nearest directory above it this user can see
+    (a state directory of mode 0700 hides its files).
+    """
+    import grp  # only on this error: ``healthd history`` does not pay for it otherwise
+
+    for place in (path, *path.parents):
+        try:
+            info = os.stat(place)
+        except OSError:
+            continue
+        readable = 0o050 if place != path else 0o040  # a directory: read and search
+        mode = f"{place} is mode {stat.S_IMODE(info.st_mode):04o}, uid {info.st_uid}"
+        who = "root"
+        if info.st_gid != 0 and info.st_mode & readable == readable:
+            try:
+                group = grp.getgrgid(info.st_gid).gr_name
+            except KeyError:
+                group = str(info.st_gid)
+            who = f"root and the members of group {group}"
+        return f"permission denied: cannot read {path} ({mode}): only {who} can read the history"
+    return f"permission denied: cannot read {path}"
 
 
 def _companions(path: Path) -> tuple[Path, ...]:
@@ -417,8 +453,17 @@ class History:
     def open_readonly(cls, state_dir: Path) -> Optional[History]:
         """A reader of the store in ``state_dir``; None when there is none yet. Raises ``HistoryError``."""
         path = state_dir / DB_NAME
-        if not os.path.lexists(path):
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
             return None
+        except PermissionError:
+            # The state directory is root's (mode 0700): "does not exist" would be false.
+            raise HistoryError(_denied(path)) from None
+        except OSError as exc:
+            raise HistoryError(f"cannot read {path}: {exc.strerror or exc}") from None
+        if not os.access(path, os.R_OK):
+            raise HistoryError(_denied(path))
         for part in _companions(path):
             reason = unsafe_reason(part)
             if reason:
@@ -927,17 +972,28 @@ class History:
                     "SELECT max(at) FROM events WHERE kind = 'repaired' AND unit = ?", (unit,)
                 ).fetchone()
                 start = max(since, repaired or 0.0)
-                # A raise with an ``uncounted`` event beside it is taken back.
-                (past,) = conn.execute(
-                    "SELECT coalesce(sum(CASE kind WHEN 'raised' THEN 1 ELSE -1 END), 0) FROM events"
-                    " WHERE kind IN ('raised', 'uncounted') AND unit = ? AND code = ? AND at >= ?",
-                    (unit, finding.code, start),
-                ).fetchone()
+                past = _counted_raises(conn, unit, finding.code, start)
                 new = finding.key not in open_events or open_events[finding.key] != _event_id(finding)
-                counts[finding.key] = (unit, int(past) + int(new))
+                counts[finding.key] = (unit, past + int(new))
             return counts
 
         return self._read("the repeat counts", body, {})
+
+    def record_uncounted(self, *, at: float, unit: str, code: str, since: float, why: str) -> Optional[Event]:
+        """Take back one raise of ``code`` on ``unit`` made since ``since`` (a wave seen later); None if none is left.
+
+        Escalation counts a raise less for each ``uncounted`` event beside it (``repeats``):
+        one is added only while a raise since then is still counted, so reading the same
+        wave twice takes back nothing twice.
+        """
+
+        def body(conn: sqlite3.Connection) -> Optional[Event]:
+            if _counted_raises(conn, unit, code, since) <= 0:
+                return None
+            entry = _Entry(code=code, subject=unit, unit=unit, message=why)
+            return self._insert(conn, at, Kind.UNCOUNTED, entry)
+
+        return self._write("the raise taken back", body)
 
     def record_repaired(self, *, at: float, unit: str, subject: str, by: str) -> Optional[Event]:
         """Hardware work was done on ``unit``: escalation counts for it start again from here."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import grp
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
+import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from healthd_testkit.paths import HEALTHD
@@ -220,3 +223,57 @@ def test_a_row_it_cannot_read_exits_66(cli: Cli, config: Path, state: Path, reco
     assert err.startswith(
         f"healthd: cannot read the events from {state / DB_NAME}: 'from_the_future' is not a valid Kind"
     )
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory every user can reach (pytest's own temporary directory is closed to them), removed after."""
+    made = Path(tempfile.mkdtemp(prefix="healthd-history-"))
+    made.chmod(0o755)
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made)
+
+
+def _as_user(account: tuple[int, int], *args: str) -> subprocess.CompletedProcess[str]:
+    """``healthd ARGS`` run by the real unprivileged user, without root's groups."""
+    uid, gid = account
+    user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", str(HEALTHD), *args]
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    return subprocess.run(user, capture_output=True, text=True, timeout=60, check=False, env=env)
+
+
+@pytest.mark.parametrize(
+    ("dir_mode", "file_mode", "group", "who"),
+    [
+        # As healthd makes them: the state directory root's alone, mode 0700.
+        (0o700, 0o600, "root", "only root can read the history"),
+        # A directory others may enter, a file they may not read.
+        (0o755, 0o600, "root", "only root can read the history"),
+        # An operators' group given the reading.
+        (0o750, 0o640, "daemon", "only root and the members of group daemon can read the history"),
+    ],
+)
+def test_an_unreadable_history_is_permission_denied_for_a_user_not_missing(
+    open_dir: Path, intruder: tuple[int, int], dir_mode: int, file_mode: int, group: str, who: str
+) -> None:
+    """Before, a user who could not see into the state directory was told there was no history yet (exit 0)."""
+    state = open_dir / "state"
+    config = open_dir / "healthd.toml"
+    config.write_text(f'[paths]\nstate_dir = "{state}"\n[slurm]\nenabled = false\n')
+    with History.open(state):
+        pass
+    gid = grp.getgrnam(group).gr_gid
+    for path, mode in ((state, dir_mode), (state / DB_NAME, file_mode)):
+        os.chown(path, 0, gid)
+        path.chmod(mode)
+    done = _as_user(intruder, "history", "--config", str(config))
+    assert (done.returncode, done.stdout) == (66, ""), done
+    assert done.stderr.startswith(f"healthd: permission denied: cannot read {state / DB_NAME} ("), done.stderr
+    assert done.stderr.rstrip().endswith(who), done.stderr
+    assert "does not exist" not in done.stderr
+    root = subprocess.run(
+        [str(HEALTHD), "history", "--config", str(config)], capture_output=True, text=True, check=False
+    )
+    assert root.returncode == 0 and root.stdout.startswith("no events since"), "root reads it as before"

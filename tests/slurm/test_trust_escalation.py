@@ -24,6 +24,7 @@ from healthd_testkit.faults import builtin
 
 from healthd.cycle.outcome import PassOutcome
 from healthd.cycle.pipeline import run_pass
+from healthd.store.history import History, Kind
 
 pytestmark = pytest.mark.slurm
 
@@ -179,11 +180,57 @@ def test_a_shared_mount_flapping_on_every_node_sends_none_to_repair(
         assert saved.get("pending") is None, (hd.node, saved.get("pending"))
 
 
+def _xid(hd: Any) -> dict[str, Any]:
+    """Uncorrectable ECC (a hardware unit's fault, docs/escalation.md) on ``hd``'s node, its own GPU's."""
+    return {"status": "CRITICAL", "code": "XID_48", "subject": "0000:3b:00", "details": {"uuid": f"GPU-{hd.node}"}}
+
+
+@pytest.mark.parametrize(("fraction", "allowed"), [("0.34", 1), ("0.67", 2)])
+def test_a_hardware_code_on_every_node_ten_waves_running_sends_none_to_repair(
+    cluster: Any, healthd_on: Any, tmp_path: Path, fraction: str, allowed: int
+) -> None:
+    """XID_48 on every node of the 3-node partition, ten times over: a fault of the fleet, never a repair.
+
+    node1's passes come first each wave, so it wins the breaker's place every time. At
+    0.34 its take-out fills the budget (the other nodes are held, unseen in Slurm); at 0.67
+    node2 goes out after it for the same code, and node1's provisional raise is taken back
+    by its next read. Before, node1 counted its raise every wave and went to repair at the third.
+    """
+    harnesses = [healthd_on(n, policy=f"max_out_fraction = {fraction}\nbreaker_settle = 1.3") for n in NODES]
+    hooks = [_on_repair(hd.node, tmp_path) for hd in harnesses]
+    for hd, (hook, _) in zip(harnesses, hooks):
+        _add_config(hd, hook)
+    for wave in range(1, 11):
+        for hd in harnesses:
+            hd.faults(_xid(hd))
+        taken = [hd.cycle() for hd in harnesses]
+        assert [o.action.decision.reason for o in taken if o.action.applied] == ["healthd: XID_48 0000:3b:00"] * allowed
+        out = [n for n in NODES if cluster.reason(n).startswith("healthd: ")]
+        assert out == list(NODES[:allowed]), (wave, out)
+        assert not any(cluster.reason(n).startswith("healthd: REPAIR") for n in NODES), wave
+        for hd in harnesses:
+            hd.faults()
+        for hd in harnesses:
+            clean = hd.cycle()
+            assert clean.action.decision.action.value in ("resume", "none"), (wave, hd.node, clean.action)
+            assert "in repair" not in clean.action.decision.explanation, (wave, hd.node)
+        cluster.wait(lambda: all(cluster.state(n) == "idle" for n in NODES), 20, "every node back")
+    for hd, (_, tickets) in zip(harnesses, hooks):
+        assert _repair(hd) is None, hd.node
+        assert not tickets.exists(), f"no ticket on {hd.node} for a shared fault"
+        with History.open(hd.state_dir) as history:
+            events = history.events(since=0.0, kinds=(Kind.RAISED, Kind.UNCOUNTED))
+            kinds = [e.kind for e in events if e.code == "XID_48"]
+        assert kinds.count(Kind.RAISED) == kinds.count(Kind.UNCOUNTED) == 10, (hd.node, kinds)
+
+
 def test_a_node_in_repair_holds_the_breaker_only_for_its_window(cluster: Any, healthd_on: Any) -> None:
     """One REPAIR node fills the 3-node partition's budget only for ``breaker_window``; a sick node then goes out."""
     window = 30.0
     policy = f"{ONE_OUT}\nbreaker_window = {window:g}"
-    repairing = healthd_on("node1", policy=policy)
+    # node1 goes to repair where the breaker has room for every node: at 0.34 its take-out alone
+    # fills the budget, and a raise made then is a wave's, never counted (docs/escalation.md).
+    repairing = healthd_on("node1", policy=f"max_out_fraction = 1.0\nbreaker_window = {window:g}")
     _add_config(repairing, "[escalation]\nrepeats = 1\n")
     repairing.faults({"status": "CRITICAL", "code": "XID_48", "subject": "0000:3b:00", "details": {"uuid": "GPU-a"}})
     sent = repairing.cycle()
