@@ -281,6 +281,7 @@ class ServicesObservation(NamedTuple):
     modules_problem: Optional[Unobserved] = None
     table: Union[tuple[Process, ...], Unobserved, None] = None
     table_owners: frozenset[int] = frozenset()
+    named_owners: Mapping[str, frozenset[int]] = MappingProxyType({})
 
 
 def _process_table(procfs: Path) -> Union[tuple[Process, ...], Unobserved]:
@@ -310,7 +311,9 @@ def _gather_named_processes(ctx: CheckContext[ServicesSettings], observed: Servi
         observed.processes if observed.rules else _process_table(Path(ctx.paths.procfs))
     )
     owners, _ = _configured_accounts(settings.process_users)
-    return observed._replace(table=table, table_owners=frozenset(owners))
+    # An account this node does not have owns no process: its name resolves to no uid.
+    named = {name: frozenset(_configured_accounts(accounts)[0]) for name, accounts in settings.process_owners.items()}
+    return observed._replace(table=table, table_owners=frozenset(owners), named_owners=MappingProxyType(named))
 
 
 def _gather_systemd(ctx: CheckContext[ServicesSettings]) -> ServicesObservation:
@@ -481,6 +484,7 @@ def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
     system account or one of ``process_users`` owns it: any user can name a process
     ``munged``. One that must not run counts only when root or a system account owns
     it: a user who names a process ``telnetd`` must not be able to drain the node.
+    ``process_owners`` narrows either to the accounts it names (NHC's ``check_ps_service -u``).
     """
     table, settings = observed.table, jc.settings
     if table is None:
@@ -490,12 +494,25 @@ def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
         return
     alive = [process for process in table if process.alive]
     for name in settings.expect_processes:
-        owners = observed.table_owners
-        if not any(p.named(name) and (system_uid(p.status.real_uid) or p.status.real_uid in owners) for p in alive):
-            message = f"no process {name} runs (owned by root, a system account or one in process_users)"
+        owners, only = observed.table_owners, observed.named_owners.get(name)
+        if only is not None:
+            counts = [p for p in alive if p.named(name) and p.status.real_uid in only]
+            whose = f"process_owners.{name}"
+        else:
+            counts = [
+                p for p in alive if p.named(name) and (system_uid(p.status.real_uid) or p.status.real_uid in owners)
+            ]
+            whose = "root, a system account or one in process_users"
+        if not counts:
+            message = f"no process {name} runs (owned by {whose})"
             yield jc.finding(_grade(settings, name), "PROCESS_MISSING", name, message, source="process table")
     for name in settings.forbid_processes:
-        pids = [p.pid for p in alive if p.named(name) and system_uid(p.status.real_uid)]
+        only = observed.named_owners.get(name)
+        pids = [
+            p.pid
+            for p in alive
+            if p.named(name) and system_uid(p.status.real_uid) and (only is None or p.status.real_uid in only)
+        ]
         if pids:
             message = f"process {name} runs (pid {_first(str(pid) for pid in pids)}), and must not"
             yield jc.finding(
