@@ -7,6 +7,12 @@ A ``*`` target becomes the file's own tables; any other becomes a ``[[hosts]]`` 
 with that match string, which ``healthd.config.hosts`` reads as NHC does (a ``/regex/`` is
 compiled first, and a target that is not a valid match string is refused with its lines).
 
+``tests/core/test_nhc_side_by_side.py`` holds that promise against NHC 1.4.3 itself, line by
+line on one machine. Where healthd is stricter on purpose a note says so: a process given
+without an owner counts only when root, a system account or ``process_users`` owns it (NHC
+takes any owner's), and healthd's own gpu, xid and edac checks judge by their own rules.
+A Jinja or Helm template is named as one: what only its renderer decides is not converted.
+
 Every line, and every part of one, that is not converted is a ``Note`` with ``lost`` set:
 NHC judges something there that the converted config does not. A note without it says
 what healthd does differently without judging less (a repair action healthd leaves to
@@ -23,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 from healthd.config.hosts import HostMatchError, matcher
-from healthd.config.nhcwords import MAX_LINE, Line, Refused, Variables, assignments, logical_lines, words
+from healthd.config.nhcwords import MAX_LINE, Line, Refused, Variables, assignments, logical_lines, shorten, words
 from healthd.text import one_line
 
 
@@ -217,14 +223,23 @@ def _percent(value: str) -> float:
 
 def _usage(key: str, used: bool) -> Callable[[_Context, _Target], None]:
     """``check_fs_used``/``_free``/``_iused``/``_ifree MOUNT LIMIT`` (scripts/lbnl_fs.nhc): the one mount
-    point named, judged while it is mounted (NHC passes when df does not list it)."""
+    point named, judged while it is mounted (NHC passes when df does not list it).
+
+    NHC reads df's ``Use%`` (``IUse%``), a whole number rounded up, with root's reserve left
+    out; the config says ``free_space_as = "df"`` so that healthd counts the same way.
+    """
 
     def convert(ctx: _Context, target: _Target) -> None:
         if len(ctx.args) != 2 or not ctx.args[0].startswith("/"):
             raise _Skip("expected a mount point and a limit")
         path, limit = ctx.args
-        # NHC fails at used% >= N (df's rounded-up percentage): N% used leaves 100 - N free.
-        free = 100.0 - _percent(limit) if used else _percent(limit)
+        number = _percent(limit)
+        if not number.is_integer():
+            raise _Skip(f"{limit!r}: NHC compares whole percentages (bash's -lt), and this one never compares")
+        if used and number == 0:
+            raise _Skip("0% used: NHC fails this line wherever the mount is, full or empty")
+        # free N%: fails when 100 - Use% < N. used N%: fails when Use% >= N, so when 100 - Use% < 101 - N.
+        free = 101.0 - number if used else number
         entry = target.add("mounts", "usage_limits", {"path": path}, identity=path.rstrip("/") or "/")
         before = entry.get(key)
         entry[key] = free if before is None else max(before, free)
@@ -265,17 +280,29 @@ def _process_name(ctx: _Context, options: dict[str, str], service: str) -> str:
 _ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?|[0-9]+")
 
 
-def _owner(ctx: _Context, target: _Target, owner: Optional[str], forbidden: bool) -> None:
-    if owner is None or owner in ("root", "0"):
+def _owner(ctx: _Context, target: _Target, name: str, owner: Optional[str], forbidden: bool) -> None:
+    """NHC counts only a process ``owner`` owns (``ps``'s user, lbnl_ps.nhc): ``process_owners`` says the same."""
+    if owner is None:
+        if not forbidden:
+            # Any user can name a process munged: the services check does not take a person's for the daemon.
+            ctx.note(
+                f"{name}: a process counts when root, a system account or one in process_users owns it (NHC: any"
+                " owner); a daemon run by a person's account needs -u"
+            )
         return
     if not _ACCOUNT.fullmatch(owner):
         ctx.lost(f"owner {owner!r} is an NHC match string; healthd takes accounts by name, so it is left out")
         return
-    if forbidden:
-        ctx.lost(f"owner {owner}: healthd counts a forbidden process only when root or a system account owns it")
-        return
-    target.add("services", "process_users", int(owner) if owner.isdigit() else owner)
-    ctx.note(f"owner {owner} is added to process_users: healthd accepts root, a system account or those")
+    account: Any = int(owner) if owner.isdigit() else owner
+    owners = target.table("services").setdefault("process_owners", {})
+    if owners.setdefault(name, [account]) != [account]:
+        # NHC asks for each line's owner; one process has one, so healthd keeps the first.
+        ctx.lost(f"{name}: owner {owner} contradicts {owners[name][0]} from an earlier line: kept that")
+    if forbidden and owner not in ("root", "0"):
+        ctx.lost(
+            f"owner {owner}: healthd counts a forbidden process only when a system account owns it"
+            " (a person's process must not drain the node)"
+        )
 
 
 def _service(ctx: _Context, target: _Target) -> None:
@@ -291,7 +318,7 @@ def _service(ctx: _Context, target: _Target) -> None:
     name = _process_name(ctx, given, " ".join(operands))
     forbidden = any(letter in given for letter in "skE")
     _repairs(ctx, options, "SrceEksvV")
-    _owner(ctx, target, given.get("u"), forbidden)
+    _owner(ctx, target, name, given.get("u"), forbidden)
     target.add("services", "forbid_processes" if forbidden else "expect_processes", name)
 
 
@@ -307,7 +334,11 @@ def _daemon(forbidden: bool) -> Callable[[_Context, _Target], None]:
         name = ctx.args[0]
         if not _PROCESS.fullmatch(name):
             raise _Skip(f"{name!r} is not a process name (the command name or the executable's file name)")
-        _owner(ctx, target, ctx.args[1] if len(ctx.args) > 1 else None, forbidden)
+        owner = ctx.args[1] if len(ctx.args) > 1 else None
+        if owner is not None and owner.isdigit() and not forbidden:
+            # check_ps_daemon compares the owner's name as a string: a uid matches no process.
+            raise _Skip(f"owner {owner}: NHC compares the owner's name, so a uid fails this line on every node")
+        _owner(ctx, target, name, owner, forbidden)
         target.add("services", "forbid_processes" if forbidden else "expect_processes", name)
 
     return convert
@@ -436,6 +467,22 @@ def _gpu_count(ctx: _Context, target: _Target) -> None:
     target.table("gpu")["expect_gpus"] = count
 
 
+def _gpu_health(tool: str) -> Callable[[_Context, _Target], None]:
+    """``check_nv_healthmon`` (lbnl_nv.nhc), ``check_nvsmi_healthmon`` (csc_nvidia_smi.nhc): ``tool`` must exit 0.
+
+    Without a driver or a GPU it cannot (nvidia-smi: "No devices were found", exit 6; a missing
+    tool, 127), so NHC fails such a node: the gpu check is enabled with ``min_gpus = 1``,
+    which fails where no GPU answers, as ``expect_gpus`` would but without fixing the count.
+    """
+    enable = _enable("gpu", f"GPU health through NVML instead of {tool}'s exit code, at least one GPU (min_gpus)")
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        enable(ctx, target)
+        target.table("gpu").setdefault("min_gpus", 1)
+
+    return convert
+
+
 CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_fs_mount": _mount(None),
     "check_fs_mount_rw": _mount(True),
@@ -453,11 +500,33 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_hw_eth": _ethernet,
     "check_gpu_count": _gpu_count,
     "check_gpu_xid": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
-    "check_nv_healthmon": _enable("gpu", "GPU health through NVML instead of nvidia-healthmon's exit code"),
-    "check_nvsmi_healthmon": _enable("gpu", "GPU health through NVML instead of nvidia-smi's exit code"),
+    "check_nv_healthmon": _gpu_health("nvidia-healthmon"),
+    "check_nvsmi_healthmon": _gpu_health("nvidia-smi"),
+    # NVIDIA DeepOps' own functions (roles/nhc/files/deepops.nhc): nvidia-smi -L | wc -l must equal N.
+    "check_nv_gpu_count": _gpu_count,
+    # nvidia-smi --query-gpu=retired_pages.pending says Yes: healthd's RETIRED_PAGES_PENDING. Without
+    # nvidia-smi the grep finds nothing and NHC passes, as the gpu check does where no GPU is.
+    "check_nv_retired_pages": _enable("gpu", "a pending retired page is RETIRED_PAGES_PENDING through NVML"),
     "check_hw_mcelog": _enable(
         "edac", "memory errors from EDAC and the kernel log, with its own corrected-error rate per DIMM"
     ),
+}
+
+
+# Checks with no healthd equivalent whose reason is worth more than "none": what they run, and what to use.
+REFUSED: dict[str, str] = {
+    # NVIDIA DeepOps (roles/nhc/files/deepops.nhc).
+    "check_nv_drv_version": "greps the first line of /proc/driver/nvidia/version for a pattern, where"
+    " healthd compares whole versions: list the exact versions in [checks.host] expect_driver",
+    "check_nv_pcie_link_width": "holds every GPU's current PCIe width to one number; healthd's gpu check"
+    " compares each GPU's width with its own maximum (PCIE_WIDTH_DEGRADED)",
+    "check_nv_dcgmi_diag": "runs DCGM's diagnostic on a node that may be running jobs; healthd runs DCGM"
+    " diagnostics only as active checks on a drained, idle node ([active])",
+    "check_ipoib_up": "reads ibdev2netdev (MLNX_OFED) for a pattern; list the IPoIB interface in"
+    " [checks.host] expect_ethernet, which asks that it exist and be up",
+    "check_ib_link_ber": "reads the bit error rate with mlxlink (MLNX_OFED), which healthd does not run",
+    "check_num_numa_nodes": "counts NUMA nodes with lscpu; healthd does not count them",
+    "check_num_nvme_devs": "counts NVMe devices with nvme-cli; healthd does not count them",
 }
 
 
@@ -513,7 +582,8 @@ class _Converter:
     def check(self, line: Line, items: list[str]) -> None:
         handler = CONVERTERS.get(items[0])
         if handler is None:
-            return self.lost(line, f"{items[0]} has no healthd equivalent")
+            why = REFUSED.get(items[0])
+            return self.lost(line, f"{items[0]} has no healthd equivalent{': ' + why if why else ''}")
         ctx = _Context(line, items[1:], [])
         target = self.targets.setdefault(line.target, _Target())
         try:
@@ -525,11 +595,56 @@ class _Converter:
         self.converted += 1
 
 
+# Jinja's (Ansible's) and Go template's (Helm's) delimiters: {{ expression }}, {% statement %}, {# comment #}.
+_TEMPLATE_TAG = re.compile(r"\{([{%#])-?\s*([A-Za-z_]*)")
+# Statements that open a block, closed by end<word> (Jinja) or by "end" (Go templates).
+_TEMPLATE_BLOCKS = frozenset({"if", "for", "macro", "call", "filter", "with", "block", "raw", "range", "define"})
+TEMPLATE = (
+    "this file is a template (Jinja, as Ansible renders it, or Go's, as Helm does), not an nhc.conf:"
+    " render it for a node first and convert what it renders; lines whose presence or words only the"
+    " renderer decides are not converted"
+)
+
+
+def _template_lines(text: str) -> dict[int, str]:
+    """Line number -> why only a template's renderer can say what NHC would read there (empty: no template)."""
+    found: dict[int, str] = {}
+    blocks: list[tuple[str, int]] = []
+    in_comment = False
+    for number, raw in enumerate(text.split("\n"), start=1):
+        tags = _TEMPLATE_TAG.findall(raw[:MAX_LINE])
+        if tags or in_comment:
+            found[number] = "template syntax: only the template's renderer decides what this line says"
+        elif blocks:
+            word, start = blocks[-1]
+            found[number] = (
+                f"inside the template's '{word}' block of line {start}: its renderer decides whether NHC sees it"
+            )
+        in_comment = in_comment and "#}" not in raw
+        for kind, word in tags:
+            if kind == "#":
+                in_comment = "#}" not in raw
+            elif word in _TEMPLATE_BLOCKS:
+                blocks.append((word, number))
+            elif blocks and word in ("end", f"end{blocks[-1][0]}"):
+                blocks.pop()
+    return found
+
+
 def convert(text: str) -> Imported:
     """Convert nhc.conf ``text``; see the module docstring."""
     state = _Converter()
+    templated = _template_lines(text)
+    if templated:
+        first = min(templated)
+        shown = text.split("\n", first)[first - 1]
+        state.notes.append(Note(first, shorten(shown.strip()), TEMPLATE))
     for line in logical_lines(text):
-        state.line(line)
+        why = templated.get(line.number)
+        if why is None:
+            state.line(line)
+        else:
+            state.lost(line, why)
     return Imported(_document(state.targets), tuple(state.notes), state.converted)
 
 
@@ -539,7 +654,7 @@ def _document(targets: dict[str, _Target]) -> dict[str, Any]:
     # NHC judges space and inodes only on the mounts a check_fs_* line names: the file-wide
     # thresholds healthd applies to / and every expected mount are set to nothing.
     mounts = checks.setdefault("mounts", {})
-    mounts.update({"min_free_percent": 0.0, "min_free_inodes_percent": 0.0})
+    mounts.update({"min_free_percent": 0.0, "min_free_inodes_percent": 0.0, "free_space_as": "df"})
     lines = f"converted from nhc.conf lines:{_lines(base)}" if base.lines else "converted from nhc.conf"
     document: dict[str, Any] = {"checks": {"#": lines, **checks}}
     hosts = [

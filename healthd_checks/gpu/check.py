@@ -103,8 +103,10 @@ def evaluate(
     The verdict's state holds the counter baselines for the next pass (None when NVML was unusable).
     """
     expected = expected_gpus or 0
+    # min_gpus: at least that many, more being fine (NHC's GPU health checks need one GPU to pass).
+    floor = max(expected, settings.min_gpus or 0)
     on_bus = len(pci.nvidia_gpus) if pci.present else None
-    wanted = expected > 0 or bool(on_bus)
+    wanted = floor > 0 or bool(on_bus)
     counts: dict[str, DetailValue] = {"expected": expected_gpus, "pci_count": on_bus}
     findings = [make(Status.UNKNOWN, "PCI_SYSFS_UNREADABLE", "pci", str(e), file=str(e.path)) for e in pci.errors]
 
@@ -129,7 +131,7 @@ def evaluate(
     elif count == 0 and not wanted:
         raise NotApplicable("NVML sees no GPUs and none are expected or on the PCI bus")
     else:
-        findings.extend(_count_findings(count, reading, pci, expected, counts, make))
+        findings.extend(_count_findings(count, reading, pci, (expected, floor), counts, make))
 
     state: dict[str, Any] = {}
     devices = tuple(_device(gpu) for gpu in reading.gpus if isinstance(gpu.pci_bus_id, str))
@@ -150,18 +152,25 @@ def _device(gpu: GpuReading) -> Device:
 
 
 def _count_findings(
-    count: int, reading: NodeReading, pci: PciScan, expected: int, counts: dict[str, DetailValue], make: Make
+    count: int,
+    reading: NodeReading,
+    pci: PciScan,
+    bounds: tuple[int, int],
+    counts: dict[str, DetailValue],
+    make: Make,
 ) -> list[Finding]:
+    """GPU_MISSING under ``bounds`` (expect_gpus, and the floor with min_gpus) or the PCI bus's count."""
+    expected, floor = bounds
     bus_ids = [function.address for function in pci.nvidia_gpus]
     on_bus = len(bus_ids)
     details = dict(counts, nvml_count=count)
-    if count < max(expected, on_bus) or (pci.present and on_bus < expected):
+    if count < max(floor, on_bus) or (pci.present and on_bus < floor):
         seen = {normalize_pci_address(b) for b in (_value(g.pci_bus_id) for g in reading.gpus) if isinstance(b, str)}
         unseen = [b for b in bus_ids if b not in seen]
         if unseen:
             details["unseen_pci_bus_ids"] = ",".join(unseen)
         message = f"NVML sees {count} GPU(s), {on_bus if pci.present else 'unknown'} on the PCI bus"
-        message += f", {expected} expected" if expected else ""
+        message += f", {expected} expected" if expected else f", at least {floor} expected" if floor else ""
         return [make(Status.CRITICAL, "GPU_MISSING", "gpus", message, **details)]
     if expected and count > expected:
         message = f"NVML sees {count} GPUs but [checks.gpu] expect_gpus is {expected}"
@@ -396,7 +405,8 @@ class GpuObservation(NamedTuple):
 def gather(ctx: CheckContext[GpuSettings]) -> GpuObservation:
     pci = scan_pci(ctx.paths.sysfs, frozenset({VENDOR_NVIDIA}))
     settings = ctx.settings
-    if pci.present and not pci.errors and not pci.nvidia_gpus and not settings.expect_gpus and not settings.snapshot:
+    wanted = settings.expect_gpus or settings.min_gpus
+    if pci.present and not pci.errors and not pci.nvidia_gpus and not wanted and not settings.snapshot:
         # Loading NVML costs a cold pass more than the rest of this check; with no NVIDIA
         # GPU on a readable PCI bus and none expected, its answer could not change the verdict.
         raise NotApplicable("no NVIDIA GPUs on the PCI bus and none expected (NVML not loaded)")

@@ -24,6 +24,13 @@ class GpuSettings(NvmlSettings):
         description="GPUs this node must have (GPU_MISSING below it)",
         json_schema_extra=moved_from_node("gpus"),
     )
+    min_gpus: Optional[int] = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="GPUs this node must have at least, more being fine (GPU_MISSING below it, or NVML_UNAVAILABLE"
+        " without a driver)",
+    )
     expect_model: Optional[str] = Field(
         default=None, min_length=1, description="the model every GPU must be (NVML's name, e.g. NVIDIA H100 80GB HBM3)"
     )

@@ -321,22 +321,24 @@ def _usage_findings(
     elif isinstance(outcome, Failed):
         yield jc.finding(Status.UNKNOWN, "MOUNT_PROBE_FAILED", path, f"cannot read usage of {path}: {outcome.message}")
     elif isinstance(outcome, Usage):
-        if outcome.free_fraction * 100 < min_free:
+        convention = jc.settings.free_space_as
+        space, inodes = outcome.free_percents(convention)
+        how = " (as df counts it)" if convention == "df" else ""
+        if space is not None and space < min_free:
             yield jc.finding(
                 Status.WARNING,
                 "MOUNT_SPACE_LOW",
                 path,
-                f"{path} has {outcome.free_fraction:.1%} space free (threshold {min_free}%)",
-                free_percent=round(outcome.free_fraction * 100, 2),
+                f"{path} has {space:.1f}% space free{how} (threshold {min_free}%)",
+                free_percent=round(space, 2),
             )
-        inodes = outcome.free_inode_fraction
-        if inodes is not None and inodes * 100 < min_inodes:
+        if inodes is not None and inodes < min_inodes:
             yield jc.finding(
                 Status.WARNING,
                 "MOUNT_INODES_LOW",
                 path,
-                f"{path} has {inodes:.1%} inodes free (threshold {min_inodes}%)",
-                free_inodes_percent=round(inodes * 100, 2),
+                f"{path} has {inodes:.1f}% inodes free{how} (threshold {min_inodes}%)",
+                free_inodes_percent=round(inodes, 2),
             )
 
 

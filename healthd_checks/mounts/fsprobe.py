@@ -47,16 +47,32 @@ MEMORY_FILESYSTEMS = frozenset(
 # which may ask a server), and a mount pins the dentries above its mount point in the cache.
 WALKABLE_FILESYSTEMS = MEMORY_FILESYSTEMS | {"ext2", "ext3", "ext4", "xfs", "btrfs"}
 
-# %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes
-_FORMAT = "%b %a %S %c %d"
+# %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes,
+# %f free blocks (root's reserve included)
+_FORMAT = "%b %a %S %c %d %f"
 
 
 class Usage(NamedTuple):
-    """Free space and inodes of one filesystem, as fractions of the total."""
+    """Free space and inodes of one filesystem, as fractions of the total, and as df's ``Use%`` and ``IUse%``.
+
+    ``free_fraction`` is what anyone but root may still write (``f_bavail / f_blocks``): the
+    blocks reserved for root count as used. df leaves the reserve out of its percentage
+    (``df_used_percent``, None where df prints ``-``).
+    """
 
     free_fraction: float
     free_inode_fraction: Optional[float]
     total_bytes: int
+    df_used_percent: Optional[int] = None
+    df_inodes_used_percent: Optional[int] = None
+
+    def free_percents(self, convention: str) -> tuple[Optional[float], Optional[float]]:
+        """Free space and free inodes in percent, as ``statvfs`` or ``df`` counts them (None: nothing to judge)."""
+        if convention == "df":
+            space, inodes = self.df_used_percent, self.df_inodes_used_percent
+            return (None if space is None else 100.0 - space, None if inodes is None else 100.0 - inodes)
+        inode = self.free_inode_fraction
+        return self.free_fraction * 100, None if inode is None else inode * 100
 
 
 class Hung(NamedTuple):
@@ -84,20 +100,33 @@ ProbeOutcome = Union[Usage, Hung, Failed]
 def parse_stat_output(text: str) -> Usage:
     """Parse ``stat --file-system --format=_FORMAT`` output; ``ValueError`` when malformed."""
     parts = text.split()
-    if len(parts) != 5:
-        raise ValueError(f"expected 5 numbers from stat, got {text.strip()!r}")
-    blocks, avail, block_size, inodes, free_inodes = (int(p) for p in parts)
-    if blocks < 0 or avail < 0 or inodes < 0 or free_inodes < 0:
+    if len(parts) != 6:
+        raise ValueError(f"expected 6 numbers from stat, got {text.strip()!r}")
+    blocks, avail, block_size, inodes, free_inodes, free_blocks = (int(p) for p in parts)
+    if blocks < 0 or avail < 0 or inodes < 0 or free_inodes < 0 or free_blocks < 0:
         raise ValueError(f"negative value from stat: {text.strip()!r}")
-    return _usage(blocks, avail, block_size, inodes, free_inodes)
+    return _usage(blocks, avail, block_size, inodes, free_inodes, free_blocks)
 
 
-def _usage(blocks: int, avail: int, block_size: int, inodes: int, free_inodes: int) -> Usage:
-    """statvfs's ``f_blocks``, ``f_bavail``, ``f_frsize``, ``f_files`` and ``f_ffree`` as a ``Usage``."""
+def df_percent(used: int, available: int) -> Optional[int]:
+    """df's ``Use%``: used / (used + available), rounded up; None where df prints ``-`` (coreutils df.c, get_dev)."""
+    total = max(used, 0) + available
+    return None if total <= 0 else -(-max(used, 0) * 100 // total)
+
+
+def _usage(blocks: int, avail: int, block_size: int, inodes: int, free_inodes: int, free_blocks: int) -> Usage:
+    """statvfs's ``f_blocks``, ``f_bavail``, ``f_frsize``, ``f_files``, ``f_ffree`` and ``f_bfree`` as a ``Usage``."""
     free = avail / blocks if blocks else 1.0
     # Filesystems without a fixed inode table (btrfs, many FUSE ones) report 0 inodes.
     inode_free = free_inodes / inodes if inodes else None
-    return Usage(free_fraction=free, free_inode_fraction=inode_free, total_bytes=blocks * block_size)
+    return Usage(
+        free_fraction=free,
+        free_inode_fraction=inode_free,
+        total_bytes=blocks * block_size,
+        # df counts root's reserve neither as used nor as available; inodes have no reserve.
+        df_used_percent=df_percent(blocks - free_blocks, avail) if blocks else None,
+        df_inodes_used_percent=df_percent(inodes - free_inodes, free_inodes) if inodes else None,
+    )
 
 
 def read_here(path: str) -> ProbeOutcome:
@@ -106,7 +135,7 @@ def read_here(path: str) -> ProbeOutcome:
         got = os.statvfs(path)
     except OSError as exc:
         return Failed(exc.strerror or str(exc), exc.errno or None)
-    return _usage(got.f_blocks, got.f_bavail, got.f_frsize, got.f_files, got.f_ffree)
+    return _usage(got.f_blocks, got.f_bavail, got.f_frsize, got.f_files, got.f_ffree, got.f_bfree)
 
 
 def forget_finished(remembered: dict[str, dict[str, float]], keep: set[str]) -> None:
@@ -125,13 +154,13 @@ class _Running:
 
 # The child that probes several mounts at once: one thread per mount, so a hung one
 # blocks only its own thread and every other mount still answers within the deadline.
-# Each line is "INDEX TOTAL AVAIL FRSIZE INODES FREE_INODES" (the numbers of _FORMAT) or
+# Each line is "INDEX TOTAL AVAIL FRSIZE INODES FREE_INODES FREE" (the numbers of _FORMAT) or
 # "INDEX ! ERRNO ERROR"; one os.write per line, under PIPE_BUF, so lines never interleave.
 _MANY = """import os, sys, threading
 def probe(i, p):
     try:
         s = os.statvfs(p)
-        line = "%d %d %d %d %d %d" % (i, s.f_blocks, s.f_bavail, s.f_frsize, s.f_files, s.f_ffree)
+        line = "%d %d %d %d %d %d %d" % (i, s.f_blocks, s.f_bavail, s.f_frsize, s.f_files, s.f_ffree, s.f_bfree)
     except OSError as e:
         line = "%d ! %d %s" % (i, e.errno or 0, (e.strerror or str(e))[:200].replace("\\n", " "))
     os.write(1, (line + "\\n").encode("utf-8", "replace"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -63,6 +63,15 @@ class MountsSettings(CheckSettings):
     )
     min_free_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this much free space")
     min_free_inodes_percent: float = Field(default=5.0, ge=0, le=100, description="WARNING below this many inodes")
+    # statvfs(3): f_bavail is what anyone but root may still write, so root's reserve (5% by
+    # default on ext4, mke2fs -m) counts as used. df's Use% (coreutils df.c) leaves the
+    # reserve out and rounds up; NHC's check_fs_free and check_fs_used read that column.
+    free_space_as: Literal["statvfs", "df"] = Field(
+        default="statvfs",
+        description="how free space and inodes are counted: statvfs (f_bavail / f_blocks: root's reserve counts"
+        " as used, what a job can still write) or df (100 minus df's Use% and IUse%, rounded up as df does:"
+        " the reserve left out, as NHC judges)",
+    )
     usage_limits: list[UsageLimit] = Field(
         default_factory=list,
         description="per mount point: { path, min_free_percent, min_free_inodes_percent }, judged while it is mounted",

@@ -292,6 +292,7 @@ class ServicesObservation(NamedTuple):
     table: Union[tuple[Process, ...], Unobserved, None] = None
     table_owners: frozenset[int] = frozenset()
     skipped: tuple[str, ...] = ()
+    named_owners: Mapping[str, frozenset[int]] = MappingProxyType({})
 
 
 def _process_table(procfs: Path) -> Union[ProcessTable, Unobserved]:
@@ -322,7 +323,9 @@ def _gather_named_processes(ctx: CheckContext[ServicesSettings], observed: Servi
     if not settings.expect_processes and not settings.forbid_processes:
         return observed
     owners, _ = _configured_accounts(settings.process_users)
-    observed = observed._replace(table_owners=frozenset(owners))
+    # An account this node does not have owns no process: its name resolves to no uid.
+    named = {name: frozenset(_configured_accounts(accounts)[0]) for name, accounts in settings.process_owners.items()}
+    observed = observed._replace(table_owners=frozenset(owners), named_owners=MappingProxyType(named))
     if observed.rules:
         return observed._replace(table=observed.processes)
     table = _process_table(Path(ctx.paths.procfs))
@@ -497,6 +500,14 @@ def _owned(process: Process, accounts: frozenset[int]) -> bool:
     return all(system_uid(uid) or uid in accounts for uid in (process.owner, process.status.real_uid))
 
 
+def _owned_as_named(process: Process, accounts: frozenset[int], only: Optional[frozenset[int]]) -> bool:
+    """With ``only`` (``process_owners``): whether those accounts own ``process``, both its /proc/PID and its
+    real uid; without, ``_owned``."""
+    if only is None:
+        return _owned(process, accounts)
+    return process.owner in only and process.status.real_uid in only
+
+
 def _skipped_note(observed: ServicesObservation, jc: JudgeContext[ServicesSettings]) -> Iterable[Finding]:
     """An OK note naming the status files skipped as malformed; every other process was still judged."""
     if not observed.skipped:
@@ -515,6 +526,7 @@ def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
     system account or one of ``process_users`` owns it: any user can name a process
     ``munged``. One that must not run counts only when root or a system account owns
     it: a user who names a process ``telnetd`` must not be able to drain the node.
+    ``process_owners`` narrows either to the accounts it names (NHC's ``check_ps_service -u``).
     """
     table, settings = observed.table, jc.settings
     if table is None:
@@ -525,8 +537,10 @@ def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
     alive = [process for process in table if process.alive]
     owners = observed.table_owners
     for name in settings.expect_processes:
-        if not any(p.named(name) and _owned(p, owners) for p in alive):
-            message = f"no process {name} runs (owned by root, a system account or one in process_users)"
+        only = observed.named_owners.get(name)
+        if not any(p.named(name) and _owned_as_named(p, owners, only) for p in alive):
+            whose = f"process_owners.{name}" if only is not None else "root, a system account or one in process_users"
+            message = f"no process {name} runs (owned by {whose})"
             yield jc.finding(
                 _grade(settings, name),
                 "PROCESS_MISSING",
@@ -536,7 +550,12 @@ def _process_findings(observed: ServicesObservation, jc: JudgeContext[ServicesSe
                 skipped_processes=len(observed.skipped),
             )
     for name in settings.forbid_processes:
-        pids = [p.pid for p in alive if p.named(name) and _owned(p, frozenset())]
+        only = observed.named_owners.get(name)
+        pids = [
+            p.pid
+            for p in alive
+            if p.named(name) and _owned(p, frozenset()) and (only is None or _owned_as_named(p, frozenset(), only))
+        ]
         if pids:
             message = f"process {name} runs (pid {_first(str(pid) for pid in pids)}), and must not"
             yield jc.finding(

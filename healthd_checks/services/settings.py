@@ -17,6 +17,17 @@ Grade = Literal["WARNING", "CRITICAL"]
 _ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")
 
 
+def _account_list(key: str, value: Any) -> Any:
+    if not isinstance(value, list):
+        raise ValueError(f'{key} must be a list of user names or uids, e.g. ["munge", 450]')
+    for account in value:
+        # bool is an int to Python; a uid must be a real number.
+        number = isinstance(account, int) and not isinstance(account, bool) and account >= 0
+        if not number and not (isinstance(account, str) and _ACCOUNT.fullmatch(account)):
+            raise ValueError(f"{key}: {account!r} is not a user name or a uid")
+    return value
+
+
 class ServicesSettings(CheckSettings):
     expect: list[str] = Field(
         default_factory=list,
@@ -50,6 +61,13 @@ class ServicesSettings(CheckSettings):
     process_users: list[Union[int, str]] = Field(
         default_factory=list,
         description="accounts (names or uids) besides root whose processes count as services when systemd is not PID 1",
+    )
+    # NHC's check_ps_service -u USER (scripts/lbnl_ps.nhc): only a process that user owns counts.
+    process_owners: dict[str, list[Union[int, str]]] = Field(
+        default_factory=dict,
+        description="per process of expect_processes or forbid_processes: the only accounts (names or uids) whose"
+        " process counts as it, in place of root, system accounts and process_users (a forbidden one counts"
+        " only when a system account owns it)",
     )
     process_exe: dict[str, str] = Field(
         default_factory=dict, description="per service: the executable its process must run (/proc/PID/exe)"
@@ -87,13 +105,16 @@ class ServicesSettings(CheckSettings):
     @field_validator("process_users", mode="before")
     @classmethod
     def _accounts(cls, value: Any) -> Any:
-        if not isinstance(value, list):
-            raise ValueError('process_users must be a list of user names or uids, e.g. ["munge", 450]')
-        for account in value:
-            # bool is an int to Python; a uid must be a real number.
-            number = isinstance(account, int) and not isinstance(account, bool) and account >= 0
-            if not number and not (isinstance(account, str) and _ACCOUNT.fullmatch(account)):
-                raise ValueError(f"process_users: {account!r} is not a user name or a uid")
+        return _account_list("process_users", value)
+
+    @field_validator("process_owners", mode="before")
+    @classmethod
+    def _owners(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ValueError('process_owners must be a table of process name = accounts, e.g. { munged = ["munge"] }')
+        for name, accounts in value.items():
+            if not _account_list(f"process_owners.{name}", accounts):
+                raise ValueError(f"process_owners.{name}: name at least one account")
         return value
 
     @field_validator("expect_processes", "forbid_processes")

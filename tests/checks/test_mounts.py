@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 from healthd.checks.plugin import JudgeContext
 from healthd_checks.common.mountinfo import MountEntry, parse_mountinfo
 from healthd_checks.mounts.check import CHECK, MountsObservation, answered_from_memory, judge
-from healthd_checks.mounts.fsprobe import Failed, ProbeOutcome, ProbeTable, Usage, stat_failed
+from healthd_checks.mounts.fsprobe import (
+    Failed,
+    ProbeOutcome,
+    ProbeTable,
+    Usage,
+    df_percent,
+    parse_stat_output,
+    stat_failed,
+)
 from healthd_checks.mounts.settings import MountsSettings
 
 FIXTURE_PROC = "procfs/gpu-node"
@@ -414,3 +422,22 @@ def test_a_pass_records_and_shows_a_users_mount_whatever_bytes_it_holds(
         code, out, err = cli("check", "--once", *output, "--only", "mounts", "--config", str(write_config(body)))
         assert "PASS_FAILED" not in out + err and code == 3, err
         assert "fuse.\\xff" in out.replace("\\\\", "\\")  # JSON doubles the backslash
+
+
+def test_df_counts_free_space_without_roots_reserve_and_rounds_up_as_df_does() -> None:
+    # 1000 blocks, 400 of them reserved for root (mke2fs -m 40), 300 used: 300 left to anyone else.
+    usage = parse_stat_output("1000 300 4096 100 99 700")
+    assert round(usage.free_fraction * 100) == 30
+    assert (usage.df_used_percent, usage.df_inodes_used_percent) == (50, 1)
+    # coreutils df.c: the percentage is rounded up, and "-" where nothing is used or available.
+    assert (df_percent(1, 299), df_percent(0, 0)) == (1, None)
+    entries = tuple(parse_mountinfo("29 1 259:2 / / rw,relatime shared:1 - ext4 /dev/vda rw\n", "mountinfo"))
+    observed = MountsObservation(Path("mountinfo"), entries, outcomes=(("/", usage),))
+
+    def codes(**settings: Any) -> list[str]:
+        jc = JudgeContext("mounts", MountsSettings(min_free_percent=40, **settings), 0.0)
+        return [f.code for f in judge(observed, jc).findings]
+
+    assert codes() == ["MOUNT_SPACE_LOW"]
+    assert codes(free_space_as="df") == []
+    assert codes(free_space_as="df", min_free_inodes_percent=99.5) == ["MOUNT_INODES_LOW"]

@@ -172,6 +172,7 @@ def test_check_ps_service_means_a_process_and_s_k_E_mean_it_must_not_run() -> No
     assert services == {
         "expect_processes": ["rpc.statd", "sshd", "munged", "slurmd"],
         "forbid_processes": ["telnetd", "rshd", "cups", "ypbind"],
+        "process_owners": {"sshd": ["root"]},
     }
     assert "expect" not in services, "NHC looks for processes, not systemd units (nfslock is no Ubuntu unit)"
 
@@ -219,6 +220,38 @@ def test_the_services_check_judges_imported_processes_as_nhc_does(
     assert findings() == [("PROCESS_MISSING", "rpc.statd"), ("PROCESS_FORBIDDEN", "rshd")]
 
 
+def test_check_ps_service_u_keeps_the_owner_nhc_requires(
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path, write_config: Callable[..., Path]
+) -> None:
+    imported = convert(
+        "* || check_ps_service -u 107 -d munged munge\n* || check_ps_service -u root slurmd\n"
+        "* || check_ps_daemon sshd root\n* || check_ps_service -k -u root telnetd\n"
+    )
+    services = imported.document["checks"]["services"]
+    assert services["process_owners"] == {"munged": [107], "slurmd": ["root"], "sshd": ["root"], "telnetd": ["root"]}
+    assert "process_users" not in services and imported.lost == 0
+    procfs = tmp_path / "procfs"
+    _process(procfs, 600, "munged", 0)  # munged as root, where the file says uid 107
+    _process(procfs, 700, "slurmd", 0)
+    _process(procfs, 800, "sshd", 0)
+    _process(procfs, 900, "telnetd", 107)  # a system account's telnetd: NHC asked about root's only
+    config = write_config(f'[paths]\nprocfs = "{procfs}"\n' + dumps(imported.document))
+    _, out, _ = cli("check", "--once", "--json", "--dry-run", "--only", "services", "--config", str(config))
+    found = [
+        (f["code"], f["subject"]) for r in json.loads(out)["checks"] if r["name"] == "services" for f in r["findings"]
+    ]
+    assert found == [("PROCESS_MISSING", "munged")]
+
+
+def test_an_owner_healthd_cannot_hold_as_nhc_does_is_refused() -> None:
+    assert reasons("* || check_ps_daemon slurmd 0\n") == [
+        "owner 0: NHC compares the owner's name, so a uid fails this line on every node"
+    ]
+    assert "an earlier line" in reasons("* || check_ps_service -u root sshd\n* || check_ps_service -u nobody sshd\n")[0]
+    (why,) = reasons("* || check_ps_blacklist telnetd alice\n")
+    assert why.startswith("owner alice: healthd counts a forbidden process only when a system account owns it")
+
+
 # -- check_hw_eth: the interface exists --------------------------------------------------------------
 
 
@@ -248,11 +281,13 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
     )
     mounts = imported.document["checks"]["mounts"]
     assert mounts["usage_limits"] == [
-        {"path": "/", "min_free_percent": 10.0},
+        # Used >= 90% (df's Use%, a whole number) fails: free (100 - Use%) under 11.
+        {"path": "/", "min_free_percent": 11.0},
         {"path": "/tmp", "min_free_percent": 20.0},
         {"path": "/home", "min_free_inodes_percent": 10.0},
     ]
     assert (mounts["min_free_percent"], mounts["min_free_inodes_percent"]) == (0.0, 0.0)
+    assert mounts["free_space_as"] == "df"
     assert [n.reason for n in imported.notes if n.lost] == [
         "'1GB' is not a percentage: healthd judges free space and inodes in percent"
     ]
@@ -262,8 +297,12 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
         "300 29 7:3 / /snap/core22/1380 ro,nodev,relatime shared:200 - squashfs /dev/loop3 ro\n"
     )
     entries = parse_mountinfo(mountinfo, "mountinfo").entries
-    full = Usage(free_fraction=0.0, free_inode_fraction=0.0, total_bytes=1 << 30)
-    roomy = Usage(free_fraction=0.5, free_inode_fraction=0.5, total_bytes=1 << 30)
+    full = Usage(0.0, 0.0, 1 << 30, df_used_percent=100, df_inodes_used_percent=100)
+
+    def used(percent: int) -> Usage:
+        # Root's reserve: statvfs's free fraction is well under df's.
+        return Usage((95 - percent) / 100, 0.5, 1 << 30, df_used_percent=percent, df_inodes_used_percent=50)
+
     jc = JudgeContext("mounts", settings, 0.0)
 
     def codes(root: Usage) -> list[str]:
@@ -271,8 +310,54 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
         return [f.code for f in judge_mounts(observed, jc).findings]
 
     # A read-only squashfs is always full; NHC does not look at it, and neither does the config.
-    assert codes(roomy) == []
-    assert codes(Usage(free_fraction=0.05, free_inode_fraction=0.5, total_bytes=1 << 30)) == ["MOUNT_SPACE_LOW"]
+    assert codes(used(50)) == []
+    assert codes(used(89)) == []
+    assert codes(used(90)) == ["MOUNT_SPACE_LOW"]
+
+
+def test_a_template_is_named_and_what_its_renderer_decides_is_not_converted() -> None:
+    # The shape of Ansible roles' nhc.conf.j2 (NVIDIA DeepOps' among them) and of Helm charts.
+    imported = convert(
+        "# {{ ansible_managed }}\n"
+        " {{ ansible_hostname }} || check_hw_cpuinfo 2 {{ cores }} 256\n"
+        " * || check_fs_mount_rw -f /\n"
+        "{% if gpus > 0 %}\n"
+        " * || check_nvsmi_healthmon\n"
+        "{% endif %}\n"
+        "{{- if .Values.ib }}\n"
+        " * || check_hw_ib 400 mlx5_0:1\n"
+        "{{- end }}\n"
+        " * || check_hw_eth eth0\n"
+    )
+    assert imported.notes[0].line == 1 and imported.notes[0].reason.startswith("this file is a template")
+    lost = {note.line: note.reason for note in imported.notes[1:] if note.lost}
+    assert sorted(lost) == [2, 4, 5, 6, 7, 8, 9]
+    assert lost[5] == "inside the template's 'if' block of line 4: its renderer decides whether NHC sees it"
+    assert lost[8] == "inside the template's 'if' block of line 7: its renderer decides whether NHC sees it"
+    checks = imported.document["checks"]
+    assert checks["mounts"]["expect"] == [{"path": "/", "rw": True}] and "gpu" not in checks
+    assert checks["host"] == {"expect_interfaces": ["eth0"]} and "hosts" not in imported.document
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "check_nv_drv_version 450.51.06",
+        "check_nv_pcie_link_width 16",
+        "check_nv_dcgmi_diag",
+        "check_ipoib_up ibp12s0",
+        "check_ib_link_ber mlx5_0",
+        "check_num_numa_nodes 8",
+        "check_num_nvme_devs 10",
+    ],
+)
+def test_deepops_checks_without_an_equivalent_are_refused_with_their_reason(line: str) -> None:
+    (why,) = reasons(f"* || {line}\n")
+    assert why.startswith(f"{line.split()[0]} has no healthd equivalent: ") and len(why) > 60
+
+
+def test_deepops_gpu_count_is_the_gpu_checks_count() -> None:
+    assert checks("* || check_nv_gpu_count 8\n")["gpu"] == {"expect_gpus": 8}
 
 
 # -- targets, the checks healthd has, and the output --------------------------------------------------
@@ -290,17 +375,19 @@ def test_an_invalid_regex_target_is_refused_before_it_is_written(
 
 
 @pytest.mark.parametrize(
-    ("line", "check"),
+    ("line", "check", "more"),
     [
-        ("check_gpu_xid", "xid"),
-        ("check_nv_healthmon", "gpu"),
-        ("check_nvsmi_healthmon", "gpu"),
-        ("check_hw_mcelog", "edac"),
+        ("check_gpu_xid", "xid", {}),
+        # NHC fails a node whose GPU health tool finds no GPU: so does at least one.
+        ("check_nv_healthmon", "gpu", {"min_gpus": 1}),
+        ("check_nvsmi_healthmon", "gpu", {"min_gpus": 1}),
+        ("check_nv_retired_pages", "gpu", {}),
+        ("check_hw_mcelog", "edac", {}),
     ],
 )
-def test_checks_healthd_has_are_converted_to_them(line: str, check: str) -> None:
+def test_checks_healthd_has_are_converted_to_them(line: str, check: str, more: dict[str, Any]) -> None:
     imported = convert(f"* || {line}\n")
-    assert imported.document["checks"][check] == {"enabled": True}
+    assert imported.document["checks"][check] == {"enabled": True, **more}
     assert imported.converted == 1 and imported.lost == 0
 
 

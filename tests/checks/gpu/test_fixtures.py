@@ -123,3 +123,19 @@ def test_bad_snapshot_is_unknown_naming_the_file(tmp_path: Path, capsys: pytest.
     assert rc == 3
     assert finding["code"] == "NVML_SNAPSHOT_INVALID"
     assert str(bad) in finding["message"] and "gpus" in finding["message"]
+
+
+def test_min_gpus_fails_a_node_without_driver_or_gpus_as_nhcs_gpu_health_checks_do(
+    make_ctx: Callable[..., Any], tmp_path: Path
+) -> None:
+    # NHC's check_nvsmi_healthmon fails where nvidia-smi finds no GPU; min_gpus = 1 says the same.
+    empty = tmp_path / "empty-sysfs"
+    findings = list(run(make_ctx(gpus=None, sysfs=empty, snapshot=FIXTURES / "h100-no-driver.json", min_gpus=1)))
+    assert [(f.code, f.status) for f in findings] == [("NVML_UNAVAILABLE", Status.CRITICAL)]
+
+
+def test_min_gpus_is_a_floor_not_a_count(make_ctx: Callable[..., Any]) -> None:
+    assert list(run(make_ctx(gpus=None, snapshot=FIXTURES / "h100-healthy.json", min_gpus=1))) == []
+    findings = list(run(make_ctx(gpus=None, snapshot=FIXTURES / "h100-gpu-missing.json", min_gpus=8)))
+    assert [(f.code, f.details["nvml_count"]) for f in findings] == [("GPU_MISSING", 7)]
+    assert "at least 8 expected" in findings[0].message
