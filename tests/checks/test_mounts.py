@@ -431,7 +431,7 @@ def test_df_counts_free_space_without_roots_reserve_and_rounds_up_as_df_does() -
     assert (usage.df_used_percent, usage.df_inodes_used_percent) == (50, 1)
     # coreutils df.c: the percentage is rounded up, and "-" where nothing is used or available.
     assert (df_percent(1, 299), df_percent(0, 0)) == (1, None)
-    entries = tuple(parse_mountinfo("29 1 259:2 / / rw,relatime shared:1 - ext4 /dev/vda rw\n", "mountinfo"))
+    entries = parse_mountinfo("29 1 259:2 / / rw,relatime shared:1 - ext4 /dev/vda rw\n", "mountinfo").entries
     observed = MountsObservation(Path("mountinfo"), entries, outcomes=(("/", usage),))
 
     def codes(**settings: Any) -> list[str]:
