@@ -234,8 +234,9 @@ def _failure_test(s: NodeSignals, floors: Optional[Floors]) -> tuple[float, tupl
     notes = []
     if s.pinned_failures:
         notes.append(
-            f"{s.pinned_failures} of its {s.single_node_failures} failed runs were pinned to it by their submit "
-            "lines (-w, --nodelist): the user's choice, not evidence"
+            f"{s.pinned_failures} of its {s.single_node_failures} failed runs were placed on it by their own request "
+            "(a node list, on the submit line or in #SBATCH lines, or -x of every other node): "
+            "the user's choice, not evidence"
         )
     if s.counted_failures < floors.min_failures:
         if s.counted_failures:
