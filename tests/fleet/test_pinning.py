@@ -9,7 +9,9 @@ on plain values.
 
 from __future__ import annotations
 
-from typing import Optional
+import json
+from pathlib import Path
+from typing import Callable, Optional
 
 import pytest
 from healthd_testkit import synth
@@ -170,3 +172,26 @@ def test_an_exclusion_in_a_partition_of_one_node_places_nothing() -> None:
     report = analyze(jobs, events, submit_lines=lambda: iter(submit))
     signals = next(v.signals for v in report.verdicts if v.node == "gpu0001")
     assert signals.pinned_runs == 0 and signals.counted_failures == 5
+
+
+def test_the_report_reads_the_scripts_file_with_the_submit_lines(
+    tmp_path: Path, cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    ways = {"mallory": ("", "#!/bin/sh\n#SBATCH --nodelist=gpu0199\nexit 1\n"), "trudy": (EVERY_OTHER, None)}
+    jobs, events, submit, scripts = _two_users(ways)
+    files = {}
+    for name, text in (("jobs", "\n".join(jobs)), ("events", "\n".join(events)), ("submit", "\n".join(submit))):
+        files[name] = tmp_path / f"{name}.txt"
+        files[name].write_text(text + "\n")
+    files["scripts"] = tmp_path / "scripts.txt"
+    files["scripts"].write_text(scripts)
+    inputs = ("--jobs", str(files["jobs"]), "--events", str(files["events"]))
+    code, out, err = cli(
+        "fleet", "report", *inputs, "--submit-lines", str(files["submit"]), "--scripts", str(files["scripts"]), "--json"
+    )
+    assert code == 0, err
+    document = json.loads(out)
+    assert TARGET not in {lemon["node"] for lemon in document["lemon_nodes"]}
+    assert not any(note.startswith("no batch scripts") for note in document["lemon_test"]["notes"])
+    code, _, err = cli("fleet", "report", *inputs, "--scripts", str(files["scripts"]))
+    assert code == 64 and "--scripts goes with --submit-lines" in err
