@@ -71,7 +71,8 @@ FAILED_PREFIXES = ("FAILED", "NODE_FAIL")
 DEFAULT_GPUS_PER_NODE = 8
 _XID = re.compile(r"S?XID_\d+")
 NO_SUBMIT_LINES = (
-    "no submit lines: runs pinned to a node (-w) cannot be told apart and count as failure evidence "
+    "no submit lines: runs their own request placed on a node (-w, #SBATCH lines, -x of every other node) "
+    "cannot be told apart and count as failure evidence "
     "(the test still leaves out the user who contributed most)"
 )
 NO_SCRIPTS = (
