@@ -74,6 +74,9 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--submit-lines", type=Path, metavar="FILE", help="sacct -P -o JobID,SubmitLine output: the -x signal"
     )
+    parser.add_argument(
+        "--scripts", type=Path, metavar="FILE", help="sacct -B -j IDS output: the batch jobs' #SBATCH node options"
+    )
     parser.add_argument("--live", action="store_true", help="run sacct and sacctmgr from [slurm] bin_dir")
     parser.add_argument(
         "--since", metavar="WHEN", help=f"runs that ended after: 30d, 12h or an ISO date (--live: {DEFAULT_LIVE_SINCE})"
@@ -215,8 +218,10 @@ def _analysis(args: argparse.Namespace) -> Any:
         raise _Usage(f"--every {args.every}: at least an hour")
     options = BacktestSettings(every, args.min_gpus, args.drain_silent)
 
-    def replay(jobs: Any, events: Any, settings: Any, sources: Any, submit: Any, job_names: Any = None) -> Any:
-        return backtest(jobs, events, settings, options, sources, submit, job_names)
+    def replay(
+        jobs: Any, events: Any, settings: Any, sources: Any, submit: Any, job_names: Any = None, scripts: Any = None
+    ) -> Any:
+        return backtest(jobs, events, settings, options, sources, submit, job_names, scripts)
 
     return replay
 
@@ -229,7 +234,7 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     prefix = config.slurm.reason_prefix if config is not None else "healthd:"
     settings = _settings(args, prefix, now)
     if args.live:
-        if args.jobs is not None or args.events is not None:
+        if args.jobs is not None or args.events is not None or args.scripts is not None:
             raise _Usage("--live reads Slurm itself: give either --live or --jobs and --events")
         found = _live(args, config, settings, now)
         return analyze(
@@ -239,6 +244,7 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
             Sources("sacct", "sacctmgr show event", "sacct JobID,SubmitLine"),
             lambda: (line for record in found.submit for line in record.split("\n")),
             job_names=found.names,
+            scripts=_live_scripts(args, config, found),
         )
     if args.cache is not None:
         raise _Usage("--cache keeps what --live read: it goes with --live")
@@ -247,6 +253,8 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     submit = args.submit_lines
     if submit is not None and str(submit) == "-":
         raise _Usage("--submit-lines is read twice: give a file, not -")
+    if args.scripts is not None and submit is None:
+        raise _Usage("--scripts goes with --submit-lines: a job's script is believed with its submit line")
     with _lines(args.jobs) as jobs_file, _lines(args.events) as events:
         # sacct --json is one document, read whole; sacct -P is streamed line by line.
         first = jobs_file.read(1)
@@ -264,6 +272,7 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
             Sources(str(args.jobs), str(args.events), str(submit)),
             None if submit is None else (lambda: _file_lines(submit)),
             job_names=names,
+            scripts=None if args.scripts is None else args.scripts.read_text(encoding="utf-8", errors="replace"),
         )
 
 
@@ -304,6 +313,15 @@ def _live(args: argparse.Namespace, config: Any, settings: Any, now: float) -> A
         except cache.CacheError as exc:
             print(f"healthd fleet: {exc}; the report goes on without it", file=sys.stderr)
     return found
+
+
+def _live_scripts(args: argparse.Namespace, config: Any, found: Any) -> str:
+    """The batch scripts of the window's batch jobs (``live.batch_scripts``), cached or not: a script is read anew."""
+    from healthd.fleet.live import batch_scripts
+    from healthd.fleet.scripts import batch_jobs
+
+    jobs = batch_jobs(found.submit[1:])
+    return batch_scripts(config.slurm.bin_dir, jobs, args.timeout, conf=config.slurm.conf) if jobs else ""
 
 
 def _size(path: Path) -> float:

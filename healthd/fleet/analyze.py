@@ -13,12 +13,15 @@ number of runs. The rules are the study's (docs/fleet.md):
 - every run counts, requeued runs included (sacct -D prints each);
 - a cause that hit many nodes at once is one shared incident, counted against
   none of them (``causes.shared_incidents``);
-- a single-node run whose submit line pinned it to its node (``-w``) is the user's
-  choice: it is kept apart (``pinned``) and is no failure evidence against the node.
+- a single-node run that its job's own request placed on its node (a node list, on the
+  submit line or in the script's ``#SBATCH`` lines, or an exclusion of every other node of
+  its partition) is the user's choice: it is kept apart (``pinned``) and is no failure
+  evidence against the node.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -59,6 +62,7 @@ from healthd.fleet.sacct import (
     sacctmgr_command,
     tres_gpus,
 )
+from healthd.fleet.scripts import read_scripts
 from healthd.fleet.submit import Exclusions, read_exclusions, settle, summary
 from healthd.slurm.hostlist import HostlistError
 
@@ -67,8 +71,13 @@ FAILED_PREFIXES = ("FAILED", "NODE_FAIL")
 DEFAULT_GPUS_PER_NODE = 8
 _XID = re.compile(r"S?XID_\d+")
 NO_SUBMIT_LINES = (
-    "no submit lines: runs pinned to a node (-w) cannot be told apart and count as failure evidence "
+    "no submit lines: runs their own request placed on a node (-w, #SBATCH lines, -x of every other node) "
+    "cannot be told apart and count as failure evidence "
     "(the test still leaves out the user who contributed most)"
+)
+NO_SCRIPTS = (
+    "no batch scripts: node lists in #SBATCH lines are not seen (sacct -B needs "
+    "AccountingStoreFlags=job_script), and count as failure evidence"
 )
 
 
@@ -93,7 +102,7 @@ class FleetSettings:
 
 # One accepted run as ``_read_jobs`` saw it: (job id, user, partition, node list, start,
 # end, GPUs, nodes, failed, shared, pin), shared None when the run did not fail of a cause,
-# pin whether its submit line pins it (believed or not: ``Observer.pinned_jobs`` says).
+# pin whether its job's request may have placed it (``Observer.placed_runs`` says which did).
 Run = tuple[str, str, str, str, float, float, int, int, bool, Optional[bool], bool]
 
 
@@ -106,8 +115,8 @@ class Observer(Protocol):
     def event(self, names: tuple[str, ...], start: float, end: Optional[float], reason: str) -> None:
         """Each node event read in the window."""
 
-    def pinned_jobs(self, jobs: frozenset[str]) -> None:
-        """The jobs whose pin (-w) was believed, once the submit lines are settled."""
+    def placed_runs(self, runs: frozenset[tuple[str, str, str]]) -> None:
+        """(job id, node, partition) of the single-node runs their job's believed request placed there."""
 
 
 class Attributed(NamedTuple):
@@ -269,6 +278,7 @@ class _Jobs:
     held: dict[str, dict[tuple[str, str, str], list[int]]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
     multi_lists: set[str] = field(default_factory=set)
+    multi_partitions: set[tuple[str, str]] = field(default_factory=set)  # (partition, node list)
     attributed: list[Attributed] = field(default_factory=list)
     runs: int = 0
     failed: int = 0
@@ -392,17 +402,18 @@ def _read_jobs(
     """
     table = open_table(lines, source, JOB_COLUMNS, sacct_command(), USER_TEXT)
     jobs = _Jobs(LineTally(source))
-    # Runs of the jobs whose submit line excludes or pins nodes: [in the input, used].
+    # Runs of the jobs whose request excludes or pins nodes: [in the input, used]; all of them
+    # may have been placed by their request, so their single-node runs wait apart.
     excluding: dict[str, list[int]] = {} if exclusions is None else {job: [0, 0] for job in exclusions.jobs}
-    pins = frozenset() if exclusions is None else frozenset(j for j, c in exclusions.jobs.items() if c.pinned)
+    pins = frozenset(excluding)
     index = table.index
     columns = _RunColumns(index("JobID"), index("User"), index("State"), index("NodeList"), table.optional("Partition"))
     rows = _job_rows(table, jobs.tally, settings, excluding)
     _count_runs(jobs, rows, columns, events, settings, pins, observer)
     if exclusions is not None:
-        believed = _settle_choices(jobs, exclusions, excluding)
+        placed = _settle_choices(jobs, exclusions, excluding)
         if observer is not None:
-            observer.pinned_jobs(believed)
+            observer.placed_runs(placed)
     jobs.runs = jobs.tally.records
     return jobs
 
@@ -471,7 +482,7 @@ def _count_runs(
     pins: frozenset[str],
     observer: Optional[Observer],
 ) -> None:
-    """Count each run read, after attributing a failed one to its cause; ``pins``: the jobs pinned by -w."""
+    """Count each run read, after attributing a failed one; ``pins``: the jobs whose runs wait apart (``held``)."""
     i_id, i_user, i_state, i_list, i_partition = columns
     tally, by_size, single, multi_lists = jobs.tally, jobs.by_size, jobs.single, jobs.multi_lists
     failed_columns = (i_id, i_user, i_state)
@@ -510,6 +521,7 @@ def _count_runs(
             )
         if nnodes > 1:
             multi_lists.add(node_list)
+            jobs.multi_partitions.add((partition, node_list))
         elif not shared:  # a run killed by a cause on many nodes is no evidence about its node or its user
             into = jobs.held.setdefault(job_id, {}) if job_id in pins else single
             key = (node_list, fields[i_user], partition)
@@ -538,22 +550,45 @@ def _merge(into: dict[tuple[str, str, str], list[int]], counts: dict[tuple[str, 
         total[1] += fails
 
 
-def _settle_choices(jobs: _Jobs, exclusions: Exclusions, runs: dict[str, list[int]]) -> frozenset[str]:
-    """Count the believed exclusions; move the believed pins' runs to ``pinned``, the others' back to ``single``.
+def _partition_nodes(jobs: _Jobs) -> dict[str, set[str]]:
+    """Each partition's nodes, as the runs of the window show them (accounting keeps no partition table)."""
+    nodes: dict[str, set[str]] = {}
+    for table in (jobs.single, jobs.pinned, *jobs.held.values()):
+        for name, _, partition in table:
+            nodes.setdefault(partition, set()).add(name)
+    for partition, node_list in jobs.multi_partitions:
+        try:
+            nodes.setdefault(partition, set()).update(expand(node_list))
+        except HostlistError:
+            continue  # its run was counted bad already
+    return nodes
 
-    Returns the jobs whose pin was believed.
+
+def _settle_choices(jobs: _Jobs, exclusions: Exclusions, runs: dict[str, list[int]]) -> frozenset[tuple[str, str, str]]:
+    """Count the believed exclusions; move the runs their job's request placed to ``pinned``, the others to ``single``.
+
+    A run was placed by its job's request when the job named its nodes, or excluded every
+    other node its partition has in the window (the scheduler had no other to choose).
+    Returns (job id, node, partition) of the placed runs.
     """
-    believed = set()
+    partitions = _partition_nodes(jobs)
+    placed = set()
     for job_id, choice, used in settle(exclusions, runs):
         for name in choice.excluded:
             jobs.node(name).excluded_by += used
-        if choice.pinned:
-            believed.add(job_id)
-            _merge(jobs.pinned, jobs.held.pop(job_id, {}))
-    for held in jobs.held.values():  # a pin whose line was rejected: its runs count as any other's
+        excluded = set(choice.excluded)
+        for key, counts in jobs.held.pop(job_id, {}).items():
+            node, _, partition = key
+            others = partitions.get(partition, set()) - {node}
+            if choice.pinned or (others and others <= excluded):
+                placed.add((job_id, node, partition))
+                _merge(jobs.pinned, {key: counts})
+            else:
+                _merge(jobs.single, {key: counts})
+    for held in jobs.held.values():  # a request whose line was rejected: its runs count as any other's
         _merge(jobs.single, held)
     jobs.held.clear()
-    return frozenset(believed)
+    return frozenset(placed)
 
 
 Rows = list[tuple[tuple[str, str], int, int]]  # ((user, partition), runs, failures) of one node
@@ -674,19 +709,30 @@ def analyze(
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
     observer: Optional[Observer] = None,
     job_names: Optional[dict[str, str]] = None,
+    scripts: Optional[str] = None,
 ) -> FleetReport:
     """The whole report from sacct's and sacctmgr's parsable output (``FleetInputError`` if one is unusable).
 
     ``submit_lines`` gives the lines of ``sacct -o JobID,SubmitLine`` afresh at each call (read
     twice, ``healthd.fleet.submit``); without it there is no exclusion signal. ``observer``
     sees each run and event as they are read (``healthd.fleet.backtest``); ``job_names`` (JobID to
-    name, from ``sacct --json``) are shown, never analysed.
+    name, from ``sacct --json``) are shown, never analysed. ``scripts`` is the output of
+    ``sacct -B -j ...`` for the window's batch jobs (``healthd.fleet.scripts``): their
+    ``#SBATCH`` node options join their submit lines'.
     """
     settings = settings or FleetSettings()
     read_events = _read_events(events, sources.events, settings, observer)
-    exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit)
+    requested = None if scripts is None else read_scripts(scripts)
+    exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit, requested)
     read_jobs = _read_jobs(jobs, sources.jobs, settings, read_events, exclusions, observer)
-    return _report(settings, read_jobs, read_events, exclusions, job_names or {})
+    # No script seen: none given, or only NONE where accounting keeps none (no job_script flag).
+    unseen = requested is None or (requested.records > 0 and requested.stored == 0)
+    notes = (NO_SCRIPTS,) if exclusions is not None and unseen else ()
+    return _replace_notes(_report(settings, read_jobs, read_events, exclusions, job_names or {}), notes)
+
+
+def _replace_notes(report: FleetReport, notes: tuple[str, ...]) -> FleetReport:
+    return dataclasses.replace(report, lemon_notes=report.lemon_notes + notes) if notes else report
 
 
 def _report(

@@ -131,8 +131,9 @@ class _Recorder:
         self.ends = array("d")
         self.key_of = array("l")
         self.failed = bytearray()
-        self.pins: list[tuple[int, str]] = []  # (run index, job id) of runs whose job pins them
-        self.pinned: frozenset[str] = frozenset()
+        # (run index, (job id, node, partition)) of the runs whose job's request may have placed them
+        self.pins: list[tuple[int, tuple[str, str, str]]] = []
+        self.pinned: frozenset[tuple[str, str, str]] = frozenset()
         self.large: list[Run] = []
         self.admin: dict[str, list[tuple[float, Optional[float]]]] = {}
 
@@ -147,7 +148,7 @@ class _Recorder:
         if index is None:
             index = self.keys[key] = len(self.keys)
         if pin:
-            self.pins.append((len(self.ends), job_id))
+            self.pins.append((len(self.ends), (job_id, node_list, partition)))
         self.ends.append(end)
         self.key_of.append(index)
         self.failed.append(failed)
@@ -161,8 +162,8 @@ class _Recorder:
             for name in names:
                 self.admin.setdefault(name, []).append((start, end))
 
-    def pinned_jobs(self, jobs: frozenset[str]) -> None:
-        self.pinned = jobs
+    def placed_runs(self, runs: frozenset[tuple[str, str, str]]) -> None:
+        self.pinned = runs
 
 
 class _History:
@@ -188,7 +189,7 @@ class _History:
         for index, node in enumerate(self.key_node):
             low = self.slices[node][0] if self.slices[node][1] else index
             self.slices[node] = (low, index + 1)
-        pinned = {i for i, job in recorder.pins if job in recorder.pinned}
+        pinned = {i for i, run in recorder.pins if run in recorder.pinned}
         # The runs by the step they end before: within a step their order does not matter.
         self.buckets: dict[int, array[int]] = {}
         failed = recorder.failed
@@ -400,12 +401,13 @@ def backtest(
     sources: Sources = DEFAULT_SOURCES,
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
     job_names: Optional[dict[str, str]] = None,
+    scripts: Optional[str] = None,
 ) -> Backtest:
     """The report of the whole window and its replay in steps (``FleetInputError`` if an input is unusable)."""
     options = options or BacktestSettings()
     settings = settings or FleetSettings()
     recorder = _Recorder(options.min_gpus, Reasons(settings.rules.healthd_prefix))
-    report = analyze(jobs, events, settings, sources, submit_lines, recorder, job_names)
+    report = analyze(jobs, events, settings, sources, submit_lines, recorder, job_names, scripts)
     if report.start is None or report.end is None:
         return Backtest(report, options, (), (), 0, 0, (), 0.0, 0)
     steps, state = _replay(report, recorder, options)

@@ -87,29 +87,127 @@ def option_values(words: list[str], option: NodeOption) -> list[str]:
     return values
 
 
+class Request(NamedTuple):
+    """The node options one job asked for: the nodes its ``-x`` excludes, whether it named its nodes.
+
+    ``excluding``: whether an ``-x`` was given at all (its value may be a file or junk, which
+    names no node we know): an ``-x`` on the command line replaces the script's.
+    """
+
+    excluded: tuple[str, ...] = ()
+    pinned: bool = False
+    excluding: bool = False
+
+    def over(self, script: Request) -> Request:
+        """This command line's request over the batch script's ``#SBATCH`` one.
+
+        sbatch(1): options on the command line override those of ``#SBATCH`` lines; a node list
+        in either is a pin (a later ``-w`` replaces an earlier one, and still names nodes).
+        """
+        excluded = self.excluded if self.excluding else script.excluded
+        return Request(excluded, self.pinned or script.pinned, self.excluding or script.excluding)
+
+
+def _request(words: list[str]) -> Request:
+    nodes: list[str] = []
+    values = option_values(words, EXCLUDE)
+    for value in values:
+        try:
+            nodes.extend(expand(value))
+        except HostlistError:
+            continue  # a file name (`-x FILE` is also allowed by sbatch) or junk: not names we know
+    pins = bool(option_values(words, NODELIST) or option_values(words, NODEFILE))
+    return Request(tuple(dict.fromkeys(nodes)), pins, bool(values))
+
+
+def request(submit_line: str) -> Request:
+    """What a submit command line asked for (``choices``)."""
+    if not _MAYBE.search(submit_line):
+        return Request()
+    return _request(_words(submit_line))
+
+
+# sbatch(1): "The batch script may contain options preceded with "#SBATCH" before any
+# executable commands in the script. sbatch will stop processing further #SBATCH directives
+# once the first non-comment non-whitespace line has been reached in the script." The
+# details are sbatch's own (src/sbatch/opt.c, _opt_batch_script and get_argument, 22.05 to
+# 26.05): a line starting with #SBATCH (or the old #SLURM) at its first byte, anything after
+# it; arguments split on white space, grouped by quotes, a backslash escaping the next
+# character, an unescaped # ending the line.
+_MAGIC = ("#SBATCH", "#SLURM")
+_C_SPACE = frozenset(" \t\n\v\f\r")  # isspace(3) in the C locale: not str.isspace's Unicode spaces
+
+
+def _arguments(text: str) -> list[str]:
+    """A directive line's arguments, as sbatch's get_argument reads them."""
+    words: list[str] = []
+    word: Optional[list[str]] = None
+    quote = ""
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+            word = word if word is not None else []
+            continue
+        elif quote:
+            if char == quote:
+                quote = ""
+                continue
+        elif char in "\"'":
+            quote, word = char, word if word is not None else []
+            continue
+        elif char == "#":
+            break
+        elif char in _C_SPACE:
+            if word is not None:
+                words.append("".join(word))
+                word = None
+            continue
+        word = word if word is not None else []
+        word.append(char)
+    if word is not None:
+        words.append("".join(word))
+    return words
+
+
+def directives(script: str) -> list[str]:
+    """The option words of a batch script's ``#SBATCH`` lines, as sbatch reads them.
+
+    From the top of the script to its first line that is neither blank nor a comment. Split
+    on "\\n" alone, as sbatch's next_line does: a user's script may hold other line breaks.
+    """
+    words: list[str] = []
+    for line in script.split("\n"):
+        magic = next((m for m in _MAGIC if line.startswith(m)), None)
+        if magic is None:
+            text = line.lstrip()
+            if text and not text.startswith("#"):
+                break  # the first command: sbatch reads no further
+            continue
+        words.extend(_arguments(line[len(magic) :]))
+    return words
+
+
+def script_request(script: str) -> Request:
+    """What a batch script's ``#SBATCH`` lines asked for (``directives``)."""
+    return _request(directives(script))
+
+
 def choices(submit_line: str) -> tuple[tuple[str, ...], bool]:
     """What a submit command line chose: the nodes its ``-x`` excludes, and whether it pins its nodes.
 
-    Excluded: ``-x LIST``/``-xLIST``/``--exclude[=]LIST``. Only the command line is known:
-    an exclusion made in a batch script's ``#SBATCH`` lines or by a workflow tool's API
-    does not appear here.
+    Excluded: ``-x LIST``/``-xLIST``/``--exclude[=]LIST``. Only the command line is read
+    here; the batch script's ``#SBATCH`` lines are ``script_request``'s.
 
     Pinned: ``-w``/``--nodelist`` (any spelling), or ``-F``/``--nodefile``. A job given a
     node list runs on those nodes (sbatch(1): the allocation contains at least them), so
     any value counts, a file name or junk included: a node the user chose, by whatever
     spelling, is the user's choice, not the scheduler's.
     """
-    if not _MAYBE.search(submit_line):
-        return (), False
-    words = _words(submit_line)
-    nodes: list[str] = []
-    for value in option_values(words, EXCLUDE):
-        try:
-            nodes.extend(expand(value))
-        except HostlistError:
-            continue  # a file name (`-x FILE` is also allowed by sbatch) or junk: not names we know
-    pins = bool(option_values(words, NODELIST) or option_values(words, NODEFILE))
-    return tuple(dict.fromkeys(nodes)), pins
+    found = request(submit_line)
+    return found.excluded, found.pinned
 
 
 def excluded(submit_line: str) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ What a user can cause is not a node fault, and a tiny fleet has no baseline, so 
 test that flags (``detect`` with ``Floors``) guards the plain one (docs/fleet.md,
 "Evidence a user cannot make" and "Evidence floors"):
 
-- failure evidence is the runs not pinned to the node by their submit lines, tested
+- failure evidence is the runs not placed on the node by their own request, tested
   against rates from those runs, and again with the user who contributed most of the
   node's excess left out; the larger p-value counts, so one user alone, or one user
   with a little noise from others, cannot make a lemon;
@@ -75,7 +75,7 @@ class NodeSignals(NamedTuple):
     single_node_failures: int  # FAILED or NODE_FAIL, any cause (user's included)
     expected_single_node_failures: float  # from the users' own failure rates
     excluded_by_jobs: int
-    pinned_runs: int  # single-node runs whose submit line chose the node (-w, --nodelist)
+    pinned_runs: int  # single-node runs their job's own request placed on the node (docs/fleet.md)
     pinned_failures: int
     counted_failures: int  # the failures that are evidence: single-node runs not pinned
     counted_expected: float  # from the users' rates over their runs not pinned
@@ -234,8 +234,9 @@ def _failure_test(s: NodeSignals, floors: Optional[Floors]) -> tuple[float, tupl
     notes = []
     if s.pinned_failures:
         notes.append(
-            f"{s.pinned_failures} of its {s.single_node_failures} failed runs were pinned to it by their submit "
-            "lines (-w, --nodelist): the user's choice, not evidence"
+            f"{s.pinned_failures} of its {s.single_node_failures} failed runs were placed on it by their own request "
+            "(a node list, on the submit line or in #SBATCH lines, or -x of every other node): "
+            "the user's choice, not evidence"
         )
     if s.counted_failures < floors.min_failures:
         if s.counted_failures:

@@ -15,7 +15,9 @@ Parsing is the analysis's business; this module returns the texts.
   for the ``-x``/``--exclude`` signal, kept apart and matched by JobID
   (``healthd.fleet.submit``).
 - ``sacctmgr -P show event``: every node drain, down or fail with its reason and
-  who set it, which is where healthd's ``healthd: CODE ...`` reasons are kept.
+  who set it, which is where healthd's ``healthd: CODE ...`` reasons are kept;
+- ``sacct -B -j IDS`` (``batch_scripts``), for the batch jobs of the window: their
+  scripts, whose ``#SBATCH`` lines may name or exclude nodes (``healthd.fleet.scripts``).
 
 Both commands take times as local time without a zone (``YYYY-MM-DDTHH:MM:SS``) and
 print them so; the window is converted to the local time of ``TZ`` (or the system's),
@@ -143,6 +145,25 @@ def collect(
     events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
     submit_lines = _run(bin_dir, "sacct", sacct_args(since, until, SUBMIT_FIELDS), deadline, timeout, conf)
     return Accounting(jobs, events, submit_lines)
+
+
+# Job ids per ``sacct -B -j`` call: sacct needs -j for scripts (src/sacct/options.c), and a
+# thousand ids keep the command line near 10 kB.
+SCRIPT_BATCH = 1000
+
+
+def batch_scripts(bin_dir: Optional[Path], jobs: Sequence[str], timeout: float, *, conf: Optional[Path] = None) -> str:
+    """``sacct -B -j IDS`` for ``jobs``, a thousand at a time, within ``timeout`` seconds in all.
+
+    Each script comes only where slurm.conf has ``AccountingStoreFlags=job_script`` (else
+    ``NONE``); a job that is not in accounting is left out by sacct.
+    """
+    deadline = time.monotonic() + timeout
+    parts = []
+    for first in range(0, len(jobs), SCRIPT_BATCH):
+        chosen = ",".join(jobs[first : first + SCRIPT_BATCH])
+        parts.append(_run(bin_dir, "sacct", ["-B", "-j", chosen], deadline, timeout, conf))
+    return "".join(parts)
 
 
 def _run(

@@ -7,7 +7,12 @@ Slurm 22.05 (openapi/dbv0.0.38, captured from the test cluster in
 ``state.current`` (a word), ``time.start`` and ``time.end`` (epoch seconds, 0 when not
 set), ``allocation_nodes``, ``nodes`` (hostlist notation) and ``tres.allocated`` (a list
 of ``{type, name, count}``). Newer Slurm (data_parser v0.0.40, 23.11) prints
-``state.current`` as a list of words; the first is the state. The other keys are not read.
+``state.current`` as a list of words; the first is the state. 24.11 and 26.05 (data_parser
+v0.0.42 and v0.0.45, ``src/plugins/data_parser/*/parsers.c``: ``UINT32_NO_VAL``,
+``TIMESTAMP_NO_VAL``) wrap numbers that may be unset as ``{"set", "infinite", "number"}``:
+``array.task_id`` and ``het.job_offset`` always, times in some releases. ``number`` unwraps
+every number read here, so an array task is ``8_1`` as ``sacct -P`` prints it, not its raw
+job id. The other keys are not read.
 
 The rows carry the same columns as ``sacct -P`` (``JOB_TABLE``) so that one reader
 (``analyze._read_jobs``) serves both; times go as ``@EPOCH`` (``sacct.LocalTimes``),
@@ -19,7 +24,8 @@ chooses) is never put in a row: it is kept apart, by JobID, for display only.
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple, Sequence
+import math
+from typing import Any, NamedTuple, Optional, Sequence
 
 JOB_TABLE = ("JobID", "User", "Partition", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
 
@@ -35,14 +41,47 @@ def is_json(text: str) -> bool:
     return text.lstrip()[:1] == "{"
 
 
+def number(value: Any) -> Optional[float]:
+    """A number as any Slurm's JSON prints it: an int, or ``{set, infinite, number}`` (24.11 and later).
+
+    None when it is absent (``null``, or ``set`` false: Slurm's NO_VAL), ``math.inf`` when
+    ``infinite`` is true (Slurm's INFINITE, "no limit"); ValueError for anything else.
+    """
+    if isinstance(value, dict):
+        if value.get("infinite") is True:
+            return math.inf
+        if value.get("set") is not True:
+            return None
+        value = value.get("number")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{str(value)[:40]!r} is not a number")
+    return value
+
+
+def count(value: Any, what: str) -> Optional[int]:
+    """A finite whole number or None (``number``); ValueError naming ``what`` for a negative or infinite one."""
+    found = number(value)
+    if found is None:
+        return None
+    if found == math.inf or found < 0:
+        raise ValueError(f"{what} {found} is not a count")
+    return int(found)
+
+
 def _job_id(job: dict[str, Any]) -> str:
     array, het = job.get("array") or {}, job.get("het") or {}
-    task = array.get("task_id")
-    if array.get("job_id") and isinstance(task, int):
-        return f"{array['job_id']}_{task}"
-    if het.get("job_id") and isinstance(het.get("job_offset"), int):
-        return f"{het['job_id']}+{het['job_offset']}"
-    return str(int(job["job_id"]))
+    array_id, task = count(array.get("job_id"), "array.job_id"), count(array.get("task_id"), "array.task_id")
+    if array_id and task is not None:
+        return f"{array_id}_{task}"
+    het_id, offset = count(het.get("job_id"), "het.job_id"), count(het.get("job_offset"), "het.job_offset")
+    if het_id and offset is not None:
+        return f"{het_id}+{offset}"
+    found = count(job["job_id"], "job_id")
+    if found is None:
+        raise ValueError("no job_id")
+    return str(found)
 
 
 def _state(job: dict[str, Any]) -> str:
@@ -53,21 +92,21 @@ def _state(job: dict[str, Any]) -> str:
 
 
 def _time(value: Any) -> str:
-    if isinstance(value, dict):  # data_parser v0.0.40 and later may wrap numbers: {set, infinite, number}
-        value = value.get("number") if value.get("set") else 0
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError(f"time {str(value)[:40]!r} is not epoch seconds")
-    return f"@{value}" if value else "Unknown"
+    try:
+        seconds = count(value, "time")
+    except ValueError:
+        raise ValueError(f"time {str(value)[:40]!r} is not epoch seconds") from None
+    return f"@{seconds}" if seconds else "Unknown"
 
 
 def _tres(job: dict[str, Any]) -> str:
     items = []
     for entry in (job.get("tres") or {}).get("allocated") or []:
-        kind, name, count = entry.get("type"), entry.get("name"), entry.get("count")
-        if count is None:
+        kind, name, amount = entry.get("type"), entry.get("name"), count(entry.get("count"), "tres count")
+        if amount is None:
             continue
         key = f"{kind}/{name}" if name else str(kind)
-        items.append(f"{key}={count}")
+        items.append(f"{key}={amount}")
     return ",".join(items)
 
 
@@ -85,7 +124,7 @@ def _row(job: dict[str, Any]) -> tuple[str, str]:
         _state(job),
         _time(times["start"]),
         _time(times["end"]),
-        str(int(job["allocation_nodes"])),
+        str(count(job["allocation_nodes"], "allocation_nodes") or 0),
         str(job["nodes"]),
         _tres(job),
     )

@@ -101,7 +101,9 @@ class Signals(_Strict):
     single_node_failure_rate: Optional[float]
     expected_single_node_failures: float = Field(ge=0)
     excluded_by_jobs: int = Field(ge=0)
-    pinned_runs: int = Field(ge=0, description="single-node runs pinned to the node by their submit lines (-w)")
+    pinned_runs: int = Field(
+        ge=0, description="single-node runs their own request placed on the node (-w, #SBATCH, -x of all others)"
+    )
     pinned_failures: int = Field(ge=0, description="of those, failed: no evidence against the node")
     counted_failures: int = Field(ge=0, description="failed single-node runs not pinned: the failure evidence")
     counted_expected: float = Field(ge=0, description="the failures the users' rates predict for those runs")

@@ -14,20 +14,24 @@ window, where the most a forged record can claim is an exclusion or a pin. It is
   than the job has runs, and is left out with the job's true one: a user cannot put
   an exclusion or a pin on a job, nor one in the name of another's (a pin takes a
   job's runs out of the failure evidence, docs/fleet.md "Evidence a user cannot make").
+
+A job's batch script (``healthd.fleet.scripts``) adds its ``#SBATCH`` node options under the
+command line's, and is believed with the job's submit line.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
-from healthd.fleet.hosts import choices
+from healthd.fleet.hosts import Request, request
 from healthd.fleet.sacct import InputSummary, LineTally, is_job_id, open_table, submit_command
+from healthd.fleet.scripts import Scripts
 
 SUBMIT_COLUMNS = ("JobID", "SubmitLine")
 
 
 class Choice(NamedTuple):
-    """What one job's submit line chose: the nodes it excluded, and whether it named its nodes."""
+    """What one job asked for (submit line and script): the nodes it excluded, whether it named its nodes."""
 
     line: int  # its first line in the input
     excluded: tuple[str, ...]
@@ -61,16 +65,28 @@ def _records(lines: Iterable[str], source: str, tally: LineTally) -> Iterator[tu
         yield current
 
 
-def read_exclusions(passes: Callable[[], Iterable[str]], source: str) -> Exclusions:
-    """Read the submit-line input twice (``passes()`` gives its lines afresh each time)."""
+def read_exclusions(passes: Callable[[], Iterable[str]], source: str, scripts: Optional[Scripts] = None) -> Exclusions:
+    """Read the submit-line input twice (``passes()`` gives its lines afresh each time).
+
+    ``scripts``: the requests of the jobs' batch scripts (``healthd.fleet.scripts``), under
+    their command lines (``Request.over``); a job's script is believed with its submit line.
+    """
     tally = LineTally(source)
     jobs: dict[str, Choice] = {}
+    wanted = {} if scripts is None else scripts.requests
+    rejected = set() if scripts is None else set(scripts.rejected)
     for number, job_id, text in _records(passes(), source, tally):
         tally.records += 1
         if job_id not in jobs:
-            nodes, pins = choices(text)
-            if nodes or pins:
-                jobs[job_id] = Choice(number, nodes, pins)
+            if job_id in rejected:
+                rejected.discard(job_id)
+                tally.reject(
+                    number,
+                    f"job {job_id}: its batch script's header appears more than once: its #SBATCH lines are left out",
+                )
+            found = request(text).over(wanted.get(job_id, Request()))
+            if found.excluded or found.pinned:
+                jobs[job_id] = Choice(number, found.excluded, found.pinned)
     records = dict.fromkeys(jobs, 0)
     for _, job_id, _ in _records(passes(), source, LineTally(source)):
         if job_id in records:

@@ -66,6 +66,8 @@ def accounts(monkeypatch: pytest.MonkeyPatch) -> Accounts:
     fleet = synth.plant(synth.FleetSpec(nodes=60, days=40, runs=8_000, events=600, incident_lemons=2, seed=5))
     found = Accounts(fleet)
     monkeypatch.setattr(healthd.fleet.live, "collect", found)
+    # No script is stored here (a cluster without AccountingStoreFlags=job_script): sacct prints none.
+    monkeypatch.setattr(healthd.fleet.live, "batch_scripts", lambda *_, **__: "")
     return found
 
 

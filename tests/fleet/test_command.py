@@ -219,6 +219,8 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
     import healthd.fleet.live
 
     monkeypatch.setattr(healthd.fleet.live, "collect", collect)
+    asked: list[list[str]] = []
+    monkeypatch.setattr(healthd.fleet.live, "batch_scripts", lambda _, jobs, *__, **___: asked.append(jobs) or "")
     config = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\n')
     code, out, err = cli(
         "fleet", "report", "--live", "--since", "2d", "--until", "1h", "--json", "--config", str(config)
@@ -231,3 +233,4 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
     attributed = document["attributed_failures"]
     assert [(a["node"], a["cause"], a["state"]) for a in attributed] == [("node1", "XID_79", "NODE_FAIL")]
     assert document["inputs"]["submit_lines"]["records"] == 1, "the submit lines collected are read too"
+    assert asked == [["1"]], "the batch job's script is asked for"

@@ -96,7 +96,7 @@ def test_runs_a_user_pinned_to_a_node_are_no_evidence_against_it(pin: str) -> No
     assert TARGET not in {v.node for v in report.lemons}
     held = {h.node: h for h in report.held_back}
     assert held[TARGET].plain_q < 1e-6, "without the guard it is a lemon"
-    assert held[TARGET].why[0].startswith("40 of its ") and "pinned to it by their submit lines" in held[TARGET].why[0]
+    assert held[TARGET].why[0].startswith("40 of its ") and "placed on it by their own request" in held[TARGET].why[0]
     signals = next(v.signals for v in report.verdicts if v.node == TARGET)
     assert (signals.pinned_runs, signals.pinned_failures) == (40, 40)
 

@@ -36,6 +36,10 @@ from healthd.fleet.live import collect
 pytestmark = pytest.mark.slurm
 
 FAILING, ELSEWHERE = 20, 60
+PLACED = (
+    "failed runs were placed on it by their own request (a node list, on the submit line or in #SBATCH lines, "
+    "or -x of every other node): the user's choice, not evidence"
+)
 
 
 @pytest.fixture
@@ -119,7 +123,7 @@ def test_a_user_pinning_failing_jobs_to_a_node_makes_no_lemon_and_it_is_not_drai
     assert cluster.state("node2") == "idle" and "LEMON" not in cluster.reason("node2"), out
     assert "drained" not in out.replace("not drained", "")
     held = next(line for line in out.splitlines() if line.startswith("not flagged node2 "))
-    assert f"{FAILING} of its {FAILING} failed runs were pinned to it by their submit lines" in held
+    assert f"{FAILING} of its {FAILING} {PLACED}" in held
 
     # With the floors lowered to this three-node cluster, the pin alone keeps node2 from being flagged.
     lowered = ("--min-nodes", "1", "--min-days", "0")
@@ -129,10 +133,7 @@ def test_a_user_pinning_failing_jobs_to_a_node_makes_no_lemon_and_it_is_not_drai
     assert document["lemon_nodes"] == []
     (held_back,) = document["lemon_test"]["held_back"]
     assert held_back["node"] == "node2" and held_back["plain_q_value"] <= 0.05, "the plain test flags it"
-    assert held_back["why"] == [
-        f"{FAILING} of its {FAILING} failed runs were pinned to it by their submit lines (-w, --nodelist): "
-        "the user's choice, not evidence"
-    ]
+    assert held_back["why"] == [f"{FAILING} of its {FAILING} {PLACED}"]
 
     # Without the submit lines the pin is unseen: the one user behind the failures is left out.
     jobs, events = tmp_path / "jobs.txt", tmp_path / "events.txt"
@@ -145,3 +146,61 @@ def test_a_user_pinning_failing_jobs_to_a_node_makes_no_lemon_and_it_is_not_drai
     (held_back,) = document["lemon_test"]["held_back"]
     assert held_back["node"] == "node2"
     assert held_back["why"][0].startswith(f"{FAILING} of its {FAILING} counted failures are one user's ({user})")
+
+
+SCRIPTED, EXCLUDING, OTHERWISE = 8, 8, 24
+
+
+def test_two_users_whose_own_requests_put_their_failing_jobs_on_a_node_make_no_lemon(
+    accounting_cluster: Any,
+    intruder: tuple[int, int],
+    as_user: Callable[..., int],
+    write_config: Callable[..., Path],
+    cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    """Two users (root and the unprivileged one) each put failing jobs on node2 by their own request,
+    in the two ways the submit line does not show as a pin: ``#SBATCH --nodelist=node2`` inside the
+    batch script (the submit line is only ``sbatch pinned.sh``), and ``-x`` of every other node of
+    the partition. Leaving out one user no longer hides it (the other's failures stand out alone);
+    reading what each job asked for does: all their failures there are placed by request."""
+    cluster = accounting_cluster
+    scripts = Path(tempfile.mkdtemp(prefix="healthd-pinning-"))
+    try:
+        scripts.chmod(0o755)
+        script = scripts / "pinned.sh"
+        script.write_text("#!/bin/sh\n#SBATCH --nodelist=node2\n#SBATCH --output=/dev/null\nexit 1\n")
+        script.chmod(0o644)
+        since = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(seconds=1)
+        time.sleep(max(0.0, (since - datetime.datetime.now()).total_seconds()))
+
+        def as_root(*argv: str) -> int:
+            return subprocess.run(argv, env=cluster.env, cwd="/", capture_output=True, timeout=60).returncode
+
+        for run in (as_root, as_user):
+            assert all(run("sbatch", "--wait", str(script)) != 0 for _ in range(SCRIPTED))
+            assert all(run("srun", "-x", "node1,node3", "false") == 1 for _ in range(EXCLUDING))
+            assert all(run("srun", "-x", "node2", "true") == 0 for _ in range(OTHERWISE))
+    finally:
+        shutil.rmtree(scripts)
+
+    def placed() -> int:
+        until = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(seconds=1)
+        text = collect(None, since, until, 30, conf=cluster.conf).jobs
+        header, *lines = sacct_json.lines_of(text, "sacct")[0]
+        rows = [dict(zip(header.split("|"), line.split("|"))) for line in lines]
+        return sum(1 for r in rows if r["NodeList"] == "node2" and r["State"].startswith("FAILED"))
+
+    wait_for(lambda: placed() == 2 * (SCRIPTED + EXCLUDING), 30, "the failed runs on node2 in accounting", interval=0.5)
+    config = write_config("", slurm_cluster=cluster.conf)
+    lowered = ("--min-nodes", "1", "--min-days", "0")
+    code, out, err = cli(
+        "fleet", "report", "--live", "--since", since.isoformat(), "--config", str(config), *lowered, "--json"
+    )
+    assert code == 0, err
+    document = json.loads(out)
+    assert document["lemon_nodes"] == []
+    (held_back,) = document["lemon_test"]["held_back"]
+    assert held_back["node"] == "node2" and held_back["plain_q_value"] <= 0.05, "the plain test flags it"
+    failures = 2 * (SCRIPTED + EXCLUDING)
+    assert held_back["why"] == [f"{failures} of its {failures} {PLACED}"]
+    assert not any(note.startswith("no batch scripts") for note in document["lemon_test"]["notes"])

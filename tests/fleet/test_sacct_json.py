@@ -90,3 +90,57 @@ def test_the_report_reads_either_form_and_names_jobs_from_json(jobs: Path, cli: 
         assert attributed[0]["job_name"].startswith("train|alice|")
     else:
         assert "job_name" not in attributed[0]
+
+
+BUILT_24_11 = ACCOUNTING / "sacct-json-24.11-built.json"  # shaped as 24.11 prints, not captured (README)
+
+
+def test_24_11_wrapped_numbers_give_the_job_ids_sacct_p_prints() -> None:
+    """24.11 wraps array.task_id and het.job_offset as {set, infinite, number}: task 1 of array 8 is 8_1, not 11."""
+    header, *rows = sacct_json.read(BUILT_24_11.read_text(), "sacct --json").lines
+    assert header.startswith("JobID|")
+    assert [row.split("|")[0] for row in rows] == ["8_1", "8_2", "13+0", "13+1", "15"]
+    assert [row.split("|")[3] for row in rows] == ["FAILED", "FAILED", "COMPLETED", "COMPLETED", "FAILED"]
+
+
+def test_an_array_tasks_pin_is_matched_by_its_job_id_in_24_11_json() -> None:
+    """The submit-line signal joins on JobID: with the raw ids (11, 12) the pinned tasks' records matched no run."""
+    found = sacct_json.read(BUILT_24_11.read_text(), "sacct --json")
+    submit = ["JobID|SubmitLine", *(f"8_{task}|sbatch --array=1-2 -w node2 train.sh" for task in (1, 2))]
+    report = analyze(found.lines, EVENTS.read_text().splitlines(), submit_lines=lambda: iter(submit))
+    assert report.jobs.bad == 0 and report.runs == 5
+    assert report.submit_lines is not None and report.submit_lines.bad == 0
+    node2 = next(v.signals for v in report.verdicts if v.node == "node2")
+    assert (node2.pinned_runs, node2.pinned_failures) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [
+        (7, 7),
+        ({"set": True, "infinite": False, "number": 7}, 7),
+        ({"set": False, "infinite": False, "number": 0}, None),  # NO_VAL: absent
+        ({"set": True, "infinite": True, "number": 0}, float("inf")),  # INFINITE: no limit
+        (None, None),
+    ],
+)
+def test_a_number_is_read_plain_or_wrapped(value: Any, number: Any) -> None:
+    assert sacct_json.number(value) == number
+
+
+@pytest.mark.parametrize("value", [True, "7", 7.5, {"set": True, "infinite": False, "number": "7"}])
+def test_what_is_no_number_is_refused(value: Any) -> None:
+    with pytest.raises(ValueError):
+        sacct_json.number(value)
+
+
+def test_an_infinite_or_negative_count_is_a_bad_record() -> None:
+    document = json.loads(BUILT_24_11.read_text())
+    document["jobs"][0]["array"]["task_id"] = {"set": True, "infinite": True, "number": 0}
+    document["jobs"][1]["time"]["end"] = -5
+    report = report_of(document)
+    assert report.jobs.bad == 2
+    assert [why for _, why in report.jobs.first_bad] == [
+        "job record 1: array.task_id inf is not a count",
+        "job record 2: time '-5' is not epoch seconds",
+    ]

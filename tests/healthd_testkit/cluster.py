@@ -382,7 +382,11 @@ StorageLoc={ACCOUNTING_DB}
         # With slurmdbd, AccountingStoragePass names the munge socket for the connections to
         # it (slurm.conf(5)): AuthInfo's socket= does not reach them, and the default
         # socket is the machine's munged.
+        # AccountingStoreFlags=job_script keeps each batch script in accounting (slurm.conf(5)),
+        # where `sacct --batch-script` reads its #SBATCH lines: docs/fleet.md, "Evidence a user
+        # cannot make".
         return f"""AccountingStorageType=accounting_storage/slurmdbd
+AccountingStoreFlags=job_script
 AccountingStorageHost=localhost
 AccountingStoragePort={self.dbd_port}
 AccountingStoragePass={self.munge_socket}
