@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterator, Optional
 
 from healthd.cli.main import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
+from healthd.text import records
 
 if TYPE_CHECKING:
     from healthd.config.sections import Config
@@ -189,17 +191,23 @@ def _load_config(args: argparse.Namespace) -> Config:
     return load_checks(args.config, use_cache=False, store=False)[0].config
 
 
+def _text(raw: IO[bytes]) -> IO[str]:
+    """Lines that end at "\n" alone: newline="" would still end one at a lone "\r" (io.TextIOWrapper's
+    universal newlines), and a job name or submit line is a user's text that may hold one."""
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
+
+
 @contextlib.contextmanager
 def _lines(path: Path) -> Iterator[IO[str]]:
     if str(path) == "-":
-        yield sys.stdin
+        yield _text(sys.stdin.buffer)
         return
-    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+    with _text(path.open("rb")) as handle:
         yield handle
 
 
 def _file_lines(path: Path) -> Iterator[str]:
-    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+    with _text(path.open("rb")) as handle:
         yield from handle
 
 
@@ -302,8 +310,9 @@ def _live(args: argparse.Namespace, config: Any, settings: Any, now: float) -> A
         start,
         until,
         tuple(jobs),
-        tuple(texts.events.splitlines()),
-        tuple(cache.submit_records(texts.submit_lines.splitlines())),
+        # On "\n" alone: a submit line is a user's text, and \r, \v or \f in it must not start a record.
+        tuple(records(texts.events)),
+        tuple(cache.submit_records(records(texts.submit_lines))),
         names,
     )
     found = cache.merge(cached, fresh, settings.since)

@@ -1,7 +1,7 @@
 """The analysis: sacct job runs and sacctmgr events in, one ``FleetReport`` out. Live and offline both end here.
 
 ``analyze(jobs, events, settings)`` takes the two texts as iterables of lines
-(an open file, ``str.splitlines()``), reads the events first (thousands), then
+(an open file, ``healthd.text.records``), reads the events first (thousands), then
 streams the job runs (millions) once, keeping per-bucket and per-node counters
 and only the failed runs' details, so memory grows with the fleet, not with the
 number of runs. The rules are the study's (docs/fleet.md):

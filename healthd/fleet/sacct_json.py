@@ -27,6 +27,8 @@ import json
 import math
 from typing import Any, NamedTuple, Optional, Sequence
 
+from healthd.text import records
+
 JOB_TABLE = ("JobID", "User", "Partition", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
 
 
@@ -162,6 +164,6 @@ def read(text: str, source: str) -> JsonJobs:
 def lines_of(text: str, source: str) -> tuple[Sequence[str], dict[str, str]]:
     """The job rows of ``text``, ``sacct -P`` or ``sacct --json``, and the job names (JSON only)."""
     if not is_json(text):
-        return text.splitlines(), {}
+        return records(text), {}  # on "\n" alone: no field a user shapes starts a row
     found = read(text, source)
     return found.lines, found.names

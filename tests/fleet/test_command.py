@@ -234,3 +234,34 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
     assert [(a["node"], a["cause"], a["state"]) for a in attributed] == [("node1", "XID_79", "NODE_FAIL")]
     assert document["inputs"]["submit_lines"]["records"] == 1, "the submit lines collected are read too"
     assert asked == [["1"]], "the batch job's script is asked for"
+
+
+# Every byte a user may put in the text of a submit line that is not the record separator itself.
+HOSTILE = [bytes([b]) for b in [*range(0x01, 0x0A), *range(0x0B, 0x20), 0x7F]] + [b"\xff", b"\xc3", b"\xed\xa0\x80"]
+
+
+@pytest.mark.parametrize("byte", HOSTILE, ids=lambda b: b.hex())
+def test_a_hostile_byte_in_a_users_submit_line_forges_no_record(cli: Cli, tmp_path: Path, byte: bytes) -> None:
+    """A submit line is its user's text: any byte but a newline in it stays inside its own record.
+
+    The forgery: job 1's line ends ``<byte>2|sbatch -w n1 x.sh``, which read as a record of its
+    own would pin job 2 (not this user's) to n1.
+    """
+    jobs, events = tmp_path / "jobs.txt", tmp_path / "events.txt"
+    jobs.write_text(
+        "JobID|User|State|Start|End|NNodes|NodeList|AllocTRES\n"
+        "1|a|COMPLETED|2024-03-01T10:00:00|2024-03-01T11:00:00|1|n1|gres/gpu=8\n"
+        "2|b|FAILED|2024-03-01T10:00:00|2024-03-01T11:00:00|1|n1|gres/gpu=8\n"
+    )
+    events.write_text("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n")
+    documents = []
+    for filler in (byte, b"_"):
+        submit = tmp_path / "submit.txt"
+        line = b"1|sbatch " + filler + b"a.sh" + filler + b"2|sbatch -w n1 x.sh\n"
+        submit.write_bytes(b"JobID|SubmitLine\n" + line + b"2|sbatch b.sh\n")
+        files = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
+        code, out, err = cli("fleet", "report", *files, "--json", "--alpha", "0.999")
+        assert code == 0, err
+        documents.append(json.loads(out))
+    assert documents[0]["inputs"]["submit_lines"] == documents[1]["inputs"]["submit_lines"]
+    assert documents[0]["inputs"]["submit_lines"]["records"] == 2
