@@ -13,16 +13,31 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import os
 import time
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.paths import FIXTURES
 from healthd_testkit.releases import every_release
 from healthd_testkit.waiting import wait_for
+
+from healthd.fleet.live import sacct_json_args
 
 pytestmark = pytest.mark.slurm
 
 MOUNT = "/no/such/fleet/array/mount"
+
+
+def _keep_accounting(cluster: Any, since: datetime.datetime) -> None:
+    """With ``HEALTHD_UPDATE_ACCOUNTING=1``, the release's ``sacct --json`` of the window as a fixture."""
+    if not os.environ.get("HEALTHD_UPDATE_ACCOUNTING") or cluster.chroot is None:
+        return
+    until = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(seconds=1)
+    raw = cluster.run("sacct", *sacct_json_args(since, until)).stdout
+    assert str(cluster.root) not in raw.replace("\\/", "/"), "fixtures must name no local path"
+    path = FIXTURES / "slurm" / "accounting" / f"sacct-json-{cluster.version}-array-take-out.json"
+    path.write_text(raw)
 
 
 def _tasks(cluster: Any, array: str) -> list[str]:
@@ -74,6 +89,7 @@ def test_live_report_attributes_each_array_task_to_healthds_take_out(
     # slurmctld hands job and node records to slurmdbd in the background.
     with contextlib.suppress(TimeoutError):
         wait_for(lambda: set(tasks) <= set(attributed()), 60, "both tasks attributed in accounting", interval=1)
+    _keep_accounting(cluster, since)
     found = attributed()
     assert set(tasks) <= set(found), f"tasks {tasks} not among the attributed failures {found}"
     for task in tasks:

@@ -158,14 +158,21 @@ def mounted(path: Path) -> bool:
 
 @contextlib.contextmanager
 def mount_in(root: Path, *argv: str, target: Path) -> Iterator[None]:
-    """``mount ARGV ROOT/TARGET`` for the block (stacked over any other session's), unmounted after."""
+    """``mount ARGV ROOT/TARGET`` for the block (stacked over any other session's), unmounted after.
+
+    The directories made for it are removed again, so that the cached root keeps no trace of a run.
+    """
     inside = root / str(target).lstrip("/")
+    made = [d for d in (inside, *inside.parents) if d.is_relative_to(root) and not d.exists()]
     inside.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", *argv, str(inside)], check=True, capture_output=True, timeout=30)
     try:
         yield
     finally:
         subprocess.run(["umount", str(inside)], check=False, capture_output=True, timeout=30)
+        for directory in made:
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def install_healthd(root: Path, log: Path) -> Path:
