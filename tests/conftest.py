@@ -92,6 +92,51 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> 
 
 
 @pytest.fixture(scope="session")
+def release_clusters(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Callable[[str], Any]]:
+    """``release_clusters("slurm-24.11")``: a cluster of that release (healthd_testkit.releases), started on first use.
+
+    Its root is built (or taken from the cache), healthd is installed in it, and its
+    cluster runs until the session ends, beside the session's own ``slurm_cluster``.
+    """
+    from healthd_testkit import cluster as cluster_module
+    from healthd_testkit import releases
+
+    started: dict[str, Any] = {}
+    logs = tmp_path_factory.mktemp("releases")
+    with contextlib.ExitStack() as stack:
+
+        def get(release_id: str) -> Any:
+            if release_id not in started:
+                release = releases.by_id(release_id)
+                root = releases.build_root(release, logs / f"{release.id}-build.log")
+                healthd_bin = releases.install_healthd(root, logs / f"{release.id}-install.log")
+                stack.callback(releases.remove_healthd, root, healthd_bin)
+                cluster = cluster_module.Cluster(
+                    root=tmp_path_factory.mktemp(release.id),
+                    healthd_bin=healthd_bin,
+                    accounting=True,
+                    chroot=root,
+                    shared=(tmp_path_factory.getbasetemp(),),
+                )
+                started[release_id] = stack.enter_context(cluster_module.running(cluster, host_guard.allow_slurm_conf))
+                assert cluster.version == release.version, f"{release.suite} now carries Slurm {cluster.version}"
+            return started[release_id]
+
+        yield get
+
+
+@pytest.fixture
+def slurm_release(request: pytest.FixtureRequest) -> str:
+    """The Slurm release a test of the real cluster runs against: this machine's, unless parametrized.
+
+    A test runs against every release with ``@every_release`` (healthd_testkit.releases).
+    """
+    from healthd_testkit.releases import HOST
+
+    return str(getattr(request, "param", HOST.id))
+
+
+@pytest.fixture(scope="session")
 def healthd_packages(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """healthd's .deb and .rpm, built once per session from this checkout (healthd_testkit.packages)."""
     from healthd_testkit.packages import build_packages, missing_tool
@@ -103,8 +148,17 @@ def healthd_packages(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 @pytest.fixture
-def cluster(slurm_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The cluster for one test: slurmctld running, no jobs, every node idle, client commands pointed at it."""
+def cluster(slurm_release: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The cluster for one test: slurmctld running, no jobs, every node idle, client commands pointed at it.
+
+    It is the session's ``slurm_cluster``, or for a test parametrized over releases, that release's.
+    """
+    from healthd_testkit.releases import HOST
+
+    if slurm_release == HOST.id:
+        slurm_cluster = request.getfixturevalue("slurm_cluster")
+    else:
+        slurm_cluster = request.getfixturevalue("release_clusters")(slurm_release)
     if "slurmctld" not in slurm_cluster.procs or slurm_cluster.procs["slurmctld"].poll() is not None:
         slurm_cluster.start_ctld()  # a fault test may have stopped it
     monkeypatch.delenv("SLURMD_NODENAME", raising=False)
@@ -339,6 +393,7 @@ SLOW_FIXTURES = frozenset(
     {
         "healthd_packages",
         "slurm_cluster",
+        "release_clusters",
         "cluster",
         "accounting_cluster",
         "healthd_on",

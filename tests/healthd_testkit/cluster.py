@@ -21,6 +21,13 @@ from ``mariadbd --no-defaults``, so no option file of the machine's MariaDB appl
 and a slurmdbd on its own port, both started before slurmctld, so that the cluster is
 registered in the database once (``sacctmgr -i add cluster``) and slurmctld never
 restarts for it. ``sacct`` and ``sacctmgr`` then answer with the cluster's ``env``.
+
+With ``chroot`` set to a Debian root holding another Slurm release
+(healthd_testkit.releases), every daemon and client command of the cluster runs
+through ``chroot ROOT``: the cluster's own directory and the test's ``shared``
+directories are bind-mounted at the same paths inside, and proc too, so that each
+path means the same on both sides. ``bin_dir`` then holds wrappers (``scontrol`` runs
+the root's scontrol) for healthd's ``[slurm] bin_dir``.
 """
 
 from __future__ import annotations
@@ -65,6 +72,8 @@ OFF_SECONDS = 2.0
 SUSPEND_TIME = 86400
 # The simulated machines' environment: slurmd and slurmctld pass their own to the programs.
 MACHINE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# The client commands a root's ``bin_dir`` wraps (tests and healthd call these).
+CLIENT_COMMANDS = ("scontrol", "sinfo", "squeue", "sacct", "sacctmgr", "sbatch", "srun", "scancel", "sdiag", "sreport")
 
 MACHINE_WRAPPER = """#!/bin/sh
 # {role} of the test cluster: runs cluster.py, which simulates the machines.
@@ -114,12 +123,12 @@ def missing_prerequisite() -> Optional[str]:
     return None
 
 
-def _munge_running(socket: Path) -> bool:
-    encoded = subprocess.run(["munge", "-n", "-S", str(socket)], capture_output=True, timeout=10, check=False)
+def _munge_running(socket: Path, prefix: tuple[str, ...] = ()) -> bool:
+    encoded = subprocess.run([*prefix, "munge", "-n", "-S", str(socket)], capture_output=True, timeout=10, check=False)
     if encoded.returncode != 0:
         return False
     decoded = subprocess.run(
-        ["unmunge", "-S", str(socket)], input=encoded.stdout, capture_output=True, timeout=10, check=False
+        [*prefix, "unmunge", "-S", str(socket)], input=encoded.stdout, capture_output=True, timeout=10, check=False
     )
     return decoded.returncode == 0
 
@@ -163,7 +172,14 @@ class Cluster:
     # (bench/bench_scale.py) and cost nothing else.
     extra_nodes: int = 0
     accounting: bool = False
+    # A root holding another Slurm release (healthd_testkit.releases), and the directories
+    # of this machine its daemons see at the same paths (the tests' temporary directory).
+    chroot: Optional[Path] = None
+    shared: tuple[Path, ...] = ()
+    # ``24.11``: the release of slurmd that runs (set by start()).
+    version: str = ""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    mounts: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     munged: Optional[subprocess.Popen[bytes]] = None
     db_port: int = 0
     dbd_port: int = 0
@@ -173,6 +189,19 @@ class Cluster:
     @property
     def env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @property
+    def prefix(self) -> tuple[str, ...]:
+        """What every command of the cluster starts with: ``chroot ROOT``, or nothing for this machine's Slurm."""
+        return () if self.chroot is None else ("/usr/sbin/chroot", str(self.chroot))
+
+    def _env(self, base: Optional[dict[str, str]] = None) -> Optional[dict[str, str]]:
+        """A command's environment: ``base``; inside a root, only the machine's PATH and SLURM_CONF."""
+        if self.chroot is None:
+            return base
+        return {"PATH": MACHINE_PATH, "SLURM_CONF": str(self.conf), "LC_ALL": "C"}
+
+    bin_dir = Below("bin")
 
     hook_nodes = Below("hook-nodes")
     hook_config = Below("hook.toml")
@@ -241,9 +270,11 @@ class Cluster:
 
     def _write_program(self, name: str, role: str, action: str) -> Path:
         path = self.root / name
+        # Inside a root, the root's Python runs this file (bind-mounted there by start()).
+        python = sys.executable if self.chroot is None else "/usr/bin/python3"
         path.write_text(
             MACHINE_WRAPPER.format(
-                role=role, python=sys.executable, script=Path(__file__).resolve(), action=action, root=self.root
+                role=role, python=python, script=Path(__file__).resolve(), action=action, root=self.root
             )
         )
         path.chmod(0o755)
@@ -276,6 +307,7 @@ class Cluster:
             (self.root / "spool" / node).mkdir(exist_ok=True)
             write_boot(self.procfs(node), str(uuid.uuid4()), time.time())
         self._write_gres()
+        self._write_cgroup_conf()
         nodes = "\n".join(
             f"NodeName={name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 RealMemory=100 State=UNKNOWN"
             + (f" Gres=gpu:{len(GRES_GPUS)}" if name == GRES_NODE else "")
@@ -346,6 +378,30 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         files = "\n".join(f"NodeName={GRES_NODE} Name=gpu File={devices / f'nvidia{i}'}" for i in GRES_GPUS)
         (self.root / "gres.conf").write_text(files + "\n")
 
+    def _write_cgroup_conf(self) -> None:
+        """cgroup.conf for slurmd 23.11+, which exits without a cgroup filesystem unless told there is none.
+
+        cgroup.conf(5) ``CgroupPlugin=disabled`` appeared with 23.11; 22.05 refuses the value,
+        so this machine's own Slurm gets no cgroup.conf.
+        """
+        if self.version and tuple(int(p) for p in self.version.split(".")) >= (23, 11):
+            (self.root / "cgroup.conf").write_text("CgroupPlugin=disabled\n")
+
+    def _write_wrappers(self) -> None:
+        """``bin_dir``: one script per client command, running the root's command.
+
+        From this machine through chroot; inside the root (healthd under slurmd, with the
+        same config), where the root's own path does not exist, directly.
+        """
+        self.bin_dir.mkdir(exist_ok=True)
+        for name in CLIENT_COMMANDS:
+            path = self.bin_dir / name
+            path.write_text(
+                f'#!/bin/sh\n[ -d {self.chroot} ] && exec {" ".join(self.prefix)} /usr/bin/{name} "$@"\n'
+                f'exec /usr/bin/{name} "$@"\n'
+            )
+            path.chmod(0o755)
+
     def _accounting_conf(self) -> str:
         """slurm.conf's accounting lines, after writing slurmdbd.conf and the database's first statements."""
         if not self.accounting:
@@ -399,10 +455,13 @@ AccountingStoragePass={self.munge_socket}
         directory.mkdir(mode=0o700, exist_ok=True)
         key = directory / "munge.key"
         if not key.exists():
-            subprocess.run(["mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True, timeout=30)
+            subprocess.run(
+                [*self.prefix, "mungekey", "--create", f"--keyfile={key}"], check=True, capture_output=True, timeout=30
+            )
         # --force: munged refuses to run as root, or with its socket under a world-writable /tmp, without it.
         self.munged = _spawn(
             [
+                *self.prefix,
                 "munged",
                 "--foreground",
                 "--force",
@@ -413,7 +472,7 @@ AccountingStoragePass={self.munge_socket}
                 f"--seed-file={directory / 'munged.seed'}",
             ]
         )
-        wait_for(lambda: _munge_running(self.munge_socket), 15, "munged to answer")
+        wait_for(lambda: _munge_running(self.munge_socket, self.prefix), 15, "munged to answer")
 
     def start_accounting(self) -> None:
         """MariaDB in its own datadir, then slurmdbd, then the cluster registered: all before slurmctld starts."""
@@ -422,6 +481,7 @@ AccountingStoragePass={self.munge_socket}
         if fresh:
             subprocess.run(
                 [
+                    *self.prefix,
                     "mariadb-install-db",
                     "--no-defaults",
                     "--user=root",
@@ -437,6 +497,7 @@ AccountingStoragePass={self.munge_socket}
         # directory is closed to the mysql user.
         self.procs["mariadbd"] = _spawn(
             [
+                *self.prefix,
                 "mariadbd",
                 "--no-defaults",
                 "--user=root",
@@ -457,15 +518,29 @@ AccountingStoragePass={self.munge_socket}
             self.run("sacctmgr", "-i", "add", "cluster", self.name)
 
     def start_dbd(self) -> None:
-        self.procs["slurmdbd"] = _spawn(["slurmdbd", "-D"], self.env)
-        wait_for(lambda: _accepts(self.dbd_port), 60, "slurmdbd to accept connections")
+        """slurmdbd, started a second time if it dies at once.
+
+        slurmdbd 24.11 and 26.05 exit on their first start against a fresh database
+        (``_check_mysql_concat_is_sane: null result``, logged) and run at the second.
+        """
+        for _ in range(2):
+            self.procs["slurmdbd"] = _spawn([*self.prefix, "slurmdbd", "-D"], self._env(self.env))
+            with contextlib.suppress(TimeoutError):
+                wait_for(
+                    lambda: _accepts(self.dbd_port) or self.procs["slurmdbd"].poll() is not None,
+                    60,
+                    "slurmdbd to start",
+                )
+            if _accepts(self.dbd_port):
+                return
+        raise RuntimeError(f"slurmdbd did not start; see {self.root / 'log' / 'slurmdbd.log'}")
 
     def start_ctld(self) -> None:
-        self.procs["slurmctld"] = _spawn(["slurmctld", "-D", "-f", str(self.conf)])
+        self.procs["slurmctld"] = _spawn([*self.prefix, "slurmctld", "-D", "-f", str(self.conf)], self._env())
         wait_for(lambda: self.run("scontrol", "ping", check=False).returncode == 0, 20, "slurmctld to answer")
 
     def start_slurmd(self, node: str) -> None:
-        self.procs[node] = _spawn(["slurmd", "-D", "-f", str(self.conf), "-N", node])
+        self.procs[node] = _spawn([*self.prefix, "slurmd", "-D", "-f", str(self.conf), "-N", node], self._env())
 
     def slurmd_running(self, node: str) -> bool:
         """Whether a slurmd of this cluster serves ``node`` (one started here, or one a simulated boot started)."""
@@ -487,7 +562,24 @@ AccountingStoragePass={self.munge_socket}
             if pid is not None:
                 stop_pid(pid)
 
+    def enter_root(self) -> None:
+        """Inside a root: proc, the cluster's directory, ``shared`` and this file's tests/ mounted at the same paths."""
+        if self.chroot is None:
+            return
+        from healthd_testkit.releases import mount_in, slurm_version
+
+        self.mounts.enter_context(mount_in(self.chroot, "-t", "proc", "proc", target=Path("/proc")))
+        # The machine's devices: the kernel log (/dev/kmsg) that the epilog and the xid check read.
+        self.mounts.enter_context(mount_in(self.chroot, "--bind", "/dev", target=Path("/dev")))
+        tests = Path(__file__).resolve().parents[1]
+        for directory in (*self.shared, self.root, tests):
+            if not any(directory.is_relative_to(other) and directory != other for other in self.shared):
+                self.mounts.enter_context(mount_in(self.chroot, "--bind", str(directory), target=directory))
+        self.version = slurm_version(self.chroot)
+        self._write_wrappers()
+
     def start(self) -> None:
+        self.enter_root()
         self.write_conf()
         self.start_munge()
         if self.accounting:
@@ -521,6 +613,7 @@ AccountingStoragePass={self.munge_socket}
         if self.munged is not None and self.munged.poll() is None:
             self.munged.terminate()
             self.munged.wait(timeout=10)
+        self.mounts.close()
 
     # -- client commands ---------------------------------------------------------
 
@@ -528,7 +621,9 @@ AccountingStoragePass={self.munge_socket}
         wait_for(predicate, timeout, what)
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=30, check=check)
+        return subprocess.run(
+            [*self.prefix, *argv], env=self._env(self.env), capture_output=True, text=True, timeout=30, check=check
+        )
 
     def state(self, node: str) -> str:
         """The long node state as sinfo prints it (``idle``, ``draining``, ``drained``, ``down``...).

@@ -58,12 +58,16 @@ class Healthd:
     conf: Path
     policy: str = "max_out_fraction = 1.0"
     slurm: str = ""
+    # The cluster's client command wrappers, for a cluster of another release (its ``bin_dir``).
+    bin_dir: Optional[Path] = None
 
     fault_file = Below("faults.json")
     state_dir = Below("state")
 
     def config_text(self, node_name: bool = True) -> str:
         name = f'node_name = "{self.node}"' if node_name else ""
+        if self.bin_dir is not None:
+            name += f'\nbin_dir = "{self.bin_dir}"'
         return f"""
 [paths]
 state_dir = "{self.state_dir}"
@@ -118,7 +122,8 @@ def healthd_on(cluster: Any, tmp_path: Path) -> Any:
     def make(node: str, policy: str = "max_out_fraction = 1.0", slurm: str = "") -> Healthd:
         root = tmp_path / node
         root.mkdir(exist_ok=True)
-        harness = Healthd(node=node, root=root, conf=cluster.conf, policy=policy, slurm=slurm)
+        bin_dir = cluster.bin_dir if cluster.chroot is not None else None
+        harness = Healthd(node=node, root=root, conf=cluster.conf, policy=policy, slurm=slurm, bin_dir=bin_dir)
         harness.faults()
         return harness
 

@@ -30,6 +30,7 @@ from healthd_testkit.cluster import GRES_NODE
 from healthd_testkit.dcgmi import Dcgmi
 from healthd_testkit.jobnode import job_node
 from healthd_testkit.paths import run_healthd
+from healthd_testkit.releases import every_release
 from healthd_testkit.xid import Node as XidNode
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
@@ -62,6 +63,7 @@ def _marker() -> str:
     return f"0abe:{random.randint(0x10, 0xEF):02x}:{random.randint(0, 0x1F):02x}"
 
 
+@every_release
 def test_a_critical_prolog_requeues_the_job_and_drains_with_healthds_reason(cluster: Any, tmp_path: Path) -> None:
     job_node(
         cluster,
@@ -80,6 +82,7 @@ def test_a_critical_prolog_requeues_the_job_and_drains_with_healthds_reason(clus
     assert "MOUNT_MISSING" in cluster.job_log("node1").read_text()
 
 
+@every_release
 def test_a_clean_prolog_starts_the_job_and_the_epilog_records_its_xids(cluster: Any, tmp_path: Path) -> None:
     state = job_node(cluster, "node2", tmp_path)
     pci = _marker()

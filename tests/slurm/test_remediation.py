@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from healthd_testkit.releases import every_release
 
 from healthd.cli.render import action_lines
 from healthd.store.history import History, Kind
@@ -43,6 +44,7 @@ def _kinds(hd: Any) -> list[str]:
         history.close()
 
 
+@every_release
 def test_the_reboot_waits_for_the_job_and_the_node_returns_only_after_a_clean_pass(
     cluster: Any, healthd_on: Any
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from healthd_testkit.releases import every_release
 
 from healthd.cli.render import action_lines
 from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, sinfo_format
@@ -36,6 +37,7 @@ def _slurmd_start(cluster: Any, node: str) -> str:
     return ""
 
 
+@every_release
 def test_critical_requeues_job_and_keeps_node_out_after_slurmd_restart(cluster: Any, healthd_on: Any) -> None:
     job = cluster.submit("node1")
     hd = healthd_on("node1")
@@ -67,6 +69,7 @@ def test_critical_requeues_job_and_keeps_node_out_after_slurmd_restart(cluster: 
     assert client.calls == [_node_read("node1")], "an unchanged pass must send no write RPC"
 
 
+@every_release
 def test_warning_drains_after_jobs_then_healthy_resumes(cluster: Any, healthd_on: Any) -> None:
     job = cluster.submit("node2")
     hd = healthd_on("node2")
@@ -93,6 +96,7 @@ def test_warning_drains_after_jobs_then_healthy_resumes(cluster: Any, healthd_on
     assert client.calls == [], "a healthy pass with nothing out or pending reads nothing from Slurm"
 
 
+@every_release
 def test_admin_drained_node_is_left_alone(cluster: Any, healthd_on: Any) -> None:
     job = cluster.submit("node3")
     cluster.run("scontrol", "update", "NodeName=node3", "State=DRAIN", "Reason=admin: bad DIMM ticket 42")
@@ -200,6 +204,7 @@ def test_action_pending_while_slurmctld_is_down(cluster: Any, healthd_on: Any) -
     assert cluster.job_state(job) == "PENDING" and cluster.job_field(job, "Restarts") == "1"
 
 
+@every_release
 def test_circuit_breaker_holds_the_second_node(cluster: Any, healthd_on: Any) -> None:
     policy = "max_out_fraction = 0.34"
     first = healthd_on("node1")
@@ -279,6 +284,7 @@ def test_cli_check_json_and_ack(cluster: Any, healthd_on: Any, cli: Any) -> None
     cluster.wait(lambda: cluster.state("node2") == "idle", 20, "node2 idle")
 
 
+@every_release
 def test_slurmd_runs_healthd_as_health_check_program(cluster: Any, healthd_on: Any) -> None:
     job = cluster.submit("node3")
     hd = healthd_on("node3")

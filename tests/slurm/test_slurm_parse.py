@@ -484,6 +484,24 @@ esac
     assert client.calls == [("-o", "show", "node", "node1")]
 
 
+def test_json_ignored_with_exit_0_falls_back_to_text(tmp_path: Path) -> None:
+    """A build that ignores ``--json`` and prints its table with exit 0 (as 24.11's sacctmgr does) is read as text."""
+    capture = CAPTURES / "show-node-22.05-idle-drain-healthd.txt"
+    bin_dir = _fake_scontrol(
+        tmp_path / "bin",
+        f"""case "$1" in
+--version) echo "slurm 24.11.5" ;;
+--json) cat {capture} ;;
+-o) cat {capture} ;;
+esac
+""",
+    )
+    client = SlurmClient(SlurmSettings(bin_dir=bin_dir))
+    assert client.show_node("node1").reason == "healthd: MOUNT_MISSING /scratch"
+    assert client.calls == [("--json", "show", "node", "node1"), ("-o", "show", "node", "node1")]
+    assert client.output_format == "text"
+
+
 def test_a_missing_slurm_conf_fails_at_once_and_says_which(tmp_path: Path) -> None:
     """scontrol itself retries a missing slurm.conf for about a minute; the adapter does not start it."""
     ran = tmp_path / "ran"
