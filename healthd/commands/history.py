@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.commands.status import StatusConfigError, read_settings
 from healthd.exitcodes import EX_CONFIG, EX_NOINPUT, EX_USAGE
 from healthd.store.history import History, HistoryError

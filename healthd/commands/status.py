@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.config.load import ConfigError, NodeSettings, node_settings, read_config
 from healthd.exitcodes import EX_CONFIG, EX_UNKNOWN, STATUS_CODES
 from healthd.store.trust import UntrustedPath
@@ -103,7 +103,7 @@ _MONTH_START = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
 
 
 def _utc_epoch(text: str) -> Optional[float]:
-    """``YYYY-MM-DDTHH:MM:SSZ``, the form healthd records (``healthd.cli.render``), as seconds since the epoch.
+    """``YYYY-MM-DDTHH:MM:SSZ``, the form healthd records (``healthd.cycle.render``), as seconds since the epoch.
 
     None for any other text, which ``age_seconds`` hands to ``datetime.fromisoformat``:
     importing datetime costs ``healthd status`` about 2 ms, more than reading its own form here.
@@ -134,7 +134,7 @@ def _field(mapping: dict[str, Any], key: str, limit: int = 200) -> str:
 
 def _render(document: dict[str, Any], age: float, now: float, limit: Optional[float]) -> str:
     """The record for people; ``limit`` is the age beyond which it is stale (None: it is fresh)."""
-    from healthd.cli.render import action_lines, state_label
+    from healthd.cycle.render import action_lines, state_label
 
     when = f"last pass {age:.0f}s ago, at {_field(document, 'started_at')}"
     lines = [pass_headline(_field(document, "node"), _field(document, "status"), when)]

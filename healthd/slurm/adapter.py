@@ -9,7 +9,7 @@ runs the commands through ``healthd.slurm.command``: with an argument list (no c
 line is ever built), found in absolute places (the HealthCheckProgram has no PATH),
 ``SLURM_CONF`` from the config and a deadline on every call that a hung filesystem
 cannot outlast. It knows nothing of healthd's policy: which reason to write and whose
-a reason is are decided in ``healthd.slurm.reasons``. Only ``healthd.slurm.execute`` calls it.
+a reason is are decided in ``healthd.slurm.reasons``. Only ``healthd.cycle.execute`` calls it.
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 from ..common.mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
 from ..common.procs import system_uid
-from ..kernlog.source import LogLine
-from ..xid.parse import Origin, origin_of
+from ..kernlog.source import LogLine, Origin, origin_of
 from .tasks import StuckCandidate
 
 
