@@ -17,12 +17,12 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from healthd.boot import read_boot_id
 from healthd.cycle import activerun
 from healthd.cycle.engine import Engine
-from healthd.cycle.jobrecord import DEFAULT_EPILOG_TIMEOUT, jobs_settings, record_end, with_history
+from healthd.cycle.jobrecord import jobs_settings, record_end, with_history
 from healthd.cycle.pipeline import PassRequest, pass_budget, run_pass
 from healthd.plan.active import epilog_refusal, interval_left
 from healthd.store.history import History, HistoryError, Kind
@@ -38,19 +38,16 @@ if TYPE_CHECKING:
 JOB_LOOKBACK = 30 * 86400.0
 
 
-def epilog(job: Job, config: Optional[Path]) -> Callable[[Deadline], int]:
-    """The epilog's work for ``healthd.cycle.childrun``: the job's events recorded, then the active checks."""
-
-    def work(deadline: Deadline) -> int:
-        engine = Engine.from_path(config)
-        settings = jobs_settings(engine.loaded)
-        deadline.at = deadline.at - DEFAULT_EPILOG_TIMEOUT + settings.epilog_timeout
-        _record_job_xids(engine, job)
-        if engine.config.active.at_epilog:
-            _active_at_epilog(engine, job, deadline)
-        return 0
-
-    return work
+def run_epilog(job: Job, config: Optional[Path], deadline: Deadline, started: float) -> int:
+    """The job's events recorded, then the active checks; ``deadline`` moves to ``started`` plus
+    ``[checks.jobs].epilog_timeout`` once the config is read. Always 0: a failing epilog drains the node."""
+    engine = Engine.from_path(config)
+    settings = jobs_settings(engine.loaded)
+    deadline.at = started + settings.epilog_timeout
+    _record_job_xids(engine, job)
+    if engine.config.active.at_epilog:
+        _active_at_epilog(engine, job, deadline)
+    return 0
 
 
 def _kmsg_settings(engine: Engine) -> tuple[Any, bool]:

@@ -11,18 +11,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
-from healthd.boot import read_boot_id
 from healthd.cycle.childrun import Deadline, run_with_deadline
-from healthd.cycle.jobrecord import DEFAULT_EPILOG_TIMEOUT, DEFAULT_PROLOG_TIMEOUT, with_history
-from healthd.cycle.prolog import prolog
-from healthd.store.history import Kind
 from healthd_checks.jobs.scope import Job
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+# Each flow's budget until it has read its own from the config: reading it, and importing what the
+# flow needs, happen in the child within this time (the flows are imported there, below).
+DEFAULT_PROLOG_TIMEOUT = 1.0
+DEFAULT_EPILOG_TIMEOUT = 20.0
 # How long a prolog past its deadline still tries to record that it gave up.
 RECORD_GRACE = 0.25
 
@@ -35,14 +35,8 @@ def run_job_hook(which: str, config: Optional[Path]) -> int:
     job = Job.from_env(os.environ)
     is_prolog = which == "prolog"
     budget = DEFAULT_PROLOG_TIMEOUT if is_prolog else DEFAULT_EPILOG_TIMEOUT
-    deadline = Deadline(time.monotonic() + budget)
-    if is_prolog:
-        work = prolog(job, config)
-    else:
-        from healthd.cycle.epilog import epilog  # the epilog's whole pass machinery: never the prolog's cost
-
-        work = epilog(job, config)
-    code = run_with_deadline(work, deadline)
+    started = time.monotonic()
+    code = run_with_deadline(_flow(is_prolog, job, config, started), Deadline(started + budget))
     if code is not None:
         sys.stdout.flush()
         return code if is_prolog else 0
@@ -54,6 +48,21 @@ def run_job_hook(which: str, config: Optional[Path]) -> int:
     os._exit(0)
 
 
+def _flow(is_prolog: bool, job: Job, config: Optional[Path], started: float) -> Callable[[Deadline], int]:
+    """The prolog's (or epilog's) work for the child, which imports the flow itself, within the deadline."""
+
+    def work(deadline: Deadline) -> int:
+        if is_prolog:
+            from healthd.cycle.prolog import run_prolog
+
+            return run_prolog(job, config, deadline, started)
+        from healthd.cycle.epilog import run_epilog
+
+        return run_epilog(job, config, deadline, started)
+
+    return work
+
+
 def _record_timeout(which: str, job: Job, config: Optional[Path]) -> None:
     """Record the timeout as an UNKNOWN ``job_start`` (``job_end``) event, if that can be done within ``RECORD_GRACE``.
 
@@ -62,7 +71,10 @@ def _record_timeout(which: str, job: Job, config: Optional[Path]) -> None:
     """
 
     def work(_: Deadline) -> int:
-        from healthd.cycle.engine import Engine  # not the prolog's cost: only once it is past its deadline
+        from healthd.boot import read_boot_id
+        from healthd.cycle.engine import Engine
+        from healthd.cycle.jobrecord import with_history
+        from healthd.store.history import Kind
 
         engine = Engine.from_path(config)
         message = f"{which} deadline passed: UNKNOWN, job allowed"

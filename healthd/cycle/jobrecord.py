@@ -13,10 +13,6 @@ from typing import TYPE_CHECKING, Callable, Optional, cast
 from healthd.store.history import History, Kind
 from healthd.store.lock import StateLock
 
-# Each flow's budget until it has read its own from the config (reading it is part of the time).
-DEFAULT_PROLOG_TIMEOUT = 1.0
-DEFAULT_EPILOG_TIMEOUT = 20.0
-
 if TYPE_CHECKING:
     from healthd.config.loaded import LoadedConfig
     from healthd.config.sections import Config

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional
 
 from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckContext, Staged
 from healthd.config.cache import load_checks
 from healthd.cycle.daemonpass import daemon_document
-from healthd.cycle.jobrecord import DEFAULT_PROLOG_TIMEOUT, jobs_settings, record_start, with_history
+from healthd.cycle.jobrecord import jobs_settings, record_start, with_history
 from healthd.model import Finding, Status
 from healthd.slurm.reasons import Reasons
 from healthd.store.lock import LockTimeout
@@ -55,21 +55,17 @@ class XidSince(NamedTuple):
     seq: Optional[int]
 
 
-def prolog(job: Job, config: Optional[Path]) -> Callable[[Deadline], int]:
-    """The prolog's work for ``healthd.cycle.childrun``: from the daemon's fresh pass when there is one."""
-
-    def work(deadline: Deadline) -> int:
-        started = deadline.at - DEFAULT_PROLOG_TIMEOUT
-        now = time.time()
-        # The hook's rule (healthd.cycle.daemonpass): a live daemon's own fresh, settled pass with this config.
-        document = daemon_document(config, dry_run=False, now=now)
-        if document is not None:
-            code = _from_daemon(job, config, document, deadline, started, now)
-            if code is not None:
-                return code
-        return _full_prolog(job, config, document, deadline, started, now)
-
-    return work
+def run_prolog(job: Job, config: Optional[Path], deadline: Deadline, started: float) -> int:
+    """The prolog's exit code, from the daemon's fresh pass when there is one; ``deadline`` moves to
+    ``started`` plus ``[checks.jobs].prolog_timeout`` once the config is read."""
+    now = time.time()
+    # The hook's rule (healthd.cycle.daemonpass): a live daemon's own fresh, settled pass with this config.
+    document = daemon_document(config, dry_run=False, now=now)
+    if document is not None:
+        code = _from_daemon(job, config, document, deadline, started, now)
+        if code is not None:
+            return code
+    return _full_prolog(job, config, document, deadline, started, now)
 
 
 def _engine(config: Optional[Path]) -> Engine:
