@@ -4,7 +4,7 @@ Runs a real `healthd run` (every installed check, Slurm off) with a one-second i
 in a temporary directory, counts passes through its sd_notify STATUS messages, and
 reads its CPU time and RSS with psutil. Then, while it runs, alternates three fresh
 processes: `healthd status`, `healthd-hook` reporting the daemon's fresh pass (run
-through `healthd.service.hook.hook_main` with the default config path pointed at the benchmark's config,
+through `healthd.cli.hook.hook_main` with the default config path pointed at the benchmark's config,
 since the real hook reads only /etc/healthd/healthd.toml), and a bare `python -c pass`
 (the interpreter floor); the ratios to the floor come from the same run. Bytecode is
 compiled first, as a wheel install does. Prints figures; asserts nothing.
@@ -40,7 +40,7 @@ from bench_check_once import compile_bytecode
 
 HOOK = (
     "import sys, pathlib, healthd.config.load as c; c.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1]);"
-    "from healthd.service.hook import hook_main; sys.exit(hook_main([]))"
+    "from healthd.cli.hook import hook_main; sys.exit(hook_main([]))"
 )
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 
 PATH = (
-    "import healthd.cli.main, healthd.commands.check, healthd.checks.engine, healthd.cycle.pipeline;"
+    "import healthd.cli.main, healthd.commands.check, healthd.cycle.engine, healthd.cycle.pipeline;"
     "from healthd.checks.plugin import discover; discover()"
 )
 

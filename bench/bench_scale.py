@@ -39,9 +39,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import run_pass
 from healthd.model import Finding, Status
 from healthd.plan.breaker import group_views

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import run_pass
 from healthd.model import Finding
 

@@ -58,7 +58,7 @@ def pass_headline(node: object, status: object, when: str) -> str:
     """The first words said of a pass wherever a person reads it whole: ``NODE: STATUS (WHEN)``.
 
     The table of ``check --once`` ends with it and ``healthd status`` starts with it;
-    the one-line summaries (daemon, hook) are ``healthd.cli.render.pass_summary``.
+    the one-line summaries (daemon, hook) are ``healthd.cycle.render.pass_summary``.
     """
     return f"{one_line(node, 200)}: {one_line(status, 16)} ({when})"
 

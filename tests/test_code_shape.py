@@ -63,7 +63,7 @@ def functions() -> dict[str, list[Function]]:
 def test_the_tree_is_read(functions: dict[str, list[Function]]) -> None:
     assert len(functions) > 500
     assert "healthd/service/metrics.py::HealthdCollector.update" in functions
-    assert "healthd/commands/jobs.py::run_with_deadline" in functions
+    assert "healthd/cycle/childrun.py::run_with_deadline" in functions
 
 
 def test_no_function_is_longer_than_sixty_lines(functions: dict[str, list[Function]]) -> None:

@@ -7,26 +7,21 @@ still a dependency, and a cycle hidden that way is still a cycle. Imports under
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
-from healthd_testkit.paths import REPO
-
-PACKAGES = ("healthd", "healthd_checks")
+from healthd_testkit.layers import import_graph, layer_of, packages
 
 # (importer prefix, imported prefixes it may never import, why). CONTRIBUTING.md lists the same rules.
 NEVER = (
     (
         "healthd_checks",
         ("healthd.cycle", "healthd.cli", "healthd.commands", "healthd.service", "healthd.slurm", "healthd.plan",
-         "healthd.fleet", "healthd.checks.engine", "healthd.checks.runner"),
+         "healthd.fleet", "healthd.cycle.engine", "healthd.checks.runner"),
         "a check gathers and judges; it never runs a pass, calls Slurm or reaches the CLI",
     ),
     (
         "healthd.plan",
         ("healthd.slurm.adapter", "healthd.slurm.command", "healthd.store", "healthd.cycle", "healthd.service",
-         "healthd.cli", "healthd.commands", "healthd.checks.engine", "healthd.checks.runner", "healthd_checks"),
+         "healthd.cli", "healthd.commands", "healthd.cycle.engine", "healthd.checks.runner", "healthd_checks"),
         "the plan is pure: results and remembered state in, one decision out",
     ),
     (
@@ -47,59 +42,20 @@ NEVER = (
     ),
 )  # fmt: skip
 # Only these modules may import the Slurm adapter (healthd.slurm.adapter): Slurm's own package
-# and the stages that act on nodes: the node agent's cycle (the pass, and the active checks'
-# read of whether the node is idle) and the fleet's drain (`fleet lemons --drain`).
-SLURM_CALLERS = ("healthd.slurm.", "healthd.cycle.pipeline", "healthd.cycle.activerun", "healthd.fleet.drain")
-
-
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def _type_checking_lines(tree: ast.Module) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.body:
-                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
-    return lines
-
-
-def _imports(path: Path, name: str, known: set[str]) -> set[str]:
-    tree = ast.parse(path.read_text())
-    skip = _type_checking_lines(tree)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if getattr(node, "lineno", 0) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(_resolve(alias.name, known) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                stem = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*stem, *([node.module] if node.module else [])])
-            found.add(_resolve(base, known))
-            found.update(f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known)
-    found.discard(name)
-    return {m for m in found if m in known}
-
-
-def _resolve(name: str, known: set[str]) -> str:
-    while name and name not in known:
-        name = name.rpartition(".")[0]
-    return name
+# and the stages that act on nodes: the node agent's cycle (the pass, the plan's execution, and the
+# active checks' read of whether the node is idle) and the fleet's drain (`fleet lemons --drain`).
+SLURM_CALLERS = (
+    "healthd.slurm.",
+    "healthd.cycle.pipeline",
+    "healthd.cycle.execute",
+    "healthd.cycle.activerun",
+    "healthd.fleet.drain",
+)
 
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
-    paths = {_module(p): p for package in PACKAGES for p in sorted((REPO / package).rglob("*.py"))}
-    known = set(paths)
-    return {name: _imports(path, name, known) for name, path in paths.items()}
+    return import_graph()
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -157,6 +113,27 @@ def test_the_graph_is_read_from_the_whole_tree(graph: dict[str, set[str]]) -> No
 
 def test_no_import_cycles(graph: dict[str, set[str]]) -> None:
     assert _cycles(graph) == []
+
+
+def test_no_package_imports_another_that_imports_it_back(graph: dict[str, set[str]]) -> None:
+    """Packages are layers: no cycle among them, counting every import that runs (those inside functions too).
+
+    Imports under ``if TYPE_CHECKING:`` name types only and never run; they are left out here,
+    and docs/architecture.md counts those that point up a layer.
+    """
+    assert _cycles(packages(graph)) == []
+
+
+def test_packages_import_only_their_own_layer_or_below(graph: dict[str, set[str]]) -> None:
+    package_graph = packages(graph)
+    assert {"healthd.cycle", "healthd_checks.xid", "healthd.model"} <= set(package_graph)
+    upward = sorted(
+        f"{package} imports {target}"
+        for package, targets in package_graph.items()
+        for target in targets
+        if layer_of(target) > layer_of(package)
+    )
+    assert upward == [], "a layer imports only the layers below it (docs/architecture.md)"
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

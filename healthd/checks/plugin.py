@@ -230,6 +230,14 @@ class Staged(Generic[S, Obs]):
             findings += ctx.save_state(verdict.state, self.keeps)
         return findings
 
+    def peek(self, ctx: CheckContext[S]) -> Verdict:
+        """The verdict a pass would reach now, saving nothing: its ``state`` is what the pass would have saved.
+
+        The prolog beside the daemon judges a check this way (healthd.cycle.prolog), so the
+        daemon's next pass still reads what this one read. It may raise ``NotApplicable``.
+        """
+        return self.judge(self.gather(ctx), JudgeContext(ctx.name, ctx.settings, ctx.clock()))
+
 
 # Metric and label names within the Prometheus data model's, and never its reserved "__" prefix.
 _NAME = re.compile(r"[a-z][a-z0-9_]*")

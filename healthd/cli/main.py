@@ -10,6 +10,9 @@ through the ``healthd.commands`` entry points (``healthd.checks.plugin.CommandSp
 are looked up only when the command is not one of these. Exit codes are those of ``healthd.exitcodes``: the Nagios
 plugin convention for check results (0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN) and
 sysexits.h otherwise.
+
+``healthd-prolog`` and ``healthd-epilog`` (slurm.conf's Prolog= and Epilog=) are entry points
+here too, reading slurmd's usual arguments without the parser.
 """
 
 from __future__ import annotations
@@ -26,15 +29,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
     from typing import Callable, Optional, Sequence
-
-
-def add_config_argument(
-    parser: argparse.ArgumentParser, help: str = "config file (default /etc/healthd/healthd.toml)"
-) -> None:
-    """The ``-c``/``--config PATH`` option every command that reads the config takes."""
-    from pathlib import Path
-
-    parser.add_argument("-c", "--config", type=Path, default=None, metavar="PATH", help=help)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -136,6 +130,30 @@ def _internal_error(exc: Exception, command: str) -> int:
     traceback.print_exc()
     print(f"healthd: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
     return EX_UNKNOWN if command in ("check", "status") else EX_SOFTWARE
+
+
+def _console(which: str, argv: Optional[Sequence[str]]) -> int:
+    """The command as ``healthd WHICH ARGS`` runs it; without building the CLI's parser when slurmd's usual
+    arguments (none, or ``-c``/``--config PATH``) are all there is: finding every command costs more than a
+    prolog from the daemon's pass does (bench/README.md)."""
+    from healthd.commands.jobs import run
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    plain = plain_command(["status", *args])  # the same spelled-out -c/--config; --json is not the prolog's
+    if plain is None or plain.json:
+        return main([which, *args])
+    with quiet_broken_pipe():
+        return run(which, plain)
+
+
+def prolog_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``healthd-prolog``: for slurm.conf ``Prolog=``."""
+    return _console("prolog", argv)
+
+
+def epilog_main(argv: Optional[Sequence[str]] = None) -> int:
+    """``healthd-epilog``: for slurm.conf ``Epilog=``."""
+    return _console("epilog", argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The ``healthd`` argument parser (argparse): the built-in commands' options and the plugins' commands.
 
-Imported by ``healthd.cli.main`` only for a command line that needs parsing, and by ``healthd.service.hook``
+Imported by ``healthd.cli.main`` only for a command line that needs parsing, and by ``healthd.cli.hook``
 for a person's options.
 """
 

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from types import ModuleType
 
+# ``typing`` is not imported at run time: ``healthd status`` would pay for it (bench/README.md).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
 # name -> (module under healthd.commands, one-line help). Order is the order of --help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("check", "run the checks once, report, and act through Slurm"),
@@ -22,3 +27,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def command_module(name: str) -> ModuleType:
     # __import__ with a fromlist returns the submodule; importlib would cost `healthd status` an import.
     return __import__(f"healthd.commands.{name}", fromlist=["run"])
+
+
+def add_config_argument(
+    parser: argparse.ArgumentParser, help: str = "config file (default /etc/healthd/healthd.toml)"
+) -> None:
+    """The ``-c``/``--config PATH`` option every command that reads the config takes."""
+    from pathlib import Path
+
+    parser.add_argument("-c", "--config", type=Path, default=None, metavar="PATH", help=help)

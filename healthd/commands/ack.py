@@ -25,7 +25,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.commands.failure import exit_for
 from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_USAGE
 from healthd.model import Status
@@ -34,7 +34,7 @@ from healthd.text import one_line
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from healthd.checks.engine import Engine
+    from healthd.cycle.engine import Engine
     from healthd.plan.acks import FindingRef
 
 
@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _repaired(args: argparse.Namespace) -> int:
-    from healthd.checks.engine import Engine
+    from healthd.cycle.engine import Engine
     from healthd.cycle.pipeline import POLICY_STATE
     from healthd.plan.policy import PolicyEvent, PolicyState, advance
     from healthd.store.history import History
@@ -96,7 +96,7 @@ def _repaired(args: argparse.Namespace) -> int:
 
 
 def _started(document: dict[str, Any]) -> str:
-    """When a saved pass started, as text that sorts in time (``healthd.cli.render``'s UTC form); "" when unknown."""
+    """When a saved pass started, as text that sorts in time (``healthd.cycle.render``'s UTC form); "" when unknown."""
     started = document.get("started_at")
     return started if isinstance(started, str) else ""
 
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if args.all and args.selectors:
         print("healthd: name checks or codes, or give --all (every finding), not both", file=sys.stderr)
         return EX_USAGE
-    from healthd.checks.engine import Engine
+    from healthd.cycle.engine import Engine
     from healthd.plan.acks import refs_from_document
 
     engine = Engine.from_path(args.config)
@@ -193,8 +193,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
     """Save an ack for each of ``refs`` and record it in the history, under the state lock; say what was acked."""
+    from healthd.cycle.acks import STATE_NAME, AckStore
     from healthd.plan.acks import merge
-    from healthd.store.acks import STATE_NAME, AckStore
     from healthd.store.history import History
     from healthd.store.lock import StateLock
 

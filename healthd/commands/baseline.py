@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_SOFTWARE
 
 
@@ -49,8 +49,8 @@ def _observe(engine: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.checks.engine import Engine, node_name
     from healthd.config.tomlwrite import dumps
+    from healthd.cycle.engine import Engine, node_name
 
     engine = Engine.from_path(args.config)
     tables, problems = _observe(engine)

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 
 if TYPE_CHECKING:
@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, begun: float) -> int:
-    from healthd.checks.engine import Engine
-    from healthd.cli.render import action_lines, render_table
+    from healthd.cycle.engine import Engine
     from healthd.cycle.pipeline import ONE_SHOT_SECONDS, PassRequest, run_pass
+    from healthd.cycle.render import action_lines, render_table
 
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="healthd: %(levelname)s: %(message)s")
@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace, begun: float) -> int:
             return EX_TEMPFAIL
         outcome = started
     else:
-        from healthd.store.daemonpass import running_config
+        from healthd.cycle.daemonpass import running_config
 
         # A daemon running with another config is the node's: this pass is saved aside
         # (healthd.cycle.pipeline.run_pass).

@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.config.sections import ConfigTable
 
 if TYPE_CHECKING:

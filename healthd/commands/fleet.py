@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Iterator, Optional
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
 from healthd.text import records
 

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.commands.failure import exit_for
 from healthd.commands.status import read_settings
 from healthd.exitcodes import EX_USAGE

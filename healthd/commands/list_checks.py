@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any, Optional
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.exitcodes import EX_OK, EX_UNKNOWN
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,7 @@ _DESCRIBED = 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from healthd.cli.main import add_config_argument
+    from healthd.commands import add_config_argument
 
     parser.add_argument("file", metavar="FILE", help="saved kernel log, or - for stdin")
     parser.add_argument("--json", action="store_true", help="print a JSON document instead of a table")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
-from healthd.cli.main import add_config_argument
+from healthd.commands import add_config_argument
 from healthd.commands.failure import exit_for
 from healthd.config.load import ConfigError, NodeSettings, node_settings, read_config
 from healthd.exitcodes import EX_UNKNOWN, STATUS_CODES
@@ -107,7 +107,7 @@ _MONTH_START = (0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334)
 
 
 def _utc_epoch(text: str) -> Optional[float]:
-    """``YYYY-MM-DDTHH:MM:SSZ``, the form healthd records (``healthd.cli.render``), as seconds since the epoch.
+    """``YYYY-MM-DDTHH:MM:SSZ``, the form healthd records (``healthd.cycle.render``), as seconds since the epoch.
 
     None for any other text, which ``age_seconds`` hands to ``datetime.fromisoformat``:
     importing datetime costs ``healthd status`` about 2 ms, more than reading its own form here.
@@ -142,7 +142,7 @@ def _render(document: dict[str, Any], age: float, now: float, limit: Optional[fl
     ``failed``: a later attempt that could not save its pass: the record is then the last
     pass written, not the last pass, and the attempt is said beside it.
     """
-    from healthd.cli.render import action_lines, state_label
+    from healthd.cycle.render import action_lines, state_label
 
     last = "last written pass" if failed is not None else "last pass"
     when = f"{last} {age:.0f}s ago, at {_field(document, 'started_at')}"

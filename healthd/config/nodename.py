@@ -2,7 +2,7 @@
 
 Kept apart from ``healthd.config.hosts`` (host sections), which imports ``dataclasses``:
 the hook that reports the running daemon's pass
-(``healthd.store.daemonpass``) compares the pass's node with this one, and must stay cheap.
+(``healthd.cycle.daemonpass``) compares the pass's node with this one, and must stay cheap.
 """
 
 from __future__ import annotations

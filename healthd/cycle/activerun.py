@@ -30,7 +30,7 @@ from healthd.store.lock import ACTIVE_LOCK, LockTimeout, StateLock
 from healthd.store.state import StateError
 
 if TYPE_CHECKING:
-    from healthd.checks.engine import Engine
+    from healthd.cycle.engine import Engine
     from healthd.cycle.outcome import PassOutcome
     from healthd.slurm.nodestate import NodeInfo
 
@@ -98,7 +98,7 @@ def start(
 
 def _look(engine: Engine, rule: Rule) -> Optional[str]:
     """One ``sinfo -n NAME`` read judged by ``rule``: why the checks may not start now, or None."""
-    from healthd.checks.engine import node_name
+    from healthd.cycle.engine import node_name
     from healthd.slurm.adapter import SlurmClient, SlurmError
 
     config = engine.config

@@ -106,7 +106,7 @@ class PassOutcome(NamedTuple):
 
     ``result`` is the pass as reported (acks applied, DRAIN_HELD added), ``action`` what the
     policy decided and what became of it, ``state`` the policy state the pass left, ``document``
-    the pass serialised (``healthd.cli.render.pass_to_dict`` with ``action``: the ``--json``
+    the pass serialised (``healthd.cycle.render.pass_to_dict`` with ``action``: the ``--json``
     output and ``last-pass``), ``node`` the node as Slurm reported it this pass (None when the
     pass did not read it). What the sinks read is derived here, never kept apart.
     """

@@ -6,7 +6,7 @@ and the daemon call each pass:
 1. the engine runs the checks;
 2. ``plan`` (healthd.plan.plan, pure) turns results, remembered state and Slurm's
    answers into one decision and its writes, asking for each Slurm read it needs;
-3. ``execute`` (healthd.slurm.execute, the only Slurm caller) makes those reads and
+3. ``execute`` (healthd.cycle.execute, the only Slurm caller) makes those reads and
    sends those writes; a dry run ``rehearse``s instead;
 4. ``settle`` saves the policy state, the acknowledgements and the ``last-pass``
    document, and returns the outcome for the sinks.
@@ -26,30 +26,30 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
+from healthd.cycle.acks import STATE_NAME as ACKS_STATE
+from healthd.cycle.acks import AckStore
+from healthd.cycle.execute import execute, observe, rehearse
 from healthd.cycle.outcome import PASS_FAILED, ActionSection, PassOutcome
+from healthd.cycle.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import Ack, apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
 from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyRules, PolicyState
 from healthd.plan.spread import act_delay
 from healthd.slurm.adapter import SlurmClient
-from healthd.slurm.execute import execute, observe, rehearse
 from healthd.slurm.nodestate import NodeInfo
 from healthd.slurm.reasons import Reasons
-from healthd.store.acks import STATE_NAME as ACKS_STATE
-from healthd.store.acks import AckStore
 from healthd.store.attempt import record_attempt
 from healthd.store.history import History, HistoryError, RebootPhase
 from healthd.store.lock import LockTimeout, StateLock, active_running
-from healthd.store.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
 from healthd.store.state import StateError
 from healthd.store.statenode import claim
 from healthd.store.trust import UntrustedPath
 from healthd.text import one_line
 
 if TYPE_CHECKING:
-    from healthd.checks.engine import Engine
     from healthd.config.models import Config
+    from healthd.cycle.engine import Engine
 
 LAST_PASS = "last-pass"  # noqa: S105 (a state file name)
 # Where a pass that does not stand for the node is saved instead (``run_pass``'s ``aside``).
@@ -183,7 +183,7 @@ class PassContext(NamedTuple):
 
 class PolicyRead(NamedTuple):
     """The policy state a pass starts from: ``loaded`` is ``policy.json`` as read, ``marked`` says
-    ``policy.unsaved`` was there (healthd.store.policymemory), ``problems`` what was wrong with it."""
+    ``policy.unsaved`` was there (healthd.cycle.policymemory), ``problems`` what was wrong with it."""
 
     state: PolicyState
     loaded: dict[str, Any]
@@ -193,7 +193,7 @@ class PolicyRead(NamedTuple):
 
 def _load_policy_state(engine: Engine, judged: PassResult, *, unlocked: bool) -> PolicyRead:
     """The policy state to decide from: ``policy.json``, or the newer copy this process kept
-    (healthd.store.policymemory).
+    (healthd.cycle.policymemory).
 
     ``judged`` is the pass with its acknowledgements applied; ``unlocked``: ``cycle.lock`` could not be opened.
     """
@@ -269,7 +269,7 @@ def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTo
     try:
         raw = engine.run_checks(None if request.only is None else list(request.only), request.tier)
     except Exception as exc:  # anything from the engine must still give a reported pass
-        from healthd.checks.engine import node_name
+        from healthd.cycle.engine import node_name
 
         return failed_pass(ctx, PassResult(node_name(config), tools.clock(), 0.0, ()), exc)
     if config.slurm.enabled and not ctx.dry and _may_act(raw):
@@ -643,7 +643,7 @@ def _settle(
     (``unlocked``), the policy state as read, the plan's reads, the writes, the saves,
     the acks file (``ack_problems``), the reset marks (``executed.problems``). The policy state
     that cannot be saved is kept for this process's next pass, and marked unsaved for the
-    others (healthd.store.policymemory).
+    others (healthd.cycle.policymemory).
     """
     engine, dry = ctx.engine, ctx.dry
     the_plan, executed, done = acted.plan, acted.executed, acted.done
@@ -689,7 +689,7 @@ def _finish(
     state: Optional[PolicyState] = None,
     node: Optional[NodeInfo] = None,
 ) -> PassOutcome:
-    from healthd.cli.render import pass_to_dict
+    from healthd.cycle.render import pass_to_dict
 
     engine = ctx.engine
     document = pass_to_dict(result, {"action": report.to_dict()})

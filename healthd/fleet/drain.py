@@ -9,7 +9,7 @@ failures alone, unless silent lemons are asked for; unknown to Slurm, already ou
 someone else's reason, a pending reboot, or the partition's
 ``[policy].max_out_fraction`` of nodes out by healthd already reached, counting the
 drains planned before). ``apply_drains`` sends them, then, like the node agent
-(``healthd.slurm.execute``), reads the partitions again after the settle time and puts
+(``healthd.cycle.execute``), reads the partitions again after the settle time and puts
 back every node that ``breaker.breaker_confirm`` says lost its place, in case node
 agents drained nodes meanwhile.
 """

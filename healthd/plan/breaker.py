@@ -1,7 +1,7 @@
 """The circuit breaker's arithmetic: how many nodes of a partition healthd may hold out, and who keeps a place.
 
 Pure functions over ``PartitionView`` (healthd.slurm.nodestate), used by the policy
-before a take-out (``over_limit``) and by ``healthd.slurm.execute`` after the drain
+before a take-out (``over_limit``) and by ``healthd.cycle.execute`` after the drain
 (``breaker_confirm``). docs/policy.md, "Circuit breaker", explains the design.
 """
 

@@ -1,7 +1,7 @@
 """Plan one pass: checks' results, remembered state and what Slurm said go in; one decision and its writes come out.
 
 Pure: no I/O. ``plan`` may answer with a ``Read`` instead of a ``Plan``: the
-pipeline (``healthd.cycle.pipeline``) has ``healthd.slurm.execute`` make that read and plans
+pipeline (``healthd.cycle.pipeline``) has ``healthd.cycle.execute`` make that read and plans
 again with what it found. So every Slurm read is one the policy asked for: the
 node when the pass may act on it, then its partitions when a take-out must pass
 the circuit breaker; or both in one read when the pass's decision, as far as it

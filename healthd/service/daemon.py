@@ -39,9 +39,9 @@ from healthd.service.sinks import LogSink, MetricsSink, NotifySink, Sink
 from healthd.store.trust import UntrustedPath
 
 if TYPE_CHECKING:
-    from healthd.checks.engine import Engine
     from healthd.config.models import Config
-    from healthd.store.daemonpass import DaemonClaim
+    from healthd.cycle.daemonpass import DaemonClaim
+    from healthd.cycle.engine import Engine
 
 # How long a stop request waits for a pass in progress before abandoning it.
 STOP_GRACE_SECONDS = 3.0
@@ -119,7 +119,7 @@ def daemon_pass_budget(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> flo
 
 
 def fresh_for(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
-    """How long the hook may report the daemon's last pass (healthd.store.daemonpass): until the next one is due.
+    """How long the hook may report the daemon's last pass (healthd.cycle.daemonpass): until the next one is due.
 
     The next pass ends at most an interval and a whole daemon pass later, a diagnostic
     included (``[active] when_drained``): a shorter window would have the hook run passes
@@ -131,7 +131,7 @@ def fresh_for(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
 def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassOutcome:
     """A pass that raised outside the pipeline, or never started: ``healthd.cycle.pipeline.failed_pass``,
     with no results."""
-    from healthd.checks.engine import node_name
+    from healthd.cycle.engine import node_name
     from healthd.cycle.pipeline import PassContext, PassRequest, PassTools, failed_pass
     from healthd.model import PassResult
 
@@ -211,8 +211,8 @@ class Daemon:
     # -- the loop -----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from healthd.checks.engine import Engine, node_name
         from healthd.config.load import ConfigError
+        from healthd.cycle.engine import Engine, node_name
 
         factory = self.engine_factory or Engine.from_path
         try:
@@ -260,8 +260,8 @@ class Daemon:
                 self.claim.release()
 
     def _claim(self, engine: Engine) -> None:
-        """Hold ``daemon.lock`` so the hook may report this daemon's passes (healthd.store.daemonpass)."""
-        from healthd.store.daemonpass import DaemonClaim
+        """Hold ``daemon.lock`` so the hook may report this daemon's passes (healthd.cycle.daemonpass)."""
+        from healthd.cycle.daemonpass import DaemonClaim
 
         claim = DaemonClaim(engine.config.paths.state_dir)
         try:
@@ -362,9 +362,9 @@ class Daemon:
         return report
 
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
-        from healthd.checks.engine import node_name
         from healthd.config.cache import load_checks
         from healthd.config.load import ConfigError
+        from healthd.cycle.engine import node_name
         from healthd.service.metrics import refuse_untrusted_textfile
 
         self._reload = False

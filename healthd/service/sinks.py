@@ -17,7 +17,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Optional, Protocol
 
-from healthd.cli.render import pass_summary
+from healthd.cycle.render import pass_summary
 from healthd.model import RunState, Status
 from healthd.service.logs import log_action, log_cleared, log_finding, log_reminder
 from healthd.service.metrics import (

@@ -9,7 +9,7 @@ runs the commands through ``healthd.slurm.command``: with an argument list (no c
 line is ever built), found in absolute places (the HealthCheckProgram has no PATH),
 ``SLURM_CONF`` from the config and a deadline on every call that a hung filesystem
 cannot outlast. It knows nothing of healthd's policy: which reason to write and whose
-a reason is are decided in ``healthd.slurm.reasons``. It is called by ``healthd.slurm.execute``
+a reason is are decided in ``healthd.slurm.reasons``. It is called by ``healthd.cycle.execute``
 (the pass's reads and writes), by the active checks' last read of the node
 (``healthd.cycle.activerun``) and by ``fleet lemons --drain`` (``healthd.fleet.drain``), which
 tests/test_layering.py allows alone.

@@ -2,7 +2,7 @@
 
 ``SlurmError`` (healthd.slurm.command) carries one; the pass keeps it in its action
 section, and the pass document holds it under ``action.slurm_errors`` (docs/commands.md),
-from which ``healthd.cli.render`` makes the headline's one phrase without reading the
+from which ``healthd.cycle.render`` makes the headline's one phrase without reading the
 error's text back. Pure values: the plan holds them too.
 """
 

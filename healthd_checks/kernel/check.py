@@ -37,7 +37,7 @@ from healthd.text import one_line
 
 from ..common.procs import system_uid
 from ..kernlog.events import LogObservation, Pattern, gather_log, judge_log, kept_log
-from ..xid.parse import Origin, origin_of
+from ..kernlog.source import Origin, origin_of
 from .fuseblame import GONE, FuseMount, FuseView, HungReport, blame, read_fuse_view, read_trace, report_blames
 from .tasks import StuckCandidate, read_d_state, read_task
 

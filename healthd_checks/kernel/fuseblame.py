@@ -19,8 +19,7 @@ from healthd.text import read_kernel_text
 
 from ..common.mountinfo import MountinfoError, fuse_connection, parse_mountinfo, read_fuse_connections
 from ..common.procs import system_uid, user_name
-from ..kernlog.source import LogLine
-from ..xid.parse import Origin, origin_of
+from ..kernlog.source import LogLine, Origin, origin_of
 from .tasks import StuckCandidate
 
 

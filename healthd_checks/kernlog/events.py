@@ -31,9 +31,8 @@ from healthd.model import DetailValue, Finding, Status
 from healthd.store.state import load_records
 from healthd.text import one_line
 
-from ..xid.parse import Origin, origin_of
 from .read import LogRead, Position, read_new
-from .source import LogLine
+from .source import LogLine, Origin, origin_of
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext

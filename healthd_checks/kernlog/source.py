@@ -29,6 +29,7 @@ that as UNKNOWN, never as healthy.
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 import stat
@@ -78,6 +79,20 @@ class KmsgRecord(NamedTuple):
     @property
     def facility(self) -> int:
         return self.priority >> 3
+
+
+class Origin(enum.Enum):
+    """Who wrote a record, as far as its format tells."""
+
+    KERNEL = "kernel"  # facility 0: the kernel alone logs with it
+    USERSPACE = "userspace"  # another facility: a process wrote the record to /dev/kmsg
+    UNKNOWN = "unknown"  # the format does not carry the facility
+
+
+def origin_of(facility: Optional[int]) -> Origin:
+    if facility is None:
+        return Origin.UNKNOWN
+    return Origin.KERNEL if facility == 0 else Origin.USERSPACE
 
 
 class ReadResult(NamedTuple):

@@ -25,10 +25,10 @@ from healthd.store.state import load_records
 from healthd.text import one_line
 
 from ..kernlog.read import Position
-from ..kernlog.source import LogLine, ReadResult
+from ..kernlog.source import LogLine, Origin, ReadResult, origin_of
 from .catalog import CLEARS, NVLINK5_XIDS, Bucket, Entry, Sticky, awaits_154, classify, followed_by_154, remedy
 from .nvlink5 import DESCRIPTIONS, causes, parse_registers
-from .parse import Banner, GpuIdentity, LineKind, Origin, PciAddress, XidEvent, origin_of, read_message, sm_location
+from .parse import Banner, GpuIdentity, LineKind, PciAddress, XidEvent, read_message, sm_location
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import JudgeContext

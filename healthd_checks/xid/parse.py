@@ -14,7 +14,8 @@ the faulting file's name, and processes can write records to /dev/kmsg. So:
   ``nvidia-nvswitchN: ``, is read, and each pattern is anchored right after it
   with strict PCI tags. A task name (at most 15 characters, always followed by
   the kernel's ``[pid]``) cannot complete any of them;
-- ``origin_of`` maps a record's syslog facility to ``Origin``: facility 0 is the
+- ``origin_of`` (``healthd_checks.kernlog.source``, which every kernel-log reader
+  shares) maps a record's syslog facility to ``Origin``: facility 0 is the
   kernel's alone (the kernel gives userspace writes another facility). Callers
   count only ``Origin.KERNEL`` records, or ``Origin.UNKNOWN`` ones from formats
   that do not carry the facility (plain ``dmesg``, ``journalctl -k`` text).
@@ -49,7 +50,7 @@ from typing import AnyStr, Callable, Iterable, Iterator, NamedTuple, Optional, T
 
 from healthd.text import one_line
 
-from ..kernlog.source import parse_kmsg_record
+from ..kernlog.source import Origin, origin_of, parse_kmsg_record
 
 
 class PciAddress(NamedTuple):
@@ -225,20 +226,6 @@ class Record(NamedTuple):
         if self.priority is None or (self.format is LogFormat.DMESG_RAW and self.priority < 8):
             return None
         return self.priority >> 3
-
-
-class Origin(enum.Enum):
-    """Who wrote a record, as far as its format tells."""
-
-    KERNEL = "kernel"  # facility 0: the kernel alone logs with it
-    USERSPACE = "userspace"  # another facility: a process wrote the record to /dev/kmsg
-    UNKNOWN = "unknown"  # the format does not carry the facility
-
-
-def origin_of(facility: Optional[int]) -> Origin:
-    if facility is None:
-        return Origin.UNKNOWN
-    return Origin.KERNEL if facility == 0 else Origin.USERSPACE
 
 
 class Banner(NamedTuple):

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, NamedTu
 
 from healthd.model import Status
 
+from ..kernlog.source import Origin, origin_of
 from .catalog import NVLINK5_XIDS, Entry, awaits_154, classify, followed_by_154
 from .nvlink5 import causes
 from .parse import (
@@ -28,11 +29,9 @@ from .parse import (
     Focus,
     GpuIdentity,
     LineKind,
-    Origin,
     Record,
     XidEvent,
     lines_holding,
-    origin_of,
     parse_line,
     read_candidates,
     remember,

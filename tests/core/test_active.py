@@ -15,10 +15,10 @@ from healthd_testkit.dcgmi import Dcgmi
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
 from healthd.cycle.activerun import NotStarted, after_pass, daemon_budget, misfit, start
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import PassRequest, pass_budget, run_pass
 from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 from healthd.model import Finding, Status, Tier

@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import pytest
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckSpec, discover
 from healthd.config.models import PolicySettings
+from healthd.cycle.engine import Engine
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import Ack, FindingRef, apply_acks
 from healthd.plan.plan import Observed, Plan, Read, Situation, plan

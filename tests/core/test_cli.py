@@ -73,7 +73,7 @@ def test_module_entry_point_runs() -> None:
 
 
 def test_table_counts_notes_but_lists_only_problems() -> None:
-    from healthd.cli.render import render_table
+    from healthd.cycle.render import render_table
     from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 
     findings = (
@@ -231,14 +231,14 @@ def _document(decision: Any, checks: Any = (), **fields: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("state", list(RunState), ids=lambda state: state.value)
 def test_state_label_reads_every_run_state_of_the_document(state: RunState) -> None:
-    from healthd.cli.render import state_label
+    from healthd.cycle.render import state_label
 
     expected = {RunState.RAN: "WARNING", RunState.NOT_APPLICABLE: "n/a", RunState.DISABLED: "disabled"}
     assert state_label("WARNING", state.value) == expected.get(state, f"WARNING ({state.value})")
 
 
 def test_action_lines_for_each_outcome() -> None:
-    from healthd.cli.render import action_lines
+    from healthd.cycle.render import action_lines
     from healthd.plan.acks import FindingRef
     from healthd.plan.policy import Action, Decision
     from healthd.slurm.adapter import command_failed
@@ -277,7 +277,7 @@ def test_action_lines_for_each_outcome() -> None:
 
 
 def test_action_lines_survive_a_forged_record() -> None:
-    from healthd.cli.render import action_lines
+    from healthd.cycle.render import action_lines
 
     assert action_lines({"action": None}, 0.0) == ["action: none recorded (the pass failed before a decision)"]
     forged = {
@@ -322,7 +322,7 @@ def test_action_lines_survive_a_forged_record() -> None:
 
 
 def test_pass_summary_names_the_first_problems_the_action_and_counts_other_errors() -> None:
-    from healthd.cli.render import pass_summary
+    from healthd.cycle.render import pass_summary
     from healthd.plan.policy import Action, Decision
     from healthd.slurm.adapter import command_failed
 
@@ -354,7 +354,7 @@ def test_pass_summary_names_the_first_problems_the_action_and_counts_other_error
 
 
 def test_pass_summary_of_a_forged_record_is_one_bounded_line() -> None:
-    from healthd.cli.render import pass_summary
+    from healthd.cycle.render import pass_summary
 
     hostile = {"check": "a\nb", "code": "\x1b[2J", "subject": "x" * 5000}
     forged = {

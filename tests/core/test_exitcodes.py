@@ -17,12 +17,16 @@ SOURCES = [*sorted((REPO / "healthd").rglob("*.py")), *sorted((REPO / "healthd_c
 EXIT_NAME = re.compile(r"EX_[A-Z_]+")
 EXITS = ("exit", "_exit", "SystemExit")
 # Where a command's exit code is made: the dispatcher, the hook, the daemon, a plugin command's stand-in,
-# each built-in command and each command a plugin contributes (pyproject.toml's healthd.commands).
+# the prolog's and epilog's flows, each built-in command and each command a plugin contributes
+# (pyproject.toml's healthd.commands).
 COMMAND_MODULES = [
     REPO / "healthd" / "cli" / "main.py",
     REPO / "healthd" / "cli" / "parser.py",
-    REPO / "healthd" / "service" / "hook.py",
+    REPO / "healthd" / "cli" / "hook.py",
     REPO / "healthd" / "service" / "daemon.py",
+    REPO / "healthd" / "cycle" / "jobhook.py",
+    REPO / "healthd" / "cycle" / "prolog.py",
+    REPO / "healthd" / "cycle" / "epilog.py",
     REPO / "healthd" / "checks" / "plugin.py",
     *(REPO / "healthd" / "commands" / f"{module}.py" for module, _ in COMMANDS.values()),
     *(

@@ -197,6 +197,16 @@ def test_staged_saves_what_the_judge_keeps_and_reports_a_failure_to(tmp_path: Pa
     )
 
 
+def test_a_peek_judges_as_a_pass_would_and_saves_nothing(tmp_path: Path) -> None:
+    # The prolog beside the daemon judges the xid check this way: the daemon's next pass must read the same records.
+    run = Staged(_gather, _judge, keeps="values")
+    StateFile(tmp_path, "counting").save({"value": 1})
+    verdict = run.peek(_context(tmp_path))
+    assert [(f.check, f.code) for f in verdict.findings] == [("counting", "ROSE")]
+    assert verdict.state == {"value": 5, "at": 1000.0}
+    assert StateFile(tmp_path, "counting").load() == {"value": 1}
+
+
 def test_a_check_that_does_not_apply_keeps_the_state_it_gives(tmp_path: Path) -> None:
     def judge(observed: Any, jc: JudgeContext[_Settings]) -> Verdict:
         raise NotApplicable("nothing here", {"cursor": "41"})

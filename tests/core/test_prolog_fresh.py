@@ -20,7 +20,7 @@ from healthd_testkit.paths import run_healthd
 from healthd_testkit.xid import Node as XidNode
 
 from healthd.config.load import sha256_hex
-from healthd.store.daemonpass import DaemonClaim
+from healthd.cycle.daemonpass import DaemonClaim
 from healthd.store.lock import StateLock
 
 
@@ -70,12 +70,13 @@ def test_a_held_state_lock_does_not_hold_the_prolog_from_the_daemons_pass(
     assert verdict == "healthd prolog: job 77: OK (daemon's pass), kernel log since: job allowed", ran.stdout
 
 
-# The prolog's work runs in a child (healthd.commands.jobs._child): what it imported is printed after its verdict.
+# The prolog's work runs in a child (healthd.cycle.childrun._child): what it imported is printed after its verdict.
 _PROLOG_IMPORTS = """
 import sys
-from healthd.commands import jobs
+from healthd.cli.main import prolog_main
+from healthd.cycle import childrun as jobs
 
-unused = ("argparse", "logging", "healthd.cli.parser", "healthd.cycle.pipeline", "healthd.checks.engine", "pydantic")
+unused = ("argparse", "logging", "healthd.cli.parser", "healthd.cycle.pipeline", "healthd.cycle.engine", "pydantic")
 forked = jobs._child
 
 
@@ -89,7 +90,7 @@ def child(work, deadline, write_end):
 
 
 jobs._child = child
-sys.exit(jobs.prolog_main(["--config", sys.argv[1]]))
+sys.exit(prolog_main(["--config", sys.argv[1]]))
 """
 
 

@@ -27,8 +27,8 @@ from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import HEALTHD
 
 import healthd.config.load
+from healthd.cli.hook import hook_main
 from healthd.cli.main import main
-from healthd.service.hook import hook_main
 from healthd.service.metrics import HealthdCollector, new_registry, write_textfile
 from healthd.store.trust import UntrustedPath, acl_reason
 

@@ -12,11 +12,11 @@ import pytest
 from healthd_testkit.checks import only_checks
 
 import healthd.config.load
+from healthd.cli.hook import hook_main
 from healthd.config.load import sha256_hex
+from healthd.cycle.daemonpass import DaemonClaim, daemon_document
 from healthd.exitcodes import EX_CONFIG
 from healthd.service.daemon import Daemon
-from healthd.service.hook import hook_main
-from healthd.store.daemonpass import DaemonClaim, daemon_document
 
 CLI = Callable[..., tuple[int, str, str]]
 BODY = '[slurm]\nnode_name = "{node}"\n' + only_checks("services")
@@ -64,8 +64,8 @@ def test_a_reload_that_renames_the_node_is_rejected_and_the_old_config_kept(
     shared: tuple[str, str, Path], cli: CLI
 ) -> None:
     """A SIGHUP after [slurm] node_name changed: refused at the reload, not by each later pass (the daemon stopping)."""
-    from healthd.checks.engine import Engine
     from healthd.config.cache import load_checks
+    from healthd.cycle.engine import Engine
     from healthd.store.trust import UntrustedPath
 
     first, second, state = shared

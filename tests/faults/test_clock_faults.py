@@ -17,8 +17,8 @@ from healthd_testkit import nvml as fake_nvml_module
 from healthd_testkit.faults import Harness, builtin
 from healthd_testkit.paths import REPO
 
-from healthd.checks.engine import Engine
 from healthd.config.cache import load_checks
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import PassTools, run_pass
 from healthd.model import PassResult, Status
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import BrokenCheck, CheckContext, CheckSettings, CheckSpec, discover
 from healthd.config.cache import load_checks
+from healthd.cycle.engine import Engine
 from healthd.model import Finding, Status
 from healthd.service.daemon import Daemon, DaemonHooks, PassOutcome, run_one_pass
 from healthd.service.sdnotify import Notifier

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from healthd_testkit.nvml import SYSFS_H100, FakeNvml
 
-from healthd.checks.engine import Engine
 from healthd.config.cache import load_checks
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import run_pass
 from healthd.model import Device
 from healthd.store.history import History, Kind

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthd.cli.render import pass_to_dict
 from healthd.config.models import Config, EscalationSettings, PolicySettings, SlurmSettings
+from healthd.cycle.execute import execute
+from healthd.cycle.render import pass_to_dict
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import Ack, FindingRef, apply_acks, refs_from_document
 from healthd.plan.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, group_views
@@ -41,7 +42,6 @@ from healthd.plan.policy import (
     needs_node,
 )
 from healthd.slurm.adapter import SlurmClient, SlurmError
-from healthd.slurm.execute import execute
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.slurm.problem import SlurmFailure, SlurmProblem
 from healthd.slurm.reasons import Reasons, place_stamp, with_place

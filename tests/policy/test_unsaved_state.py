@@ -2,7 +2,7 @@
 
 The daemon keeps the state it could not save and counts on from it; a one-shot pass
 (the hook, ``check --once``) that finds the directory unwritable, or marked by an
-earlier pass whose save failed, acts on a CRITICAL finding at once (healthd.store.policymemory).
+earlier pass whose save failed, acts on a CRITICAL finding at once (healthd.cycle.policymemory).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from healthd_testkit.checks import only_checks
 from healthd_testkit.namespace import in_mount_namespace
 from healthd_testkit.paths import fill
 
-from healthd.checks.engine import Engine
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import run_pass
+from healthd.cycle.policymemory import UNSAVED, PolicyMemory, reach_critical
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.policy import PolicyState
-from healthd.store.policymemory import UNSAVED, PolicyMemory, reach_critical
 
 MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'
 TWICE = f'[slurm]\nnode_name = "n1"\n[policy]\nfail_passes = 2\n{MISSING}{only_checks("mounts")}'

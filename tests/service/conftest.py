@@ -16,9 +16,9 @@ import pytest
 from healthd_testkit.faults import DaemonKit, DaemonThread
 from healthd_testkit.waiting import wait_for
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.cache import load_checks
+from healthd.cycle.engine import Engine
 from healthd.model import Finding, Status
 from healthd.service.daemon import Daemon, DaemonHooks
 from healthd.service.sdnotify import Notifier

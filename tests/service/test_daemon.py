@@ -12,7 +12,7 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.faults import DaemonKit
 
-from healthd.checks.engine import Engine
+from healthd.cycle.engine import Engine
 from healthd.service.daemon import PassOutcome, Schedule, run_one_pass, splay_offset
 
 # Slow (the daemon loop runs passes for seconds): left out of the fast tier, `pytest -m "not slow"`.

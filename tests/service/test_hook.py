@@ -11,7 +11,7 @@ from healthd_testkit.checks import only_checks
 
 import healthd.config.load
 from healthd import __version__
-from healthd.service.hook import hook_main
+from healthd.cli.hook import hook_main
 
 
 def _default_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, slurm: str = "enabled = false") -> None:

@@ -16,9 +16,9 @@ from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import REPO
 
 import healthd.config.load
+from healthd.cli.hook import hook_main
 from healthd.config.load import sha256_hex
-from healthd.service.hook import hook_main
-from healthd.store.daemonpass import FORMAT, DaemonClaim, usable
+from healthd.cycle.daemonpass import FORMAT, DaemonClaim, usable
 
 SHA = "ab" * 32
 NOW = 1_800_000_000.0
@@ -92,9 +92,9 @@ _HOOK_IMPORTS = """
 import pathlib, sys
 import healthd.config.load
 healthd.config.load.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1])
-from healthd.service.hook import hook_main
+from healthd.cli.hook import hook_main
 code = hook_main([])
-heavy = ("argparse", "pydantic", "healthd.config.models", "healthd.checks.engine", "healthd.cycle.pipeline",
+heavy = ("argparse", "pydantic", "healthd.config.models", "healthd.cycle.engine", "healthd.cycle.pipeline",
          "healthd_checks", "logging", "dataclasses", "socket", *sys.argv[2:])
 print(code, sorted(m for m in heavy if m in sys.modules))
 """

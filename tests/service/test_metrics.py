@@ -20,8 +20,8 @@ from healthd_testkit.faults import DaemonKit
 from healthd_testkit.net import free_ports
 from prometheus_client.parser import text_string_to_metric_families
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import EventCounter
+from healthd.cycle.engine import Engine
 from healthd.cycle.outcome import ActionOutcome, ActionSection, PassAction, PassOutcome
 from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
 from healthd.plan.acks import POLICY_CHECK

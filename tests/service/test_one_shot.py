@@ -22,8 +22,8 @@ from healthd_testkit.checks import only_checks
 from healthd_testkit.faults import FAULT, FaultSettings
 from healthd_testkit.paths import FIXTURES
 
-from healthd.checks.engine import Engine
 from healthd.config.models import Config, parse_config
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import (
     ONE_SHOT_SECONDS,
     POLICY_STATE,

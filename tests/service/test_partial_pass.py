@@ -11,7 +11,7 @@ from typing import Any, Callable
 from healthd_testkit.checks import only_checks
 
 from healthd.config.load import sha256_hex
-from healthd.store.daemonpass import DaemonClaim
+from healthd.cycle.daemonpass import DaemonClaim
 
 CLI = Callable[..., tuple[int, str, str]]
 MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'

@@ -183,7 +183,7 @@ def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
     # Nor, spelled out as a monitoring agent runs it, the argument parser; nor threads.
     config = _setup(tmp_path, "OK")
     heavy = (
-        "pydantic healthd_checks prometheus_client healthd.checks.plugin healthd.checks.engine healthd.config.models"
+        "pydantic healthd_checks prometheus_client healthd.checks.plugin healthd.cycle.engine healthd.config.models"
         " argparse threading"
     )
     assert "HEAVY []" in _status_imports(config, heavy)

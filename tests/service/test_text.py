@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from healthd.cli.main import main
-from healthd.cli.render import render_table
+from healthd.cycle.render import render_table
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.text import one_line
 

@@ -17,9 +17,9 @@ import pytest
 from healthd_testkit.faults import installed_hardware
 from healthd_testkit.paths import Below
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import parse_config
+from healthd.cycle.engine import Engine
 from healthd.cycle.outcome import PassOutcome
 from healthd.cycle.pipeline import PassRequest, PassTools, run_pass
 from healthd.model import Finding, Status

@@ -1,4 +1,4 @@
-"""healthd as Slurm's Prolog= and Epilog= on the real test cluster (healthd/commands/jobs.py).
+"""healthd as Slurm's Prolog= and Epilog= on the real test cluster (healthd/cycle/prolog.py, epilog.py).
 
 The cluster's slurm.conf runs ``healthd prolog``/``epilog`` through a wrapper, only on
 nodes listed in ``prolog-nodes`` and with that node's ``job-NODE.toml``. The epilog's

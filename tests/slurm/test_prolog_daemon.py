@@ -1,4 +1,4 @@
-"""The prolog from the running daemon's pass and the kernel log since it (healthd/commands/jobs.py), real cluster.
+"""The prolog from the running daemon's pass and the kernel log since it (healthd/cycle/prolog.py), real cluster.
 
 Each case runs on two nodes with the same kernel log (a root-owned file in the kernel's
 record format, ``[paths] kmsg``, beside a sysfs tree listing two NVIDIA GPUs and a
@@ -28,7 +28,7 @@ from healthd_testkit.xid import BOOT_B
 from healthd_testkit.xid import Node as XidNode
 
 from healthd.config.load import sha256_hex
-from healthd.store.daemonpass import DaemonClaim
+from healthd.cycle.daemonpass import DaemonClaim
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from healthd_testkit.releases import every_release
 
-from healthd.cli.render import action_lines
+from healthd.cycle.render import action_lines
 from healthd.store.history import History, Kind
 
 pytestmark = pytest.mark.slurm

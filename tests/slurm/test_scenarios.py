@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from healthd_testkit.releases import every_release
 
-from healthd.cli.render import action_lines
+from healthd.cycle.render import action_lines
 from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, sinfo_format
 from healthd.slurm.command import STANDARD_BIN_DIRS
 from healthd.slurm.problem import SlurmFailure

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import CheckContext, CheckSettings, CheckSpec
 from healthd.config.models import ConfigError, RunnerSettings, SlurmSettings, parse_config
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import PassRequest, PassTools, run_pass
 from healthd.model import Finding, Status
 from healthd.plan.breaker import group_views, out_by_healthd

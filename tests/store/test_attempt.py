@@ -14,7 +14,7 @@ from typing import Callable
 from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import fill
 
-from healthd.checks.engine import Engine
+from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import run_pass
 from healthd.store.attempt import ATTEMPT_NAME, RECORD_SIZE, read_attempt, record_attempt
 

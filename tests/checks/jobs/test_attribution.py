@@ -17,7 +17,8 @@ from healthd_testkit.xid import BOOT_A, Node
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from healthd.commands.jobs import attribute, record_end, record_start
+from healthd.cycle.epilog import attribute
+from healthd.cycle.jobrecord import record_end, record_start
 from healthd.store.history import History, Kind
 from healthd_checks.jobs.joblog import job_events, last_seq
 from healthd_checks.jobs.scope import Job, KernelRecord, LogWindow, owner

@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.checks.plugin import JudgeContext, NotApplicable
+from healthd.cycle.acks import AckStore
 from healthd.model import Status
 from healthd.plan.acks import Ack, FindingRef
-from healthd.store.acks import AckStore
 from healthd.store.state import StateFile
 from healthd_checks.nvlink.check import CHECK, NvlinkObservation, baseline, judge, judge_links, judge_registration
 from healthd_checks.nvlink.settings import NvlinkSettings

@@ -33,9 +33,9 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 from healthd_testkit.paths import run_healthd
 
-from healthd.checks.engine import Engine
 from healthd.checks.plugin import PassShared
 from healthd.config.models import parse_config
+from healthd.cycle.engine import Engine
 from healthd.model import Finding
 from healthd_checks.kernlog import source as kernlog
 from healthd_checks.kernlog.source import LogLine, read_kmsg

@@ -22,8 +22,7 @@ import pytest
 from healthd_testkit.xid import BOOT_A, FIXTURES, X79, Node, by_code, reader_entry
 
 from healthd.model import Status
-from healthd_checks.kernlog.source import ReadResult, journal_available, journal_line
-from healthd_checks.xid.parse import Origin, origin_of
+from healthd_checks.kernlog.source import Origin, ReadResult, journal_available, journal_line, origin_of
 
 HOSTILE_KMSG = (FIXTURES / "kmsg-hostile.txt").read_text()
 JOURNAL = [json.loads(line) for line in (FIXTURES / "journal-hostile.jsonl").read_text().splitlines()]

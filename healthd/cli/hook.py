@@ -1,7 +1,7 @@
-"""``healthd-hook``: slurmd's HealthCheckProgram, kept apart from the CLI so that its usual run stays cheap.
+"""``healthd-hook``: slurmd's HealthCheckProgram, an entry point apart from ``healthd`` so its usual run stays cheap.
 
 slurmd runs it with no arguments, every HealthCheckInterval. When the daemon runs on
-the node and its last pass is fresh (``healthd.store.daemonpass``), that pass is all the hook
+the node and its last pass is fresh (``healthd.cycle.daemonpass``), that pass is all the hook
 reports, and nothing else is imported: not the argument parser, not the checks.
 Otherwise it runs ``healthd check --once`` through ``healthd.cli.main``.
 """
@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 
 
 def hook_summary(document: dict[str, Any], now: float, *, daemon: bool = False) -> str:
-    """The hook's one line from a ``check --once --json`` document (``healthd.cli.render.pass_summary``).
+    """The hook's one line from a ``check --once --json`` document (``healthd.cycle.render.pass_summary``).
 
-    ``daemon``: the document is the running daemon's last pass (``healthd.store.daemonpass``), and the line says so.
+    ``daemon``: the document is the running daemon's last pass (``healthd.cycle.daemonpass``), and the line says so.
     """
-    from healthd.cli.render import pass_summary
+    from healthd.cycle.render import pass_summary
 
     head = f"healthd: {document.get('status')} on {document.get('node')}"
     return pass_summary(document, now, head=f"{head} (daemon's pass)" if daemon else head)
@@ -63,7 +63,7 @@ def hook_main(argv: Optional[Sequence[str]] = None) -> int:
 
     When a daemon runs on the node and its last pass is fresh, that pass is reported
     (its decision is already applied) instead of running the checks again; see
-    ``healthd.store.daemonpass`` for when a record counts.
+    ``healthd.cycle.daemonpass`` for when a record counts.
 
     A person who runs it by hand on a sick node must not drain it by asking for help:
     ``--help`` and ``--version`` answer without a pass, ``--dry-run`` runs the pass
@@ -79,7 +79,7 @@ def hook_main(argv: Optional[Sequence[str]] = None) -> int:
                 dry_run = hook_parser().parse_args(args).dry_run
             except SystemExit as exc:  # --help, --version (0) or a usage error (64), already printed
                 return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EX_USAGE
-        from healthd.store.daemonpass import daemon_document
+        from healthd.cycle.daemonpass import daemon_document
 
         document = daemon_document(None, dry_run=dry_run)
         if document is not None:  # the daemon has just checked, decided and acted: report that pass

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from healthd.checks.plugin import AnyCheck, CheckContext, CheckSpec, PassShared
 from healthd.checks.runner import PreparedCheck, Runner
+from healthd.cycle.policymemory import PolicyMemory
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
-from healthd.store.policymemory import PolicyMemory
 from healthd.store.state import StateDir
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ class Engine:
         self.state = _trusted_state(loaded.config)
         self.runner = Runner()
         self._memory: dict[str, dict[str, Any]] = {}
-        # The policy state a pass could not save, for the next pass of this process (healthd.store.policymemory).
+        # The policy state a pass could not save, for the next pass of this process (healthd.cycle.policymemory).
         self.policy_memory = PolicyMemory()
 
     @classmethod
