@@ -3,7 +3,7 @@
 slurmd runs it after the job; a non-zero exit drains the node, so it always exits 0. It
 reads the kernel log after the position its prolog noted (``job_log``) and records, in
 the node's history, each Xid, SXid and fallen-off-the-bus record that is this job's
-alone (``job_scope.owner`` against every job's window) and not recorded yet, with the
+alone (``healthd_checks.jobs.scope.owner`` against every job's window) and not recorded yet, with the
 job id and user; then a ``job_end`` event with where the log ended. A job whose prolog
 noted no position records only why. When it recorded an application Xid it runs the
 ``jobs`` check through the ordinary pass: the same application Xid on one GPU under
@@ -59,7 +59,7 @@ def _kmsg_settings(engine: Engine) -> tuple[Any, bool]:
 def _record_job_xids(engine: Engine, job: Job) -> None:
     """The job's own Xid events into the history; the ``jobs`` check's pass when one was an application Xid.
 
-    Only the records that are this job's alone (``job_scope.owner``) and not recorded
+    Only the records that are this job's alone (``healthd_checks.jobs.scope.owner``) and not recorded
     yet (by boot and SEQ) are recorded, so one kernel record is evidence against one
     job at most. A job whose prolog noted no position has no known stretch of the log:
     it records why, and nothing else.

@@ -67,7 +67,7 @@ def _record_timeout(which: str, job: Job, config: Optional[Path]) -> None:
     """Record the timeout as an UNKNOWN ``job_start`` (``job_end``) event, if that can be done within ``RECORD_GRACE``.
 
     It notes no kernel-log position: the job's window stays open at that end, so the
-    records it may have caused are nobody's (``job_scope.owner``).
+    records it may have caused are nobody's (``healthd_checks.jobs.scope.owner``).
     """
 
     def work(_: Deadline) -> int:

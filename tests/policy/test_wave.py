@@ -24,7 +24,7 @@ from healthd.plan.policy import PolicyRules, PolicyState
 from healthd.plan.wave import ProvisionalRaise, budget_full, in_wave, still_provisional
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
-from healthd.slurm.reasons import HEALTHD_REASONS
+from healthd.slurm.reasons import Reasons
 
 SUBJECT = "0000:3b:00"
 WAVES = 10
@@ -113,7 +113,8 @@ class _Partition:
         self.names = [f"n{i:03d}" for i in range(size)]
         self.policy = PolicySettings(max_out_fraction=fraction, breaker_settle=1.3)
         self.config = Config(policy=self.policy)
-        self.rules = PolicyRules(self.policy, HEALTHD_REASONS, EscalationSettings(repeats=3), reconcile_interval=3600.0)
+        rules = (self.policy, Reasons("healthd:"), EscalationSettings(repeats=3))
+        self.rules = PolicyRules(*rules, reconcile_interval=3600.0)
         self.states = {name: PolicyState() for name in self.names}
         self.history = {name: _Counts() for name in self.names}
         self.repairs: list[str] = []
@@ -128,7 +129,7 @@ class _Partition:
         situation = Situation(result, self.states[name], (), Observed(), now, False, True, False, repeats=repeats)
         made: Union[Plan, Read] = plan(situation, self.rules)
         while isinstance(made, Read):
-            views = group_views(self.slurm.partitions(("batch",)), ("batch",), HEALTHD_REASONS)
+            views = group_views(self.slurm.partitions(("batch",)), ("batch",), Reasons("healthd:"))
             seen = situation.observed
             node = self.slurm.read(name) if made is not Read.PARTITIONS else seen.node
             read = Observed(seen.asked | {made}, node, seen.views if made is Read.NODE else views)

@@ -1,7 +1,7 @@
 """Whose kernel record is it: one job's alone, or nobody's; and each record is stored at most once.
 
 The pure rule (``healthd_checks.jobs.scope.owner``) on plain values, then the epilog's real recording
-path (``healthd.commands.jobs.record_start`` and ``attribute`` on a real history, ``job_events``
+path (``healthd.cycle.jobrecord.record_start`` and ``attribute`` on a real history, ``job_events``
 on a kernel-log file in the kernel's record format) driven by hypothesis through
 arbitrary interleavings of jobs, users and kernel records.
 """
