@@ -101,10 +101,18 @@ def _time(value: Any) -> str:
     return f"@{seconds}" if seconds else "Unknown"
 
 
+# A TRES count printed as a plain int64 from slurmdb's unsigned sentinels: -1 is INFINITE64 and -2
+# NO_CONSUME_VAL64 (slurm/slurm.h), which 24.11 and 26.05 print for energy a job did not use.
+_TRES_SENTINELS = (-1, -2)
+
+
 def _tres(job: dict[str, Any]) -> str:
     items = []
     for entry in (job.get("tres") or {}).get("allocated") or []:
-        kind, name, amount = entry.get("type"), entry.get("name"), count(entry.get("count"), "tres count")
+        raw = entry.get("count")
+        if raw in _TRES_SENTINELS:
+            continue
+        kind, name, amount = entry.get("type"), entry.get("name"), count(raw, "tres count")
         if amount is None:
             continue
         key = f"{kind}/{name}" if name else str(kind)

@@ -144,3 +144,18 @@ def test_an_infinite_or_negative_count_is_a_bad_record() -> None:
         "job record 1: array.task_id inf is not a count",
         "job record 2: time '-5' is not epoch seconds",
     ]
+
+
+@pytest.mark.parametrize("release", ["24.11", "26.05"])
+def test_real_captures_of_newer_releases_read_every_array_task(release: str) -> None:
+    """Captured from the release's own cluster (fixtures/slurm/README.md): every record reads, each task by its id.
+
+    Their TRES lists hold ``energy`` with count -2, slurmdb's NO_CONSUME_VAL64 printed as a signed
+    number: a sentinel, not a bad record.
+    """
+    text = (ACCOUNTING / f"sacct-json-{release}-array-take-out.json").read_text()
+    rows = sacct_json.read(text, "capture").lines[1:]
+    assert rows and not [row for row in rows if "@!" in row], rows
+    ids = sorted(row.split("|", 1)[0] for row in rows)
+    array = ids[0].split("_")[0]
+    assert ids == [f"{array}_0", f"{array}_1"]
