@@ -52,9 +52,7 @@ def one_run(command: list[str]) -> tuple[float, float, float]:
 
 def compile_bytecode() -> None:
     """Compile healthd's modules, as installing a wheel does (an editable checkout may run without .pyc files)."""
-    subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", str(REPO / "healthd"), str(REPO / "healthd_checks")], check=True
-    )
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "healthd"), str(REPO / "checks")], check=True)
 
 
 def this_machine_config(directory: Path) -> Path:

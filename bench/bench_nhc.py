@@ -31,7 +31,7 @@ does. Bytecode is compiled first, as a wheel install does. With ``--before DIR``
 command also runs older code, with state directories of its own, after an NHC run of its own.
 ``DIR`` is either an export of that code, run on ``PYTHONPATH`` (it must name its checks' entry
 points as the installed code does), or a virtual environment where it is installed (``DIR/bin/python``
-exists): code from before the checks moved to ``healthd_checks/<check>/`` needs its own
+exists): code from before the checks moved to ``checks/healthd_checks/<check>/`` needs its own
 environment, since the installed entry points name the new modules. The older code is compiled
 first too. Prints figures; asserts nothing.
 """

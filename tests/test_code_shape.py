@@ -1,4 +1,4 @@
-"""The code's shape: small functions, and one meaning per class name, in healthd/ and healthd_checks/.
+"""The code's shape: small functions, and one meaning per class name, in healthd/ and checks/healthd_checks/.
 
 A pass threaded through a dozen parameters, or a function a screen and a half long, is where
 a race hides (CONTRIBUTING.md, "Small modules"). ``self``/``cls`` are not counted; a
@@ -12,11 +12,11 @@ from collections import defaultdict
 from typing import Union
 
 import pytest
-from healthd_testkit.paths import REPO
+from healthd_testkit.paths import PACKAGE_DIRS, REPO
 
 MAX_LINES = 60
 MAX_PARAMETERS = 8
-PACKAGES = ("healthd", "healthd_checks")
+
 
 Function = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -38,8 +38,8 @@ def _functions() -> dict[str, list[Function]]:
                 found[f"{where}::{name}"].append(child)
             visit(child, f"{name}.", where)
 
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
+    for package in PACKAGE_DIRS:
+        for path in sorted(package.rglob("*.py")):
             visit(ast.parse(path.read_text()), "", str(path.relative_to(REPO)))
     return found
 
@@ -81,8 +81,8 @@ def test_no_function_takes_more_than_eight_parameters(functions: dict[str, list[
 def _classes() -> dict[str, list[str]]:
     """Each module-level public class name -> the modules that define one."""
     found: dict[str, list[str]] = defaultdict(list)
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
+    for package in PACKAGE_DIRS:
+        for path in sorted(package.rglob("*.py")):
             for node in ast.parse(path.read_text()).body:
                 if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                     found[node.name].append(str(path.relative_to(REPO)))
@@ -132,8 +132,8 @@ def _plain_record_problems(node: ast.ClassDef, module: ast.Module) -> list[str]:
 def _frozen_dataclasses() -> dict[str, list[str]]:
     """Every ``@dataclass(frozen=True)`` class without other options, by ``path::Name``, with its problems."""
     found: dict[str, list[str]] = {}
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
+    for package in PACKAGE_DIRS:
+        for path in sorted(package.rglob("*.py")):
             module = ast.parse(path.read_text())
             for node in ast.walk(module):
                 if not isinstance(node, ast.ClassDef):

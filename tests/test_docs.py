@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 
 import pytest
+from healthd_testkit.paths import PACKAGE_DIRS, PACKAGE_ROOTS
 
 from healthd.checks.plugin import ENTRY_POINT_GROUP, entry_points_of
 
@@ -29,7 +30,7 @@ README_MAX_LINES = 200
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 # Code spans that name a file or folder of the repository.
 # A `path:name` span names the file too; `NAME` is the recipe's placeholder for a new check.
-PATH_SPAN = re.compile(r"`((?:healthd|healthd_checks|tests|docs|bench|deploy|packaging|fixtures)/[\w./-]*)(?::\w+)?`")
+PATH_SPAN = re.compile(r"`((?:healthd|checks|tests|docs|bench|deploy|packaging|fixtures)/[\w./-]*)(?::\w+)?`")
 
 
 # A finding's key (`healthd/PASS_FAILED`) looks like a path but is a check and a code.
@@ -41,14 +42,15 @@ PLACEHOLDER = re.compile(r"NAME|\bwidgets\b")
 
 def _pages() -> list[Path]:
     guides = [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "CHANGELOG.md", REPO / "bench" / "README.md"]
-    return [*guides, *sorted(DOCS.glob("*.md")), *sorted(REPO.glob("healthd_checks/*/README.md"))]
+    return [*guides, *sorted(DOCS.glob("*.md")), *sorted(REPO.glob("checks/healthd_checks/*/README.md"))]
 
 
 def project_checks() -> dict[str, Path]:
     """Each check an entry point of ``healthd.checks`` declares whose module is in this tree: its package's folder."""
     found = {}
     for name, (module, _attr) in entry_points_of(ENTRY_POINT_GROUP).items():
-        path = REPO.joinpath(*module.split(".")).with_suffix(".py")
+        parts = module.split(".")
+        path = PACKAGE_ROOTS.get(parts[0], REPO).joinpath(*parts).with_suffix(".py")
         if path.exists():
             found[name] = path.parent
     return found
@@ -123,8 +125,8 @@ def test_the_module_map_names_every_module() -> None:
     pages = {package: page for package in project_checks().values() if (page := _own_page(package))}
     modules = [
         p
-        for package in ("healthd", "healthd_checks")
-        for p in sorted((REPO / package).rglob("*.py"))
+        for package in PACKAGE_DIRS
+        for p in sorted(package.rglob("*.py"))
         if p.name not in ("__init__.py", "__main__.py")
     ]
     assert len(modules) > 100
@@ -155,10 +157,11 @@ def test_the_built_in_checks_page_documents_only_checks_that_exist() -> None:
 # -- Module names in pages and docstrings ------------------------------------------------------------------------------
 
 # Where Python code lives, each with the folder its dotted names start from.
-SOURCES = {"healthd": REPO, "healthd_checks": REPO, "healthd_testkit": REPO / "tests"}
-CODE = ("healthd", "healthd_checks", "tests", "bench")
+SOURCES = {**PACKAGE_ROOTS, "healthd_testkit": REPO / "tests"}
+CODE = ("healthd", "checks", "tests", "bench")
+CHECKS = PACKAGE_ROOTS["healthd_checks"] / "healthd_checks"
 # A module by its file (`tests/slurm/cluster.py`, written bare in a docstring) or by its dotted name.
-FILE = re.compile(r"(?<![\w./-])((?:healthd|healthd_checks|tests|bench)/[\w./-]*\.py)\b")
+FILE = re.compile(r"(?<![\w./-])((?:healthd|checks/healthd_checks|tests|bench)/[\w./-]*\.py)\b")
 DOTTED = re.compile(r"(?<![\w./-])((?:healthd|healthd_checks|healthd_testkit)(?:\.[A-Za-z_]\w*)+)")
 # What follows a dot in a file's name, not a module's (`healthd.toml`, `daemon.lock`).
 SUFFIXES = frozenset({"py", "toml", "json", "md", "yml", "yaml", "prom", "service", "rules", "lock", "example", "d"})
@@ -226,13 +229,13 @@ def code_words() -> set[str]:
 
 def _flat_name_is_stale(head: str, words: set[str]) -> bool:
     """Whether ``head`` is a check module's old flat name: a module of that name now lives in the check's
-    package (the xid check's catalog module, now healthd_checks/xid/catalog.py), or the name is nowhere in the code."""
-    checks = {p.name for p in (REPO / "healthd_checks").iterdir() if (p / "__init__.py").exists()}
+    package (the xid check's catalog module, now ``xid/catalog.py``), or the name is nowhere in the code."""
+    checks = {p.name for p in CHECKS.iterdir() if (p / "__init__.py").exists()}
     package, _, rest = head.partition("_")
     folder = next((name for name in (package, package + "s") if name in checks), None)
     if folder is None:
         return False
-    return (REPO / "healthd_checks" / folder / f"{rest}.py").exists() or head not in words
+    return (CHECKS / folder / f"{rest}.py").exists() or head not in words
 
 
 def stale_module_names(text: str, words: set[str]) -> list[str]:

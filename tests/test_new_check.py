@@ -32,7 +32,7 @@ from healthd.config.defaults import toml_module
 
 CONTRIBUTING = REPO / "CONTRIBUTING.md"
 GROUP = "healthd.checks"
-PACKAGE = "healthd_checks/widgets"
+PACKAGE = "checks/healthd_checks/widgets"
 ENTRY_POINTS_TABLE = f'[project.entry-points."{GROUP}"]\n'
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
 # A block's first line names where it goes: `# path` (Python, TOML) or `<!-- path -->` (Markdown).
@@ -136,7 +136,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _env(project: Path) -> dict[str, str]:
     """The environment of a healthd that runs from the copy: its code and its metadata come first."""
     env = {key: value for key, value in os.environ.items() if key != "HEALTHD_UPDATE_GOLDEN"}
-    return {**env, "PYTHONPATH": str(project)}
+    # The built-in checks live in checks/ (installed as healthd_checks): both roots come first.
+    return {**env, "PYTHONPATH": os.pathsep.join((str(project), str(project / "checks")))}
 
 
 def test_following_the_recipe_changes_the_package_and_as_many_files_as_it_says(project: Path) -> None:

@@ -257,7 +257,7 @@ _ARGV_FORM = re.compile(r"\*?/?([A-Za-z0-9_.+@-]+)")
 def _process_name(ctx: _Context, options: dict[str, str], service: str) -> str:
     """NHC matches ``-m`` (default ``*DAEMON``, DAEMON from ``-d`` or the service) against argv[0].
 
-    healthd names a process by its kernel command name or executable (``healthd_checks/common/procs.py``;
+    healthd names a process by its kernel command name or executable (``checks/healthd_checks/common/procs.py``;
     argv is the process's own to rewrite), so ``-m`` converts only in NHC's own form,
     ``*NAME`` or ``NAME``; anything else (``'sshd:'``, sshd's rewritten title) is refused.
     """
@@ -461,7 +461,7 @@ def _gpu_count(ctx: _Context, target: _Target) -> None:
     if len(ctx.args) != 1 or not ctx.args[0].isdigit():
         raise _Skip("expected one whole number of GPUs")
     count = int(ctx.args[0])
-    # [checks.gpu] expect_gpus allows 0 to 64 (healthd_checks/gpu/settings.py): no node has more.
+    # [checks.gpu] expect_gpus allows 0 to 64 (checks/healthd_checks/gpu/settings.py): no node has more.
     if count > 64:
         raise _Skip(f"{count} GPUs: no node has more than 64 ([checks.gpu] expect_gpus)")
     target.table("gpu")["expect_gpus"] = count

@@ -231,15 +231,15 @@ def test_the_config_is_loaded_through_one_function() -> None:
     # healthd.config.cache.load_checks: reading the file, the cache, the validation (docs/configuration.md).
     import ast
 
-    from healthd_testkit.paths import REPO
+    from healthd_testkit.paths import PACKAGE_DIRS, REPO
 
     import healthd.config.models as models
 
     assert not hasattr(models, "load_config") and "load_config" not in models.__all__
     validators = {"load_config", "validate_bytes", "parse_config", "load_bytes"}
     found = []
-    for package in ("healthd", "healthd_checks"):
-        for path in sorted((REPO / package).rglob("*.py")):
+    for package in PACKAGE_DIRS:
+        for path in sorted(package.rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.ImportFrom) and node.module == "healthd.config.models":
                     found += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name in validators]

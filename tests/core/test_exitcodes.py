@@ -8,12 +8,12 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from healthd_testkit.paths import REPO
+from healthd_testkit.paths import PACKAGE_DIRS, REPO
 
 import healthd.exitcodes
 from healthd.commands import COMMANDS
 
-SOURCES = [*sorted((REPO / "healthd").rglob("*.py")), *sorted((REPO / "healthd_checks").rglob("*.py"))]
+SOURCES = [path for package in PACKAGE_DIRS for path in sorted(package.rglob("*.py"))]
 EXIT_NAME = re.compile(r"EX_[A-Z_]+")
 EXITS = ("exit", "_exit", "SystemExit")
 # Where a command's exit code is made: the dispatcher, the hook, the daemon, a plugin command's stand-in,

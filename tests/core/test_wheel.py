@@ -26,6 +26,8 @@ from healthd.config.defaults import toml_module
 pytestmark = pytest.mark.slow
 
 SHIPPED = ("healthd", "healthd_checks")
+# Where they are in the checkout: the built-in checks live in checks/, installed as healthd_checks.
+SOURCE = ("healthd", "checks")
 GROUPS = ("healthd.checks", "healthd.commands")
 
 # Run by the venv's own interpreter: every entry point of GROUPS as the installed metadata has it,
@@ -51,7 +53,7 @@ def _tracked(*paths: str) -> list[str]:
 def _tracked_source(dest: Path) -> Path:
     """The files git tracks, as they are in the working tree: a checkout's build/ (setuptools never
     empties build/lib) or an untracked module must not reach the wheel this test judges."""
-    for name in _tracked(*SHIPPED, "pyproject.toml", "README.md"):
+    for name in _tracked(*SOURCE, "pyproject.toml", "README.md"):
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, dest / name)
     return dest
@@ -104,7 +106,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_ships_every_package_and_module_of_the_source_tree(wheel: Path) -> None:
     shipped = set(zipfile.ZipFile(wheel).namelist())
-    modules = {name for name in _tracked(*SHIPPED) if name.endswith(".py")}
+    modules = {name.removeprefix("checks/") for name in _tracked(*SOURCE) if name.endswith(".py")}
     packages = {str(PurePosixPath(name).parent) for name in modules}
     assert {name for name in packages if f"{name}/__init__.py" not in modules} == set(), "a folder of code is a package"
     missing = sorted(name for name in modules if name not in shipped)

@@ -1,7 +1,7 @@
 """A kernel-log flood: 100,000 Xid lines in one pass, and no Xid lost or counted twice across a restart.
 
 The xid check reads a regular file holding /dev/kmsg records as it reads the
-device (healthd_checks/kernlog/source.py), so the flood is written to such a file and
+device (checks/healthd_checks/kernlog/source.py), so the flood is written to such a file and
 ``[paths].kmsg`` points at it; the real ring buffer would overwrite most of
 100,000 records before anyone read them. The check runs under the real runner
 with its default deadline.

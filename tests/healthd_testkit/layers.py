@@ -38,13 +38,18 @@ def import_graph(repo: Path = REPO, *, type_only: bool = False) -> dict[str, set
 
     Without ``type_only``, the imports that run; with it, those under ``if TYPE_CHECKING:`` alone.
     """
-    paths = {_module(repo, p): p for package in PACKAGES for p in sorted((repo / package).rglob("*.py"))}
+    paths = {_module(root, p): p for root in _roots(repo) for p in sorted(root.rglob("*.py"))}
     known = set(paths)
     return {name: _imports(path, name, known, type_only) for name, path in paths.items()}
 
 
-def _module(repo: Path, path: Path) -> str:
-    parts = list(path.relative_to(repo).with_suffix("").parts)
+def _roots(repo: Path) -> list[Path]:
+    """The folders of ``PACKAGES`` in ``repo``: the checks under checks/, or at the top in a tree from before."""
+    return [next(p for p in (repo / "checks" / name, repo / name) if p.is_dir()) for name in PACKAGES]
+
+
+def _module(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)

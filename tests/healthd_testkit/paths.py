@@ -12,6 +12,11 @@ from typing import Iterator, Union
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "fixtures"
+# Each source package by the folder its dotted names start from: the built-in checks live in checks/
+# (docs/architecture.md, "Where the checks live").
+PACKAGE_ROOTS = {"healthd": REPO, "healthd_checks": REPO / "checks"}
+# The same packages' own folders.
+PACKAGE_DIRS = tuple(root / name for name, root in PACKAGE_ROOTS.items())
 # The console script of the environment running the tests (the package installed with -e).
 HEALTHD = Path(sys.executable).with_name("healthd")
 

@@ -195,7 +195,7 @@ def _copy_source(root: Path, source: Path) -> Path:
     """This checkout's package sources, copied to ``source`` inside ``root`` (no venv, no VCS, no caches)."""
     copy = root / str(source).lstrip("/")
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", ".*_cache")
-    for part in ("healthd", "healthd_checks"):
+    for part in ("healthd", "checks"):
         shutil.copytree(REPO / part, copy / part, ignore=ignore)
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (REPO / name).exists():

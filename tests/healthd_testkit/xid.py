@@ -2,7 +2,7 @@
 
 The file holds records in the kernel's own format, ``PRI,SEQ,USEC,FLAGS;MESSAGE``
 with PRI = facility * 8 + level, and ``[paths].kmsg`` points at it: the xid check
-reads a regular file exactly as it reads the device (healthd_checks/kernlog/source.py).
+reads a regular file exactly as it reads the device (checks/healthd_checks/kernlog/source.py).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def _copy_source(dest: Path) -> Path:
     # Only what the wheel is built from, so the build leaves nothing in the checkout.
     dest.mkdir()
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for name in ("healthd", "healthd_checks"):
+    for name in ("healthd", "checks"):
         shutil.copytree(REPO / name, dest / name, ignore=skip)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, dest / name)

@@ -141,7 +141,7 @@ def test_a_reset_class_fault_resets_the_gpu_once_the_node_is_out_and_idle(
     smi.write_text(SMI.format(log=log))
     smi.chmod(0o755)
     hd = _healthd(cluster, healthd_on, node, extra=f'[remediation]\nreset = true\nnvidia_smi = "{smi}"\n')
-    remap = {  # what the gpu check reports when NVML says the GPU needs a reset (healthd_checks/gpu/check.py)
+    remap = {  # what the gpu check reports when NVML says the GPU needs a reset (checks/healthd_checks/gpu/check.py)
         "status": "CRITICAL",
         "code": "GPU_RESET_REQUIRED",
         "subject": "gpu3",

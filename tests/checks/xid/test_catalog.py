@@ -3,7 +3,7 @@
 The literal lists below are copied by hand from the "Resolution Bucket (Immediate
 Action)" column of NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors/
 analyzing-xid-catalog.html, sheet "Xids"), independently of the table in
-healthd_checks/xid/catalog.py, so a wrong row in that table fails here.
+checks/healthd_checks/xid/catalog.py, so a wrong row in that table fails here.
 """
 
 from __future__ import annotations
