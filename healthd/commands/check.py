@@ -11,6 +11,9 @@ takes the programs the pass runs with it (``healthd.checks.bounded.end_with_chil
 ``--active`` runs the active checks instead, and only on a node that one ``sinfo``
 read shows idle and drained (healthd.plan.active, healthd.cycle.activerun, docs/active.md);
 never from the hook.
+
+``--expect`` (one expectation tried, as NHC's ``-e``), ``--timeout`` and ``--debug`` build the
+pass's engine in ``healthd.cli.checkmodes`` (docs/commands.md, "Trying one expectation").
 """
 
 from __future__ import annotations
