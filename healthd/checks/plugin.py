@@ -117,8 +117,9 @@ class CheckContext(_Reporter, Generic[S]):
 
     ``state`` persists across processes (in ``[paths].state_dir``); ``memory`` lives
     only as long as this process and carries things like running probe processes.
-    ``devices`` collects the devices the check saw in this pass (``Verdict.devices``), and
-    ``shared`` holds what the pass's checks read once for all of them.
+    ``devices`` collects the devices the check saw in this pass (``Verdict.devices``),
+    ``shared`` holds what the pass's checks read once for all of them, and ``observed``,
+    when given, is shown each observation ``gather`` returns (``healthd check --debug``).
     """
 
     settings: S
@@ -128,6 +129,7 @@ class CheckContext(_Reporter, Generic[S]):
     clock: Callable[[], float] = time.time
     devices: list[Device] = field(default_factory=list)
     shared: PassShared = field(default_factory=PassShared)
+    observed: Optional[Callable[[str, object], None]] = None
 
     def save_state(self, data: Mapping[str, Any], what: str) -> list[Finding]:
         """Persist ``data``; when that fails, the UNKNOWN ``STATE_UNWRITABLE`` finding to report.
@@ -215,6 +217,8 @@ class Staged(Generic[S, Obs]):
 
     def __call__(self, ctx: CheckContext[S]) -> list[Finding]:
         observation = self.gather(ctx)
+        if ctx.observed is not None:
+            ctx.observed(ctx.name, observation)
         try:
             verdict = self.judge(observation, JudgeContext(ctx.name, ctx.settings, ctx.clock()))
         except NotApplicable as exc:

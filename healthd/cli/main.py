@@ -41,8 +41,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 # and its options that take a value (``-c`` is ``--config``).
 _PLAIN = {
     "status": (("--json",), ("--config",)),
-    "check": (("--once", "--json", "--dry-run", "--active", "--force"), ("--only", "--config")),
+    "check": (("--once", "--json", "--dry-run", "--active", "--force", "--quiet", "--debug"), ("--only", "--config")),
 }
+# What the parser gives the options this reader leaves to it (a command line with them is the parser's).
+_UNREAD = {"status": (), "check": ("expect", "timeout")}
 
 
 def plain_command(argv: Sequence[str]) -> Optional[argparse.Namespace]:
@@ -58,6 +60,7 @@ def plain_command(argv: Sequence[str]) -> Optional[argparse.Namespace]:
     flags, options = _PLAIN[argv[0]]
     values: dict[str, object] = {_dest(name): False for name in flags}
     values.update((_dest(name), None) for name in options)
+    values.update((dest, None) for dest in _UNREAD[argv[0]])
     rest = iter(argv[1:])
     for arg in rest:
         name, equals, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")

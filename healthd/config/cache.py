@@ -32,7 +32,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 from healthd import __version__
 from healthd.checks.plugin import (
@@ -77,6 +77,7 @@ def load_checks(
     use_cache: bool = True,
     store: bool = True,
     load: bool = True,
+    overlays: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[LoadedConfig, list[AnyCheck]]:
     """The validated config and its checks: the one way to load a config; raises ``ConfigError`` or ``UntrustedPath``.
 
@@ -91,22 +92,25 @@ def load_checks(
     against those checks instead of the installed ones (a running engine's on SIGHUP, a
     test's own), loading any that an earlier cached load left unloaded; the cache is then not
     read, and written only when every one of them is an installed entry point.
+
+    ``overlays`` are laid on the config (``healthd check --expect``): what they give is not the
+    file's, so the cache is neither read nor written.
     """
     source, raw = read_config(path)
-    if use_cache and specs is None and host is None:
+    if use_cache and specs is None and host is None and not overlays:
         cached = _cached(source, raw, load)
         if cached is not None:
             return cached
     from healthd.config.models import validate_bytes  # pydantic: only when the config is validated (see above)
 
-    keep = store and host is None
+    keep = store and host is None and not overlays
     if specs is None:
         entries = entry_points_of(ENTRY_POINT_GROUP)
         checks = [_loaded(UnloadedCheck(name, module, attr)) for name, (module, attr) in sorted(entries.items())]
     else:
         checks = [_loaded(spec) for spec in specs]
         entries = _entry_points_of(checks) if keep else {}
-    loaded = validate_bytes(source, raw, settings_models(checks), host)
+    loaded = validate_bytes(source, raw, settings_models(checks), host, overlays)
     viewed = _remember(source, raw, loaded, checks, entries, store=keep)
     return viewed._replace(sha256=sha256_hex(raw)), checks
 

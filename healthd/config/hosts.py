@@ -27,7 +27,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from healthd.text import did_you_mean
 
@@ -151,6 +151,29 @@ def merge(
         else:
             merged[key] = value
     return merged
+
+
+def overlaid(
+    raw: dict[str, Any], overlays: Sequence[Mapping[str, Any]], identities: Optional[Identities] = None
+) -> dict[str, Any]:
+    """``raw`` with ``overlays`` laid on it last (``healthd check --expect`` and ``--timeout``).
+
+    The overlays combine with one another as host sections do (``merge``: two expectations
+    of one check add up); the result is laid on ``raw`` table by table, and every value it
+    sets, a list included, replaces the one there: an expectation's mounts are the ones judged.
+    """
+    combined: dict[str, Any] = {}
+    for overlay in overlays:
+        combined = merge(combined, dict(overlay), identities)
+    return _laid(raw, combined)
+
+
+def _laid(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    laid = dict(base)
+    for key, value in over.items():
+        before = laid.get(key)
+        laid[key] = _laid(before, value) if isinstance(before, dict) and isinstance(value, dict) else value
+    return laid
 
 
 def _merge_list(base: list[Any], over: list[Any], identity: Optional[str]) -> list[Any]:

@@ -25,11 +25,11 @@ import functools
 import logging
 import types
 import typing
-from typing import Annotated, Any, Mapping, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Mapping, Optional, Sequence, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from healthd.config.hosts import for_host, host_sections, merge
+from healthd.config.hosts import for_host, host_sections, merge, overlaid
 from healthd.config.load import ConfigError, decode_config, node_local_problems, parse_toml
 from healthd.config.loaded import LoadedConfig
 from healthd.config.nodename import this_node
@@ -337,11 +337,16 @@ def _moved_to_disabled(settings: Mapping[str, Any], moved: _Moved) -> list[str]:
 
 
 def parse_config(
-    text: str, source: str, checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
+    text: str,
+    source: str,
+    checks: Mapping[str, type[BaseModel]],
+    host: Optional[str] = None,
+    overlays: Sequence[Mapping[str, Any]] = (),
 ) -> LoadedConfig:
     """Validate TOML ``text`` for the node ``host`` (by default this one); ``checks`` maps check names to models.
 
-    The ``[[hosts]]`` sections that match the node are merged in first (healthd.config.hosts).
+    The ``[[hosts]]`` sections that match the node are merged in first (healthd.config.hosts),
+    then ``overlays`` are laid on (``healthd.config.hosts.overlaid``).
     Every problem in the file is reported at once, the check tables' and every host
     section's included, so an operator fixes a config in one round.
     """
@@ -361,6 +366,8 @@ def parse_config(
     configured = slurm.get("node_name") if isinstance(slurm, dict) else None
     node = host or this_node(configured if isinstance(configured, str) else None)
     raw, applied = for_host(raw, sections, node, identities)
+    if overlays:
+        raw = overlaid(raw, overlays, identities)
     if problems:
         raise ConfigError(source, problems)
     loaded = _validated(raw, source, checks)
@@ -403,14 +410,18 @@ def _validated(
 
 
 def validate_bytes(
-    source: str, raw: bytes, checks: Mapping[str, type[BaseModel]], host: Optional[str] = None
+    source: str,
+    raw: bytes,
+    checks: Mapping[str, type[BaseModel]],
+    host: Optional[str] = None,
+    overlays: Sequence[Mapping[str, Any]] = (),
 ) -> LoadedConfig:
     """Fully validate the config bytes ``raw`` read from ``source``; deprecation notes are logged as warnings.
 
     The loader's (``healthd.config.cache.load_checks``) step when its cache cannot serve: the
     one public way to load a config is that function, which reads the file and keeps the result.
     """
-    loaded = parse_config(decode_config(raw, source), source, checks, host)
+    loaded = parse_config(decode_config(raw, source), source, checks, host, overlays)
     for note in loaded.deprecated:
         log.warning("%s: %s", loaded.source, note)
     return loaded

@@ -648,6 +648,29 @@ def convert(text: str) -> Imported:
     return Imported(_document(state.targets), tuple(state.notes), state.converted)
 
 
+def convert_check(text: str) -> Imported:
+    """One NHC check as ``nhc -e`` takes it (``check_fs_mount_rw -f /scratch``, no target), for ``healthd check
+    --expect``: its own ``{"checks": ...}`` tables, and notes (``lost`` ones when it is not converted whole).
+
+    ``convert``'s file-wide thresholds set to nothing are left out: the check is added to a
+    config whose own thresholds still hold. A usage limit keeps ``free_space_as = "df"``, which
+    its percentage means (``_usage``).
+    """
+    check = text.strip(" \t\r")
+    state = _Converter()
+    line = Line(1, "*", check, shorten(check), too_long=len(check) > MAX_LINE)
+    if not check or "\n" in check or "||" in check:
+        state.lost(line, "expected one NHC check on one line, without a target, as nhc -e takes it")
+    else:
+        state.line(line)
+    if not state.converted and not any(note.lost for note in state.notes):
+        state.lost(line, "an NHC variable, not a check")
+    tables = state.targets.get("*", _Target()).tables()
+    if "usage_limits" in tables.get("mounts", {}):
+        tables["mounts"]["free_space_as"] = "df"
+    return Imported({"checks": tables}, tuple(state.notes), state.converted)
+
+
 def _document(targets: dict[str, _Target]) -> dict[str, Any]:
     base = targets.pop("*", _Target())
     checks = base.tables()

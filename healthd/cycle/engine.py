@@ -77,6 +77,8 @@ class Engine:
         self._memory: dict[str, dict[str, Any]] = {}
         # The policy state a pass could not save, for the next pass of this process (healthd.cycle.policymemory).
         self.policy_memory = PolicyMemory()
+        # Shown what each check's gather returned (``CheckContext.observed``: ``healthd check --debug``).
+        self.observed: Optional[Callable[[str, object], None]] = None
 
     @classmethod
     def from_path(cls, path: Optional[Path]) -> Engine:
@@ -138,6 +140,7 @@ class Engine:
                 memory=self._memory.setdefault(spec.name, {}),
                 clock=self.clock,
                 shared=shared,
+                observed=self.observed,
             )
             prepared.append(PreparedCheck(spec.name, spec, context, enabled))
         return prepared

@@ -479,6 +479,7 @@ def test_a_reader_gone_before_any_output_is_no_error(
         ["check", "--once", "--only=-odd"],
         ["check"],
         ["check", "--dry-run", "--json"],
+        ["check", "--once", "--quiet", "--debug", "--dry-run"],
     ],
 )
 def test_status_and_check_spelled_out_are_read_as_the_parser_reads_them(argv: list[str]) -> None:
@@ -513,6 +514,9 @@ def test_status_and_check_spelled_out_are_read_as_the_parser_reads_them(argv: li
         ["check", "--once", "--only="],
         ["check", "--once", "--dry-run=1"],
         ["check", "--once", "mounts"],
+        ["check", "--once", "-q"],  # the parser reads short flags
+        ["check", "--expect", "check_fs_mount -f /"],  # options the parser alone reads
+        ["check", "--timeout", "5"],
         ["list-checks"],
     ],
 )
