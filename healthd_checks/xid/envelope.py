@@ -206,7 +206,7 @@ class _Export:
             key, equals, value = line.partition(b"=")
             if not equals:
                 value, held = self._binary()
-                lines += held
+                lines += held + 1  # the length and the bytes end a line of their own
             name = key.decode("ascii", errors="replace")
             if _KEY.fullmatch(name) and name not in fields:
                 fields[name] = value.decode("utf-8", errors="replace")
