@@ -1,5 +1,6 @@
-"""Whole-file log envelopes for ``healthd scan-log``: a saved journal (``journalctl -o json``, ``-o export``) and
-``dmesg --color=always`` output, each turned into one line per line of the file for the line scanner.
+"""Whole-file envelopes for ``healthd scan-log``: saved journals (json, export) and ``dmesg --color=always``.
+
+Each is turned into one line per line of the file for the line scanner.
 
 A journal record is the kernel's only when journald read it from /dev/kmsg,
 ``_TRANSPORT=kernel`` (systemd.journal-fields(7)); a record from ``logger`` (``syslog``), a
