@@ -38,7 +38,6 @@ _SNIFF = 1 << 16
 _FIELD_LIMIT = 1 << 20
 _EXPORT_FIRST = re.compile(rb"[A-Z_][A-Z0-9_]{0,63}(?:=|\n)")
 _SGR = re.compile(r"\x1b\[[0-9;]{0,32}m")
-_KEY = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 
 
 class Envelope(enum.Enum):
@@ -71,12 +70,22 @@ def sniff(head: bytes) -> Envelope:
     return Envelope.LINES
 
 
+# The fields ``journal_line`` reads, and the kernel time: the others are never decoded.
+_FIELDS = frozenset(
+    {"_TRANSPORT", "MESSAGE", "SYSLOG_IDENTIFIER", "SYSLOG_FACILITY", "PRIORITY", "_SOURCE_MONOTONIC_TIMESTAMP"}
+)
+_FIELD_NAMES = frozenset(name.encode() for name in _FIELDS)
+# A JSON line can give an event only if it names the driver, or holds a MESSAGE that is not text (bytes).
+_MAY_HOLD = re.compile(rb'NVRM|nvidia-nvswitch|"MESSAGE"\s*:\s*\[')
+
+
 def _text(value: Any) -> Any:
     """A journal JSON value as text: an array of byte values decoded, a repeated field's first value."""
     if isinstance(value, list):
-        if value and all(isinstance(item, int) and not isinstance(item, bool) for item in value):
-            return bytes(item & 0xFF for item in value).decode("utf-8", errors="replace")
-        return _text(value[0]) if value else None
+        try:
+            return bytes(value).decode("utf-8", errors="replace")
+        except (TypeError, ValueError):  # not byte values: a field the record has more than once
+            return _text(value[0]) if value else None
     return value
 
 
@@ -87,7 +96,7 @@ def _number(value: Any) -> Optional[int]:
 
 def journal_record(entry: Mapping[str, Any]) -> Optional[JournalRecord]:
     """The kernel record of one journal entry (field name -> value); None unless journald read it from /dev/kmsg."""
-    fields = {key: _text(value) for key, value in entry.items() if isinstance(key, str)}
+    fields = {key: _text(value) for key, value in entry.items() if key in _FIELDS}
     line = journal_line(fields)
     if line is None:
         return None
@@ -138,7 +147,7 @@ def _raw_lines(read: Callable[[int], bytes]) -> Iterator[bytes]:
 def json_lines(read: Callable[[int], bytes]) -> Iterator[str]:
     """A ``journalctl -o json`` file (one object per line) as scanner lines: kernel records, others empty."""
     for raw in _raw_lines(read):
-        yield _line(record_of(raw.decode("utf-8", errors="replace")))
+        yield _line(record_of(raw.decode("utf-8", errors="replace"))) if _MAY_HOLD.search(raw) else "\n"
 
 
 def color_lines(read: Callable[[int], bytes], encoding: str = "utf-8") -> Iterator[str]:
@@ -148,52 +157,96 @@ def color_lines(read: Callable[[int], bytes], encoding: str = "utf-8") -> Iterat
 
 
 class _Export:
-    """The reader of one export stream: whole records and the file lines each began at."""
+    """The reader of one export stream: whole records and the file lines each began at.
+
+    ``buffer[pos:]`` is what is read and not yet taken; the taken part is dropped only
+    when more is read, so taking a line costs its own length, not the buffer's.
+    """
 
     def __init__(self, read: Callable[[int], bytes]) -> None:
         self.read = read
         self.buffer = b""
+        self.pos = 0
         self.done = False
 
     def _fill(self, size: int) -> bool:
-        while len(self.buffer) < size and not self.done:
-            block = self.read(_CHUNK)
-            self.done = not block
-            self.buffer += block
-        return len(self.buffer) >= size
+        """Whether ``size`` bytes are there to take, reading on until they are or the stream ends."""
+        if len(self.buffer) - self.pos < size and not self.done:
+            parts = [self.buffer[self.pos :]]
+            have = len(parts[0])
+            while have < size and not self.done:
+                block = self.read(max(_CHUNK, size - have))
+                self.done = not block
+                parts.append(block)
+                have += len(block)
+            self.buffer, self.pos = b"".join(parts), 0
+        return len(self.buffer) - self.pos >= size
+
+    def _take(self, size: int) -> bytes:
+        taken = self.buffer[self.pos : self.pos + size]
+        self.pos += len(taken)
+        return taken
 
     def _line(self) -> Optional[bytes]:
-        """The next line without its ``\\n``; None at the end."""
-        while b"\n" not in self.buffer and not self.done:
-            self._fill(len(self.buffer) + 1)
-        if not self.buffer:
-            return None
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return line
+        """The next line without its ``\\n`` (at most ``_FIELD_LIMIT`` bytes: a longer one is cut); None at the end."""
+        searched = self.pos
+        while True:
+            end = self.buffer.find(b"\n", searched)
+            if end >= 0:
+                line = self.buffer[self.pos : end]
+                self.pos = end + 1
+                return line
+            held = len(self.buffer) - self.pos
+            if self.done or held >= _FIELD_LIMIT:
+                return self._take(held) if held else None
+            self._fill(held + 1)  # the rest moves to the start of the buffer, searched already
+            searched = held
 
     def _binary(self) -> tuple[bytes, int]:
         """A binary field's value and the newlines it held; the length is 64-bit little endian."""
         if not self._fill(8):
-            self.buffer = b""
+            self._take(len(self.buffer))
             return b"", 0
-        size = int.from_bytes(self.buffer[:8], "little")
-        self.buffer = self.buffer[8:]
+        size = int.from_bytes(self._take(8), "little")
         kept = min(size, _FIELD_LIMIT)
         self._fill(kept + 1)
-        value, self.buffer = self.buffer[:kept], self.buffer[kept:]
+        value = self._take(kept)
         skipped = size - kept
         while skipped > 0 and self._fill(1):  # past the limit: read on without keeping it
-            dropped = min(skipped, len(self.buffer))
-            self.buffer, skipped = self.buffer[dropped:], skipped - dropped
-        if self.buffer[:1] == b"\n":
-            self.buffer = self.buffer[1:]
+            skipped -= len(self._take(min(skipped, len(self.buffer) - self.pos)))
+        if self.buffer[self.pos : self.pos + 1] == b"\n":
+            self.pos += 1
         return value, value.count(b"\n")
+
+    def _skipped(self) -> int:
+        """The file lines of the next record, taken whole, when it cannot give an event; else 0 (nothing taken).
+
+        Such a record names no driver and has only ``KEY=VALUE`` lines: most of a journal,
+        passed over without a step per line. A binary field could hold the empty line that
+        ends a record; its 64-bit length always holds a zero byte (no field is 2**56 bytes
+        long), which a text field never does, so a record with one is read line by line.
+        """
+        end = self.buffer.find(b"\n\n", self.pos)
+        if end < 0:
+            self._fill(len(self.buffer) - self.pos + _CHUNK)
+            end = self.buffer.find(b"\n\n", self.pos)
+        if end < 0 or self.buffer[self.pos : self.pos + 1] == b"\n":
+            return 0
+        record = self.buffer[self.pos : end + 1]
+        if b"NVRM" in record or b"nvidia-nvswitch" in record or b"\0" in record:
+            return 0
+        self.pos = end + 2
+        return record.count(b"\n") + 1
 
     def records(self) -> Iterator[tuple[int, dict[str, str]]]:
         """Each record's fields, with the number of file lines it and its closing empty line took."""
         fields: dict[str, str] = {}
         lines = 0
         while True:
+            skipped = 0 if fields or lines else self._skipped()
+            if skipped:
+                yield skipped, {}
+                continue
             line = self._line()
             if line is None or not line:
                 if line is None and not fields:
@@ -208,9 +261,8 @@ class _Export:
             if not equals:
                 value, held = self._binary()
                 lines += held + 1  # the length and the bytes end a line of their own
-            name = key.decode("ascii", errors="replace")
-            if _KEY.fullmatch(name) and name not in fields:
-                fields[name] = value.decode("utf-8", errors="replace")
+            if key in _FIELD_NAMES and key.decode() not in fields:
+                fields[key.decode()] = value.decode("utf-8", errors="replace")
 
 
 def export_lines(read: Callable[[int], bytes]) -> Iterator[str]:

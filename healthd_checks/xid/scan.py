@@ -290,7 +290,8 @@ def scan_stream(
     (which may come after the events that need them), once for the events. A stream
     that cannot seek (stdin) is scanned by ``scan``, which keeps its events in memory.
     A file opened from its start is read from its bytes (``_FileText``), as opened with
-    the default ``newline``.
+    the default ``newline``. A saved journal or coloured dmesg (``_enveloped``) is read once,
+    by ``scan``: its memory grows with its events, not with its other lines.
     """
     enveloped = _enveloped(handle)
     if enveloped is not None:

@@ -160,6 +160,7 @@ RESET = ": \x1b[0m\x1b[1m"  # dmesg --color=always: the subsystem prefix's colou
 WRAPS: list[Callable[[str, int], bytes]] = [
     lambda m, n: json.dumps(_journal(m, n)).encode() + b"\n",
     lambda m, n: json.dumps({**_journal("", n), "MESSAGE": list(m.encode())}).encode() + b"\n",
+    lambda m, n: json.dumps(_journal(m, n), separators=(", ", " : ")).encode() + b"\n",  # systemd before 246
     lambda m, n: _export(_journal(m, n)),
     lambda m, n: f"<{n % 8}>1 2025-02-23T16:30:{n % 60:02d}.{n:06d}+00:00 node{n % 9} kernel - - - {m}\n".encode(),
     lambda m, n: f'<{n % 8}>1 2025-02-23T16:30:13Z n{n} kernel - - [a b="]\\"{n}"] {m}\n'.encode(),
@@ -171,6 +172,20 @@ WRAPS: list[Callable[[str, int], bytes]] = [
 def _scan_bytes(data: bytes) -> list[Any]:
     handle = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace")
     return [entry.event for entry in scan_stream(handle)]
+
+
+def test_export_line_numbers_count_the_newlines_inside_binary_fields(tmp_path: Path) -> None:
+    # A binary MESSAGE may hold an empty line, which is not the end of its record.
+    plain = _journal("usb 1-1: new high-speed USB device number 5 using xhci_hcd", 1)
+    held = _journal("a message\n\nwith an empty line in it", 2)
+    data = _export(plain) + _export(held) + _export(plain)
+    start = len(data)
+    data += _export(_journal(DRIVER[0], 3)) + _export({**held, "_TRANSPORT": "syslog", "MESSAGE": DRIVER[1]})
+    log = tmp_path / "k.export"
+    log.write_bytes(data)
+    with open(log, encoding="utf-8") as handle:
+        found = [(entry.line, entry.code) for entry in scan_stream(handle)]
+    assert found == [(data[:start].count(b"\n") + 1, "XID_119")]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
