@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def compile_bytecode(tree: Path) -> None:
     """Compile ``tree``'s bytecode first, as a wheel install does (a checkout may be run without writing it)."""
-    # The checks' folder: checks/ now, healthd_checks/ in a tree from before the move.
+    # The checks' folder: checks/ now, a top-level healthd_checks in a tree from before the move.
     packages = [str(tree / name) for name in ("healthd", "checks", "healthd_checks") if (tree / name).is_dir()]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True)
 

@@ -42,7 +42,7 @@ from typing import Mapping, NamedTuple, Optional
 
 from healthd.model import Status
 
-from .nvlink5 import Nvlink5Line, Resolution, decode_nvlink5
+from .nvlink5 import Nvlink5Line, Resolution, decode_nvlink5, driver_word
 from .parse import LineKind, RecoveryAction, XidEvent
 
 
@@ -350,6 +350,12 @@ def nvlink5_entry(event: XidEvent) -> Entry:
     """
     line = decode_nvlink5(event.code, event.text)
     if line is None:
+        # Registers missing (a pasted line cut short): the driver's own word still says which default applies.
+        if driver_word(event.text) is False:
+            summary = (
+                "NVLink5 error without the registers to decode; the driver says Nonfatal, so healthd's default: WARNING"
+            )
+            return Entry(Bucket.NVLINK, Status.WARNING, Sticky.NO, summary, XidAction.WORKFLOW_NVLINK5_ERR)
         return CATALOG[event.code]
     what = _nvlink5_what(line)
     if line.row is None:

@@ -248,6 +248,19 @@ _NVLINK5 = re.compile(
 )
 
 
+# The head of the driver's line alone: the unit and the driver's severity word, for a line whose
+# registers are missing (cut when pasted, or a driver that prints fewer).
+_NVLINK5_WORD = re.compile(
+    r"([A-Z][A-Z0-9_]{0,40}(?:/[A-Z][A-Z0-9_]{0,40})?(?: Degraded)?) +(Fatal|Nonfatal)\b", re.ASCII
+)
+
+
+def driver_word(text: str) -> Optional[bool]:
+    """Whether an Xid 144-150 line's text (after pid/name) says ``Fatal`` (True) or ``Nonfatal`` (False), else None."""
+    match = _NVLINK5_WORD.match(text)
+    return None if match is None else match.group(2) == "Fatal"
+
+
 class Nvlink5Line(NamedTuple):
     """What an Xid 144-150 line says, and the sheet's row for it (None: a combination the sheet lacks)."""
 

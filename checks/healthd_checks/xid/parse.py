@@ -51,6 +51,7 @@ from typing import AnyStr, Callable, Iterable, Iterator, NamedTuple, Optional, T
 from healthd.text import one_line
 
 from ..kernlog.source import Origin, origin_of, parse_kmsg_record
+from .envelope import JournalRecord, record_of
 
 
 class PciAddress(NamedTuple):
@@ -202,6 +203,8 @@ class LogFormat(enum.Enum):
     DMESG = "dmesg"
     SYSLOG = "syslog"
     TALOS = "talos"
+    JOURNAL = "journal"
+    RFC5424 = "rfc5424"
     PLAIN = "plain"
 
 
@@ -307,7 +310,20 @@ _TALOS = (
 # "kernel: ...". The identifier "kernel" is journald's and rsyslog's for the kernel's own records.
 _KERNEL_TAG = rf"kernel: (?:\[ *[0-9.]+\] ?)?{_CALLER}(.*)"
 _SYSLOG = rf"(?as)(?:[A-Z][a-z]{{2}} +\d{{1,2}} \d\d:\d\d:\d\d(?:\.\d{{1,9}})?|{_ISO}) (?:\S+ )?{_KERNEL_TAG}"
-_BARE_KERNEL = f"(?as){_KERNEL_TAG}"
+# A host name and ``kernel:`` without a time, as shippers keep syslog lines: "node01 kernel: ...". The name is
+# one a host can have (RFC 1123 letters, digits, dots, hyphens; an address's colons).
+_BARE_KERNEL = rf"(?as)(?:[0-9A-Za-z][0-9A-Za-z._:-]{{0,252}} )?{_KERNEL_TAG}"
+# RFC 5424 (section 6), as rsyslog writes it: "<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID SD [MSG]", each
+# header field "-" when empty. Only APP-NAME "kernel" is the kernel's (imklog's tag); the PRI keeps the facility.
+# Structured data is "-" or "[id param=\"value\" ...]" elements, whose values escape '"', '\\' and ']'.
+_SD_ELEMENT = r'\[[^\]" ]{1,32}(?: [^\]"= ]{1,32}="(?:[^"\\]|\\.){0,1024}"){0,32}\]'
+_RFC5424 = (
+    rf"(?as)<(\d{{1,3}})>1 (?:-|\d{{4}}-\d\d-\d\dT[0-9:.]{{8,16}}(?:Z|[+-]\d\d:\d\d)) \S{{1,255}} (\S{{1,48}}) "
+    rf"\S{{1,128}} \S{{1,32}} (?:-|(?:{_SD_ELEMENT}){{1,16}})(?: (?:\ufeff)?(.*))?"
+)
+
+# The SGR escapes ``dmesg --color=always`` wraps the time, a subsystem prefix and the text in (util-linux).
+_SGR = r"\x1b\[[0-9;]{0,32}m"
 
 DRIVER_PREFIXES = ("NVRM: ", "nvidia-nvswitch")
 # Other driver lines after which a banner that stopped growing is dropped. The driver
@@ -335,12 +351,21 @@ def split_record(line: str) -> Record:
     the message, which counts only if it begins with a driver prefix (``read_message``).
     """
     line = line.rstrip("\r\n")
+    if "\x1b[" in line:  # ``dmesg --color=always``: its colour escapes are no part of the record
+        line = _rare(_SGR).sub("", line)
     head = line[:1]
-    if head.isdigit():
+    if head == "{":
+        journal = record_of(line)
+        if journal is not None:
+            return _journal(journal)
+    elif head.isdigit():
         kmsg = parse_kmsg_record(line.encode("utf-8", errors="replace"))
         if kmsg is not None:
             return Record(kmsg.message, LogFormat.KMSG, kmsg.seq, kmsg.priority, kmsg.usec)
     elif head == "<":
+        rfc5424 = _rare(_RFC5424).match(line)
+        if rfc5424:
+            return _rfc5424(*rfc5424.groups())
         match = _rare(_DMESG_RAW).match(line)
         if match:
             return Record(match.group(2), LogFormat.DMESG_RAW, priority=int(match.group(1)))
@@ -355,6 +380,19 @@ def split_record(line: str) -> Record:
             priority = _FACILITIES.index(facility) * 8 + _LEVELS.index(level)
             return Record(message, LogFormat.DMESG_DECODED, priority=priority)
     return _tagged(line, head)
+
+
+def _journal(record: JournalRecord) -> Record:
+    """A journal record of the kernel transport; its PRIORITY is the level, SYSLOG_FACILITY the facility."""
+    priority = None if record.facility is None else record.facility * 8 + (record.level or 0) % 8
+    return Record(record.message, LogFormat.JOURNAL, priority=priority, usec=record.usec)
+
+
+def _rfc5424(priority: str, app: str, message: Optional[str]) -> Record:
+    """An RFC 5424 line: its message only when APP-NAME is ``kernel``; a process's line (``logger``) gives none."""
+    if app != "kernel" or message is None:
+        return Record("", LogFormat.RFC5424, priority=int(priority))
+    return Record(message, LogFormat.RFC5424, priority=int(priority))
 
 
 def _tagged(line: str, head: str) -> Record:

@@ -22,6 +22,7 @@ from healthd.model import Status
 
 from ..kernlog.source import Origin, origin_of
 from .catalog import NVLINK5_XIDS, Entry, awaits_154, classify, followed_by_154
+from .envelope import Envelope, envelope_lines, sniff
 from .nvlink5 import causes
 from .parse import (
     CHUNK,
@@ -169,6 +170,8 @@ def _entry(
     return ScanEntry(number, record, event, classify(event, overrides), uuids.get(event.pci.key) if event.pci else None)
 
 
+_SNIFF = 4096  # bytes that tell a saved journal or coloured dmesg from plain lines
+
 # The only lines that name a GPU's UUID (see xid_parse.parse_message).
 _IDENTITY = "NVRM: GPU at PCI:"
 _UNIVERSAL = re.compile(r"(?<=\r)(?!\n)|(?<=\n)")
@@ -249,6 +252,31 @@ def _uuids(handle: TextIO, chunk: int, accept_userspace: bool) -> dict[tuple[int
     return uuids
 
 
+def _enveloped(handle: TextIO) -> Optional[Iterator[str]]:
+    """The scanner lines of a saved journal or coloured dmesg (``envelope``); None for a file of plain lines.
+
+    Sniffed from the first bytes: from the file's own bytes when it has them (the export
+    format is binary), else from its text. Such a file is read once, by ``scan``.
+    """
+    raw = getattr(handle, "buffer", None)
+    encoding = handle.encoding or "utf-8"
+    if raw is not None and raw.seekable() and handle.tell() == 0:
+        raw.seek(0)
+        kind = sniff(raw.read(_SNIFF))
+        raw.seek(0)
+        return None if kind is Envelope.LINES else envelope_lines(kind, raw.read, encoding)
+    if raw is not None and not handle.seekable() and hasattr(raw, "peek"):
+        kind = sniff(raw.peek(_SNIFF)[:_SNIFF])
+        return None if kind is Envelope.LINES else envelope_lines(kind, raw.read, encoding)
+    if raw is None and handle.seekable():
+        start = handle.tell()
+        kind = sniff(handle.read(_SNIFF).encode(encoding, errors="replace"))
+        handle.seek(start)
+        text_read: Callable[[int], bytes] = lambda size: handle.read(size).encode(encoding, errors="replace")  # noqa: E731
+        return None if kind is Envelope.LINES else envelope_lines(kind, text_read, encoding)
+    return None
+
+
 def scan_stream(
     handle: TextIO,
     overrides: Optional[Mapping[str, Status]] = None,
@@ -261,8 +289,13 @@ def scan_stream(
     (which may come after the events that need them), once for the events. A stream
     that cannot seek (stdin) is scanned by ``scan``, which keeps its events in memory.
     A file opened from its start is read from its bytes (``_FileText``), as opened with
-    the default ``newline``.
+    the default ``newline``. A saved journal or coloured dmesg (``_enveloped``) is read once,
+    by ``scan``: its memory grows with its events, not with its other lines.
     """
+    enveloped = _enveloped(handle)
+    if enveloped is not None:
+        yield from scan(enveloped, overrides, accept_userspace)
+        return
     if not handle.seekable():
         yield from scan(handle, overrides, accept_userspace)
         return
