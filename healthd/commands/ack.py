@@ -192,8 +192,11 @@ def operator() -> str:
 def run(args: argparse.Namespace) -> int:
     given = {"--list": args.list, "--revoke": args.revoke, "--repaired": args.repaired is not None}
     ways = [name for name, on in given.items() if on]
-    if len(ways) > 1 or (args.list and (args.selectors or args.all)):
-        print(f"healthd: {' and '.join(ways)} do not go together; --list takes no names", file=sys.stderr)
+    if len(ways) > 1:
+        print(f"healthd: {' and '.join(ways)} do not go together", file=sys.stderr)
+        return EX_USAGE
+    if args.list and (args.selectors or args.all):
+        print("healthd: --list takes neither CHECK-or-CODE arguments nor --all", file=sys.stderr)
         return EX_USAGE
     if args.list or args.revoke:
         return _listed(args)

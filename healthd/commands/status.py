@@ -238,11 +238,14 @@ def _ack_note(finding: dict[str, Any], acks: dict[tuple[str, Optional[str]], Giv
     longer holds was revoked (or lapsed). A finding the pass reported that an ack given
     since covers will not be acted on by the next pass, unless it comes back worse.
     """
+    details = finding.get("details")
+    acknowledged = isinstance(details, dict) and details.get("acknowledged") is True
+    if not (acks or acknowledged):  # the common case: nothing to say, and nothing more to import
+        return "", 0
     from healthd.cli.render import acknowledged_note, iso_time
     from healthd.plan.ackview import covering, finding_id
 
-    details = finding.get("details")
-    if isinstance(details, dict) and details.get("acknowledged") is True:
+    if isinstance(details, dict) and acknowledged:
         held = acks.get(finding_id(finding))
         if held is not None and not isinstance(details.get("acknowledged_by"), str):  # a pass from before the field
             details = {**details, "acknowledged_by": held.by, "acknowledged_at": held.at}
@@ -280,9 +283,12 @@ def _since_line(since: int, document: dict[str, Any]) -> str:
 
 def read_acks(state_dir: Path) -> dict[tuple[str, Optional[str]], Given]:
     """The acknowledgements stored now (``healthd.plan.ackview``); none when the file is missing or unreadable."""
+    document = _state_document(state_dir, "acks.json")
+    if not document.get("acks"):  # none given: status imports nothing more (bench/README.md, the status figure)
+        return {}
     from healthd.plan.ackview import stored_acks
 
-    return stored_acks(_state_document(state_dir, "acks.json"))
+    return stored_acks(document)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -327,6 +333,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _acked_since(document: dict[str, Any], acks: dict[tuple[str, Optional[str]], Given]) -> list[dict[str, Any]]:
     """The findings of the pass that acks given since it cover (``--json``): key, event, by whom, when."""
+    if not acks:
+        return []
     from healthd.plan.ackview import covering, finding_id
 
     found = []

@@ -180,11 +180,12 @@ def _status_imports(config: Path, heavy: str, *, bare: bool = False) -> str:
 
 
 def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
-    # Nor, spelled out as a monitoring agent runs it, the argument parser; nor threads.
+    # Nor, spelled out as a monitoring agent runs it, the argument parser; nor threads; nor, with no ack given,
+    # the reader of acks.
     config = _setup(tmp_path, "OK")
     heavy = (
         "pydantic healthd_checks prometheus_client healthd.checks.plugin healthd.checks.engine healthd.config.models"
-        " argparse threading"
+        " argparse threading healthd.plan.ackview"
     )
     assert "HEAVY []" in _status_imports(config, heavy)
 
