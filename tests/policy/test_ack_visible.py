@@ -13,7 +13,8 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import only_checks
 
-from healthd.exitcodes import EX_NO_MATCH, EX_USAGE
+from healthd.exitcodes import EX_NO_MATCH, EX_TEMPFAIL, EX_USAGE
+from healthd.store.lock import StateLock
 
 CLI = Callable[..., tuple[int, str, str]]
 MISSING = "/definitely-not-mounted"
@@ -126,3 +127,15 @@ def test_list_and_revoke_refuse_a_command_line_that_mixes_its_ways(
     code, out, _ = cli("ack", *args, "-c", config)
     assert (code, out) == (EX_USAGE, "")
     assert len(json.loads((tmp_path / "state" / "acks.json").read_text())["acks"]) == 1
+
+
+def test_revoke_while_a_pass_holds_the_lock_changes_nothing_and_says_try_again(
+    write_config: Callable[..., Path], cli: CLI, tmp_path: Path
+) -> None:
+    config = str(write_config(BODY.replace("[slurm]\n", "[slurm]\nlock_timeout = 0.3\n", 1)))
+    assert cli("check", "--once", "-c", config)[0] == 2
+    assert cli("ack", "--all", "-c", config)[0] == 0
+    with StateLock(tmp_path / "state", 1.0):
+        code, out, err = cli("ack", "--revoke", "--all", "-c", config)
+    assert (code, out) == (EX_TEMPFAIL, "") and "nothing revoked, try again" in err
+    assert cli("ack", "--list", "-c", config)[1].startswith("1 acknowledged finding")
