@@ -250,7 +250,8 @@ def _ack_note(finding: dict[str, Any], acks: dict[tuple[str, Optional[str]], Giv
         if held is not None and not isinstance(details.get("acknowledged_by"), str):  # a pass from before the field
             details = {**details, "acknowledged_by": held.by, "acknowledged_at": held.at}
         note = acknowledged_note(details)
-        return (note if held is not None else f"{note[:-1]}; revoked since: the next pass acts on it again)"), 0
+        gone = "; no longer acknowledged: the next pass acts on it again"
+        return (note if held is not None else f"{note[:-1]}{gone})"), 0
     given = covering(finding, acks)
     if given is None:
         return "", 0

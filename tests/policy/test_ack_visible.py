@@ -96,7 +96,7 @@ def test_ack_list_shows_what_is_acknowledged_and_revoke_takes_it_back(
     assert code == 0 and out.startswith(f"revoked CRITICAL mounts MOUNT_MISSING {MISSING} by {me} at ")
     assert cli("ack", "--list", "-c", config)[1].startswith("no acknowledged finding")
     code, out, _ = cli("status", "-c", config)
-    assert code == 0 and _line(out, FINDING).endswith("; revoked since: the next pass acts on it again)")
+    assert code == 0 and _line(out, FINDING).endswith("; no longer acknowledged: the next pass acts on it again)")
     events = _history(cli, config)
     assert [(e["status"], e["message"]) for e in events] == [
         ("", f"acknowledged by {me}"),
