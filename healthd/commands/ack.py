@@ -13,6 +13,10 @@ finding's key and event id, so a new event drains again, and it lapses once the
 finding stops being reported. A node healthd drained for findings that are now all
 acknowledged is resumed by the next pass.
 
+``healthd ack --list`` shows what is acknowledged (finding, by whom, when) and ``healthd ack
+--revoke CHECK-or-CODE-or-KEY ... | --all`` takes acknowledgements back: the next pass acts on
+those findings again. Every ack and revocation records who gave it (``operator``).
+
 ``healthd ack --repaired SUBJECT`` ends a repair (docs/history.md, "Escalation"):
 the hardware work on SUBJECT (a GPU's subject or UUID, an IB port, a mount) is done,
 its repeat count starts again, and the next clean pass resumes the node.
@@ -34,8 +38,9 @@ from healthd.text import one_line
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from healthd.cycle.acks import AckStore
     from healthd.cycle.engine import Engine
-    from healthd.plan.acks import FindingRef
+    from healthd.plan.acks import Ack, FindingRef
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,6 +54,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--all",
         action="store_true",
         help="acknowledge every finding of the last whole pass (the one `healthd status` shows), CRITICAL included",
+    )
+    parser.add_argument(
+        "--list", action="store_true", help="list the acknowledged findings: by whom and when; change nothing"
+    )
+    parser.add_argument(
+        "--revoke",
+        action="store_true",
+        help="take back the acknowledgements of the findings named (check, code, or key as --list shows it), or --all",
     )
     parser.add_argument(
         "--repaired",
@@ -82,7 +95,7 @@ def _repaired(args: argparse.Namespace) -> int:
             # REPAIR_ENDED: the REPAIR drain is now healthd's to lift (policy._unrecorded_repair).
             policy.save(advance(state, PolicyEvent.REPAIR_ACKED).to_dict())
             with History.open(engine.config.paths.state_dir) as history:
-                history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by="cli")
+                history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by=operator())
                 problem = history.problem_finding("healthd")
     except ValueError as exc:  # a policy.json whose repair record cannot be advanced
         print(f"healthd: {exc}", file=sys.stderr)
@@ -157,7 +170,36 @@ def _saved_ns(path: Path) -> int:
         return 0
 
 
+def operator() -> str:
+    """Who gives an ack, for the ack store and the history: the real uid's name, and who ran sudo for it.
+
+    sudo(8) sets ``SUDO_USER`` to the login name of the user who invoked it; operators
+    acknowledge through sudo, so ``root`` alone would name no one. The variable is what
+    the environment says, not proof: whoever runs this as root could set anything.
+    """
+    import os
+    import pwd
+
+    uid = os.getuid()
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid without a passwd entry (a container's)
+        name = f"uid {uid}"
+    sudo = one_line(os.environ.get("SUDO_USER", ""), 64)
+    return f"{sudo} (sudo as {name})" if sudo and sudo != name else name
+
+
 def run(args: argparse.Namespace) -> int:
+    given = {"--list": args.list, "--revoke": args.revoke, "--repaired": args.repaired is not None}
+    ways = [name for name, on in given.items() if on]
+    if len(ways) > 1:
+        print(f"healthd: {' and '.join(ways)} do not go together", file=sys.stderr)
+        return EX_USAGE
+    if args.list and (args.selectors or args.all):
+        print("healthd: --list takes neither CHECK-or-CODE arguments nor --all", file=sys.stderr)
+        return EX_USAGE
+    if args.list or args.revoke:
+        return _listed(args)
     if args.repaired is not None:
         if args.selectors or args.all:
             print("healthd: --repaired takes neither CHECK-or-CODE arguments nor --all", file=sys.stderr)
@@ -191,6 +233,14 @@ def run(args: argparse.Namespace) -> int:
     return _acknowledge(engine, refs)
 
 
+def _unchanged(exc: Exception, engine: Engine, undone: str) -> int:
+    """Why a change to the acks failed, said and turned into an exit code: the lock's own OSError, else the ladder."""
+    if isinstance(exc, OSError):
+        print(f"healthd: cannot lock {engine.config.paths.state_dir}: {exc.strerror or exc}; {undone}", file=sys.stderr)
+        return EX_CANTCREAT
+    return exit_for(exc, undone)
+
+
 def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
     """Save an ack for each of ``refs`` and record it in the history, under the state lock; say what was acked."""
     from healthd.cycle.acks import STATE_NAME, AckStore
@@ -203,17 +253,81 @@ def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
             now = time.time()
             acks, ack_problems = store.load()
-            store.save(merge(acks, refs, now, "cli"))
+            by = operator()
+            store.save(merge(acks, refs, now, by))
             with History.open(engine.config.paths.state_dir) as history:
-                history.record_ack(at=now, refs=refs, by="cli")
+                history.record_ack(at=now, refs=refs, by=by)
                 problems = [f.message for f in [history.problem_finding("healthd")] if f is not None]
-    except OSError as exc:
-        print(f"healthd: cannot lock {engine.config.paths.state_dir}: {exc.strerror or exc}", file=sys.stderr)
-        return EX_CANTCREAT
     except Exception as exc:
-        return exit_for(exc, "nothing acknowledged")
+        return _unchanged(exc, engine, "nothing acknowledged")
     for problem in [*ack_problems, *problems]:
         print(f"healthd: {problem}", file=sys.stderr)
     for ref in refs:
         print(f"acknowledged {_finding_line(ref)}")
+    return EX_OK
+
+
+def _listed(args: argparse.Namespace) -> int:
+    """``--list`` and ``--revoke``: the acknowledgements themselves, whatever the last pass was."""
+    from healthd.cycle.acks import STATE_NAME, AckStore
+    from healthd.cycle.engine import Engine
+
+    if args.revoke and bool(args.selectors) == bool(args.all):
+        print("healthd: --revoke takes the findings to revoke (check, code or key), or --all", file=sys.stderr)
+        return EX_USAGE
+    engine = Engine.from_path(args.config)
+    store = AckStore(engine.state.file(STATE_NAME))
+    if args.revoke:
+        return _revoke(engine, store, args.selectors)
+    acks, problems = store.load()
+    for problem in problems:
+        print(f"healthd: {problem}", file=sys.stderr)
+    if not acks:
+        print(f"no acknowledged finding in {store.state.path}")
+        return EX_OK
+    count = f"{len(acks)} acknowledged finding{'s' if len(acks) != 1 else ''}"
+    # apply_acks (healthd.plan.acks): an ack ends with its finding, never by the clock.
+    print(f"{count} in {store.state.path}; each lapses once its check runs and no longer reports it, none by time:")
+    for ack in sorted(acks, key=lambda a: _worst_first(a.ref)):
+        print(f"  {_given_line(ack)}")
+    return EX_OK
+
+
+def _given_line(ack: Ack) -> str:
+    """One ack for people: its finding, who gave it and when, and the key ``--revoke`` takes."""
+    from healthd.cycle.render import iso_time
+
+    key = one_line(ack.ref.key)
+    return f"{_finding_line(ack.ref)} by {one_line(ack.by, 100)} at {iso_time(ack.at)} [key {key}]"
+
+
+def _revoke(engine: Engine, store: AckStore, selectors: list[str]) -> int:
+    """Take back the acks ``selectors`` name (every one with none), under the state lock; record who did."""
+    from healthd.plan.acks import revoke
+    from healthd.store.history import History
+    from healthd.store.lock import StateLock
+
+    revoked: tuple[Ack, ...] = ()
+    problems: list[str] = []
+    try:
+        with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
+            acks, read = store.load()
+            problems.extend(read)
+            kept, revoked = revoke(acks, selectors)
+            if revoked:
+                store.save(kept)
+                with History.open(engine.config.paths.state_dir) as history:
+                    history.record_ack(at=time.time(), refs=[a.ref for a in revoked], by=operator(), revoked=True)
+                    problems.extend(f.message for f in [history.problem_finding("healthd")] if f is not None)
+    except Exception as exc:
+        return _unchanged(exc, engine, "nothing revoked")
+    for problem in problems:
+        print(f"healthd: {problem}", file=sys.stderr)
+    if not revoked:
+        wanted = one_line(" ".join(selectors)) or "any finding"
+        print(f"healthd: no acknowledgement in {store.state.path} matches {wanted}", file=sys.stderr)
+        return EX_NO_MATCH
+    for ack in revoked:
+        print(f"revoked {_given_line(ack)}")
+    print("the next pass acts on these findings again")
     return EX_OK

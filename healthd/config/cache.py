@@ -22,8 +22,11 @@ The cache is used only when everything it depends on is unchanged:
 
 Anything else, an unreadable or untrusted cache included, means a full
 validation, which is also what reports a bad config (every bad key named, exit 78):
-an invalid config is never cached. A config whose validation found a plugin that
-cannot load is not cached either, so that plugin is retried and reported each pass.
+an invalid config is never cached. Every full validation that may store also records its
+verdict, the config's SHA-256 and its first problem or none, in ``config-verdict.json``:
+``healthd status`` warns from it, cheaply, of a config on disk that would be refused. A
+config whose validation found a plugin that cannot load is not cached either, so that
+plugin is retried and reported each pass.
 """
 
 from __future__ import annotations
@@ -66,6 +69,8 @@ def _log() -> logging.Logger:
 
 FORMAT = 1
 CACHE = "config-cache"
+# What the last full validation said of which bytes: read by `healthd status` (config_warning).
+VERDICT = "config-verdict"
 _HERE = Path(__file__).resolve().parent
 
 
@@ -110,7 +115,14 @@ def load_checks(
     else:
         checks = [_loaded(spec) for spec in specs]
         entries = _entry_points_of(checks) if keep else {}
-    loaded = validate_bytes(source, raw, settings_models(checks), host, overlays)
+    try:
+        loaded = validate_bytes(source, raw, settings_models(checks), host, overlays)
+    except ConfigError as exc:
+        if keep:
+            _verdict(source, raw, exc.problems[0] if exc.problems else str(exc))
+        raise
+    if keep:
+        _verdict(source, raw, None)
     viewed = _remember(source, raw, loaded, checks, entries, store=keep)
     return viewed._replace(sha256=sha256_hex(raw)), checks
 
@@ -237,13 +249,24 @@ def _state_dir(source: str, raw: bytes) -> Optional[Path]:
         return None
 
 
-def _store(state_dir: Path, document: dict[str, Any]) -> None:
+def _store(state_dir: Path, document: dict[str, Any], name: str = CACHE) -> None:
     try:
         state = StateDir(state_dir)
         state.refuse_untrusted()  # a directory the command will refuse gets nothing new from it either
-        state.file(CACHE).save(document)
+        state.file(name).save(document)
     except (StateError, UntrustedPath) as exc:  # the next process validates again; the pass reports the state dir
         _log().debug("config not cached: %s", exc)
+
+
+def _verdict(source: str, raw: bytes, refused: Optional[str]) -> None:
+    """Record what a full validation said of these bytes (``refused``: its first problem; None: accepted).
+
+    ``healthd status`` compares the config on disk with it (and with the cache) to warn of a
+    config the daemon would refuse without validating it itself (pydantic: bench/README.md).
+    """
+    state_dir = _state_dir(source, raw)
+    if state_dir is not None:
+        _store(state_dir, {"source": source, "config_sha256": sha256_hex(raw), "refused": refused}, VERDICT)
 
 
 def _cached(source: str, raw: bytes, load: bool) -> Optional[tuple[LoadedConfig, list[AnyCheck]]]:

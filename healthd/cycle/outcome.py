@@ -12,7 +12,8 @@ import enum
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from healthd.model import PassResult
-from healthd.plan.acks import POLICY_CHECK, FindingRef
+from healthd.plan.acks import FindingRef
+from healthd.plan.ackview import POLICY_CHECK
 from healthd.plan.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm.problem import SlurmProblem
 

@@ -16,10 +16,14 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 
 
-def _iso(epoch: float) -> str:
-    import datetime as _dt  # here: `healthd status` and the hook render without it
+def iso_time(epoch: float) -> str:
+    """``epoch`` as healthd writes a time for people and in pass documents: ``YYYY-MM-DDTHH:MM:SSZ``, UTC.
 
-    return _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    With ``time.gmtime``, not datetime: `healthd status` and the hook render without importing it.
+    """
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def finding_to_dict(finding: Finding) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def pass_to_dict(result: PassResult, extra: Optional[dict[str, Any]] = None) -> 
         "schema_version": SCHEMA_VERSION,
         "healthd_version": __version__,
         "node": result.node,
-        "started_at": _iso(result.started_at),
+        "started_at": iso_time(result.started_at),
         "duration_seconds": round(result.duration_seconds, 6),
         "status": result.status.name,
         "exit_code": int(result.status),
@@ -77,11 +81,13 @@ def state_label(status: str, state: object) -> str:
 
 
 def render_table(result: PassResult) -> str:
-    """One line per check, then one indented line per problem; a summary line last.
+    """One line per check, then one indented line per problem and per acknowledged finding; a summary line last.
 
     Findings graded OK are notes (an informational Xid, a counter that cannot be
     read): the table counts them and leaves them to ``--json``, so the problems stand
-    out. Text that came from the node (reasons, subjects, messages) is made one
+    out. An acknowledged finding (healthd.plan.acks) is OK too, but no note: it is
+    counted apart and listed with its real status, by whom and when it was acknowledged.
+    Text that came from the node (reasons, subjects, messages) is made one
     printable line first, so a crafted mount source or log line cannot forge rows.
     """
     from healthd.model import Status
@@ -89,23 +95,43 @@ def render_table(result: PassResult) -> str:
     rows = [("CHECK", "STATUS", "TIME", "DETAIL")]
     for check in result.results:
         problems = sum(1 for f in check.findings if f.status is not Status.OK)
-        notes = len(check.findings) - problems
-        detail = ", ".join(
-            part for part in (f"{problems} problem(s)" if problems else "", f"{notes} note(s)" if notes else "") if part
-        )
-        detail = detail or one_line(check.reason)
+        acked = sum(1 for f in check.findings if _acknowledged(f.details))
+        notes = len(check.findings) - problems - acked
+        counts = ((problems, "problem(s)"), (acked, "acknowledged"), (notes, "note(s)"))
+        detail = ", ".join(f"{count} {what}" for count, what in counts if count) or one_line(check.reason)
         label = state_label(check.status.name, check.state.value)
         rows.append((one_line(check.check, 64), label, f"{check.duration_seconds * 1000:.0f}ms", detail))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}".rstrip() for r in rows]
     for check in result.results:
         for finding in check.findings:
-            if finding.status is Status.OK:
+            if finding.status is Status.OK and not _acknowledged(finding.details):
                 continue
             code, subject = one_line(finding.code, 64), one_line(finding.subject, 200)
-            lines.append(f"  {finding.status.name:<8} {code} {subject}: {one_line(finding.message)}")
+            line = f"  {finding.status.name:<8} {code} {subject}: {one_line(finding.message)}"
+            lines.append(line + acknowledged_note(finding.details))
     lines.append(pass_headline(result.node, result.status.name, f"{result.duration_seconds:.2f}s"))
     return "\n".join(lines)
+
+
+def _acknowledged(details: Mapping[str, Any]) -> bool:
+    return details.get("acknowledged") is True
+
+
+def acknowledged_note(details: Mapping[str, Any]) -> str:
+    """`` (acknowledged WARNING by alice (sudo as root) at ...)`` for a finding a pass downgraded; "" for any other.
+
+    ``details`` may come from disk (``healthd status``): each field is checked.
+    """
+    if not _acknowledged(details):
+        return ""
+    at, by = details.get("acknowledged_at"), details.get("acknowledged_by")
+    was = one_line(details.get("acknowledged_status", "?"), 16)
+    who = ""
+    # A pass from before these two fields has neither.
+    if isinstance(at, (int, float)) and not isinstance(at, bool) and isinstance(by, str):
+        who = f" by {one_line(by, 100)} at {iso_time(at)}"
+    return f" (acknowledged {was}{who})"
 
 
 # What each acting decision does to the node (docs/slurm.md, "What healthd does to a node"):

@@ -7,10 +7,11 @@ event with the same key is not covered. It also keeps the status the finding had
 when it was acknowledged, and never covers the finding once it is worse than that:
 an acknowledged corrected machine check (WARNING) does not hide an uncorrected one
 (CRITICAL) that a check reports under the same key and event. An acknowledged
-finding is reported with status OK and details ``acknowledged: true`` and
-``acknowledged_status``; the policy and the exit code only ever see the downgraded
-finding. An acknowledgement is dropped once its check runs and no longer reports
-the finding, so a condition that clears and later recurs is acted on again.
+finding is reported with status OK and details ``acknowledged: true``,
+``acknowledged_status``, ``acknowledged_by`` and ``acknowledged_at`` (epoch seconds);
+the policy and the exit code only ever see the downgraded finding. An acknowledgement
+is dropped once its check runs and no longer reports the finding, so a condition that
+clears and later recurs is acted on again.
 """
 
 from __future__ import annotations
@@ -19,13 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, NamedTuple, Optional
 
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-
-# The check name under which the pipeline reports the policy's own findings (DRAIN_HELD).
-POLICY_CHECK = "policy"
-# UNKNOWN findings the runner and the pipeline make when a check (or the pass) could not
-# observe: they describe healthd's view, not a fault, and recur while the cause lasts.
-# Acknowledging one would report a check that keeps timing out as OK, so none ever is.
-UNACKNOWLEDGEABLE = frozenset({"CHECK_TIMEOUT", "CHECK_ERROR", "CHECK_STUCK", "PLUGIN_LOAD_FAILED", "PASS_FAILED"})
+from healthd.plan.ackview import POLICY_CHECK, UNACKNOWLEDGEABLE
 
 
 @dataclass(frozen=True, order=True)
@@ -95,10 +90,13 @@ class Ack(NamedTuple):
     by: str
 
 
-def _acknowledged(finding: Finding) -> Finding:
+def _acknowledged(finding: Finding, ack: Ack) -> Finding:
     details = dict(finding.details)
     details["acknowledged"] = True
     details["acknowledged_status"] = finding.status.name
+    # Who and when, so that `healthd status` and the check table can say it from the pass alone.
+    details["acknowledged_by"] = ack.by
+    details["acknowledged_at"] = ack.at
     return replace(finding, status=Status.OK, details=details)
 
 
@@ -139,7 +137,7 @@ def apply_acks(result: PassResult, acks: Iterable[Ack]) -> tuple[PassResult, tup
             seen.add(ref)
             if given.ref.status is None:
                 by_ref[ref] = given._replace(ref=ref)
-            findings.append(_acknowledged(finding) if given.ref.covers(finding) else finding)
+            findings.append(_acknowledged(finding, given) if given.ref.covers(finding) else finding)
         results.append(check._replace(findings=tuple(findings)))
     kept = tuple(a for ref, a in sorted(by_ref.items()) if ref in seen or ref.check not in ran)
     return result._replace(results=tuple(results)), kept
@@ -161,6 +159,22 @@ def merge(existing: Iterable[Ack], refs: Iterable[FindingRef], at: float, by: st
     for ref in refs:
         _keep(merged, Ack(ref, at, by))
     return tuple(merged[r] for r in sorted(merged))
+
+
+def revoke(acks: Iterable[Ack], selectors: Iterable[str]) -> tuple[tuple[Ack, ...], tuple[Ack, ...]]:
+    """``acks`` split into those kept and those a selector names; no selectors name every one.
+
+    A selector is a finding's key (``check/code/subject``, as ``healthd ack --list`` shows
+    it), its check's name, or its code (case-insensitive).
+    """
+    wanted = [s.strip() for s in selectors if s.strip()]
+    kept: list[Ack] = []
+    revoked: list[Ack] = []
+    for ack in acks:
+        check, code = [*ack.ref.key.split("/", 2), ""][:2]
+        named = any(s in (ack.ref.key, check) or s.upper() == code.upper() for s in wanted)
+        (revoked if named or not wanted else kept).append(ack)
+    return tuple(kept), tuple(revoked)
 
 
 def _keep(acks: dict[FindingRef, Ack], ack: Ack) -> None:

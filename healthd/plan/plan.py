@@ -19,7 +19,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Optional, Union
 
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.plan.acks import POLICY_CHECK, Ack, FindingRef, adopted, apply_acks, merge, widest
+from healthd.plan.acks import Ack, FindingRef, adopted, apply_acks, merge, widest
+from healthd.plan.ackview import POLICY_CHECK
 from healthd.plan.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm
 from healthd.plan.policy import (
     ACTING,

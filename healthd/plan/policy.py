@@ -18,7 +18,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional
 
 from healthd.model import Finding, PassResult, RunState, Status, Tier
-from healthd.plan.acks import UNACKNOWLEDGEABLE, FindingRef, adopted, widest
+from healthd.plan.acks import FindingRef, adopted, widest
+from healthd.plan.ackview import UNACKNOWLEDGEABLE
 from healthd.plan.breaker import BreakerHold, next_hold, over_limit
 from healthd.plan.wave import ProvisionalRaise
 from healthd.slurm.nodestate import NodeInfo, PartitionView

@@ -752,14 +752,18 @@ class History:
         entry = _Entry(code=action, subject=node, status=outcome, message=reason, details=_details_json(details or {}))
         return self._write(f"the action {action}", lambda conn: self._insert(conn, at, Kind.ACTION, entry))
 
-    def record_ack(self, *, at: float, refs: Iterable[FindingRef], by: str) -> tuple[Event, ...]:
-        """Acknowledgements of findings (``healthd ack``, or a resume by an administrator)."""
+    def record_ack(self, *, at: float, refs: Iterable[FindingRef], by: str, revoked: bool = False) -> tuple[Event, ...]:
+        """Acknowledgements of findings (``healthd ack``, or a resume by an administrator), or their revocation
+        (``healthd ack --revoke``: status ``revoked``)."""
         entries = []
+        said = "acknowledgement revoked" if revoked else "acknowledged"
         for ref in refs:
             check, code, subject = [*ref.key.split("/", 2), "", ""][:3]
             status = {} if ref.status is None else {"status": ref.status.name}
-            details = _details_json({"event": ref.event, "by": by, **status})
-            entries.append(_Entry(check, code, subject, subject, "", f"acknowledged by {by}", details))
+            details = _details_json({"event": ref.event, "by": by, **status, **({"revoked": True} if revoked else {})})
+            entries.append(
+                _Entry(check, code, subject, subject, "revoked" if revoked else "", f"{said} by {by}", details)
+            )
         acked = self._write("the acknowledgement", lambda c: tuple(self._insert(c, at, Kind.ACK, e) for e in entries))
         return acked or ()
 

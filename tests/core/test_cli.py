@@ -567,7 +567,7 @@ def test_a_bug_in_status_or_history_exits_with_its_documented_code_not_a_grade(
         raise ValueError("embedded null byte")
 
     module = healthd.commands.status if command == "status" else healthd.commands.history
-    monkeypatch.setattr(module, "read_settings", bug)
+    monkeypatch.setattr(module, "read_source" if command == "status" else "read_settings", bug)
     got, out, err = cli(command, "--config", str(write_config("")))
     assert (got, out) == (code, "")
     assert err.endswith("healthd: internal error: ValueError: embedded null byte\n")

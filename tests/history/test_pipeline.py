@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from pathlib import Path
 from typing import Any, Callable
+
+import pytest
 
 MISSING = '[checks.mounts]\nexpect = [{ path = "/no/such/history/mount" }]\n'
 
@@ -37,8 +41,9 @@ def test_a_pass_records_raised_and_cleared_findings_and_the_boot(
 
 
 def test_an_ack_is_recorded_and_the_finding_changes_to_ok(
-    write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]]
+    write_config: Callable[..., Path], cli: Callable[..., tuple[int, str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("SUDO_USER", raising=False)
     config = write_config(MISSING)
     cli("check", "--once", "--only", "mounts", "--config", str(config))
     code, out, _ = cli("ack", "MOUNT_MISSING", "--config", str(config))
@@ -46,7 +51,8 @@ def test_an_ack_is_recorded_and_the_finding_changes_to_ok(
     assert cli("check", "--once", "--only", "mounts", "--config", str(config))[0] == 0
     events = _events(cli, config)
     assert [e["kind"] for e in events] == ["boot", "raised", "ack", "changed"]
-    assert (events[2]["details"]["by"], events[2]["details"]["status"]) == ("cli", "CRITICAL")
+    me = pwd.getpwuid(os.getuid()).pw_name  # the real uid's name: no SUDO_USER here
+    assert (events[2]["details"]["by"], events[2]["details"]["status"]) == (me, "CRITICAL")
     assert events[3]["status"] == "OK" and events[3]["details"]["acknowledged"] is True
 
 

@@ -24,7 +24,7 @@ from healthd.checks.plugin import EventCounter
 from healthd.cycle.engine import Engine
 from healthd.cycle.outcome import ActionOutcome, ActionSection, PassAction, PassOutcome
 from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
-from healthd.plan.acks import POLICY_CHECK
+from healthd.plan.ackview import POLICY_CHECK
 from healthd.plan.policy import Action, Decision, PolicyState
 from healthd.service.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
 from healthd_checks.xid.check import XID_EVENTS

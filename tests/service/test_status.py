@@ -180,18 +180,20 @@ def _status_imports(config: Path, heavy: str, *, bare: bool = False) -> str:
 
 
 def test_status_loads_neither_pydantic_nor_plugins(tmp_path: Path) -> None:
-    # Nor, spelled out as a monitoring agent runs it, the argument parser; nor threads.
+    # Nor, spelled out as a monitoring agent runs it, the argument parser; nor threads; nor, with no ack given,
+    # the reader of acks.
     config = _setup(tmp_path, "OK")
     heavy = (
         "pydantic healthd_checks prometheus_client healthd.checks.plugin healthd.cycle.engine healthd.config.models"
-        " argparse threading"
+        " argparse threading healthd.plan.ackview"
     )
     assert "HEAVY []" in _status_imports(config, heavy)
 
 
-# The standard library's module a status run needs besides those: one_line's character classes (healthd.text).
-# Not socket: the host name comes from os.uname (healthd.config.nodename).
-_STATUS_OWN = {"unicodedata"}
+# The standard library's modules a status run needs besides those: one_line's character classes (healthd.text),
+# and CPython's built-in SHA-256 (no OpenSSL: healthd.config.load.sha256_hex), which compares the config with what
+# the last validation saw (healthd.commands.status.config_warning). Not socket: the host name comes from os.uname.
+_STATUS_OWN = {"unicodedata", "_sha2", "_sha256"}
 
 
 def _bare_modules(code: str, *args: str) -> set[str]:
