@@ -52,6 +52,7 @@ KEY_WRAP = 18  # characters per line of a legend entry
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 LEMON, NODE, OTHER = PALETTE[1], "#999999", "#7f7f7f"
 TIMELINE_NODES = 20
+PLACE_TRIES = 12  # lines up and down a lemon's label may move to stay clear of the others
 TOP_BARS = 12
 HOUR = 3600.0
 # Time ticks: the shortest step (hours) that gives at most TIME_TICKS ticks over the window; a
@@ -407,14 +408,22 @@ def cause_plots(report: FleetReport) -> tuple[str, str]:
     )
 
 
-def _place(spots: list[tuple[float, float, float]], x: float, y: float, width: float) -> float:
-    """A y for a label at ``x`` that overlaps none placed before (greedy: nearest free row up or down)."""
-    for shift in (0, LINE, -LINE, 2 * LINE, -2 * LINE, 3 * LINE, -3 * LINE):
-        top = y + shift
-        if all(abs(top - other_y) >= LINE or x + width <= ox or ox + ow <= x for ox, other_y, ow in spots):
-            spots.append((x, top, width))
+def _place(spots: list[tuple[float, float, float, float]], x: float, y: float, width: float, lines: int) -> float:
+    """A y for a label of ``lines`` lines centred at ``y``, at ``x``, that overlaps none placed before.
+
+    Greedy: the nearest free row up or down, a line at a time. The boxes are the ones the
+    renderer assumes (``MONO`` per character, ``LINE`` per line), as tests/fleet/test_html_axes.py checks.
+    """
+    height = lines * LINE
+    for step in range(2 * PLACE_TRIES + 1):
+        top = y + (step + 1) // 2 * LINE * (1 if step % 2 else -1)
+        if all(
+            abs(top - other_y) >= (height + other_h) / 2 or x + width <= ox or ox + ow <= x
+            for ox, other_y, ow, other_h in spots
+        ):
+            spots.append((x, top, width, height))
             return top
-    spots.append((x, y, width))
+    spots.append((x, y, width, height))
     return y
 
 
@@ -439,7 +448,7 @@ def lemon_plot(report: FleetReport) -> str:
     body.append(
         f'<line x1="{box.left}" y1="{zero:.1f}" x2="{box.right}" y2="{zero:.1f}" stroke="#555" stroke-dasharray="4 3"/>'
     )
-    spots: list[tuple[float, float, float]] = []
+    spots: list[tuple[float, float, float, float]] = []
     labels: list[str] = []
     for v, b, o in sorted(zip(verdicts, beyond, outs), key=lambda t: t[0].flagged):
         x, y = x_axis.at(o, box.left, box.right), y_axis.at(b, box.bottom, box.top)
@@ -456,7 +465,9 @@ def lemon_plot(report: FleetReport) -> str:
             left = x + 7 if x + 7 + width <= box.right + LEGEND_GAP - 4 else max(2.0, x - 7 - width)
             half = (len(lines) - 1) * LINE / 2
             middle = min(max(y - 8, box.top - 8 + half), box.bottom - 8 - half)
-            labels.append(_label(left, _place(spots, left, middle, width), lines, "start", f' fill="{LEMON}"'))
+            labels.append(
+                _label(left, _place(spots, left, middle, width, len(lines)), lines, "start", f' fill="{LEMON}"')
+            )
     axes = ("incidents (outs)", "single-node failures beyond expected")
     return _frame("plot-lemons", title, box, axes, body + labels, keys)
 

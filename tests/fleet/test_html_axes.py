@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import xml.etree.ElementTree as ET
 
 import pytest
 
-from healthd.fleet.html import _wrap, linear_axis, log_axis, time_axis
+from healthd.fleet import sample
+from healthd.fleet.analyze import analyze
+from healthd.fleet.html import (
+    DIGIT,
+    FONT,
+    MONO,
+    _wrap,
+    cause_plots,
+    lemon_plot,
+    linear_axis,
+    log_axis,
+    mttf_plot,
+    time_axis,
+    timeline_plot,
+)
 
 
 @pytest.mark.parametrize(
@@ -54,3 +70,56 @@ def test_wrapping_keeps_every_character() -> None:
     for text in ("PCIE_WIDTH_DEGRADED", "x" * 95, "gpu-rack12-node0042.cluster.example.org", "a_b" * 20):
         lines = _wrap(text)
         assert "".join(lines) == text and all(len(line) <= 30 for line in lines)
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def _boxes(svg: ET.Element) -> list[tuple[float, float, float, float, str]]:
+    """The box of each line of each label, tick and value text, from the metrics the renderer assumes.
+
+    Monospace text is ``MONO`` px a character, tick and value text ``DIGIT``; a line is ``FONT``
+    high, 0.8 of it above the baseline (DejaVu's ascent is 0.76 em, its descent 0.24 em).
+    """
+    found = []
+    for text in svg.iter(f"{SVG}text"):
+        if text.get("class") not in ("label", "tick", "value"):
+            continue
+        per = MONO if text.get("font-family") == "monospace" else DIGIT
+        anchor = text.get("text-anchor", "start")
+        spans = [(float(s.get("x", "0")), s.text or "", float(s.get("dy", "0"))) for s in text.iter(f"{SVG}tspan")]
+        baseline = float(text.get("y", "0"))
+        for x, line, dy in spans or [(float(text.get("x", "0")), text.text or "", 0.0)]:
+            baseline += dy
+            width = len(line) * per
+            left = x - width if anchor == "end" else x - width / 2 if anchor == "middle" else x
+            found.append((left, baseline - 0.8 * FONT, left + width, baseline + 0.2 * FONT, line))
+    return found
+
+
+def _overlapping(svg: ET.Element) -> list[tuple[str, str]]:
+    return [
+        (a[4], b[4])
+        for a, b in itertools.combinations(_boxes(svg), 2)
+        if a[0] < b[2] - 0.5 and b[0] < a[2] - 0.5 and a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5
+    ]
+
+
+# The test suite's fleet, a larger one with many lemons, and a small one whose lemons crowd together.
+CROWDS = [
+    sample.FleetSpec(),
+    sample.FleetSpec(nodes=256, days=60, runs=40_000, incident_lemons=12, silent_lemons=6, seed=5),
+    sample.FleetSpec(nodes=60, days=20, runs=4_000, incident_lemons=8, lemon_factor=30, seed=2),
+]
+
+
+@pytest.mark.parametrize("spec", CROWDS)
+def test_no_two_texts_of_a_plot_overlap(spec: sample.FleetSpec) -> None:
+    """Label, tick and value boxes of each plot (the lemons' names above all) are apart."""
+    fleet = sample.plant(spec)
+    report = analyze(sample.job_lines(fleet), sample.event_lines(fleet))
+    plots = [mttf_plot(report), *cause_plots(report), lemon_plot(report), timeline_plot(report)]
+    for svg in map(ET.fromstring, plots):
+        labels = [line for *_, line in _boxes(svg)]
+        assert labels, svg.get("id")
+        assert _overlapping(svg) == [], svg.get("id")
