@@ -370,3 +370,23 @@ def test_the_timeline_names_every_cause_it_draws_and_ends_with_the_window(
 
 def _plot_ids(figure: Element) -> list[str]:
     return [svg.attrs.get("id", "") for svg in figure.find("svg", "plot")]
+
+
+def test_the_backtest_section_has_its_verdict_and_chart_in_chromium(cli: Cli, tmp_path: Path) -> None:
+    fleet = synth.plant(synth.FleetSpec(seed=11))
+    jobs_file, events_file = _write_inputs(tmp_path, list(synth.job_lines(fleet)), list(synth.event_lines(fleet)))
+    page = tmp_path / "backtest.html"
+    inputs = ("--jobs", str(jobs_file), "--events", str(events_file), "--min-gpus", "64")
+    code, out, _ = cli("fleet", "backtest", *inputs, "--html", str(page))
+    assert code == 0
+    root = _rendered(page)
+    (verdict,) = root.find("p", "verdict")
+    assert verdict.text() == out.splitlines()[0] and verdict.text().startswith("verdict: ")
+    svg = _plot(root, "plot-backtest")
+    assert [item.text() for item in svg.find("g", "legend-item")] == ["as it was", "with draining"]
+    labels = {label.attrs["data-axis"]: label.text() for label in svg.find("text", "axis-label")}
+    assert labels["y"] == "failed, % of runs" and labels["x"].startswith("step")
+    bars = svg.find("rect", "rate")
+    assert bars and len(bars) % 2 == 0
+    values = [_number(tick.text()) for tick in _ticks(svg, "y")]
+    assert len(values) >= 3 and max(values) >= max(float(bar.attrs["data-rate"]) for bar in bars)

@@ -9,7 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from healthd.fleet import sample
-from healthd.fleet.analyze import analyze
+from healthd.fleet.backtest import BacktestSettings, backtest
+from healthd.fleet.backtest_render import rate_chart
 from healthd.fleet.html import (
     DIGIT,
     FONT,
@@ -117,8 +118,9 @@ CROWDS = [
 def test_no_two_texts_of_a_plot_overlap(spec: sample.FleetSpec) -> None:
     """Label, tick and value boxes of each plot (the lemons' names above all) are apart."""
     fleet = sample.plant(spec)
-    report = analyze(sample.job_lines(fleet), sample.event_lines(fleet))
-    plots = [mttf_plot(report), *cause_plots(report), lemon_plot(report), timeline_plot(report)]
+    replay = backtest(sample.job_lines(fleet), sample.event_lines(fleet), None, BacktestSettings(min_gpus=64))
+    report = replay.report
+    plots = [mttf_plot(report), *cause_plots(report), lemon_plot(report), timeline_plot(report), rate_chart(replay)]
     for svg in map(ET.fromstring, plots):
         labels = [line for *_, line in _boxes(svg)]
         assert labels, svg.get("id")
