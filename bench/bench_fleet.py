@@ -1,6 +1,6 @@
 """``healthd fleet report`` at the study's scale: 4,000,000 job runs and 100,000 events.
 
-Generates a synthetic fleet (``tests/healthd_testkit/synth.py``: 3,000 nodes of 8 GPUs, 330
+Generates a synthetic fleet (``healthd/fleet/sample.py``: 3,000 nodes of 8 GPUs, 330
 days) into three files once (jobs, events, submit lines), then times the analysis in a fresh process and reads
 its peak RSS (``ru_maxrss`` of the child). The target is <= 60 s and <= 2 GB on a
 2-core machine. With ``--backtest`` it then times ``healthd fleet backtest --json`` (weekly
@@ -26,11 +26,10 @@ HERE = Path(__file__).resolve().parent
 
 
 def _synth() -> Any:
-    """The test suite's synthetic fleet (tests/healthd_testkit/synth.py): test support, not shipped."""
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from healthd_testkit import synth
+    """The synthetic fleet of healthd/fleet/sample.py (``healthd fleet sample``)."""
+    from healthd.fleet import sample
 
-    return synth
+    return sample
 
 
 def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]:

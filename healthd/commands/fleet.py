@@ -58,6 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     backtest.add_argument(
         "--drain-silent", action="store_true", help="drain silent lemons too, as lemons --drain --drain-silent"
     )
+    sample = sub.add_parser(
+        "sample", help="write a synthetic fleet's accounting to DIR, to try the other subcommands on"
+    )
+    sample.add_argument("dir", type=Path, metavar="DIR", help="where jobs.txt, events.txt and submit-lines.txt go")
+    sample.add_argument("--nodes", type=int, default=200, metavar="N", help="nodes of 8 GPUs (200)")
+    sample.add_argument("--days", type=float, default=30.0, metavar="DAYS", help="days of accounting (30)")
+    sample.add_argument("--seed", type=int, default=1, metavar="N", help="another seed, another fleet (1)")
     lemons = sub.add_parser("lemons", help="list the flagged lemon nodes; --drain takes them out")
     _inputs(lemons)
     lemons.add_argument("--json", action="store_true", help="print the lemon nodes (and drain steps) as JSON")
@@ -370,6 +377,8 @@ def run(args: argparse.Namespace) -> int:
     from healthd.fleet.sacct import FleetInputError
     from healthd.slurm.command import SlurmError
 
+    if args.fleet_command == "sample":
+        return _sample(args)
     now = time.time()
     try:
         config = _load_config(args) if (args.live or args.config or getattr(args, "drain", False)) else None
@@ -475,4 +484,44 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
     for step in steps:
         verb = ("drained" if args.apply else "would drain") if step.drain else "not drained"
         print(f"{verb} {one_line(step.node, 40)}: {one_line(step.why, 200)} [{step.reason}]")
+    return 0
+
+
+SAMPLE_FILES = ("jobs.txt", "events.txt", "submit-lines.txt")
+
+
+def _sample(args: argparse.Namespace) -> int:
+    """``fleet sample DIR``: a planted fleet (``healthd.fleet.sample``) as the -P files, and the commands to try."""
+    import shlex
+
+    from healthd.fleet import sample
+
+    if not 3 <= args.nodes <= 10_000 or not 1 <= args.days <= 366:
+        print("healthd fleet: --nodes is 3 to 10000 and --days 1 to 366", file=sys.stderr)
+        return EX_USAGE
+    # As many runs as a busy fleet starts: about three a node a day.
+    spec = sample.FleetSpec(nodes=args.nodes, days=args.days, runs=int(3 * args.nodes * args.days), seed=args.seed)
+    fleet = sample.plant(spec)
+    try:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        for name, lines in zip(
+            SAMPLE_FILES, (sample.job_lines(fleet), sample.event_lines(fleet), sample.submit_lines(fleet))
+        ):
+            (args.dir / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"healthd fleet: cannot write {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return EX_CANTCREAT
+    inputs = " ".join(
+        f"--{flag} {shlex.quote(str(args.dir / name))}"
+        for flag, name in zip(("jobs", "events", "submit-lines"), SAMPLE_FILES)
+    )
+    print(f"wrote a synthetic fleet of {spec.nodes} nodes over {spec.days:g} days to {args.dir}")
+    print(
+        f"planted (what the report should find): incident lemons {', '.join(fleet.incident_lemons)}; "
+        f"silent lemons {', '.join(fleet.silent_lemons)}; buggy users' nodes {', '.join(fleet.buggy_nodes)}"
+    )
+    print("try:")
+    print(f"  healthd fleet report {inputs} --html {shlex.quote(str(args.dir / 'report.html'))}")
+    print(f"  healthd fleet lemons {inputs}")
+    print(f"  healthd fleet backtest {inputs} --min-gpus 64")
     return 0

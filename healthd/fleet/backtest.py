@@ -84,6 +84,16 @@ class LargeRun(NamedTuple):
     attributed_to: Optional[str]  # the node its failure was attributed to, if any
 
 
+class StepRate(NamedTuple):
+    """The large runs that started between one step and the next: how many, failed, and failed but avoided."""
+
+    start: float
+    end: float
+    runs: int
+    failed: int
+    avoided: int
+
+
 class Backtest(NamedTuple):
     report: FleetReport
     settings: BacktestSettings
@@ -94,6 +104,7 @@ class Backtest(NamedTuple):
     held: tuple[LargeRun, ...]  # large runs that started holding a drained node
     node_hours_drained: float
     unschedulable: int  # large runs needing more nodes than were left in service
+    by_step: tuple[StepRate, ...] = ()  # the large runs of each step's interval, for the chart
 
     @property
     def avoided(self) -> tuple[LargeRun, ...]:
@@ -422,4 +433,25 @@ def backtest(
             held.append(LargeRun(run[0], run[4], run[5], run[6], run[8], out, cause.get((run[0], run[5]))))
     hours, short = _cost(report, drains, large)
     failed = sum(1 for run in large if run[8])
-    return Backtest(report, options, steps, drains, len(large), failed, tuple(held), hours, short)
+    result = Backtest(report, options, steps, drains, len(large), failed, tuple(held), hours, short)
+    return result._replace(by_step=_by_step(result, large))
+
+
+def _by_step(result: Backtest, large: list[Run]) -> tuple[StepRate, ...]:
+    """The large runs, failed runs and avoided failures of each step's interval, by start time."""
+    assert result.report.end is not None
+    bounds = [step.time for step in result.steps] + [result.report.end]
+    avoided = Counter((run.job_id, run.start) for run in result.avoided)
+    rates = []
+    for start, end in zip(bounds, bounds[1:]):
+        inside = [run for run in large if start <= run[4] < end or (end == bounds[-1] and run[4] == end)]
+        rates.append(
+            StepRate(
+                start,
+                end,
+                len(inside),
+                sum(1 for run in inside if run[8]),
+                sum(avoided[(run[0], run[4])] for run in inside),
+            )
+        )
+    return tuple(rates)

@@ -31,6 +31,7 @@ from healthd.fleet.render import (
     cause_table,
     lemon_table,
     local_iso,
+    next_lines,
     no_data,
     per_1000_node_days,
     rate_lines,
@@ -51,10 +52,13 @@ KEY_WRAP = 18  # characters per line of a legend entry
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 LEMON, NODE, OTHER = PALETTE[1], "#999999", "#7f7f7f"
 TIMELINE_NODES = 20
+PLACE_TRIES = 12  # lines up and down a lemon's label may move to stay clear of the others
 TOP_BARS = 12
 HOUR = 3600.0
-# Time ticks: the shortest step (hours) that gives at most six ticks over the window.
-TIME_STEPS = (1, 2, 3, 6, 12, 24, 48, 168, 336, 672, 2184, 4368, 8736)
+# Time ticks: the shortest step (hours) that gives at most TIME_TICKS ticks over the window; a
+# date is 10 characters (73 px), so seven fit the timeline's 600 px apart.
+TIME_STEPS = (1, 2, 3, 6, 12, 24, 48, 96, 168, 336, 672, 1344, 2184, 4368, 8736)
+TIME_TICKS = 7
 
 
 def _esc(text: object) -> str:
@@ -126,6 +130,7 @@ def _swatch(key: Key, x: float, y: float) -> str:
         "diamond": f'<polygon points="{x + 7},{y - 7} {x + 14},{y} {x + 7},{y + 7} {x},{y}" fill="{c}" '
         'stroke="black"/>',
         "name": f'<text x="{x}" y="{y + 4}" font-size="{FONT}" font-weight="bold" fill="{c}">Ab</text>',
+        "none": "",
     }
     return marks[key.mark]
 
@@ -250,24 +255,37 @@ def _local(epoch: float) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(epoch).astimezone()
 
 
-def time_axis(start: float, end: float) -> Axis:
-    """Local dates (or hours, for a short window) at a round step; at least three ticks."""
-    span = max(end - start, 3 * HOUR)
-    hours = next((h for h in TIME_STEPS if span / (h * HOUR) <= 6), TIME_STEPS[-1])
+def _time_ticks(start: float, end: float, hours: int) -> list[tuple[float, str]]:
+    """The round local times every ``hours`` within [start, end], as (epoch, text)."""
     begin = _local(start)
     if hours < 24:
-        first = begin.replace(minute=0, second=0, microsecond=0, hour=begin.hour - begin.hour % hours)
+        moment = begin.replace(minute=0, second=0, microsecond=0, hour=begin.hour - begin.hour % hours)
     else:
-        first = begin.replace(hour=0, minute=0, second=0, microsecond=0)
+        moment = begin.replace(hour=0, minute=0, second=0, microsecond=0)
     ticks: list[tuple[float, str]] = []
-    moment = first
-    while not ticks or ticks[-1][0] < start + span or len(ticks) < 3:
+    while moment.timestamp() <= end:
+        if moment.timestamp() >= start:
+            ticks.append((moment.timestamp(), moment.strftime("%Y-%m-%d" if hours >= 24 else "%m-%d %H:%M")))
         # Days are stepped on the calendar, so a tick stays at local midnight across a DST change.
-        text = moment.strftime("%Y-%m-%d" if hours >= 24 else "%m-%d %H:%M")
-        ticks.append((moment.timestamp(), text))
         step = _dt.timedelta(days=hours // 24) if hours >= 24 else _dt.timedelta(hours=hours)
         moment = (moment.replace(tzinfo=None) + step).astimezone()
-    return Axis(ticks[0][0], ticks[-1][0], tuple(ticks))
+    return ticks
+
+
+def time_axis(start: float, end: float) -> Axis:
+    """From ``start`` to ``end`` exactly (at least three hours), with local dates or hours at a round step.
+
+    The step is the shortest that gives at most ``TIME_TICKS`` ticks within the window; the steps
+    are at most twice each other, so that step still gives three or more.
+    """
+    end = max(end, start + 3 * HOUR)
+    ticks: list[tuple[float, str]] = []
+    for hours in TIME_STEPS:
+        if (end - start) / (hours * HOUR) <= TIME_TICKS:
+            ticks = _time_ticks(start, end, hours)
+            if len(ticks) <= TIME_TICKS:
+                break
+    return Axis(start, end, tuple(ticks))
 
 
 def _x_ticks(box: Box, axis: Axis, right: Optional[float] = None) -> list[str]:
@@ -390,14 +408,22 @@ def cause_plots(report: FleetReport) -> tuple[str, str]:
     )
 
 
-def _place(spots: list[tuple[float, float, float]], x: float, y: float, width: float) -> float:
-    """A y for a label at ``x`` that overlaps none placed before (greedy: nearest free row up or down)."""
-    for shift in (0, LINE, -LINE, 2 * LINE, -2 * LINE, 3 * LINE, -3 * LINE):
-        top = y + shift
-        if all(abs(top - other_y) >= LINE or x + width <= ox or ox + ow <= x for ox, other_y, ow in spots):
-            spots.append((x, top, width))
+def _place(spots: list[tuple[float, float, float, float]], x: float, y: float, width: float, lines: int) -> float:
+    """A y for a label of ``lines`` lines centred at ``y``, at ``x``, that overlaps none placed before.
+
+    Greedy: the nearest free row up or down, a line at a time. The boxes are the ones the
+    renderer assumes (``MONO`` per character, ``LINE`` per line), as tests/fleet/test_html_axes.py checks.
+    """
+    height = lines * LINE
+    for step in range(2 * PLACE_TRIES + 1):
+        top = y + (step + 1) // 2 * LINE * (1 if step % 2 else -1)
+        if all(
+            abs(top - other_y) >= (height + other_h) / 2 or x + width <= ox or ox + ow <= x
+            for ox, other_y, ow, other_h in spots
+        ):
+            spots.append((x, top, width, height))
             return top
-    spots.append((x, y, width))
+    spots.append((x, y, width, height))
     return y
 
 
@@ -422,7 +448,7 @@ def lemon_plot(report: FleetReport) -> str:
     body.append(
         f'<line x1="{box.left}" y1="{zero:.1f}" x2="{box.right}" y2="{zero:.1f}" stroke="#555" stroke-dasharray="4 3"/>'
     )
-    spots: list[tuple[float, float, float]] = []
+    spots: list[tuple[float, float, float, float]] = []
     labels: list[str] = []
     for v, b, o in sorted(zip(verdicts, beyond, outs), key=lambda t: t[0].flagged):
         x, y = x_axis.at(o, box.left, box.right), y_axis.at(b, box.bottom, box.top)
@@ -439,7 +465,9 @@ def lemon_plot(report: FleetReport) -> str:
             left = x + 7 if x + 7 + width <= box.right + LEGEND_GAP - 4 else max(2.0, x - 7 - width)
             half = (len(lines) - 1) * LINE / 2
             middle = min(max(y - 8, box.top - 8 + half), box.bottom - 8 - half)
-            labels.append(_label(left, _place(spots, left, middle, width), lines, "start", f' fill="{LEMON}"'))
+            labels.append(
+                _label(left, _place(spots, left, middle, width, len(lines)), lines, "start", f' fill="{LEMON}"')
+            )
     axes = ("incidents (outs)", "single-node failures beyond expected")
     return _frame("plot-lemons", title, box, axes, body + labels, keys)
 
@@ -455,12 +483,17 @@ def _timeline_rows(report: FleetReport, own: Sequence[Incident]) -> list[str]:
 
 
 def _code_colors(codes: Sequence[str]) -> dict[str, str]:
-    """The most frequent codes get a colour each; the rest share grey ("other")."""
-    frequency: dict[str, int] = {}
+    """The most frequent codes get a colour each, most frequent first; the rest share grey ("other")."""
+    frequency = _frequency(codes)
+    return {code: PALETTE[i] if i < len(PALETTE) - 1 else OTHER for i, code in enumerate(frequency)}
+
+
+def _frequency(codes: Sequence[str]) -> dict[str, int]:
+    """How often each code occurs, most frequent first (then by name)."""
+    counts: dict[str, int] = {}
     for code in codes:
-        frequency[code] = frequency.get(code, 0) + 1
-    ranked = sorted(frequency, key=lambda c: (-frequency[c], c))
-    return {code: PALETTE[i] if i < len(PALETTE) - 1 else OTHER for i, code in enumerate(ranked)}
+        counts[code] = counts.get(code, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _shared_mark(shared: SharedIncident, x: float, y: float, color: str) -> str:
@@ -474,9 +507,16 @@ def _shared_mark(shared: SharedIncident, x: float, y: float, color: str) -> str:
     )
 
 
-def _timeline_keys(report: FleetReport, colors: dict[str, str]) -> list[Key]:
-    keys = [Key("bar", c, code) for code, c in colors.items() if c != OTHER]
-    keys += [Key("bar", OTHER, "other codes")] if OTHER in colors.values() else []
+def _timeline_keys(report: FleetReport, marks: Sequence[tuple[str, ...]], colors: dict[str, str]) -> list[Key]:
+    """Every cause on the plot, most frequent first: each colour's, grey's, then those after another cause."""
+    named = _frequency([codes[0] for codes in marks])
+    keys = [Key("bar", colors[code], f"{code} ({n})") for code, n in named.items() if colors[code] != OTHER]
+    others = [f"{code} ({n})" for code, n in named.items() if colors[code] == OTHER]
+    keys += [Key("bar", OTHER, "other: " + ", ".join(others))] if others else []
+    later = _frequency([code for codes in marks for code in codes[1:] if code not in named])
+    if later:
+        # An incident is coloured by its first cause; one that only ever came second is named here.
+        keys.append(Key("none", "", "after another cause: " + ", ".join(f"{c} ({n})" for c, n in later.items())))
     if report.shared:
         keys.append(Key("diamond", "white", "shared incident: one cause on many nodes at once, drawn once"))
     return keys + ([Key("name", LEMON, "lemon node")] if report.lemons else [])
@@ -498,13 +538,14 @@ def timeline_plot(report: FleetReport) -> str:
         return _empty("plot-timeline", title, "no incidents")
     nodes = _timeline_rows(report, own)
     shown = [i for i in own if i.node in set(nodes)]
-    colors = _code_colors([i.code for i in shown] + [s.code for s in report.shared])
+    marks = [i.codes for i in shown] + [s.codes for s in report.shared]
+    colors = _code_colors([codes[0] for codes in marks])
     top_row = [["shared"]] if report.shared else []
     row_labels = top_row + [_wrap(n) for n in nodes]
     bands = _bands(row_labels, 14.0)
     times = [i.start for i in shown] + [s.start for s in report.shared]
     axis = time_axis(min(report.start, *times), max(report.end, *times))
-    keys = _timeline_keys(report, colors)
+    keys = _timeline_keys(report, marks, colors)
     left = Y_LABEL + max(_text_width(lines) for lines in row_labels) + 12
     # Twice as wide as the other plots: dates take room, and incidents close in time stay apart.
     box = Box(left, sum(bands), _legend_width(keys), width=2 * PLOT_W)
@@ -525,7 +566,19 @@ def timeline_plot(report: FleetReport) -> str:
             _incident_mark(incident, x, middles[row[incident.node]], bands[row[incident.node]], colors[incident.code])
         )
     zone = _local(axis.low).strftime("%z")
+    title = f"{title}: {len(nodes)} of {len(report.verdicts)} nodes"
     return _frame("plot-timeline", title, box, (f"local time (UTC{zone})", "node"), body, keys)
+
+
+def timeline_caption(report: FleetReport) -> str:
+    """The timeline's caption: how many nodes it shows of how many, and which, then how to read it."""
+    own = {i.node for i in report.incidents if not i.shared}
+    shown = len(_timeline_rows(report, [i for i in report.incidents if not i.shared]))
+    return (
+        f"Showing {shown} of {len(report.verdicts)} nodes: the {len(report.lemons)} flagged, then those with the most "
+        f"incidents of their own ({len(own)} nodes had any; at most {TIMELINE_NODES} are drawn). "
+        + CAPTIONS["timeline"]
+    )
 
 
 def _html_table(table: Table) -> str:
@@ -558,7 +611,7 @@ CAPTIONS = {
     "hours": "GPU-hours of work lost in those runs, largest first: a cause of few failures can cost the most.",
     "lemons": "One dot per node. Right: taken out more often than the fleet; up: its jobs fail more than its "
     "users' jobs fail elsewhere. Red nodes are flagged; the table below gives their numbers.",
-    "timeline": "Incidents over the window, one mark each, coloured by cause; flagged nodes first. A shared "
+    "timeline": "Incidents over the window, one mark each, coloured by its first cause. A shared "
     "incident (one cause on many nodes at once) is one diamond on the top row, counted against no node.",
 }
 
@@ -573,7 +626,7 @@ STYLE = (
     "figure.table{border:none}caption{text-align:left;padding:4px 0;font-weight:bold}"
     "dl{display:grid;grid-template-columns:max-content auto;gap:1px 12px;margin:4px 0;max-width:900px}"
     "dt{font-family:monospace;font-weight:bold}dd{margin:0}"
-    "ul{font-size:14px}"
+    "ul{font-size:14px}.next{font-size:15px;background:#e8f4ea;border:1px solid #8fc79a;padding:8px 12px}"
 )
 
 
@@ -587,6 +640,7 @@ def page(report: FleetReport, extra: str = "") -> str:
     ``extra`` is HTML of another section (``fleet backtest``'s), built with ``_esc``.
     """
     summary = "".join(f"<li>{_esc(line)}</li>" for line in summary_lines(report))
+    steps = "".join(f'<p class="next">{_esc(line)}</p>' for line in next_lines(report))
     empty = no_data(report)
     if empty:
         content = f'<p class="no-data">{_esc(empty)}</p>'
@@ -597,7 +651,7 @@ def page(report: FleetReport, extra: str = "") -> str:
             + _figure(failures, CAPTIONS["causes"])
             + _figure(lost, CAPTIONS["hours"])
             + _figure(lemon_plot(report), CAPTIONS["lemons"])
-            + _figure(timeline_plot(report), CAPTIONS["timeline"])
+            + _figure(timeline_plot(report), timeline_caption(report))
         )
         rates = "".join(f"<li>{_esc(line.strip())}</li>" for line in rate_lines(report))
         content = (
@@ -607,5 +661,5 @@ def page(report: FleetReport, extra: str = "") -> str:
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>healthd fleet report</title><style>{STYLE}</style></head><body>"
-        f'<h1>healthd fleet report</h1><ul class="summary">{summary}</ul>{content}{extra}</body></html>\n'
+        f'<h1>healthd fleet report</h1><ul class="summary">{summary}</ul>{steps}{content}{extra}</body></html>\n'
     )

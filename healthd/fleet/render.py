@@ -364,6 +364,29 @@ def rate_lines(report: FleetReport) -> list[str]:
     return lines
 
 
+def next_lines(report: FleetReport) -> list[str]:
+    """What to do next with the flagged nodes: the command that drains them, and what it leaves alone."""
+    if report.runs == 0:
+        return []
+    loud = [one_line(v.node, NAME_LIMIT) for v in report.lemons if v.incident_evidence]
+    silent = [one_line(v.node, NAME_LIMIT) for v in report.lemons if not v.incident_evidence]
+    if not report.lemons:
+        return ["next: no node to drain; run the report again over a longer window as the accounting grows"]
+    lines = []
+    if loud:
+        lines.append(
+            f"next: `healthd fleet lemons --drain` (the same inputs) says how it would drain {', '.join(loud)}; "
+            "`healthd fleet backtest` first shows what draining would have changed for large jobs; "
+            "--apply drains"
+        )
+    if silent:
+        lines.append(
+            f"next: {', '.join(silent)} failed jobs without an incident (silent): look at them, or add "
+            "--drain-silent to drain them too"
+        )
+    return lines
+
+
 def table(report: FleetReport) -> str:
     """The default output: a few short tables."""
     summary = summary_lines(report)
@@ -373,4 +396,5 @@ def table(report: FleetReport) -> str:
     lines += ["", *table_text(bucket_table(report)), "", *rate_lines(report), "", *table_text(cause_table(report))]
     lines += ["", *table_text(lemon_table(report), key=True)]
     lines.extend(lemon_lines(report))
+    lines += ["", *next_lines(report)]
     return "\n".join(lines) + "\n"

@@ -113,9 +113,10 @@ def test_the_wheel_ships_every_package_and_module_of_the_source_tree(wheel: Path
     assert not missing, f"modules the wheel leaves out (is their package found by setuptools?): {missing}"
     top_levels = {name.split("/", 1)[0] for name in shipped}
     assert "checks" not in top_levels
-    # Test support is not shipped: the synthetic fleet lives in tests/healthd_testkit/.
+    # Test support is not shipped; the synthetic fleet is, for `healthd fleet sample`.
     assert not {"tests", "healthd_testkit", "bench"} & top_levels
     assert [name for name in shipped if name.endswith("/synth.py")] == []
+    assert "healthd/fleet/sample.py" in shipped
     assert {name.split(".dist-info", 1)[0] for name in top_levels if ".dist-info" in name} == {
         f"healthd-{wheel.name.split('-')[1]}"
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -184,3 +185,55 @@ def test_the_html_page_has_a_backtest_section(
     for node in fleet.incident_lemons:
         assert f"<td>{node}</td>" in section
     assert '<div class="plots">' in html  # the report's own page, the section after it
+
+
+def test_the_verdict_and_the_chart_give_the_rates_by_step_and_name_the_silent_lemons(
+    cli: Cli, lemon_fleet: tuple[synth.Fleet, Path, Path], tmp_path: Path
+) -> None:
+    fleet, jobs, events = lemon_fleet
+    lines, event_lines = jobs.read_text().splitlines(), events.read_text().splitlines()
+    bt = backtest(lines, event_lines, None, BacktestSettings(min_gpus=MIN_GPUS))
+    # The steps' intervals hold every large run, failure and avoided failure of the replay, once.
+    assert sum(r.runs for r in bt.by_step) == bt.large_runs
+    assert sum(r.failed for r in bt.by_step) == bt.large_failed
+    assert sum(r.avoided for r in bt.by_step) == len(bt.avoided) > 0
+    assert len(bt.by_step) == len(bt.steps)
+    assert all(r.start < r.end for r in bt.by_step) and bt.by_step[-1].end == bt.report.end
+
+    page = tmp_path / "report.html"
+    inputs = ("--jobs", str(jobs), "--events", str(events), "--min-gpus", str(MIN_GPUS))
+    code, out, _ = cli("fleet", "backtest", *inputs, "--html", str(page))
+    assert code == 0
+    drained = sorted({d.node for d in bt.drains})
+    assert out.splitlines()[0] == (
+        f"verdict: draining these {len(drained)} nodes ({', '.join(drained)}) would have cut failures of runs of "
+        f">= {MIN_GPUS} GPUs from {100 * bt.large_failed / bt.large_runs:.1f}% to "
+        f"{100 * (bt.large_failed - len(bt.avoided)) / bt.large_runs:.1f}% "
+        f"({len(bt.avoided)} of {bt.large_failed} failures avoided)"
+    )
+    silent = [line for line in out.splitlines() if "silent lemon" in line]
+    assert len(silent) == 1 and "--drain-silent" in silent[0]
+    assert all(node in silent[0] for node in fleet.silent_lemons)
+
+    section = page.read_text().split('<section id="backtest">', 1)[1]
+    chart = section.split('<svg class="plot" id="plot-backtest"', 1)[1].split("</svg>", 1)[0]
+    drawn = [(m[0], float(m[1])) for m in re.findall(r'data-series="([^"]+)" data-rate="([0-9.]+)"', chart)]
+    steps = [r for r in bt.by_step if r.runs]
+    assert [s for s, _ in drawn] == ["as it was", "with draining"] * len(steps)
+    for step, (was, now) in zip(steps, zip(drawn[::2], drawn[1::2])):
+        assert was[1] == round(100 * step.failed / step.runs, 2)
+        assert now[1] == round(100 * (step.failed - step.avoided) / step.runs, 2)
+    assert "verdict: draining these" in section and "silent lemon" in section
+
+    code, out, _ = cli("fleet", "backtest", *inputs, "--drain-silent")
+    assert code == 0 and "silent lemon" not in out
+    assert all(node in out.splitlines()[0] for node in fleet.silent_lemons)
+
+
+def test_a_drain_that_avoids_nothing_says_it_would_not_have_helped(
+    cli: Cli, lemon_fleet: tuple[synth.Fleet, Path, Path]
+) -> None:
+    _, jobs, events = lemon_fleet
+    # No run of this fleet holds 4096 GPUs: the verdict says there is nothing to judge, and how to count more.
+    code, out, _ = cli("fleet", "backtest", "--jobs", str(jobs), "--events", str(events), "--min-gpus", "4096")
+    assert code == 0 and out.startswith("verdict: no runs of >= 4096 GPUs started in the replay: nothing to judge")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -265,3 +266,22 @@ def test_a_hostile_byte_in_a_users_submit_line_forges_no_record(cli: Cli, tmp_pa
         documents.append(json.loads(out))
     assert documents[0]["inputs"]["submit_lines"] == documents[1]["inputs"]["submit_lines"]
     assert documents[0]["inputs"]["submit_lines"]["records"] == 2
+
+
+def test_sample_writes_a_fleet_that_the_commands_it_suggests_can_read(cli: Cli, tmp_path: Path) -> None:
+    """``fleet sample DIR``: the generator ships in the package, and each printed command runs as printed."""
+    directory = tmp_path / "sample dir"
+    code, out, err = cli("fleet", "sample", str(directory), "--nodes", "120", "--days", "30")
+    assert (code, err) == (0, "")
+    assert sorted(p.name for p in directory.iterdir()) == ["events.txt", "jobs.txt", "submit-lines.txt"]
+    planted = out.split("incident lemons ", 1)[1].split(";", 1)[0].split(", ")
+    suggested = [shlex.split(line) for line in out.splitlines() if line.startswith("  healthd fleet ")]
+    assert [argv[2] for argv in suggested] == ["report", "lemons", "backtest"]
+    for argv in suggested:
+        code, shown, err = cli(*argv[1:])
+        assert (code, err) == (0, ""), argv
+        if argv[2] == "lemons":
+            assert set(planted) & {line.split()[0] for line in shown.splitlines() if line.startswith("gpu")}
+    assert (directory / "report.html").read_text().startswith("<!DOCTYPE html>")
+    code, _, err = cli("fleet", "sample", str(directory), "--nodes", "2")
+    assert code == 64 and "--nodes" in err

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -93,7 +92,7 @@ def _lemon_files(tmp_path: Path, names: tuple[str, ...], silent: bool = False) -
     """A synthetic fleet whose incident (or silent) lemons are renamed to ``names`` (nodes of the test cluster)."""
     count = len(names)
     spec = synth.FleetSpec(incident_lemons=0 if silent else count, silent_lemons=count if silent else 0, seed=4)
-    fleet = synth.plant(replace(spec, lemon_factor=25))
+    fleet = synth.plant(spec._replace(lemon_factor=25))
     jobs, events = "\n".join(synth.job_lines(fleet)), "\n".join(synth.event_lines(fleet))
     for lemon, name in zip(fleet.silent_lemons if silent else fleet.incident_lemons, names):
         jobs, events = jobs.replace(f"|{lemon}|", f"|{name}|"), events.replace(f"|{lemon}|", f"|{name}|")

@@ -327,3 +327,66 @@ def test_no_data_says_so_in_the_page(cli: Cli, tmp_path: Path) -> None:
     (message,) = root.find("p", "no-data")
     assert message.text().startswith("no data: no finished job runs in the input")
     assert "None" not in root.text()
+
+
+def test_the_timeline_names_every_cause_it_draws_and_ends_with_the_window(
+    fleet_page: tuple[synth.Fleet, Path, str],
+) -> None:
+    """The legend: every code of every mark drawn, most frequent first, counted; the axis: the window, no further."""
+    fleet, page, text = fleet_page
+    root = _rendered(page)
+    svg = _plot(root, "plot-timeline")
+    marks = [mark.text().split(" ", 1)[1].rsplit(" ", 1)[0].split(", ") for mark in svg.find("rect", "incident")]
+    legend = [item.text() for item in svg.find("g", "legend-item")]
+    named = [re.fullmatch(r"([A-Z0-9_]+) \((\d+)\)", entry) for entry in legend]
+    counts = [(m[1], int(m[2])) for m in named if m]
+    assert counts and [n for _, n in counts] == sorted((n for _, n in counts), reverse=True), legend
+    for code, n in counts:
+        assert n == sum(1 for codes in marks if codes[0] == code), code
+    drawn = {code for codes in marks for code in codes}
+    listed = set(re.findall(r"[A-Z][A-Z0-9_]{2,}", " ".join(legend)))
+    assert drawn <= listed, drawn - listed
+    assert "PCIE_WIDTH_DEGRADED" in drawn  # the co-occurring cause, never an incident's first
+
+    title = svg.find("text", "title")[0].text()
+    shown = len({row.text() for row in svg.find("text", "label") if row.parent is svg} - {"shared"})
+    assert title == f"Incident timeline: {shown} of {fleet.spec.nodes} nodes", title
+    (caption,) = [f.find("figcaption")[0].text() for f in root.find("figure") if _plot_ids(f) == ["plot-timeline"]]
+    assert caption.startswith(f"Showing {shown} of {fleet.spec.nodes} nodes")
+
+    end = re.search(r"window \S+ \.\. (\d{4}-\d{2}-\d{2})", text)
+    assert end is not None
+    assert max(tick.text() for tick in _ticks(svg, "x")) <= end[1]
+    axis_right = max(
+        float(line.attrs["x2"]) for line in svg.find("line") if line.attrs.get("y1") == line.attrs.get("y2")
+    )
+    assert all(float(tick.attrs["x"]) <= axis_right for tick in _ticks(svg, "x"))
+
+    steps = [p.text() for p in root.find("p", "next")]
+    assert steps and steps[0].startswith("next: `healthd fleet lemons --drain`")
+    assert all(node in steps[0] for node in fleet.incident_lemons)
+    assert any("--drain-silent" in step and all(n in step for n in fleet.silent_lemons) for step in steps)
+
+
+def _plot_ids(figure: Element) -> list[str]:
+    return [svg.attrs.get("id", "") for svg in figure.find("svg", "plot")]
+
+
+def test_the_backtest_section_has_its_verdict_and_chart_in_chromium(cli: Cli, tmp_path: Path) -> None:
+    fleet = synth.plant(synth.FleetSpec(seed=11))
+    jobs_file, events_file = _write_inputs(tmp_path, list(synth.job_lines(fleet)), list(synth.event_lines(fleet)))
+    page = tmp_path / "backtest.html"
+    inputs = ("--jobs", str(jobs_file), "--events", str(events_file), "--min-gpus", "64")
+    code, out, _ = cli("fleet", "backtest", *inputs, "--html", str(page))
+    assert code == 0
+    root = _rendered(page)
+    (verdict,) = root.find("p", "verdict")
+    assert verdict.text() == out.splitlines()[0] and verdict.text().startswith("verdict: ")
+    svg = _plot(root, "plot-backtest")
+    assert [item.text() for item in svg.find("g", "legend-item")] == ["as it was", "with draining"]
+    labels = {label.attrs["data-axis"]: label.text() for label in svg.find("text", "axis-label")}
+    assert labels["y"] == "failed, % of runs" and labels["x"].startswith("step")
+    bars = svg.find("rect", "rate")
+    assert bars and len(bars) % 2 == 0
+    values = [_number(tick.text()) for tick in _ticks(svg, "y")]
+    assert len(values) >= 3 and max(values) >= max(float(bar.attrs["data-rate"]) for bar in bars)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
 import pytest
@@ -123,7 +122,7 @@ def test_a_forged_pin_does_not_hide_another_users_failures() -> None:
 
 def test_a_silent_lemon_that_fails_many_users_is_still_flagged_with_a_pinning_user_on_it() -> None:
     """Leaving out the top user costs a real lemon little: the others' failures there still stand out."""
-    spec = dataclasses.replace(HEALTHY, silent_lemons=1, buggy_users=1, days=60, runs=40_000, seed=11)
+    spec = HEALTHY._replace(silent_lemons=1, buggy_users=1, days=60, runs=40_000, seed=11)
     fleet = synth.plant(spec)
     report = analyze(
         list(synth.job_lines(fleet)), list(synth.event_lines(fleet)), submit_lines=lambda: synth.submit_lines(fleet)
@@ -137,7 +136,7 @@ def test_a_silent_lemon_that_fails_many_users_is_still_flagged_with_a_pinning_us
 
 def test_per_node_floors_keep_one_or_two_incidents_from_making_a_lemon() -> None:
     """A node with two incidents on a fleet where no other node has any: the plain test flags it."""
-    fleet = synth.plant(dataclasses.replace(HEALTHY, rate_per_node_day=0.0))
+    fleet = synth.plant(HEALTHY._replace(rate_per_node_day=0.0))
     events = list(synth.event_lines(fleet))
     events += [
         f"synth|{TARGET}|2024-01-{day:02d}T03:00:00|2024-01-{day:02d}T09:00:00|DRAIN|root(0)|healthd: XID_79 gpu0"
