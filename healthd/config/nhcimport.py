@@ -371,7 +371,12 @@ def _infiniband(ctx: _Context, target: _Target) -> None:
 
 
 def _cpuinfo(ctx: _Context, target: _Target) -> None:
-    """``check_hw_cpuinfo [sockets] [cores] [threads]`` (scripts/lbnl_hw.nhc): the counts NHC reads."""
+    """``check_hw_cpuinfo [sockets] [cores] [threads]`` (scripts/lbnl_hw.nhc): the counts NHC reads.
+
+    NHC counts /proc/cpuinfo its own way (``nhc_hw_gather_data``): where no line has a
+    ``physical id`` (arm64, NVIDIA Grace) every processor is a socket, so a GB200 file says
+    ``check_hw_cpuinfo 128 128 128``. ``cpu_count_as = "nhc"`` makes the host check count so.
+    """
     if not 1 <= len(ctx.args) <= 3 or not all(arg.isdigit() for arg in ctx.args):
         raise _Skip("expected up to three whole numbers: sockets, cores, threads")
     if "0" in (arg.lstrip("0") or "0" for arg in ctx.args):
@@ -379,6 +384,7 @@ def _cpuinfo(ctx: _Context, target: _Target) -> None:
         raise _Skip("a count of 0 matches no running node (NHC would fail every node with it)")
     sockets, cores, threads = ([int(arg) for arg in ctx.args] + [0, 0])[:3]
     table = target.table("host")
+    table["cpu_count_as"] = "nhc"
     table["expect_sockets"] = sockets
     if threads:
         table["expect_cpus"] = threads

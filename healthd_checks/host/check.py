@@ -26,7 +26,16 @@ from healthd.text import one_line, read_kernel_text
 
 from ..common.procs import read_processes, system_uid
 from ..common.sysfs import SysfsError, read_value
-from .parse import ARPHRD_ETHER, link_up, parse_cpu_list, parse_driver_version, parse_meminfo, parse_operstate
+from .parse import (
+    ARPHRD_ETHER,
+    NhcCpuCounts,
+    link_up,
+    parse_cpu_list,
+    parse_cpuinfo_nhc,
+    parse_driver_version,
+    parse_meminfo,
+    parse_operstate,
+)
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext
@@ -175,6 +184,23 @@ def read_topology(sysfs: Path) -> Topology:
     return Topology(len(online), len(packages), threads)
 
 
+def nhc_topology(counts: NhcCpuCounts) -> Topology:
+    """NHC's counts as a topology: its threads are the CPUs; threads per core only where cores divide them
+    (0 otherwise, which no expected count equals: NHC's own core count would differ too)."""
+    per_core = counts.threads // counts.cores if counts.cores and counts.threads % counts.cores == 0 else 0
+    return Topology(counts.threads, counts.sockets, per_core)
+
+
+def _read_topology(ctx: CheckContext[HostSettings]) -> Union[Topology, Unobserved]:
+    if ctx.settings.cpu_count_as == "nhc":
+        counts = read_parsed(ctx.paths.procfs / "cpuinfo", parse_cpuinfo_nhc, "CPUINFO", "replace")
+        return counts if isinstance(counts, Unobserved) else nhc_topology(counts)
+    try:
+        return read_topology(ctx.paths.sysfs)
+    except (SysfsError, ValueError) as exc:
+        return Unobserved("CPU_TOPOLOGY_UNREADABLE", "cpu", str(exc))
+
+
 def _first_line(path: Path, code: str) -> Union[str, Unobserved]:
     try:
         return one_line(read_value(path).strip().partition("\n")[0], 120)
@@ -303,10 +329,7 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     timex, time_daemon = _read_clock(ctx)
     topology: Union[Topology, Unobserved, None] = None
     if settings.expect_cpus or settings.expect_sockets or settings.expect_threads_per_core:
-        try:
-            topology = read_topology(ctx.paths.sysfs)
-        except (SysfsError, ValueError) as exc:
-            topology = Unobserved("CPU_TOPOLOGY_UNREADABLE", "cpu", str(exc))
+        topology = _read_topology(ctx)
     meminfo: Union[dict[str, int], Unobserved, None] = None
     memory = (settings.expect_memory_gib, settings.expect_memory_max_gib, settings.expect_hugepages)
     if any(value is not None for value in memory):

@@ -29,6 +29,14 @@ class HostSettings(CheckSettings):
     expect_cpus: Optional[int] = Field(default=None, ge=1, description="online CPUs (hardware threads)")
     expect_sockets: Optional[int] = Field(default=None, ge=1, description="CPU packages (physical_package_id)")
     expect_threads_per_core: Optional[int] = Field(default=None, ge=1, description="hardware threads per core")
+    # NHC's check_hw_cpuinfo (scripts/lbnl_hw.nhc) counts /proc/cpuinfo, not the topology: where no
+    # line has a "physical id" (arm64, NVIDIA Grace) every processor is a socket, so an nhc.conf
+    # for such a node says 128 sockets where sysfs has 1 or 2 packages.
+    cpu_count_as: Literal["topology", "nhc"] = Field(
+        default="topology",
+        description='count CPUs from sysfs topology, or as NHC\'s check_hw_cpuinfo counts /proc/cpuinfo ("nhc":'
+        " sockets are distinct physical ids, or every processor where none is given, as on arm64)",
+    )
     expect_memory_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at least this")
     expect_memory_max_gib: Optional[float] = Field(default=None, gt=0, description="MemTotal at most this")
     # NHC's check_hw_physmem fudge (scripts/lbnl_hw.nhc): a percentage of the MemTotal read,

@@ -616,3 +616,10 @@ def test_a_bound_no_node_can_meet_is_left_out_or_refused(
     conf.write_text("* || check_hw_physmem 0 0\n")
     code, err = _import(cli, conf, tmp_path / "zero.toml")
     assert code == 65 and "matches no running node" in err
+
+
+def test_a_grace_nodes_cpu_counts_are_counted_as_nhc_counts_them() -> None:
+    """A GB200 file's `check_hw_cpuinfo 128 128 128`: NHC counts each arm64 processor a socket
+    (scripts/lbnl_hw.nhc), so the host check must count so too, not sysfs's one or two packages."""
+    host = checks("* || check_hw_cpuinfo 128 128 128\n")["host"]
+    assert host == {"cpu_count_as": "nhc", "expect_sockets": 128, "expect_cpus": 128, "expect_threads_per_core": 1}

@@ -22,6 +22,7 @@ from healthd_checks.host.parse import (
     OPERSTATES,
     link_up,
     parse_cpu_list,
+    parse_cpuinfo_nhc,
     parse_driver_version,
     parse_meminfo,
     parse_operstate,
@@ -335,3 +336,36 @@ def test_reading_the_clock_state_runs_no_ldconfig_and_imports_no_ctypes_util() -
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]"
+
+
+# /proc/cpuinfo as arm64 writes it (arch/arm64/kernel/cpuinfo.c, c_show): no "physical id".
+_GRACE_CPU = (
+    "processor\t: {n}\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\n"
+    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n\n"
+)
+# As x86 writes it (arch/x86/kernel/cpu/proc.c, show_cpuinfo): two sockets of 2 cores, 2 threads each.
+_X86_CPU = "processor\t: {n}\nphysical id\t: {socket}\ncpu cores\t: 2\nsiblings\t: 4\ncpu MHz\t\t: 2400.000\n\n"
+
+
+def test_nhc_counts_every_arm64_processor_a_socket() -> None:
+    grace = "".join(_GRACE_CPU.format(n=n) for n in range(128))
+    assert parse_cpuinfo_nhc(grace) == (128, 128, 128)
+    x86 = "".join(_X86_CPU.format(n=n, socket=n // 4) for n in range(8))
+    assert parse_cpuinfo_nhc(x86) == (2, 4, 8)
+    # No processor line and no physical id: NHC says one of each.
+    assert parse_cpuinfo_nhc("") == (1, 1, 1)
+    with pytest.raises(ValueError, match="no count"):
+        parse_cpuinfo_nhc("processor : 0\nphysical id : 0\ncpu cores : two\n")
+
+
+def test_a_grace_node_meets_its_nhc_cpu_counts_only_when_counted_as_nhc_counts(tmp_path: Path) -> None:
+    """A GB200 file's `check_hw_cpuinfo 128 128 128`: sysfs has one package there, NHC 128 sockets."""
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    (procfs / "cpuinfo").write_text("".join(_GRACE_CPU.format(n=n) for n in range(128)))
+    expect = {"clock_sync": "off", "expect_sockets": 128, "expect_cpus": 128, "expect_threads_per_core": 1}
+    assert run(tmp_path, procfs=procfs, cpu_count_as="nhc", **expect) == []
+    found = codes(run(tmp_path, procfs=procfs, cpu_count_as="nhc", **{**expect, "expect_sockets": 2}))
+    assert found == [("CPU_TOPOLOGY", Status.CRITICAL, "sockets")]
+    (unread,) = run(tmp_path, procfs=tmp_path, cpu_count_as="nhc", **expect)
+    assert (unread.code, unread.status) == ("CPUINFO_UNREADABLE", Status.UNKNOWN)
