@@ -436,6 +436,57 @@ def _physmem(ctx: _Context, target: _Target) -> None:
     table["expect_memory_max_gib"] = maximum
 
 
+def _swap(ctx: _Context, target: _Target) -> None:
+    """``check_hw_swap MIN MAX [FUDGE]`` (scripts/lbnl_hw.nhc): fails when SwapTotal + FUDGE < MIN or
+    SwapTotal - FUDGE > MAX, so the range, widened by a fudge given as a size, is exact in kB."""
+    if not 2 <= len(ctx.args) <= 3:
+        raise _Skip("expected a minimum, a maximum and an optional fudge")
+    fudge = ctx.args[2] if len(ctx.args) == 3 else "0"
+    low, high = _kilobytes(ctx.args[0]), _kilobytes(ctx.args[1])
+    if fudge.endswith("%"):
+        # "no swap" with a fudge (Azure's `check_hw_swap 0kB 0kB 3%`): SwapTotal less under all of
+        # it is above 0 exactly when SwapTotal is, so the fudge changes nothing there.
+        if low or high or not _percent(fudge) < 100:
+            raise _Skip(f"fudge {fudge!r}: a percentage of the swap found is converted only for 0 0; give a size")
+        fudge = "0"
+    slack = _kilobytes(fudge)
+    table = target.table("host")
+    if low > slack:
+        table["expect_swap_gib"] = (low - slack) / 2**20
+    table["expect_swap_max_gib"] = (high + slack) / 2**20
+
+
+def _free(key: str) -> Callable[[_Context, _Target], None]:
+    """``check_hw_swap_free MIN`` (SwapFree) and ``check_hw_mem_free MIN`` (MemFree + Buffers + Cached
+    + SwapFree), scripts/lbnl_hw.nhc: fails when the free kB are below MIN."""
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        if len(ctx.args) != 1:
+            raise _Skip("expected one minimum size")
+        table = target.table("host")
+        minimum = _kilobytes(ctx.args[0]) / 2**20
+        table[key] = max(minimum, table.get(key, 0.0))
+
+    return convert
+
+
+def _loadavg(ctx: _Context, target: _Target) -> None:
+    """``check_ps_loadavg L1 [L5 [L15]]`` (scripts/lbnl_ps.nhc): fails when a load average, cut to a
+    whole number, is at least its limit (bash's ``-ge`` on whole numbers)."""
+    if not ctx.args:
+        raise _Skip("no limit given: NHC judges nothing")
+    if len(ctx.args) > 3:
+        ctx.note(f"{' '.join(ctx.args[3:])!r}: NHC reads three load averages and ignores more limits")
+    for minutes, limit in zip((1, 5, 15), ctx.args):
+        if not limit:
+            continue  # NHC skips an empty limit (-n)
+        if not limit.isdigit() or len(limit) > 9:
+            raise _Skip(f"limit {limit!r} is not a whole number: bash's -ge cannot compare it")
+        if int(limit) == 0:
+            raise _Skip("a limit of 0 matches no running node (NHC would fail every node with it)")
+        target.table("host")[f"max_load_{minutes}m"] = float(limit)
+
+
 # An interface name as the kernel allows it (dev_valid_name: 1-15 bytes, no '/', ':' or blank),
 # printable, and no glob (NHC compares it unquoted, as a pattern).
 _INTERFACE = re.compile(r"(?!\.\.?$)[^/:\s*?\[\x00-\x1f\x7f]{1,15}")
@@ -504,6 +555,10 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_hw_cpuinfo": _cpuinfo,
     "check_hw_physmem": _physmem,
     "check_hw_eth": _ethernet,
+    "check_hw_swap": _swap,
+    "check_hw_swap_free": _free("min_free_swap_gib"),
+    "check_hw_mem_free": _free("min_free_memory_gib"),
+    "check_ps_loadavg": _loadavg,
     "check_gpu_count": _gpu_count,
     "check_gpu_xid": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
     "check_nv_healthmon": _gpu_health("nvidia-healthmon"),

@@ -33,6 +33,7 @@ from .parse import (
     parse_cpu_list,
     parse_cpuinfo_nhc,
     parse_driver_version,
+    parse_loadavg,
     parse_meminfo,
     parse_operstate,
 )
@@ -167,6 +168,7 @@ class HostObservation(NamedTuple):
     # Asked only of an unsynchronised clock under clock_sync "when_disciplined": the time daemon
     # found running ("" for none).
     time_daemon: Union[str, Unobserved, None] = None
+    loadavg: Union[tuple[float, float, float], Unobserved, None] = None
 
 
 def read_topology(sysfs: Path) -> Topology:
@@ -331,7 +333,7 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     if settings.expect_cpus or settings.expect_sockets or settings.expect_threads_per_core:
         topology = _read_topology(ctx)
     meminfo: Union[dict[str, int], Unobserved, None] = None
-    memory = (settings.expect_memory_gib, settings.expect_memory_max_gib, settings.expect_hugepages)
+    memory = (settings.expect_memory_gib, settings.expect_memory_max_gib, settings.expect_hugepages, *_swap(settings))
     if any(value is not None for value in memory):
         meminfo = read_parsed(ctx.paths.procfs / "meminfo", parse_meminfo, "MEMINFO", "replace")
     kernel = bios = driver = None
@@ -342,7 +344,62 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     if settings.expect_bios:
         bios = _first_line(ctx.paths.sysfs / "class/dmi/id/bios_version", "BIOS_VERSION_UNREADABLE")
     ethernet = _ethernet(ctx) if settings.expect_ethernet or settings.expect_interfaces else None
-    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet, time_daemon)
+    loadavg = None
+    if any(limit is not None for limit in _load_limits(settings)):
+        loadavg = read_parsed(ctx.paths.procfs / "loadavg", parse_loadavg, "LOADAVG")
+    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet, time_daemon, loadavg)
+
+
+def _load_limits(settings: HostSettings) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    return settings.max_load_1m, settings.max_load_5m, settings.max_load_15m
+
+
+def _swap(settings: HostSettings) -> tuple[Optional[float], ...]:
+    return (
+        settings.expect_swap_gib,
+        settings.expect_swap_max_gib,
+        settings.min_free_swap_gib,
+        settings.min_free_memory_gib,
+    )
+
+
+_GIB = 2**20  # kB in a GiB: /proc/meminfo counts in kB (proc(5))
+
+
+def _judge_usage(meminfo: dict[str, int], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """Swap and free memory as NHC 1.4.3 reads them from /proc/meminfo (scripts/lbnl_hw.nhc):
+    ``check_hw_swap`` SwapTotal within a range, ``check_hw_swap_free`` SwapFree, and
+    ``check_hw_mem_free`` MemFree + Buffers + Cached + SwapFree, each at least its minimum."""
+    settings = jc.settings
+    swap = meminfo.get("SwapTotal", 0) / _GIB
+    free_swap = meminfo.get("SwapFree", 0) / _GIB
+    free = sum(meminfo.get(name, 0) for name in ("MemFree", "Buffers", "Cached", "SwapFree")) / _GIB
+    inventory, usage = Status[settings.inventory_severity], Status[settings.usage_severity]
+    findings: list[Finding] = []
+    for grade, code, subject, have, low, high in (
+        (inventory, "SWAP_SIZE", "swap", swap, settings.expect_swap_gib, settings.expect_swap_max_gib),
+        (usage, "SWAP_FREE_LOW", "swap", free_swap, settings.min_free_swap_gib, None),
+        (usage, "MEMORY_FREE_LOW", "memory", free, settings.min_free_memory_gib, None),
+    ):
+        if low is not None and have < low:
+            message = f"{have:.3f} GiB {code.lower().replace('_', ' ')}, at least {low:g} GiB expected"
+            findings.append(jc.finding(grade, code, subject, message, found_gib=round(have, 3), expected_gib=low))
+        elif high is not None and have > high:
+            message = f"{have:.3f} GiB swap, at most {high:g} GiB expected"
+            findings.append(jc.finding(grade, code, subject, message, found_gib=round(have, 3), expected_max_gib=high))
+    return findings
+
+
+def _judge_load(loadavg: tuple[float, float, float], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """NHC's check_ps_loadavg (scripts/lbnl_ps.nhc) fails when a load average, cut to a whole number, reaches
+    its limit: for a whole-number limit, when the load itself reaches it."""
+    findings: list[Finding] = []
+    for minutes, load, limit in zip((1, 5, 15), loadavg, _load_limits(jc.settings)):
+        if limit is not None and load >= limit:
+            message = f"{minutes}-minute load average {load:g}, limit {limit:g}"
+            status = Status[jc.settings.usage_severity]
+            findings.append(jc.finding(status, "LOAD_HIGH", f"load_{minutes}m", message, found=load, limit=limit))
+    return findings
 
 
 def _judge_clock(timex: Timex, time_daemon: Optional[str], jc: JudgeContext[HostSettings]) -> list[Finding]:
@@ -410,6 +467,7 @@ def _judge_inventory(observed: HostObservation, jc: JudgeContext[HostSettings]) 
     meminfo = observed.meminfo
     if isinstance(meminfo, dict):
         findings += _judge_memory(meminfo["MemTotal"] / 2**20, jc)
+        findings += _judge_usage(meminfo, jc)
         pages = meminfo.get("HugePages_Total")
         if settings.expect_hugepages is not None and pages != settings.expect_hugepages:
             message = f"{pages} huge pages, {settings.expect_hugepages} expected"
@@ -468,6 +526,7 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
         observed.driver,
         observed.bios,
         observed.ethernet,
+        observed.loadavg,
     )
     if all(part is None for part in parts):
         raise NotApplicable("clock_sync is off and nothing is expected in [checks.host]")
@@ -477,6 +536,8 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
     findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
     if observed.ethernet is not None and not isinstance(observed.ethernet, Unobserved):
         findings += _judge_ethernet(observed.ethernet, jc)
+    if observed.loadavg is not None and not isinstance(observed.loadavg, Unobserved):
+        findings += _judge_load(observed.loadavg, jc)
     return Verdict(tuple(findings))
 
 

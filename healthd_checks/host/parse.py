@@ -133,3 +133,15 @@ def parse_cpuinfo_nhc(text: str, source: str = "/proc/cpuinfo") -> NhcCpuCounts:
         threads = len(sockets) * int(siblings) if siblings else 0
         return NhcCpuCounts(len(sockets), len(sockets) * int(cores), threads)
     return NhcCpuCounts(1, 1, 1)
+
+
+def parse_loadavg(text: str, source: str) -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages from ``/proc/loadavg`` (proc(5): ``0.52 0.58 0.59 1/467 12345``)."""
+    fields = text.split(" ")
+    try:
+        values = tuple(float(field) for field in fields[:3])
+    except ValueError:
+        values = ()
+    if len(values) != 3 or not all(0 <= value < 1e9 for value in values):
+        raise ValueError(f"{source}: not three load averages: {text[:60]!r}")
+    return values[0], values[1], values[2]

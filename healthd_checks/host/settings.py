@@ -44,6 +44,21 @@ class HostSettings(CheckSettings):
     memory_tolerance_percent: float = Field(
         default=0.0, ge=0, lt=100, description="percent of MemTotal allowed either side of the expected memory"
     )
+    # NHC's check_hw_swap, check_hw_swap_free, check_hw_mem_free (scripts/lbnl_hw.nhc) and
+    # check_ps_loadavg (scripts/lbnl_ps.nhc). Free memory and load are what jobs use: they are
+    # judged only where set, and graded usage_severity.
+    expect_swap_gib: Optional[float] = Field(default=None, ge=0, description="SwapTotal at least this")
+    expect_swap_max_gib: Optional[float] = Field(default=None, ge=0, description="SwapTotal at most this (0: no swap)")
+    min_free_swap_gib: Optional[float] = Field(default=None, ge=0, description="SwapFree at least this")
+    min_free_memory_gib: Optional[float] = Field(
+        default=None, ge=0, description="MemFree + Buffers + Cached + SwapFree at least this (NHC's free memory)"
+    )
+    max_load_1m: Optional[float] = Field(default=None, gt=0, description="the 1-minute load average stays below this")
+    max_load_5m: Optional[float] = Field(default=None, gt=0, description="the 5-minute load average stays below this")
+    max_load_15m: Optional[float] = Field(default=None, gt=0, description="the 15-minute load average stays below this")
+    usage_severity: Grade = Field(
+        default="WARNING", description="grade of too little free swap or memory, or high load"
+    )
     expect_hugepages: Optional[int] = Field(default=None, ge=0, description="HugePages_Total (default page size)")
     expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
     expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")

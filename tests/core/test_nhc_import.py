@@ -623,3 +623,23 @@ def test_a_grace_nodes_cpu_counts_are_counted_as_nhc_counts_them() -> None:
     (scripts/lbnl_hw.nhc), so the host check must count so too, not sysfs's one or two packages."""
     host = checks("* || check_hw_cpuinfo 128 128 128\n")["host"]
     assert host == {"cpu_count_as": "nhc", "expect_sockets": 128, "expect_cpus": 128, "expect_threads_per_core": 1}
+
+
+def test_swap_free_memory_and_load_convert_exactly() -> None:
+    """lbnl_hw.nhc's sizes are kB: the bounds are written exactly, a size fudge widening them."""
+    host = checks(
+        "* || check_hw_swap 1G 4G 1M\n* || check_hw_swap_free 512M\n* || check_hw_mem_free 2G\n"
+        "* || check_ps_loadavg 300 '' 200\n"
+    )["host"]
+    assert host == {
+        "expect_swap_gib": (2**20 - 2**10) / 2**20,
+        "expect_swap_max_gib": (4 * 2**20 + 2**10) / 2**20,
+        "min_free_swap_gib": 0.5,
+        "min_free_memory_gib": 2.0,
+        "max_load_1m": 300.0,
+        "max_load_15m": 200.0,
+    }
+    # Azure's "no swap": a percentage fudge of nothing is nothing.
+    assert checks("* || check_hw_swap 0kB 0kB 3%\n")["host"] == {"expect_swap_max_gib": 0.0}
+    lost = convert("* || check_hw_swap 1G 2G 3%\n* || check_ps_loadavg 0\n* || check_ps_loadavg 2.5\n").notes
+    assert [note.line for note in lost if note.lost] == [1, 2, 3]

@@ -257,6 +257,32 @@ def test_gpu_health_fails_a_node_as_nhc_does_where_no_gpu_answers(
     assert disagreements(verdicts) == []
 
 
+# -- swap, free memory and load: /proc/meminfo and /proc/loadavg --------------------------------------
+
+
+def test_swap_free_memory_and_load_are_judged_as_nhc_judges_them(
+    side_by_side: Callable[[list[str]], list[Verdicts]],
+) -> None:
+    meminfo = {line.split(":")[0]: int(line.split()[1]) for line in Path("/proc/meminfo").read_text().split("\n")[:-1]}
+    swap, load = meminfo["SwapTotal"], int(float(Path("/proc/loadavg").read_text().split(" ")[2]))
+    lines = [
+        (f"check_hw_swap {swap}k {swap}k", False),
+        (f"check_hw_swap {swap + 1}k {swap + 2}k", True),
+        (f"check_hw_swap 0kB {max(swap - 1, 0)}kB 3%" if swap == 0 else f"check_hw_swap 0 {swap - 1}k", swap > 0),
+        ("check_hw_swap_free 0", False),
+        (f"check_hw_swap_free {meminfo['SwapFree'] + 1}", True),
+        ("check_hw_mem_free 1k", False),
+        ("check_hw_mem_free 1P", True),
+        ("check_ps_loadavg 100000 100000 100000", False),
+        (f"check_ps_loadavg '' '' {load + 1000}", False),
+        (f"check_ps_loadavg '' '' {max(load, 1)}", load >= 1),
+    ]
+    verdicts = side_by_side([f"* || {line}\n" for line, _ in lines])
+    assert [v.nhc_fails for v in verdicts] == [fails for _, fails in lines], [v.why for v in verdicts]
+    assert all(v.healthd_fails is not None for v in verdicts), [v.why for v in verdicts]
+    assert disagreements(verdicts) == []
+
+
 # -- every public file -------------------------------------------------------------------------------
 
 
@@ -295,8 +321,6 @@ REFUSED = {
         41,  # check_fs_mount_rw -Z, an option NHC does not know
         44,  # check_hw_mem
     },
-    "hb176rs_v4.conf": {24},  # check_hw_swap
-    "nd96isr_h100_v5.conf": {18},  # check_hw_swap
 }
 
 

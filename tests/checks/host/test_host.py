@@ -369,3 +369,29 @@ def test_a_grace_node_meets_its_nhc_cpu_counts_only_when_counted_as_nhc_counts(t
     assert found == [("CPU_TOPOLOGY", Status.CRITICAL, "sockets")]
     (unread,) = run(tmp_path, procfs=tmp_path, cpu_count_as="nhc", **expect)
     assert (unread.code, unread.status) == ("CPUINFO_UNREADABLE", Status.UNKNOWN)
+
+
+def test_swap_free_memory_and_load_as_nhc_reads_them(tmp_path: Path) -> None:
+    """check_hw_swap, check_hw_swap_free, check_hw_mem_free (lbnl_hw.nhc), check_ps_loadavg (lbnl_ps.nhc)."""
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    (procfs / "meminfo").write_text(
+        "MemTotal: 4194304 kB\nMemFree: 1048576 kB\nBuffers: 0 kB\nCached: 1048576 kB\n"
+        "SwapTotal: 2097152 kB\nSwapFree: 1048576 kB\n"
+    )
+    (procfs / "loadavg").write_text("7.00 6.72 6.59 7/176 26174\n")
+    base = {"clock_sync": "off"}
+    passing = {"expect_swap_gib": 2, "expect_swap_max_gib": 2, "min_free_swap_gib": 1, "min_free_memory_gib": 3}
+    assert run(tmp_path, procfs=procfs, **base, **passing, max_load_1m=8, max_load_15m=7) == []
+    failing = {"expect_swap_max_gib": 0, "min_free_swap_gib": 1.5, "min_free_memory_gib": 3.5}
+    found = codes(run(tmp_path, procfs=procfs, **base, **failing, max_load_1m=7, max_load_15m=6))
+    assert found == [
+        ("LOAD_HIGH", Status.WARNING, "load_15m"),
+        ("LOAD_HIGH", Status.WARNING, "load_1m"),
+        ("MEMORY_FREE_LOW", Status.WARNING, "memory"),
+        ("SWAP_FREE_LOW", Status.WARNING, "swap"),
+        ("SWAP_SIZE", Status.CRITICAL, "swap"),
+    ]
+    (procfs / "loadavg").write_text("seven\n")
+    (unread,) = run(tmp_path, procfs=procfs, **base, max_load_1m=8)
+    assert (unread.code, unread.status) == ("LOADAVG_MALFORMED", Status.UNKNOWN)
