@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 from healthd.config.hosts import HostMatchError, matcher
+from healthd.config.nhcdmi import DMI_TYPES, field_file
 from healthd.config.nhcwords import MAX_LINE, Line, Refused, Variables, assignments, logical_lines, shorten, words
 from healthd.text import one_line
 
@@ -487,6 +488,33 @@ def _loadavg(ctx: _Context, target: _Target) -> None:
         target.table("host")[f"max_load_{minutes}m"] = float(limit)
 
 
+def _dmi(ctx: _Context, target: _Target) -> None:
+    """``check_dmi_data_match [-! | -n | !] [-h HANDLE] [-t TYPE] MATCH`` (scripts/lbnl_dmi.nhc): some line
+    ``TYPE: FIELD: value`` of dmidecode's matches (with ``-n``, none does), judged on the strings
+    /sys/class/dmi/id has (``healthd.config.nhcdmi``; a match that could meet any other is refused)."""
+    options, operands = _getopts(ctx, ":!h:nt:")
+    if any(letter == "h" for letter, _ in options):
+        raise _Skip("-h names dmidecode's handles, which /sys/class/dmi/id does not number")
+    negated = any(letter in "!n" for letter, _ in options)
+    if operands[:1] == ["!"]:
+        negated, operands = True, operands[1:]
+    match = " ".join(operands)
+    if not match:
+        raise _Skip("no match string")
+    try:
+        type_string, _, _ = field_file(match)
+    except ValueError as exc:
+        raise _Skip(str(exc)) from None
+    for letter, value in options:
+        if letter == "t" and DMI_TYPES.get(value, value) != type_string:
+            raise _Skip(f"-t {value} names another DMI type than the match string's {type_string!r}")
+    try:
+        matcher(match)
+    except HostMatchError as exc:
+        raise _Skip(str(exc)) from None
+    target.add("host", "forbid_dmi" if negated else "expect_dmi", match)
+
+
 # An interface name as the kernel allows it (dev_valid_name: 1-15 bytes, no '/', ':' or blank),
 # printable, and no glob (NHC compares it unquoted, as a pattern).
 _INTERFACE = re.compile(r"(?!\.\.?$)[^/:\s*?\[\x00-\x1f\x7f]{1,15}")
@@ -559,6 +587,7 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_hw_swap_free": _free("min_free_swap_gib"),
     "check_hw_mem_free": _free("min_free_memory_gib"),
     "check_ps_loadavg": _loadavg,
+    "check_dmi_data_match": _dmi,
     "check_gpu_count": _gpu_count,
     "check_gpu_xid": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
     "check_nv_healthmon": _gpu_health("nvidia-healthmon"),
@@ -576,6 +605,8 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
 
 # Checks with no healthd equivalent whose reason is worth more than "none": what they run, and what to use.
 REFUSED: dict[str, str] = {
+    "check_dmi_raw_data_match": "greps dmidecode's whole output, most of which /sys/class/dmi/id does not"
+    " have; write it as check_dmi_data_match 'TYPE: FIELD: value' where sysfs has the field",
     # NVIDIA DeepOps (roles/nhc/files/deepops.nhc).
     "check_nv_drv_version": "greps the first line of /proc/driver/nvidia/version for a pattern, where"
     " healthd compares whole versions: list the exact versions in [checks.host] expect_driver",

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Protocol, Union
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.config.hosts import matcher
+from healthd.config.nhcdmi import dmi_line, field_file
 from healthd.config.view import updated
 from healthd.model import DetailValue, Finding, Status
 from healthd.text import one_line, read_kernel_text
@@ -169,6 +171,8 @@ class HostObservation(NamedTuple):
     # found running ("" for none).
     time_daemon: Union[str, Unobserved, None] = None
     loadavg: Union[tuple[float, float, float], Unobserved, None] = None
+    # dmi-id file -> its string, or why it could not be read.
+    dmi: Union[dict[str, Union[str, Unobserved]], Unobserved, None] = None
 
 
 def read_topology(sysfs: Path) -> Topology:
@@ -347,7 +351,46 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     loadavg = None
     if any(limit is not None for limit in _load_limits(settings)):
         loadavg = read_parsed(ctx.paths.procfs / "loadavg", parse_loadavg, "LOADAVG")
-    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet, time_daemon, loadavg)
+    dmi = _read_dmi(ctx) if settings.expect_dmi or settings.forbid_dmi else None
+    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet, time_daemon, loadavg, dmi)
+
+
+def _read_dmi(ctx: CheckContext[HostSettings]) -> Union[dict[str, Union[str, Unobserved]], Unobserved]:
+    root = ctx.paths.sysfs / "class/dmi/id"
+    if not root.is_dir():
+        # No SMBIOS table reached the kernel (many arm64 boards, some VMs): NHC's dmidecode finds no
+        # handle there and fails the line; healthd cannot observe it.
+        return Unobserved("DMI_UNREADABLE", str(root), f"no DMI strings: no directory {root}")
+    found: dict[str, Union[str, Unobserved]] = {}
+    for match in (*ctx.settings.expect_dmi, *ctx.settings.forbid_dmi):
+        name = field_file(match)[2]
+        try:
+            # dmi-id.c writes the string and a newline; the string is kept as the firmware gave it.
+            found[name] = read_value(root / name)
+        except SysfsError as exc:
+            found[name] = Unobserved("DMI_UNREADABLE", str(root / name), one_line(str(exc)))
+    return found
+
+
+def _judge_dmi(values: dict[str, Union[str, Unobserved]], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """NHC's check_dmi_data_match (scripts/lbnl_dmi.nhc): a match string must (``-n``: must not) match the
+    line ``TYPE: FIELD: value``, NHC's way (healthd.config.hosts.matcher)."""
+    findings: list[Finding] = []
+    reported: set[str] = set()
+    for match, wanted in [(m, True) for m in jc.settings.expect_dmi] + [(m, False) for m in jc.settings.forbid_dmi]:
+        type_string, field, name = field_file(match)
+        value = values[name]
+        if isinstance(value, Unobserved):
+            findings += [] if name in reported else [value.finding(jc)]
+            reported.add(name)
+            continue
+        line = dmi_line(type_string, field, value)
+        if matcher(match)(line) != wanted:
+            verb = "does not match" if wanted else "matches"
+            message = one_line(f"DMI {line!r} {verb} {match!r}")
+            status = Status[jc.settings.version_severity]
+            findings.append(jc.finding(status, "DMI_MISMATCH", name, message, found=one_line(value, 120)))
+    return findings
 
 
 def _load_limits(settings: HostSettings) -> tuple[Optional[float], Optional[float], Optional[float]]:
@@ -527,6 +570,7 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
         observed.bios,
         observed.ethernet,
         observed.loadavg,
+        observed.dmi,
     )
     if all(part is None for part in parts):
         raise NotApplicable("clock_sync is off and nothing is expected in [checks.host]")
@@ -536,6 +580,8 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
     findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
     if observed.ethernet is not None and not isinstance(observed.ethernet, Unobserved):
         findings += _judge_ethernet(observed.ethernet, jc)
+    if isinstance(observed.dmi, dict):
+        findings += _judge_dmi(observed.dmi, jc)
     if observed.loadavg is not None and not isinstance(observed.loadavg, Unobserved):
         findings += _judge_load(observed.loadavg, jc)
     return Verdict(tuple(findings))

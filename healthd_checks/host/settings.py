@@ -7,6 +7,8 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from healthd.checks.settings import CheckSettings, SettingPath
+from healthd.config.hosts import HostMatchError, matcher
+from healthd.config.nhcdmi import field_file
 
 from .parse import valid_interface_name
 
@@ -63,6 +65,15 @@ class HostSettings(CheckSettings):
     expect_kernel: list[str] = Field(default_factory=list, description="kernel releases allowed (uname -r)")
     expect_driver: list[str] = Field(default_factory=list, description="NVIDIA driver versions allowed")
     expect_bios: list[str] = Field(default_factory=list, description="BIOS versions allowed")
+    # NHC's check_dmi_data_match (scripts/lbnl_dmi.nhc), on the strings /sys/class/dmi/id exports.
+    expect_dmi: list[str] = Field(
+        default_factory=list,
+        description="NHC match strings ('BIOS Information: Version: 2.11.0', a glob, or '/^TYPE: FIELD: regex/')"
+        " that a DMI line must match, the line made from /sys/class/dmi/id as NHC makes it from dmidecode",
+    )
+    forbid_dmi: list[str] = Field(
+        default_factory=list, description="NHC match strings that the DMI line they name must not match (NHC's -n)"
+    )
     expect_ethernet: list[str] = Field(default_factory=list, description="network interfaces that must exist and be up")
     expect_interfaces: list[str] = Field(
         default_factory=list, description="network interfaces that must exist, up or not (NHC's check_hw_eth)"
@@ -74,6 +85,17 @@ class HostSettings(CheckSettings):
         default="WARNING", description="grade of an expected network interface missing or down"
     )
     version_severity: Grade = Field(default="WARNING", description="grade of an unexpected version")
+
+    @field_validator("expect_dmi", "forbid_dmi")
+    @classmethod
+    def _dmi_matches(cls, matches: list[str]) -> list[str]:
+        for match in matches:
+            field_file(match)
+            try:
+                matcher(match)
+            except HostMatchError as exc:
+                raise ValueError(str(exc)) from None
+        return matches
 
     @field_validator("expect_ethernet", "expect_interfaces")
     @classmethod

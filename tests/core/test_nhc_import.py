@@ -643,3 +643,25 @@ def test_swap_free_memory_and_load_convert_exactly() -> None:
     assert checks("* || check_hw_swap 0kB 0kB 3%\n")["host"] == {"expect_swap_max_gib": 0.0}
     lost = convert("* || check_hw_swap 1G 2G 3%\n* || check_ps_loadavg 0\n* || check_ps_loadavg 2.5\n").notes
     assert [note.line for note in lost if note.lost] == [1, 2, 3]
+
+
+def test_dmi_matches_convert_where_sysfs_has_the_line() -> None:
+    host = checks(
+        '* || check_dmi_data_match "BIOS Information: Version: 2.11.0"\n'
+        "* || check_dmi_data_match -t 1 'System Information: Product Name: R*'\n"
+        "* || check_dmi_data_match -n BIOS Information: Vendor: Bad\n"
+        "* || check_dmi_data_match ! '/^BIOS Information: Version: 1\\./'\n"
+    )["host"]
+    assert host == {
+        "expect_dmi": ["BIOS Information: Version: 2.11.0", "System Information: Product Name: R*"],
+        # NHC reads the file with read without -r: the backslash is gone before the regex sees it.
+        "forbid_dmi": ["BIOS Information: Vendor: Bad", "/^BIOS Information: Version: 1./"],
+    }
+    refused = convert(
+        "* || check_dmi_data_match 'Memory Device: Size: 64 GB'\n"
+        "* || check_dmi_data_match -h 0x0000 'BIOS Information: Version: 2'\n"
+        "* || check_dmi_data_match -t 2 'BIOS Information: Version: 2'\n"
+        "* || check_dmi_data_match '/Version: 2/'\n"
+        "* || check_dmi_raw_data_match 'Version: 2'\n"
+    ).notes
+    assert [note.line for note in refused if note.lost] == [1, 2, 3, 4, 5]

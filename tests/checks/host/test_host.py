@@ -395,3 +395,27 @@ def test_swap_free_memory_and_load_as_nhc_reads_them(tmp_path: Path) -> None:
     (procfs / "loadavg").write_text("seven\n")
     (unread,) = run(tmp_path, procfs=procfs, **base, max_load_1m=8)
     assert (unread.code, unread.status) == ("LOADAVG_MALFORMED", Status.UNKNOWN)
+
+
+def test_dmi_matches_are_judged_on_the_line_nhc_makes(tmp_path: Path) -> None:
+    """check_dmi_data_match (lbnl_dmi.nhc) on dmidecode's 'BIOS Information: Version: 2.11.0', here from sysfs."""
+    sysfs = tmp_path / "sys"
+    dmi = sysfs / "class/dmi/id"
+    dmi.mkdir(parents=True)
+    (dmi / "bios_version").write_text("2.11.0\n")
+    (dmi / "product_name").write_text("PowerEdge XE9680\n")
+    base = {"clock_sync": "off"}
+    expect = ["BIOS Information: Version: 2.11.0", "System Information: Product Name: PowerEdge*"]
+    forbid = ["/^BIOS Information: Version: 1\\./"]
+    assert run(tmp_path, sysfs=sysfs, **base, expect_dmi=expect, forbid_dmi=forbid) == []
+    found = run(tmp_path, sysfs=sysfs, **base, expect_dmi=["BIOS Information: Version: 2.9.4"], forbid_dmi=expect[1:])
+    assert codes(found) == [
+        ("DMI_MISMATCH", Status.WARNING, "bios_version"),
+        ("DMI_MISMATCH", Status.WARNING, "product_name"),
+    ]
+    (missing,) = run(tmp_path, sysfs=sysfs, **base, expect_dmi=["Base Board Information: Version: 1"])
+    assert (missing.code, missing.status) == ("DMI_UNREADABLE", Status.UNKNOWN)
+    (absent,) = run(tmp_path, sysfs=tmp_path / "none", **base, expect_dmi=expect)
+    assert (absent.code, absent.status) == ("DMI_UNREADABLE", Status.UNKNOWN)
+    with pytest.raises(ValueError, match="could match lines"):
+        HostSettings(expect_dmi=["*Version: 2.11.0"])
