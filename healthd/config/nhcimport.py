@@ -234,6 +234,8 @@ def _usage(key: str, used: bool) -> Callable[[_Context, _Target], None]:
         if len(ctx.args) != 2 or not ctx.args[0].startswith("/"):
             raise _Skip("expected a mount point and a limit")
         path, limit = ctx.args
+        if not used and not limit.endswith("%"):
+            return _free_size(ctx, target, key)
         number = _percent(limit)
         if not number.is_integer():
             raise _Skip(f"{limit!r}: NHC compares whole percentages (bash's -lt), and this one never compares")
@@ -248,6 +250,25 @@ def _usage(key: str, used: bool) -> Callable[[_Context, _Target], None]:
             ctx.note(f"{path}: two limits on one mount; the stricter, {entry[key]:g}% free, is kept (NHC checks both)")
 
     return convert
+
+
+# nhc_common_parse_count (scripts/common.nhc): a count, times 1000 per K, M, G, T, P or E after it.
+_COUNT = re.compile(r"(\d+)([kKmMgGtTpPeE]?)")
+
+
+def _free_size(ctx: _Context, target: _Target, key: str) -> None:
+    """``check_fs_free MOUNT SIZE`` (df's Avail in kB below SIZE fails) and ``check_fs_ifree MOUNT COUNT``
+    (IFree below COUNT fails), scripts/lbnl_fs.nhc: ``min_free_kib`` and ``min_free_inodes``."""
+    path, limit = ctx.args
+    if key == "min_free_percent":
+        name, value = "min_free_kib", _kilobytes(limit)
+    else:
+        found = _COUNT.fullmatch(limit)
+        if found is None:
+            raise _Skip(f"{limit!r} is neither a percentage nor a count (NHC's K, M, G... are powers of 1000)")
+        name, value = "min_free_inodes", int(found.group(1)) * 1000 ** "_kmgtpe".find(found.group(2).lower() or "_")
+    entry = target.add("mounts", "usage_limits", {"path": path}, identity=path.rstrip("/") or "/")
+    entry[name] = max(entry.get(name, 0), value)
 
 
 # A process name as the kernel or the executable's file name has it; anything else is an argv match.

@@ -665,3 +665,13 @@ def test_dmi_matches_convert_where_sysfs_has_the_line() -> None:
         "* || check_dmi_raw_data_match 'Version: 2'\n"
     ).notes
     assert [note.line for note in refused if note.lost] == [1, 2, 3, 4, 5]
+
+
+def test_free_space_and_inodes_given_as_sizes_convert() -> None:
+    """lbnl_fs.nhc: a size is df's Avail in kB (nhc_common_parse_size), a count is IFree (K = 1000)."""
+    mounts = checks("* || check_fs_free /tmp 1GB\n* || check_fs_ifree /tmp 2k\n* || check_fs_ifree / 5\n")["mounts"]
+    assert mounts["usage_limits"] == [
+        {"path": "/tmp", "min_free_kib": 2**20, "min_free_inodes": 2000},
+        {"path": "/", "min_free_inodes": 5},
+    ]
+    assert [n.line for n in convert("* || check_fs_ifree /tmp 2kB\n").notes if n.lost] == [1]

@@ -189,6 +189,27 @@ def test_free_and_used_space_mean_dfs_use_percent_as_nhc_reads_it(
     assert [v.healthd_fails for v in verdicts] == [v.nhc_fails for v in verdicts], disagreements(verdicts)
 
 
+def test_free_space_and_inodes_given_as_sizes_are_dfs_avail_and_ifree(
+    reserved_ext4: Path, side_by_side: Callable[[list[str]], list[Verdicts]]
+) -> None:
+    avail, ifree = _df_number(reserved_ext4, "avail"), _df_number(reserved_ext4, "iavail")
+    mount = str(reserved_ext4)
+    lines = [
+        (f"check_fs_free {mount} {avail}k", False),
+        (f"check_fs_free {mount} {avail + 1}kB", True),
+        (f"check_fs_ifree {mount} {ifree}", False),
+        (f"check_fs_ifree {mount} {ifree + 1}", True),
+    ]
+    verdicts = side_by_side([f"* || {line}\n" for line, _ in lines])
+    assert [v.nhc_fails for v in verdicts] == [fails for _, fails in lines], [v.why for v in verdicts]
+    assert [v.healthd_fails for v in verdicts] == [fails for _, fails in lines], disagreements(verdicts)
+
+
+def _df_number(mount: Path, column: str) -> int:
+    out = subprocess.run(["df", "-k", f"--output={column}", str(mount)], check=True, capture_output=True, text=True)
+    return int(out.stdout.split("\n")[1].strip())
+
+
 # -- a service's owner: check_ps_service -u -----------------------------------------------------------
 
 
@@ -315,7 +336,6 @@ def _line_texts(conf: Path, defined: frozenset[str]) -> list[tuple[int, str]]:
 REFUSED = {
     "nhc.conf": {
         12,  # check_fs_mount_rw -s with a match string
-        17,  # check_fs_free with a size
         27,  # check_ps_unauth_users
         35,  # check_hw_ib without a port
         41,  # check_fs_mount_rw -Z, an option NHC does not know
