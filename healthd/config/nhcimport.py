@@ -626,6 +626,39 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
 
 # Checks with no healthd equivalent whose reason is worth more than "none": what they run, and what to use.
 REFUSED: dict[str, str] = {
+    # LBNL NHC 1.4.3's own (scripts/lbnl_*.nhc) that healthd does not convert.
+    "check_cmd_output": "runs a command the config names, as root, on every pass; healthd runs no such"
+    " command (the one it runs from a config, [remediation] on_repair, is an operator's repair under its"
+    " own trust rules): write the test as a check plugin (CONTRIBUTING.md)",
+    "check_cmd_status": "runs a command the config names, as root, on every pass; healthd runs no such"
+    " command: write the test as a check plugin (CONTRIBUTING.md)",
+    "check_cmd_dmesg": "greps dmesg's output for a pattern; healthd's kernlog, xid and edac checks grade the"
+    " kernel log by what each message means",
+    "check_ps_unauth_users": "compares every process's owner with the users of the jobs on the node, which"
+    " NHC asks the resource manager for on every run; Slurm's pam_slurm_adopt keeps users without a job"
+    " off a node, and a user's process is no fault of the node",
+    "check_ps_userproc_lineage": "asks that each user's process descend from the resource manager's daemon;"
+    " Slurm's cgroups and pam_slurm_adopt confine users' processes, and a user's process is no fault of the node",
+    "check_ps_cpu": "judges one process's CPU share; what a user's job uses is no fault of the node",
+    "check_ps_mem": "judges one process's memory; what a user's job uses is no fault of the node",
+    "check_ps_physmem": "judges one process's resident memory; what a user's job uses is no fault of the node",
+    "check_ps_time": "judges one process's CPU time; what a user's job uses is no fault of the node",
+    "check_ps_kswapd": "judges kswapd's CPU time, which follows the jobs' memory pressure, not the node's health",
+    "check_hw_mem": "judges MemTotal + SwapTotal as one sum; use check_hw_physmem and check_hw_swap",
+    "check_hw_physmem_free": "judges MemFree + Buffers + Cached without swap; use check_hw_mem_free",
+    "check_hw_gm": "checks Myrinet GM, which no node healthd runs on has",
+    "check_fs_size": "compares a filesystem's total size, which healthd does not judge",
+    "check_fs_inodes": "compares a filesystem's total inodes, which healthd does not judge",
+    "check_moab_sched": "asks Moab's scheduler; healthd works with Slurm",
+    "check_moab_rm": "asks Moab's resource manager; healthd works with Slurm",
+    "check_moab_torque": "asks Torque; healthd works with Slurm",
+    "check_net_socket": "looks for a listening socket with netstat or ss; list the daemon that owns it in"
+    " [checks.services] expect_processes",
+    "check_net_ping": "pings hosts from each node, which judges the network and the other hosts, not this node",
+    "check_file_test": "healthd has no file check yet (it needs a probe that a hung mount cannot block); a"
+    " sentinel file tested for a mount's health is [checks.mounts] expect, whose probe also finds it hung",
+    "check_file_contents": "healthd has no file check yet (reading a file must not hang the pass on a hung mount)",
+    "check_file_stat": "healthd has no file check yet (stat must not hang the pass on a hung mount)",
     "check_dmi_raw_data_match": "greps dmidecode's whole output, most of which /sys/class/dmi/id does not"
     " have; write it as check_dmi_data_match 'TYPE: FIELD: value' where sysfs has the field",
     # NVIDIA DeepOps (roles/nhc/files/deepops.nhc).
@@ -641,6 +674,21 @@ REFUSED: dict[str, str] = {
     "check_num_numa_nodes": "counts NUMA nodes with lscpu; healthd does not count them",
     "check_num_nvme_devs": "counts NVMe devices with nvme-cli; healthd does not count them",
 }
+
+
+# Every check LBNL NHC 1.4.3 defines (``function check_*`` in its scripts/*.nhc): each is in
+# CONVERTERS or REFUSED and in docs/nhc.md; tests/core/test_nhc_side_by_side.py holds the list to NHC's scripts.
+NHC_143_CHECKS = (
+    *("check_cmd_dmesg", "check_cmd_output", "check_cmd_status", "check_dmi_data_match", "check_dmi_raw_data_match"),
+    *("check_file_contents", "check_file_stat", "check_file_test", "check_fs_free", "check_fs_ifree"),
+    *("check_fs_inodes", "check_fs_iused", "check_fs_mount", "check_fs_mount_ro", "check_fs_mount_rw"),
+    *("check_fs_size", "check_fs_used", "check_hw_cpuinfo", "check_hw_eth", "check_hw_gm", "check_hw_ib"),
+    *("check_hw_mcelog", "check_hw_mem", "check_hw_mem_free", "check_hw_physmem", "check_hw_physmem_free"),
+    *("check_hw_swap", "check_hw_swap_free", "check_moab_rm", "check_moab_sched", "check_moab_torque"),
+    *("check_net_ping", "check_net_socket", "check_nv_healthmon", "check_nvsmi_healthmon", "check_ps_blacklist"),
+    *("check_ps_cpu", "check_ps_daemon", "check_ps_kswapd", "check_ps_loadavg", "check_ps_mem", "check_ps_physmem"),
+    *("check_ps_service", "check_ps_time", "check_ps_unauth_users", "check_ps_userproc_lineage"),
+)
 
 
 class _Converter:

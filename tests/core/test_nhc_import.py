@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from healthd.checks.plugin import JudgeContext, discover, settings_models
 from healthd.config.cache import load_checks
 from healthd.config.defaults import toml_module
-from healthd.config.nhcimport import convert
+from healthd.config.nhcimport import CONVERTERS, NHC_143_CHECKS, REFUSED, convert
 from healthd.config.tomlwrite import dumps
 from healthd_checks.common.mountinfo import parse_mountinfo
 from healthd_checks.mounts.check import MountsObservation
@@ -285,12 +285,12 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
         {"path": "/", "min_free_percent": 11.0},
         {"path": "/tmp", "min_free_percent": 20.0},
         {"path": "/home", "min_free_inodes_percent": 10.0},
+        # A size is df's Avail in kB (lbnl_fs.nhc, nhc_common_parse_size).
+        {"path": "/var", "min_free_kib": 2**20},
     ]
     assert (mounts["min_free_percent"], mounts["min_free_inodes_percent"]) == (0.0, 0.0)
     assert mounts["free_space_as"] == "df"
-    assert [n.reason for n in imported.notes if n.lost] == [
-        "'1GB' is not a percentage: healthd judges free space and inodes in percent"
-    ]
+    assert [n.reason for n in imported.notes if n.lost] == []
     settings = validate(imported.document, "mounts")
     mountinfo = (
         "29 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
@@ -313,6 +313,10 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
     assert codes(used(50)) == []
     assert codes(used(89)) == []
     assert codes(used(90)) == ["MOUNT_SPACE_LOW"]
+    # /var's size: judged on df's Avail, a free KiB under the limit is low.
+    var = (("/var", Usage(0.5, 0.5, 1 << 31, free_kib=2**20 - 1, free_inodes=10)),)
+    observed = MountsObservation(Path("mountinfo"), entries, outcomes=var)
+    assert [(f.code, f.subject) for f in judge_mounts(observed, jc).findings] == [("MOUNT_SPACE_LOW", "/var")]
 
 
 def test_a_template_is_named_and_what_its_renderer_decides_is_not_converted() -> None:
@@ -675,3 +679,12 @@ def test_free_space_and_inodes_given_as_sizes_convert() -> None:
         {"path": "/", "min_free_inodes": 5},
     ]
     assert [n.line for n in convert("* || check_fs_ifree /tmp 2kB\n").notes if n.lost] == [1]
+
+
+@pytest.mark.parametrize("name", NHC_143_CHECKS)
+def test_every_nhc_check_converts_or_is_refused_with_a_reason_in_the_docs(name: str) -> None:
+    assert name in CONVERTERS or REFUSED.get(name), name
+    assert f"`{name}`" in (FIXTURES.parent / "docs" / "nhc.md").read_text()
+    if name not in CONVERTERS:
+        (note,) = convert(f"* || {name} x\n").notes
+        assert note.lost and REFUSED[name] in note.reason

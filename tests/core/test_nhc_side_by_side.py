@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import pytest
 from healthd_testkit.paths import FIXTURES, REPO
 
-from healthd.config.nhcimport import convert
+from healthd.config.nhcimport import NHC_143_CHECKS, convert
 from healthd.config.nhcwords import Refused, Variables, assignments, logical_lines, words
 from healthd.config.tomlwrite import dumps
 
@@ -311,6 +311,10 @@ def _nhc_checks() -> frozenset[str]:
     """The checks NHC 1.4.3 defines (its scripts/*.nhc): Azure's and DeepOps' own are not among them."""
     text = "\n".join(path.read_text() for path in sorted((_nhc_home() / "scripts").glob("*.nhc")))
     return frozenset(re.findall(r"^function (check_\w+)", text, re.M))
+
+
+def test_the_import_tests_know_every_check_nhc_defines() -> None:
+    assert _nhc_checks() == frozenset(NHC_143_CHECKS)
 
 
 def _line_texts(conf: Path, defined: frozenset[str]) -> list[tuple[int, str]]:
