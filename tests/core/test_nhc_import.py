@@ -562,13 +562,15 @@ _CHECK_NAMES = st.sampled_from(
     [
         *("check_fs_mount_rw", "check_fs_mount", "check_fs_used", "check_fs_ifree", "check_ps_service"),
         *("check_ps_daemon", "check_ps_blacklist", "check_hw_ib", "check_hw_physmem", "check_hw_eth"),
-        *("check_hw_cpuinfo", "check_gpu_count"),
+        *("check_hw_cpuinfo", "check_gpu_count", "check_hw_swap", "check_hw_swap_free", "check_hw_mem_free"),
+        *("check_ps_loadavg", "check_dmi_data_match", "check_fs_free"),
     ]
 )
 _ARGS = st.lists(
     st.one_of(
         st.sampled_from(["-f", "-t", "-s", "-d", "-m", "-u", "-E", "-k", "/", "/data", "90%", "5%", "400", "2TB"]),
         st.sampled_from(["mlx5_0:1", "mlx5_0", "eth0", "root", "sshd", "x$", "'*sshd'", "$X", "nfs", "1G", "0"]),
+        st.sampled_from(["'BIOS Information: Version: 2*'", "-n", "!", "'/^BIOS Information: Vendor: x/'", "3%"]),
         st.text(st.characters(codec="utf-8", exclude_characters="\n\r|\\"), max_size=8),
     ),
     max_size=6,

@@ -32,6 +32,7 @@ from healthd_testkit.paths import FIXTURES, REPO
 from healthd.config.nhcimport import NHC_143_CHECKS, convert
 from healthd.config.nhcwords import Refused, Variables, assignments, logical_lines, words
 from healthd.config.tomlwrite import dumps
+from healthd_checks.host.parse import parse_cpuinfo_nhc
 
 pytestmark = pytest.mark.slow
 
@@ -302,6 +303,30 @@ def test_swap_free_memory_and_load_are_judged_as_nhc_judges_them(
     assert [v.nhc_fails for v in verdicts] == [fails for _, fails in lines], [v.why for v in verdicts]
     assert all(v.healthd_fails is not None for v in verdicts), [v.why for v in verdicts]
     assert disagreements(verdicts) == []
+
+
+# -- CPU counts: NHC's own nhc_hw_gather_data on /proc/cpuinfo texts -------------------------------------
+
+
+def _nhc_cpu_counts(cpuinfo: Path) -> tuple[int, int, int]:
+    """NHC 1.4.3's nhc_hw_gather_data (scripts/lbnl_hw.nhc) run on ``cpuinfo`` in place of /proc/cpuinfo."""
+    script = (_nhc_home() / "scripts" / "lbnl_hw.nhc").read_text().replace("/proc/cpuinfo", str(cpuinfo))
+    program = f"dbg() {{ :; }}\n{script}\nnhc_hw_gather_data\necho $HW_SOCKETS $HW_CORES $HW_THREADS\n"
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=True, timeout=60)
+    sockets, cores, threads = (int(word) for word in done.stdout.split())
+    return sockets, cores, threads
+
+
+def test_cpu_counts_are_nhcs_own_on_arm64_and_x86(tmp_path: Path) -> None:
+    """A GB200 (Grace, arm64: no 'physical id') and an x86 node: parse_cpuinfo_nhc says what NHC's code says."""
+    grace = "".join(f"processor\t: {n}\nBogoMIPS\t: 2000.00\nCPU part\t: 0xd4f\n\n" for n in range(144))
+    x86 = "".join(f"processor\t: {n}\nphysical id\t: {n // 8}\nsiblings\t: 8\ncpu cores\t: 4\n\n" for n in range(16))
+    for text in (grace, x86, Path("/proc/cpuinfo").read_text(), ""):
+        cpuinfo = tmp_path / "cpuinfo"
+        cpuinfo.write_text(text)
+        assert tuple(parse_cpuinfo_nhc(text)) == _nhc_cpu_counts(cpuinfo)
+    cpuinfo.write_text(grace)
+    assert _nhc_cpu_counts(cpuinfo) == (144, 144, 144)
 
 
 # -- every public file -------------------------------------------------------------------------------
