@@ -7,8 +7,10 @@ reading (``timex``); it reads the CPU topology under ``[paths].sysfs/devices/sys
 release (``sys/kernel/osrelease``), the NVIDIA driver's version
 (``driver/nvidia/version``, else ``sysfs/module/nvidia/version``), the firmware
 (``class/dmi/id/bios_version``) and the expected network interfaces' links
-(``class/net/NAME/operstate`` and ``carrier``). ``judge`` compares them with the
-``expect_*`` settings: only what is set is judged. See docs/host.md.
+(``class/net/NAME/operstate`` and ``carrier``); for NHC's checks, ``cpuinfo`` counted as NHC
+counts it (``cpu_count_as = "nhc"``), swap and free memory from ``meminfo``, ``loadavg``, and
+the DMI strings under ``class/dmi/id``. ``judge`` compares them with the ``expect_*``,
+``min_*``, ``max_*`` and ``*_dmi`` settings: only what is set is judged. See docs/host.md.
 """
 
 from __future__ import annotations
