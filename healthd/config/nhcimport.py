@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple, Optional
 
 from healthd.config.hosts import HostMatchError, matcher
+from healthd.config.nhcdmi import DMI_TYPES, field_file
 from healthd.config.nhcwords import MAX_LINE, Line, Refused, Variables, assignments, logical_lines, shorten, words
 from healthd.text import one_line
 
@@ -233,6 +234,8 @@ def _usage(key: str, used: bool) -> Callable[[_Context, _Target], None]:
         if len(ctx.args) != 2 or not ctx.args[0].startswith("/"):
             raise _Skip("expected a mount point and a limit")
         path, limit = ctx.args
+        if not used and not limit.endswith("%"):
+            return _free_size(ctx, target, key)
         number = _percent(limit)
         if not number.is_integer():
             raise _Skip(f"{limit!r}: NHC compares whole percentages (bash's -lt), and this one never compares")
@@ -247,6 +250,25 @@ def _usage(key: str, used: bool) -> Callable[[_Context, _Target], None]:
             ctx.note(f"{path}: two limits on one mount; the stricter, {entry[key]:g}% free, is kept (NHC checks both)")
 
     return convert
+
+
+# nhc_common_parse_count (scripts/common.nhc): a count, times 1000 per K, M, G, T, P or E after it.
+_COUNT = re.compile(r"(\d+)([kKmMgGtTpPeE]?)")
+
+
+def _free_size(ctx: _Context, target: _Target, key: str) -> None:
+    """``check_fs_free MOUNT SIZE`` (df's Avail in kB below SIZE fails) and ``check_fs_ifree MOUNT COUNT``
+    (IFree below COUNT fails), scripts/lbnl_fs.nhc: ``min_free_kib`` and ``min_free_inodes``."""
+    path, limit = ctx.args
+    if key == "min_free_percent":
+        name, value = "min_free_kib", _kilobytes(limit)
+    else:
+        found = _COUNT.fullmatch(limit)
+        if found is None:
+            raise _Skip(f"{limit!r} is neither a percentage nor a count (NHC's K, M, G... are powers of 1000)")
+        name, value = "min_free_inodes", int(found.group(1)) * 1000 ** "_kmgtpe".find(found.group(2).lower() or "_")
+    entry = target.add("mounts", "usage_limits", {"path": path}, identity=path.rstrip("/") or "/")
+    entry[name] = max(entry.get(name, 0), value)
 
 
 # A process name as the kernel or the executable's file name has it; anything else is an argv match.
@@ -371,7 +393,12 @@ def _infiniband(ctx: _Context, target: _Target) -> None:
 
 
 def _cpuinfo(ctx: _Context, target: _Target) -> None:
-    """``check_hw_cpuinfo [sockets] [cores] [threads]`` (scripts/lbnl_hw.nhc): the counts NHC reads."""
+    """``check_hw_cpuinfo [sockets] [cores] [threads]`` (scripts/lbnl_hw.nhc): the counts NHC reads.
+
+    NHC counts /proc/cpuinfo its own way (``nhc_hw_gather_data``): where no line has a
+    ``physical id`` (arm64, NVIDIA Grace) every processor is a socket, so a GB200 file says
+    ``check_hw_cpuinfo 128 128 128``. ``cpu_count_as = "nhc"`` makes the host check count so.
+    """
     if not 1 <= len(ctx.args) <= 3 or not all(arg.isdigit() for arg in ctx.args):
         raise _Skip("expected up to three whole numbers: sockets, cores, threads")
     if "0" in (arg.lstrip("0") or "0" for arg in ctx.args):
@@ -379,6 +406,7 @@ def _cpuinfo(ctx: _Context, target: _Target) -> None:
         raise _Skip("a count of 0 matches no running node (NHC would fail every node with it)")
     sockets, cores, threads = ([int(arg) for arg in ctx.args] + [0, 0])[:3]
     table = target.table("host")
+    table["cpu_count_as"] = "nhc"
     table["expect_sockets"] = sockets
     if threads:
         table["expect_cpus"] = threads
@@ -428,6 +456,84 @@ def _physmem(ctx: _Context, target: _Target) -> None:
     if minimum > 0:
         table["expect_memory_gib"] = minimum
     table["expect_memory_max_gib"] = maximum
+
+
+def _swap(ctx: _Context, target: _Target) -> None:
+    """``check_hw_swap MIN MAX [FUDGE]`` (scripts/lbnl_hw.nhc): fails when SwapTotal + FUDGE < MIN or
+    SwapTotal - FUDGE > MAX, so the range, widened by a fudge given as a size, is exact in kB."""
+    if not 2 <= len(ctx.args) <= 3:
+        raise _Skip("expected a minimum, a maximum and an optional fudge")
+    fudge = ctx.args[2] if len(ctx.args) == 3 else "0"
+    low, high = _kilobytes(ctx.args[0]), _kilobytes(ctx.args[1])
+    if fudge.endswith("%"):
+        # "no swap" with a fudge (Azure's `check_hw_swap 0kB 0kB 3%`): SwapTotal less under all of
+        # it is above 0 exactly when SwapTotal is, so the fudge changes nothing there.
+        if low or high or not _percent(fudge) < 100:
+            raise _Skip(f"fudge {fudge!r}: a percentage of the swap found is converted only for 0 0; give a size")
+        fudge = "0"
+    slack = _kilobytes(fudge)
+    table = target.table("host")
+    if low > slack:
+        table["expect_swap_gib"] = (low - slack) / 2**20
+    table["expect_swap_max_gib"] = (high + slack) / 2**20
+
+
+def _free(key: str) -> Callable[[_Context, _Target], None]:
+    """``check_hw_swap_free MIN`` (SwapFree) and ``check_hw_mem_free MIN`` (MemFree + Buffers + Cached
+    + SwapFree), scripts/lbnl_hw.nhc: fails when the free kB are below MIN."""
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        if len(ctx.args) != 1:
+            raise _Skip("expected one minimum size")
+        table = target.table("host")
+        minimum = _kilobytes(ctx.args[0]) / 2**20
+        table[key] = max(minimum, table.get(key, 0.0))
+
+    return convert
+
+
+def _loadavg(ctx: _Context, target: _Target) -> None:
+    """``check_ps_loadavg L1 [L5 [L15]]`` (scripts/lbnl_ps.nhc): fails when a load average, cut to a
+    whole number, is at least its limit (bash's ``-ge`` on whole numbers)."""
+    if not ctx.args:
+        raise _Skip("no limit given: NHC judges nothing")
+    if len(ctx.args) > 3:
+        ctx.note(f"{' '.join(ctx.args[3:])!r}: NHC reads three load averages and ignores more limits")
+    for minutes, limit in zip((1, 5, 15), ctx.args):
+        if not limit:
+            continue  # NHC skips an empty limit (-n)
+        if not limit.isdigit() or len(limit) > 9:
+            raise _Skip(f"limit {limit!r} is not a whole number: bash's -ge cannot compare it")
+        if int(limit) == 0:
+            raise _Skip("a limit of 0 matches no running node (NHC would fail every node with it)")
+        target.table("host")[f"max_load_{minutes}m"] = float(limit)
+
+
+def _dmi(ctx: _Context, target: _Target) -> None:
+    """``check_dmi_data_match [-! | -n | !] [-h HANDLE] [-t TYPE] MATCH`` (scripts/lbnl_dmi.nhc): some line
+    ``TYPE: FIELD: value`` of dmidecode's matches (with ``-n``, none does), judged on the strings
+    /sys/class/dmi/id has (``healthd.config.nhcdmi``; a match that could meet any other is refused)."""
+    options, operands = _getopts(ctx, ":!h:nt:")
+    if any(letter == "h" for letter, _ in options):
+        raise _Skip("-h names dmidecode's handles, which /sys/class/dmi/id does not number")
+    negated = any(letter in "!n" for letter, _ in options)
+    if operands[:1] == ["!"]:
+        negated, operands = True, operands[1:]
+    match = " ".join(operands)
+    if not match:
+        raise _Skip("no match string")
+    try:
+        type_string, _, _ = field_file(match)
+    except ValueError as exc:
+        raise _Skip(str(exc)) from None
+    for letter, value in options:
+        if letter == "t" and DMI_TYPES.get(value, value) != type_string:
+            raise _Skip(f"-t {value} names another DMI type than the match string's {type_string!r}")
+    try:
+        matcher(match)
+    except HostMatchError as exc:
+        raise _Skip(str(exc)) from None
+    target.add("host", "forbid_dmi" if negated else "expect_dmi", match)
 
 
 # An interface name as the kernel allows it (dev_valid_name: 1-15 bytes, no '/', ':' or blank),
@@ -498,6 +604,11 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_hw_cpuinfo": _cpuinfo,
     "check_hw_physmem": _physmem,
     "check_hw_eth": _ethernet,
+    "check_hw_swap": _swap,
+    "check_hw_swap_free": _free("min_free_swap_gib"),
+    "check_hw_mem_free": _free("min_free_memory_gib"),
+    "check_ps_loadavg": _loadavg,
+    "check_dmi_data_match": _dmi,
     "check_gpu_count": _gpu_count,
     "check_gpu_xid": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
     "check_nv_healthmon": _gpu_health("nvidia-healthmon"),
@@ -515,6 +626,41 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
 
 # Checks with no healthd equivalent whose reason is worth more than "none": what they run, and what to use.
 REFUSED: dict[str, str] = {
+    # LBNL NHC 1.4.3's own (scripts/lbnl_*.nhc) that healthd does not convert.
+    "check_cmd_output": "runs a command the config names, as root, on every pass; healthd runs no such"
+    " command (the one it runs from a config, [remediation] on_repair, is an operator's repair under its"
+    " own trust rules): write the test as a check plugin (CONTRIBUTING.md)",
+    "check_cmd_status": "runs a command the config names, as root, on every pass; healthd runs no such"
+    " command: write the test as a check plugin (CONTRIBUTING.md)",
+    "check_cmd_dmesg": "greps dmesg's output for a pattern; healthd's kernlog, xid and edac checks grade the"
+    " kernel log by what each message means",
+    "check_ps_unauth_users": "compares every process's owner with the users of the jobs on the node, which"
+    " NHC asks the resource manager for on every run; Slurm's pam_slurm_adopt keeps users without a job"
+    " off a node, and a user's process is no fault of the node",
+    "check_ps_userproc_lineage": "asks that each user's process descend from the resource manager's daemon;"
+    " Slurm's cgroups and pam_slurm_adopt confine users' processes, and a user's process is no fault of the node",
+    "check_ps_cpu": "judges one process's CPU share; what a user's job uses is no fault of the node",
+    "check_ps_mem": "judges one process's memory; what a user's job uses is no fault of the node",
+    "check_ps_physmem": "judges one process's resident memory; what a user's job uses is no fault of the node",
+    "check_ps_time": "judges one process's CPU time; what a user's job uses is no fault of the node",
+    "check_ps_kswapd": "judges kswapd's CPU time, which follows the jobs' memory pressure, not the node's health",
+    "check_hw_mem": "judges MemTotal + SwapTotal as one sum; use check_hw_physmem and check_hw_swap",
+    "check_hw_physmem_free": "judges MemFree + Buffers + Cached without swap; use check_hw_mem_free",
+    "check_hw_gm": "checks Myrinet GM, which no node healthd runs on has",
+    "check_fs_size": "compares a filesystem's total size, which healthd does not judge",
+    "check_fs_inodes": "compares a filesystem's total inodes, which healthd does not judge",
+    "check_moab_sched": "asks Moab's scheduler; healthd works with Slurm",
+    "check_moab_rm": "asks Moab's resource manager; healthd works with Slurm",
+    "check_moab_torque": "asks Torque; healthd works with Slurm",
+    "check_net_socket": "looks for a listening socket with netstat or ss; list the daemon that owns it in"
+    " [checks.services] expect_processes",
+    "check_net_ping": "pings hosts from each node, which judges the network and the other hosts, not this node",
+    "check_file_test": "healthd has no file check yet (it needs a probe that a hung mount cannot block); a"
+    " sentinel file tested for a mount's health is [checks.mounts] expect, whose probe also finds it hung",
+    "check_file_contents": "healthd has no file check yet (reading a file must not hang the pass on a hung mount)",
+    "check_file_stat": "healthd has no file check yet (stat must not hang the pass on a hung mount)",
+    "check_dmi_raw_data_match": "greps dmidecode's whole output, most of which /sys/class/dmi/id does not"
+    " have; write it as check_dmi_data_match 'TYPE: FIELD: value' where sysfs has the field",
     # NVIDIA DeepOps (roles/nhc/files/deepops.nhc).
     "check_nv_drv_version": "greps the first line of /proc/driver/nvidia/version for a pattern, where"
     " healthd compares whole versions: list the exact versions in [checks.host] expect_driver",
@@ -528,6 +674,21 @@ REFUSED: dict[str, str] = {
     "check_num_numa_nodes": "counts NUMA nodes with lscpu; healthd does not count them",
     "check_num_nvme_devs": "counts NVMe devices with nvme-cli; healthd does not count them",
 }
+
+
+# Every check LBNL NHC 1.4.3 defines (``function check_*`` in its scripts/*.nhc): each is in
+# CONVERTERS or REFUSED and in docs/nhc.md; tests/core/test_nhc_side_by_side.py holds the list to NHC's scripts.
+NHC_143_CHECKS = (
+    *("check_cmd_dmesg", "check_cmd_output", "check_cmd_status", "check_dmi_data_match", "check_dmi_raw_data_match"),
+    *("check_file_contents", "check_file_stat", "check_file_test", "check_fs_free", "check_fs_ifree"),
+    *("check_fs_inodes", "check_fs_iused", "check_fs_mount", "check_fs_mount_ro", "check_fs_mount_rw"),
+    *("check_fs_size", "check_fs_used", "check_hw_cpuinfo", "check_hw_eth", "check_hw_gm", "check_hw_ib"),
+    *("check_hw_mcelog", "check_hw_mem", "check_hw_mem_free", "check_hw_physmem", "check_hw_physmem_free"),
+    *("check_hw_swap", "check_hw_swap_free", "check_moab_rm", "check_moab_sched", "check_moab_torque"),
+    *("check_net_ping", "check_net_socket", "check_nv_healthmon", "check_nvsmi_healthmon", "check_ps_blacklist"),
+    *("check_ps_cpu", "check_ps_daemon", "check_ps_kswapd", "check_ps_loadavg", "check_ps_mem", "check_ps_physmem"),
+    *("check_ps_service", "check_ps_time", "check_ps_unauth_users", "check_ps_userproc_lineage"),
+)
 
 
 class _Converter:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from healthd.checks.plugin import JudgeContext, discover, settings_models
 from healthd.config.cache import load_checks
 from healthd.config.defaults import toml_module
-from healthd.config.nhcimport import convert
+from healthd.config.nhcimport import CONVERTERS, NHC_143_CHECKS, REFUSED, convert
 from healthd.config.tomlwrite import dumps
 from healthd_checks.common.mountinfo import parse_mountinfo
 from healthd_checks.mounts.check import MountsObservation
@@ -285,12 +285,12 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
         {"path": "/", "min_free_percent": 11.0},
         {"path": "/tmp", "min_free_percent": 20.0},
         {"path": "/home", "min_free_inodes_percent": 10.0},
+        # A size is df's Avail in kB (lbnl_fs.nhc, nhc_common_parse_size).
+        {"path": "/var", "min_free_kib": 2**20},
     ]
     assert (mounts["min_free_percent"], mounts["min_free_inodes_percent"]) == (0.0, 0.0)
     assert mounts["free_space_as"] == "df"
-    assert [n.reason for n in imported.notes if n.lost] == [
-        "'1GB' is not a percentage: healthd judges free space and inodes in percent"
-    ]
+    assert [n.reason for n in imported.notes if n.lost] == []
     settings = validate(imported.document, "mounts")
     mountinfo = (
         "29 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
@@ -313,6 +313,10 @@ def test_check_fs_used_limits_only_the_mount_it_names() -> None:
     assert codes(used(50)) == []
     assert codes(used(89)) == []
     assert codes(used(90)) == ["MOUNT_SPACE_LOW"]
+    # /var's size: judged on df's Avail, a free KiB under the limit is low.
+    var = (("/var", Usage(0.5, 0.5, 1 << 31, free_kib=2**20 - 1, free_inodes=10)),)
+    observed = MountsObservation(Path("mountinfo"), entries, outcomes=var)
+    assert [(f.code, f.subject) for f in judge_mounts(observed, jc).findings] == [("MOUNT_SPACE_LOW", "/var")]
 
 
 def test_a_template_is_named_and_what_its_renderer_decides_is_not_converted() -> None:
@@ -558,13 +562,15 @@ _CHECK_NAMES = st.sampled_from(
     [
         *("check_fs_mount_rw", "check_fs_mount", "check_fs_used", "check_fs_ifree", "check_ps_service"),
         *("check_ps_daemon", "check_ps_blacklist", "check_hw_ib", "check_hw_physmem", "check_hw_eth"),
-        *("check_hw_cpuinfo", "check_gpu_count"),
+        *("check_hw_cpuinfo", "check_gpu_count", "check_hw_swap", "check_hw_swap_free", "check_hw_mem_free"),
+        *("check_ps_loadavg", "check_dmi_data_match", "check_fs_free"),
     ]
 )
 _ARGS = st.lists(
     st.one_of(
         st.sampled_from(["-f", "-t", "-s", "-d", "-m", "-u", "-E", "-k", "/", "/data", "90%", "5%", "400", "2TB"]),
         st.sampled_from(["mlx5_0:1", "mlx5_0", "eth0", "root", "sshd", "x$", "'*sshd'", "$X", "nfs", "1G", "0"]),
+        st.sampled_from(["'BIOS Information: Version: 2*'", "-n", "!", "'/^BIOS Information: Vendor: x/'", "3%"]),
         st.text(st.characters(codec="utf-8", exclude_characters="\n\r|\\"), max_size=8),
     ),
     max_size=6,
@@ -616,3 +622,71 @@ def test_a_bound_no_node_can_meet_is_left_out_or_refused(
     conf.write_text("* || check_hw_physmem 0 0\n")
     code, err = _import(cli, conf, tmp_path / "zero.toml")
     assert code == 65 and "matches no running node" in err
+
+
+def test_a_grace_nodes_cpu_counts_are_counted_as_nhc_counts_them() -> None:
+    """A GB200 file's `check_hw_cpuinfo 128 128 128`: NHC counts each arm64 processor a socket
+    (scripts/lbnl_hw.nhc), so the host check must count so too, not sysfs's one or two packages."""
+    host = checks("* || check_hw_cpuinfo 128 128 128\n")["host"]
+    assert host == {"cpu_count_as": "nhc", "expect_sockets": 128, "expect_cpus": 128, "expect_threads_per_core": 1}
+
+
+def test_swap_free_memory_and_load_convert_exactly() -> None:
+    """lbnl_hw.nhc's sizes are kB: the bounds are written exactly, a size fudge widening them."""
+    host = checks(
+        "* || check_hw_swap 1G 4G 1M\n* || check_hw_swap_free 512M\n* || check_hw_mem_free 2G\n"
+        "* || check_ps_loadavg 300 '' 200\n"
+    )["host"]
+    assert host == {
+        "expect_swap_gib": (2**20 - 2**10) / 2**20,
+        "expect_swap_max_gib": (4 * 2**20 + 2**10) / 2**20,
+        "min_free_swap_gib": 0.5,
+        "min_free_memory_gib": 2.0,
+        "max_load_1m": 300.0,
+        "max_load_15m": 200.0,
+    }
+    # Azure's "no swap": a percentage fudge of nothing is nothing.
+    assert checks("* || check_hw_swap 0kB 0kB 3%\n")["host"] == {"expect_swap_max_gib": 0.0}
+    lost = convert("* || check_hw_swap 1G 2G 3%\n* || check_ps_loadavg 0\n* || check_ps_loadavg 2.5\n").notes
+    assert [note.line for note in lost if note.lost] == [1, 2, 3]
+
+
+def test_dmi_matches_convert_where_sysfs_has_the_line() -> None:
+    host = checks(
+        '* || check_dmi_data_match "BIOS Information: Version: 2.11.0"\n'
+        "* || check_dmi_data_match -t 1 'System Information: Product Name: R*'\n"
+        "* || check_dmi_data_match -n BIOS Information: Vendor: Bad\n"
+        "* || check_dmi_data_match ! '/^BIOS Information: Version: 1\\./'\n"
+    )["host"]
+    assert host == {
+        "expect_dmi": ["BIOS Information: Version: 2.11.0", "System Information: Product Name: R*"],
+        # NHC reads the file with read without -r: the backslash is gone before the regex sees it.
+        "forbid_dmi": ["BIOS Information: Vendor: Bad", "/^BIOS Information: Version: 1./"],
+    }
+    refused = convert(
+        "* || check_dmi_data_match 'Memory Device: Size: 64 GB'\n"
+        "* || check_dmi_data_match -h 0x0000 'BIOS Information: Version: 2'\n"
+        "* || check_dmi_data_match -t 2 'BIOS Information: Version: 2'\n"
+        "* || check_dmi_data_match '/Version: 2/'\n"
+        "* || check_dmi_raw_data_match 'Version: 2'\n"
+    ).notes
+    assert [note.line for note in refused if note.lost] == [1, 2, 3, 4, 5]
+
+
+def test_free_space_and_inodes_given_as_sizes_convert() -> None:
+    """lbnl_fs.nhc: a size is df's Avail in kB (nhc_common_parse_size), a count is IFree (K = 1000)."""
+    mounts = checks("* || check_fs_free /tmp 1GB\n* || check_fs_ifree /tmp 2k\n* || check_fs_ifree / 5\n")["mounts"]
+    assert mounts["usage_limits"] == [
+        {"path": "/tmp", "min_free_kib": 2**20, "min_free_inodes": 2000},
+        {"path": "/", "min_free_inodes": 5},
+    ]
+    assert [n.line for n in convert("* || check_fs_ifree /tmp 2kB\n").notes if n.lost] == [1]
+
+
+@pytest.mark.parametrize("name", NHC_143_CHECKS)
+def test_every_nhc_check_converts_or_is_refused_with_a_reason_in_the_docs(name: str) -> None:
+    assert name in CONVERTERS or REFUSED.get(name), name
+    assert f"`{name}`" in (FIXTURES.parent / "docs" / "nhc.md").read_text()
+    if name not in CONVERTERS:
+        (note,) = convert(f"* || {name} x\n").notes
+        assert note.lost and REFUSED[name] in note.reason

@@ -29,9 +29,10 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import pytest
 from healthd_testkit.paths import FIXTURES, REPO
 
-from healthd.config.nhcimport import convert
+from healthd.config.nhcimport import NHC_143_CHECKS, convert
 from healthd.config.nhcwords import Refused, Variables, assignments, logical_lines, words
 from healthd.config.tomlwrite import dumps
+from healthd_checks.host.parse import parse_cpuinfo_nhc
 
 pytestmark = pytest.mark.slow
 
@@ -189,6 +190,27 @@ def test_free_and_used_space_mean_dfs_use_percent_as_nhc_reads_it(
     assert [v.healthd_fails for v in verdicts] == [v.nhc_fails for v in verdicts], disagreements(verdicts)
 
 
+def test_free_space_and_inodes_given_as_sizes_are_dfs_avail_and_ifree(
+    reserved_ext4: Path, side_by_side: Callable[[list[str]], list[Verdicts]]
+) -> None:
+    avail, ifree = _df_number(reserved_ext4, "avail"), _df_number(reserved_ext4, "iavail")
+    mount = str(reserved_ext4)
+    lines = [
+        (f"check_fs_free {mount} {avail}k", False),
+        (f"check_fs_free {mount} {avail + 1}kB", True),
+        (f"check_fs_ifree {mount} {ifree}", False),
+        (f"check_fs_ifree {mount} {ifree + 1}", True),
+    ]
+    verdicts = side_by_side([f"* || {line}\n" for line, _ in lines])
+    assert [v.nhc_fails for v in verdicts] == [fails for _, fails in lines], [v.why for v in verdicts]
+    assert [v.healthd_fails for v in verdicts] == [fails for _, fails in lines], disagreements(verdicts)
+
+
+def _df_number(mount: Path, column: str) -> int:
+    out = subprocess.run(["df", "-k", f"--output={column}", str(mount)], check=True, capture_output=True, text=True)
+    return int(out.stdout.split("\n")[1].strip())
+
+
 # -- a service's owner: check_ps_service -u -----------------------------------------------------------
 
 
@@ -257,6 +279,56 @@ def test_gpu_health_fails_a_node_as_nhc_does_where_no_gpu_answers(
     assert disagreements(verdicts) == []
 
 
+# -- swap, free memory and load: /proc/meminfo and /proc/loadavg --------------------------------------
+
+
+def test_swap_free_memory_and_load_are_judged_as_nhc_judges_them(
+    side_by_side: Callable[[list[str]], list[Verdicts]],
+) -> None:
+    meminfo = {line.split(":")[0]: int(line.split()[1]) for line in Path("/proc/meminfo").read_text().split("\n")[:-1]}
+    swap, load = meminfo["SwapTotal"], int(float(Path("/proc/loadavg").read_text().split(" ")[2]))
+    lines = [
+        (f"check_hw_swap {swap}k {swap}k", False),
+        (f"check_hw_swap {swap + 1}k {swap + 2}k", True),
+        (f"check_hw_swap 0kB {max(swap - 1, 0)}kB 3%" if swap == 0 else f"check_hw_swap 0 {swap - 1}k", swap > 0),
+        ("check_hw_swap_free 0", False),
+        (f"check_hw_swap_free {meminfo['SwapFree'] + 1}", True),
+        ("check_hw_mem_free 1k", False),
+        ("check_hw_mem_free 1P", True),
+        ("check_ps_loadavg 100000 100000 100000", False),
+        (f"check_ps_loadavg '' '' {load + 1000}", False),
+        (f"check_ps_loadavg '' '' {max(load, 1)}", load >= 1),
+    ]
+    verdicts = side_by_side([f"* || {line}\n" for line, _ in lines])
+    assert [v.nhc_fails for v in verdicts] == [fails for _, fails in lines], [v.why for v in verdicts]
+    assert all(v.healthd_fails is not None for v in verdicts), [v.why for v in verdicts]
+    assert disagreements(verdicts) == []
+
+
+# -- CPU counts: NHC's own nhc_hw_gather_data on /proc/cpuinfo texts -------------------------------------
+
+
+def _nhc_cpu_counts(cpuinfo: Path) -> tuple[int, int, int]:
+    """NHC 1.4.3's nhc_hw_gather_data (scripts/lbnl_hw.nhc) run on ``cpuinfo`` in place of /proc/cpuinfo."""
+    script = (_nhc_home() / "scripts" / "lbnl_hw.nhc").read_text().replace("/proc/cpuinfo", str(cpuinfo))
+    program = f"dbg() {{ :; }}\n{script}\nnhc_hw_gather_data\necho $HW_SOCKETS $HW_CORES $HW_THREADS\n"
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, check=True, timeout=60)
+    sockets, cores, threads = (int(word) for word in done.stdout.split())
+    return sockets, cores, threads
+
+
+def test_cpu_counts_are_nhcs_own_on_arm64_and_x86(tmp_path: Path) -> None:
+    """A GB200 (Grace, arm64: no 'physical id') and an x86 node: parse_cpuinfo_nhc says what NHC's code says."""
+    grace = "".join(f"processor\t: {n}\nBogoMIPS\t: 2000.00\nCPU part\t: 0xd4f\n\n" for n in range(144))
+    x86 = "".join(f"processor\t: {n}\nphysical id\t: {n // 8}\nsiblings\t: 8\ncpu cores\t: 4\n\n" for n in range(16))
+    for text in (grace, x86, Path("/proc/cpuinfo").read_text(), ""):
+        cpuinfo = tmp_path / "cpuinfo"
+        cpuinfo.write_text(text)
+        assert tuple(parse_cpuinfo_nhc(text)) == _nhc_cpu_counts(cpuinfo)
+    cpuinfo.write_text(grace)
+    assert _nhc_cpu_counts(cpuinfo) == (144, 144, 144)
+
+
 # -- every public file -------------------------------------------------------------------------------
 
 
@@ -264,6 +336,10 @@ def _nhc_checks() -> frozenset[str]:
     """The checks NHC 1.4.3 defines (its scripts/*.nhc): Azure's and DeepOps' own are not among them."""
     text = "\n".join(path.read_text() for path in sorted((_nhc_home() / "scripts").glob("*.nhc")))
     return frozenset(re.findall(r"^function (check_\w+)", text, re.M))
+
+
+def test_the_import_tests_know_every_check_nhc_defines() -> None:
+    assert _nhc_checks() == frozenset(NHC_143_CHECKS)
 
 
 def _line_texts(conf: Path, defined: frozenset[str]) -> list[tuple[int, str]]:
@@ -289,14 +365,11 @@ def _line_texts(conf: Path, defined: frozenset[str]) -> list[tuple[int, str]]:
 REFUSED = {
     "nhc.conf": {
         12,  # check_fs_mount_rw -s with a match string
-        17,  # check_fs_free with a size
         27,  # check_ps_unauth_users
         35,  # check_hw_ib without a port
         41,  # check_fs_mount_rw -Z, an option NHC does not know
         44,  # check_hw_mem
     },
-    "hb176rs_v4.conf": {24},  # check_hw_swap
-    "nd96isr_h100_v5.conf": {18},  # check_hw_swap
 }
 
 

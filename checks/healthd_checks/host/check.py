@@ -7,8 +7,10 @@ reading (``timex``); it reads the CPU topology under ``[paths].sysfs/devices/sys
 release (``sys/kernel/osrelease``), the NVIDIA driver's version
 (``driver/nvidia/version``, else ``sysfs/module/nvidia/version``), the firmware
 (``class/dmi/id/bios_version``) and the expected network interfaces' links
-(``class/net/NAME/operstate`` and ``carrier``). ``judge`` compares them with the
-``expect_*`` settings: only what is set is judged. See docs/host.md.
+(``class/net/NAME/operstate`` and ``carrier``); for NHC's checks, ``cpuinfo`` counted as NHC
+counts it (``cpu_count_as = "nhc"``), swap and free memory from ``meminfo``, ``loadavg``, and
+the DMI strings under ``class/dmi/id``. ``judge`` compares them with the ``expect_*``,
+``min_*``, ``max_*`` and ``*_dmi`` settings: only what is set is judged. See docs/host.md.
 """
 
 from __future__ import annotations
@@ -20,13 +22,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Protocol, Union
 
 from healthd.checks.plugin import CheckSpec, NotApplicable, Staged, Unobserved, Verdict, read_parsed
+from healthd.config.hosts import matcher
+from healthd.config.nhcdmi import dmi_line, field_file
 from healthd.config.view import updated
 from healthd.model import DetailValue, Finding, Status
 from healthd.text import one_line, read_kernel_text
 
 from ..common.procs import read_processes, system_uid
 from ..common.sysfs import SysfsError, read_value
-from .parse import ARPHRD_ETHER, link_up, parse_cpu_list, parse_driver_version, parse_meminfo, parse_operstate
+from .parse import (
+    ARPHRD_ETHER,
+    NhcCpuCounts,
+    link_up,
+    parse_cpu_list,
+    parse_cpuinfo_nhc,
+    parse_driver_version,
+    parse_loadavg,
+    parse_meminfo,
+    parse_operstate,
+)
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext
@@ -158,6 +172,9 @@ class HostObservation(NamedTuple):
     # Asked only of an unsynchronised clock under clock_sync "when_disciplined": the time daemon
     # found running ("" for none).
     time_daemon: Union[str, Unobserved, None] = None
+    loadavg: Union[tuple[float, float, float], Unobserved, None] = None
+    # dmi-id file -> its string, or why it could not be read.
+    dmi: Union[dict[str, Union[str, Unobserved]], Unobserved, None] = None
 
 
 def read_topology(sysfs: Path) -> Topology:
@@ -173,6 +190,23 @@ def read_topology(sysfs: Path) -> Topology:
         # Siblings taken offline (SMT switched off) are not threads this node can use.
         threads = max(threads, len(parse_cpu_list(read_value(siblings), str(siblings)) & online))
     return Topology(len(online), len(packages), threads)
+
+
+def nhc_topology(counts: NhcCpuCounts) -> Topology:
+    """NHC's counts as a topology: its threads are the CPUs; threads per core only where cores divide them
+    (0 otherwise, which no expected count equals: NHC's own core count would differ too)."""
+    per_core = counts.threads // counts.cores if counts.cores and counts.threads % counts.cores == 0 else 0
+    return Topology(counts.threads, counts.sockets, per_core)
+
+
+def _read_topology(ctx: CheckContext[HostSettings]) -> Union[Topology, Unobserved]:
+    if ctx.settings.cpu_count_as == "nhc":
+        counts = read_parsed(ctx.paths.procfs / "cpuinfo", parse_cpuinfo_nhc, "CPUINFO", "replace")
+        return counts if isinstance(counts, Unobserved) else nhc_topology(counts)
+    try:
+        return read_topology(ctx.paths.sysfs)
+    except (SysfsError, ValueError) as exc:
+        return Unobserved("CPU_TOPOLOGY_UNREADABLE", "cpu", str(exc))
 
 
 def _first_line(path: Path, code: str) -> Union[str, Unobserved]:
@@ -303,12 +337,9 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     timex, time_daemon = _read_clock(ctx)
     topology: Union[Topology, Unobserved, None] = None
     if settings.expect_cpus or settings.expect_sockets or settings.expect_threads_per_core:
-        try:
-            topology = read_topology(ctx.paths.sysfs)
-        except (SysfsError, ValueError) as exc:
-            topology = Unobserved("CPU_TOPOLOGY_UNREADABLE", "cpu", str(exc))
+        topology = _read_topology(ctx)
     meminfo: Union[dict[str, int], Unobserved, None] = None
-    memory = (settings.expect_memory_gib, settings.expect_memory_max_gib, settings.expect_hugepages)
+    memory = (settings.expect_memory_gib, settings.expect_memory_max_gib, settings.expect_hugepages, *_swap(settings))
     if any(value is not None for value in memory):
         meminfo = read_parsed(ctx.paths.procfs / "meminfo", parse_meminfo, "MEMINFO", "replace")
     kernel = bios = driver = None
@@ -319,7 +350,101 @@ def gather(ctx: CheckContext[HostSettings]) -> HostObservation:
     if settings.expect_bios:
         bios = _first_line(ctx.paths.sysfs / "class/dmi/id/bios_version", "BIOS_VERSION_UNREADABLE")
     ethernet = _ethernet(ctx) if settings.expect_ethernet or settings.expect_interfaces else None
-    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet, time_daemon)
+    loadavg = None
+    if any(limit is not None for limit in _load_limits(settings)):
+        loadavg = read_parsed(ctx.paths.procfs / "loadavg", parse_loadavg, "LOADAVG")
+    dmi = _read_dmi(ctx) if settings.expect_dmi or settings.forbid_dmi else None
+    return HostObservation(timex, topology, meminfo, kernel, driver, bios, ethernet, time_daemon, loadavg, dmi)
+
+
+def _read_dmi(ctx: CheckContext[HostSettings]) -> Union[dict[str, Union[str, Unobserved]], Unobserved]:
+    root = ctx.paths.sysfs / "class/dmi/id"
+    if not root.is_dir():
+        # No SMBIOS table reached the kernel (many arm64 boards, some VMs): NHC's dmidecode finds no
+        # handle there and fails the line; healthd cannot observe it.
+        return Unobserved("DMI_UNREADABLE", str(root), f"no DMI strings: no directory {root}")
+    found: dict[str, Union[str, Unobserved]] = {}
+    for match in (*ctx.settings.expect_dmi, *ctx.settings.forbid_dmi):
+        name = field_file(match)[2]
+        try:
+            # dmi-id.c writes the string and a newline; the string is kept as the firmware gave it.
+            found[name] = read_value(root / name)
+        except SysfsError as exc:
+            found[name] = Unobserved("DMI_UNREADABLE", str(root / name), one_line(str(exc)))
+    return found
+
+
+def _judge_dmi(values: dict[str, Union[str, Unobserved]], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """NHC's check_dmi_data_match (scripts/lbnl_dmi.nhc): a match string must (``-n``: must not) match the
+    line ``TYPE: FIELD: value``, NHC's way (healthd.config.hosts.matcher)."""
+    findings: list[Finding] = []
+    reported: set[str] = set()
+    for match, wanted in [(m, True) for m in jc.settings.expect_dmi] + [(m, False) for m in jc.settings.forbid_dmi]:
+        type_string, field, name = field_file(match)
+        value = values[name]
+        if isinstance(value, Unobserved):
+            findings += [] if name in reported else [value.finding(jc)]
+            reported.add(name)
+            continue
+        line = dmi_line(type_string, field, value)
+        if matcher(match)(line) != wanted:
+            verb = "does not match" if wanted else "matches"
+            message = one_line(f"DMI {line!r} {verb} {match!r}")
+            status = Status[jc.settings.version_severity]
+            findings.append(jc.finding(status, "DMI_MISMATCH", name, message, found=one_line(value, 120)))
+    return findings
+
+
+def _load_limits(settings: HostSettings) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    return settings.max_load_1m, settings.max_load_5m, settings.max_load_15m
+
+
+def _swap(settings: HostSettings) -> tuple[Optional[float], ...]:
+    return (
+        settings.expect_swap_gib,
+        settings.expect_swap_max_gib,
+        settings.min_free_swap_gib,
+        settings.min_free_memory_gib,
+    )
+
+
+_GIB = 2**20  # kB in a GiB: /proc/meminfo counts in kB (proc(5))
+
+
+def _judge_usage(meminfo: dict[str, int], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """Swap and free memory as NHC 1.4.3 reads them from /proc/meminfo (scripts/lbnl_hw.nhc):
+    ``check_hw_swap`` SwapTotal within a range, ``check_hw_swap_free`` SwapFree, and
+    ``check_hw_mem_free`` MemFree + Buffers + Cached + SwapFree, each at least its minimum."""
+    settings = jc.settings
+    swap = meminfo.get("SwapTotal", 0) / _GIB
+    free_swap = meminfo.get("SwapFree", 0) / _GIB
+    free = sum(meminfo.get(name, 0) for name in ("MemFree", "Buffers", "Cached", "SwapFree")) / _GIB
+    inventory, usage = Status[settings.inventory_severity], Status[settings.usage_severity]
+    findings: list[Finding] = []
+    for grade, code, subject, have, low, high in (
+        (inventory, "SWAP_SIZE", "swap", swap, settings.expect_swap_gib, settings.expect_swap_max_gib),
+        (usage, "SWAP_FREE_LOW", "swap", free_swap, settings.min_free_swap_gib, None),
+        (usage, "MEMORY_FREE_LOW", "memory", free, settings.min_free_memory_gib, None),
+    ):
+        if low is not None and have < low:
+            message = f"{have:.3f} GiB {code.lower().replace('_', ' ')}, at least {low:g} GiB expected"
+            findings.append(jc.finding(grade, code, subject, message, found_gib=round(have, 3), expected_gib=low))
+        elif high is not None and have > high:
+            message = f"{have:.3f} GiB swap, at most {high:g} GiB expected"
+            findings.append(jc.finding(grade, code, subject, message, found_gib=round(have, 3), expected_max_gib=high))
+    return findings
+
+
+def _judge_load(loadavg: tuple[float, float, float], jc: JudgeContext[HostSettings]) -> list[Finding]:
+    """NHC's check_ps_loadavg (scripts/lbnl_ps.nhc) fails when a load average, cut to a whole number, reaches
+    its limit: for a whole-number limit, when the load itself reaches it."""
+    findings: list[Finding] = []
+    for minutes, load, limit in zip((1, 5, 15), loadavg, _load_limits(jc.settings)):
+        if limit is not None and load >= limit:
+            message = f"{minutes}-minute load average {load:g}, limit {limit:g}"
+            status = Status[jc.settings.usage_severity]
+            findings.append(jc.finding(status, "LOAD_HIGH", f"load_{minutes}m", message, found=load, limit=limit))
+    return findings
 
 
 def _judge_clock(timex: Timex, time_daemon: Optional[str], jc: JudgeContext[HostSettings]) -> list[Finding]:
@@ -387,6 +512,7 @@ def _judge_inventory(observed: HostObservation, jc: JudgeContext[HostSettings]) 
     meminfo = observed.meminfo
     if isinstance(meminfo, dict):
         findings += _judge_memory(meminfo["MemTotal"] / 2**20, jc)
+        findings += _judge_usage(meminfo, jc)
         pages = meminfo.get("HugePages_Total")
         if settings.expect_hugepages is not None and pages != settings.expect_hugepages:
             message = f"{pages} huge pages, {settings.expect_hugepages} expected"
@@ -445,6 +571,8 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
         observed.driver,
         observed.bios,
         observed.ethernet,
+        observed.loadavg,
+        observed.dmi,
     )
     if all(part is None for part in parts):
         raise NotApplicable("clock_sync is off and nothing is expected in [checks.host]")
@@ -454,6 +582,10 @@ def judge(observed: HostObservation, jc: JudgeContext[HostSettings]) -> Verdict:
     findings += _judge_inventory(observed, jc) + _judge_versions(observed, jc)
     if observed.ethernet is not None and not isinstance(observed.ethernet, Unobserved):
         findings += _judge_ethernet(observed.ethernet, jc)
+    if isinstance(observed.dmi, dict):
+        findings += _judge_dmi(observed.dmi, jc)
+    if observed.loadavg is not None and not isinstance(observed.loadavg, Unobserved):
+        findings += _judge_load(observed.loadavg, jc)
     return Verdict(tuple(findings))
 
 

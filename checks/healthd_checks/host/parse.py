@@ -7,7 +7,7 @@ line) for what its format does not allow.
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from healthd.text import records
 
@@ -86,3 +86,62 @@ def link_up(operstate: str, carrier: Optional[str]) -> bool:
 def valid_interface_name(name: str) -> bool:
     """A name the kernel accepts for a network interface (net/core/dev.c, dev_valid_name)."""
     return 0 < len(name) < 16 and name not in (".", "..") and not any(c in "/:" or c.isspace() for c in name)
+
+
+class NhcCpuCounts(NamedTuple):
+    """Sockets, cores and threads as LBNL NHC counts them from /proc/cpuinfo (check_hw_cpuinfo)."""
+
+    sockets: int
+    cores: int
+    threads: int
+
+
+def _cpuinfo_field(fields: list[str], name: str) -> Optional[str]:
+    """The value of ``name : value`` in a line split on blanks, as bash's ``read -a`` splits it."""
+    size = len(name.split())
+    if fields[: size + 1] == [*name.split(), ":"]:
+        return fields[size + 1] if len(fields) > size + 1 else ""
+    return None
+
+
+def parse_cpuinfo_nhc(text: str, source: str = "/proc/cpuinfo") -> NhcCpuCounts:
+    """The counts NHC 1.4.3's ``nhc_hw_gather_data`` (scripts/lbnl_hw.nhc) makes of /proc/cpuinfo.
+
+    Each distinct ``physical id`` is a socket; cores are sockets times the last ``cpu cores``,
+    threads sockets times the last ``siblings``. Where no line gives a ``physical id`` (arm64,
+    NVIDIA Grace: arch/arm64/kernel/cpuinfo.c writes none), every ``processor`` is a socket,
+    a core and a thread. Where neither holds, NHC says one of each.
+    """
+    processors = 0
+    sockets: set[str] = set()
+    cores = siblings = ""
+    for line in records(text):
+        fields = line.split()
+        if _cpuinfo_field(fields, "processor") is not None:
+            processors += 1
+        elif (value := _cpuinfo_field(fields, "physical id")) is not None:
+            sockets.add(value)
+        elif (value := _cpuinfo_field(fields, "siblings")) is not None:
+            siblings = value
+        elif (value := _cpuinfo_field(fields, "cpu cores")) is not None:
+            cores = value
+    if processors and not sockets:
+        return NhcCpuCounts(processors, processors, processors)
+    if cores:
+        if not cores.isdigit() or (siblings and not siblings.isdigit()):
+            raise ValueError(f"{source}: 'cpu cores' {cores[:20]!r} or 'siblings' {siblings[:20]!r} is no count")
+        threads = len(sockets) * int(siblings) if siblings else 0
+        return NhcCpuCounts(len(sockets), len(sockets) * int(cores), threads)
+    return NhcCpuCounts(1, 1, 1)
+
+
+def parse_loadavg(text: str, source: str) -> tuple[float, float, float]:
+    """The 1, 5 and 15 minute load averages from ``/proc/loadavg`` (proc(5): ``0.52 0.58 0.59 1/467 12345``)."""
+    fields = text.split(" ")
+    try:
+        values = tuple(float(field) for field in fields[:3])
+    except ValueError:
+        values = ()
+    if len(values) != 3 or not all(0 <= value < 1e9 for value in values):
+        raise ValueError(f"{source}: not three load averages: {text[:60]!r}")
+    return values[0], values[1], values[2]

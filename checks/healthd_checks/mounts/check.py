@@ -247,6 +247,24 @@ def _limits(settings: MountsSettings, path: str) -> tuple[float, float]:
     )
 
 
+def _size_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome) -> Iterable[Finding]:
+    """A ``usage_limits`` entry's sizes: df's Avail (kB) and IFree at least ``min_free_kib`` and ``min_free_inodes``.
+
+    NHC's check_fs_free and check_fs_ifree given a size or a count (scripts/lbnl_fs.nhc) pass a
+    filesystem of no blocks (no inodes), and compare the rest with ``-lt``.
+    """
+    own = next((limit for limit in jc.settings.usage_limits if limit.path == path), None)
+    if own is None or not isinstance(outcome, Usage):
+        return
+    if own.min_free_kib is not None and outcome.total_bytes and outcome.free_kib < own.min_free_kib:
+        message = f"{path} has {outcome.free_kib} KiB free (df's Avail), at least {own.min_free_kib} KiB expected"
+        yield jc.finding(Status.WARNING, "MOUNT_SPACE_LOW", path, message, free_kib=outcome.free_kib)
+    has_inodes = outcome.free_inode_fraction is not None
+    if own.min_free_inodes is not None and has_inodes and outcome.free_inodes < own.min_free_inodes:
+        message = f"{path} has {outcome.free_inodes} inodes free, at least {own.min_free_inodes} expected"
+        yield jc.finding(Status.WARNING, "MOUNT_INODES_LOW", path, message, free_inodes=outcome.free_inodes)
+
+
 def _skipped_note(jc: JudgeContext[MountsSettings], observed: MountsObservation) -> Iterable[Finding]:
     """An OK note naming the lines of mountinfo that did not parse; every other line was judged."""
     if not observed.skipped:
@@ -351,6 +369,7 @@ def judge(observed: MountsObservation, jc: JudgeContext[MountsSettings]) -> Verd
     for path, outcome in observed.outcomes:
         visible = find_mount(observed.entries, path)
         findings.extend(_usage_findings(jc, path, outcome, None if visible is None else visible.fstype))
+        findings.extend(_size_findings(jc, path, outcome))
     state = None if observed.stuck is None else {**observed.previous, "stuck_probes": observed.stuck}
     return Verdict(tuple(findings), state)
 

@@ -65,6 +65,10 @@ class Usage(NamedTuple):
     total_bytes: int
     df_used_percent: Optional[int] = None
     df_inodes_used_percent: Optional[int] = None
+    # df's Avail (f_bavail, root's reserve left out, in KiB rounded up) and IFree (f_ffree): what
+    # NHC's check_fs_free and check_fs_ifree compare a size or a count with (scripts/lbnl_fs.nhc).
+    free_kib: int = 0
+    free_inodes: int = 0
 
     def free_percents(self, convention: str) -> tuple[Optional[float], Optional[float]]:
         """Free space and free inodes in percent, as ``statvfs`` or ``df`` counts them (None: nothing to judge)."""
@@ -126,6 +130,8 @@ def _usage(blocks: int, avail: int, block_size: int, inodes: int, free_inodes: i
         # df counts root's reserve neither as used nor as available; inodes have no reserve.
         df_used_percent=df_percent(blocks - free_blocks, avail) if blocks else None,
         df_inodes_used_percent=df_percent(inodes - free_inodes, free_inodes) if inodes else None,
+        free_kib=-(-avail * block_size // 1024),
+        free_inodes=free_inodes,
     )
 
 

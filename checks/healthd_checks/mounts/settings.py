@@ -45,6 +45,11 @@ class UsageLimit(BaseModel):
     path: str = Field(min_length=1)
     min_free_percent: Optional[float] = Field(default=None, ge=0, le=100)
     min_free_inodes_percent: Optional[float] = Field(default=None, ge=0, le=100)
+    # NHC's check_fs_free MOUNT 1GB and check_fs_ifree MOUNT 1k (scripts/lbnl_fs.nhc): df's
+    # Avail in kB and IFree, whichever free_space_as says; a filesystem without blocks or
+    # without an inode table is not judged, as NHC passes it.
+    min_free_kib: Optional[int] = Field(default=None, ge=0)
+    min_free_inodes: Optional[int] = Field(default=None, ge=0)
 
     @field_validator("path")
     @classmethod
@@ -74,7 +79,8 @@ class MountsSettings(CheckSettings):
     )
     usage_limits: list[UsageLimit] = Field(
         default_factory=list,
-        description="per mount point: { path, min_free_percent, min_free_inodes_percent }, judged while it is mounted",
+        description="per mount point: { path, min_free_percent, min_free_inodes_percent, min_free_kib (df's Avail),"
+        " min_free_inodes (df's IFree) }, judged while it is mounted",
         json_schema_extra=identified_by("path"),
     )
     namespace_pid: int = Field(

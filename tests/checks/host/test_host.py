@@ -22,6 +22,7 @@ from healthd_checks.host.parse import (
     OPERSTATES,
     link_up,
     parse_cpu_list,
+    parse_cpuinfo_nhc,
     parse_driver_version,
     parse_meminfo,
     parse_operstate,
@@ -335,3 +336,86 @@ def test_reading_the_clock_state_runs_no_ldconfig_and_imports_no_ctypes_util() -
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "[]"
+
+
+# /proc/cpuinfo as arm64 writes it (arch/arm64/kernel/cpuinfo.c, c_show): no "physical id".
+_GRACE_CPU = (
+    "processor\t: {n}\nBogoMIPS\t: 2000.00\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32\n"
+    "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd4f\nCPU revision\t: 0\n\n"
+)
+# As x86 writes it (arch/x86/kernel/cpu/proc.c, show_cpuinfo): two sockets of 2 cores, 2 threads each.
+_X86_CPU = "processor\t: {n}\nphysical id\t: {socket}\ncpu cores\t: 2\nsiblings\t: 4\ncpu MHz\t\t: 2400.000\n\n"
+
+
+def test_nhc_counts_every_arm64_processor_a_socket() -> None:
+    grace = "".join(_GRACE_CPU.format(n=n) for n in range(128))
+    assert parse_cpuinfo_nhc(grace) == (128, 128, 128)
+    x86 = "".join(_X86_CPU.format(n=n, socket=n // 4) for n in range(8))
+    assert parse_cpuinfo_nhc(x86) == (2, 4, 8)
+    # No processor line and no physical id: NHC says one of each.
+    assert parse_cpuinfo_nhc("") == (1, 1, 1)
+    with pytest.raises(ValueError, match="no count"):
+        parse_cpuinfo_nhc("processor : 0\nphysical id : 0\ncpu cores : two\n")
+
+
+def test_a_grace_node_meets_its_nhc_cpu_counts_only_when_counted_as_nhc_counts(tmp_path: Path) -> None:
+    """A GB200 file's `check_hw_cpuinfo 128 128 128`: sysfs has one package there, NHC 128 sockets."""
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    (procfs / "cpuinfo").write_text("".join(_GRACE_CPU.format(n=n) for n in range(128)))
+    expect = {"clock_sync": "off", "expect_sockets": 128, "expect_cpus": 128, "expect_threads_per_core": 1}
+    assert run(tmp_path, procfs=procfs, cpu_count_as="nhc", **expect) == []
+    found = codes(run(tmp_path, procfs=procfs, cpu_count_as="nhc", **{**expect, "expect_sockets": 2}))
+    assert found == [("CPU_TOPOLOGY", Status.CRITICAL, "sockets")]
+    (unread,) = run(tmp_path, procfs=tmp_path, cpu_count_as="nhc", **expect)
+    assert (unread.code, unread.status) == ("CPUINFO_UNREADABLE", Status.UNKNOWN)
+
+
+def test_swap_free_memory_and_load_as_nhc_reads_them(tmp_path: Path) -> None:
+    """check_hw_swap, check_hw_swap_free, check_hw_mem_free (lbnl_hw.nhc), check_ps_loadavg (lbnl_ps.nhc)."""
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    (procfs / "meminfo").write_text(
+        "MemTotal: 4194304 kB\nMemFree: 1048576 kB\nBuffers: 0 kB\nCached: 1048576 kB\n"
+        "SwapTotal: 2097152 kB\nSwapFree: 1048576 kB\n"
+    )
+    (procfs / "loadavg").write_text("7.00 6.72 6.59 7/176 26174\n")
+    base = {"clock_sync": "off"}
+    passing = {"expect_swap_gib": 2, "expect_swap_max_gib": 2, "min_free_swap_gib": 1, "min_free_memory_gib": 3}
+    assert run(tmp_path, procfs=procfs, **base, **passing, max_load_1m=8, max_load_15m=7) == []
+    failing = {"expect_swap_max_gib": 0, "min_free_swap_gib": 1.5, "min_free_memory_gib": 3.5}
+    found = codes(run(tmp_path, procfs=procfs, **base, **failing, max_load_1m=7, max_load_15m=6))
+    assert found == [
+        ("LOAD_HIGH", Status.WARNING, "load_15m"),
+        ("LOAD_HIGH", Status.WARNING, "load_1m"),
+        ("MEMORY_FREE_LOW", Status.WARNING, "memory"),
+        ("SWAP_FREE_LOW", Status.WARNING, "swap"),
+        ("SWAP_SIZE", Status.CRITICAL, "swap"),
+    ]
+    (procfs / "loadavg").write_text("seven\n")
+    (unread,) = run(tmp_path, procfs=procfs, **base, max_load_1m=8)
+    assert (unread.code, unread.status) == ("LOADAVG_MALFORMED", Status.UNKNOWN)
+
+
+def test_dmi_matches_are_judged_on_the_line_nhc_makes(tmp_path: Path) -> None:
+    """check_dmi_data_match (lbnl_dmi.nhc) on dmidecode's 'BIOS Information: Version: 2.11.0', here from sysfs."""
+    sysfs = tmp_path / "sys"
+    dmi = sysfs / "class/dmi/id"
+    dmi.mkdir(parents=True)
+    (dmi / "bios_version").write_text("2.11.0\n")
+    (dmi / "product_name").write_text("PowerEdge XE9680\n")
+    base = {"clock_sync": "off"}
+    expect = ["BIOS Information: Version: 2.11.0", "System Information: Product Name: PowerEdge*"]
+    forbid = ["/^BIOS Information: Version: 1\\./"]
+    assert run(tmp_path, sysfs=sysfs, **base, expect_dmi=expect, forbid_dmi=forbid) == []
+    found = run(tmp_path, sysfs=sysfs, **base, expect_dmi=["BIOS Information: Version: 2.9.4"], forbid_dmi=expect[1:])
+    assert codes(found) == [
+        ("DMI_MISMATCH", Status.WARNING, "bios_version"),
+        ("DMI_MISMATCH", Status.WARNING, "product_name"),
+    ]
+    (missing,) = run(tmp_path, sysfs=sysfs, **base, expect_dmi=["Base Board Information: Version: 1"])
+    assert (missing.code, missing.status) == ("DMI_UNREADABLE", Status.UNKNOWN)
+    (absent,) = run(tmp_path, sysfs=tmp_path / "none", **base, expect_dmi=expect)
+    assert (absent.code, absent.status) == ("DMI_UNREADABLE", Status.UNKNOWN)
+    with pytest.raises(ValueError, match="could match lines"):
+        HostSettings(expect_dmi=["*Version: 2.11.0"])
