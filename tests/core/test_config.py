@@ -116,8 +116,8 @@ def test_toml_syntax_error_names_the_line() -> None:
 
 
 def test_error_text_names_the_file() -> None:
-    with pytest.raises(ConfigError, match=r"^test.toml: checks.gpu.gpus: unknown key$"):
-        parse_config("[checks.gpu]\ngpus = 8\n", "test.toml", MODELS)
+    with pytest.raises(ConfigError, match=r"^test.toml: checks.gpu.frobnicate: unknown key$"):
+        parse_config("[checks.gpu]\nfrobnicate = 8\n", "test.toml", MODELS)
 
 
 @pytest.mark.parametrize(
