@@ -23,12 +23,19 @@ its own state directory or its ``[slurm] enabled = false`` would write
   mode, owner, size, mtime, ctime of every entry) before and after each test; a
   difference fails that test, one outside any test fails the session.
 
-A failing test gets an error at teardown that names what it touched. A snapshot
-cannot tell who wrote, so a change is charged to the suite whenever a process of
-this run could have made it. Only when the test process started no program and had
-no child process alive over the whole interval (its own accesses being blocked) is a
-change known to come from another program on this machine (a healthd daemon on a
-real node, another test run): that is reported as a warning, not a failure.
+A failing test gets an error at teardown that names what it touched.
+
+A snapshot cannot tell who wrote, and on a node where healthd is installed its daemon, or
+slurmd's ``healthd-hook``, writes /var/lib/healthd while the suite runs. So, as root, the
+guard first gives the test process a private mount namespace (which every process it starts
+inherits) where each guarded directory that exists is an empty tmpfs: the suite's processes
+see and write only that tmpfs, and the host's healthd sees and writes only its own
+directory. A change in the tmpfs was made by this run, whatever started it; a write of the
+host's healthd is never seen, so never charged. A guarded path that does not exist (nothing
+to mount on) stays the machine's, and for it a change is charged to the suite whenever a
+process of this run could have made it: only when the test process started no program and
+had no child process alive over the whole interval (its own accesses being blocked) is it
+known to come from another program, and reported as a warning, not a failure.
 """
 
 from __future__ import annotations
@@ -118,6 +125,10 @@ _EXEC_EVENTS: dict[str, tuple[int, int]] = {
 
 # Audit events that create a process.
 _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system"})
+
+# unshare(2), mount(2): <sched.h>, <sys/mount.h>.
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
 
 # inotify(7)
 _IN_ACCESS = 0x00000001
@@ -268,6 +279,8 @@ class HostGuard:
         self._spawned = False
         self._children = False
         self.foreign: list[str] = []
+        # The guarded directories this process sees as its own empty tmpfs (``_hide``).
+        self.hidden: list[str] = []
 
     # -- what tests call -----------------------------------------------------------
 
@@ -290,6 +303,7 @@ class HostGuard:
             raise pytest.UsageError(f"host guard: cannot watch its Slurm tripwire: {exc}") from None
         self._saved_conf = os.environ.get("SLURM_CONF")
         os.environ["SLURM_CONF"] = str(self._tripwire.path)
+        self.hidden = _hide([p for p in self.guarded if p.is_dir()])
         self._last = snapshot(self.guarded)
         if not _HOOK_INSTALLED:  # an audit hook cannot be removed: one per process, idle when no guard is active
             sys.addaudithook(_audit)
@@ -341,7 +355,9 @@ class HostGuard:
 
             self._children = bool(psutil.Process().children(recursive=True))
         for line in changes(self._last, now):
-            if ours:
+            if any(line.startswith(f"{p} ") or line.startswith(f"{p}/") for p in self.hidden):
+                self._problems.append((owner, f"{line} (by a process of this run: only it sees this directory)"))
+            elif ours:
                 self._problems.append((owner, f"{line} (by a process of this run, or by another program)"))
             else:
                 self.foreign.append(f"{line} while {owner or 'no test'} ran, which started no process")
@@ -419,6 +435,34 @@ class HostGuard:
             f"ran {program} with SLURM_CONF={conf}, which is not a test cluster"
             " (a test cluster's fixture calls host_guard.allow_slurm_conf(conf))"
         )
+
+
+def _hide(directories: Sequence[Path]) -> list[str]:
+    """Move this process into a private mount namespace where each of ``directories`` is an empty tmpfs.
+
+    Returns the directories so covered: none where the process may not make a mount
+    namespace (not root, or a container without CAP_SYS_ADMIN), and then the guard judges
+    the machine's own directories by who could have written. The tmpfs keeps the
+    directory's mode and owner. Mounts are made private first (mount_namespaces(7)): with
+    the shared propagation systemd sets on /, the tmpfs would appear on the host.
+    """
+    if not directories or os.geteuid() != 0:
+        return []
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return []
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "host guard: cannot make its mount namespace private")
+    hidden = []
+    for directory in directories:
+        st = os.stat(directory)
+        options = f"mode={stat.S_IMODE(st.st_mode):o},uid={st.st_uid},gid={st.st_gid}"
+        flags = _MS_NOSUID | _MS_NODEV
+        if libc.mount(b"healthd-host-guard", os.fsencode(directory), b"tmpfs", flags, options.encode()) != 0:
+            raise OSError(ctypes.get_errno(), f"host guard: cannot cover {directory} with a tmpfs")
+        hidden.append(str(directory))
+    return hidden
 
 
 def _launched(event: str, args: tuple[Any, ...]) -> Optional[tuple[str, list[str]]]:
