@@ -7,8 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends \
+# Wait up to 10 minutes for another apt (unattended-upgrades, an operator's) to let go of
+# the dpkg lock instead of failing at once with exit 100 (apt.conf(5), apt >= 1.9.11).
+apt_get=(apt-get -o DPkg::Lock::Timeout=600)
+"${apt_get[@]}" update -q
+"${apt_get[@]}" install -y -q --no-install-recommends \
     python3 python3-venv python3-dev gcc pkg-config libsystemd-dev \
     slurm-wlm slurmdbd mariadb-server munge fuse3 libfuse2 prometheus ansible systemd procps coreutils util-linux chromium rpm lintian rpmlint </dev/null
 
@@ -21,4 +24,5 @@ apt-get install -y -q --no-install-recommends \
 .venv/bin/mypy
 # The package builder is a script beside packaging/systemd/, which mypy would take for the systemd module.
 .venv/bin/mypy --strict packaging/build.py
+# PYTEST_ADDOPTS, which pytest reads itself, may narrow the run (tests/test_installed_node.py does).
 HEALTHD_NO_SKIPS=1 .venv/bin/pytest -q </dev/null
