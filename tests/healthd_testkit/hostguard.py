@@ -23,19 +23,16 @@ its own state directory or its ``[slurm] enabled = false`` would write
   mode, owner, size, mtime, ctime of every entry) before and after each test; a
   difference fails that test, one outside any test fails the session.
 
-A failing test gets an error at teardown that names what it touched.
-
-A snapshot cannot tell who wrote, and on a node where healthd is installed its daemon, or
-slurmd's ``healthd-hook``, writes /var/lib/healthd while the suite runs. So, as root, the
-guard first gives the test process a private mount namespace (which every process it starts
-inherits) where each guarded directory that exists is an empty tmpfs: the suite's processes
-see and write only that tmpfs, and the host's healthd sees and writes only its own
-directory. A change in the tmpfs was made by this run, whatever started it; a write of the
-host's healthd is never seen, so never charged. A guarded path that does not exist (nothing
-to mount on) stays the machine's, and for it a change is charged to the suite whenever a
-process of this run could have made it: only when the test process started no program and
-had no child process alive over the whole interval (its own accesses being blocked) is it
-known to come from another program, and reported as a warning, not a failure.
+A failing test gets an error at teardown that names what it touched. A snapshot
+cannot tell who wrote, and on a node where healthd is installed its daemon, or slurmd's
+``healthd-hook``, writes /var/lib/healthd while the suite runs. So, where fanotify(7) can
+watch (root), the guard also notes who wrote each changed path (``healthd_testkit.writers``):
+a change that only processes outside this run made (not descendants of the test process,
+without the session's mark in their environment) is another program's, reported as a
+warning, not a failure. Any other change is charged to the suite whenever a process of this
+run could have made it. Only when the test process started no program and had no child
+process alive over the whole interval (its own accesses being blocked) is it known to come
+from another program (another test run), and reported as a warning too.
 """
 
 from __future__ import annotations
@@ -52,12 +49,13 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import pytest
 
 from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
 from healthd.slurm.command import SHELL, SHELL_NAME
+from healthd_testkit.writers import Writer, Writers
 
 # Where an installed healthd keeps its config and its state.
 HOST_PATHS = (DEFAULT_CONFIG_PATH.parent, DEFAULT_STATE_DIR)
@@ -126,14 +124,14 @@ _EXEC_EVENTS: dict[str, tuple[int, int]] = {
 # Audit events that create a process.
 _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.system"})
 
-# unshare(2), mount(2): <sched.h>, <sys/mount.h>.
-_CLONE_NEWNS = 0x00020000
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
-
 # inotify(7)
 _IN_ACCESS = 0x00000001
 _IN_OPEN = 0x00000020
 _EVENT_HEADER = struct.Struct("iIII")
+
+# The environment variable that marks the session's processes; its value names the session.
+GUARD_MARK = "HEALTHD_HOST_GUARD"
+T = TypeVar("T")
 
 _ACTIVE: Optional[HostGuard] = None
 _HOOK_INSTALLED = False
@@ -279,8 +277,7 @@ class HostGuard:
         self._spawned = False
         self._children = False
         self.foreign: list[str] = []
-        # The guarded directories this process sees as its own empty tmpfs (``_hide``).
-        self.hidden: list[str] = []
+        self._writers: Optional[Writers] = None
 
     # -- what tests call -----------------------------------------------------------
 
@@ -303,7 +300,9 @@ class HostGuard:
             raise pytest.UsageError(f"host guard: cannot watch its Slurm tripwire: {exc}") from None
         self._saved_conf = os.environ.get("SLURM_CONF")
         os.environ["SLURM_CONF"] = str(self._tripwire.path)
-        self.hidden = _hide([p for p in self.guarded if p.is_dir()])
+        # Every process the session starts inherits this: the writers' test knows the session's own by it.
+        os.environ[GUARD_MARK] = str(self._directory)
+        self._writers = _bypassed(_watch_writers, self.guarded, f"{GUARD_MARK}={self._directory}")
         self._last = snapshot(self.guarded)
         if not _HOOK_INSTALLED:  # an audit hook cannot be removed: one per process, idle when no guard is active
             sys.addaudithook(_audit)
@@ -331,6 +330,9 @@ class HostGuard:
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = self._saved_conf
+        os.environ.pop(GUARD_MARK, None)
+        if self._writers is not None:
+            self._writers.close()
         if self._tripwire is not None:
             self._tripwire.close()
         if self._directory is not None:
@@ -354,9 +356,14 @@ class HostGuard:
             import psutil
 
             self._children = bool(psutil.Process().children(recursive=True))
+        written: dict[str, set[Writer]] = {}
+        if self._writers is not None:
+            written = self._writers.take()
+            _bypassed(self._writers.mark)  # directories created since
         for line in changes(self._last, now):
-            if any(line.startswith(f"{p} ") or line.startswith(f"{p}/") for p in self.hidden):
-                self._problems.append((owner, f"{line} (by a process of this run: only it sees this directory)"))
+            writers = written.get(line.rsplit(" was ", 1)[0], set())
+            if writers == {Writer.OTHER}:
+                self.foreign.append(f"{line} while {owner or 'no test'} ran, by a process outside this run")
             elif ours:
                 self._problems.append((owner, f"{line} (by a process of this run, or by another program)"))
             else:
@@ -437,32 +444,20 @@ class HostGuard:
         )
 
 
-def _hide(directories: Sequence[Path]) -> list[str]:
-    """Move this process into a private mount namespace where each of ``directories`` is an empty tmpfs.
+def _watch_writers(guarded: Sequence[Path], mark: str) -> Optional[Writers]:
+    try:
+        return Writers(guarded, mark)
+    except OSError:  # not root, or no fanotify: who wrote is judged from the processes started alone
+        return None
 
-    Returns the directories so covered: none where the process may not make a mount
-    namespace (not root, or a container without CAP_SYS_ADMIN), and then the guard judges
-    the machine's own directories by who could have written. The tmpfs keeps the
-    directory's mode and owner. Mounts are made private first (mount_namespaces(7)): with
-    the shared propagation systemd sets on /, the tmpfs would appear on the host.
-    """
-    if not directories or os.geteuid() != 0:
-        return []
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-    if libc.unshare(_CLONE_NEWNS) != 0:
-        return []
-    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        raise OSError(ctypes.get_errno(), "host guard: cannot make its mount namespace private")
-    hidden = []
-    for directory in directories:
-        st = os.stat(directory)
-        options = f"mode={stat.S_IMODE(st.st_mode):o},uid={st.st_uid},gid={st.st_gid}"
-        flags = _MS_NOSUID | _MS_NODEV
-        if libc.mount(b"healthd-host-guard", os.fsencode(directory), b"tmpfs", flags, options.encode()) != 0:
-            raise OSError(ctypes.get_errno(), f"host guard: cannot cover {directory} with a tmpfs")
-        hidden.append(str(directory))
-    return hidden
+
+def _bypassed(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` with the audit hook's path checks off in this thread: the guard's own look."""
+    _LOCAL.bypass = True
+    try:
+        return function(*args)
+    finally:
+        _LOCAL.bypass = False
 
 
 def _launched(event: str, args: tuple[Any, ...]) -> Optional[tuple[str, list[str]]]:
