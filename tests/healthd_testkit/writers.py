@@ -7,7 +7,9 @@ under a marked directory, the directory, the entry's name and the writer's pid
 (``FAN_REPORT_DFID_NAME``, Linux 5.9). A thread reads the events as they come, while the
 writer still lives, and sorts each writer: a descendant of this process (the suite's), or a
 process outside its tree (another program). A writer already gone when its event is read
-cannot be placed, and counts as possibly the suite's. So does a writer that carries the
+cannot be placed, and counts as possibly the suite's. A directory on a filesystem without
+file handles (overlayfs, as in a throwaway root) cannot be watched: its changes are judged
+as if no event came. So does a writer that carries the
 session's mark in its environment: a daemon a test started, then left to init.
 """
 
@@ -87,13 +89,13 @@ class Writers:
         handle, mount_id = _FileHandle(handle_bytes=128), ctypes.c_int()
         path = os.fsencode(directory)
         if self._libc.name_to_handle_at(_AT_FDCWD, path, ctypes.byref(handle), ctypes.byref(mount_id), 0) != 0:
-            return  # gone since the walk: nothing left there to watch
+            return  # gone since the walk, or on a filesystem without file handles: not watched
         key = struct.pack("Ii", handle.handle_bytes, handle.handle_type) + bytes(handle.f_handle[: handle.handle_bytes])
         if key in self._dirs:
             return
-        if self._libc.fanotify_mark(self._fd, _FAN_MARK_ADD, mask, _AT_FDCWD, path) != 0:
-            raise OSError(ctypes.get_errno(), f"fanotify_mark({directory}) failed")
-        self._dirs[key] = directory
+        # A filesystem without a filesystem id (tmpfs before Linux 6.7) refuses the mark: not watched.
+        if self._libc.fanotify_mark(self._fd, _FAN_MARK_ADD, mask, _AT_FDCWD, path) == 0:
+            self._dirs[key] = directory
 
     def take(self) -> dict[str, set[Writer]]:
         """What was written since the last call, after reading every event already queued."""
