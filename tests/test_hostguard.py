@@ -1,8 +1,9 @@
 """The host guard (``healthd_testkit.hostguard``) fails each test that touches the host; ``write_config`` is private.
 
 The guard is shown at work in an inner pytest session run in a subprocess, whose
-guarded paths are two directories under tmp_path standing in for /etc/healthd and
-/var/lib/healthd: nothing here touches the real ones.
+guarded paths are directories under tmp_path standing in for /etc/healthd and
+/var/lib/healthd (and one more that only another program creates): nothing here touches the
+real ones.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(HOSTGUARD).parents[1]))  # healthd_testkit, which the guard imports
 spec = importlib.util.spec_from_file_location("healthd_test_hostguard", HOSTGUARD)
 hostguard = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = hostguard
@@ -38,7 +40,7 @@ spec.loader.exec_module(hostguard)
 
 
 def pytest_configure(config):
-    guard = hostguard.HostGuard([ETC, VAR])
+    guard = hostguard.HostGuard([ETC, VAR, ABSENT])
     config.pluginmanager.register(hostguard.HostGuardPlugin(guard), "healthd-host-guard")
 
 
@@ -62,12 +64,22 @@ def test_clean(tmp_path):
     (tmp_path / "state" / "last-pass.json").write_text("{}")
 
 
-def test_starts_no_process_while_another_program_writes():
-    (VAR.parent / "ready").write_text("go")  # the outer test's writer waits for this
+def _while_another_program_writes(step):
+    (VAR.parent / f"ready-{step}").write_text("go")  # the outer test's writer waits for this
     for _ in range(600):
-        if (VAR / "foreign.json").exists():
+        if (VAR.parent / f"written-{step}").exists():
             return
         time.sleep(0.05)
+
+
+def test_starts_no_process_while_another_program_writes():
+    _while_another_program_writes(1)
+
+
+def test_starts_a_process_while_another_program_writes():
+    # The host's own healthd writing its state while a test runs a program: not the test's doing.
+    subprocess.run(["true"], check=True)
+    _while_another_program_writes(2)
 
 
 def test_writes_in_process():
@@ -149,6 +161,11 @@ def _stand_ins(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "etc-healthd", var
 
 
+def _absent(tmp_path: Path) -> Path:
+    """A third guarded directory that no one creates but another program (absent at first)."""
+    return tmp_path / "absent"
+
+
 def _inner_session(tmp_path: Path, tests: str) -> tuple[int, str, dict[str, str]]:
     """Run ``tests`` in an inner pytest session guarding the stand-ins of tmp_path.
 
@@ -159,7 +176,7 @@ def _inner_session(tmp_path: Path, tests: str) -> tuple[int, str, dict[str, str]
     inner.mkdir()
     # Each inner file starts by naming the guard module and the two stand-ins.
     header = f"from pathlib import Path\nHOSTGUARD = {str(HOSTGUARD)!r}\n"
-    header += f"ETC, VAR = Path({str(etc)!r}), Path({str(var)!r})\n"
+    header += f"ETC, VAR, ABSENT = Path({str(etc)!r}), Path({str(var)!r}), Path({str(_absent(tmp_path))!r})\n"
     (inner / "conftest.py").write_text(header + INNER_CONFTEST)
     (inner / "test_inner.py").write_text(header + tests)
     report = tmp_path / "report.xml"
@@ -181,8 +198,14 @@ def _inner_session(tmp_path: Path, tests: str) -> tuple[int, str, dict[str, str]
 
 def test_touching_a_guarded_path_fails_the_test_that_did(tmp_path: Path) -> None:
     etc, var = _stand_ins(tmp_path)
-    # Another program on the machine, not started by the inner session, writes while one of its tests runs.
-    script = f'while [ ! -e "{tmp_path}/ready" ]; do sleep 0.05; done; echo x > "{var}/foreign.json"'
+    absent = _absent(tmp_path)
+    # Another program on the machine (the host's healthd), not started by the inner session,
+    # writes while two of its tests run: the first starts no process, the second does.
+    script = f"""cd "{tmp_path}"
+while [ ! -e ready-1 ]; do sleep 0.05; done; echo x > "{var}/foreign.json"; mkdir "{absent}"; touch written-1
+while [ ! -e ready-2 ]; do sleep 0.05; done; echo x > "{var}/foreign-2.json"; touch written-2
+exec sleep 60
+"""
     writer = subprocess.Popen(["sh", "-c", script])
     try:
         code, output, errors = _inner_session(tmp_path, FILE_TESTS)
@@ -192,17 +215,22 @@ def test_touching_a_guarded_path_fails_the_test_that_did(tmp_path: Path) -> None
     assert code == 1, output
     assert errors["test_clean"] == "", output
     assert errors["test_starts_no_process_while_another_program_writes"] == "", output
+    assert errors["test_starts_a_process_while_another_program_writes"] == "", output
+    # The writer (a shell's own echo) lives outside the inner session's process tree: its changes are a
+    # warning, whatever the test ran. Its mkdir, a process that may be gone before it is placed, is a
+    # warning either way there, since that test started no process.
     assert "host guard: warning: another program on this machine changed the guarded paths:" in output
-    assert (
-        f"{var / 'foreign.json'} was created while test_inner.py::test_starts_no_process_while_another_program_writes"
-        " ran, which started no process"
-    ) in output
+    for path, test in ((var / "foreign.json", "no"), (var / "foreign-2.json", "a")):
+        name = f"test_starts_{test}_process_while_another_program_writes"
+        assert f"{path} was created while test_inner.py::{name} ran, by a process outside this run" in output
+    name = "test_starts_no_process_while_another_program_writes"
+    assert f"{absent} was created while test_inner.py::{name} ran, " in output
     assert f"open {var / 'last-pass.json'} (blocked)" in errors["test_writes_in_process"]
     assert f"open {var / 'policy.json'} (blocked)" in errors["test_reads_in_process"]
     assert "policy.json (blocked)" in errors["test_reads_through_a_directory_swapped_for_a_link"]
     assert "/state/policy.json" in errors["test_reads_through_a_directory_swapped_for_a_link"]
-    assert f"{var / 'policy.json'} was created" in errors["test_writes_in_a_subprocess"]
-    assert f"{etc} was created" in errors["test_creates_the_config_dir_in_a_subprocess"]
+    assert f"{var / 'policy.json'} was created (by a process of this run" in errors["test_writes_in_a_subprocess"]
+    assert f"{etc} was created (by a process of this run" in errors["test_creates_the_config_dir_in_a_subprocess"]
     assert "host guard: outside any test, " in output
     assert f"open {var / 'collected.json'} (blocked)" in output
     # What ran in the test process was stopped; a subprocess can only be caught afterwards.

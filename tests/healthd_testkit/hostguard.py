@@ -24,11 +24,15 @@ its own state directory or its ``[slurm] enabled = false`` would write
   difference fails that test, one outside any test fails the session.
 
 A failing test gets an error at teardown that names what it touched. A snapshot
-cannot tell who wrote, so a change is charged to the suite whenever a process of
-this run could have made it. Only when the test process started no program and had
-no child process alive over the whole interval (its own accesses being blocked) is a
-change known to come from another program on this machine (a healthd daemon on a
-real node, another test run): that is reported as a warning, not a failure.
+cannot tell who wrote, and on a node where healthd is installed its daemon, or slurmd's
+``healthd-hook``, writes /var/lib/healthd while the suite runs. So, where fanotify(7) can
+watch (root), the guard also notes who wrote each changed path (``healthd_testkit.writers``):
+a change that only processes outside this run made (not descendants of the test process,
+without the session's mark in their environment) is another program's, reported as a
+warning, not a failure. Any other change is charged to the suite whenever a process of this
+run could have made it. Only when the test process started no program and had no child
+process alive over the whole interval (its own accesses being blocked) is it known to come
+from another program (another test run), and reported as a warning too.
 """
 
 from __future__ import annotations
@@ -45,12 +49,13 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import pytest
 
 from healthd.config.defaults import DEFAULT_CONFIG_PATH, DEFAULT_STATE_DIR, toml_module
 from healthd.slurm.command import SHELL, SHELL_NAME
+from healthd_testkit.writers import Writer, Writers
 
 # Where an installed healthd keeps its config and its state.
 HOST_PATHS = (DEFAULT_CONFIG_PATH.parent, DEFAULT_STATE_DIR)
@@ -123,6 +128,10 @@ _SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posi
 _IN_ACCESS = 0x00000001
 _IN_OPEN = 0x00000020
 _EVENT_HEADER = struct.Struct("iIII")
+
+# The environment variable that marks the session's processes; its value names the session.
+GUARD_MARK = "HEALTHD_HOST_GUARD"
+T = TypeVar("T")
 
 _ACTIVE: Optional[HostGuard] = None
 _HOOK_INSTALLED = False
@@ -268,6 +277,7 @@ class HostGuard:
         self._spawned = False
         self._children = False
         self.foreign: list[str] = []
+        self._writers: Optional[Writers] = None
 
     # -- what tests call -----------------------------------------------------------
 
@@ -290,6 +300,9 @@ class HostGuard:
             raise pytest.UsageError(f"host guard: cannot watch its Slurm tripwire: {exc}") from None
         self._saved_conf = os.environ.get("SLURM_CONF")
         os.environ["SLURM_CONF"] = str(self._tripwire.path)
+        # Every process the session starts inherits this: the writers' test knows the session's own by it.
+        os.environ[GUARD_MARK] = str(self._directory)
+        self._writers = _bypassed(_watch_writers, self.guarded, f"{GUARD_MARK}={self._directory}")
         self._last = snapshot(self.guarded)
         if not _HOOK_INSTALLED:  # an audit hook cannot be removed: one per process, idle when no guard is active
             sys.addaudithook(_audit)
@@ -317,6 +330,9 @@ class HostGuard:
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = self._saved_conf
+        os.environ.pop(GUARD_MARK, None)
+        if self._writers is not None:
+            self._writers.close()
         if self._tripwire is not None:
             self._tripwire.close()
         if self._directory is not None:
@@ -340,8 +356,15 @@ class HostGuard:
             import psutil
 
             self._children = bool(psutil.Process().children(recursive=True))
+        written: dict[str, set[Writer]] = {}
+        if self._writers is not None:
+            written = self._writers.take()
+            _bypassed(self._writers.mark)  # directories created since
         for line in changes(self._last, now):
-            if ours:
+            writers = written.get(line.rsplit(" was ", 1)[0], set())
+            if writers == {Writer.OTHER}:
+                self.foreign.append(f"{line} while {owner or 'no test'} ran, by a process outside this run")
+            elif ours:
                 self._problems.append((owner, f"{line} (by a process of this run, or by another program)"))
             else:
                 self.foreign.append(f"{line} while {owner or 'no test'} ran, which started no process")
@@ -419,6 +442,22 @@ class HostGuard:
             f"ran {program} with SLURM_CONF={conf}, which is not a test cluster"
             " (a test cluster's fixture calls host_guard.allow_slurm_conf(conf))"
         )
+
+
+def _watch_writers(guarded: Sequence[Path], mark: str) -> Optional[Writers]:
+    try:
+        return Writers(guarded, mark)
+    except OSError:  # not root, or no fanotify: who wrote is judged from the processes started alone
+        return None
+
+
+def _bypassed(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` with the audit hook's path checks off in this thread: the guard's own look."""
+    _LOCAL.bypass = True
+    try:
+        return function(*args)
+    finally:
+        _LOCAL.bypass = False
 
 
 def _launched(event: str, args: tuple[Any, ...]) -> Optional[tuple[str, list[str]]]:

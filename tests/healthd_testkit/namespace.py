@@ -15,7 +15,10 @@ from typing import Mapping
 
 import pytest
 
-from healthd_testkit.hostguard import TRIPWIRE_TEXT
+from healthd_testkit.hostguard import HOST_PATHS, TRIPWIRE_TEXT
+
+# What an installed healthd leaves on a machine: the README's venv, its config and its state.
+HOST_INSTALL = (Path("/opt/healthd"), *HOST_PATHS)
 
 
 def in_mount_namespace(script: str, expected: int) -> subprocess.CompletedProcess[str]:
@@ -43,11 +46,17 @@ def in_mount_namespace(script: str, expected: int) -> subprocess.CompletedProces
 # like the rest: a checkout under /tmp (a CI clone) stays visible. Whatever the script
 # does as root in it (dpkg -i, pip install into /opt, a first `healthd check` creating
 # /var/lib/healthd) lands in the tmpfs and is gone when the namespace ends.
+# The machine's own healthd (HOST_INSTALL) is deleted from the root before anything runs: in
+# an overlay a deletion is a whiteout in the upper layer, so the root looks like a machine
+# where healthd was never installed, while the machine keeps every file. Without that, a
+# package's test on a node where healthd runs would find the node's venv still in
+# /opt/healthd after `rpm -e`.
 _THROWAWAY = """set -e
 top="$1"; shift
 mount -t tmpfs throwaway "$top"
 mkdir "$top/up" "$top/work" "$top/root"
 mount -t overlay overlay -o "lowerdir=/,upperdir=$top/up,workdir=$top/work" "$top/root"
+for hidden in $THROWAWAY_HIDDEN; do rm -rf --one-file-system "$top/root$hidden"; done
 mount -t proc proc "$top/root/proc"
 mount --rbind /sys "$top/root/sys"
 mount --rbind /dev "$top/root/dev"
@@ -78,6 +87,8 @@ def in_throwaway_root(
 ) -> subprocess.CompletedProcess[str]:
     """``sh -c script`` as root in a copy-on-write root of this machine that vanishes afterwards.
 
+    The root has no /opt/healthd, /etc/healthd or /var/lib/healthd, whatever the machine has.
+
     ``workdir`` is an empty directory of the test's own (the tmpfs goes there); ``binds`` maps
     a directory here to the absolute path where the script sees it. Skips, naming why, where
     no mount namespace or overlay can be made.
@@ -86,7 +97,7 @@ def in_throwaway_root(
     argv = [str(workdir)]
     for source, dest in {**_outside_the_overlay(), **binds}.items():
         argv += [str(source), dest]
-    env = dict(os.environ)
+    env = dict(os.environ, THROWAWAY_HIDDEN=" ".join(map(str, HOST_INSTALL)))
     if "SLURM_CONF" in env:
         env.update(SLURM_CONF="/run/slurm.conf", THROWAWAY_SLURM_CONF=TRIPWIRE_TEXT)
     done = subprocess.run(
