@@ -36,7 +36,7 @@ from healthd.cycle.pipeline import (
 )
 from healthd.model import Finding, Status
 from healthd.plan.acks import FindingRef
-from healthd.plan.policy import PolicyState
+from healthd.plan.state import PolicyState
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.nodestate import NodeInfo
 from healthd.store.history import History, Kind
