@@ -41,7 +41,8 @@ from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.nodestate import NodeInfo
 from healthd.slurm.reasons import Reasons
 from healthd.store.attempt import record_attempt
-from healthd.store.history import History, HistoryError, RebootPhase
+from healthd.store.history import History
+from healthd.store.historyschema import HistoryError, RebootPhase
 from healthd.store.lock import LockTimeout, StateLock, active_running
 from healthd.store.state import StateError
 from healthd.store.statenode import claim

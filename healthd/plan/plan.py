@@ -139,7 +139,7 @@ class Plan(NamedTuple):
     errors: tuple[SlurmProblem, ...]
     reboot: Optional[RebootRequest] = None
     reset: Optional[GpuReset] = None
-    # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
+    # Findings (by key) whose raise in this pass escalation must not count, and why (historyschema.Kind.UNCOUNTED).
     uncounted: Mapping[str, str] = MappingProxyType({})
     # The raises this pass's take-out counts, provisional while the node is out (healthd.plan.wave).
     counted: tuple[ProvisionalRaise, ...] = ()
