@@ -96,7 +96,7 @@ class PolicyRules(NamedTuple):
     reconcile_interval: float = 3600.0
 
 
-def is_acting(finding: Finding) -> bool:
+def _acting(finding: Finding) -> bool:
     return finding.status is not Status.OK and finding.check != OWN_CHECK
 
 
@@ -171,7 +171,7 @@ def wanted_action(result: PassResult, state: PolicyState, rules: PolicyRules) ->
     settings = rules.settings
     ready: list[Finding] = []
     not_ready: list[tuple[Finding, int, int]] = []
-    for finding in filter(is_acting, result.findings):
+    for finding in filter(_acting, result.findings):
         if finding.status is Status.UNKNOWN:
             if settings.unknown_action == "report":
                 continue
@@ -352,7 +352,7 @@ def may_stand(causes: tuple[FindingRef, ...], result: PassResult) -> bool:
     """
     ran = ran_checks(result)
     disabled = {r.check for r in result.results if r.state is RunState.DISABLED}
-    faults = {f.key for f in result.findings if is_acting(f)}
+    faults = {f.key for f in result.findings if _acting(f)}
     unsure = {r.check for r in result.results if r.status is Status.UNKNOWN}
     # Under the keys of this pass: another check may have adopted a finding since (acks.adopted).
     current = [adopted(ref, result) for ref in causes if ref.check not in disabled]

@@ -5,7 +5,7 @@ counts a raise only when its node was not in a wave (docs/escalation.md, "What c
 a wave"): other nodes of its partitions out for the same code, or the breaker's budget
 full once the node is out (from then on the breaker holds every other node that fails,
 and a held node leaves no mark in Slurm). The first node out of a wave sees neither, so
-its raise stays provisional (``ProvisionalRaise``) while it is out: a later read that
+its raise stays provisional (``state.ProvisionalRaise``) while it is out: a later read that
 finds other nodes out for the same code takes it back.
 """
 
