@@ -33,7 +33,8 @@ from typing import Callable
 
 from healthd.model import CheckResult, Device, Finding, PassResult, RunState, Status
 from healthd.plan.acks import FindingRef
-from healthd.store.history import DB_NAME, KEEP_DAYS, History, RebootPhase
+from healthd.store.history import KEEP_DAYS, History
+from healthd.store.historyschema import DB_NAME, RebootPhase
 
 INTERVAL = 300.0
 YEAR_PASSES = 105_120

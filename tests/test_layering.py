@@ -108,7 +108,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_is_read_from_the_whole_tree(graph: dict[str, set[str]]) -> None:
     assert "healthd.cycle.pipeline" in graph and "healthd_checks.xid.check" in graph
-    assert "healthd.plan.policy" in graph["healthd.cycle.pipeline"]
+    assert "healthd.plan.state" in graph["healthd.cycle.pipeline"]
 
 
 def test_no_import_cycles(graph: dict[str, set[str]]) -> None:

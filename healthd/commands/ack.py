@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _repaired(args: argparse.Namespace) -> int:
     from healthd.cycle.engine import Engine
     from healthd.cycle.pipeline import POLICY_STATE
-    from healthd.plan.policy import PolicyEvent, PolicyState, advance
+    from healthd.plan.state import PolicyEvent, PolicyState, advance
     from healthd.store.history import History
     from healthd.store.lock import StateLock
 
@@ -92,7 +92,7 @@ def _repaired(args: argparse.Namespace) -> int:
                 print(f"healthd: nothing to do: {now_in}", file=sys.stderr)
                 return EX_NO_MATCH
             now = time.time()
-            # REPAIR_ENDED: the REPAIR drain is now healthd's to lift (policy._unrecorded_repair).
+            # REPAIR_ENDED: the REPAIR drain is now healthd's to lift (rules._unrecorded_repair).
             policy.save(advance(state, PolicyEvent.REPAIR_ACKED).to_dict())
             with History.open(engine.config.paths.state_dir) as history:
                 history.record_repaired(at=now, unit=repair.unit, subject=repair.subject, by=operator())

@@ -26,7 +26,7 @@ LADDER = (
     ("healthd.store.lock", "LockTimeout", EX_TEMPFAIL, "{exc}; {undone}, try again"),
     ("healthd.store.state", "StateError", EX_CANTCREAT, "{exc}"),
     ("healthd.commands.status", "StatusError", EX_UNKNOWN, "UNKNOWN: {exc}"),
-    ("healthd.store.history", "HistoryError", EX_NOINPUT, "{exc}"),
+    ("healthd.store.historyschema", "HistoryError", EX_NOINPUT, "{exc}"),
 )
 
 

@@ -25,7 +25,7 @@ from healthd.commands import add_config_argument
 from healthd.commands.failure import exit_for
 from healthd.commands.status import read_settings
 from healthd.exitcodes import EX_USAGE
-from healthd.store.history import History
+from healthd.store.historyreader import HistoryReader
 from healthd.text import one_line
 
 DEFAULT_SINCE = "7d"
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             return EX_USAGE
     try:
         state_dir, _, _ = read_settings(args.config)
-        history = History.open_readonly(state_dir)
+        history = HistoryReader.open_readonly(state_dir)
         if history is None:
             if args.json:
                 print(json.dumps({"node": None, "since": since, "events": [], "open_findings": [], "boots": []}))
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         return exit_for(exc)
 
 
-def _print(history: History, since: Optional[float], args: argparse.Namespace) -> int:
+def _print(history: HistoryReader, since: Optional[float], args: argparse.Namespace) -> int:
     events = history.events(since=since)
     if args.jsonl:
         for event in events:

@@ -25,7 +25,9 @@ from healthd.cycle.engine import Engine
 from healthd.cycle.jobrecord import jobs_settings, record_end, with_history
 from healthd.cycle.pipeline import PassRequest, pass_budget, run_pass
 from healthd.plan.active import epilog_refusal, interval_left
-from healthd.store.history import History, HistoryError, Kind
+from healthd.store.history import History
+from healthd.store.historyreader import HistoryReader
+from healthd.store.historyschema import HistoryError, Kind
 from healthd_checks.jobs.joblog import LogUnavailable, job_events, last_seq
 from healthd_checks.jobs.scope import Job, LogWindow, owner
 
@@ -139,7 +141,7 @@ def attribute(
     return mine
 
 
-def _windows(history: History, boot: str, since: float) -> tuple[dict[str, LogWindow], bool]:
+def _windows(history: HistoryReader, boot: str, since: float) -> tuple[dict[str, LogWindow], bool]:
     """Each job's window in boot ``boot`` (its ``job_start``/``job_end`` events since then); whether one had a GPU list.
 
     A job with an end but no start (its prolog did not run) has a window that may
@@ -175,7 +177,7 @@ def _stored_job(job_id: str, details: Mapping[str, Any]) -> Job:
     return Job(job_id, str(details.get("user", "")), listed)
 
 
-def _recorded_seqs(history: History, boot: str, since: float) -> set[int]:
+def _recorded_seqs(history: HistoryReader, boot: str, since: float) -> set[int]:
     """The SEQs of boot ``boot`` already recorded as some job's (each kernel record is recorded once)."""
 
     seqs = set()
@@ -225,7 +227,7 @@ def _job_start_seq(state_dir: Path, job: Job, boot: str) -> Optional[int]:
     """The kernel-log position the job's prolog noted in this boot (its last ``job_start`` with one), or None."""
 
     try:
-        history = History.open_readonly(state_dir)
+        history = HistoryReader.open_readonly(state_dir)
         if history is None:
             return None
         with history:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from healthd.plan.breaker import breaker_confirm, group_views, out_by_healthd
 from healthd.plan.plan import Executed, Observed, Plan, Read, Step
-from healthd.plan.policy import GpuReset
+from healthd.plan.remedy import GpuReset
 from healthd.slurm.adapter import SlurmClient, SlurmError, node_in_groups
 from healthd.slurm.hostlist import HostlistError
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView

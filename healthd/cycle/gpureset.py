@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
 from healthd.checks.bounded import TimedOut, process_start, run_bounded
 from healthd.slurm.nodestate import NodeInfo
-from healthd.store.history import pci_key
+from healthd.store.historyschema import pci_key
 from healthd.store.state import StateError
 from healthd.store.trust import untrusted_reason
 

@@ -74,7 +74,7 @@ def _record_timeout(which: str, job: Job, config: Optional[Path]) -> None:
         from healthd.boot import read_boot_id
         from healthd.cycle.engine import Engine
         from healthd.cycle.jobrecord import with_history
-        from healthd.store.history import Kind
+        from healthd.store.historyschema import Kind
 
         engine = Engine.from_path(config)
         message = f"{which} deadline passed: UNKNOWN, job allowed"

@@ -10,7 +10,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable, Optional, cast
 
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import Kind
 from healthd.store.lock import StateLock
 
 if TYPE_CHECKING:

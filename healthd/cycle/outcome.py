@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 from healthd.model import PassResult
 from healthd.plan.acks import FindingRef
 from healthd.plan.ackview import POLICY_CHECK
-from healthd.plan.policy import ACTING, OWN_CHECK, Action, Decision, PolicyState
+from healthd.plan.state import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm.problem import SlurmProblem
 
 if TYPE_CHECKING:
-    from healthd.plan.policy import Repair
+    from healthd.plan.state import Repair
     from healthd.slurm.nodestate import NodeInfo
 
 # The code of the finding that stands for a pass that raised (healthd.cycle.pipeline.failed_pass).

@@ -34,13 +34,15 @@ from healthd.cycle.policymemory import mark_unsaved, reach_critical, unsaved_mar
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import Ack, apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
-from healthd.plan.policy import ACTING, OWN_CHECK, Action, Coverage, Decision, PolicyRules, PolicyState
+from healthd.plan.rules import Coverage, PolicyRules
 from healthd.plan.spread import act_delay
+from healthd.plan.state import ACTING, OWN_CHECK, Action, Decision, PolicyState
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.nodestate import NodeInfo
 from healthd.slurm.reasons import Reasons
 from healthd.store.attempt import record_attempt
-from healthd.store.history import History, HistoryError, RebootPhase
+from healthd.store.history import History
+from healthd.store.historyschema import HistoryError, RebootPhase
 from healthd.store.lock import LockTimeout, StateLock, active_running
 from healthd.store.state import StateError
 from healthd.store.statenode import claim
@@ -80,7 +82,7 @@ def budget_terms(config: Config) -> list[tuple[str, float]]:
     (``[slurm].budget``); and what may follow the decision, the longer of
     ``[remediation].on_repair_timeout`` (when on_repair is set) and a GPU reset's two
     nvidia-smi deadlines (when ``reset`` is on and Slurm enabled). One pass never does
-    both: a node in repair is never reset (policy.reset_target).
+    both: a node in repair is never reset (remedy.reset_target).
     """
     terms = [("[runner].pass_timeout", config.runner.pass_timeout), ("[slurm].lock_timeout", config.slurm.lock_timeout)]
     if config.slurm.enabled:
@@ -354,7 +356,7 @@ def _plan(config: Config, situation: Situation, slurm: SlurmClient) -> Plan:
         made = plan(situation, rules)
         if isinstance(made, Plan):
             return made
-        # Slurm's boot time tells a reboot happened only where the boot id is unreadable (policy._booted).
+        # Slurm's boot time tells a reboot happened only where the boot id is unreadable (remedy._booted).
         boot_time = situation.state.reboot is not None and not situation.boot_id
         observed = observe(slurm, made, situation.result.node, situation.observed, rules.reasons, boot_time=boot_time)
         situation = situation._replace(observed=observed)
@@ -489,7 +491,7 @@ def _execute(ctx: PassContext, the_plan: Plan, slurm: SlurmClient, boot_id: str)
 def _repeats(
     history: History, raw: PassResult, window_days: float, now: float, engine: Engine
 ) -> dict[str, tuple[str, int]]:
-    """How often each hardware fault of this pass was raised on its unit in the escalation window (policy._escalate).
+    """How often each hardware fault of this pass was raised on its unit in the escalation window (remedy.escalate).
 
     Only a code its check declares a hardware unit's fault (``CheckSpec.hardware``) is
     counted: one a user or a shared service can cause never escalates (docs/escalation.md).

@@ -1,7 +1,7 @@
 """The policy state when ``policy.json`` cannot be saved: hysteresis must not stop a CRITICAL node from being taken out.
 
 ``[policy] fail_passes`` counts consecutive failing passes in ``state_dir/policy.json``
-(healthd.plan.policy). A state directory that is read-only, full or missing cannot keep that
+(healthd.plan.state). A state directory that is read-only, full or missing cannot keep that
 count, and a count that never passes 1 would leave a CRITICAL node in service for as
 long as the directory stays broken, while docs/service.md promises that checking (and
 acting) goes on. Two remedies, one per kind of process:
@@ -33,11 +33,11 @@ from healthd.model import Status
 from healthd.store.state import open_entry
 from healthd.store.trust import open_trusted_dir
 
-if TYPE_CHECKING:  # healthd.plan.policy is the pass's to import: the engine holds a PolicyMemory from the start
+if TYPE_CHECKING:  # healthd.plan.state is the pass's to import: the engine holds a PolicyMemory from the start
     from pathlib import Path
 
     from healthd.model import PassResult
-    from healthd.plan.policy import PolicyState
+    from healthd.plan.state import PolicyState
     from healthd.store.state import StateDir
 
 UNSAVED = "policy.unsaved"
@@ -104,7 +104,7 @@ def writable_dir(directory: Path) -> bool:
 
 def reach_critical(state: PolicyState, raw: PassResult, fail_passes: int) -> PolicyState:
     """``state`` with each check that reports CRITICAL one pass short of ``fail_passes``: this pass reaches it."""
-    from healthd.plan.policy import OWN_CHECK
+    from healthd.plan.state import OWN_CHECK
 
     critical = {f.check for f in raw.findings if f.status is Status.CRITICAL and f.check != OWN_CHECK}
     if not critical:

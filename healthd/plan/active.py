@@ -53,7 +53,7 @@ def _maintenance(node: NodeInfo) -> Optional[str]:
     """Why a maintenance reservation keeps healthd's own active runs off ``node``, or None.
 
     The window is the administrator's (their burn-in raises faults on purpose), and the
-    policy acts on nothing there (policy._hands_off): a diagnostic would cost node time
+    policy acts on nothing there (rules.hands_off_why): a diagnostic would cost node time
     for a result nobody acts on. ``healthd check --once --active`` still runs there.
     """
     return f"{node.name} is in a maintenance reservation: the administrator's" if node.maintenance else None
@@ -78,7 +78,7 @@ def interval_left(last_run: Optional[float], now: float, interval: float) -> flo
     """Seconds before the next active run may start (0: now), ``interval`` after ``last_run``.
 
     A last run further ahead than ``interval`` means the clock stepped back: it does not hold
-    the checks back (as the policy's retry times, ``policy.waiting``).
+    the checks back (as the policy's retry times, ``state.waiting``).
     """
     if last_run is None:
         return 0.0

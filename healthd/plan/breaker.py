@@ -1,16 +1,21 @@
-"""The circuit breaker's arithmetic: how many nodes of a partition healthd may hold out, and who keeps a place.
+"""The circuit breaker: how many nodes of a partition healthd may hold out, who keeps a place, and the hold.
 
-Pure functions over ``PartitionView`` (healthd.slurm.nodestate), used by the policy
-before a take-out (``over_limit``) and by ``healthd.cycle.execute`` after the drain
-(``breaker_confirm``). docs/policy.md, "Circuit breaker", explains the design.
+Pure functions over ``PartitionView`` (healthd.slurm.nodestate): the limit and its count
+(``allowed_out``, ``counted_out``), the check before a take-out (``over_limit``,
+``circuit_breaker``), the read-after-write that ``healthd.cycle.execute`` and
+``healthd fleet lemons --drain`` make after the drain (``breaker_confirm``), and the hold
+of a node held back with its backoff (``breaker_held``, ``backing_off``). The plan
+(``healthd.plan.plan``) asks for the reads; the failure waves escalation leaves uncounted
+(``healthd.plan.wave``) use the same count. docs/policy.md, "Circuit breaker", explains the design.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence
 
 from healthd.plan.spread import jitter
+from healthd.plan.state import TAKING_OUT, Action, BreakerHold, Decision, PolicyEvent, PolicyState, advance, waiting
 from healthd.slurm.hostlist import expand
 from healthd.slurm.nodestate import NodeGroup, PartitionView
 from healthd.slurm.reasons import Reasons, place_stamp
@@ -23,27 +28,6 @@ if TYPE_CHECKING:
 # nodes of a mass failure do not all ask slurmctld at the same moment.
 BREAKER_BASE = 30.0
 BREAKER_MAX = 600.0
-
-
-class BreakerHold(NamedTuple):
-    """The circuit breaker held this node back; its partitions are read again at ``next_check``."""
-
-    why: str
-    since: float
-    attempts: int
-    next_check: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"why": self.why, "since": self.since, "attempts": self.attempts, "next_check": self.next_check}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BreakerHold:
-        return cls(
-            why=str(data.get("why", "")),
-            since=float(data.get("since", 0.0)),
-            attempts=int(data.get("attempts", 0)),
-            next_check=float(data.get("next_check", 0.0)),
-        )
 
 
 def group_views(groups: Iterable[NodeGroup], partitions: Sequence[str], reasons: Reasons) -> dict[str, PartitionView]:
@@ -103,6 +87,19 @@ def allowed_out(size: int, fraction: float) -> int:
     return max(1, math.floor(fraction * size + 1e-9))
 
 
+def counted_out(view: PartitionView, node: str, since: Optional[float]) -> int:
+    """The nodes of ``view`` other than ``node`` that healthd took out at or after ``since`` (None: ever)."""
+    return sum(1 for _, when, out in view.out if out != node and recent(when, since))
+
+
+def binds(views: Mapping[str, PartitionView], settings: PolicySettings) -> bool:
+    """Whether the limit is less than the whole of one of these partitions: only then must a drain be confirmed.
+
+    Where the limit is the whole partition, no number of simultaneous drains can exceed it.
+    """
+    return any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in views.values())
+
+
 def _breaker_text(view: PartitionView, count: int, limit: int, settings: PolicySettings) -> str:
     return (
         f"partition {view.name}: {count} of its {view.size} nodes taken out by healthd in the last "
@@ -126,7 +123,7 @@ def over_limit(
     since = None if now is None else now - settings.breaker_window
     for view in sorted(views.values(), key=lambda v: v.name):
         limit = allowed_out(view.size, settings.max_out_fraction)
-        others = sum(1 for _, when, out in view.out if out != node and recent(when, since))
+        others = counted_out(view, node, since)
         if others >= limit:
             return _breaker_text(view, others, limit, settings)
     return ""
@@ -171,3 +168,42 @@ def next_hold(previous: Optional[BreakerHold], why: str, now: float, node: str) 
     attempts = (previous.attempts if previous else 0) + 1
     delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * jitter(node)
     return BreakerHold(why, previous.since if previous else now, attempts, now + delay)
+
+
+def circuit_breaker(
+    decision: Decision,
+    node: str,
+    views: Mapping[str, PartitionView],
+    settings: PolicySettings,
+    now: Optional[float] = None,
+) -> tuple[Decision, str]:
+    """Hold back a take-out that would put too much of a partition out at once (``breaker.over_limit``).
+
+    A fault that hits many nodes at once is more likely a shared cause (a file
+    server, a bad config push) than many broken nodes. Returns the decision and why
+    it held.
+    """
+    if decision.action not in TAKING_OUT:
+        return decision, ""
+    why = over_limit(node, views, settings, now)
+    if why:
+        return decision._replace(action=Action.HOLD, explanation=why), why
+    return decision, ""
+
+
+def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyState:
+    """State after the circuit breaker held the node back: when to read its partitions again.
+
+    A repair is dropped too. A node in repair is out already, so the breaker never
+    holds it: the repair was decided by a take-out that never happened (this pass's, or
+    one left pending or unconfirmed), and kept it would turn every later pass, a clean
+    one included, into a take-out "in repair" (docs/escalation.md). The raise behind it
+    is not counted either (``plan.held_raises``).
+    """
+    return advance(state, PolicyEvent.BREAKER_HELD)._replace(held=next_hold(state.held, why, now, node), pending=None)
+
+
+def backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
+    """The breaker's hold while it keeps the node back without reading its partitions again (``next_hold``)."""
+    hold = state.held
+    return hold if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25) else None

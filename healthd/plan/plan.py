@@ -21,36 +21,35 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Optional, Union
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import Ack, FindingRef, adopted, apply_acks, merge, widest
 from healthd.plan.ackview import POLICY_CHECK
-from healthd.plan.breaker import BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm
-from healthd.plan.policy import (
-    ACTING,
+from healthd.plan.breaker import backing_off, binds, breaker_confirm, breaker_held, circuit_breaker
+from healthd.plan.policy import decide
+from healthd.plan.remedy import GpuReset, reset_target, top_cause
+from healthd.plan.rules import (
     BACKOFF_MAX,
     ORDINARY_PASS,
-    TAKING_OUT,
-    Action,
     Coverage,
-    Decision,
-    GpuReset,
     PassFacts,
-    PolicyEvent,
     PolicyRules,
-    PolicyState,
-    RebootRequest,
     acknowledged_by_resume,
-    advance,
     after_apply,
     after_failure,
-    breaker_held,
-    circuit_breaker,
-    decide,
     needs_node,
-    reset_target,
     settle_own_resume,
     skips_breaker,
-    top_cause,
+)
+from healthd.plan.state import (
+    ACTING,
+    TAKING_OUT,
+    Action,
+    Decision,
+    PolicyEvent,
+    PolicyState,
+    ProvisionalRaise,
+    RebootRequest,
+    advance,
     waiting,
 )
-from healthd.plan.wave import ProvisionalRaise, in_wave, provisional, still_provisional, taken_back
+from healthd.plan.wave import in_wave, provisional, still_provisional, taken_back
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.slurm.problem import SlurmProblem
 from healthd.slurm.reasons import Reasons, reason_head
@@ -112,7 +111,7 @@ class Situation(NamedTuple):
     dry_run: bool
     repeats: Mapping[str, tuple[str, int]] = MappingProxyType({})
     boot_id: str = ""  # this boot's id ("" when unreadable): tells a reboot asked for from one done
-    coverage: Coverage = ORDINARY_PASS  # which checks ran, of the active ones (policy.Coverage)
+    coverage: Coverage = ORDINARY_PASS  # which checks ran, of the active ones (rules.Coverage)
 
 
 class Plan(NamedTuple):
@@ -141,7 +140,7 @@ class Plan(NamedTuple):
     errors: tuple[SlurmProblem, ...]
     reboot: Optional[RebootRequest] = None
     reset: Optional[GpuReset] = None
-    # Findings (by key) whose raise in this pass escalation must not count, and why (history.Kind.UNCOUNTED).
+    # Findings (by key) whose raise in this pass escalation must not count, and why (historyschema.Kind.UNCOUNTED).
     uncounted: Mapping[str, str] = MappingProxyType({})
     # The raises this pass's take-out counts, provisional while the node is out (healthd.plan.wave).
     counted: tuple[ProvisionalRaise, ...] = ()
@@ -204,7 +203,7 @@ def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: Policy
     backing off. A drain that an earlier pass left unconfirmed is confirmed now
     (and undone if it lost its place). ``node`` comes back None when a read the
     breaker needed failed: then nothing is acted on. A node held back keeps no
-    repair (``policy.breaker_held``).
+    repair (``breaker.breaker_held``).
     """
     node, observed, settings = s.observed.node, s.observed, rules.settings
     acting = s.slurm_enabled and not s.dry_run
@@ -226,7 +225,7 @@ def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: Policy
     if ours or decision.action not in TAKING_OUT:
         # Nothing left to confirm: the node is not out with healthd's reason, or not acting (dry run).
         return _Breaker(decision, advance(state, PolicyEvent.CONFIRMED)._replace(held=None), "", node)
-    hold = _backing_off(state, s.now)
+    hold = backing_off(state, s.now)
     if hold is not None:
         explanation = f"{hold.why} (circuit breaker; partition re-checked in {hold.next_check - s.now:.0f}s)"
         held = decision._replace(action=Action.HOLD, explanation=explanation)
@@ -236,15 +235,7 @@ def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: Policy
     decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
     if why:
         return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
-    # Where the limit is the whole partition, no number of simultaneous drains can exceed it.
-    binding = any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in observed.views.values())
-    return _Breaker(decision, state._replace(held=None), "", node, confirm=binding)
-
-
-def _backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:
-    """The breaker's hold while it keeps the node back without reading its partitions again (breaker.next_hold)."""
-    hold = state.held
-    return hold if hold is not None and waiting(hold.next_check, now, BREAKER_MAX * 1.25) else None
+    return _Breaker(decision, state._replace(held=None), "", node, confirm=binds(observed.views, settings))
 
 
 # ``decide`` with this pass's rules bound: a result, a policy state and the node go in.
@@ -267,7 +258,7 @@ def _first_read(s: Situation, judge: _Judge, window: float) -> Read:
     where the node read and the breaker read were four (docs/scale.md).
     """
     state = s.state
-    if _backing_off(state, s.now) is not None:
+    if backing_off(state, s.now) is not None:
         return Read.NODE
     if state.unconfirmed or still_provisional(state.provisional, s.now, window):
         return Read.NODE_AND_PARTITIONS

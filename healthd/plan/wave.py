@@ -5,15 +5,16 @@ counts a raise only when its node was not in a wave (docs/escalation.md, "What c
 a wave"): other nodes of its partitions out for the same code, or the breaker's budget
 full once the node is out (from then on the breaker holds every other node that fails,
 and a held node leaves no mark in Slurm). The first node out of a wave sees neither, so
-its raise stays provisional (``ProvisionalRaise``) while it is out: a later read that
+its raise stays provisional (``state.ProvisionalRaise``) while it is out: a later read that
 finds other nodes out for the same code takes it back.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-from healthd.plan.breaker import allowed_out, recent, shared_codes
+from healthd.plan.breaker import allowed_out, counted_out, shared_codes
+from healthd.plan.state import ProvisionalRaise
 
 if TYPE_CHECKING:
     from healthd.config.models import PolicySettings
@@ -21,30 +22,10 @@ if TYPE_CHECKING:
     from healthd.slurm.nodestate import PartitionView
 
 
-class ProvisionalRaise(NamedTuple):
-    """A raise counted toward repair by a take-out whose wave could not yet be told (``PolicyState.provisional``).
-
-    ``key``: the finding's; ``unit`` and ``code``: what the history counts it under;
-    ``since``: the take-out pass's time, from which the raise is looked for when taken back.
-    """
-
-    key: str
-    unit: str
-    code: str
-    since: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ProvisionalRaise:
-        return cls(str(data["key"]), str(data["unit"]), str(data["code"]), float(data["since"]))
-
-
 def budget_full(node: str, views: Mapping[str, PartitionView], settings: PolicySettings, now: float) -> str:
     """Why ``node`` out fills one of its partitions' breaker budget, or "".
 
-    Counted as ``breaker.over_limit`` counts: the other nodes out with healthd's reason
+    Counted as ``breaker.over_limit`` counts (``breaker.counted_out``): the other nodes out with healthd's reason
     within ``[policy].breaker_window``, plus this one. Only where the limit is less than the
     whole partition: where it is the whole (a one-node partition, ``max_out_fraction = 1.0``)
     the breaker holds no one, and every node that fails goes out where the others see it.
@@ -52,7 +33,7 @@ def budget_full(node: str, views: Mapping[str, PartitionView], settings: PolicyS
     since = now - settings.breaker_window
     for view in sorted(views.values(), key=lambda v: v.name):
         limit = allowed_out(view.size, settings.max_out_fraction)
-        others = sum(1 for _, when, out in view.out if out != node and recent(when, since))
+        others = counted_out(view, node, since)
         if limit < view.size and others + 1 >= limit:
             return (
                 f"partition {view.name} was at the circuit breaker's limit ({limit} of {view.size} nodes) "

@@ -30,7 +30,7 @@ from healthd.text import one_line, records
 
 if TYPE_CHECKING:
     from healthd.cycle.outcome import ActionOutcome
-    from healthd.plan.policy import Action
+    from healthd.plan.state import Action
 
 LOGGER_NAME = "healthd"
 FIELDS_ATTR = "healthd_fields"

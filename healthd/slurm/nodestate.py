@@ -1,7 +1,7 @@
 """What the scheduler says about nodes: the values the Slurm adapter produces and the policy reads.
 
 Neither side imports the other. ``healthd.slurm.adapter`` parses scontrol's output into
-these values; ``healthd.plan.policy`` decides from them.
+these values; ``healthd.plan.policy`` decides from them (by ``healthd.plan.rules``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The node's history: finding transitions, Slurm actions, acks, boots and reboots, in ``state_dir/history.sqlite``.
+"""Recording the node's history: transitions, Slurm actions, acks, boots and reboots, in ``state_dir/history.sqlite``.
 
-One SQLite database per node (stdlib ``sqlite3``), written by whichever healthd
-process holds the state-directory lock (daemon, hook, ``healthd ack``) and read
-by anyone without it (``healthd history``; WAL readers never block the writer).
-A writer opens the store under the lock, records, and closes it before
+One SQLite database per node (its schema: ``healthd.store.historyschema``), written
+by whichever healthd process holds the state-directory lock (daemon, hook, ``healthd
+ack``) and read by anyone without it (``healthd.store.historyreader``; WAL readers
+never block the writer). A writer opens the store under the lock, records, and closes it before
 releasing the lock: the store is never kept open across passes, because a
 corrupt database is renamed aside, and SQLite must not have it open elsewhere
 then (sqlite.org/howtocorrupt.html, "unlinking or renaming a database file
@@ -37,99 +37,76 @@ Xid event on the same GPU) is a new ``raised``; an open finding that its
 check, having run, no longer reports is ``cleared``. A check that did not run
 to the end (timeout, crash, ``--only``) clears nothing: it saw nothing either
 way. A pass's transitions are one transaction: all or none.
-
-Units. Each finding event also carries ``unit``: the hardware it is about, so
-that a fault counted "on the same GPU" follows the GPU and not its index or
-slot. It is the ``uuid`` (or ``serial``) in the finding's details, else the
-UUID of the GPU that this boot's inventory lists at the PCI address in
-``pci_bus_id``, ``pci`` or the subject, else the subject (an IB port, a mount).
-A GPU swapped at the same address has a new UUID, so its counts start from zero.
+A finding's unit is resolved as ``historyschema`` says (``unit_of``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import enum
-import json
 import math
 import os
-import re
 import sqlite3
-import stat
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, NamedTuple, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, NamedTuple, Optional
 
 from healthd.model import Device, Finding, PassResult, RunState, Status
+from healthd.store.historyreader import HistoryReader
+from healthd.store.historyschema import (
+    BUSY_TIMEOUT_MS,
+    DB_NAME,
+    EVENT_COLUMNS,
+    SCHEMA_SQL,
+    SCHEMA_VERSION,
+    Corrupt,
+    Event,
+    Kind,
+    Maintenance,
+    RebootPhase,
+    T,
+    companions,
+    counted_raises,
+    details_json,
+    event_id,
+    gpu_dict,
+    gpu_units,
+    is_corruption,
+    pci_key,
+    row_event,
+    unit_of,
+    unsafe_reason,
+)
 
 if TYPE_CHECKING:
     from healthd.plan.acks import FindingRef
 
-DB_NAME = "history.sqlite"
-SCHEMA_VERSION = 1
 KEEP_DAYS = 180
+
+
 MAX_BYTES = 64 * 1024 * 1024
+
+
 KEEP_CORRUPT = 3  # corrupt databases kept for a post-mortem (`sqlite3 FILE .recover`); older ones removed
+
+
 MAINTENANCE_INTERVAL = 86400.0  # quick_check and retention run at most once a day
+
+
 PROBLEM_CODE = "HISTORY_PROBLEM"
-# Writers are serialised by the state lock, so a wait means a reader is recovering the
-# WAL after a crash: short. Never long enough to eat the hook's 60 s.
-BUSY_TIMEOUT_MS = 2000
+
+
 # Stored text is bounded so that one chatty finding cannot fill the size cap by itself.
 MESSAGE_LIMIT = 2000
-DETAILS_LIMIT = 8192
+
+
 # Size pruning deletes down to this fraction of the cap, so it does not run again at once.
 _PRUNE_TARGET = 0.8
-# SQLITE_CORRUPT and SQLITE_NOTADB (sqlite.org/rescode.html); `sqlite_errorcode` exists from Python 3.11.
-_CORRUPT_CODES = frozenset({11, 26})
-_CORRUPT_TEXT = ("malformed", "not a database")
+
+
 # Run states after which a check has said all it has to say: its unreported findings are cleared.
 _OBSERVED = frozenset({RunState.RAN, RunState.NOT_APPLICABLE, RunState.DISABLED})
-_PCI = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})(?:\.[0-7])?")
 
-_SCHEMA = """
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-CREATE TABLE events (
-    id INTEGER PRIMARY KEY,
-    at REAL NOT NULL,
-    kind TEXT NOT NULL,
-    boot_id TEXT NOT NULL,
-    check_name TEXT NOT NULL,
-    code TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    unit TEXT NOT NULL,
-    status TEXT NOT NULL,
-    message TEXT NOT NULL,
-    details TEXT NOT NULL
-);
-CREATE INDEX events_at ON events (at);
-CREATE INDEX events_raised ON events (unit, code, at) WHERE kind = 'raised';
-CREATE TABLE open_findings (
-    key TEXT PRIMARY KEY,
-    check_name TEXT NOT NULL,
-    code TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    unit TEXT NOT NULL,
-    status TEXT NOT NULL,
-    message TEXT NOT NULL,
-    details TEXT NOT NULL,
-    event TEXT,
-    since REAL NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE boots (boot_id TEXT PRIMARY KEY, first_seen REAL NOT NULL, previous TEXT) WITHOUT ROWID;
-CREATE TABLE gpus (
-    boot_id TEXT NOT NULL,
-    pci_bus_id TEXT NOT NULL,
-    idx INTEGER NOT NULL,
-    uuid TEXT,
-    serial TEXT,
-    PRIMARY KEY (boot_id, pci_bus_id)
-) WITHOUT ROWID;
-"""
 
-T = TypeVar("T")
 _NONE: Mapping[str, str] = {}
 
 
@@ -147,262 +124,6 @@ def _adopt_open(conn: sqlite3.Connection, result: PassResult) -> None:
             conn.execute("DELETE FROM open_findings WHERE key = ?", (key,))
 
 
-class HistoryError(Exception):
-    """The history cannot be read; ``str()`` names the file and why (readers only: writers never raise)."""
-
-
-class _Corrupt(Exception):
-    """The database is not (or no longer) a usable healthd history: set it aside."""
-
-
-class Kind(enum.Enum):
-    """What an event records."""
-
-    RAISED = "raised"
-    CHANGED = "changed"
-    CLEARED = "cleared"
-    ACTION = "action"  # a Slurm action and its outcome
-    ACK = "ack"
-    BOOT = "boot"  # a boot id seen for the first time, with its GPU inventory
-    INVENTORY = "inventory"  # GPUs (or their ids) that a boot's first inventory lacked
-    REBOOT_REQUESTED = "reboot_requested"
-    REBOOT_DONE = "reboot_done"
-    REPAIRED = "repaired"  # hardware work done on a unit (`healthd ack --repaired`): its counts start again
-    RESET = "reset"  # this database replaced a corrupt one
-    JOB_START = "job_start"  # a job's prolog ran: ``subject`` the job id, ``details`` its user, GPUs, log position
-    JOB_XID = "job_xid"  # a kernel record that is one job's alone (``details``: job, user, boot, seq): at most once
-    JOB_END = "job_end"  # a job's epilog ran: ``details`` where the kernel log stood, or why nothing was attributed
-    # One raise of its unit and code is not counted for escalation: the one recorded with it
-    # (same time) when the circuit breaker held the node or the partition was in a wave, or a
-    # provisional one that a later read showed was a wave's (``message`` says why; docs/escalation.md).
-    UNCOUNTED = "uncounted"
-
-
-def _fields(row: Any, **extra: Any) -> dict[str, Any]:
-    """A row's fields (a record's ``_asdict``) for JSON, with ``extra`` replacing or adding some."""
-    return {**row._asdict(), **extra}
-
-
-def _counted_raises(conn: sqlite3.Connection, unit: str, code: str, since: float) -> int:
-    """How many raises of ``code`` on ``unit`` since then escalation counts: each ``uncounted`` event takes one back."""
-    (net,) = conn.execute(
-        "SELECT coalesce(sum(CASE kind WHEN 'raised' THEN 1 ELSE -1 END), 0) FROM events"
-        " WHERE kind IN ('raised', 'uncounted') AND unit = ? AND code = ? AND at >= ?",
-        (unit, code, since),
-    ).fetchone()
-    return int(net)
-
-
-class RebootPhase(enum.Enum):
-    REQUESTED = "requested"
-    DONE = "done"
-
-
-def _gpu_dict(gpu: Device) -> dict[str, Any]:
-    """A GPU of a boot's inventory for JSON; ``pci_bus_id`` (its ``address``) is its key within the boot."""
-    return {"index": gpu.index, "pci_bus_id": gpu.address, "uuid": gpu.uuid, "serial": gpu.serial}
-
-
-class Event(NamedTuple):
-    """One row of the history. Fields that do not apply to a kind are empty strings.
-
-    Finding transitions and acks: ``check``/``code``/``subject`` are the finding's
-    (``status`` its status, for ``cleared`` the one it had). Actions: ``code`` is the
-    action, ``subject`` the node, ``status`` the outcome, ``message`` the reason.
-    Boots and reboots: ``subject`` is the boot id concerned (for a reboot, the boot it
-    ends). ``boot_id`` is the boot that was current when the event was recorded.
-    """
-
-    id: int
-    at: float
-    kind: Kind
-    boot_id: str
-    check: str
-    code: str
-    subject: str
-    unit: str
-    status: str
-    message: str
-    details: Mapping[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields(self, kind=self.kind.value, details=dict(self.details), time=iso_time(self.at))
-
-
-class OpenFinding(NamedTuple):
-    """A finding the last recorded pass still reported, and since when."""
-
-    check: str
-    code: str
-    subject: str
-    unit: str
-    status: str
-    message: str
-    details: Mapping[str, Any]
-    event: Optional[str]
-    since: float
-
-    @property
-    def key(self) -> str:
-        return f"{self.check}/{self.code}/{self.subject}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields(self, details=dict(self.details), since_time=iso_time(self.since))
-
-
-class Boot(NamedTuple):
-    boot_id: str
-    first_seen: float
-    previous: Optional[str]
-    gpus: tuple[Device, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return _fields(self, gpus=[_gpu_dict(g) for g in self.gpus], first_seen_time=iso_time(self.first_seen))
-
-
-class Maintenance(NamedTuple):
-    """What a ``maintain`` run did: events deleted by age and by the size cap, and the file size after."""
-
-    deleted_by_age: int
-    deleted_by_size: int
-    size_bytes: int
-
-
-def iso_time(epoch: float) -> str:
-    return _dt.datetime.fromtimestamp(epoch, tz=_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-def _is_corruption(exc: BaseException) -> bool:
-    if isinstance(exc, _Corrupt):
-        return True
-    code = getattr(exc, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF in _CORRUPT_CODES
-    return isinstance(exc, sqlite3.DatabaseError) and any(t in str(exc).lower() for t in _CORRUPT_TEXT)
-
-
-def unsafe_reason(path: Path) -> Optional[str]:
-    """Why an existing ``path`` must not be opened as (part of) the database; None when safe or absent.
-
-    The state directory is root's: a symlink, a non-regular file, a file of another
-    user, or one that group or others may write was put there by someone else.
-    """
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"cannot stat {path}: {exc.strerror or exc}"
-    if stat.S_ISLNK(info.st_mode):
-        return f"{path} is a symbolic link"
-    if not stat.S_ISREG(info.st_mode):
-        return f"{path} is not a regular file"
-    if info.st_uid not in (0, os.geteuid()):
-        return f"{path} belongs to uid {info.st_uid}, not root"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{path} is writable by group or others (mode {stat.filemode(info.st_mode)})"
-    return None
-
-
-_DETAILS_DEPTH = 16  # deeper (or self-referring) details are kept as their repr
-
-
-def _denied(path: Path) -> str:
-    """Why this user may not read ``path``, naming who may: root, and the owning group where it may read.
-
-    Judged from ``path`` itself, or from the nearest directory above it this user can see
-    (a state directory of mode 0700 hides its files).
-    """
-    import grp  # only on this error: ``healthd history`` does not pay for it otherwise
-
-    for place in (path, *path.parents):
-        try:
-            info = os.stat(place)
-        except OSError:
-            continue
-        readable = 0o050 if place != path else 0o040  # a directory: read and search
-        mode = f"{place} is mode {stat.S_IMODE(info.st_mode):04o}, uid {info.st_uid}"
-        who = "root"
-        if info.st_gid != 0 and info.st_mode & readable == readable:
-            try:
-                group = grp.getgrgid(info.st_gid).gr_name
-            except KeyError:
-                group = str(info.st_gid)
-            who = f"root and the members of group {group}"
-        return f"permission denied: cannot read {path} ({mode}): only {who} can read the history"
-    return f"permission denied: cannot read {path}"
-
-
-def _companions(path: Path) -> tuple[Path, ...]:
-    """The database and the files SQLite keeps beside it."""
-    return (path, *(path.with_name(path.name + suffix) for suffix in ("-wal", "-shm", "-journal")))
-
-
-def _plain(value: Any, depth: int = 0) -> Any:
-    """``value`` as JSON can hold it, at every depth: NaN and Infinity, which json.dumps would write
-    though they are not JSON (a reader in another language would choke), become text, as does
-    anything JSON has no form for; keys become text."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if value is None or isinstance(value, (str, int)):
-        return value
-    if depth < _DETAILS_DEPTH:
-        if isinstance(value, Mapping):
-            return {str(k): _plain(v, depth + 1) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [_plain(v, depth + 1) for v in value]
-    return repr(value)[:DETAILS_LIMIT]
-
-
-def _details_json(details: Mapping[str, Any]) -> str:
-    text = json.dumps(_plain(details), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    if len(text) > DETAILS_LIMIT:
-        return json.dumps({"truncated": True, "size": len(text)})
-    return text
-
-
-def _load_details(text: str) -> Mapping[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {"unreadable": text[:200]}
-    # Rows written before nested NaN was turned into text may still hold it.
-    value = _plain(value)
-    return value if isinstance(value, dict) else {"value": value}
-
-
-def pci_key(text: str) -> Optional[tuple[int, int, int]]:
-    """(domain, bus, device) of a PCI address in any of its spellings (NVML, sysfs, the driver's Xid tag)."""
-    match = _PCI.fullmatch(text.strip().lower())
-    if not match:
-        return None
-    domain, bus, device = match.groups()
-    return int(domain or "0", 16), int(bus, 16), int(device, 16)
-
-
-def _event_id(finding: Finding) -> Optional[str]:
-    event = finding.details.get("event")
-    return None if event is None else str(event)
-
-
-def _unit(finding: Finding, gpus: Mapping[tuple[int, int, int], str]) -> str:
-    details = finding.details
-    for name in ("uuid", "serial"):
-        value = details.get(name)
-        if isinstance(value, str) and value:
-            return value
-    for value in (details.get("pci_bus_id"), details.get("pci"), finding.subject):
-        key = pci_key(value) if isinstance(value, str) else None
-        if key is not None and key in gpus:
-            return gpus[key]
-    return finding.subject
-
-
-def _row_event(row: tuple[Any, ...]) -> Event:
-    id_, at, kind, boot_id, check, code, subject, unit, status, message, details = row
-    return Event(id_, at, Kind(kind), boot_id, check, code, subject, unit, status, message, _load_details(details))
-
-
 class _Entry(NamedTuple):
     """An event's columns after ``at``, ``kind`` and ``boot_id``, in table order."""
 
@@ -416,70 +137,33 @@ class _Entry(NamedTuple):
 
     @classmethod
     def of(cls, finding: Finding) -> _Entry:
-        message, details = finding.message[:MESSAGE_LIMIT], _details_json(finding.details)
+        message, details = finding.message[:MESSAGE_LIMIT], details_json(finding.details)
         return cls(finding.check, finding.code, finding.subject, finding.subject, finding.status.name, message, details)
 
 
-_EVENT_COLUMNS = "id, at, kind, boot_id, check_name, code, subject, unit, status, message, details"
-_INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS[4:]}) VALUES ({', '.join('?' * 10)})"  # noqa: S608 (fixed text)
+_INSERT_EVENT = f"INSERT INTO events ({EVENT_COLUMNS[4:]}) VALUES ({', '.join('?' * 10)})"  # noqa: S608 (fixed text)
 
 
-class History:
-    """The store. Writers: ``History.open`` under the state lock; readers: ``History.open_readonly``.
+class History(HistoryReader):
+    """The writer's store: ``History.open`` under the state lock; it reads as ``HistoryReader`` does.
 
     A writer never raises: see the module docstring. ``problems`` collects what
     went wrong; ``problem_finding`` turns it into the UNKNOWN finding to report.
     """
 
-    def __init__(self, path: Path, *, readonly: bool) -> None:
-        self.path = path
-        self.readonly = readonly
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
         self.problems: list[str] = []
-        self._conn: Optional[sqlite3.Connection] = None
-        self._boot = ""
-        self._node = ""
         self._reset: Optional[tuple[str, Path]] = None
 
-    # -- opening -----------------------------------------------------------------------
+    def __enter__(self) -> History:
+        return self
 
     @classmethod
     def open(cls, state_dir: Path) -> History:
         """The writer's store in ``state_dir``, created if needed. Call it with the state lock held."""
-        history = cls(state_dir / DB_NAME, readonly=False)
+        history = cls(state_dir / DB_NAME)
         history._open_writer()
-        return history
-
-    @classmethod
-    def open_readonly(cls, state_dir: Path) -> Optional[History]:
-        """A reader of the store in ``state_dir``; None when there is none yet. Raises ``HistoryError``."""
-        path = state_dir / DB_NAME
-        try:
-            os.lstat(path)
-        except FileNotFoundError:
-            return None
-        except PermissionError:
-            # The state directory is root's (mode 0700): "does not exist" would be false.
-            raise HistoryError(_denied(path)) from None
-        except OSError as exc:
-            raise HistoryError(f"cannot read {path}: {exc.strerror or exc}") from None
-        if not os.access(path, os.R_OK):
-            raise HistoryError(_denied(path))
-        for part in _companions(path):
-            reason = unsafe_reason(part)
-            if reason:
-                raise HistoryError(f"refusing to read the history: {reason}")
-        history = cls(path, readonly=True)
-        try:
-            history._conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, isolation_level=None)
-            history._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if not history._check_schema(history._conn):
-                history.close()
-                return None
-            history._load_meta(history._conn)
-        except (sqlite3.Error, _Corrupt) as exc:
-            history.close()
-            hint = "; the next pass sets it aside and starts a new one" if _is_corruption(exc) else ""
-            raise HistoryError(f"cannot read {path}: {exc}{hint}") from None
         return history
 
     def _open_writer(self) -> None:
@@ -491,12 +175,12 @@ class History:
                     self._reset = None
                     message = f"a new history: the old one was corrupt ({why})"
                     self._insert_now(
-                        Kind.RESET, _Entry(message=message, details=_details_json({"corrupt_copy": str(aside)}))
+                        Kind.RESET, _Entry(message=message, details=details_json({"corrupt_copy": str(aside)}))
                     )
                 return
-            except (sqlite3.Error, _Corrupt, OSError) as exc:
+            except (sqlite3.Error, Corrupt, OSError) as exc:
                 self.close()
-                if attempt == 1 and _is_corruption(exc):
+                if attempt == 1 and is_corruption(exc):
                     if self._set_aside(str(exc)):
                         continue
                     return
@@ -510,7 +194,7 @@ class History:
         # SQLite gives the WAL and shared-memory files the database's mode.
         with contextlib.suppress(FileExistsError):
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
-        for part in _companions(self.path):
+        for part in companions(self.path):
             reason = unsafe_reason(part)
             if reason:
                 raise OSError(f"refusing it: {reason}")
@@ -532,22 +216,10 @@ class History:
             self._create(conn)
         self._load_meta(conn)
 
-    def _check_schema(self, conn: sqlite3.Connection) -> bool:
-        """True when the schema is there (and this code can use it); False for an empty database."""
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                raise _Corrupt("not a healthd history: it has tables but no schema version")
-            return False
-        if version > SCHEMA_VERSION:
-            # A newer healthd wrote it (then was downgraded): keep it for that version, record nothing.
-            raise sqlite3.OperationalError(f"schema version {version} is newer than this healthd's {SCHEMA_VERSION}")
-        return True
-
     def _create(self, conn: sqlite3.Connection) -> None:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in filter(str.strip, _SCHEMA.split(";")):
+            for statement in filter(str.strip, SCHEMA_SQL.split(";")):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -555,11 +227,6 @@ class History:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
             raise
-
-    def _load_meta(self, conn: sqlite3.Connection) -> None:
-        meta = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('boot', 'node')").fetchall())
-        self._boot = meta.get("boot", "")
-        self._node = meta.get("node", "")
 
     def _set_aside(self, why: str) -> bool:
         """Rename the corrupt database (and its WAL) aside; False when that failed too."""
@@ -600,37 +267,6 @@ class History:
                     with contextlib.suppress(FileNotFoundError):
                         part.unlink()
 
-    def close(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
-
-    def __enter__(self) -> History:
-        return self
-
-    def __exit__(
-        self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
-    ) -> None:
-        self.close()
-
-    @property
-    def usable(self) -> bool:
-        """False when nothing can be recorded or read (the problems say why)."""
-        return self._conn is not None
-
-    @property
-    def boot_id(self) -> str:
-        """The last boot id recorded ("" when none)."""
-        return self._boot
-
-    @property
-    def node(self) -> str:
-        """The node name of the last recorded pass ("" when none)."""
-        return self._node
-
-    # -- writing -----------------------------------------------------------------------
-
     def _write(self, what: str, body: Callable[[sqlite3.Connection], T]) -> Optional[T]:
         """Run ``body`` in one write transaction; on corruption, set the database aside and retry once."""
         for attempt in (1, 2):
@@ -649,8 +285,8 @@ class History:
                         conn.execute("ROLLBACK")
                     raise
                 return result
-            except (sqlite3.Error, _Corrupt) as exc:
-                if attempt == 1 and _is_corruption(exc) and self._set_aside(str(exc)):
+            except (sqlite3.Error, Corrupt) as exc:
+                if attempt == 1 and is_corruption(exc) and self._set_aside(str(exc)):
                     self._open_writer()
                     continue
                 self.problems.append(f"{self.path}: could not record {what}: {exc}")
@@ -660,7 +296,7 @@ class History:
     def _insert(self, conn: sqlite3.Connection, at: float, kind: Kind, entry: _Entry, boot_id: str = "") -> Event:
         row = (at, kind.value, boot_id or self._boot, *entry._replace(message=entry.message[:MESSAGE_LIMIT]))
         cursor = conn.execute(_INSERT_EVENT, row)
-        return _row_event((cursor.lastrowid, *row))
+        return row_event((cursor.lastrowid, *row))
 
     def _insert_now(self, kind: Kind, entry: _Entry) -> None:
         assert self._conn is not None
@@ -697,7 +333,7 @@ class History:
             if finding.key in seen:  # the same key twice in one pass: the first one stands
                 continue
             seen.add(finding.key)
-            entry, event = _Entry.of(finding), _event_id(finding)
+            entry, event = _Entry.of(finding), event_id(finding)
             old, old_event, since = stored.get(finding.key, (None, None, at))
             if old is None or (event is not None and old_event != event):
                 kind, since = Kind.RAISED, at
@@ -706,11 +342,11 @@ class History:
             else:
                 continue
             if gpus is None:
-                gpus = self._gpu_units(conn, boot_id)
-            entry = entry._replace(unit=_unit(finding, gpus))
+                gpus = gpu_units(conn, boot_id)
+            entry = entry._replace(unit=unit_of(finding, gpus))
             written.append(self._insert(conn, at, kind, entry, boot_id))
             if kind is Kind.RAISED and finding.key in uncounted:
-                why = entry._replace(message=uncounted[finding.key], details=_details_json({"key": finding.key}))
+                why = entry._replace(message=uncounted[finding.key], details=details_json({"key": finding.key}))
                 written.append(self._insert(conn, at, Kind.UNCOUNTED, why, boot_id))
             conn.execute(
                 "INSERT OR REPLACE INTO open_findings (key, check_name, code, subject, unit, status, message, details,"
@@ -727,17 +363,6 @@ class History:
             self._node = result.node
         return tuple(written)
 
-    @staticmethod
-    def _gpu_units(conn: sqlite3.Connection, boot_id: str) -> dict[tuple[int, int, int], str]:
-        units = {}
-        for pci, uuid, serial in conn.execute(
-            "SELECT pci_bus_id, uuid, serial FROM gpus WHERE boot_id = ?", (boot_id,)
-        ):
-            key = pci_key(pci)
-            if key is not None and (uuid or serial):
-                units[key] = uuid or serial
-        return units
-
     def record_action(
         self,
         *,
@@ -749,7 +374,7 @@ class History:
         details: Optional[Mapping[str, Any]] = None,
     ) -> Optional[Event]:
         """A Slurm action (``drain_after_jobs``, ``resume``, ...) and its outcome (``applied``, ``failed``, ...)."""
-        entry = _Entry(code=action, subject=node, status=outcome, message=reason, details=_details_json(details or {}))
+        entry = _Entry(code=action, subject=node, status=outcome, message=reason, details=details_json(details or {}))
         return self._write(f"the action {action}", lambda conn: self._insert(conn, at, Kind.ACTION, entry))
 
     def record_ack(self, *, at: float, refs: Iterable[FindingRef], by: str, revoked: bool = False) -> tuple[Event, ...]:
@@ -760,7 +385,7 @@ class History:
         for ref in refs:
             check, code, subject = [*ref.key.split("/", 2), "", ""][:3]
             status = {} if ref.status is None else {"status": ref.status.name}
-            details = _details_json({"event": ref.event, "by": by, **status, **({"revoked": True} if revoked else {})})
+            details = details_json({"event": ref.event, "by": by, **status, **({"revoked": True} if revoked else {})})
             entries.append(
                 _Entry(check, code, subject, subject, "revoked" if revoked else "", f"{said} by {by}", details)
             )
@@ -803,10 +428,10 @@ class History:
                 " WHERE boot_id = ? AND pci_bus_id = ?",
                 (g.uuid, g.serial, boot_id, g.address),
             )
-        listing = [_gpu_dict(g) for g in sorted(added, key=lambda g: g.index)]
+        listing = [gpu_dict(g) for g in sorted(added, key=lambda g: g.index)]
         if not is_new:
             message = f"{len(added)} GPU(s) added to this boot's inventory"
-            entry = _Entry(subject=boot_id, message=message, details=_details_json({"gpus": listing}))
+            entry = _Entry(subject=boot_id, message=message, details=details_json({"gpus": listing}))
             self._insert(conn, at, Kind.INVENTORY, entry, boot_id)
             return False
         previous = self._boot or None
@@ -816,7 +441,7 @@ class History:
         message = f"new boot, {len(gpus)} GPU(s)"
         if replaced:
             message += "; replaced: " + ", ".join(f"{r['pci_bus_id']} {r['before']} -> {r['after']}" for r in replaced)
-        details = _details_json({"previous_boot": previous, "gpus": listing, "replaced": replaced})
+        details = details_json({"previous_boot": previous, "gpus": listing, "replaced": replaced})
         self._insert(conn, at, Kind.BOOT, _Entry(subject=boot_id, message=message, details=details), boot_id)
         self._boot = boot_id
         return True
@@ -840,7 +465,47 @@ class History:
         entry = _Entry(subject=boot_id, message=reason)
         return self._write(f"the reboot ({phase.value})", lambda conn: self._insert(conn, at, kind, entry))
 
-    # -- maintenance -------------------------------------------------------------------
+    def record_uncounted(self, *, at: float, unit: str, code: str, since: float, why: str) -> Optional[Event]:
+        """Take back one raise of ``code`` on ``unit`` made since ``since`` (a wave seen later); None if none is left.
+
+        Escalation counts a raise less for each ``uncounted`` event beside it (``repeats``):
+        one is added only while a raise since then is still counted, so reading the same
+        wave twice takes back nothing twice.
+        """
+
+        def body(conn: sqlite3.Connection) -> Optional[Event]:
+            if counted_raises(conn, unit, code, since) <= 0:
+                return None
+            entry = _Entry(code=code, subject=unit, unit=unit, message=why)
+            return self._insert(conn, at, Kind.UNCOUNTED, entry)
+
+        return self._write("the raise taken back", body)
+
+    def record_repaired(self, *, at: float, unit: str, subject: str, by: str) -> Optional[Event]:
+        """Hardware work was done on ``unit``: escalation counts for it start again from here."""
+        entry = _Entry(subject=subject, unit=unit, message=f"repaired ({by})", details=details_json({"by": by}))
+        return self._write("the repair", lambda conn: self._insert(conn, at, Kind.REPAIRED, entry))
+
+    def record_job(
+        self,
+        *,
+        at: float,
+        kind: Kind,
+        subject: str,
+        code: str = "",
+        status: str = "",
+        message: str = "",
+        unit: str = "",
+        details: Optional[Mapping[str, Any]] = None,
+    ) -> Optional[Event]:
+        """A job-scoped event (``JOB_START``, ``JOB_XID``, ``JOB_END``); ``unit``: by default the GPU at ``subject``."""
+
+        def body(conn: sqlite3.Connection) -> Event:
+            resolved = unit or gpu_units(conn, self._boot).get(pci_key(subject) or (-1, -1, -1), subject)
+            entry = _Entry("jobs", code, subject, resolved, status, message, details_json(details or {}))
+            return self._insert(conn, at, kind, entry)
+
+        return self._write(f"the job event {kind.value}", body)
 
     def maintain(
         self, now: float, *, keep_days: float = KEEP_DAYS, max_bytes: int = MAX_BYTES, force: bool = False
@@ -852,7 +517,7 @@ class History:
         and its inventory, are never deleted. None when it was not due or failed.
         """
         conn = self._conn
-        if conn is None or self.readonly:
+        if conn is None:
             return None
         try:
             row = conn.execute("SELECT value FROM meta WHERE key = 'maintained'").fetchone()
@@ -862,13 +527,13 @@ class History:
             try:
                 check = [str(row[0]) for row in conn.execute("PRAGMA quick_check")]
             except sqlite3.DatabaseError as exc:
-                if not _is_corruption(exc):
+                if not is_corruption(exc):
                     raise
                 check = [str(exc)]  # a page too broken to walk stops the check itself
             if check != ["ok"]:
-                raise _Corrupt(f"PRAGMA quick_check: {'; '.join(check[:3])}")
-        except (sqlite3.Error, _Corrupt) as exc:
-            if _is_corruption(exc) and self._set_aside(str(exc)):
+                raise Corrupt(f"PRAGMA quick_check: {'; '.join(check[:3])}")
+        except (sqlite3.Error, Corrupt) as exc:
+            if is_corruption(exc) and self._set_aside(str(exc)):
                 self._open_writer()
             else:
                 self.problems.append(f"{self.path}: maintenance failed: {exc}")
@@ -911,135 +576,6 @@ class History:
             by_size += conn.execute("DELETE FROM events WHERE at <= ?", (row.fetchone()[0],)).rowcount
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('maintained', ?)", (repr(now),))
         return by_age, by_size
-
-    # -- reading -----------------------------------------------------------------------
-
-    def _read(self, what: str, body: Callable[[sqlite3.Connection], T], empty: T) -> T:
-        conn = self._conn
-        if conn is None:
-            return empty
-        try:
-            return body(conn)
-        except (sqlite3.Error, ValueError) as exc:  # ValueError: a row this code cannot read (an unknown kind)
-            raise HistoryError(f"cannot read {what} from {self.path}: {exc}") from None
-
-    def events(
-        self, *, since: Optional[float] = None, kinds: Optional[Collection[Kind]] = None, subject: Optional[str] = None
-    ) -> Iterator[Event]:
-        """Events in the order they were recorded, streamed; ``HistoryError`` if the database fails mid-way."""
-        conn = self._conn
-        if conn is None:
-            return
-        where: list[str] = ["1"]
-        params: list[Any] = []
-        if since is not None:
-            where.append("at >= ?")
-            params.append(since)
-        if kinds is not None:
-            where.append(f"kind IN ({', '.join('?' * len(kinds))})")
-            params.extend(k.value for k in kinds)
-        if subject is not None:
-            where.append("subject = ?")
-            params.append(subject)
-        query = f"SELECT {_EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY id"  # noqa: S608 (fixed text)
-        try:
-            for row in conn.execute(query, params):
-                yield _row_event(row)
-        except (sqlite3.Error, ValueError) as exc:
-            raise HistoryError(f"cannot read the events from {self.path}: {exc}") from None
-
-    def open_findings(self) -> tuple[OpenFinding, ...]:
-        def body(conn: sqlite3.Connection) -> tuple[OpenFinding, ...]:
-            rows = conn.execute(
-                "SELECT check_name, code, subject, unit, status, message, details, event, since FROM open_findings"
-                " ORDER BY key"
-            )
-            return tuple(OpenFinding(c, o, s, u, st, m, _load_details(d), e, t) for c, o, s, u, st, m, d, e, t in rows)
-
-        return self._read("the open findings", body, ())
-
-    def repeats(self, findings: Iterable[Finding], since: float) -> dict[str, tuple[str, int]]:
-        """For each finding (by key): its unit, and how often its code was raised on that unit.
-
-        The count runs from ``since`` or the unit's last repair, whichever is later,
-        and includes this pass's raise when the finding is new (not open with the
-        same event id): the pass is recorded only after it is planned.
-        """
-
-        def body(conn: sqlite3.Connection) -> dict[str, tuple[str, int]]:
-            gpus = self._gpu_units(conn, self._boot)
-            open_events = dict(conn.execute("SELECT key, event FROM open_findings"))
-            counts: dict[str, tuple[str, int]] = {}
-            for finding in findings:
-                unit = _unit(finding, gpus)
-                (repaired,) = conn.execute(
-                    "SELECT max(at) FROM events WHERE kind = 'repaired' AND unit = ?", (unit,)
-                ).fetchone()
-                start = max(since, repaired or 0.0)
-                past = _counted_raises(conn, unit, finding.code, start)
-                new = finding.key not in open_events or open_events[finding.key] != _event_id(finding)
-                counts[finding.key] = (unit, past + int(new))
-            return counts
-
-        return self._read("the repeat counts", body, {})
-
-    def record_uncounted(self, *, at: float, unit: str, code: str, since: float, why: str) -> Optional[Event]:
-        """Take back one raise of ``code`` on ``unit`` made since ``since`` (a wave seen later); None if none is left.
-
-        Escalation counts a raise less for each ``uncounted`` event beside it (``repeats``):
-        one is added only while a raise since then is still counted, so reading the same
-        wave twice takes back nothing twice.
-        """
-
-        def body(conn: sqlite3.Connection) -> Optional[Event]:
-            if _counted_raises(conn, unit, code, since) <= 0:
-                return None
-            entry = _Entry(code=code, subject=unit, unit=unit, message=why)
-            return self._insert(conn, at, Kind.UNCOUNTED, entry)
-
-        return self._write("the raise taken back", body)
-
-    def record_repaired(self, *, at: float, unit: str, subject: str, by: str) -> Optional[Event]:
-        """Hardware work was done on ``unit``: escalation counts for it start again from here."""
-        entry = _Entry(subject=subject, unit=unit, message=f"repaired ({by})", details=_details_json({"by": by}))
-        return self._write("the repair", lambda conn: self._insert(conn, at, Kind.REPAIRED, entry))
-
-    def record_job(
-        self,
-        *,
-        at: float,
-        kind: Kind,
-        subject: str,
-        code: str = "",
-        status: str = "",
-        message: str = "",
-        unit: str = "",
-        details: Optional[Mapping[str, Any]] = None,
-    ) -> Optional[Event]:
-        """A job-scoped event (``JOB_START``, ``JOB_XID``, ``JOB_END``); ``unit``: by default the GPU at ``subject``."""
-
-        def body(conn: sqlite3.Connection) -> Event:
-            resolved = unit or self._gpu_units(conn, self._boot).get(pci_key(subject) or (-1, -1, -1), subject)
-            entry = _Entry("jobs", code, subject, resolved, status, message, _details_json(details or {}))
-            return self._insert(conn, at, kind, entry)
-
-        return self._write(f"the job event {kind.value}", body)
-
-    def boots(self) -> tuple[Boot, ...]:
-        """Every boot kept, oldest first, with its GPU inventory."""
-
-        def body(conn: sqlite3.Connection) -> tuple[Boot, ...]:
-            inventory: dict[str, list[Device]] = {}
-            for boot_id, pci, index, uuid, serial in conn.execute(
-                "SELECT boot_id, pci_bus_id, idx, uuid, serial FROM gpus ORDER BY boot_id, idx"
-            ):
-                inventory.setdefault(boot_id, []).append(Device("gpu", index, pci, uuid, serial))
-            rows = conn.execute("SELECT boot_id, first_seen, previous FROM boots ORDER BY first_seen")
-            return tuple(Boot(b, t, p, tuple(inventory.get(b, ()))) for b, t, p in rows)
-
-        return self._read("the boots", body, ())
-
-    # -- for the caller's report -------------------------------------------------------
 
     def problem_finding(self, check: str) -> Optional[Finding]:
         """The problems so far as one UNKNOWN finding of ``check`` (then forgotten); None when there were none."""

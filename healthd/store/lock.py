@@ -119,7 +119,7 @@ def active_running(state_dir: Path) -> bool:
     """Whether another process runs an active pass on this node now: it holds ``active.lock``.
 
     A probe without waiting, for an ordinary pass deciding whether it may resume the node
-    (``policy.Coverage``): it takes the lock for an instant and lets it go. A lock file that
+    (``rules.Coverage``): it takes the lock for an instant and lets it go. A lock file that
     cannot be opened cannot be held by an active pass either (``start`` refuses then).
     """
     lock = StateLock(state_dir, 0.0, name=ACTIVE_LOCK)

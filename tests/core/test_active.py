@@ -24,7 +24,7 @@ from healthd.exitcodes import EX_TEMPFAIL, EX_USAGE
 from healthd.model import Finding, Status, Tier
 from healthd.plan.acks import FindingRef
 from healthd.plan.active import daemon_skip, epilog_refusal, interval_left, refusal
-from healthd.plan.policy import Action, PolicyState
+from healthd.plan.state import Action, PolicyState
 from healthd.service.daemon import fresh_for
 from healthd.slurm.nodestate import NodeInfo
 from healthd.slurm.reasons import Reasons

@@ -19,10 +19,12 @@ from healthd.cycle.engine import Engine
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import Ack, FindingRef, apply_acks
 from healthd.plan.plan import Observed, Plan, Read, Situation, plan
-from healthd.plan.policy import Action, PolicyRules, PolicyState
+from healthd.plan.rules import PolicyRules
+from healthd.plan.state import Action, PolicyState
 from healthd.slurm.nodestate import NodeInfo
 from healthd.slurm.reasons import Reasons
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import Kind
 
 OLD, NEW = "gpu/NVLINK_DOWN/gpu3", "nvlink/NVLINK_DOWN/gpu3"
 RENAMES = (("gpu/NVLINK_DOWN/", "nvlink/NVLINK_DOWN/"),)

@@ -240,7 +240,7 @@ def test_state_label_reads_every_run_state_of_the_document(state: RunState) -> N
 def test_action_lines_for_each_outcome() -> None:
     from healthd.cycle.render import action_lines
     from healthd.plan.acks import FindingRef
-    from healthd.plan.policy import Action, Decision
+    from healthd.plan.state import Action, Decision
     from healthd.slurm.adapter import command_failed
 
     out = Decision(Action.TAKE_OUT_NOW, Action.TAKE_OUT_NOW, "healthd: XID_79 gpu3", "CRITICAL from xid")
@@ -323,7 +323,7 @@ def test_action_lines_survive_a_forged_record() -> None:
 
 def test_pass_summary_names_the_first_problems_the_action_and_counts_other_errors() -> None:
     from healthd.cycle.render import pass_summary
-    from healthd.plan.policy import Action, Decision
+    from healthd.plan.state import Action, Decision
     from healthd.slurm.adapter import command_failed
 
     findings = [{"check": "xid", "code": f"XID_{n}", "subject": f"gpu{n}", "status": "CRITICAL"} for n in range(5)]

@@ -20,7 +20,7 @@ from healthd_testkit.paths import REPO, run_healthd
 
 from healthd.cycle.outcome import ActionOutcome
 from healthd.model import Status
-from healthd.plan.policy import Action
+from healthd.plan.state import Action
 
 SYSFS_H100 = REPO / "fixtures" / "nvml" / "sysfs-h100"
 

@@ -21,7 +21,7 @@ from healthd_testkit.waiting import wait_for
 
 from healthd.cycle.outcome import ActionOutcome
 from healthd.cycle.pipeline import PassTools, run_pass
-from healthd.plan.policy import Action
+from healthd.plan.state import Action
 
 
 def _pending(node: Harness) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from healthd_testkit.paths import HEALTHD
 
 from healthd.model import Device, Finding, PassResult
 from healthd.plan.acks import FindingRef
-from healthd.store.history import DB_NAME, History
+from healthd.store.history import History
+from healthd.store.historyschema import DB_NAME
 from healthd.store.lock import StateLock
 
 Cli = Callable[..., tuple[int, str, str]]

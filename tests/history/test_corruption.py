@@ -10,7 +10,9 @@ from typing import Callable
 import pytest
 
 from healthd.model import Finding, PassResult
-from healthd.store.history import DB_NAME, KEEP_CORRUPT, SCHEMA_VERSION, History, HistoryError, Kind
+from healthd.store.history import KEEP_CORRUPT, History
+from healthd.store.historyreader import HistoryReader
+from healthd.store.historyschema import DB_NAME, SCHEMA_VERSION, HistoryError, Kind
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]
@@ -109,7 +111,7 @@ def test_the_wal_goes_with_its_database(state_dir: Path, make_pass: Make, findin
         reader.close()
     copy = _corrupt_copies(state_dir)[-1]
     assert Path(f"{copy}-wal").exists()
-    with History.open_readonly(state_dir) as history:  # type: ignore[union-attr]
+    with HistoryReader.open_readonly(state_dir) as history:  # type: ignore[union-attr]
         assert [e.kind for e in history.events()] == [Kind.RESET]
 
 
@@ -158,7 +160,7 @@ def test_a_symlink_is_refused_and_its_target_untouched(tmp_path: Path, state_dir
     assert target.read_bytes() == b"precious"
     assert sorted(p.name for p in state_dir.iterdir()) == [DB_NAME]
     with pytest.raises(HistoryError, match="is a symbolic link"):
-        History.open_readonly(state_dir)
+        HistoryReader.open_readonly(state_dir)
 
 
 def test_a_planted_wal_symlink_is_refused(tmp_path: Path, state_dir: Path) -> None:
@@ -188,19 +190,19 @@ def test_a_database_of_another_user_is_refused(state_dir: Path) -> None:
         assert not history.usable
         assert "belongs to uid 65534, not root" in history.problems[0]
     with pytest.raises(HistoryError, match="belongs to uid 65534, not root"):
-        History.open_readonly(state_dir)
+        HistoryReader.open_readonly(state_dir)
 
 
 def test_a_reader_reports_corruption_and_leaves_the_file_alone(state_dir: Path) -> None:
     (state_dir / DB_NAME).write_bytes(b"garbage" * 1000)
     (state_dir / DB_NAME).chmod(0o600)
     with pytest.raises(HistoryError, match="the next pass sets it aside and starts a new one"):
-        History.open_readonly(state_dir)
+        HistoryReader.open_readonly(state_dir)
     assert (state_dir / DB_NAME).read_bytes() == b"garbage" * 1000
     assert _corrupt_copies(state_dir) == []
 
 
 def test_an_empty_or_missing_database_is_no_history(state_dir: Path) -> None:
-    assert History.open_readonly(state_dir) is None
+    assert HistoryReader.open_readonly(state_dir) is None
     (state_dir / DB_NAME).touch(mode=0o600)
-    assert History.open_readonly(state_dir) is None
+    assert HistoryReader.open_readonly(state_dir) is None

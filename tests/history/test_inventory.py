@@ -15,7 +15,8 @@ from healthd.config.cache import load_checks
 from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import run_pass
 from healthd.model import Device
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import Kind
 from healthd_checks.gpu.check import CHECK
 
 # Boot ids as the kernel writes them (proc(5)): anything else is a boot the pass cannot name.

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from healthd.store.history import DB_NAME, History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import DB_NAME, Kind
 
 # Slow (a writer process killed many times over): left out of the fast tier, `pytest -m "not slow"`.
 pytestmark = pytest.mark.slow

@@ -11,13 +11,8 @@ from typing import Callable
 
 from healthd.model import Device, Finding, PassResult, RunState, Status
 from healthd.plan.acks import FindingRef
-from healthd.store.history import (
-    MESSAGE_LIMIT,
-    PROBLEM_CODE,
-    History,
-    Kind,
-    RebootPhase,
-)
+from healthd.store.history import MESSAGE_LIMIT, PROBLEM_CODE, History
+from healthd.store.historyschema import Kind, RebootPhase
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Callable
 
 from healthd.model import Device, Finding, PassResult, Status
-from healthd.store.history import DB_NAME, MAINTENANCE_INTERVAL, History, Kind
+from healthd.store.history import MAINTENANCE_INTERVAL, History
+from healthd.store.historyschema import DB_NAME, Kind
 
 Make = Callable[..., PassResult]
 Find = Callable[..., Finding]

@@ -16,7 +16,8 @@ from healthd.cycle.acks import AckStore
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import Ack, FindingRef, apply_acks, merge, refs_from_document
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, conclude, plan
-from healthd.plan.policy import Action, PolicyRules, PolicyState
+from healthd.plan.rules import PolicyRules
+from healthd.plan.state import Action, PolicyState
 from healthd.slurm.nodestate import NodeInfo, PartitionView
 from healthd.slurm.reasons import Reasons
 from healthd.store.state import StateFile

@@ -14,7 +14,15 @@ from healthd.cycle.execute import execute
 from healthd.cycle.render import pass_to_dict
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import Ack, FindingRef, apply_acks, refs_from_document
-from healthd.plan.breaker import BREAKER_BASE, BREAKER_MAX, BreakerHold, allowed_out, breaker_confirm, group_views
+from healthd.plan.breaker import (
+    BREAKER_BASE,
+    BREAKER_MAX,
+    allowed_out,
+    breaker_confirm,
+    breaker_held,
+    circuit_breaker,
+    group_views,
+)
 from healthd.plan.plan import (
     Executed,
     Observed,
@@ -25,22 +33,17 @@ from healthd.plan.plan import (
     conclude,
     plan,
 )
-from healthd.plan.policy import (
-    Action,
+from healthd.plan.policy import decide
+from healthd.plan.rules import (
     Coverage,
-    Decision,
     PassFacts,
-    Pending,
     PolicyRules,
-    PolicyState,
     acknowledged_by_resume,
     after_apply,
     after_failure,
-    breaker_held,
-    circuit_breaker,
-    decide,
     needs_node,
 )
+from healthd.plan.state import Action, BreakerHold, Decision, Pending, PolicyState
 from healthd.slurm.adapter import SlurmClient, SlurmError
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.slurm.problem import SlurmFailure, SlurmProblem

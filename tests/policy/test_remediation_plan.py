@@ -14,7 +14,8 @@ from healthd.config.models import EscalationSettings, PolicySettings, parse_conf
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import FindingRef
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
-from healthd.plan.policy import Action, PolicyRules, PolicyState, RebootRequest
+from healthd.plan.rules import PolicyRules
+from healthd.plan.state import Action, PolicyState, RebootRequest
 from healthd.slurm.adapter import parse_show_node_line
 from healthd.slurm.command import SlurmError
 from healthd.slurm.nodestate import NodeInfo, PartitionView

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from healthd.plan.acks import FindingRef
-from healthd.plan.policy import PolicyState, Repair
+from healthd.plan.state import PolicyState, Repair
 
 DAMAGED = {"skips_breaker": "false"}
 NAMED = "policy.json: bad policy state: skips_breaker: TypeError: 'false' is not true or false"

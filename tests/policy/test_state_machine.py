@@ -2,7 +2,7 @@
 
 The table is read from docs/policy.md ("The policy state machine") as
 tests/core/test_escalation_table.py reads docs/escalation.md, so the page and
-``policy.transition`` cannot drift apart. Each race a flag of ``PolicyState``
+``state.transition`` cannot drift apart. Each race a flag of ``PolicyState``
 covered before the phases is a named test below, run through ``plan`` and
 ``conclude`` as a pass runs them.
 """
@@ -22,22 +22,21 @@ from hypothesis import strategies as st
 from healthd.config.models import PolicySettings
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import FindingRef
+from healthd.plan.breaker import breaker_held
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, Step, conclude, plan
-from healthd.plan.policy import (
+from healthd.plan.policy import decide
+from healthd.plan.rules import PassFacts, PolicyRules
+from healthd.plan.state import (
     REPAIR_TRANSITIONS,
     WRITE_TRANSITIONS,
     Action,
-    PassFacts,
     Phases,
     PolicyEvent,
-    PolicyRules,
     PolicyState,
     Repair,
     RepairPhase,
     WritePhase,
     advance,
-    breaker_held,
-    decide,
     transition,
 )
 from healthd.slurm.command import SlurmError
@@ -134,7 +133,7 @@ def test_the_saved_state_follows_the_table_through_any_sequence(start: Phases, e
 
 
 def test_only_advance_sets_the_flags_that_store_the_phases() -> None:
-    """No scattered flag assignment: every change of phase in healthd goes through ``policy.advance``."""
+    """No scattered flag assignment: every change of phase in healthd goes through ``state.advance``."""
     flags = {"unconfirmed", "resume_sent", "repair_ended"}
     setters = []
     for path in sorted((REPO / "healthd").rglob("*.py")):
@@ -198,7 +197,7 @@ def test_a_policy_file_of_the_version_before_the_phases_reads_into_its_phase(
 
 
 def test_a_damaged_repair_record_of_an_old_file_is_no_repair_ended() -> None:
-    """The record gone, nothing says the repair ended: NONE, whose REPAIR drain stays out (policy._REPAIR_HELD)."""
+    """The record gone, nothing says the repair ended: NONE, whose REPAIR drain stays out (rules._REPAIR_HELD)."""
     state, problems = PolicyState.read({**_OLD, "repair": {**_OLD_REPAIR, "count": "x"}})
     assert state.phases == Phases() and problems and problems[0].startswith("bad policy state: repair: ")
 

@@ -23,7 +23,7 @@ from healthd.cycle.engine import Engine
 from healthd.cycle.pipeline import run_pass
 from healthd.cycle.policymemory import UNSAVED, PolicyMemory, reach_critical
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
-from healthd.plan.policy import PolicyState
+from healthd.plan.state import PolicyState
 
 MISSING = '[checks.mounts]\nexpect = [{ path = "/definitely-not-mounted" }]\n'
 TWICE = f'[slurm]\nnode_name = "n1"\n[policy]\nfail_passes = 2\n{MISSING}{only_checks("mounts")}'

@@ -20,8 +20,9 @@ from healthd.cycle.execute import execute
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.breaker import allowed_out, group_views
 from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
-from healthd.plan.policy import PolicyRules, PolicyState
-from healthd.plan.wave import ProvisionalRaise, budget_full, in_wave, still_provisional
+from healthd.plan.rules import PolicyRules
+from healthd.plan.state import PolicyState, ProvisionalRaise
+from healthd.plan.wave import budget_full, in_wave, still_provisional
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.slurm.reasons import Reasons

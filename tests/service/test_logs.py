@@ -14,7 +14,7 @@ import pytest
 
 from healthd.cycle.outcome import ActionOutcome
 from healthd.model import Finding, Status
-from healthd.plan.policy import Action
+from healthd.plan.state import Action
 from healthd.service.logs import JournalHandler, JournalSocket, log_action, log_finding, setup_logging
 
 

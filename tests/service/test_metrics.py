@@ -25,7 +25,7 @@ from healthd.cycle.engine import Engine
 from healthd.cycle.outcome import ActionOutcome, ActionSection, PassAction, PassOutcome
 from healthd.model import CheckResult, EventTally, Finding, PassResult, RunState, Status
 from healthd.plan.ackview import POLICY_CHECK
-from healthd.plan.policy import Action, Decision, PolicyState
+from healthd.plan.state import Action, Decision, PolicyState
 from healthd.service.metrics import HealthdCollector, MetricsServer, event_counts, new_registry, write_textfile
 from healthd_checks.xid.check import XID_EVENTS
 
@@ -551,7 +551,7 @@ def test_why_the_node_is_out_and_its_repair_are_exported(make_engine: Callable[.
 
     from healthd.cycle.pipeline import run_pass
     from healthd.plan.acks import FindingRef
-    from healthd.plan.policy import Repair
+    from healthd.plan.state import Repair
 
     outcome = run_pass(make_engine("critical"))
     clean = _collected(outcome)

@@ -36,10 +36,11 @@ from healthd.cycle.pipeline import (
 )
 from healthd.model import Finding, Status
 from healthd.plan.acks import FindingRef
-from healthd.plan.policy import PolicyState
+from healthd.plan.state import PolicyState
 from healthd.slurm.adapter import SlurmClient
 from healthd.slurm.nodestate import NodeInfo
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import Kind
 
 PCI = "00000000:3B:00.0"
 REMAP: dict[str, Any] = {

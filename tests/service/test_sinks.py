@@ -12,7 +12,7 @@ from healthd_testkit.faults import DaemonKit
 
 from healthd.cycle.pipeline import PassContext, PassTools, failed_pass, run_pass
 from healthd.model import PassResult, Status
-from healthd.plan.policy import Action
+from healthd.plan.state import Action
 from healthd.service.daemon import failed_report
 from healthd.service.metrics import HealthdCollector
 from healthd.service.sdnotify import Notifier

@@ -18,7 +18,8 @@ import pytest
 
 from healthd.cycle.outcome import PassOutcome
 from healthd.slurm.adapter import SlurmClient, SlurmError
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import Kind
 
 pytestmark = pytest.mark.slurm
 

@@ -15,7 +15,8 @@ import pytest
 from healthd_testkit.releases import every_release
 
 from healthd.cycle.render import action_lines
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import Kind
 
 pytestmark = pytest.mark.slurm
 

@@ -24,7 +24,8 @@ from healthd_testkit.faults import builtin
 
 from healthd.cycle.outcome import PassOutcome
 from healthd.cycle.pipeline import run_pass
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyschema import Kind
 
 pytestmark = pytest.mark.slurm
 

@@ -29,7 +29,7 @@ from healthd.model import Finding, Status
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext
-    from healthd.store.history import Event
+    from healthd.store.historyschema import Event
 
     from .settings import JobsSettings
 
@@ -55,11 +55,12 @@ class JobsObservation(NamedTuple):
 
 
 def gather(ctx: CheckContext[JobsSettings]) -> JobsObservation:
-    from healthd.store.history import History, HistoryError, Kind
+    from healthd.store.historyreader import HistoryReader
+    from healthd.store.historyschema import HistoryError, Kind
 
     state_dir = ctx.paths.state_dir
     try:
-        history = History.open_readonly(state_dir)
+        history = HistoryReader.open_readonly(state_dir)
     except HistoryError as exc:
         return JobsObservation((), Unobserved("JOB_HISTORY_UNREADABLE", str(state_dir), str(exc)))
     if history is None:  # no history yet: no job has recorded an Xid

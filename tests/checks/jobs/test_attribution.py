@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from healthd.cycle.epilog import attribute
 from healthd.cycle.jobrecord import record_end, record_start
-from healthd.store.history import History, Kind
+from healthd.store.history import History
+from healthd.store.historyreader import HistoryReader
+from healthd.store.historyschema import Kind
 from healthd_checks.jobs.joblog import job_events, last_seq
 from healthd_checks.jobs.scope import Job, KernelRecord, LogWindow, owner
 
@@ -116,7 +118,7 @@ def _play(root: Path, steps: list[Step], jobs: list[JobSpec], gres: Optional[boo
         job = Job(str(number), user, frozenset(gpus.split(",")) if gpus else None)
         with History.open(state) as history:
             _step(history, node, job, prolog, gres, windows)
-    reader = History.open_readonly(state)
+    reader = HistoryReader.open_readonly(state)
     assert reader is not None
     with reader:
         rows = list(reader.events(kinds=(Kind.JOB_XID,)))

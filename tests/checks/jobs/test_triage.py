@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from healthd.checks.plugin import JudgeContext, Unobserved
 from healthd.model import Status
-from healthd.store.history import Event, Kind
+from healthd.store.historyschema import Event, Kind
 from healthd_checks.jobs.check import SUSPECT, JobsObservation, JobXid, distinct_records, judge
 from healthd_checks.jobs.settings import JobsSettings
 
