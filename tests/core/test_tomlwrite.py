@@ -75,4 +75,5 @@ def test_import_nhc_writes_toml_for_any_mount_path_and_file_name(
     assert code == 0
     expect = [{"path": "/data/\U0001f600", "rw": True}, {"path": "/x\x01y", "rw": True}]
     mounts = tomllib.loads(out)["checks"]["mounts"]
-    assert mounts == {"expect": expect, "min_free_percent": 0.0, "min_free_inodes_percent": 0.0}
+    # NHC reads free space as df does (check_fs_free, check_fs_used): the conversion says so for the whole table.
+    assert mounts == {"expect": expect, "min_free_percent": 0.0, "min_free_inodes_percent": 0.0, "free_space_as": "df"}
