@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.commands import add_config_argument
-from healthd.config.sections import ConfigTable
+from healthd.config.sections import Config, ConfigTable
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -111,12 +111,13 @@ def show_notes(path: Optional[Path], loaded: LoadedConfig, meanings: bool = Fals
     """Where each value of ``loaded`` came from and its default; with ``meanings``, what each setting means.
 
     The file is read again for its text (the lines keys are on) and parsed as the load
-    parsed it; the defaults are the effective config of no file at all, for the same node.
+    parsed it; the defaults are the effective config of no file at all.
     """
     from healthd.checks.plugin import discover, settings_models
     from healthd.config.hosts import host_sections
     from healthd.config.load import BUILT_IN, decode_config, parse_toml, read_config
-    from healthd.config.models import moved_settings, parse_config
+    from healthd.config.loaded import LoadedConfig
+    from healthd.config.models import moved_settings
     from healthd.config.provenance import Provenance, origins
     from healthd.config.tomlwrite import Notes
 
@@ -128,7 +129,9 @@ def show_notes(path: Optional[Path], loaded: LoadedConfig, meanings: bool = Fals
     applied = [section for section in sections if section.label in loaded.host_sections]
     sources = Provenance(source, text, parsed, applied, moved_settings(models))
     shown = document(loaded)
-    trailing = origins(shown, document(parse_config("", BUILT_IN, models, loaded.host)), sources)
+    # Every setting has a default (a config of no file is valid): the tables' own, each check model's.
+    defaults = LoadedConfig(BUILT_IN, Config(), {name: model() for name, model in models.items()})
+    trailing = origins(shown, document(defaults), sources)
     return Notes(trailing, _meanings(shown, models) if meanings else {})
 
 
