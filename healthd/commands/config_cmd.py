@@ -59,9 +59,12 @@ def run(args: argparse.Namespace) -> int:
     from healthd.config.cache import load_checks
 
     # Validated in full every time (it is what the command is for), and nothing written: it only reads.
-    loaded, _ = load_checks(args.config, host=args.host, use_cache=False, store=False)
+    loaded, checks = load_checks(args.config, host=args.host, use_cache=False, store=False)
     if args.action == "show":
-        notes = None if args.plain else show_notes(args.config, loaded, meanings=args.annotate)
+        from healthd.checks.plugin import settings_models
+
+        models = settings_models(checks)
+        notes = None if args.plain else show_notes(args.config, loaded, models, meanings=args.annotate)
         print(effective_toml(loaded, notes), end="")
         return 0
     from healthd.cycle.pipeline import one_shot_overrun
@@ -107,22 +110,23 @@ def document(loaded: LoadedConfig) -> dict[str, Any]:
     return tables
 
 
-def show_notes(path: Optional[Path], loaded: LoadedConfig, meanings: bool = False) -> Notes:
+def show_notes(path: Optional[Path], loaded: LoadedConfig, models: Mapping[str, Any], meanings: bool = False) -> Notes:
     """Where each value of ``loaded`` came from and its default; with ``meanings``, what each setting means.
 
-    The file is read again for its text (the lines keys are on) and parsed as the load
-    parsed it; the defaults are the effective config of no file at all.
+    ``models`` are the settings models ``loaded`` was validated with. The file is read
+    again for its text (the lines keys are on) and parsed as the load parsed it; the
+    defaults are the effective config of no file at all.
     """
-    from healthd.checks.plugin import discover, settings_models
     from healthd.config.hosts import host_sections
-    from healthd.config.load import BUILT_IN, decode_config, parse_toml, read_config
+    from healthd.config.load import BUILT_IN, ConfigError, decode_config, parse_toml, read_config, sha256_hex
     from healthd.config.loaded import LoadedConfig
     from healthd.config.models import moved_settings
     from healthd.config.provenance import Provenance, origins
     from healthd.config.tomlwrite import Notes
 
-    models = settings_models(discover())
     source, raw = read_config(path)
+    if loaded.sha256 and sha256_hex(raw) != loaded.sha256:  # replaced between the two reads: lines would lie
+        raise ConfigError(source, ["changed while healthd config show read it; run it again"])
     text = decode_config(raw, source)
     parsed = parse_toml(text, source)
     sections, _ = host_sections(parsed)

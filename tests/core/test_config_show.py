@@ -229,3 +229,15 @@ def test_key_lines_finds_each_key_the_file_sets_and_never_guesses() -> None:
         ("t3", "u", "v", "w"): 18,
     }
     assert key_lines("[t]\nx = 1\n[t]\nx = 2\n")[("t", "x")] == 0, "a key found twice gets no line"
+
+
+def test_a_config_replaced_between_the_load_and_the_notes_is_refused(write_config: Callable[..., Path]) -> None:
+    from healthd.commands.config_cmd import show_notes
+    from healthd.config.cache import load_checks
+    from healthd.config.load import ConfigError
+
+    config = write_config(ANNOTATED)
+    loaded, checks = load_checks(config, host="gpu2", use_cache=False, store=False)
+    config.write_text("\n" + config.read_text())  # every line one further down: the notes would name wrong lines
+    with pytest.raises(ConfigError, match="changed while healthd config show read it"):
+        show_notes(config, loaded, settings_models(checks))
