@@ -4,20 +4,26 @@
 
 ``show`` prints the config a node runs with (its ``[[hosts]]`` sections merged in, keys
 moved from ``[node]`` in their new place, every default filled in) as TOML that
-``config validate`` accepts and that reads back to the same settings on any node.
+``config validate`` accepts and that reads back to the same settings on any node. Each
+value carries a comment saying where it came from and, when it is another, its default
+(healthd.config.provenance); ``--plain`` leaves the comments out, ``--annotate`` adds each
+setting's meaning from the reference.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from healthd.commands import add_config_argument
-from healthd.config.sections import ConfigTable
+from healthd.config.sections import Config, ConfigTable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from healthd.config.loaded import LoadedConfig
+    from healthd.config.tomlwrite import Notes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +37,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_config_argument(show)
     show.add_argument("--host", metavar="NODE", help="the node whose [[hosts]] sections apply (default: this node)")
+    comments = show.add_mutually_exclusive_group()
+    comments.add_argument(
+        "--plain", action="store_true", help="no comments: not where each value came from nor its default"
+    )
+    comments.add_argument(
+        "--annotate", action="store_true", help="also each setting's meaning, from the config reference, above it"
+    )
     sub.add_parser(
         "reference", help="print every setting (type, default, meaning, page) of healthd and the installed checks"
     )
@@ -46,9 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from healthd.config.cache import load_checks
 
     # Validated in full every time (it is what the command is for), and nothing written: it only reads.
-    loaded, _ = load_checks(args.config, host=args.host, use_cache=False, store=False)
+    loaded, checks = load_checks(args.config, host=args.host, use_cache=False, store=False)
     if args.action == "show":
-        print(effective_toml(loaded), end="")
+        from healthd.checks.plugin import settings_models
+
+        models = settings_models(checks)
+        notes = None if args.plain else show_notes(args.config, loaded, models, meanings=args.annotate)
+        print(effective_toml(loaded, notes), end="")
         return 0
     from healthd.cycle.pipeline import one_shot_overrun
     from healthd.service.metrics import refuse_untrusted_textfile
@@ -65,19 +82,79 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def effective_toml(loaded: LoadedConfig) -> str:
-    """``loaded`` as TOML: every table of the config, then ``[checks.NAME]`` for every installed check."""
-    from healthd.config.tomlwrite import comment, dumps
+def effective_toml(loaded: LoadedConfig, notes: Optional[Notes] = None) -> str:
+    """``loaded`` as TOML: every table of the config, then ``[checks.NAME]`` for every installed check.
 
-    config = loaded.config
-    document = {name: _plain(value) for name, value in config.values().items() if name != "checks"}
-    document["checks"] = {name: _plain(loaded.check_settings[name]) for name in sorted(loaded.check_settings)}
+    With ``notes`` (``show_notes``), each value carries its comment.
+    """
+    from healthd.config.tomlwrite import NO_NOTES, comment, dumps
+
     sections = ", ".join(loaded.host_sections) or "none"
     head = (
         f"The effective config of node {loaded.host}, from {loaded.source}: host sections applied ({sections}),"
         " defaults filled in.\nWritten by `healthd config show`; a setting left out is unset (it has no value)."
     )
-    return "\n".join(comment(head)) + "\n\n" + dumps(document)
+    if notes is not None:
+        head += (
+            "\nEach value's comment says where it came from (default, set in FILE:LINE, from [[hosts]],"
+            " moved from [node])\nand, when it is not the default, the default; `--plain` leaves them out."
+        )
+    return "\n".join(comment(head)) + "\n\n" + dumps(document(loaded), notes or NO_NOTES)
+
+
+def document(loaded: LoadedConfig) -> dict[str, Any]:
+    """The effective config as TOML's values: the config's tables, then ``checks`` with every check's settings."""
+    config = loaded.config
+    tables = {name: _plain(value) for name, value in config.values().items() if name != "checks"}
+    tables["checks"] = {name: _plain(loaded.check_settings[name]) for name in sorted(loaded.check_settings)}
+    return tables
+
+
+def show_notes(path: Optional[Path], loaded: LoadedConfig, models: Mapping[str, Any], meanings: bool = False) -> Notes:
+    """Where each value of ``loaded`` came from and its default; with ``meanings``, what each setting means.
+
+    ``models`` are the settings models ``loaded`` was validated with. The file is read
+    again for its text (the lines keys are on) and parsed as the load parsed it; the
+    defaults are the effective config of no file at all.
+    """
+    from healthd.config.hosts import host_sections
+    from healthd.config.load import BUILT_IN, ConfigError, decode_config, parse_toml, read_config, sha256_hex
+    from healthd.config.loaded import LoadedConfig
+    from healthd.config.models import moved_settings
+    from healthd.config.provenance import Provenance, origins
+    from healthd.config.tomlwrite import Notes
+
+    source, raw = read_config(path)
+    if loaded.sha256 and sha256_hex(raw) != loaded.sha256:  # replaced between the two reads: lines would lie
+        raise ConfigError(source, ["changed while healthd config show read it; run it again"])
+    text = decode_config(raw, source)
+    parsed = parse_toml(text, source)
+    sections, _ = host_sections(parsed)
+    applied = [section for section in sections if section.label in loaded.host_sections]
+    sources = Provenance(source, text, parsed, applied, moved_settings(models))
+    shown = document(loaded)
+    # Every setting has a default (a config of no file is valid): the tables' own, each check model's.
+    defaults = LoadedConfig(BUILT_IN, Config(), {name: model() for name, model in models.items()})
+    trailing = origins(shown, document(defaults), sources)
+    return Notes(trailing, _meanings(shown, models) if meanings else {})
+
+
+def _meanings(shown: dict[str, Any], models: Mapping[str, Any]) -> dict[tuple[str, ...], str]:
+    """Each setting of the config's own tables and of the checks -> its meaning, as the reference gives it."""
+    from healthd.config.reference import CORE
+
+    meanings: dict[tuple[str, ...], str] = {}
+    for table, values in shown.items():
+        for name in values:
+            if table != "checks":
+                meanings[(table, name)] = CORE[f"{table}.{name}"][0]
+                continue
+            for setting in values[name]:
+                model = models.get(name)
+                field = model.model_fields.get(setting) if model is not None else None
+                if field is not None and field.description:
+                    meanings[(table, name, setting)] = field.description
+    return meanings
 
 
 def _plain(value: Any) -> Any:

@@ -201,6 +201,14 @@ def _claims(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], tupl
     return claims
 
 
+def moved_settings(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], tuple[str, str]]:
+    """Each old place of a setting that moved (``("node", key)``, ``("checks", check, key)``) -> its (check, setting).
+
+    ``healthd config show`` names the old place of a value written there.
+    """
+    return _claims(checks)
+
+
 def _identities(checks: Mapping[str, type[BaseModel]]) -> dict[tuple[str, ...], str]:
     """Where each list of tables with an identity key sits (its old place too, ``[node]``'s) -> that key."""
     identities: dict[tuple[str, ...], str] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 COMMENT_KEY = "#"  # a table's own comment, written above its header
@@ -79,12 +79,48 @@ def value(item: Any) -> str:
 WIDTH = 100
 
 
-def _assignment(name: str, item: Any) -> list[str]:
-    """``name = value``, or an array too long for one line as one item per line, for a person to review."""
+# A line with its comment is at most this long; a longer one has its comment on the line above.
+NOTE_WIDTH = 120
+
+
+class Notes(NamedTuple):
+    """Comments on values, by their key's path from the top: one after the value, and lines above it."""
+
+    trailing: Mapping[tuple[str, ...], str] = {}
+    above: Mapping[tuple[str, ...], str] = {}
+
+
+NO_NOTES = Notes()
+
+
+def _assignment(name: str, item: Any, path: tuple[str, ...] = (), notes: Notes = NO_NOTES) -> list[str]:
+    """``name = value``, or an array too long for one line as one item per line, for a person to review.
+
+    A note on it follows the value (a comment may end any line, one inside an array too:
+    TOML 1.0, "Array"), or stands above it when the line would grow past ``NOTE_WIDTH``.
+    """
     line = f"{key(name)} = {value(item)}"
     if len(line) <= WIDTH or not isinstance(item, (list, tuple)) or len(item) < 2:
-        return [line]
-    return [f"{key(name)} = [", *(f"    {value(v)}," for v in item), "]"]
+        lines = [line]
+    else:
+        lines = [f"{key(name)} = [", *(f"    {value(v)}," for v in item), "]"]
+    above = notes.above.get(path)
+    before = wrapped(above, NOTE_WIDTH) if above else []
+    trailing = notes.trailing.get(path)
+    if trailing:
+        note = comment(trailing.replace("\n", " "))[0]
+        if len(lines[0]) + 2 + len(note) <= NOTE_WIDTH:
+            lines[0] += "  " + note
+        else:
+            before.extend(wrapped(trailing, NOTE_WIDTH))
+    return [*before, *lines]
+
+
+def wrapped(text: str, width: int) -> list[str]:
+    """``text`` as comment lines of at most ``width`` characters, broken between words."""
+    import textwrap
+
+    return comment("\n".join(textwrap.wrap(" ".join(text.split()), width - 2)))
 
 
 def _is_table_array(item: Any) -> bool:
@@ -100,12 +136,12 @@ def _header(out: list[str], table: Mapping[str, Any], header: str) -> None:
     out.append(header)
 
 
-def _body(path: list[str], table: Mapping[str, Any], out: list[str]) -> None:
+def _body(path: list[str], table: Mapping[str, Any], out: list[str], notes: Notes = NO_NOTES) -> None:
     """The table's own values, then each subtable under its dotted header."""
     for name, item in table.items():
         if name == COMMENT_KEY or isinstance(item, Mapping) or (path == [] and name == "hosts"):
             continue
-        out.extend(_assignment(name, item))
+        out.extend(_assignment(name, item, (*path, name), notes))
     for name, item in table.items():
         if name == COMMENT_KEY or not isinstance(item, Mapping):
             continue
@@ -114,13 +150,16 @@ def _body(path: list[str], table: Mapping[str, Any], out: list[str]) -> None:
         # A table holding only tables needs no header of its own (TOML's implicit super-tables).
         if own or item.get(COMMENT_KEY) or not any(isinstance(v, Mapping) for v in item.values()):
             _header(out, item, "[" + ".".join(key(p) for p in sub) + "]")
-        _body(sub, item, out)
+        _body(sub, item, out, notes)
 
 
-def dumps(document: Mapping[str, Any]) -> str:
-    """``document`` as TOML: its values, its tables, then a top-level ``hosts`` list as ``[[hosts]]`` entries."""
+def dumps(document: Mapping[str, Any], notes: Notes = NO_NOTES) -> str:
+    """``document`` as TOML: its values, its tables, then a top-level ``hosts`` list as ``[[hosts]]`` entries.
+
+    ``notes`` are comments on its values (``healthd config show``: where each came from).
+    """
     out: list[str] = []
-    _body([], document, out)
+    _body([], document, out, notes)
     hosts = document.get("hosts")
     if hosts is not None and not _is_table_array(hosts):
         raise TypeError("hosts must be a list of tables")
