@@ -9,6 +9,7 @@ from typing import Any, Callable
 from healthd_testkit.faults import FAULT, Harness
 from healthd_testkit.net import free_ports
 
+from healthd.cli.hook import hook_summary
 from healthd.cycle.pipeline import PassRequest, run_pass
 from healthd.cycle.render import ONE_SHOT_RETRY, action_lines
 from healthd.slurm.ping import refused_everywhere
@@ -43,8 +44,8 @@ def _refusing_conf(cluster: Any, tmp_path: Path, host_guard: Any) -> Path:
     return conf
 
 
-def _one_shot(node: Harness) -> Any:
-    return run_pass(node.engine(), PassRequest(deadline=time.monotonic() + 60))
+def _one_shot(node: Harness, dry_run: bool = False) -> Any:
+    return run_pass(node.engine(), PassRequest(dry_run=dry_run, deadline=time.monotonic() + 60))
 
 
 def test_a_one_shot_against_a_refusing_slurmctld_answers_at_once_in_one_short_line(
@@ -65,6 +66,24 @@ def test_a_one_shot_against_a_refusing_slurmctld_answers_at_once_in_one_short_li
     assert "next try" not in lines[0] and lines[0].endswith(ONE_SHOT_RETRY), lines
     # The daemon's pass has a next pass of its own: its line keeps the retry time.
     assert "next try in" in action_lines(outcome.document, time.time())[0]
+    # The hook's one line: its own pass says who retries; the daemon's pass, when.
+    hooked = hook_summary(outcome.document, time.time())
+    assert hooked.endswith(ONE_SHOT_RETRY) and "next try" not in hooked, hooked
+    assert "next try in" in hook_summary(outcome.document, time.time(), daemon=True)
+
+
+def test_a_clean_dry_run_against_a_refusing_slurmctld_says_so_in_one_phrase(
+    cluster: Any, harness: Callable[..., Harness], tmp_path: Path, host_guard: Any
+) -> None:
+    node = harness(FAULT, slurm_conf=_refusing_conf(cluster, tmp_path, host_guard))
+    started = time.monotonic()
+    outcome = _one_shot(node, dry_run=True)
+    assert time.monotonic() - started < 2.5
+    port = outcome.document["action"]["slurm_errors"][0]["detail"].split(":")[1].split(" ")[0]
+    assert action_lines(outcome.document, time.time(), one_shot=True) == [
+        f"Slurm not reachable (slurmctld 127.0.0.1:{port} refused the connection); dry run: nothing to do"
+        " (all checks pass)"
+    ]
 
 
 def test_a_one_shot_on_a_reachable_slurmctld_still_takes_the_node_out(
