@@ -23,7 +23,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from healthd.slurm.command import NotRun, not_run, run_client
+from healthd.slurm.command import ClientTimedOut, NotRun, not_run, run_client
 from healthd.slurm.command import SlurmError as SlurmError
 from healthd.slurm.command import SlurmNotFound as SlurmNotFound
 from healthd.slurm.hostlist import HostlistError, contains
@@ -428,12 +428,18 @@ class SlurmClient:
         """Raise ``SlurmError`` (unreachable) when ``scontrol ping`` shows every slurmctld refusing the connection.
 
         Any other answer, a failure or no answer within ``PROBE_SECONDS`` says nothing:
-        the read then runs with its full ``[slurm].timeout`` (docs/slurm.md).
+        the read then runs with its full ``[slurm].timeout`` (docs/slurm.md). A probe
+        stuck in the kernel after SIGKILL is raised: a hung filesystem under scontrol or
+        slurm.conf, which no read could pass (``healthd.slurm.command``).
         """
         command = "scontrol ping"
         try:
             timeout = min(PROBE_SECONDS, self._timeout(command))
             finished = run_client("scontrol", PING_ARGS, self.settings.bin_dir, self.settings.conf, timeout, command)
+        except ClientTimedOut as exc:
+            if exc.stuck is not None:
+                raise
+            return
         except SlurmError:
             return
         where = refused_everywhere(f"{finished.out}\n{finished.err}")

@@ -6,7 +6,7 @@ one-shot command against a stopped slurmctld would wait that long, or until
 ``[slurm].timeout`` kills it. ``scontrol ping`` tries each controller once, and at
 ``-vvv`` (debug2) prints why a connection failed:
 ``scontrol: debug2: Error connecting slurm stream socket at 127.0.0.1:6999: Connection refused``
-(seen with 22.05), then one ``Slurmctld(primary) at HOST is DOWN`` line per controller.
+(seen with 22.05, 24.11 and 26.05), then one ``Slurmctld(primary) at HOST is DOWN`` line per controller.
 Only that answer is definitive: every controller DOWN and as many distinct addresses
 refused. Anything else (a controller UP, DOWN for another reason, no answer within the
 probe's deadline) says nothing, and the real read runs with its full timeout.
