@@ -28,7 +28,7 @@ def hook_summary(document: dict[str, Any], now: float, *, daemon: bool = False) 
     from healthd.cycle.render import pass_summary
 
     head = f"healthd: {document.get('status')} on {document.get('node')}"
-    return pass_summary(document, now, head=f"{head} (daemon's pass)" if daemon else head)
+    return pass_summary(document, now, head=f"{head} (daemon's pass)" if daemon else head, one_shot=not daemon)
 
 
 def hook_parser() -> argparse.ArgumentParser:

@@ -140,7 +140,7 @@ def _run(args: argparse.Namespace, begun: float) -> int:
         print(json.dumps(outcome.document, indent=2))
     else:
         print(render_table(outcome.result))
-        print("\n".join(action_lines(outcome.document, time.time())))
+        print("\n".join(action_lines(outcome.document, time.time(), one_shot=True)))
     return outcome.exit_code
 
 

@@ -413,7 +413,9 @@ def _judge_and_act(
     active = engine.active_names()
     tier = ctx.request.tier
     busy = tier is Tier.ORDINARY and bool(active) and bool(state.took_out) and active_running(config.paths.state_dir)
-    slurm = ctx.tools.client or SlurmClient(config.slurm)
+    # A one-shot (it has a deadline) asks scontrol ping first: with every slurmctld refusing, it
+    # answers in milliseconds where sinfo would retry for MessageTimeout seconds (docs/slurm.md).
+    slurm = ctx.tools.client or SlurmClient(config.slurm, probe_first=ctx.request.deadline is not None)
     slurm.start_budget()
     # Opened for this pass only: a corrupt database is set aside, which nothing may hold open.
     history = History.open(config.paths.state_dir)

@@ -189,25 +189,30 @@ def _drain_held(document: Mapping[str, Any]) -> bool:
     )
 
 
+# A one-shot (``check``, the hook's own pass) has no next pass of its own: it says who retries, not when.
+ONE_SHOT_RETRY = "the next pass retries it (daemon, hook or healthd check)"
+
+
 def _next_try(when: object, now: float) -> str:
     if isinstance(when, bool) or not isinstance(when, (int, float)):
         return "next try on a later pass"
     return f"next try in {when - now:.0f}s" if when > now else "next try on the next pass"
 
 
-def action_lines(document: Mapping[str, Any], now: float) -> list[str]:
+def action_lines(document: Mapping[str, Any], now: float, *, one_shot: bool = False) -> list[str]:
     """The ``action`` section of a pass document for people: one headline, then any other errors.
 
     The headline says what healthd did to the node, or would have done (dry run,
     Slurm disabled), or is still trying (pending, with the next retry), or why it
     held back (circuit breaker, hysteresis), and, in one phrase, why Slurm could not
     be used. ``document`` may come from disk (``healthd status``): every field is
-    checked and made one printable line.
+    checked and made one printable line. ``one_shot``: the pass was this command's
+    own, so a pending action names who retries it instead of when.
     """
     action = document.get("action")
     if not isinstance(action, dict):
         return ["action: none recorded (the pass failed before a decision)"]
-    headline, rest = _headline(document, action, now)
+    headline, rest = _headline(document, action, now, one_shot)
     lines = [headline]
     keys = [one_line(ack.get("key"), 100) for ack in _items(action.get("acknowledged"))]
     if keys:
@@ -216,7 +221,9 @@ def action_lines(document: Mapping[str, Any], now: float) -> list[str]:
     return lines
 
 
-def _headline(document: Mapping[str, Any], action: dict[str, Any], now: float) -> tuple[str, list[str]]:
+def _headline(
+    document: Mapping[str, Any], action: dict[str, Any], now: float, one_shot: bool = False
+) -> tuple[str, list[str]]:
     """The headline of ``action_lines`` and the errors it leaves for lines of their own."""
 
     def text(key: str, limit: int = 200) -> str:
@@ -249,7 +256,7 @@ def _headline(document: Mapping[str, Any], action: dict[str, Any], now: float) -
     elif action.get("slurm_enabled") is False:
         body = f"not sent, [slurm] enabled = false: would {would}{why}"
     elif action.get("pending") is True:
-        retry = _next_try(action.get("next_retry"), now)
+        retry = ONE_SHOT_RETRY if one_shot else _next_try(action.get("next_retry"), now)
         body = f"PENDING: {would}{why}: {problem or 'backing off after a Slurm failure'}; {retry}"
         problem = ""
     else:
@@ -262,14 +269,14 @@ def _headline(document: Mapping[str, Any], action: dict[str, Any], now: float) -
     return line, rest
 
 
-def pass_summary(document: Mapping[str, Any], now: float, *, head: str) -> str:
+def pass_summary(document: Mapping[str, Any], now: float, *, head: str, one_shot: bool = False) -> str:
     """The one-line summary of a pass: ``head``, its first non-OK findings, and what it did to the node.
 
     The daemon's ``STATUS=`` and log line and the hook's output line are this line
     with their own ``head``. The action's headline (``action_lines``) follows when
     there is something to tell (an action, a dry run, an error), then the number of
     errors it does not name (``action_lines`` lists them). ``document`` may come from disk: every field is
-    checked, and the whole line is made one printable line.
+    checked, and the whole line is made one printable line. ``one_shot`` as in ``action_lines``.
     """
     bad = [
         f"{finding.get('check')}/{finding.get('code')} {finding.get('subject')}"
@@ -284,7 +291,7 @@ def pass_summary(document: Mapping[str, Any], now: float, *, head: str) -> str:
     if isinstance(action, dict) and (
         action.get("decision") not in (None, "none") or action.get("errors") or action.get("dry_run")
     ):
-        headline, rest = _headline(document, action, now)
+        headline, rest = _headline(document, action, now, one_shot)
         text += f"; {headline}"
         if rest:
             text += f"; {len(rest)} error(s)"

@@ -23,11 +23,12 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from healthd.slurm.command import NotRun, not_run, run_client
+from healthd.slurm.command import ClientTimedOut, NotRun, not_run, run_client
 from healthd.slurm.command import SlurmError as SlurmError
 from healthd.slurm.command import SlurmNotFound as SlurmNotFound
 from healthd.slurm.hostlist import HostlistError, contains
 from healthd.slurm.nodestate import NodeGroup, NodeInfo
+from healthd.slurm.ping import PING_ARGS, PROBE_SECONDS, refused_everywhere
 from healthd.slurm.problem import DETAIL_LIMIT, SlurmFailure
 from healthd.text import one_line
 
@@ -368,6 +369,9 @@ class SlurmClient:
     ``scontrol --version`` on first use); the caller may keep it between passes.
     After ``start_budget`` every call's timeout is also cut to what is left of one
     budget shared by all calls, so a pass's Slurm work has a fixed worst case.
+    ``probe_first`` (one-shot commands): before the first RPC, ``scontrol ping``
+    (``healthd.slurm.ping``) may show at once that every slurmctld refuses the
+    connection; the probe is not one of ``calls``.
     """
 
     def __init__(
@@ -375,12 +379,15 @@ class SlurmClient:
         settings: SlurmSettings,
         output_format: Optional[str] = None,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        probe_first: bool = False,
     ) -> None:
         self.settings = settings
         self.output_format = output_format if output_format in ("json", "text") else None
         self.calls: list[tuple[str, ...]] = []
         self._monotonic = monotonic
         self._deadline: Optional[float] = None
+        self._probe = probe_first
 
     def start_budget(self, seconds: Optional[float] = None) -> None:
         """From now on all calls together take at most ``seconds`` (default ``[slurm].budget``)."""
@@ -402,6 +409,9 @@ class SlurmClient:
         hung filesystem under either costs this pass the timeout, never a hang.
         """
         command = f"{program} {' '.join(args)}"
+        if self._probe and args != ("--version",):
+            self._probe = False
+            self._refused()
         timeout = self._timeout(command)
         self.calls.append(tuple(args) if program == "scontrol" else (program, *args))
         try:
@@ -413,6 +423,29 @@ class SlurmClient:
             message = " ".join((finished.err or finished.out).split())[:300] or f"exit status {finished.returncode}"
             raise command_failed(program, command, message)
         return finished.out
+
+    def _refused(self) -> None:
+        """Raise ``SlurmError`` (unreachable) when ``scontrol ping`` shows every slurmctld refusing the connection.
+
+        Any other answer, a failure or no answer within ``PROBE_SECONDS`` says nothing:
+        the read then runs with its full ``[slurm].timeout`` (docs/slurm.md). A probe
+        stuck in the kernel after SIGKILL is raised: a hung filesystem under scontrol or
+        slurm.conf, which no read could pass (``healthd.slurm.command``).
+        """
+        command = "scontrol ping"
+        try:
+            timeout = min(PROBE_SECONDS, self._timeout(command))
+            finished = run_client("scontrol", PING_ARGS, self.settings.bin_dir, self.settings.conf, timeout, command)
+        except ClientTimedOut as exc:
+            if exc.stuck is not None:
+                raise
+            return
+        except SlurmError:
+            return
+        where = refused_everywhere(f"{finished.out}\n{finished.err}")
+        if where is not None:
+            said = f"slurmctld {where} refused the connection"
+            raise SlurmError(f"`{command}`: {said}", SlurmFailure.UNREACHABLE, command, said)
 
     def uses_json(self) -> bool:
         """JSON output exists from 23.02 (``scontrol --version`` is local, not an RPC)."""

@@ -15,6 +15,7 @@ from healthd_testkit.paths import HEALTHD, REPO
 
 from healthd import __version__
 from healthd.cli.schema import PassOut, json_schema
+from healthd.cycle.render import ONE_SHOT_RETRY
 from healthd.model import RunState
 
 
@@ -140,7 +141,8 @@ def test_a_real_run_with_slurm_unreachable_shows_the_pending_take_out(
     code, out, _ = cli("check", "--once", "--only", "mounts", "--config", str(path))
     assert code == 2
     pending = f"action: PENDING: {re.escape(WOULD[len('would ') :])}: "
-    retry = r"; next try in ([0-9]|10)s"  # the first retry waits 10 s (docs/slurm.md)
+    # A one-shot has no next pass of its own: it says who retries, never when (docs/slurm.md).
+    retry = re.escape(f"; {ONE_SHOT_RETRY}")
     cause = re.escape("Slurm not reachable (sinfo: Unable to process configuration file)")
     assert re.fullmatch(pending + cause + retry, out.splitlines()[-1]), out
     # The next pass is inside the backoff: it does not call scontrol and says it is waiting.

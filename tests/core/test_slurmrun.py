@@ -139,4 +139,5 @@ def test_a_pass_whose_slurm_conf_is_on_a_hung_filesystem_finishes_within_its_bud
     assert code == 2
     last = out.splitlines()[-1]
     assert last.startswith("action: PENDING: take the node out now"), out
-    assert ": Slurm not reachable (sinfo timed out after 0.5s; stuck in the kernel after SIGKILL (pid " in last, out
+    # A one-shot's first Slurm command is its scontrol ping (docs/slurm.md).
+    assert ": Slurm not reachable (scontrol timed out after 0.5s; stuck in the kernel after SIGKILL (pid " in last, out
