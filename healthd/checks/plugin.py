@@ -245,6 +245,10 @@ class Staged(Generic[S, Obs]):
 
 # Metric and label names within the Prometheus data model's, and never its reserved "__" prefix.
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
+# The one upper-case label allowed: dcgm-exporter labels every GPU series ``UUID`` (with ``gpu``
+# the NVML index and ``pci_bus_id``), and only that exact name lets a rule join healthd's
+# series with its ``on(UUID)``. Any other name stays lower-case.
+DCGM_LABELS = frozenset({"UUID"})
 
 
 @dataclass(frozen=True)
@@ -256,7 +260,8 @@ class EventCounter:
     ``count`` detail is its number of events (1 without one): the total since a
     point the check chooses, such as the boot, so the series is a counter whose
     resets ``rate()`` handles. Labels must stay few and low-cardinality (GPU
-    indexes, error numbers), never free text.
+    indexes, error numbers), never free text. Label names are lower-case, except
+    dcgm-exporter's ``UUID`` (``DCGM_LABELS``), so GPU series join with its series.
     """
 
     name: str
@@ -267,9 +272,11 @@ class EventCounter:
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name) or self.name.endswith("_total"):
             raise ValueError(f"event counter name {self.name!r}: lower-case letters, digits and _, no _total")
-        if not all(_NAME.fullmatch(label) for label in self.labels) or len(set(self.labels)) != len(self.labels):
+        named = all(_NAME.fullmatch(label) or label in DCGM_LABELS for label in self.labels)
+        if not named or len(set(self.labels)) != len(self.labels):
             raise ValueError(
-                f"event counter {self.name!r}: labels must be distinct lower-case names, got {self.labels}"
+                f"event counter {self.name!r}: labels must be distinct lower-case names (or dcgm-exporter's "
+                f"{', '.join(sorted(DCGM_LABELS))}), got {self.labels}"
             )
 
     def tally(self, findings: Iterable[Finding]) -> EventTally:

@@ -37,6 +37,7 @@ from healthd.service.logs import LOGGER_NAME
 from healthd.service.sdnotify import Notifier
 from healthd.service.sinks import LogSink, MetricsSink, NotifySink, Sink
 from healthd.store.trust import UntrustedPath
+from healthd.text import one_line
 
 if TYPE_CHECKING:
     from healthd.config.models import Config
@@ -375,11 +376,14 @@ class Daemon:
             refuse_untrusted_textfile(loaded.config.metrics)
             engine.reconfigure(loaded, specs)
         except ConfigError as exc:
-            log.error("reload: new configuration rejected, keeping the old one:\n%s", exc)
+            # One line: syslog and the journal's short output split a message at each newline,
+            # which would leave the problems apart from the line that says what they are.
+            problems = "; ".join(f"{exc.source}: {p}" for p in exc.problems)
+            log.error("reload: new configuration rejected, keeping the old one: %s", one_line(problems, 4000))
             self.notifier.notify(ready="1", status=f"reload rejected ({len(exc.problems)} problem(s)); old config kept")
             return engine, schedule, slot
         except UntrustedPath as exc:
-            log.error("reload: new configuration rejected, keeping the old one: %s", exc)
+            log.error("reload: new configuration rejected, keeping the old one: %s", one_line(exc, 4000))
             self.notifier.notify(ready="1", status="reload rejected (untrusted path); old config kept")
             return engine, schedule, slot
         if loaded.config.metrics != old_metrics:

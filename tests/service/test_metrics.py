@@ -113,7 +113,8 @@ def _outcome(result: PassResult, decision: Decision = NOTHING, applied: bool = F
 
 
 def test_xid_events_are_derived_from_findings() -> None:
-    assert _xid_events(_sample_pass()) == {("0", "79"): 1.0, ("3", "48"): 3.0}
+    unknown = ("unknown", "unknown")  # no uuid or pci detail: said so, never ""
+    assert _xid_events(_sample_pass()) == {("0", *unknown, "79"): 1.0, ("3", *unknown, "48"): 3.0}
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) is not installed")
@@ -155,7 +156,8 @@ def test_http_scrape_passes_promtool_and_carries_the_last_pass() -> None:
         assert values[("healthd_findings", (("check", "xid"), ("severity", "critical")))] == 3
         assert values[("healthd_findings", (("check", "xid"), ("severity", "warning")))] == 1
         assert values[("healthd_findings", (("check", "mounts"), ("severity", "critical")))] == 0
-        assert values[("healthd_xid_events_total", (("gpu", "3"), ("xid", "48")))] == 3
+        xid_48 = (("UUID", "unknown"), ("gpu", "3"), ("pci_bus_id", "unknown"), ("xid", "48"))
+        assert values[("healthd_xid_events_total", xid_48)] == 3
         assert values[("healthd_actions_total", (("action", "drain_after_jobs"), ("outcome", "taken")))] == 1
         assert values[("healthd_actions_total", (("action", "drain_after_jobs"), ("outcome", "held_back")))] == 1
         assert values[("healthd_circuit_breaker_open", ())] == 1
@@ -225,9 +227,13 @@ def test_textfile_is_readable_by_node_exporter_whatever_the_umask(tmp_path: Path
 
 
 def test_sxid_events_are_counted_with_their_own_label() -> None:
-    sxid = Finding("xid", Status.CRITICAL, "SXID_20034", "nvswitch0", "SXid", {"gpu": "nvswitch0", "count": 4})
+    details = {"gpu": "nvswitch0", "pci": "0000:c1:00.0", "count": 4}
+    sxid = Finding("xid", Status.CRITICAL, "SXID_20034", "nvswitch0", "SXid", details)
     result = PassResult("n", 0.0, 0.0, (_xid_result((sxid, _xid(1, 79, 2))),))
-    assert _xid_events(result) == {("nvswitch0", "SXID_20034"): 4.0, ("1", "79"): 2.0}
+    assert _xid_events(result) == {
+        ("nvswitch0", "unknown", "00000000:C1:00.0", "SXID_20034"): 4.0,
+        ("1", "unknown", "unknown", "79"): 2.0,
+    }
 
 
 def _closed_by_server(sock: socket.socket) -> bool:
@@ -479,6 +485,11 @@ def test_event_counter_names_and_labels_are_checked_when_declared() -> None:
         EventCounter("xid", "doc", ("gpu", "gpu"), lambda f: None)
     with pytest.raises(ValueError, match="labels"):
         EventCounter("xid", "doc", ("__name__",), lambda f: None)
+    # dcgm-exporter's UUID is the one upper-case name allowed, so on(UUID) joins work.
+    assert EventCounter("xid", "doc", ("gpu", "UUID"), lambda f: None).labels == ("gpu", "UUID")
+    for name in ("Uuid", "GPU"):
+        with pytest.raises(ValueError, match="labels"):
+            EventCounter("xid", "doc", (name,), lambda f: None)
 
 
 def _exposition(collector: HealthdCollector) -> str:

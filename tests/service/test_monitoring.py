@@ -37,6 +37,7 @@ import yaml
 from healthd_testkit.checks import only_checks
 from healthd_testkit.net import free_ports
 from healthd_testkit.paths import HEALTHD, REPO
+from healthd_testkit.xid import Node as XidNode
 from prometheus_client.parser import text_string_to_metric_families
 
 PROMTOOL = shutil.which("promtool")
@@ -422,3 +423,59 @@ def test_a_dead_daemon_shows_on_the_dashboard_as_not_reporting(tmp_path: Path) -
     (panel,) = [panel for panel in _panels(_dashboard()) if panel["title"] == "Not reporting"]
     steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [(step["color"], step["value"]) for step in steps] == [("green", None), ("red", 1)]
+
+
+def _driver_information(procfs: Path, bdf: str, uuid: str) -> None:
+    """The NVIDIA driver's /proc/driver/nvidia/gpus/<bdf>/information, as driver 550 writes it."""
+    directory = procfs / "driver" / "nvidia" / "gpus" / bdf
+    directory.mkdir(parents=True)
+    (directory / "information").write_text(
+        "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 151\n"
+        f"GPU UUID: \t {uuid}\nVideo BIOS: \t 96.00.74.00.0d\nBus Type: \t PCIe\n"
+        f"DMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t {bdf}\nDevice Minor: \t 7\n"
+    )
+
+
+@pytest.mark.slow  # a real daemon and its first pass: seconds
+def test_xid_series_carry_the_gpu_as_dcgm_exporter_names_it(tmp_path: Path) -> None:
+    """gpu = NVML index (PCI order), UUID from the driver's procfs, pci_bus_id as NVML writes it."""
+    node = XidNode(tmp_path / "node")
+    for bdf in ("0000:3b:00.0", "0000:5e:00.0"):
+        node.gpu(bdf)
+    uuid = "GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52"
+    _driver_information(node.root / "proc", "0000:5e:00.0", uuid)
+    node.log(
+        "NVRM: Xid (PCI:0000:5e:00): 63, pid=1, name=python, Row Remapper: New row marked for remapping",
+        "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=python, Graphics SM Warp Exception",
+        "NVRM: Xid (PCI:0000:99:00): 63, pid=1, name=python, Row Remapper: New row marked for remapping",
+    )
+    port = free_ports(1)[0]
+    config = tmp_path / "healthd.toml"
+    config.write_text(
+        f'[paths]\nstate_dir = "{tmp_path / "state"}"\nkmsg = "{node.kmsg}"\n'
+        f'sysfs = "{node.root / "sys"}"\nprocfs = "{node.root / "proc"}"\n'
+        '[slurm]\nenabled = false\nnode_name = "node-test"\n'
+        "[daemon]\ninterval = 1\nsplay = false\n"
+        f'[metrics]\nlisten = "127.0.0.1:{port}"\n[checks.xid]\nsource = "kmsg"\n' + only_checks("xid")
+    )
+    log = tmp_path / "daemon.log"
+    with log.open("wb") as out:
+        daemon = subprocess.Popen([str(HEALTHD), "run", "--config", str(config)], stdout=out, stderr=out)
+    try:
+        body = _scrape_after_a_pass(port, daemon, log)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    series = {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body)
+        for sample in family.samples
+        if sample.name == "healthd_xid_events_total"
+    }
+    assert series == {
+        (("UUID", uuid), ("gpu", "1"), ("pci_bus_id", "00000000:5E:00.0"), ("xid", "63")): 1.0,
+        # No driver information for this GPU: its index is known, its UUID is not.
+        (("UUID", "unknown"), ("gpu", "0"), ("pci_bus_id", "00000000:3B:00.0"), ("xid", "13")): 1.0,
+        # A GPU not among this boot's NVIDIA GPUs in sysfs: no index either.
+        (("UUID", "unknown"), ("gpu", "unknown"), ("pci_bus_id", "00000000:99:00.0"), ("xid", "63")): 1.0,
+    }, body

@@ -21,7 +21,7 @@ finding, so metrics can count Xids by GPU and code.
 ``gather`` reads the boot id, the saved state, the GPU order and the new lines;
 ``judge`` folds them into events (``healthd_checks.xid.events``) and reports them. Every Xid event
 feeds the ``healthd_xid_events_total`` counter (``XID_EVENTS``), labelled by GPU and
-Xid.
+Xid, the GPU named as dcgm-exporter names it (``gpu`` index, ``UUID``, ``pci_bus_id``).
 
 GPU numbering: the driver's Xid line names a PCI address. healthd maps it to an
 index by sorting the NVIDIA display/3D controllers under ``[paths].sysfs/bus/pci/
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Optional
 from healthd.boot import BootIdUnreadable, read_boot_id
 from healthd.checks.plugin import CheckSpec, EventCounter, Staged, Unobserved, Verdict
 from healthd.model import Finding, Status
-from healthd.text import one_line
+from healthd.text import one_line, read_kernel_text, records
 
 from ..common.sysfs import VENDOR_NVIDIA, scan_pci
 from ..kernlog.read import Position, read_new
@@ -49,6 +49,9 @@ from .events import MESSAGE_LIMIT, STATE_VERSION, Folding
 from .parse import PciAddress
 
 _EVENT_CODE = re.compile(r"(S?XID)_(\d{1,6})")
+_UUID = re.compile(r"GPU-[0-9A-Fa-f-]{1,60}")
+# The label value of a GPU's index, UUID or PCI address that healthd cannot know (docs/metrics.md).
+UNKNOWN = "unknown"
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext
@@ -108,6 +111,10 @@ def gather(ctx: CheckContext[XidSettings]) -> XidObservation:
     if not position.order:
         # Captured once per boot, so a GPU that falls off the bus does not renumber the others.
         position = position._replace(order=tuple(str(a) for a in nvidia_gpus(ctx.paths.sysfs)))
+    # The driver's own lines name a GPU's UUID once, at load: a first read of a ring buffer
+    # that has wrapped lacks them, so the driver's procfs fills in what the log does not say.
+    known = document.get("uuids")
+    document = {**document, "uuids": {**driver_uuids(ctx.paths.procfs), **(known if isinstance(known, dict) else {})}}
     observed = _read_log(ctx, boot_id, position)
     first_read = position.cursor is None and position.last_usec is None
     return observed._replace(document=document, first_read=first_read)
@@ -149,6 +156,31 @@ def judge(observed: XidObservation, jc: JudgeContext[XidSettings]) -> Verdict:
     return Verdict((*findings, *folding.report()), folding.document())
 
 
+def driver_uuids(procfs: Path) -> dict[str, str]:
+    """Each GPU's UUID by PCI address (``0000:3b:00``), from the driver's ``gpus/<pci>/information``.
+
+    The NVIDIA driver's procfs tree (/proc/driver/nvidia/gpus/<domain:bus:device.fn>/information)
+    names each GPU's ``GPU UUID``; no driver, or a file that cannot be read, gives nothing.
+    Its ``Device Minor`` (/dev/nvidia<N>) is not used: it need not be NVML's index.
+    """
+    uuids: dict[str, str] = {}
+    try:
+        directories = sorted((procfs / "driver" / "nvidia" / "gpus").iterdir())
+    except OSError:
+        return uuids
+    for directory in directories:
+        address = PciAddress.parse(directory.name)
+        try:
+            text = read_kernel_text(directory / "information")
+        except OSError:
+            continue
+        for record in records(text):
+            key, _, value = record.partition(":")
+            if address is not None and key.strip() == "GPU UUID" and _UUID.fullmatch(value.strip()):
+                uuids[str(address)] = value.strip()
+    return uuids
+
+
 def hardware_code(code: str) -> bool:
     """Whether ``code`` is an Xid (or SXid) that NVIDIA's catalog puts on the GPU (or NVSwitch) itself.
 
@@ -167,17 +199,36 @@ def hardware_code(code: str) -> bool:
     return entry is not None and entry.bucket in HARDWARE_BUCKETS
 
 
-def xid_event_labels(finding: Finding) -> Optional[tuple[str, str]]:
-    """(gpu, xid) of a finding coded ``XID_<n>`` (xid ``<n>``) or ``SXID_<n>`` (xid ``SXID_<n>``, gpu the switch).
+def nvml_bus_id(pci: str) -> str:
+    """A PCI address as NVML (and so dcgm-exporter's ``pci_bus_id``) writes it: ``00000000:3B:00.0``.
 
-    The ``gpu`` detail names the GPU (the subject when it is missing).
+    The driver's Xid tag has no function number; a GPU is function 0.
+    """
+    address = PciAddress.parse(pci)
+    if address is None:
+        return UNKNOWN
+    function = 0 if address.function is None else address.function
+    return f"{address.domain:08X}:{address.bus:02X}:{address.device:02X}.{function:X}"
+
+
+def xid_event_labels(finding: Finding) -> Optional[tuple[str, str, str, str]]:
+    """(gpu, UUID, pci_bus_id, xid) of a finding coded ``XID_<n>`` or ``SXID_<n>``, as dcgm-exporter names a GPU.
+
+    ``gpu`` is the NVML index (the ``gpu`` detail when it is a number), ``UUID`` the ``uuid``
+    detail, ``pci_bus_id`` the ``pci`` detail in NVML's form; each is ``unknown`` when
+    the check could not tell it. An SXid's ``gpu`` is the NVSwitch, its xid ``SXID_<n>``.
     """
     match = _EVENT_CODE.fullmatch(finding.code)
     if match is None:
         return None
-    gpu = finding.details.get("gpu")
-    xid = match.group(2) if match.group(1) == "XID" else finding.code
-    return str(gpu if gpu is not None else finding.subject), xid
+    details = finding.details
+    gpu, uuid, pci = details.get("gpu"), details.get("uuid"), details.get("pci")
+    bus_id = nvml_bus_id(pci) if isinstance(pci, str) and pci else UNKNOWN
+    uuid_label = uuid if isinstance(uuid, str) and uuid else UNKNOWN
+    if match.group(1) == "SXID":
+        return str(gpu if gpu is not None else finding.subject), uuid_label, bus_id, finding.code
+    index = str(gpu) if isinstance(gpu, int) and not isinstance(gpu, bool) else UNKNOWN
+    return index, uuid_label, bus_id, match.group(2)
 
 
 # One finding per GPU and Xid seen since boot, its count growing until a reboot: a counter
@@ -186,7 +237,7 @@ XID_EVENTS = EventCounter(
     name="xid_events",
     documentation="Xid and SXid lines the kernel logged this boot, by GPU (or NVSwitch) and Xid "
     "(SXID_<n> for an SXid).",
-    labels=("gpu", "xid"),
+    labels=("gpu", "UUID", "pci_bus_id", "xid"),
     select=xid_event_labels,
 )
 

@@ -16,7 +16,7 @@ from healthd.checks.plugin import JudgeContext
 from healthd.config.models import ConfigError, parse_config
 from healthd.model import Status
 from healthd_checks.kernlog.source import LogUnavailable, read_boot_time, read_kmsg
-from healthd_checks.xid.check import gather, judge
+from healthd_checks.xid.check import driver_uuids, gather, judge
 from healthd_checks.xid.settings import XidSettings
 
 
@@ -380,3 +380,18 @@ def test_xid_74_names_its_nvlink_and_registers(node: Node) -> None:
     assert (finding.details["nvlink"], finding.details["nvlink_causes"]) == (14, "diags_if_repeated")
     assert "on link 14 (run field diagnostics and report a bug if it repeats)" in finding.message
     assert finding.status is Status.CRITICAL, "the grade stays the catalog's: a reset clears Xid 74"
+
+
+def test_driver_uuids_read_the_driver_procfs_and_say_nothing_they_cannot_read(tmp_path: Path) -> None:
+    assert driver_uuids(tmp_path) == {}  # no driver loaded: no directory
+    gpus = tmp_path / "driver" / "nvidia" / "gpus"
+    for name, text in (
+        ("0000:3b:00.0", "Model: \t\t NVIDIA H100\nGPU UUID: \t GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52\n"),
+        ("0000:5e:00.0", "GPU UUID: \t not a uuid: GPU-1\n"),  # a value that is not a UUID is none
+        ("0000:86:00.0", None),  # a directory without its file
+        ("not-an-address", "GPU UUID: \t GPU-1234\n"),
+    ):
+        (gpus / name).mkdir(parents=True)
+        if text is not None:
+            (gpus / name / "information").write_text(text)
+    assert driver_uuids(tmp_path) == {"0000:3b:00": "GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52"}
