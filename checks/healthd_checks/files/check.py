@@ -225,7 +225,7 @@ def _contents(file: FileSeen, want: FileExpectation) -> Union[tuple[str, str], U
 def _judge_one(file: FileSeen, want: FileExpectation, jc: JudgeContext[FilesSettings]) -> list[Finding]:
     grade = Status[want.severity]
     if file.link is None or (file.target is None and want.type != "symlink"):
-        if not want.exists:
+        if want.exists is not True:
             return []
         what = "does not exist" if file.link is None else "is a dangling symbolic link"
         return [jc.finding(grade, "FILE_MISSING", file.path, f"{file.path} {what}")]
@@ -233,7 +233,7 @@ def _judge_one(file: FileSeen, want: FileExpectation, jc: JudgeContext[FilesSett
     if uid is not None:
         why = f"{file.path} is owned by uid {uid}, not root or the expected owner: a user may have made it"
         return [jc.finding(Status.UNKNOWN, "FILE_FOREIGN", file.path, why)]
-    if not want.exists:
+    if want.exists is False:
         return [jc.finding(grade, "FILE_PRESENT", file.path, f"{file.path} exists and should not")]
     if file.target is None:
         return []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -28,7 +28,10 @@ class FileExpectation(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     path: str = Field(min_length=1, description="absolute path of the file")
-    exists: bool = Field(default=True, description="false: the path must not exist (as NHC's -! -e)")
+    exists: Union[bool, Literal["optional"]] = Field(
+        default=True,
+        description='false: the path must not exist (-! -e); "optional": the rest is judged only where it exists',
+    )
     type: Optional[FileType] = Field(default=None, description="what the path must be (-f -d -L -b -c -p -S)")
     readable: Optional[bool] = Field(default=None, description="healthd may read it (-r)")
     writable: Optional[bool] = Field(default=None, description="healthd may write it (-w)")

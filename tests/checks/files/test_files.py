@@ -47,7 +47,8 @@ def test_the_judge_on_plain_values() -> None:
     assert _judge(text, exists=False) == [("FILE_PRESENT", Status.CRITICAL)]
     absent = FileSeen("/f", None, None)
     assert _judge(absent) == [("FILE_MISSING", Status.CRITICAL)]
-    assert _judge(absent, exists=False) == []
+    assert _judge(absent, exists=False) == _judge(absent, exists="optional", lines=["!x"]) == []
+    assert _judge(text, exists="optional", lines=["!a=*"]) == [("FILE_CONTENTS", Status.CRITICAL)]
     dangling = FileSeen("/f", Stat(0o120777, 0, 0, 4, NOW, "root", "root"), None)
     assert _judge(dangling) == [("FILE_MISSING", Status.CRITICAL)]
     assert _judge(dangling, type="symlink") == []
