@@ -94,8 +94,8 @@ def parse_answer(path: str, raw: Mapping[str, Any]) -> Union[FileSeen, Unobserve
                     bool(raw.get("truncated")))  # fmt: skip
 
 
-def _ask(request: dict[str, Any], deadline: float) -> tuple[Optional[Any], str]:
-    """The probe's answer (None if it gave none) and why not; the child is killed after, whatever it is doing."""
+def _ask(request: dict[str, Any], deadline: float) -> tuple[Optional[Any], str, Optional[subprocess.Popen[bytes]]]:
+    """The probe's answer (None if it gave none), why not, and the child, killed whatever it is doing."""
     argv = [sys.executable, "-I", "-S", str(PROBE), json.dumps(request)]
     try:
         process = subprocess.Popen(
@@ -103,7 +103,7 @@ def _ask(request: dict[str, Any], deadline: float) -> tuple[Optional[Any], str]:
             start_new_session=True, env={"LC_ALL": "C"}, cwd="/",
         )  # fmt: skip
     except OSError as exc:
-        return None, f"the file probe did not start: {exc}"
+        return None, f"the file probe did not start: {exc}", None
     try:
         output, closed = read_until(process, time.monotonic() + deadline + _MARGIN)
     finally:
@@ -114,9 +114,9 @@ def _ask(request: dict[str, Any], deadline: float) -> tuple[Optional[Any], str]:
         assert process.stdout is not None
         process.stdout.close()
     try:
-        return json.loads(output), ""
+        return json.loads(output), "", process
     except ValueError:
-        return None, "the file probe gave no answer" if closed else "the file probe did not answer in time"
+        return None, "the file probe gave no answer" if closed else "the file probe did not answer in time", process
 
 
 def gather(ctx: CheckContext[FilesSettings]) -> Files:
@@ -125,18 +125,33 @@ def gather(ctx: CheckContext[FilesSettings]) -> Files:
     if not expected:
         raise NotApplicable("no files to check")
     paths = sorted({e.path for e in expected})
-    reads = {e.path for e in expected if e.lines}
+    # The probe left stuck on each path (``ctx.memory`` lives as long as the daemon): no new one
+    # starts for a path while it lives, so a hung mount costs one stuck process however many passes run.
+    stuck_by_path: dict[str, subprocess.Popen[bytes]] = ctx.memory.setdefault("stuck", {})
+    stuck = {p for p in paths if p in stuck_by_path and stuck_by_path[p].poll() is None}
     limit = ctx.settings.read_timeout
+    seen: dict[str, Union[FileSeen, Unobserved]] = {
+        p: Unobserved("FILE_HUNG", p, f"an earlier probe of {p} (pid {stuck_by_path[p].pid}) is still stuck")
+        for p in stuck
+    }
+    todo = [p for p in paths if p not in stuck]
+    if not todo:
+        return Files(seen)
+    reads = {e.path for e in expected if e.lines}
     request = {"deadline": limit, "max_bytes": ctx.settings.max_read_bytes,
-               "files": [{"path": p, "read": p in reads} for p in paths]}  # fmt: skip
-    answers, why = _ask(request, limit)
-    if not isinstance(answers, dict):
-        return Files({p: Unobserved("FILE_PROBE_FAILED", p, why) for p in paths})
-    seen: dict[str, Union[FileSeen, Unobserved]] = {}
-    for path in paths:
-        raw = answers.get(path)
-        hung = f"no answer about {path} within {limit:g} s (a hung mount?)"
-        seen[path] = Unobserved("FILE_HUNG", path, hung) if raw is None else parse_answer(path, raw)
+               "files": [{"path": p, "read": p in reads} for p in todo]}  # fmt: skip
+    answers, why, process = _ask(request, limit)
+    for path in todo:
+        raw = answers.get(path) if isinstance(answers, dict) else None
+        if raw is not None:
+            stuck_by_path.pop(path, None)
+            seen[path] = parse_answer(path, raw)
+        elif isinstance(answers, dict):
+            if process is not None and process.poll() is None:
+                stuck_by_path[path] = process
+            seen[path] = Unobserved("FILE_HUNG", path, f"no answer about {path} within {limit:g} s (a hung mount?)")
+        else:
+            seen[path] = Unobserved("FILE_PROBE_FAILED", path, why)
     return Files(seen)
 
 

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.checks import check_context
 from healthd_testkit.paths import run_healthd
 
 from healthd.checks.plugin import JudgeContext, Unobserved
 from healthd.model import Status
-from healthd_checks.files.check import Files, FileSeen, Stat, file_lines, judge
+from healthd_checks.files.check import Files, FileSeen, Stat, file_lines, gather, judge
 from healthd_checks.files.settings import FileExpectation, FilesSettings
 
 NOW = 1_700_000_000.0
@@ -143,3 +144,13 @@ def test_a_file_a_user_planted_is_unknown(
     assert _run(write_config, f'{{path = "{planted}", lines = ["ready"]}}') == ("ran", "UNKNOWN", ["FILE_FOREIGN"])
     assert _run(write_config, f'{{path = "{planted}", exists = false}}') == ("ran", "UNKNOWN", ["FILE_FOREIGN"])
     assert _run(write_config, f'{{path = "{planted}", any_owner = true}}') == ("ran", "OK", [])
+
+
+def test_a_path_whose_probe_is_stuck_is_not_probed_again_by_the_same_daemon(hung_mount: str, tmp_path: Path) -> None:
+    settings = FilesSettings(read_timeout=1, expect_files=[FileExpectation(path=f"{hung_mount}/marker")])
+    memory: dict[str, Any] = {}
+    first = gather(check_context("files", settings, tmp_path, memory=memory))
+    (stuck,) = memory["stuck"].values()
+    second = gather(check_context("files", settings, tmp_path, memory=memory))
+    assert first.seen[f"{hung_mount}/marker"].code == second.seen[f"{hung_mount}/marker"].code == "FILE_HUNG"
+    assert f"(pid {stuck.pid}) is still stuck" in second.seen[f"{hung_mount}/marker"].message
