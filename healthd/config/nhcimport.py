@@ -678,7 +678,8 @@ def _file_stat(ctx: _Context, target: _Target) -> None:
     options, files = _getopts(ctx, ":D:G:M:N:O:T:U:d:g:m:n:o:t:u:")
     if not files:
         raise _Skip("no file named")
-    keys: dict[str, Any] = {}
+    # NHC runs stat without -L: a symbolic link's own owner, mode and times, a dangling one too.
+    keys: dict[str, Any] = {"follow": False}
     for letter, value in options:
         if letter in "DdTtNO":
             raise _Skip(f"-{letter}: healthd does not judge a file's device numbers or ctime")

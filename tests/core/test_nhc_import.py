@@ -706,8 +706,8 @@ def test_file_checks_become_one_expectation_per_file() -> None:
     table = imported.document["checks"]["files"]
     assert table["expect_files"] == [
         {"path": "/etc/slurm/slurm.conf", "severity": "CRITICAL", "type": "file", "readable": True},
-        {"path": "/etc/munge/munge.key", "severity": "CRITICAL", "type": "file", "readable": True, "owner": "0",
-         "group": "munge", "mode": "0400", "max_age_s": 3600.0},
+        {"path": "/etc/munge/munge.key", "severity": "CRITICAL", "type": "file", "readable": True, "follow": False,
+         "owner": "0", "group": "munge", "mode": "0400", "max_age_s": 3600.0},
         {"path": "/etc/hosts", "severity": "CRITICAL", "lines": ["/^10[.]/", "!*bad*"]},
         {"path": "/var/log/oops", "severity": "CRITICAL", "exists": "optional", "lines": ["!*panic*"]},
         {"path": "/var/run/nologin", "severity": "CRITICAL", "exists": False},

@@ -317,6 +317,7 @@ def test_file_checks_are_judged_as_nhc_judges_them(side_by_side: Callable[[list[
         conf.write_text("gpus=8\nstate=ready\n")
         conf.chmod(0o644)
         (base / "link").symlink_to(conf)
+        (base / "dangling").symlink_to(absent)
         lines = [
             (f"check_file_test -e -f -r {conf}", False),
             (f"check_file_test -d {conf}", True),
@@ -333,6 +334,10 @@ def test_file_checks_are_judged_as_nhc_judges_them(side_by_side: Callable[[list[
             (f"check_file_stat -U root -G root -M 0444 {conf}", False),
             (f"check_file_stat -n 1000000 {conf}", False),
             (f"check_file_stat -o 1000000 {conf}", True),
+            # stat without -L: the link's own 0777, and a dangling link is there.
+            (f"check_file_stat -m 0777 {base / 'link'}", False),
+            (f"check_file_stat -m 0644 {base / 'link'}", True),
+            (f"check_file_stat -U root {base / 'dangling'}", False),
         ]
         verdicts = side_by_side([f"* || {line}\n" for line, _ in lines])
     assert [v.nhc_fails for v in verdicts] == [fails for _, fails in lines], [v.why for v in verdicts]

@@ -184,7 +184,8 @@ def _properties(file: FileSeen, target: Stat, want: FileExpectation, now: float)
     for flag, bit in (("setuid", stat.S_ISUID), ("setgid", stat.S_ISGID), ("sticky", stat.S_ISVTX)):
         if getattr(want, flag) is not None and getattr(want, flag) != bool(target.mode & bit):
             wrong.append(("FILE_MODE", f"{file.path}'s {flag} bit is {'set' if target.mode & bit else 'clear'}"))
-    wrong.extend(_stat_properties(file.path, target, want, now))
+    own = target if want.follow or file.link is None else file.link
+    wrong.extend(_stat_properties(file.path, own, want, now))
     return wrong
 
 
@@ -239,7 +240,7 @@ def _contents(file: FileSeen, want: FileExpectation) -> Union[tuple[str, str], U
 
 def _judge_one(file: FileSeen, want: FileExpectation, jc: JudgeContext[FilesSettings]) -> list[Finding]:
     grade = Status[want.severity]
-    if file.link is None or (file.target is None and want.type != "symlink"):
+    if file.link is None or (file.target is None and want.type != "symlink" and want.follow):
         if want.exists is not True:
             return []
         what = "does not exist" if file.link is None else "is a dangling symbolic link"
@@ -250,9 +251,10 @@ def _judge_one(file: FileSeen, want: FileExpectation, jc: JudgeContext[FilesSett
         return [jc.finding(Status.UNKNOWN, "FILE_FOREIGN", file.path, why)]
     if want.exists is False:
         return [jc.finding(grade, "FILE_PRESENT", file.path, f"{file.path} exists and should not")]
-    if file.target is None:
-        return []
-    wrong = _properties(file, file.target, want, jc.now)
+    if file.target is None:  # a dangling link, judged as itself
+        wrong = _stat_properties(file.path, file.link, want, jc.now)
+    else:
+        wrong = _properties(file, file.target, want, jc.now)
     found = [jc.finding(grade, code, file.path, message) for code, message in wrong]
     contents = _contents(file, want)
     if isinstance(contents, Unobserved):

@@ -46,6 +46,10 @@ class FileExpectation(BaseModel):
     mode_includes: Optional[str] = Field(default=None, description="permission bits it must have at least (-M)")
     max_age_s: Optional[float] = Field(default=None, ge=0, description="modified at most this long ago (-n)")
     min_age_s: Optional[float] = Field(default=None, ge=0, description="modified at least this long ago (-o)")
+    follow: bool = Field(
+        default=True,
+        description="false: owner, group, mode and age are a symbolic link's own (NHC's check_file_stat)",
+    )
     lines: list[str] = Field(
         default_factory=list,
         description="NHC match strings each of which some line must match; a leading ! : no line may match it",

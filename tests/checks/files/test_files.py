@@ -52,7 +52,10 @@ def test_the_judge_on_plain_values() -> None:
     assert _judge(text, exists="optional", lines=["!a=*"]) == [("FILE_CONTENTS", Status.CRITICAL)]
     dangling = FileSeen("/f", Stat(0o120777, 0, 0, 4, NOW, "root", "root"), None)
     assert _judge(dangling) == [("FILE_MISSING", Status.CRITICAL)]
-    assert _judge(dangling, type="symlink") == []
+    assert _judge(dangling, type="symlink") == _judge(dangling, follow=False, mode="0777") == []
+    assert _judge(dangling, follow=False, mode="0644") == [("FILE_MODE", Status.CRITICAL)]
+    link = FileSeen("/f", dangling.link, ROOT_FILE, (True, True, False))
+    assert _judge(link, mode="0644") == _judge(link, follow=False, mode="0777") == []
 
 
 def test_a_file_a_user_owns_satisfies_and_fails_nothing_unless_any_owner_says_so() -> None:
