@@ -10,7 +10,8 @@ compiled first, and a target that is not a valid match string is refused with it
 ``tests/core/test_nhc_side_by_side.py`` holds that promise against NHC 1.4.3 itself, line by
 line on one machine. Where healthd is stricter on purpose a note says so: a process given
 without an owner counts only when root, a system account or ``process_users`` owns it (NHC
-takes any owner's), and healthd's own gpu, xid and edac checks judge by their own rules.
+takes any owner's), a file owned by neither root nor the expected owner is UNKNOWN (NHC judges
+it), and healthd's own gpu, xid and edac checks judge by their own rules.
 A Jinja or Helm template is named as one: what only its renderer decides is not converted.
 
 Every line, and every part of one, that is not converted is a ``Note`` with ``lost`` set:
