@@ -10,7 +10,8 @@ compiled first, and a target that is not a valid match string is refused with it
 ``tests/core/test_nhc_side_by_side.py`` holds that promise against NHC 1.4.3 itself, line by
 line on one machine. Where healthd is stricter on purpose a note says so: a process given
 without an owner counts only when root, a system account or ``process_users`` owns it (NHC
-takes any owner's), and healthd's own gpu, xid and edac checks judge by their own rules.
+takes any owner's), a file owned by neither root nor the expected owner is UNKNOWN (NHC judges
+it), and healthd's own gpu, xid and edac checks judge by their own rules.
 A Jinja or Helm template is named as one: what only its renderer decides is not converted.
 
 Every line, and every part of one, that is not converted is a ``Note`` with ``lost`` set:
@@ -589,6 +590,119 @@ def _gpu_health(tool: str) -> Callable[[_Context, _Target], None]:
     return convert
 
 
+# bash's test operators (check_file_test, scripts/lbnl_file.nhc) as [checks.files] keys.
+_FILE_TESTS: dict[str, tuple[str, Any]] = {
+    "e": ("exists", True), "a": ("exists", True), "f": ("type", "file"), "d": ("type", "directory"),
+    "L": ("type", "symlink"), "h": ("type", "symlink"), "b": ("type", "block"), "c": ("type", "char"),
+    "p": ("type", "fifo"), "S": ("type", "socket"), "r": ("readable", True), "w": ("writable", True),
+    "x": ("executable", True), "s": ("nonempty", True), "u": ("setuid", True), "g": ("setgid", True),
+    "k": ("sticky", True),
+}  # fmt: skip
+
+
+def _expect_file(target: _Target, path: str, keys: dict[str, Any], lines: list[str]) -> None:
+    """Add ``keys`` and ``lines`` to the expectation about ``path``; a key another line set otherwise is refused."""
+    if not path.startswith("/"):
+        raise _Skip(f"{path!r} is not an absolute path: NHC's working directory is not healthd's")
+    item = target.add("files", "expect_files", {"path": path, "severity": "CRITICAL"}, identity=path)
+    for key, value in keys.items():
+        if item.get(key, value) != value:
+            raise _Skip(f"{path}: {key} {value!r} contradicts {item[key]!r} from an earlier line")
+    item.update(keys)
+    if lines:
+        item["lines"] = [*item.get("lines", []), *lines]
+
+
+def _file_test(ctx: _Context, target: _Target) -> None:
+    """``check_file_test [-!] -OP... FILE...`` (scripts/lbnl_file.nhc): each ``test -OP FILE`` true; with ``-!``
+    at least one false, which healthd says only for one file and ``-e``: it must not exist."""
+    flags = [arg[1:] for arg in ctx.args if arg.startswith("-") and arg != "-!"]
+    files = [arg for arg in ctx.args if not arg.startswith("-")]
+    if not flags or not files:
+        raise _Skip("NHC fails this line: 'Missing parameters'")
+    for flag in flags:
+        if flag not in _FILE_TESTS:
+            raise _Skip(f"-{flag}: healthd has no such file property (-O -G -N -t judge the running shell's ids,"
+                        " times or terminal)")  # fmt: skip
+    keys = dict(_FILE_TESTS[flag] for flag in flags)
+    types = {_FILE_TESTS[flag][1] for flag in flags if _FILE_TESTS[flag][0] == "type"}
+    if len(types) > 1:
+        raise _Skip(f"{sorted(types)}: healthd's file has one type (a symlink to a file is type symlink)")
+    if "-!" in ctx.args:
+        if len(files) != 1 or set(keys) != {"exists"}:
+            raise _Skip("-! passes where any one test fails; healthd says only that one file must not exist (-! -e)")
+        keys = {"exists": False}
+    for path in files:
+        _expect_file(target, path, keys, [])
+    _owned(ctx)
+
+
+def _owned(ctx: _Context) -> None:
+    ctx.note("a file owned by neither root nor the expected owner is UNKNOWN, where NHC judges it: a user may have"
+             " made it (any_owner = true judges any owner's)")  # fmt: skip
+
+
+def _file_contents(ctx: _Context, target: _Target) -> None:
+    """``check_file_contents FILE MATCH...`` (scripts/lbnl_file.nhc): each match string some line's, a ``!`` one
+    no line's. A file NHC cannot read has no lines: it fails only a line with a positive match."""
+    if len(ctx.args) < 2:
+        raise _Skip("expected a file and at least one match string")
+    path, lines = ctx.args[0], ctx.args[1:]
+    for match in lines:
+        try:
+            matcher(match[1:] if match.startswith("!") else match)
+        except HostMatchError as exc:
+            raise _Skip(str(exc)) from None
+    positive = any(not match.startswith("!") for match in lines)
+    # An unreadable file with only negated matches passes in NHC: healthd then need not find it.
+    _expect_file(target, path, {} if positive else {"exists": "optional"}, lines)
+    _owned(ctx)
+
+
+def _bash_number(text: str) -> int:
+    """A number as bash's arithmetic reads it (0NNN octal, 0xNN hex, else decimal); ``ValueError`` otherwise."""
+    if re.fullmatch(r"0[0-7]*", text):
+        return int(text, 8)
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", text):
+        return int(text, 16)
+    if re.fullmatch(r"[1-9][0-9]*", text):
+        return int(text)
+    raise ValueError(text)
+
+
+_STAT_KEYS = {"G": "group", "g": "group", "U": "owner", "u": "owner", "n": "max_age_s", "o": "min_age_s"}
+
+
+def _file_stat(ctx: _Context, target: _Target) -> None:
+    """``check_file_stat [-u UID] [-U USER] [-g GID] [-G GROUP] [-m MODE] [-M MODE] [-n S] [-o S] FILE...``
+    (scripts/lbnl_file.nhc). ``-m``/``-M`` are bash arithmetic: ``644`` is decimal, which is why NHC wants ``0644``."""
+    options, files = _getopts(ctx, ":D:G:M:N:O:T:U:d:g:m:n:o:t:u:")
+    if not files:
+        raise _Skip("no file named")
+    # NHC runs stat without -L: a symbolic link's own owner, mode and times, a dangling one too.
+    keys: dict[str, Any] = {"follow": False}
+    for letter, value in options:
+        if letter in "DdTtNO":
+            raise _Skip(f"-{letter}: healthd does not judge a file's device numbers or ctime")
+        if letter in "mM":
+            try:
+                bits = _bash_number(value)
+            except ValueError:
+                raise _Skip(f"-{letter} {value!r} is not a number bash reads") from None
+            if bits > 0o7777:
+                raise _Skip(f"-{letter} {value!r} is {bits:o} in octal: no file has such permissions")
+            keys["mode" if letter == "m" else "mode_includes"] = f"{bits:04o}"
+        elif letter in "no":
+            if not value.isdigit():
+                raise _Skip(f"-{letter} {value!r} is not a whole number of seconds")
+            keys[_STAT_KEYS[letter]] = float(value)
+        else:
+            keys[_STAT_KEYS[letter]] = value
+    for path in files:
+        _expect_file(target, path, keys, [])
+    _owned(ctx)
+
+
 CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_fs_mount": _mount(None),
     "check_fs_mount_rw": _mount(True),
@@ -609,6 +723,9 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_hw_mem_free": _free("min_free_memory_gib"),
     "check_ps_loadavg": _loadavg,
     "check_dmi_data_match": _dmi,
+    "check_file_test": _file_test,
+    "check_file_contents": _file_contents,
+    "check_file_stat": _file_stat,
     "check_gpu_count": _gpu_count,
     "check_gpu_xid": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
     "check_nv_healthmon": _gpu_health("nvidia-healthmon"),
@@ -655,10 +772,6 @@ REFUSED: dict[str, str] = {
     "check_net_socket": "looks for a listening socket with netstat or ss; list the daemon that owns it in"
     " [checks.services] expect_processes",
     "check_net_ping": "pings hosts from each node, which judges the network and the other hosts, not this node",
-    "check_file_test": "healthd has no file check yet (it needs a probe that a hung mount cannot block); a"
-    " sentinel file tested for a mount's health is [checks.mounts] expect, whose probe also finds it hung",
-    "check_file_contents": "healthd has no file check yet (reading a file must not hang the pass on a hung mount)",
-    "check_file_stat": "healthd has no file check yet (stat must not hang the pass on a hung mount)",
     "check_dmi_raw_data_match": "greps dmidecode's whole output, most of which /sys/class/dmi/id does not"
     " have; write it as check_dmi_data_match 'TYPE: FIELD: value' where sysfs has the field",
     # NVIDIA DeepOps (roles/nhc/files/deepops.nhc).

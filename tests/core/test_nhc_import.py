@@ -690,3 +690,53 @@ def test_every_nhc_check_converts_or_is_refused_with_a_reason_in_the_docs(name: 
     if name not in CONVERTERS:
         (note,) = convert(f"* || {name} x\n").notes
         assert note.lost and REFUSED[name] in note.reason
+
+
+# -- check_file_test, check_file_contents, check_file_stat (lbnl_file.nhc) -> [checks.files] ---------------
+
+
+def test_file_checks_become_one_expectation_per_file() -> None:
+    imported = convert(
+        "* || check_file_test -f -r /etc/slurm/slurm.conf /etc/munge/munge.key\n"
+        "* || check_file_stat -u 0 -G munge -m 0400 -n 3600 /etc/munge/munge.key\n"
+        "* || check_file_contents /etc/hosts '/^10[.]/' '!*bad*'\n"
+        "* || check_file_contents /var/log/oops '!*panic*'\n"
+        "* || check_file_test -! -e /var/run/nologin\n"
+    )
+    table = imported.document["checks"]["files"]
+    assert table["expect_files"] == [
+        {"path": "/etc/slurm/slurm.conf", "severity": "CRITICAL", "type": "file", "readable": True},
+        {"path": "/etc/munge/munge.key", "severity": "CRITICAL", "type": "file", "readable": True, "follow": False,
+         "owner": "0", "group": "munge", "mode": "0400", "max_age_s": 3600.0},
+        {"path": "/etc/hosts", "severity": "CRITICAL", "lines": ["/^10[.]/", "!*bad*"]},
+        {"path": "/var/log/oops", "severity": "CRITICAL", "exists": "optional", "lines": ["!*panic*"]},
+        {"path": "/var/run/nologin", "severity": "CRITICAL", "exists": False},
+    ]  # fmt: skip
+    assert imported.lost == 0 and imported.converted == 5
+    validate(imported.document, "files")
+
+
+def test_file_modes_are_bash_numbers_as_nhc_compares_them() -> None:
+    # NHC compares "0%a" with -m in bash arithmetic: 644 is decimal 644, 0o1204.
+    assert checks("* || check_file_stat -m 644 /f\n")["files"]["expect_files"][0]["mode"] == "1204"
+    assert checks("* || check_file_stat -M 0x1ed /f\n")["files"]["expect_files"][0]["mode_includes"] == "0755"
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("check_file_test -O /f", "-O"),
+        ("check_file_test -f -d /f", "one type"),
+        ("check_file_test -! -e /a /b", "-!"),
+        ("check_file_test /f", "Missing parameters"),
+        ("check_file_test -e etc/f", "absolute"),
+        ("check_file_stat -N 60 /f", "ctime"),
+        ("check_file_stat -m 99999 /f", "no file has such permissions"),
+        ("check_file_stat -m 08 /f", "not a number"),
+        ("check_file_contents /f", "match string"),
+        ("check_file_contents /f '/(/'", "regular expression"),
+    ],
+)
+def test_file_lines_healthd_cannot_say_are_refused_with_a_reason(line: str, why: str) -> None:
+    (reason,) = reasons(f"* || {line}\n")
+    assert why in reason

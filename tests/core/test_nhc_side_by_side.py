@@ -305,6 +305,46 @@ def test_swap_free_memory_and_load_are_judged_as_nhc_judges_them(
     assert disagreements(verdicts) == []
 
 
+# -- files: check_file_test, check_file_contents, check_file_stat on files the test makes -------------------
+
+
+def test_file_checks_are_judged_as_nhc_judges_them(side_by_side: Callable[[list[str]], list[Verdicts]]) -> None:
+    """Root's files in a directory anyone may read: NHC runs as nobody, so no -w or -x test (root's access differs)."""
+    with tempfile.TemporaryDirectory(prefix="healthd-nhc-files-") as name:
+        base = Path(name)
+        base.chmod(0o755)
+        conf, absent = base / "node.conf", base / "absent"
+        conf.write_text("gpus=8\nstate=ready\n")
+        conf.chmod(0o644)
+        (base / "link").symlink_to(conf)
+        (base / "dangling").symlink_to(absent)
+        lines = [
+            (f"check_file_test -e -f -r {conf}", False),
+            (f"check_file_test -d {conf}", True),
+            (f"check_file_test -L {base / 'link'}", False),
+            (f"check_file_test -! -e {absent}", False),
+            (f"check_file_test -! -e {conf}", True),
+            (f"check_file_test -e {absent}", True),
+            (f"check_file_contents {conf} 'gpus=*' '!/^error/'", False),
+            (f"check_file_contents {conf} gpus=4", True),
+            (f"check_file_contents {conf} '!state=*'", True),
+            (f"check_file_contents {absent} '!x*'", False),
+            (f"check_file_stat -u 0 -m 0644 {conf}", False),
+            (f"check_file_stat -m 0600 {conf}", True),
+            (f"check_file_stat -U root -G root -M 0444 {conf}", False),
+            (f"check_file_stat -n 1000000 {conf}", False),
+            (f"check_file_stat -o 1000000 {conf}", True),
+            # stat without -L: the link's own 0777, and a dangling link is there.
+            (f"check_file_stat -m 0777 {base / 'link'}", False),
+            (f"check_file_stat -m 0644 {base / 'link'}", True),
+            (f"check_file_stat -U root {base / 'dangling'}", False),
+        ]
+        verdicts = side_by_side([f"* || {line}\n" for line, _ in lines])
+    assert [v.nhc_fails for v in verdicts] == [fails for _, fails in lines], [v.why for v in verdicts]
+    assert all(v.healthd_fails is not None for v in verdicts), [v.why for v in verdicts]
+    assert disagreements(verdicts) == []
+
+
 # -- CPU counts: NHC's own nhc_hw_gather_data on /proc/cpuinfo texts -------------------------------------
 
 

@@ -186,7 +186,7 @@ def _command(paths: list[str]) -> list[str]:
     return [sys.executable, "-I", "-S", "-c", _MANY, *paths]
 
 
-def _read_until(process: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bool]:
+def read_until(process: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bool]:
     """The child's stdout until it closes or the monotonic ``deadline`` passes; (output, closed)."""
     assert process.stdout is not None
     fd = process.stdout.fileno()
@@ -304,7 +304,7 @@ class ProbeTable:
             start_new_session=True,
             env={"LC_ALL": "C"},
         )
-        output, closed = _read_until(process, now + deadline)
+        output, closed = read_until(process, now + deadline)
         answers = _answers(output, len(todo))
         if closed:
             process.wait()
