@@ -316,6 +316,11 @@ def _state(pid: int) -> str:
         return handle.read().rpartition(") ")[2][:1]
 
 
+def _named(pid: int, name: str) -> bool:
+    with open(f"/proc/{pid}/status", "rb") as handle:
+        return handle.read().startswith(b"Name:\t" + os.fsencode(name) + b"\n")
+
+
 def _parked_in_vfork(tmp_path: Path, account: str, name: str = "vfork-parent") -> tuple[dict[str, Finding], int]:
     """The kernel check's findings once ``account``'s vfork parent called ``name`` has been in D for stuck_after."""
     if os.geteuid() != 0:
@@ -328,9 +333,9 @@ def _parked_in_vfork(tmp_path: Path, account: str, name: str = "vfork-parent") -
         start_new_session=True,
     )
     try:
+        # Named first: a process starting up under load may be in D (reading its pages from disk) before prctl.
+        wait_for(lambda: _named(parent.pid, name), timeout=10, what=f"{account}'s vfork parent named {name!r}")
         wait_for(lambda: _state(parent.pid) == "D", timeout=10, what=f"{account}'s vfork parent in D")
-        with open(f"/proc/{parent.pid}/status", "rb") as handle:
-            assert handle.read().startswith(b"Name:\t" + os.fsencode(name) + b"\n"), "the name was not set"
         node = FixtureNode(tmp_path, Clock())
         settings = KernelSettings(source="kmsg")
         node.passes(CHECK, settings, procfs=Path("/proc"), kmsg=HEALTHY)
