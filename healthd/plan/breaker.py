@@ -67,9 +67,15 @@ def recent(when: float, since: Optional[float]) -> bool:
     return since is None or when >= since
 
 
-def shared_codes(node: str, views: Mapping[str, PartitionView]) -> frozenset[str]:
-    """The reason codes of the other nodes out with a healthd reason in ``node``'s partitions."""
-    return frozenset(code for view in views.values() for name, code in view.codes if name != node)
+def shared_codes(node: str, views: Mapping[str, PartitionView], since: float) -> frozenset[str]:
+    """The reason codes of the other nodes of ``node``'s partitions that healthd took out at or after ``since``.
+
+    Only a take-out with a readable time inside the window says that a fault is shared now: a node
+    kept out for weeks (in repair, say) for the same code is no wave, or in a large partition some
+    node would always be out for the common codes and no raise there would ever count.
+    """
+    fresh = {name for view in views.values() for _, when, name in view.out if when != math.inf and when >= since}
+    return frozenset(code for view in views.values() for name, code in view.codes if name != node and name in fresh)
 
 
 def out_by_healthd(node: str, views: Mapping[str, PartitionView]) -> bool:

@@ -442,7 +442,7 @@ def _wave_seen(s: Situation, state: PolicyState, rules: PolicyRules) -> tuple[Po
     raises = still_provisional(state.provisional, s.now, rules.settings.breaker_window)
     if not raises or node is None:
         return state._replace(provisional=raises), {}
-    back = taken_back(node.name, raises, views) if views else {}
+    back = taken_back(node.name, raises, views, rules.settings.breaker_window) if views else {}
     out = node.out and rules.reasons.owns(node.reason)
     left = tuple(r for r in raises if r not in back) if out else ()
     return state._replace(provisional=left), back

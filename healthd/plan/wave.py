@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def budget_full(node: str, views: Mapping[str, PartitionView], settings: PolicySettings, now: float) -> str:
-    """Why ``node`` out fills one of its partitions' breaker budget, or "".
+    """Why ``node`` out fills the breaker budget of every one of its partitions, or "".
 
     Counted as ``breaker.over_limit`` counts (``breaker.counted_out``): the other nodes out with healthd's reason
     within ``[policy].breaker_window``, plus this one. Only where the limit is less than the
@@ -31,15 +31,18 @@ def budget_full(node: str, views: Mapping[str, PartitionView], settings: PolicyS
     the breaker holds no one, and every node that fails goes out where the others see it.
     """
     since = now - settings.breaker_window
+    why = ""
     for view in sorted(views.values(), key=lambda v: v.name):
         limit = allowed_out(view.size, settings.max_out_fraction)
-        others = counted_out(view, node, since)
-        if limit < view.size and others + 1 >= limit:
-            return (
-                f"partition {view.name} was at the circuit breaker's limit ({limit} of {view.size} nodes) "
-                "with this node out: other nodes that fail are held, unseen"
-            )
-    return ""
+        if not (limit < view.size and counted_out(view, node, since) + 1 >= limit):
+            # A partition of this node where others may still go out, and be seen doing so
+            # (``shared_codes``): a wave shows there, so this one full partition hides nothing.
+            return ""
+        why = why or (
+            f"partition {view.name} was at the circuit breaker's limit ({limit} of {view.size} nodes) "
+            "with this node out: other nodes that fail are held, unseen"
+        )
+    return why
 
 
 def in_wave(
@@ -55,7 +58,7 @@ def in_wave(
     A fault is in a wave when other nodes of ``node``'s partitions are out with healthd's
     reason for its code, or when ``node`` out fills a partition's breaker budget.
     """
-    codes = shared_codes(node, views)
+    codes = shared_codes(node, views, now - settings.breaker_window)
     full = budget_full(node, views, settings, now)
     waves: dict[str, str] = {}
     for finding in findings:
@@ -83,10 +86,17 @@ def taken_back(
     node: str,
     raises: tuple[ProvisionalRaise, ...],
     views: Mapping[str, PartitionView],
+    window: float,
 ) -> dict[ProvisionalRaise, str]:
-    """The provisional raises a later read of the partitions shows to be a wave's, and why."""
-    codes = shared_codes(node, views)
-    return {r: f"other nodes of the partition went out for {r.code} after this node" for r in raises if r.code in codes}
+    """The provisional raises a later read of the partitions shows to be a wave's, and why.
+
+    Only other nodes taken out within ``window`` of the raise's own take-out count: its wave.
+    """
+    back = {}
+    for r in raises:
+        if r.code in shared_codes(node, views, r.since - window):
+            back[r] = f"other nodes of the partition went out for {r.code} after this node"
+    return back
 
 
 def still_provisional(raises: tuple[ProvisionalRaise, ...], now: float, window: float) -> tuple[ProvisionalRaise, ...]:

@@ -28,7 +28,7 @@ from healthd.slurm.command import SlurmError as SlurmError
 from healthd.slurm.command import SlurmNotFound as SlurmNotFound
 from healthd.slurm.hostlist import HostlistError, contains
 from healthd.slurm.nodestate import NodeGroup, NodeInfo
-from healthd.slurm.ping import PING_ARGS, PROBE_SECONDS, refused_everywhere
+from healthd.slurm.ping import PING_ARGS, PROBE_ATTEMPTS, PROBE_GAP, PROBE_SECONDS, refused_everywhere
 from healthd.slurm.problem import DETAIL_LIMIT, SlurmFailure
 from healthd.text import one_line
 
@@ -433,19 +433,30 @@ class SlurmClient:
         slurm.conf, which no read could pass (``healthd.slurm.command``).
         """
         command = "scontrol ping"
+        where = None
+        # Twice, a second apart: a slurmctld restarting or failing over refuses for a moment, and a
+        # take-out must not be skipped for that (sinfo's own retries would have reached it).
+        for attempt in range(PROBE_ATTEMPTS):
+            if attempt:
+                time.sleep(PROBE_GAP)
+            where = self._ping(command)
+            if where is None:
+                return
+        said = f"slurmctld {where} refused the connection"
+        raise SlurmError(f"`{command}`: {said}", SlurmFailure.UNREACHABLE, command, said)
+
+    def _ping(self, command: str) -> Optional[str]:
+        """Where every slurmctld refused ``scontrol ping``, or None for any other answer (or none in time)."""
         try:
             timeout = min(PROBE_SECONDS, self._timeout(command))
             finished = run_client("scontrol", PING_ARGS, self.settings.bin_dir, self.settings.conf, timeout, command)
         except ClientTimedOut as exc:
             if exc.stuck is not None:
                 raise
-            return
+            return None
         except SlurmError:
-            return
-        where = refused_everywhere(f"{finished.out}\n{finished.err}")
-        if where is not None:
-            said = f"slurmctld {where} refused the connection"
-            raise SlurmError(f"`{command}`: {said}", SlurmFailure.UNREACHABLE, command, said)
+            return None
+        return refused_everywhere(f"{finished.out}\n{finished.err}")
 
     def uses_json(self) -> bool:
         """JSON output exists from 23.02 (``scontrol --version`` is local, not an RPC)."""

@@ -27,6 +27,10 @@ PING_ARGS = ("-vvv", "ping")
 # How long the probe may take: a refused connection answers in milliseconds; a slower
 # answer is no answer and the read runs as it would have without the probe.
 PROBE_SECONDS = 1.5
+# Refused twice, PROBE_GAP seconds apart, before a one-shot says Slurm is unreachable: a slurmctld
+# restarting or failing over refuses for a moment, and sinfo's own retries would have reached it.
+PROBE_ATTEMPTS = 2
+PROBE_GAP = 1.0
 
 
 def refused_everywhere(text: str) -> Optional[str]:

@@ -240,3 +240,28 @@ def test_a_provisional_raise_lasts_one_breaker_window() -> None:
     assert still_provisional((raised,), NOW + 3600, 3600.0) == (raised,)
     assert still_provisional((raised,), NOW + 3601, 3600.0) == ()
     assert ProvisionalRaise.from_dict(raised.to_dict()) == raised
+
+
+def test_a_node_kept_out_for_weeks_makes_no_wave_of_a_fresh_raise() -> None:
+    """In a large partition some node is nearly always out for a common code (in repair, say):
+    only take-outs within the breaker's window tell of a shared fault, or no raise there would count."""
+    repeats = {FINDING.key: ("GPU-1", 1)}
+    weeks = _partition(1000, ("n2", NOW - 20 * 86400, "XID_48"))
+    assert in_wave("n1", (FINDING,), repeats, weeks, SETTINGS, NOW) == {}
+    unstamped = _partition(1000, ("n2", float("inf"), "XID_48"))
+    assert in_wave("n1", (FINDING,), repeats, unstamped, SETTINGS, NOW) == {}
+    fresh = _partition(1000, ("n2", NOW - 60, "XID_48"))
+    assert in_wave("n1", (FINDING,), repeats, fresh, SETTINGS, NOW) != {}
+
+
+def test_one_small_partition_beside_a_large_one_hides_no_wave() -> None:
+    """The budget rule holds only where every partition of the node is full: in a large one beside
+    it (a 4-node debug partition and a 1,000-node gpu one) other nodes still go out where they are seen."""
+    repeats = {FINDING.key: ("GPU-1", 1)}
+    views = {
+        "debug": PartitionView("debug", 4, (), ()),
+        "gpu": PartitionView("gpu", 1000, (), ()),
+    }
+    assert budget_full("n1", views, PolicySettings(), NOW) == ""
+    assert in_wave("n1", (FINDING,), repeats, views, PolicySettings(), NOW) == {}
+    assert budget_full("n1", {"debug": views["debug"]}, PolicySettings(), NOW) != ""
