@@ -265,7 +265,9 @@ def _verdict(source: str, raw: bytes, refused: Optional[str]) -> None:
     config the daemon would refuse without validating it itself (pydantic: bench/README.md).
     """
     state_dir = _state_dir(source, raw)
-    if state_dir is not None:
+    # Into a state directory that is there already: a refused config does nothing on the node
+    # (exit 78), not even make the directory; where there is none, no pass has a status to warn beside.
+    if state_dir is not None and state_dir.is_dir():
         _store(state_dir, {"source": source, "config_sha256": sha256_hex(raw), "refused": refused}, VERDICT)
 
 
