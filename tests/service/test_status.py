@@ -257,6 +257,7 @@ def test_checks_that_did_not_apply_are_not_shown_as_ok(tmp_path: Path, capsys: p
     rows = {line.split()[0]: line.split(None, 1)[1] for line in lines if line.startswith("  ") and line[2] != " "}
     assert rows == {
         **{name: "disabled" for name in MACHINE_BOUND},
+        "files": "n/a",
         "infiniband": "n/a",
         "jobs": "OK",
         "mounts": "CRITICAL",
