@@ -307,14 +307,7 @@ def test_a_running_daemon_exports_every_metric_the_rules_and_dashboard_name(tmp_
         f'[metrics]\nlisten = "127.0.0.1:{port}"\n'
         '[checks.mounts]\nexpect = [{ path = "/no/such/mount" }]\n' + only_checks("mounts", "xid")
     )
-    log = tmp_path / "daemon.log"
-    with log.open("wb") as out:
-        daemon = subprocess.Popen([str(HEALTHD), "run", "--config", str(config)], stdout=out, stderr=out)
-    try:
-        body = _scrape_after_a_pass(port, daemon, log)
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
+    body = _daemons_scrape(config, port, tmp_path / "daemon.log")
     named = _named_metrics(_rule_exprs() + _dashboard_exprs())
     assert {"healthd_pass_state", "healthd_active_findings", "healthd_node_in_repair", "healthd_took_out"} <= named
     missing = named - _scrape_names(body)
@@ -322,6 +315,17 @@ def test_a_running_daemon_exports_every_metric_the_rules_and_dashboard_name(tmp_
     # The state set and the finding series carry what the alerts print.
     assert 'healthd_pass_state{status="critical"} 1.0' in body
     assert 'healthd_active_findings{check="mounts",code="MOUNT_MISSING",severity="critical"} 1.0' in body
+
+
+def _daemons_scrape(config: Path, port: int, log: Path) -> str:
+    """The /metrics body of a real ``healthd run`` on ``config`` after its first pass; the daemon stopped after."""
+    with log.open("wb") as out:
+        daemon = subprocess.Popen([str(HEALTHD), "run", "--config", str(config)], stdout=out, stderr=out)
+    try:
+        return _scrape_after_a_pass(port, daemon, log)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
 
 
 def _scrape_after_a_pass(port: int, daemon: subprocess.Popen[bytes], log: Path) -> str:
@@ -458,14 +462,7 @@ def test_xid_series_carry_the_gpu_as_dcgm_exporter_names_it(tmp_path: Path) -> N
         "[daemon]\ninterval = 1\nsplay = false\n"
         f'[metrics]\nlisten = "127.0.0.1:{port}"\n[checks.xid]\nsource = "kmsg"\n' + only_checks("xid")
     )
-    log = tmp_path / "daemon.log"
-    with log.open("wb") as out:
-        daemon = subprocess.Popen([str(HEALTHD), "run", "--config", str(config)], stdout=out, stderr=out)
-    try:
-        body = _scrape_after_a_pass(port, daemon, log)
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
+    body = _daemons_scrape(config, port, tmp_path / "daemon.log")
     series = {
         tuple(sorted(sample.labels.items())): sample.value
         for family in text_string_to_metric_families(body)
