@@ -35,4 +35,5 @@ wait "$roots"
 # tests/test_installed_node.py does; unset, the whole suite runs. Not PYTEST_ADDOPTS: the tests
 # that start pytest sessions of their own would inherit it.
 read -r -a selection <<< "${HEALTHD_TESTS:-}"
-HEALTHD_NO_SKIPS=1 .venv/bin/pytest -q "${selection[@]}" </dev/null
+# --durations: the slowest tests, named in every log, are where the suite's time goes.
+HEALTHD_NO_SKIPS=1 .venv/bin/pytest -q --durations=30 "${selection[@]}" </dev/null
