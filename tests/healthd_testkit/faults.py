@@ -102,6 +102,7 @@ class Harness:
     slurm_extra: str = ""
     paths: str = ""
     extra: str = ""
+    pass_timeout: float = 5
     reports: list[PassOutcome] = field(default_factory=list)
 
     config = Below("healthd.toml")
@@ -121,7 +122,7 @@ class Harness:
             f'[slurm]\nenabled = {enabled}\n{conf}node_name = "{self.node}"\ntimeout = 3\n'
             f"act_splay = 0\n{self.slurm_extra}\n"
             "[policy]\nmax_out_fraction = 1.0\n"
-            "[runner]\npass_timeout = 5\n"
+            f"[runner]\npass_timeout = {self.pass_timeout}\n"
             "[daemon]\ninterval = 1\nsplay = false\n"
             f"{fault}{self.extra}\n"
         )
