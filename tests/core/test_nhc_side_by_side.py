@@ -561,7 +561,7 @@ REFUSED = {
 }
 
 
-PUBLIC = [FIXTURES / "nhc" / "nhc.conf", *sorted((FIXTURES / "nhc" / "azure").glob("*.conf"))]
+PUBLIC = [FIXTURES / "nhc" / "nhc.conf", *sorted((FIXTURES / "nhc").glob("*/*.conf"))]
 
 # The lines of the public files NHC 1.4.3 cannot judge here: their checks are Azure's
 # (azurehpc-health-checks, customTests/azure_*.nhc), which this repository does not carry, and
