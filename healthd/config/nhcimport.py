@@ -642,12 +642,13 @@ def _link_flapping(ctx: _Context, target: _Target) -> None:
 
 
 def _nvme_count(ctx: _Context, target: _Target) -> None:
-    """``check_nvme_count N`` (azure_nvme_count.nhc): exactly N ``/dev/nvme*n1`` (one namespace per drive)."""
+    """``check_nvme_count N`` (azure_nvme_count.nhc: exactly N ``/dev/nvme*n1``), ``check_num_nvme_devs N`` (DeepOps'
+    deepops.nhc: ``nvme list`` shows N namespaces): one namespace per drive, as on the nodes they are written for."""
     if len(ctx.args) != 1:
-        raise _Skip("expected one whole number of NVMe drives (Azure fails the line without one)")
+        raise _Skip("expected one whole number of NVMe drives (the check fails the line without one)")
     target.table("disks")["expect_nvme"] = _whole(ctx, 0, 0, 0, 256)
-    ctx.note("converted to [checks.disks] expect_nvme: NVMe controllers in sysfs, where Azure counts each"
-             " drive's first namespace in /dev")  # fmt: skip
+    ctx.note("converted to [checks.disks] expect_nvme: NVMe controllers in sysfs, where the line counts"
+             " namespaces (one per drive on the nodes it was written for)")  # fmt: skip
 
 
 def _vbios(ctx: _Context, target: _Target) -> None:
@@ -824,6 +825,10 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     # nvidia-smi --query-gpu=retired_pages.pending says Yes: healthd's RETIRED_PAGES_PENDING. Without
     # nvidia-smi the grep finds nothing and NHC passes, as the gpu check does where no GPU is.
     "check_nv_retired_pages": _enable("gpu", "a pending retired page is RETIRED_PAGES_PENDING through NVML"),
+    # `nvme list | grep /dev/nvme | wc -l` must equal N: one line per namespace, as Azure's count.
+    "check_num_nvme_devs": _nvme_count,
+    # journalctl's Xids of the last hour but 94; healthd's xid check grades each by NVIDIA's catalog.
+    "check_xid_errors": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
     "check_hw_mcelog": _enable(
         "edac", "memory errors from EDAC and the kernel log, with its own corrected-error rate per DIMM"
     ),
@@ -901,7 +906,9 @@ REFUSED: dict[str, str] = {
     " [checks.host] expect_ethernet, which asks that it exist and be up",
     "check_ib_link_ber": "reads the bit error rate with mlxlink (MLNX_OFED), which healthd does not run",
     "check_num_numa_nodes": "counts NUMA nodes with lscpu; healthd does not count them",
-    "check_num_nvme_devs": "counts NVMe devices with nvme-cli; healthd does not count them",
+    "check_num_nvme_devices": "is not defined (DeepOps' example DGX A100 config calls it, deepops.nhc defines"
+    " check_num_nvme_devs): NHC 1.4.3 runs no such function and passes the line on every node; to count NVMe"
+    " drives write check_num_nvme_devs N, which becomes [checks.disks] expect_nvme",
 }
 
 

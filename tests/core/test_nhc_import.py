@@ -352,7 +352,7 @@ def test_a_template_is_named_and_what_its_renderer_decides_is_not_converted() ->
         "check_ipoib_up ibp12s0",
         "check_ib_link_ber mlx5_0",
         "check_num_numa_nodes 8",
-        "check_num_nvme_devs 10",
+        "check_num_nvme_devices 10",
     ],
 )
 def test_deepops_checks_without_an_equivalent_are_refused_with_their_reason(line: str) -> None:
@@ -362,6 +362,14 @@ def test_deepops_checks_without_an_equivalent_are_refused_with_their_reason(line
 
 def test_deepops_gpu_count_is_the_gpu_checks_count() -> None:
     assert checks("* || check_nv_gpu_count 8\n")["gpu"] == {"expect_gpus": 8}
+
+
+def test_deepops_nvme_count_and_xids_are_the_disks_and_xid_checks() -> None:
+    assert checks("* || check_num_nvme_devs 10\n")["disks"] == {"expect_nvme": 10}
+    assert checks("* || check_xid_errors\n")["xid"] == {"enabled": True}
+    # The example config's name for it is defined nowhere: NHC passes the line, healthd says so.
+    (why,) = reasons("* || check_num_nvme_devices 10\n")
+    assert "NHC 1.4.3 runs no such function and passes the line on every node" in why
 
 
 # -- targets, the checks healthd has, and the output --------------------------------------------------
@@ -501,6 +509,28 @@ def test_the_real_public_configs_convert_what_healthd_has(tmp_path: Path, write_
         }, conf.name
         config = write_config(dumps(imported.document))
         load_checks(config, host="node1")
+
+
+def test_nhcs_sample_and_deepops_dgx_config_convert_but_for_their_documented_refusals(
+    write_config: Callable[..., Path],
+) -> None:
+    expected = {
+        FIXTURES / "nhc" / "lbnl" / "nhc-1.4.3-sample.conf": set(),
+        FIXTURES / "nhc" / "deepops" / "dgxa100.conf": {
+            "check_num_numa_nodes",
+            "check_ipoib_up",
+            "check_ib_link_ber",
+            "check_num_nvme_devices",
+            "check_nv_pcie_link_width",
+            "check_nv_dcgmi_diag",
+            "check_cmd_output",
+        },
+    }
+    for conf, refused in expected.items():
+        imported = convert(conf.read_text())
+        lost = {re.sub(r" .*", "", n.text.split("|| ")[1]) for n in imported.notes if n.lost}
+        assert lost == refused, conf.name
+        load_checks(write_config(dumps(imported.document)), host="node1")
 
 
 # -- azurehpc-health-checks (customTests/azure_*.nhc) -----------------------------------------------------

@@ -558,6 +558,11 @@ REFUSED = {
         41,  # check_fs_mount_rw -Z, an option NHC does not know
         44,  # check_hw_mem
     },
+    "dgxa100.conf": {
+        114,  # check_cmd_output (lsmod for nv_peer_mem)
+        115,  # check_cmd_output (lsmod for gdrdrv)
+        123,  # check_cmd_output (journalctl -b for LNetError)
+    },
 }
 
 
@@ -583,7 +588,24 @@ NOT_NHCS = {
     "check_hw_topology": "asks Azure's instance metadata service for the VM size, then compares lstopo's output",
     "check_nvme_count": "counts /dev/nvme*n1: the answer is this machine's drives, not a conversion's",
     "check_cpu_stream": "runs Azure's build of the STREAM benchmark",
+    # NVIDIA DeepOps' (roles/nhc/files/deepops.nhc), not carried here either.
+    "check_num_numa_nodes": "DeepOps': counts lscpu's NUMA lines, this machine's count, not a conversion's",
+    "check_ipoib_up": "DeepOps': reads ibdev2netdev (MLNX_OFED): no HCA here",
+    "check_ib_link_ber": "DeepOps': reads mlxlink (MLNX_OFED): no HCA here",
+    "check_nv_gpu_count": "DeepOps': counts nvidia-smi -L: no GPU here",
+    "check_nv_pcie_link_width": "DeepOps': reads nvidia-smi: no GPU here",
+    "check_nv_retired_pages": "DeepOps': reads nvidia-smi: no GPU here",
+    "check_nv_dcgmi_diag": "DeepOps': runs dcgmi diag: no GPU here",
+    "check_xid_errors": "DeepOps': greps the last hour of journalctl for Xids, this machine's log",
+    # Defined nowhere: test_nhc_passes_a_line_whose_check_is_defined_nowhere shows NHC's verdict.
+    "check_num_nvme_devices": "DeepOps' example calls it, deepops.nhc defines check_num_nvme_devs",
 }
+
+
+def test_nhc_passes_a_line_whose_check_is_defined_nowhere(nhc: Callable[[list[str]], list[tuple[bool, str]]]) -> None:
+    """Why import-nhc says DeepOps' `check_num_nvme_devices` line never failed a node: bash's "command not found"."""
+    ((failed, log),) = nhc(["* || check_num_nvme_devices 10\n"])
+    assert not failed and "command not found" in log, log
 
 
 def test_every_public_line_is_judged_side_by_side_or_its_check_is_named_with_why_not() -> None:
