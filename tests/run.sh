@@ -14,7 +14,7 @@ apt_get=(apt-get -o DPkg::Lock::Timeout=600)
 "${apt_get[@]}" update -q
 "${apt_get[@]}" install -y -q --no-install-recommends \
     python3 python3-venv python3-dev gcc pkg-config libsystemd-dev \
-    slurm-wlm slurmdbd mariadb-server munge fuse3 libfuse2 prometheus ansible systemd procps coreutils util-linux chromium rpm lintian rpmlint mmdebstrap </dev/null
+    slurm-wlm slurmdbd mariadb-server munge fuse3 libfuse2 prometheus ansible systemd procps coreutils util-linux chromium rpm lintian rpmlint mmdebstrap dmidecode </dev/null
 
 /usr/bin/python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip setuptools wheel </dev/null

@@ -564,7 +564,10 @@ def _enable(check: str, what: str) -> Callable[[_Context, _Target], None]:
 
 
 def _gpu_count(ctx: _Context, target: _Target) -> None:
-    """``check_gpu_count N`` (azurehpc-health-checks): the GPUs the node must show."""
+    """``check_gpu_count N [rocm]`` (azurehpc-health-checks, customTests/azure_gpu_count.nhc): the GPUs the node
+    must show, counted by ``nvidia-smi --list-gpus``, or by ``rocm-smi`` with ``rocm``."""
+    if len(ctx.args) == 2 and ctx.args[1] == "rocm":
+        raise _Skip(_AMD)
     if len(ctx.args) != 1 or not ctx.args[0].isdigit():
         raise _Skip("expected one whole number of GPUs")
     count = int(ctx.args[0])
@@ -572,6 +575,87 @@ def _gpu_count(ctx: _Context, target: _Target) -> None:
     if count > 64:
         raise _Skip(f"{count} GPUs: no node has more than 64 ([checks.gpu] expect_gpus)")
     target.table("gpu")["expect_gpus"] = count
+
+
+# azurehpc-health-checks (github.com/Azure/azurehpc-health-checks, customTests/azure_*.nhc): Azure's own
+# functions for its GPU and HPC VM images, the most deployed GPU extension of NHC. docs/nhc.md has the table.
+_AMD = "AMD GPUs (rocm-smi): healthd's GPU checks read NVIDIA's NVML only"
+
+
+def _whole(ctx: _Context, index: int, default: int, low: int, high: int) -> int:
+    """Argument ``index``, a whole number from ``low`` to ``high`` (``default`` if absent), or the line is refused."""
+    if len(ctx.args) <= index:
+        return default
+    text = ctx.args[index]
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise _Skip(f"argument {index + 1} {text!r}: expected a whole number from {low} to {high}")
+    return int(text)
+
+
+def _gpu_ecc(ctx: _Context, target: _Target) -> None:
+    """``check_gpu_ecc [DRAM_MAX [SRAM_MAX]]`` (azure_gpu_ecc.nhc): a pending or failed row remap fails the node, as
+    any uncorrected SRAM error does, and more than DRAM_MAX of a DRAM ECC count (corrected or not).
+
+    healthd's gpu check fails the row remaps (ROW_REMAP_PENDING, ROW_REMAP_FAILED) and uncorrected
+    errors (ECC_UNCORRECTED) by its own rules; DRAM_MAX becomes ``ecc_aggregate_corrected_max``
+    (NVML's lifetime count, SRAM's included: Azure fails SRAM's above SRAM_MAX, far below it).
+    """
+    if len(ctx.args) > 2:
+        raise _Skip("expected at most two numbers: the DRAM and the SRAM ECC error limits")
+    table = target.table("gpu")
+    table["enabled"] = True
+    if ctx.args:
+        table["ecc_aggregate_corrected_max"] = _whole(ctx, 0, 0, 0, 2**63 - 1)
+    ctx.note(
+        "converted to healthd's gpu check: row remaps pending or failed, uncorrected ECC errors"
+        + (" and ecc_aggregate_corrected_max" if ctx.args else "")
+        + "; Azure's SRAM limit and V100 page-retirement path are healthd's own rules (RETIRED_PAGES_*)"
+    )
+
+
+def _clock_throttling(ctx: _Context, target: _Target) -> None:
+    """``check_gpu_clock_throttling`` (azure_gpu_clock_throttling.nhc) only logs a throttled GPU: it never fails."""
+    ctx.note("Azure's check only logs a throttled GPU and never fails the node, so nothing is added; healthd's"
+             " gpu check, where enabled, reports hardware slowdown as CLOCK_HW_SLOWDOWN")  # fmt: skip
+
+
+def _nvlink_status(ctx: _Context, target: _Target) -> None:
+    """``check_nvlink_status`` (azure_gpu_nvlink.nhc): any inactive NVLink fails; a node without NVLink passes."""
+    target.table("nvlink")["enabled"] = True
+    ctx.note("converted to healthd's nvlink check: a GPU with some links inactive is NVLINK_DOWN, a node"
+             " without NVLink passes; set expect_active_links to fail a GPU whose links are all down, as Azure"
+             " does")  # fmt: skip
+
+
+def _link_flapping(ctx: _Context, target: _Target) -> None:
+    """``check_ib_link_flapping [HOURS [COUNT [LOG...]]]`` (azure_ib_link_flapping.nhc): COUNT or more 'lost carrier'
+    lines for one ib* interface in the syslog within HOURS (24, 5) fail the node. healthd counts the port's own
+    link_downed counter over ``flap_window`` against ``flap_downs``, with the same ``>=``."""
+    table = target.table("infiniband")
+    table["enabled"] = True
+    # [checks.infiniband] flap_window is at most 7 days, flap_downs 1 to 255 (healthd_checks/infiniband/settings.py).
+    table["flap_window"] = float(_whole(ctx, 0, 24, 1, 7 * 24) * 3600)
+    table["flap_downs"] = _whole(ctx, 1, 5, 1, 255)
+    logs = ", so the log files named are not read" if ctx.args[2:] else ""
+    ctx.note("converted to healthd's infiniband check: link_downed increments per port (IB_LINK_FLAPPING), not"
+             f" the syslog's 'lost carrier' lines{logs}")  # fmt: skip
+
+
+def _nvme_count(ctx: _Context, target: _Target) -> None:
+    """``check_nvme_count N`` (azure_nvme_count.nhc: exactly N ``/dev/nvme*n1``), ``check_num_nvme_devs N`` (DeepOps'
+    deepops.nhc: ``nvme list`` shows N namespaces): one namespace per drive, as on the nodes they are written for."""
+    if len(ctx.args) != 1:
+        raise _Skip("expected one whole number of NVMe drives (the check fails the line without one)")
+    target.table("disks")["expect_nvme"] = _whole(ctx, 0, 0, 0, 256)
+    ctx.note("converted to [checks.disks] expect_nvme: NVMe controllers in sysfs, where the line counts"
+             " namespaces (one per drive on the nodes it was written for)")  # fmt: skip
+
+
+def _vbios(ctx: _Context, target: _Target) -> None:
+    """``check_vbios_version VERSION`` (azure_gpu_vbios.nhc): every GPU's VBIOS is VERSION."""
+    if len(ctx.args) != 1:
+        raise _Skip("expected one VBIOS version")
+    target.add("gpu", "expect_vbios", ctx.args[0])
 
 
 def _gpu_health(tool: str) -> Callable[[_Context, _Target], None]:
@@ -728,6 +812,12 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_file_stat": _file_stat,
     "check_gpu_count": _gpu_count,
     "check_gpu_xid": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
+    "check_gpu_ecc": _gpu_ecc,
+    "check_gpu_clock_throttling": _clock_throttling,
+    "check_nvlink_status": _nvlink_status,
+    "check_ib_link_flapping": _link_flapping,
+    "check_nvme_count": _nvme_count,
+    "check_vbios_version": _vbios,
     "check_nv_healthmon": _gpu_health("nvidia-healthmon"),
     "check_nvsmi_healthmon": _gpu_health("nvidia-smi"),
     # NVIDIA DeepOps' own functions (roles/nhc/files/deepops.nhc): nvidia-smi -L | wc -l must equal N.
@@ -735,6 +825,10 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     # nvidia-smi --query-gpu=retired_pages.pending says Yes: healthd's RETIRED_PAGES_PENDING. Without
     # nvidia-smi the grep finds nothing and NHC passes, as the gpu check does where no GPU is.
     "check_nv_retired_pages": _enable("gpu", "a pending retired page is RETIRED_PAGES_PENDING through NVML"),
+    # `nvme list | grep /dev/nvme | wc -l` must equal N: one line per namespace, as Azure's count.
+    "check_num_nvme_devs": _nvme_count,
+    # journalctl's Xids of the last hour but 94; healthd's xid check grades each by NVIDIA's catalog.
+    "check_xid_errors": _enable("xid", "Xid errors from the kernel log, graded by NVIDIA's Xid catalog"),
     "check_hw_mcelog": _enable(
         "edac", "memory errors from EDAC and the kernel log, with its own corrected-error rate per DIMM"
     ),
@@ -774,6 +868,33 @@ REFUSED: dict[str, str] = {
     "check_net_ping": "pings hosts from each node, which judges the network and the other hosts, not this node",
     "check_dmi_raw_data_match": "greps dmidecode's whole output, most of which /sys/class/dmi/id does not"
     " have; write it as check_dmi_data_match 'TYPE: FIELD: value' where sysfs has the field",
+    # azurehpc-health-checks (customTests/azure_*.nhc). The active ones load the GPUs or the fabric on
+    # every NHC run; healthd loads a node only in an active check on a drained, idle node (docs/active.md).
+    "check_gpu_bw": "measures host-GPU and GPU-GPU bandwidth (nvbandwidth) on every run; healthd measures"
+    " PCIe bandwidth only as an active check on a drained idle node: [checks.dcgm] level = 2 with"
+    " expected = { DEVICE_ID = { pcie_bandwidth_gbps_min = N } }, keyed by the GPU's PCI device ID,"
+    " which this line does not give (docs/active.md)",
+    "check_cuda_bw": "measures host-GPU bandwidth on every run (Azure's earlier name for check_gpu_bw); healthd"
+    " measures PCIe bandwidth only as an active check on a drained idle node: [checks.dcgm] level = 2 with"
+    " expected pcie_bandwidth_gbps_min per GPU device ID (docs/active.md)",
+    "check_nccl_allreduce": "runs NCCL's all_reduce_perf on the node's GPUs on every run; healthd has no NCCL"
+    " active check yet (docs/active.md, 'Not yet'), and runs load only on a drained idle node",
+    "check_nccl_allreduce_ib_loopback": "runs NCCL's all_reduce_perf through the node's own InfiniBand ports;"
+    " healthd has no NCCL active check yet (docs/active.md, 'Not yet')",
+    "check_ib_bw_gdr": "runs ib_write_bw (perftest) between the node's own HCAs with GPUDirect on every run;"
+    " healthd has no fabric bandwidth active check yet (docs/active.md, 'Not yet')",
+    "check_ib_bw_non_gdr": "runs ib_write_bw (perftest) between the node's own HCAs on every run; healthd has"
+    " no fabric bandwidth active check yet (docs/active.md, 'Not yet')",
+    "check_cpu_stream": "runs the STREAM memory benchmark on every run; healthd has no CPU memory bandwidth check",
+    "check_hw_topology": "compares lstopo's PCI devices and NUMA nodes with a topology file Azure picks by the VM"
+    " size it asks Azure's metadata service for; list the PCI addresses that must be present in"
+    " [checks.pcie] expect_devices",
+    "check_gpu_persistence": "turns persistence mode on (nvidia-smi -pm 1) where it is off: a repair, which"
+    " healthd leaves to the node's own setup (nvidia-persistenced)",
+    "check_app_gpu_clocks": "sets the GPUs' application clocks to their maximum: a repair, which healthd"
+    " leaves to the node's own setup",
+    "check_rccl_allreduce": _AMD,
+    "check_gpu_xgmi": _AMD,
     # NVIDIA DeepOps (roles/nhc/files/deepops.nhc).
     "check_nv_drv_version": "greps the first line of /proc/driver/nvidia/version for a pattern, where"
     " healthd compares whole versions: list the exact versions in [checks.host] expect_driver",
@@ -785,7 +906,9 @@ REFUSED: dict[str, str] = {
     " [checks.host] expect_ethernet, which asks that it exist and be up",
     "check_ib_link_ber": "reads the bit error rate with mlxlink (MLNX_OFED), which healthd does not run",
     "check_num_numa_nodes": "counts NUMA nodes with lscpu; healthd does not count them",
-    "check_num_nvme_devs": "counts NVMe devices with nvme-cli; healthd does not count them",
+    "check_num_nvme_devices": "is not defined (DeepOps' example DGX A100 config calls it, deepops.nhc defines"
+    " check_num_nvme_devs): NHC 1.4.3 runs no such function and passes the line on every node; to count NVMe"
+    " drives write check_num_nvme_devs N, which becomes [checks.disks] expect_nvme",
 }
 
 
@@ -801,6 +924,20 @@ NHC_143_CHECKS = (
     *("check_net_ping", "check_net_socket", "check_nv_healthmon", "check_nvsmi_healthmon", "check_ps_blacklist"),
     *("check_ps_cpu", "check_ps_daemon", "check_ps_kswapd", "check_ps_loadavg", "check_ps_mem", "check_ps_physmem"),
     *("check_ps_service", "check_ps_time", "check_ps_unauth_users", "check_ps_userproc_lineage"),
+)
+
+
+# Every check azurehpc-health-checks defines (``function check_*`` in its customTests/*.nhc, commit
+# 0e0a1ac of 2026-05-01, less its helpers check_ecc, check_SDBE_ecc, check_nvBW_gpu_bw,
+# check_rocm_gpu_bw, check_nvlink_enabled and check_all_reduce_dependencies, which no config
+# names), and check_cuda_bw, its earlier name for check_gpu_bw: each is in CONVERTERS or REFUSED
+# and in docs/nhc.md. csc_nvidia_smi.nhc's check_nvsmi_healthmon is NHC's own.
+AZURE_CHECKS = (
+    *("check_app_gpu_clocks", "check_cpu_stream", "check_cuda_bw", "check_gpu_bw", "check_gpu_clock_throttling"),
+    *("check_gpu_count", "check_gpu_ecc", "check_gpu_persistence", "check_gpu_xgmi", "check_gpu_xid"),
+    *("check_hw_topology", "check_ib_bw_gdr", "check_ib_bw_non_gdr", "check_ib_link_flapping"),
+    *("check_nccl_allreduce", "check_nccl_allreduce_ib_loopback", "check_nvlink_status", "check_nvme_count"),
+    *("check_rccl_allreduce", "check_vbios_version"),
 )
 
 
@@ -837,7 +974,10 @@ class _Converter:
         try:
             items = words(line.check, line.target, self.variables)
         except Refused as exc:
-            return self.lost(line, str(exc))
+            # A check healthd refuses anyway is refused for its own reason, not for a word of its arguments.
+            name = line.check.split(maxsplit=1)[0]
+            why = REFUSED.get(name)
+            return self.lost(line, f"{name} has no healthd equivalent: {why}" if why else str(exc))
         if not items:
             return self.lost(line, "no check after '||'")
         pairs = assignments(items)

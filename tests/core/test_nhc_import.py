@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from healthd.checks.plugin import JudgeContext, discover, settings_models
 from healthd.config.cache import load_checks
 from healthd.config.defaults import toml_module
-from healthd.config.nhcimport import CONVERTERS, NHC_143_CHECKS, REFUSED, convert
+from healthd.config.nhcimport import AZURE_CHECKS, CONVERTERS, NHC_143_CHECKS, REFUSED, convert
 from healthd.config.tomlwrite import dumps
 from healthd_checks.common.mountinfo import parse_mountinfo
 from healthd_checks.mounts.check import MountsObservation
@@ -352,7 +352,7 @@ def test_a_template_is_named_and_what_its_renderer_decides_is_not_converted() ->
         "check_ipoib_up ibp12s0",
         "check_ib_link_ber mlx5_0",
         "check_num_numa_nodes 8",
-        "check_num_nvme_devs 10",
+        "check_num_nvme_devices 10",
     ],
 )
 def test_deepops_checks_without_an_equivalent_are_refused_with_their_reason(line: str) -> None:
@@ -362,6 +362,14 @@ def test_deepops_checks_without_an_equivalent_are_refused_with_their_reason(line
 
 def test_deepops_gpu_count_is_the_gpu_checks_count() -> None:
     assert checks("* || check_nv_gpu_count 8\n")["gpu"] == {"expect_gpus": 8}
+
+
+def test_deepops_nvme_count_and_xids_are_the_disks_and_xid_checks() -> None:
+    assert checks("* || check_num_nvme_devs 10\n")["disks"] == {"expect_nvme": 10}
+    assert checks("* || check_xid_errors\n")["xid"] == {"enabled": True}
+    # The example config's name for it is defined nowhere: NHC passes the line, healthd says so.
+    (why,) = reasons("* || check_num_nvme_devices 10\n")
+    assert "NHC 1.4.3 runs no such function and passes the line on every node" in why
 
 
 # -- targets, the checks healthd has, and the output --------------------------------------------------
@@ -486,22 +494,115 @@ def test_the_real_public_configs_convert_what_healthd_has(tmp_path: Path, write_
     for conf in sorted(AZURE.glob("*.conf")):
         imported = convert(conf.read_text())
         lost = {re.sub(r" .*", "", n.text.split("|| ")[1]) for n in imported.notes if n.lost}
-        # Only Azure's own checks (GPU and IB benchmarks, topology) and swap have no healthd equivalent.
+        # Only Azure's benchmarks, its topology file and AMD's GPUs have no healthd equivalent (docs/nhc.md).
         assert lost <= {
-            "check_hw_swap",
             "check_hw_topology",
             "check_cuda_bw",
-            "check_gpu_ecc",
-            "check_gpu_clock_throttling",
+            "check_gpu_bw",
+            "check_gpu_count",  # with rocm
             "check_nccl_allreduce",
+            "check_rccl_allreduce",
             "check_ib_bw_gdr",
             "check_ib_bw_non_gdr",
             "check_nccl_allreduce_ib_loopback",
-            "check_ib_link_flapping",
             "check_cpu_stream",
         }, conf.name
         config = write_config(dumps(imported.document))
         load_checks(config, host="node1")
+
+
+def test_nhcs_sample_and_deepops_dgx_config_convert_but_for_their_documented_refusals(
+    write_config: Callable[..., Path],
+) -> None:
+    expected = {
+        FIXTURES / "nhc" / "lbnl" / "nhc-1.4.3-sample.conf": set(),
+        FIXTURES / "nhc" / "deepops" / "dgxa100.conf": {
+            "check_num_numa_nodes",
+            "check_ipoib_up",
+            "check_ib_link_ber",
+            "check_num_nvme_devices",
+            "check_nv_pcie_link_width",
+            "check_nv_dcgmi_diag",
+            "check_cmd_output",
+        },
+    }
+    for conf, refused in expected.items():
+        imported = convert(conf.read_text())
+        lost = {re.sub(r" .*", "", n.text.split("|| ")[1]) for n in imported.notes if n.lost}
+        assert lost == refused, conf.name
+        load_checks(write_config(dumps(imported.document)), host="node1")
+
+
+# -- azurehpc-health-checks (customTests/azure_*.nhc) -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", AZURE_CHECKS)
+def test_every_azure_check_converts_or_is_refused_with_a_reason_in_the_docs(name: str) -> None:
+    assert name in CONVERTERS or REFUSED.get(name), name
+    assert f"`{name}`" in (FIXTURES.parent / "docs" / "nhc.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("line", "tables"),
+    [
+        # Row remaps and uncorrected errors are the gpu check's own; the DRAM limit a lifetime count.
+        ("check_gpu_ecc 20000000 10000", {"gpu": {"enabled": True, "ecc_aggregate_corrected_max": 20000000}}),
+        ("check_gpu_ecc", {"gpu": {"enabled": True}}),
+        # Azure's check only logs a throttled GPU: NHC never fails on it, so nothing is added.
+        ("check_gpu_clock_throttling", {}),
+        ("check_nvlink_status", {"nvlink": {"enabled": True}}),
+        # Azure's defaults: 5 flaps in 24 hours, counted with >= as healthd counts them.
+        ("check_ib_link_flapping", {"infiniband": {"enabled": True, "flap_window": 86400.0, "flap_downs": 5}}),
+        ("check_ib_link_flapping 6 3", {"infiniband": {"enabled": True, "flap_window": 21600.0, "flap_downs": 3}}),
+        ("check_nvme_count 8", {"disks": {"expect_nvme": 8}}),
+        ("check_vbios_version 96.00.89.00.01", {"gpu": {"expect_vbios": ["96.00.89.00.01"]}}),
+        ("check_gpu_count 8", {"gpu": {"expect_gpus": 8}}),
+    ],
+)
+def test_azures_passive_checks_become_healthds_own(line: str, tables: dict[str, Any]) -> None:
+    imported = convert(f"* || {line}\n")
+    assert imported.converted == 1 and imported.lost == 0, [n.reason for n in imported.notes]
+    found = {name: table for name, table in checks(f"* || {line}\n").items() if name != "mounts"}
+    assert found == tables
+    for name in tables:
+        validate(imported.document, name)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("check_gpu_bw 48 335", "[checks.dcgm] level = 2"),
+        ("check_cuda_bw 52", "[checks.dcgm] level = 2"),
+        ("check_nccl_allreduce 431.0 1 16G $AZ_NHC_ROOT/topofiles/ndv5-topo.xml", "no NCCL active check"),
+        ("check_nccl_allreduce_ib_loopback 18.0 1 16G", "no NCCL active check"),
+        ("check_ib_bw_gdr 360", "no fabric bandwidth active check"),
+        ("check_ib_bw_non_gdr 390", "no fabric bandwidth active check"),
+        ("check_cpu_stream 665500", "STREAM"),
+        ("check_hw_topology", "[checks.pcie] expect_devices"),
+        ("check_gpu_persistence", "a repair"),
+        ("check_app_gpu_clocks", "a repair"),
+        ("check_gpu_count 8 rocm", "AMD GPUs"),
+        ("check_rccl_allreduce 314 1 16G", "AMD GPUs"),
+        ("check_gpu_xgmi", "AMD GPUs"),
+        ("check_nvme_count", "expected one whole number of NVMe drives"),
+        ("check_ib_link_flapping 200", "argument 1 '200': expected a whole number from 1 to 168"),
+        ("check_gpu_ecc lots", "argument 1 'lots': expected a whole number"),
+    ],
+)
+def test_azures_benchmarks_and_amd_checks_are_refused_with_their_reason(line: str, why: str) -> None:
+    (reason,) = reasons(f"* || {line}\n")
+    assert why in reason, reason
+
+
+def test_a_refused_azure_line_is_named_by_file_and_line(
+    cli: Callable[..., tuple[int, str, str]], tmp_path: Path
+) -> None:
+    conf = AZURE / "nd96isr_h200_v5.conf"
+    code, _, err = cli("import-nhc", str(conf), "-o", str(tmp_path / "out.toml"))
+    assert code == 65
+    assert f"{conf}: line 50: * || check_gpu_bw 48 335\n  not converted: check_gpu_bw has no healthd" in err
+    assert f"{conf}: line 61: * || check_ib_bw_gdr 360\n  not converted:" in err
+    assert f"{conf}: line 51: * || check_gpu_ecc 20000000 10000\n  note: converted to healthd's gpu check" in err
 
 
 FIXTURE_NODE_NHC = """\

@@ -252,9 +252,22 @@ def _entry(code: int, action: XidAction, summary: str) -> Entry:
 # re-engaged (162). A disengaged circuit is worth a look, never a drain: both are OK
 # notes, and the 163 note says "cleared" once a 162 follows (an operator who wants a
 # drain sets ``[checks.xid] overrides``).
+#
+# Xids 167-169 have no immediate action either; the catalog gives the driver's names
+# (nverror.h: PCIE_FATAL_TIMEOUT, REDUCED_GPU_MEMORY_CAPACITY, SEC2_HALT_ERROR) and
+# descriptions, and each is a fault of the GPU that its next boot (a reset) is for:
+# 169 is described as Xid 62 is, "Internal micro-controller halt" (SEC2 where 62 is
+# the PMU), and 62's action is RESET_GPU; 167 is a timeout the driver calls fatal, as
+# 158 (GPU_FATAL_TIMEOUT, RESET_GPU) is; 168, "Errors found in WPR (write protected
+# region)", leaves the GPU with less memory than it has, which every job on it would
+# meet. All three are CRITICAL until a GPU reset; one that comes back after the reset
+# is logged again. See docs/xid.md.
 _DESCRIBED: Mapping[int, Entry] = {
     162: Entry(Bucket.POWER_SMOOTHING, Status.OK, Sticky.NO, "power smoothing circuitry re-engaged"),
     163: Entry(Bucket.POWER_SMOOTHING, Status.OK, Sticky.NO, "power smoothing circuitry disengaged"),
+    167: Entry(Bucket.RESET_GPU, Status.CRITICAL, Sticky.UNTIL_RESET, "fatal PCIe timeout"),
+    168: Entry(Bucket.RESET_GPU, Status.CRITICAL, Sticky.UNTIL_RESET, "reduced GPU memory capacity: errors in WPR"),
+    169: Entry(Bucket.RESET_GPU, Status.CRITICAL, Sticky.UNTIL_RESET, "SEC2 micro-controller halt"),
 }
 
 CATALOG: Mapping[int, Entry] = {

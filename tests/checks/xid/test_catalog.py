@@ -51,7 +51,8 @@ def test_lists_cover_the_catalog_once() -> None:
     lists = [NVIDIA_RESET_GPU, NVIDIA_RESTART_BM, NVIDIA_IGNORE, NVIDIA_RESTART_APP, list(NVIDIA_OTHER), NVIDIA_UNUSED]
     every = [code for codes in lists for code in codes]
     assert sorted(every) == list(range(1, 162))  # 162 and later have no immediate action in the catalog
-    assert set(CATALOG) == {*every, 162, 163}  # power smoothing: graded from the catalog's descriptions
+    # Graded from the catalog's descriptions: power smoothing (162, 163); 167-169, as Xids 62 and 158 are.
+    assert set(CATALOG) == {*every, 162, 163, 167, 168, 169}
 
 
 @pytest.mark.parametrize(
@@ -125,6 +126,16 @@ def test_unknown_xid_is_warning() -> None:
     for code in (164, 171, 12345):
         entry = classify(xid(code))
         assert (entry.grade, entry.bucket, entry.action) == (Status.WARNING, Bucket.UNKNOWN, XidAction.NONE)
+
+
+def test_xids_167_to_169_are_graded_from_their_descriptions_until_a_gpu_reset() -> None:
+    # No immediate action in the catalog; 169 is described as Xid 62 (RESET_GPU) is, 167 is fatal by
+    # the driver's own name, 168 leaves the GPU with less memory (catalog.py's _DESCRIBED).
+    for code in (167, 168, 169):
+        entry = classify(xid(code))
+        assert (entry.grade, entry.sticky, entry.bucket) == (Status.CRITICAL, Sticky.UNTIL_RESET, Bucket.RESET_GPU)
+    assert (classify(xid(62)).grade, classify(xid(62)).sticky) == (Status.CRITICAL, Sticky.UNTIL_RESET)
+    assert classify(xid(166)).grade is Status.WARNING and classify(xid(170)).grade is Status.WARNING
 
 
 def test_power_smoothing_xids_are_graded_from_their_descriptions() -> None:
