@@ -511,11 +511,10 @@ def test_the_real_public_configs_convert_what_healthd_has(tmp_path: Path, write_
         load_checks(config, host="node1")
 
 
-def test_nhcs_sample_and_deepops_dgx_config_convert_but_for_their_documented_refusals(
+def test_deepops_dgx_config_converts_but_for_their_documented_refusals(
     write_config: Callable[..., Path],
 ) -> None:
     expected = {
-        FIXTURES / "nhc" / "lbnl" / "nhc-1.4.3-sample.conf": set(),
         FIXTURES / "nhc" / "deepops" / "dgxa100.conf": {
             "check_num_numa_nodes",
             "check_ipoib_up",
