@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from healthd_checks.mounts.fsprobe import (
     Usage,
     df_percent,
     parse_stat_output,
-    stat_failed,
+    read_here,
 )
 from healthd_checks.mounts.settings import MountsSettings
 
@@ -166,22 +165,12 @@ def test_a_refusal_or_the_probes_own_failure_stays_unknown(number: Optional[int]
 
 
 def test_both_probes_report_the_errno(tmp_path: Path) -> None:
-    # One path: stat's message on stderr; several: the threaded child's line. Absent paths give
-    # ENOENT, whatever their names say.
-    absent = [str(tmp_path / "gone: Input/output error"), str(tmp_path / "also gone")]
-    alone = ProbeTable().probe_all(absent[:1], 10, {})
+    # In this process and in the child alike; absent paths give ENOENT, whatever their names say.
+    absent = {str(tmp_path / "gone: Input/output error"): "0:1", str(tmp_path / "-also gone\n1 ~ 0:2"): "0:1"}
     together = ProbeTable().probe_all(absent, 10, {})
-    for outcome in (alone[absent[0]], *together.values()):
+    here = {path: read_here(path, "0:1") for path in absent}
+    for outcome in (*together.values(), *here.values()):
         assert isinstance(outcome, Failed) and outcome.errno == errno.ENOENT, outcome
-
-
-def test_stat_messages_are_read_back_to_their_errno() -> None:
-    for name in BROKEN:
-        message = f"/usr/bin/stat: cannot read file system information for '/x': {os.strerror(getattr(errno, name))}"
-        assert stat_failed(message).errno == getattr(errno, name)
-    # A message that is not stat's failure to read the filesystem is the probe's own.
-    assert stat_failed("stat: write error: Input/output error").errno is None
-    assert stat_failed("/usr/bin/stat: cannot read file system information for '/x': gibberish").errno is None
 
 
 def _mountinfo(*mounts: tuple[str, str]) -> list[MountEntry]:
@@ -226,9 +215,9 @@ def test_memory_filesystems_are_read_without_a_child_and_the_rest_by_one(
         body += f"include_root = {include_root}\nmin_free_percent = 10\nmin_free_inodes_percent = 0\n"
         code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
         assert code == 1 and findings(doc, "mounts") == [("WARNING", "MOUNT_SPACE_LOW", str(tiny))]
-    # The tmpfs and /proc answered from this process both times; the root's ext4 (or overlay) by one stat.
+    # The tmpfs and /proc answered from this process both times; the root's ext4 (or overlay) by one child.
     (call,) = popen.call_args_list
-    assert call.args[0][0].endswith("stat") and call.args[0][-1] == "/"
+    assert call.args[0][-2] == "/" and call.args[0][-3].endswith("probechild.py")
 
 
 def test_the_mounts_are_judged_safe_in_the_namespace_that_reads_them(
@@ -248,12 +237,12 @@ def test_the_mounts_are_judged_safe_in_the_namespace_that_reads_them(
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
     assert code == 0 and findings(doc, "mounts") == []
     (call,) = popen.call_args_list
-    assert call.args[0][-1] == "/proc"
+    assert call.args[0][-2:] == ["/proc", ""]  # a captured mountinfo names no device of this node
     # Without this process's own mountinfo nothing is read here either.
     (procfs / "self" / "mountinfo").unlink()
     popen.reset_mock()
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
-    assert code == 0 and [c.args[0][-1] for c in popen.call_args_list] == ["/proc"]
+    assert code == 0 and [c.args[0][-2] for c in popen.call_args_list] == ["/proc"]
 
 
 NODE = (
