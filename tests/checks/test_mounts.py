@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -25,6 +26,7 @@ from healthd_checks.mounts.fsprobe import (
     df_percent,
     parse_stat_output,
     read_here,
+    stat_failed,
 )
 from healthd_checks.mounts.settings import MountsSettings
 
@@ -173,6 +175,16 @@ def test_both_probes_report_the_errno(tmp_path: Path) -> None:
         assert isinstance(outcome, Failed) and outcome.errno == errno.ENOENT, outcome
 
 
+def test_stat_messages_are_read_back_to_their_errno() -> None:
+    # The root alone is probed by stat, whose failure is a message on stderr.
+    for name in BROKEN:
+        message = f"/usr/bin/stat: cannot read file system information for '/': {os.strerror(getattr(errno, name))}"
+        assert stat_failed(message).errno == getattr(errno, name)
+    # A message that is not stat's failure to read the filesystem is the probe's own.
+    assert stat_failed("stat: write error: Input/output error").errno is None
+    assert stat_failed("/usr/bin/stat: cannot read file system information for '/x': gibberish").errno is None
+
+
 def _mountinfo(*mounts: tuple[str, str]) -> list[MountEntry]:
     """Mountinfo lines in mount order: each on the mount visible at its point (stacked) or its nearest ancestor."""
     lines, visible = [], {}
@@ -215,9 +227,9 @@ def test_memory_filesystems_are_read_without_a_child_and_the_rest_by_one(
         body += f"include_root = {include_root}\nmin_free_percent = 10\nmin_free_inodes_percent = 0\n"
         code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
         assert code == 1 and findings(doc, "mounts") == [("WARNING", "MOUNT_SPACE_LOW", str(tiny))]
-    # The tmpfs and /proc answered from this process both times; the root's ext4 (or overlay) by one child.
+    # The tmpfs and /proc answered from this process both times; the root's ext4 (or overlay) by one stat.
     (call,) = popen.call_args_list
-    assert call.args[0][-2] == "/" and call.args[0][-3].endswith("probechild.py")
+    assert call.args[0][0].endswith("stat") and call.args[0][-1] == "/"
 
 
 def test_the_mounts_are_judged_safe_in_the_namespace_that_reads_them(

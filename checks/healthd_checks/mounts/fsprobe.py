@@ -5,8 +5,9 @@ be interrupted, so it never runs in one of healthd's own threads, except on a
 filesystem with no backing store reached through no filesystem that revalidates its
 paths (``MEMORY_FILESYSTEMS``, ``WALKABLE_FILESYSTEMS``): the kernel answers those
 from memory, and ``read_here`` asks in this process. All the other mounts of a pass
-are probed by one child process in its own session: an isolated interpreter running
-``probechild`` with one thread per mount (a hung mount blocks only its thread, so every
+are probed by one child process in its own session: ``stat --file-system`` for the root
+alone (no user can mount over it), else an isolated interpreter running ``probechild`` with
+one thread per mount (a hung mount blocks only its thread, so every
 mount answers or is found hung within the one deadline). Both read a mount only where
 the device at its path is still the one its mountinfo record named (``Changed``
 otherwise: a user may mount FUSE there in between). The child is abandoned at its deadline and remembered,
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
+from healthd.checks.binaries import locate
 from healthd.checks.bounded import process_start
 from healthd.text import records
 
@@ -185,10 +187,20 @@ class _Running:
 # The child: one thread per mount, so a hung one blocks only its own thread and every other
 # mount still answers within the deadline (probechild.py; its lines are read by _answers).
 _CHILD = str(Path(__file__).with_name("probechild.py"))
+# %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes,
+# %f free blocks (root's reserve included): probechild's numbers, in its order.
+_FORMAT = "%b %a %S %c %d %f"
 
 
 def _command(mounts: dict[str, str]) -> list[str]:
-    """One child for ``mounts`` (path: the ``major:minor`` mountinfo gave it)."""
+    """One child for ``mounts`` (path: the ``major:minor`` mountinfo gave it).
+
+    The root alone is read by ``stat`` (a tenth of an interpreter's start): no user may mount
+    on "/" (fusermount3 mounts only on a directory its caller may write, and "/" is root's),
+    so nothing can take its place between mountinfo and the probe.
+    """
+    if list(mounts) == ["/"]:
+        return [locate("stat"), "--file-system", f"--printf=0 {_FORMAT}\\n", "--", "/"]
     return [sys.executable, "-I", "-S", _CHILD, *(item for pair in mounts.items() for item in pair)]
 
 
@@ -213,6 +225,23 @@ def _failed(line: str) -> Failed:
     """A threaded child's ``ERRNO ERROR`` (after ``INDEX ! ``); errno 0 or none is the probe's own failure."""
     number, _, message = line.partition(" ")
     return Failed(message, int(number) or None) if number.isdigit() else Failed(line)
+
+
+def stat_failed(stderr: str) -> Failed:
+    """A failed ``stat --file-system``, its errno read back from the message coreutils ends with.
+
+    coreutils' stat reports ``PROGRAM: cannot read file system information for 'PATH': MESSAGE``
+    (stat.c, ``do_statfs``), MESSAGE being strerror(errno) in the C locale the child runs in
+    (``LC_ALL=C``); this process's strerror gives the same C-locale text (Python sets no
+    LC_MESSAGES). Any other message is the probe's own failure.
+    """
+    import errno
+
+    if ": cannot read file system information for " not in stderr:
+        return Failed(stderr)
+    message = stderr.rpartition(": ")[2].strip()
+    codes = {os.strerror(number): number for number in errno.errorcode}
+    return Failed(stderr, codes.get(message))
 
 
 def _answers(output: bytes, devices: list[str]) -> dict[int, ProbeOutcome]:
@@ -290,8 +319,12 @@ class ProbeTable:
         todo = [p for p in mounts if p not in outcomes]
         if not todo:
             return outcomes
+        try:
+            command = _command({p: mounts[p] for p in todo})
+        except FileNotFoundError as exc:
+            return {**outcomes, **{p: Failed(str(exc)) for p in todo}}
         process = subprocess.Popen(
-            _command({p: mounts[p] for p in todo}),
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -304,7 +337,9 @@ class ProbeTable:
             process.wait()
             error = _close(process)
             for index, path in enumerate(todo):
-                outcomes[path] = answers.get(index) or Failed(error or f"the probe exited {process.returncode}")
+                # stat prints no line when it fails: its message is on stderr.
+                failed = stat_failed(error) if error else Failed(f"the probe exited {process.returncode}")
+                outcomes[path] = answers.get(index) or failed
             return outcomes
         # SIGKILL ends it as soon as the kernel lets every thread go; until then it is on record
         # as the stuck probe of each mount that did not answer, so none of them is probed again.
