@@ -256,11 +256,11 @@ def _fuse_skip_reason() -> Optional[str]:
 
 
 def stat_probes_of(path: str) -> list[int]:
-    """Pids of the mounts check's live probes of ``path``: ``stat --file-system`` or the threaded statvfs child."""
+    """Pids of the mounts check's live probes of ``path``: the child running ``probechild.py``."""
     import psutil
 
     def probes(cmdline: list[str]) -> bool:
-        return path in cmdline[1:] and any(a == "--file-system" or "os.statvfs" in a for a in cmdline)
+        return path in cmdline[1:] and any(a.endswith("probechild.py") for a in cmdline)
 
     return [p.pid for p in psutil.process_iter(["cmdline"]) if probes(p.info["cmdline"] or [])]
 

@@ -29,6 +29,7 @@ from healthd.exitcodes import EX_DATAERR, EX_OK, EX_TEMPFAIL, EX_USAGE
 
 if TYPE_CHECKING:
     import argparse  # a command line spelled out is read without it (``healthd.cli.main.plain_command``)
+    from pathlib import Path
     from typing import Optional, Union
 
     from healthd.cycle.engine import Engine
@@ -91,7 +92,7 @@ def _run(args: argparse.Namespace, begun: float) -> int:
     tried = _trial(args)
     if isinstance(tried, int):
         return tried
-    engine, expected = tried
+    engine, expected, node_state = tried
     only = None if expected is None else list(expected)
     if args.only:
         only = [name.strip() for name in args.only.split(",") if name.strip()] + (only or [])
@@ -119,7 +120,7 @@ def _run(args: argparse.Namespace, begun: float) -> int:
         from healthd.plan.active import refusal
 
         rule = None if args.force else refusal
-        started = start(engine, rule, "check --once --active", dry_run=dry_run, only=only)
+        started = start(engine, rule, "check --once --active", dry_run=dry_run, only=only, node_state=node_state)
         if isinstance(started, NotStarted):
             print(f"healthd: not running the active checks: {started.why}", file=sys.stderr)
             return EX_TEMPFAIL
@@ -152,12 +153,15 @@ def _log_to_stderr(debug: bool) -> None:
         logging.getLogger().setLevel(level)
 
 
-def _trial(args: argparse.Namespace) -> Union[int, tuple[Engine, Optional[tuple[str, ...]]]]:
-    """The engine and the checks ``--expect`` names (None without it), or the exit code of a line refused."""
+def _trial(args: argparse.Namespace) -> Union[int, tuple[Engine, Optional[tuple[str, ...]], Optional[Path]]]:
+    """The engine, the checks ``--expect`` names and the node's state directory it copied (None, None without it).
+
+    Or the exit code of a line refused.
+    """
     if not (args.expect or args.timeout is not None or args.debug):
         from healthd.cycle.engine import Engine
 
-        return Engine.from_path(args.config), None
+        return Engine.from_path(args.config), None, None
     from healthd.config.expectations import NotConverted
     from healthd.cycle.checkmodes import trial
     from healthd.text import one_line
@@ -171,4 +175,4 @@ def _trial(args: argparse.Namespace) -> Union[int, tuple[Engine, Optional[tuple[
     if not args.quiet:
         for note in tried.notes:
             print(f"healthd: note: {one_line(note, 400)}", file=sys.stderr)
-    return tried.engine, tried.names
+    return tried.engine, tried.names, tried.node_state

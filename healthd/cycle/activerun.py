@@ -21,6 +21,7 @@ has something to do), so a healthy node's pass still sends slurmctld nothing.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
 from healthd.model import Tier
@@ -68,15 +69,18 @@ def start(
     tier: Tier = Tier.ACTIVE,
     dry_run: bool = False,
     only: Optional[list[str]] = None,
+    node_state: Optional[Path] = None,
 ) -> Union[NotStarted, PassOutcome]:
     """Run a pass of ``tier`` with the active checks, if ``rule`` allows it now; see the module docstring.
 
     ``rule`` None starts without asking Slurm (``--force``: the operator vouches for the node).
     ``by`` says who started the run, for the record; ``only`` limits the pass to those checks.
+    ``node_state`` is the node's state directory where the engine's is another (``--expect``'s
+    copy): its ``active.lock`` is the node's, which every other active pass takes.
     """
     from healthd.cycle.pipeline import PassRequest, run_pass
 
-    lock = StateLock(engine.config.paths.state_dir, 0.0, name=ACTIVE_LOCK)
+    lock = StateLock(node_state or engine.config.paths.state_dir, 0.0, name=ACTIVE_LOCK)
     try:
         lock.acquire()
     except LockTimeout:

@@ -6,7 +6,11 @@ that are not its config, and the next pass from the config would undo whatever i
 Slurm (docs/commands.md, "Trying one expectation"). It runs on a private copy of the state
 directory, removed at exit: its checks' cursors (the kernel log's), streaks and history are
 the node's, and a trial that advanced or counted them would hide an Xid from the next real
-pass or drain the node a pass early. ``--debug`` logs, for each check, what
+pass or drain the node a pass early. The copy is made in the temporary directory and held by
+an ``flock`` on it for the process's life; a copy whose holder died without its exit handlers
+(SIGKILL, a crash) is unlocked, and the next ``--expect`` of the same user removes it
+(``_sweep``). With ``--active``, the node's own ``active.lock`` is taken (``Trial.node_state``),
+not the copy's, so the trial never runs diagnostics beside a real active pass. ``--debug`` logs, for each check, what
 its ``gather`` returned, as one bounded printable line: observations hold text users shape
 (mount points, process names), which must not reach the terminal as control characters.
 """
@@ -14,9 +18,12 @@ its ``gather`` returned, as one bounded printable line: observations hold text u
 from __future__ import annotations
 
 import atexit
+import errno
+import fcntl
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
@@ -30,12 +37,21 @@ log = logging.getLogger(__name__)
 OBSERVATION_LIMIT = 2000
 
 
+# The copies of the state directory ``--expect`` makes: ``tempfile.gettempdir()/healthd-expect-*``.
+SCRATCH_PREFIX = "healthd-expect-"
+
+
 class Trial(NamedTuple):
-    """The engine for the pass, the checks the expectations name (None: no ``--expect``), and notes to show."""
+    """The engine for the pass, the checks the expectations name (None: no ``--expect``), and notes to show.
+
+    ``node_state`` is the node's own state directory where the engine's is ``--expect``'s copy
+    (None otherwise): the one whose ``active.lock`` an active pass takes.
+    """
 
     engine: Engine
     names: Optional[tuple[str, ...]]
     notes: tuple[str, ...]
+    node_state: Optional[Path] = None
 
 
 def trial(config: Optional[Path], expect: Sequence[str], timeout: Optional[float], debug: bool) -> Trial:
@@ -47,8 +63,10 @@ def trial(config: Optional[Path], expect: Sequence[str], timeout: Optional[float
     from healthd.config.expectations import Layer, expectation, load_with, pass_timeout
 
     layers = [expectation(text) for text in expect]
+    node_state = None
     if layers:
-        layers.append(Layer("--expect", {"paths": {"state_dir": str(scratch_state(config))}}))
+        node_state, scratch = scratch_state(config)
+        layers.append(Layer("--expect", {"paths": {"state_dir": str(scratch)}}))
     if timeout is not None:
         layers.append(pass_timeout(timeout))
     if layers:
@@ -62,7 +80,7 @@ def trial(config: Optional[Path], expect: Sequence[str], timeout: Optional[float
         for name in names or ():
             log.debug("%s: settings %s", name, one_line(repr(engine.loaded.check_settings.get(name)), 2000))
     notes = tuple(f"{layer.label}: {note}" for layer in layers for note in layer.notes)
-    return Trial(engine, names, notes)
+    return Trial(engine, names, notes, node_state)
 
 
 def show_observation(check: str, observation: object) -> None:
@@ -70,8 +88,8 @@ def show_observation(check: str, observation: object) -> None:
     log.debug("%s read: %s", check, one_line(repr(observation), OBSERVATION_LIMIT))
 
 
-def scratch_state(config: Optional[Path]) -> Path:
-    """A private copy of the node's state directory (its locks left out), removed when the process exits.
+def scratch_state(config: Optional[Path]) -> tuple[Path, Path]:
+    """The node's state directory, and a private copy of it (its locks left out), removed when the process exits.
 
     Raises ``UntrustedPath`` when the node's own fails the trust rule, as a pass would.
     """
@@ -81,12 +99,76 @@ def scratch_state(config: Optional[Path]) -> Path:
     source, raw = read_config(config)
     node = StateDir(node_settings(source, raw).state_dir)
     node.refuse_untrusted()
-    scratch = Path(tempfile.mkdtemp(prefix="healthd-expect-"))
-    atexit.register(shutil.rmtree, scratch, True)
+    parent = Path(tempfile.gettempdir())
+    _sweep(parent)
+    scratch, held = _held_scratch(parent)
+    atexit.register(_remove, scratch, held)
     if not node.directory.is_dir():
-        return scratch
+        return node.directory, scratch
     with os.scandir(node.directory) as entries:
         for entry in entries:
             if entry.is_file(follow_symlinks=False) and not entry.name.endswith(".lock"):
                 shutil.copy2(entry.path, scratch / entry.name, follow_symlinks=False)
-    return scratch
+    return node.directory, scratch
+
+
+def _lock(directory: str) -> Optional[int]:
+    """An ``flock`` of ``directory`` itself, taken without waiting: its descriptor, or None when another holds it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise
+    return fd
+
+
+def _held_scratch(parent: Path) -> tuple[Path, int]:
+    """A new copy directory under ``parent``, locked: it and the lock's descriptor.
+
+    Another run's ``_sweep`` may take a new directory's lock first, or remove it between
+    ``mkdtemp`` and the lock: then the directory at the path is not the one locked, and
+    another is made.
+    """
+    while True:
+        scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX, dir=parent)
+        held = _lock(scratch)
+        if held is None:
+            continue
+        try:
+            if os.stat(scratch, follow_symlinks=False).st_ino == os.fstat(held).st_ino:
+                return Path(scratch), held
+        except FileNotFoundError:
+            pass
+        os.close(held)
+
+
+def _remove(scratch: Path, held: int) -> None:
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.close(held)
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the copies under ``parent`` that earlier ``--expect`` runs of this user left: those no process holds.
+
+    Only directories this user owns (``lstat``: never a link, never another user's, whose
+    names anyone may choose in a shared /tmp); each removed while its lock is held here.
+    """
+    try:
+        with os.scandir(parent) as entries:
+            found = [entry.path for entry in entries if entry.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return
+    for path in found:
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            held = _lock(path)
+        except OSError:
+            continue
+        if held is not None:
+            shutil.rmtree(path, ignore_errors=True)
+            os.close(held)

@@ -96,7 +96,7 @@ def test_two_hung_mounts_and_healthy_ones_in_one_pass_cost_one_probe_process(
 
 def test_a_mount_whose_server_died_is_critical_broken(dead_mount: str, write_config: Callable[[str], Path]) -> None:
     # A crashed FUSE client: still in mountinfo, and statvfs fails at once with ENOTCONN.
-    for include_root in ("false", "true"):  # one mount (stat) and several (the threaded child)
+    for include_root in ("false", "true"):  # one mount and two (with the root), each on its thread of the child
         config = write_config(
             f'[checks.mounts]\nexpect = [{{ path = "{dead_mount}" }}]\n'
             f"include_root = {include_root}\ntimeout = 10\nprobe_timeout = {PROBE_TIMEOUT}\n"

@@ -25,6 +25,7 @@ from healthd_checks.mounts.fsprobe import (
     Usage,
     df_percent,
     parse_stat_output,
+    read_here,
     stat_failed,
 )
 from healthd_checks.mounts.settings import MountsSettings
@@ -166,18 +167,18 @@ def test_a_refusal_or_the_probes_own_failure_stays_unknown(number: Optional[int]
 
 
 def test_both_probes_report_the_errno(tmp_path: Path) -> None:
-    # One path: stat's message on stderr; several: the threaded child's line. Absent paths give
-    # ENOENT, whatever their names say.
-    absent = [str(tmp_path / "gone: Input/output error"), str(tmp_path / "also gone")]
-    alone = ProbeTable().probe_all(absent[:1], 10, {})
+    # In this process and in the child alike; absent paths give ENOENT, whatever their names say.
+    absent = {str(tmp_path / "gone: Input/output error"): "0:1", str(tmp_path / "-also gone\n1 ~ 0:2"): "0:1"}
     together = ProbeTable().probe_all(absent, 10, {})
-    for outcome in (alone[absent[0]], *together.values()):
+    here = {path: read_here(path, "0:1") for path in absent}
+    for outcome in (*together.values(), *here.values()):
         assert isinstance(outcome, Failed) and outcome.errno == errno.ENOENT, outcome
 
 
 def test_stat_messages_are_read_back_to_their_errno() -> None:
+    # The root alone is probed by stat, whose failure is a message on stderr.
     for name in BROKEN:
-        message = f"/usr/bin/stat: cannot read file system information for '/x': {os.strerror(getattr(errno, name))}"
+        message = f"/usr/bin/stat: cannot read file system information for '/': {os.strerror(getattr(errno, name))}"
         assert stat_failed(message).errno == getattr(errno, name)
     # A message that is not stat's failure to read the filesystem is the probe's own.
     assert stat_failed("stat: write error: Input/output error").errno is None
@@ -248,12 +249,12 @@ def test_the_mounts_are_judged_safe_in_the_namespace_that_reads_them(
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
     assert code == 0 and findings(doc, "mounts") == []
     (call,) = popen.call_args_list
-    assert call.args[0][-1] == "/proc"
+    assert call.args[0][-2:] == ["/proc", ""]  # a captured mountinfo names no device of this node
     # Without this process's own mountinfo nothing is read here either.
     (procfs / "self" / "mountinfo").unlink()
     popen.reset_mock()
     code, doc = cli_json("check", "--once", "--json", "--only", "mounts", "--config", str(write_config(body)))
-    assert code == 0 and [c.args[0][-1] for c in popen.call_args_list] == ["/proc"]
+    assert code == 0 and [c.args[0][-2] for c in popen.call_args_list] == ["/proc"]
 
 
 NODE = (

@@ -24,6 +24,12 @@ import pytest
 from healthd_testkit.paths import REPO
 from healthd_testkit.waiting import wait_for
 
+from healthd.checks.plugin import JudgeContext
+from healthd_checks.common.mountinfo import find_mount, parse_mountinfo
+from healthd_checks.mounts.check import MountsObservation, judge
+from healthd_checks.mounts.fsprobe import Changed, ProbeTable
+from healthd_checks.mounts.settings import MountsSettings
+
 HANGFS = REPO / "tests" / "healthd_testkit" / "hangfs.py"
 
 
@@ -55,6 +61,20 @@ def users_fuse(user: tuple[int, int], mount_point: Path, allow_other: bool = Fal
             os.killpg(server.pid, signal.SIGKILL)
         server.wait()
         subprocess.run(["umount", "-l", str(mount_point)], check=False, capture_output=True)
+
+
+def _read_here_elsewhere(path: Path, device: str) -> str:
+    """``fsprobe.read_here`` run in a plain interpreter: this one's host guard looks at each path opened."""
+    code = "import sys; from healthd_checks.mounts.fsprobe import read_here; print(repr(read_here(*sys.argv[1:])))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path), device], capture_output=True, text=True, env=env, timeout=60
+    )
+    return done.stdout.strip() or done.stderr
+
+
+def _judging() -> JudgeContext[MountsSettings]:
+    return JudgeContext("mounts", MountsSettings(), 1e9)
 
 
 def _mounts_pass(cli_json: Callable[..., Any], write_config: Callable[[str], Path], body: str) -> tuple[int, Any]:
@@ -114,3 +134,23 @@ def test_a_users_fuse_mount_over_a_full_scratch_is_neither_ok_nor_a_take_out(
     # Without the user's mount, the same scratch is judged full, as it is.
     code, found = _mounts_pass(cli_json, write_config, body)
     assert [(f["status"], f["code"]) for f in found] == [("WARNING", "MOUNT_SPACE_LOW")] and code == 1
+
+
+def test_a_users_fuse_mounted_after_mountinfo_was_read_is_found_not_waited_on(
+    intruder: tuple[int, int], tmpfs: Callable[[str, str], Path]
+) -> None:
+    # The race of a pass: mountinfo read (the tmpfs at the path), then the user mounts FUSE
+    # there (allow_other: root's statvfs would wait on the user's server, which never
+    # answers), then the probe. Both probes, the child's and this process's, find the other
+    # mount before asking it anything, and say so: not hung, not the tmpfs's numbers.
+    scratch = tmpfs("scratch", "size=1m,mode=0777")
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as handle:
+        entry = find_mount(parse_mountinfo(handle.read(), "mountinfo").entries, str(scratch))
+    assert entry is not None and entry.fstype == "tmpfs"
+    with users_fuse(intruder, scratch, allow_other=True):
+        child = ProbeTable().probe_all({str(scratch): entry.device}, 5, {})[str(scratch)]
+        here = _read_here_elsewhere(scratch, entry.device)
+    assert isinstance(child, Changed) and child.expected == entry.device and child.device != entry.device
+    assert here == repr(child)
+    judged = judge(MountsObservation(Path("mountinfo"), outcomes=((str(scratch), child),)), _judging())
+    assert [(f.status.name, f.code) for f in judged.findings] == [("UNKNOWN", "MOUNT_CHANGED")]

@@ -242,3 +242,20 @@ def test_check_active_refuses_without_slurm_and_runs_when_forced(
     assert code == 1 and "DCGM_PCIE_FAILED" in out
     assert dcgmi.levels == ["2", "2"]
     assert cli("check", "--once", "--force", "--config", config)[0] == EX_USAGE
+
+
+def test_an_active_expectation_takes_the_nodes_active_lock(
+    tmp_path: Path, write_config: Callable[[str], Path], cli: Cli
+) -> None:
+    # --expect runs on a copy of the state directory; its active pass still waits for no one's
+    # diagnostic but its own: the node's active.lock, which a real active pass holds.
+    dcgmi = Dcgmi(tmp_path)
+    dcgmi.prints("level2-pcie-fail.json", rc=226)
+    config = write_config(f'[checks.dcgm]\ndcgmi = "{dcgmi.tool}"\nlevel = 2\n')
+    trial = ("check", "--active", "--force", "--expect", "dcgm: level = 2", "--config", str(config))
+    with StateLock(config.parent / "state", 0.0, name=LOCK_NAME):  # as a real active pass holds it
+        code, _, err = cli(*trial)
+    assert code == EX_TEMPFAIL and "another active pass is running on this node" in err
+    assert dcgmi.levels == [], "no diagnostic beside the running one"
+    code, out, _ = cli(*trial)
+    assert code == 1 and "DCGM_PCIE_FAILED" in out and dcgmi.levels == ["2", "2"]  # as many runs as --active alone

@@ -5,6 +5,7 @@ The mounts are real tmpfs mounts; every run is a separate process, as an operato
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Callable
 import pytest
 from healthd_testkit.checks import only_checks
 from healthd_testkit.paths import HEALTHD
+from healthd_testkit.waiting import wait_for
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
 
@@ -137,3 +139,29 @@ def test_timeout_bounds_the_pass(check: Run) -> None:
     assert done.returncode == 3 and '"code": "CHECK_TIMEOUT"' in done.stdout, done.stdout[-2000:]
     assert check("--dry-run", "--timeout", "700").returncode == 78
     assert check("--dry-run", "--timeout", "0").returncode == 64
+
+
+def test_a_trial_killed_mid_pass_leaves_its_copy_only_until_the_next_trial(
+    hung_mount: str, tmp_path: Path, write_config: Callable[[str], Path], stat_probes: Callable[[str], list[int]]
+) -> None:
+    # The trial waits on a hung mount's probe, its copy of the state directory made: SIGKILL
+    # runs no exit handler, so the copy stays; the next trial of the same user removes it.
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, "TMPDIR": str(temporary)}
+    config = write_config("[checks.mounts]\ninclude_root = false\ntimeout = 60\nprobe_timeout = 50\n")
+    line = f'mounts: expect = [{{ path = "{hung_mount}" }}]'
+    trial = subprocess.Popen([str(HEALTHD), "check", "-c", str(config), "--expect", line], env=env)
+    try:
+        wait_for(lambda: stat_probes(hung_mount), timeout=30, what="the trial's probe of the hung mount")
+        (copy,) = temporary.glob("healthd-expect-*")
+    finally:
+        trial.kill()
+        trial.wait()
+    assert copy.is_dir()
+    done = subprocess.run(
+        [str(HEALTHD), "check", "-c", str(config), "--expect", "check_fs_mount -f /nowhere-at-all"],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert list(temporary.glob("healthd-expect-*")) == []

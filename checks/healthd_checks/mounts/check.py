@@ -14,7 +14,10 @@ What a user shapes decides nothing (docs/security.md): a line of mountinfo that 
 parse is skipped and named in an OK note, and the rest is judged; a user's own FUSE mount
 (``fuse_user``) never stands for the node's mount at its path, whose presence, type and rw
 are judged beneath it, and a path it stands in the way of is not probed: its space and
-inodes are UNKNOWN ``MOUNT_USER_FUSE``, naming the user and the mount.
+inodes are UNKNOWN ``MOUNT_USER_FUSE``, naming the user and the mount. A mount that took the
+place of the one mountinfo named between the read and the probe (a user's FUSE mounted in
+between) is not read (``fsprobe.Changed``): mountinfo is read again and the path probed once
+more by it, and a mount that changed again is UNKNOWN ``MOUNT_CHANGED``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ..common.procs import user_name
 from .fsprobe import (
     MEMORY_FILESYSTEMS,
     WALKABLE_FILESYSTEMS,
+    Changed,
     Failed,
     Hung,
     ProbeOutcome,
@@ -123,6 +127,34 @@ def _users_in_the_way(entries: tuple[MountEntry, ...], paths: list[str]) -> tupl
     return tuple((uid, user_name(uid)) for uid in uids)
 
 
+def _probed(settings: MountsSettings, entries: tuple[MountEntry, ...]) -> list[str]:
+    """The watched paths to probe: the node's mounts, where no user's FUSE mount is in the way."""
+    # A path under a user's FUSE mount is not probed: statvfs there would ask the user's server.
+    return [
+        path
+        for path in _watched(settings)
+        if (path == "/" or find_node_mount(entries, path) is not None) and user_mount_in_the_way(entries, path) is None
+    ]
+
+
+def _probe(
+    ctx: CheckContext[MountsSettings], entries: tuple[MountEntry, ...], paths: list[str], stuck: StuckProbes
+) -> dict[str, ProbeOutcome]:
+    """Space and inodes of ``paths``, each read only where its mount is still the one ``entries`` shows there.
+
+    Only mountinfo read from this node's own procfs names the devices here: a captured tree
+    (``[paths] procfs``, tests and post-mortems) is not compared with them ("" compares nothing).
+    """
+    live = ctx.paths.procfs == Path("/proc")
+    devices = {path: entry.device if live and (entry := find_mount(entries, path)) else "" for path in paths}
+    here = _answered_here(ctx, list(entries), paths)
+    outcomes = {path: read_here(path, devices[path]) for path in here}
+    probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
+    rest = {path: device for path, device in devices.items() if path not in outcomes}
+    outcomes.update(probes.probe_all(rest, ctx.settings.probe_timeout, stuck))
+    return outcomes
+
+
 def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
     settings = ctx.settings
     source = ctx.paths.procfs / str(settings.namespace_pid) / "mountinfo"
@@ -131,28 +163,31 @@ def gather(ctx: CheckContext[MountsSettings]) -> MountsObservation:
         return MountsObservation(source, problem=read)
     if not settings.expect and not settings.usage_limits and not settings.include_root:
         raise NotApplicable("no mounts configured in [checks.mounts] expect and include_root is off")
-    entries = read.entries
-    seen = MountsObservation(
-        source, entries, skipped=read.skipped, users=_users_in_the_way(entries, _watched(settings))
-    )
+    watched = _watched(settings)
+    seen = MountsObservation(source, read.entries, skipped=read.skipped, users=_users_in_the_way(read.entries, watched))
     if not settings.probe_usage:
         return seen
-    # A path under a user's FUSE mount is not probed: statvfs there would ask the user's server.
-    paths = [
-        path
-        for path in _watched(settings)
-        if (path == "/" or find_node_mount(entries, path) is not None) and user_mount_in_the_way(entries, path) is None
-    ]
-    here = _answered_here(ctx, list(entries), paths)
-    probes: ProbeTable = ctx.memory.setdefault("probes", ProbeTable())
+    paths = _probed(settings, read.entries)
     state = ctx.state.load()
     remembered = _stuck_probes(state)
     before = dict(remembered)
-    outcomes = {path: read_here(path) for path in here}
-    outcomes.update(probes.probe_all([p for p in paths if p not in outcomes], settings.probe_timeout, remembered))
+    outcomes = _probe(ctx, read.entries, paths, remembered)
+    changed = [path for path, outcome in outcomes.items() if isinstance(outcome, Changed)]
+    if changed:
+        # Another mount stood at a path by the time it was probed (a user's FUSE mounted since
+        # mountinfo was read, an autofs trigger that mounted): read mountinfo again, and probe
+        # those paths once more by what it says now. A path changed twice stays ``Changed``.
+        again = read_parsed(source, parse_mountinfo, "MOUNTINFO", "surrogateescape")
+        if not isinstance(again, Unobserved):
+            users = _users_in_the_way(again.entries, watched)
+            seen = seen._replace(entries=again.entries, skipped=again.skipped, users=users)
+            retry = [path for path in _probed(settings, again.entries) if path in changed]
+            outcomes = {path: outcome for path, outcome in outcomes.items() if path not in changed}
+            outcomes.update(_probe(ctx, again.entries, retry, remembered))
     forget_finished(remembered, keep=set(paths))
     stuck = remembered if remembered != before else None
-    return seen._replace(outcomes=tuple((p, outcomes[p]) for p in paths), stuck=stuck, previous=state)
+    found = tuple((path, outcomes[path]) for path in watched if path in outcomes)
+    return seen._replace(outcomes=found, stuck=stuck, previous=state)
 
 
 def answered_from_memory(entries: Sequence[MountEntry], path: str) -> bool:
@@ -303,21 +338,9 @@ def _user_findings(jc: JudgeContext[MountsSettings], observed: MountsObservation
         )
 
 
-def _usage_findings(
-    jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome, fstype: Optional[str]
-) -> Iterable[Finding]:
-    min_free, min_inodes = _limits(jc.settings, path)
-    if isinstance(outcome, Usage) and outcome.total_bytes == 0 and min_free > 0 and fstype not in MEMORY_FILESYSTEMS:
-        # A filesystem with a size says so; no blocks at all is no reading (a FUSE mount that does
-        # not let root in is answered so by the kernel: fs/fuse/inode.c, fuse_statfs).
-        yield jc.finding(
-            Status.UNKNOWN,
-            "MOUNT_USAGE_EMPTY",
-            path,
-            f"space of {path} not read: statvfs answered 0 blocks in all, which a {_shown(fstype or 'mounted')} "
-            "filesystem never has",
-        )
-    elif isinstance(outcome, Hung):
+def _unread_findings(jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome) -> Iterable[Finding]:
+    """What a probe that read no numbers says: hung, changed under it, broken, or failed."""
+    if isinstance(outcome, Hung):
         how = "an earlier probe is still stuck" if outcome.inherited else "statvfs did not return"
         yield jc.finding(
             Status.CRITICAL,
@@ -326,6 +349,17 @@ def _usage_findings(
             f"{path} is hung: {how} after {outcome.stuck_seconds:.1f}s",
             probe_pid=outcome.pid,
             stuck_seconds=round(outcome.stuck_seconds, 3),
+        )
+    elif isinstance(outcome, Changed):
+        # Not the expected mount's fault, nor a reading of it (fsprobe.Changed).
+        yield jc.finding(
+            Status.UNKNOWN,
+            "MOUNT_CHANGED",
+            path,
+            f"space and inodes of {path} not read: the mount there changed while it was probed "
+            f"(device {_shown(outcome.device)} where mountinfo named {_shown(outcome.expected)})",
+            device=_shown(outcome.device),
+            expected_device=_shown(outcome.expected),
         )
     elif isinstance(outcome, Failed) and outcome.errno in BROKEN_ERRNOS:
         name = errno.errorcode[outcome.errno]
@@ -338,7 +372,25 @@ def _usage_findings(
         )
     elif isinstance(outcome, Failed):
         yield jc.finding(Status.UNKNOWN, "MOUNT_PROBE_FAILED", path, f"cannot read usage of {path}: {outcome.message}")
-    elif isinstance(outcome, Usage):
+
+
+def _usage_findings(
+    jc: JudgeContext[MountsSettings], path: str, outcome: ProbeOutcome, fstype: Optional[str]
+) -> Iterable[Finding]:
+    min_free, min_inodes = _limits(jc.settings, path)
+    if not isinstance(outcome, Usage):
+        yield from _unread_findings(jc, path, outcome)
+    elif outcome.total_bytes == 0 and min_free > 0 and fstype not in MEMORY_FILESYSTEMS:
+        # A filesystem with a size says so; no blocks at all is no reading (a FUSE mount that does
+        # not let root in is answered so by the kernel: fs/fuse/inode.c, fuse_statfs).
+        yield jc.finding(
+            Status.UNKNOWN,
+            "MOUNT_USAGE_EMPTY",
+            path,
+            f"space of {path} not read: statvfs answered 0 blocks in all, which a {_shown(fstype or 'mounted')} "
+            "filesystem never has",
+        )
+    else:
         convention = jc.settings.free_space_as
         space, inodes = outcome.free_percents(convention)
         how = " (as df counts it)" if convention == "df" else ""

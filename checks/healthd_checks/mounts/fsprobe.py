@@ -5,10 +5,12 @@ be interrupted, so it never runs in one of healthd's own threads, except on a
 filesystem with no backing store reached through no filesystem that revalidates its
 paths (``MEMORY_FILESYSTEMS``, ``WALKABLE_FILESYSTEMS``): the kernel answers those
 from memory, and ``read_here`` asks in this process. All the other mounts of a pass
-are probed by one child process in its own session: ``stat --file-system`` for a
-single mount, an isolated interpreter with one thread per mount for several (a hung
-mount blocks only its thread, so every mount answers or is found hung within the one
-deadline). The child is abandoned at its deadline and remembered,
+are probed by one child process in its own session: ``stat --file-system`` for the root
+alone (no user can mount over it), else an isolated interpreter running ``probechild`` with
+one thread per mount (a hung mount blocks only its thread, so every
+mount answers or is found hung within the one deadline). Both read a mount only where
+the device at its path is still the one its mountinfo record named (``Changed``
+otherwise: a user may mount FUSE there in between). The child is abandoned at its deadline and remembered,
 as the stuck probe of each mount that did not answer, until it finally exits.
 While a probe of a mount is still alive no new one is started for that mount, in
 this process (``ProbeTable``) or in a later one (the pid and start time are kept in
@@ -25,11 +27,14 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple, Optional, Union
 
 from healthd.checks.binaries import locate
 from healthd.checks.bounded import process_start
 from healthd.text import records
+
+from . import probechild
 
 # Filesystems with no backing store: the kernel answers their statfs from memory, with no
 # disk or server to wait for (fs/libfs.c ``simple_statfs`` for proc, sysfs and the kernfs
@@ -46,10 +51,6 @@ MEMORY_FILESYSTEMS = frozenset(
 # dentry revalidation (``d_revalidate``; NFS, FUSE, Lustre, CIFS, Ceph and overlay have one,
 # which may ask a server), and a mount pins the dentries above its mount point in the cache.
 WALKABLE_FILESYSTEMS = MEMORY_FILESYSTEMS | {"ext2", "ext3", "ext4", "xfs", "btrfs"}
-
-# %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes,
-# %f free blocks (root's reserve included)
-_FORMAT = "%b %a %S %c %d %f"
 
 
 class Usage(NamedTuple):
@@ -98,11 +99,26 @@ class Failed(NamedTuple):
     errno: Optional[int] = None
 
 
-ProbeOutcome = Union[Usage, Hung, Failed]
+class Changed(NamedTuple):
+    """The mount at the path is no longer the one mountinfo named: ``device`` is there instead ("?": none listed).
+
+    A user's FUSE mounted there since mountinfo was read, an autofs trigger that mounted
+    what it stands for, a mount undone: the filesystem expected was not read, and nothing
+    was asked of the one found.
+    """
+
+    device: str
+    expected: str
+
+
+ProbeOutcome = Union[Usage, Hung, Failed, Changed]
 
 
 def parse_stat_output(text: str) -> Usage:
-    """Parse ``stat --file-system --format=_FORMAT`` output; ``ValueError`` when malformed."""
+    """Parse a probe's six numbers (``probechild.probe``: f_blocks, f_bavail, f_frsize, f_files, f_ffree, f_bfree).
+
+    In the order of ``stat --file-system --format="%b %a %S %c %d %f"``; ``ValueError`` when malformed.
+    """
     parts = text.split()
     if len(parts) != 6:
         raise ValueError(f"expected 6 numbers from stat, got {text.strip()!r}")
@@ -135,13 +151,23 @@ def _usage(blocks: int, avail: int, block_size: int, inodes: int, free_inodes: i
     )
 
 
-def read_here(path: str) -> ProbeOutcome:
-    """``statvfs`` of ``path`` in this process: only for a mount the kernel answers from memory (see the module)."""
-    try:
-        got = os.statvfs(path)
-    except OSError as exc:
-        return Failed(exc.strerror or str(exc), exc.errno or None)
-    return _usage(got.f_blocks, got.f_bavail, got.f_frsize, got.f_files, got.f_ffree, got.f_bfree)
+def read_here(path: str, device: str) -> ProbeOutcome:
+    """``statvfs`` of ``path`` in this process: only for a mount the kernel answers from memory (see the module).
+
+    Read as the child reads it (``probechild.probe``): a user's FUSE mounted on ``path`` since
+    mountinfo was read is found before anything is asked of it, not waited on in this process.
+    """
+    return _outcome(probechild.probe(path, device), device)
+
+
+def _outcome(answer: probechild.Answer, device: str) -> ProbeOutcome:
+    if isinstance(answer, str):
+        return Changed(answer, device)
+    if len(answer) == 2:
+        number, message = answer
+        return Failed(str(message), int(number) or None)
+    blocks, avail, block_size, inodes, free_inodes, free_blocks = (int(n) for n in answer)
+    return _usage(blocks, avail, block_size, inodes, free_inodes, free_blocks)
 
 
 def forget_finished(remembered: dict[str, dict[str, float]], keep: set[str]) -> None:
@@ -158,32 +184,24 @@ class _Running:
     started: float
 
 
-# The child that probes several mounts at once: one thread per mount, so a hung one
-# blocks only its own thread and every other mount still answers within the deadline.
-# Each line is "INDEX TOTAL AVAIL FRSIZE INODES FREE_INODES FREE" (the numbers of _FORMAT) or
-# "INDEX ! ERRNO ERROR"; one os.write per line, under PIPE_BUF, so lines never interleave.
-_MANY = """import os, sys, threading
-def probe(i, p):
-    try:
-        s = os.statvfs(p)
-        line = "%d %d %d %d %d %d %d" % (i, s.f_blocks, s.f_bavail, s.f_frsize, s.f_files, s.f_ffree, s.f_bfree)
-    except OSError as e:
-        line = "%d ! %d %s" % (i, e.errno or 0, (e.strerror or str(e))[:200].replace("\\n", " "))
-    os.write(1, (line + "\\n").encode("utf-8", "replace"))
-threads = [threading.Thread(target=probe, args=(i, p)) for i, p in enumerate(sys.argv[1:])]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-"""
+# The child: one thread per mount, so a hung one blocks only its own thread and every other
+# mount still answers within the deadline (probechild.py; its lines are read by _answers).
+_CHILD = str(Path(__file__).with_name("probechild.py"))
+# %b total blocks, %a blocks free to non-root, %S fundamental block size, %c total inodes, %d free inodes,
+# %f free blocks (root's reserve included): probechild's numbers, in its order.
+_FORMAT = "%b %a %S %c %d %f"
 
 
-def _command(paths: list[str]) -> list[str]:
-    """One child for ``paths``: ``stat`` for a single mount (cheapest), a threaded interpreter for several."""
-    if len(paths) == 1:
-        # The same line format as _MANY's, for one mount at index 0.
-        return [locate("stat"), "--file-system", f"--printf=0 {_FORMAT}\\n", "--", paths[0]]
-    return [sys.executable, "-I", "-S", "-c", _MANY, *paths]
+def _command(mounts: dict[str, str]) -> list[str]:
+    """One child for ``mounts`` (path: the ``major:minor`` mountinfo gave it).
+
+    The root alone is read by ``stat`` (a tenth of an interpreter's start): no user may mount
+    on "/" (fusermount3 mounts only on a directory its caller may write, and "/" is root's),
+    so nothing can take its place between mountinfo and the probe.
+    """
+    if list(mounts) == ["/"]:
+        return [locate("stat"), "--file-system", f"--printf=0 {_FORMAT}\\n", "--", "/"]
+    return [sys.executable, "-I", "-S", _CHILD, *(item for pair in mounts.items() for item in pair)]
 
 
 def read_until(process: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bool]:
@@ -226,21 +244,27 @@ def stat_failed(stderr: str) -> Failed:
     return Failed(stderr, codes.get(message))
 
 
-def _answers(output: bytes, count: int) -> dict[int, ProbeOutcome]:
-    """The outcomes in the child's complete lines, by index."""
+def _answers(output: bytes, devices: list[str]) -> dict[int, ProbeOutcome]:
+    """The outcomes in the child's complete lines (``probechild.line``), by index; ``devices`` the ones expected."""
     answers: dict[int, ProbeOutcome] = {}
     for line in records(output.decode("utf-8", "replace")):
         index, _, rest = line.partition(" ")
-        if not index.isdigit() or int(index) >= count:
+        if not index.isdigit() or int(index) >= len(devices):
             continue
-        if rest.startswith("! "):
-            answers[int(index)] = _failed(rest[2:])
-            continue
-        try:
-            answers[int(index)] = parse_stat_output(rest)
-        except ValueError as exc:
-            answers[int(index)] = Failed(str(exc))
+        answers[int(index)] = _answer(rest, devices[int(index)])
     return answers
+
+
+def _answer(rest: str, device: str) -> ProbeOutcome:
+    """One line of the child's after its index: the six numbers, ``~ DEVICE`` or ``! ERRNO MESSAGE``."""
+    if rest.startswith("~ "):
+        return Changed(rest[2:], device)
+    if rest.startswith("! "):
+        return _failed(rest[2:])
+    try:
+        return parse_stat_output(rest)
+    except ValueError as exc:
+        return Failed(str(exc))
 
 
 def _close(process: subprocess.Popen[bytes], *, read_errors: bool = True) -> str:
@@ -275,9 +299,12 @@ class ProbeTable:
         return None
 
     def probe_all(
-        self, paths: list[str], deadline: float, remembered: dict[str, dict[str, float]]
+        self, mounts: dict[str, str], deadline: float, remembered: dict[str, dict[str, float]]
     ) -> dict[str, ProbeOutcome]:
-        """Probe every path of ``paths`` in one child process, waiting at most ``deadline`` seconds.
+        """Probe every path of ``mounts`` in one child process, waiting at most ``deadline`` seconds.
+
+        ``mounts`` maps each path to the ``major:minor`` its mountinfo record gave: a path
+        where another mount stands by the time the child looks is ``Changed``, not read.
 
         ``remembered`` is the check's persisted ``{path: {"pid", "start"}}`` record of
         stuck probes left by earlier processes; it is updated in place. A path whose
@@ -285,15 +312,15 @@ class ProbeTable:
         """
         now = time.monotonic()
         outcomes: dict[str, ProbeOutcome] = {}
-        for path in paths:
+        for path in mounts:
             stuck = self._still_stuck(path, now, remembered)
             if stuck is not None:
                 outcomes[path] = stuck
-        todo = [p for p in paths if p not in outcomes]
+        todo = [p for p in mounts if p not in outcomes]
         if not todo:
             return outcomes
         try:
-            command = _command(todo)
+            command = _command({p: mounts[p] for p in todo})
         except FileNotFoundError as exc:
             return {**outcomes, **{p: Failed(str(exc)) for p in todo}}
         process = subprocess.Popen(
@@ -305,12 +332,12 @@ class ProbeTable:
             env={"LC_ALL": "C"},
         )
         output, closed = read_until(process, now + deadline)
-        answers = _answers(output, len(todo))
+        answers = _answers(output, [mounts[p] for p in todo])
         if closed:
             process.wait()
             error = _close(process)
             for index, path in enumerate(todo):
-                # A single mount's stat prints no line when it fails: its message is on stderr.
+                # stat prints no line when it fails: its message is on stderr.
                 failed = stat_failed(error) if error else Failed(f"the probe exited {process.returncode}")
                 outcomes[path] = answers.get(index) or failed
             return outcomes
