@@ -174,8 +174,9 @@ def configless_clusters(
     """``configless_clusters("slurm-24.11")``: that release's configless cluster (sched/backfill), started on first use.
 
     Its nodes fetch their configuration from slurmctld (healthd_testkit.cluster,
-    ``configless``), and backfill runs heterogeneous jobs: the two things the session's
-    other clusters do not do. This machine's release runs here without a root.
+    ``configless``), backfill runs heterogeneous jobs, and ``PrologFlags=Alloc`` runs the
+    Prolog on every node of a job as it starts (docs/jobs.md): what the session's other
+    clusters do not do. This machine's release runs here without a root.
     """
     from healthd_testkit import cluster as cluster_module
     from healthd_testkit import releases
@@ -196,6 +197,7 @@ def configless_clusters(
                     tmp_path_factory.getbasetemp(),
                     configless=True,
                     scheduler="sched/backfill",
+                    prolog_flags="Alloc",
                 )
                 started[release_id] = stack.enter_context(cluster_module.running(cluster, host_guard.allow_slurm_conf))
                 if cluster.chroot is not None:

@@ -208,6 +208,8 @@ class Cluster:
     # slurm.conf's SchedulerType, and whether the nodes run configless (the module's docstring).
     scheduler: str = "sched/builtin"
     configless: bool = False
+    # slurm.conf's PrologFlags (``Alloc``: the Prolog runs on every node of a job at allocation).
+    prolog_flags: str = ""
     # ``24.11``: the release of slurmd that runs (set by start()).
     version: str = ""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -391,6 +393,7 @@ HealthCheckProgram={wrapper}
 HealthCheckInterval=3
 HealthCheckNodeState=ANY
 Prolog={self.root}/prolog.sh
+{f"PrologFlags={self.prolog_flags}" if self.prolog_flags else ""}
 Epilog={self.root}/epilog.sh
 {nodes}
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES

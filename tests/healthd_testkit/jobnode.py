@@ -51,3 +51,16 @@ accept_userspace_kmsg = true
     listed = cluster.prolog_nodes.read_text() if not only and cluster.prolog_nodes.exists() else ""
     cluster.prolog_nodes.write_text(f"{listed}{node}\n")
     return state
+
+
+def warm_on_node(cluster: Any, node: str) -> None:
+    """Validate the node's job config once on a configless ``node``, as its daemon or hook would have run with it.
+
+    The prolog then reads the validated config back from the config cache
+    (healthd.config.cache) within its first second instead of validating it cold, which
+    a loaded test machine can make miss that second. ``--only jobs`` in a dry run: the
+    pass changes nothing in Slurm and sees no other check's findings.
+    """
+    argv = ("check", "--once", "--dry-run", "--only", "jobs", "--config", str(cluster.job_config(node)))
+    done = cluster.on_node(node, str(cluster.healthd_bin), *argv)
+    assert done.returncode == 0, done.stdout + done.stderr

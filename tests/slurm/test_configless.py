@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from healthd_testkit.jobnode import job_node
+from healthd_testkit.jobnode import job_node, warm_on_node
 from healthd_testkit.releases import every_release
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
@@ -116,6 +116,7 @@ def test_a_critical_prolog_on_a_configless_node_requeues_the_job(configless_clus
         slurm_conf=False,
     )
     assert "conf =" not in cluster.job_config("node2").read_text()
+    warm_on_node(cluster, "node2")
     out = cluster.run("sbatch", "--parsable", "--requeue", "-w", "node2", "-o", "/dev/null", "--wrap", "sleep 30")
     job = out.stdout.strip().split(";")[0]
     cluster.wait_state("node2", lambda s: "DRAIN" in s, 60, "drained by the prolog")

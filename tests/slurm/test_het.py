@@ -7,10 +7,11 @@ component with a job id of its own (the leader's is JOBID, ``HetJobId`` in scont
 and slurmd runs Prolog= and Epilog= once per component on its node, with that
 component's ``SLURM_JOB_ID``. Slurm starts, requeues and ends the components together.
 
-Without ``PrologFlags=Alloc`` (slurm.conf(5)) slurmd runs the Prolog on a node just
-before the first task of the job starts there: a batch job's script runs on its first
-node only, so the second component's node runs it when a step of that component starts
-(``srun --het-group=1``); a component that never starts a step gets an Epilog alone.
+The cluster has ``PrologFlags=Alloc`` (slurm.conf(5)), as docs/jobs.md advises: every
+node of every component runs the Prolog as the job starts. Without it, slurmd runs the
+Prolog on a node only when a task of the job starts there, and a batch script runs on the
+first component's node only. The jobs start no step (``srun`` from a job in a Debian root
+makes slurmctld resolve this machine's name, which the root's /etc/hosts may not know).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_testkit.jobnode import job_node
+from healthd_testkit.jobnode import job_node, warm_on_node
 from healthd_testkit.paths import run_healthd
 from healthd_testkit.releases import every_release
 from healthd_testkit.waiting import wait_for
@@ -31,8 +32,6 @@ from healthd_testkit.waiting import wait_for
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
 
 MOUNT = "/no/such/het/mount"
-# The job's script (on node1, component 0) starts a step of component 1 on node2.
-STEP_ON_NODE2 = "srun --het-group=1 sleep 300"
 
 
 def _submit_het(cluster: Any, command: str) -> str:
@@ -64,7 +63,9 @@ def _history(state: Path, kind: str) -> list[dict[str, Any]]:
 def test_each_component_runs_healthds_prolog_and_epilog_on_its_node(configless_cluster: Any, tmp_path: Path) -> None:
     cluster = configless_cluster
     states = {node: job_node(cluster, node, tmp_path, slurm_conf=False, only=False) for node in ("node1", "node2")}
-    job = _submit_het(cluster, STEP_ON_NODE2)
+    for node in states:
+        warm_on_node(cluster, node)
+    job = _submit_het(cluster, "sleep 300")
     cluster.wait(
         lambda: [s for _, s in _components(cluster, job).values()] == ["RUNNING", "RUNNING"],
         60,
@@ -72,8 +73,8 @@ def test_each_component_runs_healthds_prolog_and_epilog_on_its_node(configless_c
     )
     ids = {name: own for name, (own, _) in _components(cluster, job).items()}
     assert set(ids) == {f"{job}+0", f"{job}+1"} and ids[f"{job}+0"] == job
-    # node2's prolog runs when the script's step starts there, a moment after the job.
-    cluster.wait(lambda: bool(_history(states["node2"], "job_start")), 30, "node2's prolog record")
+    for node in ("node1", "node2"):
+        cluster.wait(lambda s=states[node]: bool(_history(s, "job_start")), 30, f"{node}'s prolog record")
     cluster.run("scancel", job)
     cluster.wait(lambda: not _components(cluster, job), 60, f"het job {job} ended")
     for node, component in (("node1", f"{job}+0"), ("node2", f"{job}+1")):
@@ -97,7 +98,9 @@ def test_a_critical_prolog_on_one_component_requeues_the_whole_job(configless_cl
         slurm_conf=False,
         only=False,
     )
-    job = _submit_het(cluster, STEP_ON_NODE2)
+    for node in ("node1", "node2"):
+        warm_on_node(cluster, node)
+    job = _submit_het(cluster, "sleep 300")
     cluster.wait_state("node2", lambda s: "DRAIN" in s, 60, "drained by the prolog")
     assert cluster.reason("node2").startswith(f"healthd: MOUNT_MISSING {MOUNT}"), cluster.reason("node2")
     # Slurm requeues the whole job, the healthy node's component too; the healthy node stays in service.
@@ -120,7 +123,7 @@ def test_a_take_out_requeues_the_job_and_the_live_report_attributes_its_componen
     monkeypatch.chdir("/")
     since = datetime.datetime.now().replace(microsecond=0) + datetime.timedelta(seconds=2)
     time.sleep(max(0.0, (since - datetime.datetime.now()).total_seconds()))
-    job = _submit_het(cluster, STEP_ON_NODE2)
+    job = _submit_het(cluster, "sleep 300")
     cluster.wait(
         lambda: [s for _, s in _components(cluster, job).values()] == ["RUNNING", "RUNNING"],
         60,
