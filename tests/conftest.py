@@ -92,34 +92,116 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> 
 
 
 @pytest.fixture(scope="session")
-def release_clusters(tmp_path_factory: pytest.TempPathFactory, host_guard: Any) -> Iterator[Callable[[str], Any]]:
+def release_installs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[str], tuple[Optional[Path], Path]]]:
+    """``release_installs("slurm-24.11")``: (its root, the healthd installed there), made on first use.
+
+    The root is built (or taken from the cache) and healthd installed in it once per
+    session, and removed when the session ends. This machine's release has no root
+    (None) and runs this checkout's healthd.
+    """
+    from healthd_testkit import releases
+
+    made: dict[str, tuple[Optional[Path], Path]] = {}
+    logs = tmp_path_factory.mktemp("releases")
+    with contextlib.ExitStack() as stack:
+
+        def get(release_id: str) -> tuple[Optional[Path], Path]:
+            if release_id == releases.HOST.id:
+                return None, Path(sys.executable).with_name("healthd")
+            if release_id not in made:
+                release = releases.by_id(release_id)
+                root = releases.build_root(release, logs / f"{release.id}-build.log")
+                healthd_bin = releases.install_healthd(root, logs / f"{release.id}-install.log")
+                stack.callback(releases.remove_healthd, root, healthd_bin)
+                made[release_id] = root, healthd_bin
+            return made[release_id]
+
+        yield get
+
+
+def _release_cluster(
+    release_id: str,
+    installs: Callable[[str], tuple[Optional[Path], Path]],
+    directory: Path,
+    shared: Path,
+    **options: Any,
+) -> Any:
+    """A Cluster (not started) of ``release_id`` with accounting: in its root, unless it is this machine's release."""
+    from healthd_testkit import cluster as cluster_module
+
+    root, healthd_bin = installs(release_id)
+    return cluster_module.Cluster(
+        root=directory, healthd_bin=healthd_bin, accounting=True, chroot=root, shared=(shared,), **options
+    )
+
+
+@pytest.fixture(scope="session")
+def release_clusters(
+    tmp_path_factory: pytest.TempPathFactory, host_guard: Any, release_installs: Callable[[str], Any]
+) -> Iterator[Callable[[str], Any]]:
     """``release_clusters("slurm-24.11")``: a cluster of that release (healthd_testkit.releases), started on first use.
 
-    Its root is built (or taken from the cache), healthd is installed in it, and its
-    cluster runs until the session ends, beside the session's own ``slurm_cluster``.
+    It runs until the session ends, beside the session's own ``slurm_cluster``.
     """
     from healthd_testkit import cluster as cluster_module
     from healthd_testkit import releases
 
     started: dict[str, Any] = {}
-    logs = tmp_path_factory.mktemp("releases")
     with contextlib.ExitStack() as stack:
 
         def get(release_id: str) -> Any:
             if release_id not in started:
                 release = releases.by_id(release_id)
-                root = releases.build_root(release, logs / f"{release.id}-build.log")
-                healthd_bin = releases.install_healthd(root, logs / f"{release.id}-install.log")
-                stack.callback(releases.remove_healthd, root, healthd_bin)
-                cluster = cluster_module.Cluster(
-                    root=tmp_path_factory.mktemp(release.id),
-                    healthd_bin=healthd_bin,
-                    accounting=True,
-                    chroot=root,
-                    shared=(tmp_path_factory.getbasetemp(),),
+                cluster = _release_cluster(
+                    release_id,
+                    release_installs,
+                    tmp_path_factory.mktemp(release.id),
+                    tmp_path_factory.getbasetemp(),
                 )
                 started[release_id] = stack.enter_context(cluster_module.running(cluster, host_guard.allow_slurm_conf))
                 assert cluster.version == release.version, f"{release.suite} now carries Slurm {cluster.version}"
+            return started[release_id]
+
+        yield get
+
+
+@pytest.fixture(scope="session")
+def configless_clusters(
+    tmp_path_factory: pytest.TempPathFactory, host_guard: Any, release_installs: Callable[[str], Any]
+) -> Iterator[Callable[[str], Any]]:
+    """``configless_clusters("slurm-24.11")``: that release's configless cluster (sched/backfill), started on first use.
+
+    Its nodes fetch their configuration from slurmctld (healthd_testkit.cluster,
+    ``configless``), backfill runs heterogeneous jobs, and ``PrologFlags=Alloc`` runs the
+    Prolog on every node of a job as it starts (docs/jobs.md): what the session's other
+    clusters do not do. This machine's release runs here without a root.
+    """
+    from healthd_testkit import cluster as cluster_module
+    from healthd_testkit import releases
+
+    why = cluster_module.missing_prerequisite() or cluster_module.missing_accounting()
+    if why:
+        print(f"skipping the tests of the configless cluster: {why}")
+        pytest.skip(why)
+    started: dict[str, Any] = {}
+    with contextlib.ExitStack() as stack:
+
+        def get(release_id: str) -> Any:
+            if release_id not in started:
+                cluster = _release_cluster(
+                    release_id,
+                    release_installs,
+                    tmp_path_factory.mktemp(f"{release_id}-configless"),
+                    tmp_path_factory.getbasetemp(),
+                    configless=True,
+                    scheduler="sched/backfill",
+                    prolog_flags="Alloc",
+                )
+                started[release_id] = stack.enter_context(cluster_module.running(cluster, host_guard.allow_slurm_conf))
+                if cluster.chroot is not None:
+                    assert cluster.version == releases.by_id(release_id).version
             return started[release_id]
 
         yield get
@@ -165,6 +247,18 @@ def cluster(slurm_release: str, request: pytest.FixtureRequest, monkeypatch: pyt
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     slurm_cluster.reset()
     return slurm_cluster
+
+
+@pytest.fixture
+def configless_cluster(
+    slurm_release: str, configless_clusters: Callable[[str], Any], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """The release's configless cluster (``configless_clusters``) for one test: no jobs, every node idle."""
+    cluster = configless_clusters(slurm_release)
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    cluster.reset()
+    return cluster
 
 
 @pytest.fixture
@@ -394,6 +488,9 @@ SLOW_FIXTURES = frozenset(
         "healthd_packages",
         "slurm_cluster",
         "release_clusters",
+        "release_installs",
+        "configless_clusters",
+        "configless_cluster",
         "cluster",
         "accounting_cluster",
         "healthd_on",

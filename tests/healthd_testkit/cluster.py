@@ -28,6 +28,17 @@ through ``chroot ROOT``: the cluster's own directory and the test's ``shared``
 directories are bind-mounted at the same paths inside, and proc too, so that each
 path means the same on both sides. ``bin_dir`` then holds wrappers (``scontrol`` runs
 the root's scontrol) for healthd's ``[slurm] bin_dir``.
+
+``scheduler`` is slurm.conf's SchedulerType: ``sched/builtin`` by default, whose FIFO
+refuses heterogeneous jobs; ``sched/backfill`` runs them. With ``configless=True`` the
+nodes are configless (slurmctld ``SlurmctldParameters=enable_configless``): each slurmd
+starts with ``--conf-server`` and no slurm.conf, in a mount namespace of its own, as on
+a machine of its own: a private ``/run`` (where slurmd links ``/run/slurm/conf`` to the
+configuration it fetched and caches under its spool directory) and Slurm's default
+munge socket there pointing at the cluster's munged, since slurmd talks to slurmctld
+before it has the config that names the socket. Only the controller's side (this
+file's client commands) reads ``slurm.conf``; ``on_node`` runs a command on a node as
+its slurmd's children run, in that namespace, with no ``SLURM_CONF``.
 """
 
 from __future__ import annotations
@@ -85,6 +96,24 @@ HOOK_WRAPPER = """#!/bin/sh
 test -f {nodes} || exit 0
 /bin/grep -qx "$SLURMD_NODENAME" {nodes} || exit 0
 exec {healthd} check --once --only mounts --config {config} >>{log} 2>&1
+"""
+
+# A configless node's own machine: run with ``unshare --mount`` (private propagation), it
+# mounts a /run of its own under the root $3 ("" for this machine's Slurm; mounted from
+# outside, as sid's root has no mount(8)), points Slurm's default munge socket (slurm.conf(5)
+# AuthInfo) at the cluster's ($1), writes its pid to $2 for on_node and execs the rest
+# (slurmd, through chroot for a root). /etc/slurm is hidden too: the client commands read a
+# slurm.conf there before the one slurmd caches, and on a machine that is a Slurm node it
+# would be the machine's own.
+NODE_NAMESPACE = """\
+socket=$1 pidfile=$2 root=$3
+shift 3
+mount -t tmpfs -o mode=755 healthd-node "$root/run" || exit 1
+if [ -d "$root/etc/slurm" ]; then mount -t tmpfs -o mode=755 healthd-node-etc "$root/etc/slurm" || exit 1; fi
+mkdir -p "$root/run/munge"
+ln -s "$socket" "$root/run/munge/munge.socket.2"
+echo $$ > "$pidfile"
+exec "$@"
 """
 
 # Debian 12's packages for accounting (slurmdbd(8) and its MySQL/MariaDB storage).
@@ -176,6 +205,11 @@ class Cluster:
     # of this machine its daemons see at the same paths (the tests' temporary directory).
     chroot: Optional[Path] = None
     shared: tuple[Path, ...] = ()
+    # slurm.conf's SchedulerType, and whether the nodes run configless (the module's docstring).
+    scheduler: str = "sched/builtin"
+    configless: bool = False
+    # slurm.conf's PrologFlags (``Alloc``: the Prolog runs on every node of a job at allocation).
+    prolog_flags: str = ""
     # ``24.11``: the release of slurmd that runs (set by start()).
     version: str = ""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -338,7 +372,9 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
-SchedulerType=sched/builtin
+SchedulerType={self.scheduler}
+{self._scheduler_parameters()}
+{"SlurmctldParameters=enable_configless" if self.configless else ""}
 MpiDefault=none
 ReturnToService=2
 JobRequeue=1
@@ -357,11 +393,16 @@ HealthCheckProgram={wrapper}
 HealthCheckInterval=3
 HealthCheckNodeState=ANY
 Prolog={self.root}/prolog.sh
+{f"PrologFlags={self.prolog_flags}" if self.prolog_flags else ""}
 Epilog={self.root}/epilog.sh
 {nodes}
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 {self._accounting_conf()}"""
         )
+
+    def _scheduler_parameters(self) -> str:
+        """Backfill every second: heterogeneous jobs start only from its pass (every 30 s by default)."""
+        return "SchedulerParameters=bf_interval=1" if self.scheduler == "sched/backfill" else ""
 
     def _write_gres(self) -> None:
         """gres.conf: GRES_NODE has GPUs as Slurm sees them, device files that are copies of /dev/null.
@@ -540,7 +581,37 @@ AccountingStoragePass={self.munge_socket}
         wait_for(lambda: self.run("scontrol", "ping", check=False).returncode == 0, 20, "slurmctld to answer")
 
     def start_slurmd(self, node: str) -> None:
-        self.procs[node] = _spawn([*self.prefix, "slurmd", "-D", "-f", str(self.conf), "-N", node], self._env())
+        if not self.configless:
+            self.procs[node] = _spawn([*self.prefix, "slurmd", "-D", "-f", str(self.conf), "-N", node], self._env())
+            return
+        pidfile = self.node_namespace_pid(node)
+        pidfile.unlink(missing_ok=True)
+        # slurm.conf(5) SlurmctldPort: the controller that serves this node its configuration.
+        server = f"localhost:{conf_value(self.conf, 'SlurmctldPort')}"
+        root = str(self.chroot or "")
+        script = ["/bin/sh", "-c", NODE_NAMESPACE, "node", str(self.munge_socket), str(pidfile), root]
+        # This machine's unshare, outside the root: inside, / is no mount point whose propagation it could set.
+        unshare = ["/usr/bin/unshare", "--mount", "--propagation", "private"]
+        self.procs[node] = _spawn(
+            [*unshare, *script, *self.prefix, "slurmd", "-D", "--conf-server", server, "-N", node],
+            {"PATH": MACHINE_PATH},
+        )
+
+    def node_namespace_pid(self, node: str) -> Path:
+        """Where a configless node's namespace writes its first process's pid (slurmd's, once it execs)."""
+        return self.root / f"namespace-{node}.pid"
+
+    def on_node(self, node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """``argv`` on a configless ``node``: in its slurmd's mount namespace and root, with no SLURM_CONF."""
+        pid = int(self.node_namespace_pid(node).read_text())
+        return subprocess.run(
+            ["nsenter", f"--target={pid}", "--mount", "--root", "--wd", *argv],
+            env={"PATH": MACHINE_PATH, "LC_ALL": "C"},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def slurmd_running(self, node: str) -> bool:
         """Whether a slurmd of this cluster serves ``node`` (one started here, or one a simulated boot started)."""
@@ -793,11 +864,28 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+def conf_value(conf: Path, key: str) -> str:
+    """The value of ``KEY=`` in the cluster's slurm.conf (written by Cluster.write_conf: one key a line)."""
+    for line in conf.read_text().split("\n"):
+        if line.startswith(f"{key}="):
+            return line.split("=", 1)[1]
+    raise KeyError(f"{key} is not in {conf}")
+
+
 def _slurmd_node(argv: list[str], conf: Path) -> Optional[str]:
-    """The node a ``slurmd ... -f CONF ... -N NODE`` command line serves; None unless a slurmd of this cluster."""
-    if not argv or Path(argv[0]).name != "slurmd" or "-N" not in argv[:-1] or "-f" not in argv[:-1]:
+    """The node a ``slurmd ... -f CONF ... -N NODE`` command line serves; None unless a slurmd of this cluster.
+
+    A configless slurmd (``--conf-server localhost:PORT``) is this cluster's when PORT is its SlurmctldPort.
+    """
+    if not argv or Path(argv[0]).name != "slurmd" or "-N" not in argv[:-1]:
         return None
-    if argv[argv.index("-f") + 1] != str(conf):
+    if "-f" in argv[:-1]:
+        if argv[argv.index("-f") + 1] != str(conf):
+            return None
+    elif "--conf-server" in argv[:-1]:
+        if argv[argv.index("--conf-server") + 1] != f"localhost:{conf_value(conf, 'SlurmctldPort')}":
+            return None
+    else:
         return None
     return argv[argv.index("-N") + 1]
 
