@@ -37,7 +37,7 @@ from healthd.fleet.causes import (
     group_incidents,
     shared_incidents,
 )
-from healthd.fleet.hosts import expand
+from healthd.fleet.hosts import Lists, expand
 from healthd.fleet.lemons import Baseline, Floors, HeldBack, LemonVerdict, NodeSignals, detect, held_back
 from healthd.fleet.reliability import (
     PROJECTION_GPUS,
@@ -277,8 +277,10 @@ class _Jobs:
     # or not (``_settle_choices``).
     held: dict[str, dict[tuple[str, str, str], list[int]]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
-    multi_lists: set[str] = field(default_factory=set)
-    multi_partitions: set[tuple[str, str]] = field(default_factory=set)  # (partition, node list)
+    # The nodes of the multi-node runs' lists, each list expanded once when first seen (a busy
+    # scheduler's fragmented lists are millions of distinct strings: expanding them again at
+    # the end, only to learn which nodes exist, was most of the report's CPU).
+    lists: Lists = field(default_factory=lambda: Lists())
     attributed: list[Attributed] = field(default_factory=list)
     runs: int = 0
     failed: int = 0
@@ -360,7 +362,7 @@ def _failed_run(
     """Attribute a FAILED or NODE_FAIL run: None without a cause, else whether the cause was shared."""
     i_id, i_user, i_state = columns
     end, hours, gpus, nnodes, node_list = run
-    names = (node_list,) if nnodes == 1 else expand(node_list)
+    names = (node_list,) if nnodes == 1 else jobs.lists.expand(node_list)
     found = _attribute(names, end, events, settings)
     if found is None:
         return None
@@ -484,7 +486,7 @@ def _count_runs(
 ) -> None:
     """Count each run read, after attributing a failed one; ``pins``: the jobs whose runs wait apart (``held``)."""
     i_id, i_user, i_state, i_list, i_partition = columns
-    tally, by_size, single, multi_lists = jobs.tally, jobs.by_size, jobs.single, jobs.multi_lists
+    tally, by_size, single, lists = jobs.tally, jobs.by_size, jobs.single, jobs.lists
     failed_columns = (i_id, i_user, i_state)
     names: dict[str, str] = {}
     first = last = None
@@ -520,8 +522,7 @@ def _count_runs(
                 (job_id, fields[i_user], partition, node_list, start, end, gpus, nnodes, failed, shared, job_id in pins)
             )
         if nnodes > 1:
-            multi_lists.add(node_list)
-            jobs.multi_partitions.add((partition, node_list))
+            lists.add(partition, node_list)
         elif not shared:  # a run killed by a cause on many nodes is no evidence about its node or its user
             into = jobs.held.setdefault(job_id, {}) if job_id in pins else single
             key = (node_list, fields[i_user], partition)
@@ -556,11 +557,8 @@ def _partition_nodes(jobs: _Jobs) -> dict[str, set[str]]:
     for table in (jobs.single, jobs.pinned, *jobs.held.values()):
         for name, _, partition in table:
             nodes.setdefault(partition, set()).add(name)
-    for partition, node_list in jobs.multi_partitions:
-        try:
-            nodes.setdefault(partition, set()).update(expand(node_list))
-        except HostlistError:
-            continue  # its run was counted bad already
+    for partition, names in jobs.lists.partitions.items():
+        nodes.setdefault(partition, set()).update(names)
     return nodes
 
 
@@ -632,11 +630,7 @@ def _by_user(rows: Rows, rates: dict[tuple[str, str], float]) -> tuple[int, floa
 def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     """Per-node signals over every node seen in a run or an event."""
     fleet = {name for name, _, _ in jobs.single} | {name for name, _, _ in jobs.pinned} | set(jobs.nodes) | events.nodes
-    for node_list in jobs.multi_lists:
-        try:
-            fleet.update(expand(node_list))
-        except HostlistError:
-            continue  # its run was counted bad already
+    fleet.update(jobs.lists.nodes)
     own = [incident for incident in events.incidents if not incident.shared]
     outs: Counter[str] = Counter(incident.node for incident in own)
     xids: dict[str, set[str]] = {}
@@ -728,7 +722,8 @@ def analyze(
     # No script seen: none given, or only NONE where accounting keeps none (no job_script flag).
     unseen = requested is None or (requested.records > 0 and requested.stored == 0)
     notes = (NO_SCRIPTS,) if exclusions is not None and unseen else ()
-    return _replace_notes(_report(settings, read_jobs, read_events, exclusions, job_names or {}), notes)
+    names = {} if job_names is None else job_names  # filled while the jobs are read (``sacct_json.stream``)
+    return _replace_notes(_report(settings, read_jobs, read_events, exclusions, names), notes)
 
 
 def _replace_notes(report: FleetReport, notes: tuple[str, ...]) -> FleetReport:
