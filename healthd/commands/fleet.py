@@ -248,7 +248,7 @@ def _inputs_of(args: argparse.Namespace, config: Any, settings: Any, now: float)
         raise _Usage("--submit-lines is read twice: give a file, not -")
     if args.scripts is not None and submit is None:
         raise _Usage("--scripts goes with --submit-lines: a job's script is believed with its submit line")
-    return inputs.files(inputs.Files(args.jobs, args.events, submit, args.scripts))
+    return inputs.files(inputs.InputFiles(args.jobs, args.events, submit, args.scripts))
 
 
 def _shown(lines: Any, total: float, label: str, weight: Any) -> Any:

@@ -53,7 +53,8 @@ class Lists:
     fleet holds millions of distinct ones, and expanding each is most of the cost of reading
     them. A list is expanded when first seen, into the node sets, and only its text is kept;
     it is expanded again only when it shows up in another partition (the partition's node set
-    needs its names), and never at the end. A list that does not parse adds no node (its
+    needs its names) or when a run on it failed (the attribution needs its names: the failed
+    runs' lists are kept, a few in a hundred), and never at the end. A list that does not parse adds no node (its
     run is counted as the reader decides).
     """
 
@@ -62,14 +63,13 @@ class Lists:
         self.partitions: dict[str, set[str]] = {}
         self._seen: dict[str, str] = {}  # list -> the partition it was first seen in
         self._elsewhere: set[tuple[str, str]] = set()  # (partition, list) of the other partitions (rare)
-        self._last: tuple[str, tuple[str, ...]] = ("", ())  # the latest expansion, for ``add`` after ``expand``
+        self._failed: dict[str, tuple[str, ...]] = {}  # the failed runs' lists (a few in a hundred runs)
 
     def expand(self, text: str) -> tuple[str, ...]:
-        """``expand(text)``, kept until the next call so that ``add`` of the same list does not repeat it."""
-        if text == self._last[0]:
-            return self._last[1]
-        names = expand(text)
-        self._last = (text, names)
+        """``expand(text)`` of a failed run's list, kept: the few lists of failed runs are asked again."""
+        names = self._failed.get(text)
+        if names is None:
+            names = self._failed[text] = expand(text)
         return names
 
     def add(self, partition: str, text: str) -> None:
@@ -78,7 +78,7 @@ class Lists:
         if first is not None and (first == partition or (partition, text) in self._elsewhere):
             return
         try:
-            names = self.expand(text)
+            names = self._failed.get(text) or expand(text)
         except HostlistError:
             return
         if first is None:

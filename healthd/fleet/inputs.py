@@ -1,6 +1,6 @@
 """What ``healthd fleet`` analyses: the files named on its command line, or Slurm's accounting read live.
 
-Either way the result is one ``Inputs`` of line streams that ``analyze.analyze`` (and the
+Either way the result is one ``FleetInputs`` of line streams that ``analyze.analyze`` (and the
 backtest) read once, the submit lines twice. Nothing holds the runs whole: a file is read
 line by line, ``sacct --json`` a job at a time (``sacct_json.stream``), and ``--live``
 streams sacct's output into files in a private temporary directory, which the analysis
@@ -27,7 +27,7 @@ from healthd.text import records
 LIVE_SOURCES = Sources("sacct", "sacctmgr show event", "sacct JobID,SubmitLine")
 
 
-class Inputs(NamedTuple):
+class FleetInputs(NamedTuple):
     """The arguments of ``analyze.analyze`` besides the settings, and what a progress bar needs of the jobs."""
 
     jobs: Iterable[str]
@@ -40,7 +40,7 @@ class Inputs(NamedTuple):
     weight: Callable[[str], float] = lambda _: 1
 
 
-class Files(NamedTuple):
+class InputFiles(NamedTuple):
     """The files named on the command line (``-`` for standard input, jobs or events only)."""
 
     jobs: Path
@@ -72,7 +72,7 @@ def lines(path: Path) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def files(given: Files) -> Iterator[Inputs]:
+def files(given: InputFiles) -> Iterator[FleetInputs]:
     """The inputs of files: ``sacct -P`` or ``sacct --json`` jobs, both streamed; OSError when one cannot be read."""
     with _opened(given.jobs) as jobs, _opened(given.events) as events:
         first = jobs.read(1)
@@ -85,7 +85,7 @@ def files(given: Files) -> Iterator[Inputs]:
             seen = sacct_json.Seen()
             names, rows, weight = seen.names, _json(rest, str(given.jobs), seen), _json_weight
         submit = given.submit
-        yield Inputs(
+        yield FleetInputs(
             rows,
             events,
             Sources(str(given.jobs), str(given.events), str(submit)),
@@ -151,7 +151,7 @@ class Live(NamedTuple):
 
 
 @contextlib.contextmanager
-def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[Inputs]:
+def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[FleetInputs]:
     """The inputs of the window of ``settings`` read from Slurm, only the new days with a cache.
 
     Raises ``live.AccountingError``, and ``trust.UntrustedPath`` for a cache others could write.
@@ -168,14 +168,14 @@ def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[Inputs
         found = live.spool(how.bin_dir, window, how.timeout, Path(directory), conf=how.conf)
         if how.cache is None:
             scripts = _scripts(how, cache.submit_records(lines(found.submit_lines)))
-            yield Inputs(
+            yield FleetInputs(
                 lines(found.jobs), records(found.events), LIVE_SOURCES, lambda: lines(found.submit_lines), found.names,
                 scripts, _size(found.jobs), len,
             )  # fmt: skip
             return
         kept = _cached(how.cache, cached, cache.Cached(key, start, until, *_rows(found)), settings.since)
         submit = kept.submit
-        yield Inputs(
+        yield FleetInputs(
             kept.jobs, kept.events, LIVE_SOURCES, lambda: (line for r in submit for line in r.split("\n")), kept.names,
             _scripts(how, kept.submit[1:]), float(len(kept.jobs)),
         )  # fmt: skip

@@ -139,8 +139,9 @@ def _row(job: dict[str, Any]) -> tuple[str, str]:
         _tres(job),
     )
     for name, value in zip(JOB_TABLE, fields):
-        if "|" in value or "\n" in value:
-            raise ValueError(f"{name} holds a vertical bar or a newline, which no Slurm-written field has")
+        # A "\r" would end the line for a reader with universal newlines, and stays in a node's name otherwise.
+        if "|" in value or not value.isprintable():
+            raise ValueError(f"{name} holds a vertical bar or a control character, which no Slurm-written field has")
     return "|".join(fields), job_id
 
 
