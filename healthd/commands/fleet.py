@@ -111,6 +111,12 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cause", action="append", default=[], metavar="PREFIX", help="another reason prefix that is a cause (repeat)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "duckdb", "python"),
+        default="auto",
+        help="who counts the plain job runs: DuckDB where installed (the fleet extra) or Python (auto)",
+    )
     parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds per command (300)")
     parser.add_argument(
         "--cache", type=Path, metavar="FILE", help="--live: keep what was read here; read only the new days next time"
@@ -237,7 +243,7 @@ def _inputs_of(args: argparse.Namespace, config: Any, settings: Any, now: float)
     if args.live:
         if args.jobs is not None or args.events is not None or args.scripts is not None:
             raise _Usage("--live reads Slurm itself: give either --live or --jobs and --events")
-        how = inputs.Live(config.slurm.bin_dir, config.slurm.conf, args.timeout, args.cache)
+        how = inputs.Live(config.slurm.bin_dir, config.slurm.conf, args.timeout, args.cache, args.engine)
         return inputs.read_live(how, settings, now)
     if args.cache is not None:
         raise _Usage("--cache keeps what --live read: it goes with --live")
@@ -248,7 +254,7 @@ def _inputs_of(args: argparse.Namespace, config: Any, settings: Any, now: float)
         raise _Usage("--submit-lines is read twice: give a file, not -")
     if args.scripts is not None and submit is None:
         raise _Usage("--scripts goes with --submit-lines: a job's script is believed with its submit line")
-    return inputs.files(inputs.InputFiles(args.jobs, args.events, submit, args.scripts))
+    return inputs.files(inputs.InputFiles(args.jobs, args.events, submit, args.scripts, args.engine))
 
 
 def _shown(lines: Any, total: float, label: str, weight: Any) -> Any:

@@ -37,6 +37,7 @@ from healthd.fleet.causes import (
     group_incidents,
     shared_incidents,
 )
+from healthd.fleet.columnar import Counted, JobsFile, count
 from healthd.fleet.hosts import Lists, expand
 from healthd.fleet.lemons import Baseline, Floors, HeldBack, LemonVerdict, NodeSignals, detect, held_back
 from healthd.fleet.reliability import (
@@ -265,7 +266,8 @@ class _Jobs:
     """Everything kept from the job runs: counters, and the details of attributed failures only."""
 
     tally: LineTally
-    # (GPUs, nodes) -> [runs, hours, attributed failures]: few distinct keys, one lookup per run.
+    # (GPUs, nodes) -> [runs, seconds, attributed failures]: few distinct keys, one lookup per run.
+    # Seconds, not hours: accounting's are whole, so their sum is exact in any order.
     by_size: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     # (node, user, partition) -> [single-node runs, their failures]: one dict operation per run, summed later.
     # Per partition too: a debug partition's short test runs fail far more often than the same
@@ -296,8 +298,10 @@ class _Jobs:
     def buckets(self) -> tuple[SizeBucket, ...]:
         """The MTTF buckets of the runs with GPUs."""
         sums: dict[int, list[float]] = {}
-        for (gpus, nnodes), (runs, hours, failures) in self.by_size.items():
+        # In the keys' order, whoever counted them first (``columnar``): the same sums to the bit.
+        for (gpus, nnodes), (runs, seconds, failures) in sorted(self.by_size.items()):
             if gpus > 0:
+                hours = seconds / 3600.0
                 total = sums.setdefault(bucket(gpus), [0, 0.0, 0.0, 0])
                 total[0] += runs
                 total[1] += hours
@@ -315,7 +319,7 @@ class _Jobs:
         """
         whole: Counter[int] = Counter()
         most = 0
-        for (gpus, nnodes), (runs, _, _) in self.by_size.items():
+        for (gpus, nnodes), (runs, _, _) in sorted(self.by_size.items()):  # ties: the smaller size
             if gpus > 0:
                 most = max(most, gpus // nnodes)
                 if nnodes > 1 and gpus % nnodes == 0:
@@ -410,6 +414,13 @@ def _read_jobs(
     pins = frozenset(excluding)
     index = table.index
     columns = _RunColumns(index("JobID"), index("User"), index("State"), index("NodeList"), table.optional("Partition"))
+    counted = None
+    if isinstance(lines, JobsFile) and observer is None:  # a replay sees every run: the Python reader's alone
+        counted = count(lines.path, table, (settings.since, settings.until), pins)
+    if counted is not None:
+        _add_counted(jobs, counted)
+        others = counted.others
+        table = dataclasses.replace(table, rows=((n, line) for n, line in table.rows if n in others))
     rows = _job_rows(table, jobs.tally, settings, excluding)
     _count_runs(jobs, rows, columns, events, settings, pins, observer)
     if exclusions is not None:
@@ -418,6 +429,20 @@ def _read_jobs(
             observer.placed_runs(placed)
     jobs.runs = jobs.tally.records
     return jobs
+
+
+def _add_counted(jobs: _Jobs, counted: Counted) -> None:
+    """The plain runs that DuckDB counted (``columnar``), into the counters the Python reader adds to."""
+    jobs.tally.records += counted.records
+    jobs.tally.skipped += counted.skipped
+    for key, (runs, seconds) in counted.by_size.items():
+        jobs.by_size[key] = [runs, seconds, 0]
+    names: dict[str, str] = {}
+    for node, user, partition, runs in counted.single:
+        jobs.single[_interned((node, user, partition), names)] = [runs, 0]
+    for partition, node_list in counted.lists:
+        jobs.lists.add(partition, node_list)
+    jobs.first, jobs.last = counted.first, counted.last
 
 
 def _job_rows(
@@ -513,7 +538,7 @@ def _count_runs(
         if stats is None:
             stats = by_size[(gpus, nnodes)] = [0, 0.0, 0]
         stats[0] += 1
-        stats[1] += hours
+        stats[1] += end - start
         if shared is not None:
             stats[2] += 1
         partition = fields[i_partition] if i_partition is not None else ""
@@ -532,7 +557,8 @@ def _count_runs(
             counts[0] += 1
             if failed:
                 counts[1] += 1
-    jobs.first, jobs.last = first, last
+    jobs.first = first if jobs.first is None or (first is not None and first < jobs.first) else jobs.first
+    jobs.last = last if jobs.last is None or (last is not None and last > jobs.last) else jobs.last
 
 
 def _interned(key: tuple[str, str, str], names: dict[str, str]) -> tuple[str, str, str]:
@@ -645,8 +671,11 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     empty = _Node()
     for name in sorted(fleet):
         node = jobs.nodes.get(name, empty)
-        rows = per_node.get(name, [])
-        failures, expected, failing, (top, top_failures, top_expected) = _by_user(counted.get(name, []), counted_rates)
+        # Sorted: the sums of expectations are the same whoever counted the runs first (``columnar``).
+        rows = sorted(per_node.get(name, []))
+        failures, expected, failing, (top, top_failures, top_expected) = _by_user(
+            sorted(counted.get(name, [])), counted_rates
+        )
         signals.append(
             NodeSignals(
                 node=name,

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import io
 import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
-from healthd.fleet import cache, live, sacct_json
+from healthd.fleet import cache, columnar, live, sacct_json
 from healthd.fleet.analyze import FleetSettings, Sources
-from healthd.fleet.sacct import FleetInputError
+from healthd.fleet.sacct import FleetInputError, file_lines, text_of
 from healthd.fleet.scripts import batch_jobs
 from healthd.text import records
 
@@ -47,28 +46,30 @@ class InputFiles(NamedTuple):
     events: Path
     submit: Optional[Path] = None
     scripts: Optional[Path] = None
+    engine: str = "auto"  # ENGINES
 
 
-def text(raw: IO[bytes]) -> IO[str]:
-    """Lines that end at "\\n" alone: newline="" would still end one at a lone "\\r" (io.TextIOWrapper's
-    universal newlines), and a job name or submit line is a user's text that may hold one."""
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
+# "duckdb": the plain runs counted by DuckDB (``columnar``), an error without it; "auto": where
+# it is installed and can read the file; "python": the Python reader alone.
+ENGINES = ("auto", "duckdb", "python")
+
+
+def _engine(path: Path, engine: str) -> bool:
+    """Whether the jobs file at ``path`` is counted by DuckDB; FleetInputError when "duckdb" is asked and cannot be."""
+    if engine == "python" or str(path) == "-":
+        return False
+    if engine == "duckdb" and not columnar.available():
+        raise FleetInputError("--engine duckdb: DuckDB is not installed (pip install 'healthd[fleet]')")
+    return columnar.available() and columnar.usable(path)
 
 
 @contextlib.contextmanager
 def _opened(path: Path) -> Iterator[IO[str]]:
     if str(path) == "-":
-        yield text(sys.stdin.buffer)
+        yield text_of(sys.stdin.buffer)
         return
-    with text(path.open("rb")) as handle:
+    with text_of(path.open("rb")) as handle:
         yield handle
-
-
-def lines(path: Path) -> Iterator[str]:
-    """The lines of ``path`` without their "\\n", read as they are used."""
-    with text(path.open("rb")) as handle:
-        for line in handle:
-            yield line[:-1] if line.endswith("\n") else line
 
 
 @contextlib.contextmanager
@@ -84,12 +85,14 @@ def files(given: InputFiles) -> Iterator[FleetInputs]:
         if first == "{":
             seen = sacct_json.Seen()
             names, rows, weight = seen.names, _json(rest, str(given.jobs), seen), _json_weight
+        elif _engine(given.jobs, given.engine):
+            rows, size = columnar.JobsFile(given.jobs), 0.0  # no bar: DuckDB reads it
         submit = given.submit
         yield FleetInputs(
             rows,
             events,
             Sources(str(given.jobs), str(given.events), str(submit)),
-            None if submit is None else (lambda: lines(submit)),
+            None if submit is None else (lambda: file_lines(submit)),
             names,
             None if given.scripts is None else given.scripts.read_text(encoding="utf-8", errors="replace"),
             size,
@@ -148,6 +151,7 @@ class Live(NamedTuple):
     conf: Optional[Path]
     timeout: float
     cache: Optional[Path] = None
+    engine: str = "auto"  # ENGINES
 
 
 @contextlib.contextmanager
@@ -167,10 +171,12 @@ def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[FleetI
         window = (datetime.datetime.fromtimestamp(start), datetime.datetime.fromtimestamp(until))
         found = live.spool(how.bin_dir, window, how.timeout, Path(directory), conf=how.conf)
         if how.cache is None:
-            scripts = _scripts(how, cache.submit_records(lines(found.submit_lines)))
+            scripts = _scripts(how, cache.submit_records(file_lines(found.submit_lines)))
+            counted = _engine(found.jobs, how.engine)
             yield FleetInputs(
-                lines(found.jobs), records(found.events), LIVE_SOURCES, lambda: lines(found.submit_lines), found.names,
-                scripts, _size(found.jobs), len,
+                columnar.JobsFile(found.jobs) if counted else file_lines(found.jobs), records(found.events),
+                LIVE_SOURCES, lambda: file_lines(found.submit_lines), found.names, scripts,
+                0.0 if counted else _size(found.jobs), len,
             )  # fmt: skip
             return
         kept = _cached(how.cache, cached, cache.Cached(key, start, until, *_rows(found)), settings.since)
@@ -184,10 +190,10 @@ def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[FleetI
 def _rows(found: live.Spooled) -> tuple[Any, ...]:
     """The spooled accounting as the cache's rows: jobs, events, submit-line records, names."""
     return (
-        tuple(lines(found.jobs)),
+        tuple(file_lines(found.jobs)),
         # On "\n" alone: a reason is text, and \r, \v or \f in it must not start a record.
         tuple(records(found.events)),
-        tuple(cache.submit_records(lines(found.submit_lines))),
+        tuple(cache.submit_records(file_lines(found.submit_lines))),
         found.names,
     )
 

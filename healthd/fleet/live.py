@@ -27,7 +27,6 @@ which the commands get too.
 from __future__ import annotations
 
 import datetime
-import io
 import json
 import os
 import shlex
@@ -35,10 +34,10 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import IO, NamedTuple, Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from healthd.fleet import sacct_json
-from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
+from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS, text_of
 from healthd.slurm.command import STANDARD_BIN_DIRS, ClientTimedOut, SlurmError, client_env, run_client
 from healthd.text import one_line
 
@@ -202,18 +201,13 @@ def _json_rows(run: _Stream, args: list[str], raw: Path, rows: Path) -> Optional
         return None
     seen = sacct_json.Seen()
     try:
-        with _text(raw.open("rb")) as source, rows.open("w", encoding="utf-8", newline="\n") as out:
+        with text_of(raw.open("rb")) as source, rows.open("w", encoding="utf-8", newline="\n") as out:
             out.writelines(row + "\n" for row in sacct_json.stream(source, "sacct --json", seen))
     except ValueError:
         return None  # not JSON at all (an old sacct printing its table): read -P
     finally:
         raw.unlink()
     return seen
-
-
-def _text(raw: IO[bytes]) -> IO[str]:
-    """Lines that end at "\n" alone: a user's text may hold "\r" (``io.TextIOWrapper``'s universal newlines)."""
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
 
 
 class _Stream:
