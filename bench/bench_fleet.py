@@ -5,15 +5,19 @@ days) into three files once (jobs, events, submit lines), then times the analysi
 its peak RSS (``ru_maxrss`` of the child). The target is <= 60 s and <= 2 GB on a
 2-core machine. With ``--backtest`` it then times ``healthd fleet backtest --json`` (weekly
 steps) on the same files, in a fresh process, and prints the ratio to the report's time
-(target <= 2x). Run:
+(target <= 2x). ``--engine`` picks who counts the plain runs (docs/fleet.md, "At scale"), and
+``--before TREE`` runs the same commands on the code before (a ``git archive`` of it) in the
+same run and prints the ratios of CPU seconds. Run:
 
     .venv/bin/python bench/bench_fleet.py [--runs 4000000] [--events 100000] [--dir DIR] [--backtest]
+        [--engine auto|duckdb|python] [--before TREE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -69,21 +73,30 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(command: str, *inputs: str) -> tuple[float, float, Optional[dict[str, Any]]]:
+CPU: dict[str, float] = {}  # the CPU seconds of each command timed, by its label
+
+
+def timed(
+    command: str, *inputs: str, tree: Optional[Path] = None, label: str = ""
+) -> tuple[float, float, Optional[dict[str, Any]]]:
     """Seconds, peak RSS of the children so far (MB), and the JSON of ``healthd fleet COMMAND --json``.
 
     Prints the CPU seconds of the command too: on a shared machine the wall time varies
-    with the others' load, the CPU time much less.
+    with the others' load, the CPU time much less. ``tree``: the code to run (default: this one).
     """
     healthd = Path(sys.executable).with_name("healthd")
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join((str(tree), str(tree / "checks"), env.get("PYTHONPATH", "")))
     cpu = cpu_seconds()
     started = time.perf_counter()
     proc = subprocess.run(
-        [str(healthd), "fleet", command, "--json", *inputs], capture_output=True, text=True, check=False
+        [str(healthd), "fleet", command, "--json", *inputs], capture_output=True, text=True, check=False, env=env
     )
     elapsed = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"fleet {command}: {cpu_seconds() - cpu:.1f} s of CPU, {elapsed:.1f} s wall")
+    CPU[label or command] = cpu_seconds() - cpu
+    print(f"fleet {command} {label}: {CPU[label or command]:.1f} s of CPU, {elapsed:.1f} s wall")
     if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)
         return elapsed, peak_mb, None
@@ -96,11 +109,15 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
     parser.add_argument("--backtest", action="store_true", help="time fleet backtest too, and its ratio")
+    parser.add_argument("--engine", default="auto", help="fleet's --engine (auto, duckdb, python)")
+    parser.add_argument("--before", type=Path, metavar="TREE", help="the code before, to time the same commands on")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     jobs, events, submit = generate(args.dir, args.runs, args.events)
     inputs = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
-    elapsed, peak_mb, report = timed("report", *inputs)
+    if args.before is not None:
+        before(args, inputs)
+    elapsed, peak_mb, report = timed("report", *inputs, "--engine", args.engine)
     if report is None:
         return 1
     print(
@@ -109,7 +126,7 @@ def main() -> int:
         f"{elapsed:.1f} s, peak RSS {peak_mb:.0f} MB"
     )
     if args.backtest:
-        replay, replay_mb, found = timed("backtest", *inputs)
+        replay, replay_mb, found = timed("backtest", *inputs, "--engine", args.engine)
         if found is None:
             return 1
         large = found["large_jobs"]
@@ -118,7 +135,17 @@ def main() -> int:
             f"{large['failure_rate']} -> {large['failure_rate_with_draining']}: {replay:.1f} s, peak RSS "
             f"{replay_mb:.0f} MB (children so far), {replay / elapsed:.2f}x the report"
         )
+    for command in ("report", "backtest"):
+        if f"{command} before" in CPU and command in CPU:
+            print(f"fleet {command}: {CPU[command] / CPU[f'{command} before']:.3f} of the CPU before")
     return 0
+
+
+def before(args: argparse.Namespace, inputs: tuple[str, ...]) -> None:
+    """The same commands on the code before, first (its peak RSS is then the children's so far)."""
+    for command in ("report", "backtest") if args.backtest else ("report",):
+        _, peak_mb, found = timed(command, *inputs, tree=args.before, label=f"{command} before")
+        print(f"fleet {command} before: peak RSS {peak_mb:.0f} MB{'' if found else ', FAILED'}")
 
 
 if __name__ == "__main__":

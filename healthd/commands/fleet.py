@@ -3,8 +3,8 @@
 Both read the same inputs: ``--jobs FILE --events FILE`` (the parsable output of
 the sacct and sacctmgr commands in docs/fleet.md, ``-`` for standard input) and
 optionally ``--submit-lines FILE`` (sacct's JobID and SubmitLine, read twice), or
-``--live``, which runs those commands through ``healthd.fleet.live.collect`` with
-``[slurm] bin_dir``. Either way the texts go to ``healthd.fleet.analyze.analyze``.
+``--live``, which runs those commands with ``[slurm] bin_dir``. ``healthd.fleet.inputs``
+reads either (streamed, never whole), and ``healthd.fleet.analyze.analyze`` analyses them.
 ``lemons --drain`` is a dry run unless ``--apply`` is given. Exit codes: 0; 64
 for a bad option; 65 for an input that cannot be analysed (empty, a column
 missing); 66 for a file that cannot be read; 69 when Slurm cannot be asked;
@@ -14,17 +14,14 @@ missing); 66 for a file that cannot be read; 69 when Slurm cannot be asked;
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.commands import add_config_argument
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
-from healthd.text import records
 
 if TYPE_CHECKING:
     from healthd.config.sections import Config
@@ -114,6 +111,12 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cause", action="append", default=[], metavar="PREFIX", help="another reason prefix that is a cause (repeat)"
     )
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "duckdb", "python"),
+        default="auto",
+        help="who counts the plain job runs: DuckDB where installed (the fleet extra) or Python (auto)",
+    )
     parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds per command (300)")
     parser.add_argument(
         "--cache", type=Path, metavar="FILE", help="--live: keep what was read here; read only the new days next time"
@@ -198,26 +201,6 @@ def _load_config(args: argparse.Namespace) -> Config:
     return load_checks(args.config, use_cache=False, store=False)[0].config
 
 
-def _text(raw: IO[bytes]) -> IO[str]:
-    """Lines that end at "\n" alone: newline="" would still end one at a lone "\r" (io.TextIOWrapper's
-    universal newlines), and a job name or submit line is a user's text that may hold one."""
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
-
-
-@contextlib.contextmanager
-def _lines(path: Path) -> Iterator[IO[str]]:
-    if str(path) == "-":
-        yield _text(sys.stdin.buffer)
-        return
-    with _text(path.open("rb")) as handle:
-        yield handle
-
-
-def _file_lines(path: Path) -> Iterator[str]:
-    with _text(path.open("rb")) as handle:
-        yield from handle
-
-
 def _analysis(args: argparse.Namespace) -> Any:
     """``analyze``, or for ``backtest`` the replay: one function of the inputs and the settings."""
     from healthd.fleet.analyze import analyze
@@ -243,24 +226,25 @@ def _analysis(args: argparse.Namespace) -> Any:
 
 def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
     """Analyse the inputs the options name; raises _Usage, FleetInputError, OSError, SlurmError."""
-    from healthd.fleet.analyze import Sources
-
     analyze = _analysis(args)
     prefix = config.slurm.reason_prefix if config is not None else "healthd:"
     settings = _settings(args, prefix, now)
+    with _inputs_of(args, config, settings, now) as found:
+        jobs = _shown(found.jobs, found.size, found.sources.jobs, found.weight)
+        return analyze(
+            jobs, found.events, settings, found.sources, found.submit, job_names=found.names, scripts=found.scripts
+        )
+
+
+def _inputs_of(args: argparse.Namespace, config: Any, settings: Any, now: float) -> Any:
+    """``fleet.inputs.read_live`` or ``fleet.inputs.files`` of the options, checked together."""
+    from healthd.fleet import inputs
+
     if args.live:
         if args.jobs is not None or args.events is not None or args.scripts is not None:
             raise _Usage("--live reads Slurm itself: give either --live or --jobs and --events")
-        found = _live(args, config, settings, now)
-        return analyze(
-            _shown(found.jobs, len(found.jobs), "sacct"),
-            found.events,
-            settings,
-            Sources("sacct", "sacctmgr show event", "sacct JobID,SubmitLine"),
-            lambda: (line for record in found.submit for line in record.split("\n")),
-            job_names=found.names,
-            scripts=_live_scripts(args, config, found),
-        )
+        how = inputs.Live(config.slurm.bin_dir, config.slurm.conf, args.timeout, args.cache, args.engine)
+        return inputs.read_live(how, settings, now)
     if args.cache is not None:
         raise _Usage("--cache keeps what --live read: it goes with --live")
     if args.jobs is None or args.events is None:
@@ -270,107 +254,14 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
         raise _Usage("--submit-lines is read twice: give a file, not -")
     if args.scripts is not None and submit is None:
         raise _Usage("--scripts goes with --submit-lines: a job's script is believed with its submit line")
-    with _lines(args.jobs) as jobs_file, _lines(args.events) as events:
-        # sacct --json is one document, read whole; sacct -P is streamed line by line.
-        first = jobs_file.read(1)
-        text = first + jobs_file.read() if first == "{" else None
-        if text is not None:
-            rows, names = _job_rows(text, str(args.jobs))
-            jobs = _shown(rows, len(rows), str(args.jobs))
-        else:
-            # Streamed: the bar counts the characters read against the file's size.
-            jobs, names = _shown(_chain(first, jobs_file), _size(args.jobs), str(args.jobs), len), {}
-        return analyze(
-            jobs,
-            events,
-            settings,
-            Sources(str(args.jobs), str(args.events), str(submit)),
-            None if submit is None else (lambda: _file_lines(submit)),
-            job_names=names,
-            scripts=None if args.scripts is None else args.scripts.read_text(encoding="utf-8", errors="replace"),
-        )
+    return inputs.files(inputs.InputFiles(args.jobs, args.events, submit, args.scripts, args.engine))
 
 
-def _live(args: argparse.Namespace, config: Any, settings: Any, now: float) -> Any:
-    """The accounting of the window as ``cache.Cached`` rows: read from Slurm, only the new days with ``--cache``."""
-    import datetime
-
-    from healthd.fleet import cache
-    from healthd.fleet.live import collect
-
-    until = settings.until if settings.until is not None else now
-    # What identifies the query: a cache of another cluster or table is not merged.
-    key = f"{config.slurm.conf}|{config.slurm.bin_dir}"
-    cached = cache.load(args.cache, key) if args.cache is not None else None
-    start = cache.read_from(cached, settings.since, key)
-    # sacct's window is in local time, as its output is (docs/fleet.md).
-    texts = collect(
-        config.slurm.bin_dir,
-        datetime.datetime.fromtimestamp(start),
-        datetime.datetime.fromtimestamp(until),
-        args.timeout,
-        conf=config.slurm.conf,
-    )
-    jobs, names = _job_rows(texts.jobs, "sacct")
-    fresh = cache.Cached(
-        key,
-        start,
-        until,
-        tuple(jobs),
-        # On "\n" alone: a submit line is a user's text, and \r, \v or \f in it must not start a record.
-        tuple(records(texts.events)),
-        tuple(cache.submit_records(records(texts.submit_lines))),
-        names,
-    )
-    found = cache.merge(cached, fresh, settings.since)
-    if args.cache is not None:
-        try:
-            cache.save(args.cache, found)
-        except cache.CacheError as exc:
-            print(f"healthd fleet: {exc}; the report goes on without it", file=sys.stderr)
-    return found
-
-
-def _live_scripts(args: argparse.Namespace, config: Any, found: Any) -> str:
-    """The batch scripts of the window's batch jobs (``live.batch_scripts``), cached or not: a script is read anew."""
-    from healthd.fleet.live import batch_scripts
-    from healthd.fleet.scripts import batch_jobs
-
-    jobs = batch_jobs(found.submit[1:])
-    return batch_scripts(config.slurm.bin_dir, jobs, args.timeout, conf=config.slurm.conf) if jobs else ""
-
-
-def _size(path: Path) -> float:
-    try:
-        return float(path.stat().st_size) if str(path) != "-" else 0.0
-    except OSError:
-        return 0.0
-
-
-def _shown(lines: Any, total: float, label: str, weight: Any = None) -> Any:
+def _shown(lines: Any, total: float, label: str, weight: Any) -> Any:
     """``lines`` with a progress bar on standard error when it is a terminal (``progress.bar``)."""
     from healthd.fleet.progress import bar
 
-    return bar(lines, total, f"reading {label}", sys.stderr, weight or (lambda _: 1))
-
-
-def _chain(first: str, rest: IO[str]) -> Iterator[str]:
-    """The lines of ``rest`` with the character read ahead of it put back."""
-    lines = iter(rest)
-    head = next(lines, "")
-    yield first + head
-    yield from lines
-
-
-def _job_rows(text: str, source: str) -> tuple[Any, dict[str, str]]:  # rows: a list or tuple of lines
-    """The jobs input as rows of the sacct -P table, and the job names where it is sacct --json."""
-    from healthd.fleet.sacct import FleetInputError
-    from healthd.fleet.sacct_json import lines_of
-
-    try:
-        return lines_of(text, source)
-    except ValueError as exc:
-        raise FleetInputError(str(exc)) from None
+    return bar(lines, total, f"reading {label}", sys.stderr, weight)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -37,7 +37,8 @@ from healthd.fleet.causes import (
     group_incidents,
     shared_incidents,
 )
-from healthd.fleet.hosts import expand
+from healthd.fleet.columnar import Counted, JobsFile, count
+from healthd.fleet.hosts import Lists, expand
 from healthd.fleet.lemons import Baseline, Floors, HeldBack, LemonVerdict, NodeSignals, detect, held_back
 from healthd.fleet.reliability import (
     PROJECTION_GPUS,
@@ -265,7 +266,8 @@ class _Jobs:
     """Everything kept from the job runs: counters, and the details of attributed failures only."""
 
     tally: LineTally
-    # (GPUs, nodes) -> [runs, hours, attributed failures]: few distinct keys, one lookup per run.
+    # (GPUs, nodes) -> [runs, seconds, attributed failures]: few distinct keys, one lookup per run.
+    # Seconds, not hours: accounting's are whole, so their sum is exact in any order.
     by_size: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     # (node, user, partition) -> [single-node runs, their failures]: one dict operation per run, summed later.
     # Per partition too: a debug partition's short test runs fail far more often than the same
@@ -277,8 +279,10 @@ class _Jobs:
     # or not (``_settle_choices``).
     held: dict[str, dict[tuple[str, str, str], list[int]]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
-    multi_lists: set[str] = field(default_factory=set)
-    multi_partitions: set[tuple[str, str]] = field(default_factory=set)  # (partition, node list)
+    # The nodes of the multi-node runs' lists, each list expanded once when first seen (a busy
+    # scheduler's fragmented lists are millions of distinct strings: expanding them again at
+    # the end, only to learn which nodes exist, was most of the report's CPU).
+    lists: Lists = field(default_factory=lambda: Lists())
     attributed: list[Attributed] = field(default_factory=list)
     runs: int = 0
     failed: int = 0
@@ -294,8 +298,10 @@ class _Jobs:
     def buckets(self) -> tuple[SizeBucket, ...]:
         """The MTTF buckets of the runs with GPUs."""
         sums: dict[int, list[float]] = {}
-        for (gpus, nnodes), (runs, hours, failures) in self.by_size.items():
+        # In the keys' order, whoever counted them first (``columnar``): the same sums to the bit.
+        for (gpus, nnodes), (runs, seconds, failures) in sorted(self.by_size.items()):
             if gpus > 0:
+                hours = seconds / 3600.0
                 total = sums.setdefault(bucket(gpus), [0, 0.0, 0.0, 0])
                 total[0] += runs
                 total[1] += hours
@@ -313,7 +319,7 @@ class _Jobs:
         """
         whole: Counter[int] = Counter()
         most = 0
-        for (gpus, nnodes), (runs, _, _) in self.by_size.items():
+        for (gpus, nnodes), (runs, _, _) in sorted(self.by_size.items()):  # ties: the smaller size
             if gpus > 0:
                 most = max(most, gpus // nnodes)
                 if nnodes > 1 and gpus % nnodes == 0:
@@ -360,7 +366,7 @@ def _failed_run(
     """Attribute a FAILED or NODE_FAIL run: None without a cause, else whether the cause was shared."""
     i_id, i_user, i_state = columns
     end, hours, gpus, nnodes, node_list = run
-    names = (node_list,) if nnodes == 1 else expand(node_list)
+    names = (node_list,) if nnodes == 1 else jobs.lists.expand(node_list)
     found = _attribute(names, end, events, settings)
     if found is None:
         return None
@@ -408,6 +414,13 @@ def _read_jobs(
     pins = frozenset(excluding)
     index = table.index
     columns = _RunColumns(index("JobID"), index("User"), index("State"), index("NodeList"), table.optional("Partition"))
+    counted = None
+    if isinstance(lines, JobsFile) and observer is None:  # a replay sees every run: the Python reader's alone
+        counted = count(lines.path, table, (settings.since, settings.until), pins)
+    if counted is not None:
+        _add_counted(jobs, counted)
+        others = counted.others
+        table = dataclasses.replace(table, rows=((n, line) for n, line in table.rows if n in others))
     rows = _job_rows(table, jobs.tally, settings, excluding)
     _count_runs(jobs, rows, columns, events, settings, pins, observer)
     if exclusions is not None:
@@ -416,6 +429,20 @@ def _read_jobs(
             observer.placed_runs(placed)
     jobs.runs = jobs.tally.records
     return jobs
+
+
+def _add_counted(jobs: _Jobs, counted: Counted) -> None:
+    """The plain runs that DuckDB counted (``columnar``), into the counters the Python reader adds to."""
+    jobs.tally.records += counted.records
+    jobs.tally.skipped += counted.skipped
+    for key, (runs, seconds) in counted.by_size.items():
+        jobs.by_size[key] = [runs, seconds, 0]
+    names: dict[str, str] = {}
+    for node, user, partition, runs in counted.single:
+        jobs.single[_interned((node, user, partition), names)] = [runs, 0]
+    for partition, node_list in counted.lists:
+        jobs.lists.add(partition, node_list)
+    jobs.first, jobs.last = counted.first, counted.last
 
 
 def _job_rows(
@@ -484,7 +511,7 @@ def _count_runs(
 ) -> None:
     """Count each run read, after attributing a failed one; ``pins``: the jobs whose runs wait apart (``held``)."""
     i_id, i_user, i_state, i_list, i_partition = columns
-    tally, by_size, single, multi_lists = jobs.tally, jobs.by_size, jobs.single, jobs.multi_lists
+    tally, by_size, single, lists = jobs.tally, jobs.by_size, jobs.single, jobs.lists
     failed_columns = (i_id, i_user, i_state)
     names: dict[str, str] = {}
     first = last = None
@@ -511,7 +538,7 @@ def _count_runs(
         if stats is None:
             stats = by_size[(gpus, nnodes)] = [0, 0.0, 0]
         stats[0] += 1
-        stats[1] += hours
+        stats[1] += end - start
         if shared is not None:
             stats[2] += 1
         partition = fields[i_partition] if i_partition is not None else ""
@@ -520,8 +547,7 @@ def _count_runs(
                 (job_id, fields[i_user], partition, node_list, start, end, gpus, nnodes, failed, shared, job_id in pins)
             )
         if nnodes > 1:
-            multi_lists.add(node_list)
-            jobs.multi_partitions.add((partition, node_list))
+            lists.add(partition, node_list)
         elif not shared:  # a run killed by a cause on many nodes is no evidence about its node or its user
             into = jobs.held.setdefault(job_id, {}) if job_id in pins else single
             key = (node_list, fields[i_user], partition)
@@ -531,7 +557,8 @@ def _count_runs(
             counts[0] += 1
             if failed:
                 counts[1] += 1
-    jobs.first, jobs.last = first, last
+    jobs.first = first if jobs.first is None or (first is not None and first < jobs.first) else jobs.first
+    jobs.last = last if jobs.last is None or (last is not None and last > jobs.last) else jobs.last
 
 
 def _interned(key: tuple[str, str, str], names: dict[str, str]) -> tuple[str, str, str]:
@@ -556,11 +583,8 @@ def _partition_nodes(jobs: _Jobs) -> dict[str, set[str]]:
     for table in (jobs.single, jobs.pinned, *jobs.held.values()):
         for name, _, partition in table:
             nodes.setdefault(partition, set()).add(name)
-    for partition, node_list in jobs.multi_partitions:
-        try:
-            nodes.setdefault(partition, set()).update(expand(node_list))
-        except HostlistError:
-            continue  # its run was counted bad already
+    for partition, names in jobs.lists.partitions.items():
+        nodes.setdefault(partition, set()).update(names)
     return nodes
 
 
@@ -632,11 +656,7 @@ def _by_user(rows: Rows, rates: dict[tuple[str, str], float]) -> tuple[int, floa
 def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     """Per-node signals over every node seen in a run or an event."""
     fleet = {name for name, _, _ in jobs.single} | {name for name, _, _ in jobs.pinned} | set(jobs.nodes) | events.nodes
-    for node_list in jobs.multi_lists:
-        try:
-            fleet.update(expand(node_list))
-        except HostlistError:
-            continue  # its run was counted bad already
+    fleet.update(jobs.lists.nodes)
     own = [incident for incident in events.incidents if not incident.shared]
     outs: Counter[str] = Counter(incident.node for incident in own)
     xids: dict[str, set[str]] = {}
@@ -651,8 +671,11 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     empty = _Node()
     for name in sorted(fleet):
         node = jobs.nodes.get(name, empty)
-        rows = per_node.get(name, [])
-        failures, expected, failing, (top, top_failures, top_expected) = _by_user(counted.get(name, []), counted_rates)
+        # Sorted: the sums of expectations are the same whoever counted the runs first (``columnar``).
+        rows = sorted(per_node.get(name, []))
+        failures, expected, failing, (top, top_failures, top_expected) = _by_user(
+            sorted(counted.get(name, [])), counted_rates
+        )
         signals.append(
             NodeSignals(
                 node=name,
@@ -728,7 +751,8 @@ def analyze(
     # No script seen: none given, or only NONE where accounting keeps none (no job_script flag).
     unseen = requested is None or (requested.records > 0 and requested.stored == 0)
     notes = (NO_SCRIPTS,) if exclusions is not None and unseen else ()
-    return _replace_notes(_report(settings, read_jobs, read_events, exclusions, job_names or {}), notes)
+    names = {} if job_names is None else job_names  # filled while the jobs are read (``sacct_json.stream``)
+    return _replace_notes(_report(settings, read_jobs, read_events, exclusions, names), notes)
 
 
 def _replace_notes(report: FleetReport, notes: tuple[str, ...]) -> FleetReport:

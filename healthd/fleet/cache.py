@@ -29,7 +29,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from healthd.fleet.sacct import LocalTimes, is_job_id
 
@@ -149,15 +149,17 @@ def _merge_rows(
     return (header, *kept, *(row for row, _ in fresh.values()))
 
 
-def submit_records(lines: Iterable[str]) -> list[str]:
+def submit_records(lines: Iterable[str]) -> Iterator[str]:
     """The header, then one entry per record: a line not starting with a job id continues the one before."""
-    records: list[str] = []
+    record: Optional[str] = None
     for line in lines:
-        if not records or is_job_id(line.split("|", 1)[0]):
-            records.append(line)
+        if record is not None and is_job_id(line.split("|", 1)[0]):
+            yield record
+            record = line
         else:
-            records[-1] += "\n" + line
-    return records
+            record = line if record is None else record + "\n" + line
+    if record is not None:
+        yield record
 
 
 def _kept_records(cached: Cached, fresh: Cached, jobs: tuple[str, ...]) -> list[str]:

@@ -46,6 +46,49 @@ def expand(text: str) -> tuple[str, ...]:
     return hostlist.expand(text)
 
 
+class Lists:
+    """The nodes of the multi-node runs' lists, and each partition's: every distinct list expanded once.
+
+    A busy scheduler's lists are fragmented (``gpu[001-004,017,230-233]``): a year of a large
+    fleet holds millions of distinct ones, and expanding each is most of the cost of reading
+    them. A list is expanded when first seen, into the node sets, and only its text is kept;
+    it is expanded again only when it shows up in another partition (the partition's node set
+    needs its names) or when a run on it failed (the attribution needs its names: the failed
+    runs' lists are kept, a few in a hundred), and never at the end. A list that does not parse adds no node (its
+    run is counted as the reader decides).
+    """
+
+    def __init__(self) -> None:
+        self.nodes: set[str] = set()
+        self.partitions: dict[str, set[str]] = {}
+        self._seen: dict[str, str] = {}  # list -> the partition it was first seen in
+        self._elsewhere: set[tuple[str, str]] = set()  # (partition, list) of the other partitions (rare)
+        self._failed: dict[str, tuple[str, ...]] = {}  # the failed runs' lists (a few in a hundred runs)
+
+    def expand(self, text: str) -> tuple[str, ...]:
+        """``expand(text)`` of a failed run's list, kept: the few lists of failed runs are asked again."""
+        names = self._failed.get(text)
+        if names is None:
+            names = self._failed[text] = expand(text)
+        return names
+
+    def add(self, partition: str, text: str) -> None:
+        """Count ``text``'s nodes as seen, in ``partition``."""
+        first = self._seen.get(text)
+        if first is not None and (first == partition or (partition, text) in self._elsewhere):
+            return
+        try:
+            names = self._failed.get(text) or expand(text)
+        except HostlistError:
+            return
+        if first is None:
+            self._seen[text] = partition
+            self.nodes.update(names)
+        else:
+            self._elsewhere.add((partition, text))
+        self.partitions.setdefault(partition, set()).update(names)
+
+
 def _words(submit_line: str) -> list[str]:
     try:
         return shlex.split(submit_line)

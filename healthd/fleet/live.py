@@ -28,13 +28,17 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shlex
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
-from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS
-from healthd.slurm.command import ClientTimedOut, SlurmError, run_client
+from healthd.fleet import sacct_json
+from healthd.fleet.sacct import EVENT_FIELDS, SACCT_FIELDS, SUBMIT_FIELDS, text_of
+from healthd.slurm.command import STANDARD_BIN_DIRS, ClientTimedOut, SlurmError, client_env, run_client
 from healthd.text import one_line
 
 SLURM_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -145,6 +149,105 @@ def collect(
     events = _run(bin_dir, "sacctmgr", sacctmgr_args(since, until), deadline, timeout, conf)
     submit_lines = _run(bin_dir, "sacct", sacct_args(since, until, SUBMIT_FIELDS), deadline, timeout, conf)
     return Accounting(jobs, events, submit_lines)
+
+
+class Spooled(NamedTuple):
+    """The accounting of a window as files (``spool``): memory holds none of the runs."""
+
+    jobs: Path  # the runs as sacct -P rows, header first (sacct --json converted)
+    events: str  # the node events (thousands: kept as text)
+    submit_lines: Path  # sacct -P -o JobID,SubmitLine
+    names: dict[str, str]  # JobID -> name of the failed runs (sacct --json only; shown, never analysed)
+
+
+def spool(
+    bin_dir: Optional[Path],
+    window: tuple[datetime.datetime, datetime.datetime],
+    timeout: float,
+    directory: Path,
+    *,
+    conf: Optional[Path] = None,
+) -> Spooled:
+    """What ``collect`` reads, with sacct's output streamed into files under ``directory``.
+
+    sacct writes straight into a file, and ``sacct --json`` is converted a job at a time
+    (``sacct_json.stream``): a year of a large fleet is tens of GB of JSON, which ``collect``
+    would hold whole. The analysis then streams the files.
+    """
+    since, until = window
+    if until <= since:
+        raise AccountingError(f"empty window: it ends at {slurm_time(until)}, not after its start {slurm_time(since)}")
+    deadline = time.monotonic() + timeout
+    run = _Stream(bin_dir, conf, deadline, timeout)
+    jobs, raw = directory / "jobs.txt", directory / "jobs.json"
+    seen = _json_rows(run, sacct_json_args(since, until), raw, jobs)
+    if seen is None or seen.no_user:
+        run.into(jobs, "sacct", sacct_args(since, until))
+    events = directory / "events.txt"
+    run.into(events, "sacctmgr", sacctmgr_args(since, until))
+    submit = directory / "submit.txt"
+    run.into(submit, "sacct", sacct_args(since, until, SUBMIT_FIELDS))
+    text = events.read_bytes().decode("utf-8", "replace")
+    return Spooled(jobs, text, submit, {} if seen is None or seen.no_user else seen.names)
+
+
+def _json_rows(run: _Stream, args: list[str], raw: Path, rows: Path) -> Optional[sacct_json.Seen]:
+    """``sacct --json`` into ``raw``, converted to rows in ``rows``; None where this sacct has no JSON."""
+    try:
+        run.into(raw, "sacct", args)
+    except AccountingError as exc:
+        if not _no_json(exc):
+            raise
+        return None
+    seen = sacct_json.Seen()
+    try:
+        with text_of(raw.open("rb")) as source, rows.open("w", encoding="utf-8", newline="\n") as out:
+            out.writelines(row + "\n" for row in sacct_json.stream(source, "sacct --json", seen))
+    except ValueError:
+        return None  # not JSON at all (an old sacct printing its table): read -P
+    finally:
+        raw.unlink()
+    return seen
+
+
+class _Stream:
+    """Runs Slurm's clients with their output into a file, within one deadline."""
+
+    def __init__(self, bin_dir: Optional[Path], conf: Optional[Path], deadline: float, timeout: float) -> None:
+        self.dirs = (bin_dir,) if bin_dir is not None else STANDARD_BIN_DIRS
+        self.conf, self.deadline, self.timeout = conf, deadline, timeout
+
+    def into(self, path: Path, name: str, args: Sequence[str]) -> None:
+        """``name args`` with its standard output written to ``path``; AccountingError as ``_run`` says it."""
+        found = next((d / name for d in self.dirs if (d / name).is_file()), None)
+        command = shlex.join([str(found or name), *args])
+        if found is None:
+            raise AccountingError(f"{name} not found in {', '.join(map(str, self.dirs))} (set [slurm].bin_dir)")
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise AccountingError(f"`{command}` not run: the {self.timeout:g}s for collecting accounting are used up")
+        with path.open("wb") as out:
+            process = subprocess.Popen(
+                [str(found), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                env=client_env(self.conf),
+                cwd="/",
+                start_new_session=True,
+            )
+            try:
+                _, err = process.communicate(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                raise AccountingError(
+                    f"`{command}` did not answer within {self.timeout:g}s: slurmdbd is slow or not reachable"
+                ) from None
+        if process.returncode != 0:
+            said = one_line(err.decode("utf-8", "replace") or path.read_text("utf-8", "replace")[:2000], 500)
+            raise AccountingError(
+                f"`{command}` failed (exit status {process.returncode}){_cause(said)}: {said or 'no output'}"
+            )
 
 
 # Job ids per ``sacct -B -j`` call: sacct needs -j for scripts (src/sacct/options.c), and a

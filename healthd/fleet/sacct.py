@@ -16,10 +16,12 @@ unset): they are read in the zone of ``TZ``, like sacct itself.
 from __future__ import annotations
 
 import datetime
+import io
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional
+from pathlib import Path
+from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional
 
 # The job fields asked for; all exist in Slurm 22.05 (`sacct -e`). None of them is text a user
 # chooses: `-P` prints fields raw, without escaping "|" or a newline (sacct(1)), so a JobName
@@ -288,6 +290,19 @@ def _data(lines: Iterator[str], header: int) -> Iterator[tuple[int, str]]:
         text = line.rstrip("\r\n")
         if text:
             yield number, text
+
+
+def text_of(raw: IO[bytes]) -> IO[str]:
+    """Lines that end at "\n" alone: newline="" would still end one at a lone "\r" (io.TextIOWrapper's
+    universal newlines), and a job name or submit line is a user's text that may hold one."""
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
+
+
+def file_lines(path: Path) -> Iterator[str]:
+    """The lines of ``path`` without their "\n", read as they are used."""
+    with text_of(path.open("rb")) as handle:
+        for line in handle:
+            yield line[:-1] if line.endswith("\n") else line
 
 
 def first_word(text: str) -> str:

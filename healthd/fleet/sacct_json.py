@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Iterator, NamedTuple, Optional, Protocol, Sequence
 
 from healthd.text import records
 
@@ -139,9 +139,26 @@ def _row(job: dict[str, Any]) -> tuple[str, str]:
         _tres(job),
     )
     for name, value in zip(JOB_TABLE, fields):
-        if "|" in value or "\n" in value:
-            raise ValueError(f"{name} holds a vertical bar or a newline, which no Slurm-written field has")
+        # A "\r" would end the line for a reader with universal newlines, and stays in a node's name otherwise.
+        if "|" in value or not value.isprintable():
+            raise ValueError(f"{name} holds a vertical bar or a control character, which no Slurm-written field has")
     return "|".join(fields), job_id
+
+
+def _bad_row(why: str) -> str:
+    """A row the ``-P`` reader counts as bad, with ``why`` (``sacct.LocalTimes`` reads ``@!why``)."""
+    return "|".join(("0", "", "", "", "@!" + why.replace("|", "/").replace("\n", " ").replace("\r", " "), *("",) * 4))
+
+
+def _converted(job: Any, number: int) -> tuple[str, str, Optional[str]]:
+    """(row, JobID, name) of the ``number``-th job object; a bad one is a ``_bad_row`` naming it."""
+    try:
+        line, job_id = _row(job)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        why = f"job record {number}: " + (f"no key {exc}" if isinstance(exc, KeyError) else str(exc))
+        return _bad_row(why), "", None
+    name = job.get("name")
+    return line, job_id, name if isinstance(name, str) and name else None
 
 
 def read(text: str, source: str) -> JsonJobs:
@@ -156,15 +173,9 @@ def read(text: str, source: str) -> JsonJobs:
     lines = ["|".join(JOB_TABLE)]
     names: dict[str, str] = {}
     for number, job in enumerate(jobs, 1):
-        try:
-            line, job_id = _row(job)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            why = f"job record {number}: " + (f"no key {exc}" if isinstance(exc, KeyError) else str(exc))
-            lines.append("|".join(("0", "", "", "", "@!" + why.replace("|", "/").replace("\n", " "), *("",) * 4)))
-            continue
+        line, job_id, name = _converted(job, number)
         lines.append(line)
-        name = job.get("name")
-        if isinstance(name, str) and name:
+        if name is not None:
             names[job_id] = name
     return JsonJobs(tuple(lines), names)
 
@@ -175,3 +186,128 @@ def lines_of(text: str, source: str) -> tuple[Sequence[str], dict[str, str]]:
         return records(text), {}  # on "\n" alone: no field a user shapes starts a row
     found = read(text, source)
     return found.lines, found.names
+
+
+# How much of a ``sacct --json`` document is read at a time, and the most one value (a job
+# object, or ``meta``) may take: a record is a few kB; one larger than this is no job.
+CHUNK = 1 << 20
+MAX_VALUE = 64 << 20
+
+
+class Readable(Protocol):
+    """What ``stream`` reads from: an open text file, or anything with its ``read``."""
+
+    def read(self, size: int, /) -> str: ...
+
+
+class _Buffer:
+    """A text read a chunk at a time, with a position: what ``stream`` decodes one value at a time from."""
+
+    def __init__(self, handle: Readable) -> None:
+        self.handle = handle
+        self.text = ""
+        self.at = 0
+        self.ended = False
+
+    def more(self) -> bool:
+        """Read the next chunk (dropping what was decoded); False at the end of the input."""
+        if self.ended:
+            return False
+        chunk = self.handle.read(CHUNK)
+        self.text = self.text[self.at :] + chunk
+        self.at = 0
+        self.ended = not chunk
+        return bool(chunk)
+
+    def skip(self) -> str:
+        """The next character that is not JSON white space (not consumed), "" at the end."""
+        while True:
+            while self.at < len(self.text) and self.text[self.at] in " \t\n\r":
+                self.at += 1
+            if self.at < len(self.text) or not self.more():
+                return self.text[self.at : self.at + 1]
+
+    def value(self, decoder: json.JSONDecoder) -> Any:
+        """The next JSON value, reading more while it is incomplete; ValueError where it is not JSON."""
+        self.skip()
+        while True:
+            try:
+                found, end = decoder.raw_decode(self.text, self.at)
+                # A number cut at the chunk's end decodes too: decode it again with the rest.
+                if end < len(self.text) or not self.more():
+                    self.at = end
+                    return found
+            except json.JSONDecodeError:
+                if len(self.text) - self.at > MAX_VALUE or not self.more():
+                    raise
+
+    def expect(self, char: str) -> None:
+        if self.skip() != char:
+            raise ValueError(f"expected {char!r} at {self.skip()[:1]!r}")
+        self.at += 1
+
+
+class Seen:
+    """What ``stream`` saw besides the rows: the failed runs' names (the report shows them), and runs without a user."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.no_user = 0
+
+
+# The states of the runs the report names (``analyze.FAILED_PREFIXES``): only their names are kept.
+_NAMED = ("FAILED", "NODE_FAIL")
+
+
+def stream(handle: Readable, source: str, seen: Seen) -> Iterator[str]:
+    """The ``-P`` rows (header first) of a ``sacct --json`` document read a job at a time from ``handle``.
+
+    Memory holds one job object, never the document: a year of a large fleet's runs is tens
+    of GB of JSON. Keys other than ``jobs`` are decoded and dropped. A job object that is not a run becomes a bad row
+    naming it (as ``read``); where the document stops being JSON (cut short, or garbled),
+    the runs before stay and one bad row says where it broke: one broken record does not
+    blind the whole source. ``seen`` gathers the failed runs' names and counts the runs
+    without a user (22.05 prints null for one without an association: ``collect`` then reads
+    ``-P``). ValueError naming ``source`` when it does not start as a ``sacct --json`` document.
+    """
+    buffer = _Buffer(handle)
+    decoder = json.JSONDecoder()
+    try:
+        buffer.expect("{")
+        _to_jobs(buffer, decoder)
+    except ValueError as exc:
+        raise ValueError(f"{source}: not a sacct --json document: {exc}") from None
+    yield "|".join(JOB_TABLE)
+    number = 0
+    while True:
+        try:
+            ahead = buffer.skip()
+            if ahead == "]":
+                return
+            if number:
+                buffer.expect(",")
+            job = buffer.value(decoder)
+        except ValueError as exc:
+            yield _bad_row(f"the document breaks after job record {number}: {str(exc)[:200]}")
+            return
+        number += 1
+        line, job_id, name = _converted(job, number)
+        if not (isinstance(job, dict) and isinstance(job.get("user"), str) and job["user"]):
+            seen.no_user += 1
+        if name is not None and line.split("|", 4)[3].startswith(_NAMED):
+            seen.names[job_id] = name
+        yield line
+
+
+def _to_jobs(buffer: _Buffer, decoder: json.JSONDecoder) -> None:
+    """Move ``buffer`` past ``"jobs": [`` of the top-level object, decoding (and dropping) the values before it."""
+    while True:
+        key = buffer.value(decoder)
+        buffer.expect(":")
+        if key == "jobs":
+            buffer.expect("[")
+            return
+        buffer.value(decoder)
+        if buffer.skip() != ",":
+            raise ValueError("no list 'jobs' in the sacct --json document")
+        buffer.at += 1

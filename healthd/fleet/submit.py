@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
 from healthd.fleet.hosts import Request, request
-from healthd.fleet.sacct import InputSummary, LineTally, is_job_id, open_table, submit_command
+from healthd.fleet.sacct import InputSummary, LineTally, SacctTable, is_job_id, open_table, submit_command
 from healthd.fleet.scripts import Scripts
 
 SUBMIT_COLUMNS = ("JobID", "SubmitLine")
@@ -48,7 +48,10 @@ class Exclusions(NamedTuple):
 
 def _records(lines: Iterable[str], source: str, tally: LineTally) -> Iterator[tuple[int, str, str]]:
     """(line number, job id, submit line) of each record, continuation lines joined to their record."""
-    table = open_table(lines, source, SUBMIT_COLUMNS, submit_command())
+    return _records_of(open_table(lines, source, SUBMIT_COLUMNS, submit_command()), tally)
+
+
+def _records_of(table: SacctTable, tally: LineTally) -> Iterator[tuple[int, str, str]]:
     i_id, i_text = table.index("JobID"), table.index("SubmitLine")
     current: Optional[tuple[int, str, str]] = None
     for number, line in table.rows:
@@ -87,11 +90,28 @@ def read_exclusions(passes: Callable[[], Iterable[str]], source: str, scripts: O
             found = request(text).over(wanted.get(job_id, Request()))
             if found.excluded or found.pinned:
                 jobs[job_id] = Choice(number, found.excluded, found.pinned)
-    records = dict.fromkeys(jobs, 0)
-    for _, job_id, _ in _records(passes(), source, LineTally(source)):
-        if job_id in records:
-            records[job_id] += 1
-    return Exclusions(jobs, records, tally)
+    return Exclusions(jobs, _counts(passes(), source, dict.fromkeys(jobs, 0)), tally)
+
+
+def _counts(lines: Iterable[str], source: str, records: dict[str, int]) -> dict[str, int]:
+    """``records`` with each job's records counted, as ``_records`` reads them.
+
+    A line whose first field is none of these jobs neither starts one of their records nor
+    continues one (a continuation belongs to the record before it, whose count is taken
+    already): where JobID is the first column, only the lines that start with one of them
+    are read further. Most of the millions of lines are none of the few jobs that exclude.
+    """
+    table = open_table(lines, source, SUBMIT_COLUMNS, submit_command())
+    if table.index("JobID") != 0:
+        for _, job_id, _ in _records_of(table, LineTally(source)):
+            if job_id in records:
+                records[job_id] += 1
+        return records
+    for _, line in table.rows:
+        head = line.partition("|")[0]
+        if head in records and table.split(line) is not None and is_job_id(head):
+            records[head] += 1
+    return records
 
 
 def settle(exclusions: Exclusions, runs: dict[str, list[int]]) -> Iterator[tuple[str, Choice, int]]:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 from healthd_testkit import synth
+from healthd_testkit.spooled import spool_of
 
 from healthd.fleet.live import Accounting
 from healthd.fleet.progress import bar
@@ -65,7 +66,7 @@ def accounts(monkeypatch: pytest.MonkeyPatch) -> Accounts:
 
     fleet = synth.plant(synth.FleetSpec(nodes=60, days=40, runs=8_000, events=600, incident_lemons=2, seed=5))
     found = Accounts(fleet)
-    monkeypatch.setattr(healthd.fleet.live, "collect", found)
+    monkeypatch.setattr(healthd.fleet.live, "spool", spool_of(found))
     # No script is stored here (a cluster without AccountingStoreFlags=job_script): sacct prints none.
     monkeypatch.setattr(healthd.fleet.live, "batch_scripts", lambda *_, **__: "")
     return found

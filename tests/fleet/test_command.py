@@ -12,6 +12,7 @@ from typing import Callable, Optional
 import pytest
 from healthd_testkit import synth
 from healthd_testkit.paths import REPO
+from healthd_testkit.spooled import spool_of
 
 from healthd.fleet.live import Accounting
 from healthd.fleet.schema import FleetReportOut, json_schema
@@ -219,7 +220,7 @@ def test_live_hands_the_collected_texts_to_the_same_analysis(
 
     import healthd.fleet.live
 
-    monkeypatch.setattr(healthd.fleet.live, "collect", collect)
+    monkeypatch.setattr(healthd.fleet.live, "spool", spool_of(collect))
     asked: list[list[str]] = []
     monkeypatch.setattr(healthd.fleet.live, "batch_scripts", lambda _, jobs, *__, **___: asked.append(jobs) or "")
     config = write_config(f'[slurm]\nbin_dir = "{bin_dir}"\n')

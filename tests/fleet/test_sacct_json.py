@@ -68,7 +68,7 @@ def test_a_record_that_cannot_be_read_is_a_bad_line_naming_it() -> None:
     whys = [why for _, why in report.jobs.first_bad]
     assert whys == [
         "job record 2: no key 'time'",
-        "job record 3: NodeList holds a vertical bar or a newline, which no Slurm-written field has",
+        "job record 3: NodeList holds a vertical bar or a control character, which no Slurm-written field has",
         "job record 4: no user (a user without an association in 22.05's JSON): read with sacct -P",
     ]
 

@@ -1,0 +1,102 @@
+"""The DuckDB engine (``healthd.fleet.columnar``, the ``fleet`` extra) gives the report the Python reader gives.
+
+Each input is analysed twice, by the Python reader alone and with DuckDB counting the plain
+runs, and the two ``--json`` documents are compared whole, to the bit. The inputs: the
+capture of the test cluster, synthetic fleets with submit lines (jobs whose runs the Python
+reader must keep), and a file of every kind of line DuckDB must leave to the Python reader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+from healthd_testkit import synth
+from healthd_testkit.paths import FIXTURES
+
+from healthd.fleet import columnar
+from healthd.fleet.analyze import FleetSettings, analyze
+from healthd.fleet.columnar import JobsFile
+from healthd.fleet.render import document
+from healthd.fleet.sacct import file_lines
+
+pytest.importorskip("duckdb")
+ACCOUNTING = FIXTURES / "slurm" / "accounting"
+HEADER = "JobID|User|Partition|State|ExitCode|Submit|Start|End|Elapsed|NNodes|NodeList|AllocTRES"
+EVENTS = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User"
+
+
+def both(jobs: Path, events: list[str], submit: Optional[Path] = None, **settings: Any) -> tuple[Any, Any]:
+    """The documents of the Python reader and of DuckDB with it; asserts that DuckDB counted runs."""
+    given = FleetSettings(**settings)
+    lines = None if submit is None else (lambda: file_lines(submit))
+    python = analyze(file_lines(jobs), events, given, submit_lines=lines)
+    assert columnar.usable(jobs)
+    duck = analyze(JobsFile(jobs), events, given, submit_lines=lines)
+    return json.loads(json.dumps(document(python))), json.loads(json.dumps(document(duck)))
+
+
+def test_the_capture_of_the_test_cluster() -> None:
+    events = (ACCOUNTING / "sacctmgr-events-22.05-take-out.txt").read_text().split("\n")
+    python, duck = both(ACCOUNTING / "sacct-22.05-take-out.txt", events)
+    assert python == duck and python["runs"] > 0
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_synthetic_fleets_with_submit_lines(tmp_path: Path, seed: int) -> None:
+    fleet = synth.plant(synth.FleetSpec(nodes=80, days=30, runs=20_000, events=800, incident_lemons=3, seed=seed))
+    jobs, submit = tmp_path / "jobs.txt", tmp_path / "submit.txt"
+    jobs.write_text("\n".join(synth.job_lines(fleet)) + "\n")
+    submit.write_text("\n".join(synth.submit_lines(fleet)) + "\n")
+    events = list(synth.event_lines(fleet))
+    python, duck = both(jobs, events, submit)
+    assert python == duck
+    assert python["runs"] > 15_000 and python["attributed_failures"] and python["lemon_nodes"]
+
+
+def test_every_line_the_python_reader_must_read(tmp_path: Path) -> None:
+    good = "|0:0|2024-03-01T00:00:00|{start}|{end}|00:00:00|{nnodes}|{nodes}|{tres}"
+    rows = [
+        ("1", "a", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "1", "n01", "gres/gpu=8"),
+        ("2", "a", "p", "FAILED", "2024-03-01T01:00:00", "2024-03-01T04:59:00", "1", "n02", "gres/gpu=8"),
+        ("3", "b", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "2", "n[01-02]", "gres/gpu=16"),
+        ("4", "b", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "007", "n01", "gres/gpu=8"),
+        ("5", "b", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-13-01T05:00:00", "1", "n01", "gres/gpu=8"),
+        ("6", "b", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:60", "1", "n01", "gres/gpu=8"),
+        ("7", "b", "p", "COMPLETED", "2024-03-01T06:00:00", "2024-03-01T05:00:00", "1", "n01", "gres/gpu=8"),
+        ("8", "b", "p", "COMPLETED", "@1709254800", "@1709258400", "1", "n03", "gres/gpu=8"),
+        ("9", "b", "p", "COMPLETED", "@17092548x0", "@1709258400", "1", "n03", "gres/gpu=8"),
+        ("1x", "b", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "1", "n01", "gres/gpu=8"),
+        ("10", "b", "p", "RUNNING", "2024-03-01T01:00:00", "Unknown", "1", "n01", "gres/gpu=8"),
+        ("11", "b", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "1", "n01", "gres/gpu=-8"),
+        ("12", "b", "p", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "2", "n[02-01]", "gres/gpu=16"),
+        ("13", "c", "q", "NODE_FAIL", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "2", "n[01-02]", "gres/gpu=16"),
+        ("14", "c", "q", "COMPLETED", "2024-03-09T01:00:00", "2024-03-09T05:00:00", "1", "n04", "gres/gpu=8"),
+        ("15", "c", "q", "COMPLETED", "2024-02-09T01:00:00", "2024-02-09T05:00:00", "1", "n04", "gres/gpu=8"),
+        ("16_3", "c", "q", "COMPLETED", "2024-03-01T01:00:00", "2024-03-01T05:00:00", "1", "n05", "gres/gpu:h100=4"),
+    ]
+    lines = [HEADER]
+    for job, user, partition, state, start, end, nnodes, nodes, tres in rows:
+        fields = good.format(start=start, end=end, nnodes=nnodes, nodes=nodes, tres=tres)
+        lines.append(f"{job}|{user}|{partition}|{state}{fields}")
+    lines.append("17|c|q|COMPLETED|0:0|x|2024-03-01T01:00:00|2024-03-01T05:00:00|0|1|n01")  # a field short
+    lines.append("18|c|q|COMPLETED|0:0|x|2024-03-01T01:00:00|2024-03-01T05:00:00|0|1|n01|gres/gpu=8|")  # sacct -p
+    lines.append("19|c|q|COMPLETED|0:0|x|2024-03-01T01:00:00|2024-03-01T05:00:00|0|1|n01|gres/gpu=8|x|y")
+    lines.append("20|c|q|COMPLETED|0:0|x|2024-03-01T01:00:00|2024-03-01T05:00:00|0|1|n06|")  # no AllocTRES
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("\n".join(lines) + "\n")
+    events = [EVENTS, "c|n02|2024-03-01T04:58:00|Unknown|DRAIN|healthd: XID_79 gpu0|root(0)"]
+    python, duck = both(jobs, events, since=1709251200.0, until=1709856000.0)  # 2024-03-01 to 03-08 UTC
+    assert python == duck
+    assert python["inputs"]["jobs"]["bad_lines"] >= 8 and python["attributed_failures"]
+
+
+def test_a_file_with_a_carriage_return_is_left_to_the_python_reader(tmp_path: Path) -> None:
+    jobs = tmp_path / "jobs.txt"
+    row = "1|al\rice|p|COMPLETED|0:0|x|2024-03-01T01:00:00|2024-03-01T05:00:00|0|1|n01|gres/gpu=8"
+    jobs.write_text(f"{HEADER}\n{row}\n", newline="")
+    assert not columnar.usable(jobs), "DuckDB would end a line at the \\r"
+    report = analyze(JobsFile(jobs), [EVENTS])
+    assert report.runs == 1 and report.jobs.bad == 0
