@@ -5,11 +5,12 @@
 Measures, each run a new process, with a private state directory, Slurm off and ``--dry-run``:
 a cold ``healthd check --once`` of the default config with an unchanged config (its validation
 read from the cache, ``healthd.config.cache``) and with a config changed before every run (a
-comment that counts: validated in full), ``healthd status``, a clean ``healthd-prolog``, and
+comment that counts: validated in full), ``healthd status``, a clean ``healthd-prolog``,
+``healthd-hook`` with no daemon running (the hook's own pass), and
 ``python -c pass`` (the interpreter floor), the bytecode compiled first. With ``--before DIR``
-(an export of older code, put first on ``PYTHONPATH``) every run of this code is paired with
-one of the older code, alternating which goes first, and the median of the pairs' CPU ratios
-is printed. Prints figures; asserts nothing.
+(an export of older code, put first on ``PYTHONPATH`` as this checkout is for this code) every
+run of this code is paired with one of the older code, alternating which goes first, and the
+median of the pairs' CPU ratios is printed. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ def setups(root: Path, before: Optional[Path]) -> dict[str, tuple[dict[str, str]
         config.chmod(0o600)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(SLURM_JOB_ID="1", SLURM_JOB_USER="bench")
-        if who == "before" and before is not None:
-            env["PYTHONPATH"] = str(before)
+        # Each tree's own code first on the path: this checkout may not be the one the environment installed.
+        tree = before if who == "before" and before is not None else REPO
+        env["PYTHONPATH"] = f"{tree}{os.pathsep}{tree / 'checks'}"
         found[who] = (env, config)
     return found
 
@@ -71,12 +73,18 @@ def _changed(config: Path, number: int) -> Path:
     return fresh
 
 
+# The hook reads /etc/healthd/healthd.toml alone: its default path is pointed at the benchmark's config.
+HOOK = (
+    "import sys, pathlib, healthd.config.load as c; c.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1]);"
+    "from healthd.cli.hook import hook_main; sys.exit(hook_main(['--dry-run']))"
+)
 CHECK = [str(BIN / "healthd"), "check", "--once", "--dry-run", "-c"]
 COMMANDS: dict[str, Callable[[Path, int], list[str]]] = {
     "check --once, unchanged config (cached)": lambda c, n: [*CHECK, str(c)],
     "check --once, changed config (validated)": lambda c, n: [*CHECK, str(_changed(c, n))],
     "status": lambda c, n: [str(BIN / "healthd"), "status", "--config", str(c)],
     "prolog": lambda c, n: [str(BIN / "healthd-prolog"), "--config", str(c)],
+    "healthd-hook, no daemon (its own pass)": lambda c, n: [sys.executable, "-c", HOOK, str(c)],
     "python -c pass": lambda c, n: [sys.executable, "-c", "pass"],
 }  # fmt: skip
 

@@ -30,6 +30,8 @@ import threading
 from types import FrameType
 from typing import Callable, Generic, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
+import psutil
+
 BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 # How long a killed child may take to die before it counts as stuck in the kernel:
 # SIGKILL ends a child in any other state within milliseconds, even on a busy node.
@@ -99,8 +101,6 @@ def process_start(pid: int) -> Optional[float]:
 
     With the pid, it names one process: a pid reused by a later process has another start.
     """
-    import psutil
-
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
