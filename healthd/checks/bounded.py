@@ -30,8 +30,6 @@ import threading
 from types import FrameType
 from typing import Callable, Generic, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
-import psutil
-
 BARE_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"}
 # How long a killed child may take to die before it counts as stuck in the kernel:
 # SIGKILL ends a child in any other state within milliseconds, even on a busy node.
@@ -101,6 +99,10 @@ def process_start(pid: int) -> Optional[float]:
 
     With the pid, it names one process: a pid reused by a later process has another start.
     """
+    # Here: psutil brings socket, subprocess and its platform module, which a pass that finds
+    # no earlier probe or reset to look after never needs (docs/architecture.md).
+    import psutil
+
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
