@@ -99,6 +99,14 @@ LAZY: dict[str, frozenset[tuple[str, str]]] = {
         ("healthd.cycle.prolog", "healthd.cycle.engine"),
         ("healthd.cycle.prolog", "healthd.cycle.pipeline"),
         ("healthd.cycle.jobhook", "healthd.cycle.engine"),
+        ("healthd.cycle.jobhook", "healthd.boot"),  # the deadline's record, when the child ran past it
+        ("healthd.cycle.jobhook", "healthd.cycle.jobrecord"),
+        ("healthd.cycle.jobhook", "healthd.store.historyschema"),
+        # The prolog loads every enabled check's module and runs two: the history reader (sqlite3) when it gathers.
+        ("healthd_checks.jobs.check", "healthd.store.historyreader"),
+        ("healthd_checks.jobs.check", "healthd.store.historyschema"),
+        ("healthd_checks.host.check", "ctypes"),  # the clock's adjtimex, read when the host check gathers
+        ("healthd_checks.nvml.source", "ctypes"),  # the fabric's v2 structure, NVML's own
         ("healthd.config.cache", "logging"),
         ("healthd.commands.status", "healthd.plan.ackview"),
         ("healthd.cycle.render", "healthd.model"),

@@ -13,10 +13,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from healthd.boot import read_boot_id
 from healthd.cycle.childrun import Deadline, run_with_deadline
-from healthd.cycle.jobrecord import with_history
-from healthd.store.historyschema import Kind
 from healthd_checks.jobs.scope import Job
 
 if TYPE_CHECKING:
@@ -74,7 +71,10 @@ def _record_timeout(which: str, job: Job, config: Optional[Path]) -> None:
     """
 
     def work(_: Deadline) -> int:
+        from healthd.boot import read_boot_id
         from healthd.cycle.engine import Engine
+        from healthd.cycle.jobrecord import with_history
+        from healthd.store.historyschema import Kind
 
         engine = Engine.from_path(config)
         message = f"{which} deadline passed: UNKNOWN, job allowed"

@@ -15,7 +15,6 @@ the DMI strings under ``class/dmi/id``. ``judge`` compares them with the ``expec
 
 from __future__ import annotations
 
-import ctypes
 import json
 import re
 from dataclasses import replace
@@ -79,6 +78,8 @@ class KernelTimex:
     """adjtimex(2) through libc, with ``modes`` 0: it changes nothing."""
 
     def read(self) -> Timex:
+        import ctypes
+
         class _Timeval(ctypes.Structure):
             _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
 

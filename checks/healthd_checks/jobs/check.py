@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 from healthd.checks.plugin import CheckSpec, Staged, Unobserved, Verdict
 from healthd.model import Finding, Status
-from healthd.store.historyreader import HistoryReader
-from healthd.store.historyschema import HistoryError, Kind
 
 if TYPE_CHECKING:
     from healthd.checks.plugin import CheckContext, JudgeContext
@@ -57,6 +55,9 @@ class JobsObservation(NamedTuple):
 
 
 def gather(ctx: CheckContext[JobsSettings]) -> JobsObservation:
+    from healthd.store.historyreader import HistoryReader
+    from healthd.store.historyschema import HistoryError, Kind
+
     state_dir = ctx.paths.state_dir
     try:
         history = HistoryReader.open_readonly(state_dir)

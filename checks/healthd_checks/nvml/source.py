@@ -12,7 +12,6 @@ the file and the key. Nothing here judges health: that is ``healthd_checks.gpu.c
 from __future__ import annotations
 
 import contextlib
-import ctypes
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, TypeVar, Union
 
@@ -390,6 +389,8 @@ def link_states(call: _Caller, handle: object) -> Reading[tuple[LinkState, ...]]
 
 def read_fabric(call: _Caller, handle: object) -> Reading[FabricInfo]:
     """The GPU's fabric registration: the versioned call (with the health mask), else the first version."""
+    import ctypes
+
     pynvml = call.pynvml
     versioned = getattr(pynvml, "c_nvmlGpuFabricInfo_v2_t", None)
     if versioned is not None:
