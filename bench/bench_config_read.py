@@ -10,7 +10,8 @@ comment that counts: validated in full), ``healthd status``, a clean ``healthd-p
 ``python -c pass`` (the interpreter floor), the bytecode compiled first. With ``--before DIR``
 (an export of older code, put first on ``PYTHONPATH`` as this checkout is for this code) every
 run of this code is paired with one of the older code, alternating which goes first, and the
-median of the pairs' CPU ratios is printed. Prints figures; asserts nothing.
+median of the pairs' CPU ratios is printed. ``--valgrind`` counts the instructions of one run of each
+instead (valgrind's cachegrind), which a busy machine does not move. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +46,23 @@ def one_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     wall = (time.perf_counter() - start) * 1000
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+
+
+def instructions(command: list[str], env: dict[str, str]) -> int:
+    """Instructions one child process (and its children: the prolog's work runs in one) executed, by valgrind.
+
+    A count, not a time: it does not move with the load of a shared machine, where CPU times do.
+    """
+    grind = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--trace-children=yes",
+        "--cachegrind-out-file=/dev/null",
+    ]
+    done = subprocess.run([*grind, *command], env=env, capture_output=True, text=True, check=False)
+    counts = [line.rpartition(" ")[2].replace(",", "") for line in done.stderr.splitlines() if "I   refs:" in line]
+    return sum(int(count) for count in counts)
 
 
 def setups(root: Path, before: Optional[Path]) -> dict[str, tuple[dict[str, str], Path]]:
@@ -93,6 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
+    parser.add_argument("--valgrind", action="store_true", help="count each command's instructions once instead")
     args = parser.parse_args()
     for tree in (REPO, args.before) if args.before else (REPO,):
         compile_bytecode(tree)
@@ -103,6 +122,13 @@ def main() -> None:
         for name, make in COMMANDS.items():
             for env, config in found.values():
                 one_run(make(config, 0), env)  # the first run validates and caches; it is not measured
+            if args.valgrind:
+                counts = {who: instructions(make(config, 1), env) for who, (env, config) in found.items()}
+                figures = [f"{who}: {count / 1e6:.1f} M instructions" for who, count in counts.items()]
+                if counts.get("before"):
+                    figures.append(f"this/before: {counts['this'] / counts['before']:.3f}")
+                print(f"{name}: " + "; ".join(figures), flush=True)
+                continue
             runs: dict[str, list[tuple[float, float]]] = {who: [] for who in found}
             for number in range(1, args.runs + 1):
                 for who in list(found) if number % 2 else list(found)[::-1]:
