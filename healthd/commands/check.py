@@ -74,7 +74,7 @@ def seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     _log_to_stderr(args.debug)
-    only = tuple(name.strip() for name in args.only.split(",") if name.strip()) if args.only else ()
+    only = tuple(name.strip() for name in args.only.split(",") if name.strip()) if args.only else None
     asked = OneShot(
         args.config, only, args.dry_run, args.active, args.force, tuple(args.expect or ()), args.timeout, args.debug
     )

@@ -35,7 +35,7 @@ class OneShot(NamedTuple):
     """What ``healthd check`` was asked: its options, parsed."""
 
     config: Optional[Path]
-    only: tuple[str, ...] = ()
+    only: Optional[tuple[str, ...]] = None  # --only's names; None: every check
     dry_run: bool = False
     active: bool = False
     force: bool = False
@@ -74,7 +74,7 @@ def _check_once(asked: OneShot, begun: float) -> Union[Declined, Done]:
         return tried
     engine, expected, notes = tried
     only = None if expected is None else list(expected)
-    if asked.only:
+    if asked.only is not None:
         only = list(asked.only) + (only or [])
         unknown = _unknown(engine, only)
         if unknown:
