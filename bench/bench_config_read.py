@@ -5,11 +5,13 @@
 Measures, each run a new process, with a private state directory, Slurm off and ``--dry-run``:
 a cold ``healthd check --once`` of the default config with an unchanged config (its validation
 read from the cache, ``healthd.config.cache``) and with a config changed before every run (a
-comment that counts: validated in full), ``healthd status``, a clean ``healthd-prolog``, and
+comment that counts: validated in full), ``healthd status``, a clean ``healthd-prolog``,
+``healthd-hook`` with no daemon running (the hook's own pass), and
 ``python -c pass`` (the interpreter floor), the bytecode compiled first. With ``--before DIR``
-(an export of older code, put first on ``PYTHONPATH``) every run of this code is paired with
-one of the older code, alternating which goes first, and the median of the pairs' CPU ratios
-is printed. Prints figures; asserts nothing.
+(an export of older code, put first on ``PYTHONPATH`` as this checkout is for this code) every
+run of this code is paired with one of the older code, alternating which goes first, and the
+median of the pairs' CPU ratios is printed. ``--valgrind`` counts the instructions of one run of each
+instead (valgrind's cachegrind), which a busy machine does not move. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -46,6 +48,23 @@ def one_run(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
 
 
+def instructions(command: list[str], env: dict[str, str]) -> int:
+    """Instructions one child process (and its children: the prolog's work runs in one) executed, by valgrind.
+
+    A count, not a time: it does not move with the load of a shared machine, where CPU times do.
+    """
+    grind = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--trace-children=yes",
+        "--cachegrind-out-file=/dev/null",
+    ]
+    done = subprocess.run([*grind, *command], env=env, capture_output=True, text=True, check=False)
+    counts = [line.rpartition(" ")[2].replace(",", "") for line in done.stderr.splitlines() if "I   refs:" in line]
+    return sum(int(count) for count in counts)
+
+
 def setups(root: Path, before: Optional[Path]) -> dict[str, tuple[dict[str, str], Path]]:
     """A config and an environment for this code and, with ``before``, for the older code."""
     found = {}
@@ -57,8 +76,9 @@ def setups(root: Path, before: Optional[Path]) -> dict[str, tuple[dict[str, str]
         config.chmod(0o600)
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(SLURM_JOB_ID="1", SLURM_JOB_USER="bench")
-        if who == "before" and before is not None:
-            env["PYTHONPATH"] = str(before)
+        # Each tree's own code first on the path: this checkout may not be the one the environment installed.
+        tree = before if who == "before" and before is not None else REPO
+        env["PYTHONPATH"] = f"{tree}{os.pathsep}{tree / 'checks'}"
         found[who] = (env, config)
     return found
 
@@ -71,12 +91,18 @@ def _changed(config: Path, number: int) -> Path:
     return fresh
 
 
+# The hook reads /etc/healthd/healthd.toml alone: its default path is pointed at the benchmark's config.
+HOOK = (
+    "import sys, pathlib, healthd.config.load as c; c.DEFAULT_CONFIG_PATH = pathlib.Path(sys.argv[1]);"
+    "from healthd.cli.hook import hook_main; sys.exit(hook_main(['--dry-run']))"
+)
 CHECK = [str(BIN / "healthd"), "check", "--once", "--dry-run", "-c"]
 COMMANDS: dict[str, Callable[[Path, int], list[str]]] = {
     "check --once, unchanged config (cached)": lambda c, n: [*CHECK, str(c)],
     "check --once, changed config (validated)": lambda c, n: [*CHECK, str(_changed(c, n))],
     "status": lambda c, n: [str(BIN / "healthd"), "status", "--config", str(c)],
     "prolog": lambda c, n: [str(BIN / "healthd-prolog"), "--config", str(c)],
+    "healthd-hook, no daemon (its own pass)": lambda c, n: [sys.executable, "-c", HOOK, str(c)],
     "python -c pass": lambda c, n: [sys.executable, "-c", "pass"],
 }  # fmt: skip
 
@@ -85,6 +111,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--before", type=Path, help="an export of older code to run alternately, on PYTHONPATH")
+    parser.add_argument("--valgrind", action="store_true", help="count each command's instructions once instead")
     args = parser.parse_args()
     for tree in (REPO, args.before) if args.before else (REPO,):
         compile_bytecode(tree)
@@ -95,6 +122,13 @@ def main() -> None:
         for name, make in COMMANDS.items():
             for env, config in found.values():
                 one_run(make(config, 0), env)  # the first run validates and caches; it is not measured
+            if args.valgrind:
+                counts = {who: instructions(make(config, 1), env) for who, (env, config) in found.items()}
+                figures = [f"{who}: {count / 1e6:.1f} M instructions" for who, count in counts.items()]
+                if counts.get("before"):
+                    figures.append(f"this/before: {counts['this'] / counts['before']:.3f}")
+                print(f"{name}: " + "; ".join(figures), flush=True)
+                continue
             runs: dict[str, list[tuple[float, float]]] = {who: [] for who in found}
             for number in range(1, args.runs + 1):
                 for who in list(found) if number % 2 else list(found)[::-1]:

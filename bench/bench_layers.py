@@ -6,7 +6,8 @@ From the source (``tests/healthd_testkit/layers.py`` reads it, as ``tests/test_l
 does): the number of packages and of the imports between them, counting each
 importing module once per package it imports (every import that runs, those inside
 functions too), and the imports that point up a layer (``LAYERS``), those that run and
-those under ``if TYPE_CHECKING:``. ``--repo DIR`` reads another tree (an export of older
+those under ``if TYPE_CHECKING:``, and the imports inside functions (``lazy_imports``:
+each module and what it imports there counted once). ``--repo DIR`` reads another tree (an export of older
 code) with the same layers.
 
 From a run (the ``healthd`` that this Python imports: put an older export first on
@@ -35,7 +36,7 @@ from typing import Any, Callable, Iterator, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from healthd_testkit.layers import REPO, import_graph, layer_of, package_of, packages
+from healthd_testkit.layers import REPO, import_graph, layer_of, lazy_imports, package_of, packages
 
 
 def static(repo: Path) -> None:
@@ -56,6 +57,9 @@ def static(repo: Path) -> None:
         print(f"{kind} imports up a layer: {len(up)}")
         for line in up:
             print(f"  {line}")
+    lazy = lazy_imports(repo)
+    modules = {m for m, _ in lazy}
+    print(f"imports inside functions: {len(lazy)} (module, imported) pairs in {len(modules)} modules")
 
 
 def _layer(package: str) -> int:

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.root]
 # and the host guard's, which a healthd writing its state beside them must not fail.
 SUITES = (
     "tests/checks/xid/test_scan_log.py",
-    "tests/core/test_statenode.py",
+    "tests/store/test_statenode.py",
     "tests/service/test_status.py",
     "tests/test_hostguard.py",
 )

@@ -8,7 +8,7 @@ still a dependency, and a cycle hidden that way is still a cycle. Imports under
 from __future__ import annotations
 
 import pytest
-from healthd_testkit.layers import import_graph, layer_of, packages
+from healthd_testkit.layers import import_graph, layer_of, lazy_imports, packages
 
 # (importer prefix, imported prefixes it may never import, why). CONTRIBUTING.md lists the same rules.
 NEVER = (
@@ -51,6 +51,79 @@ SLURM_CALLERS = (
     "healthd.cycle.activerun",
     "healthd.fleet.drain",
 )
+
+
+# Imports inside functions (module, what it imports), each place with why the import waits for the call
+# (docs/architecture.md, "Imports inside functions"). Anything else is imported at the top of its module.
+LAZY: dict[str, frozenset[tuple[str, str]]] = {
+    "command dispatch: the parser and the command's own module only for the command line that needs them": frozenset({
+        ("healthd.cli.main", "healthd.cli.parser"),
+        ("healthd.cli.main", "healthd.commands.jobs"),
+        ("healthd.cli.hook", "healthd.cli.parser"),
+        ("healthd.checks.plugin", "argparse"),  # a plugin command's own arguments
+        ("healthd.cycle.jobhook", "healthd.cycle.prolog"),  # the prolog's flow or the epilog's, not both
+        ("healthd.cycle.jobhook", "healthd.cycle.epilog"),
+    }),
+    "loading a check's module: entry points and plugin files, read only when checks are loaded": frozenset({
+        ("healthd.checks.plugin", "importlib"),
+        ("healthd.checks.plugin", "importlib.metadata"),
+        ("healthd.checks.plugin", "importlib.util"),
+    }),
+    "NVML: the library and its recorded readings, only when a GPU is read": frozenset({
+        ("healthd_checks.nvml.source", "pynvml"),
+        ("healthd_checks.gpu.check", "healthd_checks.nvml.snapshot"),
+        ("healthd_checks.nvlink.check", "healthd_checks.nvml.snapshot"),
+    }),
+    "the config's full validation (pydantic, about 135 ms): only when the validation cache cannot serve": frozenset({
+        ("healthd.config.cache", "healthd.config.models"),
+        ("healthd.commands.config_cmd", "healthd.config.models"),
+        ("healthd.config.sections", "pydantic"),
+        ("healthd.config.sections", "pydantic_core"),
+        ("healthd.config.sections", "healthd.checks.settings"),
+        ("healthd.checks.plugin", "healthd.checks.settings"),
+        ("healthd.cycle.jobrecord", "healthd_checks.jobs.settings"),
+    }),
+    "what a healthy pass never runs: a GPU reset, the repair hook, active checks, --expect, a bug report": frozenset({
+        ("healthd.cycle.pipeline", "healthd.cycle.gpureset"),
+        ("healthd.cycle.pipeline", "healthd.cycle.onrepair"),
+        ("healthd.cycle.execute", "healthd.cycle.gpureset"),
+        ("healthd.cycle.oneshot", "healthd.cycle.activerun"),
+        ("healthd.cycle.oneshot", "healthd.plan.active"),
+        ("healthd.cycle.oneshot", "healthd.config.expectations"),
+        ("healthd.cycle.oneshot", "healthd.cycle.checkmodes"),
+        ("healthd.cli.main", "traceback"),
+        ("healthd.text", "difflib"),  # a usage error's guess
+        ("healthd.checks.bounded", "psutil"),  # an earlier probe's or a reset's process looked after
+    }),
+    "status, the hook and the prolog from the daemon's pass import nothing of a pass (tests hold each)": frozenset({
+        ("healthd.cycle.prolog", "healthd.cycle.engine"),
+        ("healthd.cycle.prolog", "healthd.cycle.pipeline"),
+        ("healthd.cycle.jobhook", "healthd.cycle.engine"),
+        ("healthd.cycle.jobhook", "healthd.boot"),  # the deadline's record, when the child ran past it
+        ("healthd.cycle.jobhook", "healthd.cycle.jobrecord"),
+        ("healthd.cycle.jobhook", "healthd.store.historyschema"),
+        # The prolog loads every enabled check's module and runs two: the history reader (sqlite3) when it gathers.
+        ("healthd_checks.jobs.check", "healthd.store.historyreader"),
+        ("healthd_checks.jobs.check", "healthd.store.historyschema"),
+        ("healthd_checks.host.check", "ctypes"),  # the clock's adjtimex, read when the host check gathers
+        ("healthd_checks.nvml.source", "ctypes"),  # the fabric's v2 structure, NVML's own
+        ("healthd.config.cache", "logging"),
+        ("healthd.commands.status", "healthd.plan.ackview"),
+        ("healthd.cycle.render", "healthd.model"),
+        ("healthd.store.state", "threading"),
+        ("healthd.store.trust", "pwd"),
+        ("healthd.store.trust", "grp"),
+        ("healthd.config.load", "hashlib"),
+    }),
+    "optional dependencies: the journal (systemd-python, the journal extra)": frozenset({
+        ("healthd.service.logs", "systemd"),
+        ("healthd.service.sdnotify", "systemd"),
+        ("healthd_checks.kernlog.source", "systemd"),
+    }),
+}  # fmt: skip
+# Packages whose imports inside functions this layering has not taken up yet: the fleet's analytics
+# (imported by `healthd fleet` alone) and the Slurm adapter's host lists.
+LAZY_NOT_YET = ("healthd.fleet", "healthd.commands.fleet", "healthd.slurm")
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +230,11 @@ def test_only_the_acting_stage_calls_slurm(graph: dict[str, set[str]]) -> None:
     strays = sorted(m for m in callers if not m.startswith(SLURM_CALLERS))
     assert strays == [], "Slurm is called through the acting stages only (CONTRIBUTING.md)"
     assert callers & {"healthd.cycle.pipeline", "healthd.fleet.drain"}, "the graph sees the adapter's callers"
+
+
+def test_imports_inside_functions_are_the_listed_places_only() -> None:
+    """Laziness where it pays (``LAZY``, each with its reason); every other import at the top of its module."""
+    found = {pair for pair in lazy_imports() if not pair[0].startswith(LAZY_NOT_YET)}
+    allowed = frozenset().union(*LAZY.values())
+    assert sorted(found - allowed) == [], "import it at the top, or add the place to LAZY with why it pays"
+    assert sorted(allowed - found) == [], "LAZY names a place that imports at the top now"

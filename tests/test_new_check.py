@@ -158,7 +158,7 @@ def test_the_projects_own_tests_pass_with_the_new_check(project: Path, tmp_path:
         "tests/test_golden.py",
         "tests/test_layering.py",
         "tests/test_code_shape.py",
-        "tests/core/test_plugin.py::test_a_setting_checks_share_is_declared_once",
+        "tests/checks/test_plugin.py::test_a_setting_checks_share_is_declared_once",
     ]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}", *tests],

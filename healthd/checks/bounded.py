@@ -99,6 +99,8 @@ def process_start(pid: int) -> Optional[float]:
 
     With the pid, it names one process: a pid reused by a later process has another start.
     """
+    # Here: psutil brings socket, subprocess and its platform module, which a pass that finds
+    # no earlier probe or reset to look after never needs (docs/architecture.md).
     import psutil
 
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from typing import (
 
 from healthd.exitcodes import EX_SOFTWARE
 from healthd.model import DetailValue, Device, EventTally, Finding, Status
+from healthd.store.state import StateError
+from healthd.store.trust import untrusted_reason
 from healthd.text import read_kernel_text
 
 if TYPE_CHECKING:
@@ -137,8 +140,6 @@ class CheckContext(_Reporter, Generic[S]):
         ``what`` says what is lost (``"counter baselines"``): without its state a
         check cannot judge changes or remember events, so the pass says so.
         """
-        from healthd.store.state import StateError
-
         try:
             self.state.save(dict(data))
         except StateError as exc:
@@ -383,8 +384,6 @@ def _untrusted_plugin(module: str) -> str | None:
     """Why the plugin module's file must not be loaded (see healthd.store.trust), if it must not."""
     import importlib.util
 
-    from healthd.store.trust import untrusted_reason
-
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -467,8 +466,6 @@ class BrokenCommand(NamedTuple):
         parser.add_argument("ignored", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     def run(self, args: argparse.Namespace) -> int:
-        import sys
-
         print(f"healthd: the {self.name} command cannot be used: {self.error}", file=sys.stderr)
         return EX_SOFTWARE  # sysexits.h, as for any other internal error
 

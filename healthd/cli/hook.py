@@ -8,10 +8,17 @@ Otherwise it runs ``healthd check --once`` through ``healthd.cli.main``.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import sys
+import time
 
 from healthd import __version__
+from healthd.cli.main import main
 from healthd.cli.stdout import quiet_broken_pipe
+from healthd.cycle.daemonpass import daemon_document
+from healthd.cycle.render import pass_summary
 from healthd.exitcodes import EX_USAGE
 
 TYPE_CHECKING = False  # not typing's: importing typing at run time would slow `healthd status` (bench/README.md)
@@ -25,8 +32,6 @@ def hook_summary(document: dict[str, Any], now: float, *, daemon: bool = False) 
 
     ``daemon``: the document is the running daemon's last pass (``healthd.cycle.daemonpass``), and the line says so.
     """
-    from healthd.cycle.render import pass_summary
-
     head = f"healthd: {document.get('status')} on {document.get('node')}"
     return pass_summary(document, now, head=f"{head} (daemon's pass)" if daemon else head, one_shot=not daemon)
 
@@ -69,8 +74,6 @@ def hook_main(argv: Optional[Sequence[str]] = None) -> int:
     ``--help`` and ``--version`` answer without a pass, ``--dry-run`` runs the pass
     without acting, and anything else is a usage error (64) before any pass starts.
     """
-    import time
-
     args = list(sys.argv[1:] if argv is None else argv)
     with quiet_broken_pipe():
         dry_run = False
@@ -79,7 +82,6 @@ def hook_main(argv: Optional[Sequence[str]] = None) -> int:
                 dry_run = hook_parser().parse_args(args).dry_run
             except SystemExit as exc:  # --help, --version (0) or a usage error (64), already printed
                 return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EX_USAGE
-        from healthd.cycle.daemonpass import daemon_document
 
         document = daemon_document(None, dry_run=dry_run)
         if document is not None:  # the daemon has just checked, decided and acted: report that pass
@@ -90,13 +92,6 @@ def hook_main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _full_pass(dry_run: bool) -> int:
     """``check --once --json`` in this process, reported as the hook's one line."""
-    import contextlib
-    import io
-    import json
-    import time
-
-    from healthd.cli.main import main
-
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured):
         code = main(["check", "--once", "--json", *(["--dry-run"] if dry_run else [])])

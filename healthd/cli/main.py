@@ -18,11 +18,14 @@ here too, reading slurmd's usual arguments without the parser.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from healthd.cli.stdout import quiet_broken_pipe
 from healthd.commands import COMMANDS, command_module
+from healthd.config.load import ConfigError
 from healthd.exitcodes import EX_CONFIG, EX_INTERRUPTED, EX_SOFTWARE, EX_UNKNOWN
+from healthd.store.trust import UntrustedPath
 
 # ``typing`` is not imported at run time: ``healthd status`` would pay for it (bench/README.md).
 TYPE_CHECKING = False
@@ -77,7 +80,6 @@ def plain_command(argv: Sequence[str]) -> Optional[argparse.Namespace]:
             values[_dest(name)] = value
         else:
             return None
-    from pathlib import Path
 
     config = values["config"]
     # What the parser gives: an argparse.Namespace is a plain attribute holder too.
@@ -105,8 +107,6 @@ def _dispatch(argv: list[str]) -> int:
             return EX_INTERRUPTED
         except Exception as exc:
             return _internal_error(exc, args.command)
-    from healthd.config.load import ConfigError
-    from healthd.store.trust import UntrustedPath
 
     try:
         return run(args)

@@ -11,6 +11,7 @@ import sys
 from typing import Any, NoReturn, Optional, Sequence
 
 from healthd import __version__
+from healthd.checks.plugin import discover_commands
 from healthd.commands import COMMANDS, command_module
 from healthd.exitcodes import EX_USAGE
 from healthd.text import did_you_mean
@@ -70,8 +71,6 @@ def build_parser(argv: Sequence[str] = ()) -> Parser:
 
 def _add_plugin_commands(sub: Any, chosen: Optional[str]) -> Optional[argparse.ArgumentParser]:
     """The commands plugins contribute, none replacing a built-in one; the parser of ``chosen`` if it is one."""
-    from healthd.checks.plugin import discover_commands
-
     found = None
     for command in discover_commands():
         if command.name in COMMANDS:

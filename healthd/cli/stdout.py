@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -59,7 +60,6 @@ class _StdoutGuard(io.TextIOBase):
         # What the stream could not write stays in its buffer, and the interpreter
         # flushes it at exit, which would fail again ("Exception ignored ... BrokenPipeError",
         # exit 120): point the descriptor at /dev/null (Python docs, "Note on SIGPIPE").
-        import contextlib  # here: ``healthd status`` would import it for this rare case alone
 
         with contextlib.suppress(OSError, ValueError):
             devnull = os.open(os.devnull, os.O_WRONLY)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 # ``typing`` is not imported at run time: ``healthd status`` would pay for it (bench/README.md).
@@ -33,6 +34,4 @@ def add_config_argument(
     parser: argparse.ArgumentParser, help: str = "config file (default /etc/healthd/healthd.toml)"
 ) -> None:
     """The ``-c``/``--config PATH`` option every command that reads the config takes."""
-    from pathlib import Path
-
     parser.add_argument("-c", "--config", type=Path, default=None, metavar="PATH", help=help)

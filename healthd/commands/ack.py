@@ -25,14 +25,24 @@ its repeat count starts again, and the next clean pass resumes the node.
 from __future__ import annotations
 
 import argparse
+import os
+import pwd
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 from healthd.commands import add_config_argument
 from healthd.commands.failure import exit_for
+from healthd.cycle.acks import STATE_NAME, AckStore
+from healthd.cycle.engine import Engine
+from healthd.cycle.pipeline import LAST_PASS, OTHER_PASS, POLICY_STATE
+from healthd.cycle.render import iso_time
 from healthd.exitcodes import EX_CANTCREAT, EX_NO_MATCH, EX_NOINPUT, EX_OK, EX_USAGE
 from healthd.model import Status
+from healthd.plan.acks import merge, refs_from_document, revoke
+from healthd.plan.state import PolicyEvent, PolicyState, advance
+from healthd.store.history import History
+from healthd.store.lock import StateLock
 from healthd.text import one_line
 
 if TYPE_CHECKING:
@@ -72,12 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _repaired(args: argparse.Namespace) -> int:
-    from healthd.cycle.engine import Engine
-    from healthd.cycle.pipeline import POLICY_STATE
-    from healthd.plan.state import PolicyEvent, PolicyState, advance
-    from healthd.store.history import History
-    from healthd.store.lock import StateLock
-
     engine = Engine.from_path(args.config)
     subject = args.repaired
     try:
@@ -143,8 +147,6 @@ def _list(refs: list[FindingRef], document: dict[str, Any], path: Path) -> None:
 
 def _whole_pass(engine: Engine) -> tuple[dict[str, Any], Path]:
     """The node's last whole pass, the one ``healthd status`` shows, and its file: all ``ack --all`` acts on."""
-    from healthd.cycle.pipeline import LAST_PASS
-
     last = engine.state.file(LAST_PASS)
     return last.load(), last.path
 
@@ -154,8 +156,6 @@ def _latest_pass(engine: Engine) -> tuple[dict[str, Any], Path]:
 
     A finding named by its check or code is the operator's choice, seen in whichever pass they ran.
     """
-    from healthd.cycle.pipeline import LAST_PASS, OTHER_PASS
-
     last, other = engine.state.file(LAST_PASS), engine.state.file(OTHER_PASS)
     whole, aside = last.load(), other.load()
     later = (_started(aside), _saved_ns(other.path)) > (_started(whole), _saved_ns(last.path))
@@ -177,9 +177,6 @@ def operator() -> str:
     acknowledge through sudo, so ``root`` alone would name no one. The variable is what
     the environment says, not proof: whoever runs this as root could set anything.
     """
-    import os
-    import pwd
-
     uid = os.getuid()
     try:
         name = pwd.getpwuid(uid).pw_name
@@ -208,8 +205,6 @@ def run(args: argparse.Namespace) -> int:
     if args.all and args.selectors:
         print("healthd: name checks or codes, or give --all (every finding), not both", file=sys.stderr)
         return EX_USAGE
-    from healthd.cycle.engine import Engine
-    from healthd.plan.acks import refs_from_document
 
     engine = Engine.from_path(args.config)
     document, path = _latest_pass(engine) if args.selectors else _whole_pass(engine)
@@ -243,11 +238,6 @@ def _unchanged(exc: Exception, engine: Engine, undone: str) -> int:
 
 def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
     """Save an ack for each of ``refs`` and record it in the history, under the state lock; say what was acked."""
-    from healthd.cycle.acks import STATE_NAME, AckStore
-    from healthd.plan.acks import merge
-    from healthd.store.history import History
-    from healthd.store.lock import StateLock
-
     store = AckStore(engine.state.file(STATE_NAME))
     try:
         with StateLock(engine.config.paths.state_dir, engine.config.slurm.lock_timeout):
@@ -269,9 +259,6 @@ def _acknowledge(engine: Engine, refs: list[FindingRef]) -> int:
 
 def _listed(args: argparse.Namespace) -> int:
     """``--list`` and ``--revoke``: the acknowledgements themselves, whatever the last pass was."""
-    from healthd.cycle.acks import STATE_NAME, AckStore
-    from healthd.cycle.engine import Engine
-
     if args.revoke and bool(args.selectors) == bool(args.all):
         print("healthd: --revoke takes the findings to revoke (check, code or key), or --all", file=sys.stderr)
         return EX_USAGE
@@ -295,18 +282,12 @@ def _listed(args: argparse.Namespace) -> int:
 
 def _given_line(ack: Ack) -> str:
     """One ack for people: its finding, who gave it and when, and the key ``--revoke`` takes."""
-    from healthd.cycle.render import iso_time
-
     key = one_line(ack.ref.key)
     return f"{_finding_line(ack.ref)} by {one_line(ack.by, 100)} at {iso_time(ack.at)} [key {key}]"
 
 
 def _revoke(engine: Engine, store: AckStore, selectors: list[str]) -> int:
     """Take back the acks ``selectors`` name (every one with none), under the state lock; record who did."""
-    from healthd.plan.acks import revoke
-    from healthd.store.history import History
-    from healthd.store.lock import StateLock
-
     revoked: tuple[Ack, ...] = ()
     problems: list[str] = []
     try:

@@ -15,7 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from healthd.checks.plugin import CheckSpec, NotApplicable
 from healthd.commands import add_config_argument
+from healthd.config.tomlwrite import dumps
+from healthd.cycle.engine import Engine, node_name
 from healthd.exitcodes import EX_CANTCREAT, EX_SOFTWARE
 
 
@@ -27,8 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _observe(engine: Any) -> tuple[dict[str, Any], list[str]]:
     """Each check's baseline settings, and what went wrong reading them."""
-    from healthd.checks.plugin import CheckSpec, NotApplicable
-
     tables: dict[str, Any] = {}
     problems: list[str] = []
     for prepared in engine.prepare():
@@ -49,9 +50,6 @@ def _observe(engine: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.config.tomlwrite import dumps
-    from healthd.cycle.engine import Engine, node_name
-
     engine = Engine.from_path(args.config)
     tables, problems = _observe(engine)
     for problem in problems:

@@ -14,6 +14,7 @@ never from the hook.
 
 ``--expect`` (one expectation tried, as NHC's ``-e``), ``--timeout`` and ``--debug`` build the
 pass's engine in ``healthd.cycle.checkmodes`` (docs/commands.md, "Trying one expectation").
+This module parses the options, calls ``healthd.cycle.oneshot.check_once`` and prints.
 """
 
 from __future__ import annotations
@@ -25,14 +26,13 @@ import time
 from typing import TYPE_CHECKING
 
 from healthd.commands import add_config_argument
-from healthd.exitcodes import EX_DATAERR, EX_OK, EX_TEMPFAIL, EX_USAGE
+from healthd.cycle.oneshot import Declined, OneShot, check_once
+from healthd.cycle.render import action_lines, render_table
+from healthd.exitcodes import EX_OK
+from healthd.text import one_line
 
 if TYPE_CHECKING:
     import argparse  # a command line spelled out is read without it (``healthd.cli.main.plain_command``)
-    from pathlib import Path
-    from typing import Optional, Union
-
-    from healthd.cycle.engine import Engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,81 +60,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing when all is well (exit 0)")
     parser.add_argument("--debug", action="store_true", help="log what each check read, at debug level")
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", help="[runner].pass_timeout for this pass")
+    parser.add_argument("--timeout", type=seconds, metavar="SECONDS", help="[runner].pass_timeout for this pass")
     add_config_argument(parser)
 
 
-def _seconds(text: str) -> float:
-    import argparse
-
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
+def seconds(text: str) -> float:
+    """A number of seconds above 0; argparse words a ValueError with this function's name ("invalid seconds value")."""
+    value = float(text)
     if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+        raise ValueError(text)
     return value
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.checks.bounded import end_with_children
-
-    started = time.monotonic()
-    with end_with_children():
-        return _run(args, started)
-
-
-def _run(args: argparse.Namespace, begun: float) -> int:
-    from healthd.cycle.pipeline import ONE_SHOT_SECONDS, PassRequest, run_pass
-    from healthd.cycle.render import action_lines, render_table
-
     _log_to_stderr(args.debug)
-    tried = _trial(args)
-    if isinstance(tried, int):
-        return tried
-    engine, expected, node_state = tried
-    only = None if expected is None else list(expected)
-    if args.only:
-        only = [name.strip() for name in args.only.split(",") if name.strip()] + (only or [])
-        unknown = sorted(set(only) - {spec.name for spec in engine.specs})
-        if unknown:
-            from healthd.text import did_you_mean, one_line
-
-            names = [spec.name for spec in engine.specs]
-            for name in unknown:
-                guess = did_you_mean(name, names)
-                print(f"healthd: --only: {one_line(name, 64)}: unknown check{guess}", file=sys.stderr)
-            print(f"healthd: known checks: {', '.join(names)}", file=sys.stderr)
-            return EX_USAGE
-    if args.force and not args.active:
-        print("healthd: --force goes with --active", file=sys.stderr)
-        return EX_USAGE
-    active = sorted(set(expected or ()) & engine.active_names())
-    if active and not args.active:
-        print(f"healthd: --expect: {', '.join(active)}: an active check, run with --active alone", file=sys.stderr)
-        return EX_USAGE
-    # A pass judged by expectations laid on the config must not change what Slurm holds (commands.md).
-    dry_run = args.dry_run or expected is not None
-    if args.active:
-        from healthd.cycle.activerun import NotStarted, start
-        from healthd.plan.active import refusal
-
-        rule = None if args.force else refusal
-        started = start(engine, rule, "check --once --active", dry_run=dry_run, only=only, node_state=node_state)
-        if isinstance(started, NotStarted):
-            print(f"healthd: not running the active checks: {started.why}", file=sys.stderr)
-            return EX_TEMPFAIL
-        outcome = started
-    else:
-        from healthd.cycle.daemonpass import running_config
-
-        # A daemon running with another config is the node's: this pass is saved aside
-        # (healthd.cycle.pipeline.run_pass).
-        daemon_config = running_config(engine.config.paths.state_dir)
-        aside = daemon_config is not None and daemon_config != engine.loaded.sha256
-        only_names = None if only is None else tuple(only)
-        request = PassRequest(only_names, dry_run=dry_run, aside=aside, deadline=begun + ONE_SHOT_SECONDS)
-        outcome = run_pass(engine, request)
+    only = tuple(name.strip() for name in args.only.split(",") if name.strip()) if args.only else None
+    asked = OneShot(
+        args.config, only, args.dry_run, args.active, args.force, tuple(args.expect or ()), args.timeout, args.debug
+    )
+    done = check_once(asked)
+    if isinstance(done, Declined):
+        for line in done.lines:
+            print(f"healthd: {line}", file=sys.stderr)
+        return done.exit_code
+    if not args.quiet:
+        for note in done.notes:
+            print(f"healthd: note: {one_line(note, 400)}", file=sys.stderr)
+    outcome = done.outcome
     if args.quiet and outcome.exit_code == EX_OK:
         return EX_OK
     if args.json:
@@ -151,28 +103,3 @@ def _log_to_stderr(debug: bool) -> None:
         logging.basicConfig(level=level, stream=sys.stderr, format="healthd: %(levelname)s: %(message)s")
     elif debug:
         logging.getLogger().setLevel(level)
-
-
-def _trial(args: argparse.Namespace) -> Union[int, tuple[Engine, Optional[tuple[str, ...]], Optional[Path]]]:
-    """The engine, the checks ``--expect`` names and the node's state directory it copied (None, None without it).
-
-    Or the exit code of a line refused.
-    """
-    if not (args.expect or args.timeout is not None or args.debug):
-        from healthd.cycle.engine import Engine
-
-        return Engine.from_path(args.config), None, None
-    from healthd.config.expectations import NotConverted
-    from healthd.cycle.checkmodes import trial
-    from healthd.text import one_line
-
-    try:
-        tried = trial(args.config, args.expect or (), args.timeout, args.debug)
-    except NotConverted as exc:
-        for reason in exc.reasons:
-            print(f"healthd: {exc.label}: not converted: {one_line(reason, 400)}", file=sys.stderr)
-        return EX_DATAERR
-    if not args.quiet:
-        for note in tried.notes:
-            print(f"healthd: note: {one_line(note, 400)}", file=sys.stderr)
-    return tried.engine, tried.names, tried.node_state

@@ -13,11 +13,25 @@ setting's meaning from the reference.
 from __future__ import annotations
 
 import argparse
+import enum
 import sys
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Mapping, Optional
 
+from healthd.checks.plugin import discover, settings_models
 from healthd.commands import add_config_argument
+from healthd.config.cache import load_checks
+from healthd.config.hosts import host_sections
+from healthd.config.load import BUILT_IN, ConfigError, decode_config, parse_toml, read_config, sha256_hex
+from healthd.config.loaded import LoadedConfig
+from healthd.config.provenance import Provenance, origins
+from healthd.config.reference import CORE, reference
 from healthd.config.sections import Config, ConfigTable
+from healthd.config.tomlwrite import NO_NOTES, Notes, comment, dumps
+from healthd.config.view import fields_of
+from healthd.cycle.pipeline import one_shot_overrun
+from healthd.model import Status
+from healthd.service.metrics import refuse_untrusted_textfile
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,24 +65,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "reference":
-        from healthd.checks.plugin import discover, settings_models
-        from healthd.config.reference import reference
-
         print(reference(settings_models(discover())), end="")
         return 0
-    from healthd.config.cache import load_checks
 
     # Validated in full every time (it is what the command is for), and nothing written: it only reads.
     loaded, checks = load_checks(args.config, host=args.host, use_cache=False, store=False)
     if args.action == "show":
-        from healthd.checks.plugin import settings_models
-
         models = settings_models(checks)
         notes = None if args.plain else show_notes(args.config, loaded, models, meanings=args.annotate)
         print(effective_toml(loaded, notes), end="")
         return 0
-    from healthd.cycle.pipeline import one_shot_overrun
-    from healthd.service.metrics import refuse_untrusted_textfile
 
     # The textfile directory `healthd run` would refuse (exit 78) is refused here by the same
     # check, with the same message (healthd.cli.main reports UntrustedPath), before "valid".
@@ -87,8 +93,6 @@ def effective_toml(loaded: LoadedConfig, notes: Optional[Notes] = None) -> str:
 
     With ``notes`` (``show_notes``), each value carries its comment.
     """
-    from healthd.config.tomlwrite import NO_NOTES, comment, dumps
-
     sections = ", ".join(loaded.host_sections) or "none"
     head = (
         f"The effective config of node {loaded.host}, from {loaded.source}: host sections applied ({sections}),"
@@ -117,12 +121,7 @@ def show_notes(path: Optional[Path], loaded: LoadedConfig, models: Mapping[str, 
     again for its text (the lines keys are on) and parsed as the load parsed it; the
     defaults are the effective config of no file at all.
     """
-    from healthd.config.hosts import host_sections
-    from healthd.config.load import BUILT_IN, ConfigError, decode_config, parse_toml, read_config, sha256_hex
-    from healthd.config.loaded import LoadedConfig
     from healthd.config.models import moved_settings
-    from healthd.config.provenance import Provenance, origins
-    from healthd.config.tomlwrite import Notes
 
     source, raw = read_config(path)
     if loaded.sha256 and sha256_hex(raw) != loaded.sha256:  # replaced between the two reads: lines would lie
@@ -141,8 +140,6 @@ def show_notes(path: Optional[Path], loaded: LoadedConfig, models: Mapping[str, 
 
 def _meanings(shown: dict[str, Any], models: Mapping[str, Any]) -> dict[tuple[str, ...], str]:
     """Each setting of the config's own tables and of the checks -> its meaning, as the reference gives it."""
-    from healthd.config.reference import CORE
-
     meanings: dict[tuple[str, ...], str] = {}
     for table, values in shown.items():
         for name in values:
@@ -163,12 +160,6 @@ def _plain(value: Any) -> Any:
     A grade (``healthd.model.Status``) is written by name, as a config writes it; another
     enum by its value, a path as its text, a tuple or set as an array.
     """
-    import enum
-    from pathlib import PurePath
-
-    from healthd.config.view import fields_of
-    from healthd.model import Status
-
     if isinstance(value, ConfigTable):  # one of the config's own tables (healthd.config.sections)
         return _table(value.values())
     fields = fields_of(value)  # a check's settings: its model's values, or their view

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from healthd.config.nhcimport import convert
+from healthd.config.tomlwrite import comment, dumps
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_OK
 
 
@@ -22,9 +24,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.config.nhcimport import convert
-    from healthd.config.tomlwrite import comment, dumps
-
     try:
         text = args.nhc_conf.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:

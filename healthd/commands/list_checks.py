@@ -10,10 +10,14 @@ exists), so a switch left on where it should not be is seen.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Optional
 
+from healthd.checks.plugin import BrokenCheck, CheckSpec, discover
 from healthd.commands import add_config_argument
+from healthd.config.cache import load_checks
+from healthd.config.load import ConfigError
 from healthd.exitcodes import EX_OK, EX_UNKNOWN
 
 
@@ -24,10 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, dict[str, Any]]]:
     """Each loaded check's trust switches and their values; None (and a note) when the config is unusable."""
-    from healthd.checks.plugin import CheckSpec
-    from healthd.config.cache import load_checks
-    from healthd.config.load import ConfigError
-
     try:
         settings = load_checks(args.config, specs=specs, store=False)[0].check_settings
     except ConfigError as exc:
@@ -45,10 +45,6 @@ def _switches(args: argparse.Namespace, specs: list[Any]) -> Optional[dict[str, 
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
-    from healthd.checks.plugin import BrokenCheck, discover
-
     specs = discover()
     switches = _switches(args, specs)
     rows: list[dict[str, Any]] = [

@@ -17,13 +17,20 @@ imported only when it runs.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import math
+import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Optional
 
+from healthd import __version__
 from healthd.checks.plugin import CommandSpec
 from healthd.exitcodes import EX_CANTCREAT, EX_UNAVAILABLE
+from healthd.store.atomicfile import replace_file
+from healthd_checks.nvml.source import NodeReading, NvmlError, NvmlLibrary, snapshot_document
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -52,10 +59,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _read_within(timeout: float) -> Optional[Any]:
     """NVML's ``NodeReading``, or None when it has not answered after ``timeout`` seconds."""
-    import threading
-
-    from healthd_checks.nvml.source import NvmlLibrary
-
     answer: list[Any] = []
     failure: list[BaseException] = []
 
@@ -74,14 +77,6 @@ def _read_within(timeout: float) -> Optional[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import datetime as dt
-    import json
-    import socket
-
-    from healthd import __version__
-    from healthd.store.atomicfile import replace_file
-    from healthd_checks.nvml.source import NodeReading, NvmlError, snapshot_document
-
     reading = _read_within(args.timeout)
     hung = reading is None
     if reading is None:

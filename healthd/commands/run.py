@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
 from healthd.commands import add_config_argument
+from healthd.service.daemon import Daemon
+from healthd.service.logs import setup_logging
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,11 +17,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
-
-    from healthd.service.daemon import Daemon
-    from healthd.service.logs import setup_logging
-
     setup_logging(logging.DEBUG if args.debug else logging.INFO)
     daemon = Daemon(args.config, dry_run=args.dry_run)
     daemon.install_signal_handlers()

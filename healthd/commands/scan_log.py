@@ -18,7 +18,10 @@ import sys
 from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
 from healthd.checks.plugin import CommandSpec
+from healthd.commands import add_config_argument
+from healthd.config.cache import load_checks
 from healthd.model import Status, worst
+from healthd_checks.xid.scan import scan_stream
 
 if TYPE_CHECKING:
     from healthd_checks.xid.scan import ScanEntry
@@ -29,8 +32,6 @@ _DESCRIBED = 1024
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from healthd.commands import add_config_argument
-
     parser.add_argument("file", metavar="FILE", help="saved kernel log, or - for stdin")
     parser.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
     parser.add_argument("--pretty", action="store_true", help="with --json: indent the document for people")
@@ -48,7 +49,6 @@ def _settings(args: argparse.Namespace) -> tuple[Optional[Mapping[str, Status]],
     """
     if args.config is None:
         return None, False
-    from healthd.config.cache import load_checks
 
     loaded, _ = load_checks(args.config, use_cache=False, store=False, load=False)
     settings = loaded.check_settings.get("xid")
@@ -110,8 +110,6 @@ def _write_table(name: str, entries: Iterable[ScanEntry], accept_userspace: bool
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd_checks.xid.scan import scan_stream
-
     overrides, accept_userspace = _settings(args)
     name = "<stdin>" if args.file == "-" else args.file
     try:

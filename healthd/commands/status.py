@@ -13,6 +13,7 @@ others could have written is not shown, nor one of another node.
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import sys
 import time
@@ -21,9 +22,14 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.commands import add_config_argument
 from healthd.commands.failure import exit_for
-from healthd.config.load import ConfigError, NodeSettings, node_settings, read_config
+from healthd.config.load import BUILT_IN, ConfigError, NodeSettings, node_settings, read_config, sha256_hex
+from healthd.config.nodename import this_node
+from healthd.cycle.render import acknowledged_note, action_lines, iso_time, state_label
 from healthd.exitcodes import EX_UNKNOWN, STATUS_CODES
 from healthd.store.attempt import Attempt, read_attempt
+from healthd.store.state import StateDir, read_entry, state_owner
+from healthd.store.statenode import ForeignStateDir
+from healthd.store.trust import UntrustedPath
 from healthd.text import one_line, pass_headline
 
 if TYPE_CHECKING:
@@ -71,8 +77,6 @@ def config_warning(state_dir: Path, source: str, raw: bytes) -> Optional[str]:
     problem; other bytes are said to be unvalidated. With no record at all (no full
     validation ever used this state directory) it says nothing: there is nothing to compare.
     """
-    from healthd.config.load import BUILT_IN, sha256_hex
-
     if source == BUILT_IN:
         return None
     digest = sha256_hex(raw)
@@ -89,9 +93,6 @@ def config_warning(state_dir: Path, source: str, raw: bytes) -> Optional[str]:
 
 def _state_document(state_dir: Path, name: str) -> dict[str, Any]:
     """A JSON object from the state directory; {} when it is missing, unreadable, untrusted or not an object."""
-    from healthd.store.state import read_entry
-    from healthd.store.trust import UntrustedPath
-
     try:
         document = json.loads(read_entry(state_dir, name).decode("utf-8"))
     except (OSError, ValueError, UntrustedPath):
@@ -102,15 +103,11 @@ def _state_document(state_dir: Path, name: str) -> dict[str, Any]:
 def read_last_pass(state_dir: Path, node: str) -> dict[str, Any]:
     """The recorded pass of ``node``; raises ``UntrustedPath`` when the state directory or a file in it fails
     the trust rule, or the directory is another node's (``healthd.store.statenode``)."""
-    from healthd.store.state import StateDir, read_entry, state_owner
-
     path = state_dir / "last-pass.json"
     # A last-pass.json that another user could have written could show a failing node as OK.
     StateDir(state_dir).refuse_untrusted()
     owner = state_owner(state_dir)
     if owner and owner != node:  # another node's pass is not this node's state
-        from healthd.store.statenode import ForeignStateDir
-
         raise ForeignStateDir(state_dir, owner, node)
     try:
         document = json.loads(read_entry(state_dir, path.name).decode("utf-8"))
@@ -138,8 +135,6 @@ def age_seconds(document: dict[str, Any], now: float) -> Optional[float]:
         return None
     when = _utc_epoch(started)
     if when is None:
-        import datetime as _dt
-
         try:
             parsed = _dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
         except ValueError:
@@ -198,8 +193,6 @@ def _render(
     pass written, not the last pass, and the attempt is said beside it. ``acks``: the
     acknowledgements stored now, which may be newer than the pass (``_ack_note``).
     """
-    from healthd.cycle.render import action_lines, state_label
-
     last = "last written pass" if failed is not None else "last pass"
     when = f"{last} {age:.0f}s ago, at {_field(document, 'started_at')}"
     lines = [pass_headline(_field(document, "node"), _field(document, "status"), when)]
@@ -242,7 +235,6 @@ def _ack_note(finding: dict[str, Any], acks: dict[tuple[str, Optional[str]], Giv
     acknowledged = isinstance(details, dict) and details.get("acknowledged") is True
     if not (acks or acknowledged):  # the common case: nothing to say, and nothing more to import
         return "", 0
-    from healthd.cycle.render import acknowledged_note, iso_time
     from healthd.plan.ackview import covering, finding_id
 
     if isinstance(details, dict) and acknowledged:
@@ -294,8 +286,6 @@ def read_acks(state_dir: Path) -> dict[tuple[str, Optional[str]], Given]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        from healthd.config.nodename import this_node
-
         (state_dir, interval, configured), source, raw = read_source(args.config)
         document = read_last_pass(state_dir, this_node(configured))
     except Exception as exc:

@@ -10,6 +10,11 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the backport, a dependency before 3.11 (pyproject.toml)
+    import tomli as tomllib
+
 DEFAULT_CONFIG_PATH = Path("/etc/healthd/healthd.toml")
 DEFAULT_STATE_DIR = Path("/var/lib/healthd")
 # The source paper's five minutes between passes.
@@ -18,11 +23,5 @@ DEFAULT_INTERVAL_SECONDS = 300.0
 
 def toml_module() -> ModuleType:
     """The TOML parser: ``tomllib`` from Python 3.11, the ``tomli`` backport before."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib
-    import tomli
-
-    module: ModuleType = tomli
+    module: ModuleType = tomllib
     return module

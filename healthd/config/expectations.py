@@ -20,7 +20,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, Sequence
 
+from healthd.config.cache import load_checks
 from healthd.config.load import ConfigError, parse_toml
+from healthd.config.nhcimport import convert_check
 from healthd.text import one_line
 
 if TYPE_CHECKING:
@@ -71,8 +73,6 @@ def expectation(text: str) -> Layer:
 
 
 def _from_nhc(name: str, text: str) -> Layer:
-    from healthd.config.nhcimport import convert_check
-
     imported = convert_check(text)
     lost = [note.reason for note in imported.notes if note.lost]
     if lost:
@@ -93,8 +93,6 @@ def load_with(path: Optional[Path], layers: Sequence[Layer]) -> tuple[LoadedConf
 
     Raises ``ConfigError``: naming the file when the file is bad, else naming the layer that is.
     """
-    from healthd.config.cache import load_checks
-
     try:
         return load_checks(path, overlays=[layer.tables for layer in layers])
     except ConfigError as together:

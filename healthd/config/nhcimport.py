@@ -7,7 +7,7 @@ A ``*`` target becomes the file's own tables; any other becomes a ``[[hosts]]`` 
 with that match string, which ``healthd.config.hosts`` reads as NHC does (a ``/regex/`` is
 compiled first, and a target that is not a valid match string is refused with its lines).
 
-``tests/core/test_nhc_side_by_side.py`` holds that promise against NHC 1.4.3 itself, line by
+``tests/config/test_nhc_side_by_side.py`` holds that promise against NHC 1.4.3 itself, line by
 line on one machine. Where healthd is stricter on purpose a note says so: a process given
 without an owner counts only when root, a system account or ``process_users`` owns it (NHC
 takes any owner's), a file owned by neither root nor the expected owner is UNKNOWN (NHC judges
@@ -913,7 +913,7 @@ REFUSED: dict[str, str] = {
 
 
 # Every check LBNL NHC 1.4.3 defines (``function check_*`` in its scripts/*.nhc): each is in
-# CONVERTERS or REFUSED and in docs/nhc.md; tests/core/test_nhc_side_by_side.py holds the list to NHC's scripts.
+# CONVERTERS or REFUSED and in docs/nhc.md; tests/config/test_nhc_side_by_side.py holds the list to NHC's scripts.
 NHC_143_CHECKS = (
     *("check_cmd_dmesg", "check_cmd_output", "check_cmd_status", "check_dmi_data_match", "check_dmi_raw_data_match"),
     *("check_file_contents", "check_file_stat", "check_file_test", "check_fs_free", "check_fs_ifree"),

@@ -12,6 +12,8 @@ the ten tables dataclasses cost a cold ``check --once`` about 6 ms (bench/README
 
 from __future__ import annotations
 
+import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar, Literal, Optional
 
@@ -68,8 +70,6 @@ class ConfigTable:
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: Callable[[Any], Any]) -> Any:
         """Validate a table as a pydantic model of the same fields would, then make it this class."""
-        import typing
-
         from pydantic import ConfigDict, create_model
         from pydantic_core import core_schema
 
@@ -127,8 +127,6 @@ _PREFIX_WORD = r"[A-Za-z0-9_.,:;/@+#%()\-]+"
 def _reason_prefix(value: str) -> str:
     # The prefix is how healthd recognises its own reasons, so it must reach
     # Slurm exactly as written: no characters scontrol or sanitizing would change.
-    import re
-
     if not re.fullmatch(rf"{_PREFIX_WORD}(?: {_PREFIX_WORD})*", value):
         raise ValueError(
             f"{value!r} must be words of letters, digits and _ . , : ; / @ + # % ( ) - separated by single spaces"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from typing import Any, Mapping, NamedTuple
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -118,8 +119,6 @@ def _assignment(name: str, item: Any, path: tuple[str, ...] = (), notes: Notes =
 
 def wrapped(text: str, width: int) -> list[str]:
     """``text`` as comment lines of at most ``width`` characters, broken between words."""
-    import textwrap
-
     return comment("\n".join(textwrap.wrap(" ".join(text.split()), width - 2)))
 
 

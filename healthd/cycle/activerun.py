@@ -24,8 +24,11 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, Union
 
+from healthd.cycle.engine import node_name
+from healthd.cycle.pipeline import PassRequest, pass_budget, run_pass
 from healthd.model import Tier
 from healthd.plan.active import daemon_skip, drained_skip
+from healthd.slurm.adapter import SlurmClient, SlurmError
 from healthd.slurm.reasons import Reasons
 from healthd.store.lock import ACTIVE_LOCK, LockTimeout, StateLock
 from healthd.store.state import StateError
@@ -78,8 +81,6 @@ def start(
     ``node_state`` is the node's state directory where the engine's is another (``--expect``'s
     copy): its ``active.lock`` is the node's, which every other active pass takes.
     """
-    from healthd.cycle.pipeline import PassRequest, run_pass
-
     lock = StateLock(node_state or engine.config.paths.state_dir, 0.0, name=ACTIVE_LOCK)
     try:
         lock.acquire()
@@ -102,9 +103,6 @@ def start(
 
 def _look(engine: Engine, rule: Rule) -> Optional[str]:
     """One ``sinfo -n NAME`` read judged by ``rule``: why the checks may not start now, or None."""
-    from healthd.cycle.engine import node_name
-    from healthd.slurm.adapter import SlurmClient, SlurmError
-
     config = engine.config
     if not config.slurm.enabled:
         return "[slurm] enabled = false, so whether the node is idle and drained is not known (--force runs anyway)"
@@ -148,8 +146,6 @@ def after_pass(engine: Engine, outcome: PassOutcome, dry_run: bool, log: logging
 
 def daemon_budget(engine: Engine) -> float:
     """Seconds a daemon pass may take on top of an ordinary one: a last read, then a whole pass with active checks."""
-    from healthd.cycle.pipeline import pass_budget
-
     config = engine.config
     if not config.active.when_drained:
         return 0.0

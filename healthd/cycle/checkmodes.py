@@ -28,7 +28,10 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
+from healthd.config.expectations import Layer, expectation, load_with, pass_timeout
+from healthd.config.load import node_settings, read_config
 from healthd.cycle.engine import Engine
+from healthd.store.state import StateDir
 from healthd.text import one_line
 
 log = logging.getLogger(__name__)
@@ -60,8 +63,6 @@ def trial(config: Optional[Path], expect: Sequence[str], timeout: Optional[float
     Raises ``ConfigError`` (exit 78) naming the file or the expectation that is wrong, and
     ``healthd.config.expectations.NotConverted`` (exit 65) for an NHC line not converted whole.
     """
-    from healthd.config.expectations import Layer, expectation, load_with, pass_timeout
-
     layers = [expectation(text) for text in expect]
     node_state = None
     if layers:
@@ -93,9 +94,6 @@ def scratch_state(config: Optional[Path]) -> tuple[Path, Path]:
 
     Raises ``UntrustedPath`` when the node's own fails the trust rule, as a pass would.
     """
-    from healthd.config.load import node_settings, read_config
-    from healthd.store.state import StateDir
-
     source, raw = read_config(config)
     node = StateDir(node_settings(source, raw).state_dir)
     node.refuse_untrusted()

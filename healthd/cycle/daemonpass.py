@@ -34,6 +34,8 @@ import os
 import time
 from pathlib import Path
 
+from healthd.config.load import ConfigError, node_settings, read_config, sha256_hex
+from healthd.config.nodename import this_node
 from healthd.exitcodes import STATUS_CODES
 from healthd.store.lock import LockTimeout, StateLock
 from healthd.store.state import StateDir, StateError, open_entry, read_entry
@@ -172,9 +174,6 @@ def daemon_document(config: Optional[Path], *, dry_run: bool, now: Optional[floa
 
     None means: run the pass. Nothing here raises.
     """
-    from healthd.config.load import ConfigError, node_settings, read_config, sha256_hex
-    from healthd.config.nodename import this_node
-
     try:
         source, raw = read_config(config)
         state_dir, _interval, configured = node_settings(source, raw)

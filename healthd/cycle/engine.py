@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from healthd.checks.plugin import AnyCheck, CheckContext, CheckSpec, PassShared
 from healthd.checks.runner import PreparedCheck, Runner
+from healthd.config.cache import load_checks
+from healthd.config.nodename import this_node
 from healthd.cycle.policymemory import PolicyMemory
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.store.state import StateDir
+from healthd.store.statenode import claim
 
 if TYPE_CHECKING:
     from healthd.config.loaded import LoadedConfig
@@ -29,8 +32,6 @@ if TYPE_CHECKING:
 
 def node_name(config: Config, environ: Optional[dict[str, str]] = None) -> str:
     """SLURMD_NODENAME (set by slurmd for its HealthCheckProgram), then config, then short hostname."""
-    from healthd.config.nodename import this_node
-
     return this_node(config.slurm.node_name, environ)
 
 
@@ -52,8 +53,6 @@ def _trusted_state(config: Config) -> StateDir:
 
     Or ``healthd.store.statenode.ForeignStateDir`` (an ``UntrustedPath``) when it belongs to another node.
     """
-    from healthd.store.statenode import claim
-
     state = StateDir(config.paths.state_dir)
     state.refuse_untrusted()
     claim(state, node_name(config), mark=False)
@@ -82,8 +81,6 @@ class Engine:
 
     @classmethod
     def from_path(cls, path: Optional[Path]) -> Engine:
-        from healthd.config.cache import load_checks
-
         loaded, specs = load_checks(path)
         return cls(loaded, specs)
 
@@ -102,8 +99,6 @@ class Engine:
             self._memory.clear()
             self.policy_memory = PolicyMemory()
         elif node_name(loaded.config) != node_name(self.config):
-            from healthd.store.statenode import claim
-
             # A new [slurm] node_name in the same directory: refused here, so the reload is rejected and
             # the old config kept, rather than every later pass refusing the directory and the daemon stopping.
             claim(self.state, node_name(loaded.config), mark=False)

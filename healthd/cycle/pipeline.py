@@ -28,9 +28,11 @@ from healthd.boot import read_boot_id
 from healthd.checks.plugin import CheckSpec
 from healthd.cycle.acks import STATE_NAME as ACKS_STATE
 from healthd.cycle.acks import AckStore
+from healthd.cycle.engine import node_name
 from healthd.cycle.execute import execute, observe, rehearse
 from healthd.cycle.outcome import PASS_FAILED, ActionSection, PassOutcome
 from healthd.cycle.policymemory import mark_unsaved, reach_critical, unsaved_marked, writable_dir
+from healthd.cycle.render import pass_to_dict
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status, Tier
 from healthd.plan.acks import Ack, apply_acks
 from healthd.plan.plan import Conclusion, Executed, Observed, Plan, Read, Situation, conclude, held_raises, plan
@@ -271,8 +273,6 @@ def run_pass(engine: Engine, request: PassRequest = PassRequest(), tools: PassTo
     try:
         raw = engine.run_checks(None if request.only is None else list(request.only), request.tier)
     except Exception as exc:  # anything from the engine must still give a reported pass
-        from healthd.cycle.engine import node_name
-
         return failed_pass(ctx, PassResult(node_name(config), tools.clock(), 0.0, ()), exc)
     if config.slurm.enabled and not ctx.dry and _may_act(raw):
         tools.sleep(act_delay(raw.node, config.slurm.act_splay))
@@ -693,8 +693,6 @@ def _finish(
     state: Optional[PolicyState] = None,
     node: Optional[NodeInfo] = None,
 ) -> PassOutcome:
-    from healthd.cycle.render import pass_to_dict
-
     engine = ctx.engine
     document = pass_to_dict(result, {"action": report.to_dict()})
     failed = ""

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.model import Status
+from healthd.plan.state import OWN_CHECK
 from healthd.store.state import open_entry
 from healthd.store.trust import open_trusted_dir
 
@@ -104,8 +105,6 @@ def writable_dir(directory: Path) -> bool:
 
 def reach_critical(state: PolicyState, raw: PassResult, fail_passes: int) -> PolicyState:
     """``state`` with each check that reports CRITICAL one pass short of ``fail_passes``: this pass reaches it."""
-    from healthd.plan.state import OWN_CHECK
-
     critical = {f.check for f in raw.findings if f.status is Status.CRITICAL and f.check != OWN_CHECK}
     if not critical:
         return state

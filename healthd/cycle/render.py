@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from healthd import __version__
 from healthd.text import one_line, pass_headline
 
@@ -21,8 +23,6 @@ def iso_time(epoch: float) -> str:
 
     With ``time.gmtime``, not datetime: `healthd status` and the hook render without importing it.
     """
-    import time
-
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 

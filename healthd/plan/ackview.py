@@ -16,7 +16,7 @@ POLICY_CHECK = "policy"
 # observe: they describe healthd's view, not a fault, and recur while the cause lasts.
 # Acknowledging one would report a check that keeps timing out as OK, so none ever is.
 UNACKNOWLEDGEABLE = frozenset({"CHECK_TIMEOUT", "CHECK_ERROR", "CHECK_STUCK", "PLUGIN_LOAD_FAILED", "PASS_FAILED"})
-# Status.rank (healthd.model), by name; tests/policy/test_ack_view.py holds the two equal.
+# Status.rank (healthd.model), by name; tests/plan/test_ack_view.py holds the two equal.
 RANK = {"OK": 0, "WARNING": 1, "UNKNOWN": 2, "CRITICAL": 3}
 
 

@@ -30,12 +30,29 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
+from healthd.checks.bounded import kill_waited
+from healthd.config.cache import load_checks
+from healthd.config.load import ConfigError
+from healthd.cycle.activerun import after_pass, daemon_budget
+from healthd.cycle.daemonpass import DaemonClaim
+from healthd.cycle.engine import Engine, node_name
 from healthd.cycle.outcome import PassOutcome
-from healthd.cycle.pipeline import PASS_GRACE_SECONDS, pass_budget
+from healthd.cycle.pipeline import (
+    PASS_GRACE_SECONDS,
+    PassContext,
+    PassRequest,
+    PassTools,
+    failed_pass,
+    pass_budget,
+    run_pass,
+)
 from healthd.exitcodes import EX_CONFIG, EX_OK
+from healthd.model import PassResult
 from healthd.service.logs import LOGGER_NAME
+from healthd.service.metrics import refuse_untrusted_textfile
 from healthd.service.sdnotify import Notifier
 from healthd.service.sinks import LogSink, MetricsSink, NotifySink, Sink
+from healthd.store.state import StateError
 from healthd.store.trust import UntrustedPath
 from healthd.text import one_line
 
@@ -106,16 +123,11 @@ def run_one_pass(engine: Engine, dry_run: bool) -> PassOutcome:
     With ``[active] when_drained``, a pass that finds the node idle and drained by
     healthd is followed by one with the active checks too (``healthd.cycle.activerun``).
     """
-    from healthd.cycle.activerun import after_pass
-    from healthd.cycle.pipeline import PassRequest, run_pass
-
     return after_pass(engine, run_pass(engine, PassRequest(dry_run=dry_run)), dry_run, log)
 
 
 def daemon_pass_budget(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
     """How long one of the daemon's passes may take before the loop calls it hung (active checks included)."""
-    from healthd.cycle.activerun import daemon_budget
-
     return pass_budget(engine.config, grace) + daemon_budget(engine)
 
 
@@ -132,10 +144,6 @@ def fresh_for(engine: Engine, grace: float = PASS_GRACE_SECONDS) -> float:
 def failed_report(engine: Engine, exc: BaseException, started_at: float, dry_run: bool) -> PassOutcome:
     """A pass that raised outside the pipeline, or never started: ``healthd.cycle.pipeline.failed_pass``,
     with no results."""
-    from healthd.cycle.engine import node_name
-    from healthd.cycle.pipeline import PassContext, PassRequest, PassTools, failed_pass
-    from healthd.model import PassResult
-
     raw = PassResult(node_name(engine.config), started_at, 0.0, ())
     context = PassContext(engine, PassRequest(dry_run=dry_run), PassTools(logger=log))
     return failed_pass(context, raw, exc)
@@ -212,9 +220,6 @@ class Daemon:
     # -- the loop -----------------------------------------------------------------------------------
 
     def run(self) -> int:
-        from healthd.config.load import ConfigError
-        from healthd.cycle.engine import Engine, node_name
-
         factory = self.engine_factory or Engine.from_path
         try:
             engine = factory(self.config_path)
@@ -251,8 +256,6 @@ class Daemon:
             log.error("%s; stopping", exc)
             return EX_CONFIG
         finally:
-            from healthd.checks.bounded import kill_waited
-
             kill_waited()  # a pass abandoned on the way out must not leave its programs (on_repair) behind
             self.notifier.stopping()
             log.info("stopping")
@@ -262,8 +265,6 @@ class Daemon:
 
     def _claim(self, engine: Engine) -> None:
         """Hold ``daemon.lock`` so the hook may report this daemon's passes (healthd.cycle.daemonpass)."""
-        from healthd.cycle.daemonpass import DaemonClaim
-
         claim = DaemonClaim(engine.config.paths.state_dir)
         try:
             if claim.acquire(timeout=engine.config.slurm.lock_timeout):
@@ -275,8 +276,6 @@ class Daemon:
 
     def _record(self, engine: Engine, report: PassOutcome) -> None:
         """Keep the pass for the hook; a pass that cannot be kept must not leave an older one standing."""
-        from healthd.store.state import StateError
-
         if self.claim is None:
             return
         if self.claim.state_dir != engine.config.paths.state_dir:  # a reload moved the state: claim it there
@@ -363,11 +362,6 @@ class Daemon:
         return report
 
     def _do_reload(self, engine: Engine, schedule: Schedule, slot: float) -> tuple[Engine, Schedule, float]:
-        from healthd.config.cache import load_checks
-        from healthd.config.load import ConfigError
-        from healthd.cycle.engine import node_name
-        from healthd.service.metrics import refuse_untrusted_textfile
-
         self._reload = False
         self.notifier.reloading()
         old_metrics = engine.config.metrics

@@ -19,14 +19,24 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
+import os
+import pwd
+import selectors
 import socket
 import threading
 import time
+from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 from healthd import __version__
 from healthd.model import CheckResult, EventTally, PassResult, RunState, Status
+from healthd.store.atomicfile import write_atomically
+from healthd.store.trust import open_trusted_dir, refuse_untrusted
+from healthd.text import one_line
 
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
@@ -169,8 +179,6 @@ class HealthdCollector:
         return iter(())
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
         with self._lock:
             families = self._families
         info = GaugeMetricFamily("healthd_build_info", "The running healthd version (always 1).", labels=["version"])
@@ -302,8 +310,6 @@ def capped_code_counts(keys: Iterable[tuple[str, str, str]]) -> list[tuple[tuple
     most findings are kept (then the first by name); the rest are summed per check and
     severity under ``code="OTHER"``, so the total still counts every finding.
     """
-    from healthd.text import one_line
-
     counts: dict[tuple[str, str, str], float] = {}
     for check, code, severity in keys:
         key = (check, one_line(code, _MAX_CODE_CHARS), severity)
@@ -318,8 +324,6 @@ def capped_code_counts(keys: Iterable[tuple[str, str, str]]) -> list[tuple[tuple
 
 def _policy_families(sample: PassOutcome) -> list[_Family]:
     """What the policy decided about the node: the breaker, why healthd holds it out, a repair."""
-    from healthd.text import one_line
-
     repair = sample.repair
     took_out = capped_code_counts((check, code, "") for check, code in sample.took_out)
     return [
@@ -372,8 +376,6 @@ def _counter(name: str, doc: str, labels: tuple[str, ...], samples: Sequence[tup
 
 def new_registry(collector: HealthdCollector) -> CollectorRegistry:
     """A dedicated registry holding only ``collector`` (no process/platform collectors)."""
-    from prometheus_client import CollectorRegistry
-
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)  # type: ignore[arg-type]
     return registry
@@ -381,8 +383,6 @@ def new_registry(collector: HealthdCollector) -> CollectorRegistry:
 
 def textfile_owner_uid(name: Optional[str]) -> Optional[int]:
     """The uid of ``[metrics].textfile_owner``, or None when unset or no such account exists here."""
-    import pwd
-
     if not name:
         return None
     try:
@@ -406,8 +406,6 @@ def refuse_untrusted_textfile(settings: MetricsSettings) -> None:
     still refused, since a link could point root's write into a directory of root's.
     A directory that does not exist is not refused: each write reports it.
     """
-    from healthd.store.trust import refuse_untrusted
-
     if settings.textfile is not None:
         refuse_untrusted(settings.textfile.parent, dir_owner=textfile_owner_uid(settings.textfile_owner))
 
@@ -423,13 +421,6 @@ def write_textfile(path: Path, registry: CollectorRegistry, owner: Optional[str]
     is set explicitly (0644: the metrics are no secret). The temp file's name does not
     end in ``.prom``, so the collector never reads it half-written.
     """
-    import os
-
-    from prometheus_client import generate_latest
-
-    from healthd.store.atomicfile import write_atomically
-    from healthd.store.trust import open_trusted_dir
-
     body = generate_latest(registry)
     dir_fd = open_trusted_dir(path.parent, dir_owner=textfile_owner_uid(owner))
     try:
@@ -466,8 +457,6 @@ def _end_of_head(received: bytearray) -> bool:
 
 
 def _response(code: int, content_type: str, body: bytes, extra: str = "") -> bytes:
-    from http import HTTPStatus
-
     head = (
         f"HTTP/1.0 {code} {HTTPStatus(code).phrase}\r\nContent-Type: {content_type}\r\n"
         f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
@@ -477,8 +466,6 @@ def _response(code: int, content_type: str, body: bytes, extra: str = "") -> byt
 
 def _reply_to(head: bytes, registry: CollectorRegistry) -> bytes:
     """The whole reply to a request whose head (request line and headers) is ``head``."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
     text = "text/plain; charset=utf-8"
     parts = head.split(b"\n", 1)[0].split()
     if len(parts) != 3 or not parts[2].startswith(b"HTTP/"):
@@ -550,8 +537,6 @@ class MetricsServer:
             sock.close()
 
     def _serve(self) -> None:
-        import selectors
-
         selector = selectors.DefaultSelector()
         selector.register(self._listener, selectors.EVENT_READ)
         selector.register(self._wake_reader, selectors.EVENT_READ)

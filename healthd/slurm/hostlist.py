@@ -16,7 +16,7 @@ at most 100,000 names per comma-separated item: its ``MAX_SIZE``, far above any
 partition), a bound too long for Python's int conversion, and more than 64
 brackets in one item (where python-hostlist's recursion would end in a
 RecursionError). A property test holds the two to the same answers
-(tests/core/test_hostlist.py).
+(tests/slurm/test_hostlist.py).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ of redirecting it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -44,8 +45,6 @@ def write_atomically(dir_fd: int, name: str, body: bytes, mode: int, *, durable:
         if durable:
             os.fsync(dir_fd)
     except BaseException:
-        import contextlib  # here: ``healthd status`` and the hook would import it without using it
-
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise

@@ -12,6 +12,7 @@ through the same methods under the lock: the repeat counts escalation needs
 from __future__ import annotations
 
 import contextlib
+import grp
 import os
 import sqlite3
 import stat
@@ -50,8 +51,6 @@ def _denied(path: Path) -> str:
     Judged from ``path`` itself, or from the nearest directory above it this user can see
     (a state directory of mode 0700 hides its files).
     """
-    import grp  # only on this error: ``healthd history`` does not pay for it otherwise
-
     for place in (path, *path.parents):
         try:
             info = os.stat(place)

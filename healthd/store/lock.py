@@ -17,6 +17,7 @@ link to another file is refused, and root never creates or opens the file it nam
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import time
@@ -94,8 +95,6 @@ class StateLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            import contextlib  # here: the hook, which imports this module, would import it without using it
-
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)

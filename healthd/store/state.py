@@ -20,6 +20,7 @@ untrusted directory.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -113,7 +114,6 @@ def make_state_dir(directory: Path) -> None:
     if not missing:
         return
     trusted_stat(existing, container=True)
-    import contextlib  # here and below: ``healthd status`` and the hook would import it without using it
 
     for path in reversed(missing):
         # Another healthd process (the hook beside the daemon) may create it first; the trust
@@ -164,8 +164,6 @@ def state_owner(directory: Path) -> str:
 
 
 def _keep_newest(dir_fd: int, name: str, keep: int) -> None:
-    import contextlib
-
     prefix = f"{name}.corrupt-"
     copies: list[tuple[float, str]] = []
     for entry in os.listdir(dir_fd):

@@ -117,3 +117,35 @@ def layer_of(package: str) -> int:
     """The index in ``LAYERS`` of ``package`` (each check's package is in ``healthd_checks``'s layer)."""
     name = "healthd_checks" if package.startswith("healthd_checks") else package
     return next(i for i, layer in enumerate(LAYERS) if name in layer)
+
+
+def lazy_imports(repo: Path = REPO) -> set[tuple[str, str]]:
+    """(module, what it imports) for each import inside a function that runs (not under ``if TYPE_CHECKING:``).
+
+    What is imported is the name as written, a relative import's made absolute: ``importlib.metadata``,
+    ``healthd.cycle.gpureset``, ``healthd_checks.nvml.snapshot``.
+    """
+    found: set[tuple[str, str]] = set()
+    for root in _roots(repo):
+        for path in sorted(root.rglob("*.py")):
+            name = _module(root, path)
+            package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+            tree = ast.parse(path.read_text())
+            typing_only = _type_checking_lines(tree)
+            for function in ast.walk(tree):
+                if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found.update((name, t) for t in _imported(function, package, typing_only))
+    return found
+
+
+def _imported(function: ast.AST, package: str, typing_only: set[int]) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(function):
+        if getattr(node, "lineno", 0) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            stem = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            names.add(".".join([*stem, *([node.module] if node.module else [])]))
+    return names

@@ -30,6 +30,7 @@ process root's.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 from pathlib import Path
 from typing import Iterable, NamedTuple, Optional
@@ -97,8 +98,6 @@ def plain_name(name: str) -> bool:
 
 def user_name(uid: int) -> str:
     """The account name of ``uid``, or the number itself where the passwd database has none."""
-    import pwd  # here: only a finding that names a user needs it
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:

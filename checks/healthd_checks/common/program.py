@@ -12,19 +12,19 @@ program: UNKNOWN, never healthy.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence, Union
 
 from healthd.checks.bounded import Finished, TimedOut, run_bounded
 from healthd.checks.plugin import Unobserved
+from healthd.store.trust import untrusted_reason
 from healthd.text import one_line
 
 
 def present(program: Path) -> bool:
     """Whether ``program`` is an executable file (an absent tool makes its part of a check not applicable)."""
-    import os
-
     return program.is_file() and os.access(program, os.X_OK)
 
 
@@ -32,8 +32,6 @@ def run(
     memory: MutableMapping[str, Any], argv: Sequence[str], timeout: float, subject: str, code: str
 ) -> Union[Finished, Unobserved]:
     """``argv`` (``argv[0]`` absolute) within ``timeout`` seconds, or why it could not give an answer."""
-    from healthd.store.trust import untrusted_reason
-
     program = argv[0]
     key = f"program:{subject}"
     earlier = memory.get(key)

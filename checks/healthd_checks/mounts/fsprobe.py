@@ -20,6 +20,7 @@ many passes run, and several hung mounts of one pass share one.
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import signal
@@ -235,8 +236,6 @@ def stat_failed(stderr: str) -> Failed:
     (``LC_ALL=C``); this process's strerror gives the same C-locale text (Python sets no
     LC_MESSAGES). Any other message is the probe's own failure.
     """
-    import errno
-
     if ": cannot read file system information for " not in stderr:
         return Failed(stderr)
     message = stderr.rpartition(": ")[2].strip()

@@ -24,6 +24,7 @@ reads the process table and /proc/modules; ``judge`` compares that with
 from __future__ import annotations
 
 import os
+import pwd
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -108,8 +109,6 @@ def _system_uid(account: str) -> Optional[int]:
     "munge" (say, from a directory service on a node without the package) has a
     uid outside both ranges and does not count.
     """
-    import pwd
-
     try:
         uid = pwd.getpwnam(account).pw_uid
     except KeyError:
@@ -119,8 +118,6 @@ def _system_uid(account: str) -> Optional[int]:
 
 def _configured_accounts(entries: Iterable[Union[int, str]]) -> tuple[dict[int, str], list[str]]:
     """``process_users`` as uid -> label, and the names this node has no account for."""
-    import pwd
-
     owners: dict[int, str] = {}
     unknown: list[str] = []
     for entry in entries:

@@ -45,6 +45,7 @@ from healthd.text import one_line, read_kernel_text, records
 from ..common.sysfs import VENDOR_NVIDIA, scan_pci
 from ..kernlog.read import Position, read_new
 from ..kernlog.source import ReadResult
+from .catalog import CATALOG, HARDWARE_BUCKETS
 from .events import MESSAGE_LIMIT, STATE_VERSION, Folding
 from .parse import PciAddress
 
@@ -188,8 +189,6 @@ def hardware_code(code: str) -> bool:
     power-smoothing Xids, and Xids not in the catalog never escalate: a user's program,
     the driver or a new driver's unknown code can cause them (docs/escalation.md).
     """
-    from .catalog import CATALOG, HARDWARE_BUCKETS
-
     match = _EVENT_CODE.fullmatch(code)
     if match is None:
         return False

@@ -45,7 +45,7 @@ malformed = st.one_of(
 @given(st.text(max_size=200))
 @settings(max_examples=300)
 def test_parsers_raise_only_value_error(text: str) -> None:
-    assert len(PARSERS) >= 8  # the boot id has its own reader (healthd/boot.py, tests/core/test_boot.py)
+    assert len(PARSERS) >= 8  # the boot id has its own reader (healthd/boot.py, tests/test_boot.py)
     for parse in PARSERS:
         with contextlib.suppress(ValueError):
             parse(text)

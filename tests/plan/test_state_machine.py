@@ -1,7 +1,7 @@
 """The policy's state machine: docs/policy.md's transition table is what the code does, and the races it covers.
 
 The table is read from docs/policy.md ("The policy state machine") as
-tests/core/test_escalation_table.py reads docs/escalation.md, so the page and
+tests/checks/test_escalation_table.py reads docs/escalation.md, so the page and
 ``state.transition`` cannot drift apart. Each race a flag of ``PolicyState``
 covered before the phases is a named test below, run through ``plan`` and
 ``conclude`` as a pass runs them.

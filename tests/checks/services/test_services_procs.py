@@ -116,7 +116,7 @@ def test_zombies_do_not_count(table: Path) -> None:
 
 
 # The capture of munged started by root (1200/status), as bytes: the template of a status file.
-TEMPLATE = (Path(__file__).parents[2] / "fixtures/procfs/services/1200/status").read_bytes()
+TEMPLATE = (Path(__file__).parents[3] / "fixtures/procfs/services/1200/status").read_bytes()
 
 
 def kernel_status(name: bytes, uids: tuple[int, int, int, int] = (0, 0, 0, 0)) -> bytes:
