@@ -6,7 +6,8 @@ Pure functions over ``PartitionView`` (healthd.slurm.nodestate): the limit and i
 ``healthd fleet lemons --drain`` make after the drain (``breaker_confirm``), and the hold
 of a node held back with its backoff (``breaker_held``, ``backing_off``). The plan
 (``healthd.plan.plan``) asks for the reads; the failure waves escalation leaves uncounted
-(``healthd.plan.wave``) use the same count. docs/policy.md, "Circuit breaker", explains the design.
+(``healthd.plan.wave``) use the same count. A view with its own ``limit`` is one breaker
+shard of a large partition (``healthd.plan.shard``). docs/policy.md, "Circuit breaker", explains the design.
 """
 
 from __future__ import annotations

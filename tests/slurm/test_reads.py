@@ -173,6 +173,7 @@ def test_a_large_partition_is_counted_by_shards_without_packing_the_node_table(c
     """
     policy = "max_out_fraction = 0.67\nbreaker_shard_above = 2"
     actions = {}
+    harnesses = {}
     for node in ("node2", "node3", "node1"):
         hd = healthd_on(node, policy=policy)
         hd.faults(MOUNT)
@@ -187,7 +188,23 @@ def test_a_large_partition_is_counted_by_shards_without_packing_the_node_table(c
         assert "REQUEST_NODE_INFO" not in rpcs, (node, rpcs)
         actions[node] = outcome.action
         assert _policy(hd)["sharded"] is True
+        harnesses[node] = hd
+    hd3 = harnesses["node3"]
     assert actions["node2"].applied and actions["node1"].applied
     assert actions["node3"].held and not actions["node3"].applied
     assert "1 of the 2 nodes of this node's breaker shard" in actions["node3"].decision.explanation
+    held = _policy(hd3)["held"]
+    assert held["attempts"] == 1 and 22.5 <= held["next_check"] - held["since"] <= 37.5, "30 s, stretched 0.75-1.25"
+
+    # Within its backoff node3 reads only itself; after it, its shard again: never the whole table.
+    for later, reads in ((10, {"REQUEST_NODE_INFO_SINGLE": 1, "REQUEST_PARTITION_INFO": 1}), (600, None)):
+        outcome = None
+
+        def again(later: float = later) -> None:
+            nonlocal outcome
+            outcome = hd3.cycle(now=held["since"] + later)
+
+        rpcs = _rpcs(cluster, again)
+        assert outcome is not None and outcome.action.held, outcome
+        assert "REQUEST_NODE_INFO" not in rpcs and (reads is None or rpcs == reads), (later, rpcs)
     assert [cluster.reason(n).startswith("healthd: ") for n in ("node1", "node2", "node3")] == [True, True, False]
