@@ -45,6 +45,7 @@ CORE: dict[str, tuple[str, str]] = {
     "policy.max_out_fraction": ("the circuit breaker: the most of a partition healthd takes out at once", "policy.md"),
     "policy.breaker_settle": ("seconds between a drain and the breaker's confirming read", "policy.md"),
     "policy.breaker_window": ("seconds a take-out holds its place under the breaker", "policy.md"),
+    "policy.breaker_shard_above": ("partitions larger than this are counted shard by shard", "scale.md"),
     "runner.pass_timeout": ("seconds a whole pass may take; each check also has its own timeout", "checks.md"),
     "daemon.interval": ("seconds between the daemon's passes", "service.md"),
     "daemon.splay": (

@@ -198,6 +198,11 @@ class PolicySettings(ConfigTable):
     # five-minute passes and the held nodes' 12.5 min backoff, and gives an operator paged
     # by DRAIN_HELD that long before the next nodes may go.
     breaker_window: Annotated[float, Limits(ge=30, le=7 * 86400)] = 3600.0
+    # A partition of more nodes than this is counted shard by shard (healthd.plan.shard): each
+    # node reads its shard's nodes one by one instead of the whole node table, which slurmctld
+    # packs for every read of many nodes (0.2 s a read at 100,000 nodes). Below it, the whole
+    # partition's count (docs/scale.md, "Breaker shards", says where the two cost the same).
+    breaker_shard_above: Annotated[int, Limits(ge=0)] = 10000
 
 
 class RunnerSettings(ConfigTable):

@@ -11,17 +11,18 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable, Optional
 
-from healthd.plan.breaker import breaker_confirm, group_views, out_by_healthd
+from healthd.plan.breaker import breaker_confirm, counted_out, group_views, out_by_healthd
 from healthd.plan.plan import Executed, Observed, Plan, Read, Step
 from healthd.plan.remedy import GpuReset
+from healthd.plan.shard import SHARD_LIMIT, shard, shard_view, sharded
 from healthd.slurm.adapter import SlurmClient, SlurmError, node_in_groups
-from healthd.slurm.hostlist import HostlistError
+from healthd.slurm.hostlist import HostlistError, expand
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.slurm.problem import SlurmFailure
 from healthd.slurm.reasons import Reasons, place_stamp, with_place
 
 if TYPE_CHECKING:
-    from healthd.config.models import Config
+    from healthd.config.models import Config, PolicySettings
     from healthd.cycle.gpureset import ResetMarks
 
 
@@ -31,6 +32,7 @@ def observe(
     node: str,
     observed: Observed,
     reasons: Reasons,
+    settings: PolicySettings,
     *,
     boot_time: bool = False,
 ) -> Observed:
@@ -38,27 +40,33 @@ def observe(
 
     The node is read alone (``SlurmClient.node``), or with its boot time when
     ``boot_time`` asks for it (``show_node``: the whole table, see docs/scale.md);
-    the breaker's read covers only the node's partitions. Both at once are one
-    sinfo of every partition's groups, which holds the node's own state too
-    (``read_node_and_views``).
+    the breaker's read covers only the node's partitions, a large one only the node's
+    shard (``read_views``). Both at once are one sinfo of every partition's groups,
+    which holds the node's own state too (``read_node_and_views``).
     """
     asked = observed.asked | {read}
     try:
         if read is Read.NODE_AND_PARTITIONS and not boot_time:
-            info, views = read_node_and_views(client, node, reasons)
+            info, views = read_node_and_views(client, node, reasons, settings)
             return observed._replace(asked=asked, node=info, views=views)
         if read is not Read.PARTITIONS:
             info = client.show_node(node) if boot_time else client.node(node)
             observed = observed._replace(asked=asked, node=info)
             if read is Read.NODE:
                 return observed
-        partitions = observed.node.partitions if observed.node else ()
-        return observed._replace(asked=asked, views=read_views(client, partitions, reasons))
+        current = observed.node
+        partitions = current.partitions if current else ()
+        # Before a take-out (the node not out with healthd's reason yet) one shard-mate in its place is enough.
+        enough = current is not None and not (current.out and reasons.owns(current.reason))
+        views = read_views(client, node, partitions, reasons, settings, enough=enough)
+        return observed._replace(asked=asked, views=views)
     except SlurmError as exc:
         return observed._replace(asked=asked, errors=(*observed.errors, exc.problem))
 
 
-def read_node_and_views(client: SlurmClient, name: str, reasons: Reasons) -> tuple[NodeInfo, dict[str, PartitionView]]:
+def read_node_and_views(
+    client: SlurmClient, name: str, reasons: Reasons, settings: PolicySettings
+) -> tuple[NodeInfo, dict[str, PartitionView]]:
     """The node and the breaker's view of its partitions from one sinfo of every partition (``SlurmClient.all_groups``).
 
     Every partition, not the ones the node was last seen in: slurmctld packs the
@@ -71,19 +79,92 @@ def read_node_and_views(client: SlurmClient, name: str, reasons: Reasons) -> tup
     info = node_in_groups(groups, name)
     if info is None:
         return client.show_node(name), {}
-    return info, _views(groups, info.partitions, reasons)
+    return info, _views(groups, info.partitions, name, reasons, settings)
 
 
-def _views(groups: list[NodeGroup], partitions: tuple[str, ...], reasons: Reasons) -> dict[str, PartitionView]:
+def _views(
+    groups: list[NodeGroup], partitions: tuple[str, ...], name: str, reasons: Reasons, settings: PolicySettings
+) -> dict[str, PartitionView]:
+    """The breaker's views from whole partitions' groups; one above ``breaker_shard_above`` cut to ``name``'s shard.
+
+    Every node of a large partition counts against its shard alone, whichever read it
+    made: the cut keeps one rule for the partition however its nodes read it.
+    """
     try:
-        return group_views(groups, partitions, reasons)
+        views = group_views(groups, partitions, reasons)
+        for partition, view in views.items():
+            if sharded(view.size, settings.breaker_shard_above):
+                members = [n for g in groups if g.partition == partition for n in expand(g.nodelist)]
+                views[partition] = shard_view(view, shard(name, members, settings.max_out_fraction))
+        return views
     except HostlistError as exc:
         raise SlurmError(f"sinfo: {exc}") from None
 
 
-def read_views(client: SlurmClient, partitions: tuple[str, ...], reasons: Reasons) -> dict[str, PartitionView]:
-    """The circuit breaker's view of ``partitions``: one sinfo over them, never the whole node table."""
-    return _views(client.partitions(partitions), partitions, reasons)
+def read_views(
+    client: SlurmClient,
+    name: str,
+    partitions: tuple[str, ...],
+    reasons: Reasons,
+    settings: PolicySettings,
+    *,
+    enough: bool = False,
+) -> dict[str, PartitionView]:
+    """The circuit breaker's view of ``partitions``, none of it a read of the whole node table for a large one.
+
+    ``scontrol show partition`` (one cheap RPC) gives each partition's size and host
+    list. Those of at most ``[policy].breaker_shard_above`` nodes are read together with
+    one sinfo (a whole-table pack on slurmctld); each larger one is read node by node,
+    only the nodes of ``name``'s shard (``_shard_read``). ``enough``: stop reading a shard
+    at its first node out in its place, which is all a node not yet out needs to be held.
+    """
+    if not partitions:
+        return {}
+    listed = client.partition_nodes()
+    large = tuple(p for p in partitions if p in listed and sharded(listed[p].size, settings.breaker_shard_above))
+    whole = tuple(p for p in partitions if p not in large)
+    views = _views(client.partitions(whole), whole, name, reasons, settings) if whole else {}
+    for partition in large:
+        views[partition] = _shard_read(client, name, partition, listed[partition].nodelist, reasons, settings, enough)
+    return views
+
+
+def _shard_read(
+    client: SlurmClient,
+    name: str,
+    partition: str,
+    nodelist: str,
+    reasons: Reasons,
+    settings: PolicySettings,
+    enough: bool,
+) -> PartitionView:
+    """The breaker's view of ``name``'s shard of ``partition``: each of its nodes read alone (``sinfo -n``).
+
+    The shard-mates are read in name order starting after ``name``, so that with ``enough``
+    the nodes of a shard do not all read the same node first. A single-node read costs
+    slurmctld the same at any table size (docs/scale.md, "Reads").
+    """
+    try:
+        mates = shard(name, expand(nodelist), settings.max_out_fraction)
+    except HostlistError as exc:
+        raise SlurmError(f"scontrol show partition: {exc}") from None
+    if name not in mates:
+        raise SlurmError(f"node {name} is not in the host list of partition {partition}")
+    at = mates.index(name)
+    since = time.time() - settings.breaker_window
+    groups: list[NodeGroup] = []
+    for mate in (*mates[at + 1 :], *mates[:at], *(() if enough else (name,))):
+        groups.append(_as_group(client.node(mate), partition))
+        view = group_views(groups, (partition,), reasons)[partition]
+        if enough and counted_out(view, name, since) >= SHARD_LIMIT:
+            break
+    view = group_views(groups, (partition,), reasons).get(partition, PartitionView(partition, 0, ()))
+    return shard_view(view, mates)
+
+
+def _as_group(node: NodeInfo, partition: str) -> NodeGroup:
+    """One node read alone, as a one-node group of ``partition`` (what ``group_views`` counts)."""
+    return NodeGroup(partition, 1, node.state, node.flags, node.reason, node.reason_time, node.name, node.reason_user)
 
 
 def _confirm(
@@ -100,7 +181,7 @@ def _confirm(
     """
     sleep(config.policy.breaker_settle)
     try:
-        views = read_views(client, partitions, Reasons(config.slurm.reason_prefix))
+        views = read_views(client, name, partitions, Reasons(config.slurm.reason_prefix), config.policy)
     except SlurmError as exc:
         client.resume(name)
         return f"could not confirm the drain against the circuit breaker ({exc}); put back", None

@@ -6,7 +6,8 @@ Pure functions over ``PartitionView`` (healthd.slurm.nodestate): the limit and i
 ``healthd fleet lemons --drain`` make after the drain (``breaker_confirm``), and the hold
 of a node held back with its backoff (``breaker_held``, ``backing_off``). The plan
 (``healthd.plan.plan``) asks for the reads; the failure waves escalation leaves uncounted
-(``healthd.plan.wave``) use the same count. docs/policy.md, "Circuit breaker", explains the design.
+(``healthd.plan.wave``) use the same count. A view with its own ``limit`` is one breaker
+shard of a large partition (``healthd.plan.shard``). docs/policy.md, "Circuit breaker", explains the design.
 """
 
 from __future__ import annotations
@@ -93,6 +94,11 @@ def allowed_out(size: int, fraction: float) -> int:
     return max(1, math.floor(fraction * size + 1e-9))
 
 
+def view_limit(view: PartitionView, fraction: float) -> int:
+    """How many nodes of ``view`` healthd may hold out at once: a shard's own limit, else ``allowed_out``."""
+    return view.limit if view.limit is not None else allowed_out(view.size, fraction)
+
+
 def counted_out(view: PartitionView, node: str, since: Optional[float]) -> int:
     """The nodes of ``view`` other than ``node`` that healthd took out at or after ``since`` (None: ever)."""
     return sum(1 for _, when, out in view.out if out != node and recent(when, since))
@@ -103,12 +109,13 @@ def binds(views: Mapping[str, PartitionView], settings: PolicySettings) -> bool:
 
     Where the limit is the whole partition, no number of simultaneous drains can exceed it.
     """
-    return any(allowed_out(v.size, settings.max_out_fraction) < v.size for v in views.values())
+    return any(view_limit(v, settings.max_out_fraction) < v.size for v in views.values())
 
 
 def _breaker_text(view: PartitionView, count: int, limit: int, settings: PolicySettings) -> str:
+    whose = f"its {view.size} nodes" if view.limit is None else f"the {view.size} nodes of this node's breaker shard"
     return (
-        f"partition {view.name}: {count} of its {view.size} nodes taken out by healthd in the last "
+        f"partition {view.name}: {count} of {whose} taken out by healthd in the last "
         f"{settings.breaker_window:g}s; the limit is {limit} "
         f"([policy].max_out_fraction = {settings.max_out_fraction:g})"
     )
@@ -128,7 +135,7 @@ def over_limit(
     """
     since = None if now is None else now - settings.breaker_window
     for view in sorted(views.values(), key=lambda v: v.name):
-        limit = allowed_out(view.size, settings.max_out_fraction)
+        limit = view_limit(view, settings.max_out_fraction)
         others = counted_out(view, node, since)
         if others >= limit:
             return _breaker_text(view, others, limit, settings)
@@ -155,7 +162,7 @@ def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: Pol
     does not fill it, and the window is measured by slurmctld's clock alone.
     """
     for name, view in sorted(views.items()):
-        limit = allowed_out(view.size, settings.max_out_fraction)
+        limit = view_limit(view, settings.max_out_fraction)
         order = [(when, out) for _, when, out in view.out]
         mine = [when for when, out in order if out == node]
         if not mine:

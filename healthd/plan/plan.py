@@ -258,14 +258,18 @@ def _first_read(s: Situation, judge: _Judge, window: float) -> Read:
     where the node read and the breaker read were four (docs/scale.md).
     """
     state = s.state
+    # The combined read packs the whole node table: only where the last breaker read found no
+    # partition counted by shards. Otherwise (or before any breaker read) the node is read alone, and
+    # its partitions after it (docs/scale.md, "Breaker shards").
+    combined = Read.NODE_AND_PARTITIONS if state.sharded is False else Read.NODE
     if backing_off(state, s.now) is not None:
         return Read.NODE
     if state.unconfirmed or still_provisional(state.provisional, s.now, window):
-        return Read.NODE_AND_PARTITIONS
+        return combined
     if state.took_out or state.skips_breaker:
         return Read.NODE
     decision, _ = judge(apply_acks(s.result, s.acks)[0], state, None)
-    return Read.NODE_AND_PARTITIONS if decision.action in TAKING_OUT else Read.NODE
+    return combined if decision.action in TAKING_OUT else Read.NODE
 
 
 def _remember(state: PolicyState, node: NodeInfo, now: float, reasons: Reasons) -> PolicyState:
@@ -324,6 +328,8 @@ def plan(s: Situation, rules: PolicyRules) -> Union[Read, Plan]:
     state, retracted = _wave_seen(s, state, rules)
     result, kept = apply_acks(s.result, acks)
     decision, new_state = judge(result, state, observed.node)
+    if observed.views is not None:
+        new_state = new_state._replace(sharded=any(v.limit is not None for v in observed.views.values()))
     breaker = _breaker(decision, new_state, s, rules)
     if isinstance(breaker, Read):
         return breaker

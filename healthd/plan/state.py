@@ -338,6 +338,7 @@ _READERS: Mapping[str, Callable[[Any], Any]] = {
     "resume_sent": _flag,
     "repair_ended": _flag,
     "provisional": _provisional,
+    "sharded": _flag,
 }
 
 
@@ -379,6 +380,9 @@ class PolicyState(NamedTuple):
     # Raises this node's take-out counted toward repair before its wave could be told
     # (healthd.plan.wave): a later read of its partitions may still take them back.
     provisional: tuple[ProvisionalRaise, ...] = ()
+    # Whether the last breaker read found a partition of this node counted by shards (healthd.plan.shard);
+    # None until one did. Only what the next faulty pass reads first depends on it, never the count.
+    sharded: Optional[bool] = None
 
     # ``unconfirmed``, ``resume_sent`` and ``repair_ended`` are how ``phases`` is stored (the keys
     # policy.json has always had): only ``advance`` changes them, by the transition tables.
@@ -414,6 +418,7 @@ class PolicyState(NamedTuple):
             "repair_ended": self.repair_ended,
             # Only while there is one: a file from before provisional raises reads and writes back the same.
             **({"provisional": [r.to_dict() for r in self.provisional]} if self.provisional else {}),
+            **({"sharded": self.sharded} if self.sharded is not None else {}),
         }
 
     @classmethod

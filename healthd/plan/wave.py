@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from healthd.plan.breaker import allowed_out, counted_out, shared_codes
+from healthd.plan.breaker import counted_out, shared_codes, view_limit
 from healthd.plan.state import ProvisionalRaise
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def budget_full(node: str, views: Mapping[str, PartitionView], settings: PolicyS
     since = now - settings.breaker_window
     why = ""
     for view in sorted(views.values(), key=lambda v: v.name):
-        limit = allowed_out(view.size, settings.max_out_fraction)
+        limit = view_limit(view, settings.max_out_fraction)
         if not (limit < view.size and counted_out(view, node, since) + 1 >= limit):
             # A partition of this node where others may still go out, and be seen doing so
             # (``shared_codes``): a wave shows there, so this one full partition hides nothing.

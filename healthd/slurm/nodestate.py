@@ -105,6 +105,9 @@ class PartitionView(NamedTuple):
     # (node, the code its healthd reason names), for the nodes in ``out``: a code other nodes
     # of the partition are out for is a shared fault, not a repeat (docs/escalation.md).
     codes: tuple[tuple[str, str], ...] = ()
+    # Set for one breaker shard of a large partition (healthd.plan.shard): then ``size`` and
+    # ``out`` are the shard's, and ``limit`` (1) is how many of it may be out at once.
+    limit: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import secrets
 import shutil
@@ -200,6 +201,17 @@ class Cluster:
     # slurmctld's node table to a large cluster's size for the scale benchmark
     # (bench/bench_scale.py) and cost nothing else.
     extra_nodes: int = 0
+    # More nodes of a large GPU cluster (96 CPUs, 8 GPUs, features) in State=CLOUD: listed and
+    # drainable, never pinged, so slurmctld holds a 100,000-node table on one machine (UNKNOWN
+    # nodes that many exhaust its threads). Only for bench/bench_breaker_shards.py.
+    cloud_nodes: int = 0
+    # Of those, the names that are never-registered nodes instead (State=UNKNOWN): nodes that
+    # healthd's passes may take out (it leaves powered-down CLOUD nodes alone). With them,
+    # SlurmdTimeout=0: slurmctld would otherwise set them DOWN for not responding, and healthd
+    # leaves a node DOWN by another's hand alone too.
+    cloud_sample: frozenset[str] = frozenset()
+    # How long slurmctld may take to answer its first ping: about 70 s with a 100,000-node table.
+    ctld_timeout: float = 20.0
     accounting: bool = False
     # A root holding another Slurm release (healthd_testkit.releases), and the directories
     # of this machine its daemons see at the same paths (the tests' temporary directory).
@@ -351,6 +363,7 @@ class Cluster:
             # Port 29999 on loopback: slurmctld's pings to them fail at once.
             last = f"{self.extra_nodes:05d}"
             nodes += f"\nNodeName=n[00001-{last}] NodeAddr=127.0.0.1 Port=29999 CPUs=1 RealMemory=100 State=UNKNOWN"
+        nodes += self._cloud_conf()
         self.conf.write_text(
             f"""ClusterName={self.name}
 SlurmctldHost=localhost
@@ -380,7 +393,7 @@ ReturnToService=2
 JobRequeue=1
 KillWait=2
 MinJobAge=300
-SlurmdTimeout=30
+SlurmdTimeout={30 if not self.cloud_sample else 0}
 MessageTimeout=5
 RebootProgram={reboot}
 SuspendProgram={suspend}
@@ -389,6 +402,7 @@ SuspendTime={SUSPEND_TIME}
 SuspendTimeout={SUSPEND_TIMEOUT}
 ResumeTimeout={RESUME_TIMEOUT}
 GresTypes=gpu
+{"PrivateData=cloud" if self.cloud_nodes else ""}
 HealthCheckProgram={wrapper}
 HealthCheckInterval=3
 HealthCheckNodeState=ANY
@@ -403,6 +417,33 @@ PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
     def _scheduler_parameters(self) -> str:
         """Backfill every second: heterogeneous jobs start only from its pass (every 30 s by default)."""
         return "SchedulerParameters=bf_interval=1" if self.scheduler == "sched/backfill" else ""
+
+    def cloud_names(self) -> list[str]:
+        """The names of ``cloud_nodes``: ``ca00001``-``ca50000``, ``cb00001``... (50,000 a prefix)."""
+        return [f"c{chr(97 + i // 50_000)}{i % 50_000 + 1:05d}" for i in range(self.cloud_nodes)]
+
+    def _cloud_conf(self) -> str:
+        """slurm.conf lines of ``cloud_nodes``, ``cloud_sample`` among them as never-registered nodes.
+
+        At most 50,000 names a prefix (slurmctld refuses a range of more than 65,536 hosts),
+        and 50 ranges a line.
+        """
+        spans: dict[bool, list[str]] = {True: [], False: []}
+        for prefix in sorted({name[:2] for name in self.cloud_names()}):
+            numbers = [(int(n[2:]), n in self.cloud_sample) for n in self.cloud_names() if n[:2] == prefix]
+            for sample, run in itertools.groupby(numbers, key=lambda pair: pair[1]):
+                values = [number for number, _ in run]
+                one = values[0] == values[-1]
+                spans[sample].append(
+                    f"{prefix}{values[0]:05d}" if one else f"{prefix}[{values[0]:05d}-{values[-1]:05d}]"
+                )
+        kinds = {True: "State=UNKNOWN", False: "State=CLOUD"}
+        return "".join(
+            f"\nNodeName={','.join(chunk[k : k + 50])} NodeAddr=127.0.0.1 Port=29999 CPUs=96 RealMemory=100 "
+            f"Gres=gpu:8 Features=h100,ib {kinds[sample]}"
+            for sample, chunk in spans.items()
+            for k in range(0, len(chunk), 50)
+        )
 
     def _write_gres(self) -> None:
         """gres.conf: GRES_NODE has GPUs as Slurm sees them, device files that are copies of /dev/null.
@@ -578,7 +619,11 @@ AccountingStoragePass={self.munge_socket}
 
     def start_ctld(self) -> None:
         self.procs["slurmctld"] = _spawn([*self.prefix, "slurmctld", "-D", "-f", str(self.conf)], self._env())
-        wait_for(lambda: self.run("scontrol", "ping", check=False).returncode == 0, 20, "slurmctld to answer")
+
+        def answers() -> bool:
+            return self.run("scontrol", "ping", check=False).returncode == 0
+
+        wait_for(answers, self.ctld_timeout, "slurmctld to answer")
 
     def start_slurmd(self, node: str) -> None:
         if not self.configless:
@@ -658,7 +703,7 @@ AccountingStoragePass={self.munge_socket}
         self.start_ctld()
         for node in NODES:
             self.start_slurmd(node)
-        wait_for(lambda: all(self.state(n) == "idle" for n in NODES), 30, "all nodes idle")
+        wait_for(lambda: all(self.state(n) == "idle" for n in NODES), max(30, self.ctld_timeout), "all nodes idle")
 
     def shutdown(self) -> None:
         """Stop everything started here; jobs first, so no slurmstepd or job process outlives a failed run.

@@ -753,16 +753,27 @@ def _planned(
     return plan(situation, PolicyRules(PolicySettings(), Reasons(), reconcile_interval=3600.0))
 
 
+# The last breaker read counted every partition whole: the combined read is the cheaper one.
+WHOLE = PolicyState(sharded=False)
+COMBINED = Read.NODE_AND_PARTITIONS
+
+
 @pytest.mark.parametrize(
     ("statuses", "state", "now", "read"),
     [
         # A fault pass that will take the node out: node and breaker in one read (2 RPCs, not 4).
-        (("CRITICAL",), PolicyState(), 1050.0, Read.NODE_AND_PARTITIONS),
-        (("WARNING",), PolicyState(), 1050.0, Read.NODE_AND_PARTITIONS),
+        (("CRITICAL",), WHOLE, 1050.0, Read.NODE_AND_PARTITIONS),
+        (("WARNING",), WHOLE, 1050.0, Read.NODE_AND_PARTITIONS),
         # A held node whose backoff ran out reads its partitions again, its node with them.
-        (("CRITICAL",), PolicyState(held=HELD), 1200.0, Read.NODE_AND_PARTITIONS),
+        (("CRITICAL",), WHOLE._replace(held=HELD), 1200.0, Read.NODE_AND_PARTITIONS),
         # A drain left unconfirmed is confirmed against the partitions.
-        ((), PolicyState(unconfirmed=True, took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE_AND_PARTITIONS),
+        ((), WHOLE._replace(unconfirmed=True, took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, COMBINED),
+        # Where a partition was counted by shards, or before any breaker read, never the whole table: the node
+        # alone first, then its partitions (docs/scale.md, "Breaker shards").
+        (("CRITICAL",), PolicyState(), 1050.0, Read.NODE),
+        (("CRITICAL",), PolicyState(sharded=True), 1050.0, Read.NODE),
+        (("CRITICAL",), PolicyState(sharded=True, held=HELD), 1200.0, Read.NODE),
+        ((), PolicyState(sharded=True, unconfirmed=True, took_out=(FindingRef("t/CODE_0/subj0"),)), 1050.0, Read.NODE),
         # Held within its backoff: the breaker is not asked, the cheap node read is enough.
         (("CRITICAL",), PolicyState(held=HELD), 1050.0, Read.NODE),
         # The last read found the node out by another's hand: it is left alone, no breaker to ask.

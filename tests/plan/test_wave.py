@@ -23,7 +23,7 @@ from healthd.plan.plan import Executed, Observed, Plan, Read, Situation, conclud
 from healthd.plan.rules import PolicyRules
 from healthd.plan.state import PolicyState, ProvisionalRaise
 from healthd.plan.wave import budget_full, in_wave, still_provisional
-from healthd.slurm.adapter import SlurmClient
+from healthd.slurm.adapter import PartitionNodes, SlurmClient
 from healthd.slurm.nodestate import NodeGroup, NodeInfo, PartitionView
 from healthd.slurm.reasons import Reasons
 
@@ -64,6 +64,9 @@ class _Controller(SlurmClient):
         ]
         spare = self.size - len(self.out)
         return [*groups, NodeGroup("batch", spare, "IDLE", frozenset(), "", None, "spare")] if spare else groups
+
+    def partition_nodes(self) -> dict[str, PartitionNodes]:
+        return {"batch": PartitionNodes(self.size, f"n[000-{self.size - 1:03d}]")}
 
     def read(self, name: str) -> NodeInfo:
         if name not in self.out:

@@ -20,6 +20,9 @@ pytestmark = pytest.mark.slurm
 MOUNT = ("CRITICAL", "MOUNT_MISSING", "/scratch")
 _GROUPS = sinfo_format(GROUP_FIELDS)
 _EVERY_PARTITION = ("sinfo", "-h", "--all", "-O", _GROUPS)
+# Every partition's size and host list (one PARTITION_INFO): whether the breaker counts it whole or by shards.
+_SIZES = ("-o", "--all", "show", "partition")
+_SIZES_3 = _SIZES[:3]
 _RPC = re.compile(r"^\s*(REQUEST_[A-Z_]+)\s*\(\s*\d+\)\s*count:(\d+)", re.MULTILINE)
 # What healthd's reads and writes are to slurmctld; the cluster's own traffic is left out.
 _HEALTHD_RPCS = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE")
@@ -68,7 +71,7 @@ def test_the_combined_read_counts_a_partition_the_node_has_just_joined(
     hd.faults(MOUNT)
     client = hd.client()
     outcome = hd.cycle(client=client)
-    assert client.calls == [_EVERY_PARTITION], "one read: every partition, the node's state with them"
+    assert client.calls[:2] == [_node_read("node1"), _SIZES], "the node, then its partitions as they are now"
     assert outcome.action.held, outcome.action
     assert f"partition {gpu_partition}" in outcome.action.decision.explanation
     assert not cluster.reason("node1").startswith("healthd: ")
@@ -81,7 +84,7 @@ def test_a_node_drained_by_an_administrator_costs_one_node_read_per_faulty_pass(
     hd.faults(MOUNT)
     client = hd.client()
     assert hd.cycle(client=client).action.decision.action.value == "none"
-    assert client.calls == [_EVERY_PARTITION], "nothing known yet: the pass guessed a take-out"
+    assert client.calls == [_node_read("node3")], "nothing known yet: the node alone, before any breaker read"
     assert _policy(hd)["skips_breaker"] is True
 
     for _ in range(2):
@@ -107,8 +110,10 @@ def test_a_node_drained_by_an_administrator_costs_one_node_read_per_faulty_pass(
     assert outcome.action.decision.action.value == "take_out_now" and outcome.action.applied
     assert [call[:3] for call in client.calls] == [
         _node_read("node3")[:3],
+        _SIZES_3,
         ("sinfo", "-h", "-p"),
         ("update", "NodeName=node3", "State=DRAIN"),
+        _SIZES_3,
         ("sinfo", "-h", "-p"),
         ("update", "NodeName=node3", "State=DOWN"),
     ]
@@ -133,9 +138,12 @@ def test_a_reason_with_a_newline_on_one_node_blocks_no_other_nodes_take_out(clus
     outcome = hd.cycle(client=client)
     assert outcome.action.errors == ()
     assert outcome.action.decision.action.value == "take_out_now" and outcome.action.applied, outcome.action
-    assert client.calls[0] == _EVERY_PARTITION
-    assert [call[:3] for call in client.calls[1:]] == [
+    assert [call[:3] for call in client.calls] == [
+        _node_read("node1")[:3],
+        _SIZES_3,
+        ("sinfo", "-h", "-p"),
         ("update", "NodeName=node1", "State=DRAIN"),
+        _SIZES_3,
         ("sinfo", "-h", "-p"),
         ("update", "NodeName=node1", "State=DOWN"),
     ]
@@ -153,3 +161,50 @@ def test_a_reason_with_a_newline_on_one_node_blocks_no_other_nodes_take_out(clus
     # scontrol -o prints the first line, the stamp, then the rest: the first line is what it gives.
     assert client.show_node("node3").reason == reason.split("\n")[0], "scontrol -o show node node3"
     assert f"|node3|{reason}\n" in cluster.run(*_EVERY_PARTITION).stdout, "node3's reason left as it was"
+
+
+def test_a_large_partition_is_counted_by_shards_without_packing_the_node_table(cluster: Any, healthd_on: Any) -> None:
+    """Above ``breaker_shard_above`` nodes each node counts its shard, read node by node (docs/scale.md).
+
+    batch's 3 nodes at 0.67 let 2 out: two shards, {node1} and {node2, node3} (by a hash of the
+    names, healthd.plan.shard). node3 is held by node2 in its shard, though counted whole the
+    partition had room; node1 goes out in its own. No pass makes slurmctld pack the whole
+    node table (REQUEST_NODE_INFO).
+    """
+    policy = "max_out_fraction = 0.67\nbreaker_shard_above = 2"
+    actions = {}
+    harnesses = {}
+    for node in ("node2", "node3", "node1"):
+        hd = healthd_on(node, policy=policy)
+        hd.faults(MOUNT)
+        outcome = None
+
+        def one_pass(hd: Any = hd) -> None:
+            nonlocal outcome
+            outcome = hd.cycle()
+
+        rpcs = _rpcs(cluster, one_pass)
+        assert outcome is not None
+        assert "REQUEST_NODE_INFO" not in rpcs, (node, rpcs)
+        actions[node] = outcome.action
+        assert _policy(hd)["sharded"] is True
+        harnesses[node] = hd
+    hd3 = harnesses["node3"]
+    assert actions["node2"].applied and actions["node1"].applied
+    assert actions["node3"].held and not actions["node3"].applied
+    assert "1 of the 2 nodes of this node's breaker shard" in actions["node3"].decision.explanation
+    held = _policy(hd3)["held"]
+    assert held["attempts"] == 1 and 22.5 <= held["next_check"] - held["since"] <= 37.5, "30 s, stretched 0.75-1.25"
+
+    # Within its backoff node3 reads only itself; after it, its shard again: never the whole table.
+    for later, reads in ((10, {"REQUEST_NODE_INFO_SINGLE": 1, "REQUEST_PARTITION_INFO": 1}), (600, None)):
+        outcome = None
+
+        def again(later: float = later) -> None:
+            nonlocal outcome
+            outcome = hd3.cycle(now=held["since"] + later)
+
+        rpcs = _rpcs(cluster, again)
+        assert outcome is not None and outcome.action.held, outcome
+        assert "REQUEST_NODE_INFO" not in rpcs and (reads is None or rpcs == reads), (later, rpcs)
+    assert [cluster.reason(n).startswith("healthd: ") for n in ("node1", "node2", "node3")] == [True, True, False]

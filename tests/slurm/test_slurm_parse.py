@@ -300,8 +300,10 @@ def test_a_reason_with_a_newline_on_another_node_does_not_block_a_take_out(tmp_p
     updates = tmp_path / "updates"
     bin_dir = _fake_scontrol(
         tmp_path / "bin",
-        f'case "$1" in\n--version) echo "slurm-wlm 22.05.8" ;;\nupdate) echo "$2 $3" >> {updates} ;;\nesac\n',
-        sinfo=f"cat {groups}\n",
+        f'case "$1" in\n--version) echo "slurm-wlm 22.05.8" ;;\nupdate) echo "$2 $3" >> {updates} ;;\n'
+        '-o) echo "PartitionName=batch Nodes=n[1-99] TotalNodes=99" ;;\nesac\n',
+        # The node read (-N) first, then the partition's groups.
+        sinfo=f'case "$*" in\n*-N*) echo "n1|batch*|idle|Unknown|Unknown|none" ;;\n*) cat {groups} ;;\nesac\n',
     )
     config = (
         f'[paths]\nstate_dir = "{tmp_path}/state"\n[slurm]\nbin_dir = "{bin_dir}"\nnode_name = "n1"\n'
@@ -618,7 +620,7 @@ def test_write_rejected_backs_off_and_the_intent_is_saved_before_sending(tmp_pat
         tmp_path / "bin",
         f"""case "$1" in
 --version) echo "slurm-wlm 22.05.8" ;;
--o) cat {capture} ;;
+-o) case "$2" in --all) echo 'PartitionName=batch Nodes=node[1-3] TotalNodes=3' ;; *) cat {capture} ;; esac ;;
 update) cp {tmp_path}/state/policy.json {seen}; echo "slurm_update error: Access/permission denied" >&2; exit 1 ;;
 esac
 """,
