@@ -5,6 +5,7 @@ build (reproducible-builds.org's definition; SOURCE_DATE_EPOCH is the last commi
 from __future__ import annotations
 
 import hashlib
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,6 @@ def _sha256(path: Path) -> str:
 
 def test_a_second_build_of_the_same_commit_is_byte_identical(healthd_packages: Packages, tmp_path: Path) -> None:
     again = build_packages(tmp_path)
-    for first, second in zip(healthd_packages, again):
+    for first, second in zip(astuple(healthd_packages), astuple(again)):
         assert first.name == second.name
         assert _sha256(first) == _sha256(second), f"{first.name} differs between two builds of one commit"
