@@ -23,9 +23,23 @@ and rpmlint still say of a self-contained venv under /opt is overridden, each ta
 reason (``packaging/deb/lintian-overrides``, ``packaging/rpm/rpmlint.toml``).
 
 The venv is built in a staging directory and then made to live at /opt/healthd, as
-dh-virtualenv does: script shebangs and pyvenv.cfg are rewritten, and the bytecode is
-compiled with /opt/healthd paths (compileall's -s/-p). The tools are the distributions'
-own: dpkg-deb (dpkg-deb(1)) and rpmbuild (rpmbuild(8)), nothing downloaded.
+dh-virtualenv does: script shebangs and pyvenv.cfg are rewritten (and the RECORD hashes of
+what was rewritten), and the bytecode is compiled with /opt/healthd paths (compileall's
+-s/-p). The packaging tools are the distributions' own: dpkg-deb (dpkg-deb(1)) and rpmbuild
+(rpmbuild(8)). The dependencies are what pip finds: from the package index it is configured
+with (PyPI by default), or, with ``--wheelhouse DIR``, from those wheels alone and nothing
+downloaded.
+
+The same commit builds byte-identical packages, as reproducible-builds.org defines it:
+every time in them is ``SOURCE_DATE_EPOCH`` (the last commit's time unless set), which
+dpkg-deb and rpmbuild clamp file times to; healthd's wheel is built from a clean copy of the
+source (no ``build/`` left over from an earlier build) and every dependency is installed from a
+wheel, none from pip's cache; nothing names the staging directory;
+bytecode is compiled with ``PYTHONHASHSEED=0`` (set constants are marshalled in hash order)
+against sources whose times are that same epoch; and the shared objects' GNU build-id, a hash
+that covered the compiler's temporary paths in the debug information stripped from them, is
+set again from the stripped bytes. Two builds with the same dependency versions from the same index or wheelhouse
+give the same files (``tests/packaging/test_reproducible.py``).
 """
 
 from __future__ import annotations
@@ -64,7 +78,12 @@ DOC = "usr/share/doc/healthd"
 
 
 def _run(*argv: str, cwd: Path | None = None) -> None:
-    subprocess.run(list(argv), check=True, cwd=cwd, stdin=subprocess.DEVNULL)
+    subprocess.run(list(argv), check=True, cwd=cwd, stdin=subprocess.DEVNULL, env=_build_env())
+
+
+def _build_env() -> dict[str, str]:
+    """The environment of every tool the build runs: the build's one time, and hashing that gives the same bytecode."""
+    return {**os.environ, "SOURCE_DATE_EPOCH": str(source_date()), "PYTHONHASHSEED": "0"}
 
 
 def _version() -> str:
@@ -97,13 +116,46 @@ def stage_venv(root: Path, wheelhouse: Path | None, journal: bool = True) -> Non
         )
     venv = root / PREFIX.lstrip("/")
     _run(str(interpreter()), "-m", "venv", str(venv))
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q"]
-    if wheelhouse is not None:
-        pip += ["--no-index", "--find-links", str(wheelhouse)]
-    _run(*pip, f"{REPO}[journal]" if journal else str(REPO))
+    # No wheel cache: a wheel built from source is built here, by this build, every time; and
+    # built as a wheel (PEP 517), never by `setup.py install`, whose egg-info layout a cached
+    # wheel would replace: the tree would depend on the build host's cache.
+    python = str(venv / "bin" / "python")
+    # With a wheelhouse, setuptools for building healthd's wheel comes from it too.
+    index = ["--no-index", "--find-links", str(wheelhouse)] if wheelhouse is not None else []
+    with tempfile.TemporaryDirectory(prefix="wheel-") as tmp:
+        wheel = healthd_wheel(Path(tmp), python, index)
+        pip = [python, "-m", "pip", "install", "-q", "--no-cache-dir", "--use-pep517", *index]
+        _run(*pip, f"{wheel}[journal]" if journal else str(wheel))
+    _forget_source(venv)
     _strip(venv)
     _quiet_shebangs(venv)
     _relocate(venv)
+
+
+# What a checkout may hold besides the source: earlier builds, caches, the packages themselves.
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis"
+)
+
+
+def healthd_wheel(tmp: Path, python: str, index: list[str]) -> Path:
+    """healthd's own wheel, built in ``tmp`` by ``python``'s pip from a clean copy of the checkout.
+
+    setuptools builds in the source tree and keeps ``build/lib`` between builds, so a module
+    deleted since an earlier build would still be packaged: the copy has no ``build/``.
+    """
+    source = tmp / "src"
+    shutil.copytree(REPO, source, ignore=_NOT_SOURCE, symlinks=True)
+    out = tmp / "wheel"
+    _run(python, "-m", "pip", "wheel", "-q", "--no-cache-dir", "--no-deps", *index, "-w", str(out), str(source))
+    return next(out.glob("healthd-*.whl"))
+
+
+def _forget_source(venv: Path) -> None:
+    """Drop the ``direct_url.json`` pip writes for a wheel installed by path: it names a temporary directory."""
+    for found in site_packages(venv).glob("healthd-*.dist-info/direct_url.json"):
+        found.unlink()
+        _rehash(venv, [found])
 
 
 def site_packages(venv: Path) -> Path:
@@ -112,9 +164,88 @@ def site_packages(venv: Path) -> Path:
 
 
 def _strip(venv: Path) -> None:
-    """Strip the wheels' shared objects as dh_strip would: symbols and notes no one loads."""
-    for library in sorted(venv.rglob("*.so")):
+    """Strip the wheels' shared objects as dh_strip would: symbols and notes no one loads.
+
+    The GNU build-id the linker wrote hashes the object before stripping, debug information
+    and the compiler's temporary directory included, so a wheel compiled here (systemd-python)
+    would differ by build: it is set again from the stripped object's own bytes, as
+    ``debugedit --build-id`` does. (Removing the note instead makes objcopy drop the
+    GNU_RELRO program header: the object would lose its read-only relocations.)
+    """
+    libraries = sorted(venv.rglob("*.so"))
+    for library in libraries:
         _run("strip", "--strip-unneeded", "--remove-section=.comment", "--remove-section=.note", str(library))
+        _restamp_build_id(library)
+    _rehash(venv, libraries)
+
+
+def _restamp_build_id(library: Path) -> None:
+    """The object's build-id note set to the SHA-1 of the object with that note zeroed."""
+    import hashlib
+
+    data = bytearray(library.read_bytes())
+    span = _build_id_span(data)
+    if span is None:
+        return
+    start, end = span
+    data[start:end] = bytes(end - start)
+    digest = hashlib.sha1(data).digest()  # noqa: S324 (an identifier, as ld's --build-id=sha1, not a signature)
+    data[start:end] = (digest * (1 + (end - start) // len(digest)))[: end - start]
+    library.write_bytes(bytes(data))
+
+
+def _build_id_span(data: bytearray) -> tuple[int, int] | None:
+    """Where the descriptor of an ELF64 object's ``.note.gnu.build-id`` lies (elf(5)), or None."""
+    import struct
+
+    if data[:4] != b"\x7fELF" or data[4] != 2:  # ELFCLASS64: the wheels' platforms
+        return None
+    order = "<" if data[5] == 1 else ">"
+    (table,) = struct.unpack_from(order + "Q", data, 0x28)  # e_shoff
+    size, count, names = struct.unpack_from(order + "HHH", data, 0x3A)  # e_shentsize, e_shnum, e_shstrndx
+
+    def section(index: int) -> tuple[int, int]:
+        name, _, _, _, offset, _ = struct.unpack_from(order + "IIQQQQ", data, table + index * size)
+        return name, offset
+
+    strings = section(names)[1]
+    for index in range(count):
+        name, offset = section(index)
+        start = strings + name
+        if data[start : data.index(b"\0", start)] == b".note.gnu.build-id":
+            namesz, descsz, _ = struct.unpack_from(order + "III", data, offset)  # a note's header
+            desc = offset + 12 + ((namesz + 3) & ~3)
+            return desc, desc + descsz
+    return None
+
+
+def _rehash(venv: Path, changed: list[Path]) -> None:
+    """Each installed RECORD (PEP 376/627) made true again for ``changed``: files rewritten, or removed.
+
+    A stale hash would make RECORD depend on the staging directory (the shebangs pip wrote) and
+    mislead ``pip`` and any checker that compares the files with it.
+    """
+    import base64
+    import csv
+    import hashlib
+    import io
+
+    paths = {path.resolve() for path in changed}
+    for record in sorted(site_packages(venv).glob("*.dist-info/RECORD")):
+        base = record.parents[1]
+        rows = []
+        for row in csv.reader(io.StringIO(record.read_text())):
+            target = (base / row[0]).resolve() if row else None
+            if target in paths and not target.exists():
+                continue
+            if target in paths:
+                data = target.read_bytes()
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                row = [row[0], f"sha256={digest}", str(len(data))]
+            rows.append(row)
+        out = io.StringIO()
+        csv.writer(out, lineterminator="\n").writerows(rows)
+        record.write_text(out.getvalue())
 
 
 def _quiet_shebangs(venv: Path) -> None:
@@ -123,12 +254,15 @@ def _quiet_shebangs(venv: Path) -> None:
     Both linters flag such a file (lintian script-not-executable, rpmlint non-executable-script);
     "#!" becomes "# ", so line numbers in tracebacks stay the same.
     """
+    quieted = []
     for module in sorted(site_packages(venv).rglob("*.py")):
         if module.stat().st_mode & 0o111:
             continue
         data = module.read_bytes()
         if data.startswith(b"#!"):
             module.write_bytes(b"# " + data[2:])
+            quieted.append(module)
+    _rehash(venv, quieted)
 
 
 def _has_libsystemd() -> bool:
@@ -142,16 +276,34 @@ def _has_libsystemd() -> bool:
 
 def _relocate(venv: Path) -> None:
     staged = str(venv)
-    for script in (venv / "bin").iterdir():
+    rewritten = []
+    for script in sorted((venv / "bin").iterdir()):
         if script.is_file() and not script.is_symlink():
             data = script.read_bytes()
             if data.startswith(b"#!") or script.name.startswith("activate"):
                 script.write_bytes(data.replace(staged.encode(), PREFIX.encode()))
+                rewritten.append(script)
+    _rehash(venv, rewritten)
     cfg = venv / "pyvenv.cfg"
     cfg.write_text(cfg.read_text().replace(staged, PREFIX))
     for cache in venv.rglob("__pycache__"):
         shutil.rmtree(cache)
-    _run(str(venv / "bin" / "python"), "-m", "compileall", "-q", "-s", staged, "-p", PREFIX, str(site_packages(venv)))
+    _compile(venv, site_packages(venv))
+
+
+def _compile(venv: Path, target: Path) -> None:
+    """Bytecode for ``target`` as it will run from /opt/healthd, the same bytes every build.
+
+    A .pyc records its source's mtime: the sources are set to the build's time first, the
+    time dpkg and rpm give them on install, so the bytecode is valid on the node as built.
+    Timestamp bytecode, named: py_compile's default under SOURCE_DATE_EPOCH is checked-hash
+    bytecode, which hashes each module's source on every import (PEP 552).
+    """
+    when = source_date()
+    for path in [venv, *venv.rglob("*")]:
+        os.utime(path, (when, when), follow_symlinks=False)
+    flags = ("-q", "-f", "--invalidation-mode", "timestamp")
+    _run(str(venv / "bin" / "python"), "-m", "compileall", *flags, "-s", str(venv), "-p", PREFIX, str(target))
 
 
 def stage_files(root: Path) -> None:
@@ -292,10 +444,11 @@ def stamp_version(root: Path, version: str) -> None:
     site = site_packages(venv)
     init = site / "healthd" / "__init__.py"
     init.write_text(re.sub(r"(?m)^__version__ = .*$", f'__version__ = "{version}"', init.read_text()))
-    for metadata in site.glob("healthd-*.dist-info/METADATA"):
-        metadata.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {version}", metadata.read_text(), count=1))
-    staged = str(venv)
-    _run(str(venv / "bin" / "python"), "-m", "compileall", "-q", "-f", "-s", staged, "-p", PREFIX, str(init))
+    metadata = list(site.glob("healthd-*.dist-info/METADATA"))
+    for found in metadata:
+        found.write_text(re.sub(r"(?m)^Version: .*$", f"Version: {version}", found.read_text(), count=1))
+    _rehash(venv, [init, *metadata])
+    _compile(venv, init)
 
 
 def _package_root(stage: Path, out: Path, prefix: str, version: str) -> Path:

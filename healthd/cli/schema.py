@@ -59,6 +59,11 @@ class ActionOut(BaseModel):
         description="the Slurm failures among errors, as values; absent when there are none,"
         " and in documents saved by a healthd older than this key",
     )
+    one_shot: Optional[bool] = Field(
+        default=None,
+        description="true: a one-shot pass (healthd check, the hook), which no later pass of its own retries;"
+        " absent in documents saved by a healthd older than this key",
+    )
 
 
 class PassOut(_Strict):

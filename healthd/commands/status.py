@@ -217,7 +217,10 @@ def _render(
                     f"{_field(finding, 'subject')}: {one_line(finding.get('message', ''))}{note}"
                 )
     if "action" in document:  # records older than the action section have none to show
-        lines.extend(action_lines(document, now))
+        action = document["action"]
+        # A one-shot pass's pending action is retried by whichever pass comes next, not at a time of its own.
+        one_shot = isinstance(action, dict) and action.get("one_shot") is True
+        lines.extend(action_lines(document, now, one_shot=one_shot))
     if since:
         lines.append(_since_line(since, document))
     return "\n".join(lines)

@@ -65,6 +65,8 @@ class ActionSection(NamedTuple):
     steps: tuple[str, ...] = ()
     # The Slurm failures among ``errors``, as values (each one's ``message`` is in ``errors``).
     slurm_errors: tuple[SlurmProblem, ...] = ()
+    # A one-shot pass (``check``, the hook): no later pass of its own retries a pending action.
+    one_shot: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The section as the document holds it; ``slurm_errors`` only when there are some (an additive key)."""
@@ -85,6 +87,7 @@ class ActionSection(NamedTuple):
             "acknowledged": [a.to_dict() for a in self.acknowledged],
             "errors": list(self.errors),
             "steps": list(self.steps),
+            "one_shot": self.one_shot,
         }
         if self.slurm_errors:
             section["slurm_errors"] = _indexed(self.errors, self.slurm_errors)

@@ -175,6 +175,11 @@ class PassContext(NamedTuple):
         return self.tools.logger or logging.getLogger("healthd.cycle.pipeline")
 
     @property
+    def one_shot(self) -> bool:
+        """A one-shot pass (``check``, the hook): the only kind given a deadline."""
+        return self.request.deadline is not None
+
+    @property
     def dry(self) -> bool:
         """A dry run: asked for, or ``[policy] dry_run``."""
         return self.request.dry_run or self.config.policy.dry_run
@@ -236,6 +241,7 @@ def _report(ctx: PassContext, decision: Decision, problem: str, more: tuple[str,
         slurm_enabled=ctx.config.slurm.enabled,
         acknowledged=(),
         errors=(problem, *more),
+        one_shot=ctx.one_shot,
     )
 
 
@@ -684,6 +690,7 @@ def _settle(
         errors=problems,
         steps=tuple(step.value for step in (executed.would if dry else executed.done)),
         slurm_errors=slurm,
+        one_shot=ctx.one_shot,
     )
     return _finish(ctx, done.result, report, done.state, node)
 

@@ -41,6 +41,8 @@ def document(bt: Backtest) -> dict[str, Any]:
     return {
         "schema_version": 1,
         "healthd_version": __version__,
+        # The text output's first line, as a value and as the same words.
+        "verdict": {"outcome": outcome(bt), "text": verdict(bt)[len("verdict: ") :]},
         "window": {"start": local_iso(report.start), "end": local_iso(report.end), "days": round(report.days, 3)},
         "settings": {
             "every_seconds": bt.settings.every,
@@ -129,16 +131,26 @@ def _count(nodes: list[str], what: str) -> str:
     return f"{len(nodes)} {what}{'' if len(nodes) == 1 else 's'}"
 
 
+def outcome(bt: Backtest) -> str:
+    """The verdict as a value (``VerdictOut.outcome`` in the schema): what ``verdict`` says in words."""
+    if not bt.large_runs:
+        return "no_large_runs"
+    if not bt.drains:
+        return "nothing_drained"
+    return "helped" if bt.avoided else "not_helped"
+
+
 def verdict(bt: Backtest) -> str:
     """One line: would draining the replay's nodes have cut the large runs' failures, and from what to what."""
     size = f"runs of >= {bt.settings.min_gpus} GPUs"
-    if not bt.large_runs:
+    judged = outcome(bt)
+    if judged == "no_large_runs":
         return f"verdict: no {size} started in the replay: nothing to judge (a smaller --min-gpus counts more runs)"
-    drained = sorted({d.node for d in bt.drains})
-    if not drained:
+    if judged == "nothing_drained":
         return f"verdict: the test flagged no node to drain at any step: draining would not have changed the {size}"
+    drained = sorted({d.node for d in bt.drains})
     these = f"draining these {len(drained)} nodes ({_names(drained)})"
-    if not bt.avoided:
+    if judged == "not_helped":
         return (
             f"verdict: {these} would not have helped: {len(bt.held)} of the {bt.large_runs} {size} held one, "
             "and none failed there"

@@ -74,9 +74,18 @@ class CostOut(_Strict):
     could_not_be_scheduled: int = Field(ge=0, description="large runs needing more nodes than were in service")
 
 
+class VerdictOut(_Strict):
+    outcome: Literal["helped", "not_helped", "nothing_drained", "no_large_runs"] = Field(
+        description="helped: draining would have avoided failures of large runs; not_helped: nodes were drained"
+        " but no large run failed on one; nothing_drained: no step flagged a node; no_large_runs: nothing to judge"
+    )
+    text: str = Field(description="the verdict in words, as the first line of the text output says it")
+
+
 class BacktestOut(_Strict):
     schema_version: Literal[1]
     healthd_version: str
+    verdict: VerdictOut
     window: Window
     settings: BacktestSettingsOut
     steps: list[StepOut]

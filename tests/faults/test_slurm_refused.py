@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 from healthd_testkit.faults import FAULT, Harness
 from healthd_testkit.net import free_ports
+from healthd_testkit.paths import run_healthd
 
 from healthd.cli.hook import hook_summary
 from healthd.cycle.pipeline import PassRequest, run_pass
@@ -70,6 +71,11 @@ def test_a_one_shot_against_a_refusing_slurmctld_answers_at_once_in_one_short_li
     hooked = hook_summary(outcome.document, time.time())
     assert hooked.endswith(ONE_SHOT_RETRY) and "next try" not in hooked, hooked
     assert "next try in" in hook_summary(outcome.document, time.time(), daemon=True)
+    # `healthd status` of that pass, read from disk, says who retries it as the pass itself did.
+    status = run_healthd("status", "--config", str(node.config), timeout=30)
+    assert status.returncode in (2, 3), status.stdout + status.stderr  # 3: the harness's 1 s interval makes it stale
+    [pending] = [line for line in status.stdout.split("\n") if "PENDING" in line]
+    assert pending.endswith(ONE_SHOT_RETRY) and "next try" not in pending, status.stdout
 
 
 def test_a_clean_dry_run_against_a_refusing_slurmctld_says_so_in_one_phrase(

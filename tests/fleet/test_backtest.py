@@ -119,6 +119,24 @@ def test_each_step_flags_what_the_report_of_the_history_before_it_flags(
         assert evidence <= drained_so_far
 
 
+@pytest.mark.parametrize(("min_gpus", "outcome"), [(MIN_GPUS, "helped"), (1_000_000, "no_large_runs")])
+def test_the_json_carries_the_verdict_the_text_starts_with(
+    cli: Cli, lemon_fleet: tuple[synth.Fleet, Path, Path], min_gpus: int, outcome: str
+) -> None:
+    _, jobs, events = lemon_fleet
+    given = ("fleet", "backtest", "--jobs", str(jobs), "--events", str(events), "--min-gpus", str(min_gpus))
+    code, out, err = cli(*given, "--json")
+    assert (code, err) == (0, "")
+    document = json.loads(out)
+    BacktestOut.model_validate(document)
+    assert document["verdict"]["outcome"] == outcome
+    code, text, _ = cli(*given)
+    assert code == 0 and text.split("\n")[0] == f"verdict: {document['verdict']['text']}"
+    if outcome == "helped":
+        large = document["large_jobs"]
+        assert f"({large['avoided_failures']} of {large['failed']} failures avoided)" in document["verdict"]["text"]
+
+
 def test_the_backtest_schema_file_is_up_to_date() -> None:
     assert (REPO / "docs/fleet-backtest.schema.json").read_text() == json_schema()
 

@@ -267,6 +267,10 @@ def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_p
     apt_step = r"TASK \[healthd : Install what creating the virtualenv needs\] \*+\n"
     assert re.search(apt_step + "ok", first.stdout), first.stdout[-6000:]
     assert re.search(apt_step + "skipping", second.stdout), second.stdout[-6000:]
+    # The wheelhouse is copied once: a run that changes nothing compares it in one find, copying no wheel.
+    copy_step = r"TASK \[healthd : Copy the wheels the node lacks or holds different\] \*+\n"
+    assert re.search(copy_step + "changed", first.stdout), first.stdout[-6000:]
+    assert re.search(copy_step + "skipping", second.stdout), second.stdout[-6000:]
 
     venv = root / "opt" / "healthd"
     config = root / "etc" / "healthd" / "healthd.toml"
@@ -369,8 +373,12 @@ def test_role_installs_a_verified_wheel_into_a_temporary_root_idempotently(tmp_p
         assert (
             "# rebuilt" not in (venv / "lib").glob("python3*/site-packages/healthd/__init__.py").__next__().read_text()
         )
+        # A wheel of the node's wheelhouse that is no longer the controller's is copied again.
+        dependency = next(p for p in wheelhouse.iterdir() if not p.name.startswith("healthd-"))
+        (staged.parent / "wheelhouse" / dependency.name).write_bytes(b"not the wheel")
         upgraded = _play(tmp_path, {**by_url, "healthd_wheel_sha256": _sha256(rebuilt)}, SSL_CERT_FILE=str(cert))
     assert upgraded.returncode == 0, upgraded.stdout[-6000:] + upgraded.stderr[-3000:]
+    assert _sha256(staged.parent / "wheelhouse" / dependency.name) == _sha256(dependency)
     assert _recap(upgraded.stdout)["changed"] > 0
     assert installed_init().read_text().endswith("# rebuilt\n")
     assert (venv / "healthd-wheel.sha256").read_text() == _sha256(rebuilt) + "\n"
