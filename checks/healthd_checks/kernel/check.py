@@ -9,11 +9,7 @@ Two sources, one verdict:
   (see ``tasks`` for what is read and what never is). The first pass that sees a task
   starts its clock, so a task is reported ``stuck_after`` after healthd first saw it.
   A stuck task of an ordinary user is only an OK note (``user_tasks``): /proc shows a
-  killable wait as D too, and any user can park a task in one (docs/host.md). A user's task
-  stuck in a driver is the kernel's hung-task detector's to report; where the detector
-  reports no more (``kernel.hung_task_timeout_secs`` or ``kernel.hung_task_warnings`` is 0,
-  and a user can spend the warnings), only a wait a user makes at will (vfork, their own
-  FUSE server) is still noted, and the rest counts like root's;
+  killable wait as D too, and any user can park a task in one (docs/host.md);
 - the kernel log (``healthd_checks.kernlog.events``): the hung-task detector's ``INFO: task NAME:PID
   blocked for more than N seconds``, the soft- and hard-lockup watchdog's reports
   (kernel/watchdog.c), and RCU stall warnings (kernel/rcu/tree_stall.h). Only records the
@@ -132,7 +128,6 @@ class KernelObservation(NamedTuple):
     fuse: FuseView = FuseView()
     clock_ticks: int = 100
     malformed: Optional[Unobserved] = None  # the stat files skipped as malformed, named
-    detector_off: Optional[str] = None  # why the hung-task detector reports no more (hung_task_detector)
 
 
 def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
@@ -150,25 +145,7 @@ def gather(ctx: CheckContext[KernelSettings]) -> KernelObservation:
     fuse = read_fuse_view(ctx.paths.sysfs, procfs) if needed else FuseView()
     ticks = os.sysconf("SC_CLK_TCK")
     kept = previous if isinstance(previous, dict) else {}
-    malformed = _malformed(procfs, skipped)
-    return KernelObservation(log, tasks, kept, reports, fuse, ticks, malformed, hung_task_detector(procfs))
-
-
-def hung_task_detector(procfs: Path) -> Optional[str]:
-    """Why the kernel's hung-task detector reports no more hung tasks now; None where it does (or does not say).
-
-    kernel/hung_task.c reports a task blocked uninterruptibly (a killable wait is skipped) for
-    ``kernel.hung_task_timeout_secs`` (0: never), at most ``kernel.hung_task_warnings`` times a
-    boot (10 by default; each report spends one, whoever's task it is, -1: no limit).
-    """
-    for name, why in (("hung_task_timeout_secs", "is off"), ("hung_task_warnings", "has spent its reports")):
-        try:
-            value = (procfs / "sys" / "kernel" / name).read_text(encoding="ascii", errors="replace").strip()
-        except OSError:
-            continue
-        if value == "0":
-            return f"kernel.{name} is 0: the hung-task detector {why}"
-    return None
+    return KernelObservation(log, tasks, kept, reports, fuse, ticks, _malformed(procfs, skipped))
 
 
 def _malformed(procfs: Path, skipped: tuple[str, ...]) -> Optional[Unobserved]:
@@ -214,25 +191,6 @@ def _clock(task: StuckCandidate, stored: Mapping[str, Any], now: float) -> dict[
     if not unchanged or not isinstance(since, (int, float)) or isinstance(since, bool) or since > now:
         since = now
     return {"since": since, "switches": task.switches}
-
-
-# Waits a user makes at will, as /proc's wchan names them: a vfork parent whose child never
-# execs (kernel/fork.c: kernel_clone waits in wait_for_vfork_done, killable).
-USER_MADE_WAITS = frozenset({"kernel_clone", "wait_for_vfork_done"})
-
-
-def noted(task: StuckCandidate, mount: Optional[FuseMount], detector_off: Optional[str]) -> bool:
-    """Whether a stuck ``task`` is a user's doing, an OK note (with ``user_tasks = "note"``), rather than counted.
-
-    A task held by a user's FUSE server (``mount``) is. Any other task of an ordinary user is,
-    while the hung-task detector reports a task stuck uninterruptibly (a driver's hang of the
-    user's job: ``HUNG_TASK``); once it reports no more (``detector_off``), only where it waits
-    in a wait a user makes at will (``USER_MADE_WAITS``): a user who spent the detector's
-    reports must not hide the driver's hang of their job behind the note.
-    """
-    if mount is not None:
-        return True
-    return users_task(task) and (detector_off is None or task.wchan in USER_MADE_WAITS)
 
 
 def users_task(task: StuckCandidate) -> bool:
@@ -298,15 +256,13 @@ def judge_tasks(
         if mount is not None:
             entry["fuse"] = mount.record()
         if jc.now - entry["since"] >= settings.stuck_after:
-            note = settings.user_tasks == "note" and noted(task, mount, observed.detector_off)
-            (users if note else stuck).append((task, jc.now - entry["since"]))
+            noted = settings.user_tasks == "note" and (users_task(task) or mount is not None)
+            (users if noted else stuck).append((task, jc.now - entry["since"]))
         return [], entry
 
     _, document = _TASKS.judge_each(observed.previous, observed.log.boot_id, jc.now, counted, clock)
     if len(stuck) > settings.stuck_tasks_max:
-        off = observed.detector_off if settings.user_tasks == "note" else None
-        whose = f" (ordinary users' among them: {off})" if off and any(users_task(t) for t, _ in stuck) else ""
-        findings.append(_stuck_finding(jc, Status[settings.stuck_severity], "D_STATE_STUCK", "d_state", whose, stuck))
+        findings.append(_stuck_finding(jc, Status[settings.stuck_severity], "D_STATE_STUCK", "d_state", "", stuck))
     if users:
         # /proc shows a killable wait as D too, and a user can hold their own task in one (a
         # vfork whose child never execs, a read from their own FUSE server): never acted on.

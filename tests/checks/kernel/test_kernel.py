@@ -447,27 +447,3 @@ def test_a_tid_reused_between_the_walk_and_the_read_gives_no_owner_nor_uids(tmp_
     reused = parse_stat((tmp_path / "60/stat").read_text())._replace(start_ticks=found.start_ticks - 1)
     again = _candidate(str(tmp_path / "60"), reused, 60)
     assert (again.owner, again.uids, again.switches) == (None, None, None)
-
-
-@pytest.mark.parametrize(("sysctl", "value"), [("hung_task_warnings", "0\n"), ("hung_task_timeout_secs", "0\n")])
-def test_a_users_stuck_task_counts_once_the_hung_task_detector_reports_no_more(
-    node: Node, sysctl: str, value: str
-) -> None:
-    # A user's thread stuck in a driver is the detector's to report (HUNG_TASK); a user can
-    # spend its reports (ten a boot) with their own FUSE server's hangs, and then the driver's
-    # hang of their job would be only the note. It counts; a vfork parent (a wait any user
-    # makes at will) is still only noted.
-    node.own_as_the_kernel(node.procfs)
-    (node.procfs / "sys" / "kernel").mkdir(parents=True, exist_ok=True)
-    (node.procfs / "sys" / "kernel" / sysctl).write_text(value)
-    node.run(kmsg=HEALTHY)
-    node.clock.now += 600
-    found = {f.code: f for f in node.run(kmsg=HEALTHY) if f.code.startswith("D_STATE")}
-    assert set(found) == {"D_STATE_STUCK"} and set(found["D_STATE_STUCK"].details["tids"].split(",")) == {
-        "4300",
-        "4107",
-    }
-    assert f"kernel.{sysctl} is 0" in found["D_STATE_STUCK"].message
-    (node.procfs / "4100" / "task" / "4107" / "wchan").write_text("kernel_clone")
-    found = {f.code: f for f in node.run(kmsg=HEALTHY) if f.code.startswith("D_STATE")}
-    assert (found["D_STATE_STUCK"].details["tids"], found["D_STATE_USER_TASKS"].details["tids"]) == ("4300", "4107")
