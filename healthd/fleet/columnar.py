@@ -79,7 +79,11 @@ def available() -> bool:
 
 
 def usable(path: Path) -> bool:
-    """Whether DuckDB reads ``path``'s lines as the Python reader does: a regular file without "\r" or a blank line."""
+    """Whether DuckDB reads ``path``'s lines as the Python reader does: a regular file without "\r" or a blank line.
+
+    Nor a byte 0x02: DuckDB reads a field of it alone as NULL (``nullstr``), so a line with one
+    field too many, that field 0x02, would pass as a line of the right width.
+    """
     return _lines(path) is not None
 
 
@@ -91,7 +95,7 @@ def _lines(path: Path) -> Optional[int]:
         lines, last = 0, b"\n"  # a file starting with "\n" starts with a blank line
         with path.open("rb") as handle:
             for chunk in iter(lambda: handle.read(16 << 20), b""):
-                if b"\r" in chunk or b"\n\n" in chunk or (last == b"\n" and chunk[:1] == b"\n"):
+                if b"\r" in chunk or b"\x02" in chunk or b"\n\n" in chunk or (last == b"\n" and chunk[:1] == b"\n"):
                     return None
                 lines += chunk.count(b"\n")
                 last = chunk[-1:]

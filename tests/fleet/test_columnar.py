@@ -100,3 +100,15 @@ def test_a_file_with_a_carriage_return_is_left_to_the_python_reader(tmp_path: Pa
     assert not columnar.usable(jobs), "DuckDB would end a line at the \\r"
     report = analyze(JobsFile(jobs), [EVENTS])
     assert report.runs == 1 and report.jobs.bad == 0
+
+
+def test_a_field_duckdb_would_read_as_null_leaves_the_file_to_the_python_reader(tmp_path: Path) -> None:
+    """A line with one field too many, that field the byte DuckDB reads as NULL: a bad line for both engines."""
+    jobs = tmp_path / "jobs.txt"
+    row = "1|alice|p|COMPLETED|0:0|x|2024-03-01T01:00:00|2024-03-01T05:00:00|0|1|n01|gres/gpu=8"
+    jobs.write_text(f"{HEADER}\n{row}\n2{row[1:]}|\x02\n")
+    assert not columnar.usable(jobs)
+    python = analyze(file_lines(jobs), [EVENTS])
+    duck = analyze(JobsFile(jobs), [EVENTS])
+    assert json.loads(json.dumps(document(python))) == json.loads(json.dumps(document(duck)))
+    assert duck.runs == 1 and duck.jobs.bad == 1
