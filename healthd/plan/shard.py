@@ -4,13 +4,13 @@ Pure. A partition of more than ``[policy].breaker_shard_above`` nodes is too lar
 every node to read whole: slurmctld packs its whole node table for any read of
 many nodes (docs/scale.md, "Reads"), so a fleet-wide fault cost it N whole-table
 packs, O(N^2). Instead the partition's ``allowed_out`` places become that many
-shards, and each shard may have one node out. A shard is a run of the members in
-the order of a hash of their names (``_order``): every node computes the same
-shards from the same member list, and nodes with neighbouring names (a rack, a
-switch) fall into different shards, so a fault of a few neighbours takes them
-out as the whole partition's count would, where shards of consecutive names
-would hold all but one of them. A node reads
-only the nodes of its own shard, each with a single-node read, so its cost does
+shards, and each shard may have one node out. A node's shard is a consistent hash
+of its name into that many shards (``_bucket``): every node computes the same
+shards from the same member list, a change of members moves few nodes between
+shards, and nodes with neighbouring names (a rack, a switch) fall into different
+shards, so a fault of a few neighbours takes them out as the whole partition's
+count would, where shards of consecutive names would hold all but one of them.
+A node reads only the nodes of its own shard, each with a single-node read, so its cost does
 not grow with the partition. The sum of the shards' limits is the partition's,
 so the promise that at most ``max_out_fraction`` of it goes out at once holds as
 before; ``breaker.breaker_confirm`` settles each shard's race as it settles a
@@ -19,8 +19,7 @@ partition's (docs/scale.md, "Breaker shards").
 
 from __future__ import annotations
 
-import zlib
-from bisect import bisect_left
+import hashlib
 from typing import Sequence
 
 from healthd.plan.breaker import allowed_out
@@ -38,27 +37,37 @@ def sharded(size: int, shard_above: int) -> bool:
 def shard(node: str, members: Sequence[str], fraction: float) -> tuple[str, ...]:
     """The nodes of ``node``'s shard, itself included, in name order; () if it is not a member.
 
-    ``members`` in any order. The partition's n nodes make ``allowed_out(n)`` shards;
-    the i-th node in ``_order`` is in shard ``i * shards // n``, so the shards' sizes
-    differ by at most one and each holds about ``1 / fraction`` nodes.
+    ``members`` in any order. The partition's n nodes make ``allowed_out(n)`` shards, and
+    each node's shard is a jump consistent hash of its name (``_bucket``): the shards hold
+    about ``1 / fraction`` nodes each, not exactly as many.
     """
-    keys = sorted(_order(name) for name in set(members))
-    index = bisect_left(keys, _order(node))
-    if index == len(keys) or keys[index][1] != node:
+    names = set(members)
+    if node not in names:
         return ()
-    names = [name for _, name in keys]
-    count = len(names)
-    shards = allowed_out(count, fraction)
-    slot = index * shards // count
-    # Shard j holds the i with i * shards // count == j: from ceil(j * count / shards) up to the next one's.
-    low = -(-slot * count // shards)
-    high = -(-(slot + 1) * count // shards)
-    return tuple(sorted(names[low:high]))
+    shards = allowed_out(len(names), fraction)
+    mine = _bucket(node, shards)
+    return tuple(sorted(name for name in names if _bucket(name, shards) == mine))
 
 
-def _order(name: str) -> tuple[int, str]:
-    """Where ``name`` sorts among its partition's members: by CRC-32 of the name, then by the name."""
-    return zlib.crc32(name.encode("utf-8")), name
+def _bucket(name: str, buckets: int) -> int:
+    """The shard of ``name`` among ``buckets``: the jump consistent hash of a 64-bit hash of the name.
+
+    Lamping and Veach, "A Fast, Minimal Memory, Consistent Hash Algorithm" (2014). A node's
+    shard depends on its own name and the number of shards alone, not on the other members:
+    a node joining or leaving the partition moves no other node, and one more shard takes
+    about 1/S of the nodes into the new shard and moves no other. Nodes that confirm across
+    a change of membership then disagree about few shards, so at most as many nodes keep
+    their places as the larger of the two limits (tests/plan/test_shard.py); shards cut by
+    position in a sorted list would shift all their boundaries at once.
+    """
+    key = int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(), "big")
+    bucket, jump = -1, 0
+    while jump < buckets:
+        bucket = jump
+        # The paper's 64-bit linear congruential step, then a jump ahead by the inverse of a uniform draw.
+        key = (key * 2862933555777941757 + 1) % (1 << 64)
+        jump = int((bucket + 1) * ((1 << 31) / ((key >> 33) + 1)))
+    return bucket
 
 
 def shard_view(view: PartitionView, members: Sequence[str]) -> PartitionView:
