@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import pytest
 from healthd_testkit.paths import FIXTURES as ALL_FIXTURES
+from healthd_testkit.waiting import wait_for
 
 from healthd.boot import read_boot_id
 from healthd.config.models import SlurmSettings
@@ -167,6 +168,8 @@ def _settle_boot(cluster: Any, node: str, before: int) -> Any:
 def test_asap_reboot_waits_for_the_job_then_the_machine_boots_once(cluster: Any) -> None:
     node, client = "node2", _client(cluster)
     boots, old_id = len(cluster.boots(node)), cluster.boot_id(node)
+    # slurmctld shows no BootTime until the node's slurmd has registered once after a restart.
+    wait_for(lambda: _node(cluster, node).boot_time is not None, 30, "node2's boot time in slurmctld")
     old_boot_time = _node(cluster, node).boot_time
     job = cluster.submit(node, 6)
     client.reboot(node, REBOOT_REASON)  # ASAP, nextstate=DOWN: the adapter's default
