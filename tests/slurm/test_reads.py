@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from healthd.plan.shard import shard
 from healthd.slurm.adapter import GROUP_FIELDS, NODE_FIELDS, sinfo_format
 
 pytestmark = pytest.mark.slurm
@@ -166,15 +167,18 @@ def test_a_reason_with_a_newline_on_one_node_blocks_no_other_nodes_take_out(clus
 def test_a_large_partition_is_counted_by_shards_without_packing_the_node_table(cluster: Any, healthd_on: Any) -> None:
     """Above ``breaker_shard_above`` nodes each node counts its shard, read node by node (docs/scale.md).
 
-    batch's 3 nodes at 0.67 let 2 out: two shards, {node1} and {node2, node3} (by a hash of the
-    names, healthd.plan.shard). node3 is held by node2 in its shard, though counted whole the
-    partition had room; node1 goes out in its own. No pass makes slurmctld pack the whole
-    node table (REQUEST_NODE_INFO).
+    batch's 3 nodes at 0.67 let 2 out: two shards, a pair and a single node (by a hash of the
+    names, healthd.plan.shard). The pair's second node is held by the first, though counted
+    whole the partition had room; the single node goes out in its own shard. No pass makes
+    slurmctld pack the whole node table (REQUEST_NODE_INFO).
     """
     policy = "max_out_fraction = 0.67\nbreaker_shard_above = 2"
+    names = ("node1", "node2", "node3")
+    single = next(n for n in names if shard(n, names, 0.67) == (n,))
+    first, second = (n for n in names if n != single)
     actions = {}
     harnesses = {}
-    for node in ("node2", "node3", "node1"):
+    for node in (first, second, single):
         hd = healthd_on(node, policy=policy)
         hd.faults(MOUNT)
         outcome = None
@@ -189,22 +193,22 @@ def test_a_large_partition_is_counted_by_shards_without_packing_the_node_table(c
         actions[node] = outcome.action
         assert _policy(hd)["sharded"] is True
         harnesses[node] = hd
-    hd3 = harnesses["node3"]
-    assert actions["node2"].applied and actions["node1"].applied
-    assert actions["node3"].held and not actions["node3"].applied
-    assert "1 of the 2 nodes of this node's breaker shard" in actions["node3"].decision.explanation
-    held = _policy(hd3)["held"]
+    held_hd = harnesses[second]
+    assert actions[first].applied and actions[single].applied
+    assert actions[second].held and not actions[second].applied
+    assert "1 of the 2 nodes of this node's breaker shard" in actions[second].decision.explanation
+    held = _policy(held_hd)["held"]
     assert held["attempts"] == 1 and 22.5 <= held["next_check"] - held["since"] <= 37.5, "30 s, stretched 0.75-1.25"
 
-    # Within its backoff node3 reads only itself; after it, its shard again: never the whole table.
+    # Within its backoff the held node reads only itself; after it, its shard again: never the whole table.
     for later, reads in ((10, {"REQUEST_NODE_INFO_SINGLE": 1, "REQUEST_PARTITION_INFO": 1}), (600, None)):
         outcome = None
 
         def again(later: float = later) -> None:
             nonlocal outcome
-            outcome = hd3.cycle(now=held["since"] + later)
+            outcome = held_hd.cycle(now=held["since"] + later)
 
         rpcs = _rpcs(cluster, again)
         assert outcome is not None and outcome.action.held, outcome
         assert "REQUEST_NODE_INFO" not in rpcs and (reads is None or rpcs == reads), (later, rpcs)
-    assert [cluster.reason(n).startswith("healthd: ") for n in ("node1", "node2", "node3")] == [True, True, False]
+    assert [cluster.reason(n).startswith("healthd: ") for n in names] == [n != second for n in names]
