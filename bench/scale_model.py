@@ -8,7 +8,9 @@ The defaults are slurmctld's own time per request at 10,003 nodes on Slurm 22.05
 from bench/bench_scale.py (docs/scale.md, "Measured"). Reads that pack the node
 table (REQUEST_NODE_INFO) or the partitions' node lists (REQUEST_PARTITION_INFO)
 are scaled linearly with the node count; a single-node read and an update are not.
-The model is docs/scale.md, "Model"; the table it prints is there too.
+The model is docs/scale.md, "Model"; the table it prints is there too. A second table
+gives the held nodes' first hour in a partition counted by shards (docs/scale.md,
+"Breaker shards"), at quiet single-node and partition read costs.
 """
 
 from __future__ import annotations
@@ -102,6 +104,37 @@ def row(c: Costs, fraction: float, interval: float, reconcile: float, act_splay:
     }
 
 
+# Counted by shards (docs/scale.md, "Breaker shards"): every read is a single-node read or a
+# partition read, at the field notes' quiet 100,000-node costs, which do not grow with the table.
+QUIET_SINGLE_MS, QUIET_PARTITION_MS = 0.19, 0.35
+
+
+def shard_held_hour(nodes: int, fraction: float, interval: float, mates_read: float) -> float:
+    """slurmctld seconds the held nodes of a fleet-wide fault cost in its first hour, counted by shards.
+
+    Each pass reads the node alone (NODE_INFO_SINGLE + PARTITION_INFO); a pass that finds the
+    backoff run out reads the partitions' sizes (one PARTITION_INFO) and then ``mates_read``
+    shard-mates alone until it meets one out: 1 when the shard-mate that held it is read first,
+    about half the shard (``0.5 / fraction``) in name order.
+    """
+    node_read = QUIET_SINGLE_MS + QUIET_PARTITION_MS
+    passes = 3600 // interval
+    reads = breaker_reads_in_first_hour(interval)
+    recheck = node_read + QUIET_PARTITION_MS + mates_read * node_read
+    held = nodes - int(nodes * fraction)
+    return held * ((passes - reads) * node_read + reads * recheck) / 1000
+
+
+def shard_rows(fraction: float, interval: float, sizes: tuple[int, ...]) -> None:
+    """The held nodes' first hour counted by shards, holder first against name order."""
+    print("\n| nodes | held, 1st hour, holder first (s) | held, 1st hour, name order (s) |")
+    print("|---|---|---|")
+    for n in sizes:
+        first = shard_held_hour(n, fraction, interval, 1.0)
+        ordered = shard_held_hour(n, fraction, interval, 0.5 / fraction)
+        print(f"| {n:,} | {first:,.0f} | {ordered:,.0f} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full-ms", type=float, default=14.7, help="REQUEST_NODE_INFO (whole table) at 10k nodes")
@@ -128,6 +161,7 @@ def main() -> int:
         print(
             f"out by another's hand, per faulty pass at {n:,}: {c.breaker_read:.1f} ms before, {c.node_read:.2f} ms now"
         )
+    shard_rows(args.fraction, args.interval, sizes)
     return 0
 
 

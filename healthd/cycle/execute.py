@@ -35,14 +35,16 @@ def observe(
     settings: PolicySettings,
     *,
     boot_time: bool = False,
+    first: tuple[str, ...] = (),
 ) -> Observed:
     """Make ``read`` for ``node`` and add its answer (or its error) to ``observed``.
 
     The node is read alone (``SlurmClient.node``), or with its boot time when
     ``boot_time`` asks for it (``show_node``: the whole table, see docs/scale.md);
     the breaker's read covers only the node's partitions, a large one only the node's
-    shard (``read_views``). Both at once are one sinfo of every partition's groups,
-    which holds the node's own state too (``read_node_and_views``).
+    shard (``read_views``), ``first`` (the shard-mates that held it last time) first.
+    Both at once are one sinfo of every partition's groups, which holds the node's own
+    state too (``read_node_and_views``).
     """
     asked = observed.asked | {read}
     try:
@@ -58,7 +60,7 @@ def observe(
         partitions = current.partitions if current else ()
         # Before a take-out (the node not out with healthd's reason yet) one shard-mate in its place is enough.
         enough = current is not None and not (current.out and reasons.owns(current.reason))
-        views = read_views(client, node, partitions, reasons, settings, enough=enough)
+        views = read_views(client, node, partitions, reasons, settings, enough=enough, first=first)
         return observed._replace(asked=asked, views=views)
     except SlurmError as exc:
         return observed._replace(asked=asked, errors=(*observed.errors, exc.problem))
@@ -109,6 +111,7 @@ def read_views(
     settings: PolicySettings,
     *,
     enough: bool = False,
+    first: tuple[str, ...] = (),
 ) -> dict[str, PartitionView]:
     """The circuit breaker's view of ``partitions``, none of it a read of the whole node table for a large one.
 
@@ -116,7 +119,8 @@ def read_views(
     list. Those of at most ``[policy].breaker_shard_above`` nodes are read together with
     one sinfo (a whole-table pack on slurmctld); each larger one is read node by node,
     only the nodes of ``name``'s shard (``_shard_read``). ``enough``: stop reading a shard
-    at its first node out in its place, which is all a node not yet out needs to be held.
+    at its first node out in its place, which is all a node not yet out needs to be held;
+    ``first``: shard-mates to read before the others.
     """
     if not partitions:
         return {}
@@ -125,7 +129,8 @@ def read_views(
     whole = tuple(p for p in partitions if p not in large)
     views = _views(client.partitions(whole), whole, name, reasons, settings) if whole else {}
     for partition in large:
-        views[partition] = _shard_read(client, name, partition, listed[partition].nodelist, reasons, settings, enough)
+        nodelist = listed[partition].nodelist
+        views[partition] = _shard_read(client, name, partition, nodelist, reasons, settings, enough, first)
     return views
 
 
@@ -137,12 +142,16 @@ def _shard_read(
     reasons: Reasons,
     settings: PolicySettings,
     enough: bool,
+    first: tuple[str, ...],
 ) -> PartitionView:
     """The breaker's view of ``name``'s shard of ``partition``: each of its nodes read alone (``sinfo -n``).
 
-    The shard-mates are read in name order starting after ``name``, so that with ``enough``
-    the nodes of a shard do not all read the same node first. A single-node read costs
-    slurmctld the same at any table size (docs/scale.md, "Reads").
+    ``enough``: stop at the first shard-mate out in its place. ``first``: the shard-mates
+    to read first, those that held the node last time: most likely still out, so a held
+    node's re-read is one node read, not half its shard.
+    The others are read in name order starting after ``name``, so that the nodes of a
+    shard do not all read the same node first. A single-node read costs slurmctld the
+    same at any table size (docs/scale.md, "Reads").
     """
     try:
         mates = shard(name, expand(nodelist), settings.max_out_fraction)
@@ -153,7 +162,8 @@ def _shard_read(
     at = mates.index(name)
     since = time.time() - settings.breaker_window
     groups: list[NodeGroup] = []
-    for mate in (*mates[at + 1 :], *mates[:at], *(() if enough else (name,))):
+    rest = [mate for mate in (*mates[at + 1 :], *mates[:at]) if mate not in first]
+    for mate in (*(m for m in first if m in mates and m != name), *rest, *(() if enough else (name,))):
         groups.append(_as_group(client.node(mate), partition))
         view = group_views(groups, (partition,), reasons)[partition]
         if enough and counted_out(view, name, since) >= SHARD_LIMIT:

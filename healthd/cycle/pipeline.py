@@ -364,8 +364,16 @@ def _plan(config: Config, situation: Situation, slurm: SlurmClient) -> Plan:
             return made
         # Slurm's boot time tells a reboot happened only where the boot id is unreadable (remedy._booted).
         boot_time = situation.state.reboot is not None and not situation.boot_id
+        held = situation.state.held
         observed = observe(
-            slurm, made, situation.result.node, situation.observed, rules.reasons, rules.settings, boot_time=boot_time
+            slurm,
+            made,
+            situation.result.node,
+            situation.observed,
+            rules.reasons,
+            rules.settings,
+            boot_time=boot_time,
+            first=held.by if held else (),
         )
         situation = situation._replace(observed=observed)
     made = plan(situation, rules)

@@ -176,11 +176,34 @@ def breaker_confirm(node: str, views: Mapping[str, PartitionView], settings: Pol
     return ""
 
 
-def next_hold(previous: Optional[BreakerHold], why: str, now: float, node: str) -> BreakerHold:
-    """The hold after the breaker held ``node`` back (again): when to read its partitions next."""
+def next_hold(
+    previous: Optional[BreakerHold], why: str, now: float, node: str, by: tuple[str, ...] = ()
+) -> BreakerHold:
+    """The hold after the breaker held ``node`` back (again): when to read its partitions next, and who held it."""
     attempts = (previous.attempts if previous else 0) + 1
     delay = min(BREAKER_BASE * 2 ** (attempts - 1), BREAKER_MAX) * jitter(node)
-    return BreakerHold(why, previous.since if previous else now, attempts, now + delay)
+    return BreakerHold(why, previous.since if previous else now, attempts, now + delay, by)
+
+
+def holders(node: str, views: Mapping[str, PartitionView], settings: PolicySettings, now: float) -> tuple[str, ...]:
+    """The shard-mates out within ``[policy].breaker_window`` that hold ``node``'s place: read first next time.
+
+    Only shards (``view.limit`` set): a partition counted whole is read in one sinfo, whose
+    cost does not depend on which of its nodes is out. A shard has about
+    ``1 / max_out_fraction`` nodes, so the list stays short.
+    """
+    since = now - settings.breaker_window
+    return tuple(
+        sorted(
+            {
+                out
+                for v in views.values()
+                if v.limit is not None
+                for _, when, out in v.out
+                if out != node and recent(when, since)
+            }
+        )
+    )
 
 
 def circuit_breaker(
@@ -204,7 +227,7 @@ def circuit_breaker(
     return decision, ""
 
 
-def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyState:
+def breaker_held(state: PolicyState, why: str, now: float, node: str, by: tuple[str, ...] = ()) -> PolicyState:
     """State after the circuit breaker held the node back: when to read its partitions again.
 
     A repair is dropped too. A node in repair is out already, so the breaker never
@@ -213,7 +236,8 @@ def breaker_held(state: PolicyState, why: str, now: float, node: str) -> PolicyS
     one included, into a take-out "in repair" (docs/escalation.md). The raise behind it
     is not counted either (``plan.held_raises``).
     """
-    return advance(state, PolicyEvent.BREAKER_HELD)._replace(held=next_hold(state.held, why, now, node), pending=None)
+    held = next_hold(state.held, why, now, node, by)
+    return advance(state, PolicyEvent.BREAKER_HELD)._replace(held=held, pending=None)
 
 
 def backing_off(state: PolicyState, now: float) -> Optional[BreakerHold]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple, Optional, Union
 from healthd.model import CheckResult, Finding, PassResult, RunState, Status
 from healthd.plan.acks import Ack, FindingRef, adopted, apply_acks, merge, widest
 from healthd.plan.ackview import POLICY_CHECK
-from healthd.plan.breaker import backing_off, binds, breaker_confirm, breaker_held, circuit_breaker
+from healthd.plan.breaker import backing_off, binds, breaker_confirm, breaker_held, circuit_breaker, holders
 from healthd.plan.policy import decide
 from healthd.plan.remedy import GpuReset, reset_target, top_cause
 from healthd.plan.rules import (
@@ -219,7 +219,10 @@ def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: Policy
             # The undo puts the node back in service: healthd then has nothing out, and the causes
             # that ``decide`` added (it read the node drained with healthd's reason) must not be
             # remembered, or the next pass would take this RESUME for an administrator's.
-            undone = advance(breaker_held(state, why, s.now, node.name), PolicyEvent.CONFIRMED)._replace(took_out=())
+            by = holders(node.name, observed.views, settings, s.now)
+            undone = advance(breaker_held(state, why, s.now, node.name, by), PolicyEvent.CONFIRMED)._replace(
+                took_out=()
+            )
             return _Breaker(held, undone, why, node, undo=True)
         return _Breaker(decision, advance(state, PolicyEvent.CONFIRMED)._replace(held=None), "", node)
     if ours or decision.action not in TAKING_OUT:
@@ -234,7 +237,8 @@ def _breaker(decision: Decision, state: PolicyState, s: Situation, rules: Policy
         return Read.PARTITIONS if not observed.partitions_asked else _Breaker(decision, state, "", None)
     decision, why = circuit_breaker(decision, node.name, observed.views, settings, s.now)
     if why:
-        return _Breaker(decision, breaker_held(state, why, s.now, node.name), why, node)
+        by = holders(node.name, observed.views, settings, s.now)
+        return _Breaker(decision, breaker_held(state, why, s.now, node.name, by), why, node)
     return _Breaker(decision, state._replace(held=None), "", node, confirm=binds(observed.views, settings))
 
 

@@ -187,15 +187,21 @@ class PolicyEvent(enum.Enum):
 
 
 class BreakerHold(NamedTuple):
-    """The circuit breaker held this node back; its partitions are read again at ``next_check``."""
+    """The circuit breaker held this node back; its partitions are read again at ``next_check``.
+
+    ``by``: the shard-mates out that held it (only in a partition counted by shards,
+    healthd.plan.shard), which the re-read reads first (docs/scale.md, "Breaker shards").
+    """
 
     why: str
     since: float
     attempts: int
     next_check: float
+    by: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"why": self.why, "since": self.since, "attempts": self.attempts, "next_check": self.next_check}
+        held = {"why": self.why, "since": self.since, "attempts": self.attempts, "next_check": self.next_check}
+        return {**held, "by": list(self.by)} if self.by else held
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BreakerHold:
@@ -204,6 +210,7 @@ class BreakerHold(NamedTuple):
             since=float(data.get("since", 0.0)),
             attempts=int(data.get("attempts", 0)),
             next_check=float(data.get("next_check", 0.0)),
+            by=_names(data.get("by", [])),
         )
 
 

@@ -212,3 +212,42 @@ def test_a_large_partition_is_counted_by_shards_without_packing_the_node_table(c
         assert outcome is not None and outcome.action.held, outcome
         assert "REQUEST_NODE_INFO" not in rpcs and (reads is None or rpcs == reads), (later, rpcs)
     assert [cluster.reason(n).startswith("healthd: ") for n in names] == [n != second for n in names]
+
+
+def test_a_held_node_reads_the_shard_mate_that_held_it_first(cluster: Any, healthd_on: Any) -> None:
+    """A held node's re-read after its backoff starts at the shard-mate that held it: one node read, not half the shard.
+
+    At 0.34 batch's 3 nodes are one shard with one place. node1 goes out; node2, reading its
+    shard-mates in name order after itself, reads node3 and then node1 before it is held, and
+    remembers node1 (``held.by``). After its backoff it reads node1 first and is held again
+    after that one read: its own node read and node1's, two NODE_INFO_SINGLE where the shard
+    in name order took three (docs/scale.md, "Breaker shards").
+    """
+    policy = "max_out_fraction = 0.34\nbreaker_shard_above = 2"
+    assert shard("node2", ("node1", "node2", "node3"), 0.34) == ("node1", "node2", "node3")
+    holder = healthd_on("node1", policy=policy)
+    holder.faults(MOUNT)
+    assert holder.cycle().action.applied
+    held_hd = healthd_on("node2", policy=policy)
+    held_hd.faults(MOUNT)
+    outcome = None
+
+    def first_pass() -> None:
+        nonlocal outcome
+        outcome = held_hd.cycle()
+
+    first = _rpcs(cluster, first_pass)
+    assert outcome is not None and outcome.action.held, outcome
+    assert first["REQUEST_NODE_INFO_SINGLE"] == 3, first  # itself, then node3 and node1
+    held = _policy(held_hd)["held"]
+    assert held["by"] == ["node1"]
+
+    def after_backoff() -> None:
+        nonlocal outcome
+        outcome = held_hd.cycle(now=held["since"] + 600)
+
+    again = _rpcs(cluster, after_backoff)
+    assert outcome is not None and outcome.action.held, outcome
+    assert again["REQUEST_NODE_INFO_SINGLE"] == 2 and "REQUEST_NODE_INFO" not in again, again
+    assert _policy(held_hd)["held"]["by"] == ["node1"]
+    assert cluster.reason("node1").startswith("healthd: ") and not cluster.reason("node2").startswith("healthd: ")
