@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from healthd_testkit.perftest import IbWriteBw
@@ -141,3 +142,18 @@ def test_the_check_is_active_and_a_slow_hca_escalates() -> None:
     assert CHECK.active
     assert CHECK.hardware is not None
     assert CHECK.hardware("IB_BANDWIDTH_LOW") and not CHECK.hardware("IB_BANDWIDTH_FAILED")
+
+
+def test_only_an_active_pass_runs_it_through_the_cli(
+    perftest: IbWriteBw, write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    perftest.prints("write-bw-gbits.txt")
+    body = (
+        f'[checks.ib_bandwidth]\nib_write_bw = "{perftest.tool}"\nhcas = ["mlx5_0"]\nmessage_size = 8\n'
+        "min_gbps = 1.0\n[checks.nccl]\nenabled = false\n"
+    )
+    config = str(write_config(body))
+    assert cli("check", "--once", "--only", "ib_bandwidth", "--config", config)[0] == 0
+    assert perftest.calls == [], "an ordinary pass never runs ib_write_bw"
+    code, out, _ = cli("check", "--once", "--active", "--force", "--config", config)
+    assert code == 1 and "IB_BANDWIDTH_LOW" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from healthd_testkit.allreduce import NCCL, AllReducePerf
@@ -158,3 +159,16 @@ def test_the_check_is_active_and_its_slow_or_wrong_gpus_escalate() -> None:
     assert CHECK.hardware is not None
     assert CHECK.hardware("NCCL_WRONG_RESULTS") and CHECK.hardware("NCCL_IB_LOOPBACK_BANDWIDTH_LOW")
     assert not CHECK.hardware("NCCL_FAILED")
+
+
+def test_only_an_active_pass_runs_it_through_the_cli(
+    perf: AllReducePerf, write_config: Callable[[str], Path], cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    perf.prints("h100-wrong-by-hand.txt", rc=1)
+    body = f'[checks.nccl]\nall_reduce_perf = "{perf.tool}"\ngpus = 8\n[checks.ib_bandwidth]\nenabled = false\n'
+    config = str(write_config(body))
+    assert cli("check", "--once", "--only", "nccl", "--config", config)[0] == 0
+    assert perf.argv == [], "an ordinary pass never runs all_reduce_perf"
+    code, out, _ = cli("check", "--once", "--active", "--force", "--config", config)
+    assert code == 2 and "NCCL_WRONG_RESULTS" in out
+    assert len(perf.argv) == 1
