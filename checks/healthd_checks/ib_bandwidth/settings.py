@@ -18,7 +18,7 @@ class IbBandwidthSettings(CheckSettings):
     """``[checks.ib_bandwidth]``."""
 
     # Eight HCAs one after another, each for `duration` seconds and its connection set-up.
-    timeout: float = Field(default=300.0, gt=0, le=600, description="seconds before the check is abandoned")
+    timeout: float = Field(default=300.0, gt=0, le=600, description="seconds all the HCAs' runs may take together")
     ib_write_bw: AbsolutePath = Field(
         default=Path("/usr/bin/ib_write_bw"),
         description="perftest's ib_write_bw, by absolute path (absent: not applicable)",

@@ -18,7 +18,7 @@ class NcclSettings(CheckSettings):
     """``[checks.nccl]``."""
 
     # One run of 8 GiB on 8 GPUs takes seconds; the deadline covers every run, retries included.
-    timeout: float = Field(default=300.0, gt=0, le=600, description="seconds before the check is abandoned")
+    timeout: float = Field(default=300.0, gt=0, le=600, description="seconds all the runs may take together")
     all_reduce_perf: AbsolutePath = Field(
         default=Path("/opt/nccl-tests/build/all_reduce_perf"),
         description="nccl-tests' all_reduce_perf, by absolute path (absent: not applicable)",
