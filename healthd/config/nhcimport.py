@@ -743,7 +743,8 @@ def _ib_bw(gdr: bool) -> Callable[[_Context, _Target], None]:
                          " the I-th HCA writes with the I-th GPU, as Azure's current script pairs them")  # fmt: skip
         else:
             table.update(message_size=_whole(ctx, 1, 1048576, 1, 2**30), duration=10, queue_pairs=2)
-        how = "with GPUDirect (a perftest built with CUDA) " if gdr else ""
+        # Azure runs its own builds, $AZ_NHC_ROOT/bin/ib_write_bw (with CUDA) and ib_write_bw_nongdr.
+        how = "with GPUDirect (set ib_write_bw to a perftest built with CUDA, as Azure's own) " if gdr else ""
         ctx.note(f"converted to [checks.ib_bandwidth] min_gbps: ib_write_bw {how}from each InfiniBand HCA to itself"
                  f"{_ACTIVE}")  # fmt: skip
 
