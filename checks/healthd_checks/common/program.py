@@ -124,7 +124,7 @@ def run_pair(
     connect_window: float,
     env: Optional[Mapping[str, str]] = None,
 ) -> Union[Finished, Unobserved]:
-    """``server`` started first, then ``client``, which connects to it (perftest's ``ib_write_bw``): the client's say.
+    """``server`` started first, then ``client`` connecting to it (perftest's ``ib_write_bw``): the client's result.
 
     Both within ``timeout`` seconds, by the rules of ``run``. A server takes a moment to
     listen, and a probe connection would be taken for its one client, so the client is
