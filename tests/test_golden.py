@@ -94,4 +94,6 @@ def test_fixture_node_runs_its_active_checks_only_in_an_active_pass(
     doc = json.loads(capsys.readouterr().out)
     PassOut.model_validate(doc)
     assert code == 0 and doc["status"] == "OK"
-    assert [(c["name"], c["state"], c["findings"]) for c in doc["checks"]] == [(name, "ran", []) for name in active]
+    # Ran, and found nothing but OK notes (the bandwidths the nccl and ib_bandwidth checks measured).
+    faults = [(c["name"], c["state"], [f for f in c["findings"] if f["status"] != "OK"]) for c in doc["checks"]]
+    assert faults == [(name, "ran", []) for name in active]

@@ -651,6 +651,106 @@ def _nvme_count(ctx: _Context, target: _Target) -> None:
              " namespaces (one per drive on the nodes it was written for)")  # fmt: skip
 
 
+_ACTIVE = (
+    " as healthd's active check, run only on a drained, idle node: turn on [active] at_epilog or when_drained"
+    " for healthd to start it by itself, or run healthd check --once --active (docs/active.md)"
+)
+# nccl-tests' message sizes (its parsesize): whole bytes, or K, M or G after a whole number.
+_NCCL_SIZE = re.compile(r"[1-9][0-9]{0,12}[KMG]?")
+# [checks.nccl] retries is at most 4 (checks/healthd_checks/nccl/settings.py); one run may take
+# run_timeout (60 s) and [checks.*] timeout is at most 600 s.
+_NCCL_MAX_RUNS, _NCCL_RUN_TIMEOUT = 5, 60.0
+
+
+def _floor(ctx: _Context, unit: str) -> float:
+    """The first argument, a bandwidth above 0 (Azure's scripts compare it with bc), or the line is refused."""
+    text = ctx.args[0] if ctx.args else ""
+    value = float(text) if re.fullmatch(r"[0-9]{1,9}(\.[0-9]{0,9})?", text) else math.nan
+    if not value > 0:
+        raise _Skip(f"expected a bandwidth in {unit} above 0 first, not {text!r}")
+    return value
+
+
+def _nccl(key: str) -> Callable[[_Context, _Target], None]:
+    """``check_nccl_allreduce BW [REPEATS [SIZE] [TOPO]]`` and ``check_nccl_allreduce_ib_loopback`` (the same words),
+    customTests/azure_nccl_allreduce.nhc and azure_nccl_allreduce_ib_loopback.nhc at commit 0e0a1ac: nccl-tests'
+    ``all_reduce_perf -b SIZE -e SIZE -f 2 -g 1 -c 1`` on every GPU (the loopback with NCCL_SHM_DISABLE,
+    NCCL_P2P_DISABLE and NCCL_NET_GDR_LEVEL=5); the node fails when no run of REPEATS reaches BW GB/s of
+    ``Avg bus bandwidth``, or at once on a ``FAILED`` line. Azure's earlier scripts (commit 0611432) take
+    TOPO before SIZE: a word with a ``/`` is the topology file, either way.
+    """
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        floor = _floor(ctx, "GB/s")
+        if len(ctx.args) > 4:
+            raise _Skip("expected a bandwidth, repeats, a message size and a topology file at most")
+        repeats = _whole(ctx, 1, 1, 1, 1000)
+        table = target.table("nccl")
+        table[key] = floor
+        for word in ctx.args[2:]:
+            _nccl_word(ctx, table, word)
+        retries = max(table.get("retries", 0), min(repeats, _NCCL_MAX_RUNS) - 1)
+        if repeats > _NCCL_MAX_RUNS:
+            ctx.note(f"{repeats} repeats: healthd runs at most {_NCCL_MAX_RUNS} (retries = 4), so it may fail a node"
+                     " a later run would have passed")  # fmt: skip
+        if retries:
+            table["retries"] = retries
+        runs = (1 + retries) * (2 if {"min_busbw_gbps", "ib_loopback_min_busbw_gbps"} <= set(table) else 1)
+        if runs * _NCCL_RUN_TIMEOUT > 300:  # [checks.nccl] timeout's default
+            table["timeout"] = runs * _NCCL_RUN_TIMEOUT
+        what = "through the node's own HCAs " if key.startswith("ib_") else ""
+        ctx.note(f"converted to [checks.nccl] {key}: all_reduce_perf's average bus bandwidth {what}on every GPU"
+                 f" sysfs lists (Azure counts nvidia-smi's), every sum checked{_ACTIVE}")  # fmt: skip
+
+    return convert
+
+
+def _nccl_word(ctx: _Context, table: dict[str, Any], word: str) -> None:
+    """A message size (``16G``) or a topology file (``/opt/microsoft/ndv5-topo.xml``) of an NCCL line."""
+    if "/" not in word:
+        if not _NCCL_SIZE.fullmatch(word):
+            raise _Skip(f"{word!r} is neither a message size nccl-tests reads (16G) nor a topology file")
+        if table.setdefault("size_min", word) != word:
+            ctx.note(f"message size {word}: the earlier line's {table['size_min']} is kept (one size for both runs)")
+        table.setdefault("size_max", table["size_min"])
+        return
+    if not word.startswith("/"):
+        raise _Skip(f"topology file {word!r} is not an absolute path")
+    if table.setdefault("topo_file", word) != word:
+        ctx.note(f"topology file {word}: the earlier line's {table['topo_file']} is kept (one NCCL_TOPO_FILE)")
+
+
+def _ib_bw(gdr: bool) -> Callable[[_Context, _Target], None]:
+    """``check_ib_bw_gdr BW [SKU]`` and ``check_ib_bw_non_gdr BW [MSG_SIZE]`` (customTests/azure_ib_write_bw_gdr.nhc,
+    azure_ib_write_bw_non_gdr.nhc at commit 0e0a1ac): perftest's ``ib_write_bw`` from each InfiniBand HCA to itself,
+    ``-x 0 -F --report_gbits --perform_warm_up``; with GPUDirect ``-s 8388608 --use_cuda=I`` (the I-th HCA, the
+    I-th GPU), without ``-s MSG_SIZE (1048576) -D 10 -q 2``. A ``BW average[Gb/sec]`` below BW fails the node.
+    """
+
+    def convert(ctx: _Context, target: _Target) -> None:
+        floor = _floor(ctx, "Gb/s")
+        if len(ctx.args) > 2:
+            raise _Skip("expected a bandwidth and one more word at most")
+        table = target.table("ib_bandwidth")
+        if table.setdefault("use_cuda", gdr) != gdr:
+            raise _Skip("an earlier line measures the HCAs the other way (with or without GPUDirect): one"
+                        " ib_bandwidth check, whose settings that line already gave")  # fmt: skip
+        table["min_gbps"] = floor
+        if gdr:
+            table["message_size"] = 8388608
+            if ctx.args[1:]:
+                ctx.note(f"{ctx.args[1]!r} (the VM size Azure's earlier script chose its NUMA table by) is left out:"
+                         " the I-th HCA writes with the I-th GPU, as Azure's current script pairs them")  # fmt: skip
+        else:
+            table.update(message_size=_whole(ctx, 1, 1048576, 1, 2**30), duration=10, queue_pairs=2)
+        # Azure runs its own builds, $AZ_NHC_ROOT/bin/ib_write_bw (with CUDA) and ib_write_bw_nongdr.
+        how = "with GPUDirect (set ib_write_bw to a perftest built with CUDA, as Azure's own) " if gdr else ""
+        ctx.note(f"converted to [checks.ib_bandwidth] min_gbps: ib_write_bw {how}from each InfiniBand HCA to itself"
+                 f"{_ACTIVE}")  # fmt: skip
+
+    return convert
+
+
 def _vbios(ctx: _Context, target: _Target) -> None:
     """``check_vbios_version VERSION`` (azure_gpu_vbios.nhc): every GPU's VBIOS is VERSION."""
     if len(ctx.args) != 1:
@@ -816,6 +916,10 @@ CONVERTERS: dict[str, Callable[[_Context, _Target], None]] = {
     "check_gpu_clock_throttling": _clock_throttling,
     "check_nvlink_status": _nvlink_status,
     "check_ib_link_flapping": _link_flapping,
+    "check_nccl_allreduce": _nccl("min_busbw_gbps"),
+    "check_nccl_allreduce_ib_loopback": _nccl("ib_loopback_min_busbw_gbps"),
+    "check_ib_bw_gdr": _ib_bw(gdr=True),
+    "check_ib_bw_non_gdr": _ib_bw(gdr=False),
     "check_nvme_count": _nvme_count,
     "check_vbios_version": _vbios,
     "check_nv_healthmon": _gpu_health("nvidia-healthmon"),
@@ -877,14 +981,6 @@ REFUSED: dict[str, str] = {
     "check_cuda_bw": "measures host-GPU bandwidth on every run (Azure's earlier name for check_gpu_bw); healthd"
     " measures PCIe bandwidth only as an active check on a drained idle node: [checks.dcgm] level = 2 with"
     " expected pcie_bandwidth_gbps_min per GPU device ID (docs/active.md)",
-    "check_nccl_allreduce": "runs NCCL's all_reduce_perf on the node's GPUs on every run; healthd has no NCCL"
-    " active check yet (docs/active.md, 'Not yet'), and runs load only on a drained idle node",
-    "check_nccl_allreduce_ib_loopback": "runs NCCL's all_reduce_perf through the node's own InfiniBand ports;"
-    " healthd has no NCCL active check yet (docs/active.md, 'Not yet')",
-    "check_ib_bw_gdr": "runs ib_write_bw (perftest) between the node's own HCAs with GPUDirect on every run;"
-    " healthd has no fabric bandwidth active check yet (docs/active.md, 'Not yet')",
-    "check_ib_bw_non_gdr": "runs ib_write_bw (perftest) between the node's own HCAs on every run; healthd has"
-    " no fabric bandwidth active check yet (docs/active.md, 'Not yet')",
     "check_cpu_stream": "runs the STREAM memory benchmark on every run; healthd has no CPU memory bandwidth check",
     "check_hw_topology": "compares lstopo's PCI devices and NUMA nodes with a topology file Azure picks by the VM"
     " size it asks Azure's metadata service for; list the PCI addresses that must be present in"
@@ -941,6 +1037,27 @@ AZURE_CHECKS = (
 )
 
 
+# Azure's NCCL lines name their topology file under $AZ_NHC_ROOT, which Azure's own wrapper sets
+# (run-health-checks.sh, its containers' ENV), not NHC: that word is left out, the rest converted.
+_TOPOLOGY_LINES = frozenset({"check_nccl_allreduce", "check_nccl_allreduce_ib_loopback"})
+_TOPOLOGY_VARIABLE = (
+    "{word!r} names a file under a variable of Azure's own wrapper, not NHC's: left out. NCCL reads the topology"
+    " itself; on a VM that hides it, set [checks.nccl] topo_file to the file"
+)
+
+
+def _without_topology_variable(line: Line, variables: Variables) -> Optional[tuple[list[str], str]]:
+    """An NCCL line's words without its topology file's, when only that word names an unknown variable."""
+    raw = line.check.split()
+    dropped = [word for word in raw[3:] if "$" in word]
+    if raw[0] not in _TOPOLOGY_LINES or len(dropped) != 1 or "/" not in dropped[0]:
+        return None
+    try:
+        return words(" ".join(word for word in raw if word != dropped[0]), line.target, variables), dropped[0]
+    except Refused:
+        return None
+
+
 class _Converter:
     """The state of one conversion: targets, variables, notes."""
 
@@ -977,7 +1094,11 @@ class _Converter:
             # A check healthd refuses anyway is refused for its own reason, not for a word of its arguments.
             name = line.check.split(maxsplit=1)[0]
             why = REFUSED.get(name)
-            return self.lost(line, f"{name} has no healthd equivalent: {why}" if why else str(exc))
+            kept = _without_topology_variable(line, self.variables)
+            if kept is None:
+                return self.lost(line, f"{name} has no healthd equivalent: {why}" if why else str(exc))
+            items, word = kept
+            self.notes.append(Note(line.number, line.shown, _TOPOLOGY_VARIABLE.format(word=word), lost=False))
         if not items:
             return self.lost(line, "no check after '||'")
         pairs = assignments(items)

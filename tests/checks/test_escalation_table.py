@@ -11,7 +11,7 @@ from healthd_testkit.paths import REPO
 from healthd.checks.plugin import CheckSpec, discover
 
 TABLE = REPO / "docs" / "escalation.md"
-_ROW = re.compile(r"^\| ([a-z, ]+) \| (.+?) \| (yes|no) \| .+ \|$")
+_ROW = re.compile(r"^\| ([a-z_, ]+) \| (.+?) \| (yes|no) \| .+ \|$")
 
 
 def _rows() -> list[tuple[tuple[str, ...], tuple[str, ...], bool]]:

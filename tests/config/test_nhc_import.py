@@ -494,17 +494,14 @@ def test_the_real_public_configs_convert_what_healthd_has(tmp_path: Path, write_
     for conf in sorted(AZURE.glob("*.conf")):
         imported = convert(conf.read_text())
         lost = {re.sub(r" .*", "", n.text.split("|| ")[1]) for n in imported.notes if n.lost}
-        # Only Azure's benchmarks, its topology file and AMD's GPUs have no healthd equivalent (docs/nhc.md).
+        # Only Azure's GPU and memory benchmarks, its topology file and AMD's GPUs have no healthd
+        # equivalent (docs/nhc.md); its NCCL and InfiniBand bandwidth lines become active checks.
         assert lost <= {
             "check_hw_topology",
             "check_cuda_bw",
             "check_gpu_bw",
             "check_gpu_count",  # with rocm
-            "check_nccl_allreduce",
             "check_rccl_allreduce",
-            "check_ib_bw_gdr",
-            "check_ib_bw_non_gdr",
-            "check_nccl_allreduce_ib_loopback",
             "check_cpu_stream",
         }, conf.name
         config = write_config(dumps(imported.document))
@@ -567,15 +564,84 @@ def test_azures_passive_checks_become_healthds_own(line: str, tables: dict[str, 
         validate(imported.document, name)
 
 
+# The active checks' settings for Azure's benchmark lines (customTests/azure_nccl_allreduce*.nhc and
+# azure_ib_write_bw_*.nhc at commit 0e0a1ac; TOPO before SIZE is its earlier order, commit 0611432).
+ACTIVE_LINES = [
+    (
+        "check_nccl_allreduce 460.0 1 /opt/microsoft/ndv5-topo.xml 16G",
+        {"nccl": {"min_busbw_gbps": 460.0, "topo_file": "/opt/microsoft/ndv5-topo.xml", "size_min": "16G",
+                  "size_max": "16G"}},
+    ),
+    ("check_nccl_allreduce 208.0 1 16G", {"nccl": {"min_busbw_gbps": 208.0, "size_min": "16G", "size_max": "16G"}}),
+    # Azure's wrapper sets $AZ_NHC_ROOT, NHC does not: the topology file is left out, with a note.
+    (
+        "check_nccl_allreduce 228.0 1 8G $AZ_NHC_ROOT/topofiles/ndv4-topo.xml",
+        {"nccl": {"min_busbw_gbps": 228.0, "size_min": "8G", "size_max": "8G"}},
+    ),
+    ("check_nccl_allreduce 110.0 3", {"nccl": {"min_busbw_gbps": 110.0, "retries": 2}}),
+    # Ten repeats: healthd runs five at most, in a timeout that holds them.
+    ("check_nccl_allreduce 110.0 10", {"nccl": {"min_busbw_gbps": 110.0, "retries": 4}}),
+    ("check_nccl_allreduce_ib_loopback 18.0 1 16G", {"nccl": {"ib_loopback_min_busbw_gbps": 18.0, "size_min": "16G",
+                                                              "size_max": "16G"}}),
+    ("check_ib_bw_gdr 375 nd96isr_v5", {"ib_bandwidth": {"use_cuda": True, "min_gbps": 375.0,
+                                                         "message_size": 8388608}}),
+    ("check_ib_bw_gdr 180.0", {"ib_bandwidth": {"use_cuda": True, "min_gbps": 180.0, "message_size": 8388608}}),
+    (
+        "check_ib_bw_non_gdr 390",
+        {"ib_bandwidth": {"use_cuda": False, "min_gbps": 390.0, "message_size": 1048576, "duration": 10,
+                          "queue_pairs": 2}},
+    ),
+    (
+        "check_ib_bw_non_gdr 78 65536",
+        {"ib_bandwidth": {"use_cuda": False, "min_gbps": 78.0, "message_size": 65536, "duration": 10,
+                          "queue_pairs": 2}},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "tables"), ACTIVE_LINES)
+def test_azures_bandwidth_benchmarks_become_active_checks(line: str, tables: dict[str, Any]) -> None:
+    imported = convert(f"* || {line}\n")
+    assert imported.converted == 1 and imported.lost == 0, [n.reason for n in imported.notes]
+    found = {name: table for name, table in checks(f"* || {line}\n").items() if name != "mounts"}
+    assert found == tables
+    assert any("active check, run only on a drained, idle node" in note.reason for note in imported.notes)
+    for name in tables:
+        validate(imported.document, name)
+
+
+def test_both_nccl_lines_make_one_check_whose_runs_fit_its_timeout() -> None:
+    text = "* || check_nccl_allreduce 460.0 3 16G\n* || check_nccl_allreduce_ib_loopback 40.0 3 16G\n"
+    imported = convert(text)
+    assert imported.converted == 2 and imported.lost == 0
+    assert checks(text)["nccl"] == {
+        "min_busbw_gbps": 460.0, "ib_loopback_min_busbw_gbps": 40.0, "size_min": "16G", "size_max": "16G",
+        "retries": 2, "timeout": 360.0,
+    }  # fmt: skip
+    validate(imported.document, "nccl")
+
+
+def test_one_file_measures_its_hcas_one_way() -> None:
+    (reason,) = reasons("* || check_ib_bw_gdr 375\n* || check_ib_bw_non_gdr 390\n")
+    assert "the other way (with or without GPUDirect)" in reason
+
+
 @pytest.mark.parametrize(
     ("line", "why"),
     [
         ("check_gpu_bw 48 335", "[checks.dcgm] level = 2"),
         ("check_cuda_bw 52", "[checks.dcgm] level = 2"),
-        ("check_nccl_allreduce 431.0 1 16G $AZ_NHC_ROOT/topofiles/ndv5-topo.xml", "no NCCL active check"),
-        ("check_nccl_allreduce_ib_loopback 18.0 1 16G", "no NCCL active check"),
-        ("check_ib_bw_gdr 360", "no fabric bandwidth active check"),
-        ("check_ib_bw_non_gdr 390", "no fabric bandwidth active check"),
+        ("check_nccl_allreduce", "expected a bandwidth in GB/s above 0 first, not ''"),
+        ("check_nccl_allreduce fast 1 16G", "expected a bandwidth in GB/s above 0 first, not 'fast'"),
+        ("check_nccl_allreduce 0 1 16G", "above 0"),
+        ("check_nccl_allreduce 460 0 16G", "argument 2 '0': expected a whole number from 1 to 1000"),
+        ("check_nccl_allreduce 460 1 16X", "'16X' is neither a message size nccl-tests reads"),
+        ("check_nccl_allreduce 460 1 16G topo/ndv5.xml", "topology file 'topo/ndv5.xml' is not an absolute path"),
+        ("check_nccl_allreduce_ib_loopback 18 1 16G /t.xml more", "a topology file at most"),
+        ("check_nccl_allreduce 460 1 16G $UNSET", "$UNSET is not assigned earlier"),
+        ("check_ib_bw_gdr -375", "expected a bandwidth in Gb/s above 0 first"),
+        ("check_ib_bw_non_gdr 390 big", "argument 2 'big': expected a whole number"),
+        ("check_ib_bw_gdr 375 nd96isr_v5 18510", "a bandwidth and one more word at most"),
         ("check_cpu_stream 665500", "STREAM"),
         ("check_hw_topology", "[checks.pcie] expect_devices"),
         ("check_gpu_persistence", "a repair"),
@@ -600,7 +666,7 @@ def test_a_refused_azure_line_is_named_by_file_and_line(
     code, _, err = cli("import-nhc", str(conf), "-o", str(tmp_path / "out.toml"))
     assert code == 65
     assert f"{conf}: line 50: * || check_gpu_bw 48 335\n  not converted: check_gpu_bw has no healthd" in err
-    assert f"{conf}: line 61: * || check_ib_bw_gdr 360\n  not converted:" in err
+    assert f"{conf}: line 61: * || check_ib_bw_gdr 360\n  note: converted to [checks.ib_bandwidth]" in err
     assert f"{conf}: line 51: * || check_gpu_ecc 20000000 10000\n  note: converted to healthd's gpu check" in err
 
 
