@@ -218,15 +218,31 @@ def slurm_release(request: pytest.FixtureRequest) -> str:
     return str(getattr(request, "param", HOST.id))
 
 
+_REBUILD: pytest.StashKey[Any] = pytest.StashKey()
+
+
 @pytest.fixture(scope="session")
-def healthd_packages(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """healthd's .deb and .rpm, built once per session from this checkout (healthd_testkit.packages)."""
-    from healthd_testkit.packages import build_packages, missing_tool
+def healthd_packages(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Any:
+    """healthd's .deb and .rpm, built once per session from this checkout (healthd_testkit.packages).
+
+    Where the session holds a test of ``healthd_packages_rebuilt``, the second build starts
+    as soon as this one is done, and runs while the tests that install these packages do.
+    """
+    from healthd_testkit.packages import build_in_background, build_packages, missing_tool
 
     why = missing_tool()
     if why:
         pytest.skip(why)
-    return build_packages(tmp_path_factory.mktemp("packages"))
+    packages = build_packages(tmp_path_factory.mktemp("packages"))
+    if any("healthd_packages_rebuilt" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.config.stash[_REBUILD] = build_in_background(tmp_path_factory.mktemp("packages-rebuilt"))
+    return packages
+
+
+@pytest.fixture(scope="session")
+def healthd_packages_rebuilt(healthd_packages: Any, pytestconfig: pytest.Config) -> Any:
+    """A second build of the same checkout, in another directory, started when ``healthd_packages`` was done."""
+    return pytestconfig.stash[_REBUILD].result()
 
 
 @pytest.fixture
@@ -486,6 +502,7 @@ def _free_ordinary_uid() -> int:
 SLOW_FIXTURES = frozenset(
     {
         "healthd_packages",
+        "healthd_packages_rebuilt",
         "slurm_cluster",
         "release_clusters",
         "release_installs",

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -177,7 +178,12 @@ def test_two_users_whose_own_requests_put_their_failing_jobs_on_a_node_make_no_l
             return subprocess.run(argv, env=cluster.env, cwd="/", capture_output=True, timeout=60).returncode
 
         for run in (as_root, as_user):
-            assert all(run("sbatch", "--wait", str(script)) != 0 for _ in range(SCRIPTED))
+            # Side by side, each job waited on by its own sbatch: ``--wait`` looks at the job
+            # only every few seconds (2 s, then longer; sbatch.c's _job_wait), one after the
+            # other they took 4 s a job.
+            with ThreadPoolExecutor(SCRIPTED) as pool:
+                waits = [pool.submit(run, "sbatch", "--wait", str(script)) for _ in range(SCRIPTED)]
+            assert all(wait.result() != 0 for wait in waits)
             assert all(run("srun", "-x", "node1,node3", "false") == 1 for _ in range(EXCLUDING))
             assert all(run("srun", "-x", "node2", "true") == 0 for _ in range(OTHERWISE))
     finally:

@@ -841,6 +841,32 @@ AccountingStoragePass={self.munge_socket}
         An issued reboot cannot be cancelled: it is let finish (the simulated machine
         boots within seconds). Powered-down nodes are powered up and wait for their boot.
         """
+        if not self._clean():
+            self._settle()
+        for listed in (self.hook_nodes, self.prolog_nodes):
+            if listed.exists():
+                listed.unlink()
+
+    def _clean(self) -> bool:
+        """Whether there is nothing to reset: no job, no reservation, every machine up and every node plain IDLE.
+
+        Three client calls, where settling takes some twenty: most tests leave the cluster
+        as they found it, and every test of the cluster starts with a reset.
+        """
+        if self.run("squeue", "-h", check=False).stdout.strip() or self.reservations():
+            return False
+        if any(self.in_transition(node) or not self.slurmd_running(node) for node in NODES):
+            return False
+        shown = self.run("scontrol", "-o", "show", "node", ",".join(NODES), check=False).stdout
+        # A flag (DRAIN, REBOOT_REQUESTED, POWERED_DOWN, NOT_RESPONDING) or a reason: the full reset.
+        plain = {
+            line.split()[0].removeprefix("NodeName=")
+            for line in shown.split("\n")
+            if line.startswith("NodeName=") and " State=IDLE " in line and " Reason=" not in line
+        }
+        return plain == set(NODES)
+
+    def _settle(self) -> None:
         self.cancel_reboots()
         self.cancel_jobs()
         for name in self.reservations():
@@ -861,9 +887,6 @@ AccountingStoragePass={self.munge_socket}
             if self.state(node) != "idle":
                 self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
         wait_for(lambda: all(self.state(n) == "idle" for n in NODES), 30, "all nodes idle after reset")
-        for listed in (self.hook_nodes, self.prolog_nodes):
-            if listed.exists():
-                listed.unlink()
 
 
 # -- the simulated machines ------------------------------------------------------------

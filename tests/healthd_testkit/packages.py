@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -52,3 +54,22 @@ def build_packages(out: Path) -> Packages:
         next_deb=build.build_deb(stage, out, NEXT),
         rpm=build.build_rpm(stage, out, FIRST),
     )
+
+
+def build_in_background(out: Path) -> Future[Packages]:
+    """``build_packages(out)`` in a thread of its own, beside the tests that run meanwhile.
+
+    A build runs one process at a time (pip, the compiler, dpkg-deb's xz, rpmbuild): on two
+    cores, a second build beside the tests mostly takes the core that they leave idle.
+    """
+    future: Future[Packages] = Future()
+
+    def build() -> None:
+        try:
+            future.set_result(build_packages(out))
+        except BaseException as exc:  # handed to whoever waits for the result
+            future.set_exception(exc)
+
+    # A daemon: a session that stops early does not wait for a build nobody will read.
+    threading.Thread(target=build, name="healthd-packages", daemon=True).start()
+    return future
