@@ -81,9 +81,19 @@ def _run(*argv: str, cwd: Path | None = None) -> None:
     subprocess.run(list(argv), check=True, cwd=cwd, stdin=subprocess.DEVNULL, env=_build_env())
 
 
+# Where a Python finds its modules: a developer's PYTHONPATH (a checkout first on it, say) would let
+# pip in the staged venv count a package as installed that the venv lacks, and the bytecode and the
+# help pages come from code that is not the package's, so two machines would build different packages.
+_HOST_PATHS = ("PYTHONPATH", "PYTHONHOME")
+
+
 def _build_env() -> dict[str, str]:
-    """The environment of every tool the build runs: the build's one time, and hashing that gives the same bytecode."""
-    return {**os.environ, "SOURCE_DATE_EPOCH": str(source_date()), "PYTHONHASHSEED": "0"}
+    """The environment of every tool the build runs: the build's one time, fixed hashing, no host module paths.
+
+    ``PYTHONHASHSEED`` fixed gives the same bytecode; ``_HOST_PATHS`` are left out.
+    """
+    kept = {key: value for key, value in os.environ.items() if key not in _HOST_PATHS}
+    return {**kept, "SOURCE_DATE_EPOCH": str(source_date()), "PYTHONHASHSEED": "0"}
 
 
 def _version() -> str:

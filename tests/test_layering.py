@@ -94,6 +94,8 @@ LAZY: dict[str, frozenset[tuple[str, str]]] = {
         ("healthd.cli.main", "traceback"),
         ("healthd.text", "difflib"),  # a usage error's guess
         ("healthd.checks.bounded", "psutil"),  # an earlier probe's or a reset's process looked after
+        # python-hostlist: only a bracketed list is expanded (the breaker's groups out, the fleet's node lists).
+        ("healthd.slurm.hostlist", "hostlist"),
     }),
     "status, the hook and the prolog from the daemon's pass import nothing of a pass (tests hold each)": frozenset({
         ("healthd.cycle.prolog", "healthd.cycle.engine"),
@@ -122,8 +124,8 @@ LAZY: dict[str, frozenset[tuple[str, str]]] = {
     }),
 }  # fmt: skip
 # Packages whose imports inside functions this layering has not taken up yet: the fleet's analytics
-# (imported by `healthd fleet` alone) and the Slurm adapter's host lists.
-LAZY_NOT_YET = ("healthd.fleet", "healthd.commands.fleet", "healthd.slurm")
+# (imported by `healthd fleet` alone).
+LAZY_NOT_YET = ("healthd.fleet", "healthd.commands.fleet")
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ SIGKILL at the deadline and not waited for (``healthd.checks.bounded``'s rule).
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -41,6 +42,10 @@ def run_with_deadline(work: Callable[[Deadline], int], deadline: Deadline) -> Op
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
+    # The child shares what this process has made (its imports above all): frozen, no collection in
+    # either walks those objects again. The gc module's documentation advises gc.freeze() right
+    # before a fork without exec; about 6 M fewer instructions of a prolog (bench/README.md).
+    gc.freeze()
     pid = os.fork()
     if pid == 0:  # the child
         os.close(read_end)

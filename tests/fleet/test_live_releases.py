@@ -10,17 +10,15 @@ cause of each task's failure, with the task's id as Slurm writes it (``JOB_TASK`
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import json
 import os
 import time
 from typing import Any, Callable
 
 import pytest
+from healthd_testkit.livereport import attributed_live
 from healthd_testkit.paths import FIXTURES
 from healthd_testkit.releases import every_release
-from healthd_testkit.waiting import wait_for
 
 from healthd.fleet.live import sacct_json_args
 
@@ -79,23 +77,8 @@ def test_live_report_attributes_each_array_task_to_healthds_take_out(
     cluster.wait(lambda: all(line.endswith(" PENDING") for line in _tasks(cluster, array)), 30, "tasks requeued")
     cluster.run("scancel", array)
 
-    inputs: list[Any] = []
-
-    def attributed() -> dict[str, Any]:
-        code, out, err = cli(
-            "fleet", "report", "--live", "--since", since.isoformat(), "--json", "--config", str(config)
-        )
-        assert code == 0, err
-        document = json.loads(out)
-        inputs[:] = [document["inputs"]]
-        return {a["job_id"]: a for a in document["attributed_failures"]}
-
-    # slurmctld hands job and node records to slurmdbd in the background.
-    with contextlib.suppress(TimeoutError):
-        wait_for(lambda: set(tasks) <= set(attributed()), 60, "both tasks attributed in accounting", interval=1)
+    found = attributed_live(cli, config, since, tasks, "both tasks attributed in accounting")
     _keep_accounting(cluster, since)
-    found = attributed()
-    assert set(tasks) <= set(found), f"tasks {tasks} not among the attributed failures {found}; inputs {inputs}"
     for task in tasks:
         failure = found[task]
         assert (failure["node"], failure["state"], failure["cause"]) == ("node1", "NODE_FAIL", "MOUNT_MISSING")

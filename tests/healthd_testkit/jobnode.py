@@ -53,6 +53,15 @@ accept_userspace_kmsg = true
     return state
 
 
+def missing_mount_node(cluster: Any, node: str, tmp_path: Path, mount: str, **options: bool) -> Path:
+    """A job node whose prolog checks only that ``mount`` is there, which it is not: every prolog there is CRITICAL.
+
+    ``options``: ``slurm_conf`` and ``only``, as ``job_node`` takes them; returns the node's state directory.
+    """
+    mounts = f'[checks.mounts]\nexpect = [{{path = "{mount}"}}]\n'
+    return job_node(cluster, node, tmp_path, mounts, jobs='prolog_timeout = 20\nprolog_checks = ["mounts"]', **options)
+
+
 def warm_on_node(cluster: Any, node: str) -> None:
     """Validate the node's job config once on a configless ``node``, as its daemon or hook would have run with it.
 

@@ -565,3 +565,26 @@ def test_controller_role_sets_the_lines_once_and_slurmctld_takes_them(tmp_path: 
     second = _controller_play(tmp_path, conf, variables)
     assert second.returncode == 0 and _recap(second.stdout)["changed"] == 0, second.stdout[-4000:]
     assert "RUNNING HANDLER" not in second.stdout
+
+
+def test_controller_role_runs_the_prolog_at_allocation_keeping_the_site_s_flags(
+    tmp_path: Path, own_cluster: Any
+) -> None:
+    conf = own_cluster.conf
+    site_prolog = _config(own_cluster, "Prolog")
+    conf.write_text(conf.read_text() + "prologflags = Serial\n")
+    # healthd's prolog program is the one slurm.conf runs already: the role may set its lines.
+    variables = {
+        "healthd_slurm_prolog": True,
+        "healthd_slurm_prolog_program": site_prolog,
+        "healthd_slurm_scontrol": shutil.which("scontrol"),
+    }
+    first = _controller_play(tmp_path, conf, variables)
+    assert first.returncode == 0, first.stdout[-6000:] + first.stderr[-3000:]
+    # slurmctld runs the prolog on every node of a job at allocation, and still serially.
+    assert set(_config(own_cluster, "PrologFlags").split(",")) == {"Alloc", "Serial"}
+    assert [line for line in conf.read_text().split("\n") if line.lower().startswith("prologflags")] == [
+        "PrologFlags=Serial,Alloc"
+    ]
+    second = _controller_play(tmp_path, conf, variables)
+    assert second.returncode == 0 and _recap(second.stdout)["changed"] == 0, second.stdout[-4000:]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from healthd_testkit.jobnode import job_node, warm_on_node
+from healthd_testkit.jobnode import missing_mount_node, warm_on_node
 from healthd_testkit.releases import every_release
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
@@ -107,14 +107,7 @@ def test_slurmd_runs_healthd_as_health_check_program_on_a_configless_node(
 @every_release
 def test_a_critical_prolog_on_a_configless_node_requeues_the_job(configless_cluster: Any, tmp_path: Path) -> None:
     cluster = configless_cluster
-    job_node(
-        cluster,
-        "node2",
-        tmp_path,
-        f'[checks.mounts]\nexpect = [{{path = "{MOUNT}"}}]\n',
-        jobs='prolog_timeout = 20\nprolog_checks = ["mounts"]',
-        slurm_conf=False,
-    )
+    missing_mount_node(cluster, "node2", tmp_path, MOUNT, slurm_conf=False)
     assert "conf =" not in cluster.job_config("node2").read_text()
     warm_on_node(cluster, "node2")
     out = cluster.run("sbatch", "--parsable", "--requeue", "-w", "node2", "-o", "/dev/null", "--wrap", "sleep 30")

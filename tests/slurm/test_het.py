@@ -16,7 +16,6 @@ makes slurmctld resolve this machine's name, which the root's /etc/hosts may not
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import time
@@ -24,10 +23,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from healthd_testkit.jobnode import job_node, warm_on_node
+from healthd_testkit.jobnode import job_node, missing_mount_node, warm_on_node
+from healthd_testkit.livereport import attributed_live
 from healthd_testkit.paths import run_healthd
 from healthd_testkit.releases import every_release
-from healthd_testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.root]
 
@@ -89,15 +88,7 @@ def test_each_component_runs_healthds_prolog_and_epilog_on_its_node(configless_c
 def test_a_critical_prolog_on_one_component_requeues_the_whole_job(configless_cluster: Any, tmp_path: Path) -> None:
     cluster = configless_cluster
     job_node(cluster, "node1", tmp_path, slurm_conf=False, only=False)
-    job_node(
-        cluster,
-        "node2",
-        tmp_path,
-        f'[checks.mounts]\nexpect = [{{path = "{MOUNT}"}}]\n',
-        jobs='prolog_timeout = 20\nprolog_checks = ["mounts"]',
-        slurm_conf=False,
-        only=False,
-    )
+    missing_mount_node(cluster, "node2", tmp_path, MOUNT, slurm_conf=False, only=False)
     for node in ("node1", "node2"):
         warm_on_node(cluster, node)
     job = _submit_het(cluster, "sleep 300")
@@ -150,23 +141,8 @@ def test_a_take_out_requeues_the_job_and_the_live_report_attributes_its_componen
     # The live report, from the controller's side (its slurm.conf; the release's commands).
     bin_dir = f'bin_dir = "{cluster.bin_dir}"' if cluster.chroot is not None else ""
     config = write_config(f"[slurm]\n{bin_dir}\n", slurm_cluster=cluster.conf)
-    inputs: list[Any] = []
-
-    def attributed() -> dict[str, Any]:
-        code, out, err = cli(
-            "fleet", "report", "--live", "--since", since.isoformat(), "--json", "--config", str(config)
-        )
-        assert code == 0, err
-        document = json.loads(out)
-        inputs[:] = [document["inputs"]]
-        return {a["job_id"]: a for a in document["attributed_failures"]}
-
     component = f"{job}+1"
-    # slurmctld hands job and node records to slurmdbd in the background.
-    with contextlib.suppress(TimeoutError):
-        wait_for(lambda: component in attributed(), 60, "the component attributed in accounting", interval=1)
-    found = attributed()
-    assert component in found, f"{component} not among the attributed failures {found}; inputs {inputs}"
+    found = attributed_live(cli, config, since, {component}, "the component attributed in accounting")
     failure = found[component]
     assert (failure["node"], failure["state"], failure["cause"]) == ("node2", "NODE_FAIL", "MOUNT_MISSING")
     # The component on the healthy node failed with the job, not because of node1.

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from healthd_testkit.cluster import GRES_NODE
 from healthd_testkit.dcgmi import Dcgmi
-from healthd_testkit.jobnode import job_node
+from healthd_testkit.jobnode import job_node, missing_mount_node
 from healthd_testkit.paths import run_healthd
 from healthd_testkit.releases import every_release
 from healthd_testkit.xid import Node as XidNode
@@ -65,13 +65,7 @@ def _marker() -> str:
 
 @every_release
 def test_a_critical_prolog_requeues_the_job_and_drains_with_healthds_reason(cluster: Any, tmp_path: Path) -> None:
-    job_node(
-        cluster,
-        "node1",
-        tmp_path,
-        '[checks.mounts]\nexpect = [{path = "/healthd-test-not-mounted"}]\n',
-        jobs='prolog_timeout = 20\nprolog_checks = ["mounts"]',
-    )
+    missing_mount_node(cluster, "node1", tmp_path, "/healthd-test-not-mounted")
     out = cluster.run("sbatch", "--parsable", "--requeue", "-w", "node1", "-o", "/dev/null", "--wrap", "sleep 30")
     job = out.stdout.strip().split(";")[0]
     cluster.wait_state("node1", lambda s: "DRAIN" in s, 60, "drained by the prolog")
