@@ -116,6 +116,7 @@ LAZY: dict[str, frozenset[tuple[str, str]]] = {
         ("healthd.store.trust", "pwd"),
         ("healthd.store.trust", "grp"),
         ("healthd.config.load", "hashlib"),
+        ("healthd.plan.shard", "hashlib"),  # OpenSSL's libcrypto, for a partition counted by shards only
     }),
     "optional dependencies: the journal (systemd-python, the journal extra)": frozenset({
         ("healthd.service.logs", "systemd"),

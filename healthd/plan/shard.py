@@ -24,11 +24,6 @@ from typing import Sequence
 from healthd.plan.breaker import allowed_out
 from healthd.slurm.nodestate import PartitionView
 
-try:  # CPython's own BLAKE2: hashlib loads OpenSSL's libcrypto first, about 12 M instructions of every cold pass
-    from _blake2 import blake2b
-except ImportError:  # an interpreter without the module: hashlib's is the same function
-    from hashlib import blake2b
-
 # Each shard may hold one node out: the partition's limit is the number of shards.
 SHARD_LIMIT = 1
 
@@ -64,7 +59,11 @@ def _bucket(name: str, buckets: int) -> int:
     their places as the larger of the two limits (tests/plan/test_shard.py); shards cut by
     position in a sorted list would shift all their boundaries at once.
     """
-    key = int.from_bytes(blake2b(name.encode("utf-8"), digest_size=8).digest(), "big")
+    # Here, not at the top: hashlib loads OpenSSL's libcrypto (about 12 M instructions), and only a
+    # partition counted by shards needs it; a healthy pass never does (tests/cli/test_cli.py).
+    import hashlib
+
+    key = int.from_bytes(hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest(), "big")
     bucket, jump = -1, 0
     while jump < buckets:
         bucket = jump

@@ -543,8 +543,9 @@ print(_rare.cache_info().currsize)
 
 def test_a_healthy_check_once_imports_nothing_of_what_it_does_not_run(write_config: Callable[..., Path]) -> None:
     """Spelled out as cron or a person runs it: no argument parser, no GPU reset, no active checks, no
-    on_repair, no OpenSSL (``_hashlib``: the config's SHA-256 and the breaker's shards hash with
-    CPython's own); the xid check reads /dev/kmsg and compiles no pattern of a text dump's envelopes."""
+    on_repair, no OpenSSL (``_hashlib``: the config's SHA-256 is CPython's own, and only a partition
+    counted by shards loads hashlib); the xid check reads /dev/kmsg and compiles no pattern of a
+    text dump's envelopes."""
     config = write_config(only_checks("mounts", "xid") + '\n[checks.mounts]\nexpect = [{path = "/"}]\n')
     warm = [sys.executable, "-m", "healthd", "check", "--once", "--dry-run", "--config", str(config)]
     subprocess.run(warm, capture_output=True, timeout=120, check=False)  # validates the config and caches it
