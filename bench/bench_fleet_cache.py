@@ -151,6 +151,7 @@ def measure(tree: Optional[Path], mode: str, bin_dir: Path, cache: Optional[Path
         text=True,
         check=False,
         env=env,
+        cwd=str(tree or HERE.parent),  # python -c puts the working directory first on sys.path
     )
     if proc.returncode != 0:
         raise SystemExit(f"{mode} failed: {proc.stderr[-2000:]}")
