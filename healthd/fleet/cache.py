@@ -216,18 +216,34 @@ class Store:
                 return None
             headers = tuple(str(h) for h in document["headers"])
             segments = tuple(Segment(int(day), str(name)) for day, name in document["segments"])
-            if len(headers) != len(KINDS) or any("/" in s.name or s.name.startswith(".") for s in segments):
+            if len(headers) != len(KINDS) or not all(self._whole(s) for s in segments):
                 return None
             return Manifest(key, float(document["since"]), float(document["until"]), headers, segments)  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
-    def lines(self, name: str) -> Iterator[str]:
-        """The lines of a segment file without their ``\\n``, its header left out."""
+    def _whole(self, segment: Segment) -> bool:
+        """Whether each file of ``segment`` is in the directory (a name with no path in it)."""
+        if "/" in segment.name or segment.name.startswith("."):
+            return False
+        try:
+            for kind in (*KINDS, "names"):
+                os.stat(f"{segment.name}.{kind}", dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
+    def lines(self, name: str) -> list[str]:
+        """The lines of a segment file without their ``\\n``, its header left out.
+
+        Read whole and split on "\\n" alone (a reason or a submit line may hold "\\r"): one
+        day's rows, which costs less than a line at a time in Python.
+        """
         with self.open(name) as handle:
-            next(handle, None)
-            for line in handle:
-                yield line[:-1] if line.endswith("\n") else line
+            rows = handle.read().split("\n")
+        if rows[-1] == "":
+            rows.pop()
+        return rows[1:]
 
     def names(self, segment: Segment) -> dict[str, str]:
         with self.open(f"{segment.name}.names") as handle:
@@ -313,13 +329,13 @@ class _First:
                 self.dropped[job] = self.dropped.get(job, 0) + 1
         self.runs = runs
 
-    def kept(self, kind: str, rows: Iterator[str]) -> Iterator[str]:
+    def kept(self, kind: str, rows: Iterable[str]) -> Iterator[str]:
         if kind == "submit":
             return self._records(rows)
         ends = _Ends(self.headers[0] if kind == "jobs" else self.headers[1], JOB_KEY if kind == "jobs" else EVENT_KEY)
         return (row for row in rows if (ends(row)[1] or self.since) >= self.since)
 
-    def _records(self, lines: Iterator[str]) -> Iterator[str]:
+    def _records(self, lines: Iterable[str]) -> Iterator[str]:
         records = list(submit_records(lines))
         counts: dict[str, int] = {}
         for record in records:
@@ -343,8 +359,9 @@ class _Batch:
         self.new: dict[int, Segment] = {}
         self.buffered: dict[tuple[int, str], list[str]] = {}
         self.held = 0
-        self.final: dict[str, Union[int, list[int]]] = {}  # job -> the day(s) of its final runs
-        self.runs: dict[str, int] = {}  # job -> its runs in the read
+        # job -> its runs in the read: one run, the day it ended on when final (-1: not final);
+        # several (few jobs): [their number, the days of the final ones]. One entry a job.
+        self.runs: dict[str, Union[int, list[int]]] = {}
         self.replaced: dict[int, set[tuple[str, ...]]] = {}  # day -> keys of new rows (jobs)
         self.replaced_events: dict[int, set[tuple[str, ...]]] = {}
         self.job_names: dict[int, dict[str, str]] = {}
@@ -381,18 +398,18 @@ class _Batch:
     def jobs(self, rows: Iterator[str], spill: Path) -> None:
         """Each run into its day's segment when final, else into ``spill``."""
         ends = _Ends(self.headers[0], JOB_KEY)
+        runs = self.runs
         with spill.open("w", encoding="utf-8", newline="\n") as out:
             for row in rows:
                 key, end = ends(row)
-                self.runs[key[0]] = self.runs.get(key[0], 0) + 1
-                if end is None or end >= self.cut:
+                day = -1 if end is None or end >= self.cut else int(end // DAY)
+                had = runs.get(key[0])
+                runs[key[0]] = day if had is None else _one_more(had, day)
+                if day < 0:
                     out.write(row + "\n")
                     continue
-                day = int(end // DAY)
                 if day in self.old:  # only a day cached before is copied, less the rows read again
                     self.replaced.setdefault(day, set()).add(key)
-                had = self.final.get(key[0])
-                self.final[key[0]] = day if had is None else [*(had if isinstance(had, list) else [had]), day]
                 self._add(day, "jobs", row)
 
     def events(self, rows: list[str]) -> list[str]:
@@ -435,13 +452,15 @@ class _Batch:
 
     def _day_of(self, job: str, records: int, placed: dict[str, int], newest: Optional[int]) -> Optional[int]:
         """The day a record of ``job`` is kept with, None to leave it to the next read."""
-        final = self.final.get(job)
-        if job not in self.runs:
+        runs = self.runs.get(job)
+        if runs is None:
             return newest  # a record of no run read: it still counts against its job's runs
-        if final is None:
+        if isinstance(runs, int) and records == 1:
+            return runs if runs >= 0 else None  # most jobs: one run, one record
+        days = _days(runs)
+        if not days:
             return None
-        days = sorted(final) if isinstance(final, list) else [final]
-        if records != self.runs[job]:
+        if records != (runs[0] if isinstance(runs, list) else 1):
             return days[-1]
         index = placed.get(job, 0)
         placed[job] = index + 1
@@ -449,8 +468,7 @@ class _Batch:
 
     def names(self, names: dict[str, str]) -> None:
         for job, name in names.items():
-            final = self.final.get(job)
-            for day in final if isinstance(final, list) else [] if final is None else [final]:
+            for day in _days(self.runs.get(job, -1)):
                 self.job_names.setdefault(day, {})[job] = name
 
     def commit(self, since: float) -> tuple[Segment, ...]:
@@ -504,6 +522,22 @@ class _Batch:
             for kind in (*KINDS, "names"):
                 with contextlib.suppress(OSError):
                     os.unlink(f".{segment.name}.{kind}", dir_fd=self.store.fd)
+
+
+def _one_more(runs: Union[int, list[int]], day: int) -> list[int]:
+    """A job's runs (``_Batch.runs``) with one more, final on ``day`` (-1: not final)."""
+    found = runs if isinstance(runs, list) else [1, *([runs] if runs >= 0 else [])]
+    found[0] += 1
+    if day >= 0:
+        found.append(day)
+    return found
+
+
+def _days(runs: Union[int, list[int]]) -> list[int]:
+    """The days of a job's final runs (``_Batch.runs``), in order."""
+    if isinstance(runs, int):
+        return [runs] if runs >= 0 else []
+    return sorted(runs[1:])
 
 
 def _write_manifest(store: Store, manifest: Manifest) -> None:

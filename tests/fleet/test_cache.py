@@ -187,6 +187,14 @@ def test_a_cache_of_another_cluster_or_version_is_read_whole(
     assert json.loads((cache / "manifest.json").read_text())["version"] == 2
 
 
+def test_a_cache_missing_a_segment_is_read_whole(cli: Cli, first_read: tuple[Path, Path], accounts: Accounts) -> None:
+    config, cache = first_read
+    next(cache.glob("*.jobs")).unlink()
+    cached = document(cli, config, "2024-01-01", "2024-01-26", "--cache", str(cache))
+    assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1)
+    same(cached, document(cli, config, "2024-01-01", "2024-01-26"))
+
+
 def test_a_cache_file_of_the_first_version_is_replaced_by_a_directory(
     cli: Cli, write_config: Callable[..., Path], tmp_path: Path, accounts: Accounts
 ) -> None:
