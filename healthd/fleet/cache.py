@@ -158,7 +158,7 @@ def opened(path: Path, key: str) -> Iterator[Store]:
 
 def _replace_old_file(path: Path) -> Optional[str]:
     """Make ``path`` a directory: a cache file of the first version is removed (said), a missing one created."""
-    from healthd.store.trust import UntrustedPath, open_trusted_dir, trusted_stat
+    from healthd.store.trust import open_trusted_dir, trusted_stat
 
     try:
         parent = open_trusted_dir(path.parent)
@@ -169,11 +169,9 @@ def _replace_old_file(path: Path) -> Optional[str]:
         if os.path.isfile(path):
             trusted_stat(path)  # a file others could write is refused, not silently removed
             os.unlink(path.name, dir_fd=parent)
-            note = f"{path} is a cache of an earlier healthd (one file): the window is read whole, kept as a directory"
+            note = f"{path} is a file (an earlier healthd's cache): the window is read whole into a cache directory"
         if not os.path.lexists(path):
             os.mkdir(path.name, 0o700, dir_fd=parent)
-    except UntrustedPath:
-        raise
     except OSError as exc:
         raise CacheError(f"cannot make the cache directory {path}: {exc.strerror or exc}") from None
     finally:

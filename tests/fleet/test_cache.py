@@ -207,7 +207,7 @@ def test_a_cache_file_of_the_first_version_is_replaced_by_a_directory(
         "--cache", str(cache),
     )  # fmt: skip
     assert code == 0, err
-    assert f"{cache} is a cache of an earlier healthd (one file): the window is read whole" in err
+    assert f"{cache} is a file (an earlier healthd's cache): the window is read whole into a cache directory" in err
     assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1) and (cache / "manifest.json").is_file()
 
 
