@@ -119,7 +119,10 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds per command (300)")
     parser.add_argument(
-        "--cache", type=Path, metavar="FILE", help="--live: keep what was read here; read only the new days next time"
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="--live: keep what was read here, by day; read only the new day next time",
     )
     add_config_argument(parser)
 

@@ -1,152 +1,100 @@
-"""``--cache FILE``: what ``--live`` read before, so that a daily report reads only the new days.
+"""``--cache DIR``: what ``--live`` read before, as immutable per-day segments: a daily report reads one day.
 
-The file holds the rows of the last read (the job runs as the ``-P`` table the analysis
-reads, the node events, the submit-line records, the job names) and the window they
-cover, with what identifies the query (the Slurm config, the jobs table's header). A
-later read whose window starts inside the cached one asks Slurm only from an hour
-before the cached end (``OVERLAP``: slurmdbd records a run or an event when it ends,
-and may record it a little late), and merges:
+The directory holds one segment per day (UTC) of the runs' and events' ends: the job runs as
+the ``-P`` table the analysis reads (``DAY-TOKEN.jobs``), the node events (``.events``), the
+submit-line records (``.submit``) and the job names (``.names``), each file with its header
+so that it is a table of its own; and ``manifest.json``, which names the segments, the window
+they cover and what identifies the query (the Slurm config, the tables' headers). A later
+read whose window starts inside the cached one asks Slurm only from an hour before the
+cached end (``OVERLAP``: slurmdbd records a run or an event when it ends, and may record it a
+little late), and then:
 
-- a cached run that ended before that time is kept; every other one (still running,
-  or ended after it) comes again from the new query, which lists every run that was
-  running or ended in its window (sacct(1), ``-S``), and replaces it. Runs are matched
-  by (JobID, Start): each run of a requeued job (``-D``) has its own start;
-- the same for the events, matched by (node, start, reason), by their end;
-- the submit-line records of a job in the new query replace the cached ones of that
-  job (a job's records are counted against its runs, ``healthd.fleet.submit``).
+- a run that ended before the new end less ``OVERLAP`` is final: the next read will not ask
+  for it again. It is written into the segment of its end's day; a day that has a segment
+  already gets a new one, its old rows copied with the new (a day's work), and the old one
+  goes. Every other run (still running, or ended within the last hour) is not kept: the next
+  query lists every run running or ended in its window (sacct(1), ``-S``) and brings it again.
+  A new final run replaces a cached one of the same (JobID, Start) (each run of a requeued
+  job, ``-D``, has its own start); events alike, by (node, start, reason) and their end;
+- a job's submit-line records are kept with its final runs, one per run when its records
+  number its runs; otherwise (a forged record, counted against the job by
+  ``healthd.fleet.submit``) all of them with its last final run, so that the count still fails;
+- the report then streams the segments' rows, the first day's filtered to the window,
+  and the new read's runs that are not final, without loading or merging them.
 
-Rows that ended before the new window's start are dropped when the file is written,
-so it holds one window, not all history. The file is state: it is read only when it
-and every directory above it pass ``healthd.store.trust``'s rule (root's or ours, not
-writable by others), since a forged cache is forged accounting; it is written
-atomically, mode 0600. A file that is not a cache of this version, or of another
-query, is not used (the whole window is read again) and is replaced.
+Segments of days wholly before the window's start are deleted when the manifest is written,
+so the directory holds one window. The directory is state: it is used only when it and
+every directory above it pass ``healthd.store.trust``'s rule (root's or ours, not writable
+by others), and each file in it too, since a forged cache is forged accounting; files are
+written mode 0600 under temporary names and renamed, and the manifest, replaced
+atomically last, is what makes them part of the cache. One report at a time holds the
+directory (``flock``). A manifest of another version or query is not used (the whole window
+is read again) and the directory is rebuilt; a cache file of the first version (one JSON
+file) is replaced by a directory, with a message.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
-from healthd.fleet.sacct import LocalTimes, is_job_id
+from healthd.fleet.sacct import LocalTimes, file_lines, is_job_id, text_of
 
-VERSION = 1
+VERSION = 2
 OVERLAP = 3600.0
-
-
-@dataclass(frozen=True)
-class Cached:
-    """One window of accounting as rows: ``jobs`` and ``events`` with their header first."""
-
-    key: str
-    since: float
-    until: float
-    jobs: tuple[str, ...]
-    events: tuple[str, ...]
-    submit: tuple[str, ...]  # the submit lines' header, then one record per entry (it may hold newlines)
-    names: dict[str, str] = field(default_factory=dict)
+DAY = 86400
+MANIFEST = "manifest.json"
+KINDS = ("jobs", "events", "submit")
+JOB_KEY = (("JobID", "Start"), "End")
+EVENT_KEY = (("NodeName", "TimeStart", "Reason"), "TimeEnd")
+# Rows held in memory while a read is sorted into days, before they are appended to their files.
+BUFFERED = 50_000
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class CacheError(Exception):
-    """The cache file cannot be written."""
+    """The cache directory cannot be created, locked or written."""
 
 
-def load(path: Path, key: str) -> Optional[Cached]:
-    """The cache in ``path`` when it is one of this query (``UntrustedPath`` if others could have written it)."""
-    from healthd.store.trust import trusted_stat
-
-    if not path.exists():
-        return None
-    trusted_stat(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-        if document.get("version") != VERSION or document.get("key") != key:
-            return None
-        return Cached(
-            key,
-            float(document["since"]),
-            float(document["until"]),
-            tuple(document["jobs"]),
-            tuple(document["events"]),
-            tuple(document["submit"]),
-            {str(k): str(v) for k, v in document["names"].items()},
-        )
-    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        return None  # not a cache healthd wrote: read the whole window again
+class Reread(Exception):
+    """The new days are of another table than the cached ones (``sacct -P`` after ``--json``): read the whole window."""
 
 
-def save(path: Path, cached: Cached) -> None:
-    """Write ``cached`` atomically, mode 0600, into a directory that passes the trust rule."""
-    from healthd.store.atomicfile import write_atomically
-    from healthd.store.trust import UntrustedPath, open_trusted_dir
+class Segment(NamedTuple):
+    """The rows of the runs and events that ended on one day (UTC), in files ``NAME.jobs`` etc."""
 
-    body = {
-        "version": VERSION,
-        "key": cached.key,
-        "since": cached.since,
-        "until": cached.until,
-        "jobs": list(cached.jobs),
-        "events": list(cached.events),
-        "submit": list(cached.submit),
-        "names": cached.names,
-    }
-    try:
-        fd = open_trusted_dir(path.parent)
-    except (UntrustedPath, OSError) as exc:
-        raise CacheError(f"cannot write the cache {path}: {exc}") from None
-    try:
-        write_atomically(fd, path.name, json.dumps(body).encode("utf-8"), 0o600)
-    except OSError as exc:
-        raise CacheError(f"cannot write the cache {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+    day: int
+    name: str
 
 
-def read_from(cached: Optional[Cached], since: float, key: str) -> float:
+class Manifest(NamedTuple):
+    key: str
+    since: float
+    until: float
+    headers: tuple[str, str, str]  # KINDS' headers
+    segments: tuple[Segment, ...]  # by day
+
+
+class Fresh(NamedTuple):
+    """What the new read brought, in the analysis's tables, header first (``submit``: one entry per record)."""
+
+    jobs: Iterable[str]
+    events: list[str]
+    submit: Callable[[], Iterable[str]]  # the records, read afresh at each call
+    names: dict[str, str]
+
+
+def read_from(manifest: Optional[Manifest], since: float, key: str) -> float:
     """Where the query must start: the cached end less ``OVERLAP``, or ``since`` when the cache does not cover it."""
-    if cached is None or cached.key != key or since < cached.since or since >= cached.until:
+    if manifest is None or manifest.key != key or since < manifest.since or since >= manifest.until:
         return since
-    return max(since, cached.until - OVERLAP)
-
-
-def _column(header: str, name: str) -> int:
-    return [c.strip().lower() for c in header.split("|")].index(name.lower())
-
-
-def _ended(rows: Iterable[str], header: str, key_columns: tuple[str, ...], end: str) -> dict[tuple[str, ...], Any]:
-    """Rows by their key, with their end (epoch seconds, None while running or unreadable)."""
-    keys = [_column(header, c) for c in key_columns]
-    i_end = _column(header, end)
-    times = LocalTimes()
-    found: dict[tuple[str, ...], Any] = {}
-    for row in rows:
-        fields = row.split("|")
-        if len(fields) <= max(*keys, i_end):
-            continue
-        try:
-            ended = times(fields[i_end])
-        except ValueError:
-            ended = None
-        found[tuple(fields[k] for k in keys)] = (row, ended)
-    return found
-
-
-def _merge_rows(
-    old: tuple[str, ...], new: list[str], columns: tuple[tuple[str, ...], str], cut: float, keep_from: float
-) -> tuple[str, ...]:
-    """The header, then the old rows that ended before ``cut`` (and after ``keep_from``), then the new ones."""
-    header = new[0]
-    key_columns, end = columns
-    fresh = _ended(new[1:], header, key_columns, end)
-    kept = [
-        row
-        for key, (row, ended) in _ended(old[1:], header, key_columns, end).items()
-        if ended is not None and keep_from <= ended < cut and key not in fresh
-    ]
-    return (header, *kept, *(row for row, _ in fresh.values()))
+    return max(since, manifest.until - OVERLAP)
 
 
 def submit_records(lines: Iterable[str]) -> Iterator[str]:
@@ -162,50 +110,452 @@ def submit_records(lines: Iterable[str]) -> Iterator[str]:
         yield record
 
 
-def _kept_records(cached: Cached, fresh: Cached, jobs: tuple[str, ...]) -> list[str]:
-    """The cached submit-line records that stand for the cached runs kept, one per run.
+class _Ends:
+    """Each row's key and end (epoch seconds; None while running, or for a row that cannot be read)."""
 
-    The reader believes a job's exclusion only when its records number its runs
-    (``healthd.fleet.submit``). A job whose runs are all new has its records from the
-    new read. One with runs on both sides keeps as many cached records as it kept runs,
-    when they are all alike (which of them then does not matter); when they differ (one
-    may be forged) all are kept, so that the count does not match and none is believed.
+    def __init__(self, header: str, columns: tuple[tuple[str, ...], str]) -> None:
+        names = [c.strip().lower() for c in header.split("|")]
+        self.keys = [names.index(c.lower()) for c in columns[0]]
+        self.end = names.index(columns[1].lower())
+        self.last = max(*self.keys, self.end)
+        self.times = LocalTimes()
+
+    def __call__(self, row: str) -> tuple[tuple[str, ...], Optional[float]]:
+        fields = row.split("|")
+        if len(fields) <= self.last:
+            return (row,), None
+        try:
+            return tuple(fields[k] for k in self.keys), self.times(fields[self.end])
+        except ValueError:
+            return tuple(fields[k] for k in self.keys), None
+
+
+@contextlib.contextmanager
+def opened(path: Path, key: str) -> Iterator[Store]:
+    """The cache directory ``path``, created if missing, locked while the block runs.
+
+    Raises ``UntrustedPath`` when it (or a directory above it) could be written by others,
+    ``CacheError`` when it cannot be made or another report holds it.
     """
-    fresh_jobs = {record.split("|", 1)[0] for record in fresh.submit[1:]}
-    kept_runs: dict[str, int] = {}
-    for row in jobs[1:]:
-        job = row.split("|", 1)[0]
-        kept_runs[job] = kept_runs.get(job, 0) + 1
-    for record in fresh.submit[1:]:  # the runs of the new read are not the cache's
-        job = record.split("|", 1)[0]
-        kept_runs[job] = kept_runs.get(job, 0) - 1
-    by_job: dict[str, list[str]] = {}
-    for record in cached.submit[1:]:
-        by_job.setdefault(record.split("|", 1)[0], []).append(record)
-    kept: list[str] = []
-    for job, records in by_job.items():
-        wanted = kept_runs.get(job, 0)
-        if job not in fresh_jobs:
-            kept.extend(records if wanted > 0 else ())
-        elif wanted > 0:
-            kept.extend(records[:wanted] if len(set(records)) == 1 else records)
-    return kept
+    from healthd.store.trust import open_trusted_dir
+
+    note = _replace_old_file(path)
+    try:
+        fd = open_trusted_dir(path)
+    except OSError as exc:
+        raise CacheError(f"cannot open the cache {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CacheError(f"the cache {path} is in use by another fleet report") from None
+        store = Store(path, fd, note)
+        store.manifest = store.load(key)
+        yield store
+    finally:
+        os.close(fd)
 
 
-def merge(cached: Optional[Cached], fresh: Cached, since: float) -> Cached:
-    """``fresh`` (read from ``read_from``) completed with what ``cached`` holds before it."""
-    if cached is None or cached.key != fresh.key or fresh.since > cached.until or since < cached.since:
-        return fresh
-    if cached.jobs[:1] != fresh.jobs[:1] or cached.events[:1] != fresh.events[:1]:
-        return fresh  # another table: nothing to merge with
-    cut = fresh.since
-    jobs = _merge_rows(cached.jobs, list(fresh.jobs), (("JobID", "Start"), "End"), cut, since)
-    # An event that ended a day before the window can no longer be a cause of a run in it.
-    events_from = since - 86400
-    events = _merge_rows(
-        cached.events, list(fresh.events), (("NodeName", "TimeStart", "Reason"), "TimeEnd"), cut, events_from
+def _replace_old_file(path: Path) -> Optional[str]:
+    """Make ``path`` a directory: a cache file of the first version is removed (said), a missing one created."""
+    from healthd.store.trust import open_trusted_dir, trusted_stat
+
+    try:
+        parent = open_trusted_dir(path.parent)
+    except OSError as exc:
+        raise CacheError(f"cannot use the cache {path}: {exc.strerror or exc}") from None
+    note = None
+    try:
+        if os.path.isfile(path):
+            trusted_stat(path)  # a file others could write is refused, not silently removed
+            os.unlink(path.name, dir_fd=parent)
+            note = f"{path} is a file (an earlier healthd's cache): the window is read whole into a cache directory"
+        if not os.path.lexists(path):
+            os.mkdir(path.name, 0o700, dir_fd=parent)
+    except OSError as exc:
+        raise CacheError(f"cannot make the cache directory {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(parent)
+    return note
+
+
+class Store:
+    """An open, locked cache directory: read its segments, write the new ones."""
+
+    def __init__(self, path: Path, fd: int, note: Optional[str]) -> None:
+        self.path, self.fd, self.note = path, fd, note
+        self.manifest: Optional[Manifest] = None
+
+    def open(self, name: str) -> IO[str]:
+        """A file of the directory, read as text; ``UntrustedPath`` when others could have written it."""
+        from healthd.store.trust import UntrustedPath, closed_on_error, stat_reason
+
+        fd = os.open(name, _READ, dir_fd=self.fd)
+        with closed_on_error(fd):
+            reason = stat_reason(self.path / name, os.fstat(fd))
+            if reason:
+                raise UntrustedPath(self.path / name, reason)
+        return text_of(os.fdopen(fd, "rb"))
+
+    def load(self, key: str) -> Optional[Manifest]:
+        """The manifest when it is one of this version and query (None: read the whole window)."""
+        try:
+            with self.open(MANIFEST) as handle:
+                document = json.loads(handle.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return None  # not a manifest healthd wrote: rebuilt
+        try:
+            if document.get("version") != VERSION:
+                self.note = f"{self.path} is a cache of another healthd version: the window is read whole"
+                return None
+            if document.get("key") != key:
+                return None
+            headers = tuple(str(h) for h in document["headers"])
+            segments = tuple(Segment(int(day), str(name)) for day, name in document["segments"])
+            if len(headers) != len(KINDS) or not all(self._whole(s) for s in segments):
+                return None
+            return Manifest(key, float(document["since"]), float(document["until"]), headers, segments)  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+    def _whole(self, segment: Segment) -> bool:
+        """Whether each file of ``segment`` is in the directory (a name with no path in it)."""
+        if "/" in segment.name or segment.name.startswith("."):
+            return False
+        try:
+            for kind in (*KINDS, "names"):
+                os.stat(f"{segment.name}.{kind}", dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return False
+        return True
+
+    def lines(self, name: str) -> list[str]:
+        """The lines of a segment file without their ``\\n``, its header left out.
+
+        Read whole and split on "\\n" alone (a reason or a submit line may hold "\\r"): one
+        day's rows, which costs less than a line at a time in Python.
+        """
+        with self.open(name) as handle:
+            rows = handle.read().split("\n")
+        if rows[-1] == "":
+            rows.pop()
+        return rows[1:]
+
+    def names(self, segment: Segment) -> dict[str, str]:
+        with self.open(f"{segment.name}.names") as handle:
+            found = json.loads(handle.read())
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+class Sealed(NamedTuple):
+    """The window as the analysis reads it: the segments (the first day's filtered), then the new read's open rows."""
+
+    jobs: Iterator[str]
+    events: Iterator[str]
+    submit: Callable[[], Iterator[str]]
+    names: dict[str, str]
+
+
+def seal(store: Store, fresh: Fresh, window: tuple[float, float, float], key: str, spill: Path) -> Sealed:
+    """Write ``fresh``'s final rows into the cache and return the window's rows, streamed.
+
+    ``window``: the report's start, the start of what was read, its end. ``spill``: a
+    private directory for the read's rows that are not final. Raises ``Reread`` when the
+    new days cannot join the cached ones, ``CacheError`` when the cache cannot be written
+    (it is then not changed), and OSError when a segment cannot be read.
+    """
+    since, start, until = window
+    jobs = iter(fresh.jobs)
+    headers = (next(jobs, ""), fresh.events[0] if fresh.events else "", next(iter(fresh.submit()), ""))
+    manifest = store.manifest if start > since else None
+    if start > since and (manifest is None or manifest.headers != headers):
+        store.manifest = None
+        raise Reread()
+    batch = _Batch(store, headers, until - OVERLAP)
+    batch.old = {} if manifest is None else {s.day: s for s in manifest.segments if (s.day + 1) * DAY > since}
+    try:
+        batch.jobs(jobs, spill / "open-jobs.txt")
+        open_events = batch.events(fresh.events[1:])
+        batch.records(fresh.submit, spill / "open-submit.txt")
+        batch.names(fresh.names)
+        segments = batch.commit(since)
+        store.manifest = Manifest(key, since, until, headers, segments)
+        _write_manifest(store, store.manifest)
+    except OSError as exc:
+        batch.discard()
+        raise CacheError(f"cannot write the cache {store.path}: {exc.strerror or exc}") from None
+    _collect_garbage(store, segments)
+    first = _First(store, segments[0], headers, since) if segments and segments[0].day * DAY < since else None
+    return Sealed(
+        _stream(store, segments, "jobs", headers[0], first, file_lines(spill / "open-jobs.txt")),
+        _stream(store, segments, "events", headers[1], first, iter(open_events)),
+        lambda: _stream(store, segments, "submit", headers[2], first, file_lines(spill / "open-submit.txt")),
+        {k: v for s in segments for k, v in store.names(s).items()} | fresh.names,
     )
-    runs = {row.split("|", 1)[0] for row in jobs[1:]}
-    submit = (fresh.submit[0], *_kept_records(cached, fresh, jobs), *fresh.submit[1:])
-    names = {job: name for job, name in {**cached.names, **fresh.names}.items() if job in runs}
-    return Cached(fresh.key, since, fresh.until, jobs, events, submit, names)
+
+
+def _stream(
+    store: Store, segments: tuple[Segment, ...], kind: str, header: str, first: Optional[_First], rest: Iterator[str]
+) -> Iterator[str]:
+    """``header``, each segment's rows of ``kind`` (the first day's as ``first`` keeps them), then ``rest``."""
+    yield header
+    for segment in segments:
+        rows = store.lines(f"{segment.name}.{kind}")
+        yield from first.kept(kind, rows) if first is not None and segment == first.segment else rows
+    yield from rest
+
+
+class _First:
+    """The segment of the day the window starts in: its rows that ended before the start are left out.
+
+    A job's submit-line records there lose one per run left out when they number its runs
+    (as a read of the window would list them), else none (its count keeps failing).
+    """
+
+    def __init__(self, store: Store, segment: Segment, headers: tuple[str, str, str], since: float) -> None:
+        self.segment, self.since, self.headers = segment, since, headers
+        ends = _Ends(headers[0], JOB_KEY)
+        runs: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+        for row in store.lines(f"{segment.name}.jobs"):
+            key, end = ends(row)
+            job = key[0]
+            runs[job] = runs.get(job, 0) + 1
+            if end is not None and end < since:
+                self.dropped[job] = self.dropped.get(job, 0) + 1
+        self.runs = runs
+
+    def kept(self, kind: str, rows: Iterable[str]) -> Iterator[str]:
+        if kind == "submit":
+            return self._records(rows)
+        ends = _Ends(self.headers[0] if kind == "jobs" else self.headers[1], JOB_KEY if kind == "jobs" else EVENT_KEY)
+        return (row for row in rows if (ends(row)[1] or self.since) >= self.since)
+
+    def _records(self, lines: Iterable[str]) -> Iterator[str]:
+        records = list(submit_records(lines))
+        counts: dict[str, int] = {}
+        for record in records:
+            job = record.split("|", 1)[0]
+            counts[job] = counts.get(job, 0) + 1
+        left = {job: n for job, n in self.dropped.items() if counts.get(job) == self.runs[job]}
+        for record in records:
+            job = record.split("|", 1)[0]
+            if left.get(job, 0) > 0:
+                left[job] -= 1
+                continue
+            yield from record.split("\n")
+
+
+class _Batch:
+    """The final rows of one read, sorted into their days' new segment files."""
+
+    def __init__(self, store: Store, headers: tuple[str, str, str], cut: float) -> None:
+        self.store, self.headers, self.cut = store, headers, cut
+        self.old: dict[int, Segment] = {}
+        self.new: dict[int, Segment] = {}
+        self.buffered: dict[tuple[int, str], list[str]] = {}
+        self.held = 0
+        # job -> its runs in the read: one run, the day it ended on when final (-1: not final);
+        # several (few jobs): [their number, the days of the final ones]. One entry a job.
+        self.runs: dict[str, Union[int, list[int]]] = {}
+        self.replaced: dict[int, set[tuple[str, ...]]] = {}  # day -> keys of new rows (jobs)
+        self.replaced_events: dict[int, set[tuple[str, ...]]] = {}
+        self.job_names: dict[int, dict[str, str]] = {}
+
+    def _segment(self, day: int) -> Segment:
+        segment = self.new.get(day)
+        if segment is None:
+            segment = self.new[day] = Segment(day, f"{day}-{os.urandom(6).hex()}")
+            for kind, header in zip(KINDS, self.headers):
+                fd = os.open(f".{segment.name}.{kind}", _CREATE, 0o600, dir_fd=self.store.fd)
+                os.fchmod(fd, 0o600)
+                os.write(fd, (header + "\n").encode("utf-8"))
+                os.close(fd)
+        return segment
+
+    def _add(self, day: int, kind: str, row: str) -> None:
+        self._segment(day)
+        self.buffered.setdefault((day, kind), []).append(row)
+        self.held += 1
+        if self.held >= BUFFERED:
+            self._flush()
+
+    def _flush(self) -> None:
+        for (day, kind), rows in self.buffered.items():
+            fd = os.open(f".{self.new[day].name}.{kind}", _APPEND, dir_fd=self.store.fd)
+            try:
+                with os.fdopen(fd, "wb", closefd=False) as out:
+                    out.write("".join(row + "\n" for row in rows).encode("utf-8"))
+            finally:
+                os.close(fd)
+        self.buffered.clear()
+        self.held = 0
+
+    def jobs(self, rows: Iterator[str], spill: Path) -> None:
+        """Each run into its day's segment when final, else into ``spill``."""
+        ends = _Ends(self.headers[0], JOB_KEY)
+        runs = self.runs
+        with spill.open("w", encoding="utf-8", newline="\n") as out:
+            for row in rows:
+                key, end = ends(row)
+                day = -1 if end is None or end >= self.cut else int(end // DAY)
+                had = runs.get(key[0])
+                runs[key[0]] = day if had is None else _one_more(had, day)
+                if day < 0:
+                    out.write(row + "\n")
+                    continue
+                if day in self.old:  # only a day cached before is copied, less the rows read again
+                    self.replaced.setdefault(day, set()).add(key)
+                self._add(day, "jobs", row)
+
+    def events(self, rows: list[str]) -> list[str]:
+        """Each final event into its day's segment; the others, returned."""
+        if not rows:
+            return []
+        ends = _Ends(self.headers[1], EVENT_KEY)
+        kept = []
+        for row in rows:
+            key, end = ends(row)
+            if end is None or end >= self.cut:
+                kept.append(row)
+                continue
+            day = int(end // DAY)
+            if day in self.old:
+                self.replaced_events.setdefault(day, set()).add(key)
+            self._add(day, "events", row)
+        return kept
+
+    def records(self, submit: Callable[[], Iterable[str]], spill: Path) -> None:
+        """Each job's records with its final runs (``seal``); the rest into ``spill``, header first."""
+        counts: dict[str, int] = {}
+        records = iter(submit())
+        next(records, None)
+        for record in records:
+            job = record.split("|", 1)[0]
+            counts[job] = counts.get(job, 0) + 1
+        newest = max(self.new, default=None)
+        placed: dict[str, int] = {}
+        records = iter(submit())
+        next(records, None)
+        with spill.open("w", encoding="utf-8", newline="\n") as out:
+            for record in records:
+                job = record.split("|", 1)[0]
+                day = self._day_of(job, counts[job], placed, newest)
+                if day is None:
+                    out.write(record + "\n")
+                else:
+                    self._add(day, "submit", record)
+
+    def _day_of(self, job: str, records: int, placed: dict[str, int], newest: Optional[int]) -> Optional[int]:
+        """The day a record of ``job`` is kept with, None to leave it to the next read."""
+        runs = self.runs.get(job)
+        if runs is None:
+            return newest  # a record of no run read: it still counts against its job's runs
+        if isinstance(runs, int) and records == 1:
+            return runs if runs >= 0 else None  # most jobs: one run, one record
+        days = _days(runs)
+        if not days:
+            return None
+        if records != (runs[0] if isinstance(runs, list) else 1):
+            return days[-1]
+        index = placed.get(job, 0)
+        placed[job] = index + 1
+        return days[index] if index < len(days) else None
+
+    def names(self, names: dict[str, str]) -> None:
+        for job, name in names.items():
+            for day in _days(self.runs.get(job, -1)):
+                self.job_names.setdefault(day, {})[job] = name
+
+    def commit(self, since: float) -> tuple[Segment, ...]:
+        """Copy the old rows of every day written into its new files, then make them the segments."""
+        self._flush()
+        for day, segment in self.new.items():
+            old = self.old.get(day)
+            names = dict(self.job_names.get(day, {}))
+            if old is not None:
+                self._copy(old, segment, day)
+                names = {**self.store.names(old), **names}
+            body = json.dumps(names).encode("utf-8")
+            fd = os.open(f".{segment.name}.names", _CREATE, 0o600, dir_fd=self.store.fd)
+            try:
+                os.fchmod(fd, 0o600)
+                os.write(fd, body)
+            finally:
+                os.close(fd)
+        for segment in self.new.values():
+            for kind in (*KINDS, "names"):
+                name = f"{segment.name}.{kind}"
+                fd = os.open(f".{name}", _READ, dir_fd=self.store.fd)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(f".{name}", name, src_dir_fd=self.store.fd, dst_dir_fd=self.store.fd)
+        merged = {**self.old, **self.new}
+        return tuple(merged[day] for day in sorted(merged) if (day + 1) * DAY > since)
+
+    def _copy(self, old: Segment, new: Segment, day: int) -> None:
+        """The old segment's rows into the new one's files, less those the new read replaces."""
+        for kind, header, replaced, columns in (
+            ("jobs", self.headers[0], self.replaced.get(day, set()), JOB_KEY),
+            ("events", self.headers[1], self.replaced_events.get(day, set()), EVENT_KEY),
+            ("submit", self.headers[2], set(), JOB_KEY),
+        ):
+            rows: Iterable[str] = self.store.lines(f"{old.name}.{kind}")
+            if replaced:
+                ends = _Ends(header, columns)
+                rows = (row for row in rows if ends(row)[0] not in replaced)
+            fd = os.open(f".{new.name}.{kind}", _APPEND, dir_fd=self.store.fd)
+            try:
+                with os.fdopen(fd, "wb", closefd=False) as out:
+                    out.writelines((row + "\n").encode("utf-8") for row in rows)
+            finally:
+                os.close(fd)
+
+    def discard(self) -> None:
+        for segment in self.new.values():
+            for kind in (*KINDS, "names"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f".{segment.name}.{kind}", dir_fd=self.store.fd)
+
+
+def _one_more(runs: Union[int, list[int]], day: int) -> list[int]:
+    """A job's runs (``_Batch.runs``) with one more, final on ``day`` (-1: not final)."""
+    found = runs if isinstance(runs, list) else [1, *([runs] if runs >= 0 else [])]
+    found[0] += 1
+    if day >= 0:
+        found.append(day)
+    return found
+
+
+def _days(runs: Union[int, list[int]]) -> list[int]:
+    """The days of a job's final runs (``_Batch.runs``), in order."""
+    if isinstance(runs, int):
+        return [runs] if runs >= 0 else []
+    return sorted(runs[1:])
+
+
+def _write_manifest(store: Store, manifest: Manifest) -> None:
+    from healthd.store.atomicfile import write_atomically
+
+    body = {
+        "version": VERSION,
+        "key": manifest.key,
+        "since": manifest.since,
+        "until": manifest.until,
+        "headers": list(manifest.headers),
+        "segments": [[s.day, s.name] for s in manifest.segments],
+    }
+    write_atomically(store.fd, MANIFEST, json.dumps(body).encode("utf-8"), 0o600)
+
+
+def _collect_garbage(store: Store, segments: tuple[Segment, ...]) -> None:
+    """Remove every file the manifest does not name (replaced days, days before the window, a crash's leftovers)."""
+    wanted = {MANIFEST, *(f"{s.name}.{kind}" for s in segments for kind in (*KINDS, "names"))}
+    for name in os.listdir(store.fd):
+        if name not in wanted:
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=store.fd)

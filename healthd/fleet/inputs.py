@@ -4,8 +4,8 @@ Either way the result is one ``FleetInputs`` of line streams that ``analyze.anal
 backtest) read once, the submit lines twice. Nothing holds the runs whole: a file is read
 line by line, ``sacct --json`` a job at a time (``sacct_json.stream``), and ``--live``
 streams sacct's output into files in a private temporary directory, which the analysis
-then reads (``live.spool``). Only ``--cache`` holds the window's rows, to merge and write
-them (``cache``).
+then reads (``live.spool``). ``--cache`` keeps the final rows in per-day segment files and
+streams them back with the new days' (``cache``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import datetime
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional
 
 from healthd.fleet import cache, columnar, live, sacct_json
 from healthd.fleet.analyze import FleetSettings, Sources
@@ -161,51 +161,69 @@ def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[FleetI
     Raises ``live.AccountingError``, and ``trust.UntrustedPath`` for a cache others could write.
     """
     assert settings.since is not None, "--live always has a window's start"
-    until = settings.until if settings.until is not None else now
-    # What identifies the query: a cache of another cluster or table is not merged.
-    key = f"{how.conf}|{how.bin_dir}"
-    cached = cache.load(how.cache, key) if how.cache is not None else None
-    start = cache.read_from(cached, settings.since, key)
-    with tempfile.TemporaryDirectory(prefix="healthd-fleet-") as directory:
-        # sacct's window is in local time, as its output is (docs/fleet.md).
-        window = (datetime.datetime.fromtimestamp(start), datetime.datetime.fromtimestamp(until))
-        found = live.spool(how.bin_dir, window, how.timeout, Path(directory), conf=how.conf)
-        if how.cache is None:
-            scripts = _scripts(how, cache.submit_records(file_lines(found.submit_lines)))
-            counted = _engine(found.jobs, how.engine)
+    window = (settings.since, settings.until if settings.until is not None else now)
+    with tempfile.TemporaryDirectory(prefix="healthd-fleet-") as directory, contextlib.ExitStack() as held:
+        store = None if how.cache is None else _store(held, how.cache, f"{how.conf}|{how.bin_dir}")
+        sealed = None if store is None else _sealed(how, store, window, Path(directory))
+        if sealed is not None:
             yield FleetInputs(
-                columnar.JobsFile(found.jobs) if counted else file_lines(found.jobs), records(found.events),
-                LIVE_SOURCES, lambda: file_lines(found.submit_lines), found.names, scripts,
-                0.0 if counted else _size(found.jobs), len,
+                sealed.jobs, sealed.events, LIVE_SOURCES, sealed.submit, sealed.names,
+                _scripts(how, cache.submit_records(sealed.submit())),
             )  # fmt: skip
             return
-        kept = _cached(how.cache, cached, cache.Cached(key, start, until, *_rows(found)), settings.since)
-        submit = kept.submit
+        found = _spool(how, window, Path(directory))
+        scripts = _scripts(how, cache.submit_records(file_lines(found.submit_lines)))
+        counted = _engine(found.jobs, how.engine)
         yield FleetInputs(
-            kept.jobs, kept.events, LIVE_SOURCES, lambda: (line for r in submit for line in r.split("\n")), kept.names,
-            _scripts(how, kept.submit[1:]), float(len(kept.jobs)),
+            columnar.JobsFile(found.jobs) if counted else file_lines(found.jobs), records(found.events),
+            LIVE_SOURCES, lambda: file_lines(found.submit_lines), found.names, scripts,
+            0.0 if counted else _size(found.jobs), len,
         )  # fmt: skip
 
 
-def _rows(found: live.Spooled) -> tuple[Any, ...]:
-    """The spooled accounting as the cache's rows: jobs, events, submit-line records, names."""
-    return (
-        tuple(file_lines(found.jobs)),
-        # On "\n" alone: a reason is text, and \r, \v or \f in it must not start a record.
-        tuple(records(found.events)),
-        tuple(cache.submit_records(file_lines(found.submit_lines))),
-        found.names,
-    )
+def _spool(how: Live, window: tuple[float, float], directory: Path) -> live.Spooled:
+    # sacct's window is in local time, as its output is (docs/fleet.md).
+    since, until = (datetime.datetime.fromtimestamp(t) for t in window)
+    return live.spool(how.bin_dir, (since, until), how.timeout, directory, conf=how.conf)
 
 
-def _cached(path: Path, cached: Optional[cache.Cached], fresh: cache.Cached, since: float) -> cache.Cached:
-    """``fresh`` merged with the cache, and written back (a cache that cannot be written is said, and skipped)."""
-    found = cache.merge(cached, fresh, since)
+def _store(held: contextlib.ExitStack, path: Path, key: str) -> Optional[cache.Store]:
+    """The cache directory, locked until the report is done; None (said) where it cannot be used."""
     try:
-        cache.save(path, found)
+        store = held.enter_context(cache.opened(path, key))
     except cache.CacheError as exc:
         print(f"healthd fleet: {exc}; the report goes on without it", file=sys.stderr)
-    return found
+        return None
+    if store.note:
+        print(f"healthd fleet: {store.note}", file=sys.stderr)
+    return store
+
+
+def _sealed(how: Live, store: cache.Store, window: tuple[float, float], directory: Path) -> Optional[cache.Sealed]:
+    """The window from the cache and the new days read (``cache.seal``); None when the cache cannot be written."""
+    since, until = window
+    key = f"{how.conf}|{how.bin_dir}"  # what identifies the query: a cache of another cluster is not used
+    start = cache.read_from(store.manifest, since, key)
+    while True:
+        fresh = _fresh(_spool(how, (start, until), directory))
+        try:
+            return cache.seal(store, fresh, (since, start, until), key, directory)
+        except cache.Reread:
+            start = since
+        except cache.CacheError as exc:
+            print(f"healthd fleet: {exc}; the report goes on without it", file=sys.stderr)
+            return None
+
+
+def _fresh(found: live.Spooled) -> cache.Fresh:
+    """The spooled accounting as ``cache.seal`` takes it."""
+    return cache.Fresh(
+        file_lines(found.jobs),
+        # On "\n" alone: a reason is text, and \r, \v or \f in it must not start a record.
+        records(found.events),
+        lambda: cache.submit_records(file_lines(found.submit_lines)),
+        found.names,
+    )
 
 
 def _scripts(how: Live, submit_records: Iterable[str]) -> str:

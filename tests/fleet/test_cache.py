@@ -39,24 +39,25 @@ class Accounts:
         self.events = list(synth.event_lines(fleet))
         self.submit = list(synth.submit_lines(fleet))
         self.asked: list[tuple[dt.datetime, dt.datetime]] = []
+        self.served: list[int] = []  # the job runs of each window served
 
     def __call__(self, bin_dir: Any, since: dt.datetime, until: dt.datetime, timeout: float, conf: Any) -> Accounting:
         self.asked.append((since, until))
-        runs = [self.jobs[0]]
-        ids = set()
-        for line in self.jobs[1:]:
+        runs, submit = [self.jobs[0]], [self.submit[0]]
+        # One selection, as sacct makes for both queries: each run chosen brings its submit line.
+        for line, submit_line in zip(self.jobs[1:], self.submit[1:]):
             fields = line.split("|")
             start, end = moment(fields[6]), moment(fields[7])
             if start is not None and start <= until and (end is None or end >= since):
                 runs.append(line if end is None or end <= until else "|".join([*fields[:7], "Unknown", *fields[8:]]))
-                ids.add(fields[0])
+                submit.append(submit_line)
         events = [self.events[0]]
         for line in self.events[1:]:
             fields = line.split("|")
             start, end = moment(fields[2]), moment(fields[3])
             if start is not None and start <= until and (end is None or end >= since):
                 events.append(line)
-        submit = [self.submit[0], *(line for line in self.submit[1:] if line.split("|", 1)[0] in ids)]
+        self.served.append(len(runs) - 1)
         return Accounting("\n".join(runs) + "\n", "\n".join(events) + "\n", "\n".join(submit) + "\n")
 
 
@@ -83,12 +84,26 @@ def rounded(value: Any) -> Any:
     return value
 
 
-def report(cli: Cli, config: Path, until: str, *more: str) -> dict[str, Any]:
+def document(cli: Cli, config: Path, since: str, until: str, *more: str) -> dict[str, Any]:
     code, out, err = cli(
-        "fleet", "report", "--live", "--since", "2024-01-01", "--until", until, "--json", "--config", str(config), *more
-    )
+        "fleet", "report", "--live", "--since", since, "--until", until, "--json", "--config", str(config), *more
+    )  # fmt: skip
     assert code == 0, err
-    return {key: value for key, value in json.loads(out).items() if key in COMPARED}
+    found: dict[str, Any] = json.loads(out)
+    return found
+
+
+def report(cli: Cli, config: Path, until: str, *more: str) -> dict[str, Any]:
+    return {k: v for k, v in document(cli, config, "2024-01-01", until, *more).items() if k in COMPARED}
+
+
+def same(cached: dict[str, Any], full: dict[str, Any]) -> None:
+    """The two documents are equal, but for the order runs were read in (sums differ in the last bits)."""
+    for found in (cached, full):
+        found["attributed_failures"].sort(key=lambda a: (a["end"], a["job_id"]))
+    assert set(cached) == set(full)
+    for key in full:
+        assert rounded(cached[key]) == rounded(full[key]), key
 
 
 @pytest.fixture
@@ -100,47 +115,115 @@ def first_read(cli: Cli, write_config: Callable[..., Path], tmp_path: Path, acco
     return config, cache
 
 
+def segments(cache: Path) -> dict[str, int]:
+    """The cache's files by name, with their inode (a file rewritten is a new one)."""
+    return {path.name: path.stat().st_ino for path in cache.iterdir()}
+
+
 def test_a_second_run_reads_only_the_new_days_and_reports_as_a_full_read(
     cli: Cli, first_read: tuple[Path, Path], accounts: Accounts
 ) -> None:
     config, cache = first_read
-    assert oct(os.stat(cache).st_mode & 0o777) == "0o600"
-    cached = report(cli, config, "2024-02-08", "--cache", str(cache))
+    assert oct(os.stat(cache).st_mode & 0o777) == "0o700"
+    assert {oct(p.stat().st_mode & 0o777) for p in cache.iterdir()} == {"0o600"}
+    cached = document(cli, config, "2024-01-01", "2024-02-08", "--cache", str(cache))
     since, until = accounts.asked[-1]
     assert until == dt.datetime(2024, 2, 8) and since == dt.datetime(2024, 1, 24, 23, 0), "from an hour before"
-    full = report(cli, config, "2024-02-08")
+    full = document(cli, config, "2024-01-01", "2024-02-08")
     assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1)
-    # The same runs, though not in the same order (the cached ones come first).
-    for document in (cached, full):
-        document["attributed_failures"].sort(key=lambda a: (a["end"], a["job_id"]))
-    for key in COMPARED:  # sums in another order differ in the last bits
-        assert rounded(cached[key]) == rounded(full[key]), key
+    same(cached, full)
     assert full["runs"] > 4_000 and full["attributed_failures"]
 
 
-def test_a_cache_of_another_cluster_or_no_cache_is_read_whole(
+def test_a_day_costs_a_day(
+    cli: Cli, first_read: tuple[Path, Path], accounts: Accounts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next day's run reads the new day's rows and rewrites only that day's segment, and reports as a full read."""
+    import healthd.fleet.cache
+
+    config, cache = first_read
+    before = segments(cache)
+    parsed = []
+    ends = healthd.fleet.cache._Ends.__call__
+    monkeypatch.setattr(healthd.fleet.cache._Ends, "__call__", lambda self, row: parsed.append(row) or ends(self, row))
+    cached = document(cli, config, "2024-01-01", "2024-01-26", "--cache", str(cache))
+    assert accounts.asked[-1] == (dt.datetime(2024, 1, 24, 23, 0), dt.datetime(2024, 1, 26))
+    served = accounts.served[-1]
+    after = segments(cache)
+    kept = {name for name, inode in after.items() if before.get(name) == inode}
+    assert len(kept) >= len(before) - 5, "the days before are not written again (manifest and one day's four files)"
+    # Rows parsed: the new read's, and the cached rows of the one day its final runs join.
+    one_day = max(len((cache / name).read_text().splitlines()) for name in after if name.endswith(".jobs"))
+    assert 0 < len(parsed) <= served + 2 * one_day < full_window(accounts) / 4
+    same(cached, document(cli, config, "2024-01-01", "2024-01-26"))
+
+
+def full_window(accounts: Accounts) -> int:
+    return len(accounts.jobs)
+
+
+def test_a_window_that_moves_reports_as_a_full_read(
+    cli: Cli, first_read: tuple[Path, Path], accounts: Accounts
+) -> None:
+    """``--since`` inside a cached day: that day's earlier runs, events and submit records are left out."""
+    config, cache = first_read
+    cached = document(cli, config, "2024-01-09T13:30:00", "2024-01-27", "--cache", str(cache))
+    assert accounts.asked[-1][0] == dt.datetime(2024, 1, 24, 23, 0)
+    names = sorted(p.name for p in cache.glob("*.jobs"))
+    assert names[0].startswith(f"{int(dt.datetime(2024, 1, 9).timestamp()) // 86400}-"), "days before are gone"
+    same(cached, document(cli, config, "2024-01-09T13:30:00", "2024-01-27"))
+
+
+def test_a_cache_of_another_cluster_or_version_is_read_whole(
     cli: Cli, write_config: Callable[..., Path], tmp_path: Path, first_read: tuple[Path, Path], accounts: Accounts
 ) -> None:
     _, cache = first_read
     other = write_config(f'[slurm]\nbin_dir = "{tmp_path / "other"}"\n')
     report(cli, other, "2024-02-08", "--cache", str(cache))
     assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1), "another cluster's cache is not used"
-    cache.write_text("not json")
+    (cache / "manifest.json").write_text("not json")
     report(cli, other, "2024-02-09", "--cache", str(cache))
-    assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1), "a file that is no cache is read again, and replaced"
-    assert json.loads(cache.read_text())["version"] == 1
+    assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1), "a manifest that is no manifest is read again, replaced"
+    assert json.loads((cache / "manifest.json").read_text())["version"] == 2
 
 
-def test_a_cache_others_could_write_is_refused(cli: Cli, first_read: tuple[Path, Path], accounts: Accounts) -> None:
+def test_a_cache_missing_a_segment_is_read_whole(cli: Cli, first_read: tuple[Path, Path], accounts: Accounts) -> None:
     config, cache = first_read
-    cache.chmod(0o666)
+    next(cache.glob("*.jobs")).unlink()
+    cached = document(cli, config, "2024-01-01", "2024-01-26", "--cache", str(cache))
+    assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1)
+    same(cached, document(cli, config, "2024-01-01", "2024-01-26"))
+
+
+def test_a_cache_file_of_the_first_version_is_replaced_by_a_directory(
+    cli: Cli, write_config: Callable[..., Path], tmp_path: Path, accounts: Accounts
+) -> None:
+    config = write_config(f'[slurm]\nbin_dir = "{tmp_path}"\n')
+    cache = tmp_path / "fleet.cache"
+    cache.write_text(json.dumps({"version": 1, "key": "k", "jobs": []}))
+    cache.chmod(0o600)
+    code, _, err = cli(
+        "fleet", "report", "--live", "--since", "2024-01-01", "--until", "2024-01-25", "--config", str(config),
+        "--cache", str(cache),
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"{cache} is a file (an earlier healthd's cache): the window is read whole into a cache directory" in err
+    assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1) and (cache / "manifest.json").is_file()
+
+
+@pytest.mark.parametrize("which", ["directory", "segment"])
+def test_a_cache_others_could_write_is_refused(
+    cli: Cli, first_read: tuple[Path, Path], accounts: Accounts, which: str
+) -> None:
+    config, cache = first_read
+    (cache if which == "directory" else next(cache.glob("*.jobs"))).chmod(0o666 if which == "segment" else 0o777)
     asked = len(accounts.asked)
     code, _, err = cli(
         "fleet", "report", "--live", "--since", "2024-01-01", "--until", "2024-02-01", "--config", str(config),
         "--cache", str(cache),
     )  # fmt: skip
-    assert code == 78 and f"refusing {cache}" in err and "writable by group or others" in err
-    assert len(accounts.asked) == asked, "nothing read"
+    assert code == 78 and "refusing" in err and "writable by group or others" in err, err
+    assert len(accounts.asked) == asked + (which == "segment"), "nothing read (a segment is found unsafe on reading)"
 
 
 def test_cache_goes_with_live(cli: Cli, tmp_path: Path) -> None:
