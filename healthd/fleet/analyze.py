@@ -596,38 +596,64 @@ def _settle_choices(jobs: _Jobs, exclusions: Exclusions, runs: dict[str, list[in
     """
     partitions = _partition_nodes(jobs)
     placed = set()
+    # The runs of each distinct list of excluded nodes, added to its nodes once: jobs repeat their lists.
+    excluding: dict[tuple[str, ...], int] = {}
     for job_id, choice, used in settle(exclusions, runs):
-        for name in choice.excluded:
-            jobs.node(name).excluded_by += used
-        excluded = set(choice.excluded)
+        excluding[choice.excluded] = excluding.get(choice.excluded, 0) + used
         for key, counts in jobs.held.pop(job_id, {}).items():
             node, _, partition = key
-            others = partitions.get(partition, set()) - {node}
-            if choice.pinned or (others and others <= excluded):
+            if choice.pinned or _excludes_all_others(choice.excluded, partitions.get(partition, set()), node):
                 placed.add((job_id, node, partition))
                 _merge(jobs.pinned, {key: counts})
             else:
                 _merge(jobs.single, {key: counts})
+    for names, used in excluding.items():
+        for name in names:
+            jobs.node(name).excluded_by += used
     for held in jobs.held.values():  # a request whose line was rejected: its runs count as any other's
         _merge(jobs.single, held)
     jobs.held.clear()
     return frozenset(placed)
 
 
+def _excludes_all_others(excluded: tuple[str, ...], partition: set[str], node: str) -> bool:
+    """Whether ``excluded`` holds every node of ``partition`` but ``node``, and there is another."""
+    others = len(partition) - (node in partition)
+    # Most lists are far shorter than their partition: no set is built for them.
+    if not others or len(excluded) < others:
+        return False
+    return partition - {node} <= set(excluded)
+
+
 Rows = list[tuple[tuple[str, str], int, int]]  # ((user, partition), runs, failures) of one node
 
 
-def _rates(*tables: dict[tuple[str, str, str], list[int]]) -> tuple[dict[tuple[str, str], float], dict[str, Rows]]:
-    """Each (user, partition)'s failure rate over the tables' runs, and each node's rows."""
+def _rates(*tallies: dict[tuple[str, str], list[int]]) -> dict[tuple[str, str], float]:
+    """Each (user, partition)'s failure rate over the tallies' runs (``_tally``)."""
     users: dict[tuple[str, str], list[int]] = {}
-    per_node: dict[str, Rows] = {}
-    for table in tables:
-        for (name, user, partition), (runs, fails) in table.items():
-            total = users.setdefault((user, partition), [0, 0])
+    for tally in tallies:
+        for key, (runs, fails) in tally.items():
+            total = users.setdefault(key, [0, 0])
             total[0] += runs
             total[1] += fails
-            per_node.setdefault(name, []).append(((user, partition), runs, fails))
-    return {key: fails / runs for key, (runs, fails) in users.items() if runs}, per_node
+    return {key: fails / runs for key, (runs, fails) in users.items() if runs}
+
+
+def _tally(table: dict[tuple[str, str, str], list[int]]) -> tuple[dict[tuple[str, str], list[int]], dict[str, Rows]]:
+    """Each (user, partition)'s [runs, failures] in ``table``, and each node's rows: one pass over its keys."""
+    users: dict[tuple[str, str], list[int]] = {}
+    per_node: dict[str, Rows] = {}
+    for (name, user, partition), (runs, fails) in table.items():
+        total = users.get((user, partition))
+        if total is None:
+            total = users[(user, partition)] = [0, 0]
+        total[0] += runs
+        total[1] += fails
+        rows = per_node.get(name)
+        if rows is None:
+            rows = per_node[name] = []
+        rows.append(((user, partition), runs, fails))
+    return users, per_node
 
 
 def _by_user(rows: Rows, rates: dict[tuple[str, str], float]) -> tuple[int, float, int, tuple[str, int, float]]:
@@ -663,15 +689,15 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
         xids.setdefault(incident.node, set()).update(c for c in incident.codes if _XID.fullmatch(c))
     # p_u is estimated per (user, partition): its runs in one partition share a purpose. The
     # plain test's rates count every run; the evidence's count the runs not pinned.
-    rates, per_node = _rates(jobs.single, jobs.pinned)
-    counted_rates, counted = _rates(jobs.single)
-    _, pinned = _rates(jobs.pinned)
+    counted_users, counted = _tally(jobs.single)
+    pinned_users, pinned = _tally(jobs.pinned)
+    rates, counted_rates = _rates(counted_users, pinned_users), _rates(counted_users)
     signals = []
     empty = _Node()
     for name in sorted(fleet):
         node = jobs.nodes.get(name, empty)
         # Sorted: the sums of expectations are the same whoever counted the runs first (``columnar``).
-        rows = sorted(per_node.get(name, []))
+        rows = sorted(counted.get(name, []) + pinned.get(name, []))
         failures, expected, failing, (top, top_failures, top_expected) = _by_user(
             sorted(counted.get(name, [])), counted_rates
         )
