@@ -56,12 +56,13 @@ def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]
     )
     fleet = synth.plant(spec)
     started = time.perf_counter()
-    with jobs.open("w") as out:
-        out.writelines(line + "\n" for line in synth.job_lines(fleet))
-    with event_file.open("w") as out:
-        out.writelines(line + "\n" for line in synth.event_lines(fleet))
-    with submit.open("w") as out:
-        out.writelines(line + "\n" for line in synth.submit_lines(fleet))
+    # Each file under a temporary name, renamed when whole: a run started meanwhile (the files
+    # exist) would otherwise time a submit-line file still being written.
+    for path, lines in ((jobs, synth.job_lines), (event_file, synth.event_lines), (submit, synth.submit_lines)):
+        part = path.with_name(path.name + ".part")
+        with part.open("w") as out:
+            out.writelines(line + "\n" for line in lines(fleet))
+        part.replace(path)
     print(f"generated in {time.perf_counter() - started:.1f} s: {jobs} ({jobs.stat().st_size / 1e6:.0f} MB)")
     return jobs, event_file, submit
 
