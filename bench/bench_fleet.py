@@ -1,16 +1,15 @@
-"""``healthd fleet report`` at the study's scale: 4,000,000 job runs and 100,000 events.
+"""``healthd fleet report`` (and ``backtest``) on a synthetic fleet, each engine against the code before.
 
 Generates a synthetic fleet (``healthd/fleet/sample.py``: 3,000 nodes of 8 GPUs, 330
-days) into three files once (jobs, events, submit lines), then times the analysis in a fresh process and reads
-its peak RSS (``ru_maxrss`` of the child). The target is <= 60 s and <= 2 GB on a
-2-core machine. With ``--backtest`` it then times ``healthd fleet backtest --json`` (weekly
-steps) on the same files, in a fresh process, and prints the ratio to the report's time
-(target <= 2x). ``--engine`` picks who counts the plain runs (docs/fleet.md, "At scale"), and
-``--before TREE`` runs the same commands on the code before (a ``git archive`` of it) in the
-same run and prints the ratios of CPU seconds. Run:
+days) into three files once (jobs, events, submit lines), then runs each command in a fresh
+process per engine (``--engines``, default DuckDB then the Python reader) and, with ``--before
+TREE`` (a ``git archive`` of the code before), on that code first, in the same run. Each run's
+CPU seconds (user and system, DuckDB's threads included), wall seconds and peak RSS are its
+own (``wait4``); the ratios are of CPU seconds, and the documents are compared whole (the
+exit status is 1 when the engines' differ). Run:
 
     .venv/bin/python bench/bench_fleet.py [--runs 4000000] [--events 100000] [--dir DIR] [--backtest]
-        [--engine auto|duckdb|python] [--before TREE]
+        [--engines duckdb,python] [--before TREE]
 """
 
 from __future__ import annotations
@@ -18,13 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 HERE = Path(__file__).resolve().parent
 
@@ -58,49 +56,48 @@ def generate(directory: Path, runs: int, events: int) -> tuple[Path, Path, Path]
     )
     fleet = synth.plant(spec)
     started = time.perf_counter()
-    with jobs.open("w") as out:
-        out.writelines(line + "\n" for line in synth.job_lines(fleet))
-    with event_file.open("w") as out:
-        out.writelines(line + "\n" for line in synth.event_lines(fleet))
-    with submit.open("w") as out:
-        out.writelines(line + "\n" for line in synth.submit_lines(fleet))
+    # Each file under a temporary name, renamed when whole: a run started meanwhile (the files
+    # exist) would otherwise time a submit-line file still being written.
+    for path, lines in ((jobs, synth.job_lines), (event_file, synth.event_lines), (submit, synth.submit_lines)):
+        part = path.with_name(path.name + ".part")
+        with part.open("w") as out:
+            out.writelines(line + "\n" for line in lines(fleet))
+        part.replace(path)
     print(f"generated in {time.perf_counter() - started:.1f} s: {jobs} ({jobs.stat().st_size / 1e6:.0f} MB)")
     return jobs, event_file, submit
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+class Timed(NamedTuple):
+    """One command's CPU seconds (user + system, DuckDB's threads included), wall seconds and peak RSS."""
+
+    cpu: float
+    wall: float
+    peak_mb: float
+    found: Optional[dict[str, Any]]  # its JSON document, None when it failed
 
 
-CPU: dict[str, float] = {}  # the CPU seconds of each command timed, by its label
+def timed(command: str, *inputs: str, tree: Optional[Path] = None) -> Timed:
+    """``healthd fleet COMMAND --json`` in a fresh process, measured by its own rusage (``wait4``).
 
-
-def timed(
-    command: str, *inputs: str, tree: Optional[Path] = None, label: str = ""
-) -> tuple[float, float, Optional[dict[str, Any]]]:
-    """Seconds, peak RSS of the children so far (MB), and the JSON of ``healthd fleet COMMAND --json``.
-
-    Prints the CPU seconds of the command too: on a shared machine the wall time varies
-    with the others' load, the CPU time much less. ``tree``: the code to run (default: this one).
+    On a shared machine the wall time varies with the others' load, the CPU time much less.
+    ``tree``: the code to run (default: this one).
     """
     healthd = Path(sys.executable).with_name("healthd")
     env = dict(os.environ)
     if tree is not None:
         env["PYTHONPATH"] = os.pathsep.join((str(tree), str(tree / "checks"), env.get("PYTHONPATH", "")))
-    cpu = cpu_seconds()
-    started = time.perf_counter()
-    proc = subprocess.run(
-        [str(healthd), "fleet", command, "--json", *inputs], capture_output=True, text=True, check=False, env=env
-    )
-    elapsed = time.perf_counter() - started
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    CPU[label or command] = cpu_seconds() - cpu
-    print(f"fleet {command} {label}: {CPU[label or command]:.1f} s of CPU, {elapsed:.1f} s wall")
-    if proc.returncode != 0:
-        print(proc.stderr, file=sys.stderr)
-        return elapsed, peak_mb, None
-    return elapsed, peak_mb, json.loads(proc.stdout)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen([str(healthd), "fleet", command, "--json", *inputs], stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        found = json.loads(out.read()) if proc.returncode == 0 else None
+        if found is None:
+            print(err.read().decode(errors="replace"), file=sys.stderr)
+    return Timed(usage.ru_utime + usage.ru_stime, elapsed, usage.ru_maxrss / 1024, found)
 
 
 def main() -> int:
@@ -108,44 +105,40 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=4_000_000)
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
-    parser.add_argument("--backtest", action="store_true", help="time fleet backtest too, and its ratio")
-    parser.add_argument("--engine", default="auto", help="fleet's --engine (auto, duckdb, python)")
+    parser.add_argument("--backtest", action="store_true", help="time fleet backtest too")
+    parser.add_argument("--engines", default="duckdb,python", help="the --engine values to time, in order")
     parser.add_argument("--before", type=Path, metavar="TREE", help="the code before, to time the same commands on")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     jobs, events, submit = generate(args.dir, args.runs, args.events)
     inputs = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
-    if args.before is not None:
-        before(args, inputs)
-    elapsed, peak_mb, report = timed("report", *inputs, "--engine", args.engine)
-    if report is None:
-        return 1
-    print(
-        f"fleet report: {report['runs']} runs, {report['inputs']['events']['records']} events, "
-        f"{len(report['attributed_failures'])} attributed, {len(report['lemon_nodes'])} lemons: "
-        f"{elapsed:.1f} s, peak RSS {peak_mb:.0f} MB"
-    )
-    if args.backtest:
-        replay, replay_mb, found = timed("backtest", *inputs, "--engine", args.engine)
-        if found is None:
-            return 1
-        large = found["large_jobs"]
-        print(
-            f"fleet backtest: {len(found['steps'])} steps, {len(found['drains'])} drains, large-job failure rate "
-            f"{large['failure_rate']} -> {large['failure_rate_with_draining']}: {replay:.1f} s, peak RSS "
-            f"{replay_mb:.0f} MB (children so far), {replay / elapsed:.2f}x the report"
-        )
-    for command in ("report", "backtest"):
-        if f"{command} before" in CPU and command in CPU:
-            print(f"fleet {command}: {CPU[command] / CPU[f'{command} before']:.3f} of the CPU before")
-    return 0
-
-
-def before(args: argparse.Namespace, inputs: tuple[str, ...]) -> None:
-    """The same commands on the code before, first (its peak RSS is then the children's so far)."""
+    same = True
     for command in ("report", "backtest") if args.backtest else ("report",):
-        _, peak_mb, found = timed(command, *inputs, tree=args.before, label=f"{command} before")
-        print(f"fleet {command} before: peak RSS {peak_mb:.0f} MB{'' if found else ', FAILED'}")
+        before = None if args.before is None else _shown(command, "before", timed(command, *inputs, tree=args.before))
+        first: Optional[Timed] = None
+        for engine in args.engines.split(","):
+            now = _shown(command, engine, timed(command, *inputs, "--engine", engine))
+            first = first or now
+            same = same and now.found == first.found
+            if before is not None and before.found is not None:
+                print(
+                    f"fleet {command} {engine}: {now.cpu / before.cpu:.3f} of the CPU before; the document "
+                    f"{'the same as' if now.found == before.found else 'differs from'} the code before's, "
+                    f"{'the same as' if now.found == first.found else 'DIFFERS from'} the first engine's"
+                )
+    return 0 if same else 1
+
+
+def _shown(command: str, label: str, run: Timed) -> Timed:
+    found = run.found
+    what = "FAILED"
+    if found is not None and command == "report":
+        attributed, lemons = len(found["attributed_failures"]), len(found["lemon_nodes"])
+        what = f"{found['runs']} runs, {attributed} attributed, {lemons} lemons"
+    elif found is not None:
+        what = f"{len(found['steps'])} steps, {len(found['drains'])} drains"
+    print(f"fleet {command} {label}: {run.cpu:.1f} s of CPU, {run.wall:.1f} s wall, {run.peak_mb:.0f} MB peak ({what})")
+    return run
 
 
 if __name__ == "__main__":

@@ -419,8 +419,7 @@ def _read_jobs(
         counted = count(lines.path, table, (settings.since, settings.until), pins)
     if counted is not None:
         _add_counted(jobs, counted)
-        others = counted.others
-        table = dataclasses.replace(table, rows=((n, line) for n, line in table.rows if n in others))
+        table = dataclasses.replace(table, rows=iter(counted.others))
     rows = _job_rows(table, jobs.tally, settings, excluding)
     _count_runs(jobs, rows, columns, events, settings, pins, observer)
     if exclusions is not None:
@@ -437,9 +436,9 @@ def _add_counted(jobs: _Jobs, counted: Counted) -> None:
     jobs.tally.skipped += counted.skipped
     for key, (runs, seconds) in counted.by_size.items():
         jobs.by_size[key] = [runs, seconds, 0]
-    names: dict[str, str] = {}
-    for node, user, partition, runs in counted.single:
-        jobs.single[_interned((node, user, partition), names)] = [runs, 0]
+    # Not interned: DuckDB gives each row's names as new strings, and interning millions of keys
+    # cost more CPU than their copies' memory (a few hundred MB at 10M runs).
+    jobs.single.update(((node, user, partition), [runs, 0]) for node, user, partition, runs in counted.single)
     for partition, node_list in counted.lists:
         jobs.lists.add(partition, node_list)
     jobs.first, jobs.last = counted.first, counted.last
@@ -597,38 +596,64 @@ def _settle_choices(jobs: _Jobs, exclusions: Exclusions, runs: dict[str, list[in
     """
     partitions = _partition_nodes(jobs)
     placed = set()
+    # The runs of each distinct list of excluded nodes, added to its nodes once: jobs repeat their lists.
+    excluding: dict[tuple[str, ...], int] = {}
     for job_id, choice, used in settle(exclusions, runs):
-        for name in choice.excluded:
-            jobs.node(name).excluded_by += used
-        excluded = set(choice.excluded)
+        excluding[choice.excluded] = excluding.get(choice.excluded, 0) + used
         for key, counts in jobs.held.pop(job_id, {}).items():
             node, _, partition = key
-            others = partitions.get(partition, set()) - {node}
-            if choice.pinned or (others and others <= excluded):
+            if choice.pinned or _excludes_all_others(choice.excluded, partitions.get(partition, set()), node):
                 placed.add((job_id, node, partition))
                 _merge(jobs.pinned, {key: counts})
             else:
                 _merge(jobs.single, {key: counts})
+    for names, used in excluding.items():
+        for name in names:
+            jobs.node(name).excluded_by += used
     for held in jobs.held.values():  # a request whose line was rejected: its runs count as any other's
         _merge(jobs.single, held)
     jobs.held.clear()
     return frozenset(placed)
 
 
+def _excludes_all_others(excluded: tuple[str, ...], partition: set[str], node: str) -> bool:
+    """Whether ``excluded`` holds every node of ``partition`` but ``node``, and there is another."""
+    others = len(partition) - (node in partition)
+    # Most lists are far shorter than their partition: no set is built for them.
+    if not others or len(excluded) < others:
+        return False
+    return partition - {node} <= set(excluded)
+
+
 Rows = list[tuple[tuple[str, str], int, int]]  # ((user, partition), runs, failures) of one node
 
 
-def _rates(*tables: dict[tuple[str, str, str], list[int]]) -> tuple[dict[tuple[str, str], float], dict[str, Rows]]:
-    """Each (user, partition)'s failure rate over the tables' runs, and each node's rows."""
+def _rates(*tallies: dict[tuple[str, str], list[int]]) -> dict[tuple[str, str], float]:
+    """Each (user, partition)'s failure rate over the tallies' runs (``_tally``)."""
     users: dict[tuple[str, str], list[int]] = {}
-    per_node: dict[str, Rows] = {}
-    for table in tables:
-        for (name, user, partition), (runs, fails) in table.items():
-            total = users.setdefault((user, partition), [0, 0])
+    for tally in tallies:
+        for key, (runs, fails) in tally.items():
+            total = users.setdefault(key, [0, 0])
             total[0] += runs
             total[1] += fails
-            per_node.setdefault(name, []).append(((user, partition), runs, fails))
-    return {key: fails / runs for key, (runs, fails) in users.items() if runs}, per_node
+    return {key: fails / runs for key, (runs, fails) in users.items() if runs}
+
+
+def _tally(table: dict[tuple[str, str, str], list[int]]) -> tuple[dict[tuple[str, str], list[int]], dict[str, Rows]]:
+    """Each (user, partition)'s [runs, failures] in ``table``, and each node's rows: one pass over its keys."""
+    users: dict[tuple[str, str], list[int]] = {}
+    per_node: dict[str, Rows] = {}
+    for (name, user, partition), (runs, fails) in table.items():
+        total = users.get((user, partition))
+        if total is None:
+            total = users[(user, partition)] = [0, 0]
+        total[0] += runs
+        total[1] += fails
+        rows = per_node.get(name)
+        if rows is None:
+            rows = per_node[name] = []
+        rows.append(((user, partition), runs, fails))
+    return users, per_node
 
 
 def _by_user(rows: Rows, rates: dict[tuple[str, str], float]) -> tuple[int, float, int, tuple[str, int, float]]:
@@ -664,15 +689,15 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
         xids.setdefault(incident.node, set()).update(c for c in incident.codes if _XID.fullmatch(c))
     # p_u is estimated per (user, partition): its runs in one partition share a purpose. The
     # plain test's rates count every run; the evidence's count the runs not pinned.
-    rates, per_node = _rates(jobs.single, jobs.pinned)
-    counted_rates, counted = _rates(jobs.single)
-    _, pinned = _rates(jobs.pinned)
+    counted_users, counted = _tally(jobs.single)
+    pinned_users, pinned = _tally(jobs.pinned)
+    rates, counted_rates = _rates(counted_users, pinned_users), _rates(counted_users)
     signals = []
     empty = _Node()
     for name in sorted(fleet):
         node = jobs.nodes.get(name, empty)
         # Sorted: the sums of expectations are the same whoever counted the runs first (``columnar``).
-        rows = sorted(per_node.get(name, []))
+        rows = sorted(counted.get(name, []) + pinned.get(name, []))
         failures, expected, failing, (top, top_failures, top_expected) = _by_user(
             sorted(counted.get(name, [])), counted_rates
         )
@@ -746,7 +771,8 @@ def analyze(
     settings = settings or FleetSettings()
     read_events = _read_events(events, sources.events, settings, observer)
     requested = None if scripts is None else read_scripts(scripts)
-    exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit, requested)
+    engine = isinstance(jobs, JobsFile)  # DuckDB reads the submit lines where it reads the jobs
+    exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit, requested, engine)
     read_jobs = _read_jobs(jobs, sources.jobs, settings, read_events, exclusions, observer)
     # No script seen: none given, or only NONE where accounting keeps none (no job_script flag).
     unseen = requested is None or (requested.records > 0 and requested.stored == 0)

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
-from healthd.fleet.sacct import LocalTimes, SacctTable, file_lines, tres_gpus
+from healthd.fleet.hosts import MAYBE_OPTION
+from healthd.fleet.sacct import JOB_ID, FileLines, LocalTimes, SacctTable, tres_gpus
 
 # A plain run's fields, as the Python reader would accept them without a second look.
 _JOB_ID = "[0-9]+(_[0-9]+)?"
@@ -38,6 +39,7 @@ _CSV = (
     "new_line='\\n', auto_detect=false"
 )
 _USED = ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
+T = TypeVar("T")
 # DuckDB may use this much memory before it spills to a temporary directory.
 MEMORY_LIMIT = "2GB"
 
@@ -52,17 +54,21 @@ class Counted(NamedTuple):
     last: Optional[float]
     records: int
     skipped: int  # plain runs that ended outside the window
-    others: frozenset[int]  # line numbers for the Python reader
+    others: list[tuple[int, str]]  # (number, line) of the lines for the Python reader, in order
 
 
-class JobsFile:
+class JobsFile(FileLines):
     """A ``sacct -P`` file that DuckDB may count: its lines for the Python reader, its path for DuckDB."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
 
-    def __iter__(self) -> Iterator[str]:
-        return file_lines(self.path)
+class SubmitScan(NamedTuple):
+    """What DuckDB found in a ``JobID|SubmitLine`` file (``submit_scan``)."""
+
+    records: int  # every record of the file
+    # (number, line) of the lines before the first record, and of every line of the records that
+    # may ask for nodes: the Python reader reads these alone.
+    lines: list[tuple[int, str]]
+    per_job: dict[str, int]  # the records of each job that has one of those records
 
 
 def _duckdb() -> Any:
@@ -112,6 +118,39 @@ def count(
     ``table`` is the file's header as the Python reader opened it; ``others``: the jobs whose
     runs go to the Python reader whatever they are (their submit line excludes or pins nodes).
     """
+
+    def counted(db: Any, lines: int) -> Optional[Counted]:
+        _load(db, path, table)
+        # Every line a row, or the line numbers would not be the Python reader's (a byte DuckDB reads otherwise).
+        if db.execute("SELECT count(*) FROM lines").fetchone()[0] != lines - 1:
+            return None
+        _others(db, others)
+        return _counted(db, table, window, path)
+
+    return _with_duckdb(path, counted)
+
+
+def submit_scan(path: Path, jobs: frozenset[str]) -> Optional[SubmitScan]:
+    """The records of a ``JobID|SubmitLine`` file that may ask for nodes, or None where DuckDB cannot read it.
+
+    A record is a line starting with a job id and the lines after it that do not
+    (``submit._records_of``). It may ask for nodes where one of its lines holds a word that
+    may start a node option (``hosts.MAYBE_OPTION``: a superset of what ``hosts.request``
+    reads further), or where its job is one of ``jobs`` (a batch script asks for its nodes).
+    Every other record asks for nothing, so only its count is needed.
+    """
+
+    def scanned(db: Any, lines: int) -> Optional[SubmitScan]:
+        db.execute(f"CREATE TABLE sub AS {_whole_lines(path)}")
+        if db.execute("SELECT count(*) FROM sub").fetchone()[0] != lines - 1:
+            return None
+        return _scanned(db, jobs)
+
+    return _with_duckdb(path, scanned)
+
+
+def _with_duckdb(path: Path, work: Callable[[Any, int], Optional[T]]) -> Optional[T]:
+    """``work(connection, the file's lines)`` for a usable file, or None: no DuckDB, a file it cannot read."""
     duckdb = _duckdb()
     lines = _lines(path)
     if duckdb is None or lines is None:
@@ -120,14 +159,50 @@ def count(
         with duckdb.connect() as db, tempfile.TemporaryDirectory(prefix="healthd-fleet-duckdb-") as spill:
             db.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
             db.execute("SET temp_directory = ?", [spill])
-            _load(db, path, table)
-            # Every line a row, or the line numbers would not be the Python reader's (a byte DuckDB reads otherwise).
-            if db.execute("SELECT count(*) FROM lines").fetchone()[0] != lines - 1:
-                return None
-            _others(db, others)
-            return _counted(db, table, window)
+            return work(db, lines)
     except duckdb.Error:
         return None
+
+
+def _literal(path: Path) -> str:
+    """``path`` as an SQL string, its quotes doubled: a view cannot take a prepared parameter."""
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _whole_lines(path: Path) -> str:
+    """A query of each data line of a usable file whole, as (``n``: its number in the file, ``line``)."""
+    # One column: a usable file holds no byte 0x02, so no line is split. The null text may not be
+    # the delimiter: a line that is "\x03" alone reads as NULL, and is put back.
+    csv = _CSV.replace("delim='|'", "delim=chr(2)").replace("nullstr=chr(2)", "nullstr=chr(3)")
+    source = f"read_csv({_literal(path)}, columns={{'line': 'VARCHAR'}}, {csv})"
+    return f"SELECT row_number() OVER () + 1 AS n, coalesce(line, chr(3)) AS line FROM {source}"  # noqa: S608
+
+
+def _scanned(db: Any, jobs: frozenset[str]) -> SubmitScan:
+    _table(db, "wanted", ("job VARCHAR",), [(job,) for job in jobs])
+    # Each line's record: the last line at or before it that starts one (NULL before the first).
+    db.execute(
+        f"""CREATE TABLE marks AS SELECT n, job, hit,
+            max(CASE WHEN job IS NOT NULL THEN n END) OVER (ORDER BY n ROWS UNBOUNDED PRECEDING) AS record
+        FROM (SELECT n, regexp_matches(line, '{MAYBE_OPTION}') AS hit,
+            CASE WHEN contains(line, '|') AND regexp_full_match(split_part(line, '|', 1), '{JOB_ID.pattern}')
+                THEN split_part(line, '|', 1) END AS job
+            FROM sub)"""  # noqa: S608
+    )
+    db.execute(
+        "CREATE TABLE chosen AS SELECT DISTINCT record FROM marks WHERE hit AND record IS NOT NULL "
+        "UNION SELECT n FROM marks SEMI JOIN wanted USING (job)"
+    )
+    records = db.execute("SELECT count(job) FROM marks").fetchone()[0]
+    lines = db.execute(
+        "SELECT n, line FROM sub JOIN marks USING (n) "
+        "WHERE record IS NULL OR record IN (SELECT record FROM chosen) ORDER BY n"
+    ).fetchall()
+    per_job = db.execute(
+        "SELECT job, count(*) FROM marks WHERE job IN "
+        "(SELECT m.job FROM marks m JOIN chosen c ON m.n = c.record) GROUP BY job"
+    ).fetchall()
+    return SubmitScan(int(records), lines, {job: int(runs) for job, runs in per_job})
 
 
 def _column(table: SacctTable, name: str) -> str:
@@ -138,9 +213,7 @@ def _load(db: Any, path: Path, table: SacctTable) -> None:
     """The file as view ``lines``: every field text, one more column to catch a line with too many, and its number."""
     columns = {f"c{i}": "VARCHAR" for i in range(table.width + 1)}
     # quote and escape off, "\x02" as the null text: a field is its bytes, an empty one ''.
-    # A view cannot take a prepared parameter: the path goes in as an SQL string, its quotes doubled.
-    literal = "'" + str(path).replace("'", "''") + "'"
-    db.execute(f"CREATE VIEW raw AS SELECT * FROM read_csv({literal}, columns={columns}, {_CSV})")  # noqa: S608
+    db.execute(f"CREATE VIEW raw AS SELECT * FROM read_csv({_literal(path)}, columns={columns}, {_CSV})")  # noqa: S608
     # Data line n is line n + 1 of the file: the header is line 1, and a usable file has no blank line.
     wanted = sorted({table.index(name) for name in _USED} | {table.width - 1, table.width} | _partition(table))
     kept = ", ".join(f"c{i}" for i in wanted)
@@ -229,7 +302,7 @@ def _plain(db: Any, table: SacctTable) -> None:
     )
 
 
-def _counted(db: Any, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> Counted:
+def _counted(db: Any, table: SacctTable, window: tuple[Optional[float], Optional[float]], path: Path) -> Counted:
     _plain(db, table)
     since, until = window
     db.execute(
@@ -252,7 +325,9 @@ def _counted(db: Any, table: SacctTable, window: tuple[Optional[float], Optional
     ).fetchall()
     lists = db.execute("SELECT DISTINCT partition, node_list FROM counted WHERE nnodes > 1").fetchall()
     records, first, last = db.execute("SELECT count(*), min(start_at), max(end_at) FROM counted").fetchone()
-    others = db.execute("SELECT line FROM lines ANTI JOIN plain USING (line)").fetchall()
-    return Counted(
-        by_size, single, lists, first, last, int(records), int(skipped), frozenset(line for (line,) in others)
-    )
+    # The lines themselves: the Python reader then never walks the file.
+    others = db.execute(
+        f"SELECT n, line FROM ({_whole_lines(path)}) "  # noqa: S608
+        "WHERE n IN (SELECT line FROM lines ANTI JOIN plain USING (line)) ORDER BY n"
+    ).fetchall()
+    return Counted(by_size, single, lists, first, last, int(records), int(skipped), others)

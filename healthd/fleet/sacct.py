@@ -55,7 +55,7 @@ USER_TEXT = ("JobName", "SubmitLine", "Comment", "WorkDir", "Constraints", "WCKe
 FREE_TEXT = ("SubmitLine", "Reason")
 # A Slurm job id as sacct prints it: 123, an array task 123_4 (or 123_[1-9%2] while pending),
 # a heterogeneous component 123+1, a step 123.0, 123.batch, 123.extern (sacct(1), "JobID").
-_JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,%-]+\]))?(?:\+[0-9]+)?(?:\.(?:[0-9]+|batch|extern|interactive))?")
+JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,%-]+\]))?(?:\+[0-9]+)?(?:\.(?:[0-9]+|batch|extern|interactive))?")
 FIRST_BAD = 5
 # What sacct prints for a time that is not set.
 _NO_TIME = ("", "Unknown", "None", "N/A")
@@ -75,7 +75,7 @@ def sacctmgr_command(since: str = "START", until: str = "END") -> str:
 
 def is_job_id(text: str) -> bool:
     """True for a Slurm job id (``123``, ``123_4``, ``123+1``, ``123.batch``); a forged or shifted field is not one."""
-    return (text.isdigit() and text.isascii()) or _JOB_ID.fullmatch(text) is not None
+    return (text.isdigit() and text.isascii()) or JOB_ID.fullmatch(text) is not None
 
 
 class FleetInputError(Exception):
@@ -298,11 +298,21 @@ def text_of(raw: IO[bytes]) -> IO[str]:
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="\n")
 
 
-def file_lines(path: Path) -> Iterator[str]:
-    """The lines of ``path`` without their "\n", read as they are used."""
-    with text_of(path.open("rb")) as handle:
-        for line in handle:
-            yield line[:-1] if line.endswith("\n") else line
+class FileLines:
+    """The lines of a file without their "\n", read as they are used; its path for a reader in C (``columnar``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __iter__(self) -> Iterator[str]:
+        with text_of(self.path.open("rb")) as handle:
+            for line in handle:
+                yield line[:-1] if line.endswith("\n") else line
+
+
+def file_lines(path: Path) -> FileLines:
+    """The lines of ``path`` without their "\n", read as they are used (``FileLines``)."""
+    return FileLines(path)
 
 
 def first_word(text: str) -> str:

@@ -21,13 +21,16 @@ command line's, and is believed with the job's submit line.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional
 
-from healthd.fleet.hosts import Request, request
-from healthd.fleet.sacct import InputSummary, LineTally, SacctTable, is_job_id, open_table, submit_command
+from healthd.fleet.columnar import SubmitScan, submit_scan
+from healthd.fleet.hosts import Request, may_ask, request
+from healthd.fleet.sacct import FileLines, InputSummary, LineTally, SacctTable, is_job_id, open_table, submit_command
 from healthd.fleet.scripts import Scripts
 
 SUBMIT_COLUMNS = ("JobID", "SubmitLine")
+NOTHING = Request()
 
 
 class Choice(NamedTuple):
@@ -44,11 +47,6 @@ class Exclusions(NamedTuple):
     jobs: dict[str, Choice]
     records: dict[str, int]  # records of each of those job ids in the input
     tally: LineTally
-
-
-def _records(lines: Iterable[str], source: str, tally: LineTally) -> Iterator[tuple[int, str, str]]:
-    """(line number, job id, submit line) of each record, continuation lines joined to their record."""
-    return _records_of(open_table(lines, source, SUBMIT_COLUMNS, submit_command()), tally)
 
 
 def _records_of(table: SacctTable, tally: LineTally) -> Iterator[tuple[int, str, str]]:
@@ -68,17 +66,29 @@ def _records_of(table: SacctTable, tally: LineTally) -> Iterator[tuple[int, str,
         yield current
 
 
-def read_exclusions(passes: Callable[[], Iterable[str]], source: str, scripts: Optional[Scripts] = None) -> Exclusions:
+def read_exclusions(
+    passes: Callable[[], Iterable[str]], source: str, scripts: Optional[Scripts] = None, engine: bool = False
+) -> Exclusions:
     """Read the submit-line input twice (``passes()`` gives its lines afresh each time).
 
     ``scripts``: the requests of the jobs' batch scripts (``healthd.fleet.scripts``), under
     their command lines (``Request.over``); a job's script is believed with its submit line.
+    ``engine``: DuckDB may find the records that can ask for nodes (``columnar.submit_scan``),
+    where the input is a file it reads; the Python reader reads those records alone, as it
+    reads them in the whole input.
     """
     tally = LineTally(source)
     jobs: dict[str, Choice] = {}
+    # Each distinct submit line that may name a node option read once: a site's jobs repeat
+    # their command lines, and reading one costs a shell-word split (``hosts.request``).
+    requests: dict[str, Request] = {}
     wanted = {} if scripts is None else scripts.requests
     rejected = set() if scripts is None else set(scripts.rejected)
-    for number, job_id, text in _records(passes(), source, tally):
+    table = open_table(passes(), source, SUBMIT_COLUMNS, submit_command())
+    scan = _scan(passes(), table, frozenset(wanted) | rejected) if engine else None
+    if scan is not None:
+        table = dataclasses.replace(table, rows=iter(scan.lines))
+    for number, job_id, text in _records_of(table, tally):
         tally.records += 1
         if job_id not in jobs:
             if job_id in rejected:
@@ -87,14 +97,28 @@ def read_exclusions(passes: Callable[[], Iterable[str]], source: str, scripts: O
                     number,
                     f"job {job_id}: its batch script's header appears more than once: its #SBATCH lines are left out",
                 )
-            found = request(text).over(wanted.get(job_id, Request()))
+            asked = requests.get(text) if may_ask(text) else NOTHING
+            if asked is None:
+                asked = requests[text] = request(text)
+            found = asked.over(wanted.get(job_id, NOTHING))
             if found.excluded or found.pinned:
                 jobs[job_id] = Choice(number, found.excluded, found.pinned)
-    return Exclusions(jobs, _counts(passes(), source, dict.fromkeys(jobs, 0)), tally)
+    if scan is None:
+        return Exclusions(jobs, _counts(passes(), source, dict.fromkeys(jobs, 0)), tally)
+    tally.records = scan.records
+    return Exclusions(jobs, {job: scan.per_job[job] for job in jobs}, tally)
+
+
+def _scan(lines: Iterable[str], table: SacctTable, jobs: frozenset[str]) -> Optional[SubmitScan]:
+    """DuckDB's scan of a ``JobID|SubmitLine`` file (``columnar.submit_scan``), or None: the Python reader reads all."""
+    plain = table.width == 2 and table.index("JobID") == 0 and table.free_text == 1
+    if not plain or not isinstance(lines, FileLines):
+        return None
+    return submit_scan(lines.path, jobs)
 
 
 def _counts(lines: Iterable[str], source: str, records: dict[str, int]) -> dict[str, int]:
-    """``records`` with each job's records counted, as ``_records`` reads them.
+    """``records`` with each job's records counted, as ``_records_of`` reads them.
 
     A line whose first field is none of these jobs neither starts one of their records nor
     continues one (a continuation belongs to the record before it, whose count is taken

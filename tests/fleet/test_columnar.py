@@ -28,13 +28,15 @@ HEADER = "JobID|User|Partition|State|ExitCode|Submit|Start|End|Elapsed|NNodes|No
 EVENTS = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User"
 
 
-def both(jobs: Path, events: list[str], submit: Optional[Path] = None, **settings: Any) -> tuple[Any, Any]:
-    """The documents of the Python reader and of DuckDB with it; asserts that DuckDB counted runs."""
+def both(
+    jobs: Path, events: list[str], submit: Optional[Path] = None, scripts: Optional[str] = None, **settings: Any
+) -> tuple[Any, Any]:
+    """The documents of the Python reader and of DuckDB with it (jobs and submit lines); asserts DuckDB can read."""
     given = FleetSettings(**settings)
     lines = None if submit is None else (lambda: file_lines(submit))
-    python = analyze(file_lines(jobs), events, given, submit_lines=lines)
-    assert columnar.usable(jobs)
-    duck = analyze(JobsFile(jobs), events, given, submit_lines=lines)
+    python = analyze(file_lines(jobs), events, given, submit_lines=lines, scripts=scripts)
+    assert columnar.usable(jobs) and (submit is None or columnar.usable(submit))
+    duck = analyze(JobsFile(jobs), events, given, submit_lines=lines, scripts=scripts)
     return json.loads(json.dumps(document(python))), json.loads(json.dumps(document(duck)))
 
 
@@ -112,3 +114,52 @@ def test_a_field_duckdb_would_read_as_null_leaves_the_file_to_the_python_reader(
     duck = analyze(JobsFile(jobs), [EVENTS])
     assert json.loads(json.dumps(document(python))) == json.loads(json.dumps(document(duck)))
     assert duck.runs == 1 and duck.jobs.bad == 1
+
+
+SUBMIT = "JobID|SubmitLine"
+
+
+def _submit_shapes(tmp_path: Path) -> tuple[Path, Path, str]:
+    """Jobs, submit lines of every shape the Python reader reads, and one job's batch script."""
+    runs = [(1, "bob", "n01"), (2, "bob", "n01"), (2, "bob", "n01"), (5, "eve", "n01"), (6, "ann", "n02")]
+    runs += [(7, "ann", "n03"), (8, "ann", "n02"), (9, "ann", "n01")]
+    row = "{}|{}|p|COMPLETED|0:0|x|2024-03-01T01:00:00|2024-03-01T05:00:00|0|1|{}|gres/gpu=8"
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("\n".join([HEADER, *(row.format(*run) for run in runs)]) + "\n")
+    submit = tmp_path / "submit.txt"
+    lines = [
+        SUBMIT,
+        "before the first record",  # a bad line
+        "1|sbatch -x n09 a.sh",
+        "2|sbatch --exclude=n[03-04] a.sh",
+        "2|sbatch --exclude=n[03-04] a.sh",
+        "5|sbatch --wrap 'echo",  # eve's submit line, with newlines in it:
+        "1|sbatch -x n07 a.sh",  # a record forged for bob's job 1
+        "404|sbatch -w n08 a.sh",  # and for a job that does not exist
+        "-w n01'",  # a continuation line asking for a node
+        "6|sbatch run.sh",  # its batch script pins it (below)
+        "7|sbatch --wrap 'a|b' -vw n03",  # a "|" in the line, bundled short options
+        "8|sbatch --exclusive run.sh|",  # sacct -p's closing "|"
+        "9|sbatch run.sh",
+    ]
+    submit.write_text("\n".join(lines) + "\n")
+    return jobs, submit, "Batch Script for 6\n" + "-" * 80 + "\n#!/bin/sh\n#SBATCH --nodelist=n02\nexit 1\n\n"
+
+
+def test_submit_lines_of_every_shape_read_by_duckdb_give_the_python_readers_report(tmp_path: Path) -> None:
+    jobs, submit, scripts = _submit_shapes(tmp_path)
+    python, duck = both(jobs, [EVENTS], submit, scripts)
+    assert python == duck
+    assert python["inputs"]["submit_lines"]["bad_lines"] >= 3
+
+
+def test_duckdb_hands_the_python_reader_only_the_records_that_may_ask_for_nodes(tmp_path: Path) -> None:
+    _, submit, _ = _submit_shapes(tmp_path)
+    scan = columnar.submit_scan(submit, frozenset({"6"}))
+    assert scan is not None
+    assert scan.records == 10
+    # Not 12 ("--exclusive") nor 13 (no option); 6 by "--wrap" (the superset), 10 for its batch script.
+    assert [number for number, _ in scan.lines] == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    assert scan.per_job == {"1": 2, "2": 2, "5": 1, "404": 1, "6": 1, "7": 1}
+    without = columnar.submit_scan(submit, frozenset())
+    assert without is not None and [number for number, _ in without.lines] == [2, 3, 4, 5, 6, 7, 8, 9, 11]
