@@ -297,7 +297,7 @@ def seal(store: Store, fresh: Fresh, window: tuple[float, float, float], key: st
 
 
 def _stream(
-    store: Store, segments: tuple[Segment, ...], kind: str, header: str, first: Optional[_First], rest: Iterator[str]
+    store: Store, segments: tuple[Segment, ...], kind: str, header: str, first: Optional[_First], rest: Iterable[str]
 ) -> Iterator[str]:
     """``header``, each segment's rows of ``kind`` (the first day's as ``first`` keeps them), then ``rest``."""
     yield header
