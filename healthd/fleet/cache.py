@@ -39,6 +39,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
@@ -90,9 +91,14 @@ class Fresh(NamedTuple):
     names: dict[str, str]
 
 
-def read_from(manifest: Optional[Manifest], since: float, key: str) -> float:
-    """Where the query must start: the cached end less ``OVERLAP``, or ``since`` when the cache does not cover it."""
-    if manifest is None or manifest.key != key or since < manifest.since or since >= manifest.until:
+def read_from(manifest: Optional[Manifest], window: tuple[float, float], key: str) -> float:
+    """Where the query must start: the cached end less ``OVERLAP``, or ``since`` when the cache does not cover it.
+
+    A window that ends before the cached end (an earlier ``--until``) is read whole too: the
+    cached days after its end are not this report's.
+    """
+    since, until = window
+    if manifest is None or manifest.key != key or not manifest.since <= since < manifest.until <= until:
         return since
     return max(since, manifest.until - OVERLAP)
 
@@ -168,6 +174,8 @@ def _replace_old_file(path: Path) -> Optional[str]:
     try:
         if os.path.isfile(path):
             trusted_stat(path)  # a file others could write is refused, not silently removed
+            if not _old_cache(path):
+                raise CacheError(f"cannot use the cache {path}: a file that is not a healthd cache is there")
             os.unlink(path.name, dir_fd=parent)
             note = f"{path} is a file (an earlier healthd's cache): the window is read whole into a cache directory"
         if not os.path.lexists(path):
@@ -177,6 +185,16 @@ def _replace_old_file(path: Path) -> Optional[str]:
     finally:
         os.close(parent)
     return note
+
+
+# How the first version's one JSON file began (json.dumps of its body, "version" its first key).
+_OLD_CACHE_START = b'{"version": 1, "key": '
+
+
+def _old_cache(path: Path) -> bool:
+    """Whether ``path`` is the first version's cache file: only that is removed, never another file put there."""
+    with open(path, "rb") as handle:
+        return handle.read(len(_OLD_CACHE_START)) == _OLD_CACHE_START
 
 
 class Store:
@@ -552,10 +570,16 @@ def _write_manifest(store: Store, manifest: Manifest) -> None:
     write_atomically(store.fd, MANIFEST, json.dumps(body).encode("utf-8"), 0o600)
 
 
+# The names the cache writes: a segment's files (``DAY-RANDOM.KIND``), their dotted temporary
+# names, and write_atomically's ``.manifest.json.RANDOM.tmp``. Only these are ever removed, so a
+# --cache pointed at a directory holding anything else (a state directory) loses nothing of it.
+_OWN_NAME = re.compile(r"\.?[0-9]+-[0-9a-f]{12}\.(?:jobs|events|submit|names)|\.manifest\.json\.[0-9a-f]{16}\.tmp")
+
+
 def _collect_garbage(store: Store, segments: tuple[Segment, ...]) -> None:
-    """Remove every file the manifest does not name (replaced days, days before the window, a crash's leftovers)."""
+    """Remove the cache's own files the manifest does not name (replaced days, days before the window, leftovers)."""
     wanted = {MANIFEST, *(f"{s.name}.{kind}" for s in segments for kind in (*KINDS, "names"))}
     for name in os.listdir(store.fd):
-        if name not in wanted:
+        if name not in wanted and _OWN_NAME.fullmatch(name):
             with contextlib.suppress(OSError):
                 os.unlink(name, dir_fd=store.fd)

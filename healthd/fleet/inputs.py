@@ -203,7 +203,7 @@ def _sealed(how: Live, store: cache.Store, window: tuple[float, float], director
     """The window from the cache and the new days read (``cache.seal``); None when the cache cannot be written."""
     since, until = window
     key = f"{how.conf}|{how.bin_dir}"  # what identifies the query: a cache of another cluster is not used
-    start = cache.read_from(store.manifest, since, key)
+    start = cache.read_from(store.manifest, window, key)
     while True:
         fresh = _fresh(_spool(how, (start, until), directory))
         try:

@@ -247,3 +247,44 @@ def test_the_bar_is_drawn_on_a_terminal_only() -> None:
     drawn = shown.getvalue()
     assert "reading sacct [###############               ]  50%" in drawn
     assert "] 100%" in drawn and drawn.endswith("\r")
+
+
+def test_a_cache_directory_keeps_every_file_the_cache_did_not_write(
+    cli: Cli, write_config: Callable[..., Path], tmp_path: Path, accounts: Accounts
+) -> None:
+    """``--cache`` pointed at a directory holding other files (a state directory) removes none of them."""
+    config = write_config(f'[slurm]\nbin_dir = "{tmp_path}"\n')
+    cache = tmp_path / "shared"
+    cache.mkdir(mode=0o700)
+    theirs = {"policy.json": "{}", "notes.txt": "mine", "1-abc.jobs": "not a segment name", ".hidden": "x"}
+    for name, text in theirs.items():
+        (cache / name).write_text(text)
+    for until in ("2024-01-25", "2024-02-08"):
+        report(cli, config, until, "--cache", str(cache))
+    assert {name: (cache / name).read_text() for name in theirs} == theirs
+    assert (cache / "manifest.json").is_file() and len(list(cache.glob("*.jobs"))) > 1
+
+
+def test_a_file_at_the_cache_path_that_is_no_cache_is_kept(
+    cli: Cli, write_config: Callable[..., Path], tmp_path: Path, accounts: Accounts
+) -> None:
+    config = write_config(f'[slurm]\nbin_dir = "{tmp_path}"\n')
+    cache = tmp_path / "slurm.conf"
+    cache.write_text("ClusterName=c\n")
+    cache.chmod(0o600)
+    code, _, err = cli(
+        "fleet", "report", "--live", "--since", "2024-01-01", "--until", "2024-01-25", "--config", str(config),
+        "--cache", str(cache),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "a file that is not a healthd cache is there; the report goes on without it" in err
+    assert cache.read_text() == "ClusterName=c\n"
+
+
+def test_a_window_ending_before_the_cached_end_is_read_whole(
+    cli: Cli, first_read: tuple[Path, Path], accounts: Accounts
+) -> None:
+    config, cache = first_read
+    cached = document(cli, config, "2024-01-10", "2024-01-20", "--cache", str(cache))
+    assert accounts.asked[-1] == (dt.datetime(2024, 1, 10), dt.datetime(2024, 1, 20))
+    same(cached, document(cli, config, "2024-01-10", "2024-01-20"))
