@@ -85,11 +85,11 @@ def measure(ctx: CheckContext[IbBandwidthSettings], hca: str, index: int) -> Uni
     )
     if isinstance(done, Unobserved):
         return done
+    if done.returncode != 0:  # a client that failed, even after printing a table, measured nothing to grade
+        return program.failed(done, server, hca, "IB_BANDWIDTH")
     try:
         rows = parse_write_bw(done.out)
     except ValueError as exc:
-        if done.returncode != 0:
-            return program.failed(done, server, hca, "IB_BANDWIDTH")
         return Unobserved("IB_BANDWIDTH_MALFORMED", hca, one_line(f"{settings.ib_write_bw}: {exc}", 300))
     measured = [row.gbps for row in rows if row.size == settings.message_size]
     if len(measured) != 1:

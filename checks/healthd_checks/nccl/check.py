@@ -97,13 +97,15 @@ def run_once(ctx: CheckContext[NcclSettings], gpus: int, loopback: bool) -> Unio
     done = program.run(ctx.memory, argv, settings.run_timeout, SUBJECT, "NCCL", env)
     if isinstance(done, Unobserved):
         return done
-    # nccl-tests exits non-zero after wrong results and still prints its table: the table decides.
+    # nccl-tests exits non-zero after wrong results and still prints its table: wrong results decide.
+    # Any other non-zero exit is a run that failed, whatever its table says: nothing to grade OK.
     try:
-        return parse_all_reduce(done.out)
+        run = parse_all_reduce(done.out)
     except ValueError as exc:
         if done.returncode != 0:
             return program.failed(done, argv, SUBJECT, "NCCL")
         return Unobserved("NCCL_MALFORMED", SUBJECT, one_line(f"{settings.all_reduce_perf}: {exc}", 300))
+    return program.failed(done, argv, SUBJECT, "NCCL") if done.returncode != 0 and not run.wrong else run
 
 
 def _measure(

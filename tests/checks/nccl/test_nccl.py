@@ -172,3 +172,10 @@ def test_only_an_active_pass_runs_it_through_the_cli(
     code, out, _ = cli("check", "--once", "--active", "--force", "--config", config)
     assert code == 2 and "NCCL_WRONG_RESULTS" in out
     assert len(perf.argv) == 1
+
+
+def test_a_run_that_exits_non_zero_with_right_sums_is_unknown_however_fast(perf: AllReducePerf) -> None:
+    """Only wrong results explain a non-zero exit with a table; any other failed run measured nothing to grade OK."""
+    perf.prints("h100-2x8-pass.txt", rc=1)
+    (finding,) = perf.run(min_busbw_gbps=60)
+    assert (finding.status, finding.code) == (Status.UNKNOWN, "NCCL_FAILED")
