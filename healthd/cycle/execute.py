@@ -163,7 +163,8 @@ def _shard_read(
     since = time.time() - settings.breaker_window
     groups: list[NodeGroup] = []
     rest = [mate for mate in (*mates[at + 1 :], *mates[:at]) if mate not in first]
-    for mate in (*(m for m in first if m in mates and m != name), *rest, *(() if enough else (name,))):
+    ahead = [m for m in dict.fromkeys(first) if m in mates and m != name]
+    for mate in (*ahead, *rest, *(() if enough else (name,))):
         groups.append(_as_group(client.node(mate), partition))
         view = group_views(groups, (partition,), reasons)[partition]
         if enough and counted_out(view, name, since) >= SHARD_LIMIT:

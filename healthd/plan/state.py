@@ -210,8 +210,16 @@ class BreakerHold(NamedTuple):
             since=float(data.get("since", 0.0)),
             attempts=int(data.get("attempts", 0)),
             next_check=float(data.get("next_check", 0.0)),
-            by=_names(data.get("by", [])),
+            by=_hint(data.get("by", [])),
         )
+
+
+def _hint(value: Any) -> tuple[str, ...]:
+    """``BreakerHold.by``: only which shard-mates to read first, so a bad value is none, not a lost hold."""
+    try:
+        return _names(value)
+    except TypeError:
+        return ()
 
 
 class ProvisionalRaise(NamedTuple):

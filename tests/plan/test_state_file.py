@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from healthd.plan.acks import FindingRef
-from healthd.plan.state import PolicyState, Repair
+from healthd.plan.state import BreakerHold, PolicyState, Repair
 
 DAMAGED = {"skips_breaker": "false"}
 NAMED = "policy.json: bad policy state: skips_breaker: TypeError: 'false' is not true or false"
@@ -59,3 +59,12 @@ def test_problems_of_the_policy_and_acks_files_are_reported_once_in_the_order_re
     acks = [e for e in errors if "acks.json: acks[" in e]
     assert [e.split("acks.json: ")[1].split(" ignored")[0] for e in acks] == ["acks[0]", "acks[1]"], errors
     assert errors.index(acks[0]) > next(i for i, e in enumerate(errors) if NAMED in e), errors
+
+
+def test_a_bad_list_of_holders_keeps_the_hold_and_its_backoff() -> None:
+    """``held.by`` only orders a shard's reads: a damaged one is read as none, the hold and its backoff kept."""
+    held = {"why": "full", "since": 100.0, "attempts": 3, "next_check": 400.0}
+    for by in ("node1", [1, 2], None):
+        assert BreakerHold.from_dict({**held, "by": by}) == BreakerHold("full", 100.0, 3, 400.0, ())
+    assert BreakerHold.from_dict({**held, "by": ["node1"]}).by == ("node1",)
+    assert BreakerHold.from_dict(held).to_dict() == held, "no by is written when there is none"

@@ -85,6 +85,9 @@ class _Server:
     def __init__(self, argv: Sequence[str], timeout: float, env: Optional[Mapping[str, str]]) -> None:
         self.pid: Optional[int] = None
         self.stuck: Optional[subprocess.Popen[str]] = None
+        # Set once the server's pid is known or it could not start: ``stop`` waits for it, so a client
+        # that answered at once cannot leave a server that had not started yet running behind it.
+        self.settled = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(argv, timeout, env), daemon=True)
         self.thread.start()
 
@@ -97,9 +100,12 @@ class _Server:
             self.stuck = exc.process
         except OSError:
             pass
+        finally:
+            self.settled.set()
 
     def _started(self, pid: int) -> None:
         self.pid = pid
+        self.settled.set()
 
     def alive(self) -> bool:
         return self.thread.is_alive() or (self.stuck is not None and self.stuck.poll() is None)
@@ -107,6 +113,8 @@ class _Server:
     def stop(self, grace: float) -> bool:
         """Wait ``grace`` seconds for it to end, then kill its process group; False when it outlives that too."""
         self.thread.join(grace)
+        if self.thread.is_alive():
+            self.settled.wait(KILL_GRACE * 10)
         if self.thread.is_alive() and self.pid is not None:
             with contextlib.suppress(OSError):  # gone meanwhile
                 os.killpg(self.pid, signal.SIGKILL)
