@@ -195,18 +195,24 @@ def test_a_cache_missing_a_segment_is_read_whole(cli: Cli, first_read: tuple[Pat
     same(cached, document(cli, config, "2024-01-01", "2024-01-26"))
 
 
-def test_a_cache_file_of_the_first_version_is_replaced_by_a_directory(
-    cli: Cli, write_config: Callable[..., Path], tmp_path: Path, accounts: Accounts
-) -> None:
-    config = write_config(f'[slurm]\nbin_dir = "{tmp_path}"\n')
-    cache = tmp_path / "fleet.cache"
-    cache.write_text(json.dumps({"version": 1, "key": "k", "jobs": []}))
+def _report_with_a_file_at_the_cache(cli: Cli, write_config: Callable[..., Path], cache: Path, text: str) -> str:
+    """A live report of 2024-01-01 to 2024-01-25 with ``--cache`` at a file holding ``text``: its stderr (exit 0)."""
+    config = write_config(f'[slurm]\nbin_dir = "{cache.parent}"\n')
+    cache.write_text(text)
     cache.chmod(0o600)
     code, _, err = cli(
         "fleet", "report", "--live", "--since", "2024-01-01", "--until", "2024-01-25", "--config", str(config),
         "--cache", str(cache),
     )  # fmt: skip
     assert code == 0, err
+    return err
+
+
+def test_a_cache_file_of_the_first_version_is_replaced_by_a_directory(
+    cli: Cli, write_config: Callable[..., Path], tmp_path: Path, accounts: Accounts
+) -> None:
+    cache = tmp_path / "fleet.cache"
+    err = _report_with_a_file_at_the_cache(cli, write_config, cache, json.dumps({"version": 1, "key": "k", "jobs": []}))
     assert f"{cache} is a file (an earlier healthd's cache): the window is read whole into a cache directory" in err
     assert accounts.asked[-1][0] == dt.datetime(2024, 1, 1) and (cache / "manifest.json").is_file()
 
@@ -268,15 +274,8 @@ def test_a_cache_directory_keeps_every_file_the_cache_did_not_write(
 def test_a_file_at_the_cache_path_that_is_no_cache_is_kept(
     cli: Cli, write_config: Callable[..., Path], tmp_path: Path, accounts: Accounts
 ) -> None:
-    config = write_config(f'[slurm]\nbin_dir = "{tmp_path}"\n')
     cache = tmp_path / "slurm.conf"
-    cache.write_text("ClusterName=c\n")
-    cache.chmod(0o600)
-    code, _, err = cli(
-        "fleet", "report", "--live", "--since", "2024-01-01", "--until", "2024-01-25", "--config", str(config),
-        "--cache", str(cache),
-    )  # fmt: skip
-    assert code == 0, err
+    err = _report_with_a_file_at_the_cache(cli, write_config, cache, "ClusterName=c\n")
     assert "a file that is not a healthd cache is there; the report goes on without it" in err
     assert cache.read_text() == "ClusterName=c\n"
 
