@@ -372,14 +372,14 @@ def _days(path: Path, table: SacctTable, window: tuple[Optional[float], Optional
     to as long after the latest.
 
     sacct prints a window's runs in job order, which is submit order: its first and last
-    lines bound nearly every run's times. At most ``_MOST_DAYS`` days.
+    lines bound nearly every run's times. At most ``_MOST_DAYS`` days, up to the latest.
     """
     days = [day for line in _ends(path) for day in _line_days(line, table)]
     days += [datetime.date.fromtimestamp(edge) for edge in window if edge is not None and 0 <= edge < 2**33]
     if not days:
         return
     first, last = min(days) - _MARGIN, max(days) + _MARGIN
-    last = min(last, first + datetime.timedelta(days=_MOST_DAYS))
+    first = max(first, last - datetime.timedelta(days=_MOST_DAYS))  # the latest: a window ends now
     while first <= last:
         yield first
         first += datetime.timedelta(days=1)
