@@ -21,7 +21,9 @@ number of runs. The rules are the study's (docs/fleet.md):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,7 +39,7 @@ from healthd.fleet.causes import (
     group_incidents,
     shared_incidents,
 )
-from healthd.fleet.columnar import Counted, JobsFile, count
+from healthd.fleet.columnar import Counted, JobsFile, counting
 from healthd.fleet.hosts import Lists, expand
 from healthd.fleet.lemons import Baseline, Floors, HeldBack, LemonVerdict, NodeSignals, detect, held_back
 from healthd.fleet.reliability import (
@@ -414,14 +416,14 @@ def _read_jobs(
     pins = frozenset(excluding)
     index = table.index
     columns = _RunColumns(index("JobID"), index("User"), index("State"), index("NodeList"), table.optional("Partition"))
-    counted = None
-    if isinstance(lines, JobsFile) and observer is None:  # a replay sees every run: the Python reader's alone
-        counted = count(lines.path, table, (settings.since, settings.until), pins)
-    if counted is not None:
-        _add_counted(jobs, counted)
-        table = dataclasses.replace(table, rows=iter(counted.others))
-    rows = _job_rows(table, jobs.tally, settings, excluding)
-    _count_runs(jobs, rows, columns, events, settings, pins, observer)
+    with contextlib.ExitStack() as stack:
+        if isinstance(lines, JobsFile) and observer is None:  # a replay sees every run: the Python reader's alone
+            counted = stack.enter_context(counting(lines.path, table, (settings.since, settings.until), pins))
+            if counted is not None:
+                _add_counted(jobs, counted)
+                table = dataclasses.replace(table, rows=iter(counted.others))
+        rows = _job_rows(table, jobs.tally, settings, excluding)
+        _count_runs(jobs, rows, columns, events, settings, pins, observer)
     if exclusions is not None:
         placed = _settle_choices(jobs, exclusions, excluding)
         if observer is not None:
@@ -697,10 +699,10 @@ def _signals(jobs: _Jobs, events: _Events) -> list[NodeSignals]:
     for name in sorted(fleet):
         node = jobs.nodes.get(name, empty)
         # Sorted: the sums of expectations are the same whoever counted the runs first (``columnar``).
-        rows = sorted(counted.get(name, []) + pinned.get(name, []))
-        failures, expected, failing, (top, top_failures, top_expected) = _by_user(
-            sorted(counted.get(name, [])), counted_rates
-        )
+        evidence = sorted(counted.get(name, []))
+        placed = pinned.get(name)
+        rows = sorted(evidence + placed) if placed else evidence
+        failures, expected, failing, (top, top_failures, top_expected) = _by_user(evidence, counted_rates)
         signals.append(
             NodeSignals(
                 node=name,
@@ -769,16 +771,34 @@ def analyze(
     ``#SBATCH`` node options join their submit lines'.
     """
     settings = settings or FleetSettings()
-    read_events = _read_events(events, sources.events, settings, observer)
-    requested = None if scripts is None else read_scripts(scripts)
-    engine = isinstance(jobs, JobsFile)  # DuckDB reads the submit lines where it reads the jobs
-    exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit, requested, engine)
-    read_jobs = _read_jobs(jobs, sources.jobs, settings, read_events, exclusions, observer)
-    # No script seen: none given, or only NONE where accounting keeps none (no job_script flag).
-    unseen = requested is None or (requested.records > 0 and requested.stored == 0)
-    notes = (NO_SCRIPTS,) if exclusions is not None and unseen else ()
-    names = {} if job_names is None else job_names  # filled while the jobs are read (``sacct_json.stream``)
-    return _replace_notes(_report(settings, read_jobs, read_events, exclusions, names), notes)
+    with _collector_paused():
+        read_events = _read_events(events, sources.events, settings, observer)
+        requested = None if scripts is None else read_scripts(scripts)
+        engine = isinstance(jobs, JobsFile)  # DuckDB reads the submit lines where it reads the jobs
+        exclusions = None if submit_lines is None else read_exclusions(submit_lines, sources.submit, requested, engine)
+        read_jobs = _read_jobs(jobs, sources.jobs, settings, read_events, exclusions, observer)
+        # No script seen: none given, or only NONE where accounting keeps none (no job_script flag).
+        unseen = requested is None or (requested.records > 0 and requested.stored == 0)
+        notes = (NO_SCRIPTS,) if exclusions is not None and unseen else ()
+        names = {} if job_names is None else job_names  # filled while the jobs are read (``sacct_json.stream``)
+        return _replace_notes(_report(settings, read_jobs, read_events, exclusions, names), notes)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector paused while the analysis runs, as it was after.
+
+    The analysis builds millions of small containers that hold no cycle (keys, counters,
+    rows), and each collection of the oldest generation walks them all again: a quarter of
+    the report's CPU at a million runs (``bench/bench_fleet.py``, docs/scale.md).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _replace_notes(report: FleetReport, notes: tuple[str, ...]) -> FleetReport:

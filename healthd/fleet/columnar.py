@@ -21,9 +21,11 @@ read (any ``duckdb.Error``, invalid UTF-8 for one). The runs' time is summed in 
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, TypeVar
 
 from healthd.fleet.hosts import MAYBE_OPTION
 from healthd.fleet.sacct import JOB_ID, FileLines, LocalTimes, SacctTable, tres_gpus
@@ -32,16 +34,24 @@ from healthd.fleet.sacct import JOB_ID, FileLines, LocalTimes, SacctTable, tres_
 _JOB_ID = "[0-9]+(_[0-9]+)?"
 _NNODES = "[1-9][0-9]{0,8}"
 _EPOCH = "@[0-9]{1,12}"
+_MMSS = ":[0-5][0-9]:[0-5][0-9]"
 # Fields as they are: no quoting, no escapes, "\x02" as the null text (an empty field is ''), short lines
 # padded with NULL, long ones kept apart (the extra column), lines ending at "\n".
 _CSV = (
     "delim='|', header=true, quote='', escape='', null_padding=true, strict_mode=false, nullstr=chr(2), "
     "new_line='\\n', auto_detect=false"
 )
-_USED = ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES")
 T = TypeVar("T")
 # DuckDB may use this much memory before it spills to a temporary directory.
 MEMORY_LIMIT = "2GB"
+# The other lines are fetched this many at a time (``counting``).
+_BATCH = 10_000
+# The hours of a run's times looked up in DuckDB (``_days``): the days of the file's first and
+# last lines, read from this many bytes at each end, this many days on each side, at most this many.
+_SAMPLE = 1 << 20
+_MARGIN = datetime.timedelta(days=45)
+_MOST_DAYS = 4 * 366
+_LINES: dict[tuple[object, ...], Optional[int]] = {}  # ``_lines``' last answers
 
 
 class Counted(NamedTuple):
@@ -54,7 +64,7 @@ class Counted(NamedTuple):
     last: Optional[float]
     records: int
     skipped: int  # plain runs that ended outside the window
-    others: list[tuple[int, str]]  # (number, line) of the lines for the Python reader, in order
+    others: Iterable[tuple[int, str]]  # (number, line) of the lines for the Python reader, in order
 
 
 class JobsFile(FileLines):
@@ -94,40 +104,133 @@ def usable(path: Path) -> bool:
 
 
 def _lines(path: Path) -> Optional[int]:
-    """The number of lines of a usable file (``usable``), else None: one pass in 16 MiB reads, in C."""
+    """The number of lines of a usable file (``usable``), else None: one pass in 16 MiB reads, in C.
+
+    Remembered for the file as it is (its inode, size and change time): the command line asks
+    whether DuckDB may read the jobs, then DuckDB reads them, and a pass over a year of a
+    large fleet's runs costs seconds.
+    """
     try:
         if not path.is_file():
             return None
-        lines, last = 0, b"\n"  # a file starting with "\n" starts with a blank line
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(16 << 20), b""):
-                if b"\r" in chunk or b"\x02" in chunk or b"\n\n" in chunk or (last == b"\n" and chunk[:1] == b"\n"):
-                    return None
-                lines += chunk.count(b"\n")
-                last = chunk[-1:]
+        seen = path.stat()
+        key = (str(path), seen.st_dev, seen.st_ino, seen.st_size, seen.st_mtime_ns, seen.st_ctime_ns)
+        if key not in _LINES:
+            if len(_LINES) > 3:  # the few files of one command: the jobs, asked twice, and the submit lines
+                _LINES.clear()
+            _LINES[key] = _count_lines(path)
+        return _LINES[key]
     except OSError:
         return None
+
+
+def _count_lines(path: Path) -> Optional[int]:
+    lines, last = 0, b"\n"  # a file starting with "\n" starts with a blank line
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(16 << 20), b""):
+            if b"\r" in chunk or b"\x02" in chunk or b"\n\n" in chunk or (last == b"\n" and chunk[:1] == b"\n"):
+                return None
+            lines += len(chunk) - len(chunk.translate(None, b"\n"))  # twice as fast as count(), measured
+            last = chunk[-1:]
     return None if not lines and last == b"\n" else lines + (last != b"\n")
 
 
 def count(
     path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]], others: frozenset[str]
 ) -> Optional[Counted]:
+    """``counting``'s counts with the other lines in a list, or None where DuckDB cannot read the file."""
+    with counting(path, table, window, others) as found:
+        return None if found is None else found._replace(others=list(found.others))
+
+
+@contextlib.contextmanager
+def counting(
+    path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]], others: frozenset[str]
+) -> Iterator[Optional[Counted]]:
     """The plain runs of ``path`` counted, or None where DuckDB cannot read it (the Python reader reads it all).
 
     ``table`` is the file's header as the Python reader opened it; ``others``: the jobs whose
     runs go to the Python reader whatever they are (their submit line excludes or pins nodes).
+    The other lines stream from DuckDB while the block runs (``_BATCH`` at a time), never held
+    whole; an error of DuckDB's then (a full disk for its spill) is raised.
     """
+    duckdb = _duckdb()
+    lines = _lines(path)
+    if duckdb is None or lines is None:
+        yield None
+        return
+    with _connected(duckdb) as db:
+        try:
+            found = _count(db, path, table, window, others, lines)
+        except duckdb.Error:
+            found = None
+        yield found
 
-    def counted(db: Any, lines: int) -> Optional[Counted]:
-        _load(db, path, table)
-        # Every line a row, or the line numbers would not be the Python reader's (a byte DuckDB reads otherwise).
-        if db.execute("SELECT count(*) FROM lines").fetchone()[0] != lines - 1:
-            return None
-        _others(db, others)
-        return _counted(db, table, window, path)
 
-    return _with_duckdb(path, counted)
+def _count(
+    db: Any,
+    path: Path,
+    table: SacctTable,
+    window: tuple[Optional[float], Optional[float]],
+    others: frozenset[str],
+    lines: int,
+) -> Optional[Counted]:
+    _others(db, others)
+    _table(db, "bad_tres", ("text VARCHAR",), [])
+    _hours(db, path, table, window)
+    _plain(db, path, table, window)
+    gpus = _gpus(db)
+    if gpus is None:  # an AllocTRES the Python reader rejects: a second scan leaves its runs to it
+        db.execute("DROP TABLE runs")
+        _plain(db, path, table, window)
+        gpus = _gpus(db) or {}
+    # Every line a row, or the line numbers would not be the Python reader's (a byte DuckDB reads otherwise).
+    if db.execute("SELECT sum(runs) FROM runs").fetchone()[0] != lines - 1:
+        return None
+    by_size: dict[tuple[int, int], tuple[int, float]] = {}
+    sizes = "SELECT tres, nnodes, sum(runs), sum(seconds) FROM runs WHERE kind = 1 GROUP BY ALL"
+    for tres, nnodes, runs, seconds in db.execute(sizes).fetchall():
+        key = (gpus[tres], int(nnodes))
+        before = by_size.get(key, (0, 0.0))
+        by_size[key] = (before[0] + int(runs), before[1] + float(seconds))  # whole seconds: exact in any order
+    records, first, last = db.execute(
+        "SELECT coalesce(sum(runs), 0), min(first), max(last) FROM runs WHERE kind = 1"
+    ).fetchone()
+    skipped = db.execute("SELECT coalesce(sum(runs), 0) FROM runs WHERE kind = 2").fetchone()[0]
+    # In order: the Python reader's per-node rows are then sorted already but for its own few (``analyze._signals``).
+    single = db.execute(
+        "SELECT node_list, user, partition, sum(runs)::BIGINT FROM runs WHERE kind = 1 AND nnodes = 1 "
+        "GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    multi = db.execute("SELECT DISTINCT partition, node_list FROM runs WHERE kind = 1 AND nnodes > 1").fetchall()
+    # The lines themselves, in order: the Python reader then never walks the file.
+    other = (
+        f"SELECT n, line FROM ({_whole_lines(path)}) "  # noqa: S608
+        "WHERE n IN (SELECT other FROM runs WHERE kind = 0) ORDER BY n"
+    )
+    return Counted(by_size, single, multi, first, last, int(records), int(skipped), _streamed(db.cursor(), other))
+
+
+def _streamed(db: Any, query: str) -> Iterator[tuple[int, str]]:
+    """The rows of ``query``, ``_BATCH`` at a time."""
+    result = db.execute(query)
+    while True:
+        rows = result.fetchmany(_BATCH)
+        if not rows:
+            return
+        yield from rows
+
+
+@contextlib.contextmanager
+def _connected(duckdb: Any) -> Iterator[Any]:
+    """A DuckDB connection of ``MEMORY_LIMIT`` that spills into a private temporary directory."""
+    with duckdb.connect() as db, tempfile.TemporaryDirectory(prefix="healthd-fleet-duckdb-") as spill:
+        db.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        db.execute("SET temp_directory = ?", [spill])
+        # DuckDB guesses a CSV file's rows at a few dozen, and would build its joins' hash tables of the
+        # millions of lines instead of the small tables they look up (twice the CPU, measured).
+        db.execute("SET disabled_optimizers = 'build_side_probe_side'")
+        yield db
 
 
 def submit_scan(path: Path, jobs: frozenset[str]) -> Optional[SubmitScan]:
@@ -141,10 +244,10 @@ def submit_scan(path: Path, jobs: frozenset[str]) -> Optional[SubmitScan]:
     """
 
     def scanned(db: Any, lines: int) -> Optional[SubmitScan]:
-        db.execute(f"CREATE TABLE sub AS {_whole_lines(path)}")
-        if db.execute("SELECT count(*) FROM sub").fetchone()[0] != lines - 1:
+        _marks(db, path)
+        if db.execute("SELECT count(*) FROM marks").fetchone()[0] != lines - 1:
             return None
-        return _scanned(db, jobs)
+        return _scanned(db, path, jobs)
 
     return _with_duckdb(path, scanned)
 
@@ -156,9 +259,7 @@ def _with_duckdb(path: Path, work: Callable[[Any, int], Optional[T]]) -> Optiona
     if duckdb is None or lines is None:
         return None
     try:
-        with duckdb.connect() as db, tempfile.TemporaryDirectory(prefix="healthd-fleet-duckdb-") as spill:
-            db.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
-            db.execute("SET temp_directory = ?", [spill])
+        with _connected(duckdb) as db:
             return work(db, lines)
     except duckdb.Error:
         return None
@@ -178,25 +279,33 @@ def _whole_lines(path: Path) -> str:
     return f"SELECT row_number() OVER () + 1 AS n, coalesce(line, chr(3)) AS line FROM {source}"  # noqa: S608
 
 
-def _scanned(db: Any, jobs: frozenset[str]) -> SubmitScan:
-    _table(db, "wanted", ("job VARCHAR",), [(job,) for job in jobs])
-    # Each line's record: the last line at or before it that starts one (NULL before the first).
+def _marks(db: Any, path: Path) -> None:
+    """Table ``marks``: each line's number, the job it starts (NULL for a line that starts none), whether it may
+    name a node option, and its record: the last line at or before it that starts one (NULL before the first).
+
+    One streaming scan: the window follows the file's order (no sort), and the lines are not kept.
+    """
     db.execute(
         f"""CREATE TABLE marks AS SELECT n, job, hit,
-            max(CASE WHEN job IS NOT NULL THEN n END) OVER (ORDER BY n ROWS UNBOUNDED PRECEDING) AS record
+            max(CASE WHEN job IS NOT NULL THEN n END) OVER (ROWS UNBOUNDED PRECEDING) AS record
         FROM (SELECT n, regexp_matches(line, '{MAYBE_OPTION}') AS hit,
             CASE WHEN contains(line, '|') AND regexp_full_match(split_part(line, '|', 1), '{JOB_ID.pattern}')
                 THEN split_part(line, '|', 1) END AS job
-            FROM sub)"""  # noqa: S608
+            FROM ({_whole_lines(path)}))"""  # noqa: S608
     )
+
+
+def _scanned(db: Any, path: Path, jobs: frozenset[str]) -> SubmitScan:
+    _table(db, "wanted", ("job VARCHAR",), [(job,) for job in jobs])
     db.execute(
         "CREATE TABLE chosen AS SELECT DISTINCT record FROM marks WHERE hit AND record IS NOT NULL "
         "UNION SELECT n FROM marks SEMI JOIN wanted USING (job)"
     )
     records = db.execute("SELECT count(job) FROM marks").fetchone()[0]
+    # The lines themselves, read again: a second scan costs less than keeping every line.
     lines = db.execute(
-        "SELECT n, line FROM sub JOIN marks USING (n) "
-        "WHERE record IS NULL OR record IN (SELECT record FROM chosen) ORDER BY n"
+        f"SELECT n, line FROM ({_whole_lines(path)}) WHERE n IN "  # noqa: S608
+        "(SELECT n FROM marks WHERE record IS NULL OR record IN (SELECT record FROM chosen)) ORDER BY n"
     ).fetchall()
     per_job = db.execute(
         "SELECT job, count(*) FROM marks WHERE job IN "
@@ -209,20 +318,16 @@ def _column(table: SacctTable, name: str) -> str:
     return f"c{table.index(name)}"
 
 
-def _load(db: Any, path: Path, table: SacctTable) -> None:
-    """The file as view ``lines``: every field text, one more column to catch a line with too many, and its number."""
+def _fields(path: Path, table: SacctTable) -> str:
+    """A query of the file's fields (``c0``..., every one text, one more to catch a line with too many) and ``n``.
+
+    ``n``: the line's number in the file (the header is line 1, and a usable file has no blank
+    line). ``row_number() OVER ()`` streams (DuckDB's streaming window): nothing is copied.
+    """
     columns = {f"c{i}": "VARCHAR" for i in range(table.width + 1)}
     # quote and escape off, "\x02" as the null text: a field is its bytes, an empty one ''.
-    db.execute(f"CREATE VIEW raw AS SELECT * FROM read_csv({_literal(path)}, columns={columns}, {_CSV})")  # noqa: S608
-    # Data line n is line n + 1 of the file: the header is line 1, and a usable file has no blank line.
-    wanted = sorted({table.index(name) for name in _USED} | {table.width - 1, table.width} | _partition(table))
-    kept = ", ".join(f"c{i}" for i in wanted)
-    db.execute(f"CREATE TABLE lines AS SELECT row_number() OVER () + 1 AS line, {kept} FROM raw")  # noqa: S608
-
-
-def _partition(table: SacctTable) -> set[int]:
-    found = table.optional("Partition")
-    return set() if found is None else {found}
+    source = f"read_csv({_literal(path)}, columns={columns}, {_CSV})"
+    return f"SELECT row_number() OVER () + 1 AS n, * FROM {source}"  # noqa: S608
 
 
 def _others(db: Any, others: frozenset[str]) -> None:
@@ -239,27 +344,22 @@ def _table(db: Any, name: str, columns: tuple[str, ...], rows: list[tuple[Any, .
         db.execute(f"INSERT INTO {name} ({', '.join(names)}) SELECT {lists}", [list(c) for c in zip(*rows)])
 
 
-def _hours(db: Any, table: SacctTable) -> None:
-    """Tables ``hours`` (the epoch of each distinct hour, by ``LocalTimes``) and ``tres`` (GPUs, by ``tres_gpus``)."""
-    start, end, tres = _column(table, "Start"), _column(table, "End"), _column(table, "AllocTRES")
+def _hours(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> None:
+    """Tables ``hours`` (each hour's epoch, by ``LocalTimes``, as the Python reader reads it) and ``mmss``.
+
+    The hours are those of the days around the file's first and last lines and the window
+    (``_days``): one scan reads the file, so the hours cannot come from its distinct ones. A
+    run at an hour not in the table is left to the Python reader, which reads any hour.
+    """
     times = LocalTimes()
     hours = []
-    query = f"SELECT DISTINCT left({start}, 13) FROM lines UNION SELECT DISTINCT left({end}, 13) FROM lines"  # noqa: S608
-    for (hour,) in db.execute(query).fetchall():
-        try:
-            base = times(f"{hour}:00:00") if hour is not None and len(hour) == 13 else None
-        except ValueError:
-            continue
-        if base is not None:
-            hours.append((hour, base))
+    for day in _days(path, table, window):
+        for hour in range(24):
+            text = f"{day.isoformat()}T{hour:02d}"
+            base = times(f"{text}:00:00")
+            if base is not None:
+                hours.append((text, base))
     _table(db, "hours", ("hour VARCHAR", "base DOUBLE"), hours)
-    gpus = []
-    for (text,) in db.execute(f"SELECT DISTINCT {tres} FROM lines WHERE {tres} IS NOT NULL").fetchall():  # noqa: S608
-        try:
-            gpus.append((text, tres_gpus(text)))
-        except ValueError:
-            continue
-    _table(db, "tres", ("text VARCHAR", "gpus BIGINT"), gpus)
     # Minutes and seconds as the Python reader reads them (``sacct._MINUTES_SECONDS``).
     db.execute(
         "CREATE TABLE mmss AS SELECT printf('%02d:%02d', m, s) AS text, 60 * m + s AS seconds "
@@ -267,67 +367,108 @@ def _hours(db: Any, table: SacctTable) -> None:
     )
 
 
-def _plain(db: Any, table: SacctTable) -> None:
-    """View ``plain``: the runs the Python reader would read without a second look, with their times and GPUs."""
-    _hours(db, table)
+def _days(path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> Iterator[datetime.date]:
+    """The days from ``_MARGIN`` before the earliest time of the file's first and last lines (and the window)
+    to as long after the latest.
+
+    sacct prints a window's runs in job order, which is submit order: its first and last
+    lines bound nearly every run's times. At most ``_MOST_DAYS`` days, up to the latest.
+    """
+    days = [day for line in _ends(path) for day in _line_days(line, table)]
+    days += [datetime.date.fromtimestamp(edge) for edge in window if edge is not None and 0 <= edge < 2**33]
+    if not days:
+        return
+    first, last = min(days) - _MARGIN, max(days) + _MARGIN
+    first = max(first, last - datetime.timedelta(days=_MOST_DAYS))  # the latest: a window ends now
+    while first <= last:
+        yield first
+        first += datetime.timedelta(days=1)
+
+
+def _ends(path: Path) -> list[str]:
+    """The whole lines in the file's first and last ``_SAMPLE`` bytes."""
+    with path.open("rb") as handle:
+        head = handle.read(_SAMPLE)
+        size = handle.seek(0, 2)
+        handle.seek(max(size - _SAMPLE, len(head)))
+        tail = handle.read()
+    lines = head.split(b"\n")[1:-1] + tail.split(b"\n")[1:]
+    return [line.decode(errors="replace") for line in lines]
+
+
+def _line_days(line: str, table: SacctTable) -> Iterator[datetime.date]:
+    fields = line.split("|")
+    if len(fields) != table.width:
+        return
+    for name in ("Start", "End"):
+        try:
+            yield datetime.date.fromisoformat(fields[table.index(name)][:10])
+        except ValueError:
+            continue
+
+
+def _plain(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> None:
+    """Table ``runs``: one scan of the file, its lines grouped by what the report counts of them.
+
+    Each line is read as the Python reader would read it: ``kind`` 1 for a plain run in the
+    window, 2 for one outside it, 0 for any other line, which the Python reader reads (its
+    number, ``other``, is its group). The plain runs are grouped by AllocTRES (read after,
+    once per distinct one: ``_gpus``) and nodes, and those in the window also by partition
+    and node list, and a single-node run by its user: the finest grouping each count needs,
+    in one hash table (grouping sets would copy every row once per set).
+    """
     c = {name: _column(table, name) for name in ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList")}
     partition = table.optional("Partition")
     tres = _column(table, "AllocTRES")
 
     def epoch(column: str, alias: str) -> str:
-        # "@EPOCH" is how sacct --json's times come (``sacct_json``), else local time: the hour's epoch and MM:SS.
+        # "@EPOCH" is how sacct --json's times come (``sacct_json``), else local time: the hour's epoch and
+        # MM:SS, read as ``sacct._MINUTES_SECONDS`` reads them.
         return (
             f"CASE WHEN starts_with({column}, '@') THEN CASE WHEN regexp_full_match({column}, '{_EPOCH}') "
             f"THEN CAST(substr({column}, 2) AS DOUBLE) END "
-            f"WHEN length({column}) = 19 AND substr({column}, 14, 1) = ':' THEN {alias}.base + {alias}m.seconds END"
+            f"WHEN regexp_full_match(substr({column}, 14), '{_MMSS}') "
+            f"THEN {alias}.base + 60 * CAST(substr({column}, 15, 2) AS INTEGER) "
+            f"+ CAST(substr({column}, 18, 2) AS INTEGER) END"
         )
 
-    db.execute(
-        f"""CREATE TABLE plain AS SELECT * FROM (
-            SELECT l.line, {c["User"]} AS user, {f"c{partition}" if partition is not None else "''"} AS partition,
-                {c["NodeList"]} AS node_list, CAST({c["NNodes"]} AS BIGINT) AS nnodes, t.gpus,
-                {epoch(c["Start"], "s")} AS start_at, {epoch(c["End"], "e")} AS end_at
-            FROM lines l
-            LEFT JOIN hours s ON s.hour = left({c["Start"]}, 13)
-            LEFT JOIN mmss sm ON sm.text = substr({c["Start"]}, 15, 5)
-            LEFT JOIN hours e ON e.hour = left({c["End"]}, 13)
-            LEFT JOIN mmss em ON em.text = substr({c["End"]}, 15, 5)
-            JOIN tres t ON t.text = {tres}
-            ANTI JOIN others o ON o.job = {c["JobID"]}
-            WHERE c{table.width} IS NULL AND c{table.width - 1} IS NOT NULL
+    read = f"""SELECT n, {c["User"]} AS user, {f"c{partition}" if partition is not None else "''"} AS partition,
+            {c["NodeList"]} AS node_list, {tres} AS tres,
+            CASE WHEN regexp_full_match({c["NNodes"]}, '{_NNODES}') THEN CAST({c["NNodes"]} AS BIGINT) END AS nnodes,
+            {epoch(c["Start"], "s")} AS start_at, {epoch(c["End"], "e")} AS end_at,
+            c{table.width} IS NULL AND c{table.width - 1} IS NOT NULL
                 AND regexp_full_match({c["JobID"]}, '{_JOB_ID}')
                 AND NOT starts_with({c["State"]}, 'FAILED') AND NOT starts_with({c["State"]}, 'NODE_FAIL')
-                AND regexp_full_match({c["NNodes"]}, '{_NNODES}')
-        ) WHERE start_at IS NOT NULL AND end_at IS NOT NULL AND start_at <= end_at"""  # noqa: S608
-    )
-
-
-def _counted(db: Any, table: SacctTable, window: tuple[Optional[float], Optional[float]], path: Path) -> Counted:
-    _plain(db, table)
-    since, until = window
+                AND {c["JobID"]} NOT IN (SELECT job FROM others) AND {tres} NOT IN (SELECT text FROM bad_tres)
+                AS fine
+        FROM ({_fields(path, table)}) l
+        LEFT JOIN hours s ON s.hour = left({c["Start"]}, 13)
+        LEFT JOIN hours e ON e.hour = left({c["End"]}, 13)"""  # noqa: S608
+    kind = """CASE WHEN NOT coalesce(fine AND nnodes IS NOT NULL AND start_at <= end_at, false) THEN 0
+            WHEN coalesce(end_at < $since, false) OR coalesce(end_at > $until, false) THEN 2 ELSE 1 END"""
     db.execute(
-        "CREATE TABLE counted AS SELECT * FROM plain "
-        "WHERE NOT (coalesce(end_at < ?, false) OR coalesce(end_at > ?, false))",
-        [since, until],
+        f"""CREATE TABLE runs AS
+        WITH r AS ({read}), k AS (SELECT *, {kind} AS kind FROM r)
+        SELECT kind, CASE WHEN kind > 0 THEN tres END AS tres, CASE WHEN kind > 0 THEN nnodes END AS nnodes,
+            CASE WHEN kind = 0 THEN n END AS other,
+            CASE WHEN kind = 1 THEN partition END AS partition, CASE WHEN kind = 1 THEN node_list END AS node_list,
+            CASE WHEN kind = 1 AND nnodes = 1 THEN user END AS user,
+            count(*) AS runs, sum(end_at - start_at) AS seconds, min(start_at) AS first, max(end_at) AS last
+        FROM k GROUP BY ALL""",  # noqa: S608
+        {"since": window[0], "until": window[1]},
     )
-    skipped = (
-        db.execute("SELECT count(*) FROM plain").fetchone()[0]
-        - db.execute("SELECT count(*) FROM counted").fetchone()[0]
-    )
-    by_size = {
-        (int(gpus), int(nnodes)): (int(runs), float(hours))
-        for gpus, nnodes, runs, hours in db.execute(
-            "SELECT gpus, nnodes, count(*), sum(end_at - start_at) FROM counted GROUP BY gpus, nnodes"
-        ).fetchall()
-    }
-    single = db.execute(
-        "SELECT node_list, user, partition, count(*) FROM counted WHERE nnodes = 1 GROUP BY ALL"
-    ).fetchall()
-    lists = db.execute("SELECT DISTINCT partition, node_list FROM counted WHERE nnodes > 1").fetchall()
-    records, first, last = db.execute("SELECT count(*), min(start_at), max(end_at) FROM counted").fetchone()
-    # The lines themselves: the Python reader then never walks the file.
-    others = db.execute(
-        f"SELECT n, line FROM ({_whole_lines(path)}) "  # noqa: S608
-        "WHERE n IN (SELECT line FROM lines ANTI JOIN plain USING (line)) ORDER BY n"
-    ).fetchall()
-    return Counted(by_size, single, lists, first, last, int(records), int(skipped), others)
+
+
+def _gpus(db: Any) -> Optional[dict[str, int]]:
+    """Each plain run's AllocTRES read by ``tres_gpus``; None where one is not readable (put in ``bad_tres``)."""
+    found, bad = {}, []
+    query = "SELECT DISTINCT tres FROM runs WHERE kind > 0"
+    for (text,) in db.execute(query).fetchall():
+        try:
+            found[text] = tres_gpus(text)
+        except ValueError:
+            bad.append((text,))
+    if not bad:
+        return found
+    db.execute("INSERT INTO bad_tres SELECT unnest($1::VARCHAR[])", [[text for (text,) in bad]])
+    return None

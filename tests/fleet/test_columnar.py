@@ -8,6 +8,7 @@ reader must keep), and a file of every kind of line DuckDB must leave to the Pyt
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any, Optional
@@ -20,7 +21,7 @@ from healthd.fleet import columnar
 from healthd.fleet.analyze import FleetSettings, analyze
 from healthd.fleet.columnar import JobsFile
 from healthd.fleet.render import document
-from healthd.fleet.sacct import file_lines
+from healthd.fleet.sacct import JOB_COLUMNS, USER_TEXT, file_lines, open_table, sacct_command
 
 pytest.importorskip("duckdb")
 ACCOUNTING = FIXTURES / "slurm" / "accounting"
@@ -163,3 +164,65 @@ def test_duckdb_hands_the_python_reader_only_the_records_that_may_ask_for_nodes(
     assert scan.per_job == {"1": 2, "2": 2, "5": 1, "404": 1, "6": 1, "7": 1}
     without = columnar.submit_scan(submit, frozenset())
     assert without is not None and [number for number, _ in without.lines] == [2, 3, 4, 5, 6, 7, 8, 9, 11]
+
+
+def _row(job: str, start: str, end: str, node: str = "n01", state: str = "COMPLETED") -> str:
+    return f"{job}|a|p|{state}|0:0|x|{start}|{end}|00:00:00|1|{node}|gres/gpu=8"
+
+
+def test_the_other_lines_stream_from_duckdb_in_order_while_the_python_reader_reads_them(tmp_path: Path) -> None:
+    """DuckDB hands the lines for the Python reader as they are read, not as one list held whole."""
+    rows = [_row(str(job), "2024-03-01T01:00:00", "2024-03-01T05:00:00") for job in range(1, 30_001)]
+    rows[10] = _row("11", "2024-03-01T01:00:00", "2024-03-01T05:00:00", state="FAILED")
+    rows[25_000] = _row("25001", "2024-03-01T01:00:00", "Unknown", state="RUNNING")
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("\n".join([HEADER, *rows]) + "\n")
+    table = open_table(file_lines(jobs), "jobs", JOB_COLUMNS, sacct_command(), USER_TEXT)
+    with columnar.counting(jobs, table, (None, None), frozenset()) as counted:
+        assert counted is not None and counted.records == 29_998
+        others = counted.others
+        assert not isinstance(others, (list, tuple))
+        assert [number for number, _ in others] == [12, 25_002]
+
+
+def test_a_run_far_from_the_files_first_and_last_lines_is_read_by_the_python_reader(tmp_path: Path) -> None:
+    """DuckDB looks up the hours around the file's first and last lines; a run years away is the Python reader's."""
+    rows = [_row(str(job), "2024-03-01T01:00:00", "2024-03-01T05:00:00") for job in range(1, 40_001)]
+    rows[20_000] = _row("20001", "2019-06-01T01:00:00", "2019-06-01T03:00:00", "n02")
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("\n".join([HEADER, *rows]) + "\n")
+    assert jobs.stat().st_size > 3 * 2**20  # more than the two ends DuckDB's hours are taken from
+    table = open_table(file_lines(jobs), "jobs", JOB_COLUMNS, sacct_command(), USER_TEXT)
+    counted = columnar.count(jobs, table, (None, None), frozenset())
+    assert counted is not None and counted.records == 39_999 and [n for n, _ in counted.others] == [20_002]
+    python, duck = both(jobs, [EVENTS])
+    assert python == duck and python["runs"] == 40_000
+
+
+def test_the_cycle_collector_is_paused_while_the_analysis_runs_and_restored_after(tmp_path: Path) -> None:
+    """Each collection walks the analysis's millions of keys and counters again: paused, then as it was."""
+    seen: list[bool] = []
+
+    class Watch:
+        def run(self, run: Any) -> None:
+            seen.append(gc.isenabled())
+
+        def event(self, *_: Any) -> None:
+            seen.append(gc.isenabled())
+
+        def placed_runs(self, runs: Any) -> None:
+            pass
+
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("\n".join([HEADER, _row("1", "2024-03-01T01:00:00", "2024-03-01T05:00:00")]) + "\n")
+    assert gc.isenabled()
+    analyze(
+        file_lines(jobs), [EVENTS, "c|n02|2024-03-01T04:58:00|Unknown|DRAIN|healthd: XID_79|root(0)"], observer=Watch()
+    )
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        analyze(file_lines(jobs), [EVENTS])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
