@@ -51,6 +51,7 @@ _BATCH = 10_000
 _SAMPLE = 1 << 20
 _MARGIN = datetime.timedelta(days=45)
 _MOST_DAYS = 4 * 366
+_FIRST_DAY, _LAST_DAY = datetime.date(1970, 3, 1), datetime.date(2200, 1, 1)
 _LINES: dict[tuple[object, ...], Optional[int]] = {}  # ``_lines``' last answers
 
 
@@ -345,7 +346,7 @@ def _table(db: Any, name: str, columns: tuple[str, ...], rows: list[tuple[Any, .
 
 
 def _hours(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> None:
-    """Tables ``hours`` (each hour's epoch, by ``LocalTimes``, as the Python reader reads it) and ``mmss``.
+    """Table ``hours``: each hour's epoch, by ``LocalTimes``, as the Python reader reads it.
 
     The hours are those of the days around the file's first and last lines and the window
     (``_days``): one scan reads the file, so the hours cannot come from its distinct ones. A
@@ -360,11 +361,6 @@ def _hours(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float]
             if base is not None:
                 hours.append((text, base))
     _table(db, "hours", ("hour VARCHAR", "base DOUBLE"), hours)
-    # Minutes and seconds as the Python reader reads them (``sacct._MINUTES_SECONDS``).
-    db.execute(
-        "CREATE TABLE mmss AS SELECT printf('%02d:%02d', m, s) AS text, 60 * m + s AS seconds "
-        "FROM range(60) a(m), range(60) b(s)"
-    )
 
 
 def _days(path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> Iterator[datetime.date]:
@@ -402,9 +398,13 @@ def _line_days(line: str, table: SacctTable) -> Iterator[datetime.date]:
         return
     for name in ("Start", "End"):
         try:
-            yield datetime.date.fromisoformat(fields[table.index(name)][:10])
+            day = datetime.date.fromisoformat(fields[table.index(name)][:10])
         except ValueError:
             continue
+        # A date near year 1 or 9999 would overflow the margin's arithmetic; its run is the
+        # Python reader's like any other outside the hours looked up.
+        if _FIRST_DAY <= day <= _LAST_DAY:
+            yield day
 
 
 def _plain(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> None:

@@ -151,7 +151,12 @@ class LocalTimes:
 
     def _hour(self, text: str) -> float:
         parts = _fields(text)
-        base = time.mktime((*parts, 0, 0, 0, 0, -1))
+        # Not mktime's isdst=-1: glibc reads the repeated autumn hour as whichever offset its
+        # previous call used, so the same hour read at another point of a file (or by the
+        # DuckDB engine's hour table) would differ. The earlier instant, whatever came before;
+        # an hour the spring change skips is read in standard time.
+        found = _instants(parts)
+        base = min(found) if found else time.mktime((*parts, 0, 0, 0, 0, 0))
         self._hours[text[:13]] = base
         return base
 
@@ -210,14 +215,20 @@ def _readings(text: str) -> tuple[float, ...]:
     rest = _MINUTES_SECONDS.get(text[14:19])
     if rest is None:
         raise ValueError(f"time {text[:40]!r} is not YYYY-MM-DDTHH:MM:SS")
+    found = {base + rest for base in _instants(parts)}
+    return tuple(sorted(found)) if len(found) == 2 else ()
+
+
+def _instants(parts: tuple[int, int, int, int]) -> list[float]:
+    """The epoch seconds of the wall hour ``parts`` names: two in the repeated autumn hour, none in a skipped one."""
     found = []
     for isdst in (1, 0):
         # mktime with the wrong isdst moves the time by the shift; a reading that comes back
         # to the same wall time is a true one.
         epoch = time.mktime((*parts, 0, 0, 0, 0, isdst))
         if time.localtime(epoch)[:4] == parts:
-            found.append(epoch + rest)
-    return tuple(found) if len(set(found)) == 2 else ()
+            found.append(epoch)
+    return found
 
 
 @dataclass(frozen=True)

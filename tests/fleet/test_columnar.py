@@ -226,3 +226,29 @@ def test_the_cycle_collector_is_paused_while_the_analysis_runs_and_restored_afte
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_repeated_autumn_hour_reads_the_same_whatever_was_read_before(tmp_path: Path, new_york: None) -> None:
+    """glibc's mktime reads 01:30 on the fall-back day by the offset of its call before; both engines read it once."""
+    jobs = tmp_path / "jobs.txt"
+    rows = [
+        _row("1", "2024-11-03T05:00:00", "2024-11-03T06:00:00"),
+        _row("2", "2024-11-03T01:30:00", "2024-11-03T02:30:00"),
+    ]
+    jobs.write_text("\n".join([HEADER, *rows]) + "\n")
+    python, duck = both(jobs, [EVENTS])
+    assert python == duck
+    # 01:30 EDT to 02:30 EST is two hours; 05:00 to 06:00 one.
+    assert sum(bucket["job_hours"] for bucket in python["mttf"]) == 3.0
+
+
+def test_a_run_dated_near_year_9999_is_read_by_the_python_reader(tmp_path: Path) -> None:
+    """A date whose margin overflows a date's range does not stop DuckDB counting the other runs."""
+    jobs = tmp_path / "jobs.txt"
+    rows = [_row("1", "2024-03-01T01:00:00", "2024-03-01T05:00:00"), _row("2", "9999-12-31T01:00:00", "Unknown")]
+    jobs.write_text("\n".join([HEADER, *rows]) + "\n")
+    table = open_table(file_lines(jobs), "jobs", JOB_COLUMNS, sacct_command(), USER_TEXT)
+    counted = columnar.count(jobs, table, (None, None), frozenset())
+    assert counted is not None and counted.records == 1 and [n for n, _ in counted.others] == [3]
+    python, duck = both(jobs, [EVENTS])
+    assert python == duck

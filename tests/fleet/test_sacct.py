@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import time
-from typing import Iterator
 
 import pytest
 from healthd_testkit import synth
@@ -259,20 +257,6 @@ def test_a_failed_run_rejected_as_bad_is_not_counted_failed() -> None:
     jobs[1] = jobs[1].replace("|1|n[1-|", "|2|n[1-|")
     report = analyze(jobs, EVENTS)
     assert (report.runs, report.failed_runs, report.jobs.bad) == (0, 0, 1)
-
-
-@pytest.fixture
-def new_york() -> Iterator[None]:
-    """The process's local zone is America/New_York (fall-back 2024-11-03 02:00 EDT -> 01:00 EST)."""
-    before = os.environ.get("TZ")
-    os.environ["TZ"] = "America/New_York"
-    time.tzset()
-    yield
-    if before is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = before
-    time.tzset()
 
 
 def test_a_run_across_the_autumn_fall_back_is_kept(new_york: None) -> None:
