@@ -15,13 +15,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from healthd.commands import add_config_argument
+from healthd.commands.history import parse_duration, parse_since
+from healthd.config.cache import load_checks
 from healthd.exitcodes import EX_CANTCREAT, EX_DATAERR, EX_NOINPUT, EX_UNAVAILABLE, EX_USAGE
+from healthd.fleet import backtest_render, inputs, render, sample
+from healthd.fleet.analyze import FleetSettings, analyze
+from healthd.fleet.backtest import BacktestSettings, backtest
+from healthd.fleet.causes import DEFAULT_CAUSES, CauseRules
+from healthd.fleet.html import page
+from healthd.fleet.lemons import Floors
+from healthd.fleet.progress import bar
+from healthd.fleet.sacct import FleetInputError
+from healthd.slurm.command import SlurmError
+from healthd.store.atomicfile import replace_file
+from healthd.text import one_line
 
 if TYPE_CHECKING:
     from healthd.config.sections import Config
@@ -99,8 +113,7 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--restart-overhead", default="10m", metavar="DUR", help="for expected ETTR (10m)")
     parser.add_argument("--gpus-per-node", type=int, metavar="N", help="default: the most common among the runs")
     parser.add_argument("--alpha", type=float, default=0.05, help="false discovery rate of the lemon test (0.05)")
-    # The floors' defaults are healthd.fleet.lemons.Floors' (not imported here: building the
-    # command line must not load the fleet package, see test_check_once_imports_nothing_of_the_fleet).
+    # The floors' defaults are healthd.fleet.lemons.Floors': None here, so only a floor given replaces one.
     for option, kind, metavar, what in (
         ("--min-nodes", int, "N", "nodes observed in the fleet"),
         ("--min-days", float, "DAYS", "days in the window"),
@@ -128,8 +141,6 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
 
 
 def _seconds(text: str, option: str) -> float:
-    from healthd.commands.history import parse_duration
-
     value = parse_duration(text)
     if value is None:
         raise _Usage(f"{option} {text!r}: expected a duration such as 90s, 10m, 1h")
@@ -137,8 +148,6 @@ def _seconds(text: str, option: str) -> float:
 
 
 def _when(text: Optional[str], now: float, option: str) -> Optional[float]:
-    from healthd.commands.history import parse_since
-
     if text is None:
         return None
     try:
@@ -149,7 +158,6 @@ def _when(text: Optional[str], now: float, option: str) -> Optional[float]:
 
 def _floors(args: argparse.Namespace) -> Any:
     """The lemon test's floors: the defaults, with the ones given on the command line."""
-    from healthd.fleet.lemons import Floors
 
     given = {
         name: value
@@ -169,9 +177,6 @@ def _floors(args: argparse.Namespace) -> Any:
 
 
 def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
-    from healthd.fleet.analyze import FleetSettings
-    from healthd.fleet.causes import DEFAULT_CAUSES, CauseRules
-
     if not 0 < args.alpha < 1:
         raise _Usage(f"--alpha {args.alpha:g}: must be between 0 and 1")
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
@@ -199,18 +204,15 @@ def _settings(args: argparse.Namespace, prefix: str, now: float) -> Any:
 
 def _load_config(args: argparse.Namespace) -> Config:
     """The config, validated in full; the state directory's cache is neither read nor written (a report only reads)."""
-    from healthd.config.cache import load_checks
 
     return load_checks(args.config, use_cache=False, store=False)[0].config
 
 
 def _analysis(args: argparse.Namespace) -> Any:
     """``analyze``, or for ``backtest`` the replay: one function of the inputs and the settings."""
-    from healthd.fleet.analyze import analyze
 
     if args.fleet_command != "backtest":
         return analyze
-    from healthd.fleet.backtest import BacktestSettings, backtest
 
     if not 1 <= args.min_gpus <= MAX_FLOOR:
         raise _Usage(f"--min-gpus {args.min_gpus}: must be between 1 and {MAX_FLOOR}")
@@ -241,7 +243,6 @@ def _report(args: argparse.Namespace, config: Any, now: float) -> Any:
 
 def _inputs_of(args: argparse.Namespace, config: Any, settings: Any, now: float) -> Any:
     """``fleet.inputs.read_live`` or ``fleet.inputs.files`` of the options, checked together."""
-    from healthd.fleet import inputs
 
     if args.live:
         if args.jobs is not None or args.events is not None or args.scripts is not None:
@@ -262,15 +263,11 @@ def _inputs_of(args: argparse.Namespace, config: Any, settings: Any, now: float)
 
 def _shown(lines: Any, total: float, label: str, weight: Any) -> Any:
     """``lines`` with a progress bar on standard error when it is a terminal (``progress.bar``)."""
-    from healthd.fleet.progress import bar
 
     return bar(lines, total, f"reading {label}", sys.stderr, weight)
 
 
 def run(args: argparse.Namespace) -> int:
-    from healthd.fleet.sacct import FleetInputError
-    from healthd.slurm.command import SlurmError
-
     if args.fleet_command == "sample":
         return _sample(args)
     now = time.time()
@@ -298,9 +295,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_html(path: Path, report: Any, extra: str = "") -> bool:
-    from healthd.fleet.html import page
-    from healthd.store.atomicfile import replace_file
-
     try:
         replace_file(path, page(report, extra).encode("utf-8"), 0o644)
     except OSError as exc:
@@ -310,38 +304,30 @@ def _write_html(path: Path, report: Any, extra: str = "") -> bool:
 
 
 def _print_report(args: argparse.Namespace, report: Any) -> int:
-    from healthd.fleet.render import document, table
-
     if args.json:
-        print(json.dumps(document(report), indent=2, sort_keys=True))
+        print(json.dumps(render.document(report), indent=2, sort_keys=True))
         return 0
     if args.html is not None and not _write_html(args.html, report):
         return EX_CANTCREAT
-    print(table(report), end="")
+    print(render.table(report), end="")
     return 0
 
 
 def _print_backtest(args: argparse.Namespace, replay: Any) -> int:
-    from healthd.fleet.backtest_render import document, html_section, text
-
     if args.json:
-        print(json.dumps(document(replay), indent=2, sort_keys=True))
+        print(json.dumps(backtest_render.document(replay), indent=2, sort_keys=True))
         return 0
-    if args.html is not None and not _write_html(args.html, replay.report, html_section(replay)):
+    if args.html is not None and not _write_html(args.html, replay.report, backtest_render.html_section(replay)):
         return EX_CANTCREAT
-    print(text(replay), end="")
+    print(backtest_render.text(replay), end="")
     return 0
 
 
 def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> int:
-    from healthd.fleet.render import document, lemon_lines
-    from healthd.text import one_line
-
     lemons = report.lemons
     steps: list[Any] = []
     if args.drain:
         from healthd.fleet.drain import drain_lemons
-        from healthd.slurm.command import SlurmError
 
         try:
             steps = drain_lemons(config, lemons, now, apply=args.apply, silent=args.drain_silent)
@@ -349,7 +335,7 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
             print(f"healthd fleet: {exc}", file=sys.stderr)
             return EX_UNAVAILABLE
     if args.json:
-        full = document(report)
+        full = render.document(report)
         out = {
             "lemon_nodes": full["lemon_nodes"],
             "lemon_test": full["lemon_test"],
@@ -373,7 +359,7 @@ def _lemons(args: argparse.Namespace, report: Any, config: Any, now: float) -> i
             f"(expected {s.expected_single_node_failures:.1f})  failures caused {s.single_node_failures_caused}+"
             f"{s.multi_node_failures_caused}  xids {','.join(s.xids) or '-'}"
         )
-    for line in lemon_lines(report):
+    for line in render.lemon_lines(report):
         print(line.strip())
     for step in steps:
         verb = ("drained" if args.apply else "would drain") if step.drain else "not drained"
@@ -386,9 +372,6 @@ SAMPLE_FILES = ("jobs.txt", "events.txt", "submit-lines.txt")
 
 def _sample(args: argparse.Namespace) -> int:
     """``fleet sample DIR``: a planted fleet (``healthd.fleet.sample``) as the -P files, and the commands to try."""
-    import shlex
-
-    from healthd.fleet import sample
 
     if not 3 <= args.nodes <= 10_000 or not 1 <= args.days <= 366:
         print("healthd fleet: --nodes is 3 to 10000 and --days 1 to 366", file=sys.stderr)

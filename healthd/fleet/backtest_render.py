@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from healthd import __version__
+from healthd.fleet import html as h
 from healthd.fleet.backtest import Backtest, Flag
+from healthd.fleet.html import _esc, _figure, _html_table
 from healthd.fleet.render import NAME_LIMIT, Column, Table, local_iso, table_text
 from healthd.text import one_line
 
@@ -219,8 +221,6 @@ CHART_CAPTION = (
 
 def rate_chart(bt: Backtest) -> str:
     """An SVG of the large runs' failure rate per step: as it was, and with draining."""
-    from healthd.fleet import html as h
-
     title = f"Failure rate of runs of >= {bt.settings.min_gpus} GPUs, by step"
     steps = [r for r in bt.by_step if r.runs]
     if not steps or bt.report.start is None or bt.report.end is None:
@@ -248,8 +248,6 @@ def rate_chart(bt: Backtest) -> str:
 
 def html_section(bt: Backtest) -> str:
     """The backtest as a section of the report's HTML page: its verdict, chart, summary, the drains, the assumptions."""
-    from healthd.fleet.html import _esc, _figure, _html_table
-
     lines = summary_lines(bt)
     summary = "".join(f"<li>{_esc(line)}</li>" for line in lines[1:])
     assumptions = "".join(f"<li>{_esc(a)}</li>" for a in ASSUMPTIONS)

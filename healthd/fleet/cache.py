@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
 from healthd.fleet.sacct import LocalTimes, file_lines, is_job_id, text_of
+from healthd.store.atomicfile import write_atomically
+from healthd.store.trust import UntrustedPath, closed_on_error, open_trusted_dir, stat_reason, trusted_stat
 
 VERSION = 2
 OVERLAP = 3600.0
@@ -143,8 +145,6 @@ def opened(path: Path, key: str) -> Iterator[Store]:
     Raises ``UntrustedPath`` when it (or a directory above it) could be written by others,
     ``CacheError`` when it cannot be made or another report holds it.
     """
-    from healthd.store.trust import open_trusted_dir
-
     note = _replace_old_file(path)
     try:
         fd = open_trusted_dir(path)
@@ -164,8 +164,6 @@ def opened(path: Path, key: str) -> Iterator[Store]:
 
 def _replace_old_file(path: Path) -> Optional[str]:
     """Make ``path`` a directory: a cache file of the first version is removed (said), a missing one created."""
-    from healthd.store.trust import open_trusted_dir, trusted_stat
-
     try:
         parent = open_trusted_dir(path.parent)
     except OSError as exc:
@@ -206,8 +204,6 @@ class Store:
 
     def open(self, name: str) -> IO[str]:
         """A file of the directory, read as text; ``UntrustedPath`` when others could have written it."""
-        from healthd.store.trust import UntrustedPath, closed_on_error, stat_reason
-
         fd = os.open(name, _READ, dir_fd=self.fd)
         with closed_on_error(fd):
             reason = stat_reason(self.path / name, os.fstat(fd))
@@ -557,8 +553,6 @@ def _days(runs: Union[int, list[int]]) -> list[int]:
 
 
 def _write_manifest(store: Store, manifest: Manifest) -> None:
-    from healthd.store.atomicfile import write_atomically
-
     body = {
         "version": VERSION,
         "key": manifest.key,

@@ -22,6 +22,7 @@ from typing import NamedTuple, Optional, Sequence
 
 from healthd.fleet.analyze import FleetReport
 from healthd.fleet.causes import Incident, SharedIncident
+from healthd.fleet.reliability import model_mttf
 from healthd.fleet.render import (
     NAME_LIMIT,
     TABLE_LEMONS,
@@ -356,8 +357,6 @@ def mttf_plot(report: FleetReport) -> str:
 
 
 def _model(report: FleetReport, gpus: float) -> Optional[float]:
-    from healthd.fleet.reliability import model_mttf
-
     rate = report.rate_per_node_hour
     return model_mttf(gpus, report.gpus_per_node, rate) if rate else None
 

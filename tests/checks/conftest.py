@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import pwd
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from healthd_testkit.paths import REPO
+from healthd_testkit.processes import Start, sleeping_copies, unprivileged_user
 
 from healthd.cli.main import main
 
@@ -37,3 +39,16 @@ def check_outcome(check_once: Callable[[str, str], dict[str, Any]]) -> Callable[
         return check["status"], {f["code"] for f in check["findings"]}
 
     return run
+
+
+@pytest.fixture(scope="session")
+def user() -> pwd.struct_passwd:
+    """A real unprivileged account (``healthd_testkit.processes``)."""
+    return unprivileged_user()
+
+
+@pytest.fixture
+def start_process() -> Iterator[Start]:
+    """Copies of sleep named like daemons, killed afterwards (``healthd_testkit.processes.sleeping_copies``)."""
+    with sleeping_copies() as start:
+        yield start

@@ -4,7 +4,8 @@ The services check uses it where systemd is not PID 1, and the ``kernel`` check 
 its D-state threads' status files with ``status_fields`` and ``parse_uids`` from here.
 It reads, per process, only what the kernel writes: the owner of the ``/proc/PID``
 directory, ``status`` (the command name, the state and the uids), and the ``exe`` link
-(the executable the process runs). It does not read ``cmdline``: argv is the caller's to
+(the executable the process runs); a search for a few names reads ``comm`` first (the
+command name alone) and the rest only of a process so named. It does not read ``cmdline``: argv is the caller's to
 write, and reading it takes the process's mmap lock, so it blocks behind a process stuck
 in a page fault on a hung mount (proc(5), ``/proc/pid/cmdline``).
 
@@ -162,9 +163,7 @@ class Process(NamedTuple):
     @property
     def exe_name(self) -> str:
         """The file name of the executable, without the kernel's " (deleted)" mark."""
-        if not self.exe:
-            return ""
-        return os.path.basename(self.exe.removesuffix(DELETED))
+        return executable_name(self.exe)
 
     def named(self, wanted: str) -> bool:
         """Whether the command name (truncated by the kernel) or the executable's file name is ``wanted``.
@@ -174,6 +173,13 @@ class Process(NamedTuple):
         if not plain_name(self.status.name):
             return False
         return wanted[:COMM_MAX] == self.status.name or wanted == self.exe_name
+
+
+def executable_name(exe: Optional[str]) -> str:
+    """The file name of an ``exe`` link's target, without the kernel's " (deleted)" mark; "" for none."""
+    if not exe:
+        return ""
+    return os.path.basename(exe.removesuffix(DELETED))
 
 
 def read_task_file(directory: int, name: str) -> str:
@@ -208,41 +214,59 @@ class ProcessTable(NamedTuple):
     skipped: tuple[str, ...] = ()
 
 
-def _read_process(procfs: Path, pid: int) -> Optional[Process]:
+def _read_process(procfs: Path, pid: int, names: Optional[frozenset[str]]) -> Optional[Process]:
     # Every read goes through one descriptor of /proc/PID: once that process exits,
     # reads fail with ESRCH instead of reaching a new process that reused the pid.
     try:
-        directory = os.open(procfs / str(pid), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        directory = os.open(f"{procfs}/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
         return None
     try:
-        owner = task_owner(directory)
-        text = read_task_file(directory, "status")
         try:
             exe: Optional[str] = os.readlink("exe", dir_fd=directory)
         except (FileNotFoundError, PermissionError):
             # Kernel threads and zombies have no exe; another user's needs root (ptrace access mode).
             exe = None
+        if names is not None and not _maybe_named(directory, exe, names):
+            return None
+        owner = task_owner(directory)
+        text = read_task_file(directory, "status")
     except (FileNotFoundError, ProcessLookupError):
         return None
     finally:
         os.close(directory)
-    return Process(pid=pid, status=parse_status(text, str(procfs / str(pid) / "status")), exe=exe, owner=owner)
+    return Process(pid=pid, status=parse_status(text, f"{procfs}/{pid}/status"), exe=exe, owner=owner)
 
 
-def read_processes(procfs: Path) -> ProcessTable:
-    """Every process listed under ``procfs``; those that exit while being read are left out.
+def _maybe_named(directory: int, exe: Optional[str], names: frozenset[str]) -> bool:
+    """Whether ``Process.named`` may hold for one of ``names``, from ``comm`` and the executable alone.
 
+    ``comm`` is the name the status file's ``Name:`` line holds, unescaped, and a newline
+    (fs/proc/base.c ``comm_show``), so no process this says no to could be named so: the
+    rules (a plain name, the owner, the state) are the status file's, read only past here.
+    """
+    comm = read_task_file(directory, "comm").removesuffix("\n")
+    return any(comm == name[:COMM_MAX] for name in names) or executable_name(exe) in names
+
+
+def read_processes(procfs: Path, names: Optional[Iterable[str]] = None) -> ProcessTable:
+    """Every process listed under ``procfs`` (with ``names``, those that may be one of them) but those that exit.
+
+    With ``names``, a process's ``comm`` and ``exe`` link are read first, and its owner and
+    status only where one of them is one of ``names`` (``_maybe_named``): a search of a
+    node's hundreds of processes for one daemon then parses no status file but the
+    daemon's. The caller still asks ``Process.named`` and the owner, as of any process.
     A malformed status file skips its process alone and is named in ``skipped``: one
     process the parser cannot read must not blind the check to all the others. Raises
     OSError when ``procfs`` itself cannot be listed.
     """
+    wanted = None if names is None else frozenset(names)
     pids = sorted(int(entry.name) for entry in os.scandir(procfs) if entry.name.isdigit())
     processes: list[Process] = []
     skipped: list[str] = []
     for pid in pids:
         try:
-            process = _read_process(procfs, pid)
+            process = _read_process(procfs, pid, wanted)
         except ProcStatusError as exc:
             skipped.append(str(exc))
             continue

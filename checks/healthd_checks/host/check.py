@@ -306,7 +306,7 @@ def find_time_daemon(procfs: Path) -> Union[str, Unobserved]:
     process ``chronyd`` on a machine without NTP and have its unsynchronised clock judged.
     """
     try:
-        table = read_processes(procfs)
+        table = read_processes(procfs, TIME_DAEMONS)
     except OSError as exc:
         return Unobserved("CLOCK_DAEMON_UNREADABLE", "clock", one_line(f"cannot read the process table: {exc}"))
     for process in table.processes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -12,12 +13,21 @@ from typing import Any, Callable
 import pytest
 from healthd_testkit.checks import check_context
 from healthd_testkit.paths import FIXTURES
+from healthd_testkit.processes import Start
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd.checks.plugin import JudgeContext, NotApplicable
 from healthd.model import Finding, Status
-from healthd_checks.host.check import CHECK, HostObservation, KernelTimex, Timex, judge, physical_ethernet
+from healthd_checks.host.check import (
+    CHECK,
+    HostObservation,
+    KernelTimex,
+    Timex,
+    find_time_daemon,
+    judge,
+    physical_ethernet,
+)
 from healthd_checks.host.parse import (
     OPERSTATES,
     link_up,
@@ -77,6 +87,7 @@ def _process_table(tmp_path: Path, name: str, uid: int) -> Path:
     process.mkdir()
     status = (GPU_NODE / "2210/status").read_text().replace("nv-fabricmanage", name)
     (process / "status").write_text(status.replace("Uid:\t0\t0\t0\t0", f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}"))
+    (process / "comm").write_text(f"{name[:15]}\n")
     (process / "exe").symlink_to(f"/usr/sbin/{name}")
     os.chown(process, uid, uid)  # the owner /proc gives a process's directory is its own
     return procfs
@@ -102,6 +113,35 @@ def test_a_users_process_named_like_a_time_daemon_is_not_one(tmp_path: Path) -> 
     procfs = _process_table(tmp_path, "chronyd", 1000)
     (finding,) = run(tmp_path, procfs=procfs, timex=UNSYNCED)
     assert (finding.code, finding.status) == ("CLOCK_UNDISCIPLINED", Status.OK)
+
+
+def _no_time_daemon_here() -> None:
+    if find_time_daemon(Path("/proc")) != "":
+        pytest.skip("this machine runs a time daemon of its own")
+
+
+def test_a_time_daemon_is_known_by_its_command_name_cut_to_15_characters(start_process: Start) -> None:
+    # The kernel names the task after the file run, cut to 15 characters: the executable is "sleep".
+    _no_time_daemon_here()
+    start_process("sleep", called="systemd-timesyncd")
+    assert find_time_daemon(Path("/proc")) == "systemd-timesyncd"
+
+
+def test_a_time_daemon_is_known_by_its_executable_under_another_command_name(start_process: Start) -> None:
+    _no_time_daemon_here()
+    start_process("chronyd", called="worker")
+    assert find_time_daemon(Path("/proc")) == "chronyd"
+
+
+def test_a_real_users_process_named_like_a_time_daemon_is_not_one(
+    start_process: Start, user: pwd.struct_passwd
+) -> None:
+    # Named so by both its command name and its executable, and still a user's: the same copy run by root counts.
+    _no_time_daemon_here()
+    start_process("chronyd", user=user)
+    assert find_time_daemon(Path("/proc")) == ""
+    start_process("chronyd")
+    assert find_time_daemon(Path("/proc")) == "chronyd"
 
 
 def test_an_unreadable_process_table_leaves_the_clock_unknown(tmp_path: Path) -> None:

@@ -3,106 +3,27 @@
 Process-table tests start copies of /bin/sleep named like daemons, as root or as a
 real unprivileged user, and pin `process_exe` to their copy where another process
 of that name (a test cluster's real munged) could otherwise answer for it.
+
+The processes come from ``healthd_testkit.processes`` (the ``start_process`` and ``user``
+fixtures of tests/checks/conftest.py).
 """
 
 from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable
 
 import pytest
 from healthd_testkit.checks import raises_only
+from healthd_testkit.processes import TEST_USER, Start
 from hypothesis import given
 from hypothesis import strategies as st
 
 from healthd_checks.services.check import ModulesError, parse_modules
-
-TEST_USER = "healthd-svc-user"
-
-
-@dataclass(frozen=True)
-class Started:
-    exe: Path
-    pid: int
-
-
-Start = Callable[..., Started]
-
-
-@pytest.fixture(scope="session")
-def user() -> pwd.struct_passwd:
-    """A real unprivileged account (created once, kept: useradd is not undone between runs)."""
-    if os.geteuid() != 0:
-        pytest.skip("creating a user and switching to it needs root")
-    try:
-        return pwd.getpwnam(TEST_USER)
-    except KeyError:
-        pass
-    # A parallel run may create it at the same moment; only that it exists matters.
-    subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--comment", "healthd test user", TEST_USER],
-        check=False,
-        capture_output=True,
-    )
-    account = pwd.getpwnam(TEST_USER)
-    assert account.pw_uid >= 1000, f"{TEST_USER} must be an ordinary account, got uid {account.pw_uid}"
-    return account
-
-
-def _running(pid: int, exe: Path, deadline: float) -> None:
-    """Wait until ``pid`` has exec'd ``exe`` (setpriv execs it after switching users)."""
-    while time.monotonic() < deadline:
-        try:
-            if os.readlink(f"/proc/{pid}/exe") == str(exe):
-                return
-        except OSError:
-            pass
-        time.sleep(0.02)
-    pytest.fail(f"process {pid} did not start {exe}")
-
-
-@pytest.fixture
-def start_process() -> Iterator[Start]:
-    """``start_process(name, user=None, setuid_root=False, where="bin")``: run a copy of sleep named ``name``.
-
-    The copies live in a fresh world-readable directory so that another account can
-    run them; every process started is killed and reaped afterwards.
-    """
-    base = Path(tempfile.mkdtemp(prefix="healthd-svc-"))
-    base.chmod(0o755)
-    started: list[subprocess.Popen[bytes]] = []
-
-    def run(
-        name: str, user: Optional[pwd.struct_passwd] = None, setuid_root: bool = False, where: str = "bin"
-    ) -> Started:
-        directory = base / where
-        directory.mkdir(exist_ok=True)
-        directory.chmod(0o755)
-        exe = directory / name
-        if not exe.exists():
-            shutil.copy("/bin/sleep", exe)
-            exe.chmod(0o4755 if setuid_root else 0o755)
-        argv = [str(exe), "300"]
-        if user is not None:
-            argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", *argv]
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-        started.append(process)
-        _running(process.pid, exe, time.monotonic() + 10)
-        return Started(exe, process.pid)
-
-    yield run
-    for process in started:
-        process.kill()
-        process.wait()
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def uids(pid: int) -> tuple[int, int]:
