@@ -262,6 +262,9 @@ def timed(command: str, *inputs: str, tree: Optional[Path] = None, watch: Option
 class Watch:
     """A command's resident memory and input read, sampled each second from /proc; stopped past ``limit_mb``.
 
+    Stopped too when the machine has less than ``FLOOR_MB`` available, whatever its own size:
+    others share this machine, which has no swap.
+
     Prints a line every ``every`` seconds: where the memory went as the input was read
     (``rchar``: the bytes its read calls returned, DuckDB's included, of ``inputs`` bytes).
     """
@@ -279,7 +282,7 @@ class Watch:
             if rss is None:
                 return  # it ended
             now = time.perf_counter()
-            past = self.limit_mb is not None and rss > self.limit_mb
+            past = (self.limit_mb is not None and rss > self.limit_mb) or _available_mb() < FLOOR_MB
             if now - shown >= self.every or past:
                 shown = now
                 print(
@@ -289,9 +292,19 @@ class Watch:
                 )
             if past:
                 self.stopped = True
-                print(f"  stopped: past {self.limit_mb:.0f} MB", flush=True)
+                print(f"  stopped: past {self.limit_mb} MB, or {_available_mb():.0f} MB available", flush=True)
                 os.kill(pid, signal.SIGKILL)
                 return
+
+
+FLOOR_MB = 2048
+
+
+def _available_mb() -> float:
+    for line in Path("/proc/meminfo").read_text().split("\n"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
 
 
 def _rss_mb(pid: int) -> Optional[float]:
