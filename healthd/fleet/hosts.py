@@ -78,15 +78,20 @@ class Lists:
 
     def names(self, text: str) -> tuple[str, ...]:
         """``expand(text)``, from the list's one expansion; HostlistError for a list that does not parse."""
-        return self._names(self._number(text))
+        number = self._numbers.get(text)
+        return self._names(self._expanded(text) if number is None else number)
 
     def add(self, partition: str, text: str) -> None:
         """Count ``text``'s nodes as seen, in ``partition``."""
-        try:
-            number = self._number(text)
-        except HostlistError:
-            return
-        where = self._partition_numbers.setdefault(partition, len(self._partition_numbers))
+        number = self._numbers.get(text)
+        if number is None:
+            try:
+                number = self._expanded(text)
+            except HostlistError:
+                return
+        where = self._partition_numbers.get(partition)
+        if where is None:
+            where = self._partition_numbers[partition] = len(self._partition_numbers)
         first = self._first[number]
         if first == where or (first >= 0 and (partition, text) in self._elsewhere):
             return
@@ -98,10 +103,8 @@ class Lists:
             self._elsewhere.add((partition, text))
         self.partitions.setdefault(partition, set()).update(names)
 
-    def _number(self, text: str) -> int:
-        number = self._numbers.get(text)
-        if number is not None:
-            return number
+    def _expanded(self, text: str) -> int:
+        """The number of a list not seen before, expanded now; HostlistError (kept) for one that does not parse."""
         refused = self._refused.get(text)
         if refused is not None:
             raise HostlistError(refused)
