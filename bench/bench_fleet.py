@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -262,7 +263,8 @@ def timed(command: str, *inputs: str, tree: Optional[Path] = None, watch: Option
 class Watch:
     """A command's resident memory and input read, sampled each second from /proc; stopped past ``limit_mb``.
 
-    Stopped too when the machine has less than ``FLOOR_MB`` available, whatever its own size:
+    Stopped too when the machine has less than ``FLOOR_MB`` of memory available, or the temporary
+    directory (where DuckDB spills) less than ``DISK_FLOOR_GB`` free, whatever its own size:
     others share this machine, which has no swap.
 
     Prints a line every ``every`` seconds: where the memory went as the input was read
@@ -282,7 +284,7 @@ class Watch:
             if rss is None:
                 return  # it ended
             now = time.perf_counter()
-            past = (self.limit_mb is not None and rss > self.limit_mb) or _available_mb() < FLOOR_MB
+            past = (self.limit_mb is not None and rss > self.limit_mb) or _short()
             if now - shown >= self.every or past:
                 shown = now
                 print(
@@ -292,12 +294,18 @@ class Watch:
                 )
             if past:
                 self.stopped = True
-                print(f"  stopped: past {self.limit_mb} MB, or {_available_mb():.0f} MB available", flush=True)
+                free = shutil.disk_usage(tempfile.gettempdir()).free / 1e9
+                print(f"  stopped: past {self.limit_mb} MB, {_available_mb():.0f} MB available, {free:.0f} GB free")
                 os.kill(pid, signal.SIGKILL)
                 return
 
 
-FLOOR_MB = 2048
+FLOOR_MB, DISK_FLOOR_GB = 2048, 8
+
+
+def _short() -> bool:
+    """Whether the machine is short of memory or of temporary disk space."""
+    return _available_mb() < FLOOR_MB or shutil.disk_usage(tempfile.gettempdir()).free < DISK_FLOOR_GB * 1e9
 
 
 def _available_mb() -> float:
