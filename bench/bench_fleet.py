@@ -295,7 +295,10 @@ class Watch:
             if past:
                 self.stopped = True
                 free = shutil.disk_usage(tempfile.gettempdir()).free / 1e9
-                print(f"  stopped: past {self.limit_mb} MB, {_available_mb():.0f} MB available, {free:.0f} GB free")
+                print(
+                    f"  stopped: past {self.limit_mb} MB, {_available_mb():.0f} MB available, {free:.0f} GB free",
+                    flush=True,
+                )
                 os.kill(pid, signal.SIGKILL)
                 return
 
