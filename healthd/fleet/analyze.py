@@ -281,9 +281,10 @@ class _Jobs:
     # or not (``_settle_choices``).
     held: dict[str, dict[tuple[str, str, str], list[int]]] = field(default_factory=dict)
     nodes: dict[str, _Node] = field(default_factory=dict)
-    # The nodes of the multi-node runs' lists, each list expanded once when first seen (a busy
-    # scheduler's fragmented lists are millions of distinct strings: expanding them again at
-    # the end, only to learn which nodes exist, was most of the report's CPU).
+    # The nodes of the multi-node runs' lists, each distinct list expanded once, when first seen,
+    # for its partitions and its failed runs alike (a busy scheduler's fragmented lists are
+    # millions of distinct strings: expanding them again at the end, only to learn which nodes
+    # exist, was most of the report's CPU).
     lists: Lists = field(default_factory=lambda: Lists())
     attributed: list[Attributed] = field(default_factory=list)
     runs: int = 0
@@ -368,7 +369,7 @@ def _failed_run(
     """Attribute a FAILED or NODE_FAIL run: None without a cause, else whether the cause was shared."""
     i_id, i_user, i_state = columns
     end, hours, gpus, nnodes, node_list = run
-    names = (node_list,) if nnodes == 1 else jobs.lists.expand(node_list)
+    names = (node_list,) if nnodes == 1 else jobs.lists.names(node_list)
     found = _attribute(names, end, events, settings)
     if found is None:
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from array import array
 from typing import NamedTuple, Optional
 
 from healthd.slurm import hostlist
@@ -53,42 +54,80 @@ class Lists:
 
     A busy scheduler's lists are fragmented (``gpu[001-004,017,230-233]``): a year of a large
     fleet holds millions of distinct ones, and expanding each is most of the cost of reading
-    them. A list is expanded when first seen, into the node sets, and only its text is kept;
-    it is expanded again only when it shows up in another partition (the partition's node set
-    needs its names) or when a run on it failed (the attribution needs its names: the failed
-    runs' lists are kept, a few in a hundred), and never at the end. A list that does not parse adds no node (its
-    run is counted as the reader decides).
+    them. A list is expanded when first asked for, by a run in a partition (``add``) or by a
+    failed run's attribution (``names``), and its nodes are kept as numbers, four bytes a
+    node in one flat array: a list seen again in another partition, or on a failed run,
+    gives its names back from there, never from a second expansion (the memo of
+    ``healthd.slurm.hostlist`` holds 65,536 lists, a few days of a large fleet's). A list
+    that does not parse adds no node (its run is counted as the reader decides), and is
+    refused again without being read again.
     """
 
     def __init__(self) -> None:
         self.nodes: set[str] = set()
         self.partitions: dict[str, set[str]] = {}
-        self._seen: dict[str, str] = {}  # list -> the partition it was first seen in
+        self._numbers: dict[str, int] = {}  # list -> its number
+        self._refused: dict[str, str] = {}  # list -> why it does not parse
+        self._ends = array("q", [0])  # list n's nodes are _members[_ends[n]:_ends[n + 1]]
+        self._members = array("i")  # node numbers
+        self._first = array("i")  # list n's first partition's number, -1 before any
+        self._node_numbers: dict[str, int] = {}
+        self._node_names: list[str] = []
+        self._partition_numbers: dict[str, int] = {}
         self._elsewhere: set[tuple[str, str]] = set()  # (partition, list) of the other partitions (rare)
-        self._failed: dict[str, tuple[str, ...]] = {}  # the failed runs' lists (a few in a hundred runs)
 
-    def expand(self, text: str) -> tuple[str, ...]:
-        """``expand(text)`` of a failed run's list, kept: the few lists of failed runs are asked again."""
-        names = self._failed.get(text)
-        if names is None:
-            names = self._failed[text] = expand(text)
-        return names
+    def names(self, text: str) -> tuple[str, ...]:
+        """``expand(text)``, from the list's one expansion; HostlistError for a list that does not parse."""
+        number = self._numbers.get(text)
+        return self._names(self._expanded(text) if number is None else number)
 
     def add(self, partition: str, text: str) -> None:
         """Count ``text``'s nodes as seen, in ``partition``."""
-        first = self._seen.get(text)
-        if first is not None and (first == partition or (partition, text) in self._elsewhere):
+        number = self._numbers.get(text)
+        if number is None:
+            try:
+                number = self._expanded(text)
+            except HostlistError:
+                return
+        where = self._partition_numbers.get(partition)
+        if where is None:
+            where = self._partition_numbers[partition] = len(self._partition_numbers)
+        first = self._first[number]
+        if first == where or (first >= 0 and (partition, text) in self._elsewhere):
             return
-        try:
-            names = self._failed.get(text) or expand(text)
-        except HostlistError:
-            return
-        if first is None:
-            self._seen[text] = partition
+        names = self._names(number)
+        if first < 0:
+            self._first[number] = where
             self.nodes.update(names)
         else:
             self._elsewhere.add((partition, text))
         self.partitions.setdefault(partition, set()).update(names)
+
+    def _expanded(self, text: str) -> int:
+        """The number of a list not seen before, expanded now; HostlistError (kept) for one that does not parse."""
+        refused = self._refused.get(text)
+        if refused is not None:
+            raise HostlistError(refused)
+        try:
+            names = expand(text)
+        except HostlistError as exc:
+            self._refused[text] = str(exc)
+            raise
+        numbers = self._node_numbers
+        for name in names:
+            node = numbers.get(name)
+            if node is None:
+                node = numbers[name] = len(self._node_names)
+                self._node_names.append(name)
+            self._members.append(node)
+        self._ends.append(len(self._members))
+        self._first.append(-1)
+        number = self._numbers[text] = len(self._first) - 1
+        return number
+
+    def _names(self, number: int) -> tuple[str, ...]:
+        names = self._node_names
+        return tuple(names[node] for node in self._members[self._ends[number] : self._ends[number + 1]])
 
 
 def _words(submit_line: str) -> list[str]:
