@@ -14,12 +14,20 @@ another's job makes that job's header appear twice, and its script is left out (
 takes runs out of the failure evidence, docs/fleet.md "Evidence a user cannot make"). The
 forger's own directives are not moved by it: the forged header is a line that is not a
 comment, where sbatch stopped reading directives anyway.
+
+``--cache`` keeps each day's lookups apart (``Blocks``: ``healthd.fleet.cache``), and a job
+with runs on several days may be looked up in more than one: a record that one block has is
+counted again from another only where that one has it more often (same job, same stored
+script or ``NONE``, same request), so a job looked up twice is not rejected as forged. Where
+two forgers place the same record for a job in different blocks, it counts once, not twice:
+believed where a read of the whole window would leave it out, which a single forger achieves
+on a whole read anyway (a record for a job that no lookup names).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Optional, Union
 
 from healthd.fleet.hosts import Request, script_request
 from healthd.fleet.sacct import is_job_id
@@ -48,15 +56,33 @@ def _records(lines: list[str]) -> Iterable[tuple[str, list[str]]]:
         yield job_id, lines[start + 2 : end]
 
 
-def read_scripts(text: str) -> Scripts:
-    """The requests of the scripts in ``sacct -B -j ...`` output (``text`` whole, split on "\\n" alone)."""
+class Blocks(NamedTuple):
+    """``sacct -B -j ...`` outputs of separate lookups (``--cache``'s days), each a text whole."""
+
+    texts: Iterable[str]
+
+
+def read_scripts(text: Union[str, Blocks]) -> Scripts:
+    """The requests of the scripts in ``sacct -B -j ...`` output (``text`` whole, split on "\\n" alone).
+
+    ``Blocks``: a record is counted as often as the block having it most often has it.
+    """
+    # (job, stored, request) -> its count: a job's records are its headers.
+    counts: dict[tuple[str, bool, Request], int] = {}
+    for block in (text,) if isinstance(text, str) else text.texts:
+        here: dict[tuple[str, bool, Request], int] = {}
+        for job_id, body in _records(block.split("\n")):
+            key = (job_id, body[:1] != ["NONE"], script_request("\n".join(body)))
+            here[key] = here.get(key, 0) + 1
+        for key, times in here.items():
+            if times > counts.get(key, 0):
+                counts[key] = times
     seen: dict[str, int] = {}
     found: dict[str, Request] = {}
     stored = 0
-    for job_id, body in _records(text.split("\n")):
-        seen[job_id] = seen.get(job_id, 0) + 1
-        stored += body[:1] != ["NONE"]
-        wanted = script_request("\n".join(body))
+    for (job_id, script, wanted), times in counts.items():
+        seen[job_id] = seen.get(job_id, 0) + times
+        stored += script * times
         if wanted != Request():
             found[job_id] = wanted
     rejected = tuple(job for job, times in seen.items() if times > 1)
@@ -65,12 +91,13 @@ def read_scripts(text: str) -> Scripts:
     return Scripts(found, rejected, sum(seen.values()), stored)
 
 
+def batch_job(record: str) -> Optional[str]:
+    """The job id of a submit-line record (``JobID|SubmitLine``) whose command is sbatch: a job with a script."""
+    job_id, _, line = record.partition("|")
+    command = line.split(None, 1)[0] if line.strip() else ""
+    return job_id if is_job_id(job_id) and command.rsplit("/", 1)[-1] == "sbatch" else None
+
+
 def batch_jobs(submit_records: Iterable[str]) -> list[str]:
-    """The job ids of the submit-line records (``JobID|SubmitLine``) whose command is sbatch: the jobs with a script."""
-    jobs = []
-    for record in submit_records:
-        job_id, _, line = record.partition("|")
-        command = line.split(None, 1)[0] if line.strip() else ""
-        if is_job_id(job_id) and command.rsplit("/", 1)[-1] == "sbatch":
-            jobs.append(job_id)
-    return list(dict.fromkeys(jobs))
+    """The batch jobs of the submit-line records (``batch_job``), each once."""
+    return [job for job in dict.fromkeys(map(batch_job, submit_records)) if job is not None]
