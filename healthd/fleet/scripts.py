@@ -67,28 +67,42 @@ def read_scripts(text: Union[str, Blocks]) -> Scripts:
 
     ``Blocks``: a record is counted as often as the block having it most often has it.
     """
-    # (job, stored, request) -> its count: a job's records are its headers.
-    counts: dict[tuple[str, bool, Request], int] = {}
+    counts: dict[_Key, int] = {}
     for block in (text,) if isinstance(text, str) else text.texts:
-        here: dict[tuple[str, bool, Request], int] = {}
-        for job_id, body in _records(block.split("\n")):
-            key = (job_id, body[:1] != ["NONE"], script_request("\n".join(body)))
-            here[key] = here.get(key, 0) + 1
+        here = _keys(block)
+        if not counts:
+            counts = here
+            continue
         for key, times in here.items():
             if times > counts.get(key, 0):
                 counts[key] = times
-    seen: dict[str, int] = {}
+    scripted: dict[str, int] = {}  # job -> its records that hold a script
     found: dict[str, Request] = {}
-    stored = 0
-    for (job_id, script, wanted), times in counts.items():
-        seen[job_id] = seen.get(job_id, 0) + times
-        stored += script * times
-        if wanted != Request():
-            found[job_id] = wanted
-    rejected = tuple(job for job, times in seen.items() if times > 1)
+    for key, times in counts.items():
+        if isinstance(key, tuple):
+            job_id, wanted = key
+            scripted[job_id] = scripted.get(job_id, 0) + times
+            if wanted != Request():
+                found[job_id] = wanted
+    rejected = [job for job, times in scripted.items() if times + counts.get(job, 0) > 1]
+    rejected += [k for k, n in counts.items() if isinstance(k, str) and k not in scripted and n > 1]
     for job_id in rejected:
         found.pop(job_id, None)
-    return Scripts(found, rejected, sum(seen.values()), stored)
+    return Scripts(found, tuple(rejected), sum(counts.values()), sum(scripted.values()))
+
+
+# A record: its job id alone where it is ``NONE`` (no script stored: most records, kept as
+# small as a job id), else (job id, the request of its #SBATCH lines).
+_Key = Union[str, tuple[str, Request]]
+
+
+def _keys(block: str) -> dict[_Key, int]:
+    """Each record of one ``sacct -B`` output (``_Key``), with how often it is there."""
+    here: dict[_Key, int] = {}
+    for job_id, body in _records(block.split("\n")):
+        key: _Key = job_id if body[:1] == ["NONE"] else (job_id, script_request("\n".join(body)))
+        here[key] = here.get(key, 0) + 1
+    return here
 
 
 def batch_job(record: str) -> Optional[str]:
