@@ -19,7 +19,7 @@ seconds and peak RSS (``RUSAGE_SELF``: the stand-ins' work is slurmdbd's, not he
 and prints the ratios. Run:
 
     nice -n 10 .venv/bin/python bench/bench_fleet_cache.py [--runs 1000000] [--events 25000] [--dir DIR]
-        [--before TREE] [--no-report]
+        [--scratch DIR] [--before TREE] [--no-report]
 """
 
 from __future__ import annotations
@@ -103,10 +103,16 @@ print(json.dumps({**shown, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usa
 """
 
 
-# sacct -B (the batch scripts, a thousand job ids a call): none is stored, as on a cluster without
-# AccountingStoreFlags=job_script; a shell answers, since a thousand Python starts would be the bench.
+# sacct -B -j IDS (the batch scripts, a thousand job ids a call): each job's record with NONE, as
+# on a cluster without AccountingStoreFlags=job_script (src/sacct/options.c, _print_script); a
+# shell answers, since a thousand Python starts would be the bench.
 SCRIPTS = """#!/bin/sh
-case " $* " in *" -B "*) exit 0;; esac
+case " $* " in
+*" -B "*)
+    IFS=,
+    for id in $3; do printf 'Batch Script for %s\\n%s\\nNONE\\n\\n' "$id" {rule}; done
+    exit 0;;
+esac
 exec {python} {stand_in} "$@"
 """
 
@@ -120,7 +126,7 @@ def stand_ins(directory: Path, jobs: Path, events: Path, submit: Path) -> Path:
     for name in ("sacct.py", "sacctmgr"):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    (bin_dir / "sacct").write_text(SCRIPTS.format(python=sys.executable, stand_in=bin_dir / "sacct.py"))
+    (bin_dir / "sacct").write_text(SCRIPTS.format(python=sys.executable, stand_in=bin_dir / "sacct.py", rule="-" * 80))
     (bin_dir / "sacct").chmod(0o755)
     return bin_dir
 
@@ -196,16 +202,19 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--events", type=int, default=25_000)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
+    parser.add_argument("--scratch", type=Path, help="the stand-ins and caches (default: --dir; --dir may be shared)")
     parser.add_argument("--before", type=Path, metavar="TREE", help="the code before, measured the same way")
     parser.add_argument("--no-report", action="store_true", help="the reads only, not the analysis")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
     jobs, events, submit = generate(args.dir, args.runs, args.events)
-    bin_dir = stand_ins(args.dir, jobs, events, submit)
+    scratch = args.scratch or args.dir
+    scratch.mkdir(parents=True, exist_ok=True)
+    bin_dir = stand_ins(scratch, jobs, events, submit)
     first, last = span(jobs)
     window = (first, last - 3600)  # the last day's runs are partly still running at the end
     trees = [("now", None), *([("before", args.before)] if args.before else [])]
-    results = {name: series(name, tree, bin_dir, args.dir, window, not args.no_report) for name, tree in trees}
+    results = {name: series(name, tree, bin_dir, scratch, window, not args.no_report) for name, tree in trees}
     for name, found in results.items():
         ratio = found["incremental day"]["cpu"] / found["full read"]["cpu"]
         print(f"{name}: incremental day / full read: {ratio:.3f} of the CPU")

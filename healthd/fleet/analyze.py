@@ -27,7 +27,7 @@ import gc
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Protocol
+from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Protocol, Union
 
 from healthd.fleet.causes import (
     SHARED_NODES,
@@ -65,7 +65,7 @@ from healthd.fleet.sacct import (
     sacctmgr_command,
     tres_gpus,
 )
-from healthd.fleet.scripts import read_scripts
+from healthd.fleet.scripts import Blocks, read_scripts
 from healthd.fleet.submit import Exclusions, read_exclusions, settle, summary
 from healthd.slurm.hostlist import HostlistError
 
@@ -760,7 +760,7 @@ def analyze(
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
     observer: Optional[Observer] = None,
     job_names: Optional[dict[str, str]] = None,
-    scripts: Optional[str] = None,
+    scripts: Union[str, Blocks, None] = None,
 ) -> FleetReport:
     """The whole report from sacct's and sacctmgr's parsable output (``FleetInputError`` if one is unusable).
 

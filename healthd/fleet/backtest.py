@@ -27,11 +27,12 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from operator import mul
-from typing import Callable, Iterable, NamedTuple, Optional
+from typing import Callable, Iterable, NamedTuple, Optional, Union
 
 from healthd.fleet.analyze import FleetReport, FleetSettings, Run, Sources, _by_user, analyze
 from healthd.fleet.hosts import expand
 from healthd.fleet.lemons import LemonVerdict, NodeSignals, detect, upper_tail
+from healthd.fleet.scripts import Blocks
 from healthd.slurm.reasons import Reasons
 
 WEEK = 7 * 86400.0
@@ -412,7 +413,7 @@ def backtest(
     sources: Sources = DEFAULT_SOURCES,
     submit_lines: Optional[Callable[[], Iterable[str]]] = None,
     job_names: Optional[dict[str, str]] = None,
-    scripts: Optional[str] = None,
+    scripts: Union[str, Blocks, None] = None,
 ) -> Backtest:
     """The report of the whole window and its replay in steps (``FleetInputError`` if an input is unusable)."""
     options = options or BacktestSettings()

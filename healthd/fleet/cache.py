@@ -2,12 +2,13 @@
 
 The directory holds one segment per day (UTC) of the runs' and events' ends: the job runs as
 the ``-P`` table the analysis reads (``DAY-TOKEN.jobs``), the node events (``.events``), the
-submit-line records (``.submit``) and the job names (``.names``), each file with its header
-so that it is a table of its own; and ``manifest.json``, which names the segments, the window
-they cover and what identifies the query (the Slurm config, the tables' headers). A later
-read whose window starts inside the cached one asks Slurm only from an hour before the
-cached end (``OVERLAP``: slurmdbd records a run or an event when it ends, and may record it a
-little late), and then:
+submit-line records (``.submit``), each file with its header so that it is a table of its own,
+the job names (``.names``) and the batch scripts of the jobs whose records it holds
+(``.scripts``: the ``sacct -B`` outputs, one per read that wrote the day); and
+``manifest.json``, which names the segments, the window they cover and what identifies the
+query (the Slurm config, the tables' headers). A later read whose window starts inside the
+cached one asks Slurm only from an hour before the cached end (``OVERLAP``: slurmdbd records
+a run or an event when it ends, and may record it a little late), and then:
 
 - a run that ended before the new end less ``OVERLAP`` is final: the next read will not ask
   for it again. It is written into the segment of its end's day; a day that has a segment
@@ -18,7 +19,14 @@ little late), and then:
   job, ``-D``, has its own start); events alike, by (node, start, reason) and their end;
 - a job's submit-line records are kept with its final runs, one per run when its records
   number its runs; otherwise (a forged record, counted against the job by
-  ``healthd.fleet.submit``) all of them with its last final run, so that the count still fails;
+  ``healthd.fleet.submit``) all of them with its last final run, so that the count still fails.
+  The records are matched with the runs a share of the jobs at a time (``PARTS``, by a hash
+  of the job id, through files in the read's private directory), so that a first read of a
+  year holds a share of its jobs, not one entry each;
+- the batch jobs among a day's new records are looked up (``sacct -B``) and their scripts
+  kept with the day, so that a day's run asks for the new day's scripts only, and those of
+  the first day's jobs that stay in the window (a day's: its other jobs' scripts, forged
+  headers included, must not count) and of the runs that are not final;
 - the report then streams the segments' rows, the first day's filtered to the window,
   and the new read's runs that are not final, without loading or merging them.
 
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -44,21 +53,27 @@ from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
 from healthd.fleet.sacct import LocalTimes, file_lines, is_job_id, text_of
+from healthd.fleet.scripts import Blocks, batch_job, batch_jobs
 from healthd.store.atomicfile import write_atomically
 from healthd.store.trust import UntrustedPath, closed_on_error, open_trusted_dir, stat_reason, trusted_stat
 
-VERSION = 2
+VERSION = 3
 OVERLAP = 3600.0
 DAY = 86400
 MANIFEST = "manifest.json"
 KINDS = ("jobs", "events", "submit")
+FILES = (*KINDS, "names", "scripts")  # a segment's files
 JOB_KEY = (("JobID", "Start"), "End")
 EVENT_KEY = (("NodeName", "TimeStart", "Reason"), "TimeEnd")
 # Rows held in memory while a read is sorted into days, before they are appended to their files.
 BUFFERED = 50_000
+# Shares of the jobs that a read's runs and records are matched in, one at a time: a year of
+# 10M runs is about 160k jobs a share, where one dictionary of every job held 2.5 GB.
+PARTS = 64
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+_SPILL = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class CacheError(Exception):
@@ -91,6 +106,7 @@ class Fresh(NamedTuple):
     events: list[str]
     submit: Callable[[], Iterable[str]]  # the records, read afresh at each call
     names: dict[str, str]
+    scripts: Callable[[list[str]], str]  # ``sacct -B`` output of these jobs (``live.batch_scripts``)
 
 
 def read_from(manifest: Optional[Manifest], window: tuple[float, float], key: str) -> float:
@@ -239,7 +255,7 @@ class Store:
         if "/" in segment.name or segment.name.startswith("."):
             return False
         try:
-            for kind in (*KINDS, "names"):
+            for kind in FILES:
                 os.stat(f"{segment.name}.{kind}", dir_fd=self.fd, follow_symlinks=False)
         except OSError:
             return False
@@ -262,6 +278,12 @@ class Store:
             found = json.loads(handle.read())
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
+    def scripts(self, segment: Segment) -> list[str]:
+        """The ``sacct -B`` outputs kept with ``segment``, one per read that wrote its day."""
+        with self.open(f"{segment.name}.scripts") as handle:
+            found = json.loads(handle.read())
+        return [str(text) for text in found] if isinstance(found, list) else []
+
 
 class Sealed(NamedTuple):
     """The window as the analysis reads it: the segments (the first day's filtered), then the new read's open rows."""
@@ -270,6 +292,7 @@ class Sealed(NamedTuple):
     events: Iterator[str]
     submit: Callable[[], Iterator[str]]
     names: dict[str, str]
+    scripts: Blocks  # the batch scripts of the window's batch jobs, a lookup at a time
 
 
 def seal(store: Store, fresh: Fresh, window: tuple[float, float, float], key: str, spill: Path) -> Sealed:
@@ -278,7 +301,8 @@ def seal(store: Store, fresh: Fresh, window: tuple[float, float, float], key: st
     ``window``: the report's start, the start of what was read, its end. ``spill``: a
     private directory for the read's rows that are not final. Raises ``Reread`` when the
     new days cannot join the cached ones, ``CacheError`` when the cache cannot be written
-    (it is then not changed), and OSError when a segment cannot be read.
+    (it is then not changed), OSError when a segment cannot be read, and what
+    ``fresh.scripts`` raises.
     """
     since, start, until = window
     jobs = iter(fresh.jobs)
@@ -287,19 +311,21 @@ def seal(store: Store, fresh: Fresh, window: tuple[float, float, float], key: st
     if start > since and (manifest is None or manifest.headers != headers):
         store.manifest = None
         raise Reread()
-    batch = _Batch(store, headers, until - OVERLAP)
+    batch = _Batch(store, headers, until - OVERLAP, spill)
     batch.old = {} if manifest is None else {s.day: s for s in manifest.segments if (s.day + 1) * DAY > since}
     try:
         batch.jobs(jobs, spill / "open-jobs.txt")
         open_events = batch.events(fresh.events[1:])
-        batch.records(fresh.submit, spill / "open-submit.txt")
-        batch.names(fresh.names)
-        segments = batch.commit(since)
+        batch.records(fresh.submit, spill / "open-submit.txt", fresh.names)
+        segments = batch.commit(since, fresh.scripts)
         store.manifest = Manifest(key, since, until, headers, segments)
         _write_manifest(store, store.manifest)
     except OSError as exc:
         batch.discard()
         raise CacheError(f"cannot write the cache {store.path}: {exc.strerror or exc}") from None
+    except BaseException:
+        batch.discard()
+        raise
     _collect_garbage(store, segments)
     first = _First(store, segments[0], headers, since) if segments and segments[0].day * DAY < since else None
     return Sealed(
@@ -307,7 +333,29 @@ def seal(store: Store, fresh: Fresh, window: tuple[float, float, float], key: st
         _stream(store, segments, "events", headers[1], first, iter(open_events)),
         lambda: _stream(store, segments, "submit", headers[2], first, file_lines(spill / "open-submit.txt")),
         {k: v for s in segments for k, v in store.names(s).items()} | fresh.names,
+        _scripts(store, segments, first, fresh.scripts, file_lines(spill / "open-submit.txt")),
     )
+
+
+def _scripts(
+    store: Store,
+    segments: tuple[Segment, ...],
+    first: Optional[_First],
+    lookup: Callable[[list[str]], str],
+    rest: Iterable[str],
+) -> Blocks:
+    """The ``sacct -B`` outputs of the window's batch jobs: the segments' kept ones, and new lookups of a day's.
+
+    The first day's jobs that stay in the window and the runs that are not final (``rest``'s
+    records) are looked up anew: the kept output of the first day holds its jobs that left
+    the window too, whose scripts (and any header forged in them) a read of the window has not.
+    Each kept output is read when the analysis comes to it.
+    """
+    ours = [] if first is None else first.kept("submit", store.lines(f"{first.segment.name}.submit"))
+    looked = [lookup(jobs) for jobs in (batch_jobs(submit_records(ours)), batch_jobs(submit_records(rest))) if jobs]
+    others = (segment for segment in segments if first is None or segment != first.segment)
+    kept = (text for segment in others for text in store.scripts(segment))
+    return Blocks(itertools.chain(looked, kept))
 
 
 def _stream(
@@ -362,18 +410,58 @@ class _First:
             yield from record.split("\n")
 
 
+class _Appends:
+    """Lines added to files, held and written out in batches of ``BUFFERED``: a read of millions holds a batch."""
+
+    def __init__(self, opener: Callable[[str], int]) -> None:
+        self.opener = opener
+        self.buffered: dict[str, list[str]] = {}
+        self.held = 0
+
+    def add(self, name: str, line: str) -> None:
+        self.buffered.setdefault(name, []).append(line)
+        self.held += 1
+        if self.held >= BUFFERED:
+            self.flush()
+
+    def flush(self) -> None:
+        for name, lines in self.buffered.items():
+            fd = self.opener(name)
+            try:
+                with os.fdopen(fd, "wb", closefd=False) as out:
+                    out.write("".join(line + "\n" for line in lines).encode("utf-8"))
+            finally:
+                os.close(fd)
+        self.buffered.clear()
+        self.held = 0
+
+
+def _part(job: str) -> int:
+    return hash(job) % PARTS  # the same within the process, which is all a read needs
+
+
+# A submit-line record may hold "\n" (a line continued): spilled as one line.
+def _escaped(record: str) -> str:
+    return record.replace("\\", "\\\\").replace("\n", "\\n") if "\\" in record or "\n" in record else record
+
+
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def _unescaped(line: str) -> str:
+    return _ESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), line) if "\\" in line else line
+
+
 class _Batch:
     """The final rows of one read, sorted into their days' new segment files."""
 
-    def __init__(self, store: Store, headers: tuple[str, str, str], cut: float) -> None:
-        self.store, self.headers, self.cut = store, headers, cut
+    def __init__(self, store: Store, headers: tuple[str, str, str], cut: float, spill: Path) -> None:
+        self.store, self.headers, self.cut, self.spill = store, headers, cut, spill
         self.old: dict[int, Segment] = {}
         self.new: dict[int, Segment] = {}
-        self.buffered: dict[tuple[int, str], list[str]] = {}
-        self.held = 0
-        # job -> its runs in the read: one run, the day it ended on when final (-1: not final);
-        # several (few jobs): [their number, the days of the final ones]. One entry a job.
-        self.runs: dict[str, Union[int, list[int]]] = {}
+        self.rows = _Appends(lambda name: os.open(name, _APPEND, dir_fd=store.fd))
+        # job|day of each run (-1: not final), escaped records, batch jobs by day: by share of the jobs.
+        self.parts = _Appends(lambda name: os.open(spill / name, _SPILL, 0o600))
         self.replaced: dict[int, set[tuple[str, ...]]] = {}  # day -> keys of new rows (jobs)
         self.replaced_events: dict[int, set[tuple[str, ...]]] = {}
         self.job_names: dict[int, dict[str, str]] = {}
@@ -390,33 +478,16 @@ class _Batch:
         return segment
 
     def _add(self, day: int, kind: str, row: str) -> None:
-        self._segment(day)
-        self.buffered.setdefault((day, kind), []).append(row)
-        self.held += 1
-        if self.held >= BUFFERED:
-            self._flush()
-
-    def _flush(self) -> None:
-        for (day, kind), rows in self.buffered.items():
-            fd = os.open(f".{self.new[day].name}.{kind}", _APPEND, dir_fd=self.store.fd)
-            try:
-                with os.fdopen(fd, "wb", closefd=False) as out:
-                    out.write("".join(row + "\n" for row in rows).encode("utf-8"))
-            finally:
-                os.close(fd)
-        self.buffered.clear()
-        self.held = 0
+        self.rows.add(f".{self._segment(day).name}.{kind}", row)
 
     def jobs(self, rows: Iterator[str], spill: Path) -> None:
-        """Each run into its day's segment when final, else into ``spill``."""
+        """Each run into its day's segment when final, else into ``spill``; each run's day into its job's share."""
         ends = _Ends(self.headers[0], JOB_KEY)
-        runs = self.runs
         with spill.open("w", encoding="utf-8", newline="\n") as out:
             for row in rows:
                 key, end = ends(row)
                 day = -1 if end is None or end >= self.cut else int(end // DAY)
-                had = runs.get(key[0])
-                runs[key[0]] = day if had is None else _one_more(had, day)
+                self.parts.add(f"runs-{_part(key[0])}", f"{key[0]}|{day}")
                 if day < 0:
                     out.write(row + "\n")
                     continue
@@ -441,66 +512,79 @@ class _Batch:
             self._add(day, "events", row)
         return kept
 
-    def records(self, submit: Callable[[], Iterable[str]], spill: Path) -> None:
-        """Each job's records with its final runs (``seal``); the rest into ``spill``, header first."""
-        counts: dict[str, int] = {}
+    def records(self, submit: Callable[[], Iterable[str]], spill: Path, names: dict[str, str]) -> None:
+        """Each job's records with its final runs (``seal``), a share of the jobs at a time; the rest into ``spill``."""
         records = iter(submit())
         next(records, None)
         for record in records:
+            self.parts.add(f"records-{_part(record.split('|', 1)[0])}", _escaped(record))
+        self.parts.flush()
+        newest = max(self.new, default=None)
+        shared: list[dict[str, str]] = [{} for _ in range(PARTS)]
+        for job, name in names.items():
+            shared[_part(job)][job] = name
+        with spill.open("w", encoding="utf-8", newline="\n") as out:
+            for part in range(PARTS):
+                runs = self._runs(part)
+                for record in self._place(runs, part, newest):
+                    out.write(record + "\n")
+                for job, name in shared[part].items():
+                    for day in _days(runs.get(job, -1)):
+                        self.job_names.setdefault(day, {})[job] = name
+
+    def _runs(self, part: int) -> dict[str, Union[int, list[int]]]:
+        """Job -> its runs in the read, of one share: one run, the day it ended on when final (-1: not final);
+        several (few jobs): [their number, the days of the final ones]."""
+        runs: dict[str, Union[int, list[int]]] = {}
+        for line in self._spilled(f"runs-{part}"):
+            job, _, number = line.rpartition("|")
+            day = int(number)
+            had = runs.get(job)
+            runs[job] = day if had is None else _one_more(had, day)
+        return runs
+
+    def _spilled(self, name: str) -> Iterator[str]:
+        path = self.spill / name
+        return iter(file_lines(path)) if path.exists() else iter(())
+
+    def _place(self, runs: dict[str, Union[int, list[int]]], part: int, newest: Optional[int]) -> Iterator[str]:
+        """The records of one share into their days' segments (their batch jobs noted by day); yields the others."""
+        records = [_unescaped(line) for line in self._spilled(f"records-{part}")]
+        counts: dict[str, int] = {}
+        for record in records:
             job = record.split("|", 1)[0]
             counts[job] = counts.get(job, 0) + 1
-        newest = max(self.new, default=None)
         placed: dict[str, int] = {}
-        records = iter(submit())
-        next(records, None)
-        with spill.open("w", encoding="utf-8", newline="\n") as out:
-            for record in records:
-                job = record.split("|", 1)[0]
-                day = self._day_of(job, counts[job], placed, newest)
-                if day is None:
-                    out.write(record + "\n")
-                else:
-                    self._add(day, "submit", record)
+        for record in records:
+            job = record.split("|", 1)[0]
+            day = _day_of(runs.get(job), counts[job], placed, job, newest)
+            if day is None:
+                yield record
+                continue
+            self._add(day, "submit", record)
+            batch = batch_job(record)
+            if batch is not None:
+                self.parts.add(f"batch-{day}", batch)
 
-    def _day_of(self, job: str, records: int, placed: dict[str, int], newest: Optional[int]) -> Optional[int]:
-        """The day a record of ``job`` is kept with, None to leave it to the next read."""
-        runs = self.runs.get(job)
-        if runs is None:
-            return newest  # a record of no run read: it still counts against its job's runs
-        if isinstance(runs, int) and records == 1:
-            return runs if runs >= 0 else None  # most jobs: one run, one record
-        days = _days(runs)
-        if not days:
-            return None
-        if records != (runs[0] if isinstance(runs, list) else 1):
-            return days[-1]
-        index = placed.get(job, 0)
-        placed[job] = index + 1
-        return days[index] if index < len(days) else None
-
-    def names(self, names: dict[str, str]) -> None:
-        for job, name in names.items():
-            for day in _days(self.runs.get(job, -1)):
-                self.job_names.setdefault(day, {})[job] = name
-
-    def commit(self, since: float) -> tuple[Segment, ...]:
-        """Copy the old rows of every day written into its new files, then make them the segments."""
-        self._flush()
+    def commit(self, since: float, lookup: Callable[[list[str]], str]) -> tuple[Segment, ...]:
+        """Copy the old rows of every day written into its new files, with its scripts; then make them the segments."""
+        self.rows.flush()
+        self.parts.flush()
         for day, segment in self.new.items():
             old = self.old.get(day)
             names = dict(self.job_names.get(day, {}))
+            scripts = []
             if old is not None:
                 self._copy(old, segment, day)
                 names = {**self.store.names(old), **names}
-            body = json.dumps(names).encode("utf-8")
-            fd = os.open(f".{segment.name}.names", _CREATE, 0o600, dir_fd=self.store.fd)
-            try:
-                os.fchmod(fd, 0o600)
-                os.write(fd, body)
-            finally:
-                os.close(fd)
+                scripts = self.store.scripts(old)
+            jobs = list(dict.fromkeys(self._spilled(f"batch-{day}")))
+            if jobs:
+                scripts.append(lookup(jobs))
+            self._write(f".{segment.name}.names", json.dumps(names))
+            self._write(f".{segment.name}.scripts", json.dumps(scripts))
         for segment in self.new.values():
-            for kind in (*KINDS, "names"):
+            for kind in FILES:
                 name = f"{segment.name}.{kind}"
                 fd = os.open(f".{name}", _READ, dir_fd=self.store.fd)
                 try:
@@ -510,6 +594,14 @@ class _Batch:
                 os.rename(f".{name}", name, src_dir_fd=self.store.fd, dst_dir_fd=self.store.fd)
         merged = {**self.old, **self.new}
         return tuple(merged[day] for day in sorted(merged) if (day + 1) * DAY > since)
+
+    def _write(self, name: str, text: str) -> None:
+        fd = os.open(name, _CREATE, 0o600, dir_fd=self.store.fd)
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, text.encode("utf-8"))
+        finally:
+            os.close(fd)
 
     def _copy(self, old: Segment, new: Segment, day: int) -> None:
         """The old segment's rows into the new one's files, less those the new read replaces."""
@@ -531,9 +623,27 @@ class _Batch:
 
     def discard(self) -> None:
         for segment in self.new.values():
-            for kind in (*KINDS, "names"):
+            for kind in FILES:
                 with contextlib.suppress(OSError):
                     os.unlink(f".{segment.name}.{kind}", dir_fd=self.store.fd)
+
+
+def _day_of(
+    runs: Optional[Union[int, list[int]]], records: int, placed: dict[str, int], job: str, newest: Optional[int]
+) -> Optional[int]:
+    """The day a record of ``job`` is kept with, None to leave it to the next read."""
+    if runs is None:
+        return newest  # a record of no run read: it still counts against its job's runs
+    if isinstance(runs, int) and records == 1:
+        return runs if runs >= 0 else None  # most jobs: one run, one record
+    days = _days(runs)
+    if not days:
+        return None
+    if records != (runs[0] if isinstance(runs, list) else 1):
+        return days[-1]
+    index = placed.get(job, 0)
+    placed[job] = index + 1
+    return days[index] if index < len(days) else None
 
 
 def _one_more(runs: Union[int, list[int]], day: int) -> list[int]:
@@ -567,12 +677,14 @@ def _write_manifest(store: Store, manifest: Manifest) -> None:
 # The names the cache writes: a segment's files (``DAY-RANDOM.KIND``), their dotted temporary
 # names, and write_atomically's ``.manifest.json.RANDOM.tmp``. Only these are ever removed, so a
 # --cache pointed at a directory holding anything else (a state directory) loses nothing of it.
-_OWN_NAME = re.compile(r"\.?[0-9]+-[0-9a-f]{12}\.(?:jobs|events|submit|names)|\.manifest\.json\.[0-9a-f]{16}\.tmp")
+_OWN_NAME = re.compile(
+    r"\.?[0-9]+-[0-9a-f]{12}\.(?:jobs|events|submit|names|scripts)|\.manifest\.json\.[0-9a-f]{16}\.tmp"
+)
 
 
 def _collect_garbage(store: Store, segments: tuple[Segment, ...]) -> None:
     """Remove the cache's own files the manifest does not name (replaced days, days before the window, leftovers)."""
-    wanted = {MANIFEST, *(f"{s.name}.{kind}" for s in segments for kind in (*KINDS, "names"))}
+    wanted = {MANIFEST, *(f"{s.name}.{kind}" for s in segments for kind in FILES)}
     for name in os.listdir(store.fd):
         if name not in wanted and _OWN_NAME.fullmatch(name):
             with contextlib.suppress(OSError):

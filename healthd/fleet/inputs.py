@@ -15,12 +15,12 @@ import datetime
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional
+from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
 from healthd.fleet import cache, columnar, live, sacct_json
 from healthd.fleet.analyze import FleetSettings, Sources
 from healthd.fleet.sacct import FleetInputError, file_lines, text_of
-from healthd.fleet.scripts import batch_jobs
+from healthd.fleet.scripts import Blocks, batch_jobs
 from healthd.text import records
 
 LIVE_SOURCES = Sources("sacct", "sacctmgr show event", "sacct JobID,SubmitLine")
@@ -34,7 +34,7 @@ class FleetInputs(NamedTuple):
     sources: Sources
     submit: Optional[Callable[[], Iterable[str]]]
     names: dict[str, str]  # JobID -> name, filled while ``jobs`` is read (sacct --json)
-    scripts: Optional[str]
+    scripts: Union[str, Blocks, None]  # sacct -B output (Blocks: --cache's, a lookup at a time)
     size: float = 0.0  # what the weights of ``jobs``' lines add up to (0: unknown)
     weight: Callable[[str], float] = lambda _: 1
 
@@ -166,10 +166,7 @@ def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[FleetI
         store = None if how.cache is None else _store(held, how.cache, f"{how.conf}|{how.bin_dir}")
         sealed = None if store is None else _sealed(how, store, window, Path(directory))
         if sealed is not None:
-            yield FleetInputs(
-                sealed.jobs, sealed.events, LIVE_SOURCES, sealed.submit, sealed.names,
-                _scripts(how, cache.submit_records(sealed.submit())),
-            )  # fmt: skip
+            yield FleetInputs(sealed.jobs, sealed.events, LIVE_SOURCES, sealed.submit, sealed.names, sealed.scripts)
             return
         found = _spool(how, window, Path(directory))
         scripts = _scripts(how, cache.submit_records(file_lines(found.submit_lines)))
@@ -205,7 +202,7 @@ def _sealed(how: Live, store: cache.Store, window: tuple[float, float], director
     key = f"{how.conf}|{how.bin_dir}"  # what identifies the query: a cache of another cluster is not used
     start = cache.read_from(store.manifest, window, key)
     while True:
-        fresh = _fresh(_spool(how, (start, until), directory))
+        fresh = _fresh(how, _spool(how, (start, until), directory))
         try:
             return cache.seal(store, fresh, (since, start, until), key, directory)
         except cache.Reread:
@@ -215,7 +212,7 @@ def _sealed(how: Live, store: cache.Store, window: tuple[float, float], director
             return None
 
 
-def _fresh(found: live.Spooled) -> cache.Fresh:
+def _fresh(how: Live, found: live.Spooled) -> cache.Fresh:
     """The spooled accounting as ``cache.seal`` takes it."""
     return cache.Fresh(
         file_lines(found.jobs),
@@ -223,10 +220,11 @@ def _fresh(found: live.Spooled) -> cache.Fresh:
         records(found.events),
         lambda: cache.submit_records(file_lines(found.submit_lines)),
         found.names,
+        lambda jobs: live.batch_scripts(how.bin_dir, jobs, how.timeout, conf=how.conf),
     )
 
 
 def _scripts(how: Live, submit_records: Iterable[str]) -> str:
-    """The batch scripts of the window's batch jobs (``live.batch_scripts``), cached or not: a script is read anew."""
+    """The batch scripts of the window's batch jobs (``live.batch_scripts``), read without a cache."""
     jobs = batch_jobs(submit_records)
     return live.batch_scripts(how.bin_dir, jobs, how.timeout, conf=how.conf) if jobs else ""

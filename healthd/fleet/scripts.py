@@ -14,12 +14,20 @@ another's job makes that job's header appear twice, and its script is left out (
 takes runs out of the failure evidence, docs/fleet.md "Evidence a user cannot make"). The
 forger's own directives are not moved by it: the forged header is a line that is not a
 comment, where sbatch stopped reading directives anyway.
+
+``--cache`` keeps each day's lookups apart (``Blocks``: ``healthd.fleet.cache``), and a job
+with runs on several days may be looked up in more than one: a record that one block has is
+counted again from another only where that one has it more often (same job, same stored
+script or ``NONE``, same request), so a job looked up twice is not rejected as forged. Where
+two forgers place the same record for a job in different blocks, it counts once, not twice:
+believed where a read of the whole window would leave it out, which a single forger achieves
+on a whole read anyway (a record for a job that no lookup names).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Iterable, NamedTuple
+from typing import Iterable, NamedTuple, Optional, Union
 
 from healthd.fleet.hosts import Request, script_request
 from healthd.fleet.sacct import is_job_id
@@ -48,29 +56,62 @@ def _records(lines: list[str]) -> Iterable[tuple[str, list[str]]]:
         yield job_id, lines[start + 2 : end]
 
 
-def read_scripts(text: str) -> Scripts:
-    """The requests of the scripts in ``sacct -B -j ...`` output (``text`` whole, split on "\\n" alone)."""
-    seen: dict[str, int] = {}
+class Blocks(NamedTuple):
+    """``sacct -B -j ...`` outputs of separate lookups (``--cache``'s days), each a text whole."""
+
+    texts: Iterable[str]
+
+
+def read_scripts(text: Union[str, Blocks]) -> Scripts:
+    """The requests of the scripts in ``sacct -B -j ...`` output (``text`` whole, split on "\\n" alone).
+
+    ``Blocks``: a record is counted as often as the block having it most often has it.
+    """
+    counts: dict[_Key, int] = {}
+    for block in (text,) if isinstance(text, str) else text.texts:
+        here = _keys(block)
+        if not counts:
+            counts = here
+            continue
+        for key, times in here.items():
+            if times > counts.get(key, 0):
+                counts[key] = times
+    scripted: dict[str, int] = {}  # job -> its records that hold a script
     found: dict[str, Request] = {}
-    stored = 0
-    for job_id, body in _records(text.split("\n")):
-        seen[job_id] = seen.get(job_id, 0) + 1
-        stored += body[:1] != ["NONE"]
-        wanted = script_request("\n".join(body))
-        if wanted != Request():
-            found[job_id] = wanted
-    rejected = tuple(job for job, times in seen.items() if times > 1)
+    for key, times in counts.items():
+        if isinstance(key, tuple):
+            job_id, wanted = key
+            scripted[job_id] = scripted.get(job_id, 0) + times
+            if wanted != Request():
+                found[job_id] = wanted
+    rejected = [job for job, times in scripted.items() if times + counts.get(job, 0) > 1]
+    rejected += [k for k, n in counts.items() if isinstance(k, str) and k not in scripted and n > 1]
     for job_id in rejected:
         found.pop(job_id, None)
-    return Scripts(found, rejected, sum(seen.values()), stored)
+    return Scripts(found, tuple(rejected), sum(counts.values()), sum(scripted.values()))
+
+
+# A record: its job id alone where it is ``NONE`` (no script stored: most records, kept as
+# small as a job id), else (job id, the request of its #SBATCH lines).
+_Key = Union[str, tuple[str, Request]]
+
+
+def _keys(block: str) -> dict[_Key, int]:
+    """Each record of one ``sacct -B`` output (``_Key``), with how often it is there."""
+    here: dict[_Key, int] = {}
+    for job_id, body in _records(block.split("\n")):
+        key: _Key = job_id if body[:1] == ["NONE"] else (job_id, script_request("\n".join(body)))
+        here[key] = here.get(key, 0) + 1
+    return here
+
+
+def batch_job(record: str) -> Optional[str]:
+    """The job id of a submit-line record (``JobID|SubmitLine``) whose command is sbatch: a job with a script."""
+    job_id, _, line = record.partition("|")
+    command = line.split(None, 1)[0] if line.strip() else ""
+    return job_id if is_job_id(job_id) and command.rsplit("/", 1)[-1] == "sbatch" else None
 
 
 def batch_jobs(submit_records: Iterable[str]) -> list[str]:
-    """The job ids of the submit-line records (``JobID|SubmitLine``) whose command is sbatch: the jobs with a script."""
-    jobs = []
-    for record in submit_records:
-        job_id, _, line = record.partition("|")
-        command = line.split(None, 1)[0] if line.strip() else ""
-        if is_job_id(job_id) and command.rsplit("/", 1)[-1] == "sbatch":
-            jobs.append(job_id)
-    return list(dict.fromkeys(jobs))
+    """The batch jobs of the submit-line records (``batch_job``), each once."""
+    return [job for job in dict.fromkeys(map(batch_job, submit_records)) if job is not None]

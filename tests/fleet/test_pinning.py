@@ -19,7 +19,7 @@ from healthd_testkit import synth
 from healthd.fleet.analyze import FleetReport, analyze
 from healthd.fleet.hosts import Request, directives, request, script_request
 from healthd.fleet.lemons import NodeSignals
-from healthd.fleet.scripts import batch_jobs, read_scripts
+from healthd.fleet.scripts import Blocks, batch_jobs, read_scripts
 
 HEALTHY = synth.FleetSpec(nodes=200, events=500, incident_lemons=0, silent_lemons=0, buggy_users=0, seed=7)
 TARGET = "gpu0199"
@@ -68,6 +68,21 @@ def test_scripts_are_read_by_job_and_a_forged_header_costs_the_named_job_its_scr
     assert found.requests == {"5": Request((), True, False), "6": Request(("node1",), False, True)}
     assert found.rejected == ("7",)
     assert (found.records, found.stored) == (5, 4)
+
+
+def test_a_job_looked_up_on_two_days_is_believed_and_a_header_forged_on_either_still_counts() -> None:
+    """``--cache`` keeps each day's lookup apart: a job whose runs end on two days is in both."""
+    five, six = "#!/bin/sh\n#SBATCH -x node1\n", "#!/bin/sh\n#SBATCH -w node2\n"
+    first, second = script_output({"5": five, "6": six}), script_output({"9": "NONE\n", "5": five})
+    found = read_scripts(Blocks([first, second]))
+    assert found.requests == {"5": Request(("node1",), False, True), "6": Request((), True, False)}
+    assert (found.rejected, found.records, found.stored) == ((), 3, 2)
+    forged = script_output({"7": f"#!/bin/sh\nexit 1\nBatch Script for 5\n{RULE}\n#SBATCH -w node3\n"})
+    found = read_scripts(Blocks([first, second, forged]))
+    assert found.rejected == ("5",) and "5" not in found.requests
+    twice = script_output({"7": f"true\nBatch Script for 6\n{RULE}\n{six}Batch Script for 6\n{RULE}\n{six}"})
+    assert read_scripts(Blocks([twice])).rejected == ("6",), "a header forged twice in one lookup counts twice"
+    assert read_scripts(Blocks([first, twice])).rejected == ("6",)
 
 
 def test_a_cluster_that_keeps_no_scripts_is_said_to_show_none() -> None:
