@@ -1,0 +1,143 @@
+"""The backtest's plain runs counted by DuckDB, and tallied by step, instead of replayed one by one in Python.
+
+The replay (``healthd.fleet.backtest``) needs of a run that did not fail, whose job neither
+excludes nor pins nodes, and that is not large, only one thing: for a single-node run, its
+(node, user, partition) key and the step its end falls in. So, where DuckDB reads the jobs
+file, the connection stays open for the whole backtest (``Session``): the report's own
+count (``columnar``) counts the plain runs, with every job that has a large run (at least
+``min_gpus`` GPUs) among those handed to the Python reader, which the replay sees run by run
+as before (failed runs, large runs, runs of the jobs that excluded nodes). Once the window
+is known, DuckDB tallies the plain single-node runs per (step, key), and the replay adds
+one step's tallies at a time: Python holds the keys and the runs that need it, never every run.
+
+The keys keep the Python reader's order within a node (the first line each key was seen
+on): the replay sums each node's failure expectation over its keys in that order, so the
+sums are the same to the bit as a replay of every run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Iterator, Optional
+
+from healthd.fleet.columnar import (
+    MEMORY_LIMIT,
+    Counted,
+    _column,
+    _counted,
+    _duckdb,
+    _lines,
+    _load,
+    _others,
+)
+from healthd.fleet.sacct import SacctTable, tres_gpus
+
+Key = tuple[str, str, str]  # node, user, partition
+
+
+PlainKey = tuple[str, str, str, int]  # node, user, partition, and the line of the key's first plain run
+
+
+class Session:
+    """One DuckDB connection for one backtest: ``count`` as the report's, ``keys`` and ``step`` after it.
+
+    Use as a context manager; without DuckDB ``count`` returns None and the replay sees every run.
+    """
+
+    def __init__(self, min_gpus: int) -> None:
+        self.min_gpus = min_gpus
+        self.db: Any = None
+        self.error: Any = None  # duckdb.Error, when DuckDB is there
+        self.counted = False  # whether ``count`` counted: the plain runs' tallies are in DuckDB
+        self._stack = ExitStack()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def _connect(self) -> bool:
+        """Whether DuckDB is installed; connected, with its memory limit and a spill directory of its own."""
+        duckdb = _duckdb()
+        if duckdb is None:
+            return False
+        self.error = duckdb.Error
+        spill = self._stack.enter_context(tempfile.TemporaryDirectory(prefix="healthd-fleet-backtest-"))
+        self.db = self._stack.enter_context(duckdb.connect())
+        self.db.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        self.db.execute("SET temp_directory = ?", [spill])
+        return True
+
+    def __exit__(
+        self, kind: Optional[type[BaseException]], exc: Optional[BaseException], trace: Optional[TracebackType]
+    ) -> None:
+        self._stack.close()
+
+    def count(
+        self, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]], others: frozenset[str]
+    ) -> Optional[Counted]:
+        """``columnar.count`` with the jobs of large runs among ``others``; None where DuckDB cannot read ``path``."""
+        lines = _lines(path)
+        if lines is None or not self._connect():
+            return None
+        try:
+            _load(self.db, path, table)
+            if self.db.execute("SELECT count(*) FROM lines").fetchone()[0] != lines - 1:
+                return None
+            _others(self.db, others | self._large_jobs(table))
+            counted = _counted(self.db, table, window, path)
+        except self.error:
+            return None
+        self.counted = True
+        return counted
+
+    def _large_jobs(self, table: SacctTable) -> frozenset[str]:
+        """The jobs with a run of at least ``min_gpus`` GPUs: the replay scores each of their runs."""
+        tres, job_id = _column(table, "AllocTRES"), _column(table, "JobID")
+        large = []
+        for (text,) in self.db.execute(f"SELECT DISTINCT {tres} FROM lines WHERE {tres} IS NOT NULL").fetchall():  # noqa: S608
+            try:
+                if tres_gpus(text) >= self.min_gpus:
+                    large.append(text)
+            except ValueError:
+                continue
+        if not large:
+            return frozenset()
+        found = self.db.execute(
+            f"SELECT DISTINCT {job_id} FROM lines WHERE {tres} IN (SELECT unnest(?::VARCHAR[]))",  # noqa: S608
+            [large],
+        ).fetchall()
+        return frozenset(job for (job,) in found if job is not None)
+
+    def plain_keys(self) -> list[PlainKey]:
+        """The keys of the plain single-node runs and the first line of each, numbered in this order for ``step``."""
+        self.db.execute(
+            "CREATE TABLE bt_keys AS SELECT row_number() OVER (ORDER BY first) - 1 AS kid, * FROM "
+            "(SELECT node_list, user, partition, min(line) AS first FROM counted WHERE nnodes = 1 GROUP BY ALL)"
+        )
+        return self.db.execute("SELECT node_list, user, partition, first FROM bt_keys ORDER BY kid").fetchall()  # type: ignore[no-any-return]
+
+    def tally(self, start: float, every: float, steps: int) -> None:
+        """Table ``bt_steps``: the plain single-node runs per (step, key) for the steps the replay takes."""
+        # The step as Python's float floor division reads it (CPython's float_floor_div, for
+        # x >= 0 and every > 0: the exact multiple, then floor, rounded up past one half), so a
+        # run falls in the same step as it would in the replay of every run.
+        x = "(end_at - $start)"
+        div = f"(({x} - fmod({x}, $every)) / $every)"
+        step = f"CAST(floor({div}) + CASE WHEN {div} - floor({div}) > 0.5 THEN 1 ELSE 0 END AS BIGINT)"
+        self.db.execute(
+            f"CREATE TABLE bt_steps AS SELECT step, kid, count(*) AS runs FROM "  # noqa: S608
+            f"(SELECT {step} AS step, node_list, user, partition FROM counted WHERE nnodes = 1) "
+            "JOIN bt_keys USING (node_list, user, partition) WHERE step < $steps GROUP BY step, kid ORDER BY step",
+            {"start": start, "every": every, "steps": steps},
+        )
+
+    def step(self, step: int) -> Iterator[tuple[int, int]]:
+        """(key number, runs) of the plain single-node runs that ended in ``step`` (``tally``)."""
+        query = self.db.execute("SELECT kid, runs FROM bt_steps WHERE step = ?", [step])
+        while True:
+            rows = query.fetchmany(65536)
+            if not rows:
+                return
+            yield from rows
