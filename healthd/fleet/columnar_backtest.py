@@ -18,7 +18,7 @@ sums are the same to the bit as a replay of every run.
 from __future__ import annotations
 
 import tempfile
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Iterator, Optional
@@ -33,7 +33,7 @@ from healthd.fleet.columnar import (
     _load,
     _others,
 )
-from healthd.fleet.sacct import SacctTable, tres_gpus
+from healthd.fleet.sacct import FleetInputError, SacctTable, tres_gpus
 
 Key = tuple[str, str, str]  # node, user, partition
 
@@ -110,8 +110,22 @@ class Session:
         ).fetchall()
         return frozenset(job for (job,) in found if job is not None)
 
+    @contextmanager
+    def _failing(self) -> Iterator[None]:
+        """A DuckDB error after the count (a full spill disk): the report's error, naming the way around it."""
+        try:
+            yield
+        except self.error as exc:
+            raise FleetInputError(
+                f"DuckDB failed in the backtest's replay: {exc} (--engine python reads every run)"
+            ) from exc
+
     def plain_keys(self) -> list[PlainKey]:
         """The keys of the plain single-node runs and the first line of each, numbered in this order for ``step``."""
+        with self._failing():
+            return self._plain_keys()
+
+    def _plain_keys(self) -> list[PlainKey]:
         self.db.execute(
             "CREATE TABLE bt_keys AS SELECT row_number() OVER (ORDER BY first) - 1 AS kid, * FROM "
             "(SELECT node_list, user, partition, min(line) AS first FROM counted WHERE nnodes = 1 GROUP BY ALL)"
@@ -126,18 +140,20 @@ class Session:
         x = "(end_at - $start)"
         div = f"(({x} - fmod({x}, $every)) / $every)"
         step = f"CAST(floor({div}) + CASE WHEN {div} - floor({div}) > 0.5 THEN 1 ELSE 0 END AS BIGINT)"
-        self.db.execute(
-            f"CREATE TABLE bt_steps AS SELECT step, kid, count(*) AS runs FROM "  # noqa: S608
-            f"(SELECT {step} AS step, node_list, user, partition FROM counted WHERE nnodes = 1) "
-            "JOIN bt_keys USING (node_list, user, partition) WHERE step < $steps GROUP BY step, kid ORDER BY step",
-            {"start": start, "every": every, "steps": steps},
-        )
+        with self._failing():
+            self.db.execute(
+                f"CREATE TABLE bt_steps AS SELECT step, kid, count(*) AS runs FROM "  # noqa: S608
+                f"(SELECT {step} AS step, node_list, user, partition FROM counted WHERE nnodes = 1) "
+                "JOIN bt_keys USING (node_list, user, partition) WHERE step < $steps GROUP BY step, kid ORDER BY step",
+                {"start": start, "every": every, "steps": steps},
+            )
 
     def step(self, step: int) -> Iterator[tuple[int, int]]:
         """(key number, runs) of the plain single-node runs that ended in ``step`` (``tally``)."""
-        query = self.db.execute("SELECT kid, runs FROM bt_steps WHERE step = ?", [step])
-        while True:
-            rows = query.fetchmany(65536)
-            if not rows:
-                return
-            yield from rows
+        with self._failing():
+            query = self.db.execute("SELECT kid, runs FROM bt_steps WHERE step = ?", [step])
+            while True:
+                rows = query.fetchmany(65536)
+                if not rows:
+                    return
+                yield from rows
