@@ -408,22 +408,29 @@ def _flag(verdict: LemonVerdict, time: float) -> Flag:
     )
 
 
+def _history(report: FleetReport, recorder: _Recorder, every: float) -> _History:
+    """The running sums before the first step, with DuckDB's tallies of the plain runs by step where it counted."""
+    assert report.start is not None and report.end is not None
+    plain = recorder.session.plain_keys() if recorder.session.counted else None
+    # The report's nodes are every node of a run or an event; the union only guards that.
+    named = {v.node for v in report.verdicts} | {name for name, _, _ in recorder.keys}
+    nodes = sorted(named if plain is None else named | {found[0] for found in plain})
+    history = _History(recorder, nodes, report.start, every, plain)
+    if plain is not None:
+        recorder.session.tally(report.start, every, _steps(report.start, report.end, every))
+    return history
+
+
 def _replay(
     report: FleetReport, recorder: _Recorder, options: BacktestSettings
 ) -> tuple[tuple[BacktestStep, ...], _Drains]:
     settings = report.settings
-    # The report's nodes are every node of a run or an event; the union only guards that.
-    plain = recorder.session.plain_keys() if recorder.session.counted else None
-    named = {v.node for v in report.verdicts} | {name for name, _, _ in recorder.keys}
-    nodes = sorted(named if plain is None else named | {found[0] for found in plain})
     own = sorted((i.start, i.node) for i in report.incidents if not i.shared)
     starts: dict[str, list[float]] = {}
     for start, node in own:
         starts.setdefault(node, []).append(start)
     assert report.start is not None and report.end is not None
-    history = _History(recorder, nodes, report.start, options.every, plain)
-    if plain is not None:
-        recorder.session.tally(report.start, options.every, _steps(report.start, report.end, options.every))
+    history = _history(report, recorder, options.every)
     drains = _Drains(recorder.admin, starts)
     outs: Counter[str] = Counter()
     seen = 0

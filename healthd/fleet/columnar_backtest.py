@@ -130,7 +130,18 @@ class Session:
             "CREATE TABLE bt_keys AS SELECT row_number() OVER (ORDER BY first) - 1 AS kid, * FROM "
             "(SELECT node_list, user, partition, min(line) AS first FROM counted WHERE nnodes = 1 GROUP BY ALL)"
         )
-        return self.db.execute("SELECT node_list, user, partition, first FROM bt_keys ORDER BY kid").fetchall()  # type: ignore[no-any-return]
+        query = self.db.execute("SELECT node_list, user, partition, first FROM bt_keys ORDER BY kid")
+        # One copy of each name: DuckDB gives each row's names as new strings, and a year has millions of keys.
+        names: dict[str, str] = {}
+        found: list[PlainKey] = []
+        while True:
+            rows = query.fetchmany(65536)
+            if not rows:
+                return found
+            keep = names.setdefault
+            found.extend(
+                (keep(node, node), keep(user, user), keep(part, part), first) for node, user, part, first in rows
+            )
 
     def tally(self, start: float, every: float, steps: int) -> None:
         """Table ``bt_steps``: the plain single-node runs per (step, key) for the steps the replay takes."""
