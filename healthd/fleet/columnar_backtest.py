@@ -87,6 +87,12 @@ class Session:
                 return None
             _others(self.db, others | self._large_jobs(table))
             counted = _counted(self.db, table, window, path)
+            # What the replay needs of the plain single-node runs, and nothing else held through the replay.
+            self.db.execute(
+                "CREATE TABLE bt_runs AS SELECT line, node_list, user, partition, end_at FROM counted WHERE nnodes = 1"
+            )
+            for name in ("counted", "plain", "lines"):
+                self.db.execute(f"DROP TABLE IF EXISTS {name}")
         except self.error:
             return None
         self.counted = True
@@ -128,7 +134,7 @@ class Session:
     def _plain_keys(self) -> list[PlainKey]:
         self.db.execute(
             "CREATE TABLE bt_keys AS SELECT row_number() OVER (ORDER BY first) - 1 AS kid, * FROM "
-            "(SELECT node_list, user, partition, min(line) AS first FROM counted WHERE nnodes = 1 GROUP BY ALL)"
+            "(SELECT node_list, user, partition, min(line) AS first FROM bt_runs GROUP BY ALL)"
         )
         query = self.db.execute("SELECT node_list, user, partition, first FROM bt_keys ORDER BY kid")
         # One copy of each name: DuckDB gives each row's names as new strings, and a year has millions of keys.
@@ -154,10 +160,11 @@ class Session:
         with self._failing():
             self.db.execute(
                 f"CREATE TABLE bt_steps AS SELECT step, kid, count(*) AS runs FROM "  # noqa: S608
-                f"(SELECT {step} AS step, node_list, user, partition FROM counted WHERE nnodes = 1) "
+                f"(SELECT {step} AS step, node_list, user, partition FROM bt_runs) "
                 "JOIN bt_keys USING (node_list, user, partition) WHERE step < $steps GROUP BY step, kid ORDER BY step",
                 {"start": start, "every": every, "steps": steps},
             )
+            self.db.execute("DROP TABLE bt_runs")
 
     def step(self, step: int) -> Iterator[tuple[int, int]]:
         """(key number, runs) of the plain single-node runs that ended in ``step`` (``tally``)."""
