@@ -9,7 +9,7 @@ own (``wait4``); the ratios are of CPU seconds, and the documents are compared w
 exit status is 1 when the engines' differ). Run:
 
     .venv/bin/python bench/bench_fleet.py [--runs 4000000] [--events 100000] [--dir DIR] [--backtest]
-        [--engines duckdb,python] [--before TREE]
+        [--backtest-only] [--engines duckdb,python] [--before TREE]
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
     parser.add_argument("--backtest", action="store_true", help="time fleet backtest too")
+    parser.add_argument("--backtest-only", action="store_true", help="time fleet backtest alone, not the report")
     parser.add_argument("--engines", default="duckdb,python", help="the --engine values to time, in order")
     parser.add_argument("--before", type=Path, metavar="TREE", help="the code before, to time the same commands on")
     args = parser.parse_args()
@@ -113,7 +114,8 @@ def main() -> int:
     jobs, events, submit = generate(args.dir, args.runs, args.events)
     inputs = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
     same = True
-    for command in ("report", "backtest") if args.backtest else ("report",):
+    commands = ("backtest",) if args.backtest_only else ("report", "backtest") if args.backtest else ("report",)
+    for command in commands:
         before = None if args.before is None else _shown(command, "before", timed(command, *inputs, tree=args.before))
         first: Optional[Timed] = None
         for engine in args.engines.split(","):
