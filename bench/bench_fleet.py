@@ -9,7 +9,7 @@ own (``wait4``); the ratios are of CPU seconds, and the documents are compared w
 exit status is 1 when the engines' differ). Run:
 
     .venv/bin/python bench/bench_fleet.py [--runs 4000000] [--events 100000] [--dir DIR] [--backtest]
-        [--commands report,backtest] [--engines duckdb,python] [--before TREE]
+        [--commands report,backtest] [--backtest-only] [--engines duckdb,python] [--before TREE]
         [--scale-copies K --copy-dir DIR] [--limit-mb MB] [--every SECONDS]
 
 ``--scale-copies K`` times a fleet K times the generated one, made from its files in
@@ -344,6 +344,7 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "healthd-bench-fleet")
     parser.add_argument("--backtest", action="store_true", help="time fleet backtest too (--commands report,backtest)")
     parser.add_argument("--commands", default="report", help="the fleet commands to time, in order")
+    parser.add_argument("--backtest-only", action="store_true", help="time fleet backtest alone, not the report")
     parser.add_argument("--engines", default="duckdb,python", help="the --engine values to time, in order")
     parser.add_argument("--before", type=Path, metavar="TREE", help="the code before, to time the same commands on")
     parser.add_argument(
@@ -366,7 +367,8 @@ def main() -> int:
     inputs = ("--jobs", str(jobs), "--events", str(events), "--submit-lines", str(submit))
     watch = Watch(args.limit_mb, args.every, sum(path.stat().st_size for path in files))
     same = True
-    for command in ("report", "backtest") if args.backtest else args.commands.split(","):
+    commands = ("backtest",) if args.backtest_only else ("report", "backtest") if args.backtest else None
+    for command in commands or args.commands.split(","):
         before = None
         if args.before is not None:
             before = _shown(command, "before", timed(command, *inputs, tree=args.before, watch=watch))

@@ -27,6 +27,7 @@ import gc
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, NamedTuple, Optional, Protocol, Union
 
 from healthd.fleet.causes import (
@@ -112,14 +113,19 @@ Run = tuple[str, str, str, str, float, float, int, int, bool, Optional[bool], bo
 class Observer(Protocol):
     """What a replay of the window (``healthd.fleet.backtest``) needs besides the report's counters."""
 
-    def run(self, run: Run) -> None:
-        """Each run the report counts."""
+    def run(self, run: Run, number: int) -> None:
+        """Each run the report's Python reader counts, and the number of its line."""
 
     def event(self, names: tuple[str, ...], start: float, end: Optional[float], reason: str) -> None:
         """Each node event read in the window."""
 
     def placed_runs(self, runs: frozenset[tuple[str, str, str]]) -> None:
         """(job id, node, partition) of the single-node runs their job's believed request placed there."""
+
+    def count(
+        self, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]], pins: frozenset[str]
+    ) -> Optional[Counted]:
+        """``columnar.counting``'s counts, the observer's own way, its lines streaming; None: it sees every run."""
 
 
 class Attributed(NamedTuple):
@@ -417,12 +423,17 @@ def _read_jobs(
     pins = frozenset(excluding)
     index = table.index
     columns = _RunColumns(index("JobID"), index("User"), index("State"), index("NodeList"), table.optional("Partition"))
+    window = (settings.since, settings.until)
     with contextlib.ExitStack() as stack:
-        if isinstance(lines, JobsFile) and observer is None:  # a replay sees every run: the Python reader's alone
-            counted = stack.enter_context(counting(lines.path, table, (settings.since, settings.until), pins))
-            if counted is not None:
-                _add_counted(jobs, counted)
-                table = dataclasses.replace(table, rows=iter(counted.others))
+        counted = None
+        if isinstance(lines, JobsFile) and observer is None:
+            counted = stack.enter_context(counting(lines.path, table, window, pins))
+        elif isinstance(lines, JobsFile) and observer is not None:
+            # A replay counts the runs it needs whole apart, its connection open till it ends (``columnar_backtest``).
+            counted = observer.count(lines.path, table, window, pins)
+        if counted is not None:
+            _add_counted(jobs, counted)
+            table = dataclasses.replace(table, rows=iter(counted.others))
         rows = _job_rows(table, jobs.tally, settings, excluding)
         _count_runs(jobs, rows, columns, events, settings, pins, observer)
     if exclusions is not None:
@@ -545,9 +556,8 @@ def _count_runs(
             stats[2] += 1
         partition = fields[i_partition] if i_partition is not None else ""
         if observer is not None:
-            observer.run(
-                (job_id, fields[i_user], partition, node_list, start, end, gpus, nnodes, failed, shared, job_id in pins)
-            )
+            run_read = (job_id, fields[i_user], partition, node_list, start, end, gpus, nnodes, failed, shared)
+            observer.run((*run_read, job_id in pins), number)
         if nnodes > 1:
             lists.add(partition, node_list)
         elif not shared:  # a run killed by a cause on many nodes is no evidence about its node or its user

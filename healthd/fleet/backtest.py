@@ -27,11 +27,15 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from operator import mul
+from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Optional, Union
 
 from healthd.fleet.analyze import FleetReport, FleetSettings, Run, Sources, _by_user, analyze
+from healthd.fleet.columnar import Counted
+from healthd.fleet.columnar_backtest import Key, PlainKey, Session
 from healthd.fleet.hosts import expand
 from healthd.fleet.lemons import LemonVerdict, NodeSignals, detect, upper_tail
+from healthd.fleet.sacct import SacctTable
 from healthd.fleet.scripts import Blocks
 from healthd.slurm.reasons import Reasons
 
@@ -134,12 +138,19 @@ class Backtest(NamedTuple):
 
 
 class _Recorder:
-    """``analyze.Observer``: keeps the single-node runs compactly, the large runs whole, the administrators' events."""
+    """``analyze.Observer``: keeps the single-node runs compactly, the large runs whole, the administrators' events.
 
-    def __init__(self, min_gpus: int, reasons: Reasons) -> None:
+    Where DuckDB reads the jobs file (``session``), it sees only the runs the Python reader
+    reads (failed runs, large jobs' runs, runs of jobs that exclude nodes, bad lines); DuckDB
+    tallies the others by step (``columnar_backtest``).
+    """
+
+    def __init__(self, min_gpus: int, reasons: Reasons, session: Session) -> None:
         self.min_gpus = min_gpus
         self.reasons = reasons
-        self.keys: dict[tuple[str, str, str], int] = {}
+        self.session = session
+        self.keys: dict[Key, int] = {}
+        self.first = array("q")  # per key: the line of its first run
         self.ends = array("d")
         self.key_of = array("l")
         self.failed = bytearray()
@@ -149,7 +160,7 @@ class _Recorder:
         self.large: list[Run] = []
         self.admin: dict[str, list[tuple[float, Optional[float]]]] = {}
 
-    def run(self, run: Run) -> None:
+    def run(self, run: Run, number: int) -> None:
         job_id, user, partition, node_list, _, end, gpus, nnodes, failed, shared, pin = run
         if gpus >= self.min_gpus:
             self.large.append(run)
@@ -159,6 +170,7 @@ class _Recorder:
         index = self.keys.get(key)
         if index is None:
             index = self.keys[key] = len(self.keys)
+            self.first.append(number)
         if pin:
             self.pins.append((len(self.ends), (job_id, node_list, partition)))
         self.ends.append(end)
@@ -177,25 +189,26 @@ class _Recorder:
     def placed_runs(self, runs: frozenset[tuple[str, str, str]]) -> None:
         self.pinned = runs
 
+    def count(
+        self, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]], pins: frozenset[str]
+    ) -> Optional[Counted]:
+        return self.session.count(path, table, window, pins)
+
 
 class _History:
     """Running sums of the single-node runs up to a step, and the signals the lemon test needs from them."""
 
-    def __init__(self, recorder: _Recorder, nodes: list[str], start: float, every: float) -> None:
+    def __init__(
+        self, recorder: _Recorder, nodes: list[str], start: float, every: float, plain: Optional[list[PlainKey]]
+    ) -> None:
         self.nodes = nodes
         node_id = {name: i for i, name in enumerate(nodes)}
-        # Keys renumbered in node order, so that each node's keys are one slice of the sums
-        # (grouped, not sorted: a year has millions of keys).
-        groups: dict[str, list[tuple[tuple[str, str, str], int]]] = {}
-        for item in recorder.keys.items():
-            groups.setdefault(item[0][0], []).append(item)
-        by_node = [item for name in nodes for item in groups.get(name, ())]
-        renumber = array("l", bytes(8 * len(by_node)))
-        for new, (_, old) in enumerate(by_node):
-            renumber[old] = new
-        self.key_node = [node_id[name] for (name, _, _), _ in by_node]
+        # ``plain``: DuckDB's numbers of the plain runs' keys renumbered too, ``advance`` adds their tallies.
+        by_node, renumber, self.plain = _in_node_order(recorder, nodes, plain)
+        self.session = recorder.session
+        self.key_node = [node_id[name] for name, _, _ in by_node]
         ups: dict[tuple[str, str], int] = {}
-        self.key_up = [ups.setdefault((user, partition), len(ups)) for (_, user, partition), _ in by_node]
+        self.key_up = [ups.setdefault((user, partition), len(ups)) for _, user, partition in by_node]
         self.ups = list(ups)
         self.slices = [(0, 0)] * len(nodes)
         for index, node in enumerate(self.key_node):
@@ -244,6 +257,18 @@ class _History:
             up_runs[up] += 1
             up_failures[up] += fail
             counted[node] += fail
+        if self.plain:
+            self._advance_plain(step)
+
+    def _advance_plain(self, step: int) -> None:
+        """Add DuckDB's tallies of the plain single-node runs of ``step``: none failed, none was pinned."""
+        key_node, key_up, plain = self.key_node, self.key_up, self.plain
+        all_runs, key_runs, up_runs = self.all_runs, self.key_runs, self.up_runs
+        for kid, runs in self.session.step(step):
+            key = plain[kid]
+            all_runs[key_node[key]] += runs
+            key_runs[key] += runs
+            up_runs[key_up[key]] += runs
 
     def signals(self, outs: Counter[str], min_failures: int, alpha: float) -> list[NodeSignals]:
         """Every node's signals from the runs added so far (see the module's docstring for the shortcut)."""
@@ -288,6 +313,42 @@ class _History:
         rows = [(self.ups[self.key_up[k]], self.key_runs[k], self.key_failures[k]) for k in range(low, high)]
         _, _, failing, top = _by_user(rows, dict(zip(self.ups, rates)))
         return failing, top
+
+
+def _in_node_order(
+    recorder: _Recorder, nodes: list[str], plain: Optional[list[PlainKey]]
+) -> tuple[list[Key], array[int], array[int]]:
+    """Every key, grouped by node in ``nodes``' order, each node's keys in the order the reader first saw them.
+
+    Grouped, not sorted: a year has millions of keys. With DuckDB's keys (``plain``), the
+    order of a key is the line of its first run, DuckDB's or the Python reader's. Returns the
+    keys and the new number of each of the recorder's keys and of each of DuckDB's.
+    """
+    groups: dict[str, list[tuple[int, Key, int, int]]] = {}
+    if plain is None:
+        for key, index in recorder.keys.items():
+            groups.setdefault(key[0], []).append((index, key, index, -1))
+    else:
+        first, python = recorder.first, dict(recorder.keys)  # popped where DuckDB has the key too
+        for kid, (node, user, partition, line) in enumerate(plain):
+            key = (node, user, partition)
+            index = python.pop(key, -1)
+            groups.setdefault(node, []).append((line if index < 0 else min(line, first[index]), key, index, kid))
+        for key, index in python.items():
+            groups.setdefault(key[0], []).append((first[index], key, index, -1))
+        for group in groups.values():
+            group.sort()  # no two keys share a first line
+    by_node: list[Key] = []
+    renumber = array("q", bytes(8 * len(recorder.keys)))
+    renumber_plain = array("q", bytes(8 * (len(plain) if plain else 0)))
+    for name in nodes:
+        for _, key, index, kid in groups.get(name, ()):
+            if index >= 0:
+                renumber[index] = len(by_node)
+            if kid >= 0:
+                renumber_plain[kid] = len(by_node)
+            by_node.append(key)
+    return by_node, renumber, renumber_plain
 
 
 class _Drains:
@@ -348,18 +409,29 @@ def _flag(verdict: LemonVerdict, time: float) -> Flag:
     )
 
 
+def _history(report: FleetReport, recorder: _Recorder, every: float) -> _History:
+    """The running sums before the first step, with DuckDB's tallies of the plain runs by step where it counted."""
+    assert report.start is not None and report.end is not None
+    plain = recorder.session.plain_keys() if recorder.session.counted else None
+    # The report's nodes are every node of a run or an event; the union only guards that.
+    named = {v.node for v in report.verdicts} | {name for name, _, _ in recorder.keys}
+    nodes = sorted(named if plain is None else named | {found[0] for found in plain})
+    history = _History(recorder, nodes, report.start, every, plain)
+    if plain is not None:
+        recorder.session.tally(report.start, every, _steps(report.start, report.end, every))
+    return history
+
+
 def _replay(
     report: FleetReport, recorder: _Recorder, options: BacktestSettings
 ) -> tuple[tuple[BacktestStep, ...], _Drains]:
     settings = report.settings
-    # The report's nodes are every node of a run or an event; the union only guards that.
-    nodes = sorted({v.node for v in report.verdicts} | {name for name, _, _ in recorder.keys})
     own = sorted((i.start, i.node) for i in report.incidents if not i.shared)
     starts: dict[str, list[float]] = {}
     for start, node in own:
         starts.setdefault(node, []).append(start)
     assert report.start is not None and report.end is not None
-    history = _History(recorder, nodes, report.start, options.every)
+    history = _history(report, recorder, options.every)
     drains = _Drains(recorder.admin, starts)
     outs: Counter[str] = Counter()
     seen = 0
@@ -384,6 +456,15 @@ def _replay(
         at += options.every
     drains.settle(report.end)
     return tuple(steps), drains
+
+
+def _steps(start: float, end: float, every: float) -> int:
+    """How many steps ``_replay`` takes: the same sums of floats."""
+    steps, at = 0, start + every
+    while at < end:
+        steps += 1
+        at += every
+    return steps
 
 
 def _held(run: Run, drains: tuple[Drain, ...]) -> tuple[str, ...]:
@@ -418,11 +499,12 @@ def backtest(
     """The report of the whole window and its replay in steps (``FleetInputError`` if an input is unusable)."""
     options = options or BacktestSettings()
     settings = settings or FleetSettings()
-    recorder = _Recorder(options.min_gpus, Reasons(settings.rules.healthd_prefix))
-    report = analyze(jobs, events, settings, sources, submit_lines, recorder, job_names, scripts)
-    if report.start is None or report.end is None:
-        return Backtest(report, options, (), (), 0, 0, (), 0.0, 0)
-    steps, state = _replay(report, recorder, options)
+    with Session(options.min_gpus) as session:
+        recorder = _Recorder(options.min_gpus, Reasons(settings.rules.healthd_prefix), session)
+        report = analyze(jobs, events, settings, sources, submit_lines, recorder, job_names, scripts)
+        if report.start is None or report.end is None:
+            return Backtest(report, options, (), (), 0, 0, (), 0.0, 0)
+        steps, state = _replay(report, recorder, options)
     drains = state.finish()
     first = report.start + options.every
     large = [run for run in recorder.large if run[4] >= first]

@@ -175,15 +175,16 @@ def _count(
     window: tuple[Optional[float], Optional[float]],
     others: frozenset[str],
     lines: int,
+    ends: bool = False,
 ) -> Optional[Counted]:
     _others(db, others)
     _table(db, "bad_tres", ("text VARCHAR",), [])
     _hours(db, path, table, window)
-    _plain(db, path, table, window)
+    _plain(db, path, table, window, ends)
     gpus = _gpus(db)
     if gpus is None:  # an AllocTRES the Python reader rejects: a second scan leaves its runs to it
         db.execute("DROP TABLE runs")
-        _plain(db, path, table, window)
+        _plain(db, path, table, window, ends)
         gpus = _gpus(db) or {}
     # Every line a row, or the line numbers would not be the Python reader's (a byte DuckDB reads otherwise).
     if db.execute("SELECT sum(runs) FROM runs").fetchone()[0] != lines - 1:
@@ -407,7 +408,9 @@ def _line_days(line: str, table: SacctTable) -> Iterator[datetime.date]:
             yield day
 
 
-def _plain(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]]) -> None:
+def _plain(
+    db: Any, path: Path, table: SacctTable, window: tuple[Optional[float], Optional[float]], ends: bool = False
+) -> None:
     """Table ``runs``: one scan of the file, its lines grouped by what the report counts of them.
 
     Each line is read as the Python reader would read it: ``kind`` 1 for a plain run in the
@@ -415,7 +418,9 @@ def _plain(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float]
     number, ``other``, is its group). The plain runs are grouped by AllocTRES (read after,
     once per distinct one: ``_gpus``) and nodes, and those in the window also by partition
     and node list, and a single-node run by its user: the finest grouping each count needs,
-    in one hash table (grouping sets would copy every row once per set).
+    in one hash table (grouping sets would copy every row once per set). With ``ends`` (the
+    backtest's, ``columnar_backtest``), a single-node run in the window is grouped by its end
+    too, and each group keeps its first line (``line``).
     """
     c = {name: _column(table, name) for name in ("JobID", "User", "State", "Start", "End", "NNodes", "NodeList")}
     partition = table.optional("Partition")
@@ -444,6 +449,7 @@ def _plain(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float]
         FROM ({_fields(path, table)}) l
         LEFT JOIN hours s ON s.hour = left({c["Start"]}, 13)
         LEFT JOIN hours e ON e.hour = left({c["End"]}, 13)"""  # noqa: S608
+    keep = ", CASE WHEN kind = 1 AND nnodes = 1 THEN end_at END AS end_at, min(n) AS line" if ends else ""
     kind = """CASE WHEN NOT coalesce(fine AND nnodes IS NOT NULL AND start_at <= end_at, false) THEN 0
             WHEN coalesce(end_at < $since, false) OR coalesce(end_at > $until, false) THEN 2 ELSE 1 END"""
     db.execute(
@@ -453,7 +459,7 @@ def _plain(db: Any, path: Path, table: SacctTable, window: tuple[Optional[float]
             CASE WHEN kind = 0 THEN n END AS other,
             CASE WHEN kind = 1 THEN partition END AS partition, CASE WHEN kind = 1 THEN node_list END AS node_list,
             CASE WHEN kind = 1 AND nnodes = 1 THEN user END AS user,
-            count(*) AS runs, sum(end_at - start_at) AS seconds, min(start_at) AS first, max(end_at) AS last
+            count(*) AS runs, sum(end_at - start_at) AS seconds, min(start_at) AS first, max(end_at) AS last{keep}
         FROM k GROUP BY ALL""",  # noqa: S608
         {"since": window[0], "until": window[1]},
     )

@@ -204,7 +204,7 @@ def test_the_cycle_collector_is_paused_while_the_analysis_runs_and_restored_afte
     seen: list[bool] = []
 
     class Watch:
-        def run(self, run: Any) -> None:
+        def run(self, run: Any, number: int) -> None:
             seen.append(gc.isenabled())
 
         def event(self, *_: Any) -> None:
@@ -212,6 +212,9 @@ def test_the_cycle_collector_is_paused_while_the_analysis_runs_and_restored_afte
 
         def placed_runs(self, runs: Any) -> None:
             pass
+
+        def count(self, *_: Any) -> None:
+            return None
 
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("\n".join([HEADER, _row("1", "2024-03-01T01:00:00", "2024-03-01T05:00:00")]) + "\n")
