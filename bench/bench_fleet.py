@@ -22,9 +22,11 @@ limit (``Watch``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -244,12 +246,16 @@ def timed(command: str, *inputs: str, tree: Optional[Path] = None, watch: Option
         proc = subprocess.Popen([str(healthd), "fleet", command, "--json", *inputs], stdout=out, stderr=err, env=env)
         follower = None
         if watch is not None:
-            follower = threading.Thread(target=watch.follow, args=(proc.pid, started), daemon=True)
+            # A pidfd, opened before wait4 can reap the command: it names this process alone, so
+            # the watcher never reads or kills another that reuses the pid.
+            handle = os.pidfd_open(proc.pid)
+            follower = threading.Thread(target=watch.follow, args=(handle, proc.pid, started), daemon=True)
             follower.start()
         _, status, usage = os.wait4(proc.pid, 0)
         elapsed = time.perf_counter() - started
         if follower is not None:
             follower.join()
+            os.close(handle)
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -275,14 +281,16 @@ class Watch:
         self.limit_mb, self.every, self.inputs = limit_mb, every, inputs
         self.stopped = False
 
-    def follow(self, pid: int, started: float) -> None:
+    def follow(self, handle: int, pid: int, started: float) -> None:
+        """Samples the command ``handle`` (its pidfd) is, until it ends; ``pid`` only reads its /proc."""
         self.stopped = False
         shown = started
         while True:
-            time.sleep(1.0)
+            if select.select([handle], [], [], 1.0)[0]:
+                return  # it ended: a pidfd is readable once its process has
             rss, read = _rss_mb(pid), _read_bytes(pid)
             if rss is None:
-                return  # it ended
+                return
             now = time.perf_counter()
             past = (self.limit_mb is not None and rss > self.limit_mb) or _short()
             if now - shown >= self.every or past:
@@ -299,7 +307,8 @@ class Watch:
                     f"  stopped: past {self.limit_mb} MB, {_available_mb():.0f} MB available, {free:.0f} GB free",
                     flush=True,
                 )
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(handle, signal.SIGKILL)
                 return
 
 

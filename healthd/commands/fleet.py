@@ -130,7 +130,7 @@ def _inputs(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="who counts the plain job runs: DuckDB where installed (the fleet extra) or Python (auto)",
     )
-    parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds per command (300)")
+    parser.add_argument("--timeout", type=float, default=LIVE_TIMEOUT, help="--live: seconds for the whole read (300)")
     parser.add_argument(
         "--cache",
         type=Path,

@@ -52,7 +52,7 @@ import re
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
-from healthd.fleet.sacct import LocalTimes, file_lines, is_job_id, text_of
+from healthd.fleet.sacct import FleetInputError, LocalTimes, file_lines, is_job_id, text_of
 from healthd.fleet.scripts import Blocks, batch_job, batch_jobs
 from healthd.store.atomicfile import write_atomically
 from healthd.store.trust import UntrustedPath, closed_on_error, open_trusted_dir, stat_reason, trusted_stat
@@ -274,15 +274,24 @@ class Store:
         return rows[1:]
 
     def names(self, segment: Segment) -> dict[str, str]:
-        with self.open(f"{segment.name}.names") as handle:
-            found = json.loads(handle.read())
+        found = self._json(f"{segment.name}.names")
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
     def scripts(self, segment: Segment) -> list[str]:
         """The ``sacct -B`` outputs kept with ``segment``, one per read that wrote its day."""
-        with self.open(f"{segment.name}.scripts") as handle:
-            found = json.loads(handle.read())
+        found = self._json(f"{segment.name}.scripts")
         return [str(text) for text in found] if isinstance(found, list) else []
+
+    def _json(self, name: str) -> object:
+        """A JSON file of the cache; FleetInputError naming it where it is not JSON (read while the report runs)."""
+        with self.open(name) as handle:
+            text = handle.read()
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise FleetInputError(
+                f"{self.path / name}: not JSON ({exc}); the cache is damaged: remove {self.path} or go without --cache"
+            ) from None
 
 
 class Sealed(NamedTuple):

@@ -49,6 +49,9 @@ def expand(text: str) -> tuple[str, ...]:
     return hostlist.expand(text)
 
 
+REFUSED_KEPT = 100_000  # lists that do not parse, remembered (``Lists._expanded``)
+
+
 class Lists:
     """The nodes of the multi-node runs' lists, and each partition's: every distinct list expanded once.
 
@@ -60,7 +63,8 @@ class Lists:
     gives its names back from there, never from a second expansion (the memo of
     ``healthd.slurm.hostlist`` holds 65,536 lists, a few days of a large fleet's). A list
     that does not parse adds no node (its run is counted as the reader decides), and is
-    refused again without being read again.
+    refused again without being read again (the first ``REFUSED_KEPT`` of them; later ones
+    are read again, to the same error).
     """
 
     def __init__(self) -> None:
@@ -111,7 +115,10 @@ class Lists:
         try:
             names = expand(text)
         except HostlistError as exc:
-            self._refused[text] = str(exc)
+            # Remembered up to a bound: a list that does not parse is bad data, and millions of
+            # distinct ones must not grow the report; past it, one is parsed again (the same error).
+            if len(self._refused) < REFUSED_KEPT:
+                self._refused[text] = str(exc)
             raise
         numbers = self._node_numbers
         for name in names:

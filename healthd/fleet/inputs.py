@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Callable, Iterable, Iterator, NamedTuple, Optional, Union
 
@@ -152,6 +153,9 @@ class Live(NamedTuple):
     timeout: float
     cache: Optional[Path] = None
     engine: str = "auto"  # ENGINES
+    # Monotonic seconds by which every command of one read is done (``read_live`` sets it):
+    # ``--timeout`` bounds the whole read, the day's scripts' lookups included.
+    deadline: Optional[float] = None
 
 
 @contextlib.contextmanager
@@ -162,6 +166,7 @@ def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[FleetI
     """
     assert settings.since is not None, "--live always has a window's start"
     window = (settings.since, settings.until if settings.until is not None else now)
+    how = how._replace(deadline=time.monotonic() + how.timeout)
     with tempfile.TemporaryDirectory(prefix="healthd-fleet-") as directory, contextlib.ExitStack() as held:
         store = None if how.cache is None else _store(held, how.cache, f"{how.conf}|{how.bin_dir}")
         sealed = None if store is None else _sealed(how, store, window, Path(directory))
@@ -181,7 +186,7 @@ def read_live(how: Live, settings: FleetSettings, now: float) -> Iterator[FleetI
 def _spool(how: Live, window: tuple[float, float], directory: Path) -> live.Spooled:
     # sacct's window is in local time, as its output is (docs/fleet.md).
     since, until = (datetime.datetime.fromtimestamp(t) for t in window)
-    return live.spool(how.bin_dir, (since, until), how.timeout, directory, conf=how.conf)
+    return live.spool(how.bin_dir, (since, until), how.timeout, directory, conf=how.conf, deadline=how.deadline)
 
 
 def _store(held: contextlib.ExitStack, path: Path, key: str) -> Optional[cache.Store]:
@@ -220,11 +225,11 @@ def _fresh(how: Live, found: live.Spooled) -> cache.Fresh:
         records(found.events),
         lambda: cache.submit_records(file_lines(found.submit_lines)),
         found.names,
-        lambda jobs: live.batch_scripts(how.bin_dir, jobs, how.timeout, conf=how.conf),
+        lambda jobs: live.batch_scripts(how.bin_dir, jobs, how.timeout, conf=how.conf, deadline=how.deadline),
     )
 
 
 def _scripts(how: Live, submit_records: Iterable[str]) -> str:
     """The batch scripts of the window's batch jobs (``live.batch_scripts``), read without a cache."""
     jobs = batch_jobs(submit_records)
-    return live.batch_scripts(how.bin_dir, jobs, how.timeout, conf=how.conf) if jobs else ""
+    return live.batch_scripts(how.bin_dir, jobs, how.timeout, conf=how.conf, deadline=how.deadline) if jobs else ""

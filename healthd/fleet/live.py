@@ -167,18 +167,19 @@ def spool(
     directory: Path,
     *,
     conf: Optional[Path] = None,
+    deadline: Optional[float] = None,
 ) -> Spooled:
     """What ``collect`` reads, with sacct's output streamed into files under ``directory``.
 
     sacct writes straight into a file, and ``sacct --json`` is converted a job at a time
     (``sacct_json.stream``): a year of a large fleet is tens of GB of JSON, which ``collect``
-    would hold whole. The analysis then streams the files.
+    would hold whole. The analysis then streams the files. ``deadline`` (monotonic seconds):
+    one the caller's other commands share, ``timeout`` from now without it.
     """
     since, until = window
     if until <= since:
         raise AccountingError(f"empty window: it ends at {slurm_time(until)}, not after its start {slurm_time(since)}")
-    deadline = time.monotonic() + timeout
-    run = _Stream(bin_dir, conf, deadline, timeout)
+    run = _Stream(bin_dir, conf, _deadline(deadline, timeout), timeout)
     jobs, raw = directory / "jobs.txt", directory / "jobs.json"
     seen = _json_rows(run, sacct_json_args(since, until), raw, jobs)
     if seen is None or seen.no_user:
@@ -255,18 +256,30 @@ class _Stream:
 SCRIPT_BATCH = 1000
 
 
-def batch_scripts(bin_dir: Optional[Path], jobs: Sequence[str], timeout: float, *, conf: Optional[Path] = None) -> str:
-    """``sacct -B -j IDS`` for ``jobs``, a thousand at a time, within ``timeout`` seconds in all.
+def batch_scripts(
+    bin_dir: Optional[Path],
+    jobs: Sequence[str],
+    timeout: float,
+    *,
+    conf: Optional[Path] = None,
+    deadline: Optional[float] = None,
+) -> str:
+    """``sacct -B -j IDS`` for ``jobs``, a thousand at a time, within ``timeout`` seconds in all (or by ``deadline``).
 
     Each script comes only where slurm.conf has ``AccountingStoreFlags=job_script`` (else
     ``NONE``); a job that is not in accounting is left out by sacct.
     """
-    deadline = time.monotonic() + timeout
+    until = _deadline(deadline, timeout)
     parts = []
     for first in range(0, len(jobs), SCRIPT_BATCH):
         chosen = ",".join(jobs[first : first + SCRIPT_BATCH])
-        parts.append(_run(bin_dir, "sacct", ["-B", "-j", chosen], deadline, timeout, conf))
+        parts.append(_run(bin_dir, "sacct", ["-B", "-j", chosen], until, timeout, conf))
     return "".join(parts)
+
+
+def _deadline(given: Optional[float], timeout: float) -> float:
+    """The monotonic time by which the commands must be done: ``given``, else ``timeout`` from now."""
+    return time.monotonic() + timeout if given is None else given
 
 
 def _run(

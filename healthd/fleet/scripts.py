@@ -17,11 +17,12 @@ comment, where sbatch stopped reading directives anyway.
 
 ``--cache`` keeps each day's lookups apart (``Blocks``: ``healthd.fleet.cache``), and a job
 with runs on several days may be looked up in more than one: a record that one block has is
-counted again from another only where that one has it more often (same job, same stored
-script or ``NONE``, same request), so a job looked up twice is not rejected as forged. Where
-two forgers place the same record for a job in different blocks, it counts once, not twice:
-believed where a read of the whole window would leave it out, which a single forger achieves
-on a whole read anyway (a record for a job that no lookup names).
+counted again from another only where that one has it more often (same job and the same
+text: the same stored script, or ``NONE``), so a job looked up twice is not rejected as forged.
+A forged record whose text is the real one's, letter for letter, in another day's block,
+counts once, not twice: the job is believed where a read of the whole window would reject
+it, and what is believed is then the job's own request (the forger wrote exactly it), so the
+evidence is a whole read's; only the rejection's bad line is missing.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def read_scripts(text: Union[str, Blocks]) -> Scripts:
     found: dict[str, Request] = {}
     for key, times in counts.items():
         if isinstance(key, tuple):
-            job_id, wanted = key
+            job_id, _, wanted = key
             scripted[job_id] = scripted.get(job_id, 0) + times
             if wanted != Request():
                 found[job_id] = wanted
@@ -92,15 +93,18 @@ def read_scripts(text: Union[str, Blocks]) -> Scripts:
 
 
 # A record: its job id alone where it is ``NONE`` (no script stored: most records, kept as
-# small as a job id), else (job id, the request of its #SBATCH lines).
-_Key = Union[str, tuple[str, Request]]
+# small as a job id), else (job id, its text's hash, the request of its #SBATCH lines). The
+# hash is Python's, salted per process: ``read_scripts`` compares records within one process.
+_Key = Union[str, tuple[str, int, Request]]
 
 
 def _keys(block: str) -> dict[_Key, int]:
     """Each record of one ``sacct -B`` output (``_Key``), with how often it is there."""
     here: dict[_Key, int] = {}
     for job_id, body in _records(block.split("\n")):
-        key: _Key = job_id if body[:1] == ["NONE"] else (job_id, script_request("\n".join(body)))
+        # Without the blank lines between records: the last record of a lookup has fewer.
+        text = "\n".join(body).rstrip("\n")
+        key: _Key = job_id if body[:1] == ["NONE"] else (job_id, hash(text), script_request(text))
         here[key] = here.get(key, 0) + 1
     return here
 

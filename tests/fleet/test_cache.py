@@ -12,6 +12,7 @@ import datetime as dt
 import io
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -303,6 +304,9 @@ def script(job: str) -> str:
     return "#!/bin/sh\n#SBATCH -x gpu0048\nsrun train\n" if number % 5 == 0 else "#!/bin/sh\nsrun train\n"
 
 
+DEADLINES: list[tuple[str, Any]] = []  # (command, the deadline it was given), as the stand-ins are called
+
+
 @pytest.fixture
 def scripts(monkeypatch: pytest.MonkeyPatch, accounts: Accounts) -> list[str]:
     """``sacct -B -j IDS`` as sacct prints it for ``script``; the job ids asked, in order."""
@@ -310,8 +314,9 @@ def scripts(monkeypatch: pytest.MonkeyPatch, accounts: Accounts) -> list[str]:
 
     asked: list[str] = []
 
-    def batch_scripts(bin_dir: Any, jobs: list[str], timeout: float, *, conf: Any = None) -> str:
+    def batch_scripts(bin_dir: Any, jobs: list[str], timeout: float, *, conf: Any = None, deadline: Any = None) -> str:
         asked.extend(jobs)
+        DEADLINES.append(("sacct -B", deadline))
         return "".join(f"Batch Script for {job}\n{RULE}\n{script(job)}\n" for job in jobs)
 
     monkeypatch.setattr(healthd.fleet.live, "batch_scripts", batch_scripts)
@@ -336,3 +341,40 @@ def test_a_day_asks_for_its_own_scripts_and_reports_as_a_full_read(
     shown = [line["why"] for line in full["inputs"]["submit_lines"]["first_bad_lines"]]
     assert any("header appears more than once" in why for why in shown), "a forged header is read"
     same(cached, full)
+
+
+def test_one_deadline_bounds_every_command_of_a_read(
+    cli: Cli, scripts: list[str], first_read: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--timeout`` is for the whole read: the queries and each day's scripts' lookups share one deadline."""
+    import healthd.fleet.live
+
+    served = healthd.fleet.live.spool
+
+    def spool(*args: Any, deadline: Any = None, **more: Any) -> Any:
+        DEADLINES.append(("sacct", deadline))
+        return served(*args, deadline=deadline, **more)
+
+    monkeypatch.setattr(healthd.fleet.live, "spool", spool)
+    config, cache = first_read
+    DEADLINES.clear()
+    started = time.monotonic()
+    document(cli, config, "2024-01-09T13:30:00", "2024-01-27", "--cache", str(cache), "--timeout", "50")
+    commands = {command for command, _ in DEADLINES}
+    deadlines = {deadline for _, deadline in DEADLINES}
+    assert commands == {"sacct", "sacct -B"} and len(deadlines) == 1, DEADLINES
+    assert started + 50 <= deadlines.pop() <= time.monotonic() + 50
+
+
+def test_a_damaged_scripts_file_is_an_error_naming_it(
+    cli: Cli, scripts: list[str], first_read: tuple[Path, Path]
+) -> None:
+    """A day's kept lookups that are not JSON stop the report with the file's name, not a traceback."""
+    config, cache = first_read
+    damaged = sorted(cache.glob("*.scripts"))[-2]
+    damaged.write_text("not json")
+    code, _, err = cli(
+        "fleet", "report", "--live", "--since", "2024-01-01", "--until", "2024-01-26", "--json",
+        "--config", str(config), "--cache", str(cache),
+    )  # fmt: skip
+    assert code != 0 and f"{damaged}: not JSON" in err and "Traceback" not in err, err

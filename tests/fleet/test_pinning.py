@@ -83,6 +83,9 @@ def test_a_job_looked_up_on_two_days_is_believed_and_a_header_forged_on_either_s
     twice = script_output({"7": f"true\nBatch Script for 6\n{RULE}\n{six}Batch Script for 6\n{RULE}\n{six}"})
     assert read_scripts(Blocks([twice])).rejected == ("6",), "a header forged twice in one lookup counts twice"
     assert read_scripts(Blocks([first, twice])).rejected == ("6",)
+    # Another text that asks for the same: a forgery as on a whole read, though its request is the real one's.
+    same_ask = script_output({"8": f"true\nBatch Script for 5\n{RULE}\n#!/bin/bash\n#SBATCH -x node1\n"})
+    assert read_scripts(Blocks([first, same_ask])).rejected == read_scripts(first + same_ask).rejected == ("5",)
 
 
 def test_a_cluster_that_keeps_no_scripts_is_said_to_show_none() -> None:

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 import pytest
 from healthd_testkit.paths import FIXTURES
 
-from healthd.fleet import sacct_json
+from healthd.fleet import hosts, sacct_json
 from healthd.fleet.analyze import analyze
 from healthd.fleet.columnar import JobsFile
 
@@ -170,3 +170,14 @@ def test_live_streams_sacct_into_files(cli: Cli, write_config: Callable[..., Pat
     assert len(found["attributed_failures"]) == len(from_file.attributed)
     named = [a for a in found["attributed_failures"] if "job_name" in a]
     assert named, "the failed runs' names come with them"
+
+
+def test_lists_that_do_not_parse_are_remembered_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Millions of distinct broken lists would otherwise grow the report; past the bound each is parsed again."""
+    monkeypatch.setattr(hosts, "REFUSED_KEPT", 2)
+    lists = hosts.Lists()
+    for text in ("n[1-", "n[2-", "n[3-", "n[3-", "n[1-2]"):
+        lists.add("p", text)
+    assert len(lists._refused) == 2 and lists.nodes == {"n1", "n2"}
+    with pytest.raises(hosts.HostlistError):
+        lists.names("n[3-")

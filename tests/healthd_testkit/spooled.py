@@ -15,7 +15,13 @@ def spool_of(collect: Collect) -> Callable[..., Spooled]:
     """``spool(bin_dir, window, timeout, directory, conf=...)`` serving what ``collect`` returns (sacct -P texts)."""
 
     def spool(
-        bin_dir: Any, window: tuple[dt.datetime, dt.datetime], timeout: float, directory: Path, *, conf: Any = None
+        bin_dir: Any,
+        window: tuple[dt.datetime, dt.datetime],
+        timeout: float,
+        directory: Path,
+        *,
+        conf: Any = None,
+        deadline: Any = None,
     ) -> Spooled:
         texts = collect(bin_dir, *window, timeout, conf)
         jobs, submit = directory / "jobs.txt", directory / "submit.txt"
