@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, TypeVar
 
 from healthd.fleet.hosts import MAYBE_OPTION
-from healthd.fleet.sacct import JOB_ID, FileLines, LocalTimes, SacctTable, tres_gpus
+from healthd.fleet.sacct import JOB_ID, FileLines, FleetInputError, LocalTimes, SacctTable, tres_gpus
 
 # A plain run's fields, as the Python reader would accept them without a second look.
 _JOB_ID = "[0-9]+(_[0-9]+)?"
@@ -214,13 +214,24 @@ def _count(
 
 
 def _streamed(db: Any, query: str) -> Iterator[tuple[int, str]]:
-    """The rows of ``query``, ``_BATCH`` at a time."""
-    result = db.execute(query)
-    while True:
-        rows = result.fetchmany(_BATCH)
-        if not rows:
-            return
-        yield from rows
+    """The rows of ``query``, ``_BATCH`` at a time.
+
+    They are read while the analysis runs, past the point where the Python reader could still
+    take the file over: a DuckDB error then (a full disk for its spill) is the report's error,
+    naming the way around it, not a traceback.
+    """
+    error = _duckdb().Error
+    try:
+        result = db.execute(query)
+        while True:
+            rows = result.fetchmany(_BATCH)
+            if not rows:
+                return
+            yield from rows
+    except error as exc:
+        raise FleetInputError(
+            f"DuckDB failed while reading the jobs: {exc} (--engine python reads them alone)"
+        ) from None
 
 
 @contextlib.contextmanager

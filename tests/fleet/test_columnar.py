@@ -21,7 +21,7 @@ from healthd.fleet import columnar
 from healthd.fleet.analyze import FleetSettings, analyze
 from healthd.fleet.columnar import JobsFile
 from healthd.fleet.render import document
-from healthd.fleet.sacct import JOB_COLUMNS, USER_TEXT, file_lines, open_table, sacct_command
+from healthd.fleet.sacct import JOB_COLUMNS, USER_TEXT, FleetInputError, file_lines, open_table, sacct_command
 
 pytest.importorskip("duckdb")
 ACCOUNTING = FIXTURES / "slurm" / "accounting"
@@ -255,3 +255,16 @@ def test_a_run_dated_near_year_9999_is_read_by_the_python_reader(tmp_path: Path)
     assert counted is not None and counted.records == 1 and [n for n, _ in counted.others] == [3]
     python, duck = both(jobs, [EVENTS])
     assert python == duck
+
+
+def test_a_duckdb_error_while_the_lines_stream_is_the_reports_error(tmp_path: Path) -> None:
+    """An error of DuckDB's after the count (a full spill disk; here the file gone) names the way around it."""
+    jobs = tmp_path / "jobs.txt"
+    rows = [_row("1", "2024-03-01T01:00:00", "2024-03-01T05:00:00"), _row("2", "2024-03-01T01:00:00", "Unknown")]
+    jobs.write_text("\n".join([HEADER, *rows]) + "\n")
+    table = open_table(file_lines(jobs), "jobs", JOB_COLUMNS, sacct_command(), USER_TEXT)
+    with columnar.counting(jobs, table, (None, None), frozenset()) as counted:
+        assert counted is not None and counted.records == 1
+        jobs.unlink()
+        with pytest.raises(FleetInputError, match="--engine python"):
+            list(counted.others)
