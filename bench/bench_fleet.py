@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, NamedTuple, Optional
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional
 
 HERE = Path(__file__).resolve().parent
 
@@ -113,31 +113,20 @@ class Copy:
 
     def node_list(self, text: str) -> str:
         """``gpu0791`` or ``gpu[0001-0004]`` renamed: every number in a list is a node's."""
-        found = self._lists.get(text)
-        if found is None:
-            found = self._lists[text] = _NUMBER.sub(lambda m: self._node(m.group()), text)
-        return found
+        return _renamed(self._lists, _NUMBER, text, lambda m: self._node(m.group()))
 
     def _node(self, digits: str) -> str:
         return f"{self.nodes + int(digits):0{self.node_width}d}"
 
     def user(self, text: str) -> str:
-        found = self._names.get(text)
-        if found is None:
-            found = self._names[text] = _NUMBER.sub(
-                lambda m: f"{self.users + int(m.group()):0{self.user_width}d}", text
-            )
-        return found
+        return _renamed(self._names, _NUMBER, text, lambda m: f"{self.users + int(m.group()):0{self.user_width}d}")
 
     def job(self, text: str) -> str:
         return str(int(text) + self.ids)
 
     def submit_line(self, text: str) -> str:
         """The nodes a submit line names (``-x gpuN``, ``-w gpuN``: sample.py writes single names) renamed."""
-        found = self._submit.get(text)
-        if found is None:
-            found = self._submit[text] = _SUBMIT_NODE.sub(lambda m: self._node(m.group()), text)
-        return found
+        return _renamed(self._submit, _SUBMIT_NODE, text, lambda m: self._node(m.group()))
 
     def time(self, text: str) -> str:
         """``YYYY-MM-DDTHH:MM:SS`` moved by whole hours (this machine's zone: UTC, no DST)."""
@@ -219,6 +208,14 @@ def _copy_submit(header: str, lines: Iterable[str], copies: list[Copy]) -> Itera
         job, _, rest = line.partition("|")
         for copy in copies:
             yield f"{copy.job(job)}|{copy.submit_line(rest)}"
+
+
+def _renamed(memo: dict[str, str], pattern: re.Pattern[str], text: str, new: Callable[[re.Match[str]], str]) -> str:
+    """``pattern.sub(new, text)``, once per distinct ``text`` (a copy's lists, users and submit lines repeat)."""
+    found = memo.get(text)
+    if found is None:
+        found = memo[text] = pattern.sub(new, text)
+    return found
 
 
 class Timed(NamedTuple):
